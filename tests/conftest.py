@@ -1,0 +1,85 @@
+"""Shared fixtures: real data from ../shared/data, temp policies, single-threaded torch."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("VEIL_PROGRESS", "0")
+
+try:  # keep torch to one thread in tests (library code never does this)
+    import torch
+
+    torch.set_num_threads(1)
+except ImportError:  # pragma: no cover
+    pass
+
+from veil.datasets import shared_data_dir
+
+ADULT_POLICY = """\
+[database]
+path = "warehouse.duckdb"
+[ledger]
+path = "ledger.sqlite"
+[defaults]
+epsilon_per_query = 0.5
+
+[tables.adult]
+privacy_unit = "row"
+[tables.adult.columns]
+age = { type = "int", lower = 17, upper = 90 }
+workclass = { type = "category" }
+fnlwgt = { type = "int", lower = 10000, upper = 1500000 }
+education = { type = "category" }
+education_num = { type = "int", lower = 1, upper = 16 }
+marital_status = { type = "category" }
+occupation = { type = "category" }
+relationship = { type = "category" }
+race = { type = "category" }
+sex = { type = "category", values = ["Female", "Male"] }
+capital_gain = { type = "int", lower = 0, upper = 99999 }
+capital_loss = { type = "int", lower = 0, upper = 4356 }
+hours_per_week = { type = "int", lower = 1, upper = 99 }
+native_country = { type = "category" }
+income = { type = "category", values = ["<=50K", ">50K"] }
+
+[analysts.alice]
+epsilon = 10.0
+[analysts.bob]
+epsilon = 1.0
+"""
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """The shared data folder; skips the test when it is absent."""
+    d = shared_data_dir()
+    if not (d / "adult" / "adult.data").exists():
+        pytest.skip(f"shared data not found at {d} (set VEIL_SHARED_DATA)")
+    return d
+
+
+@pytest.fixture
+def adult_policy(tmp_path: Path, shared_data: Path) -> Callable[..., Path]:
+    """Factory: write the Adult policy into a temp folder and ingest adult.data (optionally a head of it).
+
+    Returns the policy path. ``adult_policy(rows=2000, drop_missing=True)``.
+    """
+
+    def make(rows: int | None = None, *, drop_missing: bool = False, extra_toml: str = "") -> Path:
+        from veil.datasets import load_adult
+        from veil.policy import load_policy
+        from veil.warehouse import write_table
+
+        path = tmp_path / "policy.toml"
+        path.write_text(ADULT_POLICY + extra_toml, encoding="utf-8")
+        df = load_adult(drop_missing=drop_missing)
+        if rows is not None:
+            df = df.head(rows)
+        write_table(load_policy(path), "adult", df, replace=True)
+        return path
+
+    return make

@@ -1,0 +1,151 @@
+"""Statistical tests of every noise mechanism.
+
+Each test fixes α = 1e-4 (false-failure rate per test ≤ 1e-4 under a correct sampler) and checks
+power: the same test run against a sampler with the scale off by ±30% must reject.
+Production draws (OpenDP, CSPRNG) are tested directly; the test-only ``rng=`` path is tested to have
+the same law.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from veil.errors import InputError
+from veil.mechanisms import (
+    as_epsilon,
+    discrete_laplace,
+    laplace,
+    laplace_ci_halfwidth,
+    randomized_response,
+    report_noisy_max,
+)
+
+ALPHA = 1e-4
+N = 20_000
+
+
+def _ks_laplace(sample: np.ndarray, scale: float) -> float:
+    return stats.kstest(sample, stats.laplace(scale=scale).cdf).pvalue
+
+
+@pytest.mark.parametrize("scale", [0.5, 3.0])
+def test_laplace_production_has_the_right_law(scale: float) -> None:
+    noise = laplace(np.zeros(N), scale=scale)
+    assert _ks_laplace(noise, scale) > ALPHA
+    for wrong in (0.7 * scale, 1.3 * scale):
+        assert _ks_laplace(noise, wrong) < ALPHA, f"KS did not detect scale {wrong} vs {scale}"
+
+
+def test_laplace_test_rng_path_has_the_same_law() -> None:
+    noise = laplace(np.zeros(N), scale=2.0, rng=np.random.default_rng(1))
+    assert _ks_laplace(noise, 2.0) > ALPHA
+    assert _ks_laplace(noise, 2.6) < ALPHA
+
+
+def _dlap_pmf(k: np.ndarray, scale: float) -> np.ndarray:
+    a = math.exp(-1.0 / scale)
+    return (1 - a) / (1 + a) * a ** np.abs(k)
+
+
+def _chi2_dlap(sample: np.ndarray, scale: float) -> float:
+    edges = np.arange(-8, 9)
+    obs = np.array([(sample == k).sum() for k in edges] + [(np.abs(sample) > 8).sum()])
+    p = _dlap_pmf(edges, scale)
+    exp = np.append(p, 1 - p.sum()) * len(sample)
+    return stats.chisquare(obs, exp).pvalue
+
+
+@pytest.mark.parametrize("rng", [None, np.random.default_rng(2)], ids=["opendp", "test-rng"])
+def test_discrete_laplace_pmf(rng: np.random.Generator | None) -> None:
+    sample = discrete_laplace(np.zeros(N, dtype=np.int64), scale=2.0, rng=rng)
+    assert sample.dtype == np.int64
+    assert _chi2_dlap(sample, 2.0) > ALPHA
+    assert _chi2_dlap(sample, 1.4) < ALPHA
+    assert _chi2_dlap(sample, 2.6) < ALPHA
+
+
+def _rnm_probabilities(scores: np.ndarray, scale: float) -> np.ndarray:
+    """P(argmax_i scores_i + Exp(scale) = i), by numerical integration."""
+    grid = np.linspace(scores.min(), scores.max() + 40 * scale, 200_001)
+    dens = [stats.expon(loc=s, scale=scale).pdf(grid) for s in scores]
+    cdfs = [stats.expon(loc=s, scale=scale).cdf(grid) for s in scores]
+    out = []
+    for i in range(len(scores)):
+        others = np.prod([cdfs[j] for j in range(len(scores)) if j != i], axis=0)
+        out.append(np.trapezoid(dens[i] * others, grid))
+    p = np.array(out)
+    return p / p.sum()
+
+
+@pytest.mark.parametrize("rng", [None, np.random.default_rng(3)], ids=["opendp", "test-rng"])
+def test_report_noisy_max_has_the_right_law(rng: np.random.Generator | None) -> None:
+    scores = np.array([0.0, 1.0, 2.0, 4.0])
+    eps, sens = 1.0, 1.0
+    n = 6000
+    draws = np.array([report_noisy_max(scores, epsilon=eps, sensitivity=sens, rng=rng) for _ in range(n)])
+    counts = np.bincount(draws, minlength=4)
+    assert stats.chisquare(counts, _rnm_probabilities(scores, 2 * sens / eps) * n).pvalue > ALPHA
+    for wrong in (0.7, 1.3):
+        assert stats.chisquare(counts, _rnm_probabilities(scores, 2 * sens / (wrong * eps)) * n).pvalue < ALPHA
+
+
+def test_report_noisy_max_satisfies_the_dp_inequality() -> None:
+    """Neighbouring score vectors (each score moved by ≤ Δ) change each outcome's probability by ≤ e^ε."""
+    eps, sens = 1.0, 1.0
+    a = np.array([0.0, 1.0, 2.0, 4.0])
+    b = a + np.array([1.0, -1.0, 1.0, -1.0])
+    pa, pb = _rnm_probabilities(a, 2 * sens / eps), _rnm_probabilities(b, 2 * sens / eps)
+    assert np.all(pa <= math.exp(eps) * pb + 1e-9)
+    assert np.all(pb <= math.exp(eps) * pa + 1e-9)
+
+
+def test_randomized_response_keep_rate() -> None:
+    cats = ["a", "b", "c", "d"]
+    eps = 1.0
+    out = randomized_response(np.array(["a"] * N, dtype=object), categories=cats, epsilon=eps)
+    keep = float((out == "a").mean())
+    p = math.exp(eps) / (math.exp(eps) + 3)
+    se = math.sqrt(p * (1 - p) / N)
+    z = stats.norm.isf(ALPHA / 2)
+    assert abs(keep - p) < z * se
+    # the wrong ε (±30%) gives a keep rate outside the band
+    for wrong in (0.7, 1.3):
+        pw = math.exp(wrong) / (math.exp(wrong) + 3)
+        assert abs(keep - pw) > z * se
+    others = np.array([(out == c).sum() for c in "bcd"])
+    assert stats.chisquare(others).pvalue > ALPHA  # uniform over the other categories
+
+
+def test_randomized_response_rejects_unknown_value() -> None:
+    with pytest.raises(InputError, match="'z' is not among the 2 categories"):
+        randomized_response(["a", "z"], categories=["a", "b"], epsilon=1)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0, True, "x"])
+def test_bad_scales_and_epsilons_are_rejected(bad: object) -> None:
+    with pytest.raises(InputError):
+        laplace([1.0], scale=bad)  # type: ignore[arg-type]
+    with pytest.raises(InputError):
+        as_epsilon(bad)
+
+
+def test_noise_refuses_non_finite_values() -> None:
+    with pytest.raises(InputError, match="NaN or infinite"):
+        laplace([1.0, float("nan")], scale=1.0)
+
+
+def test_epsilon_is_exact() -> None:
+    assert sum([as_epsilon(0.1)] * 10) == 1
+    assert as_epsilon("1/3") == Fraction(1, 3)
+
+
+def test_ci_halfwidth_covers_95_percent() -> None:
+    hw = laplace_ci_halfwidth(2.0, 0.95)
+    noise = laplace(np.zeros(N), scale=2.0)
+    cover = float((np.abs(noise) <= hw).mean())
+    assert abs(cover - 0.95) < stats.norm.isf(ALPHA / 2) * math.sqrt(0.95 * 0.05 / N)

@@ -1,0 +1,1 @@
+"""Security team: attacks and measurements against releases."""

@@ -1,0 +1,182 @@
+"""Shared CLI plumbing: the command groups, common options, output rendering, error mapping.
+
+Command modules (``veil/cli/<area>.py``) import ``cli``, ``publish`` and ``audit`` from here and
+register their commands; :mod:`veil.cli.main` imports every command module.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+import pandas as pd
+
+from veil.errors import VeilError
+from veil.policy import Policy, load_policy
+
+__all__ = [
+    "EXIT_INTERNAL",
+    "EXIT_USER",
+    "audit",
+    "cli",
+    "emit",
+    "format_option",
+    "load_policy_option",
+    "policy_option",
+    "publish",
+    "run_guarded",
+    "to_jsonable",
+]
+
+EXIT_USER = 2  # bad input, refused query, exhausted budget
+EXIT_INTERNAL = 3  # a bug
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="veil")
+def cli() -> None:
+    """Veil: differentially private SQL, sanitised publications and privacy audits."""
+
+
+@cli.group()
+def publish() -> None:
+    """Curators: publish a sanitised table or model (k-anonymity, SDC, synthetic, PATE)."""
+
+
+@cli.group()
+def audit() -> None:
+    """Security team: audit releases (re-identification, implicit privacy, k-anonymity, PATE)."""
+
+
+policy_option = click.option(
+    "--policy",
+    "policy_path",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Path to the policy TOML file.",
+)
+
+format_option = click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "csv", "json"]),
+    default="table",
+    show_default=True,
+    help="Output format.",
+)
+
+
+def load_policy_option(path: Path) -> Policy:
+    return load_policy(path)
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert Fractions, numpy scalars/arrays, NaN and DataFrames into plain JSON values."""
+    if isinstance(obj, Fraction):
+        return float(obj)
+    if isinstance(obj, float):
+        return None if math.isnan(obj) else obj
+    if isinstance(obj, pd.DataFrame):
+        return [to_jsonable(r) for r in obj.to_dict(orient="records")]
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if obj is pd.NA or obj is pd.NaT:
+        return None
+    if hasattr(obj, "item") and callable(obj.item) and not isinstance(obj, (str, bytes)):
+        try:
+            return to_jsonable(obj.item())
+        except (ValueError, TypeError):
+            pass
+    if hasattr(obj, "tolist"):
+        return to_jsonable(obj.tolist())
+    if hasattr(obj, "isoformat"):
+        return obj.isoformat()
+    if isinstance(obj, (str, int, bool)) or obj is None:
+        return obj
+    return str(obj)
+
+
+def _fmt_cell(v: Any) -> str:
+    v = to_jsonable(v)
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    if isinstance(v, (list, dict)):
+        return json.dumps(v)
+    return str(v)
+
+
+def _records(data: Any) -> tuple[list[str], list[list[Any]]]:
+    if isinstance(data, pd.DataFrame):
+        return [str(c) for c in data.columns], data.values.tolist()
+    if isinstance(data, Mapping):
+        return ["key", "value"], [[k, v] for k, v in data.items()]
+    if isinstance(data, Sequence) and not isinstance(data, (str, bytes)):
+        rows = list(data)
+        if rows and isinstance(rows[0], Mapping):
+            cols: list[str] = []
+            for r in rows:
+                cols.extend(k for k in r if k not in cols)
+            return cols, [[r.get(c) for c in cols] for r in rows]
+        return ["value"], [[r] for r in rows]
+    return ["value"], [[data]]
+
+
+def render_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    cells = [[_fmt_cell(v) for v in r] for r in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    line = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))
+    sep = "  ".join("-" * w for w in widths)
+    body = ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join([line, sep, *body])
+
+
+def emit(data: Any, fmt: str, *, json_data: Any = None, out: Any = None) -> None:
+    """Print ``data`` (dict, list of dicts, DataFrame) as table, csv or json.
+
+    ``json_data`` overrides what JSON output prints (for commands whose JSON shape is fixed).
+    """
+    stream = out or sys.stdout
+    if fmt == "json":
+        stream.write(json.dumps(to_jsonable(data if json_data is None else json_data), indent=2) + "\n")
+        return
+    cols, rows = _records(data)
+    if fmt == "csv":
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        w.writerow(cols)
+        w.writerows([[_fmt_cell(v) for v in r] for r in rows])
+        stream.write(buf.getvalue())
+        return
+    stream.write(render_table(cols, rows) + "\n")
+
+
+def run_guarded(fn: F) -> F:
+    """Decorator for command bodies: VeilError → message on stderr and exit code 2."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except VeilError as exc:
+            click.echo(f"error [{exc.sqlstate}] {type(exc).__name__}: {exc}", err=True)
+            sys.exit(EXIT_USER)
+        except KeyboardInterrupt:
+            click.echo("interrupted: nothing was written", err=True)
+            sys.exit(130)
+
+    return wrapper  # type: ignore[return-value]

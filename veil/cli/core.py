@@ -1,0 +1,83 @@
+"""Curator basics: ``veil ingest``, ``veil demo``, ``veil releases``."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import click
+
+from veil.cli._common import cli, emit, format_option, policy_option, run_guarded
+from veil.policy import load_policy
+from veil.releases import list_releases
+from veil.warehouse import ingest_file
+
+
+@cli.command()
+@policy_option
+@click.option("--table", required=True, help="Name of the warehouse table to create or replace.")
+@click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@format_option
+@run_guarded
+def ingest(policy_path: Path, table: str, source: Path, fmt: str) -> None:
+    """Load a CSV/Parquet file into the policy's DuckDB warehouse (column names normalised)."""
+    policy = load_policy(policy_path)
+    summary = ingest_file(policy, table, source)
+    emit(summary, fmt)
+    if summary["missing_policy_columns"]:
+        click.echo(
+            f"warning: policy columns not in the file: {', '.join(summary['missing_policy_columns'])}", err=True
+        )
+
+
+@cli.command()
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("demo"),
+              show_default=True, help="Folder for the demo warehouse, ledger and policy.")
+@click.option("--rows", type=click.IntRange(min=100), default=100_000, show_default=True, help="People to generate.")
+@click.option("--analyst", default="alice", show_default=True)
+@format_option
+@run_guarded
+def demo(directory: Path, rows: int, analyst: str, fmt: str) -> None:
+    """Build a demo warehouse + policy from the built-in generator and run example queries."""
+    from veil.demo import DEMO_QUERIES, build_demo
+
+    policy = build_demo(directory, n_people=rows)
+    click.echo(f"demo warehouse and policy written to {policy.path}", err=True)
+    if importlib.util.find_spec("veil.connection") is None:
+        click.echo("(the analyst query path is not installed in this build)", err=True)
+        return
+    import veil
+
+    with veil.connect(policy.path, analyst=analyst) as db:
+        for title, sql in DEMO_QUERIES:
+            click.echo(f"\n-- {title}\n{sql}")
+            df = db.sql(sql)
+            emit(df, fmt)
+            click.echo(
+                f"ε charged {float(df.attrs['epsilon_charged']):g}, remaining {float(df.attrs['epsilon_remaining']):g}"
+            )
+
+
+@cli.command()
+@policy_option
+@click.option("--kind", type=click.Choice(["query", "publication"]), default=None)
+@format_option
+@run_guarded
+def releases(policy_path: Path, kind: str | None, fmt: str) -> None:
+    """List the release log (queries answered and tables published)."""
+    policy = load_policy(policy_path)
+    rows = [
+        {
+            "id": r.id,
+            "kind": r.kind,
+            "method": r.method,
+            "actor": r.actor,
+            "created_at": r.created_at,
+            "table": r.table,
+            "epsilon": None if r.epsilon is None else float(r.epsilon),
+            "delta": r.delta,
+            "sql": r.canonical_sql,
+        }
+        for r in list_releases(policy, kind)
+    ]
+    emit(rows, fmt)

@@ -1,0 +1,131 @@
+"""One exception tree for Veil.
+
+Every error carries a SQLSTATE so the wire server can send it unchanged, and a message
+that says what was wrong, the offending value, and what to do instead.
+
+>>> try:
+...     raise UnknownTable("unknown table 'adlt'", hint="Did you mean 'adult'?")
+... except QueryRejected as exc:
+...     (exc.sqlstate, str(exc))
+('42P01', "unknown table 'adlt'. Did you mean 'adult'?")
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+__all__ = [
+    "AuthError",
+    "BudgetExhausted",
+    "InputError",
+    "InternalError",
+    "NotAllowed",
+    "ParseError",
+    "PolicyError",
+    "QueryRejected",
+    "ReleaseError",
+    "Unbounded",
+    "UnknownColumn",
+    "UnknownTable",
+    "Unsupported",
+    "VeilError",
+    "did_you_mean",
+]
+
+#: SQLSTATE sent for an exhausted privacy budget (class "VB": Veil budget). Documented in docs/errors.md.
+BUDGET_SQLSTATE = "VB001"
+
+
+class VeilError(Exception):
+    """Base of every error Veil raises on purpose."""
+
+    sqlstate: str = "XX000"
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.message = message
+        self.hint = hint
+        super().__init__(f"{message}. {hint}" if hint else message)
+
+
+class InputError(VeilError, ValueError):
+    """A parameter or input file given to a command is invalid (bad value, wrong shape)."""
+
+    sqlstate = "22023"
+
+
+class PolicyError(VeilError, ValueError):
+    """The policy file is missing, malformed, or does not allow what was asked."""
+
+    sqlstate = "F0000"
+
+
+class QueryRejected(VeilError, ValueError):
+    """An analyst query was refused before anything ran; it costs nothing."""
+
+    sqlstate = "42000"
+
+
+class ParseError(QueryRejected):
+    """The SQL text does not parse."""
+
+    sqlstate = "42601"
+
+
+class UnknownTable(QueryRejected):
+    sqlstate = "42P01"
+
+
+class UnknownColumn(QueryRejected):
+    sqlstate = "42703"
+
+
+class Unsupported(QueryRejected):
+    """Valid SQL that Veil cannot answer with differential privacy."""
+
+    sqlstate = "0A000"
+
+
+class Unbounded(Unsupported):
+    """An aggregate over a column (or expression) without declared bounds."""
+
+
+class NotAllowed(QueryRejected):
+    """A statement or function analysts may never run (non-SELECT, file access, …)."""
+
+    sqlstate = "42501"
+
+
+class BudgetExhausted(VeilError, ValueError):
+    """The query's ε cost does not fit in the analyst's remaining budget; nothing was charged."""
+
+    sqlstate = BUDGET_SQLSTATE
+
+
+class AuthError(VeilError):
+    sqlstate = "28P01"
+
+
+class ReleaseError(VeilError):
+    """A publication or release record could not be written or found."""
+
+    sqlstate = "55000"
+
+
+class InternalError(VeilError):
+    """A bug in Veil: please report it with the message."""
+
+    sqlstate = "XX000"
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint or "This is a bug in Veil, please report it")
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
+    """Return a "Did you mean …?" hint for ``name`` among ``candidates``, or None.
+
+    >>> did_you_mean("agee", ["age", "sex"])
+    "Did you mean 'age'?"
+    """
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f"Did you mean '{close[0]}'?" if close else None

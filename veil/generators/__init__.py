@@ -1,0 +1,1 @@
+"""Curator publications (k-anonymity, SDC filters, synthetic data, PATE)."""

@@ -1,0 +1,24 @@
+"""Noise and privacy accounting: the only place Veil draws differential-privacy noise."""
+
+from veil.mechanisms.budget import as_epsilon, format_epsilon
+from veil.mechanisms.noise import (
+    discrete_laplace,
+    exponential,
+    gaussian,
+    laplace,
+    laplace_ci_halfwidth,
+    randomized_response,
+    report_noisy_max,
+)
+
+__all__ = [
+    "as_epsilon",
+    "discrete_laplace",
+    "exponential",
+    "format_epsilon",
+    "gaussian",
+    "laplace",
+    "laplace_ci_halfwidth",
+    "randomized_response",
+    "report_noisy_max",
+]

@@ -1,0 +1,64 @@
+"""Privacy budgets as exact numbers.
+
+ε values travel as :class:`fractions.Fraction` so that composition (a sum) is exact and a
+ledger total never drifts. Floats are converted through their shortest decimal repr, so
+``0.1`` becomes exactly ``1/10``.
+
+>>> as_epsilon(0.1) + as_epsilon(0.2) == as_epsilon(0.3)
+True
+>>> as_epsilon("1/3")
+Fraction(1, 3)
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+from veil.errors import InputError
+
+__all__ = ["as_epsilon", "format_epsilon"]
+
+
+def as_epsilon(value: object, *, what: str = "epsilon", allow_zero: bool = False) -> Fraction:
+    """Validate ``value`` as a privacy parameter and return it as an exact Fraction.
+
+    Rejects bools, NaN, infinities and negatives (and zero unless ``allow_zero``).
+    """
+    if isinstance(value, bool):
+        raise InputError(f"{what} must be a number, got the bool {value!r}")
+    if isinstance(value, Fraction):
+        frac = value
+    elif isinstance(value, int):
+        frac = Fraction(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise InputError(f"{what} must be finite, got {value!r}", hint="Pass a positive number such as 0.5")
+        frac = Fraction(repr(value))
+    elif isinstance(value, str):
+        try:
+            frac = Fraction(value.strip())
+        except (ValueError, ZeroDivisionError):
+            raise InputError(f"{what} {value!r} is not a number", hint="Pass a number such as 0.5 or 1/3") from None
+    else:
+        try:
+            as_float = float(value)  # numpy scalars, Decimals
+        except (TypeError, ValueError):
+            raise InputError(f"{what} must be a number, got {value!r}") from None
+        return as_epsilon(as_float, what=what, allow_zero=allow_zero)
+    if frac < 0 or (frac == 0 and not allow_zero):
+        raise InputError(f"{what} must be {'≥' if allow_zero else '>'} 0, got {value!r}")
+    return frac
+
+
+def format_epsilon(value: Fraction) -> str:
+    """Human-readable ε: exact when short, else 6 significant digits.
+
+    >>> format_epsilon(Fraction(1, 2)), format_epsilon(Fraction(1, 3))
+    ('0.5', '0.333333')
+    """
+    as_float = float(value)
+    text = repr(as_float)
+    if Fraction(text) == value and len(text) <= 12:
+        return text[:-2] if text.endswith(".0") else text
+    return f"{as_float:.6g}"

@@ -1,0 +1,319 @@
+"""The curator's policy file (TOML) as frozen, validated dataclasses.
+
+Every key is documented in ``docs/policy.md`` (a test checks this). Column names follow the
+mapping of :func:`normalise_name`: lower case, every run of characters other than letters,
+digits and ``_`` becomes one ``_`` (Adult's ``hours-per-week`` → ``hours_per_week``).
+
+>>> normalise_name("Hours-per-week")
+'hours_per_week'
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+from veil.errors import PolicyError, did_you_mean
+
+__all__ = [
+    "AnalystSpec",
+    "ColumnSpec",
+    "ColumnType",
+    "Defaults",
+    "Policy",
+    "TableSpec",
+    "load_policy",
+    "normalise_name",
+    "parse_policy",
+]
+
+ColumnType = Literal["int", "float", "category", "bool", "date"]
+COLUMN_TYPES: tuple[str, ...] = ("int", "float", "category", "bool", "date")
+NUMERIC_TYPES: tuple[str, ...] = ("int", "float")
+
+_NAME_RE = re.compile(r"[^0-9a-zA-Z_]+")
+
+
+def normalise_name(name: str) -> str:
+    """Map a source column header to the SQL-friendly name Veil uses."""
+    out = _NAME_RE.sub("_", name.strip()).strip("_").lower()
+    if not out:
+        raise PolicyError(f"column name {name!r} has no letters or digits", hint="Rename the column")
+    if out[0].isdigit():
+        out = f"c_{out}"
+    return out
+
+
+def _exact(value: Any, where: str) -> Fraction:
+    """A finite number (not bool) as an exact Fraction."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PolicyError(f"{where} must be a number, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise PolicyError(f"{where} must be finite, got {value!r}")
+    return Fraction(value)
+
+
+@dataclass(frozen=True)
+class ColumnSpec:
+    """One queryable column: its type and, for numbers and dates, its public bounds."""
+
+    name: str
+    type: ColumnType
+    lower: float | None = None
+    upper: float | None = None
+    values: tuple[Any, ...] | None = None  # declared (public) category values
+
+    @property
+    def bounded(self) -> bool:
+        return self.lower is not None and self.upper is not None
+
+    @property
+    def is_numeric(self) -> bool:
+        return self.type in NUMERIC_TYPES
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A table analysts may query (private unless ``public``)."""
+
+    name: str
+    columns: Mapping[str, ColumnSpec]
+    privacy_unit: str | None = None  # None = each row is a privacy unit
+    max_rows_per_unit: int = 1
+    public: bool = False
+
+    def column(self, name: str) -> ColumnSpec:
+        try:
+            return self.columns[name]
+        except KeyError:
+            raise PolicyError(
+                f"column {name!r} is not declared for table {self.name!r}",
+                hint=did_you_mean(name, self.columns) or "Declare it under [tables.<name>.columns]",
+            ) from None
+
+
+@dataclass(frozen=True)
+class AnalystSpec:
+    name: str
+    epsilon: Fraction  # total budget
+
+
+@dataclass(frozen=True)
+class Defaults:
+    epsilon_per_query: Fraction = Fraction(1, 2)
+    partition_delta: float = 1e-6  # δ for DP partition selection over private group keys
+    confidence: float = 0.95
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A loaded policy. Paths are absolute (resolved against the policy file's folder)."""
+
+    path: Path
+    database_path: Path
+    ledger_path: Path
+    defaults: Defaults
+    tables: Mapping[str, TableSpec] = field(default_factory=lambda: MappingProxyType({}))
+    analysts: Mapping[str, AnalystSpec] = field(default_factory=lambda: MappingProxyType({}))
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+    def table(self, name: str) -> TableSpec:
+        try:
+            return self.tables[name]
+        except KeyError:
+            raise PolicyError(
+                f"table {name!r} is not in the policy {self.path}",
+                hint=did_you_mean(name, self.tables) or "Add a [tables.<name>] section",
+            ) from None
+
+    def analyst(self, name: str) -> AnalystSpec:
+        try:
+            return self.analysts[name]
+        except KeyError:
+            raise PolicyError(
+                f"analyst {name!r} is not in the policy {self.path}",
+                hint=did_you_mean(name, self.analysts) or "Add an [analysts.<name>] section with an epsilon budget",
+            ) from None
+
+
+_TOP_KEYS = {"database", "ledger", "defaults", "tables", "analysts"}
+_TABLE_KEYS = {"privacy_unit", "max_rows_per_unit", "public", "columns"}
+_COLUMN_KEYS = {"type", "lower", "upper", "values"}
+_DEFAULT_KEYS = {"epsilon_per_query", "partition_delta", "confidence"}
+
+
+def _check_keys(section: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    for key in section:
+        if key not in allowed:
+            hint = did_you_mean(key, allowed) or f"Allowed keys: {', '.join(sorted(allowed))}"
+            raise PolicyError(f"unknown key {key!r} in {where}", hint=hint)
+
+
+def _section(data: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, Mapping):
+        raise PolicyError(f"{where}.{key} must be a table, got {value!r}")
+    return value
+
+
+def _parse_column(table: str, name: str, raw: Any) -> ColumnSpec:
+    where = f"[tables.{table}.columns].{name}"
+    if not isinstance(raw, Mapping):
+        raise PolicyError(f"{where} must be an inline table like {{ type = \"int\", lower = 0, upper = 10 }}")
+    _check_keys(raw, _COLUMN_KEYS, where)
+    ctype = raw.get("type")
+    if ctype not in COLUMN_TYPES:
+        raise PolicyError(
+            f"{where}.type is {ctype!r}", hint=f"Use one of {', '.join(COLUMN_TYPES)}"
+        )
+    lower, upper, values = raw.get("lower"), raw.get("upper"), raw.get("values")
+    if ctype in ("int", "float"):
+        if (lower is None) != (upper is None):
+            raise PolicyError(f"{where} declares only one of lower/upper", hint="Declare both bounds, or neither")
+        if lower is not None:
+            lo, hi = _exact(lower, f"{where}.lower"), _exact(upper, f"{where}.upper")
+            if lo > hi:
+                raise PolicyError(f"{where} has lower {lower} > upper {upper}", hint="Swap the bounds")
+            if ctype == "int" and (lo.denominator != 1 or hi.denominator != 1):
+                raise PolicyError(f"{where} is an int column with fractional bounds {lower}, {upper}")
+    elif ctype == "date":
+        if lower is not None or upper is not None:
+            # TOML dates arrive as datetime.date; store them as ISO strings' ordinal days is overkill here.
+            pass
+    elif lower is not None or upper is not None:
+        raise PolicyError(f"{where} is a {ctype} column; lower/upper apply only to int, float and date")
+    if values is not None:
+        if ctype not in ("category", "bool", "int"):
+            raise PolicyError(f"{where}.values applies to category, bool and int columns, not {ctype}")
+        if not isinstance(values, list) or not values:
+            raise PolicyError(f"{where}.values must be a non-empty list, got {values!r}")
+        if len(set(map(repr, values))) != len(values):
+            raise PolicyError(f"{where}.values has duplicates: {values!r}")
+        values = tuple(values)
+    elif ctype == "bool":
+        values = (False, True)
+    return ColumnSpec(
+        name=name,
+        type=ctype,
+        lower=lower if ctype != "int" or lower is None else int(lower),
+        upper=upper if ctype != "int" or upper is None else int(upper),
+        values=values,
+    )
+
+
+def _parse_table(name: str, raw: Any) -> TableSpec:
+    where = f"[tables.{name}]"
+    if not isinstance(raw, Mapping):
+        raise PolicyError(f"{where} must be a table")
+    if normalise_name(name) != name:
+        raise PolicyError(f"table name {name!r} is not a plain SQL name", hint=f"Use {normalise_name(name)!r}")
+    _check_keys(raw, _TABLE_KEYS, where)
+    public = raw.get("public", False)
+    if not isinstance(public, bool):
+        raise PolicyError(f"{where}.public must be true or false, got {public!r}")
+    cols_raw = _section(raw, "columns", where)
+    columns: dict[str, ColumnSpec] = {}
+    for col, spec in cols_raw.items():
+        if normalise_name(col) != col:
+            raise PolicyError(f"column name {col!r} in {where}", hint=f"Use the normalised name {normalise_name(col)!r}")
+        columns[col] = _parse_column(name, col, spec)
+    unit = raw.get("privacy_unit", "row")
+    if not isinstance(unit, str):
+        raise PolicyError(f"{where}.privacy_unit must be \"row\" or a column name, got {unit!r}")
+    max_rows = raw.get("max_rows_per_unit", 1)
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
+        raise PolicyError(f"{where}.max_rows_per_unit must be a positive integer, got {max_rows!r}")
+    if unit == "row":
+        if max_rows != 1:
+            raise PolicyError(
+                f"{where}.max_rows_per_unit is {max_rows} but privacy_unit is \"row\"",
+                hint="Set privacy_unit to the column identifying a person, or remove max_rows_per_unit",
+            )
+        privacy_unit = None
+    else:
+        if unit not in columns:
+            raise PolicyError(
+                f"{where}.privacy_unit {unit!r} is not a declared column",
+                hint=did_you_mean(unit, columns) or f"Declare {unit} under [tables.{name}.columns]",
+            )
+        privacy_unit = unit
+    if public and privacy_unit is not None:
+        raise PolicyError(f"{where} is public, so it has no privacy unit", hint="Remove privacy_unit or public")
+    return TableSpec(
+        name=name,
+        columns=MappingProxyType(columns),
+        privacy_unit=privacy_unit,
+        max_rows_per_unit=max_rows,
+        public=public,
+    )
+
+
+def parse_policy(data: Mapping[str, Any], path: Path) -> Policy:
+    """Validate parsed TOML ``data`` as the policy stored at ``path``."""
+    _check_keys(data, _TOP_KEYS, "the policy file")
+    base = path.parent
+    db = _section(data, "database", "policy")
+    ledger = _section(data, "ledger", "policy")
+    _check_keys(db, {"path"}, "[database]")
+    _check_keys(ledger, {"path"}, "[ledger]")
+    db_path = base / str(db.get("path", "warehouse.duckdb"))
+    ledger_path = base / str(ledger.get("path", "ledger.sqlite"))
+    d = _section(data, "defaults", "policy")
+    _check_keys(d, _DEFAULT_KEYS, "[defaults]")
+    eps = _exact(d.get("epsilon_per_query", 0.5), "[defaults].epsilon_per_query")
+    if eps <= 0:
+        raise PolicyError(f"[defaults].epsilon_per_query must be > 0, got {d.get('epsilon_per_query')}")
+    delta = d.get("partition_delta", 1e-6)
+    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
+        raise PolicyError(f"[defaults].partition_delta must be in (0, 1), got {delta!r}")
+    conf = d.get("confidence", 0.95)
+    if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not 0 < conf < 1:
+        raise PolicyError(f"[defaults].confidence must be in (0, 1), got {conf!r}")
+    defaults = Defaults(epsilon_per_query=eps, partition_delta=float(delta), confidence=float(conf))
+    tables = {name: _parse_table(name, raw) for name, raw in _section(data, "tables", "policy").items()}
+    analysts: dict[str, AnalystSpec] = {}
+    for name, raw in _section(data, "analysts", "policy").items():
+        if not isinstance(raw, Mapping):
+            raise PolicyError(f"[analysts.{name}] must be a table with an epsilon budget")
+        _check_keys(raw, {"epsilon"}, f"[analysts.{name}]")
+        if "epsilon" not in raw:
+            raise PolicyError(f"[analysts.{name}] has no epsilon", hint="Add epsilon = <total budget>")
+        budget = _exact(raw["epsilon"], f"[analysts.{name}].epsilon")
+        if budget < 0:
+            raise PolicyError(f"[analysts.{name}].epsilon must be ≥ 0, got {raw['epsilon']}")
+        analysts[name] = AnalystSpec(name=name, epsilon=budget)
+    return Policy(
+        path=path,
+        database_path=db_path.resolve(),
+        ledger_path=ledger_path.resolve(),
+        defaults=defaults,
+        tables=MappingProxyType(tables),
+        analysts=MappingProxyType(analysts),
+    )
+
+
+def load_policy(path: str | Path) -> Policy:
+    """Read and validate a policy file.
+
+    Raises :class:`~veil.errors.PolicyError` naming the key and value at fault.
+    """
+    p = Path(path).expanduser().resolve()
+    try:
+        raw = p.read_bytes()
+    except FileNotFoundError:
+        raise PolicyError(f"policy file {str(p)!r} does not exist", hint="Pass --policy with the path to policy.toml") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise PolicyError(f"policy file {str(p)!r} is not valid TOML: {exc}") from None
+    return parse_policy(data, p)

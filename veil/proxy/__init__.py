@@ -1,0 +1,1 @@
+"""Analyst queries: parse → validate → plan → reserve → rewrite → execute → noise → release."""

@@ -1,0 +1,142 @@
+"""Release records: every answer and publication Veil ever let out, with its privacy cost.
+
+Records live in the ledger's SQLite file (see :mod:`veil.ledger` for the schema, documented in
+``docs/ledger.md``). Analyst query releases are written by the query path through
+:meth:`veil.ledger.Ledger.release`; curator publications through :func:`record_release`.
+A publication that names a ``table`` makes that table public to analysts.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from veil.policy import Policy
+
+__all__ = [
+    "Release",
+    "ReleasedStatistic",
+    "get_release",
+    "list_releases",
+    "published_tables",
+    "record_release",
+]
+
+
+@dataclass(frozen=True)
+class ReleasedStatistic:
+    """One noisy number inside an analyst query release."""
+
+    name: str  # e.g. "sum(age)" or "count(*)"
+    mechanism: str  # "laplace", "discrete_laplace", "exponential", "partition_selection", "exact"
+    epsilon: Fraction
+    sensitivity: float
+    scale: float
+    value: Any  # the released (noisy) value
+    ci95: float | None = None
+    group: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class Release:
+    id: str
+    kind: str  # "query" | "publication"
+    method: str
+    actor: str
+    created_at: str  # ISO-8601 UTC
+    table: str | None
+    params: Mapping[str, Any]
+    metrics: Mapping[str, Any]
+    epsilon: Fraction | None
+    delta: float | None
+    canonical_sql: str | None = None
+    answer: Mapping[str, Any] | None = None
+    statistics: tuple[ReleasedStatistic, ...] = ()
+
+
+def _jsonable(obj: Any) -> Any:
+    """Best-effort conversion of numpy/pandas/Fraction values for JSON storage."""
+    if isinstance(obj, Fraction):
+        return float(obj)
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item):
+        try:
+            return obj.item()
+        except (ValueError, TypeError):
+            pass
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, (str, int, float, bool)) or obj is None:
+        return obj
+    return str(obj)
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(_jsonable(obj), sort_keys=True, allow_nan=True)
+
+
+def record_release(
+    policy: Policy,
+    *,
+    kind: str,
+    method: str,
+    params: Mapping[str, Any],
+    metrics: Mapping[str, Any],
+    table: str | None = None,
+    epsilon: float | Fraction | None = None,
+    delta: float | None = None,
+    actor: str = "curator",
+    charge_to: str | None = None,
+) -> str:
+    """Write a release record (a publication, usually) and return its id.
+
+    With ``charge_to`` naming an analyst, ``epsilon`` is charged to that analyst's budget in
+    the same transaction (refused with :class:`~veil.errors.BudgetExhausted` if it does not fit).
+    """
+    from veil.ledger import Ledger
+
+    with Ledger.for_policy(policy) as ledger:
+        return ledger.record(
+            kind=kind,
+            method=method,
+            params=params,
+            metrics=metrics,
+            table=table,
+            epsilon=epsilon,
+            delta=delta,
+            actor=actor,
+            charge_to=charge_to,
+        )
+
+
+def get_release(policy: Policy, release_id: str) -> Release:
+    """The release with this id; :class:`~veil.errors.ReleaseError` if there is none."""
+    from veil.ledger import Ledger
+
+    with Ledger.for_policy(policy) as ledger:
+        return ledger.get_release(release_id)
+
+
+def list_releases(policy: Policy, kind: str | None = None) -> list[Release]:
+    """Every release, oldest first, optionally only of one ``kind``."""
+    from veil.ledger import Ledger
+
+    with Ledger.for_policy(policy) as ledger:
+        return ledger.list_releases(kind)
+
+
+def published_tables(policy: Policy) -> dict[str, Release]:
+    """Tables made public by publications: table name → the latest publication that wrote it."""
+    if not policy.ledger_path.exists():
+        return {}
+    out: dict[str, Release] = {}
+    for rel in list_releases(policy, kind="publication"):
+        if rel.table:
+            out[rel.table] = rel
+    return out

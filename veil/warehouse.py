@@ -1,0 +1,229 @@
+"""The curator's side of the DuckDB warehouse, and the sandboxed reader analysts' queries use.
+
+DuckDB allows only one configuration per database file per process, so this module owns every
+connection to a warehouse file in the process:
+
+* :func:`reader` returns the process-wide **sandboxed** connection (read-only, external access
+  disabled, extension loading off, configuration locked). Query sessions take ``.cursor()`` from it.
+* :func:`writer` (a context manager) closes that reader first, opens a read-write connection for
+  the curator, and closes it again; the next :func:`reader` call reopens the sandbox. Sessions notice
+  through :func:`reader_generation` and take a fresh cursor.
+
+>>> import tempfile, pathlib
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+
+from veil.errors import InputError, PolicyError, did_you_mean
+from veil.policy import Policy, normalise_name
+
+__all__ = [
+    "SANDBOX_CONFIG",
+    "export_frame",
+    "ingest_file",
+    "read_table",
+    "reader",
+    "reader_generation",
+    "table_columns",
+    "table_names",
+    "write_table",
+    "writer",
+]
+
+SANDBOX_CONFIG: dict[str, str] = {
+    "enable_external_access": "false",
+    "autoinstall_known_extensions": "false",
+    "autoload_known_extensions": "false",
+    "allow_community_extensions": "false",
+    "allow_unsigned_extensions": "false",
+    "lock_configuration": "true",
+}
+
+_lock = threading.RLock()
+_readers: dict[Path, duckdb.DuckDBPyConnection] = {}
+_generation: dict[Path, int] = {}
+
+
+def _db_path(policy_or_path: Policy | Path | str) -> Path:
+    if isinstance(policy_or_path, Policy):
+        return policy_or_path.database_path
+    return Path(policy_or_path).resolve()
+
+
+def reader(policy: Policy | Path | str) -> duckdb.DuckDBPyConnection:
+    """The sandboxed read-only connection for this warehouse (opened on first use)."""
+    path = _db_path(policy)
+    with _lock:
+        con = _readers.get(path)
+        if con is None:
+            if not path.exists():
+                raise PolicyError(
+                    f"the warehouse {str(path)!r} does not exist",
+                    hint="Load a table first with `veil ingest --policy … --table … FILE`",
+                )
+            con = duckdb.connect(str(path), read_only=True, config=dict(SANDBOX_CONFIG))
+            _readers[path] = con
+            _generation[path] = _generation.get(path, 0) + 1
+        return con
+
+
+def reader_generation(policy: Policy | Path | str) -> int:
+    """Bumped each time the sandboxed reader is (re)opened; sessions compare it to know when to re-cursor."""
+    with _lock:
+        return _generation.get(_db_path(policy), 0)
+
+
+def _close_reader(path: Path) -> None:
+    con = _readers.pop(path, None)
+    if con is not None:
+        con.close()
+
+
+@contextmanager
+def writer(policy: Policy | Path | str) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-write connection for curator work. Closes this process's reader while it is open."""
+    path = _db_path(policy)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _lock:
+        _close_reader(path)
+        try:
+            con = duckdb.connect(str(path))
+        except duckdb.IOException as exc:
+            raise PolicyError(
+                f"cannot open the warehouse {str(path)!r} for writing: {exc}",
+                hint="Another process (e.g. `veil serve`) holds it; stop it and retry",
+            ) from None
+        try:
+            yield con
+        finally:
+            con.close()
+
+
+def table_names(policy: Policy) -> list[str]:
+    """Tables present in the warehouse file (not only those in the policy)."""
+    if not policy.database_path.exists():
+        return []
+    with writer(policy) as con:
+        return [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables ORDER BY 1").fetchall()]
+
+
+def _check_table(con: duckdb.DuckDBPyConnection, table: str) -> None:
+    names = [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()]
+    if table not in names:
+        raise InputError(
+            f"table {table!r} is not in the warehouse",
+            hint=did_you_mean(table, names) or "Load it with `veil ingest` first",
+        )
+
+
+def table_columns(policy: Policy, table: str) -> list[tuple[str, str]]:
+    """``(column, DuckDB type)`` pairs of a warehouse table."""
+    with writer(policy) as con:
+        _check_table(con, table)
+        rows = con.execute(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position",
+            [table],
+        ).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+def read_table(policy: Policy, table: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """The whole table as a DataFrame (curator access: raw values, no noise)."""
+    with writer(policy) as con:
+        _check_table(con, table)
+        if columns:
+            have = [r[0] for r in con.execute(f'DESCRIBE "{table}"').fetchall()]
+            for c in columns:
+                if c not in have:
+                    raise InputError(
+                        f"column {c!r} is not in table {table!r}",
+                        hint=did_you_mean(c, have) or f"Columns: {', '.join(have)}",
+                    )
+            cols = ", ".join(f'"{c}"' for c in columns)
+        else:
+            cols = "*"
+        return con.execute(f'SELECT {cols} FROM "{table}"').df()
+
+
+def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool = False) -> None:
+    """Store ``df`` as ``table`` (atomically: the old table, if replaced, stays until the new one is complete)."""
+    if table.startswith("_veil"):
+        raise InputError(f"table name {table!r} is reserved for Veil's internal tables", hint="Choose another name")
+    if normalise_name(table) != table:
+        raise InputError(f"table name {table!r} is not a plain SQL name", hint=f"Use {normalise_name(table)!r}")
+    with writer(policy) as con:
+        exists = con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]
+        ).fetchone()[0]
+        if exists and not replace:
+            raise InputError(f"table {table!r} already exists", hint="Choose another --output name or pass --replace")
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.register("_veil_incoming", df)
+            con.execute(f'CREATE OR REPLACE TABLE "{table}" AS SELECT * FROM _veil_incoming')
+            con.unregister("_veil_incoming")
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
+
+def export_frame(df: pd.DataFrame, path: str | Path) -> Path:
+    """Write ``df`` to ``.csv`` or ``.parquet`` by extension."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix == ".csv":
+        df.to_csv(p, index=False)
+    elif suffix == ".parquet":
+        df.to_parquet(p, index=False)
+    else:
+        raise InputError(f"cannot export to {str(p)!r}: unknown extension {suffix!r}", hint="Use .csv or .parquet")
+    return p
+
+
+def _read_source(path: Path) -> pd.DataFrame:
+    from veil.datasets import ADULT_COLUMNS, is_adult_file, read_adult_file
+
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        return pd.read_parquet(path)
+    if is_adult_file(path):
+        return read_adult_file(path)
+    if suffix in (".csv", ".txt", ".data", ".tsv", ""):
+        df = pd.read_csv(path, sep=None, engine="python", skipinitialspace=True, na_values=["?"])
+        if all(str(c).strip().lstrip("-").replace(".", "").isdigit() for c in df.columns):
+            raise InputError(
+                f"{str(path)!r} has no header row (first line {list(df.columns)[:3]}…)",
+                hint=f"Add a header line with column names (Adult's are {', '.join(ADULT_COLUMNS[:3])}, …)",
+            )
+        return df
+    raise InputError(f"cannot ingest {str(path)!r}: unknown format {suffix!r}", hint="Use CSV or Parquet")
+
+
+def ingest_file(policy: Policy, table: str, path: str | Path, *, replace: bool = True) -> dict[str, object]:
+    """Load a CSV/Parquet file into the warehouse as ``table``; column names are normalised.
+
+    Adult's headerless ``adult.data``/``adult.test`` are recognised and get Adult's column names.
+    Returns a summary: rows, columns, and the policy-declared columns that the file lacks.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"file {str(p)!r} does not exist", hint="Check the path")
+    df = _read_source(p)
+    mapping = {c: normalise_name(str(c)) for c in df.columns}
+    if len(set(mapping.values())) != len(mapping):
+        raise InputError(f"column names of {str(p)!r} collide after normalisation: {mapping}")
+    df = df.rename(columns=mapping)
+    write_table(policy, table, df, replace=replace)
+    missing: list[str] = []
+    if table in policy.tables:
+        missing = [c for c in policy.tables[table].columns if c not in df.columns]
+    return {"table": table, "rows": len(df), "columns": list(df.columns), "missing_policy_columns": missing}
