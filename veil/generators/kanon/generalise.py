@@ -1,0 +1,184 @@
+"""Encode quasi-identifiers as integer codes and turn groups of rows into generalised values.
+
+Every quasi-identifier (QI) becomes an integer code per row:
+
+* numeric QI: the rank of the value among the column's sorted distinct values;
+* categorical QI: the depth-first leaf index in its taxonomy tree (see ``hierarchies``).
+
+A group of rows is then generalised per QI to the code interval ``[min, max]``: a numeric
+interval ``[lo, hi]`` or the lowest common ancestor of the leaves. Its normalised certainty
+penalty (NCP) per QI is ``cost[q][min, max]`` (``ncp.py`` states the definition).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from veil.errors import InputError, did_you_mean
+from veil.generators.kanon.hierarchies import Hierarchy
+
+__all__ = ["QISpace", "format_interval"]
+
+#: Numeric QIs with more distinct values than this get their cost computed from values,
+#: not from a precomputed (U × U) table.
+_TABLE_LIMIT = 1024
+
+
+def format_interval(lo: float, hi: float) -> str:
+    """The published form of a numeric interval: the value itself, or ``[lo, hi]``.
+
+    >>> format_interval(3, 3), format_interval(17.0, 25.0), format_interval(0.5, 2)
+    ('3', '[17, 25]', '[0.5, 2]')
+    """
+
+    def fmt(v: float) -> str:
+        return str(int(v)) if float(v).is_integer() else repr(float(v))
+
+    return fmt(lo) if lo == hi else f"[{fmt(lo)}, {fmt(hi)}]"
+
+
+@dataclass(frozen=True)
+class _QI:
+    name: str
+    numeric: bool
+    values: np.ndarray | None  # numeric: sorted distinct values
+    hierarchy: Hierarchy | None  # categorical
+    table: np.ndarray | None  # (U, U) cost table, or None for wide numeric columns
+
+    @property
+    def size(self) -> int:
+        return len(self.values) if self.numeric else self.hierarchy.n_leaves  # type: ignore[union-attr,arg-type]
+
+
+class QISpace:
+    """Integer codes and NCP cost tables for a table's quasi-identifiers.
+
+    >>> df = pd.DataFrame({"age": [30, 40, 50], "sex": ["F", "M", "F"]})
+    >>> space = QISpace(df, ["age", "sex"])
+    >>> space.codes.tolist()
+    [[0, 0], [1, 1], [2, 0]]
+    >>> space.box_cost(np.array([0, 0]), np.array([1, 1])).tolist()
+    [0.5, 1.0]
+    """
+
+    def __init__(
+        self,
+        df: pd.DataFrame,
+        qi: Sequence[str],
+        hierarchies: Mapping[str, Hierarchy] | None = None,
+        *,
+        numeric: Sequence[str] | None = None,
+    ) -> None:
+        hierarchies = dict(hierarchies or {})
+        if not qi:
+            raise InputError("no quasi-identifiers given", hint="Pass --qi col1,col2,…")
+        if len(set(qi)) != len(qi):
+            raise InputError(f"quasi-identifiers repeat a column: {list(qi)}", hint="List each column once")
+        for col in qi:
+            if col not in df.columns:
+                raise InputError(
+                    f"quasi-identifier {col!r} is not a column of the table",
+                    hint=did_you_mean(col, [str(c) for c in df.columns]),
+                )
+        if len(df) == 0:
+            raise InputError("the table has no rows", hint="Publish a non-empty table")
+        self.names: tuple[str, ...] = tuple(qi)
+        self.n = len(df)
+        qis: list[_QI] = []
+        codes = np.empty((self.n, len(qi)), dtype=np.int32)
+        for j, col in enumerate(qi):
+            series = df[col]
+            if series.isna().any():
+                raise InputError(
+                    f"quasi-identifier {col!r} has {int(series.isna().sum())} missing values",
+                    hint="Choose --missing drop or --missing leaf",
+                )
+            is_num = col in numeric if numeric is not None else pd.api.types.is_numeric_dtype(series)
+            if is_num and col not in hierarchies:
+                vals = series.to_numpy(dtype=np.float64)
+                uniq, inverse = np.unique(vals, return_inverse=True)
+                codes[:, j] = inverse.reshape(-1)
+                rng = float(uniq[-1] - uniq[0])
+                table = None
+                if len(uniq) <= _TABLE_LIMIT:
+                    table = (uniq[None, :] - uniq[:, None]) / rng if rng > 0 else np.zeros((len(uniq),) * 2)
+                    table = np.maximum(table, 0.0)
+                qis.append(_QI(col, True, uniq, None, table))
+            else:
+                h = hierarchies.get(col) or Hierarchy.flat(series.astype(str).unique())
+                codes[:, j] = h.encode(series.astype(str).to_numpy(), column=col)
+                qis.append(_QI(col, False, None, h, h.cost_table()))
+        self.codes = codes
+        self._qis = tuple(qis)
+        self.sizes = np.array([q.size for q in qis], dtype=np.int64)
+
+    # ------------------------------------------------------------------ costs
+    @property
+    def hierarchies(self) -> dict[str, Hierarchy]:
+        return {q.name: q.hierarchy for q in self._qis if q.hierarchy is not None}
+
+    def is_numeric(self, j: int) -> bool:
+        return self._qis[j].numeric
+
+    def cost_table(self, j: int) -> np.ndarray:
+        """``(U, U)`` table of the NCP of interval ``[a, b]`` for QI ``j`` (built on demand)."""
+        q = self._qis[j]
+        if q.table is not None:
+            return q.table
+        raise InputError(
+            f"numeric quasi-identifier {q.name!r} has {q.size} distinct values (over {_TABLE_LIMIT})",
+            hint="Round or bin it before publishing",
+        )
+
+    def qi_cost(self, j: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """NCP in [0, 1] of generalising QI ``j`` to code intervals ``[lo, hi]`` (element-wise)."""
+        q = self._qis[j]
+        if q.table is not None:
+            return q.table[lo, hi]
+        v = q.values
+        rng = float(v[-1] - v[0]) or 1.0  # type: ignore[index]
+        return (v[hi] - v[lo]) / rng  # type: ignore[index]
+
+    def box_cost(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """Per-QI NCP of boxes ``lo``/``hi`` with shape ``(..., Q)``."""
+        out = np.empty(np.broadcast(lo, hi).shape, dtype=np.float64)
+        for j in range(len(self._qis)):
+            out[..., j] = self.qi_cost(j, lo[..., j], hi[..., j])
+        return out
+
+    # ------------------------------------------------------------------ groups
+    def boxes(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For class labels ``0..C-1`` per row: (lo, hi) code boxes ``(C, Q)`` and class sizes."""
+        labels = np.asarray(labels)
+        n_classes = int(labels.max()) + 1
+        q = len(self._qis)
+        lo = np.full((n_classes, q), np.iinfo(np.int32).max, dtype=np.int64)
+        hi = np.full((n_classes, q), -1, dtype=np.int64)
+        for j in range(q):
+            np.minimum.at(lo[:, j], labels, self.codes[:, j])
+            np.maximum.at(hi[:, j], labels, self.codes[:, j])
+        sizes = np.bincount(labels, minlength=n_classes)
+        return lo, hi, sizes
+
+    def generalised_frame(self, labels: np.ndarray) -> pd.DataFrame:
+        """One row per input row: each QI replaced by its class's generalised value (string)."""
+        lo, hi, _ = self.boxes(labels)
+        out = {}
+        for j, q in enumerate(self._qis):
+            if q.numeric:
+                strings = np.array(
+                    [format_interval(q.values[a], q.values[b]) for a, b in zip(lo[:, j], hi[:, j], strict=True)],  # type: ignore[index]
+                    dtype=object,
+                )
+            else:
+                h = q.hierarchy
+                strings = np.array(
+                    [h.label(int(a), int(b)) for a, b in zip(lo[:, j], hi[:, j], strict=True)],  # type: ignore[union-attr]
+                    dtype=object,
+                )
+            out[q.name] = strings[labels]
+        return pd.DataFrame(out)

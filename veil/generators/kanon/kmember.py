@@ -1,0 +1,122 @@
+"""Greedy k-member clustering (Byun, Kamra, Bertino & Li, DASFAA 2007), vectorised.
+
+Byun et al.: pick the record furthest from the previous cluster's seed as the next seed, then
+grow the cluster by the record whose addition increases the cluster's information loss
+``IL(C) = |C| · NCP(C)`` least, until it holds ``k`` records; leftovers (< k) join the cluster
+whose IL grows least. Distances are NCP-based as in the reference implementation
+(qiyuangong/Clustering_based_K_Anon).
+
+Differences, both lossless for k-anonymity and both lowering NCP:
+
+* identical QI tuples are handled together: a tuple that occurs at least ``k`` times is its own
+  class (NCP 0) and never enters the greedy loop; rarer tuples are added with all their copies
+  (a cluster may then hold up to ``2k - 2`` rows);
+* every candidate is scored at once with numpy (``_scoring.Scorer``), so one step costs a few
+  gathers over the remaining tuples instead of a Python loop: O(n²/k) work, vectorised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from veil.errors import InputError
+from veil.generators.kanon._scoring import Scorer, distinct_tuples
+from veil.generators.kanon.generalise import QISpace
+
+__all__ = ["kmember"]
+
+
+def kmember(
+    space: QISpace,
+    k: int,
+    *,
+    rng: np.random.Generator | None = None,
+    tick: Callable[[int], None] | None = None,
+) -> np.ndarray:
+    """Class label per row (0..C-1) of a greedy k-member clustering of ``space``.
+
+    >>> import pandas as pd
+    >>> space = QISpace(pd.DataFrame({"a": [1, 2, 3, 10, 11, 12]}), ["a"])
+    >>> kmember(space, 3, rng=np.random.default_rng(0)).tolist()
+    [1, 1, 1, 0, 0, 0]
+    """
+    if k < 1:
+        raise InputError(f"k must be at least 1, got {k}", hint="Use --k 2 or more")
+    if space.n < k:
+        raise InputError(f"the table has {space.n} rows, fewer than k={k}", hint="Lower k or publish more rows")
+    rng = rng if rng is not None else np.random.default_rng()
+    uniq, weight, inverse = distinct_tuples(space.codes.astype(np.int64))
+    scorer = Scorer(space, uniq)
+    tuple_label = np.full(len(uniq), -1, dtype=np.int64)
+
+    big = np.flatnonzero(weight >= k)
+    tuple_label[big] = np.arange(len(big))
+    box_lo: list[np.ndarray] = [uniq[t] for t in big]
+    box_hi: list[np.ndarray] = [uniq[t] for t in big]
+    box_size: list[int] = [int(weight[t]) for t in big]
+    if tick is not None and len(big):
+        tick(int(weight[big].sum()))
+
+    ids = np.flatnonzero(weight < k)  # tuples still to cluster (compacted from time to time)
+    keys = scorer.keys[ids]
+    wts = weight[ids].astype(np.float64)
+    alive = np.ones(len(ids), dtype=bool)
+    left = float(wts.sum())
+    n_alive = len(ids)
+    if len(ids):
+        seed_codes = uniq[ids[rng.integers(len(ids))]]
+    while left >= k:
+        dist = scorer.score(seed_codes, seed_codes, keys)
+        dist[~alive] = -1.0
+        f = int(np.argmax(dist))
+        alive[f] = False
+        n_alive -= 1
+        left -= wts[f]
+        members = [int(ids[f])]
+        lo = uniq[ids[f]].copy()
+        hi = lo.copy()
+        size = wts[f]
+        loss = 0.0
+        while size < k:
+            merged = scorer.score(lo, hi, keys)
+            diff = merged * (size + wts) - loss
+            diff[~alive] = np.inf
+            b = int(np.argmin(diff))
+            alive[b] = False
+            n_alive -= 1
+            left -= wts[b]
+            members.append(int(ids[b]))
+            np.minimum(lo, uniq[ids[b]], out=lo)
+            np.maximum(hi, uniq[ids[b]], out=hi)
+            size += wts[b]
+            loss = float(merged[b]) * size
+        tuple_label[members] = len(box_lo)
+        box_lo.append(lo)
+        box_hi.append(hi)
+        box_size.append(int(size))
+        if tick is not None:
+            tick(int(size))
+        seed_codes = uniq[ids[f]]
+        if n_alive < len(ids) // 2:
+            ids, keys, wts = ids[alive], keys[alive], wts[alive]
+            alive = np.ones(len(ids), dtype=bool)
+
+    rest = ids[alive]
+    if len(rest):
+        lo_all = np.array(box_lo)
+        hi_all = np.array(box_hi)
+        sizes = np.array(box_size, dtype=np.float64)
+        losses = scorer.box_cost(lo_all, hi_all) * sizes
+        for t in rest:
+            merged = scorer.merged_cost(lo_all, hi_all, uniq[t])
+            c = int(np.argmin(merged * (sizes + weight[t]) - losses))
+            tuple_label[t] = c
+            np.minimum(lo_all[c], uniq[t], out=lo_all[c])
+            np.maximum(hi_all[c], uniq[t], out=hi_all[c])
+            sizes[c] += weight[t]
+            losses[c] = merged[c] * sizes[c]
+            if tick is not None:
+                tick(int(weight[t]))
+    return tuple_label[inverse]
