@@ -39,8 +39,9 @@ def kmember(
 
     >>> import pandas as pd
     >>> space = QISpace(pd.DataFrame({"a": [1, 2, 3, 10, 11, 12]}), ["a"])
-    >>> kmember(space, 3, rng=np.random.default_rng(0)).tolist()
-    [1, 1, 1, 0, 0, 0]
+    >>> labels = kmember(space, 3, rng=np.random.default_rng(0))
+    >>> bool(len(set(labels[:3])) == len(set(labels[3:])) == 1 and labels[0] != labels[3])
+    True
     """
     if k < 1:
         raise InputError(f"k must be at least 1, got {k}", hint="Use --k 2 or more")
