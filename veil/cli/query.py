@@ -1,0 +1,97 @@
+"""Analyst commands: ``veil query``, ``veil explain``, ``veil budget`` (thin edges over QuerySession)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from veil.cli._common import cli, emit, format_option, policy_option, run_guarded
+from veil.policy import load_policy
+from veil.proxy.answer import QuerySession
+
+analyst_option = click.option("--analyst", required=True, help="Analyst name from the policy's [analysts] table.")
+epsilon_option = click.option(
+    "--epsilon",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="ε to spend on this query (default: [defaults].epsilon_per_query).",
+)
+
+
+@cli.command()
+@policy_option
+@analyst_option
+@epsilon_option
+@format_option
+@click.argument("sql")
+@run_guarded
+def query(policy_path: Path, analyst: str, epsilon: float | None, fmt: str, sql: str) -> None:
+    """Answer an aggregate SQL query with differential privacy and charge the analyst's budget."""
+    with QuerySession(load_policy(policy_path), analyst) as session:
+        ans = session.execute(sql, epsilon=epsilon)
+    names = [c.name for c in ans.columns]
+    if fmt == "json":
+        emit(None, fmt, json_data=ans.to_dict())
+        return
+    rows = [dict(zip(names, r, strict=True)) for r in ans.rows]
+    if fmt == "table":
+        for row, ci in zip(rows, ans.ci95, strict=True):
+            for name, hw in zip(names, ci, strict=True):
+                if hw is not None:
+                    row[f"{name} ±95%"] = hw
+    emit(rows if rows else [dict.fromkeys(names)], fmt)
+    if fmt == "table":
+        note = " (cached: identical query answered before, no charge)" if ans.cached else ""
+        click.echo(
+            f"ε charged {float(ans.epsilon_charged):g}, remaining {float(ans.epsilon_remaining):g}{note}", err=True
+        )
+
+
+@cli.command()
+@policy_option
+@analyst_option
+@epsilon_option
+@format_option
+@click.argument("sql")
+@run_guarded
+def explain(policy_path: Path, analyst: str, epsilon: float | None, fmt: str, sql: str) -> None:
+    """Show each noisy statistic's mechanism, sensitivity, noise scale, 95% CI and exact ε; spends nothing."""
+    with QuerySession(load_policy(policy_path), analyst) as session:
+        ex = session.explain(sql, epsilon=epsilon)
+    if fmt == "json":
+        emit(
+            None,
+            fmt,
+            json_data={
+                "epsilon": float(ex.epsilon),
+                "epsilon_exact": str(ex.epsilon),
+                "public": ex.public,
+                "contribution_bound": ex.contribution,
+                "partition_threshold": ex.partition_threshold,
+                "partition_delta": ex.partition_delta,
+                "statistics": ex.rows(),
+            },
+        )
+        return
+    emit(ex.rows() or [{"statistic": "(public tables only: exact, no noise)", "epsilon": 0.0}], fmt)
+    if fmt == "table":
+        extra = ""
+        if ex.partition_threshold is not None:
+            extra = (
+                f"; private group keys: a group is shown when its noisy count ≥ {ex.partition_threshold}"
+                f" (δ = {ex.partition_delta:g})"
+            )
+        click.echo(f"total ε = {float(ex.epsilon):g} (exact {ex.epsilon}){extra}", err=True)
+
+
+@cli.command()
+@policy_option
+@analyst_option
+@format_option
+@run_guarded
+def budget(policy_path: Path, analyst: str, fmt: str) -> None:
+    """Show the analyst's total, spent and remaining ε."""
+    with QuerySession(load_policy(policy_path), analyst) as session:
+        b = session.budget()
+    emit({"analyst": b.analyst, "total": float(b.total), "spent": float(b.spent), "remaining": float(b.remaining)}, fmt)

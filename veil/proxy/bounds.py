@@ -1,0 +1,247 @@
+"""Interval arithmetic over row-level expressions, following columns through CTEs and subqueries.
+
+Base columns of the private table are clamped to their declared bounds when read (see
+:mod:`veil.proxy.rewrite`), so every row-level expression built from them lies inside the interval
+computed here. That interval gives an aggregate its sensitivity.
+
+>>> Interval(Fraction(-1), Fraction(2)) * Interval(Fraction(3), Fraction(4))
+Interval(lo=Fraction(-4, 1), hi=Fraction(8, 1), integral=True)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+from sqlglot import exp
+from sqlglot.optimizer.scope import Scope
+
+from veil.errors import Unbounded
+from veil.proxy.catalog import Catalog
+
+__all__ = ["Interval", "base_columns", "expression_interval", "resolve_column"]
+
+_INT_TYPES = {"TINYINT", "SMALLINT", "INT", "INTEGER", "BIGINT", "HUGEINT", "UBIGINT", "UINTEGER"}
+_NUM_TYPES = _INT_TYPES | {"DOUBLE", "FLOAT", "REAL", "DECIMAL", "NUMERIC", "DOUBLE PRECISION"}
+
+
+@dataclass(frozen=True)
+class Interval:
+    lo: Fraction
+    hi: Fraction
+    integral: bool = True
+
+    def __add__(self, o: Interval) -> Interval:
+        return Interval(self.lo + o.lo, self.hi + o.hi, self.integral and o.integral)
+
+    def __sub__(self, o: Interval) -> Interval:
+        return Interval(self.lo - o.hi, self.hi - o.lo, self.integral and o.integral)
+
+    def __mul__(self, o: Interval) -> Interval:
+        c = [self.lo * o.lo, self.lo * o.hi, self.hi * o.lo, self.hi * o.hi]
+        return Interval(min(c), max(c), self.integral and o.integral)
+
+    def __neg__(self) -> Interval:
+        return Interval(-self.hi, -self.lo, self.integral)
+
+    def union(self, o: Interval | None) -> Interval:
+        if o is None:
+            return self
+        return Interval(min(self.lo, o.lo), max(self.hi, o.hi), self.integral and o.integral)
+
+    @property
+    def magnitude(self) -> Fraction:
+        """max |x| over the interval (the sensitivity of a SUM per contributed row)."""
+        return max(abs(self.lo), abs(self.hi))
+
+    @property
+    def mid(self) -> Fraction:
+        return (self.lo + self.hi) / 2
+
+    @property
+    def half_width(self) -> Fraction:
+        return (self.hi - self.lo) / 2
+
+
+def _point(v: Fraction) -> Interval:
+    return Interval(v, v, v.denominator == 1)
+
+
+def _frac(x: float) -> Fraction:
+    return Fraction(x) if not isinstance(x, Fraction) else x
+
+
+def resolve_column(col: exp.Column, scope: Scope) -> tuple[str, exp.Expression | None, Scope | None, str | None]:
+    """Follow ``col`` one step: ("table", None, None, table_name) for a base table column,
+    ("derived", expression, inner_scope, None) for a CTE/subquery output column."""
+    source = scope.sources.get(col.table)
+    if isinstance(source, exp.Table):
+        return "table", None, None, source.name
+    if isinstance(source, Scope):
+        for sel in source.expression.selects:
+            if sel.alias_or_name == col.name:
+                return "derived", sel.unalias(), source, None
+    raise Unbounded(f"column {col.sql()} could not be traced to a table", hint="Name columns explicitly in CTEs")
+
+
+def base_columns(expr: exp.Expression, scope: Scope) -> set[tuple[str, str]]:
+    """The base (table, column) pairs an expression reads, through CTEs and subqueries."""
+    out: set[tuple[str, str]] = set()
+    for col in expr.find_all(exp.Column):
+        kind, inner, inner_scope, table = resolve_column(col, scope)
+        if kind == "table":
+            out.add((str(table), col.name))
+        else:
+            assert inner is not None and inner_scope is not None
+            out |= base_columns(inner, inner_scope)
+    return out
+
+
+def expression_interval(expr: exp.Expression, scope: Scope, catalog: Catalog) -> Interval | None:
+    """Bounds of a row-level numeric expression; None when it is always NULL. Raises Unbounded."""
+    return _iv(expr, scope, catalog, expr)
+
+
+def _unbounded(node: exp.Expression, whole: exp.Expression, why: str) -> Unbounded:
+    return Unbounded(
+        f"cannot bound {whole.sql(dialect='postgres')!r}: {why}",
+        hint="Aggregate bounded numeric columns (declared with lower/upper in the policy) through "
+        "+, -, *, / by a constant, CASE, LEAST/GREATEST, ABS, ROUND; see docs/sql.md",
+    )
+
+
+def _iv(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    if isinstance(node, (exp.Paren, exp.Alias)):
+        return _iv(node.this, scope, catalog, whole)
+    if isinstance(node, exp.Null):
+        return None
+    if isinstance(node, exp.Boolean):
+        return _point(Fraction(int(node.this)))
+    if isinstance(node, exp.Literal):
+        if node.is_string:
+            raise _unbounded(node, whole, f"{node.sql()} is text")
+        return _point(Fraction(str(node.this)))
+    if isinstance(node, exp.Column):
+        kind, inner, inner_scope, table = resolve_column(node, scope)
+        if kind == "derived":
+            assert inner is not None and inner_scope is not None
+            return _iv(inner, inner_scope, catalog, whole)
+        t = catalog.tables[str(table)]
+        if t.spec is None or t.public or node.name not in t.spec.columns:
+            raise _unbounded(node, whole, f"column {node.name!r} of public table {table!r} has no declared bounds")
+        spec = t.spec.columns[node.name]
+        if spec.type == "bool":
+            return Interval(Fraction(0), Fraction(1), True)
+        if spec.type not in ("int", "float") or not spec.bounded:
+            raise _unbounded(node, whole, f"column {table}.{node.name} has no declared lower/upper bounds")
+        return Interval(_frac(spec.lower), _frac(spec.upper), spec.type == "int")
+    if isinstance(node, (exp.Predicate, exp.Connector, exp.Not, exp.Is, exp.In, exp.Between)):
+        return Interval(Fraction(0), Fraction(1), True)
+    if isinstance(node, exp.Neg):
+        a = _iv(node.this, scope, catalog, whole)
+        return None if a is None else -a
+    if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+        a = _iv(node.this, scope, catalog, whole)
+        b = _iv(node.expression, scope, catalog, whole)
+        if a is None or b is None:
+            return None
+        return a + b if isinstance(node, exp.Add) else a - b if isinstance(node, exp.Sub) else a * b
+    if isinstance(node, (exp.Div, exp.IntDiv)):
+        a = _iv(node.this, scope, catalog, whole)
+        b = _iv(node.expression, scope, catalog, whole)
+        if a is None or b is None:
+            return None
+        if b.lo <= 0 <= b.hi:
+            raise _unbounded(node, whole, "the divisor's range contains 0")
+        c = [a.lo / b.lo, a.lo / b.hi, a.hi / b.lo, a.hi / b.hi]
+        lo, hi = min(c), max(c)
+        if isinstance(node, exp.IntDiv):
+            return Interval(Fraction(math.floor(lo)), Fraction(math.ceil(hi)), True)
+        return Interval(lo, hi, False)
+    if isinstance(node, exp.Mod):
+        b = _iv(node.expression, scope, catalog, whole)
+        a = _iv(node.this, scope, catalog, whole)
+        if a is None or b is None:
+            return None
+        m = b.magnitude
+        lo = Fraction(0) if a.lo >= 0 else -m
+        hi = Fraction(0) if a.hi <= 0 else m
+        return Interval(lo, hi, a.integral and b.integral)
+    if isinstance(node, exp.Abs):
+        a = _iv(node.this, scope, catalog, whole)
+        if a is None:
+            return None
+        lo = Fraction(0) if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))
+        return Interval(lo, a.magnitude, a.integral)
+    if isinstance(node, exp.Sqrt):
+        a = _iv(node.this, scope, catalog, whole)
+        if a is None:
+            return None
+        if a.lo < 0:
+            raise _unbounded(node, whole, "SQRT of a range that includes negative numbers")
+        return Interval(_frac(math.sqrt(a.lo)), _frac(math.sqrt(a.hi)) + Fraction(1, 10**9), False)
+    if isinstance(node, exp.Pow):
+        a = _iv(node.this, scope, catalog, whole)
+        b = _iv(node.expression, scope, catalog, whole)
+        if a is None or b is None:
+            return None
+        if b.lo != b.hi or b.lo.denominator != 1 or not 0 <= b.lo <= 8:
+            raise _unbounded(node, whole, "only small constant integer powers are supported")
+        out = _point(Fraction(1))
+        for _ in range(int(b.lo)):
+            out = out * a
+        if int(b.lo) % 2 == 0 and int(b.lo) > 0:  # even power is non-negative
+            out = Interval(Fraction(0) if a.lo <= 0 <= a.hi else out.lo, out.hi, out.integral)
+        return out
+    if isinstance(node, (exp.Round, exp.Floor, exp.Ceil)):
+        a = _iv(node.this, scope, catalog, whole)
+        if a is None:
+            return None
+        decimals = node.args.get("decimals")
+        integral = decimals is None or (isinstance(decimals, exp.Literal) and str(decimals.this) == "0")
+        return Interval(Fraction(math.floor(a.lo)), Fraction(math.ceil(a.hi)), integral and True)
+    if isinstance(node, (exp.Greatest, exp.Least, exp.Coalesce)):
+        parts = [_iv(e, scope, catalog, whole) for e in [node.this, *node.expressions]]
+        parts_nn = [p for p in parts if p is not None]
+        if not parts_nn:
+            return None
+        if isinstance(node, exp.Coalesce):
+            out = parts_nn[0]
+            for p in parts_nn[1:]:
+                out = out.union(p)
+            return out
+        pick = max if isinstance(node, exp.Greatest) else min
+        return Interval(
+            pick(p.lo for p in parts_nn), pick(p.hi for p in parts_nn), all(p.integral for p in parts_nn)
+        )
+    if isinstance(node, exp.Case):
+        branches = [i.args.get("true") for i in node.args.get("ifs", [])] + [node.args.get("default")]
+        out: Interval | None = None
+        for b in branches:
+            if b is None:
+                continue
+            iv = _iv(b, scope, catalog, whole)
+            if iv is not None:
+                out = iv if out is None else out.union(iv)
+        return out
+    if isinstance(node, exp.If):
+        out = None
+        for b in (node.args.get("true"), node.args.get("false")):
+            if b is None:
+                continue
+            iv = _iv(b, scope, catalog, whole)
+            if iv is not None:
+                out = iv if out is None else out.union(iv)
+        return out
+    if isinstance(node, (exp.Cast, exp.TryCast)):
+        a = _iv(node.this, scope, catalog, whole)
+        to = node.to.this.value if isinstance(node.to, exp.DataType) else ""
+        if str(to).upper() not in _NUM_TYPES and str(to).upper() != "BOOLEAN":
+            raise _unbounded(node, whole, f"cast to {to} is not numeric")
+        if a is None:
+            return None
+        if str(to).upper() in _INT_TYPES:
+            return Interval(Fraction(math.floor(a.lo)), Fraction(math.ceil(a.hi)), True)
+        return Interval(a.lo, a.hi, False)
+    raise _unbounded(node, whole, f"{node.key.upper()} has no interval rule")

@@ -1,0 +1,74 @@
+"""What an analyst may name: private tables from the policy, public tables with their columns.
+
+The schema used to qualify queries comes from the policy (private tables: only declared columns)
+and, for public tables (``public = true`` in the policy, or published by a curator release), from
+the warehouse. Veil's internal tables (``_veil…``) are never in the catalog.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from veil.policy import Policy, TableSpec
+
+__all__ = ["Catalog", "CatalogTable", "build_catalog", "veil_type_of"]
+
+#: Veil column type → the SQL type the qualifier and the output description use.
+SQL_TYPES: Mapping[str, str] = MappingProxyType(
+    {"int": "BIGINT", "float": "DOUBLE", "category": "VARCHAR", "bool": "BOOLEAN", "date": "DATE"}
+)
+
+
+def veil_type_of(duckdb_type: str) -> str:
+    """Map a DuckDB type name to a Veil column type (for public tables read from the warehouse)."""
+    t = duckdb_type.upper()
+    if t in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"):
+        return "int"
+    if t in ("FLOAT", "DOUBLE", "REAL") or t.startswith("DECIMAL"):
+        return "float"
+    if t == "BOOLEAN":
+        return "bool"
+    if t == "DATE":
+        return "date"
+    return "category"
+
+
+@dataclass(frozen=True)
+class CatalogTable:
+    name: str
+    columns: Mapping[str, str]  # column → Veil type
+    spec: TableSpec | None  # the policy's spec (None for published tables not in the policy)
+    public: bool
+
+
+@dataclass(frozen=True)
+class Catalog:
+    tables: Mapping[str, CatalogTable]
+
+    def schema(self) -> dict[str, dict[str, str]]:
+        """A sqlglot schema mapping."""
+        return {t.name: {c: SQL_TYPES[v] for c, v in t.columns.items()} for t in self.tables.values()}
+
+
+def build_catalog(policy: Policy, public_columns: Mapping[str, Mapping[str, str]]) -> Catalog:
+    """``public_columns``: public table → column → DuckDB type, as found in the warehouse."""
+    tables: dict[str, CatalogTable] = {}
+    for name, spec in policy.tables.items():
+        if spec.public:
+            if spec.columns:
+                cols = {c: s.type for c, s in spec.columns.items()}
+            elif name in public_columns:
+                cols = {c: veil_type_of(t) for c, t in public_columns[name].items()}
+            else:
+                continue  # declared public but not loaded yet
+            tables[name] = CatalogTable(name, MappingProxyType(cols), spec, True)
+        else:
+            cols = {c: s.type for c, s in spec.columns.items()}
+            tables[name] = CatalogTable(name, MappingProxyType(cols), spec, False)
+    for name, cols_raw in public_columns.items():
+        if name not in tables and not name.startswith("_veil"):
+            cols = {c: veil_type_of(t) for c, t in cols_raw.items()}
+            tables[name] = CatalogTable(name, MappingProxyType(cols), None, True)
+    return Catalog(MappingProxyType(tables))
