@@ -520,7 +520,7 @@ class QuerySession:
             seen = dict.fromkeys(data)
             for h in hist.values():
                 seen.update(dict.fromkeys(h))
-            groups = list(seen)
+            groups = sorted(seen, key=lambda g: tuple((v is None, str(type(v)), v) for v in g))
         n = len(groups)
         zeros = tuple(0 for _ in queries.quantities)
         qvals = [data.get(g, zeros) for g in groups]
