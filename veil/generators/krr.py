@@ -1,0 +1,142 @@
+"""k-ary randomised response (kRR) publication: the IMPOSTER paper's baseline.
+
+Every chosen column is perturbed independently, value by value, with
+:func:`veil.mechanisms.randomized_response` (keep with probability e^ε/(e^ε + k − 1), else one of
+the other k − 1 domain values uniformly; OS CSPRNG). The other columns are copied unchanged.
+
+**Guarantee.** Each perturbed cell is ε-local-DP for its column, so a row's perturbed cells
+together are (m·ε)-local-DP for m columns (sequential composition); the release record's
+``epsilon`` is this total, m·ε, and ``params["epsilon_per_attribute"]`` is ε. Columns that are
+not perturbed are released as they are and carry no guarantee.
+
+**Domains.** kRR needs each column's full domain. It is taken, in order, from the policy's
+declared ``values`` for the column; for an integer column with declared bounds spanning at most
+``max_domain`` values, from every integer in ``[lower, upper]``; otherwise from the values present
+in the data (``domain_source = "data"`` in the release record: the domain itself is then read
+from the private table and is disclosed by the release, outside the ε guarantee). NA is one
+more domain value when the column has missing values.
+
+>>> import pandas as pd, numpy as np
+>>> df = pd.DataFrame({"c": ["a", "b"] * 50, "n": range(100)})
+>>> out, info = krr_publish(df, ["c"], epsilon=100.0, rng=np.random.default_rng(0))
+>>> out["c"].equals(df["c"]), out["n"].equals(df["n"]), info["c"]["domain_source"]
+(True, True, 'data')
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from veil.errors import InputError, did_you_mean
+from veil.mechanisms import randomized_response
+
+__all__ = ["keep_probability", "krr_publish"]
+
+_NA = "__veil_na__"
+
+
+def keep_probability(epsilon: float, k: int) -> float:
+    """P(a value is reported unchanged) = e^ε / (e^ε + k − 1).
+
+    >>> round(keep_probability(1.0, 2), 4)
+    0.7311
+    """
+    return 1.0 / (1.0 + (k - 1) * math.exp(-epsilon))
+
+
+def _domain(col: pd.Series, spec: Any, max_domain: int) -> tuple[list[Any], str]:
+    values = getattr(spec, "values", None) if spec is not None else None
+    if values:
+        return list(values), "policy values"
+    if (spec is not None and getattr(spec, "type", None) == "int" and getattr(spec, "bounded", False)
+            and spec.upper - spec.lower + 1 <= max_domain):
+        return list(range(int(spec.lower), int(spec.upper) + 1)), "policy bounds"
+    present = pd.unique(col.dropna()).tolist()
+    return sorted(present, key=lambda v: (str(type(v)), v)), "data"
+
+
+def krr_publish(
+    df: pd.DataFrame,
+    columns: Sequence[str],
+    *,
+    epsilon: float,
+    specs: Mapping[str, Any] | None = None,
+    max_domain: int = 1000,
+    rng: np.random.Generator | None = None,
+) -> tuple[pd.DataFrame, dict[str, dict[str, Any]]]:
+    """Perturb ``columns`` of ``df`` with kRR at ``epsilon`` each; return (table, per-column info).
+
+    ``specs`` maps column names to policy column specs (for declared domains). ``rng`` is for
+    tests only; without it noise comes from the OS CSPRNG.
+    """
+    if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) or epsilon <= 0:
+        raise InputError(f"epsilon must be a finite number > 0, got {epsilon!r}", hint="Use e.g. --epsilon 2")
+    if not columns:
+        raise InputError("no columns to perturb", hint="Pass --columns, e.g. the implicit attributes from `veil audit implicit`")
+    if len(set(columns)) != len(columns):
+        raise InputError(f"columns repeat: {list(columns)}", hint="Name each column once")
+    for name in columns:
+        if name not in df.columns:
+            raise InputError(f"column {name!r} is not in the table",
+                             hint=did_you_mean(name, df.columns) or f"Columns: {list(df.columns)}")
+    out = df.copy()
+    info: dict[str, dict[str, Any]] = {}
+    for name in columns:
+        col = df[name]
+        domain, source = _domain(col, (specs or {}).get(name), max_domain)
+        has_na = bool(col.isna().any())
+        if has_na:
+            domain = [*domain, _NA]
+        if len(domain) < 2:
+            raise InputError(f"column {name!r} has a single possible value", hint="kRR needs at least 2; drop it from --columns")
+        values = col.astype(object).where(col.notna(), _NA).to_numpy()
+        in_domain = set(domain)
+        outside = [v for v in pd.unique(values) if v not in in_domain]
+        if outside:
+            raise InputError(f"column {name!r} has value {outside[0]!r} outside its declared domain",
+                             hint="Fix the policy's values/bounds for this column")
+        noisy = randomized_response(values, categories=domain, epsilon=epsilon, rng=rng)
+        series = pd.Series(noisy, index=df.index, dtype=object)
+        series = series.where(series != _NA, None)
+        try:
+            out[name] = series.astype(col.dtype)
+        except (TypeError, ValueError):
+            out[name] = series
+        info[name] = {"k": len(domain), "domain_source": source,
+                      "keep_probability": keep_probability(float(epsilon), len(domain))}
+    return out, info
+
+
+def publish_krr(
+    policy: Any,
+    *,
+    table: str,
+    output: str,
+    columns: Sequence[str],
+    epsilon: float,
+    replace: bool = False,
+) -> dict[str, Any]:
+    """Perturb ``columns`` of ``table`` with kRR, write ``output`` and record the publication.
+
+    The release record's ``epsilon`` is the row-level total ``len(columns) · epsilon``.
+    """
+    from veil.releases import record_release
+    from veil.warehouse import read_table, write_table
+
+    df = read_table(policy, table)
+    spec = policy.tables.get(table)
+    specs = dict(spec.columns) if spec is not None else {}
+    out, info = krr_publish(df, list(columns), epsilon=epsilon, specs=specs)
+    total = epsilon * len(columns)
+    params = {"columns": list(columns), "epsilon_per_attribute": epsilon, "source_table": table,
+              "domains": {c: {"k": i["k"], "source": i["domain_source"]} for c, i in info.items()}}
+    metrics = {"keep_probability": {c: i["keep_probability"] for c, i in info.items()}, "rows": len(out)}
+    write_table(policy, output, out, replace=replace)
+    rid = record_release(policy, kind="publication", method="krr", table=output, params=params, metrics=metrics,
+                         epsilon=total)
+    return {"release_id": rid, "table": output, "method": "krr", "epsilon_total": total, **params, **metrics}
