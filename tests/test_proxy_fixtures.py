@@ -51,7 +51,7 @@ epsilon = 1.0
 def people_frame(n: int = 3000, seed: int = 7) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     age = rng.integers(17, 91, n)
-    income = np.round(rng.gamma(2.0, 20000.0, n).clip(0, 200000) + age * 100.0, 2)
+    income = np.round((rng.gamma(2.0, 20000.0, n) + age * 100.0).clip(0, 200000), 2)
     df = pd.DataFrame(
         {
             "age": age,

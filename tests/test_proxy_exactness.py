@@ -1,0 +1,107 @@
+"""With noise switched off (test-only path), every supported query shape equals the exact DuckDB answer."""
+
+from __future__ import annotations
+
+import math
+
+import duckdb
+import pytest
+
+from tests.test_proxy_fixtures import REGIONS, make_proxy_policy, people_frame, visits_frame
+from veil.policy import Policy
+from veil.proxy.answer import QuerySession
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Policy, duckdb.DuckDBPyConnection]:
+    policy = make_proxy_policy(tmp_path_factory.mktemp("exact"))
+    ref = duckdb.connect(":memory:")
+    ref.register("people", people_frame())
+    ref.register("visits", visits_frame())
+    ref.register("regions", REGIONS)
+    return policy, ref
+
+
+# (veil SQL, exact reference SQL (None = same text), absolute tolerance per cell)
+CASES = [
+    ("SELECT COUNT(*) FROM people", None, 0),
+    ("SELECT COUNT(income) FROM people", None, 0),
+    ("SELECT COUNT(DISTINCT state) FROM people", None, 0),
+    ("SELECT SUM(age) FROM people", None, 0),
+    ("SELECT AVG(income) FROM people", None, 1e-6),
+    ("SELECT VARIANCE(age), VAR_POP(age), STDDEV(age), STDDEV_POP(age) FROM people", None, 1e-6),
+    ("SELECT VAR_SAMP(income) FROM people", None, 1e-3),
+    ("SELECT MIN(age), MAX(age) FROM people", None, 0),
+    ("SELECT MEDIAN(age) FROM people", None, 0.5),
+    ("SELECT quantile_cont(age, 0.9) FROM people", None, 1),
+    ("SELECT PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY age) FROM people",
+     "SELECT quantile_cont(age, 0.25) FROM people", 1),
+    ("SELECT MEDIAN(income) FROM people", None, 200.0),  # grid step 200 on [0, 200000]
+    ("SELECT AVG(income * 2) FROM people", None, 1e-6),
+    ("SELECT SUM(CASE WHEN sex = 'Female' THEN 1 ELSE 0 END) FROM people", None, 0),
+    ("SELECT AVG(age) FILTER (WHERE sex = 'Male') FROM people", None, 1e-9),
+    ("SELECT COUNT(*) FROM people WHERE age BETWEEN 30 AND 40 AND state IN ('CA', 'NY') OR income > 90000", None, 0),
+    ("SELECT SUM(ABS(age - 50) + LEAST(age, 40)) FROM people", None, 0),
+    ("SELECT state, COUNT(*), AVG(age) FROM people GROUP BY state ORDER BY state", None, 1e-9),
+    ("SELECT age / 10 AS decade, COUNT(*) FROM people GROUP BY age / 10 ORDER BY decade",
+     "SELECT age / 10 AS decade, COUNT(*) FROM people GROUP BY age / 10 HAVING COUNT(*) >= 15 ORDER BY decade", 0),
+    ("SELECT sex, state, COUNT(*) AS n FROM people GROUP BY sex, state HAVING n > 100 ORDER BY n DESC, state, sex LIMIT 4",
+     None, 0),
+    ("SELECT sex, COUNT(*) * 2 + 1 AS x, ROUND(AVG(age), 1) FROM people GROUP BY sex HAVING COUNT(*) > 0 "
+     "ORDER BY sex", None, 0.051),
+    ("WITH c AS (SELECT age * 2 AS a2, sex FROM people WHERE state <> 'TX') SELECT SUM(a2), MAX(a2) FROM c",
+     None, 0),
+    ("SELECT COUNT(*), AVG(x) FROM (SELECT age + 1 AS x FROM people WHERE sex = 'Female') AS s", None, 1e-9),
+    ("SELECT r.region, COUNT(*) AS n FROM people AS p JOIN regions AS r ON p.state = r.state "
+     "GROUP BY r.region ORDER BY r.region", None, 0),
+    ("SELECT * FROM regions ORDER BY state", None, 0),
+    ("SELECT COUNT(DISTINCT user_id) FROM visits", None, 0),
+]
+
+
+def _close(a: object, b: object, tol: float) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return math.isclose(float(a), float(b), abs_tol=tol, rel_tol=1e-9)
+    return a == b
+
+
+@pytest.mark.parametrize(("sql", "ref", "tol"), CASES, ids=[c[0][:60] for c in CASES])
+def test_exact_with_noise_off(env: tuple[Policy, duckdb.DuckDBPyConnection], sql: str, ref: str | None, tol: float):
+    policy, con = env
+    with QuerySession(policy, "alice", noise_off_for_tests=True) as s:
+        ans = s.execute(sql, epsilon=1)
+    expected = con.execute(ref or sql).fetchall()
+    assert len(ans.rows) == len(expected), (ans.rows, expected)
+    for got, exp_row in zip(ans.rows, expected, strict=True):
+        assert all(_close(g, e, tol) for g, e in zip(got, exp_row, strict=True)), (got, exp_row)
+
+
+def test_public_keys_include_empty_declared_values(env: tuple[Policy, duckdb.DuckDBPyConnection]) -> None:
+    policy, con = env
+    with QuerySession(policy, "alice", noise_off_for_tests=True) as s:
+        ans = s.execute("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex", epsilon=1)
+    got = dict(ans.rows)
+    assert set(got) == {"Female", "Male", "Other"}  # 'Other' is declared but absent from the data
+    assert got["Other"] == 0
+    exp = dict(con.execute("SELECT sex, COUNT(*) FROM people GROUP BY sex").fetchall())
+    assert got["Female"] == exp["Female"] and got["Male"] == exp["Male"]
+
+
+def test_user_level_bounding_limits_rows_per_unit(env: tuple[Policy, duckdb.DuckDBPyConnection]) -> None:
+    policy, con = env
+    with QuerySession(policy, "alice", noise_off_for_tests=True) as s:
+        n = s.execute("SELECT COUNT(*) FROM visits", epsilon=1).rows[0][0]
+        ex = s.explain("SELECT COUNT(*) FROM visits", epsilon=1)
+    raw = con.execute("SELECT COUNT(*) FROM visits").fetchone()[0]
+    bounded = con.execute("SELECT SUM(LEAST(c, 5)) FROM (SELECT COUNT(*) c FROM visits GROUP BY user_id)").fetchone()[0]
+    assert n == bounded < raw
+    assert ex.rows()[0]["sensitivity"] == 5.0  # a unit contributes up to max_rows_per_unit rows
+
+
+def test_public_join_multiplies_sensitivity(env: tuple[Policy, duckdb.DuckDBPyConnection]) -> None:
+    policy, _ = env
+    with QuerySession(policy, "alice") as s:
+        unique = s.explain("SELECT COUNT(*) FROM people p JOIN regions r ON p.state = r.state", epsilon=1)
+        cross = s.explain("SELECT COUNT(*) FROM people p JOIN regions r ON p.age > 0", epsilon=1)
+    assert unique.rows()[0]["sensitivity"] == 1.0  # state is unique in regions
+    assert cross.rows()[0]["sensitivity"] == 5.0  # no equality: every region row may match
