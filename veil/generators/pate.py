@@ -537,7 +537,7 @@ def train_student(
     n_classes: int,
     hidden: int = 0,
     epochs: int = 300,
-    weight_decay: float = 1e-3,
+    weight_decay: float = 1e-2,
     seed: int = 0,
 ) -> StudentNet:
     """Full-batch Adam on cross-entropy; inputs standardised by their own mean/std (post-processing)."""
