@@ -1,0 +1,98 @@
+"""End to end: `veil ingest`, `veil audit implicit`, `veil publish synth` (imposter, gan), `veil publish krr`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from veil.cli.main import cli
+
+POLICY = """\
+[database]
+path = "warehouse.duckdb"
+[ledger]
+path = "ledger.sqlite"
+
+[tables.adult]
+[tables.adult.columns]
+age = { type = "int", lower = 17, upper = 90 }
+marital_status = { type = "category" }
+occupation = { type = "category" }
+relationship = { type = "category" }
+sex = { type = "category", values = ["Female", "Male"] }
+hours_per_week = { type = "int", lower = 1, upper = 99 }
+income = { type = "category", values = ["<=50K", ">50K"] }
+"""
+
+
+@pytest.fixture
+def policy(tmp_path: Path, shared_data: Path) -> Path:
+    from veil.datasets import load_adult
+
+    path = tmp_path / "policy.toml"
+    path.write_text(POLICY, encoding="utf-8")
+    csv = tmp_path / "adult.csv"
+    load_adult().head(1500).to_csv(csv, index=False)
+    res = CliRunner().invoke(cli, ["ingest", "--policy", str(path), "--table", "adult", str(csv)])
+    assert res.exit_code == 0, res.output
+    return path
+
+
+def _json(res) -> dict:
+    assert res.exit_code == 0, res.output + str(res.exception)
+    return json.loads(res.stdout)
+
+
+def test_audit_implicit_table_json_and_plot(policy: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    base = ["audit", "implicit", "--policy", str(policy), "--table", "adult", "--sensitive", "sex",
+            "--theta", "0.01", "--beta", "0.7", "--exclude", "income"]
+    out = _json(runner.invoke(cli, [*base, "--format", "json", "--plot", str(tmp_path / "nmi.png")]))
+    assert "relationship" in out["implicit"] and out["accuracy"] >= 0.7
+    assert out["normalisation"] == "joint" and "income" not in out["scores"]
+    assert (tmp_path / "nmi.png").read_bytes()[:4] == b"\x89PNG"
+    text = runner.invoke(cli, base)
+    assert text.exit_code == 0 and "implicit-privacy attributes: relationship" in text.output
+    bad = runner.invoke(cli, ["audit", "implicit", "--policy", str(policy), "--table", "adult", "--sensitive", "sexx"])
+    assert bad.exit_code == 2 and "Did you mean 'sex'" in bad.output
+
+
+def test_publish_synth_imposter_gan_and_krr(policy: Path) -> None:
+    from veil.policy import load_policy
+    from veil.releases import list_releases
+    from veil.warehouse import read_table
+
+    runner = CliRunner()
+    common = ["--policy", str(policy), "--table", "adult", "--sensitive", "sex", "--label", "income",
+              "--epochs", "2", "--batch-size", "250", "--seed", "0", "--format", "json"]
+    imp = _json(runner.invoke(cli, ["publish", "synth", *common, "--method", "imposter", "--lambda", "1.0",
+                                    "--output", "adult_imposter"]))
+    gan = _json(runner.invoke(cli, ["publish", "synth", *common, "--method", "gan", "--output", "adult_gan"]))
+    assert imp["lambda"] == 1.0 and gan["lambda"] == 0.0 and "relationship" in imp["implicit"]
+    krr = _json(runner.invoke(cli, ["publish", "krr", "--policy", str(policy), "--table", "adult",
+                                    "--columns", "relationship,hours_per_week", "--epsilon", "2",
+                                    "--output", "adult_krr", "--format", "json"]))
+    assert krr["epsilon_total"] == 4.0 and krr["domains"]["hours_per_week"]["k"] == 99
+    pol = load_policy(policy)
+    src, out = read_table(pol, "adult"), read_table(pol, "adult_imposter")
+    assert list(out.columns) == list(src.columns) and len(out) == len(src)
+    assert out["sex"].equals(src["sex"]) and out["age"].equals(src["age"]) and out["income"].equals(src["income"])
+    assert set(out["relationship"]) <= set(src["relationship"])
+    recs = {r.method: r for r in list_releases(pol, kind="publication")}
+    assert set(recs) == {"imposter", "gan", "krr"}
+    assert recs["imposter"].table == "adult_imposter" and recs["imposter"].params["theta"] == 0.01
+    assert recs["imposter"].params["epochs"] == 2 and "sensitive_accuracy_after" in recs["imposter"].metrics
+    assert float(recs["krr"].epsilon) == 4.0 and recs["imposter"].epsilon is None
+    again = runner.invoke(cli, ["publish", "synth", *common, "--output", "adult_gan"])
+    assert again.exit_code == 2 and "already exists" in again.output
+    wrong = runner.invoke(cli, ["publish", "synth", *common, "--method", "gan", "--lambda", "2", "--output", "x"])
+    assert wrong.exit_code == 2 and "λ = 0" in wrong.output
+
+
+def test_nothing_to_protect_is_an_error(policy: Path) -> None:
+    res = CliRunner().invoke(cli, ["publish", "synth", "--policy", str(policy), "--table", "adult", "--sensitive", "sex",
+                                   "--beta", "0.99", "--epochs", "1", "--output", "nope"])
+    assert res.exit_code == 2 and "no implicit-privacy attributes" in res.output
