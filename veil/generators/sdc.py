@@ -1,0 +1,665 @@
+"""Statistical-disclosure-control sanitisers and DP microaggregation, as generator plug-ins.
+
+Algorithms are plain numpy functions (``noise_addition``, ``mdav``, ``dbscan_groups``,
+``replace_by_centroids``, ``rank_swap``, ``dp_grid_microaggregation``, ``dp_centroids``); the
+classes at the bottom wrap them in the :mod:`veil.generators.base` interface and register them:
+
+=========================  ===================================================================
+``noise_addition``         x' = x + a·σ·c, c ~ N(0,1) per value (σ: the column's std)
+``microagg_mdav``          MDAV groups of ≥ k records (standardised distance), values → centroid
+``microagg_dbscan``        DBSCAN clusters (eps in standard deviations, min_samples) → centroid
+``rank_swapping``          per column, swap each value with one ≤ p % of the ranks away
+``dp_microagg_laplace``    microaggregation with centroids released by the Laplace mechanism
+``dp_microagg_exponential`` the same with centroid coordinates chosen by the exponential mechanism
+=========================  ===================================================================
+
+>>> x = np.array([[1.0], [2.0], [3.0], [10.0], [11.0], [12.0]])
+>>> mdav(x, 3).tolist()
+[0, 0, 0, 1, 1, 1]
+>>> replace_by_centroids(x, mdav(x, 3))[:, 0].tolist()
+[2.0, 2.0, 2.0, 11.0, 11.0, 11.0]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import numpy as np
+import pandas as pd
+
+from veil.errors import InputError
+from veil.generators.base import Context, Generator, Output, Param, register
+
+__all__ = [
+    "dbscan_groups",
+    "dp_centroids",
+    "dp_grid_microaggregation",
+    "mdav",
+    "noise_addition",
+    "rank_swap",
+    "replace_by_centroids",
+    "standardise",
+]
+
+PAPER_EPSILONS = (0.01, 0.1, 1.0, 10.0, 100.0)  # Table 5
+
+
+# ---------------------------------------------------------------------------------------------
+# numpy algorithms
+
+
+def standardise(x: np.ndarray, ref: np.ndarray | None = None) -> np.ndarray:
+    """Z-scores of ``x`` using the mean/std of ``ref`` (default ``x``); constant columns → std 1."""
+    ref = x if ref is None else ref
+    mu = ref.mean(axis=0)
+    sd = ref.std(axis=0)
+    sd = np.where(sd > 0, sd, 1.0)
+    return (x - mu) / sd
+
+
+def noise_addition(x: np.ndarray, a: float, rng: np.random.Generator) -> np.ndarray:
+    """Uncorrelated Gaussian noise: ``x + a·σ_j·N(0,1)`` per value (σ_j: column std of ``x``)."""
+    sd = x.std(axis=0)
+    return x + a * sd * rng.standard_normal(x.shape)
+
+
+def mdav(z: np.ndarray, k: int) -> np.ndarray:
+    """MDAV fixed-size microaggregation (Domingo-Ferrer & Torra 2005): group labels, every group ≥ k.
+
+    Euclidean distance on the given coordinates (standardise first). O(n²/k) vectorised numpy.
+    """
+    z = np.asarray(z, dtype=np.float64)
+    n = len(z)
+    if k < 1:
+        raise InputError(f"MDAV group size k must be ≥ 1, got {k}")
+    labels = np.full(n, -1, dtype=np.int64)
+    if n < 2 * k:
+        labels[:] = 0
+        return labels
+    idx = np.arange(n)  # positions still to group (compacted from time to time)
+    pts = z.copy()
+    sq = (pts * pts).sum(axis=1)
+    alive = np.ones(n, dtype=bool)
+    n_alive = n
+    total = pts.sum(axis=0)
+    group = 0
+
+    def nearest(p: np.ndarray, m: int) -> np.ndarray:
+        d = sq - 2.0 * pts @ p
+        d[~alive] = np.inf
+        sel = np.argpartition(d, m - 1)[:m] if m < len(d) else np.arange(len(d))
+        return sel
+
+    def farthest(p: np.ndarray) -> int:
+        d = sq - 2.0 * pts @ p
+        d[~alive] = -np.inf
+        return int(np.argmax(d))
+
+    def take(sel: np.ndarray) -> None:
+        nonlocal n_alive, total, group
+        labels[idx[sel]] = group
+        alive[sel] = False
+        n_alive -= len(sel)
+        total = total - pts[sel].sum(axis=0)
+        group += 1
+
+    while n_alive >= 3 * k:
+        c = total / n_alive
+        r = farthest(c)
+        take(nearest(pts[r], k))
+        s = farthest(pts[r])
+        take(nearest(pts[s], k))
+        if n_alive < 0.8 * len(pts) and n_alive > 4 * k:  # compact: keeps the per-step cost ∝ records left
+            keep = np.flatnonzero(alive)
+            idx, pts, sq = idx[keep], pts[keep], sq[keep]
+            alive = np.ones(len(keep), dtype=bool)
+    if n_alive >= 2 * k:
+        c = total / n_alive
+        r = farthest(c)
+        take(nearest(pts[r], k))
+    if n_alive:
+        labels[idx[alive]] = group
+    return labels
+
+
+def dbscan_groups(z: np.ndarray, eps: float, min_samples: int) -> np.ndarray:
+    """DBSCAN cluster labels (``-1`` = noise points), computed on unique rows with weights.
+
+    Deduplicating first keeps memory and time proportional to the number of distinct records.
+    """
+    from sklearn.cluster import DBSCAN
+
+    uniq, inverse, counts = np.unique(z, axis=0, return_inverse=True, return_counts=True)
+    model = DBSCAN(eps=eps, min_samples=min_samples, algorithm="kd_tree")
+    lab = model.fit(uniq, sample_weight=counts).labels_
+    return lab[inverse.ravel()]
+
+
+def replace_by_centroids(x: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Each row replaced by the mean of its group (label ``-1`` is one group, as in the paper's code)."""
+    _, inv = np.unique(labels, return_inverse=True)
+    inv = inv.ravel()
+    counts = np.bincount(inv).astype(np.float64)
+    sums = np.stack([np.bincount(inv, weights=x[:, j]) for j in range(x.shape[1])], axis=1)
+    return (sums / counts[:, None])[inv]
+
+
+def rank_swap(x: np.ndarray, p: float, rng: np.random.Generator) -> np.ndarray:
+    """Rank swapping (Moore 1996): per column, each value is swapped with a not-yet-swapped value
+    whose rank is at most ``p`` percent of n above it, chosen uniformly."""
+    n, d = x.shape
+    out = x.copy()
+    window = max(1, math.floor(p / 100.0 * n))
+    for j in range(d):
+        order = np.argsort(x[:, j], kind="stable")
+        vals = x[order, j].copy()
+        done = np.zeros(n + 1, dtype=bool)
+        done[n] = True
+        nxt = np.arange(n + 1)  # union-find: next not-done position ≥ i
+
+        def find(i: int, nxt: np.ndarray = nxt) -> int:
+            root = i
+            while nxt[root] != root:
+                root = nxt[root]
+            while nxt[i] != root:
+                nxt[i], i = root, nxt[i]
+            return root
+
+        draws = rng.integers(1, window + 1, size=(n, 8))
+        for i in range(n):
+            if done[i]:
+                continue
+            hi = min(n - 1, i + window)
+            if hi <= i:
+                break
+            partner = -1
+            for t in range(8):  # rejection sampling: uniform over not-yet-swapped partners
+                cand = i + int(draws[i, t])
+                if cand <= hi and not done[cand]:
+                    partner = cand
+                    break
+            if partner < 0:
+                cand = find(i + 1)
+                partner = cand if cand <= hi else -1
+            if partner < 0:
+                continue
+            vals[i], vals[partner] = vals[partner], vals[i]
+            for q in (i, partner):
+                done[q] = True
+                nxt[q] = q + 1
+        out[order, j] = vals
+    return out
+
+
+def _split_eps(epsilon: float, parts: int) -> float:
+    return float(epsilon) / parts
+
+
+def dp_centroids(
+    x: np.ndarray,
+    labels: np.ndarray,
+    *,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    epsilon: float,
+    mechanism: str,
+    candidates: int = 256,
+    rng: np.random.Generator | None = None,
+) -> np.ndarray:
+    """Per-group centroids released with ε (Laplace or exponential mechanism), rows → noisy centroid.
+
+    Values are clamped to ``[lower, upper]``. A group of size m moves by at most ``(u_j − l_j)/m`` in
+    column j when one member's values change, so with groups held fixed each centroid coordinate gets
+    ``ε/d`` (Laplace scale ``d·Δ_j/(m·ε)``, or the exponential mechanism over ``candidates`` equally
+    spaced values with utility ``−|centroid − c|`` of sensitivity ``Δ_j/m``); groups are disjoint
+    (parallel composition). This is ε-DP for the centroid values *given the partition* only.
+    """
+    from veil import mechanisms
+
+    x = np.clip(x, lower, upper)
+    _, inv = np.unique(labels, return_inverse=True)
+    inv = inv.ravel()
+    counts = np.bincount(inv).astype(np.float64)
+    d = x.shape[1]
+    cent = np.stack([np.bincount(inv, weights=x[:, j]) for j in range(d)], axis=1) / counts[:, None]
+    width = upper - lower
+    eps_each = _split_eps(epsilon, d)
+    if mechanism == "laplace":
+        noisy = np.empty_like(cent)
+        for m in np.unique(counts):  # one OpenDP call per (group size, column): exact scales, no rescaling
+            rows = counts == m
+            for j in range(d):
+                noisy[rows, j] = mechanisms.laplace(cent[rows, j], scale=float(width[j] / m / eps_each), rng=rng)
+        noisy = np.clip(noisy, lower, upper)
+    elif mechanism == "exponential":
+        noisy = np.empty_like(cent)
+        for j in range(d):
+            grid = np.linspace(lower[j], upper[j], candidates)
+            for g in range(len(cent)):
+                scores = -np.abs(cent[g, j] - grid)
+                pick = mechanisms.report_noisy_max(
+                    scores, epsilon=eps_each, sensitivity=float(width[j] / counts[g]), rng=rng
+                )
+                noisy[g, j] = grid[pick]
+    else:
+        raise InputError(f"mechanism must be 'laplace' or 'exponential', got {mechanism!r}")
+    return noisy[inv]
+
+
+MAX_GRID_CELLS = 250_000
+
+
+def dp_grid_microaggregation(
+    x: np.ndarray,
+    y: np.ndarray | None,
+    n_classes: int,
+    *,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    bins: int,
+    epsilon: float,
+    mechanism: str,
+    candidates: int = 64,
+    rng: np.random.Generator | None = None,
+    shuffle_rng: np.random.Generator | None = None,
+) -> tuple[np.ndarray, np.ndarray | None, dict[str, Any]]:
+    """ε-DP microaggregation over a data-independent partition (add/remove-one-record neighbours).
+
+    The policy box ``[lower, upper]`` is cut into ``bins`` equal intervals per column (times the
+    public label classes, if ``y`` is given): the partition never looks at the data. Each cell
+    releases a noisy count (Laplace, ε/2, sensitivity 1) and a noisy centroid (ε/2 split over the
+    d columns): Laplace on the cell's sum centred on the cell midpoint (sensitivity: half the cell
+    width) or the exponential mechanism over ``candidates`` values in the cell with utility
+    ``−|Σ(x − c)|`` (sensitivity: the cell width). Cells are disjoint, so the whole release is ε-DP
+    by parallel composition. The output has ``round(Σ noisy counts)`` synthetic rows, allocated to
+    cells in proportion to their (clipped) noisy counts, in random order (post-processing).
+    """
+    from veil import mechanisms
+
+    n, d = x.shape
+    x = np.clip(x, lower, upper)
+    width = (upper - lower) / bins
+    n_cells = bins**d * max(n_classes, 1)
+    if n_cells > MAX_GRID_CELLS:
+        raise InputError(
+            f"the DP grid would have {n_cells:,} cells ({bins} bins over {d} columns"
+            f"{f' × {n_classes} classes' if y is not None else ''}); at most {MAX_GRID_CELLS:,} are supported",
+            hint="Lower bins or protect fewer columns at once",
+        )
+    safe_w = np.where(width > 0, width, 1.0)
+    b = np.clip(np.floor((x - lower) / safe_w).astype(np.int64), 0, bins - 1)
+    dims = (bins,) * d
+    cell = np.ravel_multi_index(tuple(b.T), dims) if d else np.zeros(n, dtype=np.int64)
+    if y is not None:
+        cell = cell * n_classes + y
+    counts = np.bincount(cell, minlength=n_cells).astype(np.float64)
+    eps_count = epsilon / 2.0
+    eps_col = epsilon / 2.0 / d
+    noisy_counts = mechanisms.laplace(counts, scale=1.0 / eps_count, rng=rng)
+    total = round(max(float(noisy_counts.sum()), 0.0))
+    weights = np.clip(noisy_counts, 0.0, None)
+    if total == 0 or weights.sum() == 0:
+        raise InputError(
+            f"the DP microaggregation released no rows at epsilon={epsilon} (all noisy counts ≤ 0)",
+            hint="Use a larger epsilon or fewer bins",
+        )
+    quota = weights / weights.sum() * total
+    m = np.floor(quota).astype(np.int64)
+    short = total - int(m.sum())
+    if short > 0:
+        m[np.argsort(-(quota - m), kind="stable")[:short]] += 1
+    released = np.flatnonzero(m > 0)
+    num_cells = released // max(n_classes, 1) if y is not None else released
+    cell_b = np.stack(np.unravel_index(num_cells, dims), axis=1) if d else np.zeros((len(released), 0))
+    lo = lower + cell_b * width
+    mid = lo + width / 2.0
+    member = np.searchsorted(released, cell)
+    is_rel = (member < len(released)) & (released[np.minimum(member, len(released) - 1)] == cell)
+    true_n = counts[released]
+    cent = np.empty((len(released), d))
+    for j in range(d):
+        if width[j] == 0:
+            cent[:, j] = lower[j]
+            continue
+        sums = np.bincount(member[is_rel], weights=x[is_rel, j] - mid[member[is_rel], j], minlength=len(released))
+        if mechanism == "laplace":
+            noisy = mechanisms.laplace(sums, scale=float(width[j] / 2.0 / eps_col), rng=rng)
+            denom = np.maximum(noisy_counts[released], 1.0)
+            cent[:, j] = np.clip(mid[:, j] + noisy / denom, lo[:, j], lo[:, j] + width[j])
+        elif mechanism == "exponential":
+            offs = np.linspace(-width[j] / 2.0, width[j] / 2.0, candidates)
+            for c in range(len(released)):
+                scores = -np.abs(sums[c] - offs * true_n[c])
+                pick = mechanisms.report_noisy_max(scores, epsilon=eps_col, sensitivity=float(width[j]), rng=rng)
+                cent[c, j] = mid[c, j] + offs[pick]
+        else:
+            raise InputError(f"mechanism must be 'laplace' or 'exponential', got {mechanism!r}")
+    rep = np.repeat(np.arange(len(released)), m[released])
+    order = (shuffle_rng or np.random.default_rng()).permutation(len(rep))
+    rep = rep[order]
+    y_out = (released % n_classes)[rep] if y is not None else None
+    info = {"cells": int(n_cells), "released_cells": len(released), "rows_out": len(rep)}
+    return cent[rep], y_out, info
+
+
+# ---------------------------------------------------------------------------------------------
+# plug-ins
+
+
+def _numeric(data: pd.DataFrame, ctx: Context) -> np.ndarray:
+    return data[list(ctx.columns)].to_numpy(dtype=np.float64)
+
+
+def _frame(data: pd.DataFrame, ctx: Context, values: np.ndarray) -> pd.DataFrame:
+    frame = pd.DataFrame(values, columns=list(ctx.columns))
+    if ctx.target:
+        frame[ctx.target] = data[ctx.target].to_numpy()
+    return frame
+
+
+_PASS_TARGET = "the label column, if given, is copied unchanged"
+
+
+@register
+class NoiseAddition(Generator):
+    family = "sdc"
+    name = "noise_addition"
+    summary = "x' = x + a·σ·c with c ~ N(0,1) per value (uncorrelated Gaussian noise)"
+    params = (
+        Param("a", float, 0.5, grid=(0.1, 0.25, 0.5, 0.75, 1.0), help="noise level a (times the std)", lower=0.0),
+    )
+
+    def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
+        x = _numeric(data, ctx)
+        out = noise_addition(x, self["a"], np.random.default_rng(ctx.seed))
+        return Output(
+            _frame(data, ctx, out),
+            source=np.arange(len(x)),
+            guarantee=f"no formal guarantee: each value perturbed by N(0, ({self['a']}·σ)²); {_PASS_TARGET}",
+        )
+
+
+@register
+class MicroaggMDAV(Generator):
+    family = "sdc"
+    name = "microagg_mdav"
+    summary = "MDAV microaggregation: groups of ≥ k similar records replaced by their centroid"
+    params = (Param("k", int, 5, grid=(3, 5, 10, 25, 50, 100), help="minimum group size", lower=1),)
+
+    def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
+        x = _numeric(data, ctx)
+        labels = mdav(standardise(x), self["k"])
+        return Output(
+            _frame(data, ctx, replace_by_centroids(x, labels)),
+            source=np.arange(len(x)),
+            guarantee=f"k-anonymity on the protected columns with k={self['k']} (no DP); {_PASS_TARGET}",
+            info={"groups": int(labels.max() + 1)},
+        )
+
+
+@register
+class MicroaggDBSCAN(Generator):
+    family = "sdc"
+    name = "microagg_dbscan"
+    summary = "microaggregation over DBSCAN clusters (eps in standard deviations, min_samples) → centroid"
+    params = (
+        Param("eps", float, 0.5, grid=(0.1, 0.25, 0.5, 1.0), help="DBSCAN radius in standardised units", lower=1e-9),
+        Param(
+            "min_samples", int, 100, grid=(50, 100, 150, 200, 250, 300), help="DBSCAN core-point threshold", lower=1
+        ),
+    )
+
+    def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
+        x = _numeric(data, ctx)
+        labels = dbscan_groups(standardise(x), self["eps"], self["min_samples"])
+        sizes = np.bincount(labels[labels >= 0]) if (labels >= 0).any() else np.array([0])
+        return Output(
+            _frame(data, ctx, replace_by_centroids(x, labels)),
+            source=np.arange(len(x)),
+            guarantee=(
+                "no formal guarantee: DBSCAN clusters (noise points averaged together as one group, as in the "
+                f"paper's code) replaced by their means; clusters may be small; {_PASS_TARGET}"
+            ),
+            info={
+                "clusters": int(labels.max() + 1),
+                "noise_points": int((labels < 0).sum()),
+                "smallest_cluster": int(sizes[sizes > 0].min()) if (sizes > 0).any() else 0,
+            },
+        )
+
+
+@register
+class RankSwapping(Generator):
+    family = "sdc"
+    name = "rank_swapping"
+    summary = "rank swapping: per column, swap each value with one at most p % of the ranks away"
+    params = (
+        Param("p", float, 10.0, grid=(10.0, 25.0, 50.0, 75.0, 80.0), help="window in percent of n", lower=0.0,
+              upper=100.0),
+    )
+
+    def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
+        x = _numeric(data, ctx)
+        return Output(
+            _frame(data, ctx, rank_swap(x, self["p"], np.random.default_rng(ctx.seed))),
+            source=np.arange(len(x)),
+            guarantee=f"no formal guarantee: column values swapped within {self['p']} % of ranks; {_PASS_TARGET}",
+        )
+
+
+class _DPMicroagg(Generator):
+    family = "sdc"
+    mechanism: ClassVar[str]
+    needs_bounds = True
+    is_dp = True
+    params = (
+        Param("epsilon", float, 1.0, grid=PAPER_EPSILONS, help="privacy parameter ε", lower=1e-9),
+        Param(
+            "partition",
+            str,
+            "grid",
+            choices=("grid", "mdav"),
+            help="grid: data-independent cells (ε-DP release); mdav: data-dependent groups (paper; not DP end-to-end)",
+        ),
+        Param("bins", int, 4, grid=(2, 4, 8), help="grid partition: intervals per column", lower=1),
+        Param("k", int, 10, grid=(10,), help="mdav partition: minimum group size", lower=1),
+        Param("candidates", int, 64, help="exponential mechanism: candidate values per coordinate", lower=2),
+    )
+
+    @classmethod
+    def default_grid(cls) -> list[dict[str, Any]]:
+        pts: list[dict[str, Any]] = []
+        for eps in PAPER_EPSILONS:
+            for bins in (2, 4, 8):
+                pts.append({"epsilon": eps, "partition": "grid", "bins": bins, "k": 10, "candidates": 64})
+            pts.append({"epsilon": eps, "partition": "mdav", "bins": 4, "k": 10, "candidates": 64})
+        return pts
+
+    def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
+        x = _numeric(data, ctx)
+        lower = np.array([float(ctx.bounds[c][0]) for c in ctx.columns])
+        upper = np.array([float(ctx.bounds[c][1]) for c in ctx.columns])
+        if np.any(upper < lower):
+            raise InputError("a declared upper bound is below its lower bound", hint="Fix the policy bounds")
+        eps = self["epsilon"]
+        if self["partition"] == "mdav":
+            labels = mdav(standardise(np.clip(x, lower, upper)), self["k"])
+            out = dp_centroids(
+                x, labels, lower=lower, upper=upper, epsilon=eps, mechanism=self.mechanism,
+                candidates=self["candidates"], rng=ctx.rng,
+            )
+            return Output(
+                _frame(data, ctx, out),
+                source=np.arange(len(x)),
+                epsilon=None,
+                guarantee=(
+                    f"NOT ε-DP as a whole: the MDAV groups (k={self['k']}) are formed from the raw data; the centroid "
+                    f"values are ε={eps}-DP only against an adversary who already knows the grouping (changing one "
+                    f"record's values without changing the groups); rows keep their order; {_PASS_TARGET}"
+                ),
+                info={"groups": int(labels.max() + 1), "conditional_epsilon": eps},
+            )
+        y_codes = None
+        classes: tuple[Any, ...] = ()
+        if ctx.target:
+            declared = ctx.categories.get(ctx.target) if ctx.categories else None
+            classes = tuple(declared) if declared else tuple(sorted(pd.unique(data[ctx.target]).tolist(), key=str))
+            lookup = {v: i for i, v in enumerate(classes)}
+            unknown = [v for v in pd.unique(data[ctx.target]) if v not in lookup]
+            if unknown:
+                raise InputError(
+                    f"label value {unknown[0]!r} is not among the declared values of {ctx.target!r}",
+                    hint="Declare all label values in the policy",
+                )
+            y_codes = data[ctx.target].map(lookup).to_numpy(dtype=np.int64)
+        vals, y_out, info = dp_grid_microaggregation(
+            x, y_codes, len(classes), lower=lower, upper=upper, bins=self["bins"], epsilon=eps,
+            mechanism=self.mechanism, candidates=self["candidates"], rng=ctx.rng,
+            shuffle_rng=np.random.default_rng(ctx.seed),
+        )
+        frame = pd.DataFrame(vals, columns=list(ctx.columns))
+        if ctx.target and y_out is not None:
+            frame[ctx.target] = np.asarray(classes, dtype=object)[y_out]
+        label_note = ""
+        if ctx.target and not (ctx.categories and ctx.categories.get(ctx.target)):
+            label_note = " (the label value set was read from the data: declare it in the policy to protect it too)"
+        return Output(
+            frame,
+            source=None,
+            epsilon=eps,
+            guarantee=(
+                f"ε={eps}-DP (add/remove one record) for the whole release: data-independent grid of {self['bins']} "
+                f"intervals per column over the policy bounds, noisy counts and centroids per cell{label_note}"
+            ),
+            info={**info, "conditional_epsilon": eps},
+        )
+
+
+@register
+class DPMicroaggLaplace(_DPMicroagg):
+    name = "dp_microagg_laplace"
+    summary = "DP microaggregation: centroids released through the Laplace mechanism"
+    mechanism = "laplace"
+
+
+@register
+class DPMicroaggExponential(_DPMicroagg):
+    name = "dp_microagg_exponential"
+    summary = "DP microaggregation: centroid coordinates chosen by the exponential mechanism"
+    mechanism = "exponential"
+
+
+def bounds_from(spec: Mapping[str, Any], columns: Sequence[str]) -> dict[str, tuple[float, float]]:
+    """``{column: (lower, upper)}`` for the bounded columns among ``columns`` of a policy TableSpec-like mapping."""
+    out: dict[str, tuple[float, float]] = {}
+    for c in columns:
+        col = spec.get(c)
+        if col is not None and getattr(col, "lower", None) is not None and getattr(col, "upper", None) is not None:
+            out[c] = (float(col.lower), float(col.upper))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluation and comparison (used by `veil publish sdc` and `veil compare`)
+
+
+def clean_input(data: pd.DataFrame, ctx: Context) -> pd.DataFrame:
+    """The rows and columns a generator sees: the used columns, rows with a missing value dropped."""
+    used = [*ctx.columns, *([ctx.target] if ctx.target else [])]
+    return data[used].dropna().reset_index(drop=True)
+
+
+def release_metrics(clean: pd.DataFrame, out: Output, ctx: Context, *, seed: int = 0) -> dict[str, float | None]:
+    """IL, IL mean, DR (when a target is given) and linkage risk of ``out`` against ``clean``."""
+    from veil.auditor.metrics import evaluate_release
+
+    x = clean[list(ctx.columns)].to_numpy(dtype=np.float64)
+    rel = out.frame[list(ctx.columns)].to_numpy(dtype=np.float64)
+    y = clean[ctx.target].to_numpy() if ctx.target else None
+    return evaluate_release(x, rel, source=out.source, y=y, seed=seed)
+
+
+def compare_methods(
+    data: pd.DataFrame,
+    ctx: Context,
+    methods: Sequence[str],
+    *,
+    fixed: Mapping[str, Mapping[str, Any]] | None = None,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """Sweep every method's default grid; one row per point with IL, DR, linkage risk and seconds.
+
+    ``seconds`` is the generator's wall time only (metrics excluded). Rows on the IL-mean/DR Pareto
+    front (both minimised) get ``pareto = True``.
+    """
+    import time
+
+    from veil.auditor.metrics import pareto_front
+    from veil.generators.base import get_generator, grid_points, progress_bar
+
+    fixed = fixed or {}
+    classes = [get_generator(m) for m in methods]
+    clean = clean_input(data, ctx)
+    plan = [(cls, pt) for cls in classes for pt in grid_points(cls, fixed.get(cls.name))]
+    rows: list[dict[str, Any]] = []
+    inner = Context(
+        columns=ctx.columns, target=ctx.target, bounds=ctx.bounds, seed=ctx.seed, rng=ctx.rng, progress=False,
+        categories=ctx.categories,
+    )
+    with progress_bar(total=len(plan), desc="veil compare", enabled=ctx.progress) as bar:
+        for cls, pt in plan:
+            gen = cls(**pt)
+            bar.set_postfix_str(f"{cls.name} {pt}"[:60])
+            t0 = time.perf_counter()
+            try:
+                out = gen.run(clean, inner)
+            except InputError as exc:  # e.g. a DP release with no rows at tiny ε: report, go on
+                rows.append({
+                    "method": cls.name, "params": gen.params_dict(), "il": None, "il_mean": None, "dr": None,
+                    "linkage_risk": None, "seconds": round(time.perf_counter() - t0, 3), "epsilon": None,
+                    "rows_out": 0, "error": str(exc),
+                })
+                bar.update(1)
+                continue
+            seconds = time.perf_counter() - t0
+            m = release_metrics(clean, out, ctx, seed=seed)
+            rows.append({
+                "method": cls.name, "params": gen.params_dict(), **m, "seconds": round(seconds, 3),
+                "epsilon": out.epsilon, "rows_out": len(out.frame),
+            })
+            bar.update(1)
+    scored = [i for i, r in enumerate(rows) if r["il_mean"] is not None]
+    front = pareto_front([(rows[i]["il_mean"], rows[i]["dr"] if rows[i]["dr"] is not None else 0.0) for i in scored])
+    for r in rows:
+        r["pareto"] = False
+    for i, f in zip(scored, front, strict=True):
+        rows[i]["pareto"] = f
+    return rows
+
+
+def plot_tradeoff(rows: Sequence[Mapping[str, Any]], path: Any) -> None:
+    """PNG scatter of IL mean vs DR, one colour per method, Pareto front outlined and joined."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    cmap = plt.get_cmap("tab10")
+    for i, m in enumerate(methods):
+        pts = [r for r in rows if r["method"] == m and r["dr"] is not None]
+        ax.scatter([r["il_mean"] for r in pts], [r["dr"] for r in pts], s=22, color=cmap(i % 10), label=m, alpha=0.8)
+    front = sorted((r["il_mean"], r["dr"]) for r in rows if r.get("pareto") and r["dr"] is not None)
+    if front:
+        ax.plot([p[0] for p in front], [p[1] for p in front], "k--", lw=1, label="Pareto front")
+        ax.scatter([p[0] for p in front], [p[1] for p in front], s=60, facecolors="none", edgecolors="k")
+    ax.set_xlabel("information loss (mean cosine distance, standardised)")
+    ax.set_ylabel("disclosure risk (1 − JS distance of LR predictions)")
+    ax.set_title("veil compare: IL vs DR (lower-left is better)")
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
