@@ -34,8 +34,7 @@ CASES = [
     ("SELECT MIN(age), MAX(age) FROM people", None, 0),
     ("SELECT MEDIAN(age) FROM people", None, 0.5),
     ("SELECT quantile_cont(age, 0.9) FROM people", None, 1),
-    ("SELECT PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY age) FROM people",
-     "SELECT quantile_cont(age, 0.25) FROM people", 1),
+    ("SELECT PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY age) FROM people", "SELECT quantile_cont(age, 0.25) FROM people", 1),
     ("SELECT MEDIAN(income) FROM people", None, 200.0),  # grid step 200 on [0, 200000]
     ("SELECT AVG(income * 2) FROM people", None, 1e-6),
     ("SELECT SUM(CASE WHEN sex = 'Female' THEN 1 ELSE 0 END) FROM people", None, 0),
@@ -43,17 +42,29 @@ CASES = [
     ("SELECT COUNT(*) FROM people WHERE age BETWEEN 30 AND 40 AND state IN ('CA', 'NY') OR income > 90000", None, 0),
     ("SELECT SUM(ABS(age - 50) + LEAST(age, 40)) FROM people", None, 0),
     ("SELECT state, COUNT(*), AVG(age) FROM people GROUP BY state ORDER BY state", None, 1e-9),
-    ("SELECT age / 10 AS decade, COUNT(*) FROM people GROUP BY age / 10 ORDER BY decade",
-     "SELECT age / 10 AS decade, COUNT(*) FROM people GROUP BY age / 10 HAVING COUNT(*) >= 15 ORDER BY decade", 0),
-    ("SELECT sex, state, COUNT(*) AS n FROM people GROUP BY sex, state HAVING n > 100 ORDER BY n DESC, state, sex LIMIT 4",
-     None, 0),
-    ("SELECT sex, COUNT(*) * 2 + 1 AS x, ROUND(AVG(age), 1) FROM people GROUP BY sex HAVING COUNT(*) > 0 "
-     "ORDER BY sex", None, 0.051),
-    ("WITH c AS (SELECT age * 2 AS a2, sex FROM people WHERE state <> 'TX') SELECT SUM(a2), MAX(a2) FROM c",
-     None, 0),
+    (
+        "SELECT age / 10 AS decade, COUNT(*) FROM people GROUP BY age / 10 ORDER BY decade",
+        "SELECT age / 10 AS decade, COUNT(*) FROM people GROUP BY age / 10 HAVING COUNT(*) >= 15 ORDER BY decade",
+        0,
+    ),
+    (
+        "SELECT sex, state, COUNT(*) AS n FROM people GROUP BY sex, state HAVING n > 100 ORDER BY n DESC, state, sex LIMIT 4",
+        None,
+        0,
+    ),
+    (
+        "SELECT sex, COUNT(*) * 2 + 1 AS x, ROUND(AVG(age), 1) FROM people GROUP BY sex HAVING COUNT(*) > 0 ORDER BY sex",
+        None,
+        0.051,
+    ),
+    ("WITH c AS (SELECT age * 2 AS a2, sex FROM people WHERE state <> 'TX') SELECT SUM(a2), MAX(a2) FROM c", None, 0),
     ("SELECT COUNT(*), AVG(x) FROM (SELECT age + 1 AS x FROM people WHERE sex = 'Female') AS s", None, 1e-9),
-    ("SELECT r.region, COUNT(*) AS n FROM people AS p JOIN regions AS r ON p.state = r.state "
-     "GROUP BY r.region ORDER BY r.region", None, 0),
+    (
+        "SELECT r.region, COUNT(*) AS n FROM people AS p JOIN regions AS r ON p.state = r.state "
+        "GROUP BY r.region ORDER BY r.region",
+        None,
+        0,
+    ),
     ("SELECT * FROM regions ORDER BY state", None, 0),
     ("SELECT COUNT(DISTINCT user_id) FROM visits", None, 0),
 ]

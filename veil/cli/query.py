@@ -43,9 +43,7 @@ def query(policy_path: Path, analyst: str, epsilon: float | None, fmt: str, sql:
     emit(rows if rows else [dict.fromkeys(names)], fmt)
     if fmt == "table":
         note = " (cached: identical query answered before, no charge)" if ans.cached else ""
-        click.echo(
-            f"ε charged {float(ans.epsilon_charged):g}, remaining {float(ans.epsilon_remaining):g}{note}", err=True
-        )
+        click.echo(f"ε charged {float(ans.epsilon_charged):g}, remaining {float(ans.epsilon_remaining):g}{note}", err=True)
 
 
 @cli.command()

@@ -73,9 +73,7 @@ def aggregate_name(node: exp.Expression) -> str | None:
     """Canonical aggregate name of ``node`` (None if it is not an aggregate call)."""
     if isinstance(node, exp.Anonymous):
         name = str(node.name).lower()
-        return {"var": "var_samp", "var_samp": "var_samp", "quantile_cont": "quantile", "quantile_disc": "quantile"}.get(
-            name
-        )
+        return {"var": "var_samp", "var_samp": "var_samp", "quantile_cont": "quantile", "quantile_disc": "quantile"}.get(name)
     table = {
         exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max", exp.Median: "median",
         exp.Variance: "var_samp", exp.VariancePop: "var_pop", exp.Stddev: "stddev_samp",
@@ -143,9 +141,7 @@ def _parse(sql: str) -> exp.Expression:
     except TokenError as exc:
         raise ParseError(f"the SQL could not be tokenised: {exc}", hint="Check quotes and brackets") from None
     if len(statements) != 1:
-        raise NotAllowed(
-            f"the query holds {len(statements)} statements", hint="Send exactly one SELECT statement per query"
-        )
+        raise NotAllowed(f"the query holds {len(statements)} statements", hint="Send exactly one SELECT statement per query")
     return statements[0]
 
 
@@ -161,9 +157,7 @@ def _allow_list(tree: exp.Expression) -> None:
         if isinstance(node, exp.Command):
             raise NotAllowed(f"statement {node.name!r} is not allowed", hint="Send one SELECT statement")
         if isinstance(node, (exp.Union, exp.Intersect, exp.Except)):
-            raise Unsupported(
-                f"set operation {node.key.upper()} is not supported", hint="Run each SELECT as its own query"
-            )
+            raise Unsupported(f"set operation {node.key.upper()} is not supported", hint="Run each SELECT as its own query")
         if isinstance(node, exp.Window):
             raise Unsupported("window functions are not supported", hint="Use GROUP BY aggregates")
         if isinstance(node, exp.Func) and not isinstance(node, _ALLOWED_NODES):
@@ -266,6 +260,44 @@ def _reads_private(scope: Scope, catalog: Catalog, _sel: exp.Expression) -> bool
     return False
 
 
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.In, exp.Between)
+
+
+def _literal_fits(text: str, dtype: exp.DataType) -> bool:
+    if dtype.is_type(*exp.DataType.INTEGER_TYPES, *exp.DataType.REAL_TYPES):
+        try:
+            float(text)
+        except ValueError:
+            return False
+        return True
+    if dtype.is_type(exp.DataType.Type.BOOLEAN):
+        return text.strip().lower() in ("true", "false", "t", "f", "1", "0", "yes", "no")
+    return True
+
+
+def _check_literal_types(tree: exp.Select, catalog: Catalog) -> None:
+    """Refuse comparisons of a numeric/boolean column with text that cannot convert (free, before running)."""
+    pairs = []
+    for cmp in tree.find_all(*_COMPARISONS):
+        lits = [n for n in cmp.iter_expressions() if isinstance(n, exp.Literal) and n.is_string]
+        if isinstance(cmp, exp.In):
+            lits += [n for n in cmp.expressions if isinstance(n, exp.Literal) and n.is_string]
+        if lits and isinstance(cmp.this, exp.Column):
+            pairs.append((cmp.this, lits))
+    if not pairs:
+        return
+    from sqlglot.optimizer.annotate_types import annotate_types
+
+    annotate_types(tree, schema=catalog.schema(), dialect=DIALECT)
+    for col, lits in pairs:
+        for lit in lits:
+            if col.type is not None and not _literal_fits(str(lit.this), col.type):
+                raise QueryRejected(
+                    f"column {col.name!r} is {col.type.sql(dialect=DIALECT)} but is compared with text {lit.sql()}",
+                    hint="Compare with a value of the column's type, e.g. a number without quotes",
+                )
+
+
 def analyze(sql: str, catalog: Catalog) -> Analysis:
     """Parse and validate one analyst SELECT against ``catalog``."""
     tree = _parse(sql)
@@ -287,6 +319,7 @@ def analyze(sql: str, catalog: Catalog) -> Analysis:
     qualified = _qualify(tree.copy(), catalog)
     if private:
         _check_inner_scopes(qualified, catalog)
+    _check_literal_types(qualified, catalog)
     return Analysis(
         sql=sql,
         tree=qualified,

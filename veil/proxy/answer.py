@@ -140,9 +140,7 @@ def public_join_factors(analysis: Analysis, catalog: Catalog) -> list[tuple[str,
             side = (join.args.get("side") or "").upper()
             kind = (join.args.get("kind") or "").upper()
             if side in ("RIGHT", "FULL") or (kind in ("OUTER",) and side != "LEFT"):
-                raise Unsupported(
-                    f"{side or kind} JOIN is not supported with private data", hint="Use JOIN or LEFT JOIN"
-                )
+                raise Unsupported(f"{side or kind} JOIN is not supported with private data", hint="Use JOIN or LEFT JOIN")
             if side == "LEFT" and _reads_private_source(join.this, scope, catalog):
                 raise Unsupported(
                     "LEFT JOIN onto a private table is not supported",
@@ -168,12 +166,7 @@ def public_join_factors(analysis: Analysis, catalog: Catalog) -> list[tuple[str,
             for eq in eqs:
                 a, b = eq.this, eq.expression
                 for x, y in ((a, b), (b, a)):
-                    if (
-                        isinstance(x, exp.Column)
-                        and x.table == alias
-                        and isinstance(y, exp.Column)
-                        and y.table != alias
-                    ):
+                    if isinstance(x, exp.Column) and x.table == alias and isinstance(y, exp.Column) and y.table != alias:
                         cols.append(x.name)
             out.append((source.name, tuple(sorted(set(cols)))))
     return out
@@ -400,17 +393,20 @@ class QuerySession:
         assert table is not None
         queries = rewrite(p, self._source_sql(table))
         domain = self._public_domain(p) if p.public_keys else None
-        reservation = self.ledger.reserve(
-            self.analyst, p.cost, self._spec.epsilon, canonical_sql=canonical, cache_key=key
-        )
+        for q in dict.fromkeys([queries.main, *(g for _, g in queries.grids)]):
+            if q:  # bind (no rows read): type and constant errors are refused here, free of charge
+                try:
+                    self._engine.describe(q)
+                except EngineError as exc:
+                    raise EngineError(exc.message, hint=exc.hint, before_data=True) from None
+        reservation = self.ledger.reserve(self.analyst, p.cost, self._spec.epsilon, canonical_sql=canonical, cache_key=key)
         try:
             groups, raw, grids, key_types = self._run(p, queries, domain)
         except EngineError as exc:
-            if exc.before_data:
-                self.ledger.cancel(reservation)
-            raise
-        except BaseException:
-            raise
+            if exc.before_data or self._fails_without_data(p, table):
+                self.ledger.cancel(reservation)  # no noise drawn, and the failure says nothing about the data
+                raise EngineError(exc.message, hint=exc.hint, before_data=True) from None
+            raise  # a data-dependent failure is itself a signal: the charge stands
         noisy = noisy_statistics(p, raw, grids, noise_off=self._noise_off, rng=self._rng)
         keep = self._select_partitions(p, noisy, len(groups))
         answer, stats = self._shape(p, post, groups, noisy, keep, key_types)
@@ -556,6 +552,17 @@ class QuerySession:
             key_types = self._key_types(p, queries)
         return groups, raw, grids, key_types
 
+    def _fails_without_data(self, p: QueryPlan, table: str) -> bool:
+        """Does the generated SQL fail on an empty private table too (so the failure is data-independent)?"""
+        empty = rewrite(p, f"{bounding.row_source(self.policy.tables[table])} LIMIT 0")
+        try:
+            for q in [empty.main, *(g for _, g in empty.grids)]:
+                if q:
+                    self._engine.execute(q)
+        except EngineError:
+            return True
+        return False
+
     def _select_partitions(self, p: QueryPlan, noisy: dict[int, np.ndarray], n: int) -> np.ndarray:
         if p.partition_stat is None:
             return np.ones(n, dtype=bool)
@@ -668,5 +675,3 @@ class QuerySession:
                 )
         answer = Answer(columns, tuple(rows), tuple(ci_rows), p.cost, Fraction(0), None, False)
         return answer, stats
-
-

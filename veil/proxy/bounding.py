@@ -55,9 +55,7 @@ def _fingerprint(engine: Engine, spec: TableSpec) -> str:
     return f"{int(n):x}_{int(h or 0):x}"
 
 
-def bounded_source(
-    policy: Policy, spec: TableSpec, engine: Engine, *, generation: Callable[[], int] | None = None
-) -> str:
+def bounded_source(policy: Policy, spec: TableSpec, engine: Engine, *, generation: Callable[[], int] | None = None) -> str:
     """Source SQL reading the bounded copy of ``spec``'s table, building the copy if needed."""
     assert spec.privacy_unit is not None
     gen = generation() if generation is not None else 0
@@ -69,9 +67,7 @@ def bounded_source(
         with _lock:
             _fingerprints[key] = fp
     name = f"_veil_bounded_{spec.name}_{spec.max_rows_per_unit}_{fp}"
-    exists = engine.execute(
-        f"SELECT count(*) FROM information_schema.tables WHERE table_name = '{name}'"
-    ).rows[0][0]
+    exists = engine.execute(f"SELECT count(*) FROM information_schema.tables WHERE table_name = '{name}'").rows[0][0]
     if not exists:
         _build(policy, spec, name, fp)
     return f"SELECT * FROM {_q(name)}"
@@ -85,8 +81,7 @@ def _build(policy: Policy, spec: TableSpec, name: str, fp: str) -> None:
     cols = clamped_columns(spec)
     with warehouse.writer(policy) as con:
         con.execute(
-            f"CREATE TABLE IF NOT EXISTS {_META}"
-            "(source TEXT, fingerprint TEXT, bounded TEXT, salt TEXT, created_at TIMESTAMP)"
+            f"CREATE TABLE IF NOT EXISTS {_META}(source TEXT, fingerprint TEXT, bounded TEXT, salt TEXT, created_at TIMESTAMP)"
         )
         if con.execute(f"SELECT count(*) FROM information_schema.tables WHERE table_name = '{name}'").fetchone()[0]:
             return

@@ -212,9 +212,7 @@ def _iv(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Express
                 out = out.union(p)
             return out
         pick = max if isinstance(node, exp.Greatest) else min
-        return Interval(
-            pick(p.lo for p in parts_nn), pick(p.hi for p in parts_nn), all(p.integral for p in parts_nn)
-        )
+        return Interval(pick(p.lo for p in parts_nn), pick(p.hi for p in parts_nn), all(p.integral for p in parts_nn))
     if isinstance(node, exp.Case):
         branches = [i.args.get("true") for i in node.args.get("ifs", [])] + [node.args.get("default")]
         out: Interval | None = None

@@ -107,9 +107,7 @@ def parse_verifier(text: str) -> Verifier:
             base64.b64decode(server, validate=True),
         )
     except ValueError:
-        raise AuthError(
-            "stored credential is not a SCRAM-SHA-256 verifier", hint="Run `veil analyst add` again"
-        ) from None
+        raise AuthError("stored credential is not a SCRAM-SHA-256 verifier", hint="Run `veil analyst add` again") from None
 
 
 def random_verifier(iterations: int = DEFAULT_ITERATIONS) -> Verifier:

@@ -42,9 +42,7 @@ def _grid_value(stat: Statistic, scores: np.ndarray, *, noise_off: bool, rng: np
         best = np.flatnonzero(scores == scores.max())
         idx = float(best.mean()) if stat.target == "quantile" else float(best[0])
     else:
-        idx = float(
-            mechanisms.report_noisy_max(scores, epsilon=stat.epsilon, sensitivity=float(stat.sensitivity), rng=rng)
-        )
+        idx = float(mechanisms.report_noisy_max(scores, epsilon=stat.epsilon, sensitivity=float(stat.sensitivity), rng=rng))
     return float(stat.grid_lo + stat.grid_step * int(idx)) + (idx - int(idx)) * float(stat.grid_step)
 
 

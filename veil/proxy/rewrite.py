@@ -46,7 +46,7 @@ def clamp_projection(bounded: Mapping[str, tuple[object, object]], others: Seque
         q = f'"{name}"'
         cols.append(f"CASE WHEN {q} < {lo} THEN {lo} WHEN {q} > {hi} THEN {hi} ELSE {q} END AS {q}")
     cols += [f'"{c}"' for c in others]
-    return f"SELECT {', '.join(cols)} FROM \"{table}\""
+    return f'SELECT {", ".join(cols)} FROM "{table}"'
 
 
 def _quantities(stat: Statistic) -> list[str]:

@@ -262,9 +262,7 @@ class VeilSession(BaseSession):
 
     # --- answering one routed statement ---------------------------------------------------
 
-    async def answer(
-        self, r: Route, params: list[Any] | None, param_oids: Sequence[int | None], *, describe: bool
-    ) -> _Result:
+    async def answer(self, r: Route, params: list[Any] | None, param_oids: Sequence[int | None], *, describe: bool) -> _Result:
         """Run (or, with ``describe``, only type) one statement; ``params=None``: not bound yet."""
         try:
             return await self._answer(r, params, param_oids, describe)
@@ -368,9 +366,7 @@ class VeilSession(BaseSession):
                 if apply:
                     self.show_ci = flag
             else:
-                raise PgError(
-                    UNDEFINED_OBJECT, f'unrecognized configuration parameter "{name}"', H=_settings_hint(name)
-                )
+                raise PgError(UNDEFINED_OBJECT, f'unrecognized configuration parameter "{name}"', H=_settings_hint(name))
         if apply:
             conn.session_vars[name] = value
 
@@ -723,9 +719,7 @@ class VeilServer(PgServer):
             return None
         return self.credentials.get(user)
 
-    async def catalog_answer(
-        self, session: VeilSession, sql: str, expr: Any
-    ) -> tuple[list[ResultColumn], list[tuple]] | None:
+    async def catalog_answer(self, session: VeilSession, sql: str, expr: Any) -> tuple[list[ResultColumn], list[tuple]] | None:
         """Hook for client-specific catalog shapes (pgjdbc, DBeaver)."""
         from veil.proxy.server_jdbc import answer as jdbc_answer
 

@@ -74,9 +74,7 @@ class VerifierScramAuth(AuthPlugin):
         import asyncio
 
         try:
-            verifier = (
-                await asyncio.get_running_loop().run_in_executor(None, self._lookup, username) if username else None
-            )
+            verifier = await asyncio.get_running_loop().run_in_executor(None, self._lookup, username) if username else None
         except Exception:  # a corrupt row must not let anyone in, nor crash the server
             logger.exception("credential lookup failed for user %r", username)
             verifier = None

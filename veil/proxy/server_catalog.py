@@ -33,10 +33,7 @@ _VEIL_TABLES = ("budget",)
 
 def policy_schema(policy: Policy) -> dict[str, dict[str, str]]:
     """``{table: {column: pg type name}}``: what pg-mimic's catalog emulation describes."""
-    return {
-        name: {col: PG_TYPE_NAMES[spec.type] for col, spec in table.columns.items()}
-        for name, table in policy.tables.items()
-    }
+    return {name: {col: PG_TYPE_NAMES[spec.type] for col, spec in table.columns.items()} for name, table in policy.tables.items()}
 
 
 def budget_row(status: Any) -> dict[str, Any]:
@@ -70,13 +67,7 @@ def _columns_for(names: tuple[str, ...] | list[str], rows: list[tuple]) -> list[
     cols = []
     for i, name in enumerate(names):
         sample = next((r[i] for r in rows if r[i] is not None), None)
-        oid = (
-            FLOAT8
-            if isinstance(sample, float)
-            else INT8
-            if isinstance(sample, int) and not isinstance(sample, bool)
-            else TEXT
-        )
+        oid = FLOAT8 if isinstance(sample, float) else INT8 if isinstance(sample, int) and not isinstance(sample, bool) else TEXT
         if isinstance(sample, bool):
             oid = BOOL
         cols.append(ResultColumn(name, oid))
