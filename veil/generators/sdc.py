@@ -151,7 +151,9 @@ def rank_swap(x: np.ndarray, p: float, rng: np.random.Generator) -> np.ndarray:
     whose rank is at most ``p`` percent of n above it, chosen uniformly."""
     n, d = x.shape
     out = x.copy()
-    window = max(1, math.floor(p / 100.0 * n))
+    window = math.floor(p / 100.0 * n)
+    if window < 1:
+        return out
     for j in range(d):
         order = np.argsort(x[:, j], kind="stable")
         vals = x[order, j].copy()
