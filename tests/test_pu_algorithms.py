@@ -152,6 +152,8 @@ def test_kmeans_and_projection_floor():
     floor = pu.projection_floor(X, m, prior=0.3)
     assert floor.predicted.sum() == 120  # exactly round(prior * n) called positive
     assert np.array_equal(floor.score(X) > 0, floor.predicted)
+    tied = np.repeat(np.eye(3, dtype=np.float32), [5, 5, 10], axis=0)  # one-hot records, many ties
+    assert pu.projection_floor(tied, tied[:5].mean(0), prior=0.4).predicted.sum() == 8
 
 
 def test_classifiers_shapes_and_oracle():

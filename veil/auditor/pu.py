@@ -524,14 +524,21 @@ def projection_floor(X: np.ndarray, mean: np.ndarray, *, prior: float) -> PUResu
     direction = mean.astype(np.float64) - X.mean(0, dtype=np.float64)
     proj = X.astype(np.float64) @ direction
     k = min(max(round(prior * X.shape[0]), 1), X.shape[0] - 1)
-    ranked = np.sort(proj)[::-1]
-    threshold = (ranked[k - 1] + ranked[k]) / 2.0
+    order = np.argsort(-proj, kind="stable")
+    threshold = (proj[order[k - 1]] + proj[order[k]]) / 2.0
+    scores = proj - threshold
+    # ties at the threshold (one-hot data): exactly k positives, ties broken by record order
+    tiny = np.finfo(np.float64).tiny
+    top = np.zeros(len(proj), bool)
+    top[order[:k]] = True
+    scores[top & (scores <= 0)] = tiny
+    scores[~top & (scores > 0)] = -tiny
     info = {"direction_norm": float(np.linalg.norm(direction))}
 
     def score(Z: np.ndarray) -> np.ndarray:
         return Z.astype(np.float64) @ direction - threshold
 
-    return PUResult("floor", None, proj - threshold, time.perf_counter() - t0, (), info, score)
+    return PUResult("floor", None, scores, time.perf_counter() - t0, (), info, score)
 
 
 def oracle(X: np.ndarray, truth: np.ndarray, *, classifier: str = "linear", hidden: Sequence[int] | None = None,
