@@ -223,6 +223,7 @@ class QuerySession:
         self._catalog: Catalog | None = None
         self._post: duckdb.DuckDBPyConnection | None = None
         self._factor_cache: dict[tuple[str, tuple[str, ...]], int] = {}
+        self._domain_cache: dict[tuple[str, int], list[Any]] = {}
 
     # -- plumbing ---------------------------------------------------------------------------
     @property
@@ -303,10 +304,10 @@ class QuerySession:
             partition_delta=self.policy.defaults.partition_delta,
         )
 
-    def _source_sql(self, table: str) -> str:
+    def _source_sql(self, table: str) -> str | None:
         spec = self.policy.tables[table]
         if spec.privacy_unit is None:
-            return bounding.row_source(spec)
+            return None  # row-level: read the table itself; aggregate arguments are clamped in the SQL
         return bounding.bounded_source(self.policy, spec, self._engine, generation=self._generation)
 
     def _postconn(self) -> duckdb.DuckDBPyConnection:
@@ -367,7 +368,7 @@ class QuerySession:
         if isinstance(p, Analysis):
             res = self._engine.describe(self._public_sql(p))
             return tuple(OutputColumn(n, output_type(t)) for n, t in zip(res.names, res.types, strict=True))
-        queries = rewrite(p, bounding.row_source(self.policy.tables[p.analysis.private_table or ""]))
+        queries = rewrite(p, None)
         key_types = self._key_types(p, queries)
         post = postprocess_sql(p)
         agg_types = aggregate_types(p)
@@ -393,12 +394,6 @@ class QuerySession:
         assert table is not None
         queries = rewrite(p, self._source_sql(table))
         domain = self._public_domain(p) if p.public_keys else None
-        for q in dict.fromkeys([queries.main, *(g for _, g in queries.grids)]):
-            if q:  # bind (no rows read): type and constant errors are refused here, free of charge
-                try:
-                    self._engine.describe(q)
-                except EngineError as exc:
-                    raise EngineError(exc.message, hint=exc.hint, before_data=True) from None
         reservation = self.ledger.reserve(self.analyst, p.cost, self._spec.epsilon, canonical_sql=canonical, cache_key=key)
         try:
             groups, raw, grids, key_types = self._run(p, queries, domain)
@@ -462,8 +457,14 @@ class QuerySession:
         domains: list[list[Any]] = []
         total = 1
         for k in p.keys:
-            assert k.domain_sql is not None
-            values = [r[0] for r in self._engine.execute(k.domain_sql).rows]
+            if k.domain_values is not None:
+                values = list(k.domain_values)
+            else:
+                assert k.domain_sql is not None
+                cache_key_ = (k.domain_sql, self._generation())
+                if cache_key_ not in self._domain_cache:
+                    self._domain_cache[cache_key_] = [r[0] for r in self._engine.execute(k.domain_sql).rows]
+                values = self._domain_cache[cache_key_]
             domains.append(values)
             total *= max(len(values), 1)
         from veil.proxy.plan import MAX_PUBLIC_GROUPS
@@ -554,7 +555,7 @@ class QuerySession:
 
     def _fails_without_data(self, p: QueryPlan, table: str) -> bool:
         """Does the generated SQL fail on an empty private table too (so the failure is data-independent)?"""
-        empty = rewrite(p, f"{bounding.row_source(self.policy.tables[table])} LIMIT 0")
+        empty = rewrite(p, f'SELECT * FROM "{table}" LIMIT 0')
         try:
             for q in [empty.main, *(g for _, g in empty.grids)]:
                 if q:
@@ -658,20 +659,11 @@ class QuerySession:
                 for r in res.rows
             ]
         stats = []
+        groups_json = [tuple(_jsonable(v) for v in g) for g in kept]
         for s in p.statistics:
-            hw = halfwidth(s)
-            for gi, g in enumerate(kept):
-                stats.append(
-                    ReleasedStatistic(
-                        name=s.label,
-                        mechanism=s.mechanism,
-                        epsilon=s.epsilon,
-                        sensitivity=float(s.sensitivity),
-                        scale=s.scale,
-                        value=_jsonable(noisy_kept[s.id][gi]),
-                        ci95=hw,
-                        group=tuple(_jsonable(v) for v in g),
-                    )
-                )
+            hw, scale, sens = halfwidth(s), s.scale, float(s.sensitivity)
+            vals = noisy_kept[s.id].tolist()
+            for gi, g in enumerate(groups_json):
+                stats.append(ReleasedStatistic(s.label, s.mechanism, s.epsilon, sens, scale, vals[gi], hw, g))
         answer = Answer(columns, tuple(rows), tuple(ci_rows), p.cost, Fraction(0), None, False)
         return answer, stats

@@ -21,6 +21,7 @@ __all__ = ["bounded_source", "clamped_columns", "row_source"]
 _META = "_veil_bounding"
 _lock = threading.Lock()
 _fingerprints: dict[tuple[str, int, str], str] = {}
+_built: dict[tuple[str, int, str], str] = {}
 
 
 def _q(name: str) -> str:
@@ -67,9 +68,14 @@ def bounded_source(policy: Policy, spec: TableSpec, engine: Engine, *, generatio
         with _lock:
             _fingerprints[key] = fp
     name = f"_veil_bounded_{spec.name}_{spec.max_rows_per_unit}_{fp}"
-    exists = engine.execute(f"SELECT count(*) FROM information_schema.tables WHERE table_name = '{name}'").rows[0][0]
-    if not exists:
-        _build(policy, spec, name, fp)
+    with _lock:
+        known = _built.get(key) == name
+    if not known:
+        exists = engine.execute(f"SELECT count(*) FROM information_schema.tables WHERE table_name = '{name}'").rows[0][0]
+        if not exists:
+            _build(policy, spec, name, fp)
+        with _lock:
+            _built[key] = name
     return f"SELECT * FROM {_q(name)}"
 
 

@@ -1,8 +1,9 @@
 """Interval arithmetic over row-level expressions, following columns through CTEs and subqueries.
 
-Base columns of the private table are clamped to their declared bounds when read (see
-:mod:`veil.proxy.rewrite`), so every row-level expression built from them lies inside the interval
-computed here. That interval gives an aggregate its sensitivity.
+The interval of an aggregate's argument is computed from the declared bounds of the base columns
+it reads; the engine SQL then clamps the argument itself to that interval (see
+:mod:`veil.proxy.plan`), so every value aggregated lies inside it whatever the data holds. That
+interval gives the aggregate its sensitivity.
 
 >>> Interval(Fraction(-1), Fraction(2)) * Interval(Fraction(3), Fraction(4))
 Interval(lo=Fraction(-4, 1), hi=Fraction(8, 1), integral=True)

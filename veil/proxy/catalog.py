@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from types import MappingProxyType
+from typing import Any
 
 from veil.policy import Policy, TableSpec
 
@@ -47,9 +49,16 @@ class CatalogTable:
 class Catalog:
     tables: Mapping[str, CatalogTable]
 
-    def schema(self) -> dict[str, dict[str, str]]:
-        """A sqlglot schema mapping."""
-        return {t.name: {c: SQL_TYPES[v] for c, v in t.columns.items()} for t in self.tables.values()}
+    def schema(self) -> Any:
+        """The sqlglot schema (built once per catalog)."""
+        return self._schema
+
+    @cached_property
+    def _schema(self) -> Any:
+        from sqlglot.schema import MappingSchema
+
+        mapping = {t.name: {c: SQL_TYPES[v] for c, v in t.columns.items()} for t in self.tables.values()}
+        return MappingSchema(mapping, dialect="postgres")
 
 
 def build_catalog(policy: Policy, public_columns: Mapping[str, Mapping[str, str]]) -> Catalog:

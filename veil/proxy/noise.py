@@ -59,6 +59,7 @@ def noisy_statistics(
     ``raw[id]``: exact values per group (counts/sums); ``grids[id]``: (groups × grid points) counts.
     """
     out: dict[int, np.ndarray] = {}
+    batches: dict[tuple[str, float], list[int]] = {}
     for stat in plan.statistics:
         if stat.kind == "grid":
             hist = grids[stat.id]
@@ -66,12 +67,16 @@ def noisy_statistics(
                 [_grid_value(stat, grid_scores(stat, row), noise_off=noise_off, rng=rng) for row in hist],
                 dtype=np.float64,
             )
-            continue
-        values = raw[stat.id]
-        if noise_off:
-            out[stat.id] = values.copy()
-        elif stat.mechanism == "discrete_laplace":
-            out[stat.id] = mechanisms.discrete_laplace(values.astype(np.int64), scale=stat.scale, rng=rng)
+        elif noise_off:
+            out[stat.id] = raw[stat.id].copy()
+        else:  # statistics sharing a mechanism and scale are noised in one call (independent draws)
+            batches.setdefault((stat.mechanism, stat.scale), []).append(stat.id)
+    for (mechanism, scale), ids in batches.items():
+        sizes = [len(raw[i]) for i in ids]
+        if mechanism == "discrete_laplace":
+            flat = mechanisms.discrete_laplace(np.concatenate([raw[i].astype(np.int64) for i in ids]), scale=scale, rng=rng)
         else:
-            out[stat.id] = mechanisms.laplace(values.astype(np.float64), scale=stat.scale, rng=rng)
+            flat = mechanisms.laplace(np.concatenate([raw[i].astype(np.float64) for i in ids]), scale=scale, rng=rng)
+        for i, part in zip(ids, np.split(flat, np.cumsum(sizes)[:-1]), strict=True):
+            out[i] = part
     return out

@@ -63,6 +63,7 @@ class Statistic:
     grid_n: int = 0
     target: str = ""  # quantile | min | max
     q: float = 0.5
+    count_arg: str | None = None  # sum_centered: SQL whose non-NULL count centres the sum
 
     @property
     def scale(self) -> float:
@@ -92,6 +93,11 @@ class GroupKey:
     sql: str  # qualified engine SQL
     label: str
     domain_sql: str | None  # SQL listing the public domain, or None for private keys
+    domain_values: tuple[object, ...] | None = None  # the declared values, when the key is a declared column
+
+    @property
+    def public(self) -> bool:
+        return self.domain_values is not None or self.domain_sql is not None
 
 
 @dataclass(frozen=True)
@@ -242,6 +248,20 @@ def _private_unit_column(arg: exp.Expression, scope: Scope, catalog: Catalog, ta
     return t == table and arg.name == spec.privacy_unit
 
 
+def _declared_values(key: exp.Expression, scope: Scope, catalog: Catalog) -> tuple[object, ...] | None:
+    """The declared values of a key that is (through CTEs) exactly a declared private column."""
+    if not isinstance(key, exp.Column):
+        return None
+    kind, inner, inner_scope, table = resolve_column(key, scope)
+    if kind == "derived":
+        assert inner is not None and inner_scope is not None
+        return _declared_values(inner, inner_scope, catalog)
+    t = catalog.tables[str(table)]
+    if t.public or t.spec is None or key.name not in t.spec.columns:
+        return None
+    return t.spec.columns[key.name].values
+
+
 def _domain_sql(key: exp.Expression, scope: Scope, catalog: Catalog) -> str | None:
     """SQL whose rows are the public domain of a group key, or None if the key is private."""
     sources: dict[str, str] = {}
@@ -309,8 +329,10 @@ def plan(
     for i, k in enumerate(key_exprs):
         if any(aggregate_name(n) for n in k.walk()):
             raise Unsupported("aggregates in GROUP BY are not allowed")
-        keys.append(GroupKey(i, _sql(k), k.sql(dialect="postgres"), _domain_sql(k, scope, catalog)))
-    public_keys = bool(keys) and all(k.domain_sql is not None for k in keys)
+        declared = _declared_values(k, scope, catalog)
+        domain_sql = None if declared is not None else _domain_sql(k, scope, catalog)
+        keys.append(GroupKey(i, _sql(k), k.sql(dialect="duckdb"), domain_sql, declared))
+    public_keys = bool(keys) and all(k.public for k in keys)
 
     b = _Builder(c)
     aggs: list[AggregateSpec] = []
@@ -345,7 +367,7 @@ def plan(
         iv = expression_interval(arg, scope, catalog)
         if iv is None:
             raise Unbounded(f"the argument of {label} is always NULL")
-        arg_sql = _sql(arg) if isinstance(arg, exp.Column) else _clamp_sql(_sql(arg), iv)
+        arg_sql = _clamp_sql(_sql(arg), iv)  # the argument itself is clamped: its interval holds for any data
         if name == "sum":
             mech = "discrete_laplace" if iv.integral else "laplace"
             sid = b.add(
@@ -356,14 +378,15 @@ def plan(
             continue
         a_label = arg.sql(dialect="duckdb")
         if name in ("avg", "var_samp", "var_pop", "stddev_samp", "stddev_pop"):
+            raw_arg = _sql(arg)  # clamping never changes NULL-ness, so the count reads the argument unclamped
             n_id = b.add(
-                ("count", arg_sql, filt_sql, False), kind="count", label=f"count({a_label})", arg=arg_sql,
+                ("count", raw_arg, filt_sql, False), kind="count", label=f"count({a_label})", arg=raw_arg,
                 filter=filt_sql, distinct=False, mechanism="discrete_laplace", sensitivity=Fraction(c), hidden=True,
             )  # fmt: skip
             s_id = b.add(
                 ("sum_c", arg_sql, filt_sql), kind="sum_centered", label=f"sum({a_label} - {_num(iv.mid)})",
                 arg=arg_sql, filter=filt_sql, distinct=False, mechanism="laplace", sensitivity=c * iv.half_width,
-                hidden=True, center=iv.mid,
+                hidden=True, center=iv.mid, count_arg=raw_arg,
             )  # fmt: skip
             ids: tuple[int, ...] = (n_id, s_id)
             if name != "avg":

@@ -142,8 +142,14 @@ def postprocess_sql(plan: QueryPlan) -> PostProcess:
     tree = plan.analysis.tree
     agg_cols = {a.sql: f"__a{a.index}" for a in plan.aggregates}
     key_cols = {k.sql: f"__k{k.index}" for k in plan.keys}
+    group = tree.args.get("group")
+    key_nodes = list(group.expressions) if group is not None else []
+
+    root_types = (exp.AggFunc, exp.Anonymous, exp.Filter, exp.WithinGroup, *{type(k) for k in key_nodes})
 
     def sub(node: exp.Expression) -> exp.Expression:
+        if not isinstance(node, root_types):
+            return node
         s = node.sql(dialect="duckdb")
         if s in agg_cols:
             return exp.column(agg_cols[s])

@@ -1,9 +1,10 @@
 """Pass 3: turn a :class:`~veil.proxy.plan.QueryPlan` into the engine SQL that computes raw statistics.
 
-Only SQL generated here (from the validated, qualified tree) reaches the engine. The private
-table is replaced by ``source_sql`` — a clamping projection of the table (row-level privacy) or
-the bounded copy (user-level privacy, see :mod:`veil.proxy.bounding`). HAVING, ORDER BY, LIMIT and
-DISTINCT are removed: they run later as post-processing over the noisy answers.
+Only SQL generated here (from the validated, qualified tree) reaches the engine. For user-level
+tables the private table is replaced by ``source_sql``, the bounded copy (see
+:mod:`veil.proxy.bounding`); row-level tables are read directly (aggregate arguments are clamped in
+the generated SQL). HAVING, ORDER BY, LIMIT and DISTINCT are removed: they run later as
+post-processing over the noisy answers.
 
 >>> clamp_projection({"age": (17, 90)}, ["sex"], "adult")
 'SELECT CASE WHEN "age" < 17 THEN 17 WHEN "age" > 90 THEN 90 ELSE "age" END AS "age", "sex" FROM "adult"'
@@ -11,6 +12,7 @@ DISTINCT are removed: they run later as post-processing over the noisy answers.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -58,30 +60,35 @@ def _quantities(stat: Statistic) -> list[str]:
     if stat.kind == "sum":
         return [f"SUM({stat.arg}){filt}"]
     if stat.kind == "sum_centered":
-        return [f"SUM({stat.arg}){filt}", f"COUNT({stat.arg}){filt}"]
+        return [f"SUM({stat.arg}){filt}", f"COUNT({stat.count_arg or stat.arg}){filt}"]
     if stat.kind == "sumsq_centered":
         c = _lit(stat.center)
         return [f"SUM((({stat.arg}) - {c}) * (({stat.arg}) - {c})){filt}"]
     raise InternalError(f"no raw quantity for statistic kind {stat.kind!r}")
 
 
-def _with_source(tree: exp.Select, table: str, source_sql: str) -> exp.Select:
-    out = tree.copy()
-    source = sqlglot.parse_one(source_sql, read="duckdb")
-    for t in list(out.find_all(exp.Table)):
-        if t.name == table and not t.args.get("db"):
-            alias = t.alias_or_name
-            t.replace(exp.Subquery(this=source.copy(), alias=exp.TableAlias(this=exp.to_identifier(alias))))
-    for key in ("having", "order", "limit", "offset", "distinct"):
-        out.set(key, None)
-    return out
-
-
-def rewrite(plan: QueryPlan, source_sql: str) -> EngineQueries:
-    """Engine SQL for ``plan``, reading the private table through ``source_sql``."""
+def _template(plan: QueryPlan, source_sql: str | None) -> tuple[str, str]:
+    """The query's FROM/WHERE/GROUP BY as SQL text with a placeholder select list: (sql, placeholder)."""
     table = plan.analysis.private_table
-    assert table is not None
-    base = _with_source(plan.analysis.tree, table, source_sql)
+    tree = plan.analysis.tree.copy()
+    marker = f"__veil_cols_{secrets.token_hex(4)}"
+    tree.set("expressions", [exp.column(marker)])
+    for key in ("having", "order", "limit", "offset", "distinct"):
+        tree.set(key, None)
+    src_marker = f"__veil_src_{secrets.token_hex(4)}"
+    if source_sql is not None:
+        for t in tree.find_all(exp.Table):
+            if t.name == table:
+                t.set("this", exp.to_identifier(src_marker))
+    sql = tree.sql(dialect="duckdb")
+    if source_sql is not None:
+        sql = sql.replace(src_marker, f"({source_sql})")
+    return sql, marker
+
+
+def rewrite(plan: QueryPlan, source_sql: str | None) -> EngineQueries:
+    """Engine SQL for ``plan``; ``source_sql`` (if given) replaces the private table."""
+    template, marker = _template(plan, source_sql)
     quantities: list[str] = []
     stat_inputs: dict[int, tuple[int, ...]] = {}
     grids: list[tuple[int, str]] = []
@@ -89,14 +96,7 @@ def rewrite(plan: QueryPlan, source_sql: str) -> EngineQueries:
     key_cols = [f"{k} AS __k{i}" for i, k in enumerate(key_sql)]
     for stat in plan.statistics:
         if stat.kind == "grid":
-            g = base.copy()
-            b = f"CAST(ROUND((({stat.arg}) - {_lit(stat.grid_lo)}) / {_lit(stat.grid_step)}) AS BIGINT)"
-            cond = f"({stat.arg}) IS NOT NULL" + (f" AND ({stat.filter})" if stat.filter else "")
-            g.set("expressions", [sqlglot.parse_one(s, read="duckdb") for s in [*key_cols, f"{b} AS __b", "COUNT(*) AS __n"]])
-            g = g.where(cond, dialect="duckdb", copy=False)
-            g.set("group", None)
-            g = g.group_by(*key_sql, b, dialect="duckdb", copy=False)
-            grids.append((stat.id, g.sql(dialect="duckdb")))
+            grids.append((stat.id, _grid_sql(plan, source_sql, stat, key_sql, key_cols)))
             continue
         idx = []
         for q in _quantities(stat):
@@ -106,8 +106,25 @@ def rewrite(plan: QueryPlan, source_sql: str) -> EngineQueries:
         stat_inputs[stat.id] = tuple(idx)
     main = ""
     if quantities:
-        m = base.copy()
         cols = [*key_cols, *(f"{q} AS __q{i}" for i, q in enumerate(quantities))]
-        m.set("expressions", [sqlglot.parse_one(s, read="duckdb") for s in cols])
-        main = m.sql(dialect="duckdb")
+        main = template.replace(marker, ", ".join(cols), 1)
     return EngineQueries(main, tuple(quantities), stat_inputs, tuple(grids), len(plan.keys))
+
+
+def _grid_sql(plan: QueryPlan, source_sql: str | None, stat: Statistic, key_sql: list[str], key_cols: list[str]) -> str:
+    table = plan.analysis.private_table
+    g = plan.analysis.tree.copy()
+    for key in ("having", "order", "limit", "offset", "distinct"):
+        g.set(key, None)
+    if source_sql is not None:
+        src = sqlglot.parse_one(source_sql, read="duckdb")
+        for t in list(g.find_all(exp.Table)):
+            if t.name == table:
+                t.replace(exp.Subquery(this=src.copy(), alias=exp.TableAlias(this=exp.to_identifier(t.alias_or_name))))
+    b = f"CAST(ROUND((({stat.arg}) - {_lit(stat.grid_lo)}) / {_lit(stat.grid_step)}) AS BIGINT)"
+    cond = f"({stat.arg}) IS NOT NULL" + (f" AND ({stat.filter})" if stat.filter else "")
+    g.set("expressions", [sqlglot.parse_one(s, read="duckdb") for s in [*key_cols, f"{b} AS __b", "COUNT(*) AS __n"]])
+    g = g.where(cond, dialect="duckdb", copy=False)
+    g.set("group", None)
+    g = g.group_by(*key_sql, b, dialect="duckdb", copy=False)
+    return g.sql(dialect="duckdb")

@@ -1,0 +1,177 @@
+"""Veil's query-path overhead vs raw DuckDB on the same sandboxed connection, interleaved in one process.
+
+Four queries (COUNT(*), AVG(income), state GROUP BY, sex × diagnosis GROUP BY) on a synthetic table
+of 100,000 and 1,000,000 rows (user_id with ~4 rows per user, age 18–90, income 0–200,000, sex,
+50 states, 10 diagnoses), row-level and user-level privacy (max_rows_per_unit 5). Every timed query
+differs (a varying WHERE bound) so the answer cache cannot hide the cost; each Veil answer includes
+its durable ledger write (SQLite WAL, synchronous=FULL). Writes the "proxy" section of
+docs/benchmarks.md.
+
+Run: ``.venv/bin/python -m bench.proxy_overhead [--rows 100000 1000000] [--reps 15]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from bench._report import write_section
+from veil import warehouse
+from veil.policy import load_policy
+from veil.proxy.answer import QuerySession
+
+STATES = [f"S{i:02d}" for i in range(50)]
+DIAGNOSES = [f"D{i}" for i in range(10)]
+
+POLICY = """\
+[database]
+path = "bench.duckdb"
+[ledger]
+path = "ledger.sqlite"
+[defaults]
+epsilon_per_query = 0.001
+[tables.people_row]
+privacy_unit = "row"
+[tables.people_row.columns]
+{cols}
+[tables.people_user]
+privacy_unit = "user_id"
+max_rows_per_unit = 5
+[tables.people_user.columns]
+user_id = {{ type = "int" }}
+{cols}
+[analysts.bench]
+epsilon = 1000000000.0
+"""
+
+COLS = f"""age = {{ type = "int", lower = 18, upper = 90 }}
+income = {{ type = "float", lower = 0, upper = 200000 }}
+sex = {{ type = "category", values = ["F", "M"] }}
+state = {{ type = "category", values = {STATES!r} }}
+diagnosis = {{ type = "category", values = {DIAGNOSES!r} }}
+""".replace("'", '"')
+
+QUERIES = {
+    "COUNT(*)": "SELECT COUNT(*) FROM {t} WHERE income >= {b}",
+    "AVG(income)": "SELECT AVG(income) FROM {t} WHERE income >= {b}",
+    "state GROUP BY": "SELECT state, COUNT(*), AVG(income) FROM {t} WHERE income >= {b} GROUP BY state",
+    "sex×diagnosis GROUP BY": "SELECT sex, diagnosis, COUNT(*) FROM {t} WHERE income >= {b} GROUP BY sex, diagnosis",
+}
+
+
+def make_frame(n: int, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    users = max(n // 4, 1)
+    return pd.DataFrame(
+        {
+            "user_id": rng.integers(0, users, n),
+            "age": rng.integers(18, 91, n),
+            "income": np.round(rng.gamma(2.0, 25000.0, n).clip(0, 200000), 2),
+            "sex": rng.choice(["F", "M"], n),
+            "state": rng.choice(STATES, n),
+            "diagnosis": rng.choice(DIAGNOSES, n),
+        }
+    )
+
+
+def _median_ms(xs: list[float]) -> float:
+    return statistics.median(xs) * 1000
+
+
+def run(rows: int, reps: int, folder: Path) -> list[dict[str, object]]:
+    (folder / "policy.toml").write_text(POLICY.format(cols=COLS), encoding="utf-8")
+    policy = load_policy(folder / "policy.toml")
+    df = make_frame(rows)
+    warehouse.write_table(policy, "people_row", df.drop(columns=["user_id"]), replace=True)
+    warehouse.write_table(policy, "people_user", df, replace=True)
+    out = []
+    with QuerySession(policy, "bench") as session:
+        for table, level in (("people_row", "row"), ("people_user", "user")):
+            for name, tmpl in QUERIES.items():
+                session.execute(tmpl.format(t=table, b=-1))  # warm-up (builds the bounded copy once)
+                cur = warehouse.reader(policy).cursor()
+                cur.execute(tmpl.format(t=table, b=-2)).fetchall()
+                raw_t, veil_t, plan_t = [], [], []
+                for i in range(reps):
+                    sql = tmpl.format(t=table, b=i)
+                    t0 = time.perf_counter()
+                    cur.execute(sql).fetchall()
+                    t1 = time.perf_counter()
+                    session.execute(sql)
+                    t2 = time.perf_counter()
+                    session._plan(tmpl.format(t=table, b=reps + i), None)
+                    t3 = time.perf_counter()
+                    raw_t.append(t1 - t0)
+                    veil_t.append(t2 - t1)
+                    plan_t.append(t3 - t2)
+                cur.close()
+                raw, vl = _median_ms(raw_t), _median_ms(veil_t)
+                out.append(
+                    {
+                        "rows": rows,
+                        "privacy": level,
+                        "query": name,
+                        "raw_ms": raw,
+                        "veil_ms": vl,
+                        "ratio": vl / raw,
+                        "added_ms": vl - raw,
+                        "parse_plan_ms": _median_ms(plan_t),
+                    }
+                )
+                print(out[-1], flush=True)
+    return out
+
+
+def to_markdown(results: list[dict[str, object]], reps: int) -> str:
+    lines = [
+        "## proxy: Veil query overhead vs raw DuckDB",
+        "",
+        f"Median of {reps} interleaved runs per cell, each query with a different WHERE bound (no cache hits); "
+        "Veil time includes parse, plan, ledger reservation and durable release write (SQLite WAL, "
+        "synchronous=FULL), noise and post-processing. Raw = the same SQL on the same sandboxed DuckDB "
+        "connection. DuckDB threads: default (2). Absolute times drift up to 3× on this shared 2-core host; "
+        "ratios matter.",
+        "",
+        "| rows | privacy | query | raw ms | Veil ms | Veil/raw | added ms | parse+plan ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['rows']:,} | {r['privacy']} | {r['query']} | {r['raw_ms']:.2f} | {r['veil_ms']:.2f} | "
+            f"{r['ratio']:.2f}× | {r['added_ms']:.2f} | {r['parse_plan_ms']:.2f} |"
+        )
+    lines += [
+        "",
+        "Targets at 1M rows (issue 3): GROUP BY ≤ 1.5× raw (row-level), ≤ 3× (user-level); COUNT/AVG ≤ 5 ms added; "
+        "parse+plan ≤ 2 ms median. Peers on the same queries and machine type (../shared/notes/peers.md): "
+        "SmartNoise SQL 2.5–83× raw (row-level), 20–480× (user-level); Qrlew 28–744×.",
+        "User-level bounding is a bounded copy built once per table version (not timed above: it is built in the "
+        "warm-up query), so a user-level query reads a smaller, pre-clamped table.",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--no-write", action="store_true", help="print only; do not touch docs/benchmarks.md")
+    args = ap.parse_args()
+    results = []
+    for n in args.rows:
+        with tempfile.TemporaryDirectory() as d:
+            results += run(n, args.reps, Path(d))
+    md = to_markdown(results, args.reps)
+    print(md)
+    if not args.no_write:
+        write_section("proxy", md)
+
+
+if __name__ == "__main__":
+    main()
