@@ -123,3 +123,13 @@ def test_context_errors(adult) -> None:
         get_generator("ml_copy")().run(adult, Context(columns=COLS))
     with pytest.raises(InputError, match="needs public bounds"):
         get_generator("dp_microagg_laplace")().run(adult, Context(columns=COLS))
+
+
+def test_every_method_and_parameter_is_documented() -> None:
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "sdc.md").read_text(encoding="utf-8")
+    for name in generator_names(lambda c: c.family == "sdc"):
+        assert f"`{name}`" in doc, name
+        for p in get_generator(name).params:
+            assert f"`{p.name}`" in doc, (name, p.name)

@@ -44,7 +44,9 @@ def _context(policy: Any, table: str, columns: list[str], target: str | None, se
 @publish.command("sdc")
 @policy_option
 @click.option("--table", required=True, help="Source table.")
-@click.option("--method", required=True, help="Sanitiser name (see `veil compare --help` or docs/sdc.md).")
+@click.option("--method", required=True,
+              help="Sanitiser: noise_addition, microagg_mdav, microagg_dbscan, rank_swapping, dp_microagg_laplace, "
+                   "dp_microagg_exponential, gan, ml_copy (docs/sdc.md).")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Method parameter (repeatable).")
 @click.option("--columns", required=True, help="Comma-separated numeric columns to protect.")
 @click.option("--target", default=None, help="Label column: copied, synthesised or used for training (and for DR).")
