@@ -88,3 +88,38 @@ def test_describe_without_charge(policy: Policy) -> None:
         assert s.budget().spent == 0
     assert [(c.name, c.sql_type) for c in cols] == [("sex", "text"), ("n", "bigint"), ("a", "double"),
                                                      ("MAX(age)", "bigint")]  # fmt: skip
+
+
+def test_private_groups_below_threshold_are_not_released(policy: Policy) -> None:
+    with QuerySession(policy, "alice", noise_off_for_tests=True) as s:
+        ex = s.explain("SELECT age, COUNT(*) FROM people GROUP BY age", epsilon=1)
+        ans = s.execute("SELECT age, COUNT(*) FROM people GROUP BY age", epsilon=1)
+    # τ = c + ⌈b·ln(c/δ)⌉ with c = 1, b = 1/ε = 1, δ = 1e-6
+    assert ex.partition_threshold == 1 + 14 and ex.partition_delta == 1e-6
+    assert ans.rows and all(n >= ex.partition_threshold for _, n in ans.rows)
+    with QuerySession(policy, "alice", noise_off_for_tests=True) as s:
+        tiny = s.execute("SELECT age, COUNT(*) FROM people WHERE age = 40 AND income < 5000 GROUP BY age", epsilon=1)
+    assert tiny.rows == ()  # a handful of rows never forms a released group
+
+
+def test_concurrent_sessions_charge_exactly(policy: Policy) -> None:
+    import threading
+
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            with QuerySession(policy, "alice") as s:
+                for i in range(5):
+                    s.execute(f"SELECT COUNT(*) FROM people WHERE age > {k * 10 + i}", epsilon=Fraction(1, 7))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    with QuerySession(policy, "alice") as s:
+        assert s.budget().spent == Fraction(20, 7)
