@@ -139,7 +139,69 @@ def run_dataset(data: dict[str, Any], runs: int, sampler: str) -> tuple[str, dic
         "|---|---|---|---|---|---|---|---|---|---|",
         *rows,
     ])
-    return table, {"train_seconds": train_s, "raw": raw}
+    noisy_med = [_q([m["epsilon_data_dependent"] for m in raw[r]])[0] for r in RHOS if r is not None]
+    noisy_iqr = [_q([m["epsilon_data_dependent"] for m in raw[r]])[1] for r in RHOS if r is not None]
+    clean_med, clean_iqr = _q([m["epsilon_data_dependent"] for m in raw[None]])
+    return table, {"train_seconds": train_s, "noisy_med": (min(noisy_med), max(noisy_med)),
+                   "noisy_iqr_max": max(noisy_iqr), "clean_med": clean_med, "clean_iqr": clean_iqr,
+                   "grid_max": max(m["epsilon_data_dependent"] for r in RHOS for m in raw[r])}
+
+
+def findings(stats: dict[str, dict[str, Any]], grid: float) -> str:
+    lines = ["Findings against the paper's Table 1:", ""]
+    for key, st in stats.items():
+        lo, hi = st["noisy_med"]
+        lines.append(
+            f"- {key}: noisy students raise the median data-dependent ε to {lo:.2f}–{hi:.2f}, "
+            f"{lo / st['clean_med']:.1f}–{hi / st['clean_med']:.1f}× the no-noise median {st['clean_med']:.2f} "
+            f"(paper: ≈ 3.4×, 20.41 vs 5.96); IQR ≤ {st['noisy_iqr_max']:.2f} with student noise "
+            f"(paper ≤ 0.32) and {st['clean_iqr']:.2f} without (paper 13.15). Largest single-run ε_dep "
+            f"{st['grid_max']:.2f} (grid bound {grid:.2f})."
+        )
+    lines += [
+        "",
+        "The direction of the paper's finding holds (privatising the student's records raises the data-dependent "
+        "ε, and student accuracy stays near the no-noise level once ρ is moderate) but not its extremes: our noisy "
+        "medians stay well below the data-independent bound, and the no-noise runs do not show the paper's "
+        "high variance. Our teachers are linear models on binary tasks; on noised inputs they still mostly "
+        "agree with each other (though often on the wrong class: see the ensemble accuracy before aggregation "
+        "noise), so the vote gaps, and hence ε_dep, stay moderate and stable; the paper's ECG teachers "
+        "(MLPs, 5 classes) split on noisy inputs, which drives ε_dep to the bound. The ensemble accuracy drop "
+        "caused by the local noise is far larger here than the paper's 4–5%: Lap(1/ρ) on features scaled to "
+        "[0, 1] has a standard deviation of 1.4–14.",
+    ]
+    return "\n".join(lines)
+
+
+def cli_path_timing() -> str:
+    """``publish_pate`` on all of Adult through a policy and the warehouse, production noise sampler."""
+    import tempfile
+    from pathlib import Path
+
+    from veil.generators.pate import publish_pate
+    from veil.policy import load_policy
+    from veil.warehouse import write_table
+
+    cols = [f'{n} = {{ type = "int", lower = {lo}, upper = {hi} }}' for n, (lo, hi) in ADULT_NUMERIC.items()]
+    cols += [f"{n} = {{ type = \"category\", values = {list(v)!r} }}".replace("'", '"')
+             for n, v in ADULT_CATEGORIES.items()]
+    cols.append('income = { type = "category", values = ["<=50K", ">50K"] }')
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "policy.toml"
+        path.write_text("[tables.adult.columns]\n" + "\n".join(cols) + "\n", encoding="utf-8")
+        policy = load_policy(path)
+        write_table(policy, "adult", load_adult("train"), replace=True)
+        t0 = time.perf_counter()
+        pub = publish_pate(policy, table="adult", label="income", output_model=Path(tmp) / "student.pt",
+                           config=PateConfig(teachers=TEACHERS, gamma=GAMMA, queries=QUERIES, rho=0.5, delta=DELTA),
+                           validation=5000, progress=True)
+        total = time.perf_counter() - t0
+    m = pub.result.metrics
+    return (f"Production path (`publish_pate`, what `veil publish pate` runs): all of adult.data in the warehouse, "
+            f"{QUERIES} + 5000 rows held out for the student, {TEACHERS} teachers trained in "
+            f"**{m['teacher_train_seconds']:.1f} s**, whole publication (read, train, OpenDP CSPRNG noise, student, "
+            f"release record, model file) **{total:.1f} s**; ρ = 0.5: student accuracy {m['student_accuracy']:.3f}, "
+            f"ε charged {m['epsilon_data_independent']:.4f} (δ = {DELTA:g}), ε_dep {m['epsilon_data_dependent']:.2f}.")
 
 
 def main() -> None:
@@ -179,11 +241,14 @@ def main() -> None:
         "",
     ]
     loaders = {"adult": adult_data, "mnist": mnist_data}
+    stats = {}
     for key in ("adult", "mnist"):
         if args.only and key != args.only:
             continue
-        table, _ = run_dataset(loaders[key](), args.runs, args.sampler)
+        table, stats[{"adult": "Adult", "mnist": "MNIST 3-vs-5"}[key]] = run_dataset(loaders[key](), args.runs,
+                                                                                      args.sampler)
         parts += [table, ""]
+    parts += [findings(stats, grid.epsilon), "", cli_path_timing(), ""]
     parts.append(f"Total wall time {time.perf_counter() - start:.0f} s on the 2-core shared host (other agents "
                  f"running; timings drift up to 3×), torch.set_num_threads(1).")
     write_section("pate", "\n".join(parts))

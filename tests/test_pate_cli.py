@@ -101,3 +101,12 @@ def test_audit_pate_votes_mismatch(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["audit", "pate", "--gamma", "0.05", "--delta", "1e-5", "--queries", "10",
                                       "--votes", str(votes)])
     assert result.exit_code == 2 and "vote file has 50 rows" in result.output
+
+
+def test_every_pate_option_is_documented() -> None:
+    from veil.cli.pate import audit_pate_command, publish_pate_command
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "pate.md").read_text(encoding="utf-8")
+    options = [o for cmd in (publish_pate_command, audit_pate_command) for p in cmd.params for o in p.opts]
+    missing = [o for o in options if o.startswith("--") and o not in doc]
+    assert missing == []
