@@ -282,7 +282,7 @@ class VeilSession(BaseSession):
             return self._session_statement(r, describe)
         if kind == "show":
             return await self._show(r)
-        sql = bind_parameters(r.sql, params, oids, r.tokens) if r.has_parameters else r.sql
+        sql = bind_parameters(r.sql, params, oids, r.tokens, self.server.numeric_names) if r.has_parameters else r.sql
         if kind == "explain":
             return await self._explain(r, sql)
         if kind == "system":
@@ -704,6 +704,9 @@ class VeilServer(PgServer):
         self.credentials = credentials or CredentialStore(policy.ledger_path)
         self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="veil-serve")
         self.schema = catalog.policy_schema(policy)
+        self.numeric_names = frozenset(
+            c.lower() for t in policy.tables.values() for c, spec in t.columns.items() if spec.type in ("int", "float")
+        )
         self.private_names = frozenset(
             {t.lower() for t in policy.tables} | {c.lower() for t in policy.tables.values() for c in t.columns}
         )

@@ -97,9 +97,38 @@ def _classify(sql: str, tokens: Sequence[Token], private_names: frozenset[str]) 
     return "query" if has_from else "system"
 
 
+def _expand_commands(sql: str, tokens: list[Token]) -> list[Token] | None:
+    """sqlglot tokenizes ``EXPLAIN <rest>`` as COMMAND + one STRING; tokenize ``<rest>`` too."""
+    out: list[Token] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        out.append(tok)
+        if (
+            tok.token_type == TokenType.COMMAND
+            and tok.text.upper() == "EXPLAIN"
+            and i + 1 < len(tokens)
+            and tokens[i + 1].token_type == TokenType.STRING
+        ):
+            start, end = tok.end + 1, tokens[i + 1].end + 1
+            inner = _tokenize(sql[start:end])
+            if inner is None:
+                return None
+            out.extend(
+                Token(t.token_type, t.text, line=t.line, col=t.col, start=t.start + start, end=t.end + start, comments=t.comments)
+                for t in inner
+            )
+            i += 2
+            continue
+        i += 1
+    return out
+
+
 def split(sql: str, private_names: frozenset[str] = frozenset()) -> list[Route]:
     """Split a simple-query string into routed statements (empty ones dropped unless all are)."""
     tokens = _tokenize(sql)
+    if tokens is not None and any(t.token_type == TokenType.COMMAND for t in tokens):
+        tokens = _expand_commands(sql, tokens)
     if tokens is None:  # e.g. an unterminated string: let the query path report the position
         return [Route("query", sql.strip())]
     routes: list[Route] = []
@@ -154,13 +183,44 @@ def literal(value: object, oid: int | None) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+_COMPARISON = {
+    TokenType.EQ,
+    TokenType.NEQ,
+    TokenType.GT,
+    TokenType.GTE,
+    TokenType.LT,
+    TokenType.LTE,
+    TokenType.PLUS,
+    TokenType.DASH,
+    TokenType.STAR,
+    TokenType.SLASH,
+    TokenType.BETWEEN,
+    TokenType.AND,
+}
+
+
+def _numeric_context(toks: Sequence[Token], i: int, numeric_names: frozenset[str]) -> bool:
+    """Whether the placeholder at ``toks[i]`` is compared with a numeric column (``age > $1``,
+    ``age BETWEEN $1 AND $2``): what PostgreSQL's type inference would conclude for an
+    untyped parameter."""
+    j = i - 1
+    while j >= 0 and toks[j].token_type in _COMPARISON | {TokenType.NUMBER, TokenType.PARAMETER}:
+        j -= 1
+    return j >= 0 and j < i - 1 and toks[j].text.lower() in numeric_names
+
+
 def bind_parameters(
     sql: str,
     params: Sequence[object] | None,
     param_oids: Sequence[int | None] = (),
     tokens: Sequence[Token] | None = None,
+    numeric_names: frozenset[str] = frozenset(),
 ) -> str:
-    """Inline ``$n`` placeholders as typed literals; ``params=None`` binds NULLs (for Describe)."""
+    """Inline ``$n`` placeholders as typed literals; ``params=None`` binds NULLs (for Describe).
+
+    An untyped parameter (OID 0) that looks like a number and is compared with a column named
+    in ``numeric_names`` becomes a number, as PostgreSQL would infer; otherwise a string.
+    """
     toks = list(tokens) if tokens is not None else _tokenize(sql)
     if not toks:
         return sql
@@ -180,7 +240,15 @@ def bind_parameters(
             raise InputError(f"the query uses ${index + 1} but {len(params)} parameter(s) were bound")
         else:
             oid = param_oids[index] if index < len(param_oids) else None
-            lit = literal(params[index], oid)
+            value = params[index]
+            if (
+                oid is None
+                and isinstance(value, str)
+                and _NUMBER_RE.match(value.strip())
+                and _numeric_context(toks, i, numeric_names)
+            ):
+                oid = 701
+            lit = literal(value, oid)
         out.append(sql[pos : tok.start - base])
         out.append(lit)
         pos = nxt.end + 1 - base

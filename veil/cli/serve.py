@@ -1,0 +1,111 @@
+"""``veil serve`` (the PostgreSQL wire endpoint) and ``veil analyst add`` (analyst logins)."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import sys
+from pathlib import Path
+
+import click
+
+from veil.cli._common import cli, policy_option, run_guarded
+from veil.errors import InputError
+from veil.policy import load_policy
+
+__all__ = ["analyst", "serve_command"]
+
+
+def _is_loopback_host(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        try:
+            return all(ipaddress.ip_address(a[4][0]).is_loopback for a in socket.getaddrinfo(host, None))
+        except OSError:
+            return False
+
+
+@cli.command("serve")
+@policy_option
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=6432, show_default=True, type=click.IntRange(0, 65535), help="TCP port (0: any free).")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="PEM certificate.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="PEM private key.")
+@click.option(
+    "--allow-plaintext",
+    is_flag=True,
+    help="Accept unencrypted connections from non-loopback addresses (trusted networks only).",
+)
+@run_guarded
+def serve_command(
+    policy_path: Path, host: str, port: int, tls_cert: Path | None, tls_key: Path | None, allow_plaintext: bool
+) -> None:
+    """Serve analysts' SQL clients (psql, psycopg, JDBC, DBeaver) over the PostgreSQL protocol.
+
+    Analysts log in with the password set by `veil analyst add`; each query is answered with
+    differential privacy and charged to the analyst's budget.
+    """
+    from veil.proxy.credentials import CredentialStore
+    from veil.proxy.server import make_ssl_context, serve
+
+    policy = load_policy(policy_path)
+    if (tls_cert is None) != (tls_key is None):
+        raise InputError("--tls-cert and --tls-key go together", hint="Pass both PEM files, or neither")
+    ssl_context = make_ssl_context(tls_cert, tls_key) if tls_cert and tls_key else None
+    logins = [a for a in CredentialStore(policy.ledger_path).analysts() if a in policy.analysts]
+    if not logins:
+        click.echo("warning: no analyst can log in yet; run `veil analyst add --policy ... <name>`", err=True)
+    if ssl_context is None and not allow_plaintext and not _is_loopback_host(host):
+        click.echo(
+            "warning: no TLS certificate, so connections from other machines will be refused "
+            "(pass --tls-cert/--tls-key, or --allow-plaintext on a trusted network)",
+            err=True,
+        )
+
+    def ready(bound: int) -> None:
+        tls = "TLS available" if ssl_context else "no TLS"
+        click.echo(f"veil serve: listening on {host}:{bound} ({tls}); analysts: {', '.join(logins) or 'none'}", err=True)
+        click.echo(f'  psql "postgresql://{logins[0] if logins else "<analyst>"}@{host}:{bound}/veil"', err=True)
+
+    serve(policy, host=host, port=port, ssl_context=ssl_context, allow_plaintext=allow_plaintext, ready=ready)
+
+
+@cli.group()
+def analyst() -> None:
+    """Analyst logins for `veil serve`."""
+
+
+@analyst.command("add")
+@policy_option
+@click.argument("name")
+@click.option("--password-stdin", is_flag=True, help="Read the password from the first line of stdin.")
+@run_guarded
+def analyst_add(policy_path: Path, name: str, password_stdin: bool) -> None:
+    """Set NAME's password for `veil serve` (stores a SCRAM-SHA-256 verifier, never the password).
+
+    NAME must be an analyst of the policy ([analysts.NAME]); running it again changes the password.
+    """
+    from veil.proxy.credentials import CredentialStore
+
+    policy = load_policy(policy_path)
+    policy.analyst(name)  # PolicyError with a suggestion if unknown
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = click.prompt(f"Password for {name}", hide_input=True, confirmation_prompt=True)
+    CredentialStore(policy.ledger_path).set_password(name, password)
+    click.echo(f"stored a SCRAM-SHA-256 verifier for {name} in {policy.ledger_path}", err=True)
+
+
+@analyst.command("remove")
+@policy_option
+@click.argument("name")
+@run_guarded
+def analyst_remove(policy_path: Path, name: str) -> None:
+    """Remove NAME's login (their budget and releases stay in the ledger)."""
+    from veil.proxy.credentials import CredentialStore
+
+    policy = load_policy(policy_path)
+    removed = CredentialStore(policy.ledger_path).remove(name)
+    click.echo(f"removed the login of {name}" if removed else f"{name} had no login", err=True)
