@@ -12,9 +12,11 @@ import numpy as np
 
 from veil.generators.kanon.generalise import QISpace
 
-__all__ = ["Scorer", "distinct_tuples"]
+__all__ = ["BoxSet", "Scorer", "distinct_tuples"]
 
 _GROUP_LIMIT = 4096
+#: QIs with at most this many codes get a (U, U·U) "grown box" table for BoxSet lookups.
+_GROW_LIMIT = 128
 
 
 def distinct_tuples(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -73,6 +75,21 @@ class Scorer:
             total = total + vecs[gi][keys[:, gi]]
         return total
 
+    def grow_tables(self) -> list[np.ndarray | None]:
+        """Per QI with at most ``_GROW_LIMIT`` codes: ``(U, U·U)`` NCP of box ``lo·U + hi`` widened to each code."""
+        if getattr(self, "_grow", None) is None:
+            grow: list[np.ndarray | None] = []
+            for j, table in enumerate(self.tables):
+                u = self.sizes[j]
+                if u > _GROW_LIMIT:
+                    grow.append(None)
+                    continue
+                v = np.arange(u)
+                grown = table[np.minimum(v[:, None, None], v[None, :, None]), np.maximum(v[:, None, None], v[None, None, :])]
+                grow.append(np.ascontiguousarray(grown.reshape(u, u * u)))
+            self._grow = grow
+        return self._grow
+
     def box_cost(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """NCP summed over QIs of boxes ``(..., Q)``."""
         total = self.tables[0][lo[..., 0], hi[..., 0]]
@@ -80,9 +97,46 @@ class Scorer:
             total = total + self.tables[j][lo[..., j], hi[..., j]]
         return total
 
-    def merged_cost(self, lo: np.ndarray, hi: np.ndarray, record: np.ndarray) -> np.ndarray:
-        """NCP summed over QIs of every box ``(C, Q)`` grown to include one record ``(Q,)``."""
-        total = self.tables[0][np.minimum(lo[:, 0], record[0]), np.maximum(hi[:, 0], record[0])]
-        for j in range(1, self.q):
-            total = total + self.tables[j][np.minimum(lo[:, j], record[j]), np.maximum(hi[:, j], record[j])]
+
+class BoxSet:
+    """Boxes of many clusters, scored against one record at a time with one ``take`` per QI.
+
+    For a QI with ``U`` codes, ``grow[v][lo * U + hi]`` is the NCP of box ``[lo, hi]`` widened to
+    code ``v``; boxes are kept QI-major and as flat ``lo * U + hi`` indices, so scoring all
+    clusters against a record is ``Q`` contiguous gathers.
+    """
+
+    def __init__(self, scorer: Scorer, lo: np.ndarray, hi: np.ndarray) -> None:
+        self.scorer = scorer
+        self.lo = np.ascontiguousarray(np.asarray(lo, dtype=np.int64).T)
+        self.hi = np.ascontiguousarray(np.asarray(hi, dtype=np.int64).T)
+        self.sizes = np.array(scorer.sizes, dtype=np.int64)
+        self.flat = self.lo * self.sizes[:, None] + self.hi
+        self.grow = scorer.grow_tables()
+        self._flat_tables = [t.ravel() for t in scorer.tables]
+
+    def merged_cost(self, record: np.ndarray) -> np.ndarray:
+        """NCP (summed over QIs) of every box widened to include ``record``."""
+        total = np.zeros(self.lo.shape[1])
+        for j, grow in enumerate(self.grow):
+            v = int(record[j])
+            if grow is not None:
+                total += grow[v].take(self.flat[j])
+            else:
+                idx = np.minimum(self.lo[j], v) * self.sizes[j] + np.maximum(self.hi[j], v)
+                total += self._flat_tables[j].take(idx)
         return total
+
+    def extend(self, c: int, record: np.ndarray) -> None:
+        """Widen box ``c`` to include ``record``."""
+        for j in range(self.lo.shape[0]):
+            v = int(record[j])
+            if v < self.lo[j, c]:
+                self.lo[j, c] = v
+            if v > self.hi[j, c]:
+                self.hi[j, c] = v
+            self.flat[j, c] = self.lo[j, c] * self.sizes[j] + self.hi[j, c]
+
+    def cost(self) -> np.ndarray:
+        """NCP (summed over QIs) of every box."""
+        return self.scorer.box_cost(self.lo.T, self.hi.T)

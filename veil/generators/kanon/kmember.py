@@ -22,7 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 from veil.errors import InputError
-from veil.generators.kanon._scoring import Scorer, distinct_tuples
+from veil.generators.kanon._scoring import BoxSet, Scorer, distinct_tuples
 from veil.generators.kanon.generalise import QISpace
 
 __all__ = ["kmember"]
@@ -106,16 +106,14 @@ def kmember(
 
     rest = ids[alive]
     if len(rest):
-        lo_all = np.array(box_lo)
-        hi_all = np.array(box_hi)
+        boxes = BoxSet(scorer, np.array(box_lo), np.array(box_hi))
         sizes = np.array(box_size, dtype=np.float64)
-        losses = scorer.box_cost(lo_all, hi_all) * sizes
+        losses = boxes.cost() * sizes
         for t in rest:
-            merged = scorer.merged_cost(lo_all, hi_all, uniq[t])
+            merged = boxes.merged_cost(uniq[t])
             c = int(np.argmin(merged * (sizes + weight[t]) - losses))
             tuple_label[t] = c
-            np.minimum(lo_all[c], uniq[t], out=lo_all[c])
-            np.maximum(hi_all[c], uniq[t], out=hi_all[c])
+            boxes.extend(c, uniq[t])
             sizes[c] += weight[t]
             losses[c] = merged[c] * sizes[c]
             if tick is not None:

@@ -43,16 +43,17 @@ class _Cutter:
     def __init__(self, space: QISpace, k: int, relaxed: bool, split: str) -> None:
         self.q = space.codes.shape[1]
         self.tables = [space.cost_table(j) for j in range(self.q)]
+        self.width = np.array([t.shape[0] for t in self.tables], dtype=np.int64)
+        self.offset = np.r_[0, np.cumsum(self.width**2)[:-1]].astype(np.int64)
+        self.flat = np.concatenate([t.ravel() for t in self.tables])
         self.numeric = [space.is_numeric(j) for j in range(self.q)]
         self.k = k
         self.relaxed = relaxed
         self.split = split
 
     def cost(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        total = self.tables[0][lo[..., 0], hi[..., 0]]
-        for j in range(1, self.q):
-            total = total + self.tables[j][lo[..., j], hi[..., j]]
-        return total
+        """Summed NCP of boxes ``(..., Q)``: one gather from the concatenated flat cost tables."""
+        return self.flat.take(lo * self.width + hi + self.offset).sum(axis=-1)
 
     # -------------------------------------------------------------- candidate cuts
     def numeric_cut(self, part: np.ndarray, order: np.ndarray, col: np.ndarray) -> tuple[float, np.ndarray] | None:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 import numpy as np
 
 from veil.errors import InputError
-from veil.generators.kanon._scoring import Scorer, distinct_tuples
+from veil.generators.kanon._scoring import BoxSet, Scorer, distinct_tuples
 from veil.generators.kanon.generalise import QISpace
 
 __all__ = ["oka"]
@@ -91,8 +91,7 @@ def oka(
 
     # ---- phase 1: seeds, then every remaining record (tuple by tuple) to its nearest cluster
     seed_rows = rng.choice(rows, size=n_seeds, replace=False)
-    lo = codes[seed_rows].copy()
-    hi = lo.copy()
+    boxes = BoxSet(scorer, codes[seed_rows], codes[seed_rows])
     row_label[seed_rows] = n_fixed + np.arange(n_seeds)
     pending = np.zeros(space.n, dtype=bool)
     pending[rows] = True
@@ -107,10 +106,9 @@ def oka(
     loss = np.zeros(n_seeds)
     for s, e in zip(starts, ends, strict=True):
         record = uniq[tuple_of[s]]
-        merged = scorer.merged_cost(lo, hi, record)
+        merged = boxes.merged_cost(record)
         c = int(np.argmin(merged * (size + (e - s)) - loss))
-        np.minimum(lo[c], record, out=lo[c])
-        np.maximum(hi[c], record, out=hi[c])
+        boxes.extend(c, record)
         size[c] += e - s
         loss[c] = merged[c] * size[c]
         row_label[pending_rows[s:e]] = n_fixed + c
@@ -143,17 +141,17 @@ def oka(
     for j in range(scorer.q):
         np.minimum.at(lo[:, j], local_kept, kept_codes[:, j])
         np.maximum.at(hi[:, j], local_kept, kept_codes[:, j])
+    boxes = BoxSet(scorer, lo, hi)
 
     # surplus records go to clusters still short of k first, then to the nearest cluster
     for r in surplus[rng.permutation(len(surplus))]:
         record = codes[r]
-        cost = scorer.merged_cost(lo, hi, record)
+        cost = boxes.merged_cost(record)
         short = sizes < k
         if short.any():
             cost = np.where(short, cost, np.inf)
         c = int(np.argmin(cost))
-        np.minimum(lo[c], record, out=lo[c])
-        np.maximum(hi[c], record, out=hi[c])
+        boxes.extend(c, record)
         sizes[c] += 1
         row_label[r] = n_fixed + c
 
@@ -176,10 +174,10 @@ def _join_nearest(scorer: Scorer, codes: np.ndarray, row_label: np.ndarray, loos
         members = codes[row_label == t]
         lo[i] = members.min(axis=0)
         hi[i] = members.max(axis=0)
+    boxes = BoxSet(scorer, lo, hi)
     for r in loose:
-        c = int(np.argmin(scorer.merged_cost(lo, hi, codes[r])))
-        np.minimum(lo[c], codes[r], out=lo[c])
-        np.maximum(hi[c], codes[r], out=hi[c])
+        c = int(np.argmin(boxes.merged_cost(codes[r])))
+        boxes.extend(c, codes[r])
         row_label[r] = targets[c]
 
 

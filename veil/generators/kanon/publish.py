@@ -137,6 +137,7 @@ def publish_kanon(
         "rows": len(result.table),
         "rows_dropped": result.rows_dropped,
         "seconds": result.seconds,
+        "cpu_seconds": result.cpu_seconds,
         "audit_seconds": audit_seconds,
         "total_seconds": total_seconds,
         "audit": report.as_dict(),
