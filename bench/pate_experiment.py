@@ -35,23 +35,65 @@ from veil.generators.pate import (
 from veil.mechanisms.pate_accounting import DEFAULT_ORDERS, data_independent_epsilon
 
 RHOS: tuple[float | None, ...] = (0.1, 0.3, 0.5, 0.7, 0.9, 1.0, None)
-PAPER_TABLE1 = {0.1: (20.36, 0.32), 0.3: (20.41, 0.00), 0.5: (20.41, 0.032), 0.7: (20.41, 0.00),
-                0.9: (20.41, 0.00), 1.0: (20.41, 0.00043), None: (5.96, 13.15)}
+PAPER_TABLE1 = {
+    0.1: (20.36, 0.32),
+    0.3: (20.41, 0.00),
+    0.5: (20.41, 0.032),
+    0.7: (20.41, 0.00),
+    0.9: (20.41, 0.00),
+    1.0: (20.41, 0.00043),
+    None: (5.96, 13.15),
+}
 GAMMA, QUERIES, DELTA, TEACHERS = 0.05, 1000, 1e-5, 250
-SAMPLERS = {"numpy": "veil.mechanisms.laplace with its seeded NumPy test sampler (same distribution)",
-            "opendp": "veil.mechanisms.laplace, OpenDP CSPRNG sampler"}
+SAMPLERS = {
+    "numpy": "veil.mechanisms.laplace with its seeded NumPy test sampler (same distribution)",
+    "opendp": "veil.mechanisms.laplace, OpenDP CSPRNG sampler",
+}
 
 # Declared (public) domains, as a curator would write them in the policy (bounds from adult.names).
-ADULT_NUMERIC = {"age": (17, 90), "education_num": (1, 16), "capital_gain": (0, 99999),
-                 "capital_loss": (0, 4356), "hours_per_week": (1, 99)}
+ADULT_NUMERIC = {
+    "age": (17, 90),
+    "education_num": (1, 16),
+    "capital_gain": (0, 99999),
+    "capital_loss": (0, 4356),
+    "hours_per_week": (1, 99),
+}
 ADULT_CATEGORIES = {
-    "workclass": ("Private", "Self-emp-not-inc", "Self-emp-inc", "Federal-gov", "Local-gov", "State-gov",
-                  "Without-pay", "Never-worked"),
-    "marital_status": ("Married-civ-spouse", "Divorced", "Never-married", "Separated", "Widowed",
-                       "Married-spouse-absent", "Married-AF-spouse"),
-    "occupation": ("Tech-support", "Craft-repair", "Other-service", "Sales", "Exec-managerial", "Prof-specialty",
-                   "Handlers-cleaners", "Machine-op-inspct", "Adm-clerical", "Farming-fishing",
-                   "Transport-moving", "Priv-house-serv", "Protective-serv", "Armed-Forces"),
+    "workclass": (
+        "Private",
+        "Self-emp-not-inc",
+        "Self-emp-inc",
+        "Federal-gov",
+        "Local-gov",
+        "State-gov",
+        "Without-pay",
+        "Never-worked",
+    ),
+    "marital_status": (
+        "Married-civ-spouse",
+        "Divorced",
+        "Never-married",
+        "Separated",
+        "Widowed",
+        "Married-spouse-absent",
+        "Married-AF-spouse",
+    ),
+    "occupation": (
+        "Tech-support",
+        "Craft-repair",
+        "Other-service",
+        "Sales",
+        "Exec-managerial",
+        "Prof-specialty",
+        "Handlers-cleaners",
+        "Machine-op-inspct",
+        "Adm-clerical",
+        "Farming-fishing",
+        "Transport-moving",
+        "Priv-house-serv",
+        "Protective-serv",
+        "Armed-Forces",
+    ),
     "relationship": ("Wife", "Own-child", "Husband", "Not-in-family", "Other-relative", "Unmarried"),
     "race": ("White", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other", "Black"),
     "sex": ("Female", "Male"),
@@ -65,11 +107,19 @@ def adult_data() -> dict[str, Any]:
     tr, te = load_adult("train"), load_adult("test")
     Xe, ye = enc.transform(te), (te["income"] == ">50K").to_numpy(int)
     n_val = 5000
-    return {"name": "Adult income (>50K positive)", "enc": enc, "classes": ("<=50K", ">50K"),
-            "Xt": enc.transform(tr), "yt": (tr["income"] == ">50K").to_numpy(int),
-            "Xs": Xe[:-n_val], "ys": ye[:-n_val], "Xv": Xe[-n_val:], "yv": ye[-n_val:],
-            "note": f"teachers: adult.data ({len(tr)} rows); student pool: adult.test minus the last "
-                    f"{n_val} rows ({len(te) - n_val}); validation: last {n_val} rows of adult.test"}
+    return {
+        "name": "Adult income (>50K positive)",
+        "enc": enc,
+        "classes": ("<=50K", ">50K"),
+        "Xt": enc.transform(tr),
+        "yt": (tr["income"] == ">50K").to_numpy(int),
+        "Xs": Xe[:-n_val],
+        "ys": ye[:-n_val],
+        "Xv": Xe[-n_val:],
+        "yv": ye[-n_val:],
+        "note": f"teachers: adult.data ({len(tr)} rows); student pool: adult.test minus the last "
+        f"{n_val} rows ({len(te) - n_val}); validation: last {n_val} rows of adult.test",
+    }
 
 
 def mnist_data() -> dict[str, Any]:
@@ -80,12 +130,19 @@ def mnist_data() -> dict[str, Any]:
     perm = rng.permutation(len(ye))
     n_val = 500
     v, s = perm[:n_val], perm[n_val:]
-    return {"name": "MNIST 3 vs 5 (5 positive)", "enc": enc, "classes": (3, 5),
-            "Xt": X.astype(np.float64), "yt": (y == 5).astype(int),
-            "Xs": Xe[s].astype(np.float64), "ys": (ye[s] == 5).astype(int),
-            "Xv": Xe[v].astype(np.float64), "yv": (ye[v] == 5).astype(int),
-            "note": f"teachers: all {len(y)} MNIST training 3s and 5s; student pool: {len(s)} MNIST test 3s/5s; "
-                    f"validation: {n_val} other test 3s/5s"}
+    return {
+        "name": "MNIST 3 vs 5 (5 positive)",
+        "enc": enc,
+        "classes": (3, 5),
+        "Xt": X.astype(np.float64),
+        "yt": (y == 5).astype(int),
+        "Xs": Xe[s].astype(np.float64),
+        "ys": (ye[s] == 5).astype(int),
+        "Xv": Xe[v].astype(np.float64),
+        "yv": (ye[v] == 5).astype(int),
+        "note": f"teachers: all {len(y)} MNIST training 3s and 5s; student pool: {len(s)} MNIST test 3s/5s; "
+        f"validation: {n_val} other test 3s/5s",
+    }
 
 
 def _q(values: list[float]) -> tuple[float, float]:
@@ -107,9 +164,20 @@ def run_dataset(data: dict[str, Any], runs: int, sampler: str) -> tuple[str, dic
         for run in range(runs):
             cfg = PateConfig(teachers=TEACHERS, gamma=GAMMA, queries=QUERIES, rho=rho, delta=DELTA, seed=100 + run)
             rng = np.random.default_rng(10_000 + run + int(1000 * (rho or 0))) if sampler == "numpy" else None
-            res = run_pate(data["Xt"], data["yt"], data["Xs"], data["Xv"], data["yv"], encoder=data["enc"],
-                           classes=data["classes"], config=cfg, y_student=data["ys"], ensemble=ens, rng=rng,
-                           progress=False)
+            res = run_pate(
+                data["Xt"],
+                data["yt"],
+                data["Xs"],
+                data["Xv"],
+                data["yv"],
+                encoder=data["enc"],
+                classes=data["classes"],
+                config=cfg,
+                y_student=data["ys"],
+                ensemble=ens,
+                rng=rng,
+                progress=False,
+            )
             ms.append(res.metrics)
         raw[rho] = ms
 
@@ -128,23 +196,30 @@ def run_dataset(data: dict[str, Any], runs: int, sampler: str) -> tuple[str, dic
         )
         print(rows[-1], flush=True)
     m0 = raw[None][0]
-    table = "\n".join([
-        f"**{data['name']}** — {data['note']}. {TEACHERS} teachers, {m0['mean_shard_size']:.0f} rows each on "
-        f"average, trained in **{train_s:.1f} s** (one process, torch/BLAS 1 thread); clean-validation "
-        f"accuracy of the teacher plurality vote: {m0['ensemble_accuracy_clean_validation']:.3f}.",
-        "",
-        "| ρ | student LDP ε per record | ensemble acc. before agg. noise | after agg. noise "
-        "| student acc. median (IQR) | student TPR / TNR (median) | ε_dep median | ε_dep IQR "
-        "| paper ECG median | paper ECG IQR |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-        *rows,
-    ])
+    table = "\n".join(
+        [
+            f"**{data['name']}** — {data['note']}. {TEACHERS} teachers, {m0['mean_shard_size']:.0f} rows each on "
+            f"average, trained in **{train_s:.1f} s** (one process, torch/BLAS 1 thread); clean-validation "
+            f"accuracy of the teacher plurality vote: {m0['ensemble_accuracy_clean_validation']:.3f}.",
+            "",
+            "| ρ | student LDP ε per record | ensemble acc. before agg. noise | after agg. noise "
+            "| student acc. median (IQR) | student TPR / TNR (median) | ε_dep median | ε_dep IQR "
+            "| paper ECG median | paper ECG IQR |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
     noisy_med = [_q([m["epsilon_data_dependent"] for m in raw[r]])[0] for r in RHOS if r is not None]
     noisy_iqr = [_q([m["epsilon_data_dependent"] for m in raw[r]])[1] for r in RHOS if r is not None]
     clean_med, clean_iqr = _q([m["epsilon_data_dependent"] for m in raw[None]])
-    return table, {"train_seconds": train_s, "noisy_med": (min(noisy_med), max(noisy_med)),
-                   "noisy_iqr_max": max(noisy_iqr), "clean_med": clean_med, "clean_iqr": clean_iqr,
-                   "grid_max": max(m["epsilon_data_dependent"] for r in RHOS for m in raw[r])}
+    return table, {
+        "train_seconds": train_s,
+        "noisy_med": (min(noisy_med), max(noisy_med)),
+        "noisy_iqr_max": max(noisy_iqr),
+        "clean_med": clean_med,
+        "clean_iqr": clean_iqr,
+        "grid_max": max(m["epsilon_data_dependent"] for r in RHOS for m in raw[r]),
+    }
 
 
 def findings(stats: dict[str, dict[str, Any]], grid: float) -> str:
@@ -183,8 +258,7 @@ def cli_path_timing() -> str:
     from veil.warehouse import write_table
 
     cols = [f'{n} = {{ type = "int", lower = {lo}, upper = {hi} }}' for n, (lo, hi) in ADULT_NUMERIC.items()]
-    cols += [f"{n} = {{ type = \"category\", values = {list(v)!r} }}".replace("'", '"')
-             for n, v in ADULT_CATEGORIES.items()]
+    cols += [f'{n} = {{ type = "category", values = {list(v)!r} }}'.replace("'", '"') for n, v in ADULT_CATEGORIES.items()]
     cols.append('income = { type = "category", values = ["<=50K", ">50K"] }')
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "policy.toml"
@@ -192,16 +266,24 @@ def cli_path_timing() -> str:
         policy = load_policy(path)
         write_table(policy, "adult", load_adult("train"), replace=True)
         t0 = time.perf_counter()
-        pub = publish_pate(policy, table="adult", label="income", output_model=Path(tmp) / "student.pt",
-                           config=PateConfig(teachers=TEACHERS, gamma=GAMMA, queries=QUERIES, rho=0.5, delta=DELTA),
-                           validation=5000, progress=True)
+        pub = publish_pate(
+            policy,
+            table="adult",
+            label="income",
+            output_model=Path(tmp) / "student.pt",
+            config=PateConfig(teachers=TEACHERS, gamma=GAMMA, queries=QUERIES, rho=0.5, delta=DELTA),
+            validation=5000,
+            progress=True,
+        )
         total = time.perf_counter() - t0
     m = pub.result.metrics
-    return (f"Production path (`publish_pate`, what `veil publish pate` runs): all of adult.data in the warehouse, "
-            f"{QUERIES} + 5000 rows held out for the student, {TEACHERS} teachers trained in "
-            f"**{m['teacher_train_seconds']:.1f} s**, whole publication (read, train, OpenDP CSPRNG noise, student, "
-            f"release record, model file) **{total:.1f} s**; ρ = 0.5: student accuracy {m['student_accuracy']:.3f}, "
-            f"ε charged {m['epsilon_data_independent']:.4f} (δ = {DELTA:g}), ε_dep {m['epsilon_data_dependent']:.2f}.")
+    return (
+        f"Production path (`publish_pate`, what `veil publish pate` runs): all of adult.data in the warehouse, "
+        f"{QUERIES} + 5000 rows held out for the student, {TEACHERS} teachers trained in "
+        f"**{m['teacher_train_seconds']:.1f} s**, whole publication (read, train, OpenDP CSPRNG noise, student, "
+        f"release record, model file) **{total:.1f} s**; ρ = 0.5: student accuracy {m['student_accuracy']:.3f}, "
+        f"ε charged {m['epsilon_data_independent']:.4f} (δ = {DELTA:g}), ε_dep {m['epsilon_data_dependent']:.2f}."
+    )
 
 
 def main() -> None:
@@ -245,12 +327,13 @@ def main() -> None:
     for key in ("adult", "mnist"):
         if args.only and key != args.only:
             continue
-        table, stats[{"adult": "Adult", "mnist": "MNIST 3-vs-5"}[key]] = run_dataset(loaders[key](), args.runs,
-                                                                                      args.sampler)
+        table, stats[{"adult": "Adult", "mnist": "MNIST 3-vs-5"}[key]] = run_dataset(loaders[key](), args.runs, args.sampler)
         parts += [table, ""]
     parts += [findings(stats, grid.epsilon), "", cli_path_timing(), ""]
-    parts.append(f"Total wall time {time.perf_counter() - start:.0f} s on the 2-core shared host (other agents "
-                 f"running; timings drift up to 3×), torch.set_num_threads(1).")
+    parts.append(
+        f"Total wall time {time.perf_counter() - start:.0f} s on the 2-core shared host (other agents "
+        f"running; timings drift up to 3×), torch.set_num_threads(1)."
+    )
     write_section("pate", "\n".join(parts))
 
 

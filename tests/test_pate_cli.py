@@ -31,10 +31,36 @@ def policy_path(adult_policy: Callable[..., Path], tmp_path: Path) -> Path:
 
 def test_publish_and_audit_pate(policy_path: Path, tmp_path: Path) -> None:
     model, votes = tmp_path / "student.pt", tmp_path / "votes.npy"
-    args = ["publish", "pate", "--policy", str(policy_path), "--table", "adult", "--label", "income",
-            "--features", "age,education_num,hours_per_week,capital_gain,sex", "--teachers", "30",
-            "--gamma", "0.05", "--queries", "200", "--validation", "300", "--student-rho", "0.5",
-            "--delta", "1e-5", "--output-model", str(model), "--save-votes", str(votes), "--format", "json"]
+    args = [
+        "publish",
+        "pate",
+        "--policy",
+        str(policy_path),
+        "--table",
+        "adult",
+        "--label",
+        "income",
+        "--features",
+        "age,education_num,hours_per_week,capital_gain,sex",
+        "--teachers",
+        "30",
+        "--gamma",
+        "0.05",
+        "--queries",
+        "200",
+        "--validation",
+        "300",
+        "--student-rho",
+        "0.5",
+        "--delta",
+        "1e-5",
+        "--output-model",
+        str(model),
+        "--save-votes",
+        str(votes),
+        "--format",
+        "json",
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
@@ -59,8 +85,9 @@ def test_publish_and_audit_pate(policy_path: Path, tmp_path: Path) -> None:
 
     counts = np.load(votes)
     assert counts.shape == (200, 2) and np.all(counts.sum(axis=1) == 30)
-    audit = CliRunner().invoke(cli, ["audit", "pate", "--gamma", "0.05", "--delta", "1e-5", "--votes", str(votes),
-                                     "--format", "json"])
+    audit = CliRunner().invoke(
+        cli, ["audit", "pate", "--gamma", "0.05", "--delta", "1e-5", "--votes", str(votes), "--format", "json"]
+    )
     assert audit.exit_code == 0, audit.output
     report = json.loads(audit.stdout)
     dep = [b for b in report["bounds"] if b["bound"].startswith("data-dependent")]
@@ -86,8 +113,23 @@ def test_audit_pate_paper_figure_table_output() -> None:
 )
 def test_publish_pate_user_errors(policy_path: Path, tmp_path: Path, extra: list[str], message: str) -> None:
     model = tmp_path / "m.pt"
-    args = ["publish", "pate", "--policy", str(policy_path), "--table", "adult", "--label", "income",
-            "--teachers", "20", "--queries", "100", "--output-model", str(model), *extra]
+    args = [
+        "publish",
+        "pate",
+        "--policy",
+        str(policy_path),
+        "--table",
+        "adult",
+        "--label",
+        "income",
+        "--teachers",
+        "20",
+        "--queries",
+        "100",
+        "--output-model",
+        str(model),
+        *extra,
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2
     assert message in result.output
@@ -98,8 +140,9 @@ def test_publish_pate_user_errors(policy_path: Path, tmp_path: Path, extra: list
 def test_audit_pate_votes_mismatch(tmp_path: Path) -> None:
     votes = tmp_path / "v.npy"
     np.save(votes, np.tile([20, 10], (50, 1)))
-    result = CliRunner().invoke(cli, ["audit", "pate", "--gamma", "0.05", "--delta", "1e-5", "--queries", "10",
-                                      "--votes", str(votes)])
+    result = CliRunner().invoke(
+        cli, ["audit", "pate", "--gamma", "0.05", "--delta", "1e-5", "--queries", "10", "--votes", str(votes)]
+    )
     assert result.exit_code == 2 and "vote file has 50 rows" in result.output
 
 

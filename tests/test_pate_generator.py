@@ -73,12 +73,14 @@ def test_privatise_records_checks_and_l1() -> None:
 
 
 def test_ldp_guarantee_per_feature_and_record() -> None:
-    enc = FeatureEncoder((
-        FeatureSpec("age", "numeric", 17, 90),
-        FeatureSpec("hours", "numeric", 1, 99),
-        FeatureSpec("sex", "category", values=("Female", "Male")),
-        FeatureSpec("race", "category", values=("a", "b", "c", "d", "e")),
-    ))
+    enc = FeatureEncoder(
+        (
+            FeatureSpec("age", "numeric", 17, 90),
+            FeatureSpec("hours", "numeric", 1, 99),
+            FeatureSpec("sex", "category", values=("Female", "Male")),
+            FeatureSpec("race", "category", values=("a", "b", "c", "d", "e")),
+        )
+    )
     assert enc.width == 9 and enc.l1_diameter == 6
     g = ldp_guarantee(enc, 0.3)
     assert g["per_numeric_feature"] == 0.3
@@ -144,21 +146,43 @@ def adult_arrays(shared_data: Path) -> dict:
 
     tr, te = load_adult("train").head(6000), load_adult("test").head(2000)
     cats = ("workclass", "marital_status", "occupation", "relationship", "race", "sex")
-    specs = [FeatureSpec(n, "numeric", lo, hi) for n, lo, hi in (
-        ("age", 17, 90), ("education_num", 1, 16), ("capital_gain", 0, 99999),
-        ("capital_loss", 0, 4356), ("hours_per_week", 1, 99))]
+    specs = [
+        FeatureSpec(n, "numeric", lo, hi)
+        for n, lo, hi in (
+            ("age", 17, 90),
+            ("education_num", 1, 16),
+            ("capital_gain", 0, 99999),
+            ("capital_loss", 0, 4356),
+            ("hours_per_week", 1, 99),
+        )
+    ]
     specs += [FeatureSpec(c, "category", values=tuple(sorted(tr[c].dropna().unique()))) for c in cats]
     enc = FeatureEncoder(tuple(specs))
-    return {"enc": enc, "Xt": enc.transform(tr), "yt": (tr["income"] == ">50K").to_numpy(int),
-            "Xe": enc.transform(te), "ye": (te["income"] == ">50K").to_numpy(int)}
+    return {
+        "enc": enc,
+        "Xt": enc.transform(tr),
+        "yt": (tr["income"] == ">50K").to_numpy(int),
+        "Xe": enc.transform(te),
+        "ye": (te["income"] == ">50K").to_numpy(int),
+    }
 
 
 def test_adult_end_to_end_no_student_noise(adult_arrays: dict, tmp_path: Path) -> None:
     a = adult_arrays
     cfg = PateConfig(teachers=50, queries=400, rho=None, seed=2)
-    res = run_pate(a["Xt"], a["yt"], a["Xe"][:1000], a["Xe"][1000:], a["ye"][1000:], encoder=a["enc"],
-                   classes=("<=50K", ">50K"), config=cfg, y_student=a["ye"][:1000],
-                   rng=np.random.default_rng(5), progress=False)
+    res = run_pate(
+        a["Xt"],
+        a["yt"],
+        a["Xe"][:1000],
+        a["Xe"][1000:],
+        a["ye"][1000:],
+        encoder=a["enc"],
+        classes=("<=50K", ">50K"),
+        config=cfg,
+        y_student=a["ye"][:1000],
+        rng=np.random.default_rng(5),
+        progress=False,
+    )
     m = res.metrics
     assert m["ensemble_accuracy_before_noise"] > 0.75
     assert m["student_accuracy"] > 0.7
@@ -181,9 +205,19 @@ def test_adult_end_to_end_no_student_noise(adult_arrays: dict, tmp_path: Path) -
 def test_adult_student_noise_reports_ldp(adult_arrays: dict) -> None:
     a = adult_arrays
     cfg = PateConfig(teachers=50, queries=300, rho=0.5, seed=3)
-    res = run_pate(a["Xt"], a["yt"], a["Xe"][:1000], a["Xe"][1000:], a["ye"][1000:], encoder=a["enc"],
-                   classes=("<=50K", ">50K"), config=cfg, y_student=a["ye"][:1000],
-                   rng=np.random.default_rng(6), progress=False)
+    res = run_pate(
+        a["Xt"],
+        a["yt"],
+        a["Xe"][:1000],
+        a["Xe"][1000:],
+        a["ye"][1000:],
+        encoder=a["enc"],
+        classes=("<=50K", ">50K"),
+        config=cfg,
+        y_student=a["ye"][:1000],
+        rng=np.random.default_rng(6),
+        progress=False,
+    )
     assert res.metrics["student_ldp_epsilon_per_record"] == pytest.approx(0.5 * (5 + 2 * 6))
     assert 0 <= res.metrics["student_accuracy"] <= 1
 
@@ -195,15 +229,32 @@ def test_mnist_3_vs_5_end_to_end(shared_data: Path) -> None:
     Xe, ye = load_mnist_test_3_5()
     enc = FeatureEncoder.numeric_box([f"p{i}" for i in range(784)], 0.0, 1.0)
     cfg = PateConfig(teachers=20, gamma=1.0, queries=300, rho=None, seed=1)  # 20 teachers: little noise
-    res = run_pate(X.astype(float), (y == 5).astype(int), Xe[:600].astype(float), Xe[600:1200].astype(float),
-                   (ye[600:1200] == 5).astype(int), encoder=enc, classes=(3, 5), config=cfg,
-                   y_student=(ye[:600] == 5).astype(int), rng=np.random.default_rng(2), progress=False)
+    res = run_pate(
+        X.astype(float),
+        (y == 5).astype(int),
+        Xe[:600].astype(float),
+        Xe[600:1200].astype(float),
+        (ye[600:1200] == 5).astype(int),
+        encoder=enc,
+        classes=(3, 5),
+        config=cfg,
+        y_student=(ye[:600] == 5).astype(int),
+        rng=np.random.default_rng(2),
+        progress=False,
+    )
     assert res.metrics["ensemble_accuracy_before_noise"] > 0.85
     assert res.metrics["student_accuracy"] > 0.8
 
 
 def test_config_validation() -> None:
-    for bad in ({"teachers": 0}, {"gamma": -1.0}, {"rho": 0.0}, {"delta": 1.5}, {"ldp_encoding": "l2"},
-                {"queries": 1}, {"threshold": "half"}):
+    for bad in (
+        {"teachers": 0},
+        {"gamma": -1.0},
+        {"rho": 0.0},
+        {"delta": 1.5},
+        {"ldp_encoding": "l2"},
+        {"queries": 1},
+        {"threshold": "half"},
+    ):
         with pytest.raises(InputError):
             PateConfig(**bad)  # type: ignore[arg-type]

@@ -48,8 +48,14 @@ class PateAudit:
     orders: tuple[float, ...] = field(default=DEFAULT_ORDERS)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"gamma": self.gamma, "queries": self.queries, "delta": self.delta,
-                "orders": list(self.orders), "bounds": list(self.rows), "votes": self.votes}
+        return {
+            "gamma": self.gamma,
+            "queries": self.queries,
+            "delta": self.delta,
+            "orders": list(self.orders),
+            "bounds": list(self.rows),
+            "votes": self.votes,
+        }
 
 
 def load_votes(path: str | Path) -> np.ndarray:
@@ -60,8 +66,10 @@ def load_votes(path: str | Path) -> np.ndarray:
     try:
         arr = np.load(p, allow_pickle=False) if p.suffix == ".npy" else np.loadtxt(p, delimiter=",", ndmin=2)
     except ValueError as exc:
-        raise InputError(f"cannot read vote counts from {str(p)!r}: {exc}",
-                         hint="Use a numeric .npy or comma-separated .csv of per-class counts") from None
+        raise InputError(
+            f"cannot read vote counts from {str(p)!r}: {exc}",
+            hint="Use a numeric .npy or comma-separated .csv of per-class counts",
+        ) from None
     arr = np.asarray(arr)
     if arr.ndim != 2 or arr.shape[1] < 2:
         raise InputError(f"vote counts in {str(p)!r} have shape {arr.shape}", hint="Expected (queries, classes)")
@@ -86,8 +94,10 @@ def audit_pate(
         if counts.ndim != 2:
             raise InputError(f"votes must be a (queries, classes) array, got shape {counts.shape}")
         if queries is not None and queries != counts.shape[0]:
-            raise InputError(f"--queries {queries} but the vote file has {counts.shape[0]} rows",
-                             hint="Drop --queries or pass the matching vote file")
+            raise InputError(
+                f"--queries {queries} but the vote file has {counts.shape[0]} rows",
+                hint="Drop --queries or pass the matching vote file",
+            )
         queries = counts.shape[0]
     if queries is None:
         raise InputError("the number of queries is unknown", hint="Pass --queries T or --votes FILE")
@@ -95,15 +105,20 @@ def audit_pate(
     grid = data_independent_epsilon(gamma=gamma, queries=queries, delta=delta, orders=orders)
     rows: list[dict[str, Any]] = [
         {"bound": "data-independent (Eq. 12, real λ)", "epsilon": ind.epsilon, "delta": delta, "lambda": ind.order},
-        {"bound": f"data-independent (λ = {_orders_label(orders)})", "epsilon": grid.epsilon, "delta": delta,
-         "lambda": grid.order},
+        {
+            "bound": f"data-independent (λ = {_orders_label(orders)})",
+            "epsilon": grid.epsilon,
+            "delta": delta,
+            "lambda": grid.order,
+        },
         {"bound": "pure composition 2Tγ", "epsilon": 2.0 * gamma * queries, "delta": 0.0, "lambda": None},
     ]
     vote_stats = None
     if counts is not None:
         dep = data_dependent_epsilon(counts, gamma=gamma, delta=delta, orders=orders)
-        rows.append({"bound": "data-dependent (Papernot et al. 2016)", "epsilon": dep.epsilon, "delta": delta,
-                     "lambda": dep.order})
+        rows.append(
+            {"bound": "data-dependent (Papernot et al. 2016)", "epsilon": dep.epsilon, "delta": delta, "lambda": dep.order}
+        )
         q = noisy_max_q_bound(counts, gamma)
         top = np.sort(counts, axis=1)
         gap = top[:, -1] - top[:, -2]
@@ -115,8 +130,14 @@ def audit_pate(
             "median_q": float(np.median(q)),
             "log_moments": [float(v) for v in data_dependent_log_moments(counts, gamma=gamma, orders=orders)],
         }
-    return PateAudit(gamma=float(gamma), queries=int(queries), delta=float(delta), rows=tuple(rows),
-                     votes=vote_stats, orders=tuple(float(o) for o in orders))
+    return PateAudit(
+        gamma=float(gamma),
+        queries=int(queries),
+        delta=float(delta),
+        rows=tuple(rows),
+        votes=vote_stats,
+        orders=tuple(float(o) for o in orders),
+    )
 
 
 def _orders_label(orders: Sequence[float]) -> str:

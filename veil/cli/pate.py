@@ -19,39 +19,97 @@ _DELTA = click.FloatRange(min=0, max=1, min_open=True, max_open=True)
 @policy_option
 @click.option("--table", required=True, help="Private table the teachers learn from (curator A).")
 @click.option("--label", required=True, help="Label column; its declared values are the classes (2nd = positive).")
-@click.option("--features", default=None,
-              help="Comma-separated feature columns (default: every column with declared bounds or values).")
-@click.option("--teachers", type=click.IntRange(min=1), default=250, show_default=True,
-              help="Number of teachers, each trained on a disjoint shard.")
+@click.option(
+    "--features", default=None, help="Comma-separated feature columns (default: every column with declared bounds or values)."
+)
+@click.option(
+    "--teachers",
+    type=click.IntRange(min=1),
+    default=250,
+    show_default=True,
+    help="Number of teachers, each trained on a disjoint shard.",
+)
 @click.option("--gamma", type=_POS, default=0.05, show_default=True, help="Aggregation noise Lap(1/γ).")
-@click.option("--queries", type=click.IntRange(min=2), default=1000, show_default=True,
-              help="Student records sent to the ensemble (T).")
-@click.option("--student-rho", type=_POS, default=None,
-              help="Curator B's local noise Lap(1/ρ) on each encoded student feature.")
-@click.option("--no-student-noise", is_flag=True, default=False,
-              help="Send the student's records without local noise (no guarantee for the student).")
-@click.option("--ldp-encoding", type=click.Choice(["box", "l1"]), default="box", show_default=True,
-              help="box: noise each [0,1]-scaled feature; l1: L1-normalise each record first (paper's 2ρ-LDP).")
+@click.option(
+    "--queries", type=click.IntRange(min=2), default=1000, show_default=True, help="Student records sent to the ensemble (T)."
+)
+@click.option("--student-rho", type=_POS, default=None, help="Curator B's local noise Lap(1/ρ) on each encoded student feature.")
+@click.option(
+    "--no-student-noise",
+    is_flag=True,
+    default=False,
+    help="Send the student's records without local noise (no guarantee for the student).",
+)
+@click.option(
+    "--ldp-encoding",
+    type=click.Choice(["box", "l1"]),
+    default="box",
+    show_default=True,
+    help="box: noise each [0,1]-scaled feature; l1: L1-normalise each record first (paper's 2ρ-LDP).",
+)
 @click.option("--delta", type=_DELTA, default=1e-5, show_default=True, help="δ of the (ε, δ) guarantee.")
 @click.option("--student-table", default=None, help="Table of student records (default: hold rows out of --table).")
-@click.option("--validation", type=click.IntRange(min=0), default=1000, show_default=True,
-              help="Labelled student rows kept for validation metrics.")
-@click.option("--student-hidden", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Hidden units of the student (0 = logistic regression).")
-@click.option("--threshold", type=click.Choice(["roc", "argmax"]), default="roc", show_default=True,
-              help="Binary labels: pick the decision threshold on the ROC curve (max TPR−FPR).")
-@click.option("--seed", type=int, default=0, show_default=True,
-              help="Seed of non-private randomness (shards, sampling, student init); DP noise uses the OS CSPRNG.")
-@click.option("--output-model", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="Where to save the student (torch state dict) and its JSON sidecar (<path>.json).")
-@click.option("--save-votes", default=None, type=click.Path(dir_okay=False, path_type=Path),
-              help="Also save the private teacher vote counts (.npy, curator only) for `veil audit pate --votes`.")
+@click.option(
+    "--validation",
+    type=click.IntRange(min=0),
+    default=1000,
+    show_default=True,
+    help="Labelled student rows kept for validation metrics.",
+)
+@click.option(
+    "--student-hidden",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Hidden units of the student (0 = logistic regression).",
+)
+@click.option(
+    "--threshold",
+    type=click.Choice(["roc", "argmax"]),
+    default="roc",
+    show_default=True,
+    help="Binary labels: pick the decision threshold on the ROC curve (max TPR−FPR).",
+)
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of non-private randomness (shards, sampling, student init); DP noise uses the OS CSPRNG.",
+)
+@click.option(
+    "--output-model",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Where to save the student (torch state dict) and its JSON sidecar (<path>.json).",
+)
+@click.option(
+    "--save-votes",
+    default=None,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also save the private teacher vote counts (.npy, curator only) for `veil audit pate --votes`.",
+)
 @format_option
 @run_guarded
 def publish_pate_command(
-    policy_path: Path, table: str, label: str, features: str | None, teachers: int, gamma: float, queries: int,
-    student_rho: float | None, no_student_noise: bool, ldp_encoding: str, delta: float, student_table: str | None,
-    validation: int, student_hidden: int, threshold: str, seed: int, output_model: Path, save_votes: Path | None,
+    policy_path: Path,
+    table: str,
+    label: str,
+    features: str | None,
+    teachers: int,
+    gamma: float,
+    queries: int,
+    student_rho: float | None,
+    no_student_noise: bool,
+    ldp_encoding: str,
+    delta: float,
+    student_table: str | None,
+    validation: int,
+    student_hidden: int,
+    threshold: str,
+    seed: int,
+    output_model: Path,
+    save_votes: Path | None,
     fmt: str,
 ) -> None:
     """Publish a student model trained by PATE from a private table (charged to the ledger as (ε, δ))."""
@@ -60,31 +118,57 @@ def publish_pate_command(
 
     if (student_rho is None) == (not no_student_noise):
         raise InputError("choose the student's local noise", hint="Pass --student-rho RHO, or --no-student-noise")
-    config = PateConfig(teachers=teachers, gamma=gamma, queries=queries, rho=student_rho,
-                        ldp_encoding=ldp_encoding,  # type: ignore[arg-type]
-                        delta=delta, student_hidden=student_hidden, threshold=threshold,  # type: ignore[arg-type]
-                        seed=seed)
+    config = PateConfig(
+        teachers=teachers,
+        gamma=gamma,
+        queries=queries,
+        rho=student_rho,
+        ldp_encoding=ldp_encoding,  # type: ignore[arg-type]
+        delta=delta,
+        student_hidden=student_hidden,
+        threshold=threshold,  # type: ignore[arg-type]
+        seed=seed,
+    )
     policy = load_policy(policy_path)
     feats = [f.strip() for f in features.split(",") if f.strip()] if features else None
-    pub = publish_pate(policy, table=table, label=label, output_model=output_model, features=feats, config=config,
-                       student_table=student_table, validation=validation, save_votes=save_votes, progress=True)
+    pub = publish_pate(
+        policy,
+        table=table,
+        label=label,
+        output_model=output_model,
+        features=feats,
+        config=config,
+        student_table=student_table,
+        validation=validation,
+        save_votes=save_votes,
+        progress=True,
+    )
     emit(pub.summary(), fmt)
-    click.echo(f"load it with: from veil.generators.pate import load_student; "
-               f"model = load_student({str(output_model)!r})", err=True)
+    click.echo(
+        f"load it with: from veil.generators.pate import load_student; model = load_student({str(output_model)!r})", err=True
+    )
 
 
 @audit.command("pate")
 @click.option("--gamma", type=_POS, required=True, help="Aggregation noise parameter γ (noise Lap(1/γ)).")
 @click.option("--queries", type=click.IntRange(min=1), default=None, help="Answered student queries T.")
 @click.option("--delta", type=_DELTA, required=True, help="δ of the (ε, δ) guarantee.")
-@click.option("--votes", default=None, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Teacher vote counts (.npy or .csv, one row per query) for the data-dependent ε.")
-@click.option("--orders", type=click.IntRange(min=1), default=8, show_default=True,
-              help="Moments accountant orders λ = 1..N for the data-dependent bound.")
+@click.option(
+    "--votes",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Teacher vote counts (.npy or .csv, one row per query) for the data-dependent ε.",
+)
+@click.option(
+    "--orders",
+    type=click.IntRange(min=1),
+    default=8,
+    show_default=True,
+    help="Moments accountant orders λ = 1..N for the data-dependent bound.",
+)
 @format_option
 @run_guarded
-def audit_pate_command(gamma: float, queries: int | None, delta: float, votes: Path | None, orders: int,
-                       fmt: str) -> None:
+def audit_pate_command(gamma: float, queries: int | None, delta: float, votes: Path | None, orders: int, fmt: str) -> None:
     """Privacy loss of a PATE release: data-independent ε (Eq. 12) and, with --votes, data-dependent ε."""
     from veil.auditor.pate import audit_pate, load_votes
 

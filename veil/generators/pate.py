@@ -104,12 +104,13 @@ class FeatureSpec:
 
     def __post_init__(self) -> None:
         if self.kind == "numeric":
-            if self.lower is None or self.upper is None or not (
-                math.isfinite(self.lower) and math.isfinite(self.upper) and self.lower < self.upper
+            if (
+                self.lower is None
+                or self.upper is None
+                or not (math.isfinite(self.lower) and math.isfinite(self.upper) and self.lower < self.upper)
             ):
                 raise InputError(
-                    f"feature {self.name!r} needs finite declared bounds lower < upper, "
-                    f"got {self.lower!r}, {self.upper!r}",
+                    f"feature {self.name!r} needs finite declared bounds lower < upper, got {self.lower!r}, {self.upper!r}",
                     hint="Declare lower and upper for the column in the policy",
                 )
         elif self.kind == "category":
@@ -157,8 +158,7 @@ class FeatureEncoder:
             col = columns[name]
             if getattr(col, "type", None) in ("int", "float") and col.lower is not None and col.upper is not None:
                 if float(col.lower) == float(col.upper):
-                    raise InputError(f"column {name!r} has lower == upper == {col.lower}",
-                                     hint="Drop the constant column")
+                    raise InputError(f"column {name!r} has lower == upper == {col.lower}", hint="Drop the constant column")
                 specs.append(FeatureSpec(name, "numeric", float(col.lower), float(col.upper)))
             elif getattr(col, "values", None):
                 specs.append(FeatureSpec(name, "category", values=tuple(col.values)))
@@ -197,8 +197,7 @@ class FeatureEncoder:
         else:
             missing = [n for n in self.names if n not in data.columns]
             if missing:
-                raise InputError(f"columns {missing} are missing from the data",
-                                 hint=f"Available: {list(data.columns)}")
+                raise InputError(f"columns {missing} are missing from the data", hint=f"Available: {list(data.columns)}")
             frame = data
         blocks = []
         for f in self.features:
@@ -226,7 +225,10 @@ class FeatureEncoder:
         return cls(
             tuple(
                 FeatureSpec(
-                    f["name"], f["kind"], f.get("lower"), f.get("upper"),
+                    f["name"],
+                    f["kind"],
+                    f.get("lower"),
+                    f.get("upper"),
                     tuple(f["values"]) if f.get("values") is not None else None,
                 )
                 for f in data["features"]
@@ -262,15 +264,24 @@ def ldp_guarantee(encoder: FeatureEncoder, rho: float | None, encoding: LdpEncod
     {'rho': 0.5, 'encoding': 'box', 'per_numeric_feature': 0.5, 'per_categorical_feature': 1.0, 'per_record': 1.5}
     """
     if rho is None:
-        return {"rho": None, "encoding": encoding, "per_numeric_feature": None,
-                "per_categorical_feature": None, "per_record": None}
+        return {
+            "rho": None,
+            "encoding": encoding,
+            "per_numeric_feature": None,
+            "per_categorical_feature": None,
+            "per_record": None,
+        }
     r = _check_rho(rho)
     if encoding == "box":
-        return {"rho": r, "encoding": "box", "per_numeric_feature": r,
-                "per_categorical_feature": 2 * r, "per_record": r * encoder.l1_diameter}
+        return {
+            "rho": r,
+            "encoding": "box",
+            "per_numeric_feature": r,
+            "per_categorical_feature": 2 * r,
+            "per_record": r * encoder.l1_diameter,
+        }
     if encoding == "l1":
-        return {"rho": r, "encoding": "l1", "per_numeric_feature": 2 * r,
-                "per_categorical_feature": 2 * r, "per_record": 2 * r}
+        return {"rho": r, "encoding": "l1", "per_numeric_feature": 2 * r, "per_categorical_feature": 2 * r, "per_record": 2 * r}
     raise InputError(f"encoding must be 'box' or 'l1', got {encoding!r}")
 
 
@@ -291,8 +302,7 @@ def privatise_records(
     if arr.ndim != 2:
         raise InputError(f"records must be a 2-D array, got shape {arr.shape}")
     if np.any(arr < 0) or np.any(arr > 1):
-        raise InputError("records must be encoded into [0, 1] before privatisation",
-                         hint="Use FeatureEncoder.transform")
+        raise InputError("records must be encoded into [0, 1] before privatisation", hint="Use FeatureEncoder.transform")
     if encoding == "l1":
         norms = arr.sum(axis=1, keepdims=True)
         arr = np.divide(arr, norms, out=np.zeros_like(arr), where=norms > 0)
@@ -518,16 +528,24 @@ def load_student(path: str | Path) -> Student:
     p = Path(path)
     side = Path(str(p) + SIDECAR_SUFFIX)
     if not p.exists() or not side.exists():
-        raise InputError(f"student model {str(p)!r} or its sidecar {side.name!r} is missing",
-                         hint="Pass the --output-model path used with veil publish pate")
+        raise InputError(
+            f"student model {str(p)!r} or its sidecar {side.name!r} is missing",
+            hint="Pass the --output-model path used with veil publish pate",
+        )
     meta = json.loads(side.read_text())
     encoder = FeatureEncoder.from_dict(meta["encoder"])
     net = StudentNet(encoder.width, len(meta["classes"]), int(meta["hidden"]))
     net.load_state_dict(torch.load(p, weights_only=True))
     net.eval()
-    return Student(net=net, classes=tuple(meta["classes"]), encoder=encoder, hidden=int(meta["hidden"]),
-                   threshold=meta.get("threshold"), ldp_encoding=meta.get("ldp_encoding", "box"),
-                   info=meta.get("info", {}))
+    return Student(
+        net=net,
+        classes=tuple(meta["classes"]),
+        encoder=encoder,
+        hidden=int(meta["hidden"]),
+        threshold=meta.get("threshold"),
+        ldp_encoding=meta.get("ldp_encoding", "box"),
+        info=meta.get("info", {}),
+    )
 
 
 def train_student(
@@ -666,12 +684,13 @@ def run_pate(
     k = len(classes)
     Xs = np.asarray(X_student, dtype=np.float64)
     if Xs.shape[0] < config.queries:
-        raise InputError(f"the student has {Xs.shape[0]} records but {config.queries} queries were asked",
-                         hint="Lower --queries or give the student more records")
+        raise InputError(
+            f"the student has {Xs.shape[0]} records but {config.queries} queries were asked",
+            hint="Lower --queries or give the student more records",
+        )
     if ensemble is None:
         shards = partition_shards(len(X_teachers), config.teachers, seed=config.seed, groups=groups)
-        ensemble = train_teachers(X_teachers, y_teachers, shards, classes=classes, C=config.teacher_C,
-                                  progress=progress)
+        ensemble = train_teachers(X_teachers, y_teachers, shards, classes=classes, C=config.teacher_C, progress=progress)
     algo = np.random.default_rng(config.seed + 1)
     pick = np.sort(algo.choice(Xs.shape[0], size=config.queries, replace=False))
     Xq = privatise_records(Xs[pick], rho=config.rho, encoding=config.ldp_encoding, rng=rng)
@@ -683,8 +702,14 @@ def run_pate(
     perm = algo.permutation(config.queries)
     n_thr = round(config.threshold_fraction * config.queries) if use_roc else 0
     thr_idx, fit_idx = perm[:n_thr], perm[n_thr:]
-    net = train_student(Xq[fit_idx], labels[fit_idx], n_classes=k, hidden=config.student_hidden,
-                        epochs=config.student_epochs, seed=config.seed + 2)
+    net = train_student(
+        Xq[fit_idx],
+        labels[fit_idx],
+        n_classes=k,
+        hidden=config.student_hidden,
+        epochs=config.student_epochs,
+        seed=config.seed + 2,
+    )
     threshold = None
     if use_roc:
         with torch.no_grad():
@@ -693,11 +718,20 @@ def run_pate(
     eps_ind = data_independent_epsilon(gamma=config.gamma, queries=config.queries, delta=config.delta)
     eps_dep = data_dependent_epsilon(counts, gamma=config.gamma, delta=config.delta, orders=config.orders)
     ldp = ldp_guarantee(encoder, config.rho, config.ldp_encoding)
-    student = Student(net=net, classes=tuple(classes), encoder=encoder, hidden=config.student_hidden,
-                      threshold=threshold, ldp_encoding=config.ldp_encoding,
-                      info={"trained_on": "privatised student records and noisy PATE labels",
-                            "queries": config.queries, "fit_records": len(fit_idx),
-                            "threshold_records": len(thr_idx)})
+    student = Student(
+        net=net,
+        classes=tuple(classes),
+        encoder=encoder,
+        hidden=config.student_hidden,
+        threshold=threshold,
+        ldp_encoding=config.ldp_encoding,
+        info={
+            "trained_on": "privatised student records and noisy PATE labels",
+            "queries": config.queries,
+            "fit_records": len(fit_idx),
+            "threshold_records": len(thr_idx),
+        },
+    )
 
     metrics: dict[str, Any] = {
         "teachers": ensemble.n_teachers,
@@ -728,8 +762,15 @@ def run_pate(
         metrics["ensemble_accuracy_clean_validation"] = float(np.mean(np.argmax(vote_counts(ensemble, Xv), 1) == yv))
         if k == 2:
             metrics.update({f"student_{key}": v for key, v in _binary_metrics(pred, yv).items()})
-    return PateResult(student=student, counts=counts, labels=labels, epsilon_independent=eps_ind,
-                      epsilon_dependent=eps_dep, ldp=ldp, metrics=metrics)
+    return PateResult(
+        student=student,
+        counts=counts,
+        labels=labels,
+        epsilon_independent=eps_ind,
+        epsilon_dependent=eps_dep,
+        ldp=ldp,
+        metrics=metrics,
+    )
 
 
 # --------------------------------------------------------------------------- publication from a policy table
@@ -746,12 +787,20 @@ class PatePublication:
 
     def summary(self) -> dict[str, Any]:
         m = self.result.metrics
-        keys = ("epsilon_data_independent", "lambda_data_independent", "epsilon_data_dependent",
-                "ensemble_accuracy_before_noise", "ensemble_accuracy_after_noise", "student_accuracy",
-                "student_tpr", "student_tnr", "student_threshold", "student_ldp_epsilon_per_record",
-                "teacher_train_seconds")
-        out: dict[str, Any] = {"release_id": self.release_id, "model": str(self.model_path),
-                               "delta": self.params["delta"]}
+        keys = (
+            "epsilon_data_independent",
+            "lambda_data_independent",
+            "epsilon_data_dependent",
+            "ensemble_accuracy_before_noise",
+            "ensemble_accuracy_after_noise",
+            "student_accuracy",
+            "student_tpr",
+            "student_tnr",
+            "student_threshold",
+            "student_ldp_epsilon_per_record",
+            "teacher_train_seconds",
+        )
+        out: dict[str, Any] = {"release_id": self.release_id, "model": str(self.model_path), "delta": self.params["delta"]}
         out.update({k: m[k] for k in keys if k in m})
         return out
 
@@ -795,12 +844,17 @@ def publish_pate(
     unit = spec.privacy_unit
     skip = {label, unit}
     if features is None:
-        features = [n for n, c in spec.columns.items() if n not in skip and (
-            (c.type in ("int", "float") and c.bounded and c.lower != c.upper) or c.values)]
+        features = [
+            n
+            for n, c in spec.columns.items()
+            if n not in skip and ((c.type in ("int", "float") and c.bounded and c.lower != c.upper) or c.values)
+        ]
     features = list(features)
     if not features:
-        raise InputError(f"no usable feature columns in table {table!r}",
-                         hint="Pass --features with columns that have declared bounds or values")
+        raise InputError(
+            f"no usable feature columns in table {table!r}",
+            hint="Pass --features with columns that have declared bounds or values",
+        )
     for f in features:
         spec.column(f)
         if f in skip:
@@ -832,8 +886,10 @@ def publish_pate(
             taken += int(sizes[u])
         student_mask = np.isin(groups, np.array(chosen))
         if (~student_mask).sum() < config.teachers:
-            raise InputError(f"table {table!r} has {len(df)} usable rows: too few for {need} student rows and "
-                             f"{config.teachers} teachers", hint="Lower --queries, --validation or --teachers")
+            raise InputError(
+                f"table {table!r} has {len(df)} usable rows: too few for {need} student rows and {config.teachers} teachers",
+                hint="Lower --queries, --validation or --teachers",
+            )
         s_idx = np.flatnonzero(student_mask)
         s_idx = s_idx[algo.permutation(len(s_idx))]
         Xs_all = encoder.transform(df.iloc[s_idx])
@@ -865,28 +921,78 @@ def publish_pate(
     if y_pool is not None and np.any(y_pool < 0):
         y_pool = None  # unlabelled records: no ensemble-accuracy metric
 
-    result = run_pate(X_t, y_t, X_pool, X_val, y_val, encoder=encoder, classes=classes, config=config,
-                      y_student=y_pool, groups=g_t if unit else None, rng=rng, progress=progress)
+    result = run_pate(
+        X_t,
+        y_t,
+        X_pool,
+        X_val,
+        y_val,
+        encoder=encoder,
+        classes=classes,
+        config=config,
+        y_student=y_pool,
+        groups=g_t if unit else None,
+        rng=rng,
+        progress=progress,
+    )
     model_path = Path(output_model)
     params: dict[str, Any] = {
-        "table": table, "label": label, "features": features, "classes": list(classes),
-        "teachers": config.teachers, "teacher_model": f"logistic regression (L2, C={config.teacher_C})",
-        "gamma": config.gamma, "queries": config.queries, "student_rho": config.rho,
-        "ldp_encoding": config.ldp_encoding, "delta": config.delta, "student_source": student_source,
-        "teacher_rows": len(X_t), "validation_rows": 0 if y_val is None else len(y_val),
-        "dropped_rows_unknown_label": dropped, "student_hidden": config.student_hidden,
-        "threshold": config.threshold, "seed": config.seed, "model_path": str(model_path.resolve()),
+        "table": table,
+        "label": label,
+        "features": features,
+        "classes": list(classes),
+        "teachers": config.teachers,
+        "teacher_model": f"logistic regression (L2, C={config.teacher_C})",
+        "gamma": config.gamma,
+        "queries": config.queries,
+        "student_rho": config.rho,
+        "ldp_encoding": config.ldp_encoding,
+        "delta": config.delta,
+        "student_source": student_source,
+        "teacher_rows": len(X_t),
+        "validation_rows": 0 if y_val is None else len(y_val),
+        "dropped_rows_unknown_label": dropped,
+        "student_hidden": config.student_hidden,
+        "threshold": config.threshold,
+        "seed": config.seed,
+        "model_path": str(model_path.resolve()),
         "accountant_orders": list(config.orders),
     }
     metrics = dict(result.metrics)
-    metrics["note"] = ("epsilon charged = data-independent bound (Eq. 12); epsilon_data_dependent reads the private "
-                       "votes and is not itself differentially private; accuracies use labelled validation rows")
-    release_id = record_release(policy, kind="publication", method="pate", params=params, metrics=metrics,
-                                epsilon=result.epsilon_independent.epsilon, delta=config.delta)
+    metrics["note"] = (
+        "epsilon charged = data-independent bound (Eq. 12); epsilon_data_dependent reads the private "
+        "votes and is not itself differentially private; accuracies use labelled validation rows"
+    )
+    release_id = record_release(
+        policy,
+        kind="publication",
+        method="pate",
+        params=params,
+        metrics=metrics,
+        epsilon=result.epsilon_independent.epsilon,
+        delta=config.delta,
+    )
     if save_votes is not None:
         np.save(Path(save_votes), result.counts, allow_pickle=False)
-    description = {"release_id": release_id, **{k: params[k] for k in (
-        "table", "label", "features", "teachers", "gamma", "queries", "student_rho", "ldp_encoding", "delta",
-        "student_source")}, "epsilon": result.epsilon_independent.epsilon, "ldp": dict(result.ldp)}
+    description = {
+        "release_id": release_id,
+        **{
+            k: params[k]
+            for k in (
+                "table",
+                "label",
+                "features",
+                "teachers",
+                "gamma",
+                "queries",
+                "student_rho",
+                "ldp_encoding",
+                "delta",
+                "student_source",
+            )
+        },
+        "epsilon": result.epsilon_independent.epsilon,
+        "ldp": dict(result.ldp),
+    }
     result.student.save(model_path, description=description)
     return PatePublication(release_id=release_id, model_path=model_path, result=result, params=params)

@@ -75,8 +75,7 @@ class MomentsBound:
 
 def _check_gamma(gamma: float) -> float:
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not math.isfinite(gamma) or gamma <= 0:
-        raise InputError(f"gamma must be a finite number > 0, got {gamma!r}",
-                         hint="Pass e.g. gamma=0.05 (noise Lap(1/γ))")
+        raise InputError(f"gamma must be a finite number > 0, got {gamma!r}", hint="Pass e.g. gamma=0.05 (noise Lap(1/γ))")
     return float(gamma)
 
 
@@ -88,16 +87,16 @@ def _check_delta(delta: float) -> float:
 
 def _check_queries(queries: int) -> int:
     if isinstance(queries, bool) or not isinstance(queries, (int, np.integer)) or queries < 1:
-        raise InputError(f"queries must be a positive integer, got {queries!r}",
-                         hint="Pass the number of answered student queries T")
+        raise InputError(
+            f"queries must be a positive integer, got {queries!r}", hint="Pass the number of answered student queries T"
+        )
     return int(queries)
 
 
 def _check_orders(orders: Sequence[float]) -> np.ndarray:
     arr = np.asarray(orders, dtype=float)
     if arr.ndim != 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
-        raise InputError(f"orders must be a non-empty list of numbers > 0, got {orders!r}",
-                         hint="Use e.g. orders=range(1, 9)")
+        raise InputError(f"orders must be a non-empty list of numbers > 0, got {orders!r}", hint="Use e.g. orders=range(1, 9)")
     return arr
 
 
@@ -111,9 +110,7 @@ def data_independent_log_moment(gamma: float, order: float) -> float:
     return 2.0 * g * g * order * (order + 1.0)
 
 
-def data_independent_epsilon(
-    *, gamma: float, queries: int, delta: float, orders: Sequence[float] | None = None
-) -> MomentsBound:
+def data_independent_epsilon(*, gamma: float, queries: int, delta: float, orders: Sequence[float] | None = None) -> MomentsBound:
     """Eq. (12): ``min_λ (2Tγ²λ(λ+1) − log δ)/λ``.
 
     With ``orders=None`` the minimum is over all real ``λ > 0`` (closed form, the paper's figures);
