@@ -144,7 +144,7 @@ def raw_scram_login(port: int, user: str, password: str) -> tuple[bool, str | No
         if tag == b"E":
             return False, _error_code(payload)
         assert tag == b"R" and struct.unpack("!i", payload[:4])[0] == 10, (tag, payload)  # AuthenticationSASL
-        client = ScramClient(["SCRAM-SHA-256"], user, password)
+        client = ScramClient(["SCRAM-SHA-256"], user or "nobody", password)
         first = client.get_client_first().encode()
         sock.sendall(_msg(b"p", b"SCRAM-SHA-256\x00" + struct.pack("!i", len(first)) + first))
         tag, payload = _read(sock)
