@@ -466,7 +466,7 @@ class _DPMicroagg(Generator):
             help="grid: data-independent cells (ε-DP release); mdav: data-dependent groups (paper; not DP end-to-end)",
         ),
         Param("bins", int, 4, grid=(2, 4, 8), help="grid partition: intervals per column", lower=1),
-        Param("k", int, 10, grid=(10,), help="mdav partition: minimum group size", lower=1),
+        Param("k", int, 25, grid=(25,), help="mdav partition: minimum group size", lower=1),
         Param("candidates", int, 64, help="exponential mechanism: candidate values per coordinate", lower=2),
     )
 
@@ -475,8 +475,8 @@ class _DPMicroagg(Generator):
         pts: list[dict[str, Any]] = []
         for eps in PAPER_EPSILONS:
             for bins in (2, 4, 8):
-                pts.append({"epsilon": eps, "partition": "grid", "bins": bins, "k": 10, "candidates": 64})
-            pts.append({"epsilon": eps, "partition": "mdav", "bins": 4, "k": 10, "candidates": 64})
+                pts.append({"epsilon": eps, "partition": "grid", "bins": bins, "k": 25, "candidates": 64})
+            pts.append({"epsilon": eps, "partition": "mdav", "bins": 4, "k": 25, "candidates": 64})
         return pts
 
     def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
