@@ -459,6 +459,15 @@ class VeilSession(BaseSession):
             if statement is not None:
                 return await _run_static(statement)
         if isinstance(expr, sqlglot.exp.Select) and not list(expr.find_all(sqlglot.exp.Table)):
+            database = getattr(self.connection, "database", "") or "veil"
+            replacements = {
+                sqlglot.exp.CurrentCatalog: sqlglot.exp.Literal.string(database),
+                sqlglot.exp.CurrentSchemas: sqlglot.exp.Literal.string("{public}"),
+            }
+            for node_type, literal in replacements.items():
+                for node in list(expr.find_all(node_type)):
+                    node.replace(literal.copy())
+            ctx._expression = expr
             statement = await pg_middleware.static_select(ctx)
             if statement is not None:
                 return await _run_static(statement)
@@ -726,7 +735,7 @@ class VeilServer(PgServer):
         """Hook for client-specific catalog shapes (pgjdbc, DBeaver)."""
         from veil.proxy.server_jdbc import answer as jdbc_answer
 
-        return jdbc_answer(self.schema, session, sql, expr)
+        return jdbc_answer(self.policy, session.connection, sql, expr)
 
     def shutdown_executor(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=False)
