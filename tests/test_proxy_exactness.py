@@ -66,6 +66,11 @@ CASES = [
         0,
     ),
     ("SELECT * FROM regions ORDER BY state", None, 0),
+    (
+        "SELECT LOWER(sex) AS s, COUNT(*) AS n FROM people GROUP BY LOWER(sex) HAVING COUNT(*) > 0 ORDER BY s",
+        None,
+        0,
+    ),
     ("SELECT COUNT(DISTINCT user_id) FROM visits", None, 0),
 ]
 
@@ -96,6 +101,15 @@ def test_public_keys_include_empty_declared_values(env: tuple[Policy, duckdb.Duc
     assert got["Other"] == 0
     exp = dict(con.execute("SELECT sex, COUNT(*) FROM people GROUP BY sex").fetchall())
     assert got["Female"] == exp["Female"] and got["Male"] == exp["Male"]
+
+
+def test_expression_over_declared_key_is_public(env: tuple[Policy, duckdb.DuckDBPyConnection]) -> None:
+    policy, _ = env
+    with QuerySession(policy, "alice", noise_off_for_tests=True) as s:
+        ans = s.execute("SELECT LOWER(sex) AS s, COUNT(*) FROM people GROUP BY LOWER(sex) ORDER BY s", epsilon=1)
+        ex = s.explain("SELECT LOWER(sex) AS s, COUNT(*) FROM people GROUP BY LOWER(sex)", epsilon=1)
+    assert [r[0] for r in ans.rows] == ["female", "male", "other"] and ans.rows[2][1] == 0
+    assert ex.partition_threshold is None  # no partition selection: the domain is public
 
 
 def test_user_level_bounding_limits_rows_per_unit(env: tuple[Policy, duckdb.DuckDBPyConnection]) -> None:
