@@ -133,8 +133,12 @@ def anonymise(
     split: str = "gain",
     seed: int | None = None,
     tick: Callable[[int], None] | None = None,
+    som_tick: Callable[[int], None] | None = None,
 ) -> KAnonResult:
-    """k-anonymise ``df`` on ``qi`` with ``algorithm`` (see module docstring for the output)."""
+    """k-anonymise ``df`` on ``qi`` with ``algorithm`` (see module docstring for the output).
+
+    ``tick(rows)`` is called as rows are placed in classes; ``som_tick(1)`` per SOM map searched.
+    """
     algorithm = canonical_algorithm(algorithm)
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 2:
         raise InputError(f"k must be an integer of at least 2, got {k!r}", hint="Use --k 2 or more")
@@ -179,7 +183,7 @@ def anonymise(
             codes, cats = pd.factorize(clean[som_label], sort=True)
             if len(cats) < 2:
                 raise InputError(f"SOM label {som_label!r} has fewer than 2 values", hint="Choose another --som-label")
-            model, scores = choose_neurons(x, codes, candidates, epochs=som_epochs, seed=seed)
+            model, scores = choose_neurons(x, codes, candidates, epochs=som_epochs, seed=seed, tick=som_tick)
         else:
             from veil.generators.som import fit_som
 

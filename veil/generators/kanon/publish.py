@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,11 @@ NCP_DEFINITION = (
     "reference code: numeric (max-min)/domain range; categorical leaves under the LCA / all leaves, "
     "0 for a single leaf; mean over QIs and rows, percent"
 )
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        pass
 
 
 def _population(df: pd.DataFrame, qi: Sequence[str], missing: str) -> pd.DataFrame:
@@ -74,7 +80,11 @@ def publish_kanon(
             raise InputError("SOM neuron search needs a label column", hint="Pass --som-label or --sensitive")
         som_label = sensitive[0]
     hier_files = find_hierarchy_files(hierarchies, qi) if hierarchies is not None else {}
-    with progress_bar(total=len(source), desc=f"kanon {algorithm} k={k}", unit="row") as bar:
+    n_maps = len(range(som_neurons[0], som_neurons[1] + 1, max(som_neurons[2], 1))) if som_columns else 0
+    with (
+        progress_bar(total=len(source), desc=f"kanon {algorithm} k={k}", unit="row") as bar,
+        progress_bar(total=n_maps, desc="SOM neuron search", unit="map") if n_maps else nullcontext(_NoBar()) as som_bar,
+    ):
         result = anonymise(
             source,
             qi=qi,
@@ -90,6 +100,7 @@ def publish_kanon(
             split=split,
             seed=seed,
             tick=bar.update,
+            som_tick=som_bar.update,
         )
     audit_start = time.perf_counter()
     report = audit_anonymity(
