@@ -130,3 +130,22 @@ def test_public_join_multiplies_sensitivity(env: tuple[Policy, duckdb.DuckDBPyCo
         cross = s.explain("SELECT COUNT(*) FROM people p JOIN regions r ON p.age > 0", epsilon=1)
     assert unique.rows()[0]["sensitivity"] == 1.0  # state is unique in regions
     assert cross.rows()[0]["sensitivity"] == 5.0  # no equality: every region row may match
+
+
+def test_user_level_answers_equal_the_bounded_copy(env: tuple[Policy, duckdb.DuckDBPyConnection]) -> None:
+    policy, _ = env
+    with QuerySession(policy, "alice", noise_off_for_tests=True) as s:
+        ans = s.execute("SELECT kind, COUNT(*), AVG(amount), MAX(amount) FROM visits GROUP BY kind ORDER BY kind", epsilon=1)
+        (name,) = [
+            r[0]
+            for r in s._engine.execute("SELECT table_name FROM information_schema.tables").rows
+            if r[0].startswith("_veil_bounded_visits_5_")
+        ]
+        exp = s._engine.execute(f'SELECT kind, COUNT(*), AVG(amount) FROM "{name}" GROUP BY kind ORDER BY kind').rows
+        per_unit = s._engine.execute(f'SELECT max(n) FROM (SELECT COUNT(*) n FROM "{name}" GROUP BY user_id)').rows
+    assert per_unit[0][0] == 5
+    got = {r[0]: r for r in ans.rows}
+    assert got["c"][1] == 0  # declared, absent
+    for kind, n, avg in exp:
+        assert got[kind][1] == n and math.isclose(got[kind][2], avg, rel_tol=1e-9)
+        assert 99 <= got[kind][3] <= 100  # MAX on the 1,001-point grid of [0, 100]

@@ -302,6 +302,7 @@ class QuerySession:
             epsilon=self._epsilon(epsilon),
             contribution=self._contribution(analysis, catalog),
             partition_delta=self.policy.defaults.partition_delta,
+            clamped_source=self.policy.tables[analysis.private_table].privacy_unit is not None,
         )
 
     def _source_sql(self, table: str) -> str | None:
@@ -385,7 +386,8 @@ class QuerySession:
         if isinstance(p, Analysis):
             return self._public_answer(p)
         canonical = canonical_sql(p.analysis)
-        key = cache_key(canonical, p.epsilon)
+        # noise-off answers (tests only) live under their own key: a real session never serves one
+        key = cache_key(canonical + ("\x00noise-off" if self._noise_off else ""), p.epsilon)
         cached = self.ledger.cached_answer(self.analyst, key)
         if cached is not None:
             return self._from_cache(cached)

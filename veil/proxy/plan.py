@@ -248,6 +248,21 @@ def _private_unit_column(arg: exp.Expression, scope: Scope, catalog: Catalog, ta
     return t == table and arg.name == spec.privacy_unit
 
 
+def _is_bounded_base_column(arg: exp.Expression, scope: Scope, catalog: Catalog, table: str) -> bool:
+    """Is ``arg`` (through CTEs) exactly a bounded numeric column of the private table?"""
+    if not isinstance(arg, exp.Column):
+        return False
+    kind, inner, inner_scope, t = resolve_column(arg, scope)
+    if kind == "derived":
+        assert inner is not None and inner_scope is not None
+        return _is_bounded_base_column(inner, inner_scope, catalog, table)
+    spec = catalog.tables[str(t)].spec
+    if t != table or spec is None or arg.name not in spec.columns:
+        return False
+    col = spec.columns[arg.name]
+    return col.type in ("int", "float") and col.bounded
+
+
 def _declared_values(key: exp.Expression, scope: Scope, catalog: Catalog) -> tuple[object, ...] | None:
     """The declared values of a key that is (through CTEs) exactly a declared private column."""
     if not isinstance(key, exp.Column):
@@ -306,8 +321,13 @@ def plan(
     epsilon: Fraction,
     contribution: int,
     partition_delta: float,
+    clamped_source: bool = False,
 ) -> QueryPlan:
-    """Plan the noisy statistics for a private aggregate query."""
+    """Plan the noisy statistics for a private aggregate query.
+
+    ``clamped_source``: the private table is read from a copy whose bounded columns are already clamped
+    (user-level bounding), so a bare column argument needs no clamp in the SQL.
+    """
     if analysis.private_table is None:
         raise QueryRejected("a public-only query has no private plan (this is a bug, please report it)")
     if epsilon <= 0:
@@ -367,7 +387,10 @@ def plan(
         iv = expression_interval(arg, scope, catalog)
         if iv is None:
             raise Unbounded(f"the argument of {label} is always NULL")
-        arg_sql = _clamp_sql(_sql(arg), iv)  # the argument itself is clamped: its interval holds for any data
+        if clamped_source and _is_bounded_base_column(arg, scope, catalog, table):
+            arg_sql = _sql(arg)  # already clamped in the bounded copy
+        else:
+            arg_sql = _clamp_sql(_sql(arg), iv)  # the argument itself is clamped: its interval holds for any data
         if name == "sum":
             mech = "discrete_laplace" if iv.integral else "laplace"
             sid = b.add(

@@ -212,6 +212,7 @@ class VeilSession(BaseSession):
         self.show_ci = False
         self._lock = threading.Lock()  # one engine call at a time per session
         self._pending: set[concurrent.futures.Future] = set()
+        self._describe_cache: dict[str, Sequence[Any]] = {}
 
     # engine work runs on the server's worker threads, one at a time per session
     async def _in_worker(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
@@ -291,11 +292,30 @@ class VeilSession(BaseSession):
                 return result
         qs = self.query_session
         if describe:
-            cols = await self._in_worker(qs.describe, sql)
-            return _Result(_output_columns(cols, self.show_ci), [], "SELECT 0")
+            return _Result(_output_columns(await self._describe(r, sql), self.show_ci), [], "SELECT 0")
         answer = await self._in_worker(qs.execute, sql, epsilon=self.epsilon)
         rows = _answer_rows(answer, self.show_ci)
         return _Result(_output_columns(answer.columns, self.show_ci), rows, f"SELECT {len(rows)}")
+
+    async def _describe(self, r: Route, sql: str) -> Sequence[Any]:
+        """Column types of an analyst query, without running it. Types do not depend on the bound
+        values, so they are asked once per statement text (with NULLs bound) and cached: a
+        prepared statement executed many times is planned for Describe only once."""
+        cols = self._describe_cache.get(r.sql)
+        if cols is not None:
+            return cols
+        qs = self.query_session
+        template = bind_parameters(r.sql, None, (), r.tokens) if r.has_parameters else r.sql
+        try:
+            cols = await self._in_worker(qs.describe, template)
+        except VeilError:
+            if template == sql:
+                raise
+            return await self._in_worker(qs.describe, sql)  # NULLs did not type-check: use the values
+        if len(self._describe_cache) >= 256:
+            self._describe_cache.clear()
+        self._describe_cache[r.sql] = cols
+        return cols
 
     def _tx(self, r: Route, describe: bool) -> _Result:
         tag = _TX_TAGS[r.tokens[0].text.upper()]
