@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import duckdb
 import pytest
@@ -149,3 +150,32 @@ def test_user_level_answers_equal_the_bounded_copy(env: tuple[Policy, duckdb.Duc
     for kind, n, avg in exp:
         assert got[kind][1] == n and math.isclose(got[kind][2], avg, rel_tol=1e-9)
         assert 99 <= got[kind][3] <= 100  # MAX on the 1,001-point grid of [0, 100]
+
+
+def test_date_and_bool_keys_keep_their_types(tmp_path: Path) -> None:
+    import datetime
+
+    import numpy as np
+    import pandas as pd
+
+    from veil import warehouse
+    from veil.policy import load_policy
+
+    (tmp_path / "p.toml").write_text(
+        '[tables.ev]\n[tables.ev.columns]\nday = { type = "date" }\nx = { type = "int", lower = 0, upper = 10 }\n'
+        'flag = { type = "bool" }\n[analysts.a]\nepsilon = 100\n',
+        encoding="utf-8",
+    )
+    policy = load_policy(tmp_path / "p.toml")
+    rng = np.random.default_rng(0)
+    days = [datetime.date(2024, 1, 1), datetime.date(2024, 1, 2)]
+    df = pd.DataFrame({"day": [days[i] for i in rng.integers(0, 2, 400)], "x": rng.integers(0, 11, 400)})
+    df["flag"] = rng.random(400) < 0.3
+    warehouse.write_table(policy, "ev", df)
+    with QuerySession(policy, "a", noise_off_for_tests=True) as s:
+        by_day = s.execute("SELECT day, COUNT(*) AS n FROM ev GROUP BY day ORDER BY day DESC")
+        by_flag = s.execute("SELECT flag, SUM(x) FROM ev GROUP BY flag")
+    assert [(c.name, c.sql_type) for c in by_day.columns] == [("day", "date"), ("n", "bigint")]
+    assert by_day.rows[0] == (days[1], int((df["day"] == days[1]).sum()))
+    assert [c.sql_type for c in by_flag.columns] == ["boolean", "bigint"]
+    assert dict(by_flag.rows) == {False: int(df.x[~df.flag].sum()), True: int(df.x[df.flag].sum())}

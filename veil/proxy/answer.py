@@ -377,7 +377,7 @@ class QuerySession:
             types = [self._frame_type(c, key_types, agg_types) for c in post.direct]
             return tuple(OutputColumn(n, t) for n, t in zip(post.names, types, strict=True))
         frame = self._empty_frame(p, key_types, agg_types)
-        res = self._run_post(post.sql or "", frame)
+        res = self._run_post(post.sql or "", frame, key_types)
         n = len(post.names)
         return tuple(OutputColumn(nm, output_type(t)) for nm, t in zip(post.names, res.types[:n], strict=True))
 
@@ -586,11 +586,13 @@ class QuerySession:
             data[f"__ci{i}"] = pd.Series([], dtype="float64")
         return pd.DataFrame(data)
 
-    def _run_post(self, sql: str, frame: pd.DataFrame) -> Any:
+    def _run_post(self, sql: str, frame: pd.DataFrame, key_types: Sequence[str] = ()) -> Any:
         con = self._postconn()
-        con.register("__veil_frame", frame)
+        con.register("__veil_raw", frame)
+        dates = [f"CAST(__k{i} AS DATE) AS __k{i}" for i, t in enumerate(key_types) if t == "date"]
+        source = f"(SELECT * REPLACE ({', '.join(dates)}) FROM __veil_raw)" if dates else "__veil_raw"
         try:
-            cur = con.execute(sql)
+            cur = con.execute(sql.replace("FROM __veil_frame", f"FROM {source} AS __veil_frame", 1))
             rows = cur.fetchall()
             types = [str(d[1]) for d in cur.description or []]
         except duckdb.Error as exc:
@@ -599,7 +601,7 @@ class QuerySession:
                 hint="Check HAVING / ORDER BY / arithmetic over aggregates",
             ) from None
         finally:
-            con.unregister("__veil_frame")
+            con.unregister("__veil_raw")
 
         @dataclass(frozen=True)
         class _R:
@@ -652,7 +654,7 @@ class QuerySession:
                 data[f"__a{i}"] = values[i]
                 data[f"__ci{i}"] = cis[i] if cis[i] is not None else np.full(len(kept), np.nan)
             frame = pd.DataFrame(data) if kept else frame
-            res = self._run_post(post.sql, frame)
+            res = self._run_post(post.sql, frame, key_types)
             n = len(post.names)
             columns = tuple(OutputColumn(nm, output_type(t)) for nm, t in zip(post.names, res.types[:n], strict=True))
             rows = [tuple(_py(v) for v in r[:n]) for r in res.rows]
