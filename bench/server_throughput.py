@@ -1,0 +1,304 @@
+"""``veil serve`` throughput: 20 concurrent clients × 200 queries through the PostgreSQL wire
+protocol versus the same handler called in-process, on a 10,000-row table.
+
+Two query kinds: trivial (``SELECT 42``: routing and protocol only) and an aggregate
+(``SELECT sex, COUNT(*), AVG(income) FROM people WHERE income > k GROUP BY sex``, a different
+``k`` each time so the answer cache never hides the cost; ε = 0.01 per query). Clients belong
+to 4 analysts, 5 clients each; the fourth analyst's budget is deliberately too small, so some of
+its queries are refused (VB001) while the others run concurrently. Afterwards the ledger is
+checked: each analyst's spent ε equals the sum of its charges exactly (Fractions), equals
+(answered queries × the quoted cost), and never exceeds the budget.
+
+Run: ``.venv/bin/python -m bench.server_throughput [--clients 20 --queries 200]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from veil.datasets import demo_people
+from veil.ledger import Ledger
+from veil.policy import load_policy
+from veil.proxy.credentials import CredentialStore
+from veil.warehouse import write_table
+
+ANALYSTS = ("ann", "ben", "cat", "dan")
+BUDGETS = {"ann": 100, "ben": 100, "cat": 100, "dan": 8}  # dan runs out after 800 queries at ε = 0.01
+PASSWORD = "bench-password"
+EPSILON = Fraction(1, 100)
+
+POLICY = """\
+[database]
+path = "warehouse.duckdb"
+[ledger]
+path = "ledger.sqlite"
+[defaults]
+epsilon_per_query = 0.5
+[tables.people]
+[tables.people.columns]
+age = { type = "int", lower = 18, upper = 90 }
+sex = { type = "category", values = ["Female", "Male"] }
+state = { type = "category" }
+hours_per_week = { type = "int", lower = 1, upper = 99 }
+income = { type = "float", lower = 0, upper = 200000 }
+"""
+
+TRIVIAL = "SELECT 42"
+AGGREGATE = "SELECT sex, COUNT(*), AVG(income) FROM people WHERE income > {k} GROUP BY sex"
+AGGREGATE_PARAM = "SELECT sex, COUNT(*), AVG(income) FROM people WHERE income > %s GROUP BY sex"
+
+
+def build(folder: Path, rows: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "policy.toml"
+    analysts = "".join(f"[analysts.{a}]\nepsilon = {BUDGETS[a]}\n" for a in ANALYSTS)
+    path.write_text(POLICY + analysts, encoding="utf-8")
+    policy = load_policy(path)
+    df = demo_people(rows, seed=0)[["age", "sex", "state", "hours_per_week", "income"]]
+    write_table(policy, "people", df, replace=True)
+    store = CredentialStore(policy.ledger_path)
+    for a in ANALYSTS:
+        store.set_password(a, PASSWORD)
+    return path
+
+
+def summarise(latencies: list[float], wall: float, outcomes: list[str]) -> dict[str, Any]:
+    lat = sorted(latencies)
+    return {
+        "qps": len(lat) / wall,
+        "p50": statistics.median(lat) * 1000,
+        "p99": lat[min(len(lat) - 1, round(0.99 * (len(lat) - 1)))] * 1000,
+        "ok": outcomes.count("ok"),
+        "refused": outcomes.count("VB001"),
+        "other": len(outcomes) - outcomes.count("ok") - outcomes.count("VB001"),
+    }
+
+
+# --- through the wire ---------------------------------------------------------------------------
+
+
+def start_server(policy: Path) -> tuple[subprocess.Popen[str], int]:
+    env = {**os.environ, "VEIL_PROGRESS": "0"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "veil.cli.main", "serve", "--policy", str(policy), "--port", "0"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        match = re.search(r"listening on [^:]+:(\d+)", line)
+        if match:
+            return proc, int(match.group(1))
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise RuntimeError("veil serve did not start")
+
+
+async def wire_run(port: int, kind: str, clients: int, queries: int) -> dict[str, Any]:
+    latencies: list[float] = []
+    outcomes: list[str] = []
+
+    async def client(c: int) -> None:
+        analyst = ANALYSTS[c % len(ANALYSTS)]
+        conninfo = f"host=127.0.0.1 port={port} user={analyst} password={PASSWORD} dbname=veil sslmode=disable"
+        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+            await conn.execute(f"SET veil.epsilon = {EPSILON.numerator}/{EPSILON.denominator}")
+            for j in range(queries):
+                t0 = time.perf_counter()
+                try:
+                    if kind == "trivial":
+                        await (await conn.execute(TRIVIAL)).fetchall()
+                    else:
+                        await (await conn.execute(AGGREGATE_PARAM, ((c * queries + j) * 10,))).fetchall()
+                    outcome = "ok"
+                except psycopg.Error as exc:
+                    outcome = exc.sqlstate or "?"
+                latencies.append(time.perf_counter() - t0)
+                outcomes.append(outcome)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in range(clients)))
+    return summarise(latencies, time.perf_counter() - t0, outcomes)
+
+
+# --- the same handler, in-process ------------------------------------------------------------------
+
+
+class _StubConnection:
+    """What the handler reads from a wire connection, without a socket."""
+
+    def __init__(self, server: Any, username: str) -> None:
+        self.server = server
+        self.username = username
+        self.database = "veil"
+        self.session_vars: dict[str, str] = {}
+        self.tx_status = b"I"
+        self.statements: dict[str, Any] = {}
+        self.pid = 0
+
+
+async def inprocess_run(policy_path: Path, kind: str, clients: int, queries: int) -> dict[str, Any]:
+    from veil.proxy.server import VeilServer, VeilSession
+    from veil.proxy.server_routing import route
+
+    server = VeilServer(load_policy(policy_path))
+    latencies: list[float] = []
+    outcomes: list[str] = []
+
+    async def client(c: int) -> None:
+        analyst = ANALYSTS[c % len(ANALYSTS)]
+        session = VeilSession(server)
+        await session.init(_StubConnection(server, analyst))
+        session.epsilon = EPSILON
+        try:
+            for j in range(queries):
+                sql = TRIVIAL if kind == "trivial" else AGGREGATE.format(k=(c * queries + j) * 10)
+                t0 = time.perf_counter()
+                try:
+                    await session.answer(route(sql, server.private_names), None, [], describe=False)
+                    outcome = "ok"
+                except Exception as exc:  # PgError with the SQLSTATE
+                    outcome = getattr(exc, "sqlstate", "?")
+                latencies.append(time.perf_counter() - t0)
+                outcomes.append(outcome)
+        finally:
+            await session.close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in range(clients)))
+    wall = time.perf_counter() - t0
+    server.shutdown_executor()
+    return summarise(latencies, wall, outcomes)
+
+
+# --- ledger exactness -------------------------------------------------------------------------------
+
+
+def check_ledger(policy_path: Path, answered: dict[str, int]) -> list[str]:
+    """Per analyst: spent == Σ charges == answered × quoted cost ≤ budget (exact Fractions)."""
+    from veil.proxy.answer import QuerySession
+
+    policy = load_policy(policy_path)
+    with QuerySession(policy, ANALYSTS[0]) as qs:
+        cost = qs.explain(AGGREGATE.format(k=0), epsilon=EPSILON).epsilon
+    lines = []
+    with Ledger.for_policy(policy) as ledger:
+        for a in ANALYSTS:
+            rows = ledger.reservations(a)
+            assert all(r["status"] != "reserved" for r in rows), f"{a}: a charge without its release"
+            charges = sum((r["epsilon"] for r in rows if r["status"] != "cancelled"), Fraction(0))
+            spent = ledger.spent(a)
+            assert spent == charges, (a, spent, charges)
+            assert spent == answered[a] * cost, (a, spent, answered[a], cost)
+            assert spent <= policy.analyst(a).epsilon, (a, spent)
+            lines.append(f"{a}: {answered[a]} answered × ε {cost} = {spent} ≤ budget {policy.analyst(a).epsilon}")
+    return lines
+
+
+def answered_per_analyst(policy_path: Path) -> dict[str, int]:
+    policy = load_policy(policy_path)
+    with Ledger.for_policy(policy) as ledger:
+        return {a: sum(r["status"] != "cancelled" for r in ledger.reservations(a)) for a in ANALYSTS}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--rows", type=int, default=10_000)
+    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    args = parser.parse_args()
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    ledger_lines: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        wire_policy = build(Path(tmp) / "wire", args.rows)
+        local_policy = build(Path(tmp) / "local", args.rows)
+        proc, port = start_server(wire_policy)
+        try:
+            for kind in ("trivial", "aggregate"):
+                # interleave: in-process, wire, so drifting host load hits both alike
+                results[("in-process", kind)] = asyncio.run(inprocess_run(local_policy, kind, args.clients, args.queries))
+                results[("wire", kind)] = asyncio.run(wire_run(port, kind, args.clients, args.queries))
+                for where in ("in-process", "wire"):
+                    r = results[(where, kind)]
+                    print(
+                        f"{kind:9} {where:10} {r['qps']:8.0f} q/s  p50 {r['p50']:6.1f} ms  p99 {r['p99']:6.1f} ms  "
+                        f"ok {r['ok']} refused {r['refused']} other {r['other']}",
+                        flush=True,
+                    )
+        finally:
+            proc.terminate()
+            proc.wait(30)
+        for label, path in (("wire", wire_policy), ("in-process", local_policy)):
+            answered = answered_per_analyst(path)
+            ledger_lines += [f"{label} — {line}" for line in check_ledger(path, answered)]
+            agg = results[(label, "aggregate")]
+            assert sum(answered.values()) == agg["ok"], (label, answered, agg)
+    for line in ledger_lines:
+        print(line)
+    rows = []
+    for kind in ("trivial", "aggregate"):
+        w, p = results[("wire", kind)], results[("in-process", kind)]
+        rows.append(
+            f"| {kind} | {p['qps']:.0f} | {w['qps']:.0f} | **{100 * w['qps'] / p['qps']:.0f}%** | "
+            f"{p['p50']:.1f} / {p['p99']:.1f} | {w['p50']:.1f} / {w['p99']:.1f} | {w['ok']} / {w['refused']} |"
+        )
+    md = "\n".join(
+        [
+            "## server: `veil serve` throughput (wire vs in-process)",
+            "",
+            f"{args.clients} concurrent clients × {args.queries} queries on a {args.rows:,}-row table "
+            f"(`bench/server_throughput.py`). Wire: psycopg 3 async clients (extended protocol, server-side "
+            "parameters) → `veil serve` in a separate process. In-process: the same handler "
+            "(`VeilSession.answer`, same worker pool) called directly, no sockets. Aggregate = "
+            "`SELECT sex, COUNT(*), AVG(income) … WHERE income > k GROUP BY sex`, a different `k` per query "
+            "(no cache hits), ε = 0.01; trivial = `SELECT 42`.",
+            "",
+            "| query | in-process q/s | wire q/s | wire / in-process | in-process p50 / p99 ms | wire p50 / p99 ms | "
+            "wire answered / refused (VB001) |",
+            "|---|---|---|---|---|---|---|",
+            *rows,
+            "",
+            "Target: aggregates through the wire at ≥ 80% of in-process throughput. pg-mimic's own figures "
+            "(docs/notes, same host type): GROUP BY ≈ 660–690 q/s through the wire vs ≈ 690 in-process; "
+            "`SELECT 42` ≈ 1.3–1.8k vs 2.7k.",
+            "",
+            "Ledger after the run (checked by the script; it fails otherwise): every charge has its release, "
+            "spent = Σ charges = answered × quoted cost, never above the budget (`dan` is given too little "
+            "on purpose, so part of its queries are refused while the others keep running):",
+            "",
+            *[f"- {line}" for line in ledger_lines],
+            "",
+            "Caveat: 2-core host shared with other agents; clients, server and DuckDB share those cores "
+            "(DuckDB threads per connection: default). Absolute numbers drift with load; the ratio is measured "
+            "interleaved in one run.",
+        ]
+    )
+    if not args.no_write:
+        from bench._report import write_section
+
+        print(write_section("server", md))
+    else:
+        print(md)
+
+
+if __name__ == "__main__":
+    main()
