@@ -1,0 +1,69 @@
+"""End to end through the command line: ``veil ingest`` → ``veil analyst add`` → ``veil serve``
+(a real subprocess on a free port) → psql."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tests.test_server_support import build_policy, psql
+
+
+def test_veil_serve_subprocess_answers_psql(tmp_path: Path, shared_data: Path) -> None:
+    policy = build_policy(tmp_path, shared_data, rows=300)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "veil.cli.main", "serve", "--policy", str(policy), "--port", "0"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "VEIL_PROGRESS": "0"},
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    try:
+        assert proc.stderr is not None
+        port = None
+        deadline = time.monotonic() + 60
+        banner = []
+        while port is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            banner.append(line)
+            match = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+            if match:
+                port = int(match.group(1))
+            elif not line and proc.poll() is not None:
+                break
+        assert port is not None, "".join(banner)
+        assert "alice" in "".join(banner)
+        out = psql(port, "SET veil.epsilon = 0.2", "SELECT COUNT(*) AS n FROM adult", "SHOW veil.budget")
+        assert out.returncode == 0, out.stderr
+        assert "(1 row)" in out.stdout and "9.8" in out.stdout  # 10 - 0.2 remaining
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_serve_refuses_half_a_tls_pair(tmp_path: Path) -> None:
+    from tests.test_server_support import SERVER_POLICY
+    from veil.cli.main import cli
+
+    policy = tmp_path / "policy.toml"
+    policy.write_text(SERVER_POLICY, encoding="utf-8")
+    cert = tmp_path / "c.pem"
+    cert.write_text("x")
+    res = CliRunner().invoke(cli, ["serve", "--policy", str(policy), "--tls-cert", str(cert)])
+    assert res.exit_code == 2 and "--tls-key" in res.output
+
+
+@pytest.mark.parametrize("args", [["serve", "--help"], ["analyst", "add", "--help"]])
+def test_help(args: list[str]) -> None:
+    from veil.cli.main import cli
+
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0 and "--policy" in res.output
