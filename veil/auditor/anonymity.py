@@ -304,7 +304,7 @@ def audit_anonymity(
     leaf_counts = leaf_counts_from_dir(hierarchies, qi)
     per_qi: dict[str, float] = {}
     for col in qi:
-        parsed = parse_generalised(table[col])
+        parsed = None if col in leaf_counts else parse_generalised(table[col])  # a tree wins, as in the generator
         if parsed is not None:
             lo, hi = parsed
             if population is not None and col in population and pd.api.types.is_numeric_dtype(population[col]):
