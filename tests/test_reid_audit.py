@@ -251,3 +251,29 @@ def test_cli_from_release_log(tmp_path: Path):
     assert out.exit_code == 2 and "no AVG for feature(s) ['x']" in out.output
     out = runner.invoke(cli, ["audit", "reid", "--policy", policy, "--release", "q_nope"])
     assert out.exit_code == 2
+
+
+def test_cli_from_analyst_query_release(tmp_path: Path):
+    """The whole loop: an analyst asks the class mean through Veil's query path; the audit reads it back."""
+    from veil.policy import load_policy
+    from veil.proxy.answer import QuerySession
+
+    X, truth = blobs(150, 3, shift=1.2)
+    (tmp_path / "policy.toml").write_text(POLICY)
+    pd.DataFrame(X, columns=["a", "b", "c"]).assign(label=truth.astype(int)).to_csv(tmp_path / "pts.csv", index=False)
+    runner = CliRunner()
+    policy = str(tmp_path / "policy.toml")
+    assert runner.invoke(cli, ["ingest", "--policy", policy, "--table", "pts", str(tmp_path / "pts.csv")]).exit_code == 0
+    with QuerySession(load_policy(tmp_path / "policy.toml"), "alice") as session:
+        session.execute("SELECT AVG(a), AVG(b), AVG(c), COUNT(*) FROM pts WHERE label = 1", epsilon=1.0)
+    from veil.releases import list_releases
+
+    rel = list_releases(load_policy(tmp_path / "policy.toml"), kind="query")[-1]
+    rm = R.mean_from_release(rel)
+    assert rm.features == ("a", "b", "c") and rm.count is not None and rm.predicate == "pts.label = 1"
+    assert np.allclose(rm.values, rel.answer["rows"][0][:3])  # same AVGs the analyst received
+    out = runner.invoke(cli, ["audit", "reid", "--policy", policy, "--release", rel.id, "--method", "floor",
+                              "--format", "json"])
+    assert out.exit_code == 0, out.output
+    row = json.loads(out.output)
+    assert row["accuracy"] > 0.85 and row["predicted_positive"] == round(rm.count)

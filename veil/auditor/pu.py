@@ -203,8 +203,8 @@ def surrogate_loss(z: torch.Tensor, y: torch.Tensor, kind: str = "sigmoid") -> t
 
 
 def _validate(X: np.ndarray, mean: np.ndarray, prior: float) -> tuple[np.ndarray, np.ndarray]:
-    X = np.asarray(X, dtype=np.float32)
-    mean = np.asarray(mean, dtype=np.float32).reshape(-1)
+    X = np.require(X, dtype=np.float32, requirements=["C", "W"])  # torch needs writable memory
+    mean = np.require(np.asarray(mean, dtype=np.float32).reshape(-1), requirements=["C", "W"])
     if X.ndim != 2 or X.shape[0] < 2:
         raise InputError(f"records must be a 2-D array with at least 2 rows, got shape {X.shape}")
     if mean.shape[0] != X.shape[1]:
@@ -231,7 +231,7 @@ class _Recorder:
 
     def __init__(self, model: nn.Module, X: torch.Tensor, truth: np.ndarray | None, every: int) -> None:
         self.model, self.X, self.every = model, X, every
-        self.truth = None if truth is None else torch.as_tensor(np.asarray(truth, dtype=bool))
+        self.truth = None if truth is None else torch.tensor(np.asarray(truth, dtype=bool))
         self.points: list[HistoryPoint] = []
         self.step = 0
 
@@ -304,7 +304,7 @@ def growpu(
     if b < 1:
         raise InputError(f"batch_size must be >= 1, got {cfg.batch_size}")
     pi = float(prior)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     model, opt, rng = _setup(seed, classifier, X.shape[1], hidden, cfg.lr, cfg.weight_decay)
     Xt = torch.from_numpy(X)
     mt = torch.from_numpy(mean).reshape(1, -1)
@@ -364,7 +364,7 @@ def growpu(
     scores = _scores(model, Xt).numpy().astype(np.float64)
     info = {"pre_steps": pre_steps, "pre_fraction": pre_frac, "grow_steps": grow_steps,
             "reached_grow": reached, "grow_fraction": grow_frac, "tune_steps": cfg.t_tune,
-            "batch_size": b, "loss": loss, "config": cfg}
+            "batch_size": b, "loss": loss, "config": cfg, "cpu_seconds": time.process_time() - c0}
     return PUResult("growpu", classifier, scores, time.perf_counter() - t0, tuple(rec.points), info,
                     _model_scorer(model))
 
@@ -421,7 +421,7 @@ def _pu_risk(
     if epochs < 1 or batch_size < 1:
         raise InputError(f"epochs and batch_size must be >= 1, got {epochs}, {batch_size}")
     pi = float(prior)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     model, opt, rng = _setup(seed, classifier, X.shape[1], hidden, lr, weight_decay)
     Xt = torch.from_numpy(X)
     mt = torch.from_numpy(mean).reshape(1, -1)
@@ -457,7 +457,7 @@ def _pu_risk(
     rec.tick("final", force=True)
     scores = _scores(model, Xt).numpy().astype(np.float64)
     info = {"epochs": epochs, "batch_size": b, "corrections": corrections, "loss": loss,
-            "lr": lr, "weight_decay": weight_decay}
+            "lr": lr, "weight_decay": weight_decay, "cpu_seconds": time.process_time() - c0}
     return PUResult("nnpu" if non_negative else "upu", classifier, scores,
                     time.perf_counter() - t0, tuple(rec.points), info, _model_scorer(model))
 
@@ -549,7 +549,7 @@ def oracle(X: np.ndarray, truth: np.ndarray, *, classifier: str = "linear", hidd
     ``steps`` Adam steps on shuffled minibatches (2,000 = 100 epochs of MNIST 5 vs 3).
     Accuracy is transductive (training records = attacked records), like the paper's table.
     """
-    X = np.asarray(X, dtype=np.float32)
+    X = np.require(X, dtype=np.float32, requirements=["C", "W"])
     truth = np.asarray(truth, dtype=bool).reshape(-1)
     if truth.shape[0] != X.shape[0]:
         raise InputError(f"truth has {truth.shape[0]} labels for {X.shape[0]} records")
