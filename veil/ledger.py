@@ -5,8 +5,10 @@ transaction, so concurrent sessions and processes serialise on it. Invariants (t
 
 * ``spend.spent`` of an analyst equals the exact sum of ε over that analyst's reservations whose
   status is ``reserved`` or ``released``; it never exceeds the budget passed to :meth:`Ledger.reserve`.
-* A reservation is made (and durable) before any statistic is computed; a release row is
-  committed before the answer is returned. A crash in between leaves a ``reserved`` row:
+* A reservation is committed (atomically, visible to every session) before any statistic is
+  computed; a release row is committed with ``synchronous=FULL`` before the answer is returned, and
+  that sync also makes the reservation durable (WAL frames are synced in order), so a durable answer
+  always has a durable charge. A crash in between leaves a ``reserved`` row:
   charged but unanswered, visible in the log, never refunded.
 * :meth:`Ledger.cancel` refunds only reservations for which no noise was drawn (the caller's promise:
   the engine failed before noise).
@@ -159,6 +161,20 @@ class Ledger:
     ) -> Reservation:
         """Atomically charge ``epsilon`` if it fits in ``budget``; else raise BudgetExhausted (no charge)."""
         eps = as_epsilon(epsilon, allow_zero=True)
+        with self._lock:
+            # Atomic and at once visible to every other connection (WAL), but not fsynced on its own:
+            # the release's synchronous=FULL commit syncs the WAL up to and including this reservation,
+            # so no answer can ever be durable without its charge. A power loss before the release loses
+            # only a reservation whose answer was never sent.
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            try:
+                return self._reserve(analyst, eps, budget, canonical_sql=canonical_sql, cache_key=cache_key)
+            finally:
+                self._db.execute("PRAGMA synchronous=FULL")
+
+    def _reserve(
+        self, analyst: str, eps: Fraction, budget: Fraction, *, canonical_sql: str, cache_key: str
+    ) -> Reservation:
         with self._transaction() as db:
             spent = self._spent(db, analyst)
             remaining = budget - spent

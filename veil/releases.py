@@ -9,6 +9,7 @@ A publication that names a ``table`` makes that table public to analysts.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -78,6 +79,8 @@ def _jsonable(obj: Any) -> Any:
 
 
 def dumps(obj: Any) -> str:
+    if obj is None or isinstance(obj, (str, bool, int)) or (isinstance(obj, float) and math.isfinite(obj)):
+        return json.dumps(obj)  # fast path for the scalars of a query release
     return json.dumps(_jsonable(obj), sort_keys=True, allow_nan=True)
 
 
