@@ -109,3 +109,61 @@ def analyst_remove(policy_path: Path, name: str) -> None:
     policy = load_policy(policy_path)
     removed = CredentialStore(policy.ledger_path).remove(name)
     click.echo(f"removed the login of {name}" if removed else f"{name} had no login", err=True)
+
+
+@cli.command("serve-demo")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("demo"),
+    show_default=True,
+    help="Demo folder (built with `veil demo`'s generator if it has no policy yet).",
+)
+@click.option(
+    "--rows", type=click.IntRange(min=100), default=100_000, show_default=True, help="People to generate when the demo is built."
+)
+@run_guarded
+def serve_demo(directory: Path, rows: int) -> None:
+    """Start `veil serve` on the demo database and show psql (or psycopg) answering through it."""
+    import secrets
+    import shutil
+    import subprocess
+
+    from veil.demo import build_demo
+    from veil.proxy.credentials import CredentialStore
+    from veil.proxy.server import ServerThread, VeilServer
+
+    policy_path = directory / "policy.toml"
+    policy = load_policy(policy_path) if policy_path.exists() else build_demo(directory, n_people=rows)
+    password = secrets.token_urlsafe(12)
+    CredentialStore(policy.ledger_path).set_password("alice", password)
+    queries = [
+        "SELECT sex, COUNT(*) AS n, AVG(income) AS avg_income FROM people GROUP BY sex",
+        "SET veil.show_ci = on",
+        "SELECT sex, COUNT(*) AS n FROM people WHERE age > 30 GROUP BY sex",
+        "EXPLAIN SELECT AVG(income) FROM people WHERE age > 30",
+        "SELECT * FROM veil.budget",
+    ]
+    with ServerThread(VeilServer(policy), port=0) as st:
+        click.echo(f"veil serve (demo) listening on 127.0.0.1:{st.port}; alice's one-off password: {password}", err=True)
+        psql = shutil.which("psql")
+        if psql:
+            args = [psql, "-X", f"host=127.0.0.1 port={st.port} user=alice dbname=veil sslmode=disable"]
+            for q in queries:
+                args += ["-e", "-c", q]
+            out = subprocess.run(args, capture_output=True, text=True, env={"PGPASSWORD": password, "PATH": "/usr/bin:/bin"})
+            click.echo(out.stdout + out.stderr)
+            return
+        import psycopg
+
+        click.echo("(psql not found: using psycopg)", err=True)
+        dsn = f"host=127.0.0.1 port={st.port} user=alice password={password} dbname=veil sslmode=disable"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for q in queries:
+                cur = conn.execute(q)
+                click.echo(f"\n{q}")
+                if cur.description:
+                    click.echo(" | ".join(d.name for d in cur.description))
+                    for row in cur.fetchall():
+                        click.echo(" | ".join("" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v) for v in row))

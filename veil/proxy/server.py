@@ -33,6 +33,7 @@ import ipaddress
 import logging
 import os
 import re
+import signal
 import ssl
 import struct
 import threading
@@ -952,9 +953,14 @@ def serve(
         finally:
             server.close()
 
+    def on_sigterm(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         asyncio.run(main())
     except KeyboardInterrupt:
         pass
     finally:
+        signal.signal(signal.SIGTERM, previous)
         server.shutdown_executor()
