@@ -64,8 +64,11 @@ def audit_implicit_command(policy_path: Path, table: str, sensitive: str, theta:
         tau = "n/a (no candidates)" if rep.tau is None else f"{rep.tau:.4f}"
         click.echo(f"\nNMI = {d['normalisation_formula']}; candidates (NMI ≥ {theta:g}): "
                    f"{', '.join(rep.candidates) or 'none'}")
-        click.echo(f"classifier {metric} τ = {tau} (accuracy {rep.accuracy}, macro F1 {rep.f1}, "
-                   f"majority rate {rep.majority_rate:.4f}) vs β = {beta:g}")
+        if rep.accuracy is not None and rep.f1 is not None:
+            click.echo(f"classifier {metric} τ = {tau} (accuracy {rep.accuracy:.4f}, macro F1 {rep.f1:.4f}, "
+                       f"majority rate {rep.majority_rate:.4f}, {rep.test_rows} held-out rows) vs β = {beta:g}")
+        else:
+            click.echo(f"classifier τ = {tau} vs β = {beta:g}")
         click.echo(f"implicit-privacy attributes: {', '.join(rep.implicit) or 'none'}")
 
 
