@@ -81,11 +81,12 @@ def test_psql_errors_carry_sqlstate_and_connection_survives(served: tuple[Path, 
         "SELECT COUNT(* FROM adult",
         "INSERT INTO adult (age) VALUES (1)",
         "SELECT COUNT(*) FROM read_csv('/etc/passwd')",
+        "SELECT * FROM adult",
         "SET veil.epsilom = 1",
         "SELECT COUNT(*) FROM adult WHERE age > 21",
     )
     err = out.stderr
-    for code in ("42P01", "42703", "42601", "42501", "42704"):
+    for code in ("42P01", "42703", "42601", "42501", "0A000", "42704"):
         assert f"ERROR:  {code}" in err, err
     assert "Did you mean 'adult'?" in err
     assert "veil.epsilon" in err
@@ -225,3 +226,35 @@ def test_catalog_answers_come_from_the_policy(served: tuple[Path, int]) -> None:
         assert "Veil" in cur.fetchone()[0]
         cur.execute("SELECT current_user")
         assert cur.fetchone()[0] == "alice"
+
+
+def test_portal_row_limits_run_the_query_once(served: tuple[Path, int]) -> None:
+    """Execute with a row limit: PortalSuspended, then the rest; one execution, one charge."""
+    from tests.test_server_support import (
+        PASSWORD,
+        SYNC,
+        bind_msg,
+        describe_portal_msg,
+        execute_msg,
+        parse_msg,
+        raw_exchange,
+        raw_login,
+    )
+
+    _, port = served
+    with psycopg.connect(dsn(port), autocommit=True) as conn:
+        before = _spent(conn.cursor())
+    sock, err = raw_login(port, "alice", PASSWORD)
+    assert sock is not None, err
+    try:
+        sql = "SELECT sex, COUNT(*) AS n FROM adult WHERE age > 52 GROUP BY sex"
+        replies = raw_exchange(
+            sock, parse_msg(sql), bind_msg(), describe_portal_msg(), execute_msg(max_rows=1), execute_msg(max_rows=1), SYNC
+        )
+        tags = [t for t, _ in replies]
+        assert tags == [b"1", b"2", b"T", b"D", b"s", b"D", b"C", b"Z"], tags
+        assert replies[6][1].rstrip(b"\x00") == b"SELECT 2"
+    finally:
+        sock.close()
+    with psycopg.connect(dsn(port), autocommit=True) as conn:
+        assert _spent(conn.cursor()) == pytest.approx(before + 0.5)

@@ -131,35 +131,83 @@ def _error_code(payload: bytes) -> str | None:
     return None
 
 
-def raw_scram_login(port: int, user: str, password: str) -> tuple[bool, str | None]:
+def raw_login(port: int, user: str, password: str) -> tuple[socket.socket | None, str | None]:
     """Log in speaking the protocol by hand (libpq refuses empty passwords; this does not).
 
-    Returns (got AuthenticationOk, SQLSTATE of the ErrorResponse if any)."""
+    Returns (the socket, after ReadyForQuery, or None; SQLSTATE of the ErrorResponse if any)."""
     from scramp import ScramClient
 
-    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    try:
         body = struct.pack("!i", 196608) + b"user\x00" + user.encode() + b"\x00database\x00veil\x00\x00"
         sock.sendall(struct.pack("!i", len(body) + 4) + body)
         tag, payload = _read(sock)
         if tag == b"E":
-            return False, _error_code(payload)
+            return None, _error_code(payload)
         assert tag == b"R" and struct.unpack("!i", payload[:4])[0] == 10, (tag, payload)  # AuthenticationSASL
         client = ScramClient(["SCRAM-SHA-256"], user or "nobody", password)
         first = client.get_client_first().encode()
         sock.sendall(_msg(b"p", b"SCRAM-SHA-256\x00" + struct.pack("!i", len(first)) + first))
         tag, payload = _read(sock)
         if tag == b"E":
-            return False, _error_code(payload)
+            return None, _error_code(payload)
         assert struct.unpack("!i", payload[:4])[0] == 11  # AuthenticationSASLContinue
         client.set_server_first(payload[4:].decode())
         sock.sendall(_msg(b"p", client.get_client_final().encode()))
+        authenticated = False
         while True:
             tag, payload = _read(sock)
             if tag == b"E":
-                return False, _error_code(payload)
+                return None, _error_code(payload)
             if tag == b"R" and struct.unpack("!i", payload[:4])[0] == 0:
-                sock.sendall(_msg(b"X", b""))
-                return True, None
+                authenticated = True
+            if tag == b"Z":
+                assert authenticated
+                result, sock = sock, None  # type: ignore[assignment]
+                return result, None
+    finally:
+        if sock is not None:
+            sock.close()
+
+
+def raw_scram_login(port: int, user: str, password: str) -> tuple[bool, str | None]:
+    """(got AuthenticationOk, SQLSTATE of the ErrorResponse if any) for a hand-written login."""
+    sock, sqlstate = raw_login(port, user, password)
+    if sock is None:
+        return False, sqlstate
+    sock.sendall(_msg(b"X", b""))
+    sock.close()
+    return True, None
+
+
+def raw_exchange(sock: socket.socket, *messages: bytes) -> list[tuple[bytes, bytes]]:
+    """Send extended-protocol messages (ending with Sync) and read up to ReadyForQuery."""
+    sock.sendall(b"".join(messages))
+    out = []
+    while True:
+        tag, payload = _read(sock)
+        out.append((tag, payload))
+        if tag == b"Z":
+            return out
+
+
+def parse_msg(sql: str, name: str = "") -> bytes:
+    return _msg(b"P", name.encode() + b"\x00" + sql.encode() + b"\x00" + struct.pack("!h", 0))
+
+
+def bind_msg(portal: str = "", statement: str = "") -> bytes:
+    return _msg(b"B", portal.encode() + b"\x00" + statement.encode() + b"\x00" + struct.pack("!hhh", 0, 0, 0))
+
+
+def execute_msg(portal: str = "", max_rows: int = 0) -> bytes:
+    return _msg(b"E", portal.encode() + b"\x00" + struct.pack("!i", max_rows))
+
+
+def describe_portal_msg(portal: str = "") -> bytes:
+    return _msg(b"D", b"P" + portal.encode() + b"\x00")
+
+
+SYNC = _msg(b"S", b"")
 
 
 def make_cert(folder: Path) -> tuple[Path, Path]:
