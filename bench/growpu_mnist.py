@@ -35,13 +35,25 @@ SEEDS = int(os.environ.get("VEIL_REID_SEEDS", "3"))
 
 #: Paper's Table 5 / Table 6 (MNIST 5 vs 3), "noiseless" and "noisy ε=0.01" columns.
 PAPER5 = {
-    ("growpu", "linear"): (93.6, 91.8), ("nnpu", "linear"): (79.9, 81.0), ("upu", "linear"): (79.4, 75.8),
-    ("oracle", "linear"): (95.0, None), ("growpu", "3lp"): (92.0, 91.9), ("nnpu", "3lp"): (85.7, 85.8),
-    ("upu", "3lp"): (50.5, 50.1), ("oracle", "3lp"): (98.4, None), ("kmeans", None): (68.0, None),
+    ("growpu", "linear"): (93.6, 91.8),
+    ("nnpu", "linear"): (79.9, 81.0),
+    ("upu", "linear"): (79.4, 75.8),
+    ("oracle", "linear"): (95.0, None),
+    ("growpu", "3lp"): (92.0, 91.9),
+    ("nnpu", "3lp"): (85.7, 85.8),
+    ("upu", "3lp"): (50.5, 50.1),
+    ("oracle", "3lp"): (98.4, None),
+    ("kmeans", None): (68.0, None),
     ("floor", None): (None, None),
 }
-PAPER6 = {("growpu", "linear"): (93.3, 90.9), ("nnpu", "linear"): (79.0, 79.8), ("upu", "linear"): (72.4, 70.4),
-          ("growpu", "3lp"): (90.1, 90.2), ("nnpu", "3lp"): (84.2, 82.8), ("floor", None): (None, None)}
+PAPER6 = {
+    ("growpu", "linear"): (93.3, 90.9),
+    ("nnpu", "linear"): (79.0, 79.8),
+    ("upu", "linear"): (72.4, 70.4),
+    ("growpu", "3lp"): (90.1, 90.2),
+    ("nnpu", "3lp"): (84.2, 82.8),
+    ("floor", None): (None, None),
+}
 
 
 # ----------------------------------------------------------------------------------- data
@@ -85,10 +97,10 @@ def released_mean(name: str, X: np.ndarray, truth: np.ndarray, setting: str, see
 E100 = {"epochs": 100}  # uPU/nnPU schedule in the bench (the paper: 1,000 epochs); see the section text
 
 
-def job(data: str, table: str, setting: str, method: str, seed: int, classifier: str = "linear",
-        params: dict[str, Any] | None = None) -> dict[str, Any]:
-    return dict(data=data, table=table, setting=setting, method=method, classifier=classifier, seed=seed,
-                params=params or {})
+def job(
+    data: str, table: str, setting: str, method: str, seed: int, classifier: str = "linear", params: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return dict(data=data, table=table, setting=setting, method=method, classifier=classifier, seed=seed, params=params or {})
 
 
 def job_list(group: str) -> list[dict[str, Any]]:
@@ -97,8 +109,10 @@ def job_list(group: str) -> list[dict[str, Any]]:
     if group == "linear":
         for seed in range(SEEDS):
             for setting in ("noiseless", "per-coordinate"):
-                jobs += [job("mnist", "5", setting, m, seed, params=E100 if m in ("nnpu", "upu") else None)
-                         for m in ("growpu", "floor", "kmeans", "nnpu", "upu")]
+                jobs += [
+                    job("mnist", "5", setting, m, seed, params=E100 if m in ("nnpu", "upu") else None)
+                    for m in ("growpu", "floor", "kmeans", "nnpu", "upu")
+                ]
             jobs.append(job("mnist", "5", "noiseless", "oracle", seed))
             jobs += [job("mnist", "5", "l1", m, seed) for m in ("floor", "kmeans")]
             if seed == 0:
@@ -106,8 +120,10 @@ def job_list(group: str) -> list[dict[str, Any]]:
     elif group == "3lp":
         for seed in range(1):
             for setting in ("noiseless", "per-coordinate"):
-                jobs += [job("mnist", "5", setting, "growpu", seed, "3lp", {"t_tune": 2000}),
-                         job("mnist", "5", setting, "nnpu", seed, "3lp", {"epochs": 200})]
+                jobs += [
+                    job("mnist", "5", setting, "growpu", seed, "3lp", {"t_tune": 2000}),
+                    job("mnist", "5", setting, "nnpu", seed, "3lp", {"epochs": 200}),
+                ]
                 if setting == "noiseless":
                     jobs.append(job("mnist", "5", setting, "oracle", seed, "3lp"))
     elif group == "subset":
@@ -120,8 +136,10 @@ def job_list(group: str) -> list[dict[str, Any]]:
     elif group == "adult":
         for seed in range(2):
             for setting in ("noiseless", "per-coordinate"):
-                jobs += [job("adult", "adult", setting, m, seed, params=E100 if m == "nnpu" else None)
-                         for m in ("growpu", "floor", "kmeans", "nnpu")]
+                jobs += [
+                    job("adult", "adult", setting, m, seed, params=E100 if m == "nnpu" else None)
+                    for m in ("growpu", "floor", "kmeans", "nnpu")
+                ]
             jobs.append(job("adult", "adult", "noiseless", "oracle", seed))
             jobs.append(job("adult", "adult", "l1", "floor", seed))
             if seed == 0:
@@ -154,19 +172,46 @@ def run_group(group: str) -> None:
         train_index = None
         if job["table"] == "6":
             train_index = np.random.default_rng(1000 + job["seed"]).choice(len(X), 1000, replace=False)
-        record = 200 if (job["seed"] == 0 and job["table"] == "5" and job["setting"] == "noiseless"
-                         and job["method"] in ("growpu", "nnpu", "upu") and job["classifier"] == "linear") else 0
+        record = (
+            200
+            if (
+                job["seed"] == 0
+                and job["table"] == "5"
+                and job["setting"] == "noiseless"
+                and job["method"] in ("growpu", "nnpu", "upu")
+                and job["classifier"] == "linear"
+            )
+            else 0
+        )
         t0 = time.perf_counter()
         c0 = time.process_time()
-        out = R.run_attack(job["method"], X, mean, prior=prior, classifier=job["classifier"], seed=job["seed"],
-                           truth=truth, train_index=train_index, record_every=record, **job.get("params", {}))
+        out = R.run_attack(
+            job["method"],
+            X,
+            mean,
+            prior=prior,
+            classifier=job["classifier"],
+            seed=job["seed"],
+            truth=truth,
+            train_index=train_index,
+            record_every=record,
+            **job.get("params", {}),
+        )
         cpu = time.process_time() - c0
         info = {k2: v for k2, v in out.result.info.items() if isinstance(v, int | float | bool | str)}
-        done[k] = {**{k2: v for k2, v in job.items() if k2 != "params"}, "params": job.get("params", {}),
-                   "accuracy": out.metrics["accuracy"], "precision": out.metrics["precision"],
-                   "recall": out.metrics["recall"], "seconds": out.seconds, "wall": time.perf_counter() - t0, "cpu": cpu,
-                   "noise_scale": scale, "info": info,
-                   "history": [[h.step, h.stage, h.positive_fraction, h.accuracy] for h in out.result.history]}
+        done[k] = {
+            **{k2: v for k2, v in job.items() if k2 != "params"},
+            "params": job.get("params", {}),
+            "accuracy": out.metrics["accuracy"],
+            "precision": out.metrics["precision"],
+            "recall": out.metrics["recall"],
+            "seconds": out.seconds,
+            "wall": time.perf_counter() - t0,
+            "cpu": cpu,
+            "noise_scale": scale,
+            "info": info,
+            "history": [[h.step, h.stage, h.positive_fraction, h.accuracy] for h in out.result.history],
+        }
         print(f"{k}: acc {out.metrics['accuracy']:.4f} in {out.seconds:.1f}s", flush=True)
         tmp = out_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(done))
@@ -205,14 +250,25 @@ def standard_params(method: str, clf: str | None, tab: str) -> dict[str, Any]:
     return E100 if method in ("nnpu", "upu") else {}
 
 
-def table(rows: list[dict[str, Any]], data: str, tab: str, paper: dict, settings: tuple[str, ...],
-          with_paper: bool = True) -> str:
+def table(
+    rows: list[dict[str, Any]], data: str, tab: str, paper: dict, settings: tuple[str, ...], with_paper: bool = True
+) -> str:
     head = "| method | classifier | " + " | ".join(f"ours: {s}" for s in settings)
     head += " | paper: noiseless | paper: noisy ε=0.01 |" if with_paper else " |"
     lines = [head, "|" + "---|" * (len(settings) + (4 if with_paper else 2))]
     for (method, clf), (p0, p1) in paper.items():
-        mine = [pick(rows, data=data, table=tab, setting=s, method=method, params=standard_params(method, clf, tab),
-                     **({"classifier": clf} if clf else {})) for s in settings]
+        mine = [
+            pick(
+                rows,
+                data=data,
+                table=tab,
+                setting=s,
+                method=method,
+                params=standard_params(method, clf, tab),
+                **({"classifier": clf} if clf else {}),
+            )
+            for s in settings
+        ]
         if not any(mine):
             continue
         line = f"| {method} | {clf or '—'} | " + " | ".join(cell(m) for m in mine)
@@ -231,11 +287,22 @@ def figure4(rows: list[dict[str, Any]]) -> Path | None:
         return None
     frac = {m: ([h[0] for h in v], [h[2] for h in v]) for m, v in hist.items()}
     acc = {m: ([h[0] for h in v], [h[3] for h in v]) for m, v in hist.items()}
-    fig = line_plot(frac, xlabel="training step (one Adam step each)", ylabel="share classified positive",
-                    title="MNIST 5 vs 3, noiseless mean, linear, seed 0", hlines={"π = 0.5": 0.5}, ylim=(0, 1))
+    fig = line_plot(
+        frac,
+        xlabel="training step (one Adam step each)",
+        ylabel="share classified positive",
+        title="MNIST 5 vs 3, noiseless mean, linear, seed 0",
+        hlines={"π = 0.5": 0.5},
+        ylim=(0, 1),
+    )
     fig.savefig(DOCS / "reid_figure4.png")
-    fig2 = line_plot(acc, xlabel="training step", ylabel="re-identification accuracy",
-                     title="MNIST 5 vs 3, noiseless mean, linear, seed 0", ylim=(0.4, 1))
+    fig2 = line_plot(
+        acc,
+        xlabel="training step",
+        ylabel="re-identification accuracy",
+        title="MNIST 5 vs 3, noiseless mean, linear, seed 0",
+        ylim=(0.4, 1),
+    )
     fig2.savefig(DOCS / "reid_figure4_accuracy.png")
     return DOCS / "reid_figure4.png"
 
@@ -256,12 +323,32 @@ def write() -> None:
     a_scales = {s: sorted({round(r["noise_scale"], 4) for r in pick(rows, data="adult", setting=s)}) for s in SETTINGS}
     adult_prior = float(adult()[1].mean()) if pick(rows, data="adult") else float("nan")
     fig = figure4(pick(rows, data="mnist", table="5", setting="noiseless", seed=0, classifier="linear"))
-    refs = [x for x in (
-        ref_line(rows, "nnPU linear, 1,000 epochs (the paper's schedule), noiseless", data="mnist", table="5",
-                 method="nnpu", classifier="linear", setting="noiseless", params={}),
-        ref_line(rows, "nnPU linear, 1,000 epochs, Table 6 subset, noiseless", data="mnist", table="6",
-                 method="nnpu", classifier="linear", setting="noiseless", params={}),
-    ) if x]
+    refs = [
+        x
+        for x in (
+            ref_line(
+                rows,
+                "nnPU linear, 1,000 epochs (the paper's schedule), noiseless",
+                data="mnist",
+                table="5",
+                method="nnpu",
+                classifier="linear",
+                setting="noiseless",
+                params={},
+            ),
+            ref_line(
+                rows,
+                "nnPU linear, 1,000 epochs, Table 6 subset, noiseless",
+                data="mnist",
+                table="6",
+                method="nnpu",
+                classifier="linear",
+                setting="noiseless",
+                params={},
+            ),
+        )
+        if x
+    ]
     n_seeds = len({r["seed"] for r in pick(rows, data="mnist", table="5", method="floor")})
     md = [
         "## reid — re-identification from a released class mean (growPU, nnPU, uPU)",
@@ -298,12 +385,23 @@ def write() -> None:
         f"All of `adult.data` without missing values (30,162 records, π = {adult_prior:.3f}); the 8 categorical "
         "columns one-hot encoded (a class mean over 0/1 columns is the class's share in each category). Noise "
         f"scales: per-coordinate {a_scales['per-coordinate']}, l1 {a_scales['l1']}. Calling π·n random records "
-        f"positive scores π² + (1−π)² = {adult_prior**2 + (1 - adult_prior)**2:.3f}; calling nobody positive "
+        f"positive scores π² + (1−π)² = {adult_prior**2 + (1 - adult_prior) ** 2:.3f}; calling nobody positive "
         f"scores 1 − π = {1 - adult_prior:.3f}. No paper figure (the paper's second dataset is private).",
         "",
-        table(rows, "adult", "adult", {("growpu", "linear"): (None, None), ("nnpu", "linear"): (None, None),
-                                       ("kmeans", None): (None, None), ("floor", None): (None, None),
-                                       ("oracle", "linear"): (None, None)}, SETTINGS, with_paper=False),
+        table(
+            rows,
+            "adult",
+            "adult",
+            {
+                ("growpu", "linear"): (None, None),
+                ("nnpu", "linear"): (None, None),
+                ("kmeans", None): (None, None),
+                ("floor", None): (None, None),
+                ("oracle", "linear"): (None, None),
+            },
+            SETTINGS,
+            with_paper=False,
+        ),
         "",
         "### Speed",
         "",
@@ -312,15 +410,20 @@ def write() -> None:
         md.append(
             "One growPU linear run on 10,000 × 784 with Table 3 defaults (b = 500, T_pre ≤ 10,000, T_tune = 10,000, "
             f"about 20,000 Adam steps): wall {np.median(walls):.0f} s median (range {min(walls):.0f}–{max(walls):.0f}, "
-            f"{len(walls)} runs)" + (f", CPU time {np.median(cpus):.0f} s median (range {min(cpus):.0f}–{max(cpus):.0f})"
-                                     if cpus else "")
+            f"{len(walls)} runs)"
+            + (f", CPU time {np.median(cpus):.0f} s median (range {min(cpus):.0f}–{max(cpus):.0f})" if cpus else "")
             + "; torch on 1 thread. Wall time is inflated by the shared host; the CPU time is what one free core "
-            "would take (target: ≤ 2 minutes).")
+            "would take (target: ≤ 2 minutes)."
+        )
     md.append("")
     if fig is not None:
-        md += ["Figure-4-style curves (seed 0, noiseless, linear): `docs/reid_figure4.png` (share classified "
-               "positive per step) and `docs/reid_figure4_accuracy.png` (accuracy; truth used only to monitor).",
-               "", "![Figure 4](reid_figure4.png)", ""]
+        md += [
+            "Figure-4-style curves (seed 0, noiseless, linear): `docs/reid_figure4.png` (share classified "
+            "positive per step) and `docs/reid_figure4_accuracy.png` (accuracy; truth used only to monitor).",
+            "",
+            "![Figure 4](reid_figure4.png)",
+            "",
+        ]
     write_section("reid", "\n".join(md))
     print("\n".join(md))
 

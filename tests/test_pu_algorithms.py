@@ -65,8 +65,7 @@ def test_one_train_call_is_one_optimizer_step(monkeypatch):
     monkeypatch.setattr(pu.torch.optim, "Adam", CountingAdam)
     CountingAdam.steps = 0
     X, _ = blobs(100, 5)
-    res = pu.growpu(X, X[:100].mean(0), prior=0.5, seed=1, batch_size=50, pi_pre=0.0, t_pre=7,
-                    t_tune=11, t_grow=5)
+    res = pu.growpu(X, X[:100].mean(0), prior=0.5, seed=1, batch_size=50, pi_pre=0.0, t_pre=7, t_tune=11, t_grow=5)
     assert res.info["pre_steps"] == 7  # pi_pre = 0 is never reached: runs T_pre steps
     assert CountingAdam.steps == 7 + res.info["grow_steps"] + 11
 

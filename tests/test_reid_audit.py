@@ -70,8 +70,9 @@ def test_noisy_class_mean_calibrations(calibration: str, factor: float):
     expected = factor * 1.0 / (50 * 0.5)
     residuals = []
     for i in range(10):
-        noisy, scale = R.noisy_class_mean(X, epsilon=0.5, lower=0.0, upper=1.0, calibration=calibration,
-                                          rng=np.random.default_rng(100 + i))
+        noisy, scale = R.noisy_class_mean(
+            X, epsilon=0.5, lower=0.0, upper=1.0, calibration=calibration, rng=np.random.default_rng(100 + i)
+        )
         assert np.allclose(scale, expected)
         residuals.append(noisy - true)
     r = np.concatenate(residuals)
@@ -93,8 +94,9 @@ def test_noisy_class_mean_validates():
 def test_run_attack_subset_and_audit_summary():
     X, truth = blobs()
     m = X[truth].mean(0)
-    out = R.run_attack("growpu", X, m, prior=0.5, seed=0, truth=truth, train_index=np.arange(0, 300, 3),
-                       batch_size=50, t_pre=200, t_tune=200)
+    out = R.run_attack(
+        "growpu", X, m, prior=0.5, seed=0, truth=truth, train_index=np.arange(0, 300, 3), batch_size=50, t_pre=200, t_tune=200
+    )
     assert out.predicted.shape == (300,) and out.metrics["accuracy"] > 0.9  # trained on 100, scores all 300
     runs, summary = R.audit(X, m, prior=0.5, methods=["floor", "kmeans"], seeds=[0, 1], truth=truth)
     assert len(runs) == 4 and summary["floor"]["stability"] == 1.0
@@ -107,8 +109,15 @@ def test_run_attack_subset_and_audit_summary():
 
 def test_write_report(tmp_path: Path):
     X, truth = blobs(60, 4)
-    runs, summary = R.audit(X, X[truth].mean(0), prior=0.5, methods=["growpu", "floor"], truth=truth,
-                            record_every=20, params={"growpu": {"batch_size": 30, "t_pre": 50, "t_tune": 60}})
+    runs, summary = R.audit(
+        X,
+        X[truth].mean(0),
+        prior=0.5,
+        methods=["growpu", "floor"],
+        truth=truth,
+        record_every=20,
+        params={"growpu": {"batch_size": 30, "t_pre": 50, "t_tune": 60}},
+    )
     path = R.write_report(tmp_path / "audit.md", runs, summary, {"prior": 0.5})
     text = path.read_text()
     assert "| growpu | linear | 1 |" in text and "audit_positive_fraction.png" in text
@@ -124,15 +133,20 @@ def stat(name: str, value: float, scale: float = 0.1, mechanism: str = "laplace"
 
 
 def fake_release(sql: str, statistics, kind: str = "query", answer=None) -> SimpleNamespace:
-    return SimpleNamespace(id="q_1", kind=kind, canonical_sql=sql, statistics=tuple(statistics),
-                           epsilon=Fraction(1, 5), answer=answer)
+    return SimpleNamespace(
+        id="q_1", kind=kind, canonical_sql=sql, statistics=tuple(statistics), epsilon=Fraction(1, 5), answer=answer
+    )
 
 
 def test_mean_from_planner_sum_and_count():
     rel = fake_release(
         "SELECT AVG(pts.a), AVG(pts.b) FROM pts WHERE pts.label = 1",
-        [stat("count(pts.a)", 100.0, mechanism="discrete_laplace"), stat("sum(pts.a - 0.5)", 10.0, 2.0),
-         stat("count(pts.b)", 100.0, mechanism="discrete_laplace"), stat("sum(pts.b - -2)", -50.0, 4.0)],
+        [
+            stat("count(pts.a)", 100.0, mechanism="discrete_laplace"),
+            stat("sum(pts.a - 0.5)", 10.0, 2.0),
+            stat("count(pts.b)", 100.0, mechanism="discrete_laplace"),
+            stat("sum(pts.b - -2)", -50.0, 4.0),
+        ],
     )
     rm = R.mean_from_release(rel)
     assert rm.table == "pts" and rm.features == ("a", "b") and rm.count == 100.0
@@ -188,16 +202,38 @@ def test_cli_from_files(tmp_path: Path):
     out = json.loads(res.output)
     assert out["method"] == "kmeans" and out["accuracy"] is None and out["predicted_positive"] > 0
     assert {"method", "classifier", "accuracy", "predicted_positive", "seconds"} <= set(out)
-    res = runner.invoke(cli, [*base, "--method", "all", "--truth", str(tmp_path / "t.npy"), "--t-pre", "100", "--t-tune", "100",
-                              "--epochs", "5", "--seeds", "2", "--format", "json", "--report", str(tmp_path / "a.md"),
-                              "--output", str(tmp_path / "p.csv")])
+    res = runner.invoke(
+        cli,
+        [
+            *base,
+            "--method",
+            "all",
+            "--truth",
+            str(tmp_path / "t.npy"),
+            "--t-pre",
+            "100",
+            "--t-tune",
+            "100",
+            "--epochs",
+            "5",
+            "--seeds",
+            "2",
+            "--format",
+            "json",
+            "--report",
+            str(tmp_path / "a.md"),
+            "--output",
+            str(tmp_path / "p.csv"),
+        ],
+    )
     assert res.exit_code == 0, res.output
     rows = {r["method"]: r for r in json.loads(res.output)}
     assert set(rows) == {"growpu", "nnpu", "upu", "kmeans", "floor", "oracle"}
     assert rows["oracle"]["accuracy"] > 0.95 and rows["growpu"]["stability"] is not None
     assert (tmp_path / "a.md").exists() and len((tmp_path / "p.csv").read_text().split()) == 201
-    bad = runner.invoke(cli, ["audit", "reid", "--data", str(tmp_path / "x.npy"), "--mean", str(tmp_path / "t.npy"),
-                              "--prior", "0.5"])
+    bad = runner.invoke(
+        cli, ["audit", "reid", "--data", str(tmp_path / "x.npy"), "--mean", str(tmp_path / "t.npy"), "--prior", "0.5"]
+    )
     assert bad.exit_code == 2 and "--mean has 200 values but --data has 5 features" in bad.output
     assert runner.invoke(cli, ["audit", "reid", "--prior", "0.5"]).exit_code == 2
 
@@ -236,14 +272,16 @@ def test_cli_from_release_log(tmp_path: Path):
     n_p = int(truth.sum())
     statistics = []
     for col in "abc":
-        statistics += [stat(f"count(pts.{col})", float(n_p), 1.0, "discrete_laplace"),
-                       stat(f"sum(pts.{col} - 0)", float(df.loc[truth, col].sum()), 20.0)]
+        statistics += [
+            stat(f"count(pts.{col})", float(n_p), 1.0, "discrete_laplace"),
+            stat(f"sum(pts.{col} - 0)", float(df.loc[truth, col].sum()), 20.0),
+        ]
     with Ledger.for_policy(load_policy(tmp_path / "policy.toml")) as ledger:
         res = ledger.reserve("alice", Fraction(3, 10), Fraction(10), canonical_sql=sql, cache_key="k1")
-        rid = ledger.release(res, answer={"columns": ["avg", "avg", "avg"], "rows": [[0, 0, 0]]},
-                             statistics=statistics, table="pts")
-    out = runner.invoke(cli, ["audit", "reid", "--policy", policy, "--release", rid, "--method", "floor",
-                              "--format", "json"])
+        rid = ledger.release(
+            res, answer={"columns": ["avg", "avg", "avg"], "rows": [[0, 0, 0]]}, statistics=statistics, table="pts"
+        )
+    out = runner.invoke(cli, ["audit", "reid", "--policy", policy, "--release", rid, "--method", "floor", "--format", "json"])
     assert out.exit_code == 0, out.output
     row = json.loads(out.output)
     assert row["accuracy"] > 0.9 and row["predicted_positive"] == n_p  # truth from the class predicate
@@ -272,8 +310,7 @@ def test_cli_from_analyst_query_release(tmp_path: Path):
     rm = R.mean_from_release(rel)
     assert rm.features == ("a", "b", "c") and rm.count is not None and rm.predicate == "pts.label = 1"
     assert np.allclose(rm.values, rel.answer["rows"][0][:3])  # same AVGs the analyst received
-    out = runner.invoke(cli, ["audit", "reid", "--policy", policy, "--release", rel.id, "--method", "floor",
-                              "--format", "json"])
+    out = runner.invoke(cli, ["audit", "reid", "--policy", policy, "--release", rel.id, "--method", "floor", "--format", "json"])
     assert out.exit_code == 0, out.output
     row = json.loads(out.output)
     assert row["accuracy"] > 0.85 and row["predicted_positive"] == round(rm.count)

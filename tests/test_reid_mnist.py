@@ -41,8 +41,9 @@ def test_l1_calibrated_mean_defeats_the_attack(mnist_small):
     X, truth = mnist_small
     accs = []
     for i in range(30):
-        noisy, scale = R.noisy_class_mean(X[truth], epsilon=0.01, lower=0.0, upper=1.0, calibration="l1",
-                                          rng=np.random.default_rng(i))
+        noisy, scale = R.noisy_class_mean(
+            X[truth], epsilon=0.01, lower=0.0, upper=1.0, calibration="l1", rng=np.random.default_rng(i)
+        )
         accs.append(R.run_attack("floor", X, noisy, prior=0.5, truth=truth).metrics["accuracy"])
     assert scale[0] == pytest.approx(784 / (400 * 0.01))
     assert abs(np.mean(accs) - 0.5) < 0.08
@@ -72,15 +73,16 @@ def test_audit_adult_release_from_log(adult_policy, tmp_path):
     sql = "SELECT " + ", ".join(f"AVG(adult_onehot.{c})" for c in feats) + " FROM adult_onehot WHERE adult_onehot.rich = 1"
     from veil.releases import ReleasedStatistic
 
-    stats = [ReleasedStatistic(f"avg(adult_onehot.{c})", "laplace", Fraction(1, 100), 1.0, 0.0, float(cls[c].mean()))
-             for c in feats] + [ReleasedStatistic("count(*)", "discrete_laplace", Fraction(1, 100), 1.0, 1.0,
-                                                  float(len(cls)))]
+    stats = [
+        ReleasedStatistic(f"avg(adult_onehot.{c})", "laplace", Fraction(1, 100), 1.0, 0.0, float(cls[c].mean())) for c in feats
+    ] + [ReleasedStatistic("count(*)", "discrete_laplace", Fraction(1, 100), 1.0, 1.0, float(len(cls)))]
     with Ledger.for_policy(policy) as ledger:
         res = ledger.reserve("alice", Fraction(1, 10), Fraction(10), canonical_sql=sql, cache_key="adult-avg")
         rid = ledger.release(res, answer={}, statistics=stats, table="adult_onehot")
-    out = CliRunner().invoke(__import__("veil.cli.main", fromlist=["cli"]).cli,
-                             ["audit", "reid", "--policy", str(policy_path), "--release", rid, "--method", "floor",
-                              "--format", "json"])
+    out = CliRunner().invoke(
+        __import__("veil.cli.main", fromlist=["cli"]).cli,
+        ["audit", "reid", "--policy", str(policy_path), "--release", rid, "--method", "floor", "--format", "json"],
+    )
     assert out.exit_code == 0, out.output
     row = json.loads(out.output)
     pi = len(cls) / len(onehot)

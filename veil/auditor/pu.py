@@ -129,6 +129,7 @@ class PUResult:
 def _model_scorer(model: nn.Module) -> Callable[[np.ndarray], np.ndarray]:
     def score(X: np.ndarray) -> np.ndarray:
         return _scores(model, torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))).numpy().astype(np.float64)
+
     return score
 
 
@@ -163,14 +164,17 @@ def build_classifier(name: str, dim: int, *, hidden: Sequence[int] | None = None
     """
     if name == "linear":
         if hidden:
-            raise InputError(f"classifier 'linear' takes no hidden layers, got {list(hidden)}",
-                             hint="Use --classifier mlp to set hidden layer sizes")
+            raise InputError(
+                f"classifier 'linear' takes no hidden layers, got {list(hidden)}",
+                hint="Use --classifier mlp to set hidden layer sizes",
+            )
         return nn.Sequential(nn.Linear(dim, 1))
     if name == "3lp":
         sizes = list(hidden) if hidden else [300]
         if len(sizes) != 1:
-            raise InputError(f"classifier '3lp' has exactly one hidden layer, got {sizes}",
-                             hint="Use --classifier mlp for more layers")
+            raise InputError(
+                f"classifier '3lp' has exactly one hidden layer, got {sizes}", hint="Use --classifier mlp for more layers"
+            )
     elif name == "mlp":
         sizes = list(hidden) if hidden else [300, 300]
     else:
@@ -208,8 +212,10 @@ def _validate(X: np.ndarray, mean: np.ndarray, prior: float) -> tuple[np.ndarray
     if X.ndim != 2 or X.shape[0] < 2:
         raise InputError(f"records must be a 2-D array with at least 2 rows, got shape {X.shape}")
     if mean.shape[0] != X.shape[1]:
-        raise InputError(f"the mean has {mean.shape[0]} coordinates but records have {X.shape[1]} columns",
-                         hint="Pass a mean over the same features, in the same order")
+        raise InputError(
+            f"the mean has {mean.shape[0]} coordinates but records have {X.shape[1]} columns",
+            hint="Pass a mean over the same features, in the same order",
+        )
     if not np.isfinite(X).all() or not np.isfinite(mean).all():
         raise InputError("records or mean contain NaN or infinite values", hint="Impute or drop them first")
     if not 0.0 < float(prior) < 1.0:
@@ -221,7 +227,7 @@ def _scores(model: nn.Module, X: torch.Tensor, chunk: int = 8192) -> torch.Tenso
     was_training = model.training
     model.eval()
     with torch.no_grad():
-        out = torch.cat([model(X[i:i + chunk]).reshape(-1) for i in range(0, X.shape[0], chunk)])
+        out = torch.cat([model(X[i : i + chunk]).reshape(-1) for i in range(0, X.shape[0], chunk)])
     model.train(was_training)
     return out
 
@@ -243,8 +249,9 @@ class _Recorder:
             self.points.append(HistoryPoint(self.step, stage, float(pred.float().mean()), acc))
 
 
-def _setup(seed: int | None, classifier: str, dim: int, hidden: Sequence[int] | None,
-           lr: float, weight_decay: float) -> tuple[nn.Module, torch.optim.Optimizer, np.random.Generator]:
+def _setup(
+    seed: int | None, classifier: str, dim: int, hidden: Sequence[int] | None, lr: float, weight_decay: float
+) -> tuple[nn.Module, torch.optim.Optimizer, np.random.Generator]:
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(int(rng.integers(2**62)))
     model = build_classifier(classifier, dim, hidden=hidden)
@@ -296,9 +303,11 @@ def growpu(
     if overrides:
         unknown = set(overrides) - set(GrowPUConfig.__dataclass_fields__)
         if unknown:
-            raise InputError(f"unknown growPU parameter(s) {sorted(unknown)}",
-                             hint=f"Use {sorted(GrowPUConfig.__dataclass_fields__)}")
+            raise InputError(
+                f"unknown growPU parameter(s) {sorted(unknown)}", hint=f"Use {sorted(GrowPUConfig.__dataclass_fields__)}"
+            )
         from dataclasses import replace
+
         cfg = replace(cfg, **overrides)
     b = min(int(cfg.batch_size), X.shape[0])
     if b < 1:
@@ -362,16 +371,31 @@ def growpu(
             bar.close()
     rec.tick("final", force=True)
     scores = _scores(model, Xt).numpy().astype(np.float64)
-    info = {"pre_steps": pre_steps, "pre_fraction": pre_frac, "grow_steps": grow_steps,
-            "reached_grow": reached, "grow_fraction": grow_frac, "tune_steps": cfg.t_tune,
-            "batch_size": b, "loss": loss, "config": cfg, "cpu_seconds": time.process_time() - c0}
-    return PUResult("growpu", classifier, scores, time.perf_counter() - t0, tuple(rec.points), info,
-                    _model_scorer(model))
+    info = {
+        "pre_steps": pre_steps,
+        "pre_fraction": pre_frac,
+        "grow_steps": grow_steps,
+        "reached_grow": reached,
+        "grow_fraction": grow_frac,
+        "tune_steps": cfg.t_tune,
+        "batch_size": b,
+        "loss": loss,
+        "config": cfg,
+        "cpu_seconds": time.process_time() - c0,
+    }
+    return PUResult("growpu", classifier, scores, time.perf_counter() - t0, tuple(rec.points), info, _model_scorer(model))
 
 
-def _grow_batch(model: nn.Module, Xt: torch.Tensor, mt: torch.Tensor, rng: np.random.Generator,
-                b: int, pi: float, fine_tune: bool, cfg: GrowPUConfig
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float, float]:
+def _grow_batch(
+    model: nn.Module,
+    Xt: torch.Tensor,
+    mt: torch.Tensor,
+    rng: np.random.Generator,
+    b: int,
+    pi: float,
+    fine_tune: bool,
+    cfg: GrowPUConfig,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float, float]:
     """GrowSampleSelection (Exhibit 3). Returns batch, labels, weights, risk scale, n_p/(n_p+n_n)."""
     idx = torch.from_numpy(rng.choice(Xt.shape[0], b, replace=False))
     sample = Xt[idx]
@@ -416,8 +440,10 @@ def _pu_risk(
 ) -> PUResult:
     X, mean = _validate(X, mean, prior)
     if loss not in ("sigmoid", "linear"):
-        raise InputError(f"uPU/nnPU need a symmetric loss (l(z,1) + l(z,-1) = 1), got {loss!r}",
-                         hint="Use loss='sigmoid' (default) or 'linear'")
+        raise InputError(
+            f"uPU/nnPU need a symmetric loss (l(z,1) + l(z,-1) = 1), got {loss!r}",
+            hint="Use loss='sigmoid' (default) or 'linear'",
+        )
     if epochs < 1 or batch_size < 1:
         raise InputError(f"epochs and batch_size must be >= 1, got {epochs}, {batch_size}")
     pi = float(prior)
@@ -434,7 +460,7 @@ def _pu_risk(
         for _ in range(epochs):
             order = torch.from_numpy(rng.permutation(n))
             for s in range(0, n, b):
-                u = Xt[order[s:s + b]]
+                u = Xt[order[s : s + b]]
                 opt.zero_grad()
                 z = model(torch.cat([mt, u])).reshape(-1)
                 zp, zu = z[:1], z[1:]
@@ -456,36 +482,105 @@ def _pu_risk(
             bar.close()
     rec.tick("final", force=True)
     scores = _scores(model, Xt).numpy().astype(np.float64)
-    info = {"epochs": epochs, "batch_size": b, "corrections": corrections, "loss": loss,
-            "lr": lr, "weight_decay": weight_decay, "cpu_seconds": time.process_time() - c0}
-    return PUResult("nnpu" if non_negative else "upu", classifier, scores,
-                    time.perf_counter() - t0, tuple(rec.points), info, _model_scorer(model))
+    info = {
+        "epochs": epochs,
+        "batch_size": b,
+        "corrections": corrections,
+        "loss": loss,
+        "lr": lr,
+        "weight_decay": weight_decay,
+        "cpu_seconds": time.process_time() - c0,
+    }
+    return PUResult(
+        "nnpu" if non_negative else "upu",
+        classifier,
+        scores,
+        time.perf_counter() - t0,
+        tuple(rec.points),
+        info,
+        _model_scorer(model),
+    )
 
 
-def nnpu(X: np.ndarray, mean: np.ndarray, *, prior: float, classifier: str = "linear",
-         hidden: Sequence[int] | None = None, seed: int | None = None, epochs: int = 1000,
-         batch_size: int = 500, lr: float = 1e-3, weight_decay: float = 0.005, beta: float = 0.0,
-         gamma: float = 1.0, loss: str = "sigmoid", truth: np.ndarray | None = None,
-         record_every: int = 0) -> PUResult:
+def nnpu(
+    X: np.ndarray,
+    mean: np.ndarray,
+    *,
+    prior: float,
+    classifier: str = "linear",
+    hidden: Sequence[int] | None = None,
+    seed: int | None = None,
+    epochs: int = 1000,
+    batch_size: int = 500,
+    lr: float = 1e-3,
+    weight_decay: float = 0.005,
+    beta: float = 0.0,
+    gamma: float = 1.0,
+    loss: str = "sigmoid",
+    truth: np.ndarray | None = None,
+    record_every: int = 0,
+) -> PUResult:
     """Non-negative PU learning (Kiryo et al. 2017) with the mean as the only positive.
 
     Each minibatch is ``batch_size`` unlabelled records (an epoch is one shuffled pass) plus
     the mean; defaults: 1,000 epochs and b=500 (paper, Section 6.1.1), Adam lr 1e-3 with
     weight decay 0.005, beta=0, gamma=1 (Kiryo's code).
     """
-    return _pu_risk(X, mean, prior=prior, non_negative=True, classifier=classifier, hidden=hidden,
-                    seed=seed, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
-                    beta=beta, gamma=gamma, loss=loss, truth=truth, record_every=record_every)
+    return _pu_risk(
+        X,
+        mean,
+        prior=prior,
+        non_negative=True,
+        classifier=classifier,
+        hidden=hidden,
+        seed=seed,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        weight_decay=weight_decay,
+        beta=beta,
+        gamma=gamma,
+        loss=loss,
+        truth=truth,
+        record_every=record_every,
+    )
 
 
-def upu(X: np.ndarray, mean: np.ndarray, *, prior: float, classifier: str = "linear",
-        hidden: Sequence[int] | None = None, seed: int | None = None, epochs: int = 1000,
-        batch_size: int = 500, lr: float = 1e-3, weight_decay: float = 0.005,
-        loss: str = "sigmoid", truth: np.ndarray | None = None, record_every: int = 0) -> PUResult:
+def upu(
+    X: np.ndarray,
+    mean: np.ndarray,
+    *,
+    prior: float,
+    classifier: str = "linear",
+    hidden: Sequence[int] | None = None,
+    seed: int | None = None,
+    epochs: int = 1000,
+    batch_size: int = 500,
+    lr: float = 1e-3,
+    weight_decay: float = 0.005,
+    loss: str = "sigmoid",
+    truth: np.ndarray | None = None,
+    record_every: int = 0,
+) -> PUResult:
     """Unbiased PU learning (du Plessis et al.) -- :func:`nnpu` without the correction."""
-    return _pu_risk(X, mean, prior=prior, non_negative=False, classifier=classifier, hidden=hidden,
-                    seed=seed, epochs=epochs, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
-                    beta=0.0, gamma=1.0, loss=loss, truth=truth, record_every=record_every)
+    return _pu_risk(
+        X,
+        mean,
+        prior=prior,
+        non_negative=False,
+        classifier=classifier,
+        hidden=hidden,
+        seed=seed,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        weight_decay=weight_decay,
+        beta=0.0,
+        gamma=1.0,
+        loss=loss,
+        truth=truth,
+        record_every=record_every,
+    )
 
 
 # --------------------------------------------------------------------------- baselines
@@ -541,9 +636,18 @@ def projection_floor(X: np.ndarray, mean: np.ndarray, *, prior: float) -> PUResu
     return PUResult("floor", None, scores, time.perf_counter() - t0, (), info, score)
 
 
-def oracle(X: np.ndarray, truth: np.ndarray, *, classifier: str = "linear", hidden: Sequence[int] | None = None,
-           seed: int | None = None, steps: int = 2000, batch_size: int = 500, lr: float = 1e-3,
-           weight_decay: float = 0.0) -> PUResult:
+def oracle(
+    X: np.ndarray,
+    truth: np.ndarray,
+    *,
+    classifier: str = "linear",
+    hidden: Sequence[int] | None = None,
+    seed: int | None = None,
+    steps: int = 2000,
+    batch_size: int = 500,
+    lr: float = 1e-3,
+    weight_decay: float = 0.0,
+) -> PUResult:
     """Supervised upper bound: the same classifier trained on the true labels (logistic loss).
 
     ``steps`` Adam steps on shuffled minibatches (2,000 = 100 epochs of MNIST 5 vs 3).
@@ -567,14 +671,13 @@ def oracle(X: np.ndarray, truth: np.ndarray, *, classifier: str = "linear", hidd
         for s in range(0, n, batch_size):
             if done == steps:
                 break
-            i = order[s:s + batch_size]
+            i = order[s : s + batch_size]
             opt.zero_grad()
             lossf(model(Xt[i]).reshape(-1), yt[i]).backward()
             opt.step()
             done += 1
     scores = _scores(model, Xt).numpy().astype(np.float64)
-    return PUResult("oracle", classifier, scores, time.perf_counter() - t0, (), {"steps": steps},
-                    _model_scorer(model))
+    return PUResult("oracle", classifier, scores, time.perf_counter() - t0, (), {"steps": steps}, _model_scorer(model))
 
 
 #: Attack functions by CLI name (``oracle`` needs the truth and is not listed).

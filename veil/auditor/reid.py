@@ -74,8 +74,10 @@ def load_matrix(path: str | Path) -> tuple[np.ndarray, list[str]]:
     if suffix == ".npy":
         X = np.load(p, allow_pickle=False)
         if X.ndim != 2:
-            raise InputError(f"{p.name} holds an array of shape {X.shape}; records need 2 dimensions",
-                             hint="Save one row per record, one column per feature")
+            raise InputError(
+                f"{p.name} holds an array of shape {X.shape}; records need 2 dimensions",
+                hint="Save one row per record, one column per feature",
+            )
         return X.astype(np.float32), [f"x{i}" for i in range(X.shape[1])]
     import pandas as pd
 
@@ -97,8 +99,9 @@ def frame_to_matrix(df: Any) -> tuple[np.ndarray, list[str]]:
         s = df[col]
         if pd.api.types.is_bool_dtype(s) or pd.api.types.is_numeric_dtype(s):
             if s.isna().any():
-                raise InputError(f"column {col!r} has {int(s.isna().sum())} missing values",
-                                 hint="Impute or drop them before the audit")
+                raise InputError(
+                    f"column {col!r} has {int(s.isna().sum())} missing values", hint="Impute or drop them before the audit"
+                )
             parts.append(s.to_numpy(dtype=np.float32)[:, None])
             names.append(str(col))
         else:
@@ -189,8 +192,10 @@ def classification_metrics(predicted: np.ndarray, truth: np.ndarray) -> dict[str
     predicted = np.asarray(predicted, dtype=bool)
     truth = np.asarray(truth, dtype=bool)
     if predicted.shape != truth.shape:
-        raise InputError(f"truth has shape {truth.shape} but there are {predicted.shape} predictions",
-                         hint="Pass one label per record, in record order")
+        raise InputError(
+            f"truth has shape {truth.shape} but there are {predicted.shape} predictions",
+            hint="Pass one label per record, in record order",
+        )
     tp = int((predicted & truth).sum())
     return {
         "accuracy": float((predicted == truth).mean()),
@@ -206,8 +211,10 @@ def truth_labels(values: np.ndarray) -> np.ndarray:
         return v
     uniq = np.unique(v)
     if len(uniq) > 2:
-        raise InputError(f"truth labels must take two values, got {len(uniq)} ({uniq[:5].tolist()}...)",
-                         hint="Pass 1 for members of the class, 0 otherwise")
+        raise InputError(
+            f"truth labels must take two values, got {len(uniq)} ({uniq[:5].tolist()}...)",
+            hint="Pass 1 for members of the class, 0 otherwise",
+        )
     return v == uniq.max() if len(uniq) == 2 else v.astype(bool)
 
 
@@ -259,15 +266,17 @@ def run_attack(
     X = np.asarray(X, dtype=np.float32)
     truth_b = None if truth is None else truth_labels(truth)
     if truth_b is not None and truth_b.shape[0] != X.shape[0]:
-        raise InputError(f"truth has {truth_b.shape[0]} labels for {X.shape[0]} records",
-                         hint="Pass one label per record, in record order")
+        raise InputError(
+            f"truth has {truth_b.shape[0]} labels for {X.shape[0]} records", hint="Pass one label per record, in record order"
+        )
     train = X if train_index is None else X[np.asarray(train_index)]
     train_truth = None
     if truth_b is not None:
         train_truth = truth_b if train_index is None else truth_b[np.asarray(train_index)]
     if method in ("growpu", "nnpu", "upu"):
-        res = pu.METHODS[method](train, mean, prior=prior, classifier=classifier, seed=seed,
-                                 truth=train_truth, record_every=record_every, **params)
+        res = pu.METHODS[method](
+            train, mean, prior=prior, classifier=classifier, seed=seed, truth=train_truth, record_every=record_every, **params
+        )
     elif method == "kmeans":
         res = pu.kmeans_attack(train, mean, prior=prior, seed=seed, **params)
     elif method == "floor":
@@ -283,8 +292,7 @@ def run_attack(
     predicted = scores > 0
     metrics = None if truth_b is None else classification_metrics(predicted, truth_b)
     uses_classifier = method in ("growpu", "nnpu", "upu", "oracle")
-    return AttackOutcome(method, classifier if uses_classifier else None, seed, predicted,
-                         res.seconds, metrics, res)
+    return AttackOutcome(method, classifier if uses_classifier else None, seed, predicted, res.seconds, metrics, res)
 
 
 def stability(predictions: Sequence[np.ndarray]) -> float | None:
@@ -323,8 +331,20 @@ def audit(
     runs: list[AttackOutcome] = []
     summary: dict[str, dict[str, Any]] = {}
     for method in methods:
-        mine = [run_attack(method, X, mean, prior=prior, classifier=classifier, seed=s, truth=truth,
-                           record_every=record_every, **params.get(method, {})) for s in seeds]
+        mine = [
+            run_attack(
+                method,
+                X,
+                mean,
+                prior=prior,
+                classifier=classifier,
+                seed=s,
+                truth=truth,
+                record_every=record_every,
+                **params.get(method, {}),
+            )
+            for s in seeds
+        ]
         runs += mine
         accs = [r.metrics["accuracy"] for r in mine if r.metrics]
         summary[method] = {
@@ -401,8 +421,10 @@ def mean_from_release(release: Any, features: Sequence[str] | None = None) -> Re
 
     rid = getattr(release, "id", "?")
     if getattr(release, "kind", None) != "query":
-        raise ReleaseError(f"release {rid!r} is of kind {getattr(release, 'kind', None)!r}, not an analyst query",
-                           hint="Pick a release of kind 'query' (veil releases)")
+        raise ReleaseError(
+            f"release {rid!r} is of kind {getattr(release, 'kind', None)!r}, not an analyst query",
+            hint="Pick a release of kind 'query' (veil releases)",
+        )
     sql = getattr(release, "canonical_sql", None)
     if not sql:
         raise ReleaseError(f"release {rid!r} has no canonical SQL", hint="Pick an analyst query release")
@@ -414,11 +436,15 @@ def mean_from_release(release: Any, features: Sequence[str] | None = None) -> Re
         raise ReleaseError(f"release {rid!r} is not a single SELECT", hint="Pick an AVG query release")
     tables = sorted({t.name for t in tree.find_all(exp.Table)})
     if len(tables) != 1:
-        raise ReleaseError(f"release {rid!r} reads {len(tables)} tables {tables}; expected one",
-                           hint="The audit needs a class mean over one table")
+        raise ReleaseError(
+            f"release {rid!r} reads {len(tables)} tables {tables}; expected one",
+            hint="The audit needs a class mean over one table",
+        )
     if tree.args.get("group"):
-        raise ReleaseError(f"release {rid!r} is grouped; the audit needs one class mean",
-                           hint="Use a release of SELECT AVG(c1), ... FROM t WHERE <class>")
+        raise ReleaseError(
+            f"release {rid!r} is grouped; the audit needs one class mean",
+            hint="Use a release of SELECT AVG(c1), ... FROM t WHERE <class>",
+        )
     where = tree.args.get("where")
     predicate = where.this.sql(dialect="duckdb") if where is not None else None
 
@@ -443,8 +469,10 @@ def mean_from_release(release: Any, features: Sequence[str] | None = None) -> Re
             outputs.append(("other", "", e))
     avg_cols = [c for k, c, _ in outputs if k == "avg"]
     if not avg_cols:
-        raise ReleaseError(f"release {rid!r} has no AVG(column) in its SELECT list",
-                           hint="The audit needs SELECT AVG(c1), ..., AVG(cn) FROM t WHERE <class>")
+        raise ReleaseError(
+            f"release {rid!r} has no AVG(column) in its SELECT list",
+            hint="The audit needs SELECT AVG(c1), ..., AVG(cn) FROM t WHERE <class>",
+        )
     answer = getattr(release, "answer", None) or {}
     answer_row = None
     if isinstance(answer, Mapping) and answer.get("rows") and len(answer["rows"]) == 1:
@@ -467,8 +495,9 @@ def mean_from_release(release: Any, features: Sequence[str] | None = None) -> Re
             return float(s.value), float(s.scale or 0.0)
         if answer_row is not None and len(answer_row) == len(outputs):
             return float(answer_row[pos]), float("nan")
-        raise ReleaseError(f"release {rid!r} has no released statistic for {expr.sql()}",
-                           hint=f"Released statistics: {[s.name for s in stats]}")
+        raise ReleaseError(
+            f"release {rid!r} has no released statistic for {expr.sql()}", hint=f"Released statistics: {[s.name for s in stats]}"
+        )
 
     found = {col: find(col, e, pos) for pos, (kind, col, e) in enumerate(outputs) if kind == "avg"}
     counted = stat("count", "*") or (stat("count", avg_cols[0]) if avg_cols else None)
@@ -481,8 +510,7 @@ def mean_from_release(release: Any, features: Sequence[str] | None = None) -> Re
     values = np.array([found[f][0] for f in wanted], dtype=np.float64)
     scales = np.array([found[f][1] for f in wanted], dtype=np.float64)
     eps = getattr(release, "epsilon", None)
-    return ReleasedMean(str(rid), tables[0], tuple(wanted), values, scales,
-                        None if eps is None else float(eps), predicate, count)
+    return ReleasedMean(str(rid), tables[0], tuple(wanted), values, scales, None if eps is None else float(eps), predicate, count)
 
 
 def truth_from_predicate(df: Any, predicate: str, table: str = "t") -> np.ndarray:
@@ -498,8 +526,9 @@ def truth_from_predicate(df: Any, predicate: str, table: str = "t") -> np.ndarra
         con.register(table, df)
         rows = con.execute(f'SELECT COALESCE(({predicate}), FALSE) FROM "{table}"').fetchall()
     except duckdb.Error as exc:
-        raise InputError(f"cannot evaluate the class predicate {predicate!r} on the table: {exc}",
-                         hint="Pass --truth instead") from exc
+        raise InputError(
+            f"cannot evaluate the class predicate {predicate!r} on the table: {exc}", hint="Pass --truth instead"
+        ) from exc
     finally:
         con.close()
     return np.array([bool(r[0]) for r in rows])
@@ -532,9 +561,10 @@ def write_report(
     rep.heading("Inputs")
     rep.key_values(dict(context))
     rep.heading("Results")
-    rep.table([dict(v) for v in summary.values()],
-              ["method", "classifier", "runs", "accuracy_mean", "accuracy_std", "predicted_positive_mean",
-               "stability", "seconds_mean"])
+    rep.table(
+        [dict(v) for v in summary.values()],
+        ["method", "classifier", "runs", "accuracy_mean", "accuracy_std", "predicted_positive_mean", "stability", "seconds_mean"],
+    )
     rep.heading("Runs")
     rep.table([r.summary() for r in runs])
     first: dict[str, AttackOutcome] = {}
@@ -544,19 +574,28 @@ def write_report(
     if first:
         rep.heading("Evolution (Figure 4 of the paper)")
         label = {k: f"{k} ({v.classifier})" if v.classifier else k for k, v in first.items()}
-        frac = {label[k]: ([h.step for h in r.result.history], [h.positive_fraction for h in r.result.history])
-                for k, r in first.items()}
+        frac = {
+            label[k]: ([h.step for h in r.result.history], [h.positive_fraction for h in r.result.history])
+            for k, r in first.items()
+        }
         prior = context.get("prior")
         hl = {f"prior {prior}": float(prior)} if isinstance(prior, int | float) else None
-        rep.figure("positive_fraction", line_plot(frac, xlabel="training step", ylabel="share classified positive",
-                                                  hlines=hl, ylim=(0.0, 1.0)),
-                   "Share of records classified positive during training")
-        acc = {label[k]: ([h.step for h in r.result.history], [h.accuracy for h in r.result.history])
-               for k, r in first.items() if all(h.accuracy is not None for h in r.result.history)}
+        rep.figure(
+            "positive_fraction",
+            line_plot(frac, xlabel="training step", ylabel="share classified positive", hlines=hl, ylim=(0.0, 1.0)),
+            "Share of records classified positive during training",
+        )
+        acc = {
+            label[k]: ([h.step for h in r.result.history], [h.accuracy for h in r.result.history])
+            for k, r in first.items()
+            if all(h.accuracy is not None for h in r.result.history)
+        }
         if acc:
-            rep.figure("accuracy", line_plot(acc, xlabel="training step", ylabel="re-identification accuracy",
-                                             ylim=(0.0, 1.0)),
-                       "Re-identification accuracy during training (truth used for monitoring only)")
+            rep.figure(
+                "accuracy",
+                line_plot(acc, xlabel="training step", ylabel="re-identification accuracy", ylim=(0.0, 1.0)),
+                "Re-identification accuracy during training (truth used for monitoring only)",
+            )
         stages = {k: sorted({h.stage for h in r.result.history}) for k, r in first.items()}
         rep.paragraph("Stages recorded: " + "; ".join(f"{k}: {', '.join(v)}" for k, v in stages.items()))
     return rep.write(path)

@@ -41,8 +41,7 @@ def format_value(value: Any, floatfmt: str = ".3f") -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
-                   floatfmt: str = ".3f") -> str:
+def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, floatfmt: str = ".3f") -> str:
     """A GitHub-flavoured Markdown table from a list of dicts (columns: union, in first-seen order).
 
     >>> print(markdown_table([{"a": 1, "b": 0.5}]))
@@ -74,8 +73,7 @@ def line_plot(
         ax.plot(list(xs), list(ys), label=label, linewidth=1.4)
     for label, y in (hlines or {}).items():
         ax.axhline(y, linestyle="--", linewidth=0.9, color="grey")
-        ax.annotate(label, xy=(0.01, y), xycoords=("axes fraction", "data"), fontsize=8, color="grey",
-                    va="bottom")
+        ax.annotate(label, xy=(0.01, y), xycoords=("axes fraction", "data"), fontsize=8, color="grey", va="bottom")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if ylim:
@@ -105,8 +103,7 @@ class Report:
     def bullets(self, items: Sequence[str]) -> None:
         self._blocks.append("\n".join(f"- {item}" for item in items))
 
-    def table(self, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
-              floatfmt: str = ".3f") -> None:
+    def table(self, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, floatfmt: str = ".3f") -> None:
         self._blocks.append(markdown_table(rows, columns, floatfmt) if rows else "_(no rows)_")
 
     def key_values(self, values: Mapping[str, Any]) -> None:
