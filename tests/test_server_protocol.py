@@ -60,6 +60,8 @@ def test_psql_simple_protocol_query_budget_and_catalog(served: tuple[Path, int])
         "SELECT * FROM veil.budget",
         r"\dt",
         r"\d adult",
+        r"\d+ adult",
+        r"\l",
     )
     assert out.returncode == 0, out.stderr
     text = out.stdout
@@ -69,6 +71,8 @@ def test_psql_simple_protocol_query_budget_and_catalog(served: tuple[Path, int])
     for column, pgtype in (("age", "bigint"), ("sex", "text"), ("hours_per_week", "bigint")):
         assert any(line.split("|")[0].strip() == column and pgtype in line for line in text.splitlines()), text
     assert "fnlwgt" not in text  # undeclared columns are not in the catalog
+    assert "int in [17, 90]" in text  # \d+: the declared bounds are the column comments
+    assert " veil " in text  # \l
 
 
 def test_psql_errors_carry_sqlstate_and_connection_survives(served: tuple[Path, int]) -> None:

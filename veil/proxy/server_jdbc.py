@@ -78,6 +78,8 @@ _EXTRA_TABLES: dict[str, dict[str, str]] = {
         "datconnlimit": "INT",
         "dattablespace": "INT",
         "datacl": "TEXT",
+        "daticulocale": "TEXT",
+        "datlocprovider": "TEXT",
     },
     "pg_settings": {"name": "TEXT", "setting": "TEXT", "unit": "TEXT", "category": "TEXT", "short_desc": "TEXT"},
     "pg_tablespace": {"oid": "INT", "spcname": "TEXT", "spcowner": "INT", "spcacl": "TEXT", "spcoptions": "TEXT"},
@@ -87,9 +89,25 @@ _EXTRA_TABLES: dict[str, dict[str, str]] = {
     "pg_user": {"usename": "TEXT", "usesysid": "INT", "usesuper": "BOOLEAN"},
 }
 _EXTRA_COLUMNS = {
-    "pg_class": {"relnatts": "INT", "relacl": "TEXT", "reloptions": "TEXT", "relpartbound": "TEXT", "relhasoids": "BOOLEAN"},
+    "pg_class": {
+        "relnatts": "INT",
+        "relacl": "TEXT",
+        "reloptions": "TEXT",
+        "relpartbound": "TEXT",
+        "relhasoids": "BOOLEAN",
+        "reldescription": "TEXT",
+    },
     "pg_namespace": {"nspacl": "TEXT"},
-    "pg_attribute": {"attlen": "INT", "attndims": "INT", "attacl": "TEXT", "attoptions": "TEXT", "attislocal": "BOOLEAN"},
+    "pg_attribute": {
+        "attlen": "INT",
+        "attndims": "INT",
+        "attacl": "TEXT",
+        "attoptions": "TEXT",
+        "attislocal": "BOOLEAN",
+        "attstorage": "TEXT",
+        "attcompression": "TEXT",
+        "attdescription": "TEXT",
+    },
 }
 
 
@@ -99,6 +117,10 @@ def _comment(spec: Any) -> str:
     if spec.lower is not None and spec.upper is not None:
         return f"{spec.type} in [{spec.lower}, {spec.upper}]"
     return spec.type
+
+
+def _table_comment(spec: Any) -> str:
+    return "public reference table" if spec.public else "private table: aggregate queries only, with DP noise"
 
 
 _CACHE: dict[tuple[int, str], tuple[Policy, tuple[dict, dict]]] = {}
@@ -119,15 +141,32 @@ def _build(policy: Policy, database: str) -> tuple[dict, dict]:
     table_specs = list(policy.tables.values())
     for row in rows["pg_class"]:
         spec = table_specs[row["oid"] - _FIRST_USER_OID]
-        row.update(relnatts=len(spec.columns), relacl=None, reloptions=None, relpartbound=None, relhasoids=False)
+        row.update(
+            relnatts=len(spec.columns),
+            relacl=None,
+            reloptions=None,
+            relpartbound=None,
+            relhasoids=False,
+            reldescription=_table_comment(spec),
+        )
     for row in rows["pg_namespace"]:
         row["nspacl"] = None
     for row in rows["pg_attribute"]:
-        row.update(attlen=_ATTLEN.get(row["attformattype"], -1), attndims=0, attacl=None, attoptions=None, attislocal=True)
+        spec = table_specs[row["attrelid"] - _FIRST_USER_OID]
+        col = list(spec.columns.values())[row["attnum"] - 1]
+        row.update(
+            attlen=_ATTLEN.get(row["attformattype"], -1),
+            attndims=0,
+            attacl=None,
+            attoptions=None,
+            attislocal=True,
+            attstorage="x" if row["attformattype"] == "text" else "p",
+            attcompression="",
+            attdescription=_comment(col),
+        )
     for i, spec in enumerate(table_specs):
         oid = _FIRST_USER_OID + i
-        kind = "public reference table" if spec.public else "private table: aggregate queries only, with DP noise"
-        rows["pg_description"].append({"objoid": oid, "classoid": 1259, "objsubid": 0, "description": kind})
+        rows["pg_description"].append({"objoid": oid, "classoid": 1259, "objsubid": 0, "description": _table_comment(spec)})
         for pos, col in enumerate(spec.columns.values(), start=1):
             rows["pg_description"].append({"objoid": oid, "classoid": 1259, "objsubid": pos, "description": _comment(col)})
     rows["pg_database"] = [
@@ -143,6 +182,8 @@ def _build(policy: Policy, database: str) -> tuple[dict, dict]:
             "datconnlimit": -1,
             "dattablespace": 1663,
             "datacl": None,
+            "daticulocale": None,
+            "datlocprovider": "c",
         }
     ]
     rows["pg_settings"] = [
@@ -284,8 +325,19 @@ def _jdbc_columns(policy: Policy, database: str, expr: exp.Select) -> tuple[list
     return catalog.static_result(names, rows, types)
 
 
+_DESCRIPTION_FUNCTIONS = {"col_description": "attdescription", "obj_description": "reldescription"}
+
+
 def _regclass_literals(expr: exp.Expression) -> exp.Expression:
-    """``'pg_class'::regclass`` → its OID, so ``classoid`` joins work."""
+    """``'pg_class'::regclass`` → its OID, so ``classoid`` joins work; ``col_description(a.attrelid,
+    a.attnum)`` / ``obj_description(c.oid, …)`` → the comment columns of the synthesised rows."""
+    for node in list(expr.find_all(exp.Anonymous)):
+        target = _DESCRIPTION_FUNCTIONS.get(str(node.this).lower())
+        if target is None or not node.expressions or not isinstance(node.expressions[0], exp.Column):
+            continue
+        column = exp.column(target, table=node.expressions[0].table)
+        parent = node.parent
+        (parent if isinstance(parent, exp.Dot) else node).replace(column)
     for cast in list(expr.find_all(exp.Cast)):
         target = cast.to.sql(dialect="postgres").lower() if cast.to else ""
         if target.endswith("regclass") and isinstance(cast.this, exp.Literal) and cast.this.is_string:
