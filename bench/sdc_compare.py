@@ -92,6 +92,9 @@ def main() -> None:
             secs = time.perf_counter() - t
             gan300.append((arch, secs, release_metrics(clean, out, ctx)))
 
+    import os
+
+    load = os.getloadavg()
     n = len(clean_input(df, ctx))
     md: list[str] = ["## sdc — `veil compare` on Adult (SDC filters, DP microaggregation, GAN, ML copies)", ""]
     md.append(
@@ -99,6 +102,8 @@ def main() -> None:
         f"({len(rows)} points), the exact code path of `veil compare`. One torch thread; a 2-core host shared with "
         "about seven other agents' jobs, so times are upper bounds (they drift up to 3× with load)."
     )
+    md += ["", f"Load average at the end of the run: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min) on 2 "
+           "cores, i.e. each process got a fraction of a core; quiet-machine times are several times lower.", ""]
     md += ["", f"**Whole default `veil compare`: {total:,.1f} s** (target ≤ 600 s), metrics included.", ""]
     md += ["### Time per grid point (generator only, all rows; target ≤ 10 s, GAN ≤ 120 s for 300 epochs)", "",
            "| method | points | max s | median s |", "|---|---|---|---|"]
