@@ -606,6 +606,33 @@ class VeilPortal(Portal):
 # --- connection ------------------------------------------------------------------------------
 
 
+class _BufferedStream(PgStream):
+    """Collects a reply's messages and sends them in one write at Sync/Query/Flush (the protocol
+    allows a server to buffer until then), instead of one system call per message."""
+
+    _LIMIT = 1 << 16
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        super().__init__(reader, writer)
+        self._buffer = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self._buffer += data
+        if len(self._buffer) >= self._LIMIT:
+            self.writer.write(bytes(self._buffer))
+            self._buffer.clear()
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)
+
+    async def drain(self) -> None:
+        if self._buffer:
+            self.writer.write(bytes(self._buffer))
+            self._buffer.clear()
+        await self.writer.drain()
+
+
 def _ends_tx(r: Route) -> bool:
     return r.kind == "tx" and r.tokens[0].text.upper() in ("COMMIT", "END", "ROLLBACK", "ABORT")
 
@@ -621,6 +648,33 @@ class VeilConnection(Connection):
             await super().run()
         except (ConnectionError, OSError):  # the client hung up; its session is already closed
             pass
+
+    async def _command_loop(self) -> None:
+        """pg-mimic's loop, flushing replies only at Sync, Query and Flush (one write per round trip)."""
+        while True:
+            tag, payload = await self.stream.read_message()
+            if tag == pg_messages.TERMINATE:
+                await self.stream.drain()
+                return
+            self._current_task = asyncio.ensure_future(self._dispatch(tag, payload))
+            try:
+                await self._current_task
+            except asyncio.CancelledError:
+                self.stream.write(
+                    pg_messages.make_error_response(
+                        {"S": "ERROR", "V": "ERROR", "C": "57014", "M": "canceling statement due to user request"}
+                    )
+                )
+                if self.tx_status != b"I":
+                    self.tx_status = b"E"
+                self._ignore_until_sync = True
+            finally:
+                self._current_task = None
+            if tag in (pg_messages.QUERY, pg_messages.SYNC):
+                self.stream.write(pg_messages.make_ready_for_query(self.tx_status))
+                self._ignore_until_sync = False
+            if tag in (pg_messages.QUERY, pg_messages.SYNC, pg_messages.FLUSH):
+                await self.stream.drain()
 
     async def _handle_simple_query(self, sql: str) -> None:
         for r in self.session.split(sql):
@@ -801,7 +855,7 @@ class VeilServer(PgServer):
         self.executor.shutdown(wait=True, cancel_futures=False)
 
     async def _handle_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        stream = PgStream(reader, writer)
+        stream = _BufferedStream(reader, writer)
         try:
             startup = await self._negotiate_startup(stream)
         except (ConnectionClosed, ConnectionError, OSError, ssl.SSLError):
