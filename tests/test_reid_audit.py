@@ -231,6 +231,8 @@ def test_cli_from_files(tmp_path: Path):
     assert set(rows) == {"growpu", "nnpu", "upu", "kmeans", "floor", "oracle"}
     assert rows["oracle"]["accuracy"] > 0.95 and rows["growpu"]["stability"] is not None
     assert (tmp_path / "a.md").exists() and len((tmp_path / "p.csv").read_text().split()) == 201
+    res = runner.invoke(cli, [*base, "--loss", "sigmoid", "--t-pre", "50", "--t-tune", "50", "--format", "json"])
+    assert res.exit_code == 0 and json.loads(res.output)["method"] == "growpu"
     bad = runner.invoke(
         cli, ["audit", "reid", "--data", str(tmp_path / "x.npy"), "--mean", str(tmp_path / "t.npy"), "--prior", "0.5"]
     )

@@ -66,6 +66,11 @@ def _int_list(text: str | None) -> tuple[int, ...] | None:
     show_default=True,
     help="Number of seeds (seed, seed+1, ...); with 2 or more the cross-seed stability is reported.",
 )
+@click.option(
+    "--loss",
+    type=click.Choice(["logistic", "sigmoid", "linear"]),
+    help="growPU training loss (default logistic; uPU/nnPU always use the symmetric sigmoid loss).",
+)
 @click.option("--t-pre", type=click.IntRange(min=1), help="growPU maximum pre-train steps (default 10000, Table 3).")
 @click.option("--t-tune", type=click.IntRange(min=0), help="growPU fine-tune steps (default 10000, Table 3).")
 @click.option("--epochs", type=click.IntRange(min=1), help="uPU/nnPU epochs (default 1000).")
@@ -102,6 +107,7 @@ def reid(
     truth_path: Path | None,
     seed: int,
     n_seeds: int,
+    loss: str | None,
     t_pre: int | None,
     t_tune: int | None,
     epochs: int | None,
@@ -158,6 +164,8 @@ def reid(
     hidden_sizes = _int_list(hidden)
     for m in ("growpu", "nnpu", "upu", "oracle"):
         params[m] = {"hidden": hidden_sizes} if hidden_sizes else {}
+    if loss is not None:
+        params["growpu"]["loss"] = loss
     if t_pre is not None:
         params["growpu"]["t_pre"] = t_pre
     if t_tune is not None:
