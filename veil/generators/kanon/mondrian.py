@@ -99,12 +99,10 @@ class _Cutter:
         s = part[order]
         vlo = np.minimum.reduceat(s, starts, axis=0)
         vhi = np.maximum.reduceat(s, starts, axis=0)
-        lo = np.empty((n_parts, self.q), dtype=vlo.dtype)
-        hi = np.empty((n_parts, self.q), dtype=vhi.dtype)
-        for g in range(n_parts):
-            sel = group == g
-            lo[g] = vlo[sel].min(axis=0)
-            hi[g] = vhi[sel].max(axis=0)
+        by_group = np.argsort(group, kind="stable")
+        starts_g = np.flatnonzero(np.r_[True, np.diff(group[by_group]) != 0])
+        lo = np.minimum.reduceat(vlo[by_group], starts_g, axis=0)
+        hi = np.maximum.reduceat(vhi[by_group], starts_g, axis=0)
         counts = np.bincount(group, weights=sizes, minlength=n_parts)
         total = float((self.cost(lo, hi) * counts).sum())
         ids = np.empty(m, dtype=np.int64)
