@@ -35,33 +35,75 @@ def _neurons(text: str) -> tuple[int, int, int]:
 @publish.command("kanon")
 @policy_option
 @click.option("--table", required=True, help="Source table in the warehouse.")
-@click.option("--algorithm", type=click.Choice(_ALGORITHMS), default="kma", show_default=True,
-              help="mondrian (strict), mondrian-relaxed, oka (one-pass k-means) or kma (K-Member; alias kmember).")
+@click.option(
+    "--algorithm",
+    type=click.Choice(_ALGORITHMS),
+    default="kma",
+    show_default=True,
+    help="mondrian (strict), mondrian-relaxed, oka (one-pass k-means) or kma (K-Member; alias kmember).",
+)
 @click.option("--k", "k", type=click.IntRange(min=2), required=True, help="Smallest equivalence-class size.")
 @click.option("--qi", required=True, help="Comma-separated quasi-identifiers (generalised).")
 @click.option("--sensitive", default="", help="Comma-separated sensitive columns (published unchanged).")
-@click.option("--hierarchies", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help="Folder of ARX hierarchy files (leaf;parent;…;*); QIs without a file get a flat tree.")
+@click.option(
+    "--hierarchies",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Folder of ARX hierarchy files (leaf;parent;…;*); QIs without a file get a flat tree.",
+)
 @click.option("--som-columns", default="", help="Comma-separated numeric columns mapped to one SOM neuron column.")
 @click.option("--som-label", default=None, help="Label the neuron count is chosen by (default: first --sensitive).")
-@click.option("--som-neurons", default="100:300:10", show_default=True,
-              help="Neuron counts searched, LOWER:UPPER[:STEP] (the curator's bounds).")
+@click.option(
+    "--som-neurons",
+    default="100:300:10",
+    show_default=True,
+    help="Neuron counts searched, LOWER:UPPER[:STEP] (the curator's bounds).",
+)
 @click.option("--som-epochs", type=click.IntRange(min=1), default=20, show_default=True, help="Batch-SOM epochs.")
-@click.option("--missing", type=click.Choice(["drop", "leaf"]), default="drop", show_default=True,
-              help="drop: remove rows with missing values; leaf: missing categorical QI becomes leaf '?'.")
-@click.option("--mondrian-split", type=click.Choice(["gain", "median"]), default="gain", show_default=True,
-              help="Mondrian cut rule: NCP gain (default) or the original widest-QI median.")
+@click.option(
+    "--missing",
+    type=click.Choice(["drop", "leaf"]),
+    default="drop",
+    show_default=True,
+    help="drop: remove rows with missing values; leaf: missing categorical QI becomes leaf '?'.",
+)
+@click.option(
+    "--mondrian-split",
+    type=click.Choice(["gain", "median"]),
+    default="gain",
+    show_default=True,
+    help="Mondrian cut rule: NCP gain (default) or the original widest-QI median.",
+)
 @click.option("--seed", type=int, default=None, help="Seed for seeds/shuffles (default: fresh randomness).")
 @click.option("--output", required=True, help="Name of the published table.")
 @click.option("--replace", is_flag=True, default=False, help="Replace --output if it exists.")
-@click.option("--export", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write the published table to this .csv or .parquet file.")
+@click.option(
+    "--export",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write the published table to this .csv or .parquet file.",
+)
 @format_option
 @run_guarded
 def publish_kanon_command(
-    policy_path: Path, table: str, algorithm: str, k: int, qi: str, sensitive: str, hierarchies: Path | None,
-    som_columns: str, som_label: str | None, som_neurons: str, som_epochs: int, missing: str, mondrian_split: str,
-    seed: int | None, output: str, replace: bool, export: Path | None, fmt: str,
+    policy_path: Path,
+    table: str,
+    algorithm: str,
+    k: int,
+    qi: str,
+    sensitive: str,
+    hierarchies: Path | None,
+    som_columns: str,
+    som_label: str | None,
+    som_neurons: str,
+    som_epochs: int,
+    missing: str,
+    mondrian_split: str,
+    seed: int | None,
+    output: str,
+    replace: bool,
+    export: Path | None,
+    fmt: str,
 ) -> None:
     """Publish a k-anonymous version of a table (audited independently before it is written)."""
     from veil.generators.kanon.publish import publish_kanon
@@ -69,10 +111,23 @@ def publish_kanon_command(
 
     policy = load_policy(policy_path)
     summary = publish_kanon(
-        policy, table=table, output=output, algorithm=algorithm, k=k, qi=_columns(qi),
-        sensitive=_columns(sensitive), hierarchies=hierarchies, som_columns=_columns(som_columns),
-        som_label=som_label, som_neurons=_neurons(som_neurons), som_epochs=som_epochs, missing=missing,
-        split=mondrian_split, seed=seed, replace=replace, export=export,
+        policy,
+        table=table,
+        output=output,
+        algorithm=algorithm,
+        k=k,
+        qi=_columns(qi),
+        sensitive=_columns(sensitive),
+        hierarchies=hierarchies,
+        som_columns=_columns(som_columns),
+        som_label=som_label,
+        som_neurons=_neurons(som_neurons),
+        som_epochs=som_epochs,
+        missing=missing,
+        split=mondrian_split,
+        seed=seed,
+        replace=replace,
+        export=export,
     )
     headline = {key: summary[key] for key in ("table", "k", "ncp_percent", "min_class_size", "seconds")}
     emit(summary, fmt, json_data=headline)
@@ -83,22 +138,45 @@ def publish_kanon_command(
 @click.option("--table", required=True, help="Published table to audit.")
 @click.option("--qi", default=None, help="Quasi-identifiers (default: those recorded with the publication).")
 @click.option("--sensitive", default=None, help="Sensitive columns (default: those recorded with the publication).")
-@click.option("--hierarchies", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help="Hierarchy folder used to publish (default: the recorded one).")
-@click.option("--population", default=None,
-              help="Table of the population for journalist/marketer risk (default: the recorded source table).")
+@click.option(
+    "--hierarchies",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Hierarchy folder used to publish (default: the recorded one).",
+)
+@click.option(
+    "--population",
+    default=None,
+    help="Table of the population for journalist/marketer risk (default: the recorded source table).",
+)
 @click.option("--no-population", is_flag=True, default=False, help="Use the published table as the population.")
-@click.option("--extra-qi", default=None,
-              help="Also report k with these columns added to the QIs (default: som_neuron if present).")
-@click.option("--k", "k", type=click.IntRange(min=1), default=None,
-              help="Required k: exit with status 1 if the table is not k-anonymous.")
-@click.option("--risk-threshold", type=click.FloatRange(0, 1), default=0.2, show_default=True,
-              help="Records whose prosecutor risk exceeds this count as at risk.")
+@click.option(
+    "--extra-qi", default=None, help="Also report k with these columns added to the QIs (default: som_neuron if present)."
+)
+@click.option(
+    "--k", "k", type=click.IntRange(min=1), default=None, help="Required k: exit with status 1 if the table is not k-anonymous."
+)
+@click.option(
+    "--risk-threshold",
+    type=click.FloatRange(0, 1),
+    default=0.2,
+    show_default=True,
+    help="Records whose prosecutor risk exceeds this count as at risk.",
+)
 @format_option
 @run_guarded
 def audit_kanon_command(
-    policy_path: Path, table: str, qi: str | None, sensitive: str | None, hierarchies: Path | None,
-    population: str | None, no_population: bool, extra_qi: str | None, k: int | None, risk_threshold: float, fmt: str,
+    policy_path: Path,
+    table: str,
+    qi: str | None,
+    sensitive: str | None,
+    hierarchies: Path | None,
+    population: str | None,
+    no_population: bool,
+    extra_qi: str | None,
+    k: int | None,
+    risk_threshold: float,
+    fmt: str,
 ) -> None:
     """Verify a published table: k, ℓ-diversity, t-closeness, NCP/GCP, class sizes, re-identification risk."""
     from veil.auditor.anonymity import audit_anonymity
@@ -123,8 +201,14 @@ def audit_kanon_command(
             if pop[col].dtype == object:
                 pop[col] = pop[col].where(pop[col].notna(), "?")
     report = audit_anonymity(
-        published, qi_cols, sensitive=sa_cols, hierarchies=hier, population=None if pop is None else pop.dropna(),
-        population_name=f"table {pop_name!r}" if pop_name else "", extra_qi=extra, risk_threshold=risk_threshold,
+        published,
+        qi_cols,
+        sensitive=sa_cols,
+        hierarchies=hier,
+        population=None if pop is None else pop.dropna(),
+        population_name=f"table {pop_name!r}" if pop_name else "",
+        extra_qi=extra,
+        risk_threshold=risk_threshold,
     )
     emit(report.summary(), fmt, json_data=report.as_dict())
     if k is not None and report.k < k:
@@ -140,15 +224,26 @@ def audit_kanon_command(
 @click.option("--positive", default=None, help="Positive label value (default: the rarer one).")
 @click.option("--baseline", default=None, help="Also evaluate this table (e.g. the original) for comparison.")
 @click.option("--baseline-features", default=None, help="Feature columns of --baseline (default: same as --features).")
-@click.option("--models", default=",".join(["naive_bayes", "logistic_regression", "decision_tree", "random_forest",
-                                            "gradient_boosting", "mlp"]), show_default=True,
-              help="Comma-separated models.")
+@click.option(
+    "--models",
+    default=",".join(["naive_bayes", "logistic_regression", "decision_tree", "random_forest", "gradient_boosting", "mlp"]),
+    show_default=True,
+    help="Comma-separated models.",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the 60/20/20 split and the models.")
 @format_option
 @run_guarded
 def audit_utility_command(
-    policy_path: Path, table: str, label: str, features: str | None, positive: str | None, baseline: str | None,
-    baseline_features: str | None, models: str, seed: int, fmt: str,
+    policy_path: Path,
+    table: str,
+    label: str,
+    features: str | None,
+    positive: str | None,
+    baseline: str | None,
+    baseline_features: str | None,
+    models: str,
+    seed: int,
+    fmt: str,
 ) -> None:
     """Income-prediction utility: accuracy, precision, recall, F1 of six models on a 60/20/20 split."""
     import pandas as pd
