@@ -262,3 +262,20 @@ def test_portal_row_limits_run_the_query_once(served: tuple[Path, int]) -> None:
         sock.close()
     with psycopg.connect(dsn(port), autocommit=True) as conn:
         assert _spent(conn.cursor()) == pytest.approx(before + 0.5)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        'SELECT "x\\"(1)',  # a quoted name ending in a backslash would escape sqlglot's generated Python string
+        'SELECT relname AS "a\\" FROM pg_catalog.pg_class ORDER BY "a\\"',
+        'SELECT 1::"evil"',
+    ],
+)
+def test_catalog_evaluator_refuses_unsafe_names(served: tuple[Path, int], sql: str) -> None:
+    _, port = served
+    with psycopg.connect(dsn(port), autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute(sql)
+        assert info.value.sqlstate == "42501"
+        assert conn.execute("SELECT 1").fetchone() == (1,)

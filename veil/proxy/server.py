@@ -58,7 +58,7 @@ from pg_mimic.results import encode_row
 from pg_mimic.session import BaseSession, Portal, Statement
 from pg_mimic.stream import ConnectionClosed, PgStream
 
-from veil.errors import InputError, InternalError, VeilError, did_you_mean
+from veil.errors import InputError, InternalError, NotAllowed, VeilError, did_you_mean
 from veil.policy import Policy
 from veil.proxy import server_catalog as catalog
 from veil.proxy.credentials import CredentialStore
@@ -466,6 +466,7 @@ class VeilSession(BaseSession):
             expr = sqlglot.parse_one(sql, dialect="postgres")
         except sqlglot.errors.ParseError:
             return None  # the query path reports the syntax error with its position
+        _check_executor_safe(expr)
         constant = _constant_select(expr)
         if constant is not None:
             cols, rows = catalog.static_result(*constant)
@@ -497,6 +498,26 @@ class VeilSession(BaseSession):
             if statement is not None:
                 return await _run_static(statement)
         return None
+
+
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_ $.\-]*$")
+_SAFE_TYPE = re.compile(r"^[A-Za-z0-9_ .(),\[\]]*$")
+
+
+def _check_executor_safe(expr: sqlglot.exp.Expression) -> None:
+    """Catalog, ``veil.budget`` and table-less SELECTs are evaluated by sqlglot's Python executor,
+    which compiles expressions to Python source. Identifiers and type names are pasted into that
+    source (a quoted identifier ending in a backslash escapes its closing quote), so only plain
+    names may reach it: anything else is refused before it is compiled."""
+    exp = sqlglot.exp
+    for node in expr.walk():
+        if isinstance(node, exp.Identifier) and not _SAFE_NAME.match(str(node.this)):
+            raise NotAllowed(
+                f"identifier {str(node.this)!r} is not allowed in catalog queries",
+                hint="Use names made of letters, digits, spaces and _ $ . -",
+            )
+        if isinstance(node, exp.DataType) and not _SAFE_TYPE.match(node.sql(dialect="postgres")):
+            raise NotAllowed(f"type {node.sql(dialect='postgres')!r} is not allowed in catalog queries")
 
 
 def _constant_value(node: sqlglot.exp.Expression) -> tuple[bool, Any]:
@@ -970,8 +991,10 @@ class ServerThread:
             return
 
         async def _close() -> None:
+            tasks = list(self.server._tasks)
             self.server.close()
-            await asyncio.sleep(0)
+            if tasks:  # let connections close their query sessions
+                await asyncio.wait(tasks, timeout=10)
 
         asyncio.run_coroutine_threadsafe(_close(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
