@@ -80,6 +80,28 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}{secrets.token_hex(6)}"
 
 
+_PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain(obj: Any) -> bool:
+    """Is ``obj`` already plain JSON (exact types: str-keyed dicts, lists, tuples, str/int/float/bool/None)?"""
+    t = type(obj)
+    if t in _PLAIN_SCALARS:
+        return True
+    if t is list or t is tuple:
+        return all(_plain(v) for v in obj)
+    if t is dict:
+        return all(type(k) is str and _plain(v) for k, v in obj.items())
+    return False
+
+
+def _dumps(obj: Any) -> str:
+    """Same text as :func:`veil.releases.dumps`, skipping its per-value conversion when ``obj`` is plain JSON."""
+    if _plain(obj):
+        return json.dumps(obj, sort_keys=True, allow_nan=True)
+    return dumps(obj)
+
+
 @dataclass(frozen=True)
 class Reservation:
     id: str
@@ -237,6 +259,17 @@ class Ledger:
                 answer=answer,
                 reservation_id=reservation.id,
             )
+            groups: dict[Any, str] = {}  # each group's JSON once (a group repeats for every statistic)
+
+            def group_json(g: Sequence[Any]) -> str:
+                try:
+                    text = groups.get(g)
+                except TypeError:  # unhashable group value
+                    return _dumps(list(g))
+                if text is None:
+                    text = groups[g] = _dumps(list(g))
+                return text
+
             db.executemany(
                 "INSERT INTO statistics(release_id, idx, name, mechanism, epsilon, sensitivity, scale, value, ci95, grp) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -249,9 +282,9 @@ class Ledger:
                         str(s.epsilon),
                         float(s.sensitivity),
                         float(s.scale),
-                        dumps(s.value),
+                        _dumps(s.value),
                         None if s.ci95 is None else float(s.ci95),
-                        dumps(list(s.group)),
+                        group_json(s.group),
                     )
                     for i, s in enumerate(statistics)
                 ],
@@ -282,13 +315,13 @@ class Ledger:
                 f["actor"],
                 _now(),
                 f["table"],
-                dumps(f["params"]),
-                dumps(f["metrics"]),
+                _dumps(f["params"]),
+                _dumps(f["metrics"]),
                 None if eps is None else str(as_epsilon(eps, allow_zero=True)),
                 f["delta"],
                 f.get("canonical_sql"),
                 f.get("cache_key"),
-                None if f.get("answer") is None else dumps(f["answer"]),
+                None if f.get("answer") is None else _dumps(f["answer"]),
                 f.get("reservation_id"),
             ),
         )

@@ -201,8 +201,14 @@ def _const_q(node: exp.Expression | None) -> float:
 
 
 def _clamp_sql(arg_sql: str, iv: Interval) -> str:
+    """``arg`` clamped to ``iv``; NULL stays NULL and NaN (above every number in DuckDB) becomes ``hi``.
+
+    The in-range branch comes first: DuckDB evaluates each later WHEN only on the rows not yet
+    matched, so the common case costs one range test per row instead of two comparisons.
+    """
     lo, hi = _num(iv.lo), _num(iv.hi)
-    return f"(CASE WHEN ({arg_sql}) < {lo} THEN {lo} WHEN ({arg_sql}) > {hi} THEN {hi} ELSE ({arg_sql}) END)"
+    a = f"({arg_sql})"
+    return f"(CASE WHEN {a} BETWEEN {lo} AND {hi} THEN {a} WHEN {a} < {lo} THEN {lo} WHEN {a} > {hi} THEN {hi} ELSE NULL END)"
 
 
 def _num(v: Fraction) -> str:
