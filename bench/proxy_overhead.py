@@ -7,12 +7,15 @@ differs (a varying WHERE bound) so the answer cache cannot hide the cost; each V
 its durable ledger write (SQLite WAL, synchronous=FULL). Writes the "proxy" section of
 docs/benchmarks.md.
 
-Run: ``.venv/bin/python -m bench.proxy_overhead [--rows 100000 1000000] [--reps 15]``
+Run: ``.venv/bin/python -m bench.proxy_overhead [--rows 100000 1000000] [--reps 15] [--json OUT.json]
+[--before BEFORE.json] [--no-write]`` (``--before``: results of an earlier run, e.g. of the previous commit,
+shown beside this one; ``--rows 100000 --reps 5 --no-write`` is a quick check).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import tempfile
 import time
@@ -91,7 +94,7 @@ def phase_breakdown(session: QuerySession, sql_tmpl: str, reps: int) -> dict[str
     """Median ms per phase of Veil's answer (timers wrapped around the session's steps; bench-only)."""
     import veil.proxy.answer as answer_mod
 
-    times: dict[str, list[float]] = {k: [] for k in PHASES}
+    times: dict[str, list[float]] = {k: [] for k in (*PHASES, "total")}
 
     def timed(fn, key):
         def inner(*a, **k):
@@ -114,7 +117,9 @@ def phase_breakdown(session: QuerySession, sql_tmpl: str, reps: int) -> dict[str
     answer_mod.noisy_statistics = timed(saved_noise, "noise")
     try:
         for i in range(reps):
+            t0 = time.perf_counter()
             session.execute(sql_tmpl.format(b=10_000 + i))
+            times["total"].append(time.perf_counter() - t0)
     finally:
         ledger.reserve, ledger.release, session._engine.execute, session._plan, session._shape = saved
         answer_mod.noisy_statistics = saved_noise
@@ -167,7 +172,8 @@ def run(rows: int, reps: int, folder: Path) -> list[dict[str, object]]:
     return out
 
 
-def to_markdown(results: list[dict[str, object]], reps: int) -> str:
+def to_markdown(results: list[dict[str, object]], reps: int, before: list[dict[str, object]] | None = None) -> str:
+    prev = {(b["rows"], b["privacy"], b["query"]): b for b in before or []}
     lines = [
         "## proxy: Veil query overhead vs raw DuckDB",
         "",
@@ -177,25 +183,31 @@ def to_markdown(results: list[dict[str, object]], reps: int) -> str:
         "connection. DuckDB threads: default (2). Absolute times drift up to 3× on this shared 2-core host; "
         "ratios matter.",
         "",
-        "| rows | privacy | query | raw ms | Veil ms | Veil/raw | added ms | parse+plan ms |",
-        "|---|---|---|---|---|---|---|---|",
+        "| rows | privacy | query | raw ms | Veil ms | Veil/raw | added ms | parse+plan ms |"
+        + (" before: Veil/raw | before: added ms |" if prev else ""),
+        "|---|---|---|---|---|---|---|---|" + ("---|---|" if prev else ""),
     ]
     for r in results:
+        b = prev.get((r["rows"], r["privacy"], r["query"]))
+        extra = ""
+        if prev:
+            extra = f" {b['ratio']:.2f}× | {b['added_ms']:.2f} |" if b else " – | – |"
         lines.append(
             f"| {r['rows']:,} | {r['privacy']} | {r['query']} | {r['raw_ms']:.2f} | {r['veil_ms']:.2f} | "
-            f"{r['ratio']:.2f}× | {r['added_ms']:.2f} | {r['parse_plan_ms']:.2f} |"
+            f"{r['ratio']:.2f}× | {r['added_ms']:.2f} | {r['parse_plan_ms']:.2f} |" + extra
         )
     lines += [
         "",
         "Where Veil's time goes (median ms per phase, same runs' conditions; `engine` is every engine call, "
         "`ledger.*` the SQLite transactions, `noise` the OpenDP samplers, `shape` post-processing and log records):",
         "",
-        "| rows | privacy | query | " + " | ".join(PHASES) + " |",
-        "|---|---|---|" + "---|" * len(PHASES),
+        "| rows | privacy | query | " + " | ".join(PHASES) + " | total |",
+        "|---|---|---|" + "---|" * (len(PHASES) + 1),
     ]
     for r in results:
         ph = r["phases"]
-        lines.append(f"| {r['rows']:,} | {r['privacy']} | {r['query']} | " + " | ".join(f"{ph[k]:.2f}" for k in PHASES) + " |")
+        cells = " | ".join(f"{ph.get(k, 0.0):.2f}" for k in (*PHASES, "total"))
+        lines.append(f"| {r['rows']:,} | {r['privacy']} | {r['query']} | {cells} |")
     lines += [
         "",
         "Targets at 1M rows (issue 3): GROUP BY ≤ 1.5× raw (row-level), ≤ 3× (user-level); COUNT/AVG ≤ 5 ms added; "
@@ -212,12 +224,17 @@ def main() -> None:
     ap.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--no-write", action="store_true", help="print only; do not touch docs/benchmarks.md")
+    ap.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    ap.add_argument("--before", type=Path, help="JSON results of an earlier run, shown beside these")
     args = ap.parse_args()
     results = []
     for n in args.rows:
         with tempfile.TemporaryDirectory() as d:
             results += run(n, args.reps, Path(d))
-    md = to_markdown(results, args.reps)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1), encoding="utf-8")
+    before = json.loads(args.before.read_text(encoding="utf-8")) if args.before else None
+    md = to_markdown(results, args.reps, before)
     print(md)
     if not args.no_write:
         write_section("proxy", md)

@@ -80,7 +80,7 @@ def _template(plan: QueryPlan, source_sql: str | None) -> tuple[str, str]:
         for t in tree.find_all(exp.Table):
             if t.name == table:
                 t.set("this", exp.to_identifier(src_marker))
-    sql = tree.sql(dialect="duckdb")
+    sql = tree.sql(dialect="duckdb", copy=False)  # ``tree`` is this function's own copy
     if source_sql is not None:
         sql = sql.replace(src_marker, f"({source_sql})")
     return sql, marker
@@ -127,4 +127,4 @@ def _grid_sql(plan: QueryPlan, source_sql: str | None, stat: Statistic, key_sql:
     g = g.where(cond, dialect="duckdb", copy=False)
     g.set("group", None)
     g = g.group_by(*key_sql, b, dialect="duckdb", copy=False)
-    return g.sql(dialect="duckdb")
+    return g.sql(dialect="duckdb", copy=False)  # ``g`` is this function's own copy
