@@ -20,6 +20,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -90,11 +91,11 @@ def _median_ms(xs: list[float]) -> float:
 PHASES = ("plan", "ledger.reserve", "engine", "noise", "shape", "ledger.release")
 
 
-def phase_breakdown(session: QuerySession, sql_tmpl: str, reps: int) -> dict[str, float]:
+def phase_breakdown(session: QuerySession, sql_tmpl: str, reps: int, cur: Any = None) -> dict[str, float]:
     """Median ms per phase of Veil's answer (timers wrapped around the session's steps; bench-only)."""
     import veil.proxy.answer as answer_mod
 
-    times: dict[str, list[float]] = {k: [] for k in (*PHASES, "total")}
+    times: dict[str, list[float]] = {k: [] for k in (*PHASES, "total", "raw")}
 
     def timed(fn, key):
         def inner(*a, **k):
@@ -117,8 +118,13 @@ def phase_breakdown(session: QuerySession, sql_tmpl: str, reps: int) -> dict[str
     answer_mod.noisy_statistics = timed(saved_noise, "noise")
     try:
         for i in range(reps):
+            sql = sql_tmpl.format(b=10_000 + i)
+            if cur is not None:  # the same SQL raw, just before: the engine phase's yardstick
+                t0 = time.perf_counter()
+                cur.execute(sql).fetchall()
+                times["raw"].append(time.perf_counter() - t0)
             t0 = time.perf_counter()
-            session.execute(sql_tmpl.format(b=10_000 + i))
+            session.execute(sql)
             times["total"].append(time.perf_counter() - t0)
     finally:
         ledger.reserve, ledger.release, session._engine.execute, session._plan, session._shape = saved
@@ -139,22 +145,24 @@ def run(rows: int, reps: int, folder: Path) -> list[dict[str, object]]:
                 session.execute(tmpl.format(t=table, b=-1))  # warm-up (builds the bounded copy once)
                 cur = warehouse.reader(policy).cursor()
                 cur.execute(tmpl.format(t=table, b=-2)).fetchall()
-                raw_t, veil_t, plan_t = [], [], []
+                raw_t, veil_t, plan_t, raw_cpu, veil_cpu = [], [], [], [], []
                 for i in range(reps):
                     sql = tmpl.format(t=table, b=i)
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     cur.execute(sql).fetchall()
-                    t1 = time.perf_counter()
+                    t1, c1 = time.perf_counter(), time.process_time()
                     session.execute(sql)
-                    t2 = time.perf_counter()
+                    t2, c2 = time.perf_counter(), time.process_time()
                     session._plan(tmpl.format(t=table, b=reps + i), None)
                     t3 = time.perf_counter()
                     raw_t.append(t1 - t0)
                     veil_t.append(t2 - t1)
                     plan_t.append(t3 - t2)
-                cur.close()
+                    raw_cpu.append(c1 - c0)  # CPU of every thread of this process (DuckDB's too)
+                    veil_cpu.append(c2 - c1)
                 raw, vl = _median_ms(raw_t), _median_ms(veil_t)
-                phases = phase_breakdown(session, tmpl.replace("{t}", table), reps)
+                phases = phase_breakdown(session, tmpl.replace("{t}", table), reps, cur)
+                cur.close()
                 out.append(
                     {
                         "rows": rows,
@@ -165,11 +173,19 @@ def run(rows: int, reps: int, folder: Path) -> list[dict[str, object]]:
                         "ratio": vl / raw,
                         "added_ms": vl - raw,
                         "parse_plan_ms": _median_ms(plan_t),
+                        "raw_cpu_ms": _median_ms(raw_cpu),
+                        "veil_cpu_ms": _median_ms(veil_cpu),
                         "phases": phases,
                     }
                 )
                 print(out[-1], flush=True)
     return out
+
+
+def _cpu_ratio(r: dict[str, Any]) -> str:
+    if not r.get("raw_cpu_ms"):
+        return "–"
+    return f"{r['veil_cpu_ms'] / r['raw_cpu_ms']:.2f}×"
 
 
 def to_markdown(results: list[dict[str, object]], reps: int, before: list[dict[str, object]] | None = None) -> str:
@@ -183,30 +199,30 @@ def to_markdown(results: list[dict[str, object]], reps: int, before: list[dict[s
         "connection. DuckDB threads: default (2). Absolute times drift up to 3× on this shared 2-core host; "
         "ratios matter.",
         "",
-        "| rows | privacy | query | raw ms | Veil ms | Veil/raw | added ms | parse+plan ms |"
-        + (" before: Veil/raw | before: added ms |" if prev else ""),
-        "|---|---|---|---|---|---|---|---|" + ("---|---|" if prev else ""),
+        "| rows | privacy | query | raw ms | Veil ms | Veil/raw | added ms | parse+plan ms | CPU Veil/raw |"
+        + (" before: Veil/raw | before: added ms | before: CPU Veil/raw |" if prev else ""),
+        "|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if prev else ""),
     ]
     for r in results:
         b = prev.get((r["rows"], r["privacy"], r["query"]))
         extra = ""
         if prev:
-            extra = f" {b['ratio']:.2f}× | {b['added_ms']:.2f} |" if b else " – | – |"
+            extra = f" {b['ratio']:.2f}× | {b['added_ms']:.2f} | {_cpu_ratio(b)} |" if b else " – | – | – |"
         lines.append(
             f"| {r['rows']:,} | {r['privacy']} | {r['query']} | {r['raw_ms']:.2f} | {r['veil_ms']:.2f} | "
-            f"{r['ratio']:.2f}× | {r['added_ms']:.2f} | {r['parse_plan_ms']:.2f} |" + extra
+            f"{r['ratio']:.2f}× | {r['added_ms']:.2f} | {r['parse_plan_ms']:.2f} | {_cpu_ratio(r)} |" + extra
         )
     lines += [
         "",
         "Where Veil's time goes (median ms per phase, same runs' conditions; `engine` is every engine call, "
         "`ledger.*` the SQLite transactions, `noise` the OpenDP samplers, `shape` post-processing and log records):",
         "",
-        "| rows | privacy | query | " + " | ".join(PHASES) + " | total |",
-        "|---|---|---|" + "---|" * (len(PHASES) + 1),
+        "| rows | privacy | query | raw (same loop) | " + " | ".join(PHASES) + " | total |",
+        "|---|---|---|---|" + "---|" * (len(PHASES) + 1),
     ]
     for r in results:
         ph = r["phases"]
-        cells = " | ".join(f"{ph.get(k, 0.0):.2f}" for k in (*PHASES, "total"))
+        cells = " | ".join(f"{ph.get(k, 0.0):.2f}" for k in ("raw", *PHASES, "total"))
         lines.append(f"| {r['rows']:,} | {r['privacy']} | {r['query']} | {cells} |")
     lines += [
         "",
