@@ -93,7 +93,7 @@ def run(epochs: int, lambdas: tuple[float, ...], headline: float, seed: int, qui
         model.fit(train)
         train_s = time.perf_counter() - t1
         syn_tr, syn_te = model.publish(train, seed=seed + 1), model.publish(test, seed=seed + 2)
-        which = names if lam == headline else ["GB"]
+        which = names if lam >= 1.0 else ["GB"]
         entry: dict[str, Any] = {
             "train_seconds": train_s,
             "epoch_seconds_median": statistics.median(h.seconds for h in model.history),
@@ -117,12 +117,37 @@ def run(epochs: int, lambdas: tuple[float, ...], headline: float, seed: int, qui
     return res
 
 
+def time_all_rows(epochs: int, lam: float, seed: int) -> dict[str, Any]:
+    """Train once on all of Adult (adult.data + adult.test, 48,842 rows) and time it."""
+    import torch
+
+    from veil.datasets import load_adult
+    from veil.generators.imposter import Imposter
+
+    torch.set_num_threads(1)
+    df = pd.concat([load_adult("train"), load_adult("test")], ignore_index=True)
+    imp = ["relationship", "marital_status", "occupation", "hours_per_week"]
+    model = Imposter(implicit=imp, sensitive="sex", label="income", lam=lam, epochs=epochs, seed=seed)
+    t0 = time.perf_counter()
+    model.fit(df)
+    return {"rows": len(df), "lambda": lam, "epochs": epochs, "train_seconds": time.perf_counter() - t0,
+            "median_epoch_seconds": statistics.median(h.seconds for h in model.history),
+            "min_epoch_seconds": min(h.seconds for h in model.history)}
+
+
 def f(x: float) -> str:
     return f"{x:.3f}"
 
 
+def target_met(entry: dict[str, Any]) -> bool:
+    b = entry["B"]
+    return all(n in b and b[n]["sex"][0] <= 0.70 and b[n]["income"][0] >= 0.80 for n in PAPER_TABLE1)
+
+
 def markdown(res: dict[str, Any], headline: float) -> str:
     det = res["detection"]
+    met = [float(k) for k, m in res["models"].items() if target_met(m)]
+    headline = min(met) if met else headline
     lines = [
         "## IMPOSTER: implicit privacy on Adult (sex explicit, income label, θ = 0.01)",
         "",
@@ -154,11 +179,26 @@ def markdown(res: dict[str, Any], headline: float) -> str:
             f"| {f(t['income'][0])} / {f(t['income'][1])} "
             f"| {p[0]:.3f} / {p[1]:.3f} | {p[2]:.3f} / {p[3]:.3f} | {p[4]:.3f} / {p[5]:.3f} | {p[6]:.3f} / {p[7]:.3f} |"
         )
-    ok = all(head["B"][n]["sex"][0] <= 0.70 and head["B"][n]["income"][0] >= 0.80 for n in PAPER_TABLE1)
+    ok = target_met(head)
+    full = [f"{float(k):g}" for k, m in res["models"].items() if all(n in m["B"] for n in PAPER_TABLE1)]
     lines += [
         "",
         f"Target (B sex accuracy ≤ 0.70 and B income accuracy ≥ 0.80 for all four): **{'met' if ok else 'NOT met'}**. "
-        f"Majority rates on the test rows: sex {f(res['majority']['sex'])}, income {f(res['majority']['income'])}.",
+        f"Majority rates on the test rows: sex {f(res['majority']['sex'])}, income {f(res['majority']['income'])}. "
+        f"The table shows the smallest λ (of those evaluated with all four classifiers: {', '.join(full)}) that meets "
+        f"the target; the others follow.",
+        "",
+        "All four classifiers at every λ ≥ 1 (B = synthetic/synthetic; TSTR = synthetic/real), accuracy:",
+        "",
+        "| λ | " + " | ".join(f"{n} B sex / B income / TSTR income" for n in PAPER_TABLE1) + " |",
+        "|---|" + "---|" * len(PAPER_TABLE1),
+    ]
+    for lam, m in res["models"].items():
+        if all(n in m["B"] for n in PAPER_TABLE1):
+            cells = [f"{f(m['B'][n]['sex'][0])} / {f(m['B'][n]['income'][0])} / {f(m['TSTR'][n]['income'][0])}"
+                     for n in PAPER_TABLE1]
+            lines.append(f"| {float(lam):g} | " + " | ".join(cells) + " |")
+    lines += [
         "",
         "**λ sweep** (GB; λ = 0 is `--method gan`, the paper's CGAN+VAE ablation; paper Fig. 8 uses XGBoost "
         "and reports B sex accuracy ≈ 0.64–0.67 for λ ≥ 0.5 and income ≈ 0.82–0.83 throughout):",
@@ -180,13 +220,29 @@ def markdown(res: dict[str, Any], headline: float) -> str:
         "observed values for the categoricals; GB; train and test both perturbed, and TSTR on real test rows). "
         "Paper Fig. 7: at 68.91 % sex accuracy kRR keeps only 75.17 % income accuracy.",
         "",
-        "| ε per attribute | sex acc / F1 | income acc / F1 | TSTR income acc |",
-        "|---|---|---|---|",
+        "| ε per attribute | sex acc / F1 | income acc / F1 | TSTR income acc | TSTR sex acc |",
+        "|---|---|---|---|---|",
     ]
     for eps, k in res["krr"].items():
         p = k["perturbed"]
         lines.append(f"| {float(eps):g} | {f(p['sex'][0])} / {f(p['sex'][1])} | {f(p['income'][0])} / "
-                     f"{f(p['income'][1])} | {f(k['tstr']['income'][0])} |")
+                     f"{f(p['income'][1])} | {f(k['tstr']['income'][0])} | {f(k['tstr']['sex'][0])} |")
+    k2, l0 = res["krr"].get("2.0"), res["models"].get("0.0")
+    if k2 and l0:
+        lines += [
+            "",
+            f"Reading. Setting B reproduces the paper's story: at λ = {headline:g} sex falls to "
+            f"{f(head['B']['GB']['sex'][0])} (GB) while income stays {f(head['B']['GB']['income'][0])}; kRR at ε = 2 "
+            f"reaches a similar sex accuracy ({f(k2['perturbed']['sex'][0])}) but keeps only "
+            f"{f(k2['perturbed']['income'][0])} income accuracy (paper: 0.689 / 0.752). λ = 0 (`--method gan`) keeps "
+            f"the dependence (B sex {f(l0['B']['GB']['sex'][0])}). The honest check is less kind: trained on the "
+            f"release and tested on real rows (TSTR), income accuracy is {f(head['TSTR']['GB']['income'][0])} at "
+            f"λ = {headline:g} against {f(l0['TSTR']['GB']['income'][0])} at λ = 0 and "
+            f"{f(res['A']['GB']['income'][0])} on real data, and kRR at ε = 2 does better on it "
+            f"({f(k2['tstr']['income'][0])}). Removing the sex signal from the implicit columns also removes the "
+            "part of the income signal that travels with sex; setting B hides this because its test rows are "
+            "synthetic too.",
+        ]
     lines += [
         "",
         "Timing: torch pinned to 1 thread (`torch.set_num_threads(1)`), CPU only, a 2-core host shared with about "
@@ -194,6 +250,14 @@ def markdown(res: dict[str, Any], headline: float) -> str:
         "non-implicit columns, sex and income, with the implicit attributes replaced by G(z | sex, income), "
         "z ~ N(0, I) fresh per row (see docs/imposter.md).",
     ]
+    secs = [m["train_seconds"] for m in res["models"].values()]
+    lines.append(f"Training on the {res['rows_train']:,} train rows, {res['epochs']} epochs: {min(secs):.0f}–"
+                 f"{max(secs):.0f} s per model (limit 5 minutes).")
+    t = res.get("timing_all_rows")
+    if t:
+        lines[-1] += (f" On all {t['rows']:,} rows of Adult (train + test), λ = {t['lambda']:g}, {t['epochs']} epochs: "
+                      f"{t['train_seconds']:.0f} s, {t['median_epoch_seconds']:.2f} s per epoch (median), "
+                      f"{t['min_epoch_seconds']:.2f} s fastest epoch.")
     return "\n".join(lines)
 
 
@@ -203,14 +267,24 @@ def main() -> None:
     parser.add_argument("--headline", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="small subset, no docs written")
+    parser.add_argument("--from-json", action="store_true", help="re-render docs from docs/imposter_bench.json")
+    parser.add_argument("--time-all", action="store_true",
+                        help="with --from-json: also time one model on all 48,842 rows and store it")
     args = parser.parse_args()
-    res = run(args.epochs, LAMBDAS, args.headline, args.seed, args.quick)
+    if args.from_json:
+        res = json.loads((OUT / "imposter_bench.json").read_text(encoding="utf-8"))
+        if args.time_all:
+            res["timing_all_rows"] = time_all_rows(args.epochs, 2.0, args.seed)
+            (OUT / "imposter_bench.json").write_text(json.dumps(res, indent=1, default=float), encoding="utf-8")
+    else:
+        res = run(args.epochs, LAMBDAS, args.headline, args.seed, args.quick)
     text = markdown(res, args.headline)
     print(text)
     if not args.quick:
         from bench._report import write_section
 
-        (OUT / "imposter_bench.json").write_text(json.dumps(res, indent=1, default=float), encoding="utf-8")
+        if not args.from_json:
+            (OUT / "imposter_bench.json").write_text(json.dumps(res, indent=1, default=float), encoding="utf-8")
         write_section("imposter", text)
 
 
