@@ -43,14 +43,16 @@ def classifiers(seed: int) -> dict[str, Any]:
     return {
         "GB": HistGradientBoostingClassifier(random_state=seed),
         "RF": RandomForestClassifier(n_estimators=100, min_samples_leaf=2, n_jobs=1, random_state=seed),
-        "MLP": make_pipeline(StandardScaler(), MLPClassifier(hidden_layer_sizes=(64,), max_iter=60,
-                                                             early_stopping=True, random_state=seed)),
+        "MLP": make_pipeline(
+            StandardScaler(), MLPClassifier(hidden_layer_sizes=(64,), max_iter=60, early_stopping=True, random_state=seed)
+        ),
         "LR": make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000)),
     }
 
 
-def score(name: str, train: pd.DataFrame, test: pd.DataFrame, features: list[str], target: str,
-          reference: pd.DataFrame, seed: int) -> tuple[float, float]:
+def score(
+    name: str, train: pd.DataFrame, test: pd.DataFrame, features: list[str], target: str, reference: pd.DataFrame, seed: int
+) -> tuple[float, float]:
     from sklearn.base import clone
     from sklearn.metrics import accuracy_score, f1_score
 
@@ -130,9 +132,14 @@ def time_all_rows(epochs: int, lam: float, seed: int) -> dict[str, Any]:
     model = Imposter(implicit=imp, sensitive="sex", label="income", lam=lam, epochs=epochs, seed=seed)
     t0 = time.perf_counter()
     model.fit(df)
-    return {"rows": len(df), "lambda": lam, "epochs": epochs, "train_seconds": time.perf_counter() - t0,
-            "median_epoch_seconds": statistics.median(h.seconds for h in model.history),
-            "min_epoch_seconds": min(h.seconds for h in model.history)}
+    return {
+        "rows": len(df),
+        "lambda": lam,
+        "epochs": epochs,
+        "train_seconds": time.perf_counter() - t0,
+        "median_epoch_seconds": statistics.median(h.seconds for h in model.history),
+        "min_epoch_seconds": min(h.seconds for h in model.history),
+    }
 
 
 def f(x: float) -> str:
@@ -195,8 +202,9 @@ def markdown(res: dict[str, Any], headline: float) -> str:
     ]
     for lam, m in res["models"].items():
         if all(n in m["B"] for n in PAPER_TABLE1):
-            cells = [f"{f(m['B'][n]['sex'][0])} / {f(m['B'][n]['income'][0])} / {f(m['TSTR'][n]['income'][0])}"
-                     for n in PAPER_TABLE1]
+            cells = [
+                f"{f(m['B'][n]['sex'][0])} / {f(m['B'][n]['income'][0])} / {f(m['TSTR'][n]['income'][0])}" for n in PAPER_TABLE1
+            ]
             lines.append(f"| {float(lam):g} | " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -225,8 +233,10 @@ def markdown(res: dict[str, Any], headline: float) -> str:
     ]
     for eps, k in res["krr"].items():
         p = k["perturbed"]
-        lines.append(f"| {float(eps):g} | {f(p['sex'][0])} / {f(p['sex'][1])} | {f(p['income'][0])} / "
-                     f"{f(p['income'][1])} | {f(k['tstr']['income'][0])} | {f(k['tstr']['sex'][0])} |")
+        lines.append(
+            f"| {float(eps):g} | {f(p['sex'][0])} / {f(p['sex'][1])} | {f(p['income'][0])} / "
+            f"{f(p['income'][1])} | {f(k['tstr']['income'][0])} | {f(k['tstr']['sex'][0])} |"
+        )
     k2, l0 = res["krr"].get("2.0"), res["models"].get("0.0")
     if k2 and l0:
         lines += [
@@ -251,13 +261,17 @@ def markdown(res: dict[str, Any], headline: float) -> str:
         "z ~ N(0, I) fresh per row (see docs/imposter.md).",
     ]
     secs = [m["train_seconds"] for m in res["models"].values()]
-    lines.append(f"Training on the {res['rows_train']:,} train rows, {res['epochs']} epochs: {min(secs):.0f}–"
-                 f"{max(secs):.0f} s per model (limit 5 minutes).")
+    lines.append(
+        f"Training on the {res['rows_train']:,} train rows, {res['epochs']} epochs: {min(secs):.0f}–"
+        f"{max(secs):.0f} s per model (limit 5 minutes)."
+    )
     t = res.get("timing_all_rows")
     if t:
-        lines[-1] += (f" On all {t['rows']:,} rows of Adult (train + test), λ = {t['lambda']:g}, {t['epochs']} epochs: "
-                      f"{t['train_seconds']:.0f} s, {t['median_epoch_seconds']:.2f} s per epoch (median), "
-                      f"{t['min_epoch_seconds']:.2f} s fastest epoch.")
+        lines[-1] += (
+            f" On all {t['rows']:,} rows of Adult (train + test), λ = {t['lambda']:g}, {t['epochs']} epochs: "
+            f"{t['train_seconds']:.0f} s, {t['median_epoch_seconds']:.2f} s per epoch (median), "
+            f"{t['min_epoch_seconds']:.2f} s fastest epoch."
+        )
     return "\n".join(lines)
 
 
@@ -268,8 +282,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="small subset, no docs written")
     parser.add_argument("--from-json", action="store_true", help="re-render docs from docs/imposter_bench.json")
-    parser.add_argument("--time-all", action="store_true",
-                        help="with --from-json: also time one model on all 48,842 rows and store it")
+    parser.add_argument(
+        "--time-all", action="store_true", help="with --from-json: also time one model on all 48,842 rows and store it"
+    )
     args = parser.parse_args()
     if args.from_json:
         res = json.loads((OUT / "imposter_bench.json").read_text(encoding="utf-8"))

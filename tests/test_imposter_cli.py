@@ -48,8 +48,22 @@ def _json(res) -> dict:
 
 def test_audit_implicit_table_json_and_plot(policy: Path, tmp_path: Path) -> None:
     runner = CliRunner()
-    base = ["audit", "implicit", "--policy", str(policy), "--table", "adult", "--sensitive", "sex",
-            "--theta", "0.01", "--beta", "0.7", "--exclude", "income"]
+    base = [
+        "audit",
+        "implicit",
+        "--policy",
+        str(policy),
+        "--table",
+        "adult",
+        "--sensitive",
+        "sex",
+        "--theta",
+        "0.01",
+        "--beta",
+        "0.7",
+        "--exclude",
+        "income",
+    ]
     out = _json(runner.invoke(cli, [*base, "--format", "json", "--plot", str(tmp_path / "nmi.png")]))
     assert "relationship" in out["implicit"] and out["accuracy"] >= 0.7
     assert out["normalisation"] == "joint" and "income" not in out["scores"]
@@ -66,15 +80,50 @@ def test_publish_synth_imposter_gan_and_krr(policy: Path) -> None:
     from veil.warehouse import read_table
 
     runner = CliRunner()
-    common = ["--policy", str(policy), "--table", "adult", "--sensitive", "sex", "--label", "income",
-              "--epochs", "2", "--batch-size", "250", "--seed", "0", "--format", "json"]
-    imp = _json(runner.invoke(cli, ["publish", "synth", *common, "--method", "imposter", "--lambda", "1.0",
-                                    "--output", "adult_imposter"]))
+    common = [
+        "--policy",
+        str(policy),
+        "--table",
+        "adult",
+        "--sensitive",
+        "sex",
+        "--label",
+        "income",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "250",
+        "--seed",
+        "0",
+        "--format",
+        "json",
+    ]
+    imp = _json(
+        runner.invoke(cli, ["publish", "synth", *common, "--method", "imposter", "--lambda", "1.0", "--output", "adult_imposter"])
+    )
     gan = _json(runner.invoke(cli, ["publish", "synth", *common, "--method", "gan", "--output", "adult_gan"]))
     assert imp["lambda"] == 1.0 and gan["lambda"] == 0.0 and "relationship" in imp["implicit"]
-    krr = _json(runner.invoke(cli, ["publish", "krr", "--policy", str(policy), "--table", "adult",
-                                    "--columns", "relationship,hours_per_week", "--epsilon", "2",
-                                    "--output", "adult_krr", "--format", "json"]))
+    krr = _json(
+        runner.invoke(
+            cli,
+            [
+                "publish",
+                "krr",
+                "--policy",
+                str(policy),
+                "--table",
+                "adult",
+                "--columns",
+                "relationship,hours_per_week",
+                "--epsilon",
+                "2",
+                "--output",
+                "adult_krr",
+                "--format",
+                "json",
+            ],
+        )
+    )
     assert krr["epsilon_total"] == 4.0 and krr["domains"]["hours_per_week"]["k"] == 99
     pol = load_policy(policy)
     src, out = read_table(pol, "adult"), read_table(pol, "adult_imposter")
@@ -93,6 +142,33 @@ def test_publish_synth_imposter_gan_and_krr(policy: Path) -> None:
 
 
 def test_nothing_to_protect_is_an_error(policy: Path) -> None:
-    res = CliRunner().invoke(cli, ["publish", "synth", "--policy", str(policy), "--table", "adult", "--sensitive", "sex",
-                                   "--beta", "0.99", "--epochs", "1", "--output", "nope"])
+    res = CliRunner().invoke(
+        cli,
+        [
+            "publish",
+            "synth",
+            "--policy",
+            str(policy),
+            "--table",
+            "adult",
+            "--sensitive",
+            "sex",
+            "--beta",
+            "0.99",
+            "--epochs",
+            "1",
+            "--output",
+            "nope",
+        ],
+    )
     assert res.exit_code == 2 and "no implicit-privacy attributes" in res.output
+
+
+def test_every_option_is_documented() -> None:
+    """Each option of the three commands appears in docs/imposter.md."""
+    import veil.cli.synth as synth
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "imposter.md").read_text(encoding="utf-8")
+    commands = (synth.audit_implicit_command, synth.publish_synth_command, synth.publish_krr_command)
+    missing = [opt for cmd in commands for p in cmd.params for opt in p.opts if opt.startswith("--") and opt not in doc]
+    assert not missing, f"undocumented options: {missing}"

@@ -53,8 +53,7 @@ def test_lambda_removes_the_dependence_that_gan_keeps(toy: pd.DataFrame) -> None
     """Deterministic given the seeds (no statistical false-failure rate); real data: accuracy ≈ 0.93."""
     data = toy.head(1200)
     assert _s_accuracy(data) > 0.9
-    common = {"implicit": ["colour", "size"], "sensitive": "s", "label": "y", "epochs": 15, "batch_size": 200,
-              "seed": 3}
+    common = {"implicit": ["colour", "size"], "sensitive": "s", "label": "y", "epochs": 15, "batch_size": 200, "seed": 3}
     gan = Imposter(lam=0.0, **common).fit(data).publish(data, seed=4)
     imposter = Imposter(lam=5.0, **common).fit(data).publish(data, seed=4)
     acc_gan, acc_imp = _s_accuracy(gan), _s_accuracy(imposter)
@@ -118,7 +117,8 @@ def test_bad_frames(toy: pd.DataFrame) -> None:
 
 def test_d2_may_see_the_label(toy: pd.DataFrame) -> None:
     small = toy.head(400)
-    model = Imposter(implicit=["colour", "size"], sensitive="s", label="y", epochs=1, batch_size=100, seed=0,
-                     d2_sees_label=True).fit(small)
+    model = Imposter(
+        implicit=["colour", "size"], sensitive="s", label="y", epochs=1, batch_size=100, seed=0, d2_sees_label=True
+    ).fit(small)
     assert model.params()["d2_sees_label"] is True and 0.0 <= model.history[0].d2_accuracy <= 1.0
     assert model._nets.d2[0].in_features == model.encoder_.width + 2  # + one-hot of y

@@ -113,9 +113,18 @@ class ImplicitReport:
 
     def to_frame(self) -> pd.DataFrame:
         """Per-attribute scores, highest NMI first."""
-        rows = [{"attribute": a.name, "nmi": round(a.nmi, 6), "mutual_information": round(a.mutual_information, 6),
-                 "symbols": a.symbols, "discretised": a.discretised, "candidate": a.candidate,
-                 "implicit": a.name in self.implicit} for a in self.scores]
+        rows = [
+            {
+                "attribute": a.name,
+                "nmi": round(a.nmi, 6),
+                "mutual_information": round(a.mutual_information, 6),
+                "symbols": a.symbols,
+                "discretised": a.discretised,
+                "candidate": a.candidate,
+                "implicit": a.name in self.implicit,
+            }
+            for a in self.scores
+        ]
         return pd.DataFrame(rows)
 
     def to_dict(self) -> dict[str, Any]:
@@ -224,8 +233,10 @@ def detect_implicit(
     ``exclude``). ``seed`` fixes the train/test split and the classifier (no global state).
     """
     if sensitive not in df.columns:
-        raise InputError(f"sensitive column {sensitive!r} is not in the table",
-                         hint=did_you_mean(sensitive, df.columns) or f"Columns: {list(df.columns)}")
+        raise InputError(
+            f"sensitive column {sensitive!r} is not in the table",
+            hint=did_you_mean(sensitive, df.columns) or f"Columns: {list(df.columns)}",
+        )
     if not 0.0 <= theta <= 1.0:
         raise InputError(f"theta must be in [0, 1], got {theta}", hint="NMI similarities lie in [0, 1]; try 0.01")
     if not 0.0 <= beta <= 1.0:
@@ -237,15 +248,17 @@ def detect_implicit(
     excluded = set(exclude) | {sensitive}
     for name in list(excluded) + list(columns or ()):
         if name not in df.columns:
-            raise InputError(f"column {name!r} is not in the table",
-                             hint=did_you_mean(name, df.columns) or f"Columns: {list(df.columns)}")
+            raise InputError(
+                f"column {name!r} is not in the table", hint=did_you_mean(name, df.columns) or f"Columns: {list(df.columns)}"
+            )
     attrs = [c for c in (columns if columns is not None else df.columns) if c not in excluded]
     if not attrs:
         raise InputError("no attributes left to score", hint="Do not exclude every column")
     target = df[sensitive]
     if target.isna().any():
-        raise InputError(f"sensitive column {sensitive!r} has {int(target.isna().sum())} missing values",
-                         hint="Drop those rows first")
+        raise InputError(
+            f"sensitive column {sensitive!r} has {int(target.isna().sum())} missing values", hint="Drop those rows first"
+        )
     s_codes = pd.factorize(target)[0]
     if s_codes.max() < 1:
         raise InputError(f"sensitive column {sensitive!r} has a single value", hint="Nothing can be inferred")
@@ -262,8 +275,22 @@ def detect_implicit(
     n_test = 0
     if candidates:
         accuracy, f1, n_test = _classifier_check(df[list(candidates)], s_codes, test_size, seed)
-    return ImplicitReport(sensitive, theta, beta, metric, normalisation, bins, len(df), hs, tuple(scores),
-                          candidates, accuracy, f1, majority, n_test)
+    return ImplicitReport(
+        sensitive,
+        theta,
+        beta,
+        metric,
+        normalisation,
+        bins,
+        len(df),
+        hs,
+        tuple(scores),
+        candidates,
+        accuracy,
+        f1,
+        majority,
+        n_test,
+    )
 
 
 def _classifier_check(x: pd.DataFrame, y: np.ndarray, test_size: float, seed: int | None) -> tuple[float, float, int]:
@@ -309,8 +336,10 @@ def plot_report(report: ImplicitReport, path: str | Path) -> Path:
     names = [a.name for a in report.scores]
     values = [a.nmi for a in report.scores]
     implicit = set(report.implicit)
-    colors = ["#c0392b" if n in implicit else ("#e67e22" if a.candidate else "#7f8c8d")
-              for n, a in zip(names, report.scores, strict=True)]
+    colors = [
+        "#c0392b" if n in implicit else ("#e67e22" if a.candidate else "#7f8c8d")
+        for n, a in zip(names, report.scores, strict=True)
+    ]
     fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(names) + 2), 4.0))
     ax.bar(range(len(names)), values, color=colors)
     ax.axhline(report.theta, color="black", linestyle="--", linewidth=1, label=f"θ = {report.theta:g}")

@@ -25,34 +25,82 @@ def _split(value: str | None) -> list[str]:
 @policy_option
 @click.option("--table", required=True, help="Table to audit.")
 @click.option("--sensitive", required=True, help="The explicit privacy attribute s (e.g. sex).")
-@click.option("--theta", type=_UNIT, default=0.01, show_default=True,
-              help="NMI threshold θ: attributes with NMI ≥ θ form the candidate set.")
-@click.option("--beta", type=_UNIT, default=0.7, show_default=True,
-              help="Classifier threshold β: the candidates are implicit attributes if τ ≥ β.")
-@click.option("--metric", type=click.Choice(["accuracy", "f1"]), default="accuracy", show_default=True,
-              help="τ: accuracy or macro F1 of the classifier predicting s from the candidates.")
-@click.option("--normalisation", type=click.Choice(["joint", "geometric", "arithmetic", "min", "max"]),
-              default="joint", show_default=True,
-              help="NMI similarity: joint = I/H(x,s) (1 − paper Eq. 7), geometric = I/sqrt(H(x)H(s)), …")
-@click.option("--bins", type=click.IntRange(min=2), default=10, show_default=True,
-              help="Equal-frequency bins for numeric columns with more distinct values than this.")
+@click.option(
+    "--theta",
+    type=_UNIT,
+    default=0.01,
+    show_default=True,
+    help="NMI threshold θ: attributes with NMI ≥ θ form the candidate set.",
+)
+@click.option(
+    "--beta",
+    type=_UNIT,
+    default=0.7,
+    show_default=True,
+    help="Classifier threshold β: the candidates are implicit attributes if τ ≥ β.",
+)
+@click.option(
+    "--metric",
+    type=click.Choice(["accuracy", "f1"]),
+    default="accuracy",
+    show_default=True,
+    help="τ: accuracy or macro F1 of the classifier predicting s from the candidates.",
+)
+@click.option(
+    "--normalisation",
+    type=click.Choice(["joint", "geometric", "arithmetic", "min", "max"]),
+    default="joint",
+    show_default=True,
+    help="NMI similarity: joint = I/H(x,s) (1 − paper Eq. 7), geometric = I/sqrt(H(x)H(s)), …",
+)
+@click.option(
+    "--bins",
+    type=click.IntRange(min=2),
+    default=10,
+    show_default=True,
+    help="Equal-frequency bins for numeric columns with more distinct values than this.",
+)
 @click.option("--exclude", default=None, help="Comma-separated columns not to score (e.g. the class label).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the classifier's train/test split.")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Also write a bar chart of the NMI scores (PNG).")
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Also write a bar chart of the NMI scores (PNG).",
+)
 @format_option
 @run_guarded
-def audit_implicit_command(policy_path: Path, table: str, sensitive: str, theta: float, beta: float, metric: str,
-                           normalisation: str, bins: int, exclude: str | None, seed: int, plot: Path | None,
-                           fmt: str) -> None:
+def audit_implicit_command(
+    policy_path: Path,
+    table: str,
+    sensitive: str,
+    theta: float,
+    beta: float,
+    metric: str,
+    normalisation: str,
+    bins: int,
+    exclude: str | None,
+    seed: int,
+    plot: Path | None,
+    fmt: str,
+) -> None:
     """Find the implicit-privacy attributes of SENSITIVE (NMI ≥ θ, then a classifier check τ ≥ β)."""
     from veil.auditor.implicit import detect_implicit, plot_report
     from veil.policy import load_policy
     from veil.warehouse import read_table
 
     df = read_table(load_policy(policy_path), table)
-    rep = detect_implicit(df, sensitive, theta=theta, beta=beta, metric=metric, normalisation=normalisation,
-                          bins=bins, exclude=_split(exclude), seed=seed)
+    rep = detect_implicit(
+        df,
+        sensitive,
+        theta=theta,
+        beta=beta,
+        metric=metric,
+        normalisation=normalisation,
+        bins=bins,
+        exclude=_split(exclude),
+        seed=seed,
+    )
     if plot is not None:
         plot_report(rep, plot)
     if fmt == "json":
@@ -62,11 +110,12 @@ def audit_implicit_command(policy_path: Path, table: str, sensitive: str, theta:
     if fmt == "table":
         d = rep.to_dict()
         tau = "n/a (no candidates)" if rep.tau is None else f"{rep.tau:.4f}"
-        click.echo(f"\nNMI = {d['normalisation_formula']}; candidates (NMI ≥ {theta:g}): "
-                   f"{', '.join(rep.candidates) or 'none'}")
+        click.echo(f"\nNMI = {d['normalisation_formula']}; candidates (NMI ≥ {theta:g}): {', '.join(rep.candidates) or 'none'}")
         if rep.accuracy is not None and rep.f1 is not None:
-            click.echo(f"classifier {metric} τ = {tau} (accuracy {rep.accuracy:.4f}, macro F1 {rep.f1:.4f}, "
-                       f"majority rate {rep.majority_rate:.4f}, {rep.test_rows} held-out rows) vs β = {beta:g}")
+            click.echo(
+                f"classifier {metric} τ = {tau} (accuracy {rep.accuracy:.4f}, macro F1 {rep.f1:.4f}, "
+                f"majority rate {rep.majority_rate:.4f}, {rep.test_rows} held-out rows) vs β = {beta:g}"
+            )
         else:
             click.echo(f"classifier τ = {tau} vs β = {beta:g}")
         click.echo(f"implicit-privacy attributes: {', '.join(rep.implicit) or 'none'}")
@@ -75,38 +124,77 @@ def audit_implicit_command(policy_path: Path, table: str, sensitive: str, theta:
 @publish.command("synth")
 @policy_option
 @click.option("--table", required=True, help="Source table.")
-@click.option("--method", type=click.Choice(["imposter", "gan"]), default="imposter", show_default=True,
-              help="imposter: VAE + CGAN + D2; gan: the same model with λ = 0 (no D2 pressure).")
+@click.option(
+    "--method",
+    type=click.Choice(["imposter", "gan"]),
+    default="imposter",
+    show_default=True,
+    help="imposter: VAE + CGAN + D2; gan: the same model with λ = 0 (no D2 pressure).",
+)
 @click.option("--sensitive", required=True, help="The explicit privacy attribute s (condition of G, target of D2).")
 @click.option("--label", default=None, help="Class label to keep real and condition G on (e.g. income).")
-@click.option("--lambda", "lam", type=click.FloatRange(min=0), default=None,
-              help="Weight λ of D2's game (default 1.0 for imposter; gan forces 0).")
+@click.option(
+    "--lambda",
+    "lam",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Weight λ of D2's game (default 1.0 for imposter; gan forces 0).",
+)
 @click.option("--epochs", type=click.IntRange(min=1), default=30, show_default=True, help="Training epochs.")
 @click.option("--batch-size", type=click.IntRange(min=2), default=500, show_default=True)
 @click.option("--theta", type=_UNIT, default=0.01, show_default=True, help="Detection threshold θ.")
 @click.option("--beta", type=_UNIT, default=0.7, show_default=True, help="Detection threshold β (accuracy).")
-@click.option("--columns", default=None,
-              help="Comma-separated implicit attributes to regenerate (default: detect them with θ and β).")
+@click.option(
+    "--columns", default=None, help="Comma-separated implicit attributes to regenerate (default: detect them with θ and β)."
+)
 @click.option("--seed", type=int, default=None, help="Seed of training and sampling (default: fresh randomness).")
 @click.option("--output", required=True, help="Name of the published table.")
 @click.option("--replace", is_flag=True, default=False, help="Replace --output if it exists.")
 @format_option
 @run_guarded
-def publish_synth_command(policy_path: Path, table: str, method: str, sensitive: str, label: str | None,
-                          lam: float | None, epochs: int, batch_size: int, theta: float, beta: float,
-                          columns: str | None, seed: int | None, output: str, replace: bool, fmt: str) -> None:
+def publish_synth_command(
+    policy_path: Path,
+    table: str,
+    method: str,
+    sensitive: str,
+    label: str | None,
+    lam: float | None,
+    epochs: int,
+    batch_size: int,
+    theta: float,
+    beta: float,
+    columns: str | None,
+    seed: int | None,
+    output: str,
+    replace: bool,
+    fmt: str,
+) -> None:
     """Publish TABLE with its implicit attributes regenerated by IMPOSTER (or the λ = 0 GAN ablation)."""
     from veil.errors import InputError
     from veil.generators.imposter import publish_imposter
     from veil.policy import load_policy
 
     if method == "gan" and lam not in (None, 0.0):
-        raise InputError(f"--method gan is IMPOSTER with λ = 0; got --lambda {lam}",
-                         hint="Drop --lambda, or use --method imposter")
+        raise InputError(
+            f"--method gan is IMPOSTER with λ = 0; got --lambda {lam}", hint="Drop --lambda, or use --method imposter"
+        )
     weight = 0.0 if method == "gan" else (1.0 if lam is None else lam)
-    pub = publish_imposter(load_policy(policy_path), table=table, output=output, sensitive=sensitive, label=label,
-                           method=method, lam=weight, epochs=epochs, theta=theta, beta=beta,
-                           columns=_split(columns) or None, batch_size=batch_size, seed=seed, replace=replace)
+    pub = publish_imposter(
+        load_policy(policy_path),
+        table=table,
+        output=output,
+        sensitive=sensitive,
+        label=label,
+        method=method,
+        lam=weight,
+        epochs=epochs,
+        theta=theta,
+        beta=beta,
+        columns=_split(columns) or None,
+        batch_size=batch_size,
+        seed=seed,
+        replace=replace,
+    )
     emit(pub.summary(), fmt)
 
 
@@ -114,17 +202,26 @@ def publish_synth_command(policy_path: Path, table: str, method: str, sensitive:
 @policy_option
 @click.option("--table", required=True, help="Source table.")
 @click.option("--columns", required=True, help="Comma-separated columns to perturb (e.g. the implicit attributes).")
-@click.option("--epsilon", type=click.FloatRange(min=0, min_open=True), required=True,
-              help="ε per attribute; the release records the row total (ε × number of columns).")
+@click.option(
+    "--epsilon",
+    type=click.FloatRange(min=0, min_open=True),
+    required=True,
+    help="ε per attribute; the release records the row total (ε × number of columns).",
+)
 @click.option("--output", required=True, help="Name of the published table.")
 @click.option("--replace", is_flag=True, default=False, help="Replace --output if it exists.")
 @format_option
 @run_guarded
-def publish_krr_command(policy_path: Path, table: str, columns: str, epsilon: float, output: str, replace: bool,
-                        fmt: str) -> None:
+def publish_krr_command(
+    policy_path: Path, table: str, columns: str, epsilon: float, output: str, replace: bool, fmt: str
+) -> None:
     """Publish TABLE with k-ary randomised response on COLUMNS (the IMPOSTER paper's baseline)."""
     from veil.generators.krr import publish_krr
     from veil.policy import load_policy
 
-    emit(publish_krr(load_policy(policy_path), table=table, output=output, columns=_split(columns), epsilon=epsilon,
-                     replace=replace), fmt)
+    emit(
+        publish_krr(
+            load_policy(policy_path), table=table, output=output, columns=_split(columns), epsilon=epsilon, replace=replace
+        ),
+        fmt,
+    )

@@ -108,18 +108,27 @@ class Imposter:
     def __post_init__(self) -> None:
         self.implicit = [str(c) for c in self.implicit]
         if not self.implicit:
-            raise InputError("IMPOSTER needs at least one implicit attribute",
-                             hint="Run `veil audit implicit` to find them, or pass --columns")
+            raise InputError(
+                "IMPOSTER needs at least one implicit attribute", hint="Run `veil audit implicit` to find them, or pass --columns"
+            )
         if self.sensitive in self.implicit:
-            raise InputError(f"the sensitive column {self.sensitive!r} cannot also be an implicit attribute",
-                             hint="Remove it from the implicit columns")
+            raise InputError(
+                f"the sensitive column {self.sensitive!r} cannot also be an implicit attribute",
+                hint="Remove it from the implicit columns",
+            )
         if self.label is not None and self.label in self.implicit:
-            raise InputError(f"the label column {self.label!r} cannot also be an implicit attribute",
-                             hint="Remove it from the implicit columns or drop --label")
+            raise InputError(
+                f"the label column {self.label!r} cannot also be an implicit attribute",
+                hint="Remove it from the implicit columns or drop --label",
+            )
         if not (isinstance(self.lam, (int, float)) and math.isfinite(self.lam) and self.lam >= 0):
             raise InputError(f"lambda must be a finite number ≥ 0, got {self.lam!r}", hint="Use 1.0 (paper default)")
-        for name, value, low in (("epochs", self.epochs, 1), ("batch_size", self.batch_size, 2),
-                                 ("latent_dim", self.latent_dim, 1), ("hidden", self.hidden, 1)):
+        for name, value, low in (
+            ("epochs", self.epochs, 1),
+            ("batch_size", self.batch_size, 2),
+            ("latent_dim", self.latent_dim, 1),
+            ("hidden", self.hidden, 1),
+        ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise InputError(f"{name} must be an integer ≥ {low}, got {value!r}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
@@ -131,12 +140,15 @@ class Imposter:
         needed += list(self.implicit) if need_implicit else []
         for name in needed:
             if name not in df.columns:
-                raise InputError(f"column {name!r} is not in the table",
-                                 hint=did_you_mean(name, df.columns) or f"Columns: {list(df.columns)}")
+                raise InputError(
+                    f"column {name!r} is not in the table", hint=did_you_mean(name, df.columns) or f"Columns: {list(df.columns)}"
+                )
         for name in [self.sensitive] + ([self.label] if self.label else []):
             if df[name].isna().any():
-                raise InputError(f"column {name!r} has {int(df[name].isna().sum())} missing values",
-                                 hint="IMPOSTER conditions on it; drop those rows first")
+                raise InputError(
+                    f"column {name!r} has {int(df[name].isna().sum())} missing values",
+                    hint="IMPOSTER conditions on it; drop those rows first",
+                )
 
     def _conditions(self, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
         """One-hot condition matrix and integer sensitive codes for ``df``'s rows."""
@@ -180,8 +192,15 @@ class Imposter:
         gen = torch.Generator().manual_seed(_seed_from(self.seed))
         n_s = len(self._s_values)
         d2_label = bool(self.d2_sees_label and self.label)
-        nets = _Nets.build(self.encoder_, c_all.shape[1], n_s, self.latent_dim, self.hidden, gen,
-                           d2_extra=c_all.shape[1] - n_s if d2_label else 0)
+        nets = _Nets.build(
+            self.encoder_,
+            c_all.shape[1],
+            n_s,
+            self.latent_dim,
+            self.hidden,
+            gen,
+            d2_extra=c_all.shape[1] - n_s if d2_label else 0,
+        )
         self._nets = nets
         n = len(df)
         m = min(self.batch_size, n)
@@ -200,7 +219,7 @@ class Imposter:
                 sums = np.zeros(5)
                 batches = 0
                 for start in range(0, n - m + 1, m):
-                    idx = perm[start:start + m]
+                    idx = perm[start : start + m]
                     x, c = x_all[idx], c_all[idx]
                     # lines 2-6: D1 on the VAE pass of real rows vs prior samples, same conditions
                     mu, logvar = nets.encode(torch.cat([x, c], 1))
@@ -268,7 +287,7 @@ class Imposter:
         with torch.no_grad():
             c_all = torch.from_numpy(c_np.copy())
             for start in range(0, len(c_all), 8192):
-                c = c_all[start:start + 8192]
+                c = c_all[start : start + 8192]
                 z = torch.randn((len(c), self.latent_dim), generator=gen)
                 outs.append(self._nets.activate(self._nets.dec(torch.cat([z, c], 1))).numpy())
         matrix = np.vstack(outs) if outs else np.zeros((0, self.encoder_.width), dtype=np.float32)
@@ -293,11 +312,20 @@ class Imposter:
 
     def params(self) -> dict[str, Any]:
         """Parameters for the release record."""
-        return {"lambda": self.lam, "epochs": self.epochs, "batch_size": self.batch_size,
-                "latent_dim": self.latent_dim, "hidden": self.hidden, "lr": self.lr, "kl_weight": self.kl_weight,
-                "d2_sees_label": self.d2_sees_label,
-                "implicit": list(self.implicit), "sensitive": self.sensitive, "label": self.label,
-                "seed": self.seed}
+        return {
+            "lambda": self.lam,
+            "epochs": self.epochs,
+            "batch_size": self.batch_size,
+            "latent_dim": self.latent_dim,
+            "hidden": self.hidden,
+            "lr": self.lr,
+            "kl_weight": self.kl_weight,
+            "d2_sees_label": self.d2_sees_label,
+            "implicit": list(self.implicit),
+            "sensitive": self.sensitive,
+            "label": self.label,
+            "seed": self.seed,
+        }
 
 
 def _seed_from(seed: int | None) -> int:
@@ -311,14 +339,14 @@ def _seed_from(seed: int | None) -> int:
 class _Nets:
     """E, G, D1, D2 and the output activation for one encoder layout."""
 
-    def __init__(self, enc: Any, dec: Any, d1: Any, d2: Any, spans: list[tuple[int, int]], numeric: list[int],
-                 width: int) -> None:
+    def __init__(
+        self, enc: Any, dec: Any, d1: Any, d2: Any, spans: list[tuple[int, int]], numeric: list[int], width: int
+    ) -> None:
         self.enc, self.dec, self.d1, self.d2 = enc, dec, d1, d2
         self.spans, self.numeric, self.width = spans, numeric, width
 
     @classmethod
-    def build(cls, encoder: TabularEncoder, c_dim: int, k_s: int, latent: int, hidden: int, gen: Any,
-              d2_extra: int = 0) -> _Nets:
+    def build(cls, encoder: TabularEncoder, c_dim: int, k_s: int, latent: int, hidden: int, gen: Any, d2_extra: int = 0) -> _Nets:
         import torch
         from torch import nn
 
@@ -338,8 +366,15 @@ class _Nets:
             return net
 
         leaky = nn.LeakyReLU
-        return cls(mlp(d + c_dim, 2 * latent, nn.ReLU), mlp(latent + c_dim, d, nn.ReLU), mlp(d + c_dim, 1, leaky),
-                   mlp(d + d2_extra, k_s, leaky), encoder.softmax_spans(), encoder.numeric_index(), d)
+        return cls(
+            mlp(d + c_dim, 2 * latent, nn.ReLU),
+            mlp(latent + c_dim, d, nn.ReLU),
+            mlp(d + c_dim, 1, leaky),
+            mlp(d + d2_extra, k_s, leaky),
+            encoder.softmax_spans(),
+            encoder.numeric_index(),
+            d,
+        )
 
     def encode(self, x: Any) -> tuple[Any, Any]:
         out = self.enc(x)
@@ -351,8 +386,9 @@ class _Nets:
 
         parts = []
         covered = 0
-        pieces: list[tuple[int, int, bool]] = sorted([(a, b, True) for a, b in self.spans] +
-                                                     [(i, i + 1, False) for i in self.numeric])
+        pieces: list[tuple[int, int, bool]] = sorted(
+            [(a, b, True) for a, b in self.spans] + [(i, i + 1, False) for i in self.numeric]
+        )
         for a, b, soft in pieces:
             if a != covered:
                 raise InternalError(f"encoder layout has a gap at column {covered}")
@@ -385,8 +421,7 @@ class ImposterPublication:
     metrics: dict[str, Any]
 
     def summary(self) -> dict[str, Any]:
-        return {"release_id": self.release_id, "table": self.table, "method": self.method, **self.params,
-                **self.metrics}
+        return {"release_id": self.release_id, "table": self.table, "method": self.method, **self.params, **self.metrics}
 
 
 def publish_imposter(
@@ -431,17 +466,24 @@ def publish_imposter(
             raise InputError(
                 f"no implicit-privacy attributes for {sensitive!r} at θ = {theta}, β = {beta} "
                 f"(candidates {list(detection.candidates)}, τ = {detection.tau})",
-                hint="Nothing to protect; lower --beta/--theta or name the columns with --columns")
-    model = Imposter(implicit=implicit, sensitive=sensitive, label=label, lam=lam, epochs=epochs,
-                     batch_size=batch_size, seed=seed)
+                hint="Nothing to protect; lower --beta/--theta or name the columns with --columns",
+            )
+    model = Imposter(
+        implicit=implicit, sensitive=sensitive, label=label, lam=lam, epochs=epochs, batch_size=batch_size, seed=seed
+    )
     t0 = time.perf_counter()
     model.fit(df)
     seconds = time.perf_counter() - t0
     released = model.publish(df, seed=None if seed is None else seed + 1)
     after = detect_implicit(released, sensitive, theta=0.0, beta=beta, columns=implicit, seed=seed)
-    params = model.params() | {"method": method, "theta": theta, "beta": beta, "source_table": table,
-                               "implicit_from": "columns" if columns else "detection",
-                               "rows": "one per source row; implicit columns = G(z|s[,y]), z ~ N(0, I)"}
+    params = model.params() | {
+        "method": method,
+        "theta": theta,
+        "beta": beta,
+        "source_table": table,
+        "implicit_from": "columns" if columns else "detection",
+        "rows": "one per source row; implicit columns = G(z|s[,y]), z ~ N(0, I)",
+    }
     metrics = {
         "nmi_before": {a.name: a.nmi for a in detection.scores if a.name in implicit},
         "nmi_after": {a.name: a.nmi for a in after.scores},

@@ -53,8 +53,12 @@ def _domain(col: pd.Series, spec: Any, max_domain: int) -> tuple[list[Any], str]
     values = getattr(spec, "values", None) if spec is not None else None
     if values:
         return list(values), "policy values"
-    if (spec is not None and getattr(spec, "type", None) == "int" and getattr(spec, "bounded", False)
-            and spec.upper - spec.lower + 1 <= max_domain):
+    if (
+        spec is not None
+        and getattr(spec, "type", None) == "int"
+        and getattr(spec, "bounded", False)
+        and spec.upper - spec.lower + 1 <= max_domain
+    ):
         return list(range(int(spec.lower), int(spec.upper) + 1)), "policy bounds"
     present = pd.unique(col.dropna()).tolist()
     return sorted(present, key=lambda v: (str(type(v)), v)), "data"
@@ -82,8 +86,9 @@ def krr_publish(
         raise InputError(f"columns repeat: {list(columns)}", hint="Name each column once")
     for name in columns:
         if name not in df.columns:
-            raise InputError(f"column {name!r} is not in the table",
-                             hint=did_you_mean(name, df.columns) or f"Columns: {list(df.columns)}")
+            raise InputError(
+                f"column {name!r} is not in the table", hint=did_you_mean(name, df.columns) or f"Columns: {list(df.columns)}"
+            )
     out = df.copy()
     info: dict[str, dict[str, Any]] = {}
     for name in columns:
@@ -98,8 +103,10 @@ def krr_publish(
         in_domain = set(domain)
         outside = [v for v in pd.unique(values) if v not in in_domain]
         if outside:
-            raise InputError(f"column {name!r} has value {outside[0]!r} outside its declared domain",
-                             hint="Fix the policy's values/bounds for this column")
+            raise InputError(
+                f"column {name!r} has value {outside[0]!r} outside its declared domain",
+                hint="Fix the policy's values/bounds for this column",
+            )
         noisy = randomized_response(values, categories=domain, epsilon=epsilon, rng=rng)
         series = pd.Series(noisy, index=df.index, dtype=object)
         series = series.where(series != _NA, None)
@@ -107,8 +114,11 @@ def krr_publish(
             out[name] = series.astype(col.dtype)
         except (TypeError, ValueError):
             out[name] = series
-        info[name] = {"k": len(domain), "domain_source": source,
-                      "keep_probability": keep_probability(float(epsilon), len(domain))}
+        info[name] = {
+            "k": len(domain),
+            "domain_source": source,
+            "keep_probability": keep_probability(float(epsilon), len(domain)),
+        }
     return out, info
 
 
@@ -133,10 +143,13 @@ def publish_krr(
     specs = dict(spec.columns) if spec is not None else {}
     out, info = krr_publish(df, list(columns), epsilon=epsilon, specs=specs)
     total = epsilon * len(columns)
-    params = {"columns": list(columns), "epsilon_per_attribute": epsilon, "source_table": table,
-              "domains": {c: {"k": i["k"], "source": i["domain_source"]} for c, i in info.items()}}
+    params = {
+        "columns": list(columns),
+        "epsilon_per_attribute": epsilon,
+        "source_table": table,
+        "domains": {c: {"k": i["k"], "source": i["domain_source"]} for c, i in info.items()},
+    }
     metrics = {"keep_probability": {c: i["keep_probability"] for c, i in info.items()}, "rows": len(out)}
     write_table(policy, output, out, replace=replace)
-    rid = record_release(policy, kind="publication", method="krr", table=output, params=params, metrics=metrics,
-                         epsilon=total)
+    rid = record_release(policy, kind="publication", method="krr", table=output, params=params, metrics=metrics, epsilon=total)
     return {"release_id": rid, "table": output, "method": "krr", "epsilon_total": total, **params, **metrics}

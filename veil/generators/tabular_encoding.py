@@ -103,8 +103,9 @@ class TabularEncoder:
         forced = set(categorical or ())
         unknown = forced - set(df.columns)
         if unknown:
-            raise InputError(f"categorical columns {sorted(unknown)} are not in the table",
-                             hint=f"Choose among {list(df.columns)}")
+            raise InputError(
+                f"categorical columns {sorted(unknown)} are not in the table", hint=f"Choose among {list(df.columns)}"
+            )
         blocks: list[ColumnBlock] = []
         start = 0
         for name in df.columns:
@@ -116,20 +117,25 @@ class TabularEncoder:
                 cats: list[object] = sorted(pd.unique(present).tolist(), key=lambda v: (str(type(v)), v))
                 if col.isna().any():
                     cats.append(_NA)
-                block = ColumnBlock(str(name), "categorical", start, len(cats), tuple(cats),
-                                    dtype=str(col.dtype))
+                block = ColumnBlock(str(name), "categorical", start, len(cats), tuple(cats), dtype=str(col.dtype))
             else:
                 values = col.dropna().to_numpy(dtype=float)
                 if len(values) == 0:
-                    raise InputError(f"numeric column {name!r} has only missing values",
-                                     hint="Drop the column or fill it")
+                    raise InputError(f"numeric column {name!r} has only missing values", hint="Drop the column or fill it")
                 probs = np.linspace(0.0, 1.0, min(n_quantiles, max(len(values), 2)))
                 knots = np.quantile(values, probs)
                 is_int = pd.api.types.is_integer_dtype(col) or bool(np.all(np.mod(values, 1) == 0))
                 has_na = bool(col.isna().any())
-                block = ColumnBlock(str(name), "numeric", start, 3 if has_na else 1,
-                                    quantiles=tuple(float(k) for k in knots), is_integer=is_int,
-                                    has_na=has_na, dtype=str(col.dtype))
+                block = ColumnBlock(
+                    str(name),
+                    "numeric",
+                    start,
+                    3 if has_na else 1,
+                    quantiles=tuple(float(k) for k in knots),
+                    is_integer=is_int,
+                    has_na=has_na,
+                    dtype=str(col.dtype),
+                )
             blocks.append(block)
             start += block.width
         return cls(tuple(str(c) for c in df.columns), tuple(blocks), start)
@@ -139,8 +145,10 @@ class TabularEncoder:
         """``df`` (same columns as at fit time) → float32 matrix of shape ``(len(df), width)``."""
         missing = [c for c in self.columns if c not in df.columns]
         if missing:
-            raise InputError(f"columns {missing} are missing from the table to encode",
-                             hint="Encode a table with the columns the encoder was fitted on")
+            raise InputError(
+                f"columns {missing} are missing from the table to encode",
+                hint="Encode a table with the columns the encoder was fitted on",
+            )
         out = np.zeros((len(df), self.width), dtype=np.float32)
         for b in self.blocks:
             col = df[b.name]
@@ -150,8 +158,10 @@ class TabularEncoder:
                 codes = values.map(index)
                 if codes.isna().any():
                     bad = values[codes.isna()].iloc[0]
-                    raise InputError(f"column {b.name!r} has value {bad!r} not seen at fit time",
-                                     hint=f"Known values: {list(b.categories)[:10]}")
+                    raise InputError(
+                        f"column {b.name!r} has value {bad!r} not seen at fit time",
+                        hint=f"Known values: {list(b.categories)[:10]}",
+                    )
                 out[np.arange(len(df)), b.start + codes.to_numpy(dtype=int)] = 1.0
             else:
                 x = col.to_numpy(dtype=float, na_value=np.nan)
@@ -180,8 +190,7 @@ class TabularEncoder:
         """Indices of the scaled numeric coordinates (one per numeric column)."""
         return [b.start for b in self.blocks if b.kind == "numeric"]
 
-    def decode(self, matrix: np.ndarray, *, sample: bool = False,
-               rng: np.random.Generator | None = None) -> pd.DataFrame:
+    def decode(self, matrix: np.ndarray, *, sample: bool = False, rng: np.random.Generator | None = None) -> pd.DataFrame:
         """Encoded (or generated) matrix → DataFrame of valid values.
 
         Softmax blocks hold probabilities (or one-hots); ``sample=True`` draws each category
@@ -189,14 +198,16 @@ class TabularEncoder:
         """
         matrix = np.asarray(matrix, dtype=float)
         if matrix.ndim != 2 or matrix.shape[1] != self.width:
-            raise InputError(f"matrix of shape {matrix.shape} does not match encoder width {self.width}",
-                             hint="Decode the output of this encoder's generator")
+            raise InputError(
+                f"matrix of shape {matrix.shape} does not match encoder width {self.width}",
+                hint="Decode the output of this encoder's generator",
+            )
         if sample and rng is None:
             raise InputError("sample=True needs an rng", hint="Pass rng=numpy.random.default_rng(seed)")
         data: dict[str, object] = {}
         for b in self.blocks:
             if b.kind == "categorical":
-                idx = _choose(matrix[:, b.start:b.start + b.width], sample, rng)
+                idx = _choose(matrix[:, b.start : b.start + b.width], sample, rng)
                 cats = np.array(b.categories, dtype=object)[idx]
                 series = pd.Series(cats, dtype=object).where(cats != _NA, None)
                 data[b.name] = _restore_dtype(series, b.dtype)
@@ -209,7 +220,7 @@ class TabularEncoder:
                 x = np.clip(x, q[0], q[-1])
                 series = pd.Series(x)
                 if b.has_na:
-                    na = _choose(matrix[:, b.start + 1:b.start + 3], sample, rng) == 1
+                    na = _choose(matrix[:, b.start + 1 : b.start + 3], sample, rng) == 1
                     series = series.where(~na, np.nan)
                 data[b.name] = _restore_dtype(series, b.dtype)
         return pd.DataFrame(data, columns=list(self.columns))
