@@ -27,6 +27,7 @@ Schema (also in ``docs/ledger.md``)::
 from __future__ import annotations
 
 import json
+import math
 import secrets
 import sqlite3
 import threading
@@ -97,6 +98,9 @@ def _plain(obj: Any) -> bool:
 
 def _dumps(obj: Any) -> str:
     """Same text as :func:`veil.releases.dumps`, skipping its per-value conversion when ``obj`` is plain JSON."""
+    t = type(obj)
+    if t is int or (t is float and math.isfinite(obj)):
+        return repr(obj)  # what json.dumps writes for an int or a finite float
     if _plain(obj):
         return json.dumps(obj, sort_keys=True, allow_nan=True)
     return dumps(obj)
@@ -260,6 +264,7 @@ class Ledger:
                 reservation_id=reservation.id,
             )
             groups: dict[Any, str] = {}  # each group's JSON once (a group repeats for every statistic)
+            eps_text: dict[Fraction, str] = {}  # and each ε share's text once
 
             def group_json(g: Sequence[Any]) -> str:
                 try:
@@ -279,7 +284,7 @@ class Ledger:
                         i,
                         s.name,
                         s.mechanism,
-                        str(s.epsilon),
+                        eps_text.get(s.epsilon) or eps_text.setdefault(s.epsilon, str(s.epsilon)),
                         float(s.sensitivity),
                         float(s.scale),
                         _dumps(s.value),
