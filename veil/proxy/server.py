@@ -231,7 +231,7 @@ class VeilSession(BaseSession):
         self.analyst = connection.username
         try:
             self.query_session = await self._in_worker(self.server.query_session_factory, self.policy, self.analyst)
-        except BaseException as exc:  # tell the client why, then hang up
+        except Exception as exc:  # tell the client why, then hang up
             err = _pg_error(exc)
             connection.stream.write(
                 pg_messages.make_error_response({"S": "FATAL", "V": "FATAL", "C": err.sqlstate, "M": err.message})
@@ -255,7 +255,7 @@ class VeilSession(BaseSession):
     async def prepare(self, sql: str, param_oids: list[int | None]) -> Statement:
         try:
             routed = route(sql, self.server.private_names)
-        except BaseException as exc:
+        except Exception as exc:
             raise _pg_error(exc) from None
         return VeilStatement(self, routed, param_oids)
 
@@ -268,9 +268,7 @@ class VeilSession(BaseSession):
         """Run (or, with ``describe``, only type) one statement; ``params=None``: not bound yet."""
         try:
             return await self._answer(r, params, param_oids, describe)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:
+        except Exception as exc:  # CancelledError, GeneratorExit, KeyboardInterrupt pass through
             raise _pg_error(exc) from None
 
     async def _answer(self, r: Route, params: list[Any] | None, oids: Sequence[int | None], describe: bool) -> _Result:
