@@ -67,6 +67,7 @@ def score(
 
 def run(epochs: int, lambdas: tuple[float, ...], headline: float, seed: int, quick: bool) -> dict[str, Any]:
     import torch
+    from threadpoolctl import threadpool_limits
 
     from veil.auditor.implicit import detect_implicit, plot_report
     from veil.datasets import load_adult
@@ -74,6 +75,7 @@ def run(epochs: int, lambdas: tuple[float, ...], headline: float, seed: int, qui
     from veil.generators.krr import krr_publish
 
     torch.set_num_threads(1)
+    threadpool_limits(1)  # scikit-learn's OpenMP pools too: the host is shared
     train, test = load_adult("train"), load_adult("test")
     if quick:
         train, test = train.head(4000), test.head(2000)
@@ -255,8 +257,9 @@ def markdown(res: dict[str, Any], headline: float) -> str:
         ]
     lines += [
         "",
-        "Timing: torch pinned to 1 thread (`torch.set_num_threads(1)`), CPU only, a 2-core host shared with about "
-        "seven other jobs, so seconds per epoch drift up to 3× between runs. Released rows: the real row's "
+        "Timing: torch pinned to 1 thread (`torch.set_num_threads(1)`), scikit-learn's OpenMP pools to 1, CPU only, "
+        "a 2-core host shared with about seven other jobs, so seconds per epoch drift up to 3× between runs. "
+        "Released rows: the real row's "
         "non-implicit columns, sex and income, with the implicit attributes replaced by G(z | sex, income), "
         "z ~ N(0, I) fresh per row (see docs/imposter.md).",
     ]

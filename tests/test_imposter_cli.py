@@ -101,7 +101,7 @@ def test_publish_synth_imposter_gan_and_krr(policy: Path) -> None:
     imp = _json(
         runner.invoke(cli, ["publish", "synth", *common, "--method", "imposter", "--lambda", "1.0", "--output", "adult_imposter"])
     )
-    gan = _json(runner.invoke(cli, ["publish", "synth", *common, "--method", "gan", "--output", "adult_gan"]))
+    gan = _json(runner.invoke(cli, ["publish", "synth", *common, "--method", "gan", "--threads", "1", "--output", "adult_gan"]))
     assert imp["lambda"] == 1.0 and gan["lambda"] == 0.0 and "relationship" in imp["implicit"]
     krr = _json(
         runner.invoke(
