@@ -79,46 +79,43 @@ def mdav(z: np.ndarray, k: int) -> np.ndarray:
         labels[:] = 0
         return labels
     idx = np.arange(n)  # positions still to group (compacted from time to time)
-    pts = z.copy()
+    pts = z.astype(np.float32)
     sq = (pts * pts).sum(axis=1)
+    near = sq.copy()  # ‖x‖², +inf once grouped: the minimum skips grouped rows
+    far = sq.copy()  # ‖x‖², −inf once grouped: the maximum skips grouped rows
     alive = np.ones(n, dtype=bool)
     n_alive = n
-    total = pts.sum(axis=0)
+    total = z.sum(axis=0)
     group = 0
-
-    def nearest(p: np.ndarray, m: int) -> np.ndarray:
-        d = sq - 2.0 * pts @ p
-        d[~alive] = np.inf
-        sel = np.argpartition(d, m - 1)[:m] if m < len(d) else np.arange(len(d))
-        return sel
-
-    def farthest(p: np.ndarray) -> int:
-        d = sq - 2.0 * pts @ p
-        d[~alive] = -np.inf
-        return int(np.argmax(d))
 
     def take(sel: np.ndarray) -> None:
         nonlocal n_alive, total, group
         labels[idx[sel]] = group
         alive[sel] = False
+        near[sel] = np.inf
+        far[sel] = -np.inf
         n_alive -= len(sel)
-        total = total - pts[sel].sum(axis=0)
+        total = total - pts[sel].sum(axis=0, dtype=np.float64)
         group += 1
 
+    def k_nearest(dist: np.ndarray) -> np.ndarray:
+        return np.argpartition(dist, k - 1)[:k]
+
     while n_alive >= 3 * k:
-        c = total / n_alive
-        r = farthest(c)
-        take(nearest(pts[r], k))
-        s = farthest(pts[r])
-        take(nearest(pts[s], k))
+        c = (total / n_alive).astype(np.float32)
+        r = int(np.argmax(far - 2.0 * (pts @ c)))
+        v = pts @ pts[r]  # one product serves the k nearest to r and the farthest from r
+        take(k_nearest(near - 2.0 * v))
+        s = int(np.argmax(far - 2.0 * v))
+        take(k_nearest(near - 2.0 * (pts @ pts[s])))
         if n_alive < 0.8 * len(pts) and n_alive > 4 * k:  # compact: keeps the per-step cost ∝ records left
             keep = np.flatnonzero(alive)
-            idx, pts, sq = idx[keep], pts[keep], sq[keep]
+            idx, pts, near, far = idx[keep], pts[keep], near[keep], far[keep]
             alive = np.ones(len(keep), dtype=bool)
     if n_alive >= 2 * k:
-        c = total / n_alive
-        r = farthest(c)
-        take(nearest(pts[r], k))
+        c = (total / n_alive).astype(np.float32)
+        r = int(np.argmax(far - 2.0 * (pts @ c)))
+        take(k_nearest(near - 2.0 * (pts @ pts[r])))
     if n_alive:
         labels[idx[alive]] = group
     return labels
