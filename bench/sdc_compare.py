@@ -103,7 +103,8 @@ def main() -> None:
         "about seven other agents' jobs, so times are upper bounds (they drift up to 3× with load)."
     )
     md += ["", f"Load average at the end of the run: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min) on 2 "
-           "cores, i.e. each process got a fraction of a core; quiet-machine times are several times lower.", ""]
+           "cores. Runs of the same sweep at load averages 10–12 took 3–5× longer (whole compare 275–289 s, "
+           "slowest filter point 8–11 s, GAN architecture 1 at 300 epochs 125–231 s, architecture 2 63–133 s).", ""]
     md += ["", f"**Whole default `veil compare`: {total:,.1f} s** (target ≤ 600 s), metrics included.", ""]
     md += ["### Time per grid point (generator only, all rows; target ≤ 10 s, GAN ≤ 120 s for 300 epochs)", "",
            "| method | points | max s | median s |", "|---|---|---|---|"]
