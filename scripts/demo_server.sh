@@ -22,7 +22,9 @@ echo "== veil serve is listening on 127.0.0.1:$port; a SQL client connects as al
 url="postgresql://alice:$VEIL_DEMO_PASSWORD@127.0.0.1:$port/veil?sslmode=disable"
 if command -v psql >/dev/null 2>&1; then
   set -x
-  psql "$url" -c "SELECT sex, COUNT(*) AS n, AVG(income) AS avg_income FROM people GROUP BY sex"
+  psql "$url" -c "SELECT sex, COUNT(*) AS n, AVG(income) AS avg_income FROM people GROUP BY sex"   # asked before: cached, free
+  psql "$url" -c "SET veil.show_ci = on" -c "SELECT occupation, COUNT(*) AS n, AVG(hours_per_week) AS hours FROM people GROUP BY occupation ORDER BY n DESC LIMIT 5"
+  psql "$url" -c "EXPLAIN SELECT MEDIAN(income) FROM people"
   psql "$url" -c "SELECT * FROM veil.budget"
   psql "$url" -c '\dt'
   set +x

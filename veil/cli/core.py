@@ -6,6 +6,7 @@ import importlib.util
 from pathlib import Path
 
 import click
+import pandas as pd
 
 from veil.cli._common import cli, emit, format_option, policy_option, run_guarded
 from veil.policy import load_policy
@@ -52,10 +53,23 @@ def demo(directory: Path, rows: int, analyst: str, fmt: str) -> None:
         for title, sql in DEMO_QUERIES:
             click.echo(f"\n-- {title}\n{sql}")
             df = db.sql(sql)
-            emit(df, fmt)
+            emit(_with_ci_columns(df), fmt)
             click.echo(
                 f"ε charged {float(df.attrs['epsilon_charged']):g}, remaining {float(df.attrs['epsilon_remaining']):g}"
             )
+
+
+def _with_ci_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """The answer with a ``<col>_ci95`` column (95% CI half-width) after each noisy column."""
+    ci = df.attrs.get("ci95")
+    if not isinstance(ci, pd.DataFrame):
+        return df
+    out = pd.DataFrame(index=df.index)
+    for col in df.columns:
+        out[col] = df[col]
+        if col in ci.columns and ci[col].notna().any():
+            out[f"{col}_ci95"] = ci[col].to_numpy()
+    return out
 
 
 @cli.command()
