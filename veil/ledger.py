@@ -27,7 +27,6 @@ Schema (also in ``docs/ledger.md``)::
 from __future__ import annotations
 
 import json
-import math
 import secrets
 import sqlite3
 import threading
@@ -79,31 +78,6 @@ def _frac(text: str | None) -> Fraction | None:
 
 def _new_id(prefix: str) -> str:
     return f"{prefix}{secrets.token_hex(6)}"
-
-
-_PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
-
-
-def _plain(obj: Any) -> bool:
-    """Is ``obj`` already plain JSON (exact types: str-keyed dicts, lists, tuples, str/int/float/bool/None)?"""
-    t = type(obj)
-    if t in _PLAIN_SCALARS:
-        return True
-    if t is list or t is tuple:
-        return all(_plain(v) for v in obj)
-    if t is dict:
-        return all(type(k) is str and _plain(v) for k, v in obj.items())
-    return False
-
-
-def _dumps(obj: Any) -> str:
-    """Same text as :func:`veil.releases.dumps`, skipping its per-value conversion when ``obj`` is plain JSON."""
-    t = type(obj)
-    if t is int or (t is float and math.isfinite(obj)):
-        return repr(obj)  # what json.dumps writes for an int or a finite float
-    if _plain(obj):
-        return json.dumps(obj, sort_keys=True, allow_nan=True)
-    return dumps(obj)
 
 
 @dataclass(frozen=True)
@@ -270,9 +244,9 @@ class Ledger:
                 try:
                     text = groups.get(g)
                 except TypeError:  # unhashable group value
-                    return _dumps(list(g))
+                    return dumps(list(g))
                 if text is None:
-                    text = groups[g] = _dumps(list(g))
+                    text = groups[g] = dumps(list(g))
                 return text
 
             db.executemany(
@@ -287,7 +261,7 @@ class Ledger:
                         eps_text.get(s.epsilon) or eps_text.setdefault(s.epsilon, str(s.epsilon)),
                         float(s.sensitivity),
                         float(s.scale),
-                        _dumps(s.value),
+                        dumps(s.value),
                         None if s.ci95 is None else float(s.ci95),
                         group_json(s.group),
                     )
@@ -320,13 +294,13 @@ class Ledger:
                 f["actor"],
                 _now(),
                 f["table"],
-                _dumps(f["params"]),
-                _dumps(f["metrics"]),
+                dumps(f["params"]),
+                dumps(f["metrics"]),
                 None if eps is None else str(as_epsilon(eps, allow_zero=True)),
                 f["delta"],
                 f.get("canonical_sql"),
                 f.get("cache_key"),
-                None if f.get("answer") is None else _dumps(f["answer"]),
+                None if f.get("answer") is None else dumps(f["answer"]),
                 f.get("reservation_id"),
             ),
         )

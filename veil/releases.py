@@ -78,9 +78,28 @@ def _jsonable(obj: Any) -> Any:
     return str(obj)
 
 
+_PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain(obj: Any) -> bool:
+    """Is ``obj`` already plain JSON (exact types: str-keyed dicts, lists, tuples, str/int/float/bool/None)?"""
+    t = type(obj)
+    if t in _PLAIN_SCALARS:
+        return True
+    if t is list or t is tuple:
+        return all(_plain(v) for v in obj)
+    if t is dict:
+        return all(type(k) is str and _plain(v) for k, v in obj.items())
+    return False
+
+
 def dumps(obj: Any) -> str:
-    if obj is None or isinstance(obj, (str, bool, int)) or (isinstance(obj, float) and math.isfinite(obj)):
-        return json.dumps(obj)  # fast path for the scalars of a query release
+    """JSON text for the ledger (sorted keys; numpy/pandas/Fraction values converted; NaN kept)."""
+    t = type(obj)
+    if t is int or (t is float and math.isfinite(obj)):
+        return repr(obj)  # what json.dumps writes for an int or a finite float (the common released value)
+    if _plain(obj):
+        return json.dumps(obj, sort_keys=True, allow_nan=True)
     return json.dumps(_jsonable(obj), sort_keys=True, allow_nan=True)
 
 
