@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import tomllib
-from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -142,4 +141,11 @@ def test_messages_help(proxy_policy: Policy) -> None:
     assert "'age'" in str(c.value)
     assert "line 1" in str(p.value) and "column" in str(p.value)
     assert "5" in str(b.value) and "remaining" in str(b.value)
-    assert Fraction(0) == Fraction(0)
+
+
+def test_unknown_column_declared_elsewhere_names_that_table(proxy_policy: Policy) -> None:
+    """A column of another table is not suggested as a "Did you mean" of itself."""
+    with QuerySession(proxy_policy, "bob") as s, pytest.raises(errors.UnknownColumn) as info:
+        s.execute("SELECT COUNT(*) FROM people WHERE user_id = 3")
+    assert "declared only in table visits" in str(info.value)
+    assert "Did you mean 'user_id'" not in str(info.value)

@@ -206,11 +206,15 @@ def _qualify(tree: exp.Expression, catalog: Catalog) -> exp.Select:
         msg = str(exc)
         if "could not be resolved" in msg:
             col = msg.split("'")[1] if "'" in msg else msg
-            names = {c for t in catalog.tables.values() for c in t.columns}
-            raise UnknownColumn(
-                f"unknown column {col!r}",
-                hint=did_you_mean(col.lower(), names) or "Only columns declared in the policy can be queried",
-            ) from None
+            used = {t.name.lower() for t in tree.find_all(exp.Table)} & set(catalog.tables)
+            names = {c for t in used for c in catalog.tables[t].columns} - {col.lower()}
+            elsewhere = sorted(t for t in catalog.tables if t not in used and col.lower() in catalog.tables[t].columns)
+            hint = did_you_mean(col.lower(), names) or (
+                f"It is declared only in table {', '.join(elsewhere)}"
+                if elsewhere
+                else "Only columns declared in the policy can be queried"
+            )
+            raise UnknownColumn(f"unknown column {col!r}", hint=hint) from None
         if "ambiguous" in msg.lower():
             raise QueryRejected(f"{msg}", hint="Prefix the column with its table name") from None
         raise QueryRejected(f"the query could not be resolved: {msg}", hint="Check table and column names") from None
