@@ -48,3 +48,13 @@ def test_connect_returns_dataframe_with_attrs(adult_policy: Callable[..., Path])
         ex = db.explain("SELECT occupation, COUNT(*) FROM adult GROUP BY occupation")
         assert ex.partition_threshold is not None and ex.epsilon == 0.5
         assert db.budget().spent == 0.5
+
+
+def test_cli_query_with_no_released_group_prints_header_only(adult_policy: Callable[..., Path]) -> None:
+    """fnlwgt is an unbounded-key group (one row per value): partition selection releases no group."""
+    policy = adult_policy(rows=500)
+    runner = CliRunner()
+    sql = "SELECT fnlwgt, COUNT(*) AS n FROM adult GROUP BY fnlwgt"
+    res = runner.invoke(cli, ["query", "--policy", str(policy), "--analyst", "alice", "--format", "csv", sql])
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines() == ["fnlwgt,n"]

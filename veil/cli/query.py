@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+import pandas as pd
 
 from veil.cli._common import cli, emit, format_option, policy_option, run_guarded
 from veil.policy import load_policy
@@ -40,7 +41,7 @@ def query(policy_path: Path, analyst: str, epsilon: float | None, fmt: str, sql:
             for name, hw in zip(names, ci, strict=True):
                 if hw is not None:
                     row[f"{name} ±95%"] = hw
-    emit(rows if rows else [dict.fromkeys(names)], fmt)
+    emit(rows if rows else pd.DataFrame(columns=names), fmt)  # no groups released: header only
     if fmt == "table":
         note = " (cached: identical query answered before, no charge)" if ans.cached else ""
         click.echo(f"ε charged {float(ans.epsilon_charged):g}, remaining {float(ans.epsilon_remaining):g}{note}", err=True)
