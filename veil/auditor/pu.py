@@ -46,6 +46,15 @@ documented in ``docs/reid.md``):
    linear classifier the positive risk depends on the data only through the mean.
    The mean always enters as a positive example (the paper's formulation).
 8. ``C(x) = 1`` means raw score > 0 (sigmoid > 0.5), computed in eval mode (no dropout).
+9. growPU first projects the released mean onto the box of the records' observed
+   per-coordinate range ``[min_j X_ij, max_j X_ij]`` (``clip_mean=True``, the default). A
+   true class mean always lies in that box, so a noiseless mean is unchanged; a noisy one
+   loses the part of its noise that no class mean could have (e.g. MNIST's 152 always-black
+   pixels). This is post-processing of the release with public information, not a switch on
+   whether noise was added. Without it, the noise on constant coordinates lets pre-train
+   separate the mean from every record at no cost (weights on those coordinates move no
+   record's score), pre-train stops after ~200 steps with a direction dominated by noise, and
+   the logistic self-training freezes near 87% on MNIST; with it, 91.6% (docs/reid.md).
 
 Example (tiny, separable data; the attack recovers the class):
 
@@ -77,6 +86,7 @@ __all__ = [
     "HistoryPoint",
     "PUResult",
     "build_classifier",
+    "clip_to_records",
     "growpu",
     "kmeans_attack",
     "nnpu",
@@ -223,6 +233,21 @@ def _validate(X: np.ndarray, mean: np.ndarray, prior: float) -> tuple[np.ndarray
     return X, mean
 
 
+def clip_to_records(X: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """Project a released mean onto the box ``[min_j X_ij, max_j X_ij]`` of the records.
+
+    Any mean of a subset of the records lies in that box, so this only removes noise that no
+    class mean could carry; the observed range is public to an attacker who sees the records.
+
+    >>> X = np.array([[0.0, 1.0], [0.0, 3.0]], dtype=np.float32)
+    >>> clip_to_records(X, np.array([0.3, 2.0], dtype=np.float32)).tolist()
+    [0.0, 2.0]
+    """
+    X = np.asarray(X, dtype=np.float32)
+    mean = np.asarray(mean, dtype=np.float32)
+    return np.require(np.clip(mean, X.min(0), X.max(0)), dtype=np.float32, requirements=["C", "W"])
+
+
 def _scores(model: nn.Module, X: torch.Tensor, chunk: int = 8192) -> torch.Tensor:
     was_training = model.training
     model.eval()
@@ -289,14 +314,22 @@ def growpu(
     truth: np.ndarray | None = None,
     record_every: int = 0,
     config: GrowPUConfig | None = None,
+    clip_mean: bool = True,
     **overrides: float,
 ) -> PUResult:
     """growPU (Exhibits 1-3): pre-train on the mean, grow with pseudo-labels, fine-tune.
 
     ``overrides`` replace fields of ``config`` (e.g. ``batch_size=100, t_tune=500``).
     ``truth`` is used only to record the accuracy curve, never for training.
+    ``clip_mean`` projects the mean onto the records' per-coordinate range first
+    (:func:`clip_to_records`; decision 9 of the module docstring).
     """
     X, mean = _validate(X, mean, prior)
+    n_clipped = 0
+    if clip_mean:
+        clipped = clip_to_records(X, mean)
+        n_clipped = int((clipped != mean).sum())
+        mean = clipped
     if loss not in LOSSES:
         raise InputError(f"unknown loss {loss!r}", hint=f"Use one of {', '.join(LOSSES)}")
     cfg = config or GrowPUConfig()
@@ -380,6 +413,7 @@ def growpu(
         "tune_steps": cfg.t_tune,
         "batch_size": b,
         "loss": loss,
+        "mean_clipped": n_clipped,
         "config": cfg,
         "cpu_seconds": time.process_time() - c0,
     }
