@@ -185,14 +185,18 @@ def key(job: dict[str, Any]) -> str:
 
 
 def run_group(group: str, redo: str | None = None) -> None:
-    """Run the group's jobs not in the cache; ``redo="growpu/linear"`` first drops those cached runs."""
+    """Run the group's jobs not in the cache; ``redo="growpu/linear[/setting]"`` first drops those cached runs."""
     torch.set_num_threads(1)
     CACHE.mkdir(parents=True, exist_ok=True)
     out_path = CACHE / f"{group}.json"
     done: dict[str, Any] = json.loads(out_path.read_text()) if out_path.exists() else {}
     if redo:
-        method, _, clf = redo.partition("/")
-        done = {k: v for k, v in done.items() if not (v["method"] == method and (not clf or v["classifier"] == clf))}
+        method, clf, setting = [*redo.split("/"), "", ""][:3]
+        done = {
+            k: v
+            for k, v in done.items()
+            if not (v["method"] == method and clf in ("", v["classifier"]) and setting in ("", v["setting"]))
+        }
     data: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for job in job_list(group):
         k = key(job)
@@ -263,11 +267,16 @@ def load_all() -> list[dict[str, Any]]:
     return rows
 
 
+def pre_clip(r: dict[str, Any]) -> bool:
+    """A noisy-mean growPU run from before growPU clipped the mean to the records' range."""
+    return r["method"] == "growpu" and r["setting"] != "noiseless" and "mean_clipped" not in r.get("info", {})
+
+
 def cell(rows: list[dict[str, Any]]) -> str:
     if not rows:
         return "—"
     acc = 100 * np.array([r["accuracy"] for r in rows])
-    return f"{acc.mean():.1f} ± {acc.std():.1f} (n={len(rows)})"
+    return f"{acc.mean():.1f} ± {acc.std():.1f} (n={len(rows)})" + (" †" if any(pre_clip(r) for r in rows) else "")
 
 
 def pick(rows: list[dict[str, Any]], **kw: Any) -> list[dict[str, Any]]:
@@ -451,14 +460,23 @@ def write() -> None:
         f"paper's Laplace((max−min)/(n_p·ε)) on every pixel at ε = {EPS} (scale {scales['per-coordinate']}; that is "
         f"ε per coordinate, 784·ε for the vector); `l1` calibrates the whole vector to ε = {EPS} (scale "
         f"{scales['l1']}), what Veil's own mechanism applies. Each seed draws its own noisy mean. `floor` projects "
-        "every record on (released mean − table mean) and calls the top π·n positive: an attack must beat it.",
+        "every record on (released mean − table mean) and calls the top π·n positive: an attack must beat it. "
+        "growPU first clips the released mean to the records' per-coordinate range (a no-op for a noiseless mean; "
+        "docs/reid.md, decision 11)."
+        + (
+            " † = a noisy-mean growPU cell measured before that clipping was added (not re-run)."
+            if any(pre_clip(r) for r in rows)
+            else ""
+        ),
         "",
         "**Reduced schedule, stated honestly.** The 2-core host was shared with ~7 other agents (each benchmark "
         "process got 7–25% of a core for most of the run), so: the linear MNIST rows have "
         f"{n_seeds} seeds, the other cells fewer (n in each cell); uPU/nnPU linear run 100 epochs (Kiryo et al.'s "
         "own MNIST schedule; the paper says 1,000 — reference runs below); the 3lp rows run growPU with "
         "T_tune = 2,000 and uPU/nnPU with 200 epochs (full-schedule reference runs below). growPU linear always "
-        "runs Table 3 in full. Each seed draws its own noisy mean, so the noisy cells' spread includes the noise.",
+        "runs Table 3 in full. Each seed draws its own noisy mean, so the noisy cells' spread includes the noise. "
+        "Every growPU run was re-run after decision 11 on a quieter host (1-minute load about 1–2, one other "
+        "benchmark beside it); the other methods' runs are from the first pass.",
         "",
         "### MNIST 5 vs 3 (5,000 each), Table 5",
         "",
@@ -510,8 +528,8 @@ def write() -> None:
             f"about 20,000 Adam steps): wall {np.median(walls):.0f} s median (range {min(walls):.0f}–{max(walls):.0f}, "
             f"{len(walls)} runs)"
             + (f", CPU time {np.median(cpus):.0f} s median (range {min(cpus):.0f}–{max(cpus):.0f})" if cpus else "")
-            + "; torch on 1 thread. Wall time is inflated by the shared host; the CPU time is what one free core "
-            "would take (target: ≤ 2 minutes)."
+            + "; torch on 1 thread, 2-core host shared with one other benchmark. The CPU time is what one free "
+            "core would take (target: ≤ 2 minutes)."
         )
     md.append("")
     if figs:
@@ -536,8 +554,8 @@ def main() -> None:
     ap.add_argument("--write", action="store_true")
     ap.add_argument(
         "--redo",
-        metavar="METHOD[/CLASSIFIER]",
-        help="with --group: re-run that method's cached runs (e.g. growpu/linear after a change to growPU)",
+        metavar="METHOD[/CLASSIFIER[/SETTING]]",
+        help="with --group: re-run those cached runs (e.g. growpu/linear after a change to growPU)",
     )
     args = ap.parse_args()
     if not args.group and not args.write:  # `make bench`: every group (resumes from the cache), then the section
