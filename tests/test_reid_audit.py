@@ -294,7 +294,12 @@ def test_cli_from_release_log(tmp_path: Path):
 
 
 def test_cli_from_analyst_query_release(tmp_path: Path):
-    """The whole loop: an analyst asks the class mean through Veil's query path; the audit reads it back."""
+    """The whole loop: an analyst asks the class mean through Veil's query path; the audit reads it back.
+
+    ε = 10 (the whole budget) keeps the noise small: the count's noise scale is below 1 and each AVG's
+    below 0.1 against a class separation of 2.4 per coordinate, so the accuracy bound fails with
+    probability far below 1e-6 (at ε = 1 it failed about once in a few hundred runs).
+    """
     from veil.policy import load_policy
     from veil.proxy.answer import QuerySession
 
@@ -305,7 +310,7 @@ def test_cli_from_analyst_query_release(tmp_path: Path):
     policy = str(tmp_path / "policy.toml")
     assert runner.invoke(cli, ["ingest", "--policy", policy, "--table", "pts", str(tmp_path / "pts.csv")]).exit_code == 0
     with QuerySession(load_policy(tmp_path / "policy.toml"), "alice") as session:
-        session.execute("SELECT AVG(a), AVG(b), AVG(c), COUNT(*) FROM pts WHERE label = 1", epsilon=1.0)
+        session.execute("SELECT AVG(a), AVG(b), AVG(c), COUNT(*) FROM pts WHERE label = 1", epsilon=10.0)
     from veil.releases import list_releases
 
     rel = list_releases(load_policy(tmp_path / "policy.toml"), kind="query")[-1]
