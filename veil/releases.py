@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from veil._json import to_jsonable
 from veil.policy import Policy
 
 __all__ = [
@@ -58,26 +59,6 @@ class Release:
     statistics: tuple[ReleasedStatistic, ...] = ()
 
 
-def _jsonable(obj: Any) -> Any:
-    """Best-effort conversion of numpy/pandas/Fraction values for JSON storage."""
-    if isinstance(obj, Fraction):
-        return float(obj)
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if hasattr(obj, "item") and callable(obj.item):
-        try:
-            return obj.item()
-        except (ValueError, TypeError):
-            pass
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if isinstance(obj, (str, int, float, bool)) or obj is None:
-        return obj
-    return str(obj)
-
-
 _PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
@@ -100,7 +81,7 @@ def dumps(obj: Any) -> str:
         return repr(obj)  # what json.dumps writes for an int or a finite float (the common released value)
     if _plain(obj):
         return json.dumps(obj, sort_keys=True, allow_nan=True)
-    return json.dumps(_jsonable(obj), sort_keys=True, allow_nan=True)
+    return json.dumps(to_jsonable(obj, nan_as_null=False), sort_keys=True, allow_nan=True)
 
 
 def record_release(

@@ -9,10 +9,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from fractions import Fraction
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +18,7 @@ from typing import Any, TypeVar
 import click
 import pandas as pd
 
+from veil._json import to_jsonable
 from veil.errors import VeilError
 from veil.policy import Policy, load_policy
 
@@ -79,34 +78,6 @@ format_option = click.option(
 
 def load_policy_option(path: Path) -> Policy:
     return load_policy(path)
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Convert Fractions, numpy scalars/arrays, NaN and DataFrames into plain JSON values."""
-    if isinstance(obj, Fraction):
-        return float(obj)
-    if isinstance(obj, float):
-        return None if math.isnan(obj) else obj
-    if isinstance(obj, pd.DataFrame):
-        return [to_jsonable(r) for r in obj.to_dict(orient="records")]
-    if isinstance(obj, Mapping):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    if obj is pd.NA or obj is pd.NaT:
-        return None
-    if hasattr(obj, "item") and callable(obj.item) and not isinstance(obj, (str, bytes)):
-        try:
-            return to_jsonable(obj.item())
-        except (ValueError, TypeError):
-            pass
-    if hasattr(obj, "tolist"):
-        return to_jsonable(obj.tolist())
-    if hasattr(obj, "isoformat"):
-        return obj.isoformat()
-    if isinstance(obj, (str, int, bool)) or obj is None:
-        return obj
-    return str(obj)
 
 
 def _fmt_cell(v: Any) -> str:

@@ -56,6 +56,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import roc_curve
 from threadpoolctl import threadpool_limits
 
+from veil._json import to_jsonable
 from veil.errors import InputError
 from veil.mechanisms import laplace
 from veil.mechanisms.pate_accounting import (
@@ -219,7 +220,7 @@ class FeatureEncoder:
         return np.hstack(blocks).astype(np.float64)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"features": [_jsonable(asdict(f)) for f in self.features]}
+        return {"features": [to_jsonable(asdict(f)) for f in self.features]}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FeatureEncoder:
@@ -242,16 +243,6 @@ def _isna(v: Any) -> bool:
         return bool(pd.isna(v))
     except (TypeError, ValueError):
         return False
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return obj.item()
-    return obj
 
 
 # --------------------------------------------------------------------------- curator B: local DP
@@ -511,13 +502,13 @@ class Student:
         p = Path(path)
         sidecar = {
             "format": "veil-pate-student/1",
-            "classes": _jsonable(list(self.classes)),
+            "classes": to_jsonable(list(self.classes)),
             "hidden": self.hidden,
             "threshold": self.threshold,
             "ldp_encoding": self.ldp_encoding,
             "encoder": self.encoder.to_dict(),
-            "info": _jsonable(dict(self.info)),
-            "description": _jsonable(dict(description or {})),
+            "info": to_jsonable(dict(self.info)),
+            "description": to_jsonable(dict(description or {})),
             "load": f"from veil.generators.pate import load_student; model = load_student({str(p)!r})",
         }
         tmp = p.with_name(p.name + ".tmp")

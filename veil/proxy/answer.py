@@ -28,6 +28,7 @@ import pandas as pd
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
+from veil._json import to_jsonable
 from veil.errors import QueryRejected, Unsupported
 from veil.mechanisms.budget import as_epsilon
 from veil.policy import Policy
@@ -64,7 +65,7 @@ class Answer:
         """The JSON shape of ``veil query --format json``."""
         return {
             "columns": [c.name for c in self.columns],
-            "rows": [[_jsonable(v) for v in r] for r in self.rows],
+            "rows": [[to_jsonable(v) for v in r] for r in self.rows],
             "ci95": [list(r) for r in self.ci95],
             "epsilon_charged": float(self.epsilon_charged),
             "epsilon_remaining": float(self.epsilon_remaining),
@@ -96,21 +97,6 @@ class Explanation:
 
     def rows(self) -> list[dict[str, Any]]:
         return [dict(s) for s in self.statistics]
-
-
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, (np.integer,)):
-        return int(v)
-    if isinstance(v, (np.floating,)):
-        f = float(v)
-        return f if math.isfinite(f) else None
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    if isinstance(v, (int, float, str, bool)) or v is None:
-        return v
-    if hasattr(v, "isoformat"):
-        return v.isoformat()
-    return str(v)
 
 
 def _py(v: Any) -> Any:
@@ -411,7 +397,7 @@ class QuerySession:
             reservation,
             answer={
                 "columns": [[c.name, c.sql_type] for c in answer.columns],
-                "rows": [[_jsonable(v) for v in r] for r in answer.rows],
+                "rows": [[to_jsonable(v) for v in r] for r in answer.rows],
                 "ci95": [list(r) for r in answer.ci95],
                 "epsilon": str(p.cost),
             },
@@ -663,7 +649,7 @@ class QuerySession:
                 for r in res.rows
             ]
         stats = []
-        groups_json = [tuple(_jsonable(v) for v in g) for g in kept]
+        groups_json = [tuple(to_jsonable(v) for v in g) for g in kept]
         for s in p.statistics:
             hw, scale, sens = halfwidth(s), s.scale, float(s.sensitivity)
             vals = noisy_kept[s.id].tolist()
