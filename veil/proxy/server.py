@@ -1021,21 +1021,26 @@ def serve(
 
     async def main() -> None:
         srv = await server.start_server(host=host, port=port)
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        # SIGTERM stops the loop from inside it (raising from a signal handler could land anywhere in
+        # asyncio's own code and leave shutdown waiting forever).
+        loop.add_signal_handler(signal.SIGTERM, stop.set)
         if ready is not None:
             ready(srv.sockets[0].getsockname()[1])
+        serving = asyncio.ensure_future(server.serve_forever())
+        stopping = asyncio.ensure_future(stop.wait())
         try:
-            await server.serve_forever()
+            await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            loop.remove_signal_handler(signal.SIGTERM)
+            for task in (serving, stopping):
+                task.cancel()
             server.close()
 
-    def on_sigterm(*_: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
     try:
         asyncio.run(main())
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
         server.shutdown_executor()
