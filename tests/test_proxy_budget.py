@@ -120,6 +120,6 @@ def test_concurrent_sessions_charge_exactly(policy: Policy) -> None:
         t.start()
     for t in threads:
         t.join()
-    assert not errors
+    assert not errors, [repr(e) for e in errors]
     with QuerySession(policy, "alice") as s:
         assert s.budget().spent == Fraction(20, 7)

@@ -7,7 +7,7 @@ connection to a warehouse file in the process:
   disabled, extension loading off, configuration locked). Query sessions take ``.cursor()`` from it.
 * :func:`writer` (a context manager) closes that reader first, opens a read-write connection for
   the curator, and closes it again; the next :func:`reader` call reopens the sandbox. Sessions notice
-  through :func:`reader_generation` and take a fresh cursor.
+  through :func:`reader_generation` (bumped at the close) and take a fresh cursor.
 
 >>> import tempfile, pathlib
 """
@@ -31,6 +31,7 @@ __all__ = [
     "ingest_file",
     "read_table",
     "reader",
+    "reader_cursor",
     "reader_generation",
     "table_columns",
     "table_names",
@@ -71,12 +72,20 @@ def reader(policy: Policy | Path | str) -> duckdb.DuckDBPyConnection:
                 )
             con = duckdb.connect(str(path), read_only=True, config=dict(SANDBOX_CONFIG))
             _readers[path] = con
-            _generation[path] = _generation.get(path, 0) + 1
+            _generation.setdefault(path, 1)  # bumped when a writer closes the reader
         return con
 
 
+def reader_cursor(policy: Policy | Path | str) -> tuple[duckdb.DuckDBPyConnection, int]:
+    """A new cursor on the sandboxed reader and the reader's generation, taken together under the lock
+    (so a concurrent curator write cannot swap the reader between the two)."""
+    with _lock:
+        con = reader(policy)
+        return con.cursor(), _generation[_db_path(policy)]
+
+
 def reader_generation(policy: Policy | Path | str) -> int:
-    """Bumped each time the sandboxed reader is (re)opened; sessions compare it to know when to re-cursor."""
+    """Bumped each time a curator write closes the sandboxed reader; sessions compare it to know when to re-cursor."""
     with _lock:
         return _generation.get(_db_path(policy), 0)
 
@@ -84,6 +93,7 @@ def reader_generation(policy: Policy | Path | str) -> int:
 def _close_reader(path: Path) -> None:
     con = _readers.pop(path, None)
     if con is not None:
+        _generation[path] = _generation.get(path, 0) + 1  # cursors taken from it are now stale
         con.close()
 
 

@@ -85,11 +85,8 @@ class DuckDBEngine:
         from veil import warehouse
 
         assert self._policy is not None
-        con = warehouse.reader(self._policy)
-        gen = warehouse.reader_generation(self._policy)
-        if self._cursor is None or gen != self._generation:
-            self._cursor = con.cursor()
-            self._generation = gen
+        if self._cursor is None or warehouse.reader_generation(self._policy) != self._generation:
+            self._cursor, self._generation = warehouse.reader_cursor(self._policy)
         return self._cursor
 
     def _run(self, sql: str) -> Result:
