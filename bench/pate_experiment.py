@@ -255,7 +255,7 @@ def cli_path_timing() -> str:
 
     from veil.generators.pate import publish_pate
     from veil.policy import load_policy
-    from veil.warehouse import write_table
+    from veil.store.warehouse import write_table
 
     cols = [f'{n} = {{ type = "int", lower = {lo}, upper = {hi} }}' for n, (lo, hi) in ADULT_NUMERIC.items()]
     cols += [f'{n} = {{ type = "category", values = {list(v)!r} }}'.replace("'", '"') for n, v in ADULT_CATEGORIES.items()]

@@ -27,9 +27,9 @@ import numpy as np
 import pandas as pd
 
 from bench._report import write_section
-from veil import warehouse
 from veil.policy import load_policy
 from veil.proxy.answer import QuerySession
+from veil.store import warehouse
 
 STATES = [f"S{i:02d}" for i in range(50)]
 DIAGNOSES = [f"D{i}" for i in range(10)]

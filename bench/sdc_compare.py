@@ -72,8 +72,9 @@ def main() -> None:
     df = load_adult()
     if args.rows:
         df = df.head(args.rows)
-    ctx = Context(columns=COLUMNS, target="income", bounds=BOUNDS, seed=0, progress=True,
-                  categories={"income": ("<=50K", ">50K")})
+    ctx = Context(
+        columns=COLUMNS, target="income", bounds=BOUNDS, seed=0, progress=True, categories={"income": ("<=50K", ">50K")}
+    )
     methods = generator_names(lambda c: c.family == "sdc")
     t0 = time.perf_counter()
     rows = compare_methods(df, ctx, methods, seed=0)
@@ -102,12 +103,20 @@ def main() -> None:
         f"({len(rows)} points), the exact code path of `veil compare`. One torch thread; a 2-core host shared with "
         "about seven other agents' jobs, so times are upper bounds (they drift up to 3× with load)."
     )
-    md += ["", f"Load average at the end of the run: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min) on 2 "
-           "cores. Runs of the same sweep at load averages 10–12 took 3–5× longer (whole compare 275–289 s, "
-           "slowest filter point 8–11 s, GAN architecture 1 at 300 epochs 125–231 s, architecture 2 63–133 s).", ""]
+    md += [
+        "",
+        f"Load average at the end of the run: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1/5/15 min) on 2 "
+        "cores. Runs of the same sweep at load averages 10–12 took 3–5× longer (whole compare 275–289 s, "
+        "slowest filter point 8–11 s, GAN architecture 1 at 300 epochs 125–231 s, architecture 2 63–133 s).",
+        "",
+    ]
     md += ["", f"**Whole default `veil compare`: {total:,.1f} s** (target ≤ 600 s), metrics included.", ""]
-    md += ["### Time per grid point (generator only, all rows; target ≤ 10 s, GAN ≤ 120 s for 300 epochs)", "",
-           "| method | points | max s | median s |", "|---|---|---|---|"]
+    md += [
+        "### Time per grid point (generator only, all rows; target ≤ 10 s, GAN ≤ 120 s for 300 epochs)",
+        "",
+        "| method | points | max s | median s |",
+        "|---|---|---|---|",
+    ]
     for m in methods:
         secs = [r["seconds"] for r in rows if r["method"] == m]
         md.append(f"| {m} | {len(secs)} | {max(secs):.2f} | {float(np.median(secs)):.2f} |")
@@ -116,12 +125,16 @@ def main() -> None:
     md += ["", "Paper: 30 minutes (noise addition) to over 2 hours per filter on 9,529 rows.", ""]
 
     best = best_tradeoff(rows)
-    md += ["### Best trade-off per method vs the paper's Table 11", "",
-           "Ours: the grid point minimising IL mean + DR. IL is the paper's sum of cosine distances on standardised "
-           f"columns (n = {n:,}); the paper's IL is on its own scale, so compare IL per record (IL/n, paper n = "
-           f"{PAPER_N:,}) and the ordering, not the absolute values.", "",
-           "| method | our params | our IL | our IL/n | our DR | our linkage risk | paper IL | paper IL/n | paper DR |",
-           "|---|---|---|---|---|---|---|---|---|"]
+    md += [
+        "### Best trade-off per method vs the paper's Table 11",
+        "",
+        "Ours: the grid point minimising IL mean + DR. IL is the paper's sum of cosine distances on standardised "
+        f"columns (n = {n:,}); the paper's IL is on its own scale, so compare IL per record (IL/n, paper n = "
+        f"{PAPER_N:,}) and the ordering, not the absolute values.",
+        "",
+        "| method | our params | our IL | our IL/n | our DR | our linkage risk | paper IL | paper IL/n | paper DR |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for m in methods:
         b = best.get(m)
         paper = PAPER_TABLE11.get(m)
@@ -132,13 +145,22 @@ def main() -> None:
             md.append(f"| {m} | — | — | — | — | — | {p_il} | {p_ilm} | {p_dr} |")
             continue
         params = " ".join(f"{k}={v}" for k, v in b["params"].items())
-        md.append(f"| {m} | {params} | {b['il']:,.1f} | {b['il_mean']:.3f} | {b['dr']:.4f} | "
-                  f"{_fmt(b['linkage_risk'], 4)} | {p_il} | {p_ilm} | {p_dr} |")
+        md.append(
+            f"| {m} | {params} | {b['il']:,.1f} | {b['il_mean']:.3f} | {b['dr']:.4f} | "
+            f"{_fmt(b['linkage_risk'], 4)} | {p_il} | {p_ilm} | {p_dr} |"
+        )
     for arch, _, met in gan300:
-        md.append(f"| gan arch {arch}, {args.gan_epochs} epochs | | {met['il']:,.1f} | {met['il_mean']:.3f} | "
-                  f"{met['dr']:.4f} | n/a | | | |")
-    md += ["", "### Pareto front (IL mean and DR both minimised)", "",
-           "| method | params | IL mean | DR | linkage risk |", "|---|---|---|---|---|"]
+        md.append(
+            f"| gan arch {arch}, {args.gan_epochs} epochs | | {met['il']:,.1f} | {met['il_mean']:.3f} | "
+            f"{met['dr']:.4f} | n/a | | | |"
+        )
+    md += [
+        "",
+        "### Pareto front (IL mean and DR both minimised)",
+        "",
+        "| method | params | IL mean | DR | linkage risk |",
+        "|---|---|---|---|---|",
+    ]
     for r in sorted((r for r in rows if r["pareto"]), key=lambda r: r["il_mean"]):
         params = " ".join(f"{k}={v}" for k, v in r["params"].items())
         md.append(f"| {r['method']} | {params} | {r['il_mean']:.3f} | {r['dr']:.4f} | {_fmt(r['linkage_risk'], 4)} |")
@@ -158,8 +180,15 @@ def _variant(r: dict[str, Any]) -> str:
 
 
 # The paper's seven filters as Veil runs them: DBSCAN microaggregation, DP on the data-independent grid.
-PAPER_SET = ("noise_addition", "rank_swapping", "microagg_dbscan", "dp_microagg_laplace[grid]",
-             "dp_microagg_exponential[grid]", "gan", "ml_copy")
+PAPER_SET = (
+    "noise_addition",
+    "rank_swapping",
+    "microagg_dbscan",
+    "dp_microagg_laplace[grid]",
+    "dp_microagg_exponential[grid]",
+    "gan",
+    "ml_copy",
+)
 
 
 def _ordering_verdict(best: dict[str, dict[str, Any]], rows: list[dict[str, Any]]) -> list[str]:
@@ -178,7 +207,8 @@ def _ordering_verdict(best: dict[str, dict[str, Any]], rows: list[dict[str, Any]
     ours = sorted(min_il, key=min_il.get)
     lines = [
         "Lowest IL mean reachable on each grid (the paper's seven filters as Veil runs them), lowest first: "
-        + ", ".join(f"{m} ({min_il[m]:.3f})" for m in il_order) + ".",
+        + ", ".join(f"{m} ({min_il[m]:.3f})" for m in il_order)
+        + ".",
         "",
         "Lowest DR reachable, lowest first: " + ", ".join(f"{m} ({min_dr[m]:.3f})" for m in dr_order) + ".",
         "",
@@ -197,8 +227,7 @@ def _ordering_verdict(best: dict[str, dict[str, Any]], rows: list[dict[str, Any]
         "- *ML copies have the lowest DR (paper: 0.81 vs ≥ 0.98 for all others)*: "
         + ("**holds**" if dr_order[0] == "ml_copy" else f"**does not hold** (lowest: {dr_order[0]})")
         + f", but only by {gap:.3f} over {dr_order[1]}, not by the paper's wide margin; the GAN is "
-        + ("second, as in the paper." if dr_order[1:2] == ["gan"] else f"ranked {dr_order.index('gan') + 1} "
-           "(paper: second).")
+        + ("second, as in the paper." if dr_order[1:2] == ["gan"] else f"ranked {dr_order.index('gan') + 1} (paper: second).")
     )
     lines.append(
         "- *ML copies give the best trade-off*: only in DR. Their rows are synthetic, so IL pairs random rows "

@@ -30,10 +30,10 @@ from typing import Any
 import psycopg
 
 from veil.datasets import demo_people
-from veil.ledger import Ledger
 from veil.policy import load_policy
-from veil.proxy.credentials import CredentialStore
-from veil.warehouse import write_table
+from veil.store.credentials import CredentialStore
+from veil.store.ledger import Ledger
+from veil.store.warehouse import write_table
 
 ANALYSTS = ("ann", "ben", "cat", "dan")
 BUDGETS = {"ann": 100, "ben": 100, "cat": 100, "dan": 8}  # dan runs out after 800 queries at ε = 0.01
@@ -156,8 +156,8 @@ class _StubConnection:
 
 
 async def inprocess_run(policy_path: Path, kind: str, clients: int, queries: int) -> dict[str, Any]:
-    from veil.proxy.server import VeilServer, VeilSession
-    from veil.proxy.server_routing import route
+    from veil.server.app import VeilServer, VeilSession
+    from veil.server.routing import route
 
     server = VeilServer(load_policy(policy_path))
     latencies: list[float] = []

@@ -72,7 +72,7 @@ def adult_policy(tmp_path: Path, shared_data: Path) -> Callable[..., Path]:
     def make(rows: int | None = None, *, drop_missing: bool = False, extra_toml: str = "") -> Path:
         from veil.datasets import load_adult
         from veil.policy import load_policy
-        from veil.warehouse import write_table
+        from veil.store.warehouse import write_table
 
         path = tmp_path / "policy.toml"
         path.write_text(ADULT_POLICY + extra_toml, encoding="utf-8")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from veil.errors import BudgetExhausted, InternalError
-from veil.ledger import Ledger
-from veil.releases import ReleasedStatistic
+from veil.store.ledger import Ledger
+from veil.store.releases import ReleasedStatistic
 
 
 def stat(value: float = 1.0) -> ReleasedStatistic:
@@ -97,11 +97,18 @@ def test_cache_returns_logged_answer_per_analyst(tmp_path: Path) -> None:
 
 def test_publication_records_and_charge(tmp_path: Path) -> None:
     led = Ledger(tmp_path / "l.sqlite")
-    pid = led.record(kind="publication", method="pate", params={"teachers": 250}, metrics={"acc": 0.8},
-                     epsilon=2.5, delta=1e-5, charge_to="curator", budget=Fraction(3))
+    pid = led.record(
+        kind="publication",
+        method="pate",
+        params={"teachers": 250},
+        metrics={"acc": 0.8},
+        epsilon=2.5,
+        delta=1e-5,
+        charge_to="curator",
+        budget=Fraction(3),
+    )
     assert led.spent("curator") == Fraction(5, 2)
     rel = led.get_release(pid)
     assert rel.params == {"teachers": 250} and rel.delta == 1e-5
     with pytest.raises(BudgetExhausted):
-        led.record(kind="publication", method="pate", params={}, metrics={}, epsilon=1, charge_to="curator",
-                   budget=Fraction(3))
+        led.record(kind="publication", method="pate", params={}, metrics={}, epsilon=1, charge_to="curator", budget=Fraction(3))

@@ -65,16 +65,16 @@ def test_good_policy_parses_to_exact_values(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("replace", "by", "message"),
     [
-        ('epsilon_per_query = 0.25', 'epsilon_per_query = -1', "epsilon_per_query must be > 0"),
-        ('epsilon_per_query = 0.25', 'epsilon_per_qery = 1', "Did you mean 'epsilon_per_query'"),
-        ('lower = 17, upper = 90', 'lower = 90, upper = 17', "lower 90 > upper 17"),
-        ('lower = 17, upper = 90', 'lower = 17', "only one of lower/upper"),
+        ("epsilon_per_query = 0.25", "epsilon_per_query = -1", "epsilon_per_query must be > 0"),
+        ("epsilon_per_query = 0.25", "epsilon_per_qery = 1", "Did you mean 'epsilon_per_query'"),
+        ("lower = 17, upper = 90", "lower = 90, upper = 17", "lower 90 > upper 17"),
+        ("lower = 17, upper = 90", "lower = 17", "only one of lower/upper"),
         ('type = "float"', 'type = "real"', "Use one of int, float"),
         ('privacy_unit = "person_id"', 'privacy_unit = "person"', "Did you mean 'person_id'"),
-        ('max_rows_per_unit = 5', 'max_rows_per_unit = 0', "positive integer"),
-        ('epsilon = 10.0', 'epsilon = "ten"', "must be a number"),
-        ('epsilon = 10.0', 'epsilon = nan', "must be finite"),
-        ('[tables.regions]\npublic = true', '[tables.regions]\npublic = "yes"', "true or false"),
+        ("max_rows_per_unit = 5", "max_rows_per_unit = 0", "positive integer"),
+        ("epsilon = 10.0", 'epsilon = "ten"', "must be a number"),
+        ("epsilon = 10.0", "epsilon = nan", "must be finite"),
+        ("[tables.regions]\npublic = true", '[tables.regions]\npublic = "yes"', "true or false"),
     ],
 )
 def test_bad_policy_is_rejected_with_named_key(tmp_path: Path, replace: str, by: str, message: str) -> None:

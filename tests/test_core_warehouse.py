@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from veil.cli.main import cli
 from veil.errors import InputError
 from veil.policy import load_policy
-from veil.warehouse import ingest_file, read_table, reader, reader_generation, write_table
+from veil.store.warehouse import ingest_file, read_table, reader, reader_generation, write_table
 
 from .conftest import ADULT_POLICY
 
@@ -74,8 +74,9 @@ def test_cli_ingest_and_releases(tmp_path: Path, shared_data: Path) -> None:
     p = tmp_path / "policy.toml"
     p.write_text(ADULT_POLICY, encoding="utf-8")
     runner = CliRunner()
-    res = runner.invoke(cli, ["ingest", "--policy", str(p), "--table", "adult",
-                              str(shared_data / "adult" / "adult.data"), "--format", "json"])
+    res = runner.invoke(
+        cli, ["ingest", "--policy", str(p), "--table", "adult", str(shared_data / "adult" / "adult.data"), "--format", "json"]
+    )
     assert res.exit_code == 0, res.output
     assert '"rows": 32561' in res.output
     res = runner.invoke(cli, ["ingest", "--policy", str(p), "--table", "bad-name", str(shared_data / "adult" / "adult.data")])

@@ -76,8 +76,8 @@ def test_audit_implicit_table_json_and_plot(policy: Path, tmp_path: Path) -> Non
 
 def test_publish_synth_imposter_gan_and_krr(policy: Path) -> None:
     from veil.policy import load_policy
-    from veil.releases import list_releases
-    from veil.warehouse import read_table
+    from veil.store.releases import list_releases
+    from veil.store.warehouse import read_table
 
     runner = CliRunner()
     common = [

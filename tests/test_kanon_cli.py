@@ -74,8 +74,8 @@ def test_publish_audit_and_query_release(policy: Path, shared_data: Path, tmp_pa
     assert "capital_gain" not in exported.columns
 
     from veil.policy import load_policy
-    from veil.releases import list_releases
-    from veil.warehouse import read_table
+    from veil.store.releases import list_releases
+    from veil.store.warehouse import read_table
 
     pol = load_policy(policy)
     rel = [r for r in list_releases(pol, kind="publication") if r.table == "adult_k5"][-1]
@@ -176,6 +176,6 @@ def test_errors_exit_2_and_write_nothing(policy: Path, monkeypatch: pytest.Monke
     )
     assert code == 2 and "refusing to publish" in err
     from veil.policy import load_policy
-    from veil.warehouse import table_names
+    from veil.store.warehouse import table_names
 
     assert "broken" not in table_names(load_policy(policy))

@@ -14,7 +14,7 @@ from veil.cli.main import cli
 from veil.generators.pate import load_student
 from veil.mechanisms.pate_accounting import data_dependent_epsilon, data_independent_epsilon
 from veil.policy import load_policy
-from veil.releases import list_releases
+from veil.store.releases import list_releases
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from tests.test_proxy_fixtures import make_proxy_policy
 from veil.errors import BudgetExhausted, VeilError
 from veil.policy import Policy
 from veil.proxy.answer import QuerySession
-from veil.releases import list_releases
+from veil.store.releases import list_releases
 
 
 @pytest.fixture

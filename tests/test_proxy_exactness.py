@@ -158,8 +158,8 @@ def test_date_and_bool_keys_keep_their_types(tmp_path: Path) -> None:
     import numpy as np
     import pandas as pd
 
-    from veil import warehouse
     from veil.policy import load_policy
+    from veil.store import warehouse
 
     (tmp_path / "p.toml").write_text(
         '[tables.ev]\n[tables.ev.columns]\nday = { type = "date" }\nx = { type = "int", lower = 0, upper = 10 }\n'

@@ -82,7 +82,7 @@ REGIONS = pd.DataFrame({"state": ["CA", "NY", "TX", "WA", "OR"], "region": ["Wes
 
 
 def make_proxy_policy(tmp_path: Path) -> Policy:
-    from veil.warehouse import write_table
+    from veil.store.warehouse import write_table
 
     path = tmp_path / "policy.toml"
     path.write_text(PROXY_POLICY, encoding="utf-8")

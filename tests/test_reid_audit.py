@@ -16,7 +16,7 @@ from scipy import stats
 from veil.auditor import reid as R
 from veil.cli.main import cli
 from veil.errors import InputError, ReleaseError
-from veil.releases import ReleasedStatistic
+from veil.store.releases import ReleasedStatistic
 
 
 def blobs(n: int = 150, d: int = 6, shift: float = 1.5, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -267,8 +267,8 @@ def test_cli_from_release_log(tmp_path: Path):
     policy = str(tmp_path / "policy.toml")
     assert runner.invoke(cli, ["ingest", "--policy", policy, "--table", "pts", str(tmp_path / "pts.csv")]).exit_code == 0
 
-    from veil.ledger import Ledger
     from veil.policy import load_policy
+    from veil.store.ledger import Ledger
 
     sql = "SELECT AVG(pts.a), AVG(pts.b), AVG(pts.c) FROM pts WHERE pts.label = 1"
     n_p = int(truth.sum())
@@ -311,7 +311,7 @@ def test_cli_from_analyst_query_release(tmp_path: Path):
     assert runner.invoke(cli, ["ingest", "--policy", policy, "--table", "pts", str(tmp_path / "pts.csv")]).exit_code == 0
     with QuerySession(load_policy(tmp_path / "policy.toml"), "alice") as session:
         session.execute("SELECT AVG(a), AVG(b), AVG(c), COUNT(*) FROM pts WHERE label = 1", epsilon=10.0)
-    from veil.releases import list_releases
+    from veil.store.releases import list_releases
 
     rel = list_releases(load_policy(tmp_path / "policy.toml"), kind="query")[-1]
     rm = R.mean_from_release(rel)

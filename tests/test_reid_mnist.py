@@ -57,9 +57,9 @@ def test_audit_adult_release_from_log(adult_policy, tmp_path):
     """Curator flow on real Adult: one-hot published table + logged AVG query, audited from the log."""
     import pandas as pd
 
-    from veil.ledger import Ledger
     from veil.policy import load_policy
-    from veil.warehouse import read_table, write_table
+    from veil.store.ledger import Ledger
+    from veil.store.warehouse import read_table, write_table
 
     policy_path = adult_policy(rows=3000, drop_missing=True)
     policy = load_policy(policy_path)
@@ -71,7 +71,7 @@ def test_audit_adult_release_from_log(adult_policy, tmp_path):
     feats = [c for c in onehot.columns if c != "rich"]
     cls = onehot[onehot["rich"] == 1]
     sql = "SELECT " + ", ".join(f"AVG(adult_onehot.{c})" for c in feats) + " FROM adult_onehot WHERE adult_onehot.rich = 1"
-    from veil.releases import ReleasedStatistic
+    from veil.store.releases import ReleasedStatistic
 
     stats = [
         ReleasedStatistic(f"avg(adult_onehot.{c})", "laplace", Fraction(1, 100), 1.0, 0.0, float(cls[c].mean())) for c in feats

@@ -41,8 +41,9 @@ def _data(n=3000, seed=0):
 def test_grid_laplace_calibration(calls) -> None:
     x = _data()
     eps, bins = 2.0, 4
-    vals, y, info = dp_grid_microaggregation(x, None, 0, lower=LOWER, upper=UPPER, bins=bins, epsilon=eps,
-                                             mechanism="laplace", rng=np.random.default_rng(1))
+    vals, y, info = dp_grid_microaggregation(
+        x, None, 0, lower=LOWER, upper=UPPER, bins=bins, epsilon=eps, mechanism="laplace", rng=np.random.default_rng(1)
+    )
     counts_call = calls[0]
     assert counts_call == ("laplace", bins**2, 1.0 / (eps / 2))  # every cell, sensitivity 1, ε/2
     width = (UPPER - LOWER) / bins
@@ -55,8 +56,18 @@ def test_grid_laplace_calibration(calls) -> None:
 def test_grid_exponential_calibration(calls) -> None:
     x = _data()
     eps, bins = 1.0, 2
-    dp_grid_microaggregation(x, None, 0, lower=LOWER, upper=UPPER, bins=bins, epsilon=eps,
-                             mechanism="exponential", candidates=16, rng=np.random.default_rng(1))
+    dp_grid_microaggregation(
+        x,
+        None,
+        0,
+        lower=LOWER,
+        upper=UPPER,
+        bins=bins,
+        epsilon=eps,
+        mechanism="exponential",
+        candidates=16,
+        rng=np.random.default_rng(1),
+    )
     rnm = [c for c in calls if c[0] == "rnm"]
     assert rnm and all(c[1] == 16 and c[3] == pytest.approx(eps / 4) for c in rnm)
     assert {c[2] for c in rnm} == {5.0, 50.0}  # sensitivity = one cell width per column
@@ -66,13 +77,15 @@ def test_grid_partition_is_data_independent() -> None:
     # Two very different data sets: every released value sits inside a cell of the same fixed grid.
     for seed in (0, 1):
         x = _data(seed=seed) ** 1.0 * (0.2 if seed else 1.0)
-        vals, _, _ = dp_grid_microaggregation(x, None, 0, lower=LOWER, upper=UPPER, bins=5, epsilon=1e6,
-                                              mechanism="laplace", rng=np.random.default_rng(seed))
+        vals, _, _ = dp_grid_microaggregation(
+            x, None, 0, lower=LOWER, upper=UPPER, bins=5, epsilon=1e6, mechanism="laplace", rng=np.random.default_rng(seed)
+        )
         assert ((vals >= LOWER) & (vals <= UPPER)).all()
     # with a huge ε the cells' centroids are (almost) exact
     x = np.r_[np.full((50, 2), [1.0, 10.0]), np.full((50, 2), [9.0, 90.0])]
-    vals, _, _ = dp_grid_microaggregation(x, None, 0, lower=LOWER, upper=UPPER, bins=2, epsilon=1e6,
-                                          mechanism="laplace", rng=np.random.default_rng(0))
+    vals, _, _ = dp_grid_microaggregation(
+        x, None, 0, lower=LOWER, upper=UPPER, bins=2, epsilon=1e6, mechanism="laplace", rng=np.random.default_rng(0)
+    )
     assert len(vals) == 100
     assert sorted({tuple(np.round(v, 3)) for v in vals}) == [(1.0, 10.0), (9.0, 90.0)]
 
@@ -85,8 +98,7 @@ def test_centroid_laplace_scale_statistical() -> None:
     x = np.repeat(rng.uniform(2, 8, size=(4000, 2)), 10, axis=0) * [1, 10]
     labels = np.repeat(np.arange(4000), 10)
     eps = 0.5
-    out = dp_centroids(x, labels, lower=LOWER, upper=UPPER, epsilon=eps, mechanism="laplace",
-                       rng=np.random.default_rng(1))
+    out = dp_centroids(x, labels, lower=LOWER, upper=UPPER, epsilon=eps, mechanism="laplace", rng=np.random.default_rng(1))
     noise = (out - x)[::10]
     expected = 2 * (UPPER - LOWER) / 10 / eps
     inside = np.abs(noise) < (np.array([2.0, 20.0]))  # ignore values clamped at the bounds
@@ -101,8 +113,9 @@ def test_centroid_laplace_scale_statistical() -> None:
 def test_exponential_centroids_concentrate_with_large_epsilon() -> None:
     x = np.r_[np.full((10, 2), [3.0, 30.0]), np.full((10, 2), [7.0, 70.0])]
     labels = np.repeat([0, 1], 10)
-    out = dp_centroids(x, labels, lower=LOWER, upper=UPPER, epsilon=1e4, mechanism="exponential",
-                       candidates=101, rng=np.random.default_rng(0))
+    out = dp_centroids(
+        x, labels, lower=LOWER, upper=UPPER, epsilon=1e4, mechanism="exponential", candidates=101, rng=np.random.default_rng(0)
+    )
     np.testing.assert_allclose(out, x)
 
 
@@ -112,8 +125,14 @@ def test_generator_guarantees(shared_data) -> None:
     df = load_adult().head(3000)
     cols = ("age", "education_num", "hours_per_week")
     bounds = {"age": (17, 90), "education_num": (1, 16), "hours_per_week": (1, 99)}
-    ctx = Context(columns=cols, target="income", bounds=bounds, seed=0, rng=np.random.default_rng(0),
-                  categories={"income": ("<=50K", ">50K")})
+    ctx = Context(
+        columns=cols,
+        target="income",
+        bounds=bounds,
+        seed=0,
+        rng=np.random.default_rng(0),
+        categories={"income": ("<=50K", ">50K")},
+    )
     grid = get_generator("dp_microagg_laplace")(epsilon=1.0, bins=4).run(df, ctx)
     assert grid.epsilon == 1.0 and grid.source is None and "for the whole release" in grid.guarantee
     assert set(grid.frame["income"]) <= {"<=50K", ">50K"}

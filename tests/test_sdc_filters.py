@@ -22,10 +22,18 @@ def adult(shared_data):
 
 def test_registry_lists_every_sanitiser_and_suggests() -> None:
     names = generator_names(lambda c: c.family == "sdc")
-    assert names == sorted([
-        "noise_addition", "microagg_mdav", "microagg_dbscan", "rank_swapping", "dp_microagg_laplace",
-        "dp_microagg_exponential", "gan", "ml_copy",
-    ])
+    assert names == sorted(
+        [
+            "noise_addition",
+            "microagg_mdav",
+            "microagg_dbscan",
+            "rank_swapping",
+            "dp_microagg_laplace",
+            "dp_microagg_exponential",
+            "gan",
+            "ml_copy",
+        ]
+    )
     with pytest.raises(InputError, match="Did you mean 'rank_swapping'"):
         get_generator("rank_swaping")
 
@@ -104,8 +112,12 @@ def test_rank_swap_permutes_within_window() -> None:
 
 def test_generators_keep_rows_and_round_integers(adult) -> None:
     ctx = Context(columns=COLS, target="income", seed=0)
-    for name, params in [("noise_addition", {"a": 0.25}), ("microagg_mdav", {"k": 5}),
-                         ("microagg_dbscan", {"eps": 0.5, "min_samples": 50}), ("rank_swapping", {"p": 10})]:
+    for name, params in [
+        ("noise_addition", {"a": 0.25}),
+        ("microagg_mdav", {"k": 5}),
+        ("microagg_dbscan", {"eps": 0.5, "min_samples": 50}),
+        ("rank_swapping", {"p": 10}),
+    ]:
         out = get_generator(name)(**params).run(adult, ctx)
         assert len(out.frame) == len(adult) and out.source is not None and out.epsilon is None
         assert list(out.frame.columns) == [*COLS, "income"]

@@ -38,7 +38,8 @@ def test_gan_learns_location_and_is_reproducible() -> None:
 
 def test_gan_generator_outputs_labels(adult) -> None:
     out = get_generator("gan")(architecture=1, epochs=2, batch_size=256).run(
-        adult, Context(columns=COLS, target="income", seed=0))
+        adult, Context(columns=COLS, target="income", seed=0)
+    )
     assert len(out.frame) == len(adult) and out.source is None
     assert set(out.frame["income"]) <= {"<=50K", ">50K"}
 

@@ -20,7 +20,7 @@ from tests.test_server_support import (
     raw_scram_login,
     running_server,
 )
-from veil.proxy.credentials import CredentialStore, make_verifier, parse_verifier
+from veil.store.credentials import CredentialStore, make_verifier, parse_verifier
 
 
 @pytest.fixture(scope="module")

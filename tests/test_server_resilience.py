@@ -15,9 +15,9 @@ import psycopg
 import pytest
 
 from tests.test_server_support import build_policy, dsn, running_server
-from veil.ledger import Ledger
 from veil.policy import load_policy
 from veil.proxy.answer import QuerySession
+from veil.store.ledger import Ledger
 
 
 class SlowSession(QuerySession):

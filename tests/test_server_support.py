@@ -68,7 +68,7 @@ def build_policy(folder: Path, shared_data: Path, rows: int = 2000) -> Path:
 @contextlib.contextmanager
 def running_server(policy_path: Path, **kwargs: object) -> Iterator[object]:
     from veil.policy import load_policy
-    from veil.proxy.server import ServerThread, VeilServer
+    from veil.server.app import ServerThread, VeilServer
 
     host = str(kwargs.pop("host", "127.0.0.1"))
     server = VeilServer(load_policy(policy_path), **kwargs)  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ from tests.test_server_support import (
     query_session_factory,
     running_server,
 )
-from veil.proxy.server import make_ssl_context
+from veil.server.app import make_ssl_context
 
 
 @pytest.fixture(scope="module")

@@ -94,9 +94,7 @@ def read_adult_file(path: str | Path, *, drop_missing: bool = False) -> pd.DataF
     p = Path(path)
     with open(p, encoding="utf-8") as fh:
         skip = 1 if fh.readline().startswith("|") else 0
-    df = pd.read_csv(
-        p, header=None, names=list(ADULT_COLUMNS), skipinitialspace=True, na_values="?", skiprows=skip
-    )
+    df = pd.read_csv(p, header=None, names=list(ADULT_COLUMNS), skipinitialspace=True, na_values="?", skiprows=skip)
     df = df.dropna(how="all")
     df["income"] = df["income"].str.rstrip(".")
     for col in ("age", "fnlwgt", "education_num", "capital_gain", "capital_loss", "hours_per_week"):
@@ -183,7 +181,7 @@ def demo_people(n: int = 100_000, *, seed: int = 0) -> pd.DataFrame:
     occ_idx = np.clip(np.rint((edu - 6) / 14 * 9 + rng.normal(0, 2.2, n)), 0, 9).astype(np.int64)
     occupation = np.asarray(OCCUPATIONS)[occ_idx]
     hours = np.clip(np.rint(rng.normal(40, 9, n) - (sex == "Female") * 3 - (age > 65) * 15), 1, 99).astype(np.int64)
-    age_curve = -((age - 52) / 22.0) ** 2
+    age_curve = -(((age - 52) / 22.0) ** 2)
     log_inc = 9.2 + 0.11 * (edu - 12) + 0.35 * age_curve + 0.012 * (hours - 40) - 0.18 * (sex == "Female")
     income = np.clip(np.rint(np.exp(log_inc + rng.normal(0, 0.55, n)) * 2.2), 0, 200_000)
     income[rng.random(n) < 0.04] = 0.0  # some people have no income

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from veil.datasets import demo_people, demo_states, demo_visits
 from veil.policy import Policy, load_policy
-from veil.warehouse import write_table
+from veil.store.warehouse import write_table
 
 __all__ = ["DEMO_QUERIES", "build_demo"]
 
@@ -69,8 +69,7 @@ DEMO_QUERIES: tuple[tuple[str, str], ...] = (
     ),
     (
         "Diabetes share by sex",
-        "SELECT sex, AVG(CASE WHEN diagnosis = 'diabetes' THEN 1 ELSE 0 END) AS diabetes_share "
-        "FROM visits GROUP BY sex",
+        "SELECT sex, AVG(CASE WHEN diagnosis = 'diabetes' THEN 1 ELSE 0 END) AS diabetes_share FROM visits GROUP BY sex",
     ),
 )
 

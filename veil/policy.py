@@ -169,13 +169,11 @@ def _section(data: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]
 def _parse_column(table: str, name: str, raw: Any) -> ColumnSpec:
     where = f"[tables.{table}.columns].{name}"
     if not isinstance(raw, Mapping):
-        raise PolicyError(f"{where} must be an inline table like {{ type = \"int\", lower = 0, upper = 10 }}")
+        raise PolicyError(f'{where} must be an inline table like {{ type = "int", lower = 0, upper = 10 }}')
     _check_keys(raw, _COLUMN_KEYS, where)
     ctype = raw.get("type")
     if ctype not in COLUMN_TYPES:
-        raise PolicyError(
-            f"{where}.type is {ctype!r}", hint=f"Use one of {', '.join(COLUMN_TYPES)}"
-        )
+        raise PolicyError(f"{where}.type is {ctype!r}", hint=f"Use one of {', '.join(COLUMN_TYPES)}")
     lower, upper, values = raw.get("lower"), raw.get("upper"), raw.get("values")
     if ctype in ("int", "float"):
         if (lower is None) != (upper is None):
@@ -229,14 +227,14 @@ def _parse_table(name: str, raw: Any) -> TableSpec:
         columns[col] = _parse_column(name, col, spec)
     unit = raw.get("privacy_unit", "row")
     if not isinstance(unit, str):
-        raise PolicyError(f"{where}.privacy_unit must be \"row\" or a column name, got {unit!r}")
+        raise PolicyError(f'{where}.privacy_unit must be "row" or a column name, got {unit!r}')
     max_rows = raw.get("max_rows_per_unit", 1)
     if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1:
         raise PolicyError(f"{where}.max_rows_per_unit must be a positive integer, got {max_rows!r}")
     if unit == "row":
         if max_rows != 1:
             raise PolicyError(
-                f"{where}.max_rows_per_unit is {max_rows} but privacy_unit is \"row\"",
+                f'{where}.max_rows_per_unit is {max_rows} but privacy_unit is "row"',
                 hint="Set privacy_unit to the column identifying a person, or remove max_rows_per_unit",
             )
         privacy_unit = None

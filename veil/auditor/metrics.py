@@ -183,8 +183,6 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[bool]:
     """
     out = []
     for i, (a, b) in enumerate(points):
-        dominated = any(
-            (c <= a and d <= b) and (c < a or d < b) for j, (c, d) in enumerate(points) if j != i
-        )
+        dominated = any((c <= a and d <= b) and (c < a or d < b) for j, (c, d) in enumerate(points) if j != i)
         out.append(not dominated)
     return out

@@ -403,7 +403,7 @@ def _stat_column(name: str) -> tuple[str, str, float] | None:
 def mean_from_release(release: Any, features: Sequence[str] | None = None) -> ReleasedMean:
     """Assemble the mean vector of ``SELECT AVG(c1), ..., AVG(cn) FROM t WHERE p`` from a release.
 
-    ``release`` is a :class:`veil.releases.Release` of kind ``query``. For every ``AVG(c)``
+    ``release`` is a :class:`veil.store.releases.Release` of kind ``query``. For every ``AVG(c)``
     of the canonical SQL the released statistics are searched, in this order:
 
     1. a statistic named ``avg(c)`` (or the output alias / expression);

@@ -10,8 +10,8 @@ import pandas as pd
 
 from veil.cli._common import cli, emit, format_option, policy_option, run_guarded
 from veil.policy import load_policy
-from veil.releases import list_releases
-from veil.warehouse import ingest_file
+from veil.store.releases import list_releases
+from veil.store.warehouse import ingest_file
 
 
 @cli.command()
@@ -26,14 +26,18 @@ def ingest(policy_path: Path, table: str, source: Path, fmt: str) -> None:
     summary = ingest_file(policy, table, source)
     emit(summary, fmt)
     if summary["missing_policy_columns"]:
-        click.echo(
-            f"warning: policy columns not in the file: {', '.join(summary['missing_policy_columns'])}", err=True
-        )
+        click.echo(f"warning: policy columns not in the file: {', '.join(summary['missing_policy_columns'])}", err=True)
 
 
 @cli.command()
-@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("demo"),
-              show_default=True, help="Folder for the demo warehouse, ledger and policy.")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("demo"),
+    show_default=True,
+    help="Folder for the demo warehouse, ledger and policy.",
+)
 @click.option("--rows", type=click.IntRange(min=100), default=100_000, show_default=True, help="People to generate.")
 @click.option("--analyst", default="alice", show_default=True)
 @format_option
@@ -54,9 +58,7 @@ def demo(directory: Path, rows: int, analyst: str, fmt: str) -> None:
             click.echo(f"\n-- {title}\n{sql}")
             df = db.sql(sql)
             emit(_with_ci_columns(df), fmt)
-            click.echo(
-                f"ε charged {float(df.attrs['epsilon_charged']):g}, remaining {float(df.attrs['epsilon_remaining']):g}"
-            )
+            click.echo(f"ε charged {float(df.attrs['epsilon_charged']):g}, remaining {float(df.attrs['epsilon_remaining']):g}")
 
 
 def _with_ci_columns(df: pd.DataFrame) -> pd.DataFrame:

@@ -183,7 +183,7 @@ def audit_kanon_command(
     from veil.generators.kanon import SOM_COLUMN
     from veil.generators.kanon.publish import kanon_params_from_release
     from veil.policy import load_policy
-    from veil.warehouse import read_table
+    from veil.store.warehouse import read_table
 
     policy = load_policy(policy_path)
     recorded = kanon_params_from_release(policy, table) or {}
@@ -250,7 +250,7 @@ def audit_utility_command(
 
     from veil.auditor.utility import utility_report
     from veil.policy import load_policy
-    from veil.warehouse import read_table
+    from veil.store.warehouse import read_table
 
     policy = load_policy(policy_path)
     model_list = _columns(models)

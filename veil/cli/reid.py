@@ -235,8 +235,8 @@ def _from_release(
 ) -> tuple[np.ndarray, np.ndarray, float, np.ndarray | None, dict[str, Any]]:
     from veil.auditor import reid as R
     from veil.policy import load_policy
-    from veil.releases import get_release
-    from veil.warehouse import read_table
+    from veil.store.releases import get_release
+    from veil.store.warehouse import read_table
 
     policy = load_policy(policy_path)
     release = get_release(policy, release_id)

@@ -44,9 +44,12 @@ def _context(policy: Any, table: str, columns: list[str], target: str | None, se
 @publish.command("sdc")
 @policy_option
 @click.option("--table", required=True, help="Source table.")
-@click.option("--method", required=True,
-              help="Sanitiser: noise_addition, microagg_mdav, microagg_dbscan, rank_swapping, dp_microagg_laplace, "
-                   "dp_microagg_exponential, gan, ml_copy (docs/sdc.md).")
+@click.option(
+    "--method",
+    required=True,
+    help="Sanitiser: noise_addition, microagg_mdav, microagg_dbscan, rank_swapping, dp_microagg_laplace, "
+    "dp_microagg_exponential, gan, ml_copy (docs/sdc.md).",
+)
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Method parameter (repeatable).")
 @click.option("--columns", required=True, help="Comma-separated numeric columns to protect.")
 @click.option("--target", default=None, help="Label column: copied, synthesised or used for training (and for DR).")
@@ -55,14 +58,24 @@ def _context(policy: Any, table: str, columns: list[str], target: str | None, se
 @click.option("--seed", type=int, default=None, help="Seed for non-DP randomness (SDC noise, clustering, training).")
 @format_option
 @run_guarded
-def publish_sdc_command(policy_path: Path, table: str, method: str, params: tuple[str, ...], columns: str,
-                        target: str | None, output: str, replace: bool, seed: int | None, fmt: str) -> None:
+def publish_sdc_command(
+    policy_path: Path,
+    table: str,
+    method: str,
+    params: tuple[str, ...],
+    columns: str,
+    target: str | None,
+    output: str,
+    replace: bool,
+    seed: int | None,
+    fmt: str,
+) -> None:
     """Publish TABLE's COLUMNS sanitised with METHOD as a new public table, with a release record."""
     from veil.generators.base import get_generator, parse_param_args
     from veil.generators.sdc import clean_input, release_metrics
     from veil.policy import load_policy
-    from veil.releases import record_release
-    from veil.warehouse import read_table, write_table
+    from veil.store.releases import record_release
+    from veil.store.warehouse import read_table, write_table
 
     policy = load_policy(policy_path)
     cls = get_generator(method)
@@ -75,15 +88,29 @@ def publish_sdc_command(policy_path: Path, table: str, method: str, params: tupl
     metrics.update(rows_in=len(clean), rows_out=len(out.frame), guarantee=out.guarantee, info=dict(out.info))
     write_table(policy, output, out.frame, replace=replace)
     rid = record_release(
-        policy, kind="publication", method=f"sdc-{cls.name}", table=output,
-        params={**gen.params_dict(), "source_table": table, "columns": list(ctx.columns), "target": ctx.target,
-                "seed": seed},
-        metrics=metrics, epsilon=out.epsilon, delta=out.delta,
+        policy,
+        kind="publication",
+        method=f"sdc-{cls.name}",
+        table=output,
+        params={**gen.params_dict(), "source_table": table, "columns": list(ctx.columns), "target": ctx.target, "seed": seed},
+        metrics=metrics,
+        epsilon=out.epsilon,
+        delta=out.delta,
     )
-    summary = {"release_id": rid, "table": output, "method": cls.name, "params": gen.params_dict(),
-               "rows_in": len(clean), "rows_out": len(out.frame), "epsilon": out.epsilon,
-               "il": metrics["il"], "il_mean": metrics["il_mean"], "dr": metrics["dr"],
-               "linkage_risk": metrics["linkage_risk"], "guarantee": out.guarantee}
+    summary = {
+        "release_id": rid,
+        "table": output,
+        "method": cls.name,
+        "params": gen.params_dict(),
+        "rows_in": len(clean),
+        "rows_out": len(out.frame),
+        "epsilon": out.epsilon,
+        "il": metrics["il"],
+        "il_mean": metrics["il_mean"],
+        "dr": metrics["dr"],
+        "linkage_risk": metrics["linkage_risk"],
+        "guarantee": out.guarantee,
+    }
     emit(summary, fmt)
 
 
@@ -96,26 +123,47 @@ def _compact(params: dict[str, Any]) -> str:
 @click.option("--table", required=True, help="Source table.")
 @click.option("--columns", required=True, help="Comma-separated numeric columns to protect.")
 @click.option("--target", required=True, help="Label column for the disclosure-risk model (and ML copies).")
-@click.option("--methods", default="all", show_default=True,
-              help="Comma-separated sanitisers, or 'all' (every registered SDC-family method).")
-@click.option("--param", "params", multiple=True, metavar="METHOD.NAME=VALUE",
-              help="Fix a parameter of one method for the whole sweep, e.g. gan.epochs=300 (repeatable).")
-@click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write a PNG scatter of IL vs DR coloured by method, Pareto front marked.")
+@click.option(
+    "--methods",
+    default="all",
+    show_default=True,
+    help="Comma-separated sanitisers, or 'all' (every registered SDC-family method).",
+)
+@click.option(
+    "--param",
+    "params",
+    multiple=True,
+    metavar="METHOD.NAME=VALUE",
+    help="Fix a parameter of one method for the whole sweep, e.g. gan.epochs=300 (repeatable).",
+)
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write a PNG scatter of IL vs DR coloured by method, Pareto front marked.",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for non-DP randomness.")
 @format_option
 @run_guarded
-def compare_command(policy_path: Path, table: str, columns: str, target: str, methods: str,
-                    params: tuple[str, ...], plot: Path | None, seed: int, fmt: str) -> None:
+def compare_command(
+    policy_path: Path,
+    table: str,
+    columns: str,
+    target: str,
+    methods: str,
+    params: tuple[str, ...],
+    plot: Path | None,
+    seed: int,
+    fmt: str,
+) -> None:
     """Sweep each sanitiser's default grid on TABLE; print IL, DR, linkage risk, seconds and the Pareto front."""
     from veil.generators.base import generator_names, get_generator, parse_param_args
     from veil.generators.sdc import compare_methods, plot_tradeoff
     from veil.policy import load_policy
-    from veil.warehouse import read_table
+    from veil.store.warehouse import read_table
 
     policy = load_policy(policy_path)
-    names = (generator_names(lambda c: c.family == "sdc") if methods.strip().lower() == "all"
-             else _split(methods))
+    names = generator_names(lambda c: c.family == "sdc") if methods.strip().lower() == "all" else _split(methods)
     for n in names:
         get_generator(n)  # unknown names fail before anything runs
     fixed: dict[str, dict[str, Any]] = {}
@@ -134,8 +182,18 @@ def compare_command(policy_path: Path, table: str, columns: str, target: str, me
         keys = ("method", "params", "il", "il_mean", "dr", "linkage_risk", "seconds", "epsilon", "pareto")
         emit([{k: r.get(k) for k in keys} for r in rows], fmt)
         return
-    shown = [{"method": r["method"], "params": _compact(r["params"]), "il": r["il"], "il_mean": r["il_mean"],
-              "dr": r["dr"], "linkage_risk": r["linkage_risk"], "seconds": r["seconds"],
-              "pareto": "*" if r["pareto"] else "", **({"error": r["error"]} if "error" in r else {})}
-             for r in rows]
+    shown = [
+        {
+            "method": r["method"],
+            "params": _compact(r["params"]),
+            "il": r["il"],
+            "il_mean": r["il_mean"],
+            "dr": r["dr"],
+            "linkage_risk": r["linkage_risk"],
+            "seconds": r["seconds"],
+            "pareto": "*" if r["pareto"] else "",
+            **({"error": r["error"]} if "error" in r else {}),
+        }
+        for r in rows
+    ]
     emit(shown, fmt)

@@ -46,8 +46,8 @@ def serve_command(
     Analysts log in with the password set by `veil analyst add`; each query is answered with
     differential privacy and charged to the analyst's budget.
     """
-    from veil.proxy.credentials import CredentialStore
-    from veil.proxy.server import make_ssl_context, serve
+    from veil.server.app import make_ssl_context, serve
+    from veil.store.credentials import CredentialStore
 
     policy = load_policy(policy_path)
     if (tls_cert is None) != (tls_key is None):
@@ -86,7 +86,7 @@ def analyst_add(policy_path: Path, name: str, password_stdin: bool) -> None:
 
     NAME must be an analyst of the policy ([analysts.NAME]); running it again changes the password.
     """
-    from veil.proxy.credentials import CredentialStore
+    from veil.store.credentials import CredentialStore
 
     policy = load_policy(policy_path)
     policy.analyst(name)  # PolicyError with a suggestion if unknown
@@ -104,7 +104,7 @@ def analyst_add(policy_path: Path, name: str, password_stdin: bool) -> None:
 @run_guarded
 def analyst_remove(policy_path: Path, name: str) -> None:
     """Remove NAME's login (their budget and releases stay in the ledger)."""
-    from veil.proxy.credentials import CredentialStore
+    from veil.store.credentials import CredentialStore
 
     policy = load_policy(policy_path)
     removed = CredentialStore(policy.ledger_path).remove(name)

@@ -87,7 +87,7 @@ def audit_implicit_command(
     """Find the implicit-privacy attributes of SENSITIVE (NMI ≥ θ, then a classifier check τ ≥ β)."""
     from veil.auditor.implicit import detect_implicit, plot_report
     from veil.policy import load_policy
-    from veil.warehouse import read_table
+    from veil.store.warehouse import read_table
 
     df = read_table(load_policy(policy_path), table)
     rep = detect_implicit(

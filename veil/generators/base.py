@@ -81,9 +81,7 @@ class Param:
             else:
                 out = self.type(value)
         except (TypeError, ValueError):
-            raise InputError(
-                f"{where} must be a {self.type.__name__}, got {value!r}", hint=self.help or None
-            ) from None
+            raise InputError(f"{where} must be a {self.type.__name__}, got {value!r}", hint=self.help or None) from None
         if self.choices is not None and out not in self.choices:
             raise InputError(
                 f"{where} must be one of {', '.join(map(str, self.choices))}; got {out!r}",
@@ -177,9 +175,7 @@ class Generator(ABC):
         """Validate columns/target/bounds against ``data`` (called by :meth:`run`)."""
         missing = [c for c in (*ctx.columns, *([ctx.target] if ctx.target else [])) if c not in data.columns]
         if missing:
-            raise InputError(
-                f"column {missing[0]!r} is not in the table", hint=did_you_mean(missing[0], data.columns)
-            )
+            raise InputError(f"column {missing[0]!r} is not in the table", hint=did_you_mean(missing[0], data.columns))
         if not ctx.columns:
             raise InputError(f"method {self.name!r} needs at least one column", hint="Pass --columns a,b,c")
         for col in ctx.columns:

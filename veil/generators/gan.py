@@ -139,8 +139,14 @@ class GAN(Generator):
         z = np.concatenate(parts, axis=1)
         batch = min(self["batch_size"], len(z))
         samples, info = train_gan(
-            z, architecture=self["architecture"], epochs=self["epochs"], batch_size=batch,
-            noise_dim=self["noise_dim"], lr=self["lr"], seed=ctx.seed, progress=ctx.progress,
+            z,
+            architecture=self["architecture"],
+            epochs=self["epochs"],
+            batch_size=batch,
+            noise_dim=self["noise_dim"],
+            lr=self["lr"],
+            seed=ctx.seed,
+            progress=ctx.progress,
         )
         d = x.shape[1]
         frame = pd.DataFrame(samples[:, :d] * sd + mu, columns=list(ctx.columns))

@@ -448,8 +448,8 @@ def publish_imposter(
     same NMI scores and classifier check on the released table, and training figures.
     """
     from veil.auditor.implicit import detect_implicit
-    from veil.releases import record_release
-    from veil.warehouse import read_table, write_table
+    from veil.store.releases import record_release
+    from veil.store.warehouse import read_table, write_table
 
     if method not in ("imposter", "gan"):
         raise InputError(f"unknown method {method!r}", hint="Use 'imposter' or 'gan' (λ = 0)")

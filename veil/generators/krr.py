@@ -135,8 +135,8 @@ def publish_krr(
 
     The release record's ``epsilon`` is the row-level total ``len(columns) · epsilon``.
     """
-    from veil.releases import record_release
-    from veil.warehouse import read_table, write_table
+    from veil.store.releases import record_release
+    from veil.store.warehouse import read_table, write_table
 
     df = read_table(policy, table)
     spec = policy.tables.get(table)

@@ -74,10 +74,22 @@ class MLCopy(Generator):
     summary = "ML copy: CART tree trained on the original labels synthetic per-class normal/uniform samples"
     needs_target = True
     params = (
-        Param("sampling", str, "normal", grid=("normal", "uniform"), choices=("normal", "uniform"),
-              help="per-class sampling distribution"),
-        Param("criterion", str, "gini", grid=("gini", "entropy"), choices=("gini", "entropy"),
-              help="CART split criterion (Table 9 depth/min-split settings)"),
+        Param(
+            "sampling",
+            str,
+            "normal",
+            grid=("normal", "uniform"),
+            choices=("normal", "uniform"),
+            help="per-class sampling distribution",
+        ),
+        Param(
+            "criterion",
+            str,
+            "gini",
+            grid=("gini", "entropy"),
+            choices=("gini", "entropy"),
+            help="CART split criterion (Table 9 depth/min-split settings)",
+        ),
         Param("balanced", bool, False, help="sample classes equally instead of in their original shares"),
     )
 
@@ -85,9 +97,7 @@ class MLCopy(Generator):
         assert ctx.target is not None
         x = data[list(ctx.columns)].to_numpy(dtype=np.float64)
         y = data[ctx.target].to_numpy()
-        xs, ys = ml_copy(
-            x, y, sampling=self["sampling"], criterion=self["criterion"], balanced=self["balanced"], seed=ctx.seed
-        )
+        xs, ys = ml_copy(x, y, sampling=self["sampling"], criterion=self["criterion"], balanced=self["balanced"], seed=ctx.seed)
         frame = pd.DataFrame(xs, columns=list(ctx.columns))
         frame[ctx.target] = ys
         return Output(

@@ -837,8 +837,8 @@ def publish_pate(
     (whole privacy units) are held out of ``table`` at random and the rest feed the teachers.
     Features are encoded from the policy's declared bounds/values only.
     """
-    from veil.releases import record_release
-    from veil.warehouse import read_table
+    from veil.store.releases import record_release
+    from veil.store.warehouse import read_table
 
     spec = policy.table(table)
     classes = _label_classes(spec.column(label), label)

@@ -238,9 +238,7 @@ def dp_centroids(
             grid = np.linspace(lower[j], upper[j], candidates)
             for g in range(len(cent)):
                 scores = -np.abs(cent[g, j] - grid)
-                pick = mechanisms.report_noisy_max(
-                    scores, epsilon=eps_each, sensitivity=float(width[j] / counts[g]), rng=rng
-                )
+                pick = mechanisms.report_noisy_max(scores, epsilon=eps_each, sensitivity=float(width[j] / counts[g]), rng=rng)
                 noisy[g, j] = grid[pick]
     else:
         raise InputError(f"mechanism must be 'laplace' or 'exponential', got {mechanism!r}")
@@ -366,9 +364,7 @@ class NoiseAddition(Generator):
     family = "sdc"
     name = "noise_addition"
     summary = "x' = x + a·σ·c with c ~ N(0,1) per value (uncorrelated Gaussian noise)"
-    params = (
-        Param("a", float, 0.5, grid=(0.1, 0.25, 0.5, 0.75, 1.0), help="noise level a (times the std)", lower=0.0),
-    )
+    params = (Param("a", float, 0.5, grid=(0.1, 0.25, 0.5, 0.75, 1.0), help="noise level a (times the std)", lower=0.0),)
 
     def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
         x = _numeric(data, ctx)
@@ -405,9 +401,7 @@ class MicroaggDBSCAN(Generator):
     summary = "microaggregation over DBSCAN clusters (eps in standard deviations, min_samples) → centroid"
     params = (
         Param("eps", float, 0.5, grid=(0.1, 0.25, 0.5, 1.0), help="DBSCAN radius in standardised units", lower=1e-9),
-        Param(
-            "min_samples", int, 100, grid=(50, 100, 150, 200, 250, 300), help="DBSCAN core-point threshold", lower=1
-        ),
+        Param("min_samples", int, 100, grid=(50, 100, 150, 200, 250, 300), help="DBSCAN core-point threshold", lower=1),
     )
 
     def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
@@ -435,8 +429,7 @@ class RankSwapping(Generator):
     name = "rank_swapping"
     summary = "rank swapping: per column, swap each value with one at most p % of the ranks away"
     params = (
-        Param("p", float, 10.0, grid=(10.0, 25.0, 50.0, 75.0, 80.0), help="window in percent of n", lower=0.0,
-              upper=100.0),
+        Param("p", float, 10.0, grid=(10.0, 25.0, 50.0, 75.0, 80.0), help="window in percent of n", lower=0.0, upper=100.0),
     )
 
     def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
@@ -489,8 +482,14 @@ class _DPMicroagg(Generator):
         if self["partition"] == "mdav":
             labels = mdav(standardise(np.clip(x, lower, upper)), self["k"])
             out = dp_centroids(
-                x, labels, lower=lower, upper=upper, epsilon=eps, mechanism=self.mechanism,
-                candidates=self["candidates"], rng=ctx.rng,
+                x,
+                labels,
+                lower=lower,
+                upper=upper,
+                epsilon=eps,
+                mechanism=self.mechanism,
+                candidates=self["candidates"],
+                rng=ctx.rng,
             )
             return Output(
                 _frame(data, ctx, out),
@@ -517,8 +516,16 @@ class _DPMicroagg(Generator):
                 )
             y_codes = data[ctx.target].map(lookup).to_numpy(dtype=np.int64)
         vals, y_out, info = dp_grid_microaggregation(
-            x, y_codes, len(classes), lower=lower, upper=upper, bins=self["bins"], epsilon=eps,
-            mechanism=self.mechanism, candidates=self["candidates"], rng=ctx.rng,
+            x,
+            y_codes,
+            len(classes),
+            lower=lower,
+            upper=upper,
+            bins=self["bins"],
+            epsilon=eps,
+            mechanism=self.mechanism,
+            candidates=self["candidates"],
+            rng=ctx.rng,
             shuffle_rng=np.random.default_rng(ctx.seed),
         )
         frame = pd.DataFrame(vals, columns=list(ctx.columns))
@@ -609,7 +616,12 @@ def compare_methods(
     plan = [(cls, pt) for cls in classes for pt in grid_points(cls, fixed.get(cls.name))]
     rows: list[dict[str, Any]] = []
     inner = Context(
-        columns=ctx.columns, target=ctx.target, bounds=ctx.bounds, seed=ctx.seed, rng=ctx.rng, progress=False,
+        columns=ctx.columns,
+        target=ctx.target,
+        bounds=ctx.bounds,
+        seed=ctx.seed,
+        rng=ctx.rng,
+        progress=False,
         categories=ctx.categories,
     )
     with progress_bar(total=len(plan), desc="veil compare", enabled=ctx.progress) as bar:
@@ -620,19 +632,34 @@ def compare_methods(
             try:
                 out = gen.run(clean, inner)
             except InputError as exc:  # e.g. a DP release with no rows at tiny ε: report, go on
-                rows.append({
-                    "method": cls.name, "params": gen.params_dict(), "il": None, "il_mean": None, "dr": None,
-                    "linkage_risk": None, "seconds": round(time.perf_counter() - t0, 3), "epsilon": None,
-                    "rows_out": 0, "error": str(exc),
-                })
+                rows.append(
+                    {
+                        "method": cls.name,
+                        "params": gen.params_dict(),
+                        "il": None,
+                        "il_mean": None,
+                        "dr": None,
+                        "linkage_risk": None,
+                        "seconds": round(time.perf_counter() - t0, 3),
+                        "epsilon": None,
+                        "rows_out": 0,
+                        "error": str(exc),
+                    }
+                )
                 bar.update(1)
                 continue
             seconds = time.perf_counter() - t0
             m = release_metrics(clean, out, ctx, seed=seed)
-            rows.append({
-                "method": cls.name, "params": gen.params_dict(), **m, "seconds": round(seconds, 3),
-                "epsilon": out.epsilon, "rows_out": len(out.frame),
-            })
+            rows.append(
+                {
+                    "method": cls.name,
+                    "params": gen.params_dict(),
+                    **m,
+                    "seconds": round(seconds, 3),
+                    "epsilon": out.epsilon,
+                    "rows_out": len(out.frame),
+                }
+            )
             bar.update(1)
     scored = [i for i, r in enumerate(rows) if r["il_mean"] is not None]
     front = pareto_front([(rows[i]["il_mean"], rows[i]["dr"] if rows[i]["dr"] is not None else 0.0) for i in scored])

@@ -60,9 +60,7 @@ def _as_float_array(values: ArrayLike) -> np.ndarray:
 
 @lru_cache(maxsize=256)
 def _float_laplace(scale: float) -> Any:
-    return dp.m.make_laplace(
-        dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l1_distance(T=float), scale=scale
-    )
+    return dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l1_distance(T=float), scale=scale)
 
 
 @lru_cache(maxsize=256)
@@ -72,9 +70,7 @@ def _int_laplace(scale: float) -> Any:
 
 @lru_cache(maxsize=256)
 def _float_gaussian(sigma: float) -> Any:
-    return dp.m.make_gaussian(
-        dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l2_distance(T=float), scale=sigma
-    )
+    return dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l2_distance(T=float), scale=sigma)
 
 
 @lru_cache(maxsize=256)

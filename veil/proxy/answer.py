@@ -29,6 +29,8 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from veil._json import to_jsonable
+from veil.engines.base import Engine, EngineError, output_type
+from veil.engines.duckdb import DuckDBEngine
 from veil.errors import QueryRejected, Unsupported
 from veil.mechanisms.budget import as_epsilon
 from veil.policy import Policy
@@ -36,7 +38,6 @@ from veil.proxy import bounding
 from veil.proxy.analyze import Analysis, analyze
 from veil.proxy.canonical import cache_key, canonical_sql
 from veil.proxy.catalog import Catalog, build_catalog
-from veil.proxy.engine import DuckDBEngine, Engine, EngineError, output_type
 from veil.proxy.noise import noisy_statistics
 from veil.proxy.plan import QueryPlan, plan
 from veil.proxy.postprocess import ALPHA, aggregate_types, finalize_aggregates, halfwidth, postprocess_sql
@@ -215,14 +216,14 @@ class QuerySession:
     @property
     def ledger(self) -> Any:
         if self._ledger is None:
-            from veil.ledger import Ledger
+            from veil.store.ledger import Ledger
 
             self._ledger = Ledger.for_policy(self.policy)
         return self._ledger
 
     def _generation(self) -> int:
         if isinstance(self._engine, DuckDBEngine) and self._engine._policy is not None:
-            from veil import warehouse
+            from veil.store import warehouse
 
             return warehouse.reader_generation(self.policy)
         return 0
@@ -232,7 +233,7 @@ class QuerySession:
             public: dict[str, dict[str, str]] = {}
             names = {n for n, t in self.policy.tables.items() if t.public}
             try:
-                from veil.releases import published_tables
+                from veil.store.releases import published_tables
 
                 names |= set(published_tables(self.policy))
             except Exception:
@@ -605,7 +606,7 @@ class QuerySession:
         keep: np.ndarray,
         key_types: Sequence[str],
     ) -> tuple[Answer, list[Any]]:
-        from veil.releases import ReleasedStatistic
+        from veil.store.releases import ReleasedStatistic
 
         idx = np.flatnonzero(keep)
         kept = [groups[i] for i in idx]

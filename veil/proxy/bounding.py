@@ -13,8 +13,8 @@ import secrets
 import threading
 from collections.abc import Callable
 
+from veil.engines.base import Engine
 from veil.policy import Policy, TableSpec
-from veil.proxy.engine import Engine
 
 __all__ = ["bounded_source", "clamped_columns", "row_source"]
 
@@ -80,7 +80,7 @@ def bounded_source(policy: Policy, spec: TableSpec, engine: Engine, *, generatio
 
 
 def _build(policy: Policy, spec: TableSpec, name: str, fp: str) -> None:
-    from veil import warehouse
+    from veil.store import warehouse
 
     salt = secrets.token_hex(16)
     unit = _q(spec.privacy_unit or "")

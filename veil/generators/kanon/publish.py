@@ -67,8 +67,8 @@ def publish_kanon(
     """Anonymise ``table`` into ``output`` (see module docstring); returns a summary dict."""
     from veil._progress import progress as progress_bar
     from veil.auditor.anonymity import audit_anonymity
-    from veil.releases import record_release
-    from veil.warehouse import export_frame, read_table, write_table
+    from veil.store.releases import record_release
+    from veil.store.warehouse import export_frame, read_table, write_table
 
     algorithm = canonical_algorithm(algorithm)
     if export is not None and Path(export).suffix.lower() not in (".csv", ".parquet"):
@@ -190,7 +190,7 @@ def publish_kanon(
 
 def kanon_params_from_release(policy: Any, table: str) -> dict[str, Any] | None:
     """The parameters of the k-anonymity publication that wrote ``table`` (None if there is none)."""
-    from veil.releases import published_tables
+    from veil.store.releases import published_tables
 
     rel = published_tables(policy).get(table)
     if rel is None or not str(rel.method).startswith("kanon-"):

@@ -1,8 +1,8 @@
 """Release records: every answer and publication Veil ever let out, with its privacy cost.
 
-Records live in the ledger's SQLite file (see :mod:`veil.ledger` for the schema, documented in
+Records live in the ledger's SQLite file (see :mod:`veil.store.ledger` for the schema, documented in
 ``docs/ledger.md``). Analyst query releases are written by the query path through
-:meth:`veil.ledger.Ledger.release`; curator publications through :func:`record_release`.
+:meth:`veil.store.ledger.Ledger.release`; curator publications through :func:`record_release`.
 A publication that names a ``table`` makes that table public to analysts.
 """
 
@@ -102,7 +102,7 @@ def record_release(
     With ``charge_to`` naming an analyst, ``epsilon`` is charged to that analyst's budget in
     the same transaction (refused with :class:`~veil.errors.BudgetExhausted` if it does not fit).
     """
-    from veil.ledger import Ledger
+    from veil.store.ledger import Ledger
 
     with Ledger.for_policy(policy) as ledger:
         return ledger.record(
@@ -120,7 +120,7 @@ def record_release(
 
 def get_release(policy: Policy, release_id: str) -> Release:
     """The release with this id; :class:`~veil.errors.ReleaseError` if there is none."""
-    from veil.ledger import Ledger
+    from veil.store.ledger import Ledger
 
     with Ledger.for_policy(policy) as ledger:
         return ledger.get_release(release_id)
@@ -128,7 +128,7 @@ def get_release(policy: Policy, release_id: str) -> Release:
 
 def list_releases(policy: Policy, kind: str | None = None) -> list[Release]:
     """Every release, oldest first, optionally only of one ``kind``."""
-    from veil.ledger import Ledger
+    from veil.store.ledger import Ledger
 
     with Ledger.for_policy(policy) as ledger:
         return ledger.list_releases(kind)

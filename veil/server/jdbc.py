@@ -22,7 +22,7 @@ from sqlglot import exp
 from sqlglot.executor import execute as sqlglot_execute
 
 from veil.policy import Policy
-from veil.proxy import server_catalog as catalog
+from veil.server import catalog
 
 __all__ = ["answer", "catalog_for"]
 

@@ -3,7 +3,7 @@
 pg-mimic's stock identity provider hands out plaintext passwords and lets unknown users in
 (with any password under MD5/cleartext, with an empty one under SCRAM). This plug-in instead
 checks the client's proof against the analyst's stored verifier
-(:mod:`veil.proxy.credentials`). An unknown user, or an analyst the policy no longer lists,
+(:mod:`veil.store.credentials`). An unknown user, or an analyst the policy no longer lists,
 runs the same exchange against a verifier of a random secret, with a salt derived from the
 user name and a per-server secret (so it is stable across attempts, like a real one), and is
 refused whatever it sends. The server never holds a password.
@@ -23,7 +23,7 @@ from pg_mimic.errors import INVALID_PASSWORD, PgError
 from pg_mimic.stream import PgStream
 from scramp import ScramException, ScramMechanism
 
-from veil.proxy.credentials import Verifier, random_verifier
+from veil.store.credentials import Verifier, random_verifier
 
 __all__ = ["VerifierScramAuth"]
 

@@ -42,7 +42,7 @@ from typing import Any
 from veil.errors import BudgetExhausted, InternalError, ReleaseError
 from veil.mechanisms.budget import as_epsilon, format_epsilon
 from veil.policy import Policy
-from veil.releases import Release, ReleasedStatistic, dumps
+from veil.store.releases import Release, ReleasedStatistic, dumps
 
 __all__ = ["Ledger", "Reservation"]
 
@@ -103,9 +103,7 @@ class Ledger:
         with self._transaction() as db:
             for stmt in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
                 db.execute(stmt)
-            db.execute(
-                "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
-            )
+            db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
     @classmethod
     def for_policy(cls, policy: Policy) -> Ledger:
@@ -131,9 +129,7 @@ class Ledger:
     def __enter__(self) -> Ledger:
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
     def _spent(self, db: sqlite3.Connection, analyst: str) -> Fraction:
@@ -156,9 +152,7 @@ class Ledger:
         with self._lock:
             return self._spent(self._db, analyst)
 
-    def reserve(
-        self, analyst: str, epsilon: Fraction, budget: Fraction, *, canonical_sql: str, cache_key: str
-    ) -> Reservation:
+    def reserve(self, analyst: str, epsilon: Fraction, budget: Fraction, *, canonical_sql: str, cache_key: str) -> Reservation:
         """Atomically charge ``epsilon`` if it fits in ``budget``; else raise BudgetExhausted (no charge)."""
         eps = as_epsilon(epsilon, allow_zero=True)
         with self._lock:
@@ -172,9 +166,7 @@ class Ledger:
             finally:
                 self._db.execute("PRAGMA synchronous=FULL")
 
-    def _reserve(
-        self, analyst: str, eps: Fraction, budget: Fraction, *, canonical_sql: str, cache_key: str
-    ) -> Reservation:
+    def _reserve(self, analyst: str, eps: Fraction, budget: Fraction, *, canonical_sql: str, cache_key: str) -> Reservation:
         with self._transaction() as db:
             spent = self._spent(db, analyst)
             remaining = budget - spent
@@ -200,9 +192,7 @@ class Ledger:
             row = db.execute("SELECT status FROM reservations WHERE id = ?", (reservation.id,)).fetchone()
             if row is None or row[0] != "reserved":
                 raise InternalError(f"cannot cancel reservation {reservation.id!r} in state {row and row[0]!r}")
-            db.execute(
-                "UPDATE reservations SET status = 'cancelled', finished_at = ? WHERE id = ?", (_now(), reservation.id)
-            )
+            db.execute("UPDATE reservations SET status = 'cancelled', finished_at = ? WHERE id = ?", (_now(), reservation.id))
             self._add_spent(db, reservation.analyst, -reservation.epsilon)
 
     def release(
@@ -219,9 +209,7 @@ class Ledger:
             row = db.execute("SELECT status FROM reservations WHERE id = ?", (reservation.id,)).fetchone()
             if row is None or row[0] != "reserved":
                 raise InternalError(f"cannot release reservation {reservation.id!r} in state {row and row[0]!r}")
-            db.execute(
-                "UPDATE reservations SET status = 'released', finished_at = ? WHERE id = ?", (_now(), reservation.id)
-            )
+            db.execute("UPDATE reservations SET status = 'released', finished_at = ? WHERE id = ?", (_now(), reservation.id))
             rel_id = self._insert_release(
                 db,
                 kind="query",
@@ -274,8 +262,7 @@ class Ledger:
         """The logged answer of an identical canonical query by the same analyst, if any."""
         with self._lock:
             row = self._db.execute(
-                "SELECT answer FROM releases WHERE kind = 'query' AND actor = ? AND cache_key = ? "
-                "ORDER BY created_at LIMIT 1",
+                "SELECT answer FROM releases WHERE kind = 'query' AND actor = ? AND cache_key = ? ORDER BY created_at LIMIT 1",
                 (analyst, cache_key),
             ).fetchone()
         return None if row is None else json.loads(row[0])
@@ -320,7 +307,7 @@ class Ledger:
         charge_to: str | None = None,
         budget: Fraction | None = None,
     ) -> str:
-        """Write a release record; see :func:`veil.releases.record_release`."""
+        """Write a release record; see :func:`veil.store.releases.record_release`."""
         if kind not in ("query", "publication"):
             raise ReleaseError(f"release kind must be 'query' or 'publication', got {kind!r}")
         eps = None if epsilon is None else as_epsilon(epsilon, allow_zero=True)
@@ -390,9 +377,7 @@ class Ledger:
         with self._lock:
             row = self._db.execute(f"SELECT {self._COLS} FROM releases WHERE id = ?", (release_id,)).fetchone()
             if row is None:
-                raise ReleaseError(
-                    f"no release with id {release_id!r} in {self.path}", hint="List releases with `veil releases`"
-                )
+                raise ReleaseError(f"no release with id {release_id!r} in {self.path}", hint="List releases with `veil releases`")
             return self._row_to_release(row)
 
     def list_releases(self, kind: str | None = None) -> list[Release]:

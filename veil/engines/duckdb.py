@@ -1,7 +1,7 @@
-"""The engine that runs generated SQL: a protocol, and DuckDB over the sandboxed warehouse reader.
+"""DuckDB, the embedded default engine, over the sandboxed warehouse reader.
 
 Engine-specific code lives here only. A :class:`DuckDBEngine` holds one cursor of the process-wide
-sandboxed reader (:func:`veil.warehouse.reader`: read-only, no external access, configuration
+sandboxed reader (:func:`veil.store.warehouse.reader`: read-only, no external access, configuration
 locked) and takes a fresh cursor when a curator write in this process reopened the reader.
 Engine errors never reach the analyst raw: they become :class:`EngineError` with a generic message.
 """
@@ -9,54 +9,14 @@ Engine errors never reach the analyst raw: they become :class:`EngineError` with
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import duckdb
 
-from veil.errors import QueryRejected
+from veil.engines.base import EngineError, Result
 from veil.policy import Policy
 
-__all__ = ["DuckDBEngine", "Engine", "EngineError", "Result", "output_type"]
-
-
-class EngineError(QueryRejected):
-    """The engine refused or failed to run generated SQL (message carries no data values)."""
-
-    sqlstate = "22000"
-
-    def __init__(self, message: str, *, hint: str | None = None, before_data: bool = False) -> None:
-        super().__init__(message, hint=hint)
-        self.before_data = before_data  # True: failed while binding, before reading any row
-
-
-@dataclass(frozen=True)
-class Result:
-    names: tuple[str, ...]
-    types: tuple[str, ...]  # DuckDB type names
-    rows: list[tuple[Any, ...]]
-
-
-class Engine(Protocol):
-    def execute(self, sql: str) -> Result: ...
-
-    def describe(self, sql: str) -> Result: ...
-
-    def close(self) -> None: ...
-
-
-def output_type(duckdb_type: str) -> str:
-    """Map an engine type to one of the wire types: bigint, double, text, boolean, date."""
-    t = str(duckdb_type).upper()
-    if t in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"):
-        return "bigint"
-    if t in ("FLOAT", "DOUBLE", "REAL") or t.startswith("DECIMAL"):
-        return "double"
-    if t == "BOOLEAN":
-        return "boolean"
-    if t == "DATE":
-        return "date"
-    return "text"
+__all__ = ["DuckDBEngine"]
 
 
 _BIND_ERRORS: tuple[type[BaseException], ...] = (
@@ -82,7 +42,7 @@ class DuckDBEngine:
             if self._cursor is None:
                 self._cursor = self._connection.cursor()
             return self._cursor
-        from veil import warehouse
+        from veil.store import warehouse
 
         assert self._policy is not None
         if self._cursor is None or warehouse.reader_generation(self._policy) != self._generation:

@@ -4,14 +4,14 @@ Built on pg-mimic 0.1.3 (pinned: this module overrides a few of its connection i
 What Veil adds on top of it:
 
 - logins: SCRAM-SHA-256 against stored verifiers, fail-closed for unknown users
-  (:mod:`veil.proxy.server_auth`); each connection is one analyst's
+  (:mod:`veil.server.auth`); each connection is one analyst's
   :class:`~veil.proxy.answer.QuerySession`;
 - TLS (``SSLRequest`` → ``start_tls``) when a certificate and key are given, and refusal of
   plaintext from non-loopback peers unless ``allow_plaintext``;
-- routing by one tokenizer pass (:mod:`veil.proxy.server_routing`): analyst queries go to the
+- routing by one tokenizer pass (:mod:`veil.server.routing`): analyst queries go to the
   query session (which parses them once), transaction and session statements (``BEGIN``,
   ``SET``, ``RESET``, ``DISCARD``, ``SHOW``) are answered here, catalog queries from the policy
-  (:mod:`veil.proxy.server_catalog`);
+  (:mod:`veil.server.catalog`);
 - the budget is charged once per executed portal: Parse and Describe never run the noisy
   query (Describe asks the query session for column types only), and the engine work runs on
   a worker thread so one slow query never stalls other clients;
@@ -60,10 +60,10 @@ from pg_mimic.stream import ConnectionClosed, PgStream
 
 from veil.errors import InputError, InternalError, NotAllowed, VeilError, did_you_mean
 from veil.policy import Policy
-from veil.proxy import server_catalog as catalog
-from veil.proxy.credentials import CredentialStore
-from veil.proxy.server_auth import VerifierScramAuth
-from veil.proxy.server_routing import Route, bind_parameters, route, split
+from veil.server import catalog
+from veil.server.auth import VerifierScramAuth
+from veil.server.routing import Route, bind_parameters, route, split
+from veil.store.credentials import CredentialStore
 
 __all__ = ["ServerThread", "VeilServer", "make_ssl_context", "serve"]
 
@@ -866,7 +866,7 @@ class VeilServer(PgServer):
 
     async def catalog_answer(self, session: VeilSession, sql: str, expr: Any) -> tuple[list[ResultColumn], list[tuple]] | None:
         """Hook for client-specific catalog shapes (pgjdbc, DBeaver)."""
-        from veil.proxy.server_jdbc import answer as jdbc_answer
+        from veil.server.jdbc import answer as jdbc_answer
 
         return jdbc_answer(self.policy, session.connection, sql, expr)
 

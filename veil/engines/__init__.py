@@ -1,0 +1,1 @@
+"""Engines that run Veil's generated SQL (DuckDB embedded by default)."""

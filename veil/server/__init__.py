@@ -1,0 +1,1 @@
+"""``veil serve``: the PostgreSQL wire protocol in front of the analyst query path."""
