@@ -1,8 +1,9 @@
-"""Ledger: exact spend under many (concurrent) queries, refusal, cancel, cache, crash visibility."""
+"""Ledger: exact (ε, δ) spend under many (concurrent) queries, accounts, refusal, cancel, cache, crash, migration."""
 
 from __future__ import annotations
 
 import random
+import sqlite3
 import threading
 from fractions import Fraction
 from pathlib import Path
@@ -10,12 +11,16 @@ from pathlib import Path
 import pytest
 
 from veil.errors import BudgetExhausted, InternalError
-from veil.store.ledger import Ledger
-from veil.store.releases import ReleasedStatistic
+from veil.store.ledger import Account, Cost, Ledger
+from veil.store.records import ReleasedStatistic
 
 
 def stat(value: float = 1.0) -> ReleasedStatistic:
     return ReleasedStatistic("count(*)", "discrete_laplace", Fraction(1, 10), 1.0, 10.0, value, 30.0, ("Male",))
+
+
+def analyst(name: str, eps: Fraction, delta: Fraction = Fraction(1, 10**5)) -> Account:
+    return Account.analyst(name, eps, delta)
 
 
 def test_many_queries_sum_exactly(tmp_path: Path) -> None:
@@ -23,18 +28,19 @@ def test_many_queries_sum_exactly(tmp_path: Path) -> None:
     rng = random.Random(0)
     charges = [Fraction(rng.randint(1, 9), rng.choice([3, 7, 10, 11])) for _ in range(200)]
     budget = sum(charges)
+    alice = analyst("alice", budget)
     for i, c in enumerate(charges):
-        r = led.reserve("alice", c, budget, canonical_sql=f"q{i}", cache_key=f"k{i}")
+        r = led.reserve(Cost(c), [alice], actor="alice", canonical_sql=f"q{i}", cache_key=f"k{i}")
         led.release(r, answer={"i": i}, statistics=[stat()])
-    assert led.spent("alice") == budget
+    assert led.spent(alice.key) == Cost(budget)
     with pytest.raises(BudgetExhausted, match="remaining of"):
-        led.reserve("alice", Fraction(1, 10**9), budget, canonical_sql="x", cache_key="x")
-    assert led.spent("alice") == budget  # the refusal charged nothing
+        led.reserve(Cost(Fraction(1, 10**9)), [alice], actor="alice")
+    assert led.spent(alice.key) == Cost(budget)  # the refusal charged nothing
 
 
 def test_concurrent_reservations_never_exceed_budget(tmp_path: Path) -> None:
     path = tmp_path / "l.sqlite"
-    budget = Fraction(5)
+    bob = analyst("bob", Fraction(5))
     ok: list[Fraction] = []
     refused = []
 
@@ -44,7 +50,7 @@ def test_concurrent_reservations_never_exceed_budget(tmp_path: Path) -> None:
         for _ in range(30):
             c = Fraction(rng.randint(1, 5), 10)
             try:
-                r = led.reserve("bob", c, budget, canonical_sql="q", cache_key=str(rng.random()))
+                r = led.reserve(Cost(c), [bob], actor="bob", canonical_sql="q", cache_key=str(rng.random()))
             except BudgetExhausted:
                 refused.append(c)
                 continue
@@ -58,16 +64,44 @@ def test_concurrent_reservations_never_exceed_budget(tmp_path: Path) -> None:
     for t in threads:
         t.join()
     led = Ledger(path)
-    assert led.spent("bob") == sum(ok) <= budget
+    assert led.spent(bob.key).epsilon == sum(ok) <= 5
     assert refused, "the budget should have run out"
     assert sum(r["epsilon"] for r in led.reservations("bob") if r["status"] != "cancelled") == sum(ok)
 
 
+def test_delta_is_composed_and_refused_when_it_runs_out(tmp_path: Path) -> None:
+    led = Ledger(tmp_path / "l.sqlite")
+    a = analyst("a", Fraction(100), Fraction(3, 10**7))
+    per_query = Cost(Fraction(1, 100), Fraction(1, 10**7))
+    for _ in range(3):
+        led.release(led.reserve(per_query, [a], actor="a"), answer={}, statistics=[])
+    assert led.spent(a.key) == Cost(Fraction(3, 100), Fraction(3, 10**7))
+    with pytest.raises(BudgetExhausted, match="δ = 1e-07 but analyst 'a' has δ = 0 remaining"):
+        led.reserve(per_query, [a], actor="a")
+    led.reserve(Cost(Fraction(1, 100)), [a], actor="a")  # a pure-ε query still fits
+    assert led.spent(a.key).delta == Fraction(3, 10**7)
+
+
+def test_charge_is_all_accounts_or_none(tmp_path: Path) -> None:
+    led = Ledger(tmp_path / "l.sqlite")
+    alice, bob = analyst("alice", Fraction(10)), analyst("bob", Fraction(10))
+    table = Account.table("adult", Fraction(3, 2), None)
+    led.reserve(Cost(Fraction(1)), [alice, table], actor="alice")
+    with pytest.raises(BudgetExhausted, match=r"table 'adult' has ε = 0\.5 remaining of 1\.5"):
+        led.reserve(Cost(Fraction(1)), [bob, table], actor="bob")
+    assert led.spent(bob.key) == Cost(Fraction(0))  # bob's own budget was not touched by the refusal
+    r = led.reserve(Cost(Fraction(1, 2)), [bob, table], actor="bob")
+    assert led.spent(table.key).epsilon == Fraction(3, 2)
+    led.cancel(r)
+    assert led.spent(table.key).epsilon == 1 and led.spent(bob.key).epsilon == 0
+
+
 def test_cancel_refunds_and_double_release_is_a_bug(tmp_path: Path) -> None:
     led = Ledger(tmp_path / "l.sqlite")
-    r = led.reserve("a", Fraction(1, 2), Fraction(1), canonical_sql="q", cache_key="k")
+    a = analyst("a", Fraction(1))
+    r = led.reserve(Cost(Fraction(1, 2), Fraction(1, 10**7)), [a], actor="a")
     led.cancel(r)
-    assert led.spent("a") == 0
+    assert led.spent(a.key) == Cost(Fraction(0))
     with pytest.raises(InternalError, match=r"(?i)this is a bug"):
         led.release(r, answer={}, statistics=[])
 
@@ -75,40 +109,67 @@ def test_cancel_refunds_and_double_release_is_a_bug(tmp_path: Path) -> None:
 def test_crash_between_reserve_and_release_stays_charged(tmp_path: Path) -> None:
     path = tmp_path / "l.sqlite"
     led = Ledger(path)
-    led.reserve("a", Fraction(1, 4), Fraction(1), canonical_sql="SELECT 1", cache_key="k")
+    a = analyst("a", Fraction(1))
+    led.reserve(Cost(Fraction(1, 4)), [a], actor="a", canonical_sql="SELECT 1", cache_key="k")
     led.close()  # "crash": the process dies before release
     again = Ledger(path)
-    assert again.spent("a") == Fraction(1, 4)
+    assert again.spent(a.key).epsilon == Fraction(1, 4)
     (row,) = again.reservations("a")
-    assert row["status"] == "reserved"
+    assert row["status"] == "reserved" and row["accounts"] == ("analyst:a",)
     assert again.cached_answer("a", "k") is None  # nothing was released
 
 
 def test_cache_returns_logged_answer_per_analyst(tmp_path: Path) -> None:
     led = Ledger(tmp_path / "l.sqlite")
-    r = led.reserve("a", Fraction(1), Fraction(2), canonical_sql="q", cache_key="k")
+    r = led.reserve(Cost(Fraction(1)), [analyst("a", Fraction(2))], actor="a", canonical_sql="q", cache_key="k")
     rid = led.release(r, answer={"rows": [[41.5]]}, statistics=[stat(41.5)])
     assert led.cached_answer("a", "k") == {"rows": [[41.5]]}
     assert led.cached_answer("b", "k") is None
     rel = led.get_release(rid)
     assert rel.statistics[0].value == 41.5 and rel.statistics[0].group == ("Male",)
-    assert rel.epsilon == 1 and rel.kind == "query" and rel.canonical_sql == "q"
+    assert rel.epsilon == 1 and rel.delta == 0 and rel.kind == "query" and rel.canonical_sql == "q"
 
 
-def test_publication_records_and_charge(tmp_path: Path) -> None:
+def test_publication_record_carries_its_reservation(tmp_path: Path) -> None:
     led = Ledger(tmp_path / "l.sqlite")
-    pid = led.record(
-        kind="publication",
-        method="pate",
-        params={"teachers": 250},
-        metrics={"acc": 0.8},
-        epsilon=2.5,
-        delta=1e-5,
-        charge_to="curator",
-        budget=Fraction(3),
-    )
-    assert led.spent("curator") == Fraction(5, 2)
+    table = Account.table("adult", Fraction(3), Fraction(1, 10**4))
+    r = led.reserve(Cost(Fraction(5, 2), Fraction(1, 10**5)), [table], actor="curator", what="publication")
+    pid = led.record(kind="publication", method="pate", params={"teachers": 250}, metrics={"acc": 0.8}, reservation=r)
+    assert led.spent(table.key) == Cost(Fraction(5, 2), Fraction(1, 10**5))
     rel = led.get_release(pid)
-    assert rel.params == {"teachers": 250} and rel.delta == 1e-5
+    assert rel.params == {"teachers": 250} and rel.delta == Fraction(1, 10**5) and rel.epsilon == Fraction(5, 2)
+    with pytest.raises(BudgetExhausted, match="publication needs"):
+        led.reserve(Cost(Fraction(1)), [table], actor="curator", what="publication")
+    with pytest.raises(InternalError):
+        led.record(kind="publication", method="pate", params={}, metrics={}, reservation=r)  # already released
+
+
+def test_version_1_ledger_is_migrated(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    db.executescript(
+        """
+        CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        INSERT INTO meta VALUES ('schema_version', '1');
+        CREATE TABLE spend(analyst TEXT PRIMARY KEY, spent TEXT NOT NULL);
+        INSERT INTO spend VALUES ('alice', '3/4');
+        CREATE TABLE reservations(id TEXT PRIMARY KEY, analyst TEXT NOT NULL, epsilon TEXT NOT NULL,
+            status TEXT NOT NULL, canonical_sql TEXT, cache_key TEXT, created_at TEXT NOT NULL, finished_at TEXT);
+        CREATE INDEX reservations_analyst ON reservations(analyst, status);
+        INSERT INTO reservations VALUES ('q1', 'alice', '3/4', 'released', 'q', 'k', '2026-01-01', '2026-01-01');
+        CREATE TABLE releases(id TEXT PRIMARY KEY, kind TEXT NOT NULL, method TEXT NOT NULL, actor TEXT NOT NULL,
+            created_at TEXT NOT NULL, table_name TEXT, params TEXT NOT NULL, metrics TEXT NOT NULL,
+            epsilon TEXT, delta REAL, canonical_sql TEXT, cache_key TEXT, answer TEXT, reservation_id TEXT);
+        INSERT INTO releases VALUES ('p1', 'publication', 'pate', 'curator', '2026-01-01', NULL, '{}', '{}',
+            '2', 1e-05, NULL, NULL, NULL, NULL);
+        """
+    )
+    db.close()
+    led = Ledger(path)
+    assert led.spent("analyst:alice") == Cost(Fraction(3, 4))
+    (row,) = led.reservations("alice")
+    assert row["accounts"] == ("analyst:alice",) and row["delta"] == 0
+    assert led.get_release("p1").delta == Fraction(1, 10**5)
+    led.reserve(Cost(Fraction(1, 4)), [analyst("alice", Fraction(1))], actor="alice")
     with pytest.raises(BudgetExhausted):
-        led.record(kind="publication", method="pate", params={}, metrics={}, epsilon=1, charge_to="curator", budget=Fraction(3))
+        led.reserve(Cost(Fraction(1, 100)), [analyst("alice", Fraction(1))], actor="alice")

@@ -51,7 +51,7 @@ def test_good_policy_parses_to_exact_values(tmp_path: Path) -> None:
     assert pol.database_path == (tmp_path / "w.duckdb").resolve()
     assert pol.ledger_path == (tmp_path / "l.sqlite").resolve()
     assert pol.defaults.epsilon_per_query == Fraction(1, 4)
-    assert pol.defaults.partition_delta == 1e-7
+    assert pol.defaults.partition_delta == Fraction(1, 10**7)
     assert pol.tables["adult"].columns["age"].lower == 17
     assert pol.tables["adult"].columns["sex"].values == ("Female", "Male")
     assert pol.tables["adult"].columns["ok"].values == (False, True)

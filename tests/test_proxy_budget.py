@@ -94,8 +94,8 @@ def test_private_groups_below_threshold_are_not_released(policy: Policy) -> None
     with QuerySession(policy, "alice", noise_off_for_tests=True) as s:
         ex = s.explain("SELECT age, COUNT(*) FROM people GROUP BY age", epsilon=1)
         ans = s.execute("SELECT age, COUNT(*) FROM people GROUP BY age", epsilon=1)
-    # τ = c + ⌈b·ln(c/δ)⌉ with c = 1, b = 1/ε = 1, δ = 1e-6
-    assert ex.partition_threshold == 1 + 14 and ex.partition_delta == 1e-6
+    # τ = c + ⌈b·ln(c/δ)⌉ with c = 1, b = 1/ε = 1, δ = 1e-7
+    assert ex.partition_threshold == 1 + 17 and ex.partition_delta == Fraction(1, 10**7)
     assert ans.rows and all(n >= ex.partition_threshold for _, n in ans.rows)
     with QuerySession(policy, "alice", noise_off_for_tests=True) as s:
         tiny = s.execute("SELECT age, COUNT(*) FROM people WHERE age = 40 AND income < 5000 GROUP BY age", epsilon=1)

@@ -268,7 +268,7 @@ def test_cli_from_release_log(tmp_path: Path):
     assert runner.invoke(cli, ["ingest", "--policy", policy, "--table", "pts", str(tmp_path / "pts.csv")]).exit_code == 0
 
     from veil.policy import load_policy
-    from veil.store.ledger import Ledger
+    from veil.store.ledger import Account, Cost, Ledger
 
     sql = "SELECT AVG(pts.a), AVG(pts.b), AVG(pts.c) FROM pts WHERE pts.label = 1"
     n_p = int(truth.sum())
@@ -279,7 +279,13 @@ def test_cli_from_release_log(tmp_path: Path):
             stat(f"sum(pts.{col} - 0)", float(df.loc[truth, col].sum()), 20.0),
         ]
     with Ledger.for_policy(load_policy(tmp_path / "policy.toml")) as ledger:
-        res = ledger.reserve("alice", Fraction(3, 10), Fraction(10), canonical_sql=sql, cache_key="k1")
+        res = ledger.reserve(
+            Cost(Fraction(3, 10)),
+            [Account.analyst("alice", Fraction(10), Fraction(0))],
+            actor="alice",
+            canonical_sql=sql,
+            cache_key="k1",
+        )
         rid = ledger.release(
             res, answer={"columns": ["avg", "avg", "avg"], "rows": [[0, 0, 0]]}, statistics=statistics, table="pts"
         )

@@ -58,7 +58,7 @@ def test_audit_adult_release_from_log(adult_policy, tmp_path):
     import pandas as pd
 
     from veil.policy import load_policy
-    from veil.store.ledger import Ledger
+    from veil.store.ledger import Account, Cost, Ledger
     from veil.store.warehouse import read_table, write_table
 
     policy_path = adult_policy(rows=3000, drop_missing=True)
@@ -77,7 +77,13 @@ def test_audit_adult_release_from_log(adult_policy, tmp_path):
         ReleasedStatistic(f"avg(adult_onehot.{c})", "laplace", Fraction(1, 100), 1.0, 0.0, float(cls[c].mean())) for c in feats
     ] + [ReleasedStatistic("count(*)", "discrete_laplace", Fraction(1, 100), 1.0, 1.0, float(len(cls)))]
     with Ledger.for_policy(policy) as ledger:
-        res = ledger.reserve("alice", Fraction(1, 10), Fraction(10), canonical_sql=sql, cache_key="adult-avg")
+        res = ledger.reserve(
+            Cost(Fraction(1, 10)),
+            [Account.analyst("alice", Fraction(10), Fraction(0))],
+            actor="alice",
+            canonical_sql=sql,
+            cache_key="adult-avg",
+        )
         rid = ledger.release(res, answer={}, statistics=stats, table="adult_onehot")
     out = CliRunner().invoke(
         __import__("veil.cli.main", fromlist=["cli"]).cli,

@@ -47,7 +47,7 @@ def _assert_every_charge_released(policy_path: Path, analyst: str) -> Fraction:
     policy = load_policy(policy_path)
     with Ledger.for_policy(policy) as ledger:
         rows = ledger.reservations(analyst)
-        spent = ledger.spent(analyst)
+        spent = ledger.spent(f"analyst:{analyst}").epsilon
         released_ids = {r.id for r in ledger.list_releases()}
     assert all(r["status"] != "reserved" for r in rows), rows  # nothing charged and left unanswered
     charged = [r for r in rows if r["status"] != "cancelled"]

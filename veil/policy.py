@@ -60,6 +60,16 @@ def _exact(value: Any, where: str) -> Fraction:
     return Fraction(value)
 
 
+def _probability(value: Any, where: str, *, allow_zero: bool = False) -> Fraction:
+    """A δ-like number in (0, 1) (or [0, 1) with ``allow_zero``) as an exact Fraction (floats via repr)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PolicyError(f"{where} must be a number in (0, 1), got {value!r}", hint="Use e.g. 1e-6")
+    frac = Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
+    if not (0 <= frac < 1) or (frac == 0 and not allow_zero) or not math.isfinite(float(value)):
+        raise PolicyError(f"{where} must be in {'[0' if allow_zero else '(0'}, 1), got {value!r}", hint="Use e.g. 1e-6")
+    return frac
+
+
 @dataclass(frozen=True)
 class ColumnSpec:
     """One queryable column: its type and, for numbers and dates, its public bounds."""
@@ -88,6 +98,8 @@ class TableSpec:
     privacy_unit: str | None = None  # None = each row is a privacy unit
     max_rows_per_unit: int = 1
     public: bool = False
+    epsilon_total: Fraction | None = None  # cap on the privacy loss of everyone in the table (all analysts + publications)
+    delta_total: Fraction | None = None
 
     def column(self, name: str) -> ColumnSpec:
         try:
@@ -99,17 +111,23 @@ class TableSpec:
             ) from None
 
 
+#: An analyst's total δ when the policy does not say: 100 private-key GROUP BYs at the default partition δ.
+DEFAULT_ANALYST_DELTA = Fraction(1, 10**5)
+
+
 @dataclass(frozen=True)
 class AnalystSpec:
     name: str
-    epsilon: Fraction  # total budget
+    epsilon: Fraction  # total ε budget
+    delta: Fraction = DEFAULT_ANALYST_DELTA  # total δ budget
 
 
 @dataclass(frozen=True)
 class Defaults:
     epsilon_per_query: Fraction = Fraction(1, 2)
-    partition_delta: float = 1e-6  # δ for DP partition selection over private group keys
-    confidence: float = 0.95
+    min_epsilon_per_query: Fraction = Fraction(1, 1000)  # smaller requests are refused, free
+    partition_delta: Fraction = Fraction(1, 10**7)  # δ charged by DP partition selection over private group keys
+    confidence: float = 0.95  # level of the confidence intervals attached to answers
 
 
 @dataclass(frozen=True)
@@ -147,9 +165,12 @@ class Policy:
 
 
 _TOP_KEYS = {"database", "ledger", "defaults", "tables", "analysts"}
-_TABLE_KEYS = {"privacy_unit", "max_rows_per_unit", "public", "columns"}
+_TABLE_KEYS = {"privacy_unit", "max_rows_per_unit", "public", "columns", "epsilon_total", "delta_total"}
 _COLUMN_KEYS = {"type", "lower", "upper", "values"}
-_DEFAULT_KEYS = {"epsilon_per_query", "partition_delta", "confidence"}
+_DEFAULT_KEYS = {"epsilon_per_query", "min_epsilon_per_query", "partition_delta", "confidence"}
+#: Largest magnitude a declared numeric bound may have: sums of up to 10¹² such values stay exact enough
+#: in a double and far from overflow, whatever the data.
+MAX_BOUND = Fraction(10**15)
 
 
 def _check_keys(section: Mapping[str, Any], allowed: set[str], where: str) -> None:
@@ -182,6 +203,11 @@ def _parse_column(table: str, name: str, raw: Any) -> ColumnSpec:
             lo, hi = _exact(lower, f"{where}.lower"), _exact(upper, f"{where}.upper")
             if lo > hi:
                 raise PolicyError(f"{where} has lower {lower} > upper {upper}", hint="Swap the bounds")
+            if max(abs(lo), abs(hi)) > MAX_BOUND:
+                raise PolicyError(
+                    f"{where} bounds {lower}, {upper} exceed ±10^15",
+                    hint="Rescale the column (e.g. store thousands) so its declared range fits within ±1e15",
+                )
             if ctype == "int" and (lo.denominator != 1 or hi.denominator != 1):
                 raise PolicyError(f"{where} is an int column with fractional bounds {lower}, {upper}")
     elif ctype == "date":
@@ -247,12 +273,24 @@ def _parse_table(name: str, raw: Any) -> TableSpec:
         privacy_unit = unit
     if public and privacy_unit is not None:
         raise PolicyError(f"{where} is public, so it has no privacy unit", hint="Remove privacy_unit or public")
+    eps_total = raw.get("epsilon_total")
+    delta_total = raw.get("delta_total")
+    if public and (eps_total is not None or delta_total is not None):
+        raise PolicyError(f"{where} is public, so it has no privacy budget", hint="Remove epsilon_total / delta_total")
+    if eps_total is not None:
+        eps_total = _exact(eps_total, f"{where}.epsilon_total")
+        if eps_total < 0:
+            raise PolicyError(f"{where}.epsilon_total must be ≥ 0, got {raw['epsilon_total']}")
+    if delta_total is not None:
+        delta_total = _probability(delta_total, f"{where}.delta_total", allow_zero=True)
     return TableSpec(
         name=name,
         columns=MappingProxyType(columns),
         privacy_unit=privacy_unit,
         max_rows_per_unit=max_rows,
         public=public,
+        epsilon_total=eps_total,
+        delta_total=delta_total,
     )
 
 
@@ -271,25 +309,33 @@ def parse_policy(data: Mapping[str, Any], path: Path) -> Policy:
     eps = _exact(d.get("epsilon_per_query", 0.5), "[defaults].epsilon_per_query")
     if eps <= 0:
         raise PolicyError(f"[defaults].epsilon_per_query must be > 0, got {d.get('epsilon_per_query')}")
-    delta = d.get("partition_delta", 1e-6)
-    if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0 < delta < 1:
-        raise PolicyError(f"[defaults].partition_delta must be in (0, 1), got {delta!r}")
+    min_eps = _exact(d.get("min_epsilon_per_query", 0.001), "[defaults].min_epsilon_per_query")
+    if min_eps <= 0:
+        raise PolicyError(f"[defaults].min_epsilon_per_query must be > 0, got {d.get('min_epsilon_per_query')}")
+    if eps < min_eps:
+        raise PolicyError(
+            f"[defaults].epsilon_per_query {d.get('epsilon_per_query')} is below min_epsilon_per_query {float(min_eps):g}"
+        )
+    delta = _probability(d.get("partition_delta", 1e-7), "[defaults].partition_delta")
     conf = d.get("confidence", 0.95)
-    if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not 0 < conf < 1:
-        raise PolicyError(f"[defaults].confidence must be in (0, 1), got {conf!r}")
-    defaults = Defaults(epsilon_per_query=eps, partition_delta=float(delta), confidence=float(conf))
+    if isinstance(conf, bool) or not isinstance(conf, (int, float)) or not 0.5 <= conf < 1:
+        raise PolicyError(f"[defaults].confidence must be in [0.5, 1), got {conf!r}", hint="Use e.g. 0.95")
+    defaults = Defaults(epsilon_per_query=eps, min_epsilon_per_query=min_eps, partition_delta=delta, confidence=float(conf))
     tables = {name: _parse_table(name, raw) for name, raw in _section(data, "tables", "policy").items()}
     analysts: dict[str, AnalystSpec] = {}
     for name, raw in _section(data, "analysts", "policy").items():
         if not isinstance(raw, Mapping):
             raise PolicyError(f"[analysts.{name}] must be a table with an epsilon budget")
-        _check_keys(raw, {"epsilon"}, f"[analysts.{name}]")
+        _check_keys(raw, {"epsilon", "delta"}, f"[analysts.{name}]")
         if "epsilon" not in raw:
             raise PolicyError(f"[analysts.{name}] has no epsilon", hint="Add epsilon = <total budget>")
         budget = _exact(raw["epsilon"], f"[analysts.{name}].epsilon")
         if budget < 0:
             raise PolicyError(f"[analysts.{name}].epsilon must be ≥ 0, got {raw['epsilon']}")
-        analysts[name] = AnalystSpec(name=name, epsilon=budget)
+        a_delta = (
+            _probability(raw["delta"], f"[analysts.{name}].delta", allow_zero=True) if "delta" in raw else DEFAULT_ANALYST_DELTA
+        )
+        analysts[name] = AnalystSpec(name=name, epsilon=budget, delta=a_delta)
     return Policy(
         path=path,
         database_path=db_path.resolve(),

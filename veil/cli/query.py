@@ -68,7 +68,7 @@ def explain(policy_path: Path, analyst: str, epsilon: float | None, fmt: str, sq
                 "public": ex.public,
                 "contribution_bound": ex.contribution,
                 "partition_threshold": ex.partition_threshold,
-                "partition_delta": ex.partition_delta,
+                "partition_delta": None if ex.partition_delta is None else float(ex.partition_delta),
                 "statistics": ex.rows(),
             },
         )
@@ -79,7 +79,7 @@ def explain(policy_path: Path, analyst: str, epsilon: float | None, fmt: str, sq
         if ex.partition_threshold is not None:
             extra = (
                 f"; private group keys: a group is shown when its noisy count ≥ {ex.partition_threshold}"
-                f" (δ = {ex.partition_delta:g})"
+                f" (δ = {float(ex.partition_delta):g})"
             )
         click.echo(f"total ε = {float(ex.epsilon):g} (exact {ex.epsilon}){extra}", err=True)
 
@@ -90,7 +90,7 @@ def explain(policy_path: Path, analyst: str, epsilon: float | None, fmt: str, sq
 @format_option
 @run_guarded
 def budget(policy_path: Path, analyst: str, fmt: str) -> None:
-    """Show the analyst's total, spent and remaining ε."""
+    """Show the analyst's total, spent and remaining ε and δ."""
     with QuerySession(load_policy(policy_path), analyst) as session:
         b = session.budget()
-    emit({"analyst": b.analyst, "total": float(b.total), "spent": float(b.spent), "remaining": float(b.remaining)}, fmt)
+    emit(b.to_dict(), fmt)

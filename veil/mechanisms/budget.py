@@ -17,7 +17,7 @@ from fractions import Fraction
 
 from veil.errors import InputError
 
-__all__ = ["as_epsilon", "format_epsilon"]
+__all__ = ["as_delta", "as_epsilon", "format_delta", "format_epsilon"]
 
 
 def as_epsilon(value: object, *, what: str = "epsilon", allow_zero: bool = False) -> Fraction:
@@ -49,6 +49,27 @@ def as_epsilon(value: object, *, what: str = "epsilon", allow_zero: bool = False
     if frac < 0 or (frac == 0 and not allow_zero):
         raise InputError(f"{what} must be {'≥' if allow_zero else '>'} 0, got {value!r}")
     return frac
+
+
+def as_delta(value: object, *, what: str = "delta") -> Fraction:
+    """Validate ``value`` as a δ in [0, 1) and return it as an exact Fraction (floats via their repr).
+
+    >>> as_delta(1e-7)
+    Fraction(1, 10000000)
+    """
+    frac = as_epsilon(value, what=what, allow_zero=True)
+    if frac >= 1:
+        raise InputError(f"{what} must be < 1, got {value!r}", hint="Pass a small probability such as 1e-6")
+    return frac
+
+
+def format_delta(value: Fraction) -> str:
+    """Human-readable δ (3 significant digits, exact when short).
+
+    >>> format_delta(Fraction(1, 10**7)), format_delta(Fraction(0))
+    ('1e-07', '0')
+    """
+    return "0" if value == 0 else f"{float(value):.3g}"
 
 
 def format_epsilon(value: Fraction) -> str:

@@ -79,9 +79,27 @@ class Answer:
 @dataclass(frozen=True)
 class BudgetStatus:
     analyst: str
-    total: Fraction
+    total: Fraction  # ε
     spent: Fraction
     remaining: Fraction
+    delta_total: Fraction = Fraction(0)
+    delta_spent: Fraction = Fraction(0)
+    delta_remaining: Fraction = Fraction(0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON shape of ``veil budget --format json``."""
+        return {
+            "analyst": self.analyst,
+            "total": float(self.total),
+            "spent": float(self.spent),
+            "remaining": float(self.remaining),
+            "epsilon_total": float(self.total),
+            "epsilon_spent": float(self.spent),
+            "epsilon_remaining": float(self.remaining),
+            "delta_total": float(self.delta_total),
+            "delta_spent": float(self.delta_spent),
+            "delta_remaining": float(self.delta_remaining),
+        }
 
 
 @dataclass(frozen=True)
@@ -305,9 +323,17 @@ class QuerySession:
 
     # -- public API -------------------------------------------------------------------------
     def budget(self) -> BudgetStatus:
-        spent = self.ledger.spent(self.analyst)
-        total = self._spec.epsilon
-        return BudgetStatus(self.analyst, total, spent, max(total - spent, Fraction(0)))
+        spent = self.ledger.spent(f"analyst:{self.analyst}")
+        total, dtotal = self._spec.epsilon, self._spec.delta
+        return BudgetStatus(
+            self.analyst,
+            total,
+            spent.epsilon,
+            max(total - spent.epsilon, Fraction(0)),
+            dtotal,
+            spent.delta,
+            max(dtotal - spent.delta, Fraction(0)),
+        )
 
     def explain(self, sql: str, *, epsilon: Fraction | float | None = None) -> Explanation:
         p = self._plan(sql, epsilon)
@@ -383,7 +409,16 @@ class QuerySession:
         assert table is not None
         queries = rewrite(p, self._source_sql(table))
         domain = self._public_domain(p) if p.public_keys else None
-        reservation = self.ledger.reserve(self.analyst, p.cost, self._spec.epsilon, canonical_sql=canonical, cache_key=key)
+        from veil.store.ledger import Cost, accounts_for
+
+        cost = Cost(p.cost, Fraction(p.partition_delta) if p.partition_delta else Fraction(0))
+        reservation = self.ledger.reserve(
+            cost,
+            accounts_for(self.policy, analyst=self.analyst, tables=[table]),
+            actor=self.analyst,
+            canonical_sql=canonical,
+            cache_key=key,
+        )
         try:
             groups, raw, grids, key_types = self._run(p, queries, domain)
         except EngineError as exc:

@@ -111,7 +111,7 @@ class QueryPlan:
     public_keys: bool  # every key has a public domain (all declared keys appear)
     partition_stat: int | None  # statistic whose noisy value selects private partitions
     partition_threshold: int | None  # release a group when its noisy count ≥ this
-    partition_delta: float | None
+    partition_delta: Fraction | None
 
     @property
     def cost(self) -> Fraction:
@@ -326,7 +326,7 @@ def plan(
     *,
     epsilon: Fraction,
     contribution: int,
-    partition_delta: float,
+    partition_delta: Fraction,
     clamped_source: bool = False,
 ) -> QueryPlan:
     """Plan the noisy statistics for a private aggregate query.
@@ -460,7 +460,7 @@ def plan(
     stats = tuple(Statistic(id=i, epsilon=share, **spec) for i, spec in enumerate(b.specs))  # type: ignore[arg-type]
     if partition_stat is not None:
         scale = stats[partition_stat].scale
-        threshold = c + math.ceil(scale * math.log(c / partition_delta))
+        threshold = c + math.ceil(scale * math.log(c / float(partition_delta)))
     return QueryPlan(
         analysis=analysis,
         epsilon=epsilon,

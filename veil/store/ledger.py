@@ -1,27 +1,40 @@
-"""The durable privacy ledger: budgets, reservations, the release log and the answer cache.
+"""The durable privacy ledger: (ε, δ) budgets, reservations, the release log and the answer cache.
 
 One SQLite file in WAL mode with ``synchronous=FULL``; every change is one ``BEGIN IMMEDIATE``
-transaction, so concurrent sessions and processes serialise on it. Invariants (tested):
+transaction, so concurrent sessions and processes serialise on it. This module is the one owner of
+the ledger's schema (the credential table of ``veil serve`` lives in the same file).
 
-* ``spend.spent`` of an analyst equals the exact sum of ε over that analyst's reservations whose
-  status is ``reserved`` or ``released``; it never exceeds the budget passed to :meth:`Ledger.reserve`.
+Budgets are kept per **account**: one per analyst (``analyst:NAME``) and one per table with a
+declared cap (``table:NAME``). A charge is a :class:`Cost` (ε, δ) placed on several accounts at once
+— an analyst query on a capped table charges the analyst and the table, a publication charges the
+table — atomically: all of them or none. Composition is basic (sequential) composition: ε and δ each
+add up. Invariants (tested):
+
+* ``accounts.epsilon_spent`` / ``delta_spent`` of an account equal the exact sums over the
+  reservations that charged it and are ``reserved`` or ``released``; they never exceed the totals
+  passed to :meth:`Ledger.reserve`.
 * A reservation is committed (atomically, visible to every session) before any statistic is
   computed; a release row is committed with ``synchronous=FULL`` before the answer is returned, and
   that sync also makes the reservation durable (WAL frames are synced in order), so a durable answer
-  always has a durable charge. A crash in between leaves a ``reserved`` row:
-  charged but unanswered, visible in the log, never refunded.
-* :meth:`Ledger.cancel` refunds only reservations for which no noise was drawn (the caller's promise:
-  the engine failed before noise).
+  always has a durable charge. A crash in between leaves a ``reserved`` row: charged but unanswered,
+  visible in the log, never refunded.
+* :meth:`Ledger.cancel` refunds only reservations for which no noise was drawn (the caller's promise).
 
-Schema (also in ``docs/ledger.md``)::
+Schema version 2 (``docs/ledger.md``)::
 
-    spend(analyst TEXT PRIMARY KEY, spent TEXT)                      -- exact Fraction "n/d"
-    reservations(id TEXT PRIMARY KEY, analyst, epsilon TEXT, status TEXT, canonical_sql, cache_key,
-                 created_at, finished_at)                           -- status: reserved|released|cancelled
-    releases(id TEXT PRIMARY KEY, kind, method, actor, created_at, table_name, params JSON,
-             metrics JSON, epsilon TEXT, delta REAL, canonical_sql, cache_key, answer JSON, reservation_id)
-    statistics(release_id, idx, name, mechanism, epsilon TEXT, sensitivity REAL, scale REAL,
-               value JSON, ci95 REAL, grp JSON, PRIMARY KEY (release_id, idx))
+    accounts(account TEXT PRIMARY KEY, epsilon_spent TEXT, delta_spent TEXT)   -- exact fractions "n/d"
+    reservations(id, actor, epsilon TEXT, delta TEXT, accounts JSON, status, canonical_sql, cache_key,
+                 created_at, finished_at)                                    -- reserved|released|cancelled
+    releases(id, kind, method, actor, created_at, table_name, params JSON, metrics JSON, epsilon TEXT,
+             delta TEXT, canonical_sql, cache_key, answer JSON, reservation_id)
+    statistics(release_id, idx, name, mechanism, epsilon TEXT, sensitivity, scale, value JSON, ci95, grp JSON)
+
+>>> import tempfile, pathlib
+>>> with Ledger(pathlib.Path(tempfile.mkdtemp()) / "l.sqlite") as led:
+...     alice = Account.analyst("alice", Fraction(1), Fraction(1, 10**5))
+...     r = led.reserve(Cost(Fraction(1, 2), Fraction(1, 10**7)), [alice], actor="alice")
+...     led.spent(alice.key)
+Cost(epsilon=Fraction(1, 2), delta=Fraction(1, 10000000))
 """
 
 from __future__ import annotations
@@ -30,7 +43,7 @@ import json
 import secrets
 import sqlite3
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,25 +53,28 @@ from types import TracebackType
 from typing import Any
 
 from veil.errors import BudgetExhausted, InternalError, ReleaseError
-from veil.mechanisms.budget import as_epsilon, format_epsilon
+from veil.mechanisms.budget import as_delta, as_epsilon, format_delta, format_epsilon
 from veil.policy import Policy
-from veil.store.releases import Release, ReleasedStatistic, dumps
+from veil.store.records import Release, ReleasedStatistic, dumps
 
-__all__ = ["Ledger", "Reservation"]
+__all__ = ["Account", "Cost", "Ledger", "Reservation", "accounts_for"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Seconds a transaction waits for another process's write lock before giving up.
+BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS spend(analyst TEXT PRIMARY KEY, spent TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS accounts(
+    account TEXT PRIMARY KEY, epsilon_spent TEXT NOT NULL, delta_spent TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS reservations(
-    id TEXT PRIMARY KEY, analyst TEXT NOT NULL, epsilon TEXT NOT NULL, status TEXT NOT NULL,
-    canonical_sql TEXT, cache_key TEXT, created_at TEXT NOT NULL, finished_at TEXT);
-CREATE INDEX IF NOT EXISTS reservations_analyst ON reservations(analyst, status);
+    id TEXT PRIMARY KEY, actor TEXT NOT NULL, epsilon TEXT NOT NULL, delta TEXT NOT NULL, accounts TEXT NOT NULL,
+    status TEXT NOT NULL, canonical_sql TEXT, cache_key TEXT, created_at TEXT NOT NULL, finished_at TEXT);
+CREATE INDEX IF NOT EXISTS reservations_actor ON reservations(actor, status);
 CREATE TABLE IF NOT EXISTS releases(
     id TEXT PRIMARY KEY, kind TEXT NOT NULL, method TEXT NOT NULL, actor TEXT NOT NULL,
     created_at TEXT NOT NULL, table_name TEXT, params TEXT NOT NULL, metrics TEXT NOT NULL,
-    epsilon TEXT, delta REAL, canonical_sql TEXT, cache_key TEXT, answer TEXT, reservation_id TEXT);
+    epsilon TEXT, delta TEXT, canonical_sql TEXT, cache_key TEXT, answer TEXT, reservation_id TEXT);
 CREATE INDEX IF NOT EXISTS releases_cache ON releases(actor, cache_key);
 CREATE INDEX IF NOT EXISTS releases_kind ON releases(kind);
 CREATE TABLE IF NOT EXISTS statistics(
@@ -67,13 +83,24 @@ CREATE TABLE IF NOT EXISTS statistics(
     PRIMARY KEY (release_id, idx));
 """
 
+#: Schema version 1 (one ε per analyst in ``spend``) → version 2 (accounts with ε and δ).
+_MIGRATE_1_TO_2 = """
+INSERT OR IGNORE INTO accounts(account, epsilon_spent, delta_spent) SELECT 'analyst:' || analyst, spent, '0' FROM spend;
+DROP TABLE spend;
+ALTER TABLE reservations RENAME COLUMN analyst TO actor;
+ALTER TABLE reservations ADD COLUMN delta TEXT NOT NULL DEFAULT '0';
+ALTER TABLE reservations ADD COLUMN accounts TEXT NOT NULL DEFAULT '[]';
+UPDATE reservations SET accounts = json_array('analyst:' || actor);
+DROP INDEX IF EXISTS reservations_analyst;
+"""
+
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
-def _frac(text: str | None) -> Fraction | None:
-    return None if text is None else Fraction(text)
+def _frac(text: object) -> Fraction | None:
+    return None if text is None else Fraction(str(text))
 
 
 def _new_id(prefix: str) -> str:
@@ -81,12 +108,97 @@ def _new_id(prefix: str) -> str:
 
 
 @dataclass(frozen=True)
+class Cost:
+    """A privacy cost (ε, δ), exact. Adds up under basic composition."""
+
+    epsilon: Fraction
+    delta: Fraction = Fraction(0)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.epsilon, Fraction) or not isinstance(self.delta, Fraction):
+            raise InternalError(f"Cost needs exact Fractions, got {self.epsilon!r}, {self.delta!r}")
+        if self.epsilon < 0 or self.delta < 0 or self.delta >= 1:
+            raise InternalError(f"Cost out of range: ε = {self.epsilon}, δ = {self.delta}")
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.epsilon + other.epsilon, self.delta + other.delta)
+
+    def __str__(self) -> str:
+        text = f"ε = {format_epsilon(self.epsilon)}"
+        return text + (f", δ = {format_delta(self.delta)}" if self.delta else "")
+
+
+ZERO = Cost(Fraction(0), Fraction(0))
+
+
+@dataclass(frozen=True)
+class Account:
+    """A budget that charges are placed on: an analyst's, or a table's cap. ``None`` totals are uncapped."""
+
+    key: str  # "analyst:NAME" | "table:NAME"
+    epsilon_total: Fraction | None
+    delta_total: Fraction | None
+
+    @classmethod
+    def analyst(cls, name: str, epsilon: Fraction, delta: Fraction) -> Account:
+        return cls(f"analyst:{name}", epsilon, delta)
+
+    @classmethod
+    def table(cls, name: str, epsilon: Fraction | None, delta: Fraction | None) -> Account:
+        return cls(f"table:{name}", epsilon, delta)
+
+    @property
+    def label(self) -> str:
+        kind, _, name = self.key.partition(":")
+        return f"{kind} {name!r}"
+
+
+def accounts_for(policy: Policy, *, analyst: str | None = None, tables: Iterable[str] = ()) -> tuple[Account, ...]:
+    """The accounts a charge by ``analyst`` on ``tables`` must fit in, read from ``policy``.
+
+    Tables without a declared cap (``epsilon_total`` / ``delta_total``) are not accounts.
+    """
+    out: list[Account] = []
+    if analyst is not None:
+        spec = policy.analyst(analyst)
+        out.append(Account.analyst(analyst, spec.epsilon, spec.delta))
+    for name in dict.fromkeys(tables):
+        t = policy.tables.get(name)
+        if t is not None and (t.epsilon_total is not None or t.delta_total is not None):
+            out.append(Account.table(name, t.epsilon_total, t.delta_total))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class Reservation:
     id: str
-    analyst: str
-    epsilon: Fraction
+    actor: str
+    cost: Cost
+    accounts: tuple[str, ...]
     canonical_sql: str
     cache_key: str
+
+    @property
+    def epsilon(self) -> Fraction:
+        return self.cost.epsilon
+
+
+def _refusal(what: str, acct: Account, cost: Cost, spent: Cost) -> BudgetExhausted:
+    parts = []
+    for name, need, used, total, fmt in (
+        ("ε", cost.epsilon, spent.epsilon, acct.epsilon_total, format_epsilon),
+        ("δ", cost.delta, spent.delta, acct.delta_total, format_delta),
+    ):
+        if total is not None and used + need > total:
+            left = max(total - used, Fraction(0))
+            parts.append(f"{name} = {fmt(need)} but {acct.label} has {name} = {fmt(left)} remaining of {fmt(total)} "
+                         f"(short by {fmt(used + need - total)})")  # fmt: skip
+    hint = (
+        "Lower the query's epsilon, or ask the curator for more budget"
+        if acct.key.startswith("analyst:")
+        else "The table's total privacy budget (epsilon_total / delta_total in the policy) is spent; the curator can raise it"
+    )
+    return BudgetExhausted(f"{what} needs " + "; ".join(parts), hint=hint)
 
 
 class Ledger:
@@ -96,20 +208,34 @@ class Ledger:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA busy_timeout=30000")
+        self._db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
         with self._transaction() as db:
-            for stmt in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
-                db.execute(stmt)
-            db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            self._migrate(db)
 
     @classmethod
     def for_policy(cls, policy: Policy) -> Ledger:
         return cls(policy.ledger_path)
 
     # -- plumbing ---------------------------------------------------------------------------
+    @staticmethod
+    def _migrate(db: sqlite3.Connection) -> None:
+        has = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "spend" in has:  # a version-1 ledger
+            for stmt in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
+                if "accounts(" in stmt and stmt.startswith("CREATE TABLE"):
+                    db.execute(stmt)
+            for stmt in filter(None, (s.strip() for s in _MIGRATE_1_TO_2.split(";"))):
+                db.execute(stmt)
+        for stmt in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
+            db.execute(stmt)
+        db.execute(
+            "INSERT INTO meta(key, value) VALUES ('schema_version', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (str(SCHEMA_VERSION),),
+        )
+
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
@@ -132,29 +258,43 @@ class Ledger:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
-    def _spent(self, db: sqlite3.Connection, analyst: str) -> Fraction:
-        row = db.execute("SELECT spent FROM spend WHERE analyst = ?", (analyst,)).fetchone()
-        return Fraction(row[0]) if row else Fraction(0)
+    @staticmethod
+    def _spent(db: sqlite3.Connection, account: str) -> Cost:
+        row = db.execute("SELECT epsilon_spent, delta_spent FROM accounts WHERE account = ?", (account,)).fetchone()
+        return Cost(Fraction(row[0]), Fraction(row[1])) if row else ZERO
 
-    def _add_spent(self, db: sqlite3.Connection, analyst: str, delta: Fraction) -> Fraction:
-        new = self._spent(db, analyst) + delta
-        if new < 0:
-            raise InternalError(f"ledger spend for {analyst!r} would become negative ({new})")
+    def _add_spent(self, db: sqlite3.Connection, account: str, eps: Fraction, delta: Fraction) -> None:
+        old = self._spent(db, account)
+        new_eps, new_delta = old.epsilon + eps, old.delta + delta
+        if new_eps < 0 or new_delta < 0:
+            raise InternalError(f"ledger spend of {account!r} would become negative (ε {new_eps}, δ {new_delta})")
         db.execute(
-            "INSERT INTO spend(analyst, spent) VALUES (?, ?) ON CONFLICT(analyst) DO UPDATE SET spent = excluded.spent",
-            (analyst, str(new)),
+            "INSERT INTO accounts(account, epsilon_spent, delta_spent) VALUES (?, ?, ?) "
+            "ON CONFLICT(account) DO UPDATE SET epsilon_spent = excluded.epsilon_spent, "
+            "delta_spent = excluded.delta_spent",
+            (account, str(new_eps), str(new_delta)),
         )
-        return new
 
     # -- budgets -----------------------------------------------------------------------------
-    def spent(self, analyst: str) -> Fraction:
-        """Exact ε charged to ``analyst`` so far (reserved + released)."""
+    def spent(self, account: str) -> Cost:
+        """Exact (ε, δ) charged to ``account`` (``"analyst:NAME"`` or ``"table:NAME"``) so far."""
         with self._lock:
-            return self._spent(self._db, analyst)
+            return self._spent(self._db, account)
 
-    def reserve(self, analyst: str, epsilon: Fraction, budget: Fraction, *, canonical_sql: str, cache_key: str) -> Reservation:
-        """Atomically charge ``epsilon`` if it fits in ``budget``; else raise BudgetExhausted (no charge)."""
-        eps = as_epsilon(epsilon, allow_zero=True)
+    def reserve(
+        self,
+        cost: Cost,
+        accounts: Sequence[Account],
+        *,
+        actor: str,
+        canonical_sql: str = "",
+        cache_key: str = "",
+        what: str = "query",
+    ) -> Reservation:
+        """Atomically charge ``cost`` to every account if it fits in all of them; else raise
+        :class:`~veil.errors.BudgetExhausted` naming the account that is short (nothing is charged)."""
+        if not isinstance(cost, Cost):
+            raise InternalError(f"reserve needs a Cost, got {cost!r}")
         with self._lock:
             # Atomic and at once visible to every other connection (WAL), but not fsynced on its own:
             # the release's synchronous=FULL commit syncs the WAL up to and including this reservation,
@@ -162,38 +302,46 @@ class Ledger:
             # only a reservation whose answer was never sent.
             self._db.execute("PRAGMA synchronous=NORMAL")
             try:
-                return self._reserve(analyst, eps, budget, canonical_sql=canonical_sql, cache_key=cache_key)
+                return self._reserve(cost, accounts, actor, canonical_sql, cache_key, what)
             finally:
                 self._db.execute("PRAGMA synchronous=FULL")
 
-    def _reserve(self, analyst: str, eps: Fraction, budget: Fraction, *, canonical_sql: str, cache_key: str) -> Reservation:
+    def _reserve(
+        self, cost: Cost, accounts: Sequence[Account], actor: str, canonical_sql: str, cache_key: str, what: str
+    ) -> Reservation:
+        keys = tuple(a.key for a in accounts)
+        if len(set(keys)) != len(keys):
+            raise InternalError(f"an account is charged twice in one reservation: {keys}")
         with self._transaction() as db:
-            spent = self._spent(db, analyst)
-            remaining = budget - spent
-            if eps > remaining:
-                raise BudgetExhausted(
-                    f"query needs ε = {format_epsilon(eps)} but analyst {analyst!r} has "
-                    f"ε = {format_epsilon(max(remaining, Fraction(0)))} remaining of {format_epsilon(budget)} "
-                    f"(short by {format_epsilon(eps - remaining)})",
-                    hint="Lower the query's epsilon, or ask the curator for more budget",
-                )
+            for acct in accounts:
+                spent = self._spent(db, acct.key)
+                over_eps = acct.epsilon_total is not None and spent.epsilon + cost.epsilon > acct.epsilon_total
+                over_delta = acct.delta_total is not None and spent.delta + cost.delta > acct.delta_total
+                if over_eps or over_delta:
+                    raise _refusal(what, acct, cost, spent)
             rid = _new_id("q")
             db.execute(
-                "INSERT INTO reservations(id, analyst, epsilon, status, canonical_sql, cache_key, created_at) "
-                "VALUES (?, ?, ?, 'reserved', ?, ?, ?)",
-                (rid, analyst, str(eps), canonical_sql, cache_key, _now()),
+                "INSERT INTO reservations(id, actor, epsilon, delta, accounts, status, canonical_sql, cache_key, "
+                "created_at) VALUES (?, ?, ?, ?, ?, 'reserved', ?, ?, ?)",
+                (rid, actor, str(cost.epsilon), str(cost.delta), json.dumps(keys), canonical_sql, cache_key, _now()),
             )
-            self._add_spent(db, analyst, eps)
-        return Reservation(rid, analyst, eps, canonical_sql, cache_key)
+            for key in keys:
+                self._add_spent(db, key, cost.epsilon, cost.delta)
+        return Reservation(rid, actor, cost, keys, canonical_sql, cache_key)
 
     def cancel(self, reservation: Reservation) -> None:
-        """Refund a reservation for which no noise was ever drawn (e.g. the engine failed)."""
+        """Refund a reservation for which no noise was ever drawn (e.g. refused before reading data)."""
         with self._transaction() as db:
-            row = db.execute("SELECT status FROM reservations WHERE id = ?", (reservation.id,)).fetchone()
-            if row is None or row[0] != "reserved":
-                raise InternalError(f"cannot cancel reservation {reservation.id!r} in state {row and row[0]!r}")
-            db.execute("UPDATE reservations SET status = 'cancelled', finished_at = ? WHERE id = ?", (_now(), reservation.id))
-            self._add_spent(db, reservation.analyst, -reservation.epsilon)
+            self._finish(db, reservation, "cancelled")
+            for key in reservation.accounts:
+                self._add_spent(db, key, -reservation.cost.epsilon, -reservation.cost.delta)
+
+    @staticmethod
+    def _finish(db: sqlite3.Connection, reservation: Reservation, status: str) -> None:
+        row = db.execute("SELECT status FROM reservations WHERE id = ?", (reservation.id,)).fetchone()
+        if row is None or row[0] != "reserved":
+            raise InternalError(f"cannot mark reservation {reservation.id!r} {status}: it is {row and row[0]!r}")
+        db.execute("UPDATE reservations SET status = ?, finished_at = ? WHERE id = ?", (status, _now(), reservation.id))
 
     def release(
         self,
@@ -206,71 +354,71 @@ class Ledger:
     ) -> str:
         """Log the answer of a reserved query; the charge stands. Returns the release id."""
         with self._transaction() as db:
-            row = db.execute("SELECT status FROM reservations WHERE id = ?", (reservation.id,)).fetchone()
-            if row is None or row[0] != "reserved":
-                raise InternalError(f"cannot release reservation {reservation.id!r} in state {row and row[0]!r}")
-            db.execute("UPDATE reservations SET status = 'released', finished_at = ? WHERE id = ?", (_now(), reservation.id))
+            self._finish(db, reservation, "released")
             rel_id = self._insert_release(
                 db,
                 kind="query",
                 method=method,
-                actor=reservation.analyst,
+                actor=reservation.actor,
                 table=table,
                 params={},
                 metrics={},
-                epsilon=reservation.epsilon,
-                delta=None,
+                cost=reservation.cost,
                 canonical_sql=reservation.canonical_sql,
                 cache_key=reservation.cache_key,
                 answer=answer,
                 reservation_id=reservation.id,
             )
-            groups: dict[Any, str] = {}  # each group's JSON once (a group repeats for every statistic)
-            eps_text: dict[Fraction, str] = {}  # and each ε share's text once
-
-            def group_json(g: Sequence[Any]) -> str:
-                try:
-                    text = groups.get(g)
-                except TypeError:  # unhashable group value
-                    return dumps(list(g))
-                if text is None:
-                    text = groups[g] = dumps(list(g))
-                return text
-
-            db.executemany(
-                "INSERT INTO statistics(release_id, idx, name, mechanism, epsilon, sensitivity, scale, value, ci95, grp) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        rel_id,
-                        i,
-                        s.name,
-                        s.mechanism,
-                        eps_text.get(s.epsilon) or eps_text.setdefault(s.epsilon, str(s.epsilon)),
-                        float(s.sensitivity),
-                        float(s.scale),
-                        dumps(s.value),
-                        None if s.ci95 is None else float(s.ci95),
-                        group_json(s.group),
-                    )
-                    for i, s in enumerate(statistics)
-                ],
-            )
+            self._insert_statistics(db, rel_id, statistics)
         return rel_id
 
-    def cached_answer(self, analyst: str, cache_key: str) -> dict[str, Any] | None:
+    @staticmethod
+    def _insert_statistics(db: sqlite3.Connection, rel_id: str, statistics: Sequence[ReleasedStatistic]) -> None:
+        groups: dict[Any, str] = {}  # each group's JSON once (a group repeats for every statistic)
+        eps_text: dict[Fraction, str] = {}  # and each ε share's text once
+
+        def group_json(g: Sequence[Any]) -> str:
+            try:
+                text = groups.get(g)
+            except TypeError:  # unhashable group value
+                return dumps(list(g))
+            if text is None:
+                text = groups[g] = dumps(list(g))
+            return text
+
+        db.executemany(
+            "INSERT INTO statistics(release_id, idx, name, mechanism, epsilon, sensitivity, scale, value, ci95, grp) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    rel_id,
+                    i,
+                    s.name,
+                    s.mechanism,
+                    eps_text.get(s.epsilon) or eps_text.setdefault(s.epsilon, str(s.epsilon)),
+                    float(s.sensitivity),
+                    float(s.scale),
+                    dumps(s.value),
+                    None if s.ci95 is None else float(s.ci95),
+                    group_json(s.group),
+                )
+                for i, s in enumerate(statistics)
+            ],
+        )
+
+    def cached_answer(self, actor: str, cache_key: str) -> dict[str, Any] | None:
         """The logged answer of an identical canonical query by the same analyst, if any."""
         with self._lock:
             row = self._db.execute(
                 "SELECT answer FROM releases WHERE kind = 'query' AND actor = ? AND cache_key = ? ORDER BY created_at LIMIT 1",
-                (analyst, cache_key),
+                (actor, cache_key),
             ).fetchone()
         return None if row is None else json.loads(row[0])
 
     # -- publications and reading the log -----------------------------------------------------
     def _insert_release(self, db: sqlite3.Connection, **f: Any) -> str:
-        rel_id = _new_id("r" if f["kind"] == "query" else "p")
-        eps = f["epsilon"]
+        rel_id = _new_id({"query": "r", "publication": "p"}.get(f["kind"], "x"))
+        cost: Cost | None = f.get("cost")
         db.execute(
             "INSERT INTO releases(id, kind, method, actor, created_at, table_name, params, metrics, epsilon, delta, "
             "canonical_sql, cache_key, answer, reservation_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -283,8 +431,8 @@ class Ledger:
                 f["table"],
                 dumps(f["params"]),
                 dumps(f["metrics"]),
-                None if eps is None else str(as_epsilon(eps, allow_zero=True)),
-                f["delta"],
+                None if cost is None else str(cost.epsilon),
+                None if cost is None else str(cost.delta),
                 f.get("canonical_sql"),
                 f.get("cache_key"),
                 None if f.get("answer") is None else dumps(f["answer"]),
@@ -302,25 +450,25 @@ class Ledger:
         metrics: Mapping[str, Any],
         table: str | None = None,
         epsilon: float | Fraction | None = None,
-        delta: float | None = None,
+        delta: float | Fraction | None = None,
         actor: str = "curator",
-        charge_to: str | None = None,
-        budget: Fraction | None = None,
+        reservation: Reservation | None = None,
     ) -> str:
-        """Write a release record; see :func:`veil.store.releases.record_release`."""
-        if kind not in ("query", "publication"):
-            raise ReleaseError(f"release kind must be 'query' or 'publication', got {kind!r}")
-        eps = None if epsilon is None else as_epsilon(epsilon, allow_zero=True)
+        """Write a release record (a publication, a retraction). With ``reservation`` (the cost charged
+        before the method drew its randomness) the reservation is marked released in the same
+        transaction and the record carries its cost; otherwise ``epsilon``/``delta`` are recorded as
+        stated (``None`` = no DP guarantee)."""
+        if kind not in ("query", "publication", "retraction"):
+            raise ReleaseError(f"release kind must be 'query', 'publication' or 'retraction', got {kind!r}")
+        if reservation is not None:
+            cost: Cost | None = reservation.cost
+        elif epsilon is None:
+            cost = None
+        else:
+            cost = Cost(as_epsilon(epsilon, allow_zero=True), as_delta(delta or 0))
         with self._transaction() as db:
-            if charge_to is not None:
-                if eps is None:
-                    raise ReleaseError("charge_to needs an epsilon to charge")
-                if budget is not None and self._spent(db, charge_to) + eps > budget:
-                    raise BudgetExhausted(
-                        f"publication needs ε = {format_epsilon(eps)} but {charge_to!r} has "
-                        f"{format_epsilon(budget - self._spent(db, charge_to))} remaining"
-                    )
-                self._add_spent(db, charge_to, eps)
+            if reservation is not None:
+                self._finish(db, reservation, "released")
             return self._insert_release(
                 db,
                 kind=kind,
@@ -329,11 +477,16 @@ class Ledger:
                 table=table,
                 params=params,
                 metrics=metrics,
-                epsilon=eps,
-                delta=delta,
+                cost=cost,
+                reservation_id=None if reservation is None else reservation.id,
             )
 
-    def _row_to_release(self, row: sqlite3.Row | tuple[Any, ...]) -> Release:
+    _COLS = (
+        "id, kind, method, actor, created_at, table_name, params, metrics, epsilon, delta, canonical_sql, "
+        "cache_key, answer, reservation_id"
+    )
+
+    def _row_to_release(self, row: tuple[Any, ...]) -> Release:
         (rid, kind, method, actor, created, table, params, metrics, eps, delta, csql, _ck, answer, _res) = row
         stats = tuple(
             ReleasedStatistic(
@@ -362,16 +515,11 @@ class Ledger:
             params=json.loads(params),
             metrics=json.loads(metrics),
             epsilon=_frac(eps),
-            delta=delta,
+            delta=_frac(delta),
             canonical_sql=csql,
             answer=None if answer is None else json.loads(answer),
             statistics=stats,
         )
-
-    _COLS = (
-        "id, kind, method, actor, created_at, table_name, params, metrics, epsilon, delta, canonical_sql, "
-        "cache_key, answer, reservation_id"
-    )
 
     def get_release(self, release_id: str) -> Release:
         with self._lock:
@@ -390,17 +538,19 @@ class Ledger:
                 ).fetchall()
             return [self._row_to_release(r) for r in rows]
 
-    def reservations(self, analyst: str | None = None) -> list[dict[str, Any]]:
-        """Reservation rows (for audits and tests): id, analyst, epsilon, status, canonical_sql."""
+    def reservations(self, actor: str | None = None) -> list[dict[str, Any]]:
+        """Reservation rows (for audits and tests): id, actor, epsilon, delta, accounts, status, canonical_sql."""
         with self._lock:
-            q = "SELECT id, analyst, epsilon, status, canonical_sql, created_at, finished_at FROM reservations"
+            q = "SELECT id, actor, epsilon, delta, accounts, status, canonical_sql, created_at, finished_at FROM reservations"
             rows = (
-                self._db.execute(q + " WHERE analyst = ? ORDER BY created_at", (analyst,))
-                if analyst
+                self._db.execute(q + " WHERE actor = ? ORDER BY created_at", (actor,))
+                if actor
                 else self._db.execute(q + " ORDER BY created_at")
             ).fetchall()
-        keys = ("id", "analyst", "epsilon", "status", "canonical_sql", "created_at", "finished_at")
+        keys = ("id", "actor", "epsilon", "delta", "accounts", "status", "canonical_sql", "created_at", "finished_at")
         out = [dict(zip(keys, r, strict=True)) for r in rows]
         for r in out:
             r["epsilon"] = Fraction(r["epsilon"])
+            r["delta"] = Fraction(r["delta"])
+            r["accounts"] = tuple(json.loads(r["accounts"]))
         return out

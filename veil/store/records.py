@@ -1,0 +1,78 @@
+"""Release records: every answer and publication Veil ever let out, with its privacy cost.
+
+Plain frozen values and their JSON text; this module imports nothing else of Veil but the leaf
+JSON converter, so every layer can read records without import cycles. The ledger
+(:mod:`veil.store.ledger`) writes and reads them.
+
+>>> dumps({"b": 1, "a": [0.5, None]})
+'{"a": [0.5, null], "b": 1}'
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from veil._json import to_jsonable
+
+__all__ = ["Release", "ReleasedStatistic", "dumps"]
+
+
+@dataclass(frozen=True)
+class ReleasedStatistic:
+    """One noisy number inside an analyst query release."""
+
+    name: str  # e.g. "sum(age)" or "count(*)"
+    mechanism: str  # "laplace", "discrete_laplace", "exponential", "exact"
+    epsilon: Fraction
+    sensitivity: float
+    scale: float
+    value: Any  # the released (noisy) value
+    ci95: float | None = None
+    group: tuple[Any, ...] = ()
+
+
+@dataclass(frozen=True)
+class Release:
+    id: str
+    kind: str  # "query" | "publication" | "retraction"
+    method: str
+    actor: str
+    created_at: str  # ISO-8601 UTC
+    table: str | None
+    params: Mapping[str, Any]
+    metrics: Mapping[str, Any]
+    epsilon: Fraction | None
+    delta: Fraction | None
+    canonical_sql: str | None = None
+    answer: Mapping[str, Any] | None = None
+    statistics: tuple[ReleasedStatistic, ...] = ()
+
+
+_PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain(obj: Any) -> bool:
+    """Is ``obj`` already plain JSON (exact types: str-keyed dicts, lists, tuples, str/int/float/bool/None)?"""
+    t = type(obj)
+    if t in _PLAIN_SCALARS:
+        return True
+    if t is list or t is tuple:
+        return all(_plain(v) for v in obj)
+    if t is dict:
+        return all(type(k) is str and _plain(v) for k, v in obj.items())
+    return False
+
+
+def dumps(obj: Any) -> str:
+    """JSON text for the ledger (sorted keys; numpy/pandas/Fraction values converted; NaN kept)."""
+    t = type(obj)
+    if t is int or (t is float and math.isfinite(obj)):
+        return repr(obj)  # what json.dumps writes for an int or a finite float (the common released value)
+    if _plain(obj):
+        return json.dumps(obj, sort_keys=True, allow_nan=True)
+    return json.dumps(to_jsonable(obj, nan_as_null=False), sort_keys=True, allow_nan=True)
