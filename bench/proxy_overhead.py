@@ -28,7 +28,7 @@ import pandas as pd
 
 from bench._report import write_section
 from veil.policy import load_policy
-from veil.proxy.answer import QuerySession
+from veil.proxy.session import QuerySession
 from veil.store import warehouse
 
 STATES = [f"S{i:02d}" for i in range(50)]

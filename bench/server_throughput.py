@@ -194,7 +194,7 @@ async def inprocess_run(policy_path: Path, kind: str, clients: int, queries: int
 
 def check_ledger(policy_path: Path, answered: dict[str, int]) -> list[str]:
     """Per analyst: spent == Σ charges == answered × quoted cost ≤ budget (exact Fractions)."""
-    from veil.proxy.answer import QuerySession
+    from veil.proxy.session import QuerySession
 
     policy = load_policy(policy_path)
     with QuerySession(policy, ANALYSTS[0]) as qs:

@@ -10,7 +10,8 @@ import pytest
 from tests.test_proxy_fixtures import make_proxy_policy
 from veil.errors import BudgetExhausted, VeilError
 from veil.policy import Policy
-from veil.proxy.answer import QuerySession
+from veil.proxy._testing import exact_session
+from veil.proxy.session import QuerySession
 from veil.store.releases import list_releases
 
 
@@ -91,13 +92,13 @@ def test_describe_without_charge(policy: Policy) -> None:
 
 
 def test_private_groups_below_threshold_are_not_released(policy: Policy) -> None:
-    with QuerySession(policy, "alice", noise_off_for_tests=True) as s:
+    with exact_session(policy, "alice") as s:
         ex = s.explain("SELECT age, COUNT(*) FROM people GROUP BY age", epsilon=1)
         ans = s.execute("SELECT age, COUNT(*) FROM people GROUP BY age", epsilon=1)
     # τ = c + ⌈b·ln(c/δ)⌉ with c = 1, b = 1/ε = 1, δ = 1e-7
     assert ex.partition_threshold == 1 + 17 and ex.partition_delta == Fraction(1, 10**7)
     assert ans.rows and all(n >= ex.partition_threshold for _, n in ans.rows)
-    with QuerySession(policy, "alice", noise_off_for_tests=True) as s:
+    with exact_session(policy, "alice") as s:
         tiny = s.execute("SELECT age, COUNT(*) FROM people WHERE age = 40 AND income < 5000 GROUP BY age", epsilon=1)
     assert tiny.rows == ()  # a handful of rows never forms a released group
 

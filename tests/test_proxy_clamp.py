@@ -12,9 +12,10 @@ from fractions import Fraction
 
 import duckdb
 import pytest
+import sqlglot
 
 from veil.proxy.bounds import Interval
-from veil.proxy.plan import _clamp_sql, _num
+from veil.proxy.plan import _clamp, _num
 
 VALUES = [
     "NULL",
@@ -45,8 +46,12 @@ INTERVALS = [
 ]
 
 
+def _clamp_sql(arg: str, iv: Interval) -> str:
+    return _clamp(sqlglot.parse_one(arg, read="duckdb"), iv).sql(dialect="duckdb")
+
+
 def _reference(arg: str, iv: Interval) -> str:
-    lo, hi = _num(iv.lo), _num(iv.hi)
+    lo, hi = _num(iv.lo).sql(dialect="duckdb"), _num(iv.hi).sql(dialect="duckdb")
     return f"(CASE WHEN ({arg}) < {lo} THEN {lo} WHEN ({arg}) > {hi} THEN {hi} ELSE ({arg}) END)"
 
 

@@ -10,7 +10,8 @@ import pytest
 
 from tests.test_proxy_fixtures import REGIONS, make_proxy_policy, people_frame, visits_frame
 from veil.policy import Policy
-from veil.proxy.answer import QuerySession
+from veil.proxy._testing import exact_session
+from veil.proxy.session import QuerySession
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +86,7 @@ def _close(a: object, b: object, tol: float) -> bool:
 @pytest.mark.parametrize(("sql", "ref", "tol"), CASES, ids=[c[0][:60] for c in CASES])
 def test_exact_with_noise_off(env: tuple[Policy, duckdb.DuckDBPyConnection], sql: str, ref: str | None, tol: float):
     policy, con = env
-    with QuerySession(policy, "alice", noise_off_for_tests=True) as s:
+    with exact_session(policy, "alice") as s:
         ans = s.execute(sql, epsilon=1)
     expected = con.execute(ref or sql).fetchall()
     assert len(ans.rows) == len(expected), (ans.rows, expected)
@@ -95,7 +96,7 @@ def test_exact_with_noise_off(env: tuple[Policy, duckdb.DuckDBPyConnection], sql
 
 def test_public_keys_include_empty_declared_values(env: tuple[Policy, duckdb.DuckDBPyConnection]) -> None:
     policy, con = env
-    with QuerySession(policy, "alice", noise_off_for_tests=True) as s:
+    with exact_session(policy, "alice") as s:
         ans = s.execute("SELECT sex, COUNT(*) AS n FROM people GROUP BY sex", epsilon=1)
     got = dict(ans.rows)
     assert set(got) == {"Female", "Male", "Other"}  # 'Other' is declared but absent from the data
@@ -106,7 +107,7 @@ def test_public_keys_include_empty_declared_values(env: tuple[Policy, duckdb.Duc
 
 def test_expression_over_declared_key_is_public(env: tuple[Policy, duckdb.DuckDBPyConnection]) -> None:
     policy, _ = env
-    with QuerySession(policy, "alice", noise_off_for_tests=True) as s:
+    with exact_session(policy, "alice") as s:
         ans = s.execute("SELECT LOWER(sex) AS s, COUNT(*) FROM people GROUP BY LOWER(sex) ORDER BY s", epsilon=1)
         ex = s.explain("SELECT LOWER(sex) AS s, COUNT(*) FROM people GROUP BY LOWER(sex)", epsilon=1)
     assert [r[0] for r in ans.rows] == ["female", "male", "other"] and ans.rows[2][1] == 0
@@ -115,7 +116,7 @@ def test_expression_over_declared_key_is_public(env: tuple[Policy, duckdb.DuckDB
 
 def test_user_level_bounding_limits_rows_per_unit(env: tuple[Policy, duckdb.DuckDBPyConnection]) -> None:
     policy, con = env
-    with QuerySession(policy, "alice", noise_off_for_tests=True) as s:
+    with exact_session(policy, "alice") as s:
         n = s.execute("SELECT COUNT(*) FROM visits", epsilon=1).rows[0][0]
         ex = s.explain("SELECT COUNT(*) FROM visits", epsilon=1)
     raw = con.execute("SELECT COUNT(*) FROM visits").fetchone()[0]
@@ -135,15 +136,16 @@ def test_public_join_multiplies_sensitivity(env: tuple[Policy, duckdb.DuckDBPyCo
 
 def test_user_level_answers_equal_the_bounded_copy(env: tuple[Policy, duckdb.DuckDBPyConnection]) -> None:
     policy, _ = env
-    with QuerySession(policy, "alice", noise_off_for_tests=True) as s:
+    with exact_session(policy, "alice") as s:
         ans = s.execute("SELECT kind, COUNT(*), AVG(amount), MAX(amount) FROM visits GROUP BY kind ORDER BY kind", epsilon=1)
+        engine = s._env.engine
         (name,) = [
             r[0]
-            for r in s._engine.execute("SELECT table_name FROM information_schema.tables").rows
-            if r[0].startswith("_veil_bounded_visits_5_")
+            for r in engine.execute("SELECT table_name FROM information_schema.tables").rows
+            if r[0].startswith("_veil_bounded_visits_")
         ]
-        exp = s._engine.execute(f'SELECT kind, COUNT(*), AVG(amount) FROM "{name}" GROUP BY kind ORDER BY kind').rows
-        per_unit = s._engine.execute(f'SELECT max(n) FROM (SELECT COUNT(*) n FROM "{name}" GROUP BY user_id)').rows
+        exp = engine.execute(f'SELECT kind, COUNT(*), AVG(amount) FROM "{name}" GROUP BY kind ORDER BY kind').rows
+        per_unit = engine.execute(f'SELECT max(n) FROM (SELECT COUNT(*) n FROM "{name}" GROUP BY user_id)').rows
     assert per_unit[0][0] == 5
     got = {r[0]: r for r in ans.rows}
     assert got["c"][1] == 0  # declared, absent
@@ -172,7 +174,7 @@ def test_date_and_bool_keys_keep_their_types(tmp_path: Path) -> None:
     df = pd.DataFrame({"day": [days[i] for i in rng.integers(0, 2, 400)], "x": rng.integers(0, 11, 400)})
     df["flag"] = rng.random(400) < 0.3
     warehouse.write_table(policy, "ev", df)
-    with QuerySession(policy, "a", noise_off_for_tests=True) as s:
+    with exact_session(policy, "a") as s:
         by_day = s.execute("SELECT day, COUNT(*) AS n FROM ev GROUP BY day ORDER BY day DESC")
         by_flag = s.execute("SELECT flag, SUM(x) FROM ev GROUP BY flag")
     assert [(c.name, c.sql_type) for c in by_day.columns] == [("day", "date"), ("n", "bigint")]

@@ -11,7 +11,7 @@ import pytest
 
 import veil.errors as errors
 from veil.policy import Policy, load_policy
-from veil.proxy.answer import QuerySession
+from veil.proxy.session import QuerySession
 
 TWINS = tomllib.loads((Path(__file__).parent / "fixtures" / "sql" / "twins.toml").read_text("utf-8"))["case"]
 

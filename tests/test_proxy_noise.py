@@ -8,13 +8,14 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from scipy import stats
+from veil.proxy._testing import plan_of
+from veil.proxy.add_noise import NoiseSource, grid_scores, noisy_statistics
 
 from tests.test_proxy_fixtures import proxy_policy  # noqa: F401  (fixture)
 from veil.policy import Policy
-from veil.proxy.answer import QuerySession
-from veil.proxy.noise import grid_scores, noisy_statistics
 from veil.proxy.plan import QueryPlan
 from veil.proxy.postprocess import finalize_aggregates
+from veil.proxy.session import QuerySession
 
 ALPHA = 1e-6
 N = 20_000
@@ -22,7 +23,7 @@ N = 20_000
 
 def _plan(policy: Policy, sql: str, eps: float) -> QueryPlan:
     with QuerySession(policy, "alice") as s:
-        p = s._plan(sql, eps)
+        p = plan_of(s, sql, eps)
     assert isinstance(p, QueryPlan)
     return p
 
@@ -71,7 +72,7 @@ def test_avg_ci_covers_at_least_95_percent(proxy_policy: Policy) -> None:  # noq
             raw[s.id] = np.full(N, true_sum - float(s.center) * n)
         else:
             raw[s.id] = np.full(N, true_sq + n * (60.0 - float(s.center)) ** 2)
-    noisy = noisy_statistics(p, raw, {}, rng=rng)
+    noisy = noisy_statistics(p, raw, {}, NoiseSource(rng=rng))
     values, cis = finalize_aggregates(p, noisy, N)
     covered = np.abs(values[0] - 60.0) <= cis[0]
     # true coverage ≥ 0.95 ⇒ P(empirical < 0.94 at N = 20000) < 1e-6 (Hoeffding)

@@ -307,7 +307,7 @@ def test_cli_from_analyst_query_release(tmp_path: Path):
     probability far below 1e-6 (at ε = 1 it failed about once in a few hundred runs).
     """
     from veil.policy import load_policy
-    from veil.proxy.answer import QuerySession
+    from veil.proxy.session import QuerySession
 
     X, truth = blobs(150, 3, shift=1.2)
     (tmp_path / "policy.toml").write_text(POLICY)

@@ -16,7 +16,7 @@ import pytest
 
 from tests.test_server_support import build_policy, dsn, running_server
 from veil.policy import load_policy
-from veil.proxy.answer import QuerySession
+from veil.proxy.session import QuerySession
 from veil.store.ledger import Ledger
 
 

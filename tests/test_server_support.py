@@ -255,6 +255,6 @@ def non_loopback_address() -> str | None:
 
 def query_session_factory() -> object:
     """The real analyst query path."""
-    from veil.proxy.answer import QuerySession
+    from veil.proxy.session import QuerySession
 
     return QuerySession

@@ -10,7 +10,7 @@ Public surface (everything else may change)::
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from veil.errors import (
     AuthError,
@@ -57,8 +57,8 @@ __all__ = [
 ]
 
 
-def connect(policy: str | Path | Policy, *, analyst: str, **kwargs: Any) -> Connection:
+def connect(policy: str | Path | Policy, *, analyst: str) -> Connection:
     """Open an analyst connection: ``db.sql(query)`` returns a pandas DataFrame of DP answers."""
     from veil.connection import Connection
 
-    return Connection(policy, analyst=analyst, **kwargs)
+    return Connection(policy, analyst=analyst)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from veil.policy import Policy, load_policy
-from veil.proxy.answer import Answer, BudgetStatus, Explanation, QuerySession
+from veil.proxy.answer import Answer, BudgetStatus, Explanation
+from veil.proxy.session import QuerySession
 
 __all__ = ["Connection"]
 
@@ -23,10 +23,10 @@ __all__ = ["Connection"]
 class Connection:
     """An analyst's connection: one :class:`~veil.proxy.answer.QuerySession` (not thread-safe)."""
 
-    def __init__(self, policy: str | Path | Policy, *, analyst: str, **session_kwargs: Any) -> None:
+    def __init__(self, policy: str | Path | Policy, *, analyst: str) -> None:
         self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
         self.analyst = analyst
-        self._session = QuerySession(self.policy, analyst, **session_kwargs)
+        self._session = QuerySession(self.policy, analyst)
 
     @property
     def session(self) -> QuerySession:

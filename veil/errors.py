@@ -23,8 +23,13 @@ __all__ = [
     "NotAllowed",
     "ParseError",
     "PolicyError",
+    "QueryCancelled",
+    "QueryFailed",
     "QueryRejected",
+    "QueryTooComplex",
+    "QueryTooLarge",
     "ReleaseError",
+    "TypeMismatch",
     "Unbounded",
     "UnknownColumn",
     "UnknownTable",
@@ -94,6 +99,36 @@ class NotAllowed(QueryRejected):
     """A statement or function analysts may never run (non-SELECT, file access, …)."""
 
     sqlstate = "42501"
+
+
+class TypeMismatch(QueryRejected):
+    """Values of different type families are compared or combined (they would be cast row by row)."""
+
+    sqlstate = "42804"
+
+
+class QueryTooLarge(QueryRejected):
+    """The query text is longer than the configured limit (checked before parsing)."""
+
+    sqlstate = "54000"
+
+
+class QueryTooComplex(QueryRejected):
+    """The query nests deeper than the configured limit (checked before parsing)."""
+
+    sqlstate = "54001"
+
+
+class QueryFailed(VeilError):
+    """Generated SQL failed after the budget was reserved: a bug. The message never depends on the data."""
+
+    sqlstate = "XX000"
+
+
+class QueryCancelled(VeilError):
+    """A statement was cancelled (statement timeout or client cancel request)."""
+
+    sqlstate = "57014"
 
 
 class BudgetExhausted(VeilError, ValueError):

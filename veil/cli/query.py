@@ -9,7 +9,7 @@ import pandas as pd
 
 from veil.cli._common import cli, emit, format_option, policy_option, run_guarded
 from veil.policy import load_policy
-from veil.proxy.answer import QuerySession
+from veil.proxy.session import QuerySession
 
 analyst_option = click.option("--analyst", required=True, help="Analyst name from the policy's [analysts] table.")
 epsilon_option = click.option(

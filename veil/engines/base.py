@@ -1,14 +1,23 @@
 """The engine seam: what every engine that runs Veil's generated SQL provides.
 
-An engine runs SQL that Veil generated from a validated plan and returns rows with engine-neutral
-types (:func:`output_type`). Engine errors never reach the analyst raw: they become
-:class:`EngineError` with a generic message that carries no data values.
+Veil generates SQL as sqlglot trees (a neutral form); an engine renders them in its dialect
+(:meth:`Engine.render`), runs them, and answers a few metadata questions. Everything
+engine-specific lives behind this protocol: rows come back with engine type names that
+:func:`output_type` maps to Veil's wire types, and every failure is an :class:`EngineError` whose
+``before_data`` flag says whether it happened before any row was read (binding, planning: a
+failure that cannot depend on the data) or while running.
+
+>>> output_type("HUGEINT"), output_type("DECIMAL(38,0)"), output_type("VARCHAR")
+('bigint', 'double', 'text')
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from sqlglot import exp
 
 from veil.errors import QueryRejected
 
@@ -28,22 +37,54 @@ class EngineError(QueryRejected):
 @dataclass(frozen=True)
 class Result:
     names: tuple[str, ...]
-    types: tuple[str, ...]  # DuckDB type names
+    types: tuple[str, ...]  # engine type names
     rows: list[tuple[Any, ...]]
 
 
 class Engine(Protocol):
+    """Runs SQL Veil generated from a validated plan. One instance per session (not thread-safe)."""
+
+    #: sqlglot dialect the engine's SQL is rendered in.
+    dialect: str
+
+    def render(self, tree: exp.Expression) -> str:
+        """SQL text of a generated tree in this engine's dialect (with its semantic fixes)."""
+        ...
+
     def execute(self, sql: str) -> Result: ...
 
-    def describe(self, sql: str) -> Result: ...
+    def describe(self, sql: str) -> Result:
+        """Names and types of ``sql``'s result, binding only (reads no data)."""
+        ...
+
+    def table_columns(self, table: str) -> list[tuple[str, str]]:
+        """``(column, engine type)`` of a table; empty when it does not exist."""
+        ...
+
+    def table_exists(self, table: str) -> bool: ...
+
+    def table_version(self, table: str, columns: Sequence[str]) -> str:
+        """An identity of the table's current data over ``columns`` (changes when any row changes)."""
+        ...
+
+    def materialise(self, name: str, sql: str) -> None:
+        """Create table ``name`` from ``sql`` atomically (all rows or no table)."""
+        ...
+
+    def drop(self, name: str) -> None: ...
+
+    def cancel(self) -> None:
+        """Interrupt the statement running in this engine (from another thread)."""
+        ...
 
     def close(self) -> None: ...
 
 
-def output_type(duckdb_type: str) -> str:
+def output_type(engine_type: str) -> str:
     """Map an engine type to one of the wire types: bigint, double, text, boolean, date."""
-    t = str(duckdb_type).upper()
-    if t in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"):
+    t = str(engine_type).upper()
+    if t in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT",
+             "INT", "LONG", "SHORT", "BYTE"):  # fmt: skip
         return "bigint"
     if t in ("FLOAT", "DOUBLE", "REAL") or t.startswith("DECIMAL"):
         return "double"

@@ -1,20 +1,26 @@
-"""DuckDB, the embedded default engine, over the sandboxed warehouse reader.
+"""DuckDB, the embedded default engine, over the sandboxed warehouse readers.
 
-Engine-specific code lives here only. A :class:`DuckDBEngine` holds one cursor of the process-wide
-sandboxed reader (:func:`veil.store.warehouse.reader`: read-only, no external access, configuration
-locked) and takes a fresh cursor when a curator write in this process reopened the reader.
-Engine errors never reach the analyst raw: they become :class:`EngineError` with a generic message.
+A :class:`DuckDBEngine` holds one cursor of a process-wide sandboxed reader
+(:mod:`veil.store.warehouse`: read-only, no external access, configuration locked) and takes a
+fresh cursor when a curator write in this process reopened the reader. ``public=True`` opens the
+**public mirror** instead — a separate file holding only public and published tables — so SQL run
+there cannot see private tables, Veil's internal tables or their catalog entries.
+Materialising (bounded copies) goes through the curator writer of the warehouse.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
 import duckdb
+from sqlglot import exp
 
 from veil.engines.base import EngineError, Result
+from veil.errors import InternalError
 from veil.policy import Policy
+from veil.store import warehouse
 
 __all__ = ["DuckDBEngine"]
 
@@ -26,44 +32,86 @@ _BIND_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-class DuckDBEngine:
-    """One cursor on the sandboxed reader of ``policy``'s warehouse (not shareable across threads)."""
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
 
-    def __init__(self, policy: Policy | None = None, *, connection: duckdb.DuckDBPyConnection | None = None) -> None:
+
+class DuckDBEngine:
+    """One cursor on a sandboxed reader of ``policy``'s warehouse (not shareable across threads)."""
+
+    dialect = "duckdb"
+
+    def __init__(
+        self,
+        policy: Policy | None = None,
+        *,
+        public: bool = False,
+        connection: duckdb.DuckDBPyConnection | None = None,
+    ) -> None:
         if policy is None and connection is None:
-            raise ValueError("DuckDBEngine needs a policy or a connection")
+            raise InternalError("DuckDBEngine needs a policy or a connection")
         self._policy = policy
+        self._public = public
         self._connection = connection
         self._cursor: duckdb.DuckDBPyConnection | None = None
         self._generation = -1
+        if policy is not None and public:
+            warehouse.ensure_public(policy)
+
+    @property
+    def policy(self) -> Policy | None:
+        return self._policy
+
+    def generation(self) -> int:
+        """Bumped whenever a curator write in this process reopened the reader (cached facts are stale)."""
+        if self._policy is None:
+            return 0
+        if self._public:
+            return warehouse.public_reader_generation(self._policy)
+        return warehouse.reader_generation(self._policy)
 
     def _cur(self) -> duckdb.DuckDBPyConnection:
         if self._connection is not None:
             if self._cursor is None:
                 self._cursor = self._connection.cursor()
             return self._cursor
-        from veil.store import warehouse
-
-        assert self._policy is not None
-        if self._cursor is None or warehouse.reader_generation(self._policy) != self._generation:
-            self._cursor, self._generation = warehouse.reader_cursor(self._policy)
+        if self._policy is None:
+            raise InternalError("DuckDBEngine without a policy")
+        if self._cursor is None or self.generation() != self._generation:
+            if self._public:
+                self._cursor, self._generation = warehouse.public_reader_cursor(self._policy)
+            else:
+                self._cursor, self._generation = warehouse.reader_cursor(self._policy)
         return self._cursor
 
+    def render(self, tree: exp.Expression) -> str:
+        return tree.sql(dialect=self.dialect)
+
+    def _path(self) -> object:
+        if self._policy is None:
+            return None
+        return warehouse.public_path(self._policy) if self._public else self._policy.database_path
+
     def _run(self, sql: str) -> Result:
-        cur = self._cur()
+        path = self._path()
+        gate = warehouse.reading(path) if path is not None else contextlib.nullcontext()  # type: ignore[arg-type]
         try:
-            cur.execute(sql)
-            rows = cur.fetchall()
+            with gate:
+                cur = self._cur()
+                cur.execute(sql)
+                rows = cur.fetchall()
         except _BIND_ERRORS as exc:
             raise EngineError(
                 f"the query could not be run: {type(exc).__name__.replace('Exception', '')} error",
                 hint="Check that values are compared with columns of the same type",
                 before_data=True,
             ) from None
+        except duckdb.InterruptException:
+            raise EngineError("the statement was cancelled", hint="Run it again, or raise the statement timeout") from None
         except duckdb.Error as exc:
             raise EngineError(
                 f"the query failed while running ({type(exc).__name__.replace('Exception', '')} error)",
-                hint="A value in the data could not be converted or computed; use TRY_CAST or a WHERE filter",
+                hint="This is a bug in Veil: generated SQL must not fail on data; please report it",
             ) from None
         desc: Sequence[Any] = cur.description or []
         return Result(tuple(d[0] for d in desc), tuple(str(d[1]) for d in desc), rows)
@@ -75,6 +123,55 @@ class DuckDBEngine:
         """Names and types of ``sql``'s result without reading data (DESCRIBE binds only)."""
         res = self._run(f"DESCRIBE {sql}")
         return Result(tuple(r[0] for r in res.rows), tuple(str(r[1]) for r in res.rows), [])
+
+    def table_columns(self, table: str) -> list[tuple[str, str]]:
+        res = self._run(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            f"WHERE table_name = '{table.replace(chr(39), chr(39) * 2)}' ORDER BY ordinal_position"
+        )
+        return [(str(r[0]), str(r[1])) for r in res.rows]
+
+    def table_exists(self, table: str) -> bool:
+        res = self._run(
+            f"SELECT count(*) FROM information_schema.tables WHERE table_name = '{table.replace(chr(39), chr(39) * 2)}'"
+        )
+        return bool(res.rows[0][0])
+
+    def table_version(self, table: str, columns: Sequence[str]) -> str:
+        """Row count, a 128-bit sum of per-row hashes (no cancellation of equal rows) and an XOR of MD5s."""
+        row = "to_json(struct_pack(" + ", ".join(f"{_q(c)} := {_q(c)}" for c in columns) + "))"
+        res = self._run(
+            f"SELECT count(*), coalesce(sum(hash({row})::HUGEINT), 0), coalesce(bit_xor(md5_number({row})), 0) "
+            f"FROM {_q(table)}"
+        )
+        n, s, x = res.rows[0]
+        return f"{int(n):x}.{int(s):x}.{int(x):x}"
+
+    def materialise(self, name: str, sql: str) -> None:
+        if self._policy is None or self._public:
+            raise InternalError("only the warehouse engine materialises tables")
+        with warehouse.writer(self._policy) as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.execute(f"CREATE OR REPLACE TABLE {_q(name)} AS {sql}")
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+
+    def drop(self, name: str) -> None:
+        if self._policy is None or self._public:
+            raise InternalError("only the warehouse engine drops tables")
+        with warehouse.writer(self._policy) as con:
+            con.execute(f"DROP TABLE IF EXISTS {_q(name)}")
+
+    def cancel(self) -> None:
+        cur = self._cursor
+        if cur is not None:
+            try:
+                cur.interrupt()
+            except duckdb.Error:
+                pass
 
     def close(self) -> None:
         if self._cursor is not None:

@@ -3,6 +3,7 @@
 from veil.mechanisms.budget import as_epsilon, format_epsilon
 from veil.mechanisms.noise import (
     discrete_laplace,
+    discrete_laplace_ci_halfwidth,
     exponential,
     gaussian,
     laplace,
@@ -14,6 +15,7 @@ from veil.mechanisms.noise import (
 __all__ = [
     "as_epsilon",
     "discrete_laplace",
+    "discrete_laplace_ci_halfwidth",
     "exponential",
     "format_epsilon",
     "gaussian",

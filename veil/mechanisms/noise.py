@@ -31,6 +31,7 @@ dp.enable_features("contrib")
 
 __all__ = [
     "discrete_laplace",
+    "discrete_laplace_ci_halfwidth",
     "exponential",
     "gaussian",
     "laplace",
@@ -65,7 +66,7 @@ def _float_laplace(scale: float) -> Any:
 
 @lru_cache(maxsize=256)
 def _int_laplace(scale: float) -> Any:
-    return dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T=int)), dp.l1_distance(T=int), scale=scale)
+    return dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64"), scale=scale)
 
 
 @lru_cache(maxsize=256)
@@ -102,6 +103,7 @@ def discrete_laplace(values: ArrayLike, *, scale: float, rng: np.random.Generato
     """Add discrete-Laplace (two-sided geometric) noise of ``scale`` to integer ``values``.
 
     ``P(k) ∝ exp(-|k|/scale)``; ε-DP for integer queries of L1 sensitivity Δ when ``scale = Δ/ε``.
+    Values and results are 64-bit integers (callers clamp values to ±2⁶² first).
     """
     s = _check_scale(scale)
     arr = np.asarray(values)
@@ -171,6 +173,31 @@ def laplace_ci_halfwidth(scale: float, confidence: float = 0.95) -> float:
     if not 0 < confidence < 1:
         raise InputError(f"confidence must be in (0, 1), got {confidence!r}")
     return float(scale) * math.log(1.0 / (1.0 - confidence))
+
+
+def discrete_laplace_ci_halfwidth(scale: float, confidence: float = 0.95) -> float:
+    """Smallest integer h with P(|Z| ≤ h) ≥ ``confidence`` for discrete-Laplace noise Z of ``scale``.
+
+    With r = e^(−1/scale), P(|Z| > h) = 2·r^(h+1)/(1 + r) exactly (the continuous formula b·ln(1/α)
+    is not conservative for integer noise).
+
+    >>> discrete_laplace_ci_halfwidth(1.0), discrete_laplace_ci_halfwidth(10.0)
+    (3.0, 30.0)
+    """
+    if not 0 < confidence < 1:
+        raise InputError(f"confidence must be in (0, 1), got {confidence!r}")
+    s = _check_scale(scale)
+    if s == 0:
+        return 0.0
+    alpha = 1.0 - confidence
+    r = math.exp(-1.0 / s)
+    if r == 0.0:
+        return 0.0
+    h = math.ceil(math.log(alpha * (1.0 + r) / 2.0) / math.log(r)) - 1
+    h = max(h, 0)
+    while 2.0 * r ** (h + 1) / (1.0 + r) > alpha:  # guard against rounding at the boundary
+        h += 1
+    return float(h)
 
 
 def randomized_response(

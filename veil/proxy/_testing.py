@@ -17,9 +17,11 @@ from typing import Any
 import numpy as np
 
 from veil.policy import Policy, load_policy
-from veil.proxy.answer import QuerySession
+from veil.proxy.add_noise import NoiseSource
+from veil.proxy.plan import QueryPlan
+from veil.proxy.session import QuerySession
 
-__all__ = ["exact_session", "seeded_session"]
+__all__ = ["exact_session", "generated_sql", "plan_of", "seeded_session"]
 
 
 def _policy(policy: str | Path | Policy) -> Policy:
@@ -28,9 +30,27 @@ def _policy(policy: str | Path | Policy) -> Policy:
 
 def exact_session(policy: str | Path | Policy, analyst: str, **kwargs: Any) -> QuerySession:
     """A session whose answers carry no noise (charges and refusals are as in production)."""
-    return QuerySession(_policy(policy), analyst, noise_off_for_tests=True, **kwargs)
+    return QuerySession(_policy(policy), analyst, _noise=NoiseSource(exact=True), **kwargs)
 
 
 def seeded_session(policy: str | Path | Policy, analyst: str, rng: np.random.Generator, **kwargs: Any) -> QuerySession:
     """A session whose noise comes from ``rng`` (same distributions, reproducible draws)."""
-    return QuerySession(_policy(policy), analyst, _rng=rng, **kwargs)
+    return QuerySession(_policy(policy), analyst, _noise=NoiseSource(rng=rng), **kwargs)
+
+
+def plan_of(session: QuerySession, sql: str, epsilon: float | None = None) -> QueryPlan | None:
+    """The plan the session would use for ``sql`` (None for a public query); runs nothing, spends nothing."""
+    from veil.proxy import pipeline
+
+    state = pipeline.run(session._state(sql, epsilon), session._env, until="plan")
+    return state.plan
+
+
+def generated_sql(session: QuerySession, sql: str, epsilon: float | None = None) -> list[str]:
+    """Every statement the session would run on the engine for ``sql`` (builds the bounded copy if needed)."""
+    from veil.proxy import pipeline
+
+    state = pipeline.run(session._state(sql, epsilon), session._env, until="rewrite")
+    if state.queries is None:
+        return [state.public_sql or ""]
+    return [session._env.engine.render(q) for q in state.queries.statements()]

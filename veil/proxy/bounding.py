@@ -1,109 +1,121 @@
-"""Contribution bounding for user-level tables: one bounded copy per table version.
+"""Bounded copies: every private table is read through a clamped, contribution-bounded copy.
 
-For a table whose privacy unit is a column, Veil keeps at most ``max_rows_per_unit`` rows per unit,
-chosen by a salted hash (the salt is secret: analysts cannot read ``_veil…`` tables), with every
-bounded column clamped to its declared range. The copy is built once per version of the source
-table (its fingerprint: row count and an order-independent hash of the declared columns) and reused
-by every later query, so no query pays for a per-query ``ROW_NUMBER`` window.
+For each private table Veil keeps one copy per **identity** — a hash of the table's whole policy
+spec (columns, types, bounds, declared values, privacy unit, contribution bound), the version of its
+data (:meth:`Engine.table_version`) and this module's algorithm — built once and reused by every
+later query. The copy holds only the declared columns, each cast to its declared type (``TRY_CAST``:
+a value that does not convert becomes NULL), numeric ones clamped to their bounds (NaN becomes
+NULL, ±inf the bound). For a user-level table it keeps at most ``max_rows_per_unit`` rows per unit,
+chosen by a keyed cryptographic hash (SHA-256 of a secret salt and the row's content, unit
+included), so which rows are kept depends only on that unit's own rows and not on physical order;
+rows whose unit is NULL are dropped (no person can be bounded without an identifier).
+
+A changed bound, type, unit column or contribution bound changes the identity, so no query ever reads
+a copy built for another policy. Salts and identities live in the ledger, not the warehouse.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import secrets
 import threading
 from collections.abc import Callable
 
 from veil.engines.base import Engine
-from veil.policy import Policy, TableSpec
+from veil.errors import InternalError
+from veil.policy import ColumnSpec, TableSpec
+from veil.store.ledger import Ledger
 
-__all__ = ["bounded_source", "clamped_columns", "row_source"]
+__all__ = ["ALGORITHM", "BoundedCopies", "build_sql", "spec_identity"]
 
-_META = "_veil_bounding"
-_lock = threading.Lock()
-_fingerprints: dict[tuple[str, int, str], str] = {}
-_built: dict[tuple[str, int, str], str] = {}
+#: Changes whenever the copy's construction changes, so old copies are never reused.
+ALGORITHM = "veil-bounded-copy/2"
+
+_SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "category": "VARCHAR", "bool": "BOOLEAN", "date": "DATE"}
 
 
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _bound_literal(v: object) -> str:
-    return repr(v) if isinstance(v, float) else str(v)
+def _lit(v: object) -> str:
+    return repr(float(v)) if isinstance(v, float) else str(int(v))  # type: ignore[call-overload]
 
 
-def clamped_columns(spec: TableSpec) -> list[str]:
-    """Projection of every declared column, numeric ones clamped to their bounds (NULL stays NULL)."""
-    cols = []
-    for name, c in spec.columns.items():
-        if c.type in ("int", "float") and c.bounded:
-            lo, hi, q = _bound_literal(c.lower), _bound_literal(c.upper), _q(name)
-            cols.append(f"CASE WHEN {q} < {lo} THEN {lo} WHEN {q} > {hi} THEN {hi} ELSE {q} END AS {q}")
+def spec_identity(spec: TableSpec) -> str:
+    """A stable text naming everything in the spec that shapes the copy (and nothing else)."""
+    cols = [
+        [c.name, c.type, None if c.lower is None else str(c.lower), None if c.upper is None else str(c.upper),
+         None if c.values is None else [repr(v) for v in c.values]]
+        for c in spec.columns.values()
+    ]  # fmt: skip
+    return json.dumps(
+        {"table": spec.name, "columns": cols, "unit": spec.privacy_unit, "max_rows": spec.max_rows_per_unit},
+        sort_keys=True,
+    )
+
+
+def _typed(col: ColumnSpec) -> str:
+    """The column cast to its declared type, numeric ones clamped to their bounds (NULL stays NULL)."""
+    q = _q(col.name)
+    v = f"TRY_CAST({q} AS {_SQL_TYPES[col.type]})"
+    if col.type == "float":
+        v = f"(CASE WHEN isnan({v}) THEN NULL ELSE {v} END)"
+    if col.type in ("int", "float") and col.bounded:
+        lo, hi = _lit(col.lower), _lit(col.upper)
+        v = f"(CASE WHEN {v} < {lo} THEN {lo} WHEN {v} > {hi} THEN {hi} ELSE {v} END)"
+    return f"{v} AS {q}"
+
+
+def build_sql(spec: TableSpec, salt: str) -> str:
+    """DuckDB SELECT producing the bounded copy of ``spec``'s table."""
+    typed = ", ".join(_typed(c) for c in spec.columns.values())
+    if spec.privacy_unit is None:
+        return f"SELECT {typed} FROM {_q(spec.name)}"
+    unit = _q(spec.privacy_unit)
+    row = "to_json(struct_pack(" + ", ".join(f"{_q(c)} := {_q(c)}" for c in spec.columns) + "))"
+    key = f"sha256(concat('{salt}', '|', {row}))"
+    outer = ", ".join(_q(c) for c in spec.columns)
+    return (
+        f"SELECT {outer} FROM (SELECT {typed}, row_number() OVER (PARTITION BY {unit} ORDER BY {key}) AS __veil_rn "
+        f"FROM {_q(spec.name)} WHERE {unit} IS NOT NULL) WHERE __veil_rn <= {int(spec.max_rows_per_unit)}"
+    )
+
+
+class BoundedCopies:
+    """Finds or builds the bounded copy of a private table; caches names per engine generation."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._names: dict[tuple[str, int, str], str] = {}
+
+    def table(self, spec: TableSpec, engine: Engine, ledger: Ledger, *, scope: str, generation: Callable[[], int]) -> str:
+        """The name of the bounded copy of ``spec`` (built if needed). ``scope`` names the warehouse."""
+        if spec.public:
+            raise InternalError(f"public table {spec.name!r} has no bounded copy")
+        ident = spec_identity(spec)
+        key = (scope, generation(), ident)
+        with self._lock:
+            name = self._names.get(key)
+        if name is not None:
+            return name
+        version = engine.table_version(spec.name, list(spec.columns))
+        identity = hashlib.sha256(f"{ALGORITHM}\x00{ident}\x00{version}".encode()).hexdigest()
+        name = f"_veil_bounded_{spec.name}_{identity[:24]}"
+        known = ledger.bounded_copy(identity)
+        if known is None or not engine.table_exists(known[0]):
+            salt = known[1] if known is not None else secrets.token_hex(32)
+            engine.materialise(name, build_sql(spec, salt))
+            for old in ledger.record_bounded_copy(identity, spec.name, name, salt):
+                if old != name:
+                    engine.drop(old)
         else:
-            cols.append(_q(name))
-    return cols
+            name = known[0]
+        with self._lock:
+            self._names[(scope, generation(), ident)] = name
+        return name
 
 
-def row_source(spec: TableSpec) -> str:
-    """Source SQL for a row-level table: clamp on read."""
-    return f"SELECT {', '.join(clamped_columns(spec))} FROM {_q(spec.name)}"
-
-
-def _fingerprint(engine: Engine, spec: TableSpec) -> str:
-    cols = ", ".join(_q(c) for c in spec.columns)
-    res = engine.execute(f"SELECT count(*), bit_xor(hash({cols})) FROM {_q(spec.name)}")
-    n, h = res.rows[0]
-    return f"{int(n):x}_{int(h or 0):x}"
-
-
-def bounded_source(policy: Policy, spec: TableSpec, engine: Engine, *, generation: Callable[[], int] | None = None) -> str:
-    """Source SQL reading the bounded copy of ``spec``'s table, building the copy if needed."""
-    assert spec.privacy_unit is not None
-    gen = generation() if generation is not None else 0
-    key = (str(policy.database_path), gen, spec.name)
-    with _lock:
-        fp = _fingerprints.get(key)
-    if fp is None:
-        fp = _fingerprint(engine, spec)
-        with _lock:
-            _fingerprints[key] = fp
-    name = f"_veil_bounded_{spec.name}_{spec.max_rows_per_unit}_{fp}"
-    with _lock:
-        known = _built.get(key) == name
-    if not known:
-        exists = engine.execute(f"SELECT count(*) FROM information_schema.tables WHERE table_name = '{name}'").rows[0][0]
-        if not exists:
-            _build(policy, spec, name, fp)
-        with _lock:
-            _built[key] = name
-    return f"SELECT * FROM {_q(name)}"
-
-
-def _build(policy: Policy, spec: TableSpec, name: str, fp: str) -> None:
-    from veil.store import warehouse
-
-    salt = secrets.token_hex(16)
-    unit = _q(spec.privacy_unit or "")
-    cols = clamped_columns(spec)
-    with warehouse.writer(policy) as con:
-        con.execute(
-            f"CREATE TABLE IF NOT EXISTS {_META}(source TEXT, fingerprint TEXT, bounded TEXT, salt TEXT, created_at TIMESTAMP)"
-        )
-        if con.execute(f"SELECT count(*) FROM information_schema.tables WHERE table_name = '{name}'").fetchone()[0]:
-            return
-        con.execute("BEGIN TRANSACTION")
-        try:
-            con.execute(
-                f"CREATE TABLE {_q(name)} AS SELECT {', '.join(cols)} FROM ("
-                f"SELECT *, row_number() OVER (PARTITION BY {unit} ORDER BY hash(rowid, '{salt}')) AS __veil_rn "
-                f"FROM {_q(spec.name)}) WHERE __veil_rn <= {int(spec.max_rows_per_unit)}"
-            )
-            old = con.execute(f"SELECT bounded FROM {_META} WHERE source = ?", [spec.name]).fetchall()
-            for (old_name,) in old:
-                con.execute(f"DROP TABLE IF EXISTS {_q(old_name)}")
-            con.execute(f"DELETE FROM {_META} WHERE source = ?", [spec.name])
-            con.execute(f"INSERT INTO {_META} VALUES (?, ?, ?, ?, now())", [spec.name, fp, name, salt])
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+#: One cache per process (sessions share copies).
+COPIES = BoundedCopies()

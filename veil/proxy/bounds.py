@@ -12,13 +12,14 @@ Interval(lo=Fraction(-4, 1), hi=Fraction(8, 1), integral=True)
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope
 
-from veil.errors import Unbounded
+from veil.errors import InternalError, Unbounded
 from veil.proxy.catalog import Catalog
 
 __all__ = ["Interval", "base_columns", "expression_interval", "resolve_column"]
@@ -93,8 +94,7 @@ def base_columns(expr: exp.Expression, scope: Scope) -> set[tuple[str, str]]:
         kind, inner, inner_scope, table = resolve_column(col, scope)
         if kind == "table":
             out.add((str(table), col.name))
-        else:
-            assert inner is not None and inner_scope is not None
+        elif inner is not None and inner_scope is not None:
             out |= base_columns(inner, inner_scope)
     return out
 
@@ -112,135 +112,238 @@ def _unbounded(node: exp.Expression, whole: exp.Expression, why: str) -> Unbound
     )
 
 
+Rule = Callable[[exp.Expression, Scope, Catalog, exp.Expression], "Interval | None"]
+
+
 def _iv(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
-    if isinstance(node, (exp.Paren, exp.Alias)):
-        return _iv(node.this, scope, catalog, whole)
-    if isinstance(node, exp.Null):
-        return None
-    if isinstance(node, exp.Boolean):
-        return _point(Fraction(int(node.this)))
-    if isinstance(node, exp.Literal):
-        if node.is_string:
-            raise _unbounded(node, whole, f"{node.sql()} is text")
-        return _point(Fraction(str(node.this)))
-    if isinstance(node, exp.Column):
-        kind, inner, inner_scope, table = resolve_column(node, scope)
-        if kind == "derived":
-            assert inner is not None and inner_scope is not None
-            return _iv(inner, inner_scope, catalog, whole)
-        t = catalog.tables[str(table)]
-        if t.spec is None or t.public or node.name not in t.spec.columns:
-            raise _unbounded(node, whole, f"column {node.name!r} of public table {table!r} has no declared bounds")
-        spec = t.spec.columns[node.name]
-        if spec.type == "bool":
-            return Interval(Fraction(0), Fraction(1), True)
-        if spec.type not in ("int", "float") or not spec.bounded:
-            raise _unbounded(node, whole, f"column {table}.{node.name} has no declared lower/upper bounds")
-        return Interval(_frac(spec.lower), _frac(spec.upper), spec.type == "int")
-    if isinstance(node, (exp.Predicate, exp.Connector, exp.Not, exp.Is, exp.In, exp.Between)):
+    """Dispatch on the node's type through :data:`_RULES` (most specific class first)."""
+    for cls in type(node).__mro__:
+        rule = _RULES.get(cls)
+        if rule is not None:
+            return rule(node, scope, catalog, whole)
+    raise _unbounded(node, whole, f"{node.key.upper()} has no interval rule")
+
+
+def _args(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression, *keys: str) -> list[Interval] | None:
+    """Intervals of the named arguments; None when any is always NULL (the result is then NULL too)."""
+    out = []
+    for key in keys:
+        iv = _iv(node.args[key], scope, catalog, whole)
+        if iv is None:
+            return None
+        out.append(iv)
+    return out
+
+
+def _unwrap_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    return _iv(node.this, scope, catalog, whole)
+
+
+def _null_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    return None
+
+
+def _boolean_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    return Interval(Fraction(0), Fraction(1), True)
+
+
+def _bool_literal_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    return _point(Fraction(int(bool(node.this))))
+
+
+def _literal_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    if not isinstance(node, exp.Literal) or node.is_string:
+        raise _unbounded(node, whole, f"{node.sql()} is text")
+    return _point(Fraction(str(node.this)))
+
+
+def _pi_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    return Interval(Fraction(math.pi) - Fraction(1, 10**9), Fraction(math.pi) + Fraction(1, 10**9), False)
+
+
+def _column_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    if not isinstance(node, exp.Column):
+        raise InternalError(f"column rule applied to {node.key}")
+    kind, inner, inner_scope, table = resolve_column(node, scope)
+    if kind == "derived":
+        if inner is None or inner_scope is None:
+            raise InternalError("a derived column without its expression")
+        return _iv(inner, inner_scope, catalog, whole)
+    t = catalog.tables[str(table)]
+    if t.spec is None or t.public or node.name not in t.spec.columns:
+        raise _unbounded(node, whole, f"column {node.name!r} of public table {table!r} has no declared bounds")
+    spec = t.spec.columns[node.name]
+    if spec.type == "bool":
         return Interval(Fraction(0), Fraction(1), True)
-    if isinstance(node, exp.Neg):
-        a = _iv(node.this, scope, catalog, whole)
-        return None if a is None else -a
-    if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
-        a = _iv(node.this, scope, catalog, whole)
-        b = _iv(node.expression, scope, catalog, whole)
-        if a is None or b is None:
-            return None
-        return a + b if isinstance(node, exp.Add) else a - b if isinstance(node, exp.Sub) else a * b
-    if isinstance(node, (exp.Div, exp.IntDiv)):
-        a = _iv(node.this, scope, catalog, whole)
-        b = _iv(node.expression, scope, catalog, whole)
-        if a is None or b is None:
-            return None
-        if b.lo <= 0 <= b.hi:
-            raise _unbounded(node, whole, "the divisor's range contains 0")
-        c = [a.lo / b.lo, a.lo / b.hi, a.hi / b.lo, a.hi / b.hi]
-        lo, hi = min(c), max(c)
-        if isinstance(node, exp.IntDiv):
-            return Interval(Fraction(math.floor(lo)), Fraction(math.ceil(hi)), True)
-        return Interval(lo, hi, False)
-    if isinstance(node, exp.Mod):
-        b = _iv(node.expression, scope, catalog, whole)
-        a = _iv(node.this, scope, catalog, whole)
-        if a is None or b is None:
-            return None
-        m = b.magnitude
-        lo = Fraction(0) if a.lo >= 0 else -m
-        hi = Fraction(0) if a.hi <= 0 else m
-        return Interval(lo, hi, a.integral and b.integral)
-    if isinstance(node, exp.Abs):
-        a = _iv(node.this, scope, catalog, whole)
-        if a is None:
-            return None
-        lo = Fraction(0) if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))
-        return Interval(lo, a.magnitude, a.integral)
-    if isinstance(node, exp.Sqrt):
-        a = _iv(node.this, scope, catalog, whole)
-        if a is None:
-            return None
-        if a.lo < 0:
-            raise _unbounded(node, whole, "SQRT of a range that includes negative numbers")
-        return Interval(_frac(math.sqrt(a.lo)), _frac(math.sqrt(a.hi)) + Fraction(1, 10**9), False)
-    if isinstance(node, exp.Pow):
-        a = _iv(node.this, scope, catalog, whole)
-        b = _iv(node.expression, scope, catalog, whole)
-        if a is None or b is None:
-            return None
-        if b.lo != b.hi or b.lo.denominator != 1 or not 0 <= b.lo <= 8:
-            raise _unbounded(node, whole, "only small constant integer powers are supported")
-        out = _point(Fraction(1))
-        for _ in range(int(b.lo)):
-            out = out * a
-        if int(b.lo) % 2 == 0 and int(b.lo) > 0:  # even power is non-negative
-            out = Interval(Fraction(0) if a.lo <= 0 <= a.hi else out.lo, out.hi, out.integral)
+    if spec.type not in ("int", "float") or not spec.bounded:
+        raise _unbounded(node, whole, f"column {table}.{node.name} has no declared lower/upper bounds")
+    return Interval(_frac(spec.lower), _frac(spec.upper), spec.type == "int")
+
+
+def _neg_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    a = _iv(node.this, scope, catalog, whole)
+    return None if a is None else -a
+
+
+def _arith_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    ab = _args(node, scope, catalog, whole, "this", "expression")
+    if ab is None:
+        return None
+    a, b = ab
+    return a + b if isinstance(node, exp.Add) else a - b if isinstance(node, exp.Sub) else a * b
+
+
+def _div_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    ab = _args(node, scope, catalog, whole, "this", "expression")
+    if ab is None:
+        return None
+    a, b = ab
+    if b.lo <= 0 <= b.hi:
+        raise _unbounded(node, whole, "the divisor's range contains 0")
+    c = [a.lo / b.lo, a.lo / b.hi, a.hi / b.lo, a.hi / b.hi]
+    lo, hi = min(c), max(c)
+    if isinstance(node, exp.IntDiv):
+        return Interval(Fraction(math.floor(lo)), Fraction(math.ceil(hi)), True)
+    return Interval(lo, hi, False)
+
+
+def _mod_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    ab = _args(node, scope, catalog, whole, "this", "expression")
+    if ab is None:
+        return None
+    a, b = ab
+    m = b.magnitude
+    lo = Fraction(0) if a.lo >= 0 else -m
+    hi = Fraction(0) if a.hi <= 0 else m
+    return Interval(lo, hi, a.integral and b.integral)
+
+
+def _abs_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    a = _iv(node.this, scope, catalog, whole)
+    if a is None:
+        return None
+    lo = Fraction(0) if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))
+    return Interval(lo, a.magnitude, a.integral)
+
+
+def _sqrt_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    a = _iv(node.this, scope, catalog, whole)
+    if a is None:
+        return None
+    if a.lo < 0:
+        raise _unbounded(node, whole, "SQRT of a range that includes negative numbers")
+    return Interval(_frac(math.sqrt(a.lo)), _frac(math.sqrt(a.hi)) + Fraction(1, 10**9), False)
+
+
+def _pow_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    ab = _args(node, scope, catalog, whole, "this", "expression")
+    if ab is None:
+        return None
+    a, b = ab
+    if b.lo != b.hi or b.lo.denominator != 1 or not 0 <= b.lo <= 8:
+        raise _unbounded(node, whole, "only small constant integer powers are supported")
+    out = _point(Fraction(1))
+    for _ in range(int(b.lo)):
+        out = out * a
+    if int(b.lo) % 2 == 0 and int(b.lo) > 0:  # an even power is non-negative
+        out = Interval(Fraction(0) if a.lo <= 0 <= a.hi else out.lo, out.hi, out.integral)
+    return out
+
+
+def _round_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    a = _iv(node.this, scope, catalog, whole)
+    if a is None:
+        return None
+    decimals = node.args.get("decimals")
+    integral = decimals is None or (isinstance(decimals, exp.Literal) and str(decimals.this) == "0")
+    return Interval(Fraction(math.floor(a.lo)), Fraction(math.ceil(a.hi)), integral)
+
+
+def _sign_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    a = _iv(node.this, scope, catalog, whole)
+    return None if a is None else Interval(Fraction(-1), Fraction(1), True)
+
+
+def _pick_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    parts = [_iv(e, scope, catalog, whole) for e in [node.this, *node.expressions]]
+    parts_nn = [p for p in parts if p is not None]
+    if not parts_nn:
+        return None
+    if isinstance(node, exp.Coalesce):
+        out = parts_nn[0]
+        for p in parts_nn[1:]:
+            out = out.union(p)
         return out
-    if isinstance(node, (exp.Round, exp.Floor, exp.Ceil)):
-        a = _iv(node.this, scope, catalog, whole)
-        if a is None:
-            return None
-        decimals = node.args.get("decimals")
-        integral = decimals is None or (isinstance(decimals, exp.Literal) and str(decimals.this) == "0")
-        return Interval(Fraction(math.floor(a.lo)), Fraction(math.ceil(a.hi)), integral and True)
-    if isinstance(node, (exp.Greatest, exp.Least, exp.Coalesce)):
-        parts = [_iv(e, scope, catalog, whole) for e in [node.this, *node.expressions]]
-        parts_nn = [p for p in parts if p is not None]
-        if not parts_nn:
-            return None
-        if isinstance(node, exp.Coalesce):
-            out = parts_nn[0]
-            for p in parts_nn[1:]:
-                out = out.union(p)
-            return out
-        pick = max if isinstance(node, exp.Greatest) else min
-        return Interval(pick(p.lo for p in parts_nn), pick(p.hi for p in parts_nn), all(p.integral for p in parts_nn))
+    pick = max if isinstance(node, exp.Greatest) else min
+    return Interval(pick(p.lo for p in parts_nn), pick(p.hi for p in parts_nn), all(p.integral for p in parts_nn))
+
+
+def _nullif_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    return _iv(node.this, scope, catalog, whole)
+
+
+def _branches_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
     if isinstance(node, exp.Case):
         branches = [i.args.get("true") for i in node.args.get("ifs", [])] + [node.args.get("default")]
-        out: Interval | None = None
-        for b in branches:
-            if b is None:
-                continue
-            iv = _iv(b, scope, catalog, whole)
-            if iv is not None:
-                out = iv if out is None else out.union(iv)
-        return out
-    if isinstance(node, exp.If):
-        out = None
-        for b in (node.args.get("true"), node.args.get("false")):
-            if b is None:
-                continue
-            iv = _iv(b, scope, catalog, whole)
-            if iv is not None:
-                out = iv if out is None else out.union(iv)
-        return out
-    if isinstance(node, (exp.Cast, exp.TryCast)):
-        a = _iv(node.this, scope, catalog, whole)
-        to = node.to.this.value if isinstance(node.to, exp.DataType) else ""
-        if str(to).upper() not in _NUM_TYPES and str(to).upper() != "BOOLEAN":
-            raise _unbounded(node, whole, f"cast to {to} is not numeric")
-        if a is None:
-            return None
-        if str(to).upper() in _INT_TYPES:
-            return Interval(Fraction(math.floor(a.lo)), Fraction(math.ceil(a.hi)), True)
-        return Interval(a.lo, a.hi, False)
-    raise _unbounded(node, whole, f"{node.key.upper()} has no interval rule")
+    else:
+        branches = [node.args.get("true"), node.args.get("false")]
+    out: Interval | None = None
+    for b in branches:
+        if b is None:
+            continue
+        iv = _iv(b, scope, catalog, whole)
+        if iv is not None:
+            out = iv if out is None else out.union(iv)
+    return out
+
+
+def _cast_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    a = _iv(node.this, scope, catalog, whole)
+    to_node = node.args.get("to")
+    to = str(to_node.this.value if isinstance(to_node, exp.DataType) else "").upper()
+    if to not in _NUM_TYPES and to != "BOOLEAN":
+        raise _unbounded(node, whole, f"cast to {to} is not numeric")
+    if a is None:
+        return None
+    if to == "BOOLEAN":
+        return Interval(Fraction(0), Fraction(1), True)
+    if to in _INT_TYPES:
+        return Interval(Fraction(math.floor(a.lo)), Fraction(math.ceil(a.hi)), True)
+    return Interval(a.lo, a.hi, False)
+
+
+#: Interval rule per node type; :func:`_iv` uses the most specific class in the node's MRO.
+_RULES: dict[type[exp.Expression], Rule] = {
+    exp.Paren: _unwrap_rule,
+    exp.Alias: _unwrap_rule,
+    exp.Null: _null_rule,
+    exp.Boolean: _bool_literal_rule,
+    exp.Literal: _literal_rule,
+    exp.Pi: _pi_rule,
+    exp.Column: _column_rule,
+    exp.Predicate: _boolean_rule,
+    exp.Connector: _boolean_rule,
+    exp.Not: _boolean_rule,
+    exp.Neg: _neg_rule,
+    exp.Add: _arith_rule,
+    exp.Sub: _arith_rule,
+    exp.Mul: _arith_rule,
+    exp.Div: _div_rule,
+    exp.IntDiv: _div_rule,
+    exp.Mod: _mod_rule,
+    exp.Abs: _abs_rule,
+    exp.Sqrt: _sqrt_rule,
+    exp.Pow: _pow_rule,
+    exp.Round: _round_rule,
+    exp.Floor: _round_rule,
+    exp.Ceil: _round_rule,
+    exp.Sign: _sign_rule,
+    exp.Greatest: _pick_rule,
+    exp.Least: _pick_rule,
+    exp.Coalesce: _pick_rule,
+    exp.Nullif: _nullif_rule,
+    exp.Case: _branches_rule,
+    exp.If: _branches_rule,
+    exp.Cast: _cast_rule,
+    exp.TryCast: _cast_rule,
+}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from fractions import Fraction
 
-from veil.proxy.analyze import Analysis
+from veil.proxy.validate import Analysis
 
 __all__ = ["cache_key", "canonical_sql"]
 

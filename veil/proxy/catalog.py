@@ -1,8 +1,10 @@
 """What an analyst may name: private tables from the policy, public tables with their columns.
 
-The schema used to qualify queries comes from the policy (private tables: only declared columns)
-and, for public tables (``public = true`` in the policy, or published by a curator release), from
-the warehouse. Veil's internal tables (``_veil…``) are never in the catalog.
+The schema used to qualify queries comes from the policy for private tables (only declared columns,
+with their declared types: the bounded copy every query reads casts each column to that type) and,
+for public tables (``public = true`` in the policy, or published by a curator release), from the
+public mirror (types as stored; a policy's declared public columns restrict which may be named).
+Veil's internal tables (``_veil…``) are never in the catalog.
 """
 
 from __future__ import annotations
@@ -66,12 +68,12 @@ def build_catalog(policy: Policy, public_columns: Mapping[str, Mapping[str, str]
     tables: dict[str, CatalogTable] = {}
     for name, spec in policy.tables.items():
         if spec.public:
-            if spec.columns:
-                cols = {c: s.type for c, s in spec.columns.items()}
-            elif name in public_columns:
-                cols = {c: veil_type_of(t) for c, t in public_columns[name].items()}
-            else:
+            if name not in public_columns:
                 continue  # declared public but not loaded yet
+            # types always from the stored table (a declared type that differs would make the engine cast row by
+            # row); the declared columns, if any, restrict what may be named
+            stored = {c: veil_type_of(t) for c, t in public_columns[name].items()}
+            cols = {c: stored[c] for c in spec.columns if c in stored} if spec.columns else stored
             tables[name] = CatalogTable(name, MappingProxyType(cols), spec, True)
         else:
             cols = {c: s.type for c, s in spec.columns.items()}

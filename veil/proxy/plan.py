@@ -1,23 +1,32 @@
-"""Pass 2: decide which noisy statistics a query needs, their sensitivities, and the exact ε cost.
+"""Pass 4 — plan: the noisy statistics a query needs, their sensitivities, and its exact (ε, δ) cost.
 
 ``plan(analysis, catalog, epsilon=..., contribution=..., partition_delta=...)`` returns a frozen
-:class:`QueryPlan`. Decomposition (``c`` = rows one privacy unit can contribute, see docs/sql.md):
+:class:`QueryPlan`, pure (no engine access): ``contribution`` is ``c``, the rows one privacy unit can
+put into the query's FROM — the table's contribution bound times the public-join multiplicity
+(:mod:`veil.proxy.multiplicity`). Decomposition:
 
 ==========================  ===============================================  ==========================
-aggregate                   noisy statistics                                 sensitivity each
+aggregate                   noisy statistics                                 sensitivity (L1, all groups)
 ==========================  ===============================================  ==========================
 COUNT(*), COUNT(x)          count                                            c
-COUNT(DISTINCT unit)        count of distinct units                          1
+COUNT(DISTINCT unit)        count of distinct units                          1 without GROUP BY, else c
 COUNT(DISTINCT x)           count of distinct values                         c
 SUM(e)                      sum (discrete Laplace when e is integral)        c·max|e|
 AVG(e)                      count(e), Σ(e − mid)                             c, c·(hi − lo)/2
 VAR/STDDEV(e)               count(e), Σ(e − mid), Σ(e − mid)²                c, c·w/2, c·(w/2)²
-MEDIAN/quantile/MIN/MAX(e)  exponential mechanism over a grid on [lo, hi]    c (rank utility)
+MEDIAN/quantile/MIN/MAX(e)  exponential mechanism over a grid on [lo, hi]    c (rank utility, per group)
 private GROUP BY keys       partition selection on a noisy COUNT(*)          c (threshold τ, δ)
 ==========================  ===============================================  ==========================
 
-The query's ε is split equally over the distinct statistics (identical ones are shared, e.g. the
-COUNT(*) of a query also selects partitions), so the cost is exactly ε and equals what EXPLAIN shows.
+Sensitivities are L1 over the whole released vector: one unit's c rows land in at most c groups, so
+a count or sum moves by at most c (or c·max|e|) summed over all groups; an exponential mechanism
+per group calibrated to c is ε-DP over all groups together.
+
+ε shares: statistics identical across aggregates are shared. With private group keys, partition
+selection gets its own half of ε (all of it when it is the only statistic; the query's plain
+COUNT(*), if it asks for one, is that statistic) and the other statistics split the rest equally;
+otherwise the statistics split ε equally. The cost is exactly the requested ε, plus δ =
+``partition_delta`` when partitions are selected, and equals what EXPLAIN shows.
 """
 
 from __future__ import annotations
@@ -29,12 +38,13 @@ from fractions import Fraction
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
-from veil.errors import QueryRejected, Unbounded, Unsupported
-from veil.proxy.analyze import Analysis, aggregate_name
+from veil.errors import InternalError, QueryRejected, Unbounded, Unsupported
 from veil.proxy.bounds import Interval, expression_interval, resolve_column
 from veil.proxy.catalog import Catalog
+from veil.proxy.totality import make_total
+from veil.proxy.validate import Analysis, aggregate_name
 
-__all__ = ["AggregateSpec", "GroupKey", "QueryPlan", "Statistic", "plan"]
+__all__ = ["MAX_GRID", "MAX_PUBLIC_GROUPS", "AggregateSpec", "GroupKey", "QueryPlan", "Statistic", "plan"]
 
 #: Most grid points an exponential-mechanism statistic scores (int columns use every integer up to this).
 MAX_GRID = 1000
@@ -49,21 +59,23 @@ class Statistic:
     id: int
     kind: str  # count | sum | sum_centered | sumsq_centered | grid
     label: str  # e.g. "count(*)", "sum(adult.age)"
-    arg: str | None  # engine SQL of the (clamped) argument; None for COUNT(*)
-    filter: str | None  # engine SQL of a FILTER condition
+    arg: exp.Expression | None  # the (clamped) argument; None for COUNT(*)
+    filter: exp.Expression | None  # a FILTER condition
     distinct: bool
     mechanism: str  # discrete_laplace | laplace | exponential
     sensitivity: Fraction
     epsilon: Fraction
     hidden: bool  # not itself an output cell (AVG's count, partition selection)
     center: Fraction = Fraction(0)
+    lower: Fraction | None = None  # feasible range of one row's value (sums: released values are post-processed into it)
+    upper: Fraction | None = None
     # grid statistics (exponential mechanism)
     grid_lo: Fraction = Fraction(0)
     grid_step: Fraction = Fraction(1)
     grid_n: int = 0
     target: str = ""  # quantile | min | max
     q: float = 0.5
-    count_arg: str | None = None  # sum_centered: SQL whose non-NULL count centres the sum
+    count_arg: exp.Expression | None = None  # sum_centered: expression whose non-NULL count centres the sum
 
     @property
     def scale(self) -> float:
@@ -90,7 +102,8 @@ class AggregateSpec:
 @dataclass(frozen=True)
 class GroupKey:
     index: int
-    sql: str  # qualified engine SQL
+    expr: exp.Expression  # qualified key expression
+    sql: str  # its DuckDB SQL (matching in post-processing)
     label: str
     domain_sql: str | None  # SQL listing the public domain, or None for private keys
     domain_values: tuple[object, ...] | None = None  # the declared values, when the key is a declared column
@@ -115,7 +128,13 @@ class QueryPlan:
 
     @property
     def cost(self) -> Fraction:
+        """The exact ε of the query (the sum of the statistics' shares)."""
         return sum((s.epsilon for s in self.statistics), Fraction(0))
+
+    @property
+    def delta(self) -> Fraction:
+        """The δ of the query: the partition δ when private partitions are selected, else 0."""
+        return self.partition_delta if self.partition_delta is not None else Fraction(0)
 
 
 def _sql(e: exp.Expression) -> str:
@@ -148,7 +167,8 @@ def _agg_parts(node: exp.Expression) -> tuple[str, exp.Expression | None, bool, 
         filt = where.this if isinstance(where, exp.Where) else where
         node = node.this
     name = aggregate_name(node)
-    assert name is not None
+    if name is None:
+        raise InternalError(f"{node.sql()} is not an aggregate")
     q: float | None = None
     distinct = False
     if isinstance(node, exp.WithinGroup):
@@ -200,19 +220,32 @@ def _const_q(node: exp.Expression | None) -> float:
     return q
 
 
-def _clamp_sql(arg_sql: str, iv: Interval) -> str:
+def _clamp(arg: exp.Expression, iv: Interval) -> exp.Expression:
     """``arg`` clamped to ``iv``; NULL stays NULL and NaN (above every number in DuckDB) becomes ``hi``.
 
     The in-range branch comes first: DuckDB evaluates each later WHEN only on the rows not yet
     matched, so the common case costs one range test per row instead of two comparisons.
     """
     lo, hi = _num(iv.lo), _num(iv.hi)
-    a = f"({arg_sql})"
-    return f"(CASE WHEN {a} BETWEEN {lo} AND {hi} THEN {a} WHEN {a} < {lo} THEN {lo} WHEN {a} > {hi} THEN {hi} ELSE NULL END)"
+    a = exp.Paren(this=arg.copy())
+    return exp.Paren(
+        this=exp.Case(
+            ifs=[
+                exp.If(this=exp.Between(this=a.copy(), low=lo.copy(), high=hi.copy()), true=a.copy()),
+                exp.If(this=exp.LT(this=a.copy(), expression=lo.copy()), true=lo.copy()),
+                exp.If(this=exp.GT(this=a.copy(), expression=hi.copy()), true=hi.copy()),
+            ],
+            default=exp.Null(),
+        )
+    )
 
 
-def _num(v: Fraction) -> str:
-    return str(v.numerator) if v.denominator == 1 else repr(float(v))
+def _num(v: Fraction) -> exp.Expression:
+    if v.denominator == 1:
+        lit = exp.Literal.number(abs(v.numerator))
+    else:
+        lit = exp.Literal.number(repr(abs(float(v))))
+    return exp.Neg(this=lit) if v < 0 else lit
 
 
 def _grid(iv: Interval) -> tuple[Fraction, Fraction, int]:
@@ -226,8 +259,9 @@ def _grid(iv: Interval) -> tuple[Fraction, Fraction, int]:
 
 
 class _Builder:
-    def __init__(self, c: int) -> None:
-        self.c = c
+    """Statistics of one plan, deduplicated by what they compute."""
+
+    def __init__(self) -> None:
         self.specs: list[dict[str, object]] = []
         self.index: dict[tuple[object, ...], int] = {}
 
@@ -242,30 +276,33 @@ class _Builder:
         return len(self.specs) - 1
 
 
-def _private_unit_column(arg: exp.Expression, scope: Scope, catalog: Catalog, table: str) -> bool:
+def _trace(arg: exp.Expression, scope: Scope) -> tuple[str, str] | None:
+    """The (table, column) a bare column argument is, through CTEs and derived tables; None otherwise."""
+    while isinstance(arg, exp.Paren):
+        arg = arg.this
+    if not isinstance(arg, exp.Column):
+        return None
+    kind, inner, inner_scope, table = resolve_column(arg, scope)
+    if kind == "derived":
+        if inner is None or inner_scope is None:
+            raise InternalError("a derived column without its expression")
+        return _trace(inner, inner_scope)
+    return str(table), arg.name
+
+
+def _is_unit_column(arg: exp.Expression, scope: Scope, catalog: Catalog, table: str) -> bool:
     """Is ``arg`` (through CTEs) exactly the privacy-unit column of the private table?"""
     spec = catalog.tables[table].spec
-    if spec is None or spec.privacy_unit is None or not isinstance(arg, exp.Column):
-        return False
-    kind, inner, inner_scope, t = resolve_column(arg, scope)
-    if kind == "derived":
-        assert inner is not None and inner_scope is not None
-        return _private_unit_column(inner, inner_scope, catalog, table)
-    return t == table and arg.name == spec.privacy_unit
+    return spec is not None and spec.privacy_unit is not None and _trace(arg, scope) == (table, spec.privacy_unit)
 
 
 def _is_bounded_base_column(arg: exp.Expression, scope: Scope, catalog: Catalog, table: str) -> bool:
-    """Is ``arg`` (through CTEs) exactly a bounded numeric column of the private table?"""
-    if not isinstance(arg, exp.Column):
+    """Is ``arg`` (through CTEs) exactly a bounded numeric column of the private table (clamped in its copy)?"""
+    traced = _trace(arg, scope)
+    spec = catalog.tables[table].spec
+    if traced is None or traced[0] != table or spec is None or traced[1] not in spec.columns:
         return False
-    kind, inner, inner_scope, t = resolve_column(arg, scope)
-    if kind == "derived":
-        assert inner is not None and inner_scope is not None
-        return _is_bounded_base_column(inner, inner_scope, catalog, table)
-    spec = catalog.tables[str(t)].spec
-    if t != table or spec is None or arg.name not in spec.columns:
-        return False
-    col = spec.columns[arg.name]
+    col = spec.columns[traced[1]]
     return col.type in ("int", "float") and col.bounded
 
 
@@ -275,7 +312,8 @@ def _declared_values(key: exp.Expression, scope: Scope, catalog: Catalog) -> tup
         return None
     kind, inner, inner_scope, table = resolve_column(key, scope)
     if kind == "derived":
-        assert inner is not None and inner_scope is not None
+        if inner is None or inner_scope is None:
+            raise InternalError("a derived column without its expression")
         return _declared_values(inner, inner_scope, catalog)
     t = catalog.tables[str(table)]
     if t.public or t.spec is None or key.name not in t.spec.columns:
@@ -292,7 +330,8 @@ def _domain_sql(key: exp.Expression, scope: Scope, catalog: Catalog) -> str | No
         for col in list(e.find_all(exp.Column)):
             kind, inner, inner_scope, table = resolve_column(col, sc)
             if kind == "derived":
-                assert inner is not None and inner_scope is not None
+                if inner is None or inner_scope is None:
+                    raise InternalError("a derived column without its expression")
                 sub = inline(inner, inner_scope)
                 if sub is None:
                     return None
@@ -317,7 +356,139 @@ def _domain_sql(key: exp.Expression, scope: Scope, catalog: Catalog) -> str | No
     inlined = inline(key, scope)
     if inlined is None or not sources:
         return None
-    return f"SELECT DISTINCT {_sql(inlined)} AS k FROM {' CROSS JOIN '.join(sources.values())}"
+    return f"SELECT DISTINCT {_sql(make_total(inlined))} AS k FROM {' CROSS JOIN '.join(sources.values())}"
+
+
+def _group_keys(tree: exp.Select, scope: Scope, catalog: Catalog) -> list[GroupKey]:
+    group = tree.args.get("group")
+    if group is None:
+        return []
+    if group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets"):
+        raise Unsupported("ROLLUP, CUBE and GROUPING SETS are not supported")
+    keys = []
+    for i, k in enumerate(group.expressions):
+        if any(aggregate_name(n) for n in k.walk()):
+            raise Unsupported("aggregates in GROUP BY are not allowed")
+        declared = _declared_values(k, scope, catalog)
+        domain_sql = None if declared is not None else _domain_sql(k, scope, catalog)
+        keys.append(GroupKey(i, k, _sql(k), k.sql(dialect="duckdb"), domain_sql, declared))
+    return keys
+
+
+def _plan_count(
+    b: _Builder, idx: int, node: exp.Expression, arg: exp.Expression | None, distinct: bool,
+    filt: exp.Expression | None, ctx: _Context,
+) -> AggregateSpec:  # fmt: skip
+    label = node.sql(dialect="duckdb")
+    sens = ctx.c
+    if distinct and arg is not None and _is_unit_column(arg, ctx.scope, ctx.catalog, ctx.table) and not ctx.grouped:
+        sens = 1  # one unit changes the number of distinct units by one (in the one group)
+    key = ("count", None if arg is None else _sql(arg), None if filt is None else _sql(filt), distinct)
+    sid = b.add(
+        key, kind="count", label=label, arg=arg, filter=filt, distinct=distinct, mechanism="discrete_laplace",
+        sensitivity=Fraction(sens), hidden=False, lower=Fraction(0), upper=Fraction(1),
+    )  # fmt: skip
+    return AggregateSpec(idx, "count", _sql(node), label, (sid,), None, None, True)
+
+
+def _plan_moments(
+    b: _Builder, idx: int, name: str, node: exp.Expression, arg: exp.Expression, arg_c: exp.Expression,
+    filt: exp.Expression | None, iv: Interval, ctx: _Context,
+) -> AggregateSpec:  # fmt: skip
+    """AVG, VAR and STDDEV: a noisy count and centred sum (and sum of squares) of the clamped argument."""
+    c, fs = ctx.c, None if filt is None else _sql(filt)
+    a_label = arg.sql(dialect="duckdb")
+    n_id = b.add(
+        ("count", _sql(arg), fs, False), kind="count", label=f"count({a_label})", arg=arg, filter=filt,
+        distinct=False, mechanism="discrete_laplace", sensitivity=Fraction(c), hidden=True,
+        lower=Fraction(0), upper=Fraction(1),
+    )  # fmt: skip
+    s_id = b.add(
+        ("sum_c", _sql(arg_c), fs), kind="sum_centered", label=f"sum({a_label} - {_sql(_num(iv.mid))})",
+        arg=arg_c, filter=filt, distinct=False, mechanism="laplace", sensitivity=c * iv.half_width,
+        hidden=True, center=iv.mid, count_arg=arg, lower=iv.lo - iv.mid, upper=iv.hi - iv.mid,
+    )  # fmt: skip
+    ids: tuple[int, ...] = (n_id, s_id)
+    if name != "avg":
+        q_id = b.add(
+            ("sumsq_c", _sql(arg_c), fs), kind="sumsq_centered", label=f"sum(({a_label} - {_sql(_num(iv.mid))})^2)",
+            arg=arg_c, filter=filt, distinct=False, mechanism="laplace", sensitivity=c * iv.half_width**2,
+            hidden=True, center=iv.mid, lower=Fraction(0), upper=iv.half_width**2,
+        )  # fmt: skip
+        ids = (n_id, s_id, q_id)
+    return AggregateSpec(idx, name, _sql(node), node.sql(dialect="duckdb"), ids, iv, None, False)
+
+
+def _plan_grid(
+    b: _Builder, idx: int, name: str, node: exp.Expression, arg_c: exp.Expression, filt: exp.Expression | None,
+    q: float | None, iv: Interval, ctx: _Context,
+) -> AggregateSpec:  # fmt: skip
+    """Quantiles, MEDIAN, MIN, MAX: the exponential mechanism over a grid on the argument's interval."""
+    target = name if name in ("min", "max") else "quantile"
+    qv = q if q is not None else 0.5
+    lo, step, n = _grid(iv)
+    label = node.sql(dialect="duckdb")
+    sid = b.add(
+        ("grid", target, qv, _sql(arg_c), None if filt is None else _sql(filt)), kind="grid", label=label, arg=arg_c,
+        filter=filt, distinct=False, mechanism="exponential", sensitivity=Fraction(ctx.c), hidden=False,
+        grid_lo=lo, grid_step=step, grid_n=n, target=target, q=qv,
+    )  # fmt: skip
+    exact_int = iv.integral and step == 1 and target != "quantile"
+    return AggregateSpec(idx, "quantile" if target == "quantile" else target, _sql(node), label, (sid,), iv, qv, exact_int)
+
+
+@dataclass(frozen=True)
+class _Context:
+    scope: Scope
+    catalog: Catalog
+    table: str
+    c: int
+    grouped: bool
+
+
+def _plan_aggregate(b: _Builder, idx: int, node: exp.Expression, ctx: _Context) -> AggregateSpec:
+    name, arg, distinct, filt, q = _agg_parts(node)
+    if filt is not None and any(aggregate_name(n) for n in filt.walk()):
+        raise Unsupported("aggregates inside FILTER are not allowed")
+    if arg is not None and any(aggregate_name(n) for n in arg.walk()):
+        raise Unsupported("nested aggregates are not allowed", hint="Aggregate row-level expressions only")
+    if name == "count":
+        return _plan_count(b, idx, node, arg, distinct, filt, ctx)
+    if arg is None:
+        raise Unsupported(f"{name.upper()} needs an argument")
+    if distinct:
+        raise Unsupported(f"{name.upper()}(DISTINCT …) is not supported", hint="Only COUNT(DISTINCT …)")
+    iv = expression_interval(arg, ctx.scope, ctx.catalog)
+    if iv is None:
+        raise Unbounded(f"the argument of {node.sql(dialect='duckdb')} is always NULL")
+    # a bounded base column is already clamped in the bounded copy; any other expression is clamped
+    # itself, so its interval holds for any data
+    bare = _is_bounded_base_column(arg, ctx.scope, ctx.catalog, ctx.table)
+    arg_c = arg if bare else _clamp(arg, iv)
+    if name == "sum":
+        sid = b.add(
+            ("sum", _sql(arg_c), None if filt is None else _sql(filt)), kind="sum",
+            label=f"sum({arg.sql(dialect='duckdb')})", arg=arg_c, filter=filt, distinct=False,
+            mechanism="discrete_laplace" if iv.integral else "laplace", sensitivity=ctx.c * iv.magnitude,
+            hidden=False, lower=iv.lo, upper=iv.hi,
+        )  # fmt: skip
+        return AggregateSpec(idx, "sum", _sql(node), node.sql(dialect="duckdb"), (sid,), iv, None, iv.integral)
+    if name in ("avg", "var_samp", "var_pop", "stddev_samp", "stddev_pop"):
+        return _plan_moments(b, idx, name, node, arg, arg_c, filt, iv, ctx)
+    return _plan_grid(b, idx, name, node, arg_c, filt, q, iv, ctx)
+
+
+def _allocate(specs: list[dict[str, object]], epsilon: Fraction, partition: int | None) -> tuple[Statistic, ...]:
+    """ε shares: partition selection gets half (all if alone), the others split the rest equally."""
+    k = len(specs)
+    shares = [epsilon / k] * k
+    if partition is not None and k > 1:
+        rest = (epsilon - epsilon / 2) / (k - 1)
+        shares = [epsilon / 2 if i == partition else rest for i in range(k)]
+    stats = tuple(Statistic(id=i, epsilon=shares[i], **spec) for i, spec in enumerate(specs))  # type: ignore[arg-type]
+    if sum((st.epsilon for st in stats), Fraction(0)) != epsilon:
+        raise InternalError(f"ε shares of a plan do not add up to ε = {epsilon}")
+    return stats
 
 
 def plan(
@@ -327,149 +498,59 @@ def plan(
     epsilon: Fraction,
     contribution: int,
     partition_delta: Fraction,
-    clamped_source: bool = False,
 ) -> QueryPlan:
-    """Plan the noisy statistics for a private aggregate query.
-
-    ``clamped_source``: the private table is read from a copy whose bounded columns are already clamped
-    (user-level bounding), so a bare column argument needs no clamp in the SQL.
-    """
-    if analysis.private_table is None:
-        raise QueryRejected("a public-only query has no private plan (this is a bug, please report it)")
+    """Plan the noisy statistics for a private aggregate query (pure; raises before anything runs)."""
+    table = analysis.private_table
+    if table is None:
+        raise InternalError("a public-only query has no private plan")
     if epsilon <= 0:
         raise QueryRejected(f"epsilon must be > 0, got {epsilon}")
+    if contribution < 1:
+        raise InternalError(f"contribution bound {contribution} < 1")
     tree = analysis.tree
     scope = build_scope(tree)
-    assert scope is not None
-    table = analysis.private_table
-    c = contribution
+    if scope is None:
+        raise InternalError("a validated query has no scope")
     if tree.args.get("distinct"):
         raise Unsupported("SELECT DISTINCT over a private table is not supported", hint="Use GROUP BY")
-
-    # group keys
-    group = tree.args.get("group")
-    key_exprs: list[exp.Expression] = list(group.expressions) if group is not None else []
-    if group is not None and (group.args.get("rollup") or group.args.get("cube") or group.args.get("grouping_sets")):
-        raise Unsupported("ROLLUP, CUBE and GROUPING SETS are not supported")
-    keys: list[GroupKey] = []
-    for i, k in enumerate(key_exprs):
-        if any(aggregate_name(n) for n in k.walk()):
-            raise Unsupported("aggregates in GROUP BY are not allowed")
-        declared = _declared_values(k, scope, catalog)
-        domain_sql = None if declared is not None else _domain_sql(k, scope, catalog)
-        keys.append(GroupKey(i, _sql(k), k.sql(dialect="duckdb"), domain_sql, declared))
+    keys = _group_keys(tree, scope, catalog)
     public_keys = bool(keys) and all(k.public for k in keys)
-
-    b = _Builder(c)
-    aggs: list[AggregateSpec] = []
-    for idx, node in enumerate(_outer_aggregates(tree)):
-        name, arg, distinct, filt, q = _agg_parts(node)
-        filt_sql = _sql(filt) if filt is not None else None
-        if filt is not None and any(aggregate_name(n) for n in filt.walk()):
-            raise Unsupported("aggregates inside FILTER are not allowed")
-        if arg is not None and any(aggregate_name(n) for n in arg.walk()):
-            raise Unsupported("nested aggregates are not allowed", hint="Aggregate row-level expressions only")
-        label = node.sql(dialect="duckdb")
-        if name == "count":
-            if distinct:
-                assert arg is not None
-                sens = 1 if _private_unit_column(arg, scope, catalog, table) else c
-                sid = b.add(
-                    ("count", _sql(arg), filt_sql, True), kind="count", label=label, arg=_sql(arg), filter=filt_sql,
-                    distinct=True, mechanism="discrete_laplace", sensitivity=Fraction(sens), hidden=False,
-                )  # fmt: skip
-            else:
-                a = _sql(arg) if arg is not None else None
-                sid = b.add(
-                    ("count", a, filt_sql, False), kind="count", label=label, arg=a, filter=filt_sql, distinct=False,
-                    mechanism="discrete_laplace", sensitivity=Fraction(c), hidden=False,
-                )  # fmt: skip
-            aggs.append(AggregateSpec(idx, "count", _sql(node), label, (sid,), None, None, True))
-            continue
-        if arg is None:
-            raise Unsupported(f"{name.upper()} needs an argument")
-        if distinct:
-            raise Unsupported(f"{name.upper()}(DISTINCT …) is not supported", hint="Only COUNT(DISTINCT …)")
-        iv = expression_interval(arg, scope, catalog)
-        if iv is None:
-            raise Unbounded(f"the argument of {label} is always NULL")
-        if clamped_source and _is_bounded_base_column(arg, scope, catalog, table):
-            arg_sql = _sql(arg)  # already clamped in the bounded copy
-        else:
-            arg_sql = _clamp_sql(_sql(arg), iv)  # the argument itself is clamped: its interval holds for any data
-        if name == "sum":
-            mech = "discrete_laplace" if iv.integral else "laplace"
-            sid = b.add(
-                ("sum", arg_sql, filt_sql), kind="sum", label=f"sum({arg.sql(dialect='duckdb')})", arg=arg_sql,
-                filter=filt_sql, distinct=False, mechanism=mech, sensitivity=c * iv.magnitude, hidden=False,
-            )  # fmt: skip
-            aggs.append(AggregateSpec(idx, "sum", _sql(node), label, (sid,), iv, None, iv.integral))
-            continue
-        a_label = arg.sql(dialect="duckdb")
-        if name in ("avg", "var_samp", "var_pop", "stddev_samp", "stddev_pop"):
-            raw_arg = _sql(arg)  # clamping never changes NULL-ness, so the count reads the argument unclamped
-            n_id = b.add(
-                ("count", raw_arg, filt_sql, False), kind="count", label=f"count({a_label})", arg=raw_arg,
-                filter=filt_sql, distinct=False, mechanism="discrete_laplace", sensitivity=Fraction(c), hidden=True,
-            )  # fmt: skip
-            s_id = b.add(
-                ("sum_c", arg_sql, filt_sql), kind="sum_centered", label=f"sum({a_label} - {_num(iv.mid)})",
-                arg=arg_sql, filter=filt_sql, distinct=False, mechanism="laplace", sensitivity=c * iv.half_width,
-                hidden=True, center=iv.mid, count_arg=raw_arg,
-            )  # fmt: skip
-            ids: tuple[int, ...] = (n_id, s_id)
-            if name != "avg":
-                q_id = b.add(
-                    ("sumsq_c", arg_sql, filt_sql), kind="sumsq_centered",
-                    label=f"sum(({a_label} - {_num(iv.mid)})^2)", arg=arg_sql, filter=filt_sql, distinct=False,
-                    mechanism="laplace", sensitivity=c * iv.half_width**2, hidden=True, center=iv.mid,
-                )  # fmt: skip
-                ids = (n_id, s_id, q_id)
-            aggs.append(AggregateSpec(idx, name, _sql(node), label, ids, iv, None, False))
-            continue
-        # exponential mechanism: quantile / median / min / max
-        target = name if name in ("min", "max") else "quantile"
-        qv = q if q is not None else 0.5
-        lo, step, n = _grid(iv)
-        sid = b.add(
-            ("grid", target, qv, arg_sql, filt_sql), kind="grid", label=label, arg=arg_sql, filter=filt_sql,
-            distinct=False, mechanism="exponential", sensitivity=Fraction(c), hidden=False, grid_lo=lo,
-            grid_step=step, grid_n=n, target=target, q=qv,
-        )  # fmt: skip
-        aggs.append(
-            AggregateSpec(idx, "quantile" if target == "quantile" else target, _sql(node), label, (sid,), iv, qv,
-                          iv.integral and step == 1 and target != "quantile")
-        )  # fmt: skip
-
-    partition_stat = None
-    threshold = None
-    delta = None
+    ctx = _Context(scope, catalog, table, contribution, bool(keys))
+    b = _Builder()
+    aggs = [_plan_aggregate(b, idx, node, ctx) for idx, node in enumerate(_outer_aggregates(tree))]
+    partition = None
     if keys and not public_keys:
-        partition_stat = b.add(
+        partition = b.add(
             ("count", None, None, False), kind="count", label="count(*)", arg=None, filter=None, distinct=False,
-            mechanism="discrete_laplace", sensitivity=Fraction(c), hidden=True,
+            mechanism="discrete_laplace", sensitivity=Fraction(contribution), hidden=True,
+            lower=Fraction(0), upper=Fraction(1),
         )  # fmt: skip
-        delta = partition_delta
     if not b.specs:
         raise Unsupported(
             "the query has no aggregate over the private table",
             hint="Only aggregates are released, e.g. SELECT COUNT(*) FROM " + table,
         )
-    k = len(b.specs)
-    share = epsilon / k
-    stats = tuple(Statistic(id=i, epsilon=share, **spec) for i, spec in enumerate(b.specs))  # type: ignore[arg-type]
-    if partition_stat is not None:
-        scale = stats[partition_stat].scale
-        threshold = c + math.ceil(scale * math.log(c / float(partition_delta)))
+    stats = _allocate(b.specs, epsilon, partition)
+    threshold = None
+    if partition is not None:
+        threshold = _partition_threshold(stats[partition].scale, contribution, partition_delta)
     return QueryPlan(
         analysis=analysis,
         epsilon=epsilon,
-        contribution=c,
+        contribution=contribution,
         statistics=stats,
         aggregates=tuple(aggs),
         keys=tuple(keys),
         public_keys=public_keys,
-        partition_stat=partition_stat,
+        partition_stat=partition,
         partition_threshold=threshold,
-        partition_delta=delta,
+        partition_delta=partition_delta if partition is not None else None,
     )
+
+
+def _partition_threshold(scale: float, c: int, delta: Fraction) -> int:
+    """τ = c + ⌈b·ln(c/δ)⌉: a group held only by one unit (≤ c rows, in ≤ c groups) passes with probability ≤ δ.
+
+    The discrete-Laplace tail P(Z ≥ k) ≤ e^(−k/b) bounds each of the unit's ≤ c groups by δ/c.
+    """
+    return c + math.ceil(scale * math.log(c / float(delta)))

@@ -1,16 +1,21 @@
-"""Pass 6: turn noisy statistics into the answer: aggregate values, 95% CIs, HAVING/ORDER BY/LIMIT.
+"""Pass 8 — postprocess: noisy statistics into the answer: aggregate values, CIs, HAVING/ORDER BY/LIMIT.
 
 Everything here is post-processing of noisy values (no privacy cost). Aggregates:
 
 * ``AVG = clamp(mid + S/N, lo, hi)`` with S the noisy centred sum and N the noisy count (N ≥ 1);
 * ``VAR_POP = clamp(Q/N − (S/N)², 0, (w/2)²)``, ``VAR_SAMP = VAR_POP·N/(N−1)``, ``STDDEV = √VAR``;
-* counts are clamped at 0.
+* counts are clamped at 0; a SUM over a non-negative (non-positive) range is clamped at 0.
 
-CI half-widths: a Laplace statistic with scale b has ``b·ln(1/α)`` at confidence 1 − α (exact for
-Laplace, conservative for discrete Laplace). For AVG/VAR/STDDEV each of the k component statistics
-gets confidence 1 − α/k (Bonferroni) and the interval is propagated through the formula, so it
-covers the noise with probability ≥ 95%. Exponential-mechanism cells (quantiles, MIN, MAX) and
-expressions combining noisy values carry no CI (null); EXPLAIN gives their rank-error bound.
+CI half-widths at confidence 1 − α (the policy's ``[defaults] confidence``): ``b·ln(1/α)`` for Laplace
+noise of scale b (exact), and the exact discrete-Laplace quantile for integer noise
+(:func:`veil.mechanisms.discrete_laplace_ci_halfwidth`; the continuous formula under-covers). For
+AVG/VAR/STDDEV each of the k component statistics gets confidence 1 − α/k (Bonferroni) and the
+interval is propagated through the formula, so it covers the noise with probability ≥ 1 − α.
+Exponential-mechanism cells (quantiles, MIN, MAX) and expressions combining noisy values carry no CI
+(null); EXPLAIN gives their rank-error bound.
+
+HAVING, ORDER BY, LIMIT and arithmetic over aggregates run as a generated SELECT over the frame of
+noisy values (:class:`PostProcess`: a tree whose only table is ``__veil_frame``, made total).
 """
 
 from __future__ import annotations
@@ -23,18 +28,25 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
-from veil.errors import Unsupported
+from veil.errors import InternalError, Unsupported
+from veil.mechanisms import discrete_laplace_ci_halfwidth
 from veil.proxy.plan import AggregateSpec, QueryPlan, Statistic
+from veil.proxy.totality import make_total
 
-__all__ = ["PostProcess", "finalize_aggregates", "halfwidth", "postprocess_sql"]
+__all__ = ["FRAME", "PostProcess", "finalize_aggregates", "halfwidth", "postprocess_sql"]
 
+#: Default α (1 − confidence) when the caller does not pass the policy's level.
 ALPHA = 0.05
+#: The name of the frame of noisy values the post-processing SELECT reads.
+FRAME = "__veil_frame"
 
 
 def halfwidth(stat: Statistic, alpha: float = ALPHA) -> float | None:
     """Half-width of the (1 − alpha) interval of one Laplace-family statistic's noise."""
     if stat.mechanism == "exponential":
         return None
+    if stat.mechanism == "discrete_laplace":
+        return discrete_laplace_ci_halfwidth(stat.scale, 1.0 - alpha)
     return stat.scale * math.log(1.0 / alpha)
 
 
@@ -49,7 +61,7 @@ def aggregate_types(plan: QueryPlan) -> list[str]:
 
 
 def finalize_aggregates(
-    plan: QueryPlan, noisy: Mapping[int, np.ndarray], n_groups: int
+    plan: QueryPlan, noisy: Mapping[int, np.ndarray], n_groups: int, alpha: float = ALPHA
 ) -> tuple[list[np.ndarray], list[np.ndarray | None]]:
     """Per aggregate: values per group, and CI half-widths per group (None for no CI)."""
     stats = plan.statistics
@@ -59,10 +71,12 @@ def finalize_aggregates(
         if agg.name in ("count", "sum"):
             st = stats[agg.stats[0]]
             v = noisy[st.id]
-            if agg.name == "count":
+            if agg.name == "count" or (agg.interval is not None and agg.interval.lo >= 0):
                 v = np.maximum(v, 0)
+            elif agg.interval is not None and agg.interval.hi <= 0:
+                v = np.minimum(v, 0)
             values.append(v)
-            hw = halfwidth(st)
+            hw = halfwidth(st, alpha)
             cis.append(np.full(n_groups, hw, dtype=np.float64))
             continue
         if agg.name in ("quantile", "min", "max"):
@@ -71,13 +85,14 @@ def finalize_aggregates(
             cis.append(None)
             continue
         iv = agg.interval
-        assert iv is not None
+        if iv is None:
+            raise InternalError(f"aggregate {agg.label} has no interval")
         lo, hi, mid, hw2 = float(iv.lo), float(iv.hi), float(iv.mid), float(iv.half_width)
         comps = [stats[i] for i in agg.stats]
         k = len(comps)
         n_raw = noisy[comps[0].id].astype(np.float64)
         s_raw = noisy[comps[1].id].astype(np.float64)
-        h = [halfwidth(c, ALPHA / k) or 0.0 for c in comps]
+        h = [halfwidth(c, alpha / k) or 0.0 for c in comps]
         n = np.maximum(n_raw, 1.0)
         if agg.name == "avg":
             val = np.clip(mid + s_raw / n, lo, hi)
@@ -121,8 +136,19 @@ class PostProcess:
 
     names: tuple[str, ...]  # output column names
     direct: tuple[str, ...] | None  # frame column per output when no SQL is needed, else None
-    sql: str | None  # SELECT over __veil_frame (outputs, then __ci columns)
+    tree: exp.Select | None  # total SELECT over the table __veil_frame (outputs, then __c columns)
     ci_sources: tuple[int | None, ...]  # aggregate index whose CI each output carries
+
+    def sql_over(self, source: exp.Expression) -> str:
+        """The post-processing SQL reading ``source`` (a table or subquery) in place of the frame."""
+        if self.tree is None:
+            raise InternalError("a direct post-processing has no SQL")
+        tree = self.tree.copy()
+        frames = [t for t in tree.find_all(exp.Table) if t.name == FRAME]
+        if len(frames) != 1:
+            raise InternalError(f"post-processing reads the frame {len(frames)} times")
+        frames[0].replace(source)
+        return tree.sql(dialect="duckdb")
 
 
 def _output_names(plan: QueryPlan) -> list[str]:
@@ -187,7 +213,9 @@ def postprocess_sql(plan: QueryPlan) -> PostProcess:
             direct = None
     if direct is not None:
         return PostProcess(tuple(names), tuple(direct), None, tuple(ci_sources))
-    sel = exp.select(*outputs).from_("__veil_frame")
+    sel = exp.select(*outputs).from_(
+        exp.Table(this=exp.to_identifier(FRAME), alias=exp.TableAlias(this=exp.to_identifier(FRAME)))
+    )
     for i, src in enumerate(ci_sources):
         sel = sel.select(exp.alias_(exp.column(f"__ci{src}") if src is not None else exp.null(), f"__c{i}"))
     if "having" in clauses:
@@ -215,7 +243,10 @@ def postprocess_sql(plan: QueryPlan) -> PostProcess:
             sel.set(key, clauses[key].copy())
     if "distinct" in clauses:
         sel.set("distinct", exp.Distinct())
-    return PostProcess(tuple(names), None, sel.sql(dialect="duckdb"), tuple(ci_sources))
+    total = make_total(sel)
+    if not isinstance(total, exp.Select):
+        raise InternalError("make_total changed the post-processing SELECT")
+    return PostProcess(tuple(names), None, total, tuple(ci_sources))
 
 
 def frame_columns(n_keys: int, n_aggs: int) -> Sequence[str]:

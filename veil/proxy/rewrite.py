@@ -1,130 +1,169 @@
-"""Pass 3: turn a :class:`~veil.proxy.plan.QueryPlan` into the engine SQL that computes raw statistics.
+"""Pass 5 — rewrite: the plan as engine SQL trees that compute the raw statistics.
 
-Only SQL generated here (from the validated, qualified tree) reaches the engine. For user-level
-tables the private table is replaced by ``source_sql``, the bounded copy (see
-:mod:`veil.proxy.bounding`); row-level tables are read directly (aggregate arguments are clamped in
-the generated SQL). HAVING, ORDER BY, LIMIT and DISTINCT are removed: they run later as
-post-processing over the noisy answers.
+Only SQL generated here, from the validated tree, reaches private data. The private table is
+replaced by its bounded copy (:mod:`veil.proxy.bounding`: declared columns only, typed, clamped,
+contribution-bounded); HAVING, ORDER BY, LIMIT and DISTINCT are removed (they run later over the
+noisy answers); every expression is made total (:mod:`veil.proxy.totality`), so the generated SQL
+cannot fail because of the data. The trees are engine-neutral; the engine renders them.
 
->>> clamp_projection({"age": (17, 90)}, ["sex"], "adult")
-'SELECT CASE WHEN "age" < 17 THEN 17 WHEN "age" > 90 THEN 90 ELSE "age" END AS "age", "sex" FROM "adult"'
+>>> from veil.proxy.catalog import Catalog, CatalogTable
+>>> from veil.proxy.parse import parse
+>>> from veil.proxy.resolve import resolve
+>>> from veil.proxy.validate import validate
+>>> from veil.proxy.plan import plan
+>>> from fractions import Fraction
+>>> cat = Catalog({"t": CatalogTable("t", {"x": "int"}, None, False)})
+>>> p = plan(validate(resolve(parse("SELECT COUNT(*) FROM t WHERE 1 / x > 0"), cat), cat), cat,
+...          epsilon=Fraction(1), contribution=1, partition_delta=Fraction(1, 10**7))
+>>> rewrite(p, "_veil_bounded_t").main.sql(dialect="duckdb")
+'SELECT COUNT(*) AS __q0 FROM _veil_bounded_t AS t WHERE TRY(1 / NULLIF(t.x, 0)) > 0'
 """
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 
-import sqlglot
 from sqlglot import exp
 
 from veil.errors import InternalError
 from veil.proxy.plan import QueryPlan, Statistic
+from veil.proxy.totality import make_total
 
-__all__ = ["EngineQueries", "clamp_projection", "rewrite"]
+__all__ = ["EngineQueries", "public_query", "rewrite"]
 
 
 @dataclass(frozen=True)
 class EngineQueries:
-    main: str  # keys __k0.. then raw quantities __q0..
-    quantities: tuple[str, ...]  # SQL of each raw quantity, in column order
+    main: exp.Select | None  # keys __k0.. then raw quantities __q0..; None when only grid statistics
+    quantities: tuple[str, ...]  # SQL of each raw quantity, in column order (for matching)
     stat_inputs: Mapping[int, tuple[int, ...]]  # statistic id → indices into quantities
-    grids: tuple[tuple[int, str], ...]  # (statistic id, histogram SQL: keys, __b, __n)
+    grids: tuple[tuple[int, exp.Select], ...]  # (statistic id, histogram query: keys, __b, __n)
     n_keys: int
 
-
-def _lit(v: Fraction | float | int) -> str:
-    if isinstance(v, Fraction):
-        return str(v.numerator) if v.denominator == 1 else repr(float(v))
-    return repr(v)
-
-
-def clamp_projection(bounded: Mapping[str, tuple[object, object]], others: Sequence[str], table: str) -> str:
-    """``SELECT`` clamping each bounded column to its declared range (NULL stays NULL)."""
-    cols = []
-    for name, (lo, hi) in bounded.items():
-        q = f'"{name}"'
-        cols.append(f"CASE WHEN {q} < {lo} THEN {lo} WHEN {q} > {hi} THEN {hi} ELSE {q} END AS {q}")
-    cols += [f'"{c}"' for c in others]
-    return f'SELECT {", ".join(cols)} FROM "{table}"'
+    def statements(self) -> list[exp.Select]:
+        """Every query to run, each once."""
+        out = [self.main] if self.main is not None else []
+        seen = {q.sql(dialect="duckdb") for q in out}
+        for _sid, g in self.grids:
+            text = g.sql(dialect="duckdb")
+            if text not in seen:
+                seen.add(text)
+                out.append(g)
+        return out
 
 
-def _quantities(stat: Statistic) -> list[str]:
-    filt = f" FILTER (WHERE {stat.filter})" if stat.filter else ""
+def _lit(v: Fraction) -> exp.Expression:
+    if v.denominator == 1:
+        lit = exp.Literal.number(abs(v.numerator))
+    else:
+        lit = exp.Literal.number(repr(abs(float(v))))
+    return exp.Neg(this=lit) if v < 0 else lit
+
+
+def _with_filter(agg: exp.Expression, filt: exp.Expression | None) -> exp.Expression:
+    if filt is None:
+        return agg
+    return exp.Filter(this=agg, expression=exp.Where(this=filt.copy()))
+
+
+def _quantities(stat: Statistic) -> list[exp.Expression]:
+    arg = None if stat.arg is None else stat.arg.copy()
     if stat.kind == "count":
-        if stat.arg is None:
-            return [f"COUNT(*){filt}"]
-        return [f"COUNT({'DISTINCT ' if stat.distinct else ''}{stat.arg}){filt}"]
+        if arg is None:
+            return [_with_filter(exp.Count(this=exp.Star()), stat.filter)]
+        inner = exp.Distinct(expressions=[arg]) if stat.distinct else arg
+        return [_with_filter(exp.Count(this=inner), stat.filter)]
+    if arg is None:
+        raise InternalError(f"statistic {stat.label!r} has no argument")
     if stat.kind == "sum":
-        return [f"SUM({stat.arg}){filt}"]
+        return [_with_filter(exp.Sum(this=arg), stat.filter)]
     if stat.kind == "sum_centered":
-        return [f"SUM({stat.arg}){filt}", f"COUNT({stat.count_arg or stat.arg}){filt}"]
+        counted = stat.count_arg.copy() if stat.count_arg is not None else arg.copy()
+        return [_with_filter(exp.Sum(this=arg), stat.filter), _with_filter(exp.Count(this=counted), stat.filter)]
     if stat.kind == "sumsq_centered":
-        c = _lit(stat.center)
-        return [f"SUM((({stat.arg}) - {c}) * (({stat.arg}) - {c})){filt}"]
+        d = exp.Sub(this=exp.Paren(this=arg), expression=_lit(stat.center))
+        return [_with_filter(exp.Sum(this=exp.Mul(this=exp.Paren(this=d), expression=exp.Paren(this=d.copy()))), stat.filter)]
     raise InternalError(f"no raw quantity for statistic kind {stat.kind!r}")
 
 
-def _template(plan: QueryPlan, source_sql: str | None) -> tuple[str, str]:
-    """The query's FROM/WHERE/GROUP BY as SQL text with a placeholder select list: (sql, placeholder)."""
-    table = plan.analysis.private_table
-    tree = plan.analysis.tree.copy()
-    marker = f"__veil_cols_{secrets.token_hex(4)}"
-    tree.set("expressions", [exp.column(marker)])
+def _template(p: QueryPlan, source: str) -> exp.Select:
+    """The query's FROM/WHERE/GROUP BY over the bounded copy, total, with no select list yet."""
+    table = p.analysis.private_table
+    tree = p.analysis.tree.copy()
     for key in ("having", "order", "limit", "offset", "distinct"):
         tree.set(key, None)
-    src_marker = f"__veil_src_{secrets.token_hex(4)}"
-    if source_sql is not None:
-        for t in tree.find_all(exp.Table):
-            if t.name == table:
-                t.set("this", exp.to_identifier(src_marker))
-    sql = tree.sql(dialect="duckdb", copy=False)  # ``tree`` is this function's own copy
-    if source_sql is not None:
-        sql = sql.replace(src_marker, f"({source_sql})")
-    return sql, marker
+    replaced = 0
+    for t in tree.find_all(exp.Table):
+        if t.name == table:
+            t.set("this", exp.to_identifier(source))
+            replaced += 1
+    if replaced != 1:
+        raise InternalError(f"the private table is referenced {replaced} times in a validated query")
+    tree.set("expressions", [exp.Null()])
+    return tree
 
 
-def rewrite(plan: QueryPlan, source_sql: str | None) -> EngineQueries:
-    """Engine SQL for ``plan``; ``source_sql`` (if given) replaces the private table."""
-    template, marker = _template(plan, source_sql)
-    quantities: list[str] = []
+def _finish(tree: exp.Select, columns: list[exp.Expression]) -> exp.Select:
+    tree.set("expressions", columns)
+    out = make_total(tree)
+    if not isinstance(out, exp.Select):
+        raise InternalError("make_total changed a SELECT into something else")
+    return out
+
+
+def rewrite(p: QueryPlan, source: str) -> EngineQueries:
+    """Engine SQL trees for ``p``, reading the private table from ``source`` (its bounded copy)."""
+    template = _template(p, source)
+    quantities: list[exp.Expression] = []
+    texts: list[str] = []
     stat_inputs: dict[int, tuple[int, ...]] = {}
-    grids: list[tuple[int, str]] = []
-    key_sql = [k.sql for k in plan.keys]
-    key_cols = [f"{k} AS __k{i}" for i, k in enumerate(key_sql)]
-    for stat in plan.statistics:
+    grids: list[tuple[int, exp.Select]] = []
+    keys = [exp.alias_(k.expr.copy(), f"__k{i}") for i, k in enumerate(p.keys)]
+    for stat in p.statistics:
         if stat.kind == "grid":
-            grids.append((stat.id, _grid_sql(plan, source_sql, stat, key_sql, key_cols)))
+            grids.append((stat.id, _grid(p, template, stat)))
             continue
         idx = []
         for q in _quantities(stat):
-            if q not in quantities:
+            text = q.sql(dialect="duckdb")
+            if text not in texts:
+                texts.append(text)
                 quantities.append(q)
-            idx.append(quantities.index(q))
+            idx.append(texts.index(text))
         stat_inputs[stat.id] = tuple(idx)
-    main = ""
+    main = None
     if quantities:
-        cols = [*key_cols, *(f"{q} AS __q{i}" for i, q in enumerate(quantities))]
-        main = template.replace(marker, ", ".join(cols), 1)
-    return EngineQueries(main, tuple(quantities), stat_inputs, tuple(grids), len(plan.keys))
+        main = _finish(template.copy(), [*keys, *(exp.alias_(q, f"__q{i}") for i, q in enumerate(quantities))])
+    return EngineQueries(main, tuple(texts), stat_inputs, tuple(grids), len(p.keys))
 
 
-def _grid_sql(plan: QueryPlan, source_sql: str | None, stat: Statistic, key_sql: list[str], key_cols: list[str]) -> str:
-    table = plan.analysis.private_table
-    g = plan.analysis.tree.copy()
-    for key in ("having", "order", "limit", "offset", "distinct"):
-        g.set(key, None)
-    if source_sql is not None:
-        src = sqlglot.parse_one(source_sql, read="duckdb")
-        for t in list(g.find_all(exp.Table)):
-            if t.name == table:
-                t.replace(exp.Subquery(this=src.copy(), alias=exp.TableAlias(this=exp.to_identifier(t.alias_or_name))))
-    b = f"CAST(ROUND((({stat.arg}) - {_lit(stat.grid_lo)}) / {_lit(stat.grid_step)}) AS BIGINT)"
-    cond = f"({stat.arg}) IS NOT NULL" + (f" AND ({stat.filter})" if stat.filter else "")
-    g.set("expressions", [sqlglot.parse_one(s, read="duckdb") for s in [*key_cols, f"{b} AS __b", "COUNT(*) AS __n"]])
-    g = g.where(cond, dialect="duckdb", copy=False)
-    g.set("group", None)
-    g = g.group_by(*key_sql, b, dialect="duckdb", copy=False)
-    return g.sql(dialect="duckdb", copy=False)  # ``g`` is this function's own copy
+def _grid(p: QueryPlan, template: exp.Select, stat: Statistic) -> exp.Select:
+    if stat.arg is None:
+        raise InternalError(f"grid statistic {stat.label!r} has no argument")
+    g = template.copy()
+    arg = exp.Paren(this=stat.arg.copy())
+    bucket = exp.cast(
+        exp.Round(this=exp.Div(this=exp.Paren(this=exp.Sub(this=arg, expression=_lit(stat.grid_lo))),
+                               expression=_lit(stat.grid_step))),
+        exp.DataType.build("BIGINT"),
+    )  # fmt: skip
+    cond: exp.Expression = exp.Not(this=exp.Is(this=arg.copy(), expression=exp.Null()))
+    if stat.filter is not None:
+        cond = exp.and_(cond, exp.Paren(this=stat.filter.copy()))
+    where = g.args.get("where")
+    g.set("where", exp.Where(this=exp.and_(exp.Paren(this=where.this), cond) if where is not None else cond))
+    keys = [k.expr.copy() for k in p.keys]
+    g.set("group", exp.Group(expressions=[*keys, bucket.copy()]))
+    cols = [*(exp.alias_(k.copy(), f"__k{i}") for i, k in enumerate(keys)), exp.alias_(bucket, "__b"),
+            exp.alias_(exp.Count(this=exp.Star()), "__n")]  # fmt: skip
+    return _finish(g, cols)
+
+
+def public_query(tree: exp.Select) -> exp.Select:
+    """A public-only query as it will run on the public connection: regenerated from the tree, total."""
+    out = make_total(tree)
+    if not isinstance(out, exp.Select):
+        raise InternalError("make_total changed a SELECT into something else")
+    return out

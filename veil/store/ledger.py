@@ -28,6 +28,7 @@ Schema version 2 (``docs/ledger.md``)::
     releases(id, kind, method, actor, created_at, table_name, params JSON, metrics JSON, epsilon TEXT,
              delta TEXT, canonical_sql, cache_key, answer JSON, reservation_id)
     statistics(release_id, idx, name, mechanism, epsilon TEXT, sensitivity, scale, value JSON, ci95, grp JSON)
+    bounded_copies(identity TEXT PRIMARY KEY, source, name, salt, created_at)   -- the secret row-choice salts
 
 >>> import tempfile, pathlib
 >>> with Ledger(pathlib.Path(tempfile.mkdtemp()) / "l.sqlite") as led:
@@ -77,6 +78,8 @@ CREATE TABLE IF NOT EXISTS releases(
     epsilon TEXT, delta TEXT, canonical_sql TEXT, cache_key TEXT, answer TEXT, reservation_id TEXT);
 CREATE INDEX IF NOT EXISTS releases_cache ON releases(actor, cache_key);
 CREATE INDEX IF NOT EXISTS releases_kind ON releases(kind);
+CREATE TABLE IF NOT EXISTS bounded_copies(
+    identity TEXT PRIMARY KEY, source TEXT NOT NULL, name TEXT NOT NULL, salt TEXT NOT NULL, created_at TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS statistics(
     release_id TEXT NOT NULL, idx INTEGER NOT NULL, name TEXT NOT NULL, mechanism TEXT NOT NULL,
     epsilon TEXT NOT NULL, sensitivity REAL, scale REAL, value TEXT, ci95 REAL, grp TEXT,
@@ -554,3 +557,24 @@ class Ledger:
             r["delta"] = Fraction(r["delta"])
             r["accounts"] = tuple(json.loads(r["accounts"]))
         return out
+
+    # -- bounded copies: their identity and secret salt live here, never in the warehouse ----------
+    def bounded_copy(self, identity: str) -> tuple[str, str] | None:
+        """``(table name, salt)`` of the bounded copy with this identity, if one was recorded."""
+        with self._lock:
+            row = self._db.execute("SELECT name, salt FROM bounded_copies WHERE identity = ?", (identity,)).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]))
+
+    def record_bounded_copy(self, identity: str, source: str, name: str, salt: str) -> list[str]:
+        """Record a new bounded copy of ``source``; returns the names of the older copies it replaces."""
+        with self._transaction() as db:
+            old = [str(r[0]) for r in db.execute(
+                "SELECT name FROM bounded_copies WHERE source = ? AND identity != ?", (source, identity)
+            )]  # fmt: skip
+            db.execute("DELETE FROM bounded_copies WHERE source = ? AND identity != ?", (source, identity))
+            db.execute(
+                "INSERT INTO bounded_copies(identity, source, name, salt, created_at) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT(identity) DO UPDATE SET name = excluded.name, salt = excluded.salt",
+                (identity, source, name, salt, _now()),
+            )
+        return old

@@ -22,7 +22,7 @@ from pathlib import Path
 import duckdb
 import pandas as pd
 
-from veil.errors import InputError, PolicyError, did_you_mean
+from veil.errors import InputError, InternalError, PolicyError, did_you_mean
 from veil.policy import Policy, normalise_name
 
 __all__ = [
@@ -51,6 +51,74 @@ SANDBOX_CONFIG: dict[str, str] = {
 _lock = threading.RLock()
 _readers: dict[Path, duckdb.DuckDBPyConnection] = {}
 _generation: dict[Path, int] = {}
+
+
+class _Gate:
+    """Many readers or one writer per warehouse file, within this process.
+
+    Statements on reader cursors run under :func:`reading`; :func:`writer` waits until none runs (and
+    lets no new one start) before it closes the reader, so a curator write or a bounded-copy build
+    never pulls a connection from under a running query.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers: dict[int, int] = {}  # thread → nested shared holds
+        self._writing = False
+        self._owner: int | None = None
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        me = threading.get_ident()
+        if self._owner == me:  # the writer's own thread reading: already exclusive
+            yield
+            return
+        with self._cond:
+            while self._writing:
+                self._cond.wait()
+            self._readers[me] = self._readers.get(me, 0) + 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers[me] -= 1
+                if not self._readers[me]:
+                    del self._readers[me]
+                self._cond.notify_all()
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        me = threading.get_ident()
+        if self._owner == me:
+            yield
+            return
+        if me in self._readers:
+            raise InternalError("a thread running a statement on the warehouse asked to write it")
+        with self._cond:
+            while self._writing or self._readers:
+                self._cond.wait()
+            self._writing, self._owner = True, me
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._writing, self._owner = False, None
+                self._cond.notify_all()
+
+
+_gates: dict[Path, _Gate] = {}
+
+
+def _gate(path: Path) -> _Gate:
+    with _lock:
+        return _gates.setdefault(path, _Gate())
+
+
+@contextmanager
+def reading(policy_or_path: Policy | Path | str) -> Iterator[None]:
+    """Hold while running a statement on a reader cursor of this file (see :class:`_Gate`)."""
+    with _gate(_db_path(policy_or_path)).shared():
+        yield
 
 
 def _db_path(policy_or_path: Policy | Path | str) -> Path:
@@ -102,7 +170,7 @@ def writer(policy: Policy | Path | str) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-write connection for curator work. Closes this process's reader while it is open."""
     path = _db_path(policy)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _lock:
+    with _gate(path).exclusive(), _lock:
         _close_reader(path)
         try:
             con = duckdb.connect(str(path))
@@ -163,8 +231,11 @@ def read_table(policy: Policy, table: str, columns: Sequence[str] | None = None)
         return con.execute(f'SELECT {cols} FROM "{table}"').df()
 
 
-def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool = False) -> None:
-    """Store ``df`` as ``table`` (atomically: the old table, if replaced, stays until the new one is complete)."""
+def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool = False, public: bool = False) -> None:
+    """Store ``df`` as ``table`` (atomically: the old table, if replaced, stays until the new one is complete).
+
+    ``public``: the table is public (or published) and is written to the public mirror too.
+    """
     if table.startswith("_veil"):
         raise InputError(f"table name {table!r} is reserved for Veil's internal tables", hint="Choose another name")
     if normalise_name(table) != table:
@@ -182,6 +253,8 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
         except BaseException:
             con.execute("ROLLBACK")
             raise
+    if public:
+        copy_to_public(policy, table, df)
 
 
 def export_frame(df: pd.DataFrame, path: str | Path) -> Path:
@@ -230,8 +303,81 @@ def ingest_file(policy: Policy, table: str, path: str | Path, *, replace: bool =
     if len(set(mapping.values())) != len(mapping):
         raise InputError(f"column names of {str(p)!r} collide after normalisation: {mapping}")
     df = df.rename(columns=mapping)
-    write_table(policy, table, df, replace=replace)
+    spec = policy.tables.get(table)
+    write_table(policy, table, df, replace=replace, public=spec is not None and spec.public)
     missing: list[str] = []
     if table in policy.tables:
         missing = [c for c in policy.tables[table].columns if c not in df.columns]
     return {"table": table, "rows": len(df), "columns": list(df.columns), "missing_policy_columns": missing}
+
+
+# -- the public mirror ---------------------------------------------------------------------------
+# Analyst SQL over public data runs on a separate DuckDB file that holds only public and published
+# tables: a connection to it cannot see private tables, Veil's internal tables or their catalog
+# entries, whatever the SQL says.
+
+
+def public_path(policy: Policy) -> Path:
+    """The public mirror's file, next to the warehouse (``warehouse.duckdb`` → ``warehouse.public.duckdb``)."""
+    return policy.database_path.with_name(policy.database_path.stem + ".public.duckdb")
+
+
+def copy_to_public(policy: Policy, table: str, df: pd.DataFrame | None = None) -> None:
+    """Write ``table`` (``df``, or the warehouse's copy) into the public mirror, replacing an older copy."""
+    if table.startswith("_veil"):
+        raise InputError(f"table name {table!r} is reserved for Veil's internal tables", hint="Choose another name")
+    frame = read_table(policy, table) if df is None else df
+    with writer(public_path(policy)) as con:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.register("_veil_incoming", frame)
+            con.execute(f'CREATE OR REPLACE TABLE "{table}" AS SELECT * FROM _veil_incoming')
+            con.unregister("_veil_incoming")
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
+
+def drop_public(policy: Policy, table: str) -> None:
+    """Remove ``table`` from the public mirror (a retraction)."""
+    path = public_path(policy)
+    if path.exists():
+        with writer(path) as con:
+            con.execute(f'DROP TABLE IF EXISTS "{table}"')
+
+
+def sync_public(policy: Policy, tables: Sequence[str]) -> None:
+    """Copy into the mirror every table of ``tables`` it lacks (warehouses built before the mirror existed)."""
+    path = public_path(policy)
+    have: set[str] = set()
+    if path.exists():
+        with writer(path) as con:
+            have = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    present = set(table_names(policy))
+    for t in tables:
+        if t not in have and t in present:
+            copy_to_public(policy, t)
+    if not path.exists():
+        with writer(path):
+            pass  # an empty mirror: public queries then find no tables
+
+
+def public_reader_cursor(policy: Policy) -> tuple[duckdb.DuckDBPyConnection, int]:
+    """A cursor on the sandboxed, read-only connection of the public mirror, and its generation."""
+    path = public_path(policy)
+    with _lock:
+        con = reader(path)
+        return con.cursor(), _generation[path]
+
+
+def ensure_public(policy: Policy) -> None:
+    """Create the (empty) public mirror if the warehouse has none yet."""
+    path = public_path(policy)
+    if not path.exists():
+        with writer(path):
+            pass
+
+
+def public_reader_generation(policy: Policy) -> int:
+    return reader_generation(public_path(policy))

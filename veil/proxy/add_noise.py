@@ -1,0 +1,113 @@
+"""Pass 7 — noise: draw the noise for each planned statistic (through :mod:`veil.mechanisms` only).
+
+``noisy_statistics(plan, raw, grids, noise=...)`` takes the exact per-group values and returns the
+noisy ones. Before any noise, each exact value is clamped into a range that does not depend on the
+data (:data:`INT_LIMIT` for integer statistics, :data:`FLOAT_LIMIT` for real ones; NaN becomes 0):
+clamping is 1-Lipschitz, so sensitivities still hold, and the samplers (64-bit integers, finite
+floats) can never fail or saturate because of the data. Statistics that share a mechanism and a
+scale are noised in one vectorised call (independent draws).
+
+``noise`` is a :class:`NoiseSource`: production draws from OpenDP on the OS CSPRNG; the internal
+test path (:mod:`veil.proxy._testing`) passes an exact or seeded source.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from veil import mechanisms
+from veil.proxy.plan import QueryPlan, Statistic
+
+__all__ = ["FLOAT_LIMIT", "INT_LIMIT", "NoiseSource", "clamp_raw", "grid_scores", "noisy_statistics"]
+
+#: Exact integer statistics are clamped to ±2⁶² before noise (the i64 sampler then cannot overflow).
+INT_LIMIT = 2**62
+#: Exact real statistics are clamped to ±1e300 before noise (finite whatever the data).
+FLOAT_LIMIT = 1e300
+
+
+@dataclass(frozen=True)
+class NoiseSource:
+    """Where noise comes from. ``NoiseSource()`` is production: OpenDP on the OS CSPRNG."""
+
+    exact: bool = False  # test-only: no noise at all
+    rng: np.random.Generator | None = None  # test-only: reproducible draws with the same distributions
+
+
+PRODUCTION = NoiseSource()
+
+
+def clamp_raw(stat: Statistic, values: np.ndarray) -> np.ndarray:
+    """Exact values of one statistic in a data-independent range (NaN → 0)."""
+    if stat.mechanism == "discrete_laplace":
+        return np.array([max(-INT_LIMIT, min(INT_LIMIT, int(v))) for v in values.tolist()], dtype=np.int64)
+    arr = np.nan_to_num(values.astype(np.float64), nan=0.0, posinf=FLOAT_LIMIT, neginf=-FLOAT_LIMIT)
+    return np.clip(arr, -FLOAT_LIMIT, FLOAT_LIMIT)
+
+
+def grid_scores(stat: Statistic, counts: np.ndarray) -> np.ndarray:
+    """Utility of each grid candidate for one group (sensitivity: rows a unit contributes).
+
+    ``counts[j]`` = rows whose value rounds to grid point j. For a quantile q over n rows,
+    u(j) = −max(L(j) − q·n, G(j) − (1 − q)·n, 0) with L/G the rows strictly below/above j;
+    MIN uses −max(L(j), 1 − #{≤ j}) and MAX −max(G(j), 1 − #{≥ j}).
+    """
+    counts = counts.astype(np.float64)
+    n = counts.sum()
+    cum = np.cumsum(counts)
+    below = cum - counts  # strictly below j
+    above = n - cum  # strictly above j
+    if stat.target == "min":
+        return -np.maximum(below, 1.0 - cum)
+    if stat.target == "max":
+        return -np.maximum(above, 1.0 - (n - below))
+    q = stat.q
+    return -np.maximum(np.maximum(below - q * n, above - (1 - q) * n), 0.0)
+
+
+def _grid_value(stat: Statistic, scores: np.ndarray, noise: NoiseSource) -> float:
+    if noise.exact:
+        best = np.flatnonzero(scores == scores.max())
+        idx = float(best.mean()) if stat.target == "quantile" else float(best[0])
+    else:
+        idx = float(mechanisms.report_noisy_max(scores, epsilon=stat.epsilon, sensitivity=float(stat.sensitivity), rng=noise.rng))
+    return float(stat.grid_lo + stat.grid_step * int(idx)) + (idx - int(idx)) * float(stat.grid_step)
+
+
+def noisy_statistics(
+    plan: QueryPlan,
+    raw: Mapping[int, np.ndarray],
+    grids: Mapping[int, np.ndarray],
+    noise: NoiseSource = PRODUCTION,
+) -> dict[int, np.ndarray]:
+    """Noisy value of every statistic for every group (arrays aligned with the group list).
+
+    ``raw[id]``: exact values per group (counts/sums); ``grids[id]``: (groups × grid points) counts.
+    """
+    out: dict[int, np.ndarray] = {}
+    by_id = {s.id: s for s in plan.statistics}
+    batches: dict[tuple[str, float], list[int]] = {}
+    for stat in plan.statistics:
+        if stat.kind == "grid":
+            hist = grids[stat.id]
+            out[stat.id] = np.array(
+                [_grid_value(stat, grid_scores(stat, row), noise) for row in hist],
+                dtype=np.float64,
+            )
+        elif noise.exact:
+            out[stat.id] = clamp_raw(stat, raw[stat.id])
+        else:  # statistics sharing a mechanism and scale are noised in one call (independent draws)
+            batches.setdefault((stat.mechanism, stat.scale), []).append(stat.id)
+    for (mechanism, scale), ids in batches.items():
+        sizes = [len(raw[i]) for i in ids]
+        exact = np.concatenate([clamp_raw(by_id[i], raw[i]) for i in ids])
+        if mechanism == "discrete_laplace":
+            flat = mechanisms.discrete_laplace(exact, scale=scale, rng=noise.rng)
+        else:
+            flat = mechanisms.laplace(exact, scale=scale, rng=noise.rng)
+        for i, part in zip(ids, np.split(flat, np.cumsum(sizes)[:-1]), strict=True):
+            out[i] = part
+    return out

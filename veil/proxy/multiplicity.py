@@ -1,0 +1,182 @@
+"""How many times one private row can appear in a query's FROM: the public-join multiplicity.
+
+A private row joined with public sources appears once per combination of matching public rows, so
+every statistic's sensitivity is multiplied by a bound on that number. The bound is computed over
+the whole FROM tree, not the top level only: along the path of scopes from the outer SELECT down to
+the private table, every other source of each scope (a public table, or a derived table or CTE that
+reads only public tables — at any depth) contributes a factor:
+
+* the largest number of its rows that share one value of its **pins** — the columns it is equated
+  to, by a top-level conjunct of WHERE or ON, with a column of the private row's source of the same
+  type (an implicit cast could make '1', '01' and ' 1' all match one integer, so those never pin);
+* or its row count when nothing pins it (public-to-public equalities never pin: each public alias is
+  bounded on its own, so chains of public joins are bounded by the product).
+
+The factors are :class:`Probe` values: SQL over public data only, run on the public connection by
+the session (a derived source is rendered with the CTE definitions it needs). A factor is at least
+1, so a race with a curator's write can only over-count.
+
+>>> from veil.proxy.catalog import Catalog, CatalogTable
+>>> from veil.proxy.parse import parse
+>>> from veil.proxy.resolve import resolve
+>>> from veil.proxy.validate import validate
+>>> cat = Catalog({"p": CatalogTable("p", {"id": "int"}, None, False), "r": CatalogTable("r", {"rid": "int"}, None, True)})
+>>> q = "SELECT COUNT(*) FROM p, (SELECT rid FROM r) r1 JOIN r r2 ON r2.rid = p.id"
+>>> [pr.sql for pr in probes(validate(resolve(parse(q), cat), cat), cat)]
+['SELECT COUNT(*) FROM (SELECT r.rid AS rid FROM r AS r) AS __veil_src', 'SELECT COALESCE(MAX(__veil_n), 0) FROM (SELECT COUNT(*) AS __veil_n FROM r AS __veil_src WHERE NOT __veil_src.rid IS NULL GROUP BY __veil_src.rid) AS __veil_groups']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+from sqlglot.optimizer.scope import Scope, build_scope
+
+from veil.errors import InternalError
+from veil.proxy.catalog import Catalog
+from veil.proxy.resolve import CTE_PREFIX
+from veil.proxy.validate import Analysis
+
+__all__ = ["Probe", "conjuncts", "private_path", "probes"]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """SQL over public data whose one value bounds how many rows of one public source join a private row."""
+
+    source: str  # the alias of the public source, for messages
+    sql: str  # DuckDB SQL returning one integer
+
+
+def conjuncts(cond: exp.Expression | None) -> list[exp.Expression]:
+    """The top-level AND-ed terms of ``cond``."""
+    if cond is None:
+        return []
+    cond = cond.unnest()
+    if isinstance(cond, exp.And):
+        return [c for part in cond.flatten() for c in conjuncts(part)]
+    return [cond]
+
+
+def _reads_private(source: exp.Expression | Scope, catalog: Catalog) -> bool:
+    if isinstance(source, exp.Table):
+        t = catalog.tables.get(source.name)
+        if t is None:
+            raise InternalError(f"resolved table {source.name!r} is not in the catalog")
+        return not t.public
+    if isinstance(source, Scope):
+        return any(_reads_private(s, catalog) for _a, (_n, s) in source.selected_sources.items())
+    return False
+
+
+def private_path(root: Scope, catalog: Catalog) -> list[tuple[Scope, str]]:
+    """(scope, alias of its source on the way to the private table), from the outer SELECT down."""
+    for alias, (_node, source) in root.selected_sources.items():
+        if isinstance(source, exp.Table) and _reads_private(source, catalog):
+            return [(root, alias)]
+        if isinstance(source, Scope) and _reads_private(source, catalog):
+            return [(root, alias), *private_path(source, catalog)]
+    return []
+
+
+def _type_key(col: exp.Column) -> tuple[str, bool] | None:
+    t = col.type
+    if t is None or t.this in (exp.DataType.Type.UNKNOWN, exp.DataType.Type.NULL):
+        return None
+    if t.is_type(*exp.DataType.INTEGER_TYPES):
+        return ("number", True)
+    if t.is_type(*exp.DataType.REAL_TYPES):
+        return ("number", False)
+    return (t.this.value, False)
+
+
+def _pins(scope: Scope, public_alias: str, private_alias: str) -> list[str]:
+    sel = scope.expression
+    conds = [j.args.get("on") for j in sel.args.get("joins") or []]
+    where = sel.args.get("where")
+    conds.append(where.this if where is not None else None)
+    pins: list[str] = []
+    for cond in conds:
+        for term in conjuncts(cond):
+            if not isinstance(term, exp.EQ):
+                continue
+            a, b = term.this.unnest(), term.expression.unnest()
+            for x, y in ((a, b), (b, a)):
+                if (
+                    isinstance(x, exp.Column)
+                    and isinstance(y, exp.Column)
+                    and x.table == public_alias
+                    and y.table == private_alias
+                    and _type_key(x) is not None
+                    and _type_key(x) == _type_key(y)
+                ):
+                    pins.append(x.name)
+    return sorted(set(pins))
+
+
+def _cte_definitions(tree: exp.Select) -> dict[str, exp.CTE]:
+    return {cte.alias: cte for cte in tree.find_all(exp.CTE)}
+
+
+def _with_needed_ctes(body: exp.Expression, ctes: dict[str, exp.CTE]) -> list[exp.CTE]:
+    """The CTE definitions ``body`` reads (transitively), each after the ones it reads."""
+    order: list[str] = []
+
+    def visit(node: exp.Expression, seen: tuple[str, ...]) -> None:
+        for t in node.find_all(exp.Table):
+            name = t.name
+            if name.startswith(CTE_PREFIX) and name in ctes and name not in order:
+                if name in seen:
+                    raise InternalError(f"CTE {name} reads itself")
+                visit(ctes[name].this, (*seen, name))
+                if name not in order:
+                    order.append(name)
+
+    visit(body, ())
+    return [ctes[n].copy() for n in order]
+
+
+def _source_select(node: exp.Expression, source: exp.Table | Scope, ctes: dict[str, exp.CTE]) -> exp.Expression:
+    """A FROM item reading just this public source, aliased ``__veil_src``."""
+    alias = exp.TableAlias(this=exp.to_identifier("__veil_src"))
+    if isinstance(source, exp.Table):
+        return exp.Table(this=exp.to_identifier(source.name), alias=alias)
+    body = source.expression.copy()
+    body.set("with_", None)
+    needed = _with_needed_ctes(source.expression, ctes)
+    own_with = source.expression.args.get("with_")
+    defs = needed + ([c.copy() for c in own_with.expressions if c.alias not in {n.alias for n in needed}] if own_with else [])
+    if defs:
+        body.set("with_", exp.With(expressions=defs))
+    return exp.Subquery(this=body, alias=alias)
+
+
+def probes(analysis: Analysis, catalog: Catalog) -> list[Probe]:
+    """One probe per public source on the private path of ``analysis`` (empty for a plain table)."""
+    root = build_scope(analysis.tree)
+    if root is None:
+        raise InternalError("a validated query has no scope")
+    ctes = _cte_definitions(analysis.tree)
+    out: list[Probe] = []
+    for scope, private_alias in private_path(root, catalog):
+        for alias, (node, source) in scope.selected_sources.items():
+            if alias == private_alias:
+                continue
+            if _reads_private(source, catalog):
+                raise InternalError("two sources of one scope read private data")
+            src = _source_select(node, source, ctes)
+            pins = _pins(scope, alias, private_alias)
+            if pins:
+                cols = [exp.column(p, table="__veil_src") for p in pins]
+                inner = (
+                    exp.select(exp.alias_(exp.Count(this=exp.Star()), "__veil_n"))
+                    .from_(src)
+                    .where(exp.and_(*(exp.Not(this=exp.Is(this=c.copy(), expression=exp.Null())) for c in cols)))
+                    .group_by(*cols)
+                )
+                sql = exp.select("COALESCE(MAX(__veil_n), 0)").from_(inner.subquery("__veil_groups")).sql(dialect="duckdb")
+            else:
+                sql = exp.select(exp.Count(this=exp.Star())).from_(src).sql(dialect="duckdb")
+            out.append(Probe(alias, sql))
+    return out

@@ -1,0 +1,225 @@
+"""Pass 1 — parse: one analyst statement to a syntax tree, within size and depth limits, allow-listed.
+
+``parse(sql, limits=...)`` returns the parsed SELECT. Before sqlglot sees the text, a cheap scan
+enforces the size limit (bytes) and the nesting limit (bracket depth): sqlglot's parser is recursive
+and holds the GIL, so pathological text is refused before it can cost anything. Then exactly one
+SELECT/WITH statement is accepted, and every node of its tree must be of an allowed type
+(:data:`ALLOWED_NODES`): sqlglot turns unknown syntax into ``Command``/``Anonymous`` nodes rather
+than failing, so anything not listed is refused, naming the function as the analyst wrote it.
+
+>>> parse("SELECT COUNT(*) FROM t").sql()
+'SELECT COUNT(*) FROM t'
+>>> try:
+...     parse("SELECT random() FROM t")
+... except NotAllowed as exc:
+...     exc.message
+'function RANDOM is not allowed'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError as SqlglotParseError
+from sqlglot.errors import TokenError
+from sqlglot.tokens import TokenType
+
+from veil.errors import NotAllowed, ParseError, QueryTooComplex, QueryTooLarge, Unsupported
+
+__all__ = ["ALLOWED_NODES", "DEFAULT_LIMITS", "DIALECT", "Limits", "parse"]
+
+#: Analyst SQL is PostgreSQL.
+DIALECT = "postgres"
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Hard limits checked before parsing."""
+
+    max_bytes: int = 1 << 20  # 1 MiB of UTF-8
+    max_depth: int = 64  # nested brackets
+
+
+#: The limits a session uses unless told otherwise.
+DEFAULT_LIMITS = Limits()
+
+#: Statement keywords analysts may never run (reported by name, before parsing).
+_FORBIDDEN_STATEMENTS = {
+    "INSERT", "UPDATE", "DELETE", "MERGE", "COPY", "ATTACH", "DETACH", "PRAGMA", "SET", "RESET", "CALL",
+    "INSTALL", "LOAD", "CREATE", "DROP", "ALTER", "EXPORT", "IMPORT", "USE", "VACUUM", "CHECKPOINT",
+    "TRUNCATE", "GRANT", "REVOKE", "BEGIN", "COMMIT", "ROLLBACK", "DESCRIBE", "SHOW", "SUMMARIZE",
+    "EXPLAIN", "ANALYZE", "PREPARE", "EXECUTE", "DEALLOCATE", "UNPIVOT", "PIVOT", "FROM", "TABLE", "VALUES",
+}  # fmt: skip
+
+#: Aggregate calls (their use is checked by the validate and plan passes).
+AGGREGATE_NODES: tuple[type[exp.Expression], ...] = (
+    exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Median, exp.Variance, exp.VariancePop, exp.Stddev,
+    exp.StddevPop, exp.StddevSamp, exp.Quantile, exp.ApproxQuantile, exp.PercentileCont, exp.PercentileDisc,
+    exp.WithinGroup, exp.Filter,
+)  # fmt: skip
+
+#: Syntax nodes allowed anywhere (structure and row-level scalar expressions).
+ALLOWED_NODES: tuple[type[exp.Expression], ...] = (
+    exp.Select, exp.From, exp.Join, exp.Where, exp.Group, exp.Having, exp.Order, exp.Ordered, exp.Limit,
+    exp.Offset, exp.Subquery, exp.With, exp.CTE, exp.TableAlias, exp.Table, exp.Identifier, exp.Column,
+    exp.Alias, exp.Star, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.Distinct, exp.Tuple,
+    exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Neg, exp.Pow,
+    exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Is, exp.In,
+    exp.Between, exp.Like, exp.ILike, exp.And, exp.Or, exp.Not, exp.Case, exp.If, exp.Cast, exp.TryCast,
+    exp.DataType, exp.DataTypeParam, exp.Coalesce, exp.Abs, exp.Round, exp.Floor, exp.Ceil, exp.Greatest,
+    exp.Least, exp.Sqrt, exp.Ln, exp.Log, exp.Exp, exp.Sign, exp.Lower, exp.Upper, exp.Length, exp.Substring,
+    exp.Concat, exp.DPipe, exp.Trim, exp.Extract, exp.Var, exp.Year, exp.Month, exp.Day, exp.DayOfWeek,
+    exp.Quarter, exp.TimestampTrunc, exp.DateTrunc, exp.Nullif, exp.StrPosition, exp.Left, exp.Right,
+    exp.Replace, exp.Interval, exp.Pi,
+    *AGGREGATE_NODES,
+)  # fmt: skip
+
+#: Functions sqlglot leaves as ``Anonymous``, allowed by lower-case name (aggregates and aliases).
+ANONYMOUS_FUNCTIONS = frozenset({"var", "var_samp", "quantile_cont", "quantile_disc", "std"})
+
+_OPEN = {TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE}
+_CLOSE = {TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE}
+
+
+def _tokens(sql: str) -> list[sqlglot.tokens.Token]:
+    try:
+        return list(sqlglot.tokenize(sql, read=DIALECT))
+    except TokenError as exc:
+        raise ParseError(f"the SQL could not be tokenised: {exc}", hint="Check quotes and brackets") from None
+
+
+def _check_size(sql: str, limits: Limits) -> None:
+    size = len(sql.encode("utf-8", errors="surrogatepass"))
+    if size > limits.max_bytes:
+        raise QueryTooLarge(
+            f"the query is {size} bytes, more than the limit of {limits.max_bytes}",
+            hint="Send a shorter query (e.g. group by a column instead of listing many OR terms)",
+        )
+    depth = deepest = 0
+    for ch in sql:  # brackets inside string literals count too: a cheap, conservative scan
+        if ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}":
+            depth -= 1
+    if deepest > limits.max_depth:
+        raise QueryTooComplex(
+            f"the query nests brackets {deepest} deep, more than the limit of {limits.max_depth}",
+            hint="Flatten the expression (e.g. use IN (...) or CASE instead of deeply nested brackets)",
+        )
+
+
+def _statement_keyword(tokens: list[sqlglot.tokens.Token]) -> str | None:
+    for tok in tokens:
+        if tok.token_type == TokenType.SEMICOLON:
+            continue
+        if tok.token_type in _OPEN:
+            return "("
+        return tok.text.upper()
+    return None
+
+
+def function_name(node: exp.Expression, sql: str) -> str:
+    """The name the analyst wrote for a function node (``RANDOM``, not sqlglot's ``RAND``)."""
+    if isinstance(node, exp.Anonymous):
+        return str(node.name).upper()
+    names = [n.upper() for n in (type(node).sql_names() if hasattr(type(node), "sql_names") else [])]
+    if names:
+        words = {t.text.upper() for t in _tokens(sql)}
+        for n in names:
+            if n in words:
+                return n
+        return names[0]
+    return node.key.upper()
+
+
+def _syntax_error(exc: SqlglotParseError) -> ParseError:
+    first = exc.errors[0] if exc.errors else {}
+    desc = str(first.get("description", "syntax error"))
+    line, col = first.get("line"), first.get("col")
+    near = first.get("highlight") or ""
+    where = f" at line {line}, column {col}" if line is not None else ""
+    near_txt = f" near {near!r}" if near else ""
+    return ParseError(
+        f"syntax error{where}{near_txt}: {desc}",
+        hint="Check the SQL around that position; Veil accepts PostgreSQL syntax",
+    )
+
+
+def _allow_list(tree: exp.Expression, sql: str) -> None:
+    for node in tree.walk():
+        if isinstance(node, exp.Anonymous):
+            if str(node.name).lower() in ANONYMOUS_FUNCTIONS:
+                continue
+            raise NotAllowed(
+                f"function {function_name(node, sql)} is not allowed",
+                hint="Use standard aggregates and scalar functions; file and table functions are never allowed",
+            )
+        if isinstance(node, exp.Command):
+            raise NotAllowed(f"statement {node.name!r} is not allowed", hint="Send one SELECT statement")
+        if isinstance(node, (exp.Union, exp.Intersect, exp.Except)):
+            raise Unsupported(f"set operation {node.key.upper()} is not supported", hint="Run each SELECT as its own query")
+        if isinstance(node, exp.Window):
+            raise Unsupported("window functions are not supported", hint="Use GROUP BY aggregates")
+        if isinstance(node, exp.Func) and not isinstance(node, ALLOWED_NODES):
+            raise NotAllowed(
+                f"function {function_name(node, sql)} is not allowed",
+                hint="File readers, table functions and non-deterministic functions are never allowed",
+            )
+        if not isinstance(node, ALLOWED_NODES):
+            raise Unsupported(f"SQL construct {node.key.upper()} is not supported", hint="See docs/sql.md")
+        if isinstance(node, exp.Table) and (
+            not isinstance(node.this, exp.Identifier) or node.args.get("db") or node.args.get("catalog")
+        ):
+            raise NotAllowed(
+                f"table reference {node.sql(dialect=DIALECT)!r} is not allowed",
+                hint="Name a table of the policy, without schema or file path",
+            )
+        if isinstance(node, exp.With) and node.args.get("recursive"):
+            raise Unsupported("WITH RECURSIVE is not supported", hint="Use plain WITH (non-recursive CTEs)")
+        if isinstance(node, exp.Join):
+            _check_join(node)
+
+
+def _check_join(join: exp.Join) -> None:
+    side = str(join.args.get("side") or "").upper()
+    kind = str(join.args.get("kind") or "").upper()
+    method = str(join.args.get("method") or "").upper()
+    if method or kind in ("SEMI", "ANTI", "ASOF", "POSITIONAL") or side in ("RIGHT", "FULL"):
+        what = " ".join(w for w in (method, side, kind) if w) or "this"
+        raise Unsupported(f"{what} JOIN is not supported", hint="Use JOIN … ON, CROSS JOIN or LEFT JOIN … ON")
+    if kind not in ("", "INNER", "CROSS", "OUTER"):
+        raise Unsupported(f"{kind} JOIN is not supported", hint="Use JOIN … ON, CROSS JOIN or LEFT JOIN … ON")
+
+
+def parse(sql: str, *, limits: Limits = DEFAULT_LIMITS) -> exp.Select:
+    """Parse one analyst SELECT; refuse anything else (free, before anything runs)."""
+    if not isinstance(sql, str) or not sql.strip():
+        raise ParseError("the query is empty", hint="Send one SELECT statement")
+    _check_size(sql, limits)
+    tokens = _tokens(sql)
+    keyword = _statement_keyword(tokens)
+    if keyword is None:
+        raise ParseError("the query is empty", hint="Send one SELECT statement")
+    if keyword in _FORBIDDEN_STATEMENTS:
+        raise NotAllowed(
+            f"{keyword} statements are not allowed",
+            hint="Analysts may only run one aggregate SELECT (e.g. SELECT COUNT(*) FROM t)",
+        )
+    if keyword not in ("SELECT", "WITH", "("):
+        raise ParseError(f"syntax error at or near {keyword!r}", hint="Send one SELECT statement")
+    try:
+        statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
+    except SqlglotParseError as exc:
+        raise _syntax_error(exc) from None
+    except (TokenError, RecursionError):
+        raise ParseError("the SQL could not be parsed", hint="Check quotes and brackets") from None
+    if len(statements) != 1:
+        raise NotAllowed(f"the query holds {len(statements)} statements", hint="Send exactly one SELECT statement per query")
+    tree = statements[0]
+    _allow_list(tree, sql)
+    if not isinstance(tree, exp.Select):
+        raise Unsupported(f"{tree.key.upper()} at the top level is not supported", hint="Send one SELECT statement")
+    return tree

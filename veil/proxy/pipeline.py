@@ -1,0 +1,243 @@
+"""The query pipeline: one analyst query as a fold of passes over a frozen :class:`QueryState`.
+
+:data:`PASSES` is the one ordered tuple :class:`~veil.proxy.session.QuerySession` runs::
+
+    parse → resolve → validate → plan → rewrite → prepare → reserve → execute → noise → postprocess → release
+
+Each pass takes the state and the session's :class:`Env` and returns a new state
+(``dataclasses.replace``); the work itself is done by the pure function of the pass's module
+(:mod:`~veil.proxy.parse`, :mod:`~veil.proxy.resolve`, :mod:`~veil.proxy.validate`,
+:mod:`~veil.proxy.plan`, :mod:`~veil.proxy.rewrite`, :mod:`~veil.proxy.add_noise`,
+:mod:`~veil.proxy.postprocess`). The effectful ones are explicit: ``plan`` asks the public
+connection for join multiplicities; ``prepare`` builds the bounded copy if needed, lists public
+group domains and binds every generated statement without reading data — so every refusal up to
+here is free; ``reserve`` charges (ε, δ) atomically (or answers from the cache); ``execute`` runs the
+generated SQL; ``release`` logs the answer before it is returned. A public-only query skips the
+private passes and runs regenerated SQL on the public connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from sqlglot import exp
+
+from veil.engines.base import EngineError, output_type
+from veil.errors import InternalError, QueryCancelled, QueryFailed
+from veil.proxy import multiplicity
+from veil.proxy.add_noise import noisy_statistics
+from veil.proxy.canonical import cache_key, canonical_sql
+from veil.proxy.parse import parse
+from veil.proxy.plan import QueryPlan, plan
+from veil.proxy.postprocess import PostProcess, postprocess_sql
+from veil.proxy.resolve import Resolved, resolve
+from veil.proxy.rewrite import EngineQueries, public_query, rewrite
+from veil.proxy.validate import Analysis, validate
+from veil.store.ledger import Cost, Reservation, accounts_for
+
+if TYPE_CHECKING:
+    from veil.proxy.answer import Answer
+    from veil.proxy.session import Env
+
+__all__ = ["PASSES", "QueryState", "RawResult", "run"]
+
+log = logging.getLogger("veil.query")
+
+
+@dataclass(frozen=True)
+class RawResult:
+    """Exact statistics per group, as the engine computed them (never leaves the process)."""
+
+    groups: list[tuple[Any, ...]]
+    raw: dict[int, np.ndarray]
+    grids: dict[int, np.ndarray]
+    key_types: list[str]
+
+
+@dataclass(frozen=True)
+class QueryState:
+    """Everything known about one query so far; each pass fills in its part."""
+
+    sql: str
+    epsilon: Fraction
+    tree: exp.Select | None = None
+    resolved: Resolved | None = None
+    analysis: Analysis | None = None
+    plan: QueryPlan | None = None
+    queries: EngineQueries | None = None
+    public_sql: str | None = None  # public-only query, rendered for the public connection
+    post: PostProcess | None = None
+    domain: list[tuple[Any, ...]] | None = None
+    key_types: list[str] = field(default_factory=list)
+    canonical: str = ""
+    key: str = ""
+    reservation: Reservation | None = None
+    raw: RawResult | None = None
+    noisy: dict[int, np.ndarray] | None = None
+    answer: Answer | None = None  # set by the cache (reserve), a public query (execute) or postprocess
+    statistics: tuple[Any, ...] = ()
+    release_id: str | None = None
+
+    @property
+    def public(self) -> bool:
+        return self.analysis is not None and self.analysis.private_table is None
+
+    @property
+    def done(self) -> bool:
+        """Answered already (from the cache, or a public query): the later passes have nothing to do."""
+        return self.answer is not None and (self.reservation is None or self.release_id is not None)
+
+
+Pass = Callable[[QueryState, "Env"], QueryState]
+
+
+def _parse(s: QueryState, env: Env) -> QueryState:
+    return replace(s, tree=parse(s.sql, limits=env.limits))
+
+
+def _resolve(s: QueryState, env: Env) -> QueryState:
+    if s.tree is None:
+        raise InternalError("resolve before parse")
+    return replace(s, resolved=env.with_catalog(lambda cat: resolve(s.tree, cat, sql=s.sql)))  # type: ignore[arg-type]
+
+
+def _validate(s: QueryState, env: Env) -> QueryState:
+    if s.resolved is None:
+        raise InternalError("validate before resolve")
+    return replace(s, analysis=validate(s.resolved, env.catalog()))
+
+
+def _plan(s: QueryState, env: Env) -> QueryState:
+    a = s.analysis
+    if a is None:
+        raise InternalError("plan before validate")
+    if a.private_table is None:
+        return s
+    catalog = env.catalog()
+    c = env.contribution(a.private_table)
+    for probe in multiplicity.probes(a, catalog):
+        c *= env.probe(probe)
+    p = plan(a, catalog, epsilon=s.epsilon, contribution=c, partition_delta=env.policy.defaults.partition_delta)
+    return replace(s, plan=p)
+
+
+def _rewrite(s: QueryState, env: Env) -> QueryState:
+    if s.analysis is None:
+        raise InternalError("rewrite before validate")
+    if s.plan is None:
+        return replace(s, public_sql=env.public_engine.render(public_query(s.analysis.tree)))
+    source = env.bounded_table(s.plan.analysis.private_table or "")
+    return replace(s, queries=rewrite(s.plan, source), post=postprocess_sql(s.plan))
+
+
+def _prepare(s: QueryState, env: Env) -> QueryState:
+    """Bind every generated statement (reads no data) and list public group domains: refusals stay free."""
+    if s.plan is None:
+        if s.public_sql is None:
+            raise InternalError("prepare without a query")
+        env.public_engine.describe(s.public_sql)
+        return s
+    if s.queries is None or s.post is None:
+        raise InternalError("prepare before rewrite")
+    key_types: list[str] = []
+    for stmt in s.queries.statements():
+        res = env.engine.describe(env.engine.render(stmt))
+        key_types = key_types or [output_type(t) for t in res.types[: len(s.plan.keys)]]
+    domain = env.public_domain(s.plan) if s.plan.public_keys else None
+    env.check_post(s.plan, s.post, key_types)
+    canonical = canonical_sql(s.plan.analysis)
+    key = cache_key(canonical + env.cache_salt(), s.plan.epsilon)
+    return replace(s, domain=domain, key_types=key_types, canonical=canonical, key=key)
+
+
+def _reserve(s: QueryState, env: Env) -> QueryState:
+    p = s.plan
+    if p is None:
+        return s
+    cached = env.ledger.cached_answer(env.analyst, s.key)
+    if cached is not None:
+        return replace(s, answer=env.from_cache(cached))
+    accounts = accounts_for(env.policy, analyst=env.analyst, tables=[p.analysis.private_table or ""])
+    reservation = env.ledger.reserve(
+        Cost(p.cost, p.delta), accounts, actor=env.analyst, canonical_sql=s.canonical, cache_key=s.key
+    )
+    return replace(s, reservation=reservation)
+
+
+def _execute(s: QueryState, env: Env) -> QueryState:
+    if s.plan is None:
+        if s.public_sql is None:
+            raise InternalError("execute without a query")
+        return replace(s, answer=env.public_answer(env.public_engine.execute(s.public_sql)))
+    if s.queries is None or s.reservation is None:
+        raise InternalError("execute before reserve")
+    try:
+        raw = env.run(s.plan, s.queries, s.domain, s.key_types)
+    except EngineError as exc:
+        if "cancelled" in exc.message:
+            raise QueryCancelled(
+                "the statement was cancelled (statement timeout or cancel request); nothing was released",
+                hint="Its ε stays charged (whether a query finishes in time may depend on the data)",
+            ) from None
+        log.error("generated SQL failed after reservation %s: %s", s.reservation.id, exc.message)
+        raise QueryFailed(
+            "the query could not be answered; its ε stays charged and nothing was released",
+            hint="This is a bug in Veil (generated SQL must not fail); please report it",
+        ) from None
+    return replace(s, raw=raw)
+
+
+def _noise(s: QueryState, env: Env) -> QueryState:
+    if s.plan is None or s.raw is None:
+        raise InternalError("noise before execute")
+    return replace(s, noisy=noisy_statistics(s.plan, s.raw.raw, s.raw.grids, env.noise))
+
+
+def _postprocess(s: QueryState, env: Env) -> QueryState:
+    if s.plan is None or s.raw is None or s.noisy is None or s.post is None:
+        raise InternalError("postprocess before noise")
+    answer, stats = env.shape(s.plan, s.post, s.raw, s.noisy)
+    return replace(s, answer=answer, statistics=tuple(stats))
+
+
+def _release(s: QueryState, env: Env) -> QueryState:
+    if s.plan is None or s.reservation is None or s.answer is None:
+        raise InternalError("release before postprocess")
+    release_id = env.release(s.reservation, s.plan, s.answer, s.statistics)
+    return replace(s, release_id=release_id)
+
+
+#: The passes, in the order the session runs them.
+PASSES: tuple[tuple[str, Pass], ...] = (
+    ("parse", _parse),
+    ("resolve", _resolve),
+    ("validate", _validate),
+    ("plan", _plan),
+    ("rewrite", _rewrite),
+    ("prepare", _prepare),
+    ("reserve", _reserve),
+    ("execute", _execute),
+    ("noise", _noise),
+    ("postprocess", _postprocess),
+    ("release", _release),
+)
+
+_NAMES = tuple(name for name, _ in PASSES)
+
+
+def run(state: QueryState, env: Env, *, until: str = "release") -> QueryState:
+    """Run the passes in order up to and including ``until`` (stopping early once answered)."""
+    if until not in _NAMES:
+        raise InternalError(f"unknown pass {until!r}; passes: {', '.join(_NAMES)}")
+    for name, fn in PASSES:
+        if state.done:
+            break
+        state = fn(state, env)
+        if name == until:
+            break
+    return state

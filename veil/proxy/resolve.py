@@ -1,0 +1,207 @@
+"""Pass 2 — resolve: every name to what it means, through sqlglot's scopes, then unambiguous by construction.
+
+A table reference is a CTE only where that CTE is in scope (sqlglot's scope rules: a CTE is visible
+to the statement after its ``WITH`` and to later sibling CTEs, never inside its own body); every
+other reference must be a table of the catalog (policy tables and published tables). The pass then
+makes its reading the only possible one: every CTE is renamed to a fresh ``__veil_cte_N`` (the
+references to it too), and every base table is written under its canonical catalog name, so the SQL
+Veil generates from this tree cannot mean anything else to the engine whatever names the analyst
+chose. Columns are qualified against the catalog's schema (not the engine's).
+
+The result counts how many times the private table is read (each reference to a CTE instantiates
+its body) — a private table may be read once.
+
+>>> from veil.proxy.catalog import Catalog, CatalogTable
+>>> from veil.proxy.parse import parse
+>>> cat = Catalog({"adult": CatalogTable("adult", {"age": "int"}, None, False)})
+>>> r = resolve(parse("WITH adult AS (SELECT * FROM adult) SELECT COUNT(*) FROM adult"), cat)
+>>> r.private_table, r.private_reads
+('adult', 1)
+>>> r.tree.sql()
+'WITH __veil_cte_0 AS (SELECT adult.age AS age FROM adult AS adult) SELECT COUNT(*) AS _col_0 FROM __veil_cte_0 AS adult'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from sqlglot import exp
+from sqlglot.errors import OptimizeError
+from sqlglot.optimizer.qualify import qualify
+from sqlglot.optimizer.scope import Scope, build_scope, traverse_scope
+
+from veil.errors import InternalError, QueryRejected, UnknownColumn, UnknownTable, Unsupported, did_you_mean
+from veil.proxy.catalog import Catalog
+from veil.proxy.parse import DIALECT
+
+__all__ = ["CTE_PREFIX", "Resolved", "private_reads", "resolve", "walk_scopes"]
+
+#: Prefix of the names Veil gives CTEs; no catalog table can carry it.
+CTE_PREFIX = "__veil_cte_"
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A SELECT whose every table reference is resolved, renamed unambiguously and qualified."""
+
+    sql: str  # the analyst's text
+    original: exp.Select  # as parsed (output column names come from here)
+    tree: exp.Select  # CTEs renamed, base tables canonical and aliased, columns qualified
+    tables: tuple[str, ...]  # catalog tables read (each once, in order of first reference)
+    private_table: str | None  # the private table read, or None for a public-only query
+    private_reads: int  # how many times it is read (through every reference to a CTE)
+
+
+def _catalog_name(table: exp.Table, catalog: Catalog) -> str:
+    ident = table.this
+    raw = ident.name if isinstance(ident, exp.Identifier) else str(table.name)
+    quoted = isinstance(ident, exp.Identifier) and ident.quoted
+    name = raw if quoted else raw.lower()
+    if name not in catalog.tables:
+        hint = did_you_mean(name, catalog.tables) or f"Tables: {', '.join(sorted(catalog.tables)) or '(none)'}"
+        raise UnknownTable(f"unknown table {raw!r}", hint=hint)
+    return name
+
+
+def _rename_references(tree: exp.Select, catalog: Catalog) -> list[str]:
+    """Rename CTEs and canonicalise base tables in place; return the base tables read, in order."""
+    root = build_scope(tree)
+    if root is None:
+        raise Unsupported("the query could not be analysed", hint="See docs/sql.md for supported SQL")
+    cte_names: dict[int, str] = {}
+    for i, cte in enumerate(tree.find_all(exp.CTE)):
+        cte_names[id(cte)] = f"{CTE_PREFIX}{i}"
+    handled: set[int] = set()
+    tables: list[str] = []
+    for scope in traverse_scope(tree):
+        aliases = [s for s in scope.selected_sources]
+        if len(aliases) != len(set(aliases)):
+            raise QueryRejected("a FROM clause names the same alias twice", hint="Give every table its own alias")
+        for table in scope.tables:
+            alias = table.alias_or_name
+            source = scope.sources.get(alias)
+            if isinstance(source, Scope):
+                cte = source.expression.parent
+                if not isinstance(cte, exp.CTE) or id(cte) not in cte_names:
+                    raise Unsupported(f"the reference to {table.name!r} could not be resolved", hint="See docs/sql.md")
+                new = cte_names[id(cte)]
+            elif isinstance(source, exp.Table) and source is table:
+                new = _catalog_name(table, catalog)
+                tables.append(new)
+            else:
+                raise Unsupported(f"the reference to {table.name!r} could not be resolved", hint="See docs/sql.md")
+            table.set("this", exp.to_identifier(new))
+            table.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+            handled.add(id(table))
+    for table in tree.find_all(exp.Table):
+        if id(table) not in handled:  # a reference outside every scope: never guess what it means
+            raise Unsupported(f"the table reference {table.sql(dialect=DIALECT)!r} could not be resolved")
+    for cte in tree.find_all(exp.CTE):
+        alias = cte.args.get("alias")
+        columns = alias.args.get("columns") if isinstance(alias, exp.TableAlias) else None
+        cte.set("alias", exp.TableAlias(this=exp.to_identifier(cte_names[id(cte)]), columns=columns))
+    return tables
+
+
+def _unknown_column(msg: str, tree: exp.Expression, catalog: Catalog) -> UnknownColumn:
+    col = msg.split("'")[1] if "'" in msg else msg
+    used = {t.name for t in tree.find_all(exp.Table)} & set(catalog.tables)
+    names = {c for t in used for c in catalog.tables[t].columns} - {col.lower()}
+    elsewhere = sorted(t for t in catalog.tables if t not in used and col.lower() in catalog.tables[t].columns)
+    hint = did_you_mean(col.lower(), names) or (
+        f"It is declared only in table {', '.join(elsewhere)}"
+        if elsewhere
+        else "Only columns declared in the policy can be queried"
+    )
+    return UnknownColumn(f"unknown column {col!r}", hint=hint)
+
+
+def _qualify(tree: exp.Select, catalog: Catalog) -> exp.Select:
+    try:
+        out = qualify(
+            tree,
+            schema=catalog.schema(),
+            dialect=DIALECT,
+            quote_identifiers=False,
+            validate_qualify_columns=True,
+            identify=False,
+        )
+    except OptimizeError as exc:
+        msg = str(exc)
+        if "could not be resolved" in msg:
+            raise _unknown_column(msg, tree, catalog) from None
+        if "ambiguous" in msg.lower():
+            raise QueryRejected(msg, hint="Prefix the column with its table name") from None
+        raise QueryRejected(f"the query could not be resolved: {msg}", hint="Check table and column names") from None
+    except RecursionError:
+        raise Unsupported("the query is too deeply nested to resolve", hint="Simplify the query") from None
+    if not isinstance(out, exp.Select):
+        raise Unsupported("only a plain SELECT is supported at the top level", hint="See docs/sql.md")
+    return out
+
+
+def walk_scopes(scope: Scope) -> Iterator[Scope]:
+    """``scope`` and every scope it reads through its FROM (each CTE once per reference) and subqueries."""
+    yield scope
+    for _alias, (_node, source) in scope.selected_sources.items():
+        if isinstance(source, Scope):
+            yield from walk_scopes(source)
+    for sub in scope.subquery_scopes:
+        yield from walk_scopes(sub)
+
+
+def private_reads(tree: exp.Select, catalog: Catalog) -> dict[str, int]:
+    """How many times each private table is read, counting every instantiation of a CTE."""
+    root = build_scope(tree)
+    if root is None:
+        raise InternalError("a resolved query has no scope")
+    counts: dict[str, int] = {}
+    for scope in walk_scopes(root):
+        for _alias, (_node, source) in scope.selected_sources.items():
+            if isinstance(source, exp.Table):
+                t = catalog.tables.get(source.name)
+                if t is None:
+                    raise InternalError(f"resolved table {source.name!r} is not in the catalog")
+                if not t.public:
+                    counts[t.name] = counts.get(t.name, 0) + 1
+    return counts
+
+
+def _expand_having_aliases(tree: exp.Select, catalog: Catalog) -> None:
+    """``HAVING n > 5`` where ``n`` is an output alias (as DuckDB resolves it): use the aliased expression.
+
+    A name that is also a column of a table the query reads keeps meaning that column.
+    """
+    having = tree.args.get("having")
+    if having is None:
+        return
+    aliases = {p.alias: p.this for p in tree.expressions if isinstance(p, exp.Alias)}
+    read = [t.name.lower() for t in tree.find_all(exp.Table) if t.name.lower() in catalog.tables]
+    columns = {c for name in read for c in catalog.tables[name].columns}
+    for col in list(having.find_all(exp.Column)):
+        if not col.table and col.name in aliases and col.name not in columns:
+            col.replace(exp.Paren(this=aliases[col.name].copy()))
+
+
+def resolve(tree: exp.Select, catalog: Catalog, *, sql: str = "") -> Resolved:
+    """Resolve ``tree`` (from :func:`veil.proxy.parse.parse`) against ``catalog``."""
+    work = tree.copy()
+    _expand_having_aliases(work, catalog)
+    tables = _rename_references(work, catalog)
+    qualified = _qualify(work, catalog)
+    reads = private_reads(qualified, catalog)
+    if len(reads) > 1:
+        raise Unsupported(
+            f"the query reads more than one private table ({', '.join(sorted(reads))})",
+            hint="Join a private table only with public tables",
+        )
+    private = next(iter(reads), None)
+    return Resolved(
+        sql=sql,
+        original=tree,
+        tree=qualified,
+        tables=tuple(dict.fromkeys(tables)),
+        private_table=private,
+        private_reads=reads.get(private, 0) if private else 0,
+    )

@@ -1,0 +1,577 @@
+"""An analyst's query session: the environment the pipeline's passes run in, and its public methods.
+
+``QuerySession(policy, analyst)`` holds one warehouse engine cursor, one public-mirror cursor and one
+ledger handle (not shareable across threads). ``.execute(sql, epsilon=None) -> Answer`` runs every
+pass of :data:`veil.proxy.pipeline.PASSES`; ``.explain(sql)`` stops after ``plan`` (spends nothing);
+``.describe(sql)`` after ``prepare`` (column names and types, nothing run on data, nothing spent);
+``.budget()``; ``.cancel()`` interrupts the running statement from another thread; ``.close()``.
+
+The policy is re-read whenever its file changes, before each query: a curator's lowered budget or
+changed bounds apply to open sessions at once. Test-only noise sources are reachable only through
+:mod:`veil.proxy._testing`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, TypeVar
+
+import duckdb
+import numpy as np
+import pandas as pd
+from sqlglot import exp
+
+from veil._json import to_jsonable
+from veil.engines.base import Engine, Result, output_type
+from veil.engines.duckdb import DuckDBEngine
+from veil.errors import InternalError, QueryRejected, UnknownTable, Unsupported
+from veil.mechanisms.budget import as_epsilon, format_epsilon
+from veil.policy import Policy, load_policy
+from veil.proxy import bounding, pipeline
+from veil.proxy.add_noise import PRODUCTION, NoiseSource
+from veil.proxy.answer import Answer, BudgetStatus, Explanation, OutputColumn, explanation
+from veil.proxy.catalog import Catalog, build_catalog
+from veil.proxy.multiplicity import Probe
+from veil.proxy.parse import DEFAULT_LIMITS, Limits
+from veil.proxy.plan import MAX_PUBLIC_GROUPS, QueryPlan
+from veil.proxy.postprocess import FRAME, PostProcess, aggregate_types, finalize_aggregates
+from veil.proxy.rewrite import EngineQueries
+from veil.store.ledger import Ledger, Reservation
+from veil.store.records import ReleasedStatistic
+from veil.store.releases import published_tables
+
+__all__ = ["Env", "QuerySession"]
+
+T = TypeVar("T")
+
+_SAFE_POST_CONFIG = {"enable_external_access": "false", "lock_configuration": "true"}
+_DTYPES = {"bigint": "int64", "double": "float64", "text": "object", "boolean": "bool", "date": "datetime64[s]"}
+
+
+def _py(v: Any) -> Any:
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        return float(v)
+    if isinstance(v, np.bool_):
+        return bool(v)
+    return v
+
+
+def _int(v: Any) -> int:
+    """A count or bucket from the engine; NULL (never expected) counts as 0 so nothing here can fail."""
+    try:
+        return int(v) if v is not None else 0
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+def _num(v: Any) -> Any:
+    if v is None:
+        return 0
+    if isinstance(v, (int, float)):
+        return v
+    try:
+        return float(v)
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+
+
+def _group_order(g: tuple[Any, ...]) -> tuple[Any, ...]:
+    return tuple((v is None, type(v).__name__, v if v is not None else 0) for v in g)
+
+
+@dataclass(frozen=True)
+class _PostRows:
+    rows: list[tuple[Any, ...]]
+    types: list[str]
+
+
+class _PolicyWatch:
+    """The policy, re-read when its file changes (mtime, size or inode)."""
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+        self._stamp = self._stat()
+
+    def _stat(self) -> tuple[int, int, int] | None:
+        try:
+            st = os.stat(self.policy.path)
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+    def current(self) -> tuple[Policy, bool]:
+        """The policy as of now, and whether it changed since the last call."""
+        stamp = self._stat()
+        if stamp is None or stamp == self._stamp:
+            return self.policy, False
+        self.policy = load_policy(self.policy.path)
+        self._stamp = stamp
+        return self.policy, True
+
+
+class Env:
+    """Everything the passes may touch: policy, catalog, engines, ledger, noise source, caches."""
+
+    def __init__(self, policy: Policy, analyst: str, engine: Engine | None, noise: NoiseSource, limits: Limits) -> None:
+        self._watch = _PolicyWatch(policy)
+        self.analyst = analyst
+        self.noise = noise
+        self.limits = limits
+        self.engine: Engine = engine if engine is not None else DuckDBEngine(policy)
+        self.own_engine = engine is None
+        self._public_engine: Engine | None = None
+        self._ledger: Ledger | None = None
+        self._catalog: Catalog | None = None
+        self._post: duckdb.DuckDBPyConnection | None = None
+        self._probes: dict[tuple[str, int], int] = {}
+        self._domains: dict[tuple[str, int], list[Any]] = {}
+
+    # -- policy, catalog, engines -------------------------------------------------------------
+    @property
+    def policy(self) -> Policy:
+        return self._watch.policy
+
+    def refresh_policy(self) -> Policy:
+        policy, changed = self._watch.current()
+        if changed:
+            self._catalog = None
+        policy.analyst(self.analyst)  # PolicyError if the analyst was removed
+        return policy
+
+    @property
+    def public_engine(self) -> Engine:
+        if self._public_engine is None:
+            self._public_engine = DuckDBEngine(self.policy, public=True)
+        return self._public_engine
+
+    @property
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            self._ledger = Ledger.for_policy(self.policy)
+        return self._ledger
+
+    def _generation(self, engine: Engine) -> int:
+        gen = getattr(engine, "generation", None)
+        return int(gen()) if callable(gen) else 0
+
+    def catalog(self, *, refresh: bool = False) -> Catalog:
+        if self._catalog is None or refresh:
+            policy = self.policy
+            names = sorted({n for n, t in policy.tables.items() if t.public} | set(published_tables(policy)))
+            public = {n: dict(self.public_engine.table_columns(n)) for n in names}
+            missing = [n for n, cols in public.items() if not cols and self.engine.table_exists(n)]
+            if missing and isinstance(self.public_engine, DuckDBEngine):  # a warehouse from before the mirror
+                from veil.store import warehouse
+
+                for n in missing:
+                    warehouse.copy_to_public(policy, n)
+                public.update({n: dict(self.public_engine.table_columns(n)) for n in missing})
+            self._catalog = build_catalog(policy, {n: c for n, c in public.items() if c})
+        return self._catalog
+
+    def with_catalog(self, fn: Callable[[Catalog], T]) -> T:
+        """``fn(catalog)``; once more with a fresh catalog when a table is unknown (published since)."""
+        try:
+            return fn(self.catalog())
+        except UnknownTable:
+            return fn(self.catalog(refresh=True))
+
+    def contribution(self, table: str) -> int:
+        spec = self.policy.table(table)
+        return spec.max_rows_per_unit if spec.privacy_unit is not None else 1
+
+    def probe(self, probe: Probe) -> int:
+        """A public-join multiplicity factor (≥ 1), run on the public connection, cached per generation."""
+        key = (probe.sql, self._generation(self.public_engine))
+        if key not in self._probes:
+            rows = self.public_engine.execute(probe.sql).rows
+            self._probes[key] = max(_int(rows[0][0]) if rows else 0, 1)
+        return self._probes[key]
+
+    def bounded_table(self, table: str) -> str:
+        spec = self.policy.table(table)
+        return bounding.COPIES.table(
+            spec, self.engine, self.ledger, scope=str(self.policy.database_path),
+            generation=lambda: self._generation(self.engine),
+        )  # fmt: skip
+
+    def cache_salt(self) -> str:
+        """Answers of test-only noise sources live under their own cache keys: a real session never sees one."""
+        if self.noise.exact:
+            return "\x00exact"
+        if self.noise.rng is not None:
+            return f"\x00seeded{id(self.noise)}"
+        return ""
+
+    # -- prepare ----------------------------------------------------------------------------
+    def public_domain(self, p: QueryPlan) -> list[tuple[Any, ...]]:
+        domains: list[list[Any]] = []
+        total = 1
+        for k in p.keys:
+            if k.domain_values is not None:
+                values = list(k.domain_values)
+            elif k.domain_sql is not None:
+                key = (k.domain_sql, self._generation(self.public_engine))
+                if key not in self._domains:
+                    self._domains[key] = [r[0] for r in self.public_engine.execute(k.domain_sql).rows]
+                values = self._domains[key]
+            else:
+                raise InternalError(f"group key {k.label} has no public domain")
+            domains.append(values)
+            total *= max(len(values), 1)
+            if total > MAX_PUBLIC_GROUPS:
+                raise Unsupported(
+                    f"the declared group keys make more than {MAX_PUBLIC_GROUPS} groups", hint="Group by fewer columns"
+                )
+        out: list[tuple[Any, ...]] = [()]
+        for values in domains:
+            out = [(*g, v) for g in out for v in values]
+        return out
+
+    def _postconn(self) -> duckdb.DuckDBPyConnection:
+        if self._post is None:
+            self._post = duckdb.connect(":memory:", config=dict(_SAFE_POST_CONFIG))
+        return self._post
+
+    def frame_types(self, p: QueryPlan, key_types: Sequence[str]) -> tuple[list[str], list[str]]:
+        kt = list(key_types) + ["text"] * (len(p.keys) - len(key_types))
+        return kt, aggregate_types(p)
+
+    def empty_frame(self, p: QueryPlan, key_types: Sequence[str]) -> pd.DataFrame:
+        kt, at = self.frame_types(p, key_types)
+        data: dict[str, pd.Series] = {}
+        for i, t in enumerate(kt):
+            data[f"__k{i}"] = pd.Series([], dtype=_DTYPES[t])
+        for i, t in enumerate(at):
+            data[f"__a{i}"] = pd.Series([], dtype=_DTYPES[t])
+            data[f"__ci{i}"] = pd.Series([], dtype="float64")
+        return pd.DataFrame(data)
+
+    def run_post(self, post: PostProcess, frame: pd.DataFrame, key_types: Sequence[str]) -> _PostRows:
+        con = self._postconn()
+        con.register("__veil_raw", frame)
+        dates = [f"CAST(__k{i} AS DATE) AS __k{i}" for i, t in enumerate(key_types) if t == "date"]
+        inner = f"SELECT * REPLACE ({', '.join(dates)}) FROM __veil_raw" if dates else "SELECT * FROM __veil_raw"
+        source = exp.Subquery(this=exp.maybe_parse(inner, dialect="duckdb"), alias=exp.TableAlias(this=exp.to_identifier(FRAME)))
+        try:
+            cur = con.execute(post.sql_over(source))
+            rows = cur.fetchall()
+            types = [str(d[1]) for d in cur.description or []]
+        except duckdb.Error as exc:
+            raise QueryRejected(
+                f"post-processing of the answer failed ({type(exc).__name__.replace('Exception', '')} error)",
+                hint="Check HAVING / ORDER BY / arithmetic over aggregates",
+            ) from None
+        finally:
+            con.unregister("__veil_raw")
+        return _PostRows(rows, types)
+
+    def check_post(self, p: QueryPlan, post: PostProcess, key_types: Sequence[str]) -> None:
+        """Run the post-processing over an empty frame: its binding errors are refused free."""
+        if post.tree is not None:
+            self.run_post(post, self.empty_frame(p, key_types), key_types)
+
+    # -- execute ------------------------------------------------------------------------------
+    def run(
+        self, p: QueryPlan, queries: EngineQueries, domain: list[tuple[Any, ...]] | None, key_types: list[str]
+    ) -> pipeline.RawResult:
+        nk = len(p.keys)
+        data: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        if queries.main is not None:
+            res = self.engine.execute(self.engine.render(queries.main))
+            key_types = [output_type(t) for t in res.types[:nk]] or key_types
+            for row in res.rows:
+                data[tuple(row[:nk])] = tuple(row[nk:])
+        hist: dict[int, dict[tuple[Any, ...], dict[int, int]]] = {}
+        ran: dict[str, dict[tuple[Any, ...], dict[int, int]]] = {}
+        for sid, tree in queries.grids:
+            sql = self.engine.render(tree)
+            if sql not in ran:
+                h: dict[tuple[Any, ...], dict[int, int]] = {}
+                for row in self.engine.execute(sql).rows:
+                    cell = h.setdefault(tuple(row[:nk]), {})
+                    b = _int(row[nk])
+                    cell[b] = cell.get(b, 0) + _int(row[nk + 1])
+                ran[sql] = h
+            hist[sid] = ran[sql]
+        if domain is not None:
+            groups = domain
+        elif nk == 0:
+            groups = [()]
+        else:
+            seen = dict.fromkeys(data)
+            for h in hist.values():
+                seen.update(dict.fromkeys(h))
+            try:
+                groups = sorted(seen, key=_group_order)
+            except TypeError:
+                groups = sorted(seen, key=repr)
+        return pipeline.RawResult(groups, self._raw(p, queries, groups, data), self._grids(p, groups, hist), key_types)
+
+    def _raw(
+        self, p: QueryPlan, queries: EngineQueries, groups: list[tuple[Any, ...]], data: dict[tuple[Any, ...], tuple[Any, ...]]
+    ) -> dict[int, np.ndarray]:
+        zeros = tuple(0 for _ in queries.quantities)
+        qvals = [data.get(g, zeros) for g in groups]
+        raw: dict[int, np.ndarray] = {}
+        for stat in p.statistics:
+            if stat.kind == "grid":
+                continue
+            idx = queries.stat_inputs[stat.id]
+            col = [_num(r[idx[0]]) for r in qvals]
+            if stat.kind == "sum_centered":
+                cnt = [_int(r[idx[1]]) for r in qvals]
+                c = stat.center
+                if c.denominator == 1 and all(isinstance(v, int) for v in col):
+                    vals = [float(int(s) - int(c) * k) for s, k in zip(col, cnt, strict=True)]
+                else:
+                    vals = [float(s) - float(c) * float(k) for s, k in zip(col, cnt, strict=True)]
+                raw[stat.id] = np.array(vals, dtype=np.float64)
+            elif stat.mechanism == "discrete_laplace":
+                raw[stat.id] = np.array([int(v) if isinstance(v, int) else round(v) for v in col], dtype=object)
+            else:
+                raw[stat.id] = np.array([float(v) for v in col], dtype=np.float64)
+        return raw
+
+    def _grids(
+        self, p: QueryPlan, groups: list[tuple[Any, ...]], hist: dict[int, dict[tuple[Any, ...], dict[int, int]]]
+    ) -> dict[int, np.ndarray]:
+        grids: dict[int, np.ndarray] = {}
+        for stat in p.statistics:
+            if stat.kind != "grid":
+                continue
+            arr = np.zeros((len(groups), stat.grid_n), dtype=np.int64)
+            h = hist.get(stat.id, {})
+            for gi, g in enumerate(groups):
+                for b, cnt in h.get(g, {}).items():
+                    arr[gi, min(max(b, 0), stat.grid_n - 1)] += cnt
+            grids[stat.id] = arr
+        return grids
+
+    # -- answers ----------------------------------------------------------------------------
+    def alpha(self) -> float:
+        return 1.0 - self.policy.defaults.confidence
+
+    def remaining(self) -> Fraction:
+        return self.budget().remaining
+
+    def budget(self) -> BudgetStatus:
+        spec = self.policy.analyst(self.analyst)
+        spent = self.ledger.spent(f"analyst:{self.analyst}")
+        return BudgetStatus(
+            self.analyst,
+            spec.epsilon,
+            spent.epsilon,
+            max(spec.epsilon - spent.epsilon, Fraction(0)),
+            spec.delta,
+            spent.delta,
+            max(spec.delta - spent.delta, Fraction(0)),
+        )
+
+    def public_answer(self, res: Result) -> Answer:
+        cols = tuple(OutputColumn(n, output_type(t)) for n, t in zip(res.names, res.types, strict=True))
+        rows = tuple(tuple(_py(v) for v in r) for r in res.rows)
+        ci = tuple(tuple(None for _ in r) for r in rows)
+        return Answer(cols, rows, ci, Fraction(0), self.remaining(), None, False)
+
+    def from_cache(self, cached: dict[str, Any]) -> Answer:
+        cols = tuple(OutputColumn(str(n), str(t)) for n, t in cached["columns"])
+        rows = tuple(tuple(r) for r in cached["rows"])
+        ci = tuple(tuple(r) for r in cached["ci95"])
+        return Answer(cols, rows, ci, Fraction(0), self.remaining(), None, True)
+
+    def shape(
+        self, p: QueryPlan, post: PostProcess, raw: pipeline.RawResult, noisy: dict[int, np.ndarray]
+    ) -> tuple[Answer, list[ReleasedStatistic]]:
+        n = len(raw.groups)
+        keep = np.ones(n, dtype=bool)
+        if p.partition_stat is not None and p.partition_threshold is not None:
+            keep = np.asarray(noisy[p.partition_stat] >= p.partition_threshold, dtype=bool)
+        idx = np.flatnonzero(keep)
+        kept = [raw.groups[i] for i in idx]
+        noisy_kept = {sid: v[idx] for sid, v in noisy.items()}
+        values, cis = finalize_aggregates(p, noisy_kept, len(kept), self.alpha())
+        key_types, agg_types = self.frame_types(p, raw.key_types)
+        if post.direct is not None:
+            columns, rows, ci_rows = self._direct(post, kept, values, cis, key_types, agg_types)
+        else:
+            frame = self.empty_frame(p, key_types)
+            if kept:
+                data: dict[str, Any] = {}
+                for i in range(len(p.keys)):
+                    data[f"__k{i}"] = pd.Series([g[i] for g in kept], dtype=frame[f"__k{i}"].dtype)
+                for i in range(len(p.aggregates)):
+                    data[f"__a{i}"] = values[i]
+                    data[f"__ci{i}"] = cis[i] if cis[i] is not None else np.full(len(kept), np.nan)
+                frame = pd.DataFrame(data)
+            res = self.run_post(post, frame, key_types)
+            k = len(post.names)
+            columns = tuple(OutputColumn(nm, output_type(t)) for nm, t in zip(post.names, res.types[:k], strict=True))
+            rows = [tuple(_py(v) for v in r[:k]) for r in res.rows]
+            ci_rows = [
+                tuple(None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v) for v in r[k:])
+                for r in res.rows
+            ]
+        stats = self._released(p, kept, noisy_kept)
+        return Answer(columns, tuple(rows), tuple(ci_rows), p.cost, Fraction(0), None, False), stats
+
+    def _direct(
+        self, post: PostProcess, kept: list[tuple[Any, ...]], values: list[np.ndarray], cis: list[np.ndarray | None],
+        key_types: Sequence[str], agg_types: Sequence[str],
+    ) -> tuple[tuple[OutputColumn, ...], list[tuple[Any, ...]], list[tuple[float | None, ...]]]:  # fmt: skip
+        if post.direct is None:
+            raise InternalError("not a direct post-processing")
+        rows, ci_rows = [], []
+        for gi, g in enumerate(kept):
+            row, crow = [], []
+            for col, src in zip(post.direct, post.ci_sources, strict=True):
+                i = int(col[3:])
+                if col.startswith("__k"):
+                    row.append(_py(g[i]))
+                    crow.append(None)
+                else:
+                    row.append(_py(values[i][gi]))
+                    c = cis[i]
+                    crow.append(None if c is None or src is None else float(c[gi]))
+            rows.append(tuple(row))
+            ci_rows.append(tuple(crow))
+        types = [key_types[int(c[3:])] if c.startswith("__k") else agg_types[int(c[3:])] for c in post.direct]
+        return tuple(OutputColumn(n, t) for n, t in zip(post.names, types, strict=True)), rows, ci_rows
+
+    def _released(self, p: QueryPlan, kept: list[tuple[Any, ...]], noisy: dict[int, np.ndarray]) -> list[ReleasedStatistic]:
+        from veil.proxy.postprocess import halfwidth
+
+        stats = []
+        groups_json = [tuple(to_jsonable(v) for v in g) for g in kept]
+        alpha = self.alpha()
+        for s in p.statistics:
+            hw, scale, sens = halfwidth(s, alpha), s.scale, float(s.sensitivity)
+            vals = noisy[s.id].tolist()
+            for gi, g in enumerate(groups_json):
+                stats.append(ReleasedStatistic(s.label, s.mechanism, s.epsilon, sens, scale, vals[gi], hw, g))
+        return stats
+
+    def release(self, reservation: Reservation, p: QueryPlan, answer: Answer, stats: Sequence[ReleasedStatistic]) -> str:
+        return self.ledger.release(
+            reservation,
+            answer={
+                "columns": [[c.name, c.sql_type] for c in answer.columns],
+                "rows": [[to_jsonable(v) for v in r] for r in answer.rows],
+                "ci95": [list(r) for r in answer.ci95],
+                "epsilon": str(p.cost),
+                "delta": str(p.delta),
+            },
+            statistics=stats,
+            method="query",
+            table=p.analysis.private_table,
+        )
+
+    def close(self) -> None:
+        if self.own_engine:
+            self.engine.close()
+        if self._public_engine is not None:
+            self._public_engine.close()
+            self._public_engine = None
+        if self._ledger is not None:
+            self._ledger.close()
+            self._ledger = None
+        if self._post is not None:
+            self._post.close()
+            self._post = None
+
+
+class QuerySession:
+    """One analyst's session: one engine cursor, one ledger handle. Not thread-safe; use one per thread."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        analyst: str,
+        *,
+        engine: Engine | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        _noise: NoiseSource = PRODUCTION,
+    ) -> None:
+        policy.analyst(analyst)  # PolicyError for unknown analysts
+        self.analyst = analyst
+        self._env = Env(policy, analyst, engine, _noise, limits)
+        self._busy = threading.Lock()
+
+    @property
+    def policy(self) -> Policy:
+        return self._env.policy
+
+    def _epsilon(self, epsilon: Fraction | float | None) -> Fraction:
+        d = self._env.policy.defaults
+        eps = d.epsilon_per_query if epsilon is None else as_epsilon(epsilon)
+        if eps < d.min_epsilon_per_query:
+            raise QueryRejected(
+                f"epsilon {format_epsilon(eps)} is below the minimum of {format_epsilon(d.min_epsilon_per_query)} per query",
+                hint="Ask for a larger epsilon (a tiny ε would make a deterministic side channel cost nothing)",
+            )
+        return eps
+
+    def _state(self, sql: str, epsilon: Fraction | float | None) -> pipeline.QueryState:
+        self._env.refresh_policy()
+        return pipeline.QueryState(sql=sql, epsilon=self._epsilon(epsilon))
+
+    def budget(self) -> BudgetStatus:
+        self._env.refresh_policy()
+        return self._env.budget()
+
+    def explain(self, sql: str, *, epsilon: Fraction | float | None = None) -> Explanation:
+        """Mechanisms, sensitivities, noise scales, CI half-widths and the exact (ε, δ) cost; spends nothing."""
+        state = pipeline.run(self._state(sql, epsilon), self._env, until="plan")
+        return explanation(sql, state.plan, self._env.alpha())
+
+    def describe(self, sql: str) -> tuple[OutputColumn, ...]:
+        """Output column names and types without running the query on data or charging."""
+        state = pipeline.run(self._state(sql, None), self._env, until="prepare")
+        if state.plan is None:
+            if state.public_sql is None:
+                raise InternalError("describe without a query")
+            res = self._env.public_engine.describe(state.public_sql)
+            return tuple(OutputColumn(n, output_type(t)) for n, t in zip(res.names, res.types, strict=True))
+        p, post = state.plan, state.post
+        if post is None:
+            raise InternalError("describe before rewrite")
+        key_types, agg_types = self._env.frame_types(p, state.key_types)
+        if post.direct is not None:
+            types = [key_types[int(c[3:])] if c.startswith("__k") else agg_types[int(c[3:])] for c in post.direct]
+            return tuple(OutputColumn(n, t) for n, t in zip(post.names, types, strict=True))
+        res = self._env.run_post(post, self._env.empty_frame(p, key_types), key_types)
+        n = len(post.names)
+        return tuple(OutputColumn(nm, output_type(t)) for nm, t in zip(post.names, res.types[:n], strict=True))
+
+    def execute(self, sql: str, *, epsilon: Fraction | float | None = None) -> Answer:
+        """Answer one SELECT, charging exactly what :meth:`explain` quotes (or nothing for a cached answer)."""
+        with self._busy:
+            state = pipeline.run(self._state(sql, epsilon), self._env)
+        if state.answer is None:
+            raise InternalError("the pipeline ended without an answer")
+        a = state.answer
+        if state.release_id is None:
+            return a
+        return Answer(a.columns, a.rows, a.ci95, a.epsilon_charged, self._env.remaining(), state.release_id, False)
+
+    def cancel(self) -> None:
+        """Interrupt the statement this session is running (safe to call from another thread)."""
+        self._env.engine.cancel()
+        if self._env._public_engine is not None:
+            self._env._public_engine.cancel()
+
+    def close(self) -> None:
+        self._env.close()
+
+    def __enter__(self) -> QuerySession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

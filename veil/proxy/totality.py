@@ -1,0 +1,71 @@
+"""Total expressions: generated SQL that cannot fail because of the data it reads.
+
+A run-time error whose occurrence depends on a row (a division by zero, an overflow, a cast of a
+text that is not a number) is a deterministic one-bit oracle on that row, whatever ε is charged.
+:func:`make_total` rewrites every partial operation of an expression tree into a total form, each
+on its own (DuckDB's common-subexpression elimination may lift a repeated sub-expression out of an
+enclosing ``TRY``, so an outer ``TRY`` alone is not enough):
+
+* ``CAST`` becomes ``TRY_CAST`` (NULL when the value does not convert);
+* ``a / b``, ``a // b`` and ``a % b`` divide by ``NULLIF(b, 0)`` and are wrapped in ``TRY``;
+* every other operation that can raise — arithmetic (integer overflow), powers, logarithms, square
+  roots, exponentials, rounding, date arithmetic, LIKE patterns, string functions with numeric
+  arguments — is wrapped in ``TRY`` (NULL on error).
+
+Nodes that cannot raise on any input of the types the validate pass admits (columns, literals,
+comparisons of one type family, boolean connectives, CASE, COALESCE, …) are left as they are.
+
+>>> import sqlglot
+>>> make_total(sqlglot.parse_one("age % (age - age) = 0 AND CAST(x AS INT) > 1")).sql(dialect="duckdb")
+'TRY(age % NULLIF((TRY(age - age)), 0)) = 0 AND TRY_CAST(x AS INT) > 1'
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+__all__ = ["TOTAL_NODES", "make_total"]
+
+#: Node types that never raise on operands of one type family (checked by the validate pass).
+TOTAL_NODES: tuple[type[exp.Expression], ...] = (
+    exp.Column, exp.Literal, exp.Boolean, exp.Null, exp.Paren, exp.Identifier, exp.Star, exp.DataType,
+    exp.DataTypeParam, exp.Var, exp.Alias, exp.TableAlias, exp.Table, exp.Tuple,
+    exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Is, exp.In,
+    exp.Between, exp.And, exp.Or, exp.Not, exp.Case, exp.If, exp.Coalesce, exp.Nullif, exp.Greatest,
+    exp.Least, exp.Lower, exp.Upper, exp.Length, exp.Trim, exp.Concat, exp.DPipe, exp.Pi, exp.TryCast,
+    exp.Try, exp.Interval, exp.Extract, exp.Year, exp.Month, exp.Day, exp.DayOfWeek, exp.Quarter,
+    exp.Distinct, exp.Ordered, exp.Filter,
+    exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max,
+)  # fmt: skip
+
+_DIVISIONS = (exp.Div, exp.IntDiv, exp.Mod)
+
+
+def _total_node(node: exp.Expression) -> exp.Expression:
+    """``node`` (whose children are already total) in a total form."""
+    if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
+        return exp.TryCast(this=node.this, to=node.args["to"])
+    if isinstance(node, _DIVISIONS):
+        divisor = node.expression
+        node.set("expression", exp.Nullif(this=divisor, expression=exp.Literal.number(0)))
+        return exp.Try(this=node)
+    if isinstance(node, TOTAL_NODES) or not isinstance(node, (exp.Func, exp.Binary, exp.Unary)):
+        return node
+    return exp.Try(this=node)
+
+
+def make_total(tree: exp.Expression) -> exp.Expression:
+    """A copy of ``tree`` in which every partial operation is total (post-order, each node on its own)."""
+
+    def visit(node: exp.Expression) -> exp.Expression:
+        for key, value in list(node.args.items()):
+            if isinstance(value, exp.Expression):
+                node.set(key, visit(value))
+            elif isinstance(value, list):
+                node.set(key, [visit(v) if isinstance(v, exp.Expression) else v for v in value])
+        if isinstance(node, (exp.Select, exp.Subquery, exp.From, exp.Join, exp.Where, exp.Group, exp.Having,
+                             exp.Order, exp.With, exp.CTE, exp.Limit, exp.Offset)):  # fmt: skip
+            return node
+        return _total_node(node)
+
+    return visit(tree.copy())

@@ -1,0 +1,277 @@
+"""Pass 3 — validate: the resolved query has a shape Veil can answer, and types that cannot fail on data.
+
+Checks, each a refusal before anything runs or is charged:
+
+* shape: subqueries only in FROM (derived tables and CTEs); a private table read at most once (each
+  reference to a CTE counts); every SELECT below the outermost one that reads private data is
+  row-level (no aggregates, GROUP BY, HAVING, DISTINCT, LIMIT, OFFSET); no LEFT JOIN onto private data;
+* types: DuckDB casts between type families at run time, row by row, so ``sex = 1`` or
+  ``age = '3x'`` fail only when a row reaches the comparison — a one-bit oracle on the data. Every
+  comparison, IN, BETWEEN, CASE/COALESCE/GREATEST/LEAST/NULLIF and arithmetic operand must be in one
+  family (number, text, boolean, date/time; booleans compare with numbers); a text literal in a
+  number/date/boolean context is converted here, statically, or refused.
+
+The result is an :class:`Analysis` (the validated, qualified tree) for the plan pass, or for a
+public-only query the tree to run as written (regenerated from this tree, on the public connection).
+
+>>> from veil.proxy.catalog import Catalog, CatalogTable
+>>> from veil.proxy.parse import parse
+>>> from veil.proxy.resolve import resolve
+>>> cat = Catalog({"t": CatalogTable("t", {"age": "int"}, None, False)})
+>>> validate(resolve(parse("SELECT COUNT(*) FROM t WHERE age > '30'"), cat), cat).tree.sql()
+'SELECT COUNT(*) AS _col_0 FROM t AS t WHERE t.age > 30'
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass
+
+from sqlglot import exp
+from sqlglot.optimizer.annotate_types import annotate_types
+from sqlglot.optimizer.scope import Scope, build_scope, traverse_scope
+
+from veil.errors import InternalError, TypeMismatch, Unsupported
+from veil.proxy.catalog import Catalog
+from veil.proxy.parse import AGGREGATE_NODES, ANONYMOUS_FUNCTIONS, DIALECT
+from veil.proxy.resolve import Resolved
+
+__all__ = ["Analysis", "aggregate_name", "is_aggregate", "validate"]
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """A validated, qualified SELECT."""
+
+    sql: str  # the analyst's text
+    tree: exp.Select  # resolved, qualified, literals converted to the types they are compared with
+    original: exp.Select  # parsed, unqualified (for output column names)
+    private_table: str | None  # the one private table read, or None for a public-only query
+    tables: tuple[str, ...]  # every catalog table read
+
+
+_ANON_AGGREGATES = {
+    "var": "var_samp",
+    "var_samp": "var_samp",
+    "quantile_cont": "quantile",
+    "quantile_disc": "quantile",
+    "std": "stddev_samp",
+}
+_AGG_NAMES: dict[type[exp.Expression], str] = {
+    exp.Count: "count", exp.Sum: "sum", exp.Avg: "avg", exp.Min: "min", exp.Max: "max", exp.Median: "median",
+    exp.Variance: "var_samp", exp.VariancePop: "var_pop", exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp",
+    exp.StddevPop: "stddev_pop", exp.Quantile: "quantile", exp.ApproxQuantile: "quantile", exp.WithinGroup: "quantile",
+}  # fmt: skip
+
+
+def aggregate_name(node: exp.Expression) -> str | None:
+    """Canonical aggregate name of ``node`` (None if it is not an aggregate call)."""
+    if isinstance(node, exp.Anonymous):
+        return _ANON_AGGREGATES.get(str(node.name).lower())
+    return _AGG_NAMES.get(type(node))
+
+
+def is_aggregate(node: exp.Expression) -> bool:
+    return aggregate_name(node) is not None
+
+
+# -- shape ---------------------------------------------------------------------------------------
+
+
+def _reads_private(scope: Scope, catalog: Catalog) -> bool:
+    for _alias, (_node, source) in scope.selected_sources.items():
+        if isinstance(source, exp.Table):
+            t = catalog.tables.get(source.name)
+            if t is not None and not t.public:
+                return True
+        elif isinstance(source, Scope) and _reads_private(source, catalog):
+            return True
+    return False
+
+
+def _check_scopes(tree: exp.Select, catalog: Catalog) -> None:
+    for scope in traverse_scope(tree):
+        sel = scope.expression
+        if not isinstance(sel, exp.Select):
+            raise Unsupported(f"{sel.key.upper()} in a subquery is not supported")
+        if scope.is_subquery or scope.is_udtf:
+            raise Unsupported(
+                "subqueries outside FROM (in WHERE, SELECT, HAVING or ON) are not supported",
+                hint="Join a public table or a derived table in FROM instead",
+            )
+        private = _reads_private(scope, catalog)
+        for join in sel.args.get("joins") or []:
+            if str(join.args.get("side") or "").upper() == "LEFT":
+                src = scope.sources.get(join.this.alias_or_name)
+                if (isinstance(src, exp.Table) and not catalog.tables[src.name].public) or (
+                    isinstance(src, Scope) and _reads_private(src, catalog)
+                ):
+                    raise Unsupported(
+                        "LEFT JOIN onto a private table is not supported",
+                        hint="Put the private table first: FROM private LEFT JOIN public",
+                    )
+        if scope.expression is tree or not private:
+            continue
+        aggs = [n for n in sel.find_all(*AGGREGATE_NODES, exp.Anonymous) if is_aggregate(n)]
+        if aggs or sel.args.get("group") or sel.args.get("having"):
+            raise Unsupported(
+                "aggregation inside a subquery or CTE over private data is not supported",
+                hint="Only row-level CTEs and subqueries may read a private table; aggregate in the outer SELECT",
+            )
+        if sel.args.get("distinct") or sel.args.get("limit") or sel.args.get("offset"):
+            raise Unsupported(
+                "DISTINCT, LIMIT and OFFSET inside a subquery over a private table are not supported",
+                hint="Filter rows with WHERE instead",
+            )
+
+
+# -- types ---------------------------------------------------------------------------------------
+
+_NUMERIC = "number"
+_TEXT = "text"
+_BOOL = "boolean"
+_TIME = "date/time"
+
+
+def _family(node: exp.Expression) -> str | None:
+    """The type family of an annotated expression, or None when unknown/NULL."""
+    if isinstance(node, exp.Null):
+        return None
+    t = node.type
+    if t is None or t.this in (exp.DataType.Type.UNKNOWN, exp.DataType.Type.NULL):
+        return None
+    if t.is_type(*exp.DataType.INTEGER_TYPES, *exp.DataType.REAL_TYPES):
+        return _NUMERIC
+    if t.is_type(*exp.DataType.TEXT_TYPES):
+        return _TEXT
+    if t.is_type(exp.DataType.Type.BOOLEAN):
+        return _BOOL
+    if t.is_type(*exp.DataType.TEMPORAL_TYPES):
+        return _TIME
+    return None
+
+
+def _compatible(a: str, b: str) -> bool:
+    return a == b or {a, b} == {_NUMERIC, _BOOL}
+
+
+def _convert_literal(lit: exp.Literal, family: str, context: exp.Expression) -> exp.Expression:
+    """A text literal in a ``family`` context, converted statically; refused when it does not convert."""
+    text = str(lit.this)
+    if family == _NUMERIC:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value):
+            stripped = text.strip()
+            is_int = stripped.lstrip("+-").isdigit()
+            return exp.Literal.number(int(stripped) if is_int else repr(value))
+    elif family == _BOOL:
+        low = text.strip().lower()
+        if low in ("true", "t", "yes", "y", "1", "on", "false", "f", "no", "n", "0", "off"):
+            return exp.Boolean(this=low in ("true", "t", "yes", "y", "1", "on"))
+    elif family == _TIME:
+        try:
+            dt.date.fromisoformat(text.strip())
+            return exp.cast(exp.Literal.string(text.strip()), exp.DataType.build("DATE"))
+        except ValueError:
+            try:
+                dt.datetime.fromisoformat(text.strip())
+                return exp.cast(exp.Literal.string(text.strip()), exp.DataType.build("TIMESTAMP"))
+            except ValueError:
+                pass
+    raise TypeMismatch(
+        f"{context.sql(dialect=DIALECT)!r} compares or combines a {family} value with the text {lit.sql(dialect=DIALECT)}",
+        hint=f"Write a {family} value (e.g. a number without quotes, or DATE '2020-01-31')",
+    )
+
+
+def _operand_groups(node: exp.Expression) -> list[list[exp.Expression]]:
+    """Groups of operands that must share one type family (empty for nodes without that rule)."""
+    if isinstance(node, exp.In):
+        return [[node.this, *node.expressions]]
+    if isinstance(node, exp.Between):
+        return [[node.this, node.args["low"], node.args["high"]]]
+    if isinstance(node, (exp.And, exp.Or, exp.Like, exp.ILike, exp.Is, exp.DPipe)):
+        return []
+    if isinstance(node, (exp.Predicate, exp.Binary)):
+        return [[node.this, node.expression]]
+    if isinstance(node, exp.Case):
+        ifs = node.args.get("ifs") or []
+        groups = [[b for b in [*(i.args.get("true") for i in ifs), node.args.get("default")] if b is not None]]
+        if node.this is not None:  # simple CASE x WHEN v …: x = v is compared row by row
+            groups.append([node.this, *(i.this for i in ifs)])
+        return groups
+    if isinstance(node, exp.If):
+        return [[b for b in (node.args.get("true"), node.args.get("false")) if b is not None]]
+    if isinstance(node, (exp.Coalesce, exp.Greatest, exp.Least)):
+        return [[node.this, *node.expressions]]
+    if isinstance(node, exp.Nullif):
+        return [[node.this, node.expression]]
+    return []
+
+
+def _unwrap(node: exp.Expression) -> exp.Expression:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _check_types(tree: exp.Select, catalog: Catalog) -> exp.Select:
+    """Annotate types; convert text literals statically; refuse mixed families. Returns a new tree."""
+    work = tree.copy()
+    annotate_types(work, schema=catalog.schema(), dialect=DIALECT)
+    # innermost first: a converted literal changes nothing above it but its own operand list
+    for node in list(work.walk(bfs=False))[::-1]:
+        for ops in _operand_groups(node):
+            _check_group(node, ops)
+    return work
+
+
+def _check_group(node: exp.Expression, ops: list[exp.Expression]) -> None:
+    """One operand group: a single family (numbers and booleans mix); text literals converted to it."""
+    families = {f for f in (_family(_unwrap(o)) for o in ops if not _is_text_literal(o)) if f is not None}
+    if len(families) > 1 and not all(_compatible(a, b) for a in families for b in families):
+        kinds = " and ".join(sorted(families))
+        raise TypeMismatch(
+            f"{node.sql(dialect=DIALECT)!r} mixes {kinds} values",
+            hint="Compare values of one type; cast explicitly, e.g. CAST(x AS VARCHAR)",
+        )
+    target = next(iter(families - {_BOOL}), None) or next(iter(families), None)
+    if target is None or target == _TEXT:
+        return
+    for lit in ops:
+        inner = _unwrap(lit)
+        if isinstance(inner, exp.Literal) and inner.is_string:
+            inner.replace(_convert_literal(inner, target, node))
+
+
+def _is_text_literal(node: exp.Expression) -> bool:
+    inner = _unwrap(node)
+    return isinstance(inner, exp.Literal) and inner.is_string
+
+
+def validate(resolved: Resolved, catalog: Catalog) -> Analysis:
+    """Check the shape and types of a resolved query (free; raises before anything runs)."""
+    tree = resolved.tree
+    if resolved.private_reads > 1:
+        raise Unsupported(
+            f"the query reads private table {resolved.private_table!r} {resolved.private_reads} times",
+            hint="Read a private table once (self-joins, and a CTE over it used twice, are not supported)",
+        )
+    if build_scope(tree) is None:
+        raise InternalError("a resolved query has no scope")
+    _check_scopes(tree, catalog)
+    for node in tree.find_all(exp.Anonymous):
+        if str(node.name).lower() not in ANONYMOUS_FUNCTIONS:
+            raise InternalError(f"function {node.name!r} passed the allow-list")
+    typed = _check_types(tree, catalog)
+    return Analysis(
+        sql=resolved.sql,
+        tree=typed,
+        original=resolved.original,
+        private_table=resolved.private_table,
+        tables=resolved.tables,
+    )
