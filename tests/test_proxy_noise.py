@@ -8,11 +8,11 @@ from fractions import Fraction
 import numpy as np
 import pytest
 from scipy import stats
-from veil.proxy._testing import plan_of
-from veil.proxy.add_noise import NoiseSource, grid_scores, noisy_statistics
 
 from tests.test_proxy_fixtures import proxy_policy  # noqa: F401  (fixture)
 from veil.policy import Policy
+from veil.proxy._testing import plan_of
+from veil.proxy.add_noise import NoiseSource, grid_scores, noisy_statistics
 from veil.proxy.plan import QueryPlan
 from veil.proxy.postprocess import finalize_aggregates
 from veil.proxy.session import QuerySession

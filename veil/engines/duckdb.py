@@ -141,8 +141,7 @@ class DuckDBEngine:
         """Row count, a 128-bit sum of per-row hashes (no cancellation of equal rows) and an XOR of MD5s."""
         row = "to_json(struct_pack(" + ", ".join(f"{_q(c)} := {_q(c)}" for c in columns) + "))"
         res = self._run(
-            f"SELECT count(*), coalesce(sum(hash({row})::HUGEINT), 0), coalesce(bit_xor(md5_number({row})), 0) "
-            f"FROM {_q(table)}"
+            f"SELECT count(*), coalesce(sum(hash({row})::HUGEINT), 0), coalesce(bit_xor(md5_number({row})), 0) FROM {_q(table)}"
         )
         n, s, x = res.rows[0]
         return f"{int(n):x}.{int(s):x}.{int(x):x}"

@@ -22,8 +22,11 @@ the session (a derived source is rendered with the CTE definitions it needs). A 
 >>> from veil.proxy.validate import validate
 >>> cat = Catalog({"p": CatalogTable("p", {"id": "int"}, None, False), "r": CatalogTable("r", {"rid": "int"}, None, True)})
 >>> q = "SELECT COUNT(*) FROM p, (SELECT rid FROM r) r1 JOIN r r2 ON r2.rid = p.id"
->>> [pr.sql for pr in probes(validate(resolve(parse(q), cat), cat), cat)]
-['SELECT COUNT(*) FROM (SELECT r.rid AS rid FROM r AS r) AS __veil_src', 'SELECT COALESCE(MAX(__veil_n), 0) FROM (SELECT COUNT(*) AS __veil_n FROM r AS __veil_src WHERE NOT __veil_src.rid IS NULL GROUP BY __veil_src.rid) AS __veil_groups']
+>>> for pr in probes(validate(resolve(parse(q), cat), cat), cat):
+...     print(pr.source, "|", pr.sql)
+r1 | SELECT COUNT(*) FROM (SELECT r.rid AS rid FROM r AS r) AS __veil_src
+r2 | SELECT COALESCE(MAX(__veil_n), 0) FROM (SELECT COUNT(*) AS __veil_n FROM r AS __veil_src \
+WHERE NOT __veil_src.rid IS NULL GROUP BY __veil_src.rid) AS __veil_groups
 """
 
 from __future__ import annotations
