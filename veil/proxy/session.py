@@ -50,7 +50,8 @@ __all__ = ["Env", "QuerySession"]
 T = TypeVar("T")
 
 _SAFE_POST_CONFIG = {"enable_external_access": "false", "lock_configuration": "true"}
-_DTYPES = {"bigint": "int64", "double": "float64", "text": "object", "boolean": "bool", "date": "datetime64[s]"}
+#: Frame dtypes per wire type: nullable ones, so a NULL group key or value can never fail a conversion.
+_DTYPES = {"bigint": "Int64", "double": "float64", "text": "object", "boolean": "boolean", "date": "datetime64[s]"}
 
 
 def _py(v: Any) -> Any:
@@ -72,14 +73,16 @@ def _int(v: Any) -> int:
 
 
 def _num(v: Any) -> Any:
-    if v is None:
-        return 0
-    if isinstance(v, (int, float)):
+    """An exact statistic from the engine as a Python int or finite float (NULL or non-finite: 0)."""
+    if v is None or isinstance(v, bool):
+        return int(bool(v))
+    if isinstance(v, int):
         return v
     try:
-        return float(v)
+        f = float(v)
     except (TypeError, ValueError, OverflowError):
-        return 0.0
+        return 0
+    return f if math.isfinite(f) else 0
 
 
 def _group_order(g: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -335,7 +338,7 @@ class Env:
                     vals = [float(s) - float(c) * float(k) for s, k in zip(col, cnt, strict=True)]
                 raw[stat.id] = np.array(vals, dtype=np.float64)
             elif stat.mechanism == "discrete_laplace":
-                raw[stat.id] = np.array([int(v) if isinstance(v, int) else round(v) for v in col], dtype=object)
+                raw[stat.id] = np.array([v if isinstance(v, int) else round(v) for v in col], dtype=object)
             else:
                 raw[stat.id] = np.array([float(v) for v in col], dtype=np.float64)
         return raw
