@@ -18,12 +18,13 @@ than failing, so anything not listed is refused, naming the function as the anal
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.errors import ErrorLevel, TokenError
 from sqlglot.errors import ParseError as SqlglotParseError
-from sqlglot.errors import TokenError
 from sqlglot.tokens import TokenType
 
 from veil.errors import NotAllowed, ParseError, QueryTooComplex, QueryTooLarge, Unsupported
@@ -122,17 +123,21 @@ def _statement_keyword(tokens: list[sqlglot.tokens.Token]) -> str | None:
 
 
 def function_name(node: exp.Expression, sql: str) -> str:
-    """The name the analyst wrote for a function node (``RANDOM``, not sqlglot's ``RAND``)."""
+    """The name the analyst wrote for a function node (``RANDOM``, not sqlglot's ``RAND``; ``NOW``, not
+    ``CURRENT_TIMESTAMP``): the called name in the text that parses to the node's type."""
     if isinstance(node, exp.Anonymous):
         return str(node.name).upper()
+    tokens = _tokens(sql)
+    called = [t.text for t, nxt in itertools.pairwise(tokens) if nxt.token_type == TokenType.L_PAREN]
+    for name in dict.fromkeys(called):
+        try:
+            probe = sqlglot.parse_one(f"SELECT {name}()", read=DIALECT, error_level=ErrorLevel.IGNORE)
+        except (SqlglotParseError, TokenError):
+            continue
+        if isinstance(probe, exp.Select) and probe.expressions and type(probe.expressions[0]) is type(node):
+            return name.upper()
     names = [n.upper() for n in (type(node).sql_names() if hasattr(type(node), "sql_names") else [])]
-    if names:
-        words = {t.text.upper() for t in _tokens(sql)}
-        for n in names:
-            if n in words:
-                return n
-        return names[0]
-    return node.key.upper()
+    return names[0] if names else node.key.upper()
 
 
 def _syntax_error(exc: SqlglotParseError) -> ParseError:
