@@ -137,7 +137,7 @@ class CliInterface:
         args = [command, "--policy", str(self.policy), "--analyst", self.analyst, "--format", "json"]
         if epsilon is not None:
             args += ["--epsilon", repr(epsilon)]
-        res = self.runner.invoke(cli, [*args, sql])
+        res = self.runner.invoke(cli, [*args, "--", sql])
         if res.exception is not None and not isinstance(res.exception, SystemExit):
             exc = res.exception
             return Outcome(False, message=f"{type(exc).__name__}: {exc}", crashed=True), ""
@@ -275,15 +275,21 @@ class Spent:
     by_account: dict[str, tuple[Fraction, Fraction]] = field(default_factory=dict)
 
 
+_LEDGERS: dict[Path, Any] = {}
+
+
 def spent(ledger: Path, analyst: str) -> Spent:
+    """What the ledger file says ``analyst`` and the capped table have spent (read, never written)."""
     from veil.store.ledger import Ledger
 
-    with Ledger(ledger) as led:
-        out = {}
-        for tmpl in ACCOUNTS:
-            key = tmpl.format(analyst=analyst)
-            c = led.spent(key)
-            out[key] = (c.epsilon, c.delta)
+    led = _LEDGERS.get(ledger)
+    if led is None:
+        led = _LEDGERS[ledger] = Ledger(ledger)
+    out = {}
+    for tmpl in ACCOUNTS:
+        key = tmpl.format(analyst=analyst)
+        c = led.spent(key)
+        out[key] = (c.epsilon, c.delta)
     return Spent(out)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-__all__ = ["ATTACKS", "ORACLE_CLASSES", "Attack"]
+__all__ = ["ATTACKS", "ORACLE_CLASSES", "WIRE_AND_CLI", "Attack"]
 
 REJECT = ("42601", "42P01", "42703", "0A000", "42501", "42804", "54000", "54001", "22023", "42000")
 
@@ -31,6 +31,8 @@ class Attack:
     epsilon: float | None = None
     sqlstates: tuple[str, ...] = ()
     table: str = "people"
+    api_only: bool = False  # a variant of another attack (another position of the same expression): run through
+    # the Python API and the neighbour test only, to keep the suite within its time budget
 
     @property
     def id(self) -> str:
@@ -180,7 +182,6 @@ _SANDBOX = {
     "copy": "COPY people TO '/tmp/out.csv'",
     "attach": "ATTACH 'ledger.sqlite' AS l",
     "pragma": "PRAGMA show_tables",
-    "set_config": "SET enable_external_access = true",
     "install": "INSTALL httpfs",
     "load": "LOAD httpfs",
     "insert": "INSERT INTO regions VALUES (9, 'x')",
@@ -189,11 +190,10 @@ _SANDBOX = {
     "drop": "DROP TABLE people",
     "create_table_as": "CREATE TABLE leak AS SELECT * FROM people",
     "create_view": "CREATE VIEW v AS SELECT * FROM people",
-    "two_statements": "SELECT COUNT(*) FROM people; SELECT * FROM people",
+    "two_statements": "SELECT * FROM people; SELECT COUNT(*) FROM people",
     "call": "CALL pragma_table_info('people')",
     "describe": "DESCRIBE people",
     "summarize": "SUMMARIZE people",
-    "show_tables": "SHOW TABLES",
     "export": "EXPORT DATABASE '/tmp/x'",
     "checkpoint": "CHECKPOINT",
     "raw_rows": "SELECT * FROM people",
@@ -236,8 +236,6 @@ _SANDBOX = {
     "declare_cursor": "DECLARE c CURSOR FOR SELECT * FROM people",
     "depth_bomb": "SELECT COUNT(*) FROM people WHERE " + "(" * 200 + "1 = 1" + ")" * 200,
     "size_bomb": "SELECT COUNT(*) FROM people WHERE name IN (" + ", ".join(f"'{i}'" for i in range(150000)) + ")",
-    "empty": "",
-    "comment_only": "-- nothing",
     "not_sql": "hello world",
 }
 for _name, _sql in _SANDBOX.items():
@@ -331,7 +329,7 @@ for _name, _e in PARTIAL.items():
             _v = _e.replace("age", "amount").replace("salary", "amount").replace("big", "amount * 1000000000000")
             _v = _v.replace("score", "amount").replace("name", "kind").replace("code", "kind").replace("born", "DATE '2000-01-01'")
             _add("oracle", f"{_name}@{_pos}", _tmpl.format(e=_e, v=_v), "safe", sqlstates=REJECT,
-                 table="visits" if _pos == "visits" else "people")  # fmt: skip
+                 table="visits" if _pos == "visits" else "people", api_only=True)  # fmt: skip
 
 # LIMIT / OFFSET / ORDER BY with expressions: post-processing, never data-dependent.
 _LIMITS = {
@@ -494,6 +492,10 @@ _PUBLIC = {
 for _name, _sql in _PUBLIC.items():
     _add("public", _name, _sql, "safe" if "zero" in _name or "cast" in _name else "public", sqlstates=REJECT)
 
+# Statements a PostgreSQL server answers itself (SET, SHOW, empty queries): harmless either way.
+for _name, _sql in {"set_config": "SET enable_external_access = true", "show_tables": "SHOW TABLES", "empty": "",
+                    "comment_only": "-- nothing", "set_threads": "SET threads = 64"}.items():  # fmt: skip
+    _add("sandbox", _name, _sql, "safe", sqlstates=REJECT)
 _add("sandbox", "distinct_outer", "SELECT DISTINCT dept FROM people GROUP BY dept", "safe", sqlstates=REJECT)
 
 # Every attack but the ε class asks its own ε, so the answer cache (same analyst, query and ε: the logged
@@ -502,6 +504,9 @@ ATTACKS = [
     a if a.epsilon is not None or a.cls == "epsilon" else replace(a, epsilon=float(f"0.2{i:05d}"))
     for i, a in enumerate(ATTACKS)
 ]
+
+WIRE_AND_CLI = [a for a in ATTACKS if not a.api_only]
+"""The attacks run through the CLI and the wire too (every expression and class; not every position)."""
 
 ORACLE_CLASSES = ("oracle", "post")
 """Classes whose outcome must be the same on the neighbouring database (run through the exact path too)."""
