@@ -15,6 +15,7 @@ The world is :mod:`tests.support.attack_world`: private ``people`` (row-level, c
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
 
 __all__ = ["ATTACKS", "ORACLE_CLASSES", "WIRE_AND_CLI", "Attack"]
@@ -111,8 +112,7 @@ for _name, _sql in _SHADOW_AGGREGATES.items():
     _add("shadowing", _name, _sql, "answered")
 
 # Public CTE shadowing a public table: a public query, answered free from public data only.
-_add("shadowing", "cte_sibling_first", "WITH people AS (SELECT 1 AS x), b AS (SELECT * FROM people) SELECT * FROM b",
-     "public")
+_add("shadowing", "cte_sibling_first", "WITH people AS (SELECT 1 AS x), b AS (SELECT * FROM people) SELECT * FROM b", "public")
 _add("shadowing", "public_self_cte", "WITH regions AS (SELECT * FROM regions) SELECT * FROM regions", "public")
 _add("shadowing", "public_cte_named_people",
      "WITH people AS (SELECT * FROM regions) SELECT * FROM people", "public")  # fmt: skip
@@ -327,7 +327,9 @@ for _name, _e in PARTIAL.items():
     if _name in _EVERYWHERE:
         for _pos, _tmpl in _MORE_POSITIONS.items():
             _v = _e.replace("age", "amount").replace("salary", "amount").replace("big", "amount * 1000000000000")
-            _v = _v.replace("score", "amount").replace("name", "kind").replace("code", "kind").replace("born", "DATE '2000-01-01'")
+            _v = (
+                _v.replace("score", "amount").replace("name", "kind").replace("code", "kind").replace("born", "DATE '2000-01-01'")
+            )
             _add("oracle", f"{_name}@{_pos}", _tmpl.format(e=_e, v=_v), "safe", sqlstates=REJECT,
                  table="visits" if _pos == "visits" else "people", api_only=True)  # fmt: skip
 
@@ -376,7 +378,7 @@ for _name, _sql in _FRAME_STRINGS.items():
 _JOINS = {
     "derived_twice": "SELECT COUNT(*) FROM people p, (SELECT rid FROM regions) r1, (SELECT rid FROM regions) r2 WHERE p.id = 123",
     "derived_twice_sum": "SELECT SUM(p.salary) FROM people p, (SELECT rid FROM regions) r1, (SELECT rid FROM regions) r2 "
-                         "WHERE p.id = 123",
+    "WHERE p.id = 123",
     "cte_twice": "WITH r AS (SELECT rid FROM regions) SELECT COUNT(*) FROM people p, r r1, r r2 WHERE p.id = 123",
     "cte_chain": "WITH a AS (SELECT rid FROM regions), b AS (SELECT a.rid FROM a, a a2) SELECT SUM(p.salary) FROM people p, b",
     "nested_derived": "SELECT SUM(p.salary) FROM people p, (SELECT * FROM (SELECT rid FROM regions) x, regions y) z",
@@ -501,12 +503,14 @@ _add("sandbox", "distinct_outer", "SELECT DISTINCT dept FROM people GROUP BY dep
 # Every attack but the ε class asks its own ε, so the answer cache (same analyst, query and ε: the logged
 # answer again, free) never turns one attack into another's cached answer.
 ATTACKS = [
-    a if a.epsilon is not None or a.cls == "epsilon" else replace(a, epsilon=float(f"0.2{i:05d}"))
-    for i, a in enumerate(ATTACKS)
+    a if a.epsilon is not None or a.cls == "epsilon" else replace(a, epsilon=float(f"0.2{i:05d}")) for i, a in enumerate(ATTACKS)
 ]
 
-WIRE_AND_CLI = [a for a in ATTACKS if not a.api_only]
-"""The attacks run through the CLI and the wire too (every expression and class; not every position)."""
+FULL = os.environ.get("VEIL_ATTACK_FULL", "") not in ("", "0")
+WIRE_AND_CLI = [a for a in ATTACKS if FULL or not (a.api_only or a.name.endswith("@where"))]
+"""The attacks run through the CLI and the wire too: every class and every expression, one position of each
+data-dependent expression (the Python API and the neighbour test run every position);
+``VEIL_ATTACK_FULL=1`` runs the whole catalogue through every interface."""
 
 ORACLE_CLASSES = ("oracle", "post")
 """Classes whose outcome must be the same on the neighbouring database (run through the exact path too)."""
