@@ -69,7 +69,7 @@ epsilon = 1000000
 delta = 0.5
 """
 
-PUB = pd.DataFrame({"pk": pd.array([1, 1, 2, 0], dtype="Int64"), "pn": ["p", "q", "r", "z"]})
+PUB = pd.DataFrame({"pk": pd.array([1, 1, 2, 0], dtype="Int64"), "pn": ["p", "q", "r", "z"], "pt": ["1", "01", " 1", "2"]})
 
 # --- data -------------------------------------------------------------------------------------------
 
@@ -167,6 +167,9 @@ EXPRS = [
     "m.x", "m.y", "m.x * 2", "m.x + m.y", "ABS(m.x)", "CASE WHEN m.k = 'a' THEN m.x ELSE 0 END", "m.x > 0",
     "m.x / 3", "m.x % 3", "COALESCE(m.x, 0)", "-m.y", "m.y * m.y", "LEAST(m.x, 5)", "ROUND(m.y)", "m.x / m.x",
     "CAST(m.y AS INTEGER)", "m.x * m.x * m.x", "1 / NULLIF(m.x, 0)", "SQRT(ABS(m.y))", "m.y / 2 + 1",
+    "EXP(m.x)", "LN(ABS(m.x) + 1)", "POWER(m.y, 2)", "m.y ^ 3", "SIGN(m.y)", "GREATEST(m.x, m.y)",
+    "CASE WHEN m.y > 0 THEN m.y ELSE m.x END", "CEIL(m.y * 10) / 10", "m.x - m.x", "1", "m.u",
+    "CASE WHEN m.s = 's1' THEN 1e15 ELSE 0 END", "COALESCE(m.y, m.x, 0) * 1000", "-m.x * 1000000000",
 ]  # fmt: skip
 CONDS = [
     "m.x > 0", "m.k = 'a'", "m.y IS NULL", "m.s = 's1'", "m.x BETWEEN -3 AND 3", "m.y > m.x", "m.x % 2 = 0",
@@ -176,7 +179,21 @@ AGGS = [
     "COUNT(*)", "COUNT(m.x)", "COUNT(DISTINCT m.u)", "COUNT(DISTINCT m.x)", "SUM({e})", "AVG({e})",
     "MEDIAN({e})", "MIN({e})", "MAX({e})", "VARIANCE({e})", "quantile_cont({e}, 0.25)", "STDDEV({e})",
 ]  # fmt: skip
-KEYS = [None, None, "m.k", "m.s", "m.x", "pub.pn", "m.x > 0", "m.k, m.s"]
+KEYS = [
+    None,
+    None,
+    "m.k",
+    "m.s",
+    "m.x",
+    "pub.pn",
+    "m.x > 0",
+    "m.k, m.s",
+    "m.u",
+    "ROUND(m.y)",
+    "CASE WHEN m.k = 'a' THEN 1 ELSE 2 END",
+    "m.k, pub.pn",
+    "pub.pk",
+]
 SOURCES = [
     "{t} AS m",
     "{t} AS m JOIN pub ON pub.pk = m.x",
@@ -186,6 +203,12 @@ SOURCES = [
     "(SELECT * FROM {t} WHERE y IS NOT NULL) AS m",
     "(SELECT * FROM {t}) AS m, pub, pub AS pub2",
     "{t} AS m LEFT JOIN pub ON pub.pk = m.u",
+    "{t} AS m JOIN pub ON pub.pt = CAST(m.x AS VARCHAR)",
+    "{t} AS m JOIN pub ON CAST(pub.pt AS INTEGER) = m.x",
+    "{t} AS m, pub, pub AS pub2 WHERE pub.pk = pub2.pk AND pub.pk = m.x",
+    "{t} AS m, (SELECT a.pk, a.pn FROM pub a, pub b) AS pub",
+    "{t} AS m JOIN pub ON pub.pk = m.y",
+    "(SELECT * FROM {t} AS i JOIN pub ON pub.pk = i.x) AS m",
 ]  # fmt: skip
 
 

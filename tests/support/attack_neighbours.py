@@ -85,6 +85,29 @@ def _norm_group(g: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(None if isinstance(v, float) and math.isnan(v) else v for v in g)
 
 
+def plan_claims(plan: Any) -> list[str]:
+    """What the plan claims about its own cost, checked: the ε shares add up to the charge, and partition
+    selection's threshold keeps a group made only of one unit's rows below δ."""
+    problems: list[str] = []
+    total = sum((s.epsilon for s in plan.statistics), Fraction(0))
+    if total != plan.epsilon:
+        problems.append(f"the statistics' ε shares add up to {total}, the query charges {plan.epsilon}")
+    if plan.partition_threshold is not None:
+        stat = next((s for s in plan.statistics if s.id == plan.partition_stat), None)
+        if stat is None or plan.partition_delta is None:
+            return [*problems, "private keys without a partition statistic or δ"]
+        c = plan.contribution
+        r = math.exp(-float(stat.epsilon) / float(stat.sensitivity))  # discrete Laplace, scale Δ/ε
+        k = plan.partition_threshold - c  # the noise a group of c rows needs to be released
+        p_release = c * r**k / (1 + r) if k > 0 else 1.0
+        if p_release > float(plan.partition_delta) * (1 + 1e-9):
+            problems.append(
+                f"partition selection: a group of ≤ {c} rows passes τ = {plan.partition_threshold} with probability "
+                f"up to {p_release:.3g} > δ = {float(plan.partition_delta):.3g}"
+            )
+    return problems
+
+
 def compare(d: Release, d_prime: Release) -> list[str]:
     """What is wrong about the pair (empty: the neighbours are indistinguishable except through noise)."""
     problems: list[str] = []
@@ -94,6 +117,7 @@ def compare(d: Release, d_prime: Release) -> list[str]:
         return [f"crashed: {d.describe()}"]
     if not d.ok or d.public or d.cached or d_prime.cached:
         return []
+    problems += plan_claims(d.plan)
     if _plan_signature(d.plan) != _plan_signature(d_prime.plan):
         problems.append(f"the plan depends on one unit: {_plan_signature(d.plan)} vs {_plan_signature(d_prime.plan)}")
     for stat in d.plan.statistics:
