@@ -24,8 +24,7 @@ demo: $(STAMP)
 	bash scripts/demo_server.sh demo
 
 # The gates (also in .pre-commit-config.yaml), then the whole suite. `.ci/run` calls this.
-test: $(STAMP)
-	$(BIN)/ruff check $(SRC)
+test: gates
 	$(BIN)/python -m pytest -q
 
 # The inner loop: the gates' fast half and the tests not marked slow.

@@ -661,6 +661,7 @@ class VeilConnection(Connection):
     Describe (types only, never the noisy run) and one engine run per executed portal."""
 
     session: VeilSession
+    tx_status: bytes
 
     async def run(self) -> None:
         try:
@@ -903,14 +904,14 @@ class VeilServer(PgServer):
         pid = self._allocate_pid()
         secret = struct.unpack("!i", os.urandom(4))[0]
         connection = VeilConnection(stream, session, self, pid, secret, params)
-        connection.tls = tls  # type: ignore[attr-defined]
+        connection.tls = tls
         self._connections[pid] = connection
         try:
             await connection.run()
         finally:
             self._connections.pop(pid, None)
 
-    async def _negotiate_startup(self, stream: PgStream) -> tuple[dict[str, str], bool] | None:  # type: ignore[override]
+    async def _negotiate_startup(self, stream: PgStream) -> tuple[dict[str, str], bool] | None:
         code, payload = await stream.read_startup_packet()
         tls = False
         if code == pg_messages.SSL_REQUEST_CODE:
