@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
 from sqlglot import exp
@@ -66,6 +67,12 @@ class Interval:
         return (self.hi - self.lo) / 2
 
 
+def _approx(v: Fraction) -> str:
+    """A short text for a possibly huge magnitude (never overflows a float)."""
+    digits = len(str(abs(v.numerator) // v.denominator))
+    return f"{float(v):.3g}" if digits < 300 else f"1e{digits - 1}"
+
+
 def _point(v: Fraction) -> Interval:
     return Interval(v, v, v.denominator == 1)
 
@@ -115,12 +122,31 @@ def _unbounded(node: exp.Expression, whole: exp.Expression, why: str) -> Unbound
 Rule = Callable[[exp.Expression, Scope, Catalog, exp.Expression], "Interval | None"]
 
 
+#: Largest magnitude any integral sub-expression may reach: products and sums of BIGINTs below it
+#: never overflow the engine's 64-bit integers (the engine sums into 128 bits).
+MAX_INTEGRAL = Fraction(2**62)
+#: Largest magnitude any other sub-expression may reach: squares (variance) and sums of any
+#: realistic number of rows stay finite doubles, and every bound converts to a Python float.
+MAX_REAL = Fraction(10**150)
+
+
 def _iv(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
-    """Dispatch on the node's type through :data:`_RULES` (most specific class first)."""
+    """Dispatch on the node's type through :data:`_RULES` (most specific class first).
+
+    Every sub-expression's range must stay within :data:`MAX_INTEGRAL` / :data:`MAX_REAL`, so the
+    engine can evaluate it on any row of the bounded copy without overflowing: an overflow would be
+    an error (or an infinity) that depends on a person's value. Wider ranges are refused, before
+    anything is charged.
+    """
     for cls in type(node).__mro__:
         rule = _RULES.get(cls)
         if rule is not None:
-            return rule(node, scope, catalog, whole)
+            out = rule(node, scope, catalog, whole)
+            if out is not None and out.magnitude > (MAX_INTEGRAL if out.integral else MAX_REAL):
+                cap = "2^62" if out.integral else "1e150"
+                what = node.sql(dialect="postgres")
+                raise _unbounded(node, whole, f"{what!r} can reach ±{_approx(out.magnitude)}, beyond ±{cap}")
+            return out
     raise _unbounded(node, whole, f"{node.key.upper()} has no interval rule")
 
 
@@ -154,7 +180,14 @@ def _bool_literal_rule(node: exp.Expression, scope: Scope, catalog: Catalog, who
 def _literal_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
     if not isinstance(node, exp.Literal) or node.is_string:
         raise _unbounded(node, whole, f"{node.sql()} is text")
-    return _point(Fraction(str(node.this)))
+    text = str(node.this)
+    try:
+        exponent = Decimal(text).adjusted()
+    except InvalidOperation:
+        raise _unbounded(node, whole, f"{text!r} is not a number") from None
+    if abs(exponent) > 400:  # far beyond every cap (and too costly to hold exactly)
+        raise _unbounded(node, whole, f"the literal {text} is out of range")
+    return _point(Fraction(text))
 
 
 def _pi_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:

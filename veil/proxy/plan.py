@@ -220,6 +220,17 @@ def _const_q(node: exp.Expression | None) -> float:
     return q
 
 
+def _typed(arg: exp.Expression, iv: Interval) -> exp.Expression:
+    """``arg`` as BIGINT (integral values, within ±2^62 by the bounds pass) or DOUBLE.
+
+    Aggregating a DECIMAL (a literal such as ``1.000…01`` or a cast to ``DECIMAL(38, 30)``) could
+    overflow the engine's fixed-precision sum on some data but not on other; booleans are not
+    numbers on every engine. Each aggregated value is therefore one of two types that cannot
+    overflow on a clamped value (the engine sums BIGINT into 128 bits).
+    """
+    return exp.Cast(this=arg, to=exp.DataType.build("BIGINT" if iv.integral else "DOUBLE"))
+
+
 def _clamp(arg: exp.Expression, iv: Interval) -> exp.Expression:
     """``arg`` clamped to ``iv``; NULL stays NULL and NaN (above every number in DuckDB) becomes ``hi``.
 
@@ -464,7 +475,7 @@ def _plan_aggregate(b: _Builder, idx: int, node: exp.Expression, ctx: _Context) 
     # a bounded base column is already clamped in the bounded copy; any other expression is clamped
     # itself, so its interval holds for any data
     bare = _is_bounded_base_column(arg, ctx.scope, ctx.catalog, ctx.table)
-    arg_c = arg if bare else _clamp(arg, iv)
+    arg_c = arg if bare else _typed(_clamp(arg, iv), iv)
     if name == "sum":
         sid = b.add(
             ("sum", _sql(arg_c), None if filt is None else _sql(filt)), kind="sum",
