@@ -245,6 +245,8 @@ def _column_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: ex
         return Interval(Fraction(0), Fraction(1), True)
     if spec.type not in ("int", "float") or not spec.bounded:
         raise _unbounded(node, whole, f"column {table}.{node.name} has no declared lower/upper bounds")
+    if spec.lower is None or spec.upper is None:
+        raise InternalError(f"column {table}.{node.name} is bounded without both bounds")
     return Interval(_frac(spec.lower), _frac(spec.upper), spec.type == "int")
 
 
