@@ -37,12 +37,27 @@ def server(world: World) -> Iterator[Server]:
     srv.stop()
 
 
+_OPEN: list[object] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_interfaces() -> Iterator[None]:
+    """Every interface a test opens is closed when it ends (an open psycopg connection warns)."""
+    yield
+    while _OPEN:
+        _OPEN.pop().close()  # type: ignore[attr-defined]
+
+
 def _interface(kind: str, world: World, server: Server, analyst: str) -> object:
+    iface: object
     if kind == "api":
-        return ApiInterface(world.policy, analyst)
-    if kind == "cli":
-        return CliInterface(world.policy, analyst)
-    return WireInterface(server.port, analyst)
+        iface = ApiInterface(world.policy, analyst)
+    elif kind == "cli":
+        iface = CliInterface(world.policy, analyst)
+    else:
+        iface = WireInterface(server.port, analyst)
+    _OPEN.append(iface)
+    return iface
 
 
 @pytest.mark.parametrize("kind", ["api", "cli", "wire"])

@@ -122,7 +122,7 @@ def test_known_overflow_shapes(session: QuerySession, expr: str) -> None:
         _run(session, f"SELECT {agg.format(expr)} FROM t")
 
 
-@pytest.mark.parametrize(("n", "epsilon"), enumerate([0.001, "0.001", 0.0010000000000000002]))
+@pytest.mark.parametrize(("n", "epsilon"), list(enumerate([0.001, "0.001", 0.0010000000000000002])))
 def test_epsilon_at_the_minimum_is_accepted(session: QuerySession, n: int, epsilon: float | str) -> None:
     """The default minimum ε per query is 0.001: asking for exactly that (as a float or as text) is
     served; the next float below it is refused."""
@@ -137,3 +137,13 @@ def test_epsilon_at_the_minimum_is_accepted(session: QuerySession, n: int, epsil
     with pytest.raises(VeilError, match="below the minimum"):
         session.execute("SELECT COUNT(*) FROM t", epsilon=below)
     assert session.budget() == before
+
+
+@pytest.mark.parametrize("expr", ["i * i", "i * 9223372036854775807", "POWER(i, 3)", "-(i * 1000000)"])
+def test_integer_products_beyond_int64_are_computed_in_doubles(session: QuerySession, expr: str) -> None:
+    """An integer expression whose range leaves ±2^62 is answered, computed in DOUBLE (not refused, not
+    silently NULL): with noise off the SUM equals the exact sum of the clamped values."""
+    ans = session.execute(f"SELECT SUM({expr}) FROM t", epsilon=1)
+    values = [v for v in ROWS["i"].dropna().astype("int64").tolist()]
+    exact = sum(float(eval(expr.replace("POWER(i, 3)", "i ** 3"), {"i": float(v)})) for v in values)
+    assert float(ans.rows[0][0]) == pytest.approx(exact, rel=1e-9)

@@ -330,7 +330,8 @@ class VeilSession(BaseSession):
 
     def _session_statement(self, r: Route, describe: bool) -> _Result:
         conn = self.connection
-        assert conn is not None
+        if conn is None:
+            raise InternalError("session statement without a connection")
         if r.kind == "set":
             match = _SET_RE.match(r.sql)
             if match:
@@ -364,7 +365,8 @@ class VeilSession(BaseSession):
 
     def _set(self, name: str, value: str, *, apply: bool) -> None:
         conn = self.connection
-        assert conn is not None
+        if conn is None:
+            raise InternalError("session statement without a connection")
         if name.startswith("veil."):
             key = name[5:]
             if key == "epsilon":
@@ -391,7 +393,8 @@ class VeilSession(BaseSession):
 
     def _reset(self, name: str) -> None:
         conn = self.connection
-        assert conn is not None
+        if conn is None:
+            raise InternalError("session statement without a connection")
         if name == "all":
             self.epsilon, self.show_ci = None, False
             conn.session_vars.clear()
@@ -413,7 +416,8 @@ class VeilSession(BaseSession):
             raise PgError("42601", f"cannot read {r.sql!r}", H="Write SHOW <name>, e.g. SHOW veil.budget")
         name = match.group(1).lower()
         conn = self.connection
-        assert conn is not None
+        if conn is None:
+            raise InternalError("session statement without a connection")
         if name == "veil.budget":
             row = catalog.budget_row(await self._budget())
             return _Result(list(catalog.BUDGET_COLUMNS), [tuple(row.values())], "SHOW")
@@ -608,7 +612,8 @@ class VeilPortal(Portal):
         return self.result.columns
 
     def tag(self) -> str:
-        assert self.result is not None
+        if self.result is None:
+            raise InternalError("command tag asked before the portal ran")
         return self.result.tag
 
     async def execute(self, max_rows: int) -> tuple[list[tuple], bool]:
@@ -661,6 +666,7 @@ class VeilConnection(Connection):
     Describe (types only, never the noisy run) and one engine run per executed portal."""
 
     session: VeilSession
+    tx_status: bytes
 
     async def run(self) -> None:
         try:
@@ -903,14 +909,14 @@ class VeilServer(PgServer):
         pid = self._allocate_pid()
         secret = struct.unpack("!i", os.urandom(4))[0]
         connection = VeilConnection(stream, session, self, pid, secret, params)
-        connection.tls = tls  # type: ignore[attr-defined]
+        connection.tls = tls
         self._connections[pid] = connection
         try:
             await connection.run()
         finally:
             self._connections.pop(pid, None)
 
-    async def _negotiate_startup(self, stream: PgStream) -> tuple[dict[str, str], bool] | None:  # type: ignore[override]
+    async def _negotiate_startup(self, stream: PgStream) -> tuple[dict[str, str], bool] | None:
         code, payload = await stream.read_startup_packet()
         tls = False
         if code == pg_messages.SSL_REQUEST_CODE:
