@@ -101,6 +101,7 @@ def test_lowered_budget_applies_to_open_sessions_and_new_connections(tmp_path: P
     try:
         api = ApiInterface(w.policy, "api")
         wire = WireInterface(srv.port, "wire")
+        _OPEN.extend([api, wire])
         assert api.query("SELECT COUNT(*) FROM people", 0.5).ok
         assert wire.query("SELECT COUNT(*) FROM people", 0.5).ok
         text = w.policy.read_text()
@@ -110,14 +111,12 @@ def test_lowered_budget_applies_to_open_sessions_and_new_connections(tmp_path: P
             out = iface.query("SELECT SUM(salary) FROM people", 0.5)  # type: ignore[attr-defined]
             assert not out.ok and out.sqlstate == "VB001", f"{name}: {out.describe()}"
         fresh = WireInterface(srv.port, "wire")
+        _OPEN.append(fresh)
         before = spent(w.ledger, "wire")
         out = fresh.query("SELECT AVG(age) FROM people", 0.5)
         after = spent(w.ledger, "wire")
         assert not out.ok and out.sqlstate == "VB001", f"new wire connection after the change: {out.describe()}"
         assert charged(before, after)["analyst:wire"] == (0, 0)
-        api.close()
-        wire.close()
-        fresh.close()
     finally:
         srv.stop()
 
@@ -215,6 +214,7 @@ def test_refused_queries_leave_no_reservation(world: World) -> None:
     from veil.store.ledger import Ledger
 
     api = ApiInterface(world.policy, "api")
+    _OPEN.append(api)
     with Ledger(world.ledger) as led:
         n = len(led.reservations("api"))
     for sql in ("SELECT * FROM people", "SELECT COUNT(*) FROM people WHERE my_udf(age) = 1", "SELECT SUM(name) FROM people"):
@@ -223,7 +223,6 @@ def test_refused_queries_leave_no_reservation(world: World) -> None:
     assert not out.ok
     with Ledger(world.ledger) as led:
         assert len(led.reservations("api")) == n
-    api.close()
 
 
 def test_minimum_epsilon_through_the_wire(world: World, server: Server) -> None:

@@ -42,13 +42,15 @@ def test_released_values_stay_in_their_possible_range(world: World) -> None:
         "SELECT dept, COUNT(*), SUM(age) FROM people GROUP BY dept": (0, None),
         "SELECT COUNT(DISTINCT pid) FROM visits": (0, None),
     }
-    for i in range(8):
-        for sql, (lo, hi) in queries.items():
-            out = api.query(sql, 0.001 + i / 10**6)
-            assert out.ok, out.describe()
-            for row in out.rows:
-                for v in row:
-                    if isinstance(v, (int, float)) and not isinstance(v, bool):
-                        assert v >= lo, f"{sql}: released {v} < {lo}"
-                        assert hi is None or v <= hi, f"{sql}: released {v} > {hi}"
-    api.close()
+    try:
+        for i in range(8):
+            for sql, (lo, hi) in queries.items():
+                out = api.query(sql, 0.001 + i / 10**6)
+                assert out.ok, out.describe()
+                for row in out.rows:
+                    for v in row:
+                        if isinstance(v, (int, float)) and not isinstance(v, bool):
+                            assert v >= lo, f"{sql}: released {v} < {lo}"
+                            assert hi is None or v <= hi, f"{sql}: released {v} > {hi}"
+    finally:
+        api.close()

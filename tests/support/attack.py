@@ -278,6 +278,12 @@ class Spent:
 _LEDGERS: dict[Path, Any] = {}
 
 
+def close_ledgers() -> None:
+    """Close the ledger handles :func:`spent` keeps open (at the end of each test module)."""
+    while _LEDGERS:
+        _LEDGERS.popitem()[1].close()
+
+
 def spent(ledger: Path, analyst: str) -> Spent:
     """What the ledger file says ``analyst`` and the capped table have spent (read, never written)."""
     from veil.store.ledger import Ledger
