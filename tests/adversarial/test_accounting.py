@@ -246,3 +246,35 @@ def test_minimum_epsilon_through_the_wire(world: World, server: Server) -> None:
         cur.fetchall()
     assert charged(before, spent(world.ledger, "wire"))["analyst:wire"][0] == Fraction(1, 1000)
     conn.close()
+
+
+def test_table_cap_composes_all_analysts(tmp_path: Path) -> None:
+    """`people` capped at ε = 1: `api` spends 0.6, then `cli` asking 0.6 is refused free (the table is short),
+    while `visits` (uncapped) still answers `cli`."""
+    text = build_world(tmp_path / "src").policy.read_text().replace("epsilon_total = 1000000", "epsilon_total = 1")
+    w = build_world(tmp_path / "w", policy_text=text)
+    api, cli = ApiInterface(w.policy, "api"), CliInterface(w.policy, "cli")
+    _OPEN.extend([api, cli])
+    assert api.query("SELECT COUNT(*) FROM people", 0.6).ok
+    before = spent(w.ledger, "cli")
+    out = cli.query("SELECT SUM(salary) FROM people", 0.6)
+    assert not out.ok and out.sqlstate == "VB001", out.describe()
+    assert "people" in out.message, f"the refusal names the table that is short: {out.message}"
+    assert all(v == (0, 0) for v in charged(before, spent(w.ledger, "cli")).values())
+    assert cli.query("SELECT SUM(amount) FROM visits", 0.6).ok
+
+
+def test_rollback_does_not_refund(world: World, server: Server) -> None:
+    """A query answered inside a transaction stays charged after ROLLBACK (its answer was computed)."""
+    conn = wire_connect(server.port, "wire")
+    try:
+        before = spent(world.ledger, "wire")
+        with conn.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute("SET veil.epsilon = 0.123")
+            cur.execute(b"SELECT COUNT(*) FROM people WHERE age > 44")
+            cur.fetchall()
+            cur.execute("ROLLBACK")
+        assert charged(before, spent(world.ledger, "wire"))["analyst:wire"] == (Fraction(123, 1000), 0)
+    finally:
+        conn.close()

@@ -141,6 +141,8 @@ _INTERNAL = {
     "credentials": "SELECT * FROM analyst_credentials",
     "veil_budget_join": "SELECT * FROM veil.budget, people",
     "veil_budget_join_count": "SELECT COUNT(*) FROM veil.budget, people",
+    "veil_budget_join_public": "SELECT COUNT(*) FROM veil.budget b JOIN regions r ON r.rid = 1",
+    "veil_budget_subquery": "SELECT COUNT(*) FROM people WHERE age < (SELECT remaining FROM veil.budget)",
 }
 for _name, _sql in _INTERNAL.items():
     _add("internal", _name, _sql, "safe", sqlstates=REJECT)
