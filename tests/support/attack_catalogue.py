@@ -179,6 +179,16 @@ _CATALOG = {
     "pg_namespace_join": "SELECT n.nspname, COUNT(*) FROM pg_catalog.pg_namespace n, people GROUP BY n.nspname",
     "catalog_union_private": "SELECT table_name FROM information_schema.tables UNION ALL SELECT name FROM people",
     "duckdb_tables_join": "SELECT COUNT(*) FROM duckdb_tables() d, people p",
+    "catalog_exists_private": "SELECT table_name FROM information_schema.tables WHERE EXISTS "
+    "(SELECT 1 FROM people WHERE salary = 77516)",
+    "pg_class_in_private": "SELECT relname FROM pg_catalog.pg_class WHERE relname IN (SELECT name FROM people)",
+    "pg_namespace_scalar_private": "SELECT (SELECT COUNT(*) FROM people) AS n FROM pg_catalog.pg_namespace",
+    "pg_class_cross_private": "SELECT * FROM pg_catalog.pg_class, (SELECT salary FROM people WHERE id = 123) s",
+    "pg_class_cte_private": "WITH s AS (SELECT salary FROM people) SELECT relname FROM pg_catalog.pg_class, s",
+    "setting_and_private": "SELECT current_setting('veil.epsilon'), (SELECT MAX(salary) FROM people)",
+    "version_and_private": "SELECT version(), name FROM people",
+    "current_user_private": "SELECT current_user, salary FROM people WHERE id = 123",
+    "show_then_private": "SELECT 1 AS one, name FROM people LIMIT 1",
 }
 for _name, _sql in _CATALOG.items():
     _add("catalog", _name, _sql, "safe", sqlstates=REJECT)
