@@ -156,7 +156,8 @@ class _StubConnection:
 
 
 async def inprocess_run(policy_path: Path, kind: str, clients: int, queries: int) -> dict[str, Any]:
-    from veil.server.app import VeilServer, VeilSession
+    from veil.server.app import VeilServer
+    from veil.server.session import VeilSession
     from veil.server.routing import route
 
     server = VeilServer(load_policy(policy_path))
@@ -167,13 +168,13 @@ async def inprocess_run(policy_path: Path, kind: str, clients: int, queries: int
         analyst = ANALYSTS[c % len(ANALYSTS)]
         session = VeilSession(server)
         await session.init(_StubConnection(server, analyst))
-        session.epsilon = EPSILON
+        session.settings.epsilon = EPSILON
         try:
             for j in range(queries):
                 sql = TRIVIAL if kind == "trivial" else AGGREGATE.format(k=(c * queries + j) * 10)
                 t0 = time.perf_counter()
                 try:
-                    await session.answer(route(sql, server.private_names), None, [], describe=False)
+                    await session.answer(route(sql, session._names), None, [], describe=False)
                     outcome = "ok"
                 except Exception as exc:  # PgError with the SQLSTATE
                     outcome = getattr(exc, "sqlstate", "?")

@@ -20,18 +20,22 @@ __all__ = [
     "BudgetExhausted",
     "InputError",
     "InternalError",
+    "InvalidEncoding",
     "NotAllowed",
     "ParseError",
     "PolicyError",
+    "ProtocolViolation",
     "QueryCancelled",
     "QueryFailed",
     "QueryRejected",
     "QueryTooComplex",
     "QueryTooLarge",
     "ReleaseError",
+    "TooManyConnections",
     "TypeMismatch",
     "Unbounded",
     "UnknownColumn",
+    "UnknownSetting",
     "UnknownTable",
     "Unsupported",
     "VeilError",
@@ -59,6 +63,24 @@ class InputError(VeilError, ValueError):
     sqlstate = "22023"
 
 
+class InvalidEncoding(InputError):
+    """Bytes that are not valid UTF-8 where text was expected (PostgreSQL's character_not_in_repertoire)."""
+
+    sqlstate = "22021"
+
+
+class ProtocolViolation(VeilError):
+    """A client broke the PostgreSQL wire protocol (malformed or oversized message)."""
+
+    sqlstate = "08P01"
+
+
+class TooManyConnections(VeilError):
+    """The server (or one analyst) already has as many connections as allowed."""
+
+    sqlstate = "53300"
+
+
 class PolicyError(VeilError, ValueError):
     """The policy file is missing, malformed, or does not allow what was asked."""
 
@@ -83,6 +105,12 @@ class UnknownTable(QueryRejected):
 
 class UnknownColumn(QueryRejected):
     sqlstate = "42703"
+
+
+class UnknownSetting(QueryRejected):
+    """``SET``/``SHOW``/``RESET`` of a setting that does not exist (PostgreSQL's undefined_object)."""
+
+    sqlstate = "42704"
 
 
 class Unsupported(QueryRejected):

@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.test_server_support import (
+from tests.support.server import (
     PASSWORD,
     build_policy,
     dsn,

@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.test_server_support import PASSWORD, build_policy, dsn, query_session_factory, running_server
+from tests.support.server import PASSWORD, build_policy, dsn, query_session_factory, running_server
 
 JDBC_PROGRAM = r"""
 import java.sql.*;

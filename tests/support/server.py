@@ -65,11 +65,18 @@ def build_policy(folder: Path, shared_data: Path, rows: int = 2000) -> Path:
     return policy
 
 
+#: Limits for tests that are not about login backoff: every test logs in from 127.0.0.1, so the
+#: default backoff (0.25 s doubling) would slow unrelated tests that check wrong passwords.
+FAST_BACKOFF = {"login_backoff_base": 0.001, "login_backoff_max": 0.01}
+
+
 @contextlib.contextmanager
 def running_server(policy_path: Path, **kwargs: object) -> Iterator[object]:
     from veil.policy import load_policy
     from veil.server.app import ServerThread, VeilServer
+    from veil.server.limits import ServerLimits
 
+    kwargs.setdefault("limits", ServerLimits(**FAST_BACKOFF))  # type: ignore[arg-type]
     host = str(kwargs.pop("host", "127.0.0.1"))
     server = VeilServer(load_policy(policy_path), **kwargs)  # type: ignore[arg-type]
     with ServerThread(server, host=host, port=0) as st:
