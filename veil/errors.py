@@ -35,6 +35,7 @@ __all__ = [
     "TypeMismatch",
     "Unbounded",
     "UnknownColumn",
+    "UnknownCursor",
     "UnknownSetting",
     "UnknownTable",
     "Unsupported",
@@ -105,6 +106,12 @@ class UnknownTable(QueryRejected):
 
 class UnknownColumn(QueryRejected):
     sqlstate = "42703"
+
+
+class UnknownCursor(QueryRejected):
+    """``FETCH``/``CLOSE`` of a cursor that was not declared (PostgreSQL's invalid_cursor_name)."""
+
+    sqlstate = "34000"
 
 
 class UnknownSetting(QueryRejected):

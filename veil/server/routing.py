@@ -34,7 +34,19 @@ __all__ = ["Route", "bind_parameters", "check_tokens", "route", "split"]
 _DIALECT = Postgres()
 
 _TX_WORDS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE"}
-_SIMPLE_KINDS = {"SET": "set", "RESET": "reset", "DISCARD": "discard", "SHOW": "show", "DEALLOCATE": "deallocate"}
+_SIMPLE_KINDS = {
+    "SET": "set",
+    "RESET": "reset",
+    "DISCARD": "discard",
+    "SHOW": "show",
+    "DEALLOCATE": "deallocate",
+    "DECLARE": "declare",
+    "FETCH": "fetch",
+    "MOVE": "fetch",
+    "CLOSE": "close",
+    "UNLISTEN": "unlisten",
+}
+_EXPANDED_COMMANDS = {"EXPLAIN", "DECLARE", "FETCH", "MOVE"}
 _SYSTEM_SCHEMAS = {"pg_catalog", "information_schema"}
 
 # Parameter type OIDs (PostgreSQL's): how a bound value becomes a SQL literal.
@@ -49,9 +61,10 @@ _NUMBER_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 class Route:
     """One statement: its text, its tokens, and what kind of statement it is.
 
-    kind is one of ``empty``, ``tx``, ``set``, ``reset``, ``discard``, ``show``,
-    ``deallocate``, ``explain``, ``system`` (catalog, ``veil.*`` or a table-less SELECT:
-    answered without the engine) or ``query`` (an analyst query for the DP engine).
+    kind is one of ``empty``, ``tx``, ``set``, ``reset``, ``discard``, ``show``, ``deallocate``,
+    ``declare``/``fetch``/``close`` (cursors), ``unlisten``, ``explain``, ``system`` (catalog,
+    ``veil.*`` or a table-less SELECT: answered without the engine) or ``query`` (an analyst
+    query for the DP engine).
     """
 
     kind: str
@@ -99,15 +112,16 @@ def _classify(sql: str, tokens: Sequence[Token], private_names: frozenset[str]) 
 
 
 def _expand_commands(sql: str, tokens: list[Token]) -> list[Token] | None:
-    """sqlglot tokenizes ``EXPLAIN <rest>`` as COMMAND + one STRING; tokenize ``<rest>`` too."""
+    """sqlglot tokenizes ``EXPLAIN <rest>`` (and ``DECLARE``, ``FETCH``) as a keyword + one STRING;
+    tokenize ``<rest>`` too."""
     out: list[Token] = []
     i = 0
     while i < len(tokens):
         tok = tokens[i]
         out.append(tok)
         if (
-            tok.token_type == TokenType.COMMAND
-            and tok.text.upper() == "EXPLAIN"
+            tok.text.upper() in _EXPANDED_COMMANDS
+            and (i == 0 or tokens[i - 1].token_type == TokenType.SEMICOLON)
             and i + 1 < len(tokens)
             and tokens[i + 1].token_type == TokenType.STRING
         ):
@@ -160,7 +174,7 @@ def split(sql: str, private_names: frozenset[str] = frozenset(), limits: TokenLi
     """Split a simple-query string into routed statements (empty ones dropped unless all are),
     refusing any that exceeds ``limits`` (:func:`check_tokens`)."""
     tokens = _tokenize(sql)
-    if tokens is not None and any(t.token_type == TokenType.COMMAND for t in tokens):
+    if tokens is not None and any(t.text.upper() in _EXPANDED_COMMANDS for t in tokens):
         tokens = _expand_commands(sql, tokens)
     if tokens is None:  # e.g. an unterminated string: let the query path report the position
         return [Route("query", sql.strip())]

@@ -27,6 +27,7 @@ from pg_mimic.session import BaseSession, Portal, Statement
 from veil.errors import ParseError, QueryCancelled, QueryTooComplex, QueryTooLarge, VeilError
 from veil.proxy.catalog import Catalog
 from veil.server import catalog, drivers, results, system
+from veil.server.cursors import Cursors, parse_declare
 from veil.server.results import Result, to_pg_error
 from veil.server.routing import Route, bind_parameters, route, split
 from veil.server.settings import SessionSettings
@@ -69,6 +70,7 @@ class VeilSession(BaseSession):
         self._numeric: frozenset[str] = frozenset()
         self._column_types: dict[str, str] = {}
         self._cancelling: set[asyncio.Future[None]] = set()
+        self.cursors = Cursors()
 
     # --- running work off the loop ---------------------------------------------------------
     def _submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
@@ -225,6 +227,8 @@ class VeilSession(BaseSession):
             return self._discard(r, describe)
         if kind == "show":
             return await self._show(r)
+        if kind in ("declare", "fetch", "close", "unlisten"):
+            return await self._cursor(r, params, oids, describe)
         if kind == "system" and drivers.is_typeinfo_query(r.sql):
             return await drivers.typeinfo(r.sql, params or [])
         sql = bind_parameters(r.sql, params, oids, r.tokens, self._numeric) if r.has_parameters else r.sql
@@ -260,6 +264,21 @@ class VeilSession(BaseSession):
         self._describe_cache[r.sql] = cols
         return cols
 
+    async def _cursor(self, r: Route, params: list[Any] | None, oids: Sequence[int | None], describe: bool) -> Result:
+        if r.kind == "unlisten":
+            return Result(None, [], "UNLISTEN")
+        if r.kind == "close":
+            return Result(None, [], "CLOSE CURSOR") if describe else self.cursors.close(r.sql)
+        if r.kind == "fetch":
+            return self.cursors.columns(r.sql) if describe else self.cursors.fetch(r.sql)
+        name, inner = parse_declare(r.sql)
+        if describe:
+            return Result(None, [], "DECLARE CURSOR")
+        inner_route = await self._route(route, inner)
+        if inner_route.kind in ("declare", "fetch", "close", "unlisten"):
+            raise ParseError("a cursor is declared for a query", hint="Write DECLARE name CURSOR FOR SELECT …")
+        return self.cursors.declare(name, await self._answer(inner_route, params, oids, describe=False))
+
     def _tx(self, r: Route, describe: bool) -> Result:
         tag = _TX_TAGS[r.tokens[0].text.upper()]
         conn = self.connection
@@ -270,6 +289,7 @@ class VeilSession(BaseSession):
                 if conn.tx_status == b"E":
                     tag = "ROLLBACK"
                 conn.tx_status = b"I"
+                self.cursors.clear()  # cursors end with their transaction (no WITH HOLD)
         return Result(None, [], tag)
 
     def _discard(self, r: Route, describe: bool) -> Result:
@@ -278,6 +298,7 @@ class VeilSession(BaseSession):
             if not describe:
                 self.settings.reset("all")
                 conn.statements.clear()
+                self.cursors.clear()
             return Result(None, [], "DISCARD ALL")
         # DEALLOCATE [PREPARE] name | ALL
         words = [t.text for t in r.tokens[1:] if t.text.upper() != "PREPARE"]
@@ -324,7 +345,8 @@ class VeilSession(BaseSession):
         cat = await self._refresh_catalog()
         lowered = sql.lower()
         budget = await self._in_worker(self.query_session.budget) if "veil" in lowered else None
-        query = system.SystemQuery(sql, self.connection, cat, budget)
+        version = (self.server.parameter_status.get("server_version") or "16.0").split()[0]
+        query = system.SystemQuery(sql, self.connection, cat, budget, version)
         return await self.server.pools.catalog.run(self.server.limits.catalog_timeout, system.answer, query)
 
 

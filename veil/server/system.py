@@ -25,6 +25,7 @@ import sqlglot
 from pg_mimic import middleware as pg_middleware
 from pg_mimic.session import Statement
 from sqlglot import exp
+from sqlglot.executor import execute as sqlglot_execute
 
 from veil.errors import NotAllowed, ParseError, Unsupported
 from veil.proxy.catalog import Catalog
@@ -46,6 +47,7 @@ class SystemQuery:
     connection: Any  # the pg-mimic connection (database name, session settings, pid)
     catalog: Catalog
     budget: Any  # BudgetStatus, or None when the statement does not name veil.*
+    server_version: str = "16.0"
 
 
 def is_catalog_table(table: exp.Table) -> bool:
@@ -176,13 +178,18 @@ def answer(query: SystemQuery) -> Result | None:
     expr = _parse(query.sql)
     check_catalog_only(expr, frozenset(query.catalog.tables))
     check_executor_safe(expr)
+    expr = drivers.normalise(expr, server_version=query.server_version)
     constant = constant_select(expr)
     if constant is not None:
         cols, rows = catalog.static_result(*constant)
         return Result(cols, rows, "SELECT 1")
-    expr = drivers.normalise(expr)
     if any((t.db or "").lower() == "veil" for t in expr.find_all(exp.Table)):
         cols, rows = catalog.budget_result(expr, query.budget)
+        return Result(cols, rows, f"SELECT {len(rows)}")
+    inlined = drivers.values_tables(expr)
+    if inlined is not None and not any(is_catalog_table(t) for t in expr.find_all(exp.Table)):
+        result = sqlglot_execute(inlined[0], tables=inlined[1], dialect="postgres")
+        cols, rows = catalog.static_result(list(result.columns), [tuple(r) for r in result.rows])
         return Result(cols, rows, f"SELECT {len(rows)}")
     answered = jdbc.answer(query.catalog, query.connection, query.sql, expr)
     if answered is not None:
