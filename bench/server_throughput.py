@@ -157,8 +157,8 @@ class _StubConnection:
 
 async def inprocess_run(policy_path: Path, kind: str, clients: int, queries: int) -> dict[str, Any]:
     from veil.server.app import VeilServer
-    from veil.server.session import VeilSession
     from veil.server.routing import route
+    from veil.server.session import VeilSession
 
     server = VeilServer(load_policy(policy_path))
     latencies: list[float] = []

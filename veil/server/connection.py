@@ -398,6 +398,8 @@ class VeilConnection(Connection):
             oids = (oids + [0] * n_params)[: max(len(oids), n_params)]
             columns = await statement.describe()
             self.stream.write(pg_messages.make_parameter_description(oids))
+        elif parsed.name not in self.portals and self.session.cursors.is_open(parsed.name):
+            columns = self.session.cursors.described(parsed.name)  # a DECLAREd cursor is a portal too
         else:
             entry = self._get_portal(parsed.name)
             portal = entry.portal

@@ -82,6 +82,13 @@ class Cursors:
         self._open[name] = _Cursor(result)
         return Result(None, [], "DECLARE CURSOR")
 
+    def is_open(self, name: str) -> bool:
+        return name in self._open
+
+    def described(self, name: str) -> list | None:
+        """The columns of an open cursor (Describe of it as a portal)."""
+        return self._open[name].result.columns
+
     def columns(self, sql: str) -> Result:
         """What :meth:`fetch` would return, without moving (Describe)."""
         name, _ = parse_fetch(sql)

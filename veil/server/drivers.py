@@ -31,6 +31,8 @@ from veil.server.results import Result
 
 __all__ = ["is_typeinfo_query", "normalise", "parameter_types", "typeinfo", "values_tables"]
 
+#: The type OID of ``oid[]``.
+OID_ARRAY = 1028
 #: ``pg_catalog.f()`` calls answered as ``f()`` (others are left to the catalog emulation's own rewrite).
 _UNQUALIFIED = {"version", "format_type", "pg_table_is_visible", "pg_type_is_visible", "pg_advisory_unlock_all"}
 #: format_type() of the OIDs Veil's answers use.

@@ -187,7 +187,9 @@ class VeilSession(BaseSession):
         except Exception as exc:
             raise to_pg_error(exc, context=f"{self.analyst}@{self._peer()}") from None
         oids = list(param_oids)
-        if routed.kind in ("query", "explain") and routed.has_parameters:
+        if routed.kind == "system" and drivers.is_typeinfo_query(routed.sql):
+            oids = [drivers.OID_ARRAY]  # asyncpg binds the OIDs it asks about as oid[]
+        elif routed.kind in ("query", "explain") and routed.has_parameters:
             for n, oid in drivers.parameter_types(routed.tokens, self._column_types).items():
                 while len(oids) < n:
                     oids.append(None)
