@@ -237,7 +237,8 @@ class VeilSession(BaseSession):
         if kind == "explain":
             return await self._explain(r, sql)
         if kind == "system":
-            result = await self._system(sql)
+            result = system.constant_answer(r.tokens, sql) if not r.has_parameters else None
+            result = result or await self._system(sql)
             if result is not None:
                 return result
         if describe:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ from pg_mimic import middleware as pg_middleware
 from pg_mimic.session import Statement
 from sqlglot import exp
 from sqlglot.executor import execute as sqlglot_execute
+from sqlglot.tokens import Token, TokenType
 
 from veil.errors import NotAllowed, ParseError, Unsupported
 from veil.proxy.catalog import Catalog
@@ -130,6 +132,38 @@ def constant_select(expr: exp.Expression) -> tuple[list[str], list[tuple[Any, ..
         names.append(sel.alias if isinstance(sel, exp.Alias) else "?column?")
         values.append(value)
     return names, [tuple(values)]
+
+
+_CONSTANT_TOKENS = {
+    TokenType.SELECT,
+    TokenType.NUMBER,
+    TokenType.STRING,
+    TokenType.COMMA,
+    TokenType.ALIAS,
+    TokenType.VAR,
+    TokenType.DASH,
+    TokenType.TRUE,
+    TokenType.FALSE,
+    TokenType.NULL,
+}
+
+
+def constant_answer(tokens: Sequence[Token], sql: str) -> Result | None:
+    """``SELECT 1``, ``SELECT 42 AS ok``: answered at once from the tokens' shape (pool pings
+    should not wait for a worker); None for anything else."""
+    if not tokens or len(tokens) > 32 or tokens[0].token_type != TokenType.SELECT:
+        return None
+    if any(t.token_type not in _CONSTANT_TOKENS for t in tokens):
+        return None
+    try:
+        expr = sqlglot.parse_one(sql, dialect="postgres")
+    except sqlglot.errors.SqlglotError:
+        return None
+    constant = constant_select(expr)
+    if constant is None:
+        return None
+    cols, rows = catalog.static_result(*constant)
+    return Result(cols, rows, "SELECT 1")
 
 
 async def _run_static(statement: Statement) -> Result:
