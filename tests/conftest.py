@@ -19,6 +19,11 @@ except ImportError:  # pragma: no cover
 
 from veil.datasets import shared_data_dir
 
+#: The false-failure rate of every statistical test (each test asserts a correct sampler passes with
+#: probability ≥ 1 − STAT_ALPHA, and checks power: the same test must reject a scale off by ±30%).
+#: Import it (``from tests.conftest import STAT_ALPHA``); never define a per-file α.
+STAT_ALPHA = 1e-6
+
 ADULT_POLICY = """\
 [database]
 path = "warehouse.duckdb"

@@ -1,6 +1,6 @@
 """Statistical tests of every noise mechanism.
 
-Each test fixes α = 1e-4 (false-failure rate per test ≤ 1e-4 under a correct sampler) and checks
+Each test fixes α = ``STAT_ALPHA`` (tests/conftest.py: false-failure rate per test under a correct sampler) and checks
 power: the same test run against a sampler with the scale off by ±30% must reject.
 Production draws (OpenDP, CSPRNG) are tested directly; the test-only ``rng=`` path is tested to have
 the same law.
@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from tests.conftest import STAT_ALPHA
 from veil.errors import InputError
 from veil.mechanisms import (
     as_epsilon,
@@ -25,7 +26,7 @@ from veil.mechanisms import (
     report_noisy_max,
 )
 
-ALPHA = 1e-4
+ALPHA = STAT_ALPHA
 N = 20_000
 
 

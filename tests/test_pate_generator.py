@@ -1,16 +1,18 @@
-"""PATE generator: noise scales (statistical, α = 1e-6), encoding, teachers, student, Adult and MNIST runs."""
+"""PATE generator: noise scales (statistical, α = STAT_ALPHA), encoding, teachers, student, Adult and MNIST runs."""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+from tests.conftest import STAT_ALPHA
 from veil.errors import InputError
 from veil.generators.pate import (
     FeatureEncoder,
@@ -28,7 +30,7 @@ from veil.generators.pate import (
 )
 from veil.mechanisms.pate_accounting import data_dependent_epsilon, data_independent_epsilon
 
-Z_ALPHA = 4.892  # two-sided normal critical value for α = 1e-6 (false-failure rate of each statistical test)
+Z_ALPHA = NormalDist().inv_cdf(1 - STAT_ALPHA / 2)  # two-sided normal critical value (4.89 at α = 1e-6)
 
 
 def _wrong_rate(gamma: float, gap: int) -> float:

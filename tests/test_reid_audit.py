@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from scipy import stats
 
+from tests.conftest import STAT_ALPHA
 from veil.auditor import reid as R
 from veil.cli.main import cli
 from veil.errors import InputError, ReleaseError
@@ -64,7 +65,7 @@ def test_load_matrix_and_vector(tmp_path: Path):
 
 @pytest.mark.parametrize("calibration,factor", [("per-coordinate", 1.0), ("l1", 400.0)])
 def test_noisy_class_mean_calibrations(calibration: str, factor: float):
-    """KS test at alpha = 1e-6 on 400 coordinates x 10 draws; a scale off by 30% must fail."""
+    """KS test at α = STAT_ALPHA on 400 coordinates x 10 draws; a scale off by 30% must fail."""
     X = np.random.default_rng(1).uniform(0, 1, (50, 400))
     true = X.mean(0)
     expected = factor * 1.0 / (50 * 0.5)
@@ -76,9 +77,9 @@ def test_noisy_class_mean_calibrations(calibration: str, factor: float):
         assert np.allclose(scale, expected)
         residuals.append(noisy - true)
     r = np.concatenate(residuals)
-    assert stats.kstest(r, "laplace", args=(0, expected)).pvalue > 1e-6
-    assert stats.kstest(r, "laplace", args=(0, 1.3 * expected)).pvalue < 1e-6
-    assert stats.kstest(r, "laplace", args=(0, 0.7 * expected)).pvalue < 1e-6
+    assert stats.kstest(r, "laplace", args=(0, expected)).pvalue > STAT_ALPHA
+    assert stats.kstest(r, "laplace", args=(0, 1.3 * expected)).pvalue < STAT_ALPHA
+    assert stats.kstest(r, "laplace", args=(0, 0.7 * expected)).pvalue < STAT_ALPHA
 
 
 def test_noisy_class_mean_validates():
