@@ -88,3 +88,13 @@ def adult_policy(tmp_path: Path, shared_data: Path) -> Callable[..., Path]:
         return path
 
     return make
+
+
+#: Doctests over 1 s (a doctest cannot carry a marker): marked `slow` at collection.
+SLOW_DOCTESTS = frozenset({"veil/auditor/pu/__init__.py::veil.auditor.pu"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid in SLOW_DOCTESTS:
+            item.add_marker(pytest.mark.slow)

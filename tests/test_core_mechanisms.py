@@ -34,6 +34,7 @@ def _ks_laplace(sample: np.ndarray, scale: float) -> float:
     return stats.kstest(sample, stats.laplace(scale=scale).cdf).pvalue
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scale", [0.5, 3.0])
 def test_laplace_production_has_the_right_law(scale: float) -> None:
     noise = laplace(np.zeros(N), scale=scale)
@@ -83,6 +84,7 @@ def _rnm_probabilities(scores: np.ndarray, scale: float) -> np.ndarray:
     return p / p.sum()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rng", [None, np.random.default_rng(3)], ids=["opendp", "test-rng"])
 def test_report_noisy_max_has_the_right_law(rng: np.random.Generator | None) -> None:
     scores = np.array([0.0, 1.0, 2.0, 4.0])
@@ -145,6 +147,7 @@ def test_epsilon_is_exact() -> None:
     assert as_epsilon("1/3") == Fraction(1, 3)
 
 
+@pytest.mark.slow
 def test_ci_halfwidth_covers_95_percent() -> None:
     hw = laplace_ci_halfwidth(2.0, 0.95)
     noise = laplace(np.zeros(N), scale=2.0)

@@ -39,6 +39,7 @@ def _dlap_cdf(k: np.ndarray, b: float) -> np.ndarray:
     return np.where(k >= 0, 1 - p ** (k + 1) / (1 + p), p ** (-k) / (1 + p))
 
 
+@pytest.mark.slow
 def test_count_noise_is_discrete_laplace_with_planned_scale(proxy_policy: Policy) -> None:  # noqa: F811
     p = _plan(proxy_policy, "SELECT COUNT(*) FROM people", 0.5)
     (stat,) = p.statistics
@@ -51,6 +52,7 @@ def test_count_noise_is_discrete_laplace_with_planned_scale(proxy_policy: Policy
     assert d[0.7] > _dkw(N) and d[1.3] > _dkw(N), d
 
 
+@pytest.mark.slow
 def test_sum_noise_is_laplace_with_planned_scale(proxy_policy: Policy) -> None:  # noqa: F811
     p = _plan(proxy_policy, "SELECT SUM(income) FROM people", 1.0)
     (stat,) = p.statistics

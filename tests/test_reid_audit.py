@@ -92,6 +92,7 @@ def test_noisy_class_mean_validates():
 # ----------------------------------------------------------------------------------- attacks
 
 
+@pytest.mark.slow
 def test_run_attack_subset_and_audit_summary():
     X, truth = blobs()
     m = X[truth].mean(0)
@@ -108,6 +109,7 @@ def test_run_attack_subset_and_audit_summary():
         R.run_attack("oracle", X, m, prior=0.5)
 
 
+@pytest.mark.slow
 def test_write_report(tmp_path: Path):
     X, truth = blobs(60, 4)
     runs, summary = R.audit(
@@ -191,6 +193,7 @@ def test_truth_from_predicate():
 # ----------------------------------------------------------------------------------- CLI
 
 
+@pytest.mark.slow
 def test_cli_from_files(tmp_path: Path):
     X, truth = blobs(100, 5)
     np.save(tmp_path / "x.npy", X)
@@ -300,6 +303,7 @@ def test_cli_from_release_log(tmp_path: Path):
     assert out.exit_code == 2
 
 
+@pytest.mark.slow
 def test_cli_from_analyst_query_release(tmp_path: Path):
     """The whole loop: an analyst asks the class mean through Veil's query path; the audit reads it back.
 

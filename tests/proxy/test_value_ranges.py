@@ -122,7 +122,7 @@ def test_known_overflow_shapes(session: QuerySession, expr: str) -> None:
         _run(session, f"SELECT {agg.format(expr)} FROM t")
 
 
-@pytest.mark.parametrize(("n", "epsilon"), enumerate([0.001, "0.001", 0.0010000000000000002]))
+@pytest.mark.parametrize(("n", "epsilon"), list(enumerate([0.001, "0.001", 0.0010000000000000002])))
 def test_epsilon_at_the_minimum_is_accepted(session: QuerySession, n: int, epsilon: float | str) -> None:
     """The default minimum ε per query is 0.001: asking for exactly that (as a float or as text) is
     served; the next float below it is refused."""
