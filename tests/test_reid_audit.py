@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 from scipy import stats
 
-from tests.conftest import STAT_ALPHA
+from tests.conftest import STAT_ALPHA, policy_text
 from veil.auditor import reid as R
 from veil.cli.main import cli
 from veil.errors import InputError, ReleaseError
@@ -244,21 +244,7 @@ def test_cli_from_files(tmp_path: Path):
     assert runner.invoke(cli, ["audit", "reid", "--prior", "0.5"]).exit_code == 2
 
 
-POLICY = """\
-[database]
-path = "warehouse.duckdb"
-[ledger]
-path = "ledger.sqlite"
-[tables.pts]
-privacy_unit = "row"
-[tables.pts.columns]
-a = { type = "float", lower = -10, upper = 10 }
-b = { type = "float", lower = -10, upper = 10 }
-c = { type = "float", lower = -10, upper = 10 }
-label = { type = "int", lower = 0, upper = 1 }
-[analysts.alice]
-epsilon = 10.0
-"""
+POLICY = policy_text("reid_points")
 
 
 def test_cli_from_release_log(tmp_path: Path):
