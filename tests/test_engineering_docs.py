@@ -173,3 +173,32 @@ def test_error_table_matches_the_error_tree() -> None:
     )
     wrong = {name: (table[name], cls.sqlstate) for name, cls in classes.items() if table[name] != cls.sqlstate}
     assert not wrong, f"SQLSTATE in docs/errors.md vs veil/errors.py: {wrong}"
+
+
+# --------------------------------------------------------------------------- architecture page
+
+
+def _architecture() -> str:
+    return (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+
+
+def test_architecture_walks_the_passes_in_order() -> None:
+    from veil.proxy.pipeline import PASSES
+
+    section = _architecture().split("## One query, end to end", 1)[1].split("\n## ", 1)[0]
+    documented = re.findall(r"^\| `(\w+)` \|", section, flags=re.MULTILINE)
+    assert documented == [name for name, _ in PASSES]
+
+
+def test_architecture_layers_are_the_checked_layers() -> None:
+    import tomllib
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    (layers_contract,) = [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
+    block = _architecture().split("## Layers", 1)[1].split("```", 2)[1]
+    documented = [re.split(r"\s{3,}", line.strip())[0] for line in block.strip().splitlines()]
+    assert documented == layers_contract["layers"]
+
+
+def test_architecture_is_self_contained() -> None:
+    assert "../" not in _architecture(), "docs/architecture.md must not defer to files outside the repository"
