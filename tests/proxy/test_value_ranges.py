@@ -137,3 +137,13 @@ def test_epsilon_at_the_minimum_is_accepted(session: QuerySession, n: int, epsil
     with pytest.raises(VeilError, match="below the minimum"):
         session.execute("SELECT COUNT(*) FROM t", epsilon=below)
     assert session.budget() == before
+
+
+@pytest.mark.parametrize("expr", ["i * i", "i * 9223372036854775807", "POWER(i, 3)", "-(i * 1000000)"])
+def test_integer_products_beyond_int64_are_computed_in_doubles(session: QuerySession, expr: str) -> None:
+    """An integer expression whose range leaves ±2^62 is answered, computed in DOUBLE (not refused, not
+    silently NULL): with noise off the SUM equals the exact sum of the clamped values."""
+    ans = session.execute(f"SELECT SUM({expr}) FROM t", epsilon=1)
+    values = [v for v in ROWS["i"].dropna().astype("int64").tolist()]
+    exact = sum(float(eval(expr.replace("POWER(i, 3)", "i ** 3"), {"i": float(v)})) for v in values)
+    assert float(ans.rows[0][0]) == pytest.approx(exact, rel=1e-9)

@@ -195,12 +195,19 @@ def discrete_laplace_ci_halfwidth(scale: float, confidence: float = 0.95) -> flo
     if s == 0:
         return 0.0
     alpha = 1.0 - confidence
-    r = math.exp(-1.0 / s)
-    if r == 0.0:
+    log_r = -1.0 / s  # r = e^(−1/scale) underflows to 0 for tiny scales and rounds to 1 for huge ones
+    if log_r < -745.0:
         return 0.0
-    h = math.ceil(math.log(alpha * (1.0 + r) / 2.0) / math.log(r)) - 1
-    h = max(h, 0)
-    while 2.0 * r ** (h + 1) / (1.0 + r) > alpha:  # guard against rounding at the boundary
+    log1p_r = math.log1p(math.exp(log_r))
+    target = math.log(alpha)
+
+    def tail(h: float) -> float:  # log P(|Z| > h)
+        return math.log(2.0) + (h + 1.0) * log_r - log1p_r
+
+    h = max(math.ceil((target + log1p_r - math.log(2.0)) / log_r) - 1, 0)
+    if s > 2.0**40:  # h + 1 == h in floating point: widen by a relative margin instead of stepping
+        return float(math.ceil(h * (1.0 + 1e-9)) + 1)
+    while tail(h) > target:  # guard against rounding at the boundary
         h += 1
     return float(h)
 

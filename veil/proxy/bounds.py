@@ -23,7 +23,12 @@ from sqlglot.optimizer.scope import Scope
 from veil.errors import InternalError, Unbounded
 from veil.proxy.catalog import Catalog
 
-__all__ = ["Interval", "base_columns", "expression_interval", "resolve_column"]
+__all__ = ["IntegralRange", "Interval", "base_columns", "expression_interval", "in_doubles", "resolve_column"]
+
+
+class IntegralRange(Unbounded):
+    """An integer sub-expression can leave ±2^62: :func:`in_doubles` computes it in DOUBLE instead."""
+
 
 _INT_TYPES = {"TINYINT", "SMALLINT", "INT", "INTEGER", "BIGINT", "HUGEINT", "UBIGINT", "UINTEGER"}
 _NUM_TYPES = _INT_TYPES | {"DOUBLE", "FLOAT", "REAL", "DECIMAL", "NUMERIC", "DOUBLE PRECISION"}
@@ -111,6 +116,23 @@ def expression_interval(expr: exp.Expression, scope: Scope, catalog: Catalog) ->
     return _iv(expr, scope, catalog, expr)
 
 
+def in_doubles(expr: exp.Expression) -> exp.Expression:
+    """``expr`` with every operand of ``+ - * ^`` and unary minus cast to DOUBLE (no 64-bit overflow)."""
+
+    def to_double(node: exp.Expression) -> exp.Expression:
+        return exp.Cast(this=node, to=exp.DataType.build("DOUBLE"))
+
+    def visit(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+            node.set("this", to_double(node.this))
+            node.set("expression", to_double(node.expression))
+        elif isinstance(node, (exp.Pow, exp.Neg)):
+            node.set("this", to_double(node.this))
+        return node
+
+    return expr.copy().transform(visit, copy=False)
+
+
 def _unbounded(node: exp.Expression, whole: exp.Expression, why: str) -> Unbounded:
     return Unbounded(
         f"cannot bound {whole.sql(dialect='postgres')!r}: {why}",
@@ -128,6 +150,7 @@ MAX_INTEGRAL = Fraction(2**62)
 #: Largest magnitude any other sub-expression may reach: squares (variance) and sums of any
 #: realistic number of rows stay finite doubles, and every bound converts to a Python float.
 MAX_REAL = Fraction(10**150)
+MAX_BIGINT = Fraction(2**63 - 1)
 
 
 def _iv(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
@@ -142,10 +165,17 @@ def _iv(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Express
         rule = _RULES.get(cls)
         if rule is not None:
             out = rule(node, scope, catalog, whole)
-            if out is not None and out.magnitude > (MAX_INTEGRAL if out.integral else MAX_REAL):
+            if (
+                out is not None
+                and (node is whole or not isinstance(node, exp.Literal))  # a constant alone cannot overflow
+                and out.magnitude > (MAX_INTEGRAL if out.integral else MAX_REAL)
+            ):
                 cap = "2^62" if out.integral else "1e150"
                 what = node.sql(dialect="postgres")
-                raise _unbounded(node, whole, f"{what!r} can reach ±{_approx(out.magnitude)}, beyond ±{cap}")
+                err = _unbounded(node, whole, f"{what!r} can reach ±{_approx(out.magnitude)}, beyond ±{cap}")
+                if out.integral and out.magnitude <= MAX_REAL:
+                    raise IntegralRange(err.message, hint=err.hint)
+                raise err
             return out
     raise _unbounded(node, whole, f"{node.key.upper()} has no interval rule")
 
@@ -187,7 +217,12 @@ def _literal_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: e
         raise _unbounded(node, whole, f"{text!r} is not a number") from None
     if abs(exponent) > 400:  # far beyond every cap (and too costly to hold exactly)
         raise _unbounded(node, whole, f"the literal {text} is out of range")
-    return _point(Fraction(text))
+    value = Fraction(text)
+    if text.isdigit():  # an integer literal: BIGINT up to 2^63 − 1 (a constant cannot overflow)
+        if value > MAX_BIGINT:
+            raise _unbounded(node, whole, f"the integer literal {text} does not fit in 64 bits")
+        return Interval(value, value, True)
+    return Interval(value, value, False)  # a DOUBLE (see veil.proxy.totality)
 
 
 def _pi_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:

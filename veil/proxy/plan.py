@@ -39,7 +39,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
 from veil.errors import InternalError, QueryRejected, Unbounded, Unsupported
-from veil.proxy.bounds import Interval, expression_interval, resolve_column
+from veil.proxy.bounds import IntegralRange, Interval, expression_interval, in_doubles, resolve_column
 from veil.proxy.catalog import Catalog
 from veil.proxy.totality import make_total
 from veil.proxy.validate import Analysis, aggregate_name
@@ -469,7 +469,11 @@ def _plan_aggregate(b: _Builder, idx: int, node: exp.Expression, ctx: _Context) 
         raise Unsupported(f"{name.upper()} needs an argument")
     if distinct:
         raise Unsupported(f"{name.upper()}(DISTINCT …) is not supported", hint="Only COUNT(DISTINCT …)")
-    iv = expression_interval(arg, ctx.scope, ctx.catalog)
+    try:
+        iv = expression_interval(arg, ctx.scope, ctx.catalog)
+    except IntegralRange:  # an integer product beyond ±2^62: the same expression in doubles
+        arg = in_doubles(arg)
+        iv = expression_interval(arg, ctx.scope, ctx.catalog)
     if iv is None:
         raise Unbounded(f"the argument of {node.sql(dialect='duckdb')} is always NULL")
     # a bounded base column is already clamped in the bounded copy; any other expression is clamped
