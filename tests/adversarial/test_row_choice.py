@@ -2,7 +2,7 @@
 
 Issue 12 found `ORDER BY hash(rowid, salt)` nearly deterministic (2–12 of 20–120 subsets ever occurred over
 400 salts) and dependent on physical row positions. Here the bounded copy's SQL (`bounding.build_sql`) runs
-on DuckDB for many salts: every subset must be about equally likely (χ² at α = 1e-6, which also fails when
+on DuckDB for many salts: every subset must be about equally likely (χ² at α = STAT_ALPHA, which also fails when
 a subset is impossible), and for one salt the choice must not change when rows are stored in another order
 or when other units' rows change.
 """
@@ -17,9 +17,9 @@ import duckdb
 import pytest
 from scipy import stats
 
+from tests.conftest import STAT_ALPHA
 from tests.support.attack_world import POLICY
 
-ALPHA = 1e-6
 ROWS = [(1, a, "web", f"k{a}") for a in (10, 20, 30, 40, 50, 60)]  # one unit, six distinct rows, three kept
 
 
@@ -53,7 +53,10 @@ def test_every_subset_is_equally_likely_over_salts() -> None:
     assert set(seen) <= set(subsets), f"kept something other than 3 of the unit's rows: {set(seen) - set(subsets)}"
     observed = [seen.get(s, 0) for s in subsets]
     chi2, p = stats.chisquare(observed)
-    assert p > ALPHA, f"row choice far from uniform over {len(subsets)} subsets (χ² = {chi2:.1f}, p = {p:.2g}): {observed}"
+    # power: the choice issue 12 found (only 12 of the 20 subsets ever kept) is rejected at the same α
+    _, p_biased = stats.chisquare([draws // 12] * 12 + [0] * 8)
+    assert p_biased < STAT_ALPHA
+    assert p > STAT_ALPHA, f"row choice far from uniform over {len(subsets)} subsets (χ² = {chi2:.1f}, p = {p:.2g}): {observed}"
 
 
 def test_choice_ignores_physical_order_and_other_units() -> None:
