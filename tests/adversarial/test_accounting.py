@@ -60,6 +60,7 @@ def _interface(kind: str, world: World, server: Server, analyst: str) -> object:
     return iface
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["api", "cli", "wire"])
 def test_delta_is_composed_and_exhausts(kind: str, world: World, server: Server) -> None:
     """δ budget 5e-7, partition selection δ 1e-7: five private-key GROUP BYs fit, the sixth is refused free."""
@@ -93,6 +94,7 @@ def test_cached_answer_is_identical_and_free(kind: str, world: World, server: Se
     assert all(v == (0, 0) for v in charged(before, after).values())
 
 
+@pytest.mark.slow
 def test_lowered_budget_applies_to_open_sessions_and_new_connections(tmp_path: Path) -> None:
     """A curator lowers the budget: the open API session, the open wire connection and a new one all refuse."""
     w = build_world(tmp_path / "w")
@@ -132,6 +134,7 @@ def _exact_sum(policy: Path, sql: str, eps: float) -> tuple[float, float]:
     return float(ans.rows[0][0]), max(float(st.sensitivity) for st in plan.statistics)
 
 
+@pytest.mark.slow
 def test_lowered_bound_rebuilds_the_bounded_copy(tmp_path: Path) -> None:
     """After `salary.upper` drops from 200000 to 1000, the target's salary (77516) counts as at most 1000."""
     w = build_world(tmp_path / "w")
@@ -145,6 +148,7 @@ def test_lowered_bound_rebuilds_the_bounded_copy(tmp_path: Path) -> None:
     assert after <= sens_after, f"one person moved the sum by {after} but the noise is sized for {sens_after}"
 
 
+@pytest.mark.slow
 def test_lowered_bound_applies_to_an_open_session(tmp_path: Path) -> None:
     from veil.proxy._testing import exact_session, plan_of
 
@@ -159,6 +163,7 @@ def test_lowered_bound_applies_to_an_open_session(tmp_path: Path) -> None:
     assert value <= 1000
 
 
+@pytest.mark.slow
 def test_switched_unit_column_rebuilds_the_bounded_copy(tmp_path: Path) -> None:
     """visits: unit pid (3 rows each) → unit device (1 row each): at most 3 rows remain, one per device."""
     w = build_world(tmp_path / "w")
@@ -248,6 +253,7 @@ def test_minimum_epsilon_through_the_wire(world: World, server: Server) -> None:
     conn.close()
 
 
+@pytest.mark.slow
 def test_table_cap_composes_all_analysts(tmp_path: Path) -> None:
     """`people` capped at ε = 1: `api` spends 0.6, then `cli` asking 0.6 is refused free (the table is short),
     while `visits` (uncapped) still answers `cli`."""

@@ -50,6 +50,7 @@ def test_judge_accepts_the_right_outcomes() -> None:
     assert judge("public", Outcome(True, (("north",),)), _cost(), analyst="api", epsilon=Q, delta=None).ok
 
 
+@pytest.mark.slow
 def test_neighbour_compare_catches_an_undercounted_sensitivity(tmp_path: Path) -> None:
     """The same release with every sensitivity divided by 4 must be flagged (the join repeats rows 4×)."""
     from veil.proxy._testing import exact_session

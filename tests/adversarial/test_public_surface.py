@@ -31,6 +31,7 @@ def test_public_signatures_have_no_noise_parameters() -> None:
         assert not names & {"rng", "_rng", "noise", "_noise", "exact", "seed", "noise_off_for_tests"}, (fn, names)
 
 
+@pytest.mark.slow
 def test_released_values_stay_in_their_possible_range(world: World) -> None:
     """At the minimum ε, noise dwarfs the data: counts and non-negative sums must still never go below 0,
     and an average stays within its column's bounds (post-processing, free)."""

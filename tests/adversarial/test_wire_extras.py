@@ -22,6 +22,7 @@ def server(world: World) -> Iterator[Server]:
     srv.stop()
 
 
+@pytest.mark.slow
 def test_concurrent_connections_cannot_overspend(world: World, server: Server) -> None:
     """`poor` has ε = 0.01; eight connections ask 0.003 each at once: at most three are answered."""
     results: list[Outcome] = []
