@@ -84,3 +84,34 @@ def test_bound_parameters(world: World, server: Server, param: Any) -> None:
     cost = charged(before, spent(world.ledger, "wire"))
     v = judge("safe", out, cost, analyst="wire", epsilon=Fraction(eps), delta=Fraction(0), sql=sql)
     assert v.ok, v.why
+
+
+_T = "'" + "t" * 100 + "'"
+_BLOWUP = "LENGTH(REPLACE(REPLACE(REPLACE(REPLACE({s}, 't', {t}), 't', {t}), 't', {t}), 't', {t}))"
+
+
+@pytest.mark.slow
+def test_statement_timeout_is_no_oracle(world: World, server: Server) -> None:
+    """An oracle pair: two queries that differ only in whether a condition on the target holds (salary = 77516
+    or 77517). Nested REPLACE multiplies a matching row's string 10⁸-fold, so with an analyst-chosen
+    `statement_timeout` one would be cancelled (57014, ε charged) and the other answered: a deterministic bit
+    about one person. Both must end the same way."""
+    import psycopg
+
+    outcomes = []
+    for salary in (77516, 77517):
+        s = f"CASE WHEN salary = {salary} THEN name ELSE '' END"
+        sql = f"SELECT COUNT(*) FROM people WHERE {_BLOWUP.format(s=s, t=_T)} > 0"
+        conn = wire_connect(server.port, "wire")
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"SET veil.epsilon = {0.0421 + salary % 2 / 1000}")
+                cur.execute("SET statement_timeout = 400")
+                cur.execute(sql.encode())
+                cur.fetchall()
+                outcomes.append("answered")
+        except psycopg.Error as exc:
+            outcomes.append(f"error {exc.sqlstate}")
+        finally:
+            conn.close()
+    assert outcomes[0] == outcomes[1], f"target's salary = 77516: {outcomes[0]}; = 77517: {outcomes[1]}"
