@@ -18,12 +18,13 @@ from veil.store.warehouse import ingest_file
 @policy_option
 @click.option("--table", required=True, help="Name of the warehouse table to create or replace.")
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--replace", is_flag=True, default=False, help="Replace the table if it exists (never a published table).")
 @format_option
 @run_guarded
-def ingest(policy_path: Path, table: str, source: Path, fmt: str) -> None:
+def ingest(policy_path: Path, table: str, source: Path, replace: bool, fmt: str) -> None:
     """Load a CSV/Parquet file into the policy's DuckDB warehouse (column names normalised)."""
     policy = load_policy(policy_path)
-    summary = ingest_file(policy, table, source)
+    summary = ingest_file(policy, table, source, replace=replace)
     emit(summary, fmt)
     if summary["missing_policy_columns"]:
         click.echo(f"warning: policy columns not in the file: {', '.join(summary['missing_policy_columns'])}", err=True)

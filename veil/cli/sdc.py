@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
-from veil.cli._common import cli, emit, format_option, policy_option, publish, run_guarded
-from veil.errors import InputError, did_you_mean
+from veil.cli._common import cli, emit, format_option, policy_option, publish, publish_and_report, run_guarded
+from veil.errors import InputError
 
 __all__ = ["compare_command", "publish_sdc_command"]
 
@@ -21,24 +21,9 @@ def _split(value: str | None) -> list[str]:
 
 
 def _context(policy: Any, table: str, columns: list[str], target: str | None, seed: int | None, df: Any) -> Any:
-    from veil.generators.base import Context
-    from veil.policy import normalise_name
+    from veil.generators.plugins.sdc import context
 
-    spec = policy.table(table)
-    cols = [normalise_name(c) for c in columns]
-    tgt = normalise_name(target) if target else None
-    for c in [*cols, *([tgt] if tgt else [])]:
-        if c not in df.columns:
-            raise InputError(f"column {c!r} is not in table {table!r}", hint=did_you_mean(c, df.columns))
-    bounds = {
-        c: (float(spec.columns[c].lower), float(spec.columns[c].upper))
-        for c in cols
-        if c in spec.columns and spec.columns[c].lower is not None and spec.columns[c].upper is not None
-    }
-    categories = {}
-    if tgt and tgt in spec.columns and spec.columns[tgt].values:
-        categories[tgt] = tuple(spec.columns[tgt].values)
-    return Context(columns=tuple(cols), target=tgt, bounds=bounds, seed=seed, progress=True, categories=categories)
+    return context(policy, table, columns, target, seed, df.columns)
 
 
 @publish.command("sdc")
@@ -70,48 +55,24 @@ def publish_sdc_command(
     seed: int | None,
     fmt: str,
 ) -> None:
-    """Publish TABLE's COLUMNS sanitised with METHOD as a new public table, with a release record."""
-    from veil.generators.base import get_generator, parse_param_args
-    from veil.generators.sdc import clean_input, release_metrics
-    from veil.policy import load_policy
-    from veil.store.releases import record_release
-    from veil.store.warehouse import read_table, write_table
+    """Publish TABLE's COLUMNS sanitised with METHOD as a new public table, with a release record.
 
-    policy = load_policy(policy_path)
-    cls = get_generator(method)
-    gen = cls(**parse_param_args(cls, params))
-    df = read_table(policy, table)
-    ctx = _context(policy, table, _split(columns), target, seed, df)
-    clean = clean_input(df, ctx)
-    out = gen.run(clean, ctx)
-    metrics: dict[str, Any] = {k: v for k, v in release_metrics(clean, out, ctx, seed=seed or 0).items()}
-    metrics.update(rows_in=len(clean), rows_out=len(out.frame), guarantee=out.guarantee, info=dict(out.info))
-    write_table(policy, output, out.frame, replace=replace)
-    rid = record_release(
-        policy,
-        kind="publication",
-        method=f"sdc-{cls.name}",
-        table=output,
-        params={**gen.params_dict(), "source_table": table, "columns": list(ctx.columns), "target": ctx.target, "seed": seed},
-        metrics=metrics,
-        epsilon=out.epsilon,
-        delta=out.delta,
-    )
-    summary = {
-        "release_id": rid,
-        "table": output,
-        "method": cls.name,
-        "params": gen.params_dict(),
-        "rows_in": len(clean),
-        "rows_out": len(out.frame),
-        "epsilon": out.epsilon,
-        "il": metrics["il"],
-        "il_mean": metrics["il_mean"],
-        "dr": metrics["dr"],
-        "linkage_risk": metrics["linkage_risk"],
-        "guarantee": out.guarantee,
+    Only the columns the method protects are published (a row-aligned filter's label column is not);
+    rows are shuffled, values clamped to the policy's bounds, and the release gate checks the result.
+    """
+    from veil.policy import load_policy
+
+    request = {
+        "table": table,
+        "method": method,
+        "params": list(params),
+        "columns": _split(columns),
+        "target": target,
+        "output": output,
+        "replace": replace,
+        "seed": seed,
     }
-    emit(summary, fmt)
+    publish_and_report(load_policy(policy_path), "sdc", request, fmt)
 
 
 def _compact(params: dict[str, Any]) -> str:

@@ -257,10 +257,12 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
         copy_to_public(policy, table, df)
 
 
-def export_frame(df: pd.DataFrame, path: str | Path) -> Path:
-    """Write ``df`` to ``.csv`` or ``.parquet`` by extension."""
+def export_frame(df: pd.DataFrame, path: str | Path, *, replace: bool = False) -> Path:
+    """Write ``df`` to ``.csv`` or ``.parquet`` by extension; an existing file is kept unless ``replace``."""
     p = Path(path)
     suffix = p.suffix.lower()
+    if p.exists() and not replace:
+        raise InputError(f"file {str(p)!r} already exists", hint="Choose another --export path or pass --replace")
     if suffix == ".csv":
         df.to_csv(p, index=False)
     elif suffix == ".parquet":
@@ -289,15 +291,26 @@ def _read_source(path: Path) -> pd.DataFrame:
     raise InputError(f"cannot ingest {str(path)!r}: unknown format {suffix!r}", hint="Use CSV or Parquet")
 
 
-def ingest_file(policy: Policy, table: str, path: str | Path, *, replace: bool = True) -> dict[str, object]:
+def ingest_file(policy: Policy, table: str, path: str | Path, *, replace: bool = False) -> dict[str, object]:
     """Load a CSV/Parquet file into the warehouse as ``table``; column names are normalised.
 
-    Adult's headerless ``adult.data``/``adult.test`` are recognised and get Adult's column names.
-    Returns a summary: rows, columns, and the policy-declared columns that the file lacks.
+    An existing table is replaced only with ``replace``; a published table never (raw data would
+    become public under its release): retract it first. Adult's headerless ``adult.data``/
+    ``adult.test`` are recognised and get Adult's column names. Returns a summary: rows, columns,
+    and the policy-declared columns that the file lacks.
     """
+    from veil.store.releases import published_tables
+
     p = Path(path)
     if not p.exists():
         raise InputError(f"file {str(p)!r} does not exist", hint="Check the path")
+    if table in published_tables(policy):
+        raise InputError(
+            f"table {table!r} is published: loading a file over it would make raw data public",
+            hint=f"Choose another --table name, or withdraw the publication first with `veil retract {table}`",
+        )
+    if not replace and table in table_names(policy):
+        raise InputError(f"table {table!r} already exists in the warehouse", hint="Choose another --table name or pass --replace")
     df = _read_source(p)
     mapping = {c: normalise_name(str(c)) for c in df.columns}
     if len(set(mapping.values())) != len(mapping):
@@ -381,3 +394,117 @@ def ensure_public(policy: Policy) -> None:
 
 def public_reader_generation(policy: Policy) -> int:
     return reader_generation(public_path(policy))
+
+
+# -- two-phase publication: stage, record (in the ledger), commit, mirror --------------------------
+# A publication is first written under a staging name together with a journal row, in one DuckDB
+# transaction; the caller then records the release in the ledger; then one DuckDB transaction renames
+# the staging table over the output and marks the journal row committed; then the public mirror is
+# updated and the journal row removed. `pending_publications` lists what a crash left behind, so the
+# publish transaction's recovery can roll each one forward (release recorded) or back (not recorded).
+
+JOURNAL = "_veil_publish_journal"
+_JOURNAL_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {JOURNAL}(token VARCHAR PRIMARY KEY, output VARCHAR NOT NULL, "
+    "staging VARCHAR NOT NULL, artifact VARCHAR NOT NULL, state VARCHAR NOT NULL, release_id VARCHAR)"
+)
+
+
+def staging_name(token: str) -> str:
+    return f"_veil_stage_{token}"
+
+
+def stage_publication(policy: Policy, token: str, output: str, frame: pd.DataFrame | None, *, staging_file: str = "") -> None:
+    """Write ``frame`` under its staging name (or note a staged model file) and a journal row, atomically."""
+    with writer(policy) as con:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(_JOURNAL_DDL)
+            if frame is not None:
+                con.register("_veil_incoming", frame)
+                con.execute(f'CREATE TABLE "{staging_name(token)}" AS SELECT * FROM _veil_incoming')
+                con.unregister("_veil_incoming")
+            con.execute(
+                f"INSERT INTO {JOURNAL} VALUES (?, ?, ?, ?, 'staged', NULL)",
+                [
+                    token,
+                    output,
+                    staging_name(token) if frame is not None else staging_file,
+                    "table" if frame is not None else "model",
+                ],
+            )
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
+
+def pending_publications(policy: Policy) -> list[dict[str, str | None]]:
+    """Journal rows left by publications that did not finish (token, output, staging, artifact, state, release_id)."""
+    if not policy.database_path.exists():
+        return []
+    with writer(policy) as con:
+        have = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [JOURNAL]).fetchone()[0]
+        if not have:
+            return []
+        rows = con.execute(f"SELECT token, output, staging, artifact, state, release_id FROM {JOURNAL}").fetchall()
+    keys = ("token", "output", "staging", "artifact", "state", "release_id")
+    return [dict(zip(keys, r, strict=True)) for r in rows]
+
+
+def commit_publication(policy: Policy, token: str, release_id: str) -> None:
+    """Rename the staged table over its output (or move the staged model file) and mark the journal row
+    committed. Idempotent: a row already committed is left as it is."""
+    with writer(policy) as con:
+        row = con.execute(f"SELECT output, staging, artifact, state FROM {JOURNAL} WHERE token = ?", [token]).fetchone()
+        if row is None or row[3] == "committed":
+            return
+        output, staging, artifact, _ = row
+        if artifact == "model":
+            if Path(staging).exists():
+                Path(staging).replace(output)
+                side = Path(staging + ".json")
+                if side.exists():
+                    side.replace(output + ".json")
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if artifact == "table":
+                con.execute(f'DROP TABLE IF EXISTS "{output}"')
+                con.execute(f'ALTER TABLE "{staging}" RENAME TO "{output}"')
+            con.execute(f"UPDATE {JOURNAL} SET state = 'committed', release_id = ? WHERE token = ?", [release_id, token])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
+
+def finish_publication(policy: Policy, token: str) -> None:
+    """After the commit: copy the table into the public mirror and drop the journal row."""
+    rows = [r for r in pending_publications(policy) if r["token"] == token]
+    if not rows:
+        return
+    if rows[0]["artifact"] == "table":
+        copy_to_public(policy, str(rows[0]["output"]))
+    with writer(policy) as con:
+        con.execute(f"DELETE FROM {JOURNAL} WHERE token = ?", [token])
+
+
+def abort_publication(policy: Policy, token: str) -> None:
+    """Drop a staged publication whose release was never recorded."""
+    rows = [r for r in pending_publications(policy) if r["token"] == token]
+    if not rows or rows[0]["state"] != "staged":
+        return
+    staging = str(rows[0]["staging"])
+    if rows[0]["artifact"] == "model":
+        for p in (Path(staging), Path(staging + ".json")):
+            p.unlink(missing_ok=True)
+    with writer(policy) as con:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if rows[0]["artifact"] == "table":
+                con.execute(f'DROP TABLE IF EXISTS "{staging}"')
+            con.execute(f"DELETE FROM {JOURNAL} WHERE token = ?", [token])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise

@@ -1,0 +1,1 @@
+"""Privacy metrics computed on released data."""
