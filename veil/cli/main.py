@@ -9,7 +9,7 @@ from veil.cli._common import cli
 __all__ = ["cli", "main"]
 
 #: Command modules, one per area; each registers its commands on import.
-COMMAND_MODULES: tuple[str, ...] = ("core", "query", "serve", "kanon", "sdc", "synth", "reid", "pate")
+COMMAND_MODULES: tuple[str, ...] = ("core", "query", "serve", "kanon", "sdc", "synth", "reid", "pate", "tables")
 
 for _name in COMMAND_MODULES:
     try:

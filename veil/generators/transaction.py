@@ -106,27 +106,35 @@ def _sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, old)
 
 
-_HELD = {signal.SIGINT, signal.SIGTERM}
+_HELD = (signal.SIGINT, signal.SIGTERM)
 
 
-def _hold_signals() -> set[signal.Signals] | None:
+@dataclass
+class _Held:
+    """Signal handlers replaced while a critical section runs, and the signals that arrived meanwhile."""
+
+    previous: dict[int, Any]
+    arrived: list[int]
+
+
+def _hold_signals() -> _Held | None:
+    """Defer SIGINT/SIGTERM: Python runs signal handlers in the main thread only, so replacing them
+    holds the signal whatever thread (DuckDB's, torch's) the kernel delivered it to."""
     if threading.current_thread() is not threading.main_thread():
         return None
-    return signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    held = _Held({}, [])
+    for sig in _HELD:
+        held.previous[sig] = signal.signal(sig, lambda signum, frame: held.arrived.append(signum))
+    return held
 
 
-def _release_signals(old: set[signal.Signals] | None) -> bool:
-    """Unblock; True when a held SIGINT/SIGTERM was delivered on the way out."""
-    if old is None:
+def _release_signals(held: _Held | None) -> bool:
+    """Restore the handlers; True when a SIGINT/SIGTERM arrived while they were held."""
+    if held is None:
         return False
-    try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-        # a pending signal's Python handler runs at the next bytecode boundary: give it one here
-        for _ in range(3):
-            pass
-    except KeyboardInterrupt:
-        return True
-    return False
+    for sig, old in held.previous.items():
+        signal.signal(sig, old)
+    return bool(held.arrived)
 
 
 # -- warehouse protection ---------------------------------------------------------------------------
@@ -180,7 +188,7 @@ def recover(policy: Any) -> list[str]:
                 if tok:
                     tokens[str(tok)] = rel.id
     done: list[str] = []
-    old = _hold_signals()
+    held = _hold_signals()
     try:
         for row in pending:
             token = str(row["token"])
@@ -197,7 +205,8 @@ def recover(policy: Any) -> list[str]:
                 warehouse.abort_publication(policy, token)
                 done.append(f"rolled back {row['output']}")
     finally:
-        _release_signals(old)
+        if _release_signals(held):
+            raise KeyboardInterrupt
     return done
 
 
