@@ -107,7 +107,7 @@ def _out_of_domain(frame: pd.DataFrame, spec: Any, plan: Plan) -> str | None:
         values = frame[name].dropna()
         if getattr(col, "values", None) and not pd.api.types.is_numeric_dtype(values):
             bad = set(map(str, values.unique())) - set(map(str, col.values))
-            if bad and frame[name].dtype == object and not _is_generalised(values):
+            if bad and not _is_generalised(values):
                 return f"column {name!r} has value {sorted(bad)[0]!r} outside the declared values"
         elif getattr(col, "lower", None) is not None and pd.api.types.is_numeric_dtype(values) and len(values):
             lo, hi = float(col.lower), float(col.upper)

@@ -17,7 +17,7 @@ from veil.policy import Policy
 from veil.store.ledger import Ledger
 from veil.store.releases import published_tables
 
-__all__ = ["TableStatus", "retract", "table_statuses"]
+__all__ = ["TableStatus", "retract", "table_budgets", "table_statuses"]
 
 
 @dataclass(frozen=True)
@@ -95,3 +95,22 @@ def retract(policy: Policy, table: str, *, reason: str = "", actor: str = "curat
         )
     drop_public(policy, table)
     return {"release_id": rid, "table": table, "retracted": published[table].id, "status": "private"}
+
+
+def table_budgets(policy: Policy) -> list[dict[str, Any]]:
+    """Each table with a declared cap: its (ε, δ) total, spent (by every analyst query and DP
+    publication on it) and remaining."""
+    out: list[dict[str, Any]] = []
+    capped = [(n, t) for n, t in sorted(policy.tables.items()) if t.epsilon_total is not None or t.delta_total is not None]
+    if not capped:
+        return out
+    with Ledger.for_policy(policy) as led:
+        for name, spec in capped:
+            spent = led.spent(f"table:{name}")
+            row: dict[str, Any] = {"table": name}
+            for key, total, used in (("epsilon", spec.epsilon_total, spent.epsilon), ("delta", spec.delta_total, spent.delta)):
+                row[f"{key}_total"] = None if total is None else float(total)
+                row[f"{key}_spent"] = float(used)
+                row[f"{key}_remaining"] = None if total is None else float(max(total - used, 0))
+            out.append(row)
+    return out
