@@ -103,7 +103,7 @@ def test_gate_refuses_out_of_domain_categories() -> None:
 
 @pytest.mark.parametrize("eps", ["0", "-1", "inf", "nan", "51"])
 def test_vacuous_epsilon_is_refused_for_every_dp_kind(warehouse: Path, eps: str) -> None:
-    krr = veil("publish", "krr", "--policy", warehouse, "--table", "people", "--columns", "sex", "--epsilon", eps, "--output", "out")
+    krr = veil("publish", "krr", "--policy", warehouse, "--table", "people", "--columns", "sex", "--epsilon", eps, "--output=out")
     dp = _sdc(warehouse, "dp_microagg_laplace", "--param", f"epsilon={eps}")
     for res in (krr, dp):
         assert res.exit_code == 2, res.output
@@ -115,12 +115,12 @@ def test_vacuous_epsilon_is_refused_for_every_dp_kind(warehouse: Path, eps: str)
 
 def test_dp_publications_are_charged_to_the_table_budget(tmp_path: Path) -> None:
     policy = make_warehouse(tmp_path, table_budget="epsilon_total = 3")
-    krr = ["publish", "krr", "--policy", policy, "--table", "people", "--columns", "sex,job", "--epsilon", "1", "--format", "json"]
+    krr = ["publish", "krr", "--policy", policy, "--table", "people", "--columns", "sex,job", "--epsilon", "1", "--format=json"]
     ok_json(veil(*krr, "--output", "k1"))  # 2 of 3
     res = veil(*krr, "--output", "k2")  # 2 more: over the cap
     assert res.exit_code == 2 and "BudgetExhausted" in res.output and "table 'people'" in res.output, res.output
     assert "k2" not in tables(policy)
-    ok_json(veil(*krr[:-4], "--columns", "sex", "--epsilon", "1", "--format", "json", "--output", "k3"))  # exactly 3
+    ok_json(veil(*krr[:-3], "--columns", "sex", "--epsilon", "1", "--format", "json", "--output", "k3"))  # exactly 3
     dp = _sdc(policy, "dp_microagg_laplace", "--param", "epsilon=0.5", output="d1")
     assert dp.exit_code == 2 and "BudgetExhausted" in dp.output
     budget = ok_json(veil("budget", "--policy", policy, "--format", "json"))
