@@ -10,7 +10,7 @@ import pandas as pd
 
 from veil.cli._common import cli, emit, format_option, policy_option, run_guarded
 from veil.policy import load_policy
-from veil.store.releases import get_release, list_releases
+from veil.store.publications import get_release, list_releases
 from veil.store.warehouse import ingest_file
 
 

@@ -142,7 +142,7 @@ def _release_signals(held: _Held | None) -> bool:
 
 def check_output(policy: Any, plan: Plan) -> None:
     """Refuse outputs that would overwrite private data or a table without ``replace``."""
-    from veil.store.releases import published_tables
+    from veil.store.publications import published_tables
     from veil.store.warehouse import table_names
 
     if plan.artifact == "model":

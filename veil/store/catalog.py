@@ -15,7 +15,7 @@ from typing import Any
 from veil.errors import InputError, did_you_mean
 from veil.policy import Policy
 from veil.store.ledger import Ledger
-from veil.store.releases import published_tables
+from veil.store.publications import published_tables
 
 __all__ = ["TableStatus", "retract", "table_budgets", "table_statuses"]
 

@@ -27,6 +27,7 @@ from veil.policy import Policy, normalise_name
 
 __all__ = [
     "SANDBOX_CONFIG",
+    "Warehouse",
     "export_frame",
     "ingest_file",
     "read_table",
@@ -48,9 +49,17 @@ SANDBOX_CONFIG: dict[str, str] = {
     "lock_configuration": "true",
 }
 
-_lock = threading.RLock()
-_readers: dict[Path, duckdb.DuckDBPyConnection] = {}
-_generation: dict[Path, int] = {}
+
+class _Connections:
+    """Every DuckDB connection this process holds to warehouse files: one sandboxed reader per file,
+    its generation (bumped when a writer closes it), and one readers/writer gate per file. One
+    instance per process (:data:`_CONNECTIONS`): DuckDB allows one configuration per file per process."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.readers: dict[Path, duckdb.DuckDBPyConnection] = {}
+        self.generation: dict[Path, int] = {}
+        self.gates: dict[Path, _Gate] = {}
 
 
 class _Gate:
@@ -106,12 +115,12 @@ class _Gate:
                 self._cond.notify_all()
 
 
-_gates: dict[Path, _Gate] = {}
+_CONNECTIONS = _Connections()
 
 
 def _gate(path: Path) -> _Gate:
-    with _lock:
-        return _gates.setdefault(path, _Gate())
+    with _CONNECTIONS.lock:
+        return _CONNECTIONS.gates.setdefault(path, _Gate())
 
 
 @contextmanager
@@ -130,8 +139,8 @@ def _db_path(policy_or_path: Policy | Path | str) -> Path:
 def reader(policy: Policy | Path | str) -> duckdb.DuckDBPyConnection:
     """The sandboxed read-only connection for this warehouse (opened on first use)."""
     path = _db_path(policy)
-    with _lock:
-        con = _readers.get(path)
+    with _CONNECTIONS.lock:
+        con = _CONNECTIONS.readers.get(path)
         if con is None:
             if not path.exists():
                 raise PolicyError(
@@ -139,29 +148,29 @@ def reader(policy: Policy | Path | str) -> duckdb.DuckDBPyConnection:
                     hint="Load a table first with `veil ingest --policy … --table … FILE`",
                 )
             con = duckdb.connect(str(path), read_only=True, config=dict(SANDBOX_CONFIG))
-            _readers[path] = con
-            _generation.setdefault(path, 1)  # bumped when a writer closes the reader
+            _CONNECTIONS.readers[path] = con
+            _CONNECTIONS.generation.setdefault(path, 1)  # bumped when a writer closes the reader
         return con
 
 
 def reader_cursor(policy: Policy | Path | str) -> tuple[duckdb.DuckDBPyConnection, int]:
     """A new cursor on the sandboxed reader and the reader's generation, taken together under the lock
     (so a concurrent curator write cannot swap the reader between the two)."""
-    with _lock:
+    with _CONNECTIONS.lock:
         con = reader(policy)
-        return con.cursor(), _generation[_db_path(policy)]
+        return con.cursor(), _CONNECTIONS.generation[_db_path(policy)]
 
 
 def reader_generation(policy: Policy | Path | str) -> int:
     """Bumped each time a curator write closes the sandboxed reader; sessions compare it to know when to re-cursor."""
-    with _lock:
-        return _generation.get(_db_path(policy), 0)
+    with _CONNECTIONS.lock:
+        return _CONNECTIONS.generation.get(_db_path(policy), 0)
 
 
 def _close_reader(path: Path) -> None:
-    con = _readers.pop(path, None)
+    con = _CONNECTIONS.readers.pop(path, None)
     if con is not None:
-        _generation[path] = _generation.get(path, 0) + 1  # cursors taken from it are now stale
+        _CONNECTIONS.generation[path] = _CONNECTIONS.generation.get(path, 0) + 1  # cursors taken from it are now stale
         con.close()
 
 
@@ -170,7 +179,7 @@ def writer(policy: Policy | Path | str) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-write connection for curator work. Closes this process's reader while it is open."""
     path = _db_path(policy)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _gate(path).exclusive(), _lock:
+    with _gate(path).exclusive(), _CONNECTIONS.lock:
         _close_reader(path)
         try:
             con = duckdb.connect(str(path))
@@ -299,7 +308,7 @@ def ingest_file(policy: Policy, table: str, path: str | Path, *, replace: bool =
     ``adult.test`` are recognised and get Adult's column names. Returns a summary: rows, columns,
     and the policy-declared columns that the file lacks.
     """
-    from veil.store.releases import published_tables
+    from veil.store.publications import published_tables
 
     p = Path(path)
     if not p.exists():
@@ -379,9 +388,9 @@ def sync_public(policy: Policy, tables: Sequence[str]) -> None:
 def public_reader_cursor(policy: Policy) -> tuple[duckdb.DuckDBPyConnection, int]:
     """A cursor on the sandboxed, read-only connection of the public mirror, and its generation."""
     path = public_path(policy)
-    with _lock:
+    with _CONNECTIONS.lock:
         con = reader(path)
-        return con.cursor(), _generation[path]
+        return con.cursor(), _CONNECTIONS.generation[path]
 
 
 def ensure_public(policy: Policy) -> None:
@@ -508,3 +517,61 @@ def abort_publication(policy: Policy, token: str) -> None:
         except BaseException:
             con.execute("ROLLBACK")
             raise
+
+
+class Warehouse:
+    """One policy's warehouse as an object: its DuckDB file, its public mirror, and the curator's
+    operations on them (the module-level functions are the same operations, kept for existing callers).
+
+    """
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+
+    @property
+    def path(self) -> Path:
+        return self.policy.database_path
+
+    @property
+    def public_path(self) -> Path:
+        return public_path(self.policy)
+
+    def table_names(self, *, internal: bool = False) -> list[str]:
+        """Tables in the file; Veil's internal ``_veil*`` tables only with ``internal``."""
+        return [t for t in table_names(self.policy) if internal or not t.startswith("_veil")]
+
+    def columns(self, table: str) -> list[tuple[str, str]]:
+        return table_columns(self.policy, table)
+
+    def read(self, table: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
+        return read_table(self.policy, table, columns)
+
+    def write(self, table: str, df: pd.DataFrame, *, replace: bool = False, public: bool = False) -> None:
+        write_table(self.policy, table, df, replace=replace, public=public)
+
+    def ingest(self, table: str, path: str | Path, *, replace: bool = False) -> dict[str, object]:
+        return ingest_file(self.policy, table, path, replace=replace)
+
+    def copy_to_public(self, table: str, df: pd.DataFrame | None = None) -> None:
+        copy_to_public(self.policy, table, df)
+
+    def drop_public(self, table: str) -> None:
+        drop_public(self.policy, table)
+
+    def ensure_public(self) -> None:
+        ensure_public(self.policy)
+
+    def stage(self, token: str, output: str, frame: pd.DataFrame | None, *, staging_file: str = "") -> None:
+        stage_publication(self.policy, token, output, frame, staging_file=staging_file)
+
+    def pending(self) -> list[dict[str, str | None]]:
+        return pending_publications(self.policy)
+
+    def commit(self, token: str, release_id: str) -> None:
+        commit_publication(self.policy, token, release_id)
+
+    def finish(self, token: str) -> None:
+        finish_publication(self.policy, token)
+
+    def abort(self, token: str) -> None:
+        abort_publication(self.policy, token)

@@ -103,7 +103,7 @@ def publish_kanon(
 
 def kanon_params_from_release(policy: Any, table: str) -> dict[str, Any] | None:
     """The parameters of the k-anonymity publication that wrote ``table`` (None if there is none)."""
-    from veil.store.releases import published_tables
+    from veil.store.publications import published_tables
 
     rel = published_tables(policy).get(table)
     if rel is None or not str(rel.method).startswith("kanon-"):
