@@ -73,8 +73,9 @@ class GateReport:
 
 def check_plan_values(checks: Mapping[str, float]) -> None:
     """Refuse vacuous guarantee parameters (see module docstring)."""
-    for name, value in checks.items():
-        v = float(value)
+    for name, raw in checks.items():
+        v = float(raw)
+        value = f"{v:g}"
         if name == "k" and not v >= 2:
             raise PublicationRefused(f"vacuous parameter: k = {value} (a group guarantee needs k ≥ 2)", hint=_PRIVATE_COPY_HINT)
         if name == "noise" and not v > 0:

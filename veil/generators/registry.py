@@ -80,6 +80,16 @@ class PublishPlugin(ABC):
     def sanitise(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> Publication:
         """Produce the publication from the training rows ``data`` (holdout rows already removed)."""
 
+    #: The parameter ``veil compare`` sweeps for this kind, and its default values.
+    sweep_param: ClassVar[str] = ""
+    sweep_values: ClassVar[tuple[Any, ...]] = ()
+
+    def sweep(self, request: Mapping[str, Any], values: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        """The requests ``veil compare`` evaluates: ``request`` with :attr:`sweep_param` set to each value."""
+        if not self.sweep_param:
+            return [dict(request)]
+        return [{**request, self.sweep_param: v} for v in (values or self.sweep_values)]
+
     def summary_of(self, plan: Plan, publication: Publication) -> dict[str, Any]:
         """Extra fields for the command's summary (default: the publication's ``extra``)."""
         return dict(publication.extra)

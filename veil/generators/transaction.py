@@ -45,7 +45,7 @@ from veil.generators import gate
 from veil.generators.publication import COPIED, Plan, Publication
 from veil.generators.registry import RunEnv, get_plugin
 
-__all__ = ["PublishResult", "check_output", "csprng", "publish", "recover"]
+__all__ = ["PublishResult", "check_output", "csprng", "evaluate", "publish", "recover"]
 
 
 @dataclass(frozen=True)
@@ -381,6 +381,38 @@ def publish(
         summary=plugin.summary_of(plan, pub),
         interrupted=interrupted,
     )
+
+
+def evaluate(policy: Any, kind: str, request: Mapping[str, Any], *, rng: np.random.Generator | None = None) -> dict[str, Any]:
+    """Run publication ``kind`` up to the gate without writing, recording or charging anything (the
+    curator's ``veil compare``); returns the gate's verdict, its report and the plug-in's summary."""
+    import time
+
+    from veil.store import warehouse
+
+    plugin = get_plugin(kind)
+    started = time.perf_counter()
+    plan = plugin.plan(policy, request)
+    dp_epsilon = None if plan.epsilon is None else float(plan.epsilon)
+    row: dict[str, Any] = {"kind": kind, "method": plan.method, "dp_epsilon": dp_epsilon}
+    try:
+        gate.check_plan(plan)
+        spec = policy.tables.get(plan.source)
+        generator = csprng()
+        data = warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None)
+        train, holdout = _split(data, plan.holdout, generator)
+        env = RunEnv(policy=policy, spec=spec, generator=generator, rng=rng, progress=False, seed=request.get("seed"),
+                     source_rows=len(data))  # fmt: skip
+        pub = _finalise(plugin.sanitise(plan, train, env), spec, generator)
+        report = gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=generator).as_dict()
+        row.update(gate="passed", rows=None if pub.frame is None else len(pub.frame), **plugin.summary_of(plan, pub))
+        row["min_group"] = report["min_group"]
+        row["l_diversity"] = report["l_diversity"] or None
+        row["dcr_share"] = None if report["dcr"] is None else report["dcr"]["share_closer_to_train"]
+    except PublicationRefused as exc:
+        row["gate"] = f"refused: {exc}"
+    row["seconds"] = round(time.perf_counter() - started, 3)
+    return row
 
 
 def refuse(message: str, hint: str | None = None) -> PublicationRefused:

@@ -25,6 +25,9 @@ class KAnonPlugin(PublishPlugin):
     kind = "kanon"
     summary = "k-anonymity by generalisation (Mondrian, OKA, K-Member), optional SOM neuron column"
 
+    sweep_param = "k"
+    sweep_values = (2, 5, 10, 25)
+
     def plan(self, policy: Any, request: Mapping[str, Any]) -> Plan:
         from veil.generators.kanon import canonical_algorithm
 

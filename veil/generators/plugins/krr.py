@@ -29,6 +29,9 @@ class KRRPlugin(PublishPlugin):
     kind = "krr"
     summary = "k-ary randomised response per column (ε-local-DP per attribute)"
 
+    sweep_param = "epsilon"
+    sweep_values = (0.5, 1.0, 2.0, 4.0)
+
     def plan(self, policy: Any, request: Mapping[str, Any]) -> Plan:
         columns = tuple(request.get("columns") or ())
         if not columns:
@@ -73,6 +76,7 @@ class KRRPlugin(PublishPlugin):
             params={"domains": {c: {"k": i["k"], "source": i["domain_source"]} for c, i in info.items()}},
             metrics={"keep_probability": {c: i["keep_probability"] for c, i in info.items()}},
             extra={
+                "keep_probability": {c: round(i["keep_probability"], 4) for c, i in info.items()},
                 "epsilon_total": float(plan.epsilon or 0),
                 "epsilon_per_attribute": eps,
                 "domains": {c: {"k": i["k"], "source": i["domain_source"]} for c, i in info.items()},

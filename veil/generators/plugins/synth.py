@@ -28,6 +28,9 @@ class SynthPlugin(PublishPlugin):
     kind = "synth"
     summary = "IMPOSTER / GAN: a synthetic table whose implicit attributes do not betray a sensitive one"
 
+    sweep_param = "lam"
+    sweep_values = (0.0, 1.0)
+
     def plan(self, policy: Any, request: Mapping[str, Any]) -> Plan:
         method = request.get("method", "imposter")
         if method not in ("imposter", "gan"):
