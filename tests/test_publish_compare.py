@@ -22,10 +22,8 @@ def test_compare_sweeps_krr_and_kanon_through_the_gate(warehouse: Path) -> None:
     assert krr[0]["gate"].startswith("refused: vacuous parameter: ε = 0")
     assert [r["gate"] for r in krr[1:]] == ["passed", "passed"] and krr[2]["dp_epsilon"] == 4.0  # over the cap: not charged
     assert krr[1]["keep_probability"]["sex"] < krr[2]["keep_probability"]["sex"]
-    kanon = ok_json(
-        veil(*base, "--kind", "kanon", "--columns", "age,job", "--sensitive", "income", "--param", "algorithm=mondrian",
-             "--sweep", "1,5,20")  # fmt: skip
-    )
+    kanon_args = ["--kind", "kanon", "--columns", "age,job", "--sensitive", "income", "--param", "algorithm=mondrian"]
+    kanon = ok_json(veil(*base, *kanon_args, "--sweep", "1,5,20"))
     assert kanon[0]["gate"].startswith("refused: vacuous parameter: k = 1")
     assert [r["min_group"] >= r["k"] for r in kanon[1:]] == [True, True] and kanon[2]["ncp_percent"] >= kanon[1]["ncp_percent"]
     assert set(kanon[1]["l_diversity"]) == {"income"}
