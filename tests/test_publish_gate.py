@@ -149,3 +149,17 @@ def test_a_publication_actor_who_is_an_analyst_is_charged_too(tmp_path: Path) ->
         publish(policy, "krr", {**request, "output": "k2"}, actor="bob", progress=False)
     budget = ok_json(veil("budget", "--policy", policy_path, "--analyst", "bob", "--format", "json"))
     assert budget["epsilon_spent"] == 1.5
+
+
+def test_unchanged_check_follows_rows_when_the_source_has_missing_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import veil.generators.sdc as sdc
+    from tests.publish_support import people
+
+    policy = make_warehouse(tmp_path)
+    df = people(400)
+    df.loc[df.index % 7 == 0, "hours"] = np.nan  # rows the generator never sees
+    csv = tmp_path / "holes.csv"
+    df.to_csv(csv, index=False)
+    ok_json(veil("ingest", "--policy", policy, "--table", "people", csv, "--replace", "--format", "json"))
+    monkeypatch.setattr(sdc, "noise_addition", lambda x, a, rng: x.copy())
+    _refused(policy, _sdc(policy, "noise_addition", "--param", "a=0.5"), "equals the source in every row", 0)

@@ -168,3 +168,15 @@ def test_releases_show_prints_the_full_record(tmp_path: Path) -> None:
     }
     missing = veil("releases", "--policy", policy, "--show", "pnope")
     assert missing.exit_code == 2 and "no release with id" in missing.output
+
+
+def test_every_curator_table_option_is_documented() -> None:
+    from veil.cli.core import ingest, releases
+    from veil.cli.tables import retract_command, tables_command
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "generators.md").read_text(encoding="utf-8")
+    commands = {"tables": tables_command, "retract": retract_command, "releases": releases, "ingest": ingest}
+    for name, cmd in commands.items():
+        assert f"veil {name}" in doc, name
+    options = ["--show", "--replace", "--reason", "--kind", "--sweep", "--export"]
+    assert [o for o in options if o not in doc] == []

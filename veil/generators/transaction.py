@@ -246,9 +246,8 @@ def _finalise(pub: Publication, spec: Any, generator: np.random.Generator) -> Pu
             lo, hi = float(col.lower), float(col.upper)
             values = frame[name].astype(float).clip(lo, hi)
             if getattr(col, "type", None) == "int" or pd.api.types.is_integer_dtype(frame[name]):
-                frame[name] = np.rint(values).astype(
-                    frame[name].dtype if pd.api.types.is_integer_dtype(frame[name]) else np.int64
-                )
+                rounded = values.round()
+                frame[name] = rounded.astype("Int64") if rounded.isna().any() else rounded.astype(np.int64)
             else:
                 frame[name] = values
     order = generator.permutation(len(frame))

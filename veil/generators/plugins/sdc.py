@@ -111,6 +111,8 @@ class SDCPlugin(PublishPlugin):
 
             ctx = replace(ctx, seed=int(env.generator.integers(2**31)))
         clean = clean_input(data, ctx)
+        used = [*ctx.columns, *([ctx.target] if ctx.target else [])]
+        kept = np.flatnonzero(data[used].notna().all(axis=1).to_numpy())  # positions of clean's rows in data
         out = gen.run(clean, ctx)
         metrics: dict[str, Any] = dict(release_metrics(clean, out, ctx, seed=seed or 0))
         metrics.update(rows_in=len(clean), rows_out=len(out.frame), info=dict(out.info))
@@ -132,7 +134,7 @@ class SDCPlugin(PublishPlugin):
             frame=out.frame,
             columns=tuple(prot),
             synthetic=out.source is None and not plan.is_dp,
-            source_rows=None if out.source is None else np.asarray(out.source),
+            source_rows=None if out.source is None else kept[np.asarray(out.source)],
             group_columns=tuple(ctx.columns) if group_k is not None else (),
             min_group=None if group_k is None else int(group_k),
             guarantee=out.guarantee,
