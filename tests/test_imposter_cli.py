@@ -137,7 +137,7 @@ def test_publish_synth_imposter_gan_and_krr(policy: Path) -> None:
     assert recs["imposter"].params["epochs"] == 2 and "sensitive_accuracy_after" in recs["imposter"].metrics
     assert float(recs["krr"].epsilon) == 4.0 and recs["imposter"].epsilon is None
     again = runner.invoke(cli, ["publish", "synth", *common, "--output", "adult_gan"])
-    assert again.exit_code == 2 and "already exists" in again.output
+    assert again.exit_code == 2 and "exists as a published table" in again.output
     wrong = runner.invoke(cli, ["publish", "synth", *common, "--method", "gan", "--lambda", "2", "--output", "x"])
     assert wrong.exit_code == 2 and "λ = 0" in wrong.output
 
