@@ -210,7 +210,7 @@ def load_hierarchy(path: str | Path) -> Hierarchy:
     """Read one ARX-format file (``leaf;parent;…;*`` per line; the trailing ``*`` is optional)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_hierarchy_text(p)
     except OSError as exc:
         raise InputError(f"cannot read hierarchy file {str(p)!r}: {exc.strerror}", hint="Check the path") from exc
     paths = []
@@ -223,6 +223,16 @@ def load_hierarchy(path: str | Path) -> Hierarchy:
             parts = parts[:-1]
         paths.append(parts)
     return Hierarchy.from_paths(paths, source=p.name)
+
+
+def read_hierarchy_text(path: Path) -> str:
+    """A hierarchy file's text: UTF-8, else Latin-1 (ARX writes files in the platform's encoding;
+    every byte sequence is valid Latin-1, so a non-UTF-8 file never raises a decoding traceback)."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
 
 
 def _norm(name: str) -> str:

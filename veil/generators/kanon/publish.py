@@ -111,6 +111,7 @@ def publish_kanon(
         population=_population(source, qi, missing),
         population_name=f"source table {table!r}",
         extra_qi=[SOM_COLUMN] if som_columns else [],
+        missing=missing,
     )
     audit_seconds = time.perf_counter() - audit_start
     if report.k < k:
