@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from veil.errors import InputError
+from veil.generators._threads import DEFAULT_THREADS, limited_threads
 from veil.generators.pate.encoding import FeatureEncoder, LdpEncoding, check_rho, ldp_guarantee, privatise_records
 from veil.generators.pate.student import Student, binary_metrics, choose_threshold, train_student
 from veil.generators.pate.teachers import TeacherEnsemble, noisy_aggregate, partition_shards, train_teachers, vote_counts
@@ -42,6 +43,7 @@ class PateConfig:
     threshold_fraction: float = 0.2
     orders: tuple[float, ...] = DEFAULT_ORDERS
     seed: int = 0  # non-private algorithmic randomness: shards, query sample, student init
+    threads: int = DEFAULT_THREADS  # torch and BLAS threads while training (restored afterwards)
 
     def __post_init__(self) -> None:
         if isinstance(self.teachers, bool) or not isinstance(self.teachers, int) or self.teachers < 1:
@@ -60,6 +62,8 @@ class PateConfig:
             raise InputError(f"threshold must be 'roc' or 'argmax', got {self.threshold!r}")
         if not 0 < self.threshold_fraction < 1:
             raise InputError(f"threshold_fraction must be in (0, 1), got {self.threshold_fraction!r}")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
+            raise InputError(f"threads must be a positive integer, got {self.threads!r}", hint="Use e.g. threads=1")
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,40 @@ def run_pate(
     sent. ``y_student`` (true labels of those records) and ``X_valid``/``y_valid`` only feed metrics.
     ``ensemble`` reuses already trained teachers. ``rng`` is the test-only noise generator.
     """
+    with limited_threads(config.threads):
+        return _run_pate(
+            X_teachers,
+            y_teachers,
+            X_student,
+            X_valid,
+            y_valid,
+            encoder=encoder,
+            classes=classes,
+            config=config,
+            y_student=y_student,
+            groups=groups,
+            ensemble=ensemble,
+            rng=rng,
+            progress=progress,
+        )
+
+
+def _run_pate(
+    X_teachers: np.ndarray,
+    y_teachers: np.ndarray,
+    X_student: np.ndarray,
+    X_valid: np.ndarray | None,
+    y_valid: np.ndarray | None,
+    *,
+    encoder: FeatureEncoder,
+    classes: Sequence[Any],
+    config: PateConfig,
+    y_student: np.ndarray | None = None,
+    groups: np.ndarray | None = None,
+    ensemble: TeacherEnsemble | None = None,
+    rng: np.random.Generator | None = None,
+    progress: bool = True,
+) -> PateResult:
     k = len(classes)
     Xs = np.asarray(X_student, dtype=np.float64)
     if Xs.shape[0] < config.queries:
