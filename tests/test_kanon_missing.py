@@ -128,3 +128,15 @@ def test_latin1_hierarchy_files_are_read(tmp_path: Path) -> None:
     res = anonymise(df, qi=["city"], k=3, algorithm="mondrian", hierarchies=tmp_path, sensitive=["s"], seed=0)
     rep = audit_anonymity(res.table, ["city"], hierarchies=tmp_path, population=df)
     assert rep.k >= 3 and rep.ncp_percent == pytest.approx(res.ncp_percent)
+
+
+def test_release_facts_name_every_published_column(adult) -> None:
+    df = adult.dropna()
+    res = anonymise(
+        df, qi=["age", "sex"], k=5, algorithm="mondrian", sensitive=["income"], som_columns=["hours_per_week"],
+        som_label="income", som_neurons=(4, 4, 1), som_epochs=2, seed=0,
+    )  # fmt: skip
+    facts = res.release_facts(["income"])
+    named = {*facts["perturbed_columns"], *facts["covered_columns"], *facts["unprotected_columns"]}
+    assert named == set(res.table.columns)
+    assert facts["min_group_size"] == res.min_class_size >= 5 and facts["unprotected_columns"] == ("som_neuron",)

@@ -187,6 +187,21 @@ class KAnonResult:
     def n_classes(self) -> int:
         return sum(self.class_sizes.values())
 
+    def release_facts(self, sensitive: Sequence[str] = ()) -> dict[str, Any]:
+        """What the release gate checks, in the keys the SDC and synthetic methods use:
+        ``perturbed_columns`` (the generalised QIs), ``covered_columns`` (the sensitive columns,
+        published raw and covered by the k-anonymity of their rows' QIs: report their ℓ-diversity),
+        ``unprotected_columns`` (the SOM neuron, a deterministic function of raw columns),
+        ``min_group_size`` and ``row_order``."""
+        som = (SOM_COLUMN,) if SOM_COLUMN in self.table.columns else ()
+        return {
+            "perturbed_columns": self.qi,
+            "covered_columns": tuple(sensitive),
+            "unprotected_columns": som,
+            "min_group_size": self.min_class_size,
+            "row_order": "csprng",
+        }
+
 
 def _resolve_hierarchies(hierarchies: str | Path | Mapping[str, Hierarchy] | None, qi: Sequence[str]) -> dict[str, Hierarchy]:
     if hierarchies is None:
