@@ -52,7 +52,7 @@ def test_default_gan_spreads_every_column_and_respects_domains(adult, default_re
     gains = frame["capital_gain"]
     assert 0.75 < (gains == 0).mean() < 0.995 and gains.max() > 1000
     assert info["perturbed_columns"] == (*NUM, "sex", "income") and info["unprotected_columns"] == ()
-    assert info["row_order"] == "synthetic" and info["threads"] == 1 and info["pac"] == 10
+    assert info["row_order"] == "synthetic" and info["threads"] == 1 and info["pac"] == 2
 
 
 def test_gan_threads_are_set_for_training_and_restored(adult) -> None:

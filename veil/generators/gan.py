@@ -218,7 +218,7 @@ class GAN(Generator):
         Param("batch_size", int, 500, help="minibatch size (paper: 64), rounded down to a multiple of pac", lower=2),
         Param("noise_dim", int, 100, help="generator input dimension (paper: 100)", lower=1),
         Param("lr", float, 2e-4, help="Adam learning rate (paper: 1e-4 at batch 64)", lower=1e-9),
-        Param("pac", int, 10, help="PacGAN: samples per discriminator decision (1 = plain GAN)", lower=1),
+        Param("pac", int, 2, help="PacGAN: samples per discriminator decision (1 = plain GAN)", lower=1),
         Param("tau", float, 0.2, help="Gumbel-softmax temperature for categorical columns", lower=1e-3),
         Param("threads", int, DEFAULT_THREADS, help="torch and BLAS threads while training", lower=1),
     )
