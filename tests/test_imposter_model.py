@@ -36,6 +36,7 @@ def toy() -> pd.DataFrame:
     return _toy(2000, 0)
 
 
+@pytest.mark.slow
 def test_released_rows_keep_other_columns_and_valid_values(toy: pd.DataFrame) -> None:
     model = Imposter(implicit=["colour", "size"], sensitive="s", label="y", lam=1.0, epochs=2, batch_size=200, seed=1)
     out = model.fit(toy).publish(toy, seed=2)
@@ -49,6 +50,7 @@ def test_released_rows_keep_other_columns_and_valid_values(toy: pd.DataFrame) ->
     assert model.params()["lambda"] == 1.0
 
 
+@pytest.mark.slow
 def test_lambda_removes_the_dependence_that_gan_keeps(toy: pd.DataFrame) -> None:
     """Deterministic given the seeds (no statistical false-failure rate); real data: accuracy ≈ 0.93."""
     data = toy.head(1200)

@@ -25,6 +25,7 @@ guarantee: the generator is fitted to the raw data without noise and can reprodu
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -157,7 +158,7 @@ def _train(
 
     from veil.generators.base import progress_bar
 
-    gen = torch.Generator().manual_seed(int(seed) if seed is not None else int(np.random.SeedSequence().entropy % 2**63))
+    gen = torch.Generator().manual_seed(int(seed) if seed is not None else secrets.randbits(63))
     g_sizes, d_sizes = ARCHITECTURES[architecture]
     data = torch.as_tensor(z, dtype=torch.float32)
     n, d = data.shape
