@@ -337,10 +337,10 @@ def audit_anonymity(
     # NCP from the published values
     leaf_counts = leaf_counts_from_dir(hierarchies, qi)
     if missing == "leaf":
-        for counts in leaf_counts.values():
-            if _MISSING_LEAF not in counts:
-                counts[_MISSING_LEAF] = 1
-                counts["*"] = counts.get("*", 0) + 1
+        for tree in leaf_counts.values():
+            if _MISSING_LEAF not in tree:
+                tree[_MISSING_LEAF] = 1
+                tree["*"] = tree.get("*", 0) + 1
     per_qi: dict[str, float] = {}
     for col in qi:
         parsed = None if col in leaf_counts else parse_generalised(table[col])  # a tree wins, as in the generator

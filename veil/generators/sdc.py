@@ -693,7 +693,7 @@ class _DPMicroagg(_Refusing):
         declared_label = bool(ctx.target and ctx.categories and ctx.categories.get(ctx.target))
         if ctx.target and not declared_label:
             label_note = " (the label value set was read from the data: declare it in the policy to protect it too)"
-        facts = {
+        facts: dict[str, Any] = {
             "perturbed_columns": tuple(ctx.columns) + ((ctx.target,) if ctx.target else ()),
             "unprotected_columns": (),
             "min_group_size": None,
