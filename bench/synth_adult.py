@@ -1,7 +1,8 @@
 """Synthetic Adult: utility (TSTR) and privacy (DCR against a holdout, sex inference on all published
 columns) of every synthetic method, beside SDV's GaussianCopula and CTGAN (docs/benchmarks.md "synth").
 
-Run: ``.venv/bin/python -m bench.synth_adult [--rows 10000] [--gan-epochs 300] [--quick]``.
+Run: ``.venv/bin/python -m bench.synth_adult [--rows 5000] [--gan-epochs 300] [--ablation] [--quick]``
+(about 17 minutes on the shared 2-core host, SDV's CTGAN half of it).
 SDV runs only if ``.venv-sdv`` exists (``make -f bench/sdv.mk bench-sdv-venv``): it is never imported
 here; a subprocess in that venv fits it on a temporary CSV of the training rows and writes its
 samples back (``bench/_sdv_fit.py``), so SDV never enters Veil's install.
@@ -280,7 +281,7 @@ def markdown(res: dict[str, Any]) -> str:
     lines = [
         "## synth: synthetic Adult — TSTR, DCR against a holdout, sex inference on all published columns",
         "",
-        f"`python -m bench.synth_adult` ({n:,} training rows and {n:,} holdout rows drawn from `adult.data` "
+        f"`python -m bench.synth_adult --rows {n} --ablation` ({n:,} training rows and {n:,} holdout rows drawn from `adult.data` "
         "without missing values, seeded; `adult.test` is the TSTR test set; one torch/BLAS thread; "
         "times on a shared 2-core host, noisy up to 3×). TSTR: gradient-boosted income classifier "
         "trained on the release, accuracy on real test rows; TRTR: the same trained on the real training "
@@ -323,7 +324,7 @@ def main() -> None:
     from bench._report import write_section
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=int, default=10000)
+    ap.add_argument("--rows", type=int, default=5000)
     ap.add_argument("--gan-epochs", type=int, default=300)
     ap.add_argument("--imposter-epochs", type=int, default=30)
     ap.add_argument("--ctgan-epochs", type=int, default=100)
