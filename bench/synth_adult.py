@@ -281,8 +281,8 @@ def markdown(res: dict[str, Any]) -> str:
     lines = [
         "## synth: synthetic Adult — TSTR, DCR against a holdout, sex inference on all published columns",
         "",
-        f"`python -m bench.synth_adult --rows {n} --ablation` ({n:,} training rows and {n:,} holdout rows drawn from `adult.data` "
-        "without missing values, seeded; `adult.test` is the TSTR test set; one torch/BLAS thread; "
+        f"`python -m bench.synth_adult --rows {n} --ablation` ({n:,} training rows and {n:,} holdout rows "
+        "drawn from `adult.data` without missing values, seeded; `adult.test` is the TSTR test set; one torch/BLAS thread; "
         "times on a shared 2-core host, noisy up to 3×). TSTR: gradient-boosted income classifier "
         "trained on the release, accuracy on real test rows; TRTR: the same trained on the real training "
         "rows with the same columns. DCR: share of released rows closer to a training row than to any "
