@@ -12,6 +12,8 @@ meaning. The rewrite pass runs :func:`neutralise` over every generated tree (aft
   ``CASE``) is cast to an integer — Spark refuses booleans in arithmetic;
 * an integer ``SUM`` sums ``DECIMAL(38,0)``: DuckDB widens to HUGEINT itself, Spark errors (ANSI on)
   or wraps silently (ANSI off) on 64-bit overflow;
+* a real number cast to an integer is rounded (PostgreSQL, DuckDB); Spark would truncate: the cast
+  reads ``CAST(ROUND(x) AS …)``;
 * divisions already divide by ``NULLIF(b, 0)`` (:mod:`veil.proxy.totality`): ``x / 0`` is NULL on
   every engine, never an error.
 
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-__all__ = ["WIDE_SUM", "is_boolean", "is_integral", "narrow_sums", "neutralise"]
+__all__ = ["WIDE_SUM", "is_boolean", "is_integral", "is_real", "narrow_sums", "neutralise"]
 
 #: Marks the cast of an integer SUM's argument to DECIMAL(38,0) (engines that widen natively drop it).
 WIDE_SUM = "veil_wide_sum"
@@ -107,6 +109,30 @@ def is_integral(node: exp.Expression) -> bool:
     return False
 
 
+_REAL_TYPES = (*exp.DataType.REAL_TYPES,)
+
+
+def is_real(node: exp.Expression) -> bool:
+    """Is ``node`` a non-integer number (DOUBLE, DECIMAL, a division, a root …)?"""
+    n = _unparen(node)
+    if isinstance(n, exp.Literal):
+        return not n.is_string and not n.is_int
+    if isinstance(n, (exp.Cast, exp.TryCast)):
+        return n.to.is_type(*_REAL_TYPES)
+    if isinstance(n, exp.Try):
+        return is_real(n.this)
+    if isinstance(n, (exp.Div, exp.Sqrt, exp.Ln, exp.Log, exp.Exp, exp.Pow, exp.Pi, exp.Avg)):
+        return True
+    if isinstance(n, (exp.Add, exp.Sub, exp.Mul, exp.Mod)):
+        return is_real(n.this) or is_real(n.expression)
+    if isinstance(n, (exp.Neg, exp.Abs, exp.Sign, exp.Round, exp.Floor, exp.Ceil)):
+        return is_real(n.this)
+    if isinstance(n, (exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif)):
+        return any(is_real(b) for b in _branches(n))
+    t = n.type
+    return t is not None and t.is_type(*_REAL_TYPES)
+
+
 def _numeric_context(node: exp.Expression) -> bool:
     """Is ``node`` (a boolean expression) used where a number is expected?"""
     child: exp.Expression = node
@@ -145,6 +171,10 @@ def neutralise(tree: exp.Expression) -> exp.Expression:
             node.replace(exp.Log(this=exp.Literal.number(10), expression=node.this))
         elif isinstance(node, exp.Extract) and str(node.this.name).upper() in _DOW_PARTS:
             node.replace(exp.DayOfWeek(this=node.expression))
+    # a real cast to an integer rounds (PostgreSQL, DuckDB); Spark would truncate
+    for node in list(tree.find_all(exp.Cast, exp.TryCast)):
+        if node.to.is_type(*_INT_TYPES) and is_real(node.this):
+            node.set("this", exp.Round(this=node.this))
     # deepest first: an outer cast then copies the inner ones
     targets = [n for n in tree.walk() if not isinstance(n.parent, exp.Paren) and is_boolean(n) and _numeric_context(n)]
     for n in reversed(targets):
