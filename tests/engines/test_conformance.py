@@ -69,7 +69,8 @@ CASES: dict[str, str] = {
     " COUNT(*) FILTER (WHERE EXP(age_offset) > 2), COUNT(*) FILTER (WHERE LOG(2, hours) > 4) FROM people",
     "where_division_by_zero": "SELECT COUNT(*) FROM people WHERE age / (age - age) IS NULL AND age % (age - age) IS NULL",
     "where_dates": "SELECT COUNT(*) FILTER (WHERE EXTRACT(DOW FROM born) = 0),"
-    " COUNT(*) FILTER (WHERE EXTRACT(YEAR FROM born) < 1970), COUNT(*) FILTER (WHERE EXTRACT(MONTH FROM born) = 2), COUNT(*) FILTER (WHERE born > DATE '1980-06-01') FROM people",
+    " COUNT(*) FILTER (WHERE EXTRACT(YEAR FROM born) < 1970), COUNT(*) FILTER (WHERE EXTRACT(MONTH FROM born) = 2),"
+    " COUNT(*) FILTER (WHERE born > DATE '1980-06-01') FROM people",
     "where_strings": "SELECT COUNT(*) FROM people WHERE LOWER(sex) = 'male' AND LENGTH(state) = 2 AND UPPER(state) = state"
     " AND SUBSTRING(state, 1, 1) <> 'Q' AND TRIM(state) || '!' <> 'X!' AND LEFT(state, 1) <> 'Q' AND RIGHT(state, 1) <> 'Q'"
     " AND REPLACE(state, 'A', 'a') <> 'x' AND CONCAT(state, sex) <> 'x'",

@@ -79,8 +79,8 @@ def _spark_sql(tmp_path: Path, sql: str) -> str:
 def test_spark_rendering_keeps_duckdb_meaning(tmp_path: Path) -> None:
     sql = _spark_sql(
         tmp_path,
-        "SELECT SUM(CAST(x AS BIGINT) + 1), COUNT(*) FILTER (WHERE EXTRACT(DOW FROM d) = 0 AND LOG(x) > 1 AND CAST(s AS BIGINT) > 2"
-        " AND x * 2 > 1 AND x % 3 = 1 AND x / 0 IS NULL AND EXTRACT(ISODOW FROM d) = 7) FROM t",
+        "SELECT SUM(CAST(x AS BIGINT) + 1), COUNT(*) FILTER (WHERE EXTRACT(DOW FROM d) = 0 AND LOG(x) > 1"
+        " AND CAST(s AS BIGINT) > 2 AND x * 2 > 1 AND x % 3 = 1 AND x / 0 IS NULL AND EXTRACT(ISODOW FROM d) = 7) FROM t",
     )
     assert "SUM(CAST(TRY_ADD(TRY_CAST(x AS BIGINT), 1) AS DECIMAL(38, 0)))" in sql
     assert "(DAYOFWEEK(d) - 1) = 0" in sql

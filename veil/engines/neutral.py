@@ -83,6 +83,8 @@ def is_boolean(node: exp.Expression) -> bool:
         return bool(branches) and all(is_boolean(b) for b in branches)
     if isinstance(n, exp.Try):
         return is_boolean(n.this)
+    if not isinstance(n, exp.Column):
+        return False  # arithmetic and functions are numbers, text or dates (whatever a lenient annotation says)
     t = n.type
     return t is not None and t.is_type(exp.DataType.Type.BOOLEAN)
 
