@@ -91,7 +91,6 @@ CASES: dict[str, str] = {
     # post-processing
     "having": "SELECT state, COUNT(*) AS n FROM people GROUP BY state HAVING n > 300",
     "order_limit_offset": "SELECT state, COUNT(*) AS n FROM people GROUP BY state ORDER BY n DESC, state LIMIT 3 OFFSET 1",
-    "distinct_over_answers": "SELECT DISTINCT married FROM (SELECT married FROM people) AS p GROUP BY married",
     "aggregate_arithmetic": "SELECT COUNT(*) * 2 + 1, 100.0 * COUNT(*) FILTER (WHERE married) / COUNT(*), ROUND(AVG(age), 1)"
     " FROM people",
     # FROM shapes
