@@ -68,7 +68,8 @@ QUERIES: dict[str, str] = {
     "COUNT(*)": "SELECT COUNT(*) FROM people WHERE age >= {b} AND income > -{u}",
     "AVG(income)": "SELECT AVG(income) FROM people WHERE age >= {b} AND income > -{u}",
     "state GROUP BY": "SELECT state, COUNT(*), AVG(income) FROM people WHERE age >= {b} AND income > -{u} GROUP BY state",
-    "sex×diagnosis GROUP BY": "SELECT sex, diagnosis, COUNT(*) FROM people WHERE age >= {b} AND income > -{u} GROUP BY sex, diagnosis",
+    "sex×diagnosis GROUP BY": "SELECT sex, diagnosis, COUNT(*) FROM people WHERE age >= {b} AND income > -{u}"
+    " GROUP BY sex, diagnosis",
     "1M-group GROUP BY": "SELECT cell, COUNT(*) FROM people WHERE age >= {b} AND income > -{u} GROUP BY cell",
     "MEDIAN(income)": "SELECT MEDIAN(income) FROM people WHERE age >= {b} AND income > -{u}",
 }
