@@ -243,10 +243,11 @@ class SparkEngine:
 
     @property
     def session(self) -> SparkSession:
+        s = spark_session(self._spec)  # also re-points a local catalog at this policy's warehouse
         if self._session is None:
-            self._session = spark_session(self._spec)
-            self._session.catalog.setCurrentDatabase(self._spec.database)
-        return self._session
+            s.catalog.setCurrentDatabase(self._spec.database)
+            self._session = s
+        return s
 
     def generation(self) -> int:
         """Changes after a write through this process, and every :data:`RECHECK_SECONDS` (outside writes)."""
