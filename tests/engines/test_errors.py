@@ -13,7 +13,7 @@ from veil.engines import open_engine
 from veil.engines.base import EngineError
 from veil.policy import Policy
 
-BINDING = ["SELECT nope FROM people", "SELECT age + 'x' || 1 FROM people WHERE sex > DATE '2020-01-01'"]
+BINDING = ["SELECT nope FROM people", "SELECT age FROM people GROUP BY sex", "SELECT SUM(sex, age) FROM people"]
 
 
 def _check(policy: Policy, runtime_sql: str) -> None:

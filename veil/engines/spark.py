@@ -87,7 +87,8 @@ def spark_session(spec: EngineSpec) -> SparkSession:
                 _activate_local(s, spec)
             return s
         try:
-            from pyspark.sql import SparkSession
+            with _quiet():
+                from pyspark.sql import SparkSession
         except ImportError:
             raise InputError(
                 "the policy names a Spark engine but pyspark is not installed", hint="pip install 'veil[spark]'"
@@ -111,7 +112,7 @@ def spark_session(spec: EngineSpec) -> SparkSession:
             )
         s = builder.getOrCreate()
         if spec.remote is None:
-            s.sparkContext.setLogLevel("ERROR")
+            s.sparkContext.setLogLevel("FATAL")  # a refused statement is Veil's to report, without its SQL
         s.conf.set("spark.sql.ansi.enabled", "false")
         s.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
         s.conf.set("spark.sql.session.timeZone", "UTC")
