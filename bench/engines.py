@@ -15,6 +15,7 @@ Run: ``.venv/bin/python -m bench.engines [--rows 1000000 10000000] [--reps 3] [-
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import tempfile
@@ -54,7 +55,7 @@ SPARK = '[engine]\nkind = "spark"\nmaster = "local[2]"\n'
 
 #: Data generated inside the engine (DuckDB dialect; transpiled for Spark). ``i`` runs over range(n).
 GENERATE = """
-SELECT CAST(i / 4 AS BIGINT) AS user_id,
+SELECT CAST(i // 4 AS BIGINT) AS user_id,
        CAST(18 + (i * 7919) % 73 AS BIGINT) AS age,
        CAST(((i * 104729) % 200000) AS DOUBLE) AS income,
        CASE WHEN i % 2 = 0 THEN 'F' ELSE 'M' END AS sex,
@@ -62,6 +63,17 @@ SELECT CAST(i / 4 AS BIGINT) AS user_id,
        'D' || CAST((i * 17) % 10 AS VARCHAR) AS diagnosis,
        CAST(i % 1000000 AS BIGINT) AS cell
 FROM range({n}) AS r(i)
+"""
+
+GENERATE_SPARK = """
+SELECT CAST(id DIV 4 AS BIGINT) AS user_id,
+       CAST(18 + (id * 7919) % 73 AS BIGINT) AS age,
+       CAST((id * 104729) % 200000 AS DOUBLE) AS income,
+       CASE WHEN id % 2 = 0 THEN 'F' ELSE 'M' END AS sex,
+       concat('S', CAST((id * 31) % 50 AS STRING)) AS state,
+       concat('D', CAST((id * 17) % 10 AS STRING)) AS diagnosis,
+       CAST(id % 1000000 AS BIGINT) AS cell
+FROM range({n})
 """
 
 QUERIES: dict[str, str] = {
@@ -88,7 +100,7 @@ def _load(policy: Policy, n: int) -> float:
         from veil.engines import spark
 
         s = spark.spark_session(policy.engine)
-        sql = sqlglot.transpile(GENERATE.format(n=n), read="duckdb", write="spark")[0].replace("RANGE(", "range(")
+        sql = GENERATE_SPARK.format(n=n)
         loc = spark._location(policy.engine, "people")
         s.sql("DROP TABLE IF EXISTS people")
         s.sql(f"CREATE TABLE people USING parquet LOCATION '{loc}' AS {sql}")
@@ -124,7 +136,7 @@ def _median_ms(xs: list[float]) -> float:
     return statistics.median(xs) * 1000
 
 
-def run(engine: str, n: int, reps: int, base: Path) -> list[dict[str, Any]]:
+def run(engine: str, n: int, reps: int, base: Path, queries: list[str]) -> list[dict[str, Any]]:
     policy = _policy(base / f"{engine}-{n}", engine)
     load_s = _load(policy, n)
     raw = _raw_runner(policy)
@@ -140,8 +152,12 @@ def run(engine: str, n: int, reps: int, base: Path) -> list[dict[str, Any]]:
         out.append(
             {"engine": engine, "rows": n, "query": "bounded copy build", "raw": None, "veil": max(first_s - warm_s, 0) * 1000}
         )
+        for r in out:
+            print(r, flush=True)
         bound = 18
         for name, template in QUERIES.items():
+            if name not in queries:
+                continue
             raws: list[float] = []
             veils: list[float] = []
             for _ in range(reps):
@@ -191,10 +207,15 @@ def main() -> None:
     ap.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000])
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--engines", nargs="+", default=["duckdb", "spark"], choices=["duckdb", "spark"])
+    ap.add_argument("--queries", nargs="*", default=list(QUERIES), help="a subset of the queries (default: all)")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--json", type=Path, help="also save this run's results here")
+    ap.add_argument("--merge", type=Path, nargs="*", default=[], help="results of earlier runs to report with this one")
     args = ap.parse_args()
     load0 = os.getloadavg()[0]
     results: list[dict[str, Any]] = []
+    for f in args.merge:
+        results.extend(json.loads(f.read_text(encoding="utf-8")))
     with tempfile.TemporaryDirectory(prefix="veil-bench-engines-") as d:
         for engine in args.engines:
             if engine == "spark":
@@ -205,7 +226,10 @@ def main() -> None:
                     print(f"skipping Spark: {reason}")
                     continue
             for n in args.rows:
-                results.extend(run(engine, n, args.reps, Path(d)))
+                results.extend(run(engine, n, args.reps, Path(d), args.queries))
+    if args.json is not None:
+        mine = [r for r in results if r not in [x for f in args.merge for x in json.loads(f.read_text(encoding="utf-8"))]]
+        args.json.write_text(json.dumps(mine, indent=1), encoding="utf-8")
     md = report(results, args.reps, f"{load0:.1f} at start, {os.getloadavg()[0]:.1f} at end")
     print(md)
     if not args.no_write:
