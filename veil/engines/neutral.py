@@ -135,6 +135,14 @@ def is_real(node: exp.Expression) -> bool:
     return t is not None and t.is_type(*_REAL_TYPES)
 
 
+def _whole(node: exp.Expression) -> bool:
+    """Is ``node`` a real that is already a whole number (ROUND without digits, FLOOR, CEIL)?"""
+    n = _unparen(node)
+    while isinstance(n, exp.Try):
+        n = _unparen(n.this)
+    return isinstance(n, (exp.Floor, exp.Ceil)) or (isinstance(n, exp.Round) and n.args.get("decimals") is None)
+
+
 def _numeric_context(node: exp.Expression) -> bool:
     """Is ``node`` (a boolean expression) used where a number is expected?"""
     child: exp.Expression = node
@@ -175,7 +183,7 @@ def neutralise(tree: exp.Expression) -> exp.Expression:
             node.replace(exp.DayOfWeek(this=node.expression))
     # a real cast to an integer rounds (PostgreSQL, DuckDB); Spark would truncate
     for node in list(tree.find_all(exp.Cast, exp.TryCast)):
-        if node.to.is_type(*_INT_TYPES) and is_real(node.this):
+        if node.to.is_type(*_INT_TYPES) and is_real(node.this) and not _whole(node.this):
             node.set("this", exp.Round(this=node.this))
     # deepest first: an outer cast then copies the inner ones
     targets = [n for n in tree.walk() if not isinstance(n.parent, exp.Paren) and is_boolean(n) and _numeric_context(n)]

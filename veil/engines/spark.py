@@ -120,7 +120,10 @@ def spark_session(spec: EngineSpec) -> SparkSession:
         if spec.remote is None:
             _activate_local(s, spec)
         else:
-            s.sql(f"CREATE DATABASE IF NOT EXISTS {_q(spec.database)}")
+            try:
+                s.sql(f"CREATE DATABASE IF NOT EXISTS {_q(spec.database)}")
+            except Exception:  # a cluster may refuse CREATE; the database then has to exist already
+                pass
     return s
 
 
