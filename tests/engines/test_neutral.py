@@ -181,14 +181,14 @@ def test_exact_answers_have_the_postgres_meaning(policy: tuple[Policy, pd.DataFr
         want = (
             int((np.log10(x) > 1.5).sum()),
             int((np.log(x) > 1.5).sum()),
-            int((pd.to_datetime(df["d"]).dt.dayofweek == 6).sum()),  # pandas: Monday = 0, Sunday = 6
+            int((pd.to_datetime(df["d"]).dt.day_of_week == 6).sum()),  # pandas: Monday = 0, Sunday = 6
             N,
             int((x > 40).sum()),
             int(df["b"].sum()),
             int(x[df["b"].to_numpy()].sum()),
         )
     assert ans.rows[0] == want
-    assert int((np.log10(x) > 1.5).sum()) != int((np.log(x) > 1.5).sum())  # the test can tell the two apart
+    assert want[0] != want[1]  # the test can tell the two logarithms apart
 
 
 def test_integer_sum_does_not_overflow(policy: tuple[Policy, pd.DataFrame]) -> None:
