@@ -448,6 +448,11 @@ def staging_name(token: str) -> str:
 
 def stage_publication(policy: Policy, token: str, output: str, frame: pd.DataFrame | None, *, staging_file: str = "") -> None:
     """Write ``frame`` under its staging name (or note a staged model file) and a journal row, atomically."""
+    if policy.engine.kind == "spark":
+        raise InputError(
+            "publishing into a Spark warehouse is not supported yet (the publish transaction is DuckDB's)",
+            hint="Publish from a policy without [engine] (DuckDB), then load the table into Spark with `veil ingest`",
+        )
     with writer(policy) as con:
         con.execute("BEGIN TRANSACTION")
         try:
