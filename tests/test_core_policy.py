@@ -122,7 +122,7 @@ def test_every_policy_key_is_documented() -> None:
     from veil import policy as mod
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "policy.md").read_text(encoding="utf-8")
-    keys = set(mod._TOP_KEYS) | mod._TABLE_KEYS | mod._COLUMN_KEYS | mod._DEFAULT_KEYS | {"path", "epsilon"}
+    keys = set(mod._TOP_KEYS) | mod._TABLE_KEYS | mod._COLUMN_KEYS | mod._DEFAULT_KEYS | mod._ENGINE_KEYS | {"path", "epsilon"}
     documented = set(re.findall(r"`([a-z_]+)`", doc)) | set(re.findall(r"\[([a-z_]+)[.\]]", doc))
     missing = sorted(keys - documented)
     assert not missing, f"undocumented policy keys: {missing}"

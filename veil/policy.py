@@ -27,6 +27,7 @@ __all__ = [
     "ColumnSpec",
     "ColumnType",
     "Defaults",
+    "EngineSpec",
     "Policy",
     "TableSpec",
     "load_policy",
@@ -134,6 +135,17 @@ class Defaults:
 
 
 @dataclass(frozen=True)
+class EngineSpec:
+    """``[engine]``: which engine holds the tables (DuckDB embedded unless a Spark engine is named)."""
+
+    kind: Literal["duckdb", "spark"] = "duckdb"
+    master: str | None = None  # Spark in this process (pyspark), e.g. "local[2]"
+    remote: str | None = None  # Spark Connect, e.g. "sc://host:15002"
+    database: str = "default"  # the Spark database holding the tables (and Veil's bounded copies)
+    warehouse: Path | None = None  # local mode: spark.sql.warehouse.dir (absolute)
+
+
+@dataclass(frozen=True)
 class Policy:
     """A loaded policy. Paths are absolute (resolved against the policy file's folder)."""
 
@@ -143,6 +155,7 @@ class Policy:
     defaults: Defaults
     tables: Mapping[str, TableSpec] = field(default_factory=lambda: MappingProxyType({}))
     analysts: Mapping[str, AnalystSpec] = field(default_factory=lambda: MappingProxyType({}))
+    engine: EngineSpec = field(default_factory=EngineSpec)
 
     @property
     def base_dir(self) -> Path:
@@ -167,7 +180,8 @@ class Policy:
             ) from None
 
 
-_TOP_KEYS = {"database", "ledger", "defaults", "tables", "analysts"}
+_TOP_KEYS = {"database", "ledger", "defaults", "tables", "analysts", "engine"}
+_ENGINE_KEYS = {"kind", "master", "remote", "database", "warehouse"}
 _TABLE_KEYS = {"privacy_unit", "max_rows_per_unit", "public", "columns", "epsilon_total", "delta_total"}
 _COLUMN_KEYS = {"type", "lower", "upper", "values"}
 _DEFAULT_KEYS = {"epsilon_per_query", "min_epsilon_per_query", "partition_delta", "confidence"}
@@ -346,7 +360,42 @@ def parse_policy(data: Mapping[str, Any], path: Path) -> Policy:
         defaults=defaults,
         tables=MappingProxyType(tables),
         analysts=MappingProxyType(analysts),
+        engine=_parse_engine(_section(data, "engine", "policy"), base),
     )
+
+
+def _parse_engine(raw: Mapping[str, Any], base: Path) -> EngineSpec:
+    _check_keys(raw, _ENGINE_KEYS, "[engine]")
+    for key in _ENGINE_KEYS:
+        if key in raw and not isinstance(raw[key], str):
+            raise PolicyError(f"[engine].{key} must be a string, got {raw[key]!r}")
+    kind = raw.get("kind", "duckdb")
+    if kind not in ("duckdb", "spark"):
+        raise PolicyError(
+            f"[engine].kind must be 'duckdb' or 'spark', got {kind!r}", hint=did_you_mean(kind, ["duckdb", "spark"])
+        )
+    if kind == "duckdb":
+        if set(raw) - {"kind"}:
+            raise PolicyError(f"[engine] keys {sorted(set(raw) - {'kind'})} apply only to kind = 'spark'")
+        return EngineSpec()
+    master, remote = raw.get("master"), raw.get("remote")
+    if (master is None) == (remote is None):
+        raise PolicyError(
+            "[engine] with kind = 'spark' needs exactly one of master (e.g. 'local[2]') or remote (e.g. 'sc://host:15002')"
+        )
+    if remote is not None and not remote.startswith("sc://"):
+        raise PolicyError(f"[engine].remote must be a Spark Connect address 'sc://host:port', got {remote!r}")
+    if remote is not None and "warehouse" in raw:
+        raise PolicyError("[engine].warehouse applies to master (local) mode only; a cluster keeps its own warehouse")
+    database = raw.get("database", "default")
+    if normalise_name(database) != database:
+        raise PolicyError(
+            f"[engine].database must be a plain SQL name, got {database!r}", hint=f"Use {normalise_name(database)!r}"
+        )
+    warehouse = (base / raw["warehouse"]).resolve() if "warehouse" in raw else None
+    if master is not None and warehouse is None:
+        warehouse = (base / "spark-warehouse").resolve()
+    return EngineSpec(kind="spark", master=master, remote=remote, database=database, warehouse=warehouse)
 
 
 def load_policy(path: str | Path) -> Policy:

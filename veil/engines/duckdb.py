@@ -18,6 +18,7 @@ import duckdb
 from sqlglot import exp
 
 from veil.engines.base import EngineError, Result
+from veil.engines.neutral import narrow_sums
 from veil.errors import InternalError
 from veil.policy import Policy
 from veil.store import warehouse
@@ -85,7 +86,8 @@ class DuckDBEngine:
         return self._cursor
 
     def render(self, tree: exp.Expression) -> str:
-        return tree.sql(dialect=self.dialect)
+        """DuckDB SQL of a neutral tree (integer sums left to DuckDB's own HUGEINT widening)."""
+        return narrow_sums(tree.copy()).sql(dialect=self.dialect)
 
     def _path(self) -> object:
         if self._policy is None:

@@ -100,7 +100,7 @@ def laplace(values: ArrayLike, *, scale: float, rng: np.random.Generator | None 
         return arr.copy()
     if rng is not None:
         return arr + rng.laplace(0.0, s, size=arr.shape)
-    flat = _float_laplace(s)(arr.ravel().tolist())
+    flat = _float_laplace(s)(np.ascontiguousarray(arr.ravel(), dtype=np.float64))  # OpenDP's NumPy input path
     return np.asarray(flat, dtype=np.float64).reshape(arr.shape)
 
 
@@ -126,7 +126,7 @@ def discrete_laplace(values: ArrayLike, *, scale: float, rng: np.random.Generato
         g1 = rng.geometric(p, size=arr.shape) - 1
         g2 = rng.geometric(p, size=arr.shape) - 1
         return arr + g1 - g2
-    flat = _int_laplace(s)(arr.ravel().tolist())
+    flat = _int_laplace(s)(np.ascontiguousarray(arr.ravel(), dtype=np.int64))  # OpenDP's NumPy input path
     return np.asarray(flat, dtype=np.int64).reshape(arr.shape)
 
 

@@ -6,9 +6,11 @@ data (:meth:`Engine.table_version`) and this module's algorithm — built once a
 later query. The copy holds only the declared columns, each cast to its declared type (``TRY_CAST``:
 a value that does not convert becomes NULL), numeric ones clamped to their bounds (NaN becomes
 NULL, ±inf the bound). For a user-level table it keeps at most ``max_rows_per_unit`` rows per unit,
-chosen by a keyed cryptographic hash (SHA-256 of a secret salt and the row's content, unit
+chosen by a keyed cryptographic hash (SHA-256 of a secret salt and the typed row's content, unit
 included), so which rows are kept depends only on that unit's own rows and not on physical order;
-rows whose unit is NULL are dropped (no person can be bounded without an identifier).
+rows whose unit is NULL are dropped (no person can be bounded without an identifier). The SELECT is
+built as a neutral tree (:func:`build_tree`) that each engine renders in its dialect; the row's text
+reads the same on every engine, so DuckDB and Spark keep the same rows.
 
 A changed bound, type, unit column or contribution bound changes the identity, so no query ever reads
 a copy built for another policy. Salts and identities live in the ledger, not the warehouse.
@@ -22,15 +24,18 @@ import secrets
 import threading
 from collections.abc import Callable
 
+import sqlglot
+from sqlglot import exp
+
 from veil.engines.base import Engine
 from veil.errors import InternalError
 from veil.policy import ColumnSpec, TableSpec
 from veil.store.ledger import Ledger
 
-__all__ = ["ALGORITHM", "BoundedCopies", "build_sql", "spec_identity"]
+__all__ = ["ALGORITHM", "BoundedCopies", "build_sql", "build_tree", "spec_identity"]
 
 #: Changes whenever the copy's construction changes, so old copies are never reused.
-ALGORITHM = "veil-bounded-copy/2"
+ALGORITHM = "veil-bounded-copy/3"
 
 _SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "category": "VARCHAR", "bool": "BOOLEAN", "date": "DATE"}
 
@@ -68,19 +73,43 @@ def _typed(col: ColumnSpec) -> str:
     return f"{v} AS {q}"
 
 
-def build_sql(spec: TableSpec, salt: str) -> str:
-    """DuckDB SELECT producing the bounded copy of ``spec``'s table."""
+def _row_text(columns: list[str]) -> str:
+    """An engine-independent text of a typed row: each value as ``length:text`` (``N`` for NULL), ``|``-joined."""
+    parts = [
+        f"coalesce(CAST(length(CAST({_q(c)} AS VARCHAR)) AS VARCHAR) || ':' || CAST({_q(c)} AS VARCHAR), 'N')" for c in columns
+    ]
+    return " || '|' || ".join(parts)
+
+
+def build_tree(spec: TableSpec, salt: str) -> exp.Select:
+    """The SELECT producing the bounded copy of ``spec``'s table, as a neutral tree (each engine renders it).
+
+    The rows kept per unit are ranked by SHA-256 of the salt and the typed row's text, which reads the
+    same on every engine (integers, text, dates and booleans; doubles as each engine prints them).
+    """
+    if not all(c.isalnum() for c in salt):
+        raise InternalError("a bounded-copy salt must be alphanumeric")
     typed = ", ".join(_typed(c) for c in spec.columns.values())
     if spec.privacy_unit is None:
-        return f"SELECT {typed} FROM {_q(spec.name)}"
-    unit = _q(spec.privacy_unit)
-    row = "to_json(struct_pack(" + ", ".join(f"{_q(c)} := {_q(c)}" for c in spec.columns) + "))"
-    key = f"sha256(concat('{salt}', '|', {row}))"
-    outer = ", ".join(_q(c) for c in spec.columns)
-    return (
-        f"SELECT {outer} FROM (SELECT {typed}, row_number() OVER (PARTITION BY {unit} ORDER BY {key}) AS __veil_rn "
-        f"FROM {_q(spec.name)} WHERE {unit} IS NOT NULL) WHERE __veil_rn <= {int(spec.max_rows_per_unit)}"
-    )
+        sql = f"SELECT {typed} FROM {_q(spec.name)}"
+    else:
+        unit = _q(spec.privacy_unit)
+        key = f"sha256('{salt}' || '|' || {_row_text(list(spec.columns))})"
+        cols = ", ".join(_q(c) for c in spec.columns)
+        sql = (
+            f"SELECT {cols} FROM (SELECT {cols}, row_number() OVER (PARTITION BY {unit} ORDER BY {key}) AS __veil_rn "
+            f"FROM (SELECT {typed} FROM {_q(spec.name)}) AS __veil_typed WHERE {unit} IS NOT NULL) AS __veil_ranked "
+            f"WHERE __veil_rn <= {int(spec.max_rows_per_unit)}"
+        )
+    tree = sqlglot.parse_one(sql, read="duckdb")
+    if not isinstance(tree, exp.Select):
+        raise InternalError("the bounded-copy SQL is not a SELECT")
+    return tree
+
+
+def build_sql(spec: TableSpec, salt: str, dialect: str = "duckdb") -> str:
+    """:func:`build_tree` rendered in ``dialect`` (for reading; engines render the tree themselves)."""
+    return build_tree(spec, salt).sql(dialect=dialect)
 
 
 class BoundedCopies:
@@ -106,7 +135,7 @@ class BoundedCopies:
         known = ledger.bounded_copy(identity)
         if known is None or not engine.table_exists(known[0]):
             salt = known[1] if known is not None else secrets.token_hex(32)
-            engine.materialise(name, build_sql(spec, salt))
+            engine.materialise(name, engine.render(build_tree(spec, salt)))
             for old in ledger.record_bounded_copy(identity, spec.name, name, salt):
                 if old != name:
                     engine.drop(old)

@@ -4,7 +4,9 @@ Only SQL generated here, from the validated tree, reaches private data. The priv
 replaced by its bounded copy (:mod:`veil.proxy.bounding`: declared columns only, typed, clamped,
 contribution-bounded); HAVING, ORDER BY, LIMIT and DISTINCT are removed (they run later over the
 noisy answers); every expression is made total (:mod:`veil.proxy.totality`), so the generated SQL
-cannot fail because of the data. The trees are engine-neutral; the engine renders them.
+cannot fail because of the data, and neutral (:mod:`veil.engines.neutral`: ``LOG`` base 10, day of
+week 0–6, booleans cast before arithmetic, integer sums widened), so every engine gives the same
+answer. The engine renders the trees in its dialect.
 
 >>> from veil.proxy.catalog import Catalog, CatalogTable
 >>> from veil.proxy.parse import parse
@@ -27,6 +29,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
+from veil.engines.neutral import neutralise
 from veil.errors import InternalError
 from veil.proxy.plan import QueryPlan, Statistic
 from veil.proxy.totality import make_total
@@ -83,7 +86,8 @@ def _quantities(stat: Statistic) -> list[exp.Expression]:
         counted = stat.count_arg.copy() if stat.count_arg is not None else arg.copy()
         return [_with_filter(exp.Sum(this=arg), stat.filter), _with_filter(exp.Count(this=counted), stat.filter)]
     if stat.kind == "sumsq_centered":
-        d = exp.Sub(this=exp.Paren(this=arg), expression=_lit(stat.center))
+        # in DOUBLE: the square of a wide integer would overflow 64 bits
+        d = exp.Sub(this=exp.cast(exp.Paren(this=arg), exp.DataType.build("DOUBLE")), expression=_lit(stat.center))
         return [_with_filter(exp.Sum(this=exp.Mul(this=exp.Paren(this=d), expression=exp.Paren(this=d.copy()))), stat.filter)]
     raise InternalError(f"no raw quantity for statistic kind {stat.kind!r}")
 
@@ -107,7 +111,7 @@ def _template(p: QueryPlan, source: str) -> exp.Select:
 
 def _finish(tree: exp.Select, columns: list[exp.Expression]) -> exp.Select:
     tree.set("expressions", columns)
-    out = make_total(tree)
+    out = neutralise(make_total(tree))
     if not isinstance(out, exp.Select):
         raise InternalError("make_total changed a SELECT into something else")
     return out
@@ -163,7 +167,7 @@ def _grid(p: QueryPlan, template: exp.Select, stat: Statistic) -> exp.Select:
 
 def public_query(tree: exp.Select) -> exp.Select:
     """A public-only query as it will run on the public connection: regenerated from the tree, total."""
-    out = make_total(tree)
+    out = neutralise(make_total(tree))
     if not isinstance(out, exp.Select):
         raise InternalError("make_total changed a SELECT into something else")
     return out

@@ -18,6 +18,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 
 import duckdb
 import pandas as pd
@@ -196,6 +197,8 @@ def writer(policy: Policy | Path | str) -> Iterator[duckdb.DuckDBPyConnection]:
 
 def table_names(policy: Policy) -> list[str]:
     """Tables present in the warehouse file (not only those in the policy)."""
+    if policy.engine.kind == "spark":
+        return _spark().table_names(policy)
     if not policy.database_path.exists():
         return []
     with writer(policy) as con:
@@ -213,6 +216,8 @@ def _check_table(con: duckdb.DuckDBPyConnection, table: str) -> None:
 
 def table_columns(policy: Policy, table: str) -> list[tuple[str, str]]:
     """``(column, DuckDB type)`` pairs of a warehouse table."""
+    if policy.engine.kind == "spark":
+        return _spark().table_columns(policy, table)
     with writer(policy) as con:
         _check_table(con, table)
         rows = con.execute(
@@ -224,6 +229,8 @@ def table_columns(policy: Policy, table: str) -> list[tuple[str, str]]:
 
 def read_table(policy: Policy, table: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
     """The whole table as a DataFrame (curator access: raw values, no noise)."""
+    if policy.engine.kind == "spark":
+        return _spark().read_table(policy, table, columns)
     with writer(policy) as con:
         _check_table(con, table)
         if columns:
@@ -249,6 +256,9 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
         raise InputError(f"table name {table!r} is reserved for Veil's internal tables", hint="Choose another name")
     if normalise_name(table) != table:
         raise InputError(f"table name {table!r} is not a plain SQL name", hint=f"Use {normalise_name(table)!r}")
+    if policy.engine.kind == "spark":
+        _spark().write_table(policy, table, df, replace=replace)
+        return
     with writer(policy) as con:
         (exists,) = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]).fetchone() or (0,)
         if exists and not replace:
@@ -333,6 +343,13 @@ def ingest_file(policy: Policy, table: str, path: str | Path, *, replace: bool =
     return {"table": table, "rows": len(df), "columns": list(df.columns), "missing_policy_columns": missing}
 
 
+def _spark() -> ModuleType:
+    """The Spark store (a policy with ``[engine] kind = "spark"`` keeps its tables there)."""
+    from veil.engines import spark
+
+    return spark
+
+
 # -- the public mirror ---------------------------------------------------------------------------
 # Analyst SQL over public data runs on a separate DuckDB file that holds only public and published
 # tables: a connection to it cannot see private tables, Veil's internal tables or their catalog
@@ -346,6 +363,8 @@ def public_path(policy: Policy) -> Path:
 
 def copy_to_public(policy: Policy, table: str, df: pd.DataFrame | None = None) -> None:
     """Write ``table`` (``df``, or the warehouse's copy) into the public mirror, replacing an older copy."""
+    if policy.engine.kind == "spark":
+        return  # public tables are read from the Spark database itself
     if table.startswith("_veil"):
         raise InputError(f"table name {table!r} is reserved for Veil's internal tables", hint="Choose another name")
     frame = read_table(policy, table) if df is None else df
@@ -363,6 +382,8 @@ def copy_to_public(policy: Policy, table: str, df: pd.DataFrame | None = None) -
 
 def drop_public(policy: Policy, table: str) -> None:
     """Remove ``table`` from the public mirror (a retraction)."""
+    if policy.engine.kind == "spark":
+        return
     path = public_path(policy)
     if path.exists():
         with writer(path) as con:
@@ -371,6 +392,8 @@ def drop_public(policy: Policy, table: str) -> None:
 
 def sync_public(policy: Policy, tables: Sequence[str]) -> None:
     """Copy into the mirror every table of ``tables`` it lacks (warehouses built before the mirror existed)."""
+    if policy.engine.kind == "spark":
+        return
     path = public_path(policy)
     have: set[str] = set()
     if path.exists():
@@ -425,6 +448,11 @@ def staging_name(token: str) -> str:
 
 def stage_publication(policy: Policy, token: str, output: str, frame: pd.DataFrame | None, *, staging_file: str = "") -> None:
     """Write ``frame`` under its staging name (or note a staged model file) and a journal row, atomically."""
+    if policy.engine.kind == "spark":
+        raise InputError(
+            "publishing into a Spark warehouse is not supported yet (the publish transaction is DuckDB's)",
+            hint="Publish from a policy without [engine] (DuckDB), then load the table into Spark with `veil ingest`",
+        )
     with writer(policy) as con:
         con.execute("BEGIN TRANSACTION")
         try:

@@ -1,0 +1,209 @@
+"""Engine-neutral SQL: generated trees rewritten so that every engine gives the same answer.
+
+``sqlglot.transpile`` renders a tree in any dialect without error, but not always with the same
+meaning. The rewrite pass runs :func:`neutralise` over every generated tree (after
+:func:`~veil.proxy.totality.make_total`) so the meaning is fixed *before* an engine renders it:
+
+* ``LOG(x)`` is base 10 (PostgreSQL, DuckDB) but the natural log in Spark: it becomes ``LOG(10, x)``
+  (``LN`` stays explicit);
+* ``EXTRACT(DOW FROM d)`` is 0–6 with Sunday = 0 in PostgreSQL and DuckDB, 1–7 in Spark: it becomes
+  :class:`sqlglot.exp.DayOfWeek`, which each engine renders as 0–6, Sunday = 0;
+* a boolean used as a number (``SUM(age > 40)``, ``AVG(married)``, a predicate inside Veil's clamp
+  ``CASE``) is cast to an integer — Spark refuses booleans in arithmetic;
+* an integer ``SUM`` sums ``DECIMAL(38,0)``: DuckDB widens to HUGEINT itself, Spark errors (ANSI on)
+  or wraps silently (ANSI off) on 64-bit overflow;
+* a real number cast to an integer is rounded (PostgreSQL, DuckDB); Spark would truncate: the cast
+  reads ``CAST(ROUND(x) AS …)``;
+* divisions already divide by ``NULLIF(b, 0)`` (:mod:`veil.proxy.totality`): ``x / 0`` is NULL on
+  every engine, never an error.
+
+>>> import sqlglot
+>>> sql = "SELECT SUM(x > 1), LOG(x), EXTRACT(DOW FROM d) FROM t"
+>>> neutralise(sqlglot.parse_one(sql, read="postgres")).sql(dialect="duckdb")
+'SELECT SUM(CAST(CAST(x > 1 AS INT) AS DECIMAL(38, 0))), LOG(10, x), DAYOFWEEK(d) FROM t'
+"""
+
+from __future__ import annotations
+
+from sqlglot import exp
+
+__all__ = ["WIDE_SUM", "is_boolean", "is_integral", "is_real", "narrow_sums", "neutralise"]
+
+#: Marks the cast of an integer SUM's argument to DECIMAL(38,0) (engines that widen natively drop it).
+WIDE_SUM = "veil_wide_sum"
+
+_WIDE = "DECIMAL(38, 0)"
+#: EXTRACT parts that mean the 0–6, Sunday = 0 day of the week.
+_DOW_PARTS = frozenset({"DOW", "DAYOFWEEK", "WEEKDAY"})
+#: Aggregates and scalar functions whose arguments are numbers.
+_NUMERIC_CONSUMERS: tuple[type[exp.Expression], ...] = (
+    exp.Sum, exp.Avg, exp.Min, exp.Max, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop,
+    exp.StddevSamp, exp.Median, exp.Quantile, exp.PercentileCont, exp.PercentileDisc,
+    exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Pow, exp.Neg, exp.Abs, exp.Round,
+    exp.Floor, exp.Ceil, exp.Sign, exp.Sqrt, exp.Ln, exp.Log, exp.Exp,
+)  # fmt: skip
+_COMPARISONS: tuple[type[exp.Expression], ...] = (
+    exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ,
+)  # fmt: skip
+_INT_TYPES = (*exp.DataType.INTEGER_TYPES,)
+
+
+def _unparen(node: exp.Expression) -> exp.Expression:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _branches(node: exp.Expression) -> list[exp.Expression]:
+    """The value branches of a CASE / IF / COALESCE-like node (NULL branches left out)."""
+    if isinstance(node, exp.Case):
+        out = [i.args.get("true") for i in node.args.get("ifs") or []] + [node.args.get("default")]
+    elif isinstance(node, exp.If):
+        out = [node.args.get("true"), node.args.get("false")]
+    elif isinstance(node, (exp.Coalesce, exp.Greatest, exp.Least)):
+        out = [node.this, *node.expressions]
+    elif isinstance(node, exp.Nullif):
+        out = [node.this]
+    else:
+        return []
+    return [b for b in out if b is not None and not isinstance(_unparen(b), exp.Null)]
+
+
+def is_boolean(node: exp.Expression) -> bool:
+    """Is ``node`` a boolean-valued expression (a predicate, a bool column, a CASE of booleans)?"""
+    n = _unparen(node)
+    if isinstance(n, exp.If) and isinstance(n.parent, exp.Case):
+        return False  # a WHEN … THEN … clause, not a value
+    if isinstance(n, (exp.Predicate, exp.Connector, exp.Not, exp.Boolean)):
+        return True
+    if isinstance(n, (exp.Cast, exp.TryCast)):
+        return n.to.is_type(exp.DataType.Type.BOOLEAN)
+    if isinstance(n, (exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif)):
+        branches = _branches(n)
+        return bool(branches) and all(is_boolean(b) for b in branches)
+    if isinstance(n, exp.Try):
+        return is_boolean(n.this)
+    if not isinstance(n, exp.Column):
+        return False  # arithmetic and functions are numbers, text or dates (whatever a lenient annotation says)
+    t = n.type
+    return t is not None and t.is_type(exp.DataType.Type.BOOLEAN)
+
+
+def is_integral(node: exp.Expression) -> bool:
+    """Is ``node`` an integer-valued expression (booleans cast to integers count)?"""
+    n = _unparen(node)
+    if isinstance(n, exp.Literal):
+        return not n.is_string and n.is_int
+    if isinstance(n, (exp.Cast, exp.TryCast)):
+        return n.to.is_type(*_INT_TYPES)
+    if isinstance(n, exp.Try):
+        return is_integral(n.this)
+    if isinstance(n, (exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif)):
+        branches = _branches(n)
+        return bool(branches) and all(is_integral(b) or is_boolean(b) for b in branches)
+    if isinstance(n, (exp.Add, exp.Sub, exp.Mul, exp.Mod)):
+        return is_integral(n.this) and is_integral(n.expression)
+    if isinstance(n, (exp.Neg, exp.Abs, exp.Sign)):
+        return is_integral(n.this)
+    if isinstance(n, exp.Column):
+        t = n.type
+        return t is not None and t.is_type(*_INT_TYPES)
+    return False
+
+
+_REAL_TYPES = (*exp.DataType.REAL_TYPES,)
+
+
+def is_real(node: exp.Expression) -> bool:
+    """Is ``node`` a non-integer number (DOUBLE, DECIMAL, a division, a root …)?"""
+    n = _unparen(node)
+    if isinstance(n, exp.Literal):
+        return not n.is_string and not n.is_int
+    if isinstance(n, (exp.Cast, exp.TryCast)):
+        return n.to.is_type(*_REAL_TYPES)
+    if isinstance(n, exp.Try):
+        return is_real(n.this)
+    if isinstance(n, (exp.Div, exp.Sqrt, exp.Ln, exp.Log, exp.Exp, exp.Pow, exp.Pi, exp.Avg)):
+        return True
+    if isinstance(n, (exp.Add, exp.Sub, exp.Mul, exp.Mod)):
+        return is_real(n.this) or is_real(n.expression)
+    if isinstance(n, (exp.Neg, exp.Abs, exp.Sign, exp.Round, exp.Floor, exp.Ceil)):
+        return is_real(n.this)
+    if isinstance(n, (exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif)):
+        return any(is_real(b) for b in _branches(n))
+    t = n.type
+    return t is not None and t.is_type(*_REAL_TYPES)
+
+
+def _whole(node: exp.Expression) -> bool:
+    """Is ``node`` a real that is already a whole number (ROUND without digits, FLOOR, CEIL)?"""
+    n = _unparen(node)
+    while isinstance(n, exp.Try):
+        n = _unparen(n.this)
+    return isinstance(n, (exp.Floor, exp.Ceil)) or (isinstance(n, exp.Round) and n.args.get("decimals") is None)
+
+
+def _numeric_context(node: exp.Expression) -> bool:
+    """Is ``node`` (a boolean expression) used where a number is expected?"""
+    child: exp.Expression = node
+    parent = node.parent
+    while isinstance(parent, exp.Paren):
+        child, parent = parent, parent.parent
+    if parent is None:
+        return False
+    if isinstance(parent, _NUMERIC_CONSUMERS):
+        return True
+    if isinstance(parent, exp.Between):
+        return not all(is_boolean(parent.args[k]) for k in ("this", "low", "high") if parent.args.get(k) is not None)
+    if isinstance(parent, _COMPARISONS):
+        other = parent.expression if child is parent.this else parent.this
+        return not is_boolean(other) and not isinstance(_unparen(other), exp.Null)
+    if isinstance(parent, exp.In):
+        return not all(is_boolean(e) for e in [parent.this, *parent.expressions])
+    holder = parent.parent if isinstance(parent, exp.If) and isinstance(parent.parent, exp.Case) else parent
+    if isinstance(holder, (exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif)):
+        if isinstance(parent, exp.If) and child is parent.this and isinstance(holder, exp.Case):
+            return False  # a WHEN condition
+        if isinstance(holder, exp.If) and child is holder.this:
+            return False
+        return any(not is_boolean(b) for b in _branches(holder))
+    return False
+
+
+def _as_int(node: exp.Expression) -> exp.Expression:
+    return exp.Cast(this=node, to=exp.DataType.build("INT"))
+
+
+def neutralise(tree: exp.Expression) -> exp.Expression:
+    """``tree`` with the meaning of every engine-dependent construct fixed (modified in place and returned)."""
+    for node in list(tree.find_all(exp.Log, exp.Extract)):
+        if isinstance(node, exp.Log) and node.args.get("expression") is None:
+            node.replace(exp.Log(this=exp.Literal.number(10), expression=node.this))
+        elif isinstance(node, exp.Extract) and str(node.this.name).upper() in _DOW_PARTS:
+            node.replace(exp.DayOfWeek(this=node.expression))
+    # a real cast to an integer rounds (PostgreSQL, DuckDB); Spark would truncate
+    for node in list(tree.find_all(exp.Cast, exp.TryCast)):
+        if node.to.is_type(*_INT_TYPES) and is_real(node.this) and not _whole(node.this):
+            node.set("this", exp.Round(this=node.this))
+    # deepest first: an outer cast then copies the inner ones
+    targets = [n for n in tree.walk() if not isinstance(n.parent, exp.Paren) and is_boolean(n) and _numeric_context(n)]
+    for n in reversed(targets):
+        n.replace(_as_int(n.copy()))
+    for s in list(tree.find_all(exp.Sum)):
+        arg = s.this
+        if arg is not None and is_integral(arg):
+            wide = exp.Cast(this=arg, to=exp.DataType.build(_WIDE))
+            wide.meta[WIDE_SUM] = True
+            s.set("this", wide)
+    return tree
+
+
+def narrow_sums(tree: exp.Expression) -> exp.Expression:
+    """``tree`` without the ``DECIMAL(38,0)`` widening of integer sums, for engines that widen themselves.
+
+    DuckDB's ``SUM(BIGINT)`` is a HUGEINT (no overflow below 2¹²⁷), about 10× faster than a DECIMAL sum.
+    """
+    for node in list(tree.find_all(exp.Cast)):
+        if node.meta.get(WIDE_SUM):
+            node.replace(node.this)
+    return tree
