@@ -196,6 +196,13 @@ class ServerThread:
         try:
             loop.run_forever()
         finally:
+            # Connection tasks still pending (a client that never hung up) end here, on this loop,
+            # rather than being destroyed pending when the loop closes.
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.wait(pending, timeout=10))
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
 
