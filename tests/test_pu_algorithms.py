@@ -62,7 +62,7 @@ def test_upu_nnpu_reject_asymmetric_loss_and_bad_inputs():
 
 def test_one_train_call_is_one_optimizer_step(monkeypatch):
     """Decision 1: Train() = one Adam step; stages counted exactly, growth warm-starts (one model)."""
-    monkeypatch.setattr(pu.torch.optim, "Adam", CountingAdam)
+    monkeypatch.setattr(torch.optim, "Adam", CountingAdam)
     CountingAdam.steps = 0
     X, _ = blobs(100, 5)
     res = pu.growpu(X, X[:100].mean(0), prior=0.5, seed=1, batch_size=50, pi_pre=0.0, t_pre=7, t_tune=11, t_grow=5)
@@ -101,7 +101,7 @@ def test_grow_batch_composition_and_weights():
     cfg = pu.GrowPUConfig(alpha=0.05, gamma=0.5)
     pi, b = 0.3, 100
     rng = np.random.default_rng(0)
-    batch, y, w, scale, frac = pu._grow_batch(model, torch.from_numpy(X), mean, rng, b, pi, False, cfg)
+    batch, y, w, scale, frac = pu.grow_batch(model, torch.from_numpy(X), mean, rng, b, pi, False, cfg)
     n_p = int((y[:-1] > 0).sum())
     n_n = b - n_p
     assert batch.shape == (b + 1, 4) and torch.equal(batch[-1], mean[0]) and y[-1] == 1
@@ -113,7 +113,7 @@ def test_grow_batch_composition_and_weights():
     losses = pu.surrogate_loss(z, y, "logistic")
     paper = pi / (n_p + 1) * losses[y > 0].sum() + (1 - pi) / n_n * losses[y < 0].sum()
     assert float(scale * (w * losses).sum()) == pytest.approx(float(paper), rel=1e-5)
-    _, y2, w2, _, _ = pu._grow_batch(model, torch.from_numpy(X), mean, np.random.default_rng(0), b, pi, True, cfg)
+    _, y2, w2, _, _ = pu.grow_batch(model, torch.from_numpy(X), mean, np.random.default_rng(0), b, pi, True, cfg)
     assert torch.all(w2[y2 > 0] == 0.5)  # too many positives in fine-tune: w_p *= gamma
     assert torch.allclose(w2[y2 < 0], w[y < 0])
 

@@ -21,6 +21,7 @@ __all__ = [
     "InputError",
     "InternalError",
     "InvalidEncoding",
+    "MissingExtra",
     "NotAllowed",
     "ParseError",
     "PolicyError",
@@ -189,6 +190,16 @@ class InternalError(VeilError):
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message, hint=hint or "This is a bug in Veil, please report it")
+
+
+class MissingExtra(VeilError, ImportError):
+    """A command needs an optional part of Veil that is not installed (``pip install 'veil[<extra>]'``)."""
+
+    sqlstate = "58000"
+
+    def __init__(self, message: str, *, extra: str, hint: str | None = None) -> None:
+        self.extra = extra
+        super().__init__(message, hint=hint or f"Install it with: pip install 'veil[{extra}]'")
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:

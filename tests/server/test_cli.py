@@ -47,6 +47,8 @@ def test_veil_serve_subprocess_answers_psql(tmp_path: Path, shared_data: Path) -
     finally:
         proc.terminate()
         proc.wait(30)
+        if proc.stderr is not None:
+            proc.stderr.close()  # else the pipe is garbage-collected in a later test (ResourceWarning)
 
 
 def test_serve_refuses_half_a_tls_pair(tmp_path: Path) -> None:

@@ -447,7 +447,7 @@ def publish_imposter(
     (an interrupt writes nothing). Metrics recorded: the detection figures on the source, the
     same NMI scores and classifier check on the released table, and training figures.
     """
-    from veil.auditor.implicit import detect_implicit
+    from veil.metrics.implicit import detect_implicit
     from veil.store.releases import record_release
     from veil.store.warehouse import read_table, write_table
 

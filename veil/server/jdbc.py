@@ -228,7 +228,7 @@ def _like_filters(expr: exp.Expression) -> dict[str, str]:
 
 
 def _names(select: exp.Expression) -> list[str]:
-    return [s.alias_or_name for s in select.selects]  # type: ignore[attr-defined]
+    return [s.alias_or_name for s in select.selects]
 
 
 def _jdbc_schemas(cat: Catalog, database: str, expr: exp.Select) -> tuple[list, list] | None:

@@ -31,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from veil.errors import AuthError, InputError
+from veil.store._sqlite import connect as connect_sqlite
 
 __all__ = [
     "DEFAULT_ITERATIONS",
@@ -131,8 +132,7 @@ class CredentialStore:
 
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        con = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        con.execute("PRAGMA busy_timeout = 30000")
+        con = connect_sqlite(self.path)
         con.execute(_SCHEMA)
         con.execute(_SECRETS_SCHEMA)
         return con
