@@ -189,13 +189,15 @@ class VeilConnection(Connection):
     and one engine run per executed portal."""
 
     session: VeilSession
-    server: VeilServer  # type: ignore[assignment]
+    server: VeilServer
     stream: BufferedStream
+    tx_status: bytes
+    _current_task: asyncio.Future[None] | None
 
     def __init__(
         self, stream: BufferedStream, session: VeilSession, server: VeilServer, pid: int, secret: int, startup: Startup, peer: str
     ) -> None:
-        super().__init__(stream, session, server, pid, secret, startup.params)  # type: ignore[arg-type]
+        super().__init__(stream, session, server, pid, secret, startup.params)
         self.tls = startup.tls
         self.peer = peer
         self.logged_in = False
