@@ -305,3 +305,58 @@ def test_pathological_catalog_query_does_not_delay_others(served: int) -> None:
         thread.join()
     assert outcome["sqlstate"] == "57014" and outcome["seconds"] < 4, outcome  # stopped at --catalog-timeout
     assert latencies and max(latencies) < 1.0, latencies  # shared 2-core machine: generous bound
+
+
+@pytest.mark.slow
+def test_descriptor_exhaustion_logs_one_line_and_recovers(policy: Path, tmp_path: Path) -> None:
+    """At the process's descriptor limit, accept() fails: the log gets one line per failure (no
+    traceback), and the server serves again once sockets close."""
+    import os
+    import re
+    import resource
+    import subprocess
+    import sys
+
+    log = tmp_path / "serve.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "veil.cli.main", "serve", "--policy", str(policy), "--port", "0"),
+                *("--max-connections", "500", "--auth-timeout", "30"),
+            ],
+            stderr=sink,
+            stdout=subprocess.DEVNULL,
+            env={**os.environ, "VEIL_PROGRESS": "0"},
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (96, 96)),
+        )
+    try:
+        deadline = time.monotonic() + 60
+        port = None
+        while port is None and time.monotonic() < deadline:
+            match = re.search(r"listening on 127\.0\.0\.1:(\d+)", log.read_text())
+            port = int(match.group(1)) if match else None
+            time.sleep(0.1)
+        assert port is not None, log.read_text()
+        idle = []
+        try:
+            for _ in range(120):
+                idle.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            time.sleep(1.5)
+        finally:
+            for sock in idle:
+                sock.close()
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with psycopg.connect(dsn(port), autocommit=True) as conn:
+                    assert conn.execute("SELECT 1").fetchone() == (1,)
+                break
+            except psycopg.OperationalError:
+                assert time.monotonic() < deadline, log.read_text()[-2000:]
+                time.sleep(0.2)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    text = log.read_text()
+    assert "Too many open files" in text  # the limit was reached
+    assert "Traceback" not in text, text[-3000:]

@@ -159,6 +159,16 @@ class VeilServer(PgServer):
 # --- running it --------------------------------------------------------------------------------
 
 
+def _loop_exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """Socket errors the loop meets on its own (e.g. accept() at the descriptor limit, which asyncio
+    retries) are logged in one line, not with a traceback each time."""
+    exc = context.get("exception")
+    if isinstance(exc, OSError):
+        logger.warning("%s: %s", context.get("message", "socket error"), exc)
+    else:
+        loop.default_exception_handler(context)
+
+
 class ServerThread:
     """Run a :class:`VeilServer` on its own event loop in a background thread (tests, benchmarks).
 
@@ -184,6 +194,7 @@ class ServerThread:
 
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
+        loop.set_exception_handler(_loop_exception_handler)
         self._loop = loop
         try:
             srv = loop.run_until_complete(self.server.start_server(host=self.host, port=self.port))
@@ -244,8 +255,9 @@ def serve(
     server = VeilServer(policy, ssl_context=ssl_context, allow_plaintext=allow_plaintext, limits=limits)
 
     async def main() -> None:
-        srv = await server.start_server(host=host, port=port)
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(_loop_exception_handler)
+        srv = await server.start_server(host=host, port=port)
         stop = asyncio.Event()
         # SIGTERM stops the loop from inside it (raising from a signal handler could land anywhere in
         # asyncio's own code and leave shutdown waiting forever).
