@@ -32,7 +32,7 @@ from typing import Any
 from pg_mimic import PgServer
 from pg_mimic.stream import ConnectionClosed
 
-from veil.errors import InvalidEncoding, ProtocolViolation, TooManyConnections
+from veil.errors import InvalidEncoding, PlaintextRefused, ProtocolViolation, TooManyConnections
 from veil.policy import Policy
 from veil.server.auth import VerifierScramAuth
 from veil.server.connection import BufferedStream, VeilConnection, fatal, negotiate
@@ -140,7 +140,7 @@ class VeilServer(PgServer):
             hint = "Connect with sslmode=require" if self.ssl_context else "Start veil serve with --tls-cert/--tls-key"
             await fatal(
                 stream,
-                "28000",
+                PlaintextRefused.sqlstate,
                 "plaintext connections from non-loopback addresses are refused",
                 f"{hint}, or (on a trusted network only) with --allow-plaintext",
             )

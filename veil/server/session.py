@@ -259,7 +259,7 @@ class VeilSession(BaseSession):
         try:
             cols = await self._timed(qs.describe, template, planning=True)
         except VeilError as exc:
-            if template == sql or exc.sqlstate in ("57014", "54000", "54001"):
+            if template == sql or isinstance(exc, (QueryCancelled, QueryTooLarge, QueryTooComplex)):
                 raise
             cols = await self._timed(qs.describe, sql, planning=True)  # NULLs did not type-check: use the values
         if len(self._describe_cache) >= 256:
