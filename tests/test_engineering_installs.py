@@ -35,6 +35,7 @@ _PROBE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_proxy_server_and_cli_do_not_import_the_curation_stack() -> None:
     code = _PROBE.format(heavy=set(HEAVY))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
@@ -42,6 +43,7 @@ def test_proxy_server_and_cli_do_not_import_the_curation_stack() -> None:
     assert loaded == [], f"the light install path imported {loaded}"
 
 
+@pytest.mark.slow
 def test_the_probe_can_fail() -> None:
     """The same probe sees torch when a publication module is imported (so the check above is live)."""
     pytest.importorskip("torch")

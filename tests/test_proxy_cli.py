@@ -6,16 +6,19 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 import veil
 from veil.cli.main import cli
 
 
+@pytest.mark.slow
 def test_cli_query_explain_budget_on_adult(tmp_path: Path, shared_data: Path, adult_policy: Callable[..., Path]) -> None:
     policy = adult_policy(rows=10)  # writes the policy; re-ingest the full file through the CLI below
     runner = CliRunner()
-    res = runner.invoke(cli, ["ingest", "--policy", str(policy), "--table", "adult", str(shared_data / "adult" / "adult.data")])
+    adult = str(shared_data / "adult" / "adult.data")
+    res = runner.invoke(cli, ["ingest", "--policy", str(policy), "--table", "adult", adult, "--replace"])
     assert res.exit_code == 0, res.output
     sql = "SELECT sex, COUNT(*) AS n, AVG(age) AS mean_age FROM adult GROUP BY sex ORDER BY sex"
     res = runner.invoke(cli, ["explain", "--policy", str(policy), "--analyst", "alice", "--format", "json", sql])
@@ -38,6 +41,7 @@ def test_cli_query_explain_budget_on_adult(tmp_path: Path, shared_data: Path, ad
     assert res.exit_code == 2 and "remaining" in res.output
 
 
+@pytest.mark.slow
 def test_connect_returns_dataframe_with_attrs(adult_policy: Callable[..., Path]) -> None:
     policy = adult_policy(rows=3000)
     with veil.connect(policy, analyst="alice") as db:
@@ -50,6 +54,7 @@ def test_connect_returns_dataframe_with_attrs(adult_policy: Callable[..., Path])
         assert db.budget().spent == 0.5
 
 
+@pytest.mark.slow
 def test_cli_query_with_no_released_group_prints_header_only(adult_policy: Callable[..., Path]) -> None:
     """fnlwgt is an unbounded-key group (one row per value): partition selection releases no group."""
     policy = adult_policy(rows=500)

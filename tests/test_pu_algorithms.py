@@ -1,4 +1,4 @@
-"""uPU / nnPU / growPU: every ambiguity resolution of veil/auditor/pu.py pinned by a test.
+"""uPU / nnPU / growPU: every ambiguity resolution of veil/auditor/pu/ (decisions in its package docstring) pinned by a test.
 
 All training is seeded (``seed=``), so thresholds below are deterministic checks of the
 algorithm, not statistical tests: they fail if a stage, batch rule or loss changes.
@@ -70,6 +70,7 @@ def test_one_train_call_is_one_optimizer_step(monkeypatch):
     assert CountingAdam.steps == 7 + res.info["grow_steps"] + 11
 
 
+@pytest.mark.slow
 def test_pretrain_stop_measured_on_unlabelled_rows_only():
     """Decision 3: with the b mean copies counted the share could never fall below 50%."""
     rng = np.random.default_rng(0)
@@ -118,6 +119,7 @@ def test_grow_batch_composition_and_weights():
     assert torch.allclose(w2[y2 < 0], w[y < 0])
 
 
+@pytest.mark.slow
 def test_growpu_recovers_separable_class_and_is_seeded():
     X, truth = blobs(300, 10, shift=0.6)
     m = X[:300].mean(0)
@@ -131,6 +133,7 @@ def test_growpu_recovers_separable_class_and_is_seeded():
     assert {h.stage for h in a.history} >= {"fine-tune", "final"}
 
 
+@pytest.mark.slow
 def test_nnpu_correction_keeps_positives_while_upu_overfits():
     X, truth = blobs(300, 10, shift=0.5)
     m = X[:300].mean(0)
@@ -163,6 +166,7 @@ def test_classifiers_shapes_and_oracle():
     assert (pu.oracle(X, truth, seed=0, steps=300).predicted == truth).mean() > 0.95
 
 
+@pytest.mark.slow
 def test_growpu_clips_the_mean_to_the_records_range():
     """Decision 9: noise on coordinates no class mean can take is removed before training.
 

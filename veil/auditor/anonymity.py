@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from veil.errors import InputError, did_you_mean
+from veil.generators.kanon.hierarchies import read_hierarchy_text
 
 __all__ = ["AnonymityReport", "audit_anonymity", "leaf_counts_from_dir", "parse_generalised"]
 
@@ -128,7 +129,7 @@ def leaf_counts_from_dir(directory: str | Path | None, columns: Sequence[str]) -
             continue
         counts: dict[str, int] = {}
         leaves: set[str] = set()
-        for line in hits[0].read_text(encoding="utf-8").splitlines():
+        for line in read_hierarchy_text(hits[0]).splitlines():
             parts = [x.strip() for x in line.split(";") if x.strip()]
             if not parts:
                 continue
@@ -242,7 +243,7 @@ def _leaves_under_from_dir(directory: str | Path | None, columns: Sequence[str])
         if not hits:
             continue
         under: dict[str, set[str]] = {}
-        for line in hits[0].read_text(encoding="utf-8").splitlines():
+        for line in read_hierarchy_text(hits[0]).splitlines():
             parts = [x.strip() for x in line.split(";") if x.strip()]
             if not parts:
                 continue
