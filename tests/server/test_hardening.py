@@ -268,21 +268,21 @@ class _SlowSession(QuerySession):
 
     def execute(self, sql, *, epsilon=None):  # type: ignore[no-untyped-def]
         self._interrupted.clear()
-        if "hours_per_week" in sql and self._interrupted.wait(1.5):
+        if "hours_per_week" in sql and self._interrupted.wait(4):
             raise QueryCancelled("the statement was cancelled")
         return super().execute(sql, epsilon=epsilon)
 
 
 @pytest.mark.parametrize("where", ["server", "session"])
 def test_statement_timeout_cancels_with_57014(policy: Path, where: str) -> None:
-    limits = _limits(statement_timeout=0.3 if where == "server" else 0)
+    limits = _limits(statement_timeout=1.0 if where == "server" else 0)
     with running_server(policy, limits=limits, query_session_factory=_SlowSession) as st:
         with psycopg.connect(dsn(st.port), autocommit=True) as conn:  # type: ignore[attr-defined]
             if where == "session":
-                conn.execute("SET statement_timeout = 300")  # milliseconds, as in PostgreSQL
+                conn.execute("SET statement_timeout = 1000")  # milliseconds, as in PostgreSQL
             t0 = time.monotonic()
             assert _sqlstate(conn, "SELECT SUM(hours_per_week) FROM adult") == "57014"
-            assert time.monotonic() - t0 < 1.2
+            assert time.monotonic() - t0 < 3  # the slow run would take 4 s
             assert conn.execute("SELECT COUNT(*) FROM adult").fetchone()[0] > 0  # still usable
             if where == "session":
                 conn.execute("SET statement_timeout = 0")
@@ -368,3 +368,26 @@ def test_descriptor_exhaustion_logs_one_line_and_recovers(policy: Path, tmp_path
     text = log.read_text()
     assert "Too many open files" in text  # the limit was reached
     assert "Traceback" not in text, text[-3000:]
+
+
+def test_a_timed_out_statement_still_waiting_for_a_worker_never_runs(policy: Path) -> None:
+    from tests.support.server import BOB_PASSWORD
+
+    with running_server(policy, limits=_limits(workers=1), query_session_factory=_SlowSession) as st:
+        port = st.port  # type: ignore[attr-defined]
+
+        def hold_the_worker() -> None:
+            with psycopg.connect(dsn(port), autocommit=True) as conn:
+                conn.execute("SET statement_timeout = 1500")
+                _sqlstate(conn, "SELECT SUM(hours_per_week) FROM adult")
+
+        busy = threading.Thread(target=hold_the_worker)
+        with psycopg.connect(dsn(port, user="bob", password=BOB_PASSWORD), autocommit=True) as bob:
+            spent = bob.execute("SELECT spent FROM veil.budget").fetchone()[0]
+            busy.start()  # holds the only worker until its statement times out (1.5 s)
+            time.sleep(0.3)
+            bob.execute("SET statement_timeout = '300ms'")
+            assert _sqlstate(bob, "SELECT COUNT(*) FROM adult WHERE age > 21") == "57014"
+            busy.join()
+            bob.execute("SET statement_timeout = 0")
+            assert bob.execute("SELECT spent FROM veil.budget").fetchone()[0] == spent  # never ran: free

@@ -53,6 +53,11 @@ _OFF_LOOP_BYTES = 1 << 16  # statements longer than this are routed on a worker 
 _CANCEL_EVERY = 0.05
 
 
+def _consume(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 class VeilSession(BaseSession):
     """One client connection: its analyst, query session, and settings."""
 
@@ -97,10 +102,11 @@ class VeilSession(BaseSession):
         planning_bound = plan_limit > 0 and (timeout == 0 or plan_limit < timeout)
         limit = plan_limit if planning_bound else timeout
         future = self._submit(fn, *args, **kwargs)
+        waited = asyncio.wrap_future(future)
         try:
-            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), limit or None)
+            return await asyncio.wait_for(asyncio.shield(waited), limit or None)
         except TimeoutError:
-            self._cancelling.add(asyncio.ensure_future(self._cancel_until_done(future)))
+            self._abandon(future, waited)
             if planning_bound:
                 raise QueryTooComplex(
                     f"planning the query took more than {plan_limit:g} s",
@@ -111,8 +117,15 @@ class VeilSession(BaseSession):
                 hint="A cancelled query releases nothing; raise the limit with SET statement_timeout (capped by the server)",
             ) from None
         except asyncio.CancelledError:  # the client's CancelRequest
-            self._cancelling.add(asyncio.ensure_future(self._cancel_until_done(future)))
+            self._abandon(future, waited)
             raise
+
+    def _abandon(self, future: concurrent.futures.Future[Any], waited: asyncio.Future[Any]) -> None:
+        """Stop a call the client no longer waits for: one still queued for a worker is never run
+        (and costs nothing); one already running is interrupted until it returns."""
+        waited.add_done_callback(_consume)  # its outcome has no reader any more
+        if not future.cancel():
+            self._cancelling.add(asyncio.ensure_future(self._cancel_until_done(future)))
 
     async def _cancel_until_done(self, future: concurrent.futures.Future[Any]) -> None:
         """Interrupt the query session until the abandoned call has returned (a statement the
