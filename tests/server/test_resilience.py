@@ -93,7 +93,7 @@ def test_client_disconnecting_mid_query(served: tuple[Path, int]) -> None:
     conn.close()
     assert SlowSession.finished.wait(20)  # the engine work was not abandoned half-way
     _wait_idle(policy, "alice")
-    assert _assert_every_charge_released(policy, "alice", interrupted="46") > 0
+    assert _assert_every_charge_released(policy, "alice") > 0
     SlowSession.pause = 0.0
     with psycopg.connect(dsn(port), autocommit=True) as again:  # the server keeps serving
         assert isinstance(again.execute("SELECT COUNT(*) FROM adult WHERE age > 45").fetchone()[0], int)
@@ -111,9 +111,9 @@ def test_cancelled_query(served: tuple[Path, int]) -> None:
         SlowSession.pause = 0.0
         # runs after the cancelled call has returned (one call at a time per session)
         assert isinstance(conn.execute("SELECT COUNT(*) FROM adult WHERE age > 47").fetchone()[0], int)
-    # the cancel request interrupts the engine run: the query is charged and releases nothing, or it
-    # had already finished (then its release is in the log)
-    _assert_every_charge_released(policy, "alice", interrupted="46")
+    # a charged private query is not cut by a cancel request (that would be a one-bit oracle): it
+    # finishes and its release is in the log
+    _assert_every_charge_released(policy, "alice")
 
 
 def test_concurrent_clients_never_overspend(served: tuple[Path, int]) -> None:
