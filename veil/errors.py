@@ -24,6 +24,7 @@ __all__ = [
     "MissingExtra",
     "NotAllowed",
     "ParseError",
+    "PlaintextRefused",
     "PolicyError",
     "ProtocolViolation",
     "PublicationRefused",
@@ -182,6 +183,12 @@ class BudgetExhausted(VeilError, ValueError):
 
 class AuthError(VeilError):
     sqlstate = "28P01"
+
+
+class PlaintextRefused(AuthError):
+    """An unencrypted connection from a non-loopback address (PostgreSQL's invalid_authorization_specification)."""
+
+    sqlstate = "28000"
 
 
 class ReleaseError(VeilError):
