@@ -1,17 +1,20 @@
 # The two commands of the README: `make demo` and `make test`. Both create .venv and install first.
+# Everything is installed (all extras) with the pinned versions of constraints.txt.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+EXTRAS := curate,audit,bench,test
+SRC := veil tests bench
 
-.PHONY: demo test install lint bench clean
+.PHONY: demo test test-fast install lint typecheck layers gates bench constraints clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first: the CPU build that lies on this machine's disk (an unpinned torch pulls a CUDA build)
-	$(BIN)/python -m pip install --quiet "torch==2.13.0"
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt "torch==2.13.0"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -20,17 +23,33 @@ demo: $(STAMP)
 	$(BIN)/veil demo --dir demo
 	bash scripts/demo_server.sh demo
 
-test: $(STAMP)
-	@command -v psql >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq postgresql-client >/dev/null) || echo "psql not available: psql tests will be skipped"
-	$(BIN)/ruff check veil tests bench
+# The gates (also in .pre-commit-config.yaml), then the whole suite. `.ci/run` calls this.
+test: gates
 	$(BIN)/python -m pytest -q
 
+# The inner loop: the gates' fast half and the tests not marked slow.
+test-fast: lint
+	$(BIN)/python -m pytest -q -m "not slow"
+
+gates: lint typecheck layers
+
 lint: $(STAMP)
-	$(BIN)/ruff check veil tests bench
-	$(BIN)/ruff format --check veil tests bench
+	$(BIN)/ruff check $(SRC)
+	$(BIN)/ruff format --check $(SRC)
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+layers: $(STAMP)
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	for b in bench/*.py; do case $$b in */_*) ;; *) $(BIN)/python -m bench.$$(basename $$b .py) || exit 1;; esac; done
 
+# Re-pin constraints.txt from the working .venv (after changing a range in pyproject.toml).
+constraints: $(STAMP)
+	{ sed -n 1,2p constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^-e\|^#\|^veil' | sed 's/^torch==\(.*\)+cpu$$/torch==\1/'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+
 clean:
-	rm -rf $(VENV) demo .pytest_cache
+	rm -rf $(VENV) demo .pytest_cache .mypy_cache

@@ -1,5 +1,6 @@
-"""``veil serve`` throughput: 20 concurrent clients × 200 queries through the PostgreSQL wire
-protocol versus the same handler called in-process, on a 10,000-row table.
+"""``veil serve`` throughput: 50 concurrent clients through the PostgreSQL wire protocol versus the
+same handler called in-process, on a 10,000-row table; and isolation: the latency of one client's
+cheap query while another client sends pathological ones.
 
 Two query kinds: trivial (``SELECT 42``: routing and protocol only) and an aggregate
 (``SELECT sex, COUNT(*), AVG(income) FROM people WHERE income > k GROUP BY sex``, a different
@@ -9,7 +10,12 @@ its queries are refused (VB001) while the others run concurrently. Afterwards th
 checked: each analyst's spent ε equals the sum of its charges exactly (Fractions), equals
 (answered queries × the quoted cost), and never exceeds the budget.
 
-Run: ``.venv/bin/python -m bench.server_throughput [--clients 20 --queries 200]``.
+Isolation: one client repeats a cheap query (a cached aggregate) and records its latency, first
+alone, then while a second client sends, in a loop, a 4-way cross join of ``pg_type`` (stopped at
+``--catalog-timeout``), a 900-term OR (planned), a 1,700-term OR (refused before parsing,
+54001) and a 1 MiB statement (refused unread, 54000).
+
+Run: ``.venv/bin/python -m bench.server_throughput [--clients 50 --queries 60]``.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -90,10 +97,10 @@ def summarise(latencies: list[float], wall: float, outcomes: list[str]) -> dict[
 # --- through the wire ---------------------------------------------------------------------------
 
 
-def start_server(policy: Path) -> tuple[subprocess.Popen[str], int]:
+def start_server(policy: Path, *flags: str) -> tuple[subprocess.Popen[str], int]:
     env = {**os.environ, "VEIL_PROGRESS": "0"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "veil.cli.main", "serve", "--policy", str(policy), "--port", "0"],
+        [sys.executable, "-m", "veil.cli.main", "serve", "--policy", str(policy), "--port", "0", *flags],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -105,6 +112,7 @@ def start_server(policy: Path) -> tuple[subprocess.Popen[str], int]:
         line = proc.stderr.readline()
         match = re.search(r"listening on [^:]+:(\d+)", line)
         if match:
+            threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the log pipe drained
             return proc, int(match.group(1))
         if not line and proc.poll() is not None:
             break
@@ -156,8 +164,9 @@ class _StubConnection:
 
 
 async def inprocess_run(policy_path: Path, kind: str, clients: int, queries: int) -> dict[str, Any]:
-    from veil.server.app import VeilServer, VeilSession
+    from veil.server.app import VeilServer
     from veil.server.routing import route
+    from veil.server.session import VeilSession
 
     server = VeilServer(load_policy(policy_path))
     latencies: list[float] = []
@@ -167,13 +176,13 @@ async def inprocess_run(policy_path: Path, kind: str, clients: int, queries: int
         analyst = ANALYSTS[c % len(ANALYSTS)]
         session = VeilSession(server)
         await session.init(_StubConnection(server, analyst))
-        session.epsilon = EPSILON
+        session.settings.epsilon = EPSILON
         try:
             for j in range(queries):
                 sql = TRIVIAL if kind == "trivial" else AGGREGATE.format(k=(c * queries + j) * 10)
                 t0 = time.perf_counter()
                 try:
-                    await session.answer(route(sql, server.private_names), None, [], describe=False)
+                    await session.answer(route(sql, session._names), None, [], describe=False)
                     outcome = "ok"
                 except Exception as exc:  # PgError with the SQLSTATE
                     outcome = getattr(exc, "sqlstate", "?")
@@ -187,6 +196,70 @@ async def inprocess_run(policy_path: Path, kind: str, clients: int, queries: int
     wall = time.perf_counter() - t0
     server.shutdown_executor()
     return summarise(latencies, wall, outcomes)
+
+
+# --- isolation -------------------------------------------------------------------------------------
+
+CHEAP = "SELECT sex, COUNT(*) FROM people WHERE age > 30 GROUP BY sex"
+PATHOLOGICAL = (
+    ("catalog cross join", "SELECT COUNT(*) FROM pg_catalog.pg_type a, pg_type b, pg_type c, pg_type d"),
+    ("900-term OR (planned)", "SELECT COUNT(*) FROM people WHERE " + " OR ".join(f"age = {i}" for i in range(900))),
+    ("1,700-term OR (too many tokens)", "SELECT COUNT(*) FROM people WHERE " + " OR ".join(f"age = {i}" for i in range(1700))),
+    ("1 MiB statement", "SELECT COUNT(*) FROM people WHERE state = '" + "x" * (1 << 20) + "'"),
+)
+
+
+async def isolation_run(port: int, seconds: float) -> dict[str, Any]:
+    """p50/p99 of CHEAP alone, then while another client loops over PATHOLOGICAL."""
+    conninfo = f"host=127.0.0.1 port={port} user=ann password={PASSWORD} dbname=veil sslmode=disable"
+
+    async def cheap_for(duration: float) -> list[float]:
+        out = []
+        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+            await (await conn.execute(CHEAP)).fetchall()  # charged once; then answered from the release log
+            end = time.perf_counter() + duration
+            while time.perf_counter() < end:
+                t0 = time.perf_counter()
+                await (await conn.execute(CHEAP)).fetchall()
+                out.append(time.perf_counter() - t0)
+        return out
+
+    outcomes: dict[str, list[tuple[str, float]]] = {name: [] for name, _ in PATHOLOGICAL}
+    stop = asyncio.Event()
+
+    async def attacker() -> None:
+        async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
+            while not stop.is_set():
+                for name, sql in PATHOLOGICAL:
+                    t0 = time.perf_counter()
+                    try:
+                        await (await conn.execute(sql)).fetchall()
+                        code = "ok"
+                    except psycopg.Error as exc:
+                        code = exc.sqlstate or "?"
+                    outcomes[name].append((code, time.perf_counter() - t0))
+                    if stop.is_set():
+                        break
+
+    alone = await cheap_for(seconds)
+    task = asyncio.ensure_future(attacker())
+    await asyncio.sleep(0.5)
+    during = await cheap_for(seconds)
+    stop.set()
+    await task
+
+    def pct(xs: list[float], q: float) -> float:
+        xs = sorted(xs)
+        return xs[min(len(xs) - 1, round(q * (len(xs) - 1)))] * 1000
+
+    return {
+        "alone": (len(alone), pct(alone, 0.5), pct(alone, 0.99), max(alone) * 1000),
+        "during": (len(during), pct(during, 0.5), pct(during, 0.99), max(during) * 1000),
+        "attacks": {
+            name: (sorted({c for c, _ in got}), statistics.median(t for _, t in got) if got else float("nan"))
+            for name, got in outcomes.items()
+        },
+    }
 
 
 # --- ledger exactness -------------------------------------------------------------------------------
@@ -205,7 +278,7 @@ def check_ledger(policy_path: Path, answered: dict[str, int]) -> list[str]:
             rows = ledger.reservations(a)
             assert all(r["status"] != "reserved" for r in rows), f"{a}: a charge without its release"
             charges = sum((r["epsilon"] for r in rows if r["status"] != "cancelled"), Fraction(0))
-            spent = ledger.spent(a)
+            spent = ledger.spent(f"analyst:{a}").epsilon
             assert spent == charges, (a, spent, charges)
             assert spent == answered[a] * cost, (a, spent, answered[a], cost)
             assert spent <= policy.analyst(a).epsilon, (a, spent)
@@ -251,8 +324,9 @@ def one_round(tmp: Path, r: int, args: argparse.Namespace) -> tuple[dict[tuple[s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, default=20)
-    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--queries", type=int, default=60)
+    parser.add_argument("--isolation-seconds", type=float, default=15.0)
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median ratio is reported")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
@@ -265,6 +339,14 @@ def main() -> None:
             res, lines = one_round(Path(tmp), r, args)
             rounds.append(res)
             ledger_lines += lines
+        iso_policy = build(Path(tmp) / "isolation", args.rows)
+        proc, port = start_server(iso_policy, "--catalog-timeout", "2")
+        try:
+            iso = asyncio.run(isolation_run(port, args.isolation_seconds))
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    print("isolation", iso)
     for line in ledger_lines:
         print(line)
     rows = []
@@ -282,11 +364,16 @@ def main() -> None:
             f"{med[('in-process', 'p50')]:.1f} / {med[('in-process', 'p99')]:.1f} | "
             f"{med[('wire', 'p50')]:.1f} / {med[('wire', 'p99')]:.1f} | {w_ok['ok']} / {w_ok['refused']} |"
         )
+    iso_rows = [
+        f"| {label} | {n} | {p50:.1f} | {p99:.1f} | {mx:.1f} |"
+        for label, (n, p50, p99, mx) in (("alone", iso["alone"]), ("while the other client attacks", iso["during"]))
+    ]
+    attack_rows = [f"| {name} | {', '.join(codes)} | {1000 * median:.0f} |" for name, (codes, median) in iso["attacks"].items()]
     md = "\n".join(
         [
             "## server: `veil serve` throughput (wire vs in-process)",
             "",
-            f"{args.clients} concurrent clients × {args.queries} queries on a {args.rows:,}-row table, "
+            f"{args.clients} concurrent clients × {args.queries} queries each on a {args.rows:,}-row table, "
             f"{args.rounds} interleaved rounds on fresh ledgers (medians; per-round ratios in brackets) "
             f"(`bench/server_throughput.py`). Wire: psycopg 3 async clients (extended protocol, server-side "
             "parameters) → `veil serve` in a separate process. In-process: the same handler "
@@ -315,6 +402,22 @@ def main() -> None:
             "ledger (p50 ≫ single-query latency) through the wire and in-process alike; the wire adds well under "
             "1 ms per query (Describe is planned once per prepared statement, replies go out in one write per "
             "round trip). pg-mimic's figures above are for plain queries with no DP work or ledger.",
+            "",
+            "### Isolation: one client's cheap query while another sends pathological ones",
+            "",
+            f"`{CHEAP}` (cached after its first answer) repeated for {args.isolation_seconds:g} s by one client, "
+            "alone and then while a second client loops over the statements below (`veil serve "
+            "--catalog-timeout 2`, other limits at their defaults). Before this server's isolation work, the "
+            "catalog cross join froze every client for ~58 s and a 1 MB statement made the server unreachable "
+            "for minutes (issue 14).",
+            "",
+            "| cheap query | queries | p50 ms | p99 ms | max ms |",
+            "|---|---|---|---|---|",
+            *iso_rows,
+            "",
+            "| the other client sends | answer (SQLSTATE) | median ms to answer |",
+            "|---|---|---|",
+            *attack_rows,
             "",
             f"Caveat: 2-core host (1-minute load average {load_start:.1f} when this run started); clients, server "
             "and DuckDB share those cores "

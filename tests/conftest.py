@@ -19,38 +19,20 @@ except ImportError:  # pragma: no cover
 
 from veil.datasets import shared_data_dir
 
-ADULT_POLICY = """\
-[database]
-path = "warehouse.duckdb"
-[ledger]
-path = "ledger.sqlite"
-[defaults]
-epsilon_per_query = 0.5
+#: The false-failure rate of every statistical test (each test asserts a correct sampler passes with
+#: probability ≥ 1 − STAT_ALPHA, and checks power: the same test must reject a scale off by ±30%).
+#: Import it (``from tests.conftest import STAT_ALPHA``); never define a per-file α.
+STAT_ALPHA = 1e-6
 
-[tables.adult]
-privacy_unit = "row"
-[tables.adult.columns]
-age = { type = "int", lower = 17, upper = 90 }
-workclass = { type = "category" }
-fnlwgt = { type = "int", lower = 10000, upper = 1500000 }
-education = { type = "category" }
-education_num = { type = "int", lower = 1, upper = 16 }
-marital_status = { type = "category" }
-occupation = { type = "category" }
-relationship = { type = "category" }
-race = { type = "category" }
-sex = { type = "category", values = ["Female", "Male"] }
-capital_gain = { type = "int", lower = 0, upper = 99999 }
-capital_loss = { type = "int", lower = 0, upper = 4356 }
-hours_per_week = { type = "int", lower = 1, upper = 99 }
-native_country = { type = "category" }
-income = { type = "category", values = ["<=50K", ">50K"] }
+POLICIES = Path(__file__).resolve().parent / "fixtures" / "policies"
 
-[analysts.alice]
-epsilon = 10.0
-[analysts.bob]
-epsilon = 1.0
-"""
+
+def policy_text(name: str) -> str:
+    """The text of ``tests/fixtures/policies/<name>.toml`` (paths in it are relative to the policy file)."""
+    return (POLICIES / f"{name}.toml").read_text(encoding="utf-8")
+
+
+ADULT_POLICY = policy_text("adult")
 
 
 @pytest.fixture(scope="session")
@@ -83,3 +65,13 @@ def adult_policy(tmp_path: Path, shared_data: Path) -> Callable[..., Path]:
         return path
 
     return make
+
+
+#: Doctests over 1 s (a doctest cannot carry a marker): marked `slow` at collection.
+SLOW_DOCTESTS = frozenset({"veil/auditor/pu/__init__.py::veil.auditor.pu"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid in SLOW_DOCTESTS:
+            item.add_marker(pytest.mark.slow)

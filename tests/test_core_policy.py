@@ -75,6 +75,13 @@ def test_good_policy_parses_to_exact_values(tmp_path: Path) -> None:
         ("epsilon = 10.0", 'epsilon = "ten"', "must be a number"),
         ("epsilon = 10.0", "epsilon = nan", "must be finite"),
         ("[tables.regions]\npublic = true", '[tables.regions]\npublic = "yes"', "true or false"),
+        ("epsilon = 10.0", "epsilon = 10.0\ndelta = nan", "finite number in (0, 1)"),
+        ("epsilon = 10.0", "epsilon = 10.0\ndelta = inf", "finite number in (0, 1)"),
+        ("epsilon = 10.0", "epsilon = 10.0\ndelta = -inf", "finite number in (0, 1)"),
+        ("epsilon = 10.0", f"epsilon = 10.0\ndelta = {10**400}", "must be in [0, 1)"),
+        ("partition_delta = 1e-7", "partition_delta = nan", "finite number in (0, 1)"),
+        ("partition_delta = 1e-7", "partition_delta = inf", "finite number in (0, 1)"),
+        ("epsilon_per_query = 0.25", "epsilon_per_query = inf", "must be finite"),
     ],
 )
 def test_bad_policy_is_rejected_with_named_key(tmp_path: Path, replace: str, by: str, message: str) -> None:
@@ -82,6 +89,16 @@ def test_bad_policy_is_rejected_with_named_key(tmp_path: Path, replace: str, by:
     with pytest.raises(PolicyError) as info:
         load_policy(write(tmp_path, GOOD.replace(replace, by, 1)))
     assert message in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["0.001", "0.1", "0.3", "1e-3", "0.007", "2.675"])
+def test_decimal_numbers_mean_what_they_say(tmp_path: Path, text: str) -> None:
+    """A number written in decimal is that exact decimal (not its binary float): ε = 0.001 at a
+    minimum of 0.001 is accepted, and budgets add up exactly."""
+    pol = load_policy(
+        write(tmp_path, GOOD.replace("epsilon_per_query = 0.25", f"epsilon_per_query = {text}\nmin_epsilon_per_query = {text}"))
+    )
+    assert pol.defaults.epsilon_per_query == Fraction(text) == pol.defaults.min_epsilon_per_query
 
 
 def test_missing_policy_file_says_what_to_do(tmp_path: Path) -> None:

@@ -67,6 +67,7 @@ def test_discretise_keeps_mass_points_together() -> None:
         discretise(col, bins=1)
 
 
+@pytest.mark.slow
 def test_adult_sex(shared_data) -> None:
     from veil.datasets import load_adult
 
@@ -95,6 +96,7 @@ def test_no_candidate_means_no_classifier() -> None:
     assert rep.candidates == () and rep.accuracy is None and rep.implicit == ()
 
 
+@pytest.mark.slow
 def test_plot_writes_png(tmp_path) -> None:
     df = pd.DataFrame({"s": ["a", "b"] * 50, "leak": ["x", "y"] * 50, "noise": [1, 1, 2, 2] * 25})
     rep = detect_implicit(df, "s", theta=0.1, beta=0.5, seed=0)

@@ -35,6 +35,7 @@ def test_round_trip_on_adult(adult_head: pd.DataFrame) -> None:
     assert back["age"].equals(adult_head["age"]) and back["education_num"].equals(adult_head["education_num"])
 
 
+@pytest.mark.slow
 def test_decode_of_arbitrary_output_is_valid(adult_head: pd.DataFrame) -> None:
     enc = TabularEncoder.fit(adult_head)
     rng = np.random.default_rng(0)

@@ -36,6 +36,7 @@ def toy() -> pd.DataFrame:
     return _toy(2000, 0)
 
 
+@pytest.mark.slow
 def test_released_rows_are_synthetic_in_every_column_with_valid_values(toy: pd.DataFrame) -> None:
     model = Imposter(implicit=["colour", "size"], sensitive="s", label="y", lam=1.0, epochs=2, batch_size=200, seed=1)
     out = model.fit(toy).publish(toy, seed=2)
@@ -51,6 +52,7 @@ def test_released_rows_are_synthetic_in_every_column_with_valid_values(toy: pd.D
     assert model.params()["lambda"] == 1.0
 
 
+@pytest.mark.slow
 def test_lambda_removes_the_dependence_that_gan_keeps(toy: pd.DataFrame) -> None:
     """Deterministic given the seeds (no statistical false-failure rate); real data: accuracy ≈ 0.93."""
     data = toy.head(1200)

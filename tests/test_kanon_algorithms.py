@@ -34,6 +34,7 @@ def hier_dir(shared_data: Path) -> Path:
     return shared_data / "adult/hierarchies/clustering_based_k_anon"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ALGOS)
 @pytest.mark.parametrize("k", [5, 25])
 def test_adult_subset_is_k_anonymous_and_audit_agrees(adult3k: pd.DataFrame, hier_dir: Path, algorithm: str, k: int) -> None:
@@ -58,6 +59,7 @@ def res_hierarchies(hier_dir: Path) -> dict:
     return load_hierarchies(hier_dir, QI)
 
 
+@pytest.mark.slow
 def test_ncp_grows_with_k(adult3k: pd.DataFrame, hier_dir: Path) -> None:
     for algorithm in ("mondrian", "kma"):
         ncps = [

@@ -25,6 +25,7 @@ def _run(args: list[str]) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
+@pytest.mark.slow
 def test_publish_audit_and_query_release(policy: Path, shared_data: Path, tmp_path: Path) -> None:
     hier = str(shared_data / "adult/hierarchies/clustering_based_k_anon")
     export = tmp_path / "k5.csv"
@@ -131,6 +132,7 @@ def test_publish_audit_and_query_release(policy: Path, shared_data: Path, tmp_pa
     assert all(0.6 < r["accuracy"] <= 1 for r in rows)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["mondrian", "mondrian-relaxed", "oka"])
 def test_other_algorithms_publish(policy: Path, algorithm: str) -> None:
     code, out, err = _run(

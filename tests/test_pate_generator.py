@@ -1,16 +1,18 @@
-"""PATE generator: noise scales (statistical, α = 1e-6), encoding, teachers, student, Adult and MNIST runs."""
+"""PATE generator: noise scales (statistical, α = STAT_ALPHA), encoding, teachers, student, Adult and MNIST runs."""
 
 from __future__ import annotations
 
 import json
 import math
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
+from tests.conftest import STAT_ALPHA
 from veil.errors import InputError
 from veil.generators.pate import (
     FeatureEncoder,
@@ -28,7 +30,7 @@ from veil.generators.pate import (
 )
 from veil.mechanisms.pate_accounting import data_dependent_epsilon, data_independent_epsilon
 
-Z_ALPHA = 4.892  # two-sided normal critical value for α = 1e-6 (false-failure rate of each statistical test)
+Z_ALPHA = NormalDist().inv_cdf(1 - STAT_ALPHA / 2)  # two-sided normal critical value (4.89 at α = 1e-6)
 
 
 def _wrong_rate(gamma: float, gap: int) -> float:
@@ -36,6 +38,7 @@ def _wrong_rate(gamma: float, gap: int) -> float:
     return (2 + g) / (4 * math.exp(g))  # exact P[loser wins] for two classes with Laplace(1/γ) noise
 
 
+@pytest.mark.slow
 def test_noisy_aggregate_error_rate_matches_laplace_scale() -> None:
     # production sampler (OpenDP, OS CSPRNG); P[class 1 wins] is exact for two classes
     gamma, n = 0.05, 10_000
@@ -49,6 +52,7 @@ def test_noisy_aggregate_error_rate_matches_laplace_scale() -> None:
         assert abs(_wrong_rate(gamma / factor, 10) - p) > 1.1 * tol
 
 
+@pytest.mark.slow
 def test_privatise_records_laplace_scale() -> None:
     rho, n = 0.5, 20_000
     X = np.full((n // 4, 4), 0.25)
@@ -167,6 +171,7 @@ def adult_arrays(shared_data: Path) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_adult_end_to_end_no_student_noise(adult_arrays: dict, tmp_path: Path) -> None:
     a = adult_arrays
     cfg = PateConfig(teachers=50, queries=400, rho=None, seed=2)
@@ -202,6 +207,7 @@ def test_adult_end_to_end_no_student_noise(adult_arrays: dict, tmp_path: Path) -
     assert sum(v.numel() for v in state.values()) == 4 * a["enc"].width + 2  # mean, scale, 2 weight rows, 2 biases
 
 
+@pytest.mark.slow
 def test_adult_student_noise_reports_ldp(adult_arrays: dict) -> None:
     a = adult_arrays
     cfg = PateConfig(teachers=50, queries=300, rho=0.5, seed=3)
@@ -222,6 +228,7 @@ def test_adult_student_noise_reports_ldp(adult_arrays: dict) -> None:
     assert 0 <= res.metrics["student_accuracy"] <= 1
 
 
+@pytest.mark.slow
 def test_mnist_3_vs_5_end_to_end(shared_data: Path) -> None:
     from veil.datasets import load_mnist_3_5, load_mnist_test_3_5
 

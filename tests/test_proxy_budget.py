@@ -20,6 +20,7 @@ def policy(tmp_path: Path) -> Policy:
     return make_proxy_policy(tmp_path)
 
 
+@pytest.mark.slow
 def test_charge_equals_explain_and_budget_is_exact(policy: Policy) -> None:
     with QuerySession(policy, "alice") as s:
         total = Fraction(0)
@@ -34,6 +35,7 @@ def test_charge_equals_explain_and_budget_is_exact(policy: Policy) -> None:
         assert b.spent == Fraction(10) and b.remaining == Fraction(990) and b.total == Fraction(1000)
 
 
+@pytest.mark.slow
 def test_identical_query_is_answered_from_the_log_at_no_cost(policy: Policy) -> None:
     with QuerySession(policy, "alice") as s:
         first = s.execute("SELECT state, COUNT(*) FROM people GROUP BY state", epsilon=0.5)
@@ -46,6 +48,7 @@ def test_identical_query_is_answered_from_the_log_at_no_cost(policy: Policy) -> 
         assert not s.execute("SELECT state, COUNT(*) FROM people GROUP BY state", epsilon=0.5).cached
 
 
+@pytest.mark.slow
 def test_over_budget_refused_without_charge(policy: Policy) -> None:
     with QuerySession(policy, "bob") as s:
         s.execute("SELECT COUNT(*) FROM people", epsilon=0.75)
@@ -56,6 +59,7 @@ def test_over_budget_refused_without_charge(policy: Policy) -> None:
     assert "0.5" in msg and "0.25" in msg  # requested and remaining
 
 
+@pytest.mark.slow
 def test_release_log_holds_every_statistic(policy: Policy) -> None:
     with QuerySession(policy, "alice") as s:
         ans = s.execute("SELECT sex, AVG(age) FROM people GROUP BY sex", epsilon=1)
@@ -83,6 +87,7 @@ def test_public_only_queries_are_free(policy: Policy) -> None:
     assert all(c is None for row in ans.ci95 for c in row)
 
 
+@pytest.mark.slow
 def test_describe_without_charge(policy: Policy) -> None:
     with QuerySession(policy, "bob") as s:
         cols = s.describe("SELECT sex, COUNT(*) AS n, AVG(age) * 2 AS a, MAX(age) FROM people GROUP BY sex")
@@ -103,6 +108,7 @@ def test_private_groups_below_threshold_are_not_released(policy: Policy) -> None
     assert tiny.rows == ()  # a handful of rows never forms a released group
 
 
+@pytest.mark.slow
 def test_concurrent_sessions_charge_exactly(policy: Policy) -> None:
     import threading
 

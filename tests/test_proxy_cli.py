@@ -6,12 +6,14 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 import veil
 from veil.cli.main import cli
 
 
+@pytest.mark.slow
 def test_cli_query_explain_budget_on_adult(tmp_path: Path, shared_data: Path, adult_policy: Callable[..., Path]) -> None:
     policy = adult_policy(rows=10)  # writes the policy; re-ingest the full file through the CLI below
     runner = CliRunner()
@@ -39,6 +41,7 @@ def test_cli_query_explain_budget_on_adult(tmp_path: Path, shared_data: Path, ad
     assert res.exit_code == 2 and "remaining" in res.output
 
 
+@pytest.mark.slow
 def test_connect_returns_dataframe_with_attrs(adult_policy: Callable[..., Path]) -> None:
     policy = adult_policy(rows=3000)
     with veil.connect(policy, analyst="alice") as db:
@@ -51,6 +54,7 @@ def test_connect_returns_dataframe_with_attrs(adult_policy: Callable[..., Path])
         assert db.budget().spent == 0.5
 
 
+@pytest.mark.slow
 def test_cli_query_with_no_released_group_prints_header_only(adult_policy: Callable[..., Path]) -> None:
     """fnlwgt is an unbounded-key group (one row per value): partition selection releases no group."""
     policy = adult_policy(rows=500)

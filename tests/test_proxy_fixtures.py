@@ -110,7 +110,14 @@ def test_twin_accepted(case: dict[str, object], proxy_policy: Policy) -> None:
         assert ex.public or ex.epsilon > 0
         ans = s.execute(str(case["accept"]), epsilon=_eps(case, "accept_epsilon"))
         assert ans.columns
-        assert ans.epsilon_charged == ex.epsilon or ans.cached
+        assert not ans.cached, "accept queries are distinct: each one is answered and charged afresh"
+        assert ans.epsilon_charged == (0 if ex.public else ex.epsilon)
+
+
+def test_accept_queries_are_distinct() -> None:
+    """Each accept twin is its own query (a repeated one would come from the answer cache, uncharged)."""
+    accepts = [str(c["accept"]).rstrip(";").strip() for c in TWINS]
+    assert len(set(accepts)) == len(accepts)
 
 
 @pytest.mark.parametrize("case", TWINS, ids=[c["name"] for c in TWINS])

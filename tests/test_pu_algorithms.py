@@ -62,7 +62,7 @@ def test_upu_nnpu_reject_asymmetric_loss_and_bad_inputs():
 
 def test_one_train_call_is_one_optimizer_step(monkeypatch):
     """Decision 1: Train() = one Adam step; stages counted exactly, growth warm-starts (one model)."""
-    monkeypatch.setattr(pu.torch.optim, "Adam", CountingAdam)
+    monkeypatch.setattr(torch.optim, "Adam", CountingAdam)
     CountingAdam.steps = 0
     X, _ = blobs(100, 5)
     res = pu.growpu(X, X[:100].mean(0), prior=0.5, seed=1, batch_size=50, pi_pre=0.0, t_pre=7, t_tune=11, t_grow=5)
@@ -70,6 +70,7 @@ def test_one_train_call_is_one_optimizer_step(monkeypatch):
     assert CountingAdam.steps == 7 + res.info["grow_steps"] + 11
 
 
+@pytest.mark.slow
 def test_pretrain_stop_measured_on_unlabelled_rows_only():
     """Decision 3: with the b mean copies counted the share could never fall below 50%."""
     rng = np.random.default_rng(0)
@@ -101,7 +102,7 @@ def test_grow_batch_composition_and_weights():
     cfg = pu.GrowPUConfig(alpha=0.05, gamma=0.5)
     pi, b = 0.3, 100
     rng = np.random.default_rng(0)
-    batch, y, w, scale, frac = pu._grow_batch(model, torch.from_numpy(X), mean, rng, b, pi, False, cfg)
+    batch, y, w, scale, frac = pu.grow_batch(model, torch.from_numpy(X), mean, rng, b, pi, False, cfg)
     n_p = int((y[:-1] > 0).sum())
     n_n = b - n_p
     assert batch.shape == (b + 1, 4) and torch.equal(batch[-1], mean[0]) and y[-1] == 1
@@ -113,11 +114,12 @@ def test_grow_batch_composition_and_weights():
     losses = pu.surrogate_loss(z, y, "logistic")
     paper = pi / (n_p + 1) * losses[y > 0].sum() + (1 - pi) / n_n * losses[y < 0].sum()
     assert float(scale * (w * losses).sum()) == pytest.approx(float(paper), rel=1e-5)
-    _, y2, w2, _, _ = pu._grow_batch(model, torch.from_numpy(X), mean, np.random.default_rng(0), b, pi, True, cfg)
+    _, y2, w2, _, _ = pu.grow_batch(model, torch.from_numpy(X), mean, np.random.default_rng(0), b, pi, True, cfg)
     assert torch.all(w2[y2 > 0] == 0.5)  # too many positives in fine-tune: w_p *= gamma
     assert torch.allclose(w2[y2 < 0], w[y < 0])
 
 
+@pytest.mark.slow
 def test_growpu_recovers_separable_class_and_is_seeded():
     X, truth = blobs(300, 10, shift=0.6)
     m = X[:300].mean(0)
@@ -131,6 +133,7 @@ def test_growpu_recovers_separable_class_and_is_seeded():
     assert {h.stage for h in a.history} >= {"fine-tune", "final"}
 
 
+@pytest.mark.slow
 def test_nnpu_correction_keeps_positives_while_upu_overfits():
     X, truth = blobs(300, 10, shift=0.5)
     m = X[:300].mean(0)
@@ -163,6 +166,7 @@ def test_classifiers_shapes_and_oracle():
     assert (pu.oracle(X, truth, seed=0, steps=300).predicted == truth).mean() > 0.95
 
 
+@pytest.mark.slow
 def test_growpu_clips_the_mean_to_the_records_range():
     """Decision 9: noise on coordinates no class mean can take is removed before training.
 

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from scipy import stats
 
+from tests.conftest import STAT_ALPHA, policy_text
 from veil.auditor import reid as R
 from veil.cli.main import cli
 from veil.errors import InputError, ReleaseError
@@ -64,7 +65,7 @@ def test_load_matrix_and_vector(tmp_path: Path):
 
 @pytest.mark.parametrize("calibration,factor", [("per-coordinate", 1.0), ("l1", 400.0)])
 def test_noisy_class_mean_calibrations(calibration: str, factor: float):
-    """KS test at alpha = 1e-6 on 400 coordinates x 10 draws; a scale off by 30% must fail."""
+    """KS test at α = STAT_ALPHA on 400 coordinates x 10 draws; a scale off by 30% must fail."""
     X = np.random.default_rng(1).uniform(0, 1, (50, 400))
     true = X.mean(0)
     expected = factor * 1.0 / (50 * 0.5)
@@ -76,9 +77,9 @@ def test_noisy_class_mean_calibrations(calibration: str, factor: float):
         assert np.allclose(scale, expected)
         residuals.append(noisy - true)
     r = np.concatenate(residuals)
-    assert stats.kstest(r, "laplace", args=(0, expected)).pvalue > 1e-6
-    assert stats.kstest(r, "laplace", args=(0, 1.3 * expected)).pvalue < 1e-6
-    assert stats.kstest(r, "laplace", args=(0, 0.7 * expected)).pvalue < 1e-6
+    assert stats.kstest(r, "laplace", args=(0, expected)).pvalue > STAT_ALPHA
+    assert stats.kstest(r, "laplace", args=(0, 1.3 * expected)).pvalue < STAT_ALPHA
+    assert stats.kstest(r, "laplace", args=(0, 0.7 * expected)).pvalue < STAT_ALPHA
 
 
 def test_noisy_class_mean_validates():
@@ -91,6 +92,7 @@ def test_noisy_class_mean_validates():
 # ----------------------------------------------------------------------------------- attacks
 
 
+@pytest.mark.slow
 def test_run_attack_subset_and_audit_summary():
     X, truth = blobs()
     m = X[truth].mean(0)
@@ -107,6 +109,7 @@ def test_run_attack_subset_and_audit_summary():
         R.run_attack("oracle", X, m, prior=0.5)
 
 
+@pytest.mark.slow
 def test_write_report(tmp_path: Path):
     X, truth = blobs(60, 4)
     runs, summary = R.audit(
@@ -190,6 +193,7 @@ def test_truth_from_predicate():
 # ----------------------------------------------------------------------------------- CLI
 
 
+@pytest.mark.slow
 def test_cli_from_files(tmp_path: Path):
     X, truth = blobs(100, 5)
     np.save(tmp_path / "x.npy", X)
@@ -240,21 +244,7 @@ def test_cli_from_files(tmp_path: Path):
     assert runner.invoke(cli, ["audit", "reid", "--prior", "0.5"]).exit_code == 2
 
 
-POLICY = """\
-[database]
-path = "warehouse.duckdb"
-[ledger]
-path = "ledger.sqlite"
-[tables.pts]
-privacy_unit = "row"
-[tables.pts.columns]
-a = { type = "float", lower = -10, upper = 10 }
-b = { type = "float", lower = -10, upper = 10 }
-c = { type = "float", lower = -10, upper = 10 }
-label = { type = "int", lower = 0, upper = 1 }
-[analysts.alice]
-epsilon = 10.0
-"""
+POLICY = policy_text("reid_points")
 
 
 def test_cli_from_release_log(tmp_path: Path):
@@ -299,6 +289,7 @@ def test_cli_from_release_log(tmp_path: Path):
     assert out.exit_code == 2
 
 
+@pytest.mark.slow
 def test_cli_from_analyst_query_release(tmp_path: Path):
     """The whole loop: an analyst asks the class mean through Veil's query path; the audit reads it back.
 

@@ -20,6 +20,7 @@ def mnist_small(shared_data):
     return X, y == 5
 
 
+@pytest.mark.slow
 def test_growpu_on_mnist_sample(mnist_small):
     """Deterministic (seeded) check: 800 records, short schedule; the paper's setting scores 93.6%."""
     X, truth = mnist_small
@@ -53,6 +54,7 @@ def test_l1_calibrated_mean_defeats_the_attack(mnist_small):
     assert R.run_attack("floor", X, noisy, prior=0.5, truth=truth).metrics["accuracy"] > 0.7
 
 
+@pytest.mark.slow
 def test_audit_adult_release_from_log(adult_policy, tmp_path):
     """Curator flow on real Adult: one-hot published table + logged AVG query, audited from the log."""
     import pandas as pd

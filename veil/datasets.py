@@ -146,10 +146,12 @@ def load_mnist_test_3_5() -> tuple[np.ndarray, np.ndarray]:
 
 
 # ---------------------------------------------------------------------------------------- demo
-STATES: tuple[str, ...] = (
-    "AL AK AZ AR CA CO CT DE FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO "
-    "MT NE NV NH NJ NM NY NC ND OH OK OR PA RI SC SD TN TX UT VT VA WA WV WI WY"
-).split()
+STATES: tuple[str, ...] = tuple(
+    (
+        "AL AK AZ AR CA CO CT DE FL GA HI ID IL IN IA KS KY LA ME MD MA MI MN MS MO "
+        "MT NE NV NH NJ NM NY NC ND OH OK OR PA RI SC SD TN TX UT VT VA WA WV WI WY"
+    ).split()
+)
 DIAGNOSES: tuple[str, ...] = (
     "asthma", "diabetes", "flu", "fracture", "hypertension",
     "migraine", "none", "obesity", "pneumonia", "sprain",

@@ -20,9 +20,12 @@ __all__ = [
     "BudgetExhausted",
     "InputError",
     "InternalError",
+    "InvalidEncoding",
+    "MissingExtra",
     "NotAllowed",
     "ParseError",
     "PolicyError",
+    "ProtocolViolation",
     "PublicationRefused",
     "QueryCancelled",
     "QueryFailed",
@@ -30,9 +33,12 @@ __all__ = [
     "QueryTooComplex",
     "QueryTooLarge",
     "ReleaseError",
+    "TooManyConnections",
     "TypeMismatch",
     "Unbounded",
     "UnknownColumn",
+    "UnknownCursor",
+    "UnknownSetting",
     "UnknownTable",
     "Unsupported",
     "VeilError",
@@ -60,6 +66,24 @@ class InputError(VeilError, ValueError):
     sqlstate = "22023"
 
 
+class InvalidEncoding(InputError):
+    """Bytes that are not valid UTF-8 where text was expected (PostgreSQL's character_not_in_repertoire)."""
+
+    sqlstate = "22021"
+
+
+class ProtocolViolation(VeilError):
+    """A client broke the PostgreSQL wire protocol (malformed or oversized message)."""
+
+    sqlstate = "08P01"
+
+
+class TooManyConnections(VeilError):
+    """The server (or one analyst) already has as many connections as allowed."""
+
+    sqlstate = "53300"
+
+
 class PolicyError(VeilError, ValueError):
     """The policy file is missing, malformed, or does not allow what was asked."""
 
@@ -84,6 +108,18 @@ class UnknownTable(QueryRejected):
 
 class UnknownColumn(QueryRejected):
     sqlstate = "42703"
+
+
+class UnknownCursor(QueryRejected):
+    """``FETCH``/``CLOSE`` of a cursor that was not declared (PostgreSQL's invalid_cursor_name)."""
+
+    sqlstate = "34000"
+
+
+class UnknownSetting(QueryRejected):
+    """``SET``/``SHOW``/``RESET`` of a setting that does not exist (PostgreSQL's undefined_object)."""
+
+    sqlstate = "42704"
 
 
 class Unsupported(QueryRejected):
@@ -161,6 +197,16 @@ class InternalError(VeilError):
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message, hint=hint or "This is a bug in Veil, please report it")
+
+
+class MissingExtra(VeilError, ImportError):
+    """A command needs an optional part of Veil that is not installed (``pip install 'veil[<extra>]'``)."""
+
+    sqlstate = "58000"
+
+    def __init__(self, message: str, *, extra: str, hint: str | None = None) -> None:
+        self.extra = extra
+        super().__init__(message, hint=hint or f"Install it with: pip install 'veil[{extra}]'")
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:

@@ -57,15 +57,18 @@ def _exact(value: Any, where: str) -> Fraction:
         raise PolicyError(f"{where} must be a number, got {value!r}")
     if isinstance(value, float) and not math.isfinite(value):
         raise PolicyError(f"{where} must be finite, got {value!r}")
-    return Fraction(value)
+    # floats by their shortest repr: ``0.001`` in a policy means exactly 1/1000, not its binary expansion
+    return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
 
 
 def _probability(value: Any, where: str, *, allow_zero: bool = False) -> Fraction:
     """A δ-like number in (0, 1) (or [0, 1) with ``allow_zero``) as an exact Fraction (floats via repr)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise PolicyError(f"{where} must be a number in (0, 1), got {value!r}", hint="Use e.g. 1e-6")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise PolicyError(f"{where} must be a finite number in (0, 1), got {value!r}", hint="Use e.g. 1e-6")
     frac = Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
-    if not (0 <= frac < 1) or (frac == 0 and not allow_zero) or not math.isfinite(float(value)):
+    if not (0 <= frac < 1) or (frac == 0 and not allow_zero):
         raise PolicyError(f"{where} must be in {'[0' if allow_zero else '(0'}, 1), got {value!r}", hint="Use e.g. 1e-6")
     return frac
 

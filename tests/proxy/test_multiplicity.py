@@ -79,6 +79,7 @@ def con() -> duckdb.DuckDBPyConnection:
     c.close()
 
 
+@pytest.mark.slow
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sql=join_queries(), data=public_data())
 def test_probe_product_bounds_the_real_multiplicity(con: duckdb.DuckDBPyConnection, sql: str, data: tuple) -> None:

@@ -66,6 +66,7 @@ def public_only() -> duckdb.DuckDBPyConnection:
     c.close()
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(sql=queries())
 def test_resolution_is_unambiguous_and_faithful(

@@ -71,6 +71,7 @@ def _total(sql: str) -> str:
     return make_total(sqlglot.parse_one(sql, read="postgres")).sql(dialect="duckdb")
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(expr=EXPRESSIONS)
 def test_total_expressions_never_fail_on_adversarial_rows(con: duckdb.DuckDBPyConnection, expr: str) -> None:

@@ -35,7 +35,16 @@ import numpy as np
 import pandas as pd
 
 from veil.errors import InputError, did_you_mean
-from veil.generators.kanon.hierarchies import read_hierarchy_text
+
+
+def _hierarchy_text(path: Path) -> str:
+    """A hierarchy file's text: UTF-8, or Latin-1 when it is not valid UTF-8 (as the generator reads it)."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
 
 __all__ = ["AnonymityReport", "audit_anonymity", "leaf_counts_from_dir", "parse_generalised"]
 
@@ -129,7 +138,7 @@ def leaf_counts_from_dir(directory: str | Path | None, columns: Sequence[str]) -
             continue
         counts: dict[str, int] = {}
         leaves: set[str] = set()
-        for line in read_hierarchy_text(hits[0]).splitlines():
+        for line in _hierarchy_text(hits[0]).splitlines():
             parts = [x.strip() for x in line.split(";") if x.strip()]
             if not parts:
                 continue
@@ -243,7 +252,7 @@ def _leaves_under_from_dir(directory: str | Path | None, columns: Sequence[str])
         if not hits:
             continue
         under: dict[str, set[str]] = {}
-        for line in read_hierarchy_text(hits[0]).splitlines():
+        for line in _hierarchy_text(hits[0]).splitlines():
             parts = [x.strip() for x in line.split(";") if x.strip()]
             if not parts:
                 continue

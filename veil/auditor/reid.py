@@ -586,7 +586,7 @@ def write_report(
             "Share of records classified positive during training",
         )
         acc = {
-            label[k]: ([h.step for h in r.result.history], [h.accuracy for h in r.result.history])
+            label[k]: ([float(h.step) for h in r.result.history], [float(h.accuracy or 0.0) for h in r.result.history])
             for k, r in first.items()
             if all(h.accuracy is not None for h in r.result.history)
         }

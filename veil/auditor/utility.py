@@ -15,6 +15,7 @@ validation split picks the ``selected`` model, as in the paper.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -53,7 +54,7 @@ class _QuantileOneHot:
         return self
 
 
-def _model(name: str, seed: int):
+def _model(name: str, seed: int) -> Any:
     from sklearn.ensemble import HistGradientBoostingClassifier, RandomForestClassifier
     from sklearn.linear_model import LogisticRegression
     from sklearn.naive_bayes import BernoulliNB

@@ -19,7 +19,9 @@ import click
 import pandas as pd
 
 from veil._json import to_jsonable
-from veil.errors import VeilError
+from veil._optional import missing_extra
+from veil.cli._lazy import LazyGroup
+from veil.errors import MissingExtra, VeilError
 from veil.policy import Policy, load_policy
 
 __all__ = [
@@ -43,18 +45,18 @@ EXIT_INTERNAL = 3  # a bug
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="veil")
 def cli() -> None:
     """Veil: differentially private SQL, sanitised publications and privacy audits."""
 
 
-@cli.group()
+@cli.group(cls=LazyGroup, extra="curate")
 def publish() -> None:
     """Curators: publish a sanitised table or model (k-anonymity, SDC, synthetic, PATE)."""
 
 
-@cli.group()
+@cli.group(cls=LazyGroup, extra="audit")
 def audit() -> None:
     """Security team: audit releases (re-identification, implicit privacy, k-anonymity, PATE)."""
 
@@ -156,13 +158,33 @@ def publish_and_report(
     return summary
 
 
+def _as_missing_extra(exc: ModuleNotFoundError) -> MissingExtra | None:
+    """An optional package missing under ``veil publish``/``veil audit`` → MissingExtra naming the group's extra."""
+    found = missing_extra(exc)
+    if found is None:
+        return None
+    ctx = click.get_current_context(silent=True)
+    while ctx is not None:
+        extra = getattr(ctx.command, "extra", None)
+        if extra:
+            return MissingExtra(found.message, extra=extra)
+        ctx = ctx.parent
+    return found
+
+
 def run_guarded(fn: F) -> F:
     """Decorator for command bodies: VeilError → message on stderr and exit code 2."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            except ModuleNotFoundError as exc:
+                extra = _as_missing_extra(exc)
+                if extra is None:
+                    raise
+                raise extra from exc
         except VeilError as exc:
             click.echo(f"error [{exc.sqlstate}] {type(exc).__name__}: {exc}", err=True)
             sys.exit(EXIT_USER)

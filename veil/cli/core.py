@@ -26,8 +26,9 @@ def ingest(policy_path: Path, table: str, source: Path, replace: bool, fmt: str)
     policy = load_policy(policy_path)
     summary = ingest_file(policy, table, source, replace=replace)
     emit(summary, fmt)
-    if summary["missing_policy_columns"]:
-        click.echo(f"warning: policy columns not in the file: {', '.join(summary['missing_policy_columns'])}", err=True)
+    missing = summary["missing_policy_columns"]
+    if isinstance(missing, list) and missing:
+        click.echo(f"warning: policy columns not in the file: {', '.join(map(str, missing))}", err=True)
 
 
 @cli.command()

@@ -79,7 +79,7 @@ def explain(policy_path: Path, analyst: str, epsilon: float | None, fmt: str, sq
         if ex.partition_threshold is not None:
             extra = (
                 f"; private group keys: a group is shown when its noisy count ≥ {ex.partition_threshold}"
-                f" (δ = {float(ex.partition_delta):g})"
+                f" (δ = {float(ex.partition_delta or 0):g})"
             )
         click.echo(f"total ε = {float(ex.epsilon):g} (exact {ex.epsilon}){extra}", err=True)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
 import socket
 import sys
 from pathlib import Path
@@ -14,6 +15,8 @@ from veil.errors import InputError
 from veil.policy import load_policy
 
 __all__ = ["analyst", "serve_command"]
+
+_SECONDS = click.FloatRange(min=0)
 
 
 def _is_loopback_host(host: str) -> bool:
@@ -37,9 +40,36 @@ def _is_loopback_host(host: str) -> bool:
     is_flag=True,
     help="Accept unencrypted connections from non-loopback addresses (trusted networks only).",
 )
+@click.option(
+    "--auth-timeout", type=_SECONDS, default=60, show_default=True, help="Seconds a client has to log in (0: no limit)."
+)
+@click.option("--max-connections", type=click.IntRange(1), default=100, show_default=True, help="Open connections, in all.")
+@click.option("--max-connections-per-analyst", type=click.IntRange(1), default=None, help="Open connections per analyst.")
+@click.option("--statement-timeout", type=_SECONDS, default=0, show_default=True, help="Seconds per statement (0: none).")
+@click.option("--max-query-bytes", type=click.IntRange(1), default=1 << 20, show_default=True, help="Longest statement.")
+@click.option("--max-query-tokens", type=click.IntRange(1), default=4000, show_default=True, help="Most tokens in a statement.")
+@click.option("--max-query-depth", type=click.IntRange(1), default=64, show_default=True, help="Deepest bracket nesting.")
+@click.option("--max-planning-seconds", type=_SECONDS, default=10, show_default=True, help="Planning time (Describe, EXPLAIN).")
+@click.option("--catalog-timeout", type=_SECONDS, default=5, show_default=True, help="Seconds per catalog query.")
+@click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True, help="Threads for analyst queries.")
 @run_guarded
 def serve_command(
-    policy_path: Path, host: str, port: int, tls_cert: Path | None, tls_key: Path | None, allow_plaintext: bool
+    policy_path: Path,
+    host: str,
+    port: int,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    allow_plaintext: bool,
+    auth_timeout: float,
+    max_connections: int,
+    max_connections_per_analyst: int | None,
+    statement_timeout: float,
+    max_query_bytes: int,
+    max_query_tokens: int,
+    max_query_depth: int,
+    max_planning_seconds: float,
+    catalog_timeout: float,
+    workers: int,
 ) -> None:
     """Serve analysts' SQL clients (psql, psycopg, JDBC, DBeaver) over the PostgreSQL protocol.
 
@@ -47,7 +77,21 @@ def serve_command(
     differential privacy and charged to the analyst's budget.
     """
     from veil.server.app import make_ssl_context, serve
+    from veil.server.limits import ServerLimits
     from veil.store.credentials import CredentialStore
+
+    limits = ServerLimits(
+        auth_timeout=auth_timeout,
+        max_connections=max_connections,
+        max_connections_per_analyst=max_connections_per_analyst,
+        statement_timeout=statement_timeout,
+        max_query_bytes=max_query_bytes,
+        max_query_tokens=max_query_tokens,
+        max_query_depth=max_query_depth,
+        max_planning_seconds=max_planning_seconds,
+        catalog_timeout=catalog_timeout,
+        workers=workers,
+    )
 
     policy = load_policy(policy_path)
     if (tls_cert is None) != (tls_key is None):
@@ -68,7 +112,8 @@ def serve_command(
         click.echo(f"veil serve: listening on {host}:{bound} ({tls}); analysts: {', '.join(logins) or 'none'}", err=True)
         click.echo(f'  psql "postgresql://{logins[0] if logins else "<analyst>"}@{host}:{bound}/veil"', err=True)
 
-    serve(policy, host=host, port=port, ssl_context=ssl_context, allow_plaintext=allow_plaintext, ready=ready)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    serve(policy, host=host, port=port, ssl_context=ssl_context, allow_plaintext=allow_plaintext, limits=limits, ready=ready)
 
 
 @cli.group()

@@ -14,6 +14,7 @@ drives initialisation, shuffling and noise.
 
 from __future__ import annotations
 
+import secrets
 import time
 from typing import Any
 
@@ -69,7 +70,7 @@ def train_gan(
 
     from veil.generators.base import progress_bar
 
-    gen = torch.Generator().manual_seed(int(seed) if seed is not None else int(np.random.SeedSequence().entropy % 2**63))
+    gen = torch.Generator().manual_seed(int(seed) if seed is not None else secrets.randbits(63))
     g_sizes, d_sizes = ARCHITECTURES[architecture]
     d = z.shape[1]
     netg = _mlp([noise_dim, *g_sizes, d], gen)

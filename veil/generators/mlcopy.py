@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from veil.errors import InputError
+from veil.errors import InputError, InternalError
 from veil.generators.base import Context, Generator, Output, Param, register
 
 __all__ = ["MLCopy", "ml_copy"]
@@ -94,7 +94,8 @@ class MLCopy(Generator):
     )
 
     def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
-        assert ctx.target is not None
+        if ctx.target is None:
+            raise InternalError("mlcopy generate() called without a target (validate() requires one)")
         x = data[list(ctx.columns)].to_numpy(dtype=np.float64)
         y = data[ctx.target].to_numpy()
         xs, ys = ml_copy(x, y, sampling=self["sampling"], criterion=self["criterion"], balanced=self["balanced"], seed=ctx.seed)

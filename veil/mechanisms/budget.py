@@ -42,7 +42,7 @@ def as_epsilon(value: object, *, what: str = "epsilon", allow_zero: bool = False
             raise InputError(f"{what} {value!r} is not a number", hint="Pass a number such as 0.5 or 1/3") from None
     else:
         try:
-            as_float = float(value)  # numpy scalars, Decimals
+            as_float = float(value)  # type: ignore[arg-type]  # numpy scalars, Decimals; anything else raises TypeError
         except (TypeError, ValueError):
             raise InputError(f"{what} must be a number, got {value!r}") from None
         return as_epsilon(as_float, what=what, allow_zero=allow_zero)

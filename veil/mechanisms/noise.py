@@ -21,13 +21,18 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-import opendp.prelude as dp
+import opendp.measurements as dp_m
+from opendp.domains import atom_domain, vector_domain
+from opendp.measures import max_divergence
+from opendp.metrics import l1_distance, l2_distance, linf_distance
+from opendp.mod import enable_features
 
 from veil.errors import InputError
 from veil.mechanisms import _csprng
 from veil.mechanisms.budget import as_epsilon
 
-dp.enable_features("contrib")
+# Not opendp.prelude: it imports opendp.extras, which pulls scikit-learn into the SQL proxy.
+enable_features("contrib")
 
 __all__ = [
     "discrete_laplace",
@@ -61,25 +66,25 @@ def _as_float_array(values: ArrayLike) -> np.ndarray:
 
 @lru_cache(maxsize=256)
 def _float_laplace(scale: float) -> Any:
-    return dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l1_distance(T=float), scale=scale)
+    return dp_m.make_laplace(vector_domain(atom_domain(T=float, nan=False)), l1_distance(T=float), scale=scale)
 
 
 @lru_cache(maxsize=256)
 def _int_laplace(scale: float) -> Any:
-    return dp.m.make_laplace(dp.vector_domain(dp.atom_domain(T="i64")), dp.l1_distance(T="i64"), scale=scale)
+    return dp_m.make_laplace(vector_domain(atom_domain(T="i64")), l1_distance(T="i64"), scale=scale)
 
 
 @lru_cache(maxsize=256)
 def _float_gaussian(sigma: float) -> Any:
-    return dp.m.make_gaussian(dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l2_distance(T=float), scale=sigma)
+    return dp_m.make_gaussian(vector_domain(atom_domain(T=float, nan=False)), l2_distance(T=float), scale=sigma)
 
 
 @lru_cache(maxsize=256)
 def _noisy_max(scale: float) -> Any:
-    return dp.m.make_noisy_max(
-        dp.vector_domain(dp.atom_domain(T=float, nan=False)),
-        dp.linf_distance(T=float),
-        dp.max_divergence(),
+    return dp_m.make_noisy_max(
+        vector_domain(atom_domain(T=float, nan=False)),
+        linf_distance(T=float),
+        max_divergence(),
         scale=scale,
     )
 
@@ -190,12 +195,19 @@ def discrete_laplace_ci_halfwidth(scale: float, confidence: float = 0.95) -> flo
     if s == 0:
         return 0.0
     alpha = 1.0 - confidence
-    r = math.exp(-1.0 / s)
-    if r == 0.0:
+    log_r = -1.0 / s  # r = e^(−1/scale) underflows to 0 for tiny scales and rounds to 1 for huge ones
+    if log_r < -745.0:
         return 0.0
-    h = math.ceil(math.log(alpha * (1.0 + r) / 2.0) / math.log(r)) - 1
-    h = max(h, 0)
-    while 2.0 * r ** (h + 1) / (1.0 + r) > alpha:  # guard against rounding at the boundary
+    log1p_r = math.log1p(math.exp(log_r))
+    target = math.log(alpha)
+
+    def tail(h: float) -> float:  # log P(|Z| > h)
+        return math.log(2.0) + (h + 1.0) * log_r - log1p_r
+
+    h = max(math.ceil((target + log1p_r - math.log(2.0)) / log_r) - 1, 0)
+    if s > 2.0**40:  # h + 1 == h in floating point: widen by a relative margin instead of stepping
+        return float(math.ceil(h * (1.0 + 1e-9)) + 1)
+    while tail(h) > target:  # guard against rounding at the boundary
         h += 1
     return float(h)
 

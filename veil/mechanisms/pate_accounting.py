@@ -93,7 +93,7 @@ def _check_queries(queries: int) -> int:
     return int(queries)
 
 
-def _check_orders(orders: Sequence[float]) -> np.ndarray:
+def _check_orders(orders: Sequence[float] | np.ndarray) -> np.ndarray:
     arr = np.asarray(orders, dtype=float)
     if arr.ndim != 1 or arr.size == 0 or not np.all(np.isfinite(arr)) or np.any(arr <= 0):
         raise InputError(f"orders must be a non-empty list of numbers > 0, got {orders!r}", hint="Use e.g. orders=range(1, 9)")
@@ -214,7 +214,7 @@ def log_moment_bound(q: np.ndarray | float, gamma: float, order: float) -> np.nd
 
 
 def data_dependent_log_moments(
-    counts: np.ndarray | Sequence[Sequence[float]], *, gamma: float, orders: Sequence[float] = DEFAULT_ORDERS
+    counts: np.ndarray | Sequence[Sequence[float]], *, gamma: float, orders: Sequence[float] | np.ndarray = DEFAULT_ORDERS
 ) -> np.ndarray:
     """Sum over the answered queries of the per-answer log-MGF bounds, one value per order."""
     q = noisy_max_q_bound(counts, gamma)

@@ -1,1 +1,1 @@
-"""Privacy metrics computed on released data."""
+"""Measurements shared by publications (veil.generators) and audits (veil.auditor): the layer below both."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
 from sqlglot import exp
@@ -22,7 +23,12 @@ from sqlglot.optimizer.scope import Scope
 from veil.errors import InternalError, Unbounded
 from veil.proxy.catalog import Catalog
 
-__all__ = ["Interval", "base_columns", "expression_interval", "resolve_column"]
+__all__ = ["IntegralRange", "Interval", "base_columns", "expression_interval", "in_doubles", "resolve_column"]
+
+
+class IntegralRange(Unbounded):
+    """An integer sub-expression can leave ±2^62: :func:`in_doubles` computes it in DOUBLE instead."""
+
 
 _INT_TYPES = {"TINYINT", "SMALLINT", "INT", "INTEGER", "BIGINT", "HUGEINT", "UBIGINT", "UINTEGER"}
 _NUM_TYPES = _INT_TYPES | {"DOUBLE", "FLOAT", "REAL", "DECIMAL", "NUMERIC", "DOUBLE PRECISION"}
@@ -66,6 +72,12 @@ class Interval:
         return (self.hi - self.lo) / 2
 
 
+def _approx(v: Fraction) -> str:
+    """A short text for a possibly huge magnitude (never overflows a float)."""
+    digits = len(str(abs(v.numerator) // v.denominator))
+    return f"{float(v):.3g}" if digits < 300 else f"1e{digits - 1}"
+
+
 def _point(v: Fraction) -> Interval:
     return Interval(v, v, v.denominator == 1)
 
@@ -104,6 +116,23 @@ def expression_interval(expr: exp.Expression, scope: Scope, catalog: Catalog) ->
     return _iv(expr, scope, catalog, expr)
 
 
+def in_doubles(expr: exp.Expression) -> exp.Expression:
+    """``expr`` with every operand of ``+ - * ^`` and unary minus cast to DOUBLE (no 64-bit overflow)."""
+
+    def to_double(node: exp.Expression) -> exp.Expression:
+        return exp.Cast(this=node, to=exp.DataType.build("DOUBLE"))
+
+    def visit(node: exp.Expression) -> exp.Expression:
+        if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):
+            node.set("this", to_double(node.this))
+            node.set("expression", to_double(node.expression))
+        elif isinstance(node, (exp.Pow, exp.Neg)):
+            node.set("this", to_double(node.this))
+        return node
+
+    return expr.copy().transform(visit, copy=False)
+
+
 def _unbounded(node: exp.Expression, whole: exp.Expression, why: str) -> Unbounded:
     return Unbounded(
         f"cannot bound {whole.sql(dialect='postgres')!r}: {why}",
@@ -115,12 +144,39 @@ def _unbounded(node: exp.Expression, whole: exp.Expression, why: str) -> Unbound
 Rule = Callable[[exp.Expression, Scope, Catalog, exp.Expression], "Interval | None"]
 
 
+#: Largest magnitude any integral sub-expression may reach: products and sums of BIGINTs below it
+#: never overflow the engine's 64-bit integers (the engine sums into 128 bits).
+MAX_INTEGRAL = Fraction(2**62)
+#: Largest magnitude any other sub-expression may reach: squares (variance) and sums of any
+#: realistic number of rows stay finite doubles, and every bound converts to a Python float.
+MAX_REAL = Fraction(10**150)
+MAX_BIGINT = Fraction(2**63 - 1)
+
+
 def _iv(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
-    """Dispatch on the node's type through :data:`_RULES` (most specific class first)."""
+    """Dispatch on the node's type through :data:`_RULES` (most specific class first).
+
+    Every sub-expression's range must stay within :data:`MAX_INTEGRAL` / :data:`MAX_REAL`, so the
+    engine can evaluate it on any row of the bounded copy without overflowing: an overflow would be
+    an error (or an infinity) that depends on a person's value. Wider ranges are refused, before
+    anything is charged.
+    """
     for cls in type(node).__mro__:
         rule = _RULES.get(cls)
         if rule is not None:
-            return rule(node, scope, catalog, whole)
+            out = rule(node, scope, catalog, whole)
+            if (
+                out is not None
+                and (node is whole or not isinstance(node, exp.Literal))  # a constant alone cannot overflow
+                and out.magnitude > (MAX_INTEGRAL if out.integral else MAX_REAL)
+            ):
+                cap = "2^62" if out.integral else "1e150"
+                what = node.sql(dialect="postgres")
+                err = _unbounded(node, whole, f"{what!r} can reach ±{_approx(out.magnitude)}, beyond ±{cap}")
+                if out.integral and out.magnitude <= MAX_REAL:
+                    raise IntegralRange(err.message, hint=err.hint)
+                raise err
+            return out
     raise _unbounded(node, whole, f"{node.key.upper()} has no interval rule")
 
 
@@ -154,7 +210,19 @@ def _bool_literal_rule(node: exp.Expression, scope: Scope, catalog: Catalog, who
 def _literal_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
     if not isinstance(node, exp.Literal) or node.is_string:
         raise _unbounded(node, whole, f"{node.sql()} is text")
-    return _point(Fraction(str(node.this)))
+    text = str(node.this)
+    try:
+        exponent = Decimal(text).adjusted()
+    except InvalidOperation:
+        raise _unbounded(node, whole, f"{text!r} is not a number") from None
+    if abs(exponent) > 400:  # far beyond every cap (and too costly to hold exactly)
+        raise _unbounded(node, whole, f"the literal {text} is out of range")
+    value = Fraction(text)
+    if text.isdigit():  # an integer literal: BIGINT up to 2^63 − 1 (a constant cannot overflow)
+        if value > MAX_BIGINT:
+            raise _unbounded(node, whole, f"the integer literal {text} does not fit in 64 bits")
+        return Interval(value, value, True)
+    return Interval(value, value, False)  # a DOUBLE (see veil.proxy.totality)
 
 
 def _pi_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
@@ -177,6 +245,8 @@ def _column_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: ex
         return Interval(Fraction(0), Fraction(1), True)
     if spec.type not in ("int", "float") or not spec.bounded:
         raise _unbounded(node, whole, f"column {table}.{node.name} has no declared lower/upper bounds")
+    if spec.lower is None or spec.upper is None:
+        raise InternalError(f"column {table}.{node.name} is bounded without both bounds")
     return Interval(_frac(spec.lower), _frac(spec.upper), spec.type == "int")
 
 

@@ -103,7 +103,7 @@ def _parse(s: QueryState, env: Env) -> QueryState:
 def _resolve(s: QueryState, env: Env) -> QueryState:
     if s.tree is None:
         raise InternalError("resolve before parse")
-    return replace(s, resolved=env.with_catalog(lambda cat: resolve(s.tree, cat, sql=s.sql)))  # type: ignore[arg-type]
+    return replace(s, resolved=env.with_catalog(lambda cat: resolve(s.tree, cat, sql=s.sql)))
 
 
 def _validate(s: QueryState, env: Env) -> QueryState:

@@ -39,7 +39,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
 from veil.errors import InternalError, QueryRejected, Unbounded, Unsupported
-from veil.proxy.bounds import Interval, expression_interval, resolve_column
+from veil.proxy.bounds import IntegralRange, Interval, expression_interval, in_doubles, resolve_column
 from veil.proxy.catalog import Catalog
 from veil.proxy.totality import make_total
 from veil.proxy.validate import Analysis, aggregate_name
@@ -218,6 +218,17 @@ def _const_q(node: exp.Expression | None) -> float:
     if not 0 <= q <= 1:
         raise Unsupported(f"quantile {q} is outside [0, 1]", hint="Use a fraction such as 0.9")
     return q
+
+
+def _typed(arg: exp.Expression, iv: Interval) -> exp.Expression:
+    """``arg`` as BIGINT (integral values, within ±2^62 by the bounds pass) or DOUBLE.
+
+    Aggregating a DECIMAL (a literal such as ``1.000…01`` or a cast to ``DECIMAL(38, 30)``) could
+    overflow the engine's fixed-precision sum on some data but not on other; booleans are not
+    numbers on every engine. Each aggregated value is therefore one of two types that cannot
+    overflow on a clamped value (the engine sums BIGINT into 128 bits).
+    """
+    return exp.Cast(this=arg, to=exp.DataType.build("BIGINT" if iv.integral else "DOUBLE"))
 
 
 def _clamp(arg: exp.Expression, iv: Interval) -> exp.Expression:
@@ -458,13 +469,17 @@ def _plan_aggregate(b: _Builder, idx: int, node: exp.Expression, ctx: _Context) 
         raise Unsupported(f"{name.upper()} needs an argument")
     if distinct:
         raise Unsupported(f"{name.upper()}(DISTINCT …) is not supported", hint="Only COUNT(DISTINCT …)")
-    iv = expression_interval(arg, ctx.scope, ctx.catalog)
+    try:
+        iv = expression_interval(arg, ctx.scope, ctx.catalog)
+    except IntegralRange:  # an integer product beyond ±2^62: the same expression in doubles
+        arg = in_doubles(arg)
+        iv = expression_interval(arg, ctx.scope, ctx.catalog)
     if iv is None:
         raise Unbounded(f"the argument of {node.sql(dialect='duckdb')} is always NULL")
     # a bounded base column is already clamped in the bounded copy; any other expression is clamped
     # itself, so its interval holds for any data
     bare = _is_bounded_base_column(arg, ctx.scope, ctx.catalog, ctx.table)
-    arg_c = arg if bare else _clamp(arg, iv)
+    arg_c = arg if bare else _typed(_clamp(arg, iv), iv)
     if name == "sum":
         sid = b.add(
             ("sum", _sql(arg_c), None if filt is None else _sql(filt)), kind="sum",

@@ -433,7 +433,8 @@ class Env:
             raise InternalError("not a direct post-processing")
         rows, ci_rows = [], []
         for gi, g in enumerate(kept):
-            row, crow = [], []
+            row: list[Any] = []
+            crow: list[float | None] = []
             for col, src in zip(post.direct, post.ci_sources, strict=True):
                 i = int(col[3:])
                 if col.startswith("__k"):
@@ -549,9 +550,9 @@ class QuerySession:
         if post.direct is not None:
             types = [key_types[int(c[3:])] if c.startswith("__k") else agg_types[int(c[3:])] for c in post.direct]
             return tuple(OutputColumn(n, t) for n, t in zip(post.names, types, strict=True))
-        res = self._env.run_post(post, self._env.empty_frame(p, key_types), key_types)
+        post_rows = self._env.run_post(post, self._env.empty_frame(p, key_types), key_types)
         n = len(post.names)
-        return tuple(OutputColumn(nm, output_type(t)) for nm, t in zip(post.names, res.types[:n], strict=True))
+        return tuple(OutputColumn(nm, output_type(t)) for nm, t in zip(post.names, post_rows.types[:n], strict=True))
 
     def execute(self, sql: str, *, epsilon: Fraction | float | None = None) -> Answer:
         """Answer one SELECT, charging exactly what :meth:`explain` quotes (or nothing for a cached answer)."""

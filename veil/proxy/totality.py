@@ -6,7 +6,9 @@ text that is not a number) is a deterministic one-bit oracle on that row, whatev
 on its own (DuckDB's common-subexpression elimination may lift a repeated sub-expression out of an
 enclosing ``TRY``, so an outer ``TRY`` alone is not enough):
 
-* ``CAST`` becomes ``TRY_CAST`` (NULL when the value does not convert);
+* ``CAST`` becomes ``TRY_CAST`` (NULL when the value does not convert); a cast to DECIMAL is then
+  read as a DOUBLE;
+* a number literal with a fraction or an exponent is a DOUBLE (fixed-point arithmetic overflows);
 * ``a / b``, ``a // b`` and ``a % b`` divide by ``NULLIF(b, 0)`` and are wrapped in ``TRY``;
 * every other operation that can raise — arithmetic (integer overflow), powers, logarithms, square
   roots, exponentials, rounding, date arithmetic, LIKE patterns, string functions with numeric
@@ -21,6 +23,8 @@ comparisons of one type family, boolean connectives, CASE, COALESCE, …) are le
 """
 
 from __future__ import annotations
+
+import re
 
 from sqlglot import exp
 
@@ -39,12 +43,22 @@ TOTAL_NODES: tuple[type[exp.Expression], ...] = (
 )  # fmt: skip
 
 _DIVISIONS = (exp.Div, exp.IntDiv, exp.Mod)
+_INTEGER = re.compile(r"[0-9]+")
 
 
 def _total_node(node: exp.Expression) -> exp.Expression:
     """``node`` (whose children are already total) in a total form."""
-    if isinstance(node, exp.Cast) and not isinstance(node, exp.TryCast):
-        return exp.TryCast(this=node.this, to=node.args["to"])
+    if isinstance(node, exp.Cast):
+        to = node.args["to"]
+        out = exp.TryCast(this=node.this, to=to)
+        if isinstance(to, exp.DataType) and to.this in (exp.DataType.Type.DECIMAL, exp.DataType.Type.BIGDECIMAL):
+            # rounded and range-checked as the DECIMAL, then used as a DOUBLE (see number literals)
+            return exp.TryCast(this=out, to=exp.DataType.build("DOUBLE"))
+        return out
+    if isinstance(node, exp.Literal) and not node.is_string and not _INTEGER.fullmatch(str(node.this)):
+        # a DECIMAL literal makes the arithmetic around it fixed-point, which overflows (even in a
+        # comparison, by the common-type cast) at magnitudes that depend on the data: use DOUBLE
+        return exp.Cast(this=node, to=exp.DataType.build("DOUBLE"))
     if isinstance(node, _DIVISIONS):
         divisor = node.expression
         node.set("expression", exp.Nullif(this=divisor, expression=exp.Literal.number(0)))

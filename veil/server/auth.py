@@ -5,16 +5,18 @@ pg-mimic's stock identity provider hands out plaintext passwords and lets unknow
 checks the client's proof against the analyst's stored verifier
 (:mod:`veil.store.credentials`). An unknown user, or an analyst the policy no longer lists,
 runs the same exchange against a verifier of a random secret, with a salt derived from the
-user name and a per-server secret (so it is stable across attempts, like a real one), and is
-refused whatever it sends. The server never holds a password.
+user name and a secret kept in the ledger file (``server_secrets``, so the salt is the same on
+every attempt and across restarts, like a real user's), and is refused whatever it sends. The
+server never holds a password. Failed logins are logged and slowed down by the connection
+(:mod:`veil.server.connection`), not here.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
-import os
 from collections.abc import Callable
 
 from pg_mimic import AuthPlugin
@@ -60,9 +62,8 @@ class VerifierScramAuth(AuthPlugin):
         self.authenticated: str | None = None
 
     @classmethod
-    def factory(cls, lookup: VerifierLookup) -> Callable[[str], VerifierScramAuth]:
-        """One plug-in per connection, sharing one random mock secret per server."""
-        secret = os.urandom(32)
+    def factory(cls, lookup: VerifierLookup, secret: bytes) -> Callable[[str], VerifierScramAuth]:
+        """One plug-in per connection; ``secret`` (persistent) derives unknown users' salts."""
         mock = random_verifier()
         return lambda _username: cls(lookup, mock_secret=secret, mock_verifier=mock)
 
@@ -71,8 +72,6 @@ class VerifierScramAuth(AuthPlugin):
         return Verifier(self._mock.iterations, salt, self._mock.stored_key, self._mock.server_key)
 
     async def authenticate(self, stream: PgStream, username: str, identity_provider: object) -> bool:
-        import asyncio
-
         try:
             verifier = await asyncio.get_running_loop().run_in_executor(None, self._lookup, username) if username else None
         except Exception:  # a corrupt row must not let anyone in, nor crash the server
@@ -103,7 +102,6 @@ class VerifierScramAuth(AuthPlugin):
             server.set_client_final(payload.decode("utf-8"))
             server_final = server.get_server_final()
         except (ScramException, UnicodeDecodeError, ValueError, IndexError):
-            logger.info("SCRAM-SHA-256 login failed for user %r", username)
             return False
         if not known:  # unreachable without the random secret; fail closed regardless
             return False

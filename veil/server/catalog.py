@@ -1,9 +1,10 @@
-"""Catalog and ``veil.*`` answers for ``veil serve``, built from the policy, never from data.
+"""Catalog and ``veil.*`` answers for ``veil serve``, built from what an analyst may name, never from data.
 
 Clients introspect before they query: psql's ``\\dt``/``\\d``, pgjdbc's ``DatabaseMetaData``
-and DBeaver's navigator. Every answer here comes from the policy schema (declared tables and
-columns, their Veil types mapped to PostgreSQL types); nothing reads the warehouse, so row
-counts, sizes and statistics are never revealed.
+and DBeaver's navigator. Every answer here comes from the analyst's query catalog
+(:class:`veil.proxy.catalog.Catalog`: the policy's tables with their declared columns, public
+tables and published tables with their stored column types), mapped to PostgreSQL types;
+row counts, sizes and statistics are never revealed.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from sqlglot import exp
 from sqlglot.executor import execute as sqlglot_execute
 
 from veil.errors import UnknownTable, did_you_mean
-from veil.policy import Policy
+from veil.proxy.catalog import Catalog, CatalogTable
 
-__all__ = ["BUDGET_COLUMNS", "PG_TYPE_NAMES", "budget_result", "policy_schema"]
+__all__ = ["BUDGET_COLUMNS", "PG_TYPE_NAMES", "budget_result", "column_comment", "schema_of", "table_comment"]
 
 #: Veil column type → PostgreSQL type name (as the catalog reports it).
 PG_TYPE_NAMES = {"int": "bigint", "float": "double precision", "category": "text", "bool": "boolean", "date": "date"}
@@ -31,9 +32,31 @@ BUDGET_COLUMNS = [ResultColumn(name, _PG_TYPES[t]) for name, t in BUDGET_SCHEMA.
 _VEIL_TABLES = ("budget",)
 
 
-def policy_schema(policy: Policy) -> dict[str, dict[str, str]]:
+def schema_of(cat: Catalog) -> dict[str, dict[str, str]]:
     """``{table: {column: pg type name}}``: what pg-mimic's catalog emulation describes."""
-    return {name: {col: PG_TYPE_NAMES[spec.type] for col, spec in table.columns.items()} for name, table in policy.tables.items()}
+    return {
+        name: {col: PG_TYPE_NAMES.get(vtype, "text") for col, vtype in table.columns.items()}
+        for name, table in cat.tables.items()
+    }
+
+
+def table_comment(table: CatalogTable) -> str:
+    if table.spec is None:
+        return "published table: queried exactly, costs nothing"
+    return "public reference table" if table.public else "private table: aggregate queries only, with DP noise"
+
+
+def column_comment(table: CatalogTable, column: str) -> str:
+    """A column's declared bounds or values (``int in [17, 90]``), else its type."""
+    vtype = table.columns[column]
+    spec = table.spec.columns.get(column) if table.spec is not None else None
+    if spec is None:
+        return vtype
+    if spec.values is not None:
+        return f"{spec.type}: {', '.join(map(str, spec.values))}"
+    if spec.lower is not None and spec.upper is not None:
+        return f"{spec.type} in [{spec.lower}, {spec.upper}]"
+    return spec.type
 
 
 def budget_row(status: Any) -> dict[str, Any]:
@@ -82,3 +105,17 @@ def static_result(
     if types:
         cols = [ResultColumn(c.name, types.get(c.name, c.oid)) for c in cols]
     return cols, rows
+
+
+def analyst_catalog(query_session: Any) -> Catalog:
+    """What ``query_session``'s analyst may name (re-read when the policy file changed).
+
+    Query sessions keep their catalog in their environment; one without (a stand-in in tests)
+    gets the policy's own tables."""
+    env = getattr(query_session, "_env", None)
+    if env is not None and callable(getattr(env, "catalog", None)):
+        env.refresh_policy()
+        return env.catalog()
+    from veil.proxy.catalog import build_catalog
+
+    return build_catalog(query_session.policy, {})

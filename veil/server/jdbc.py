@@ -5,8 +5,8 @@ pg-mimic answers the ``pg_catalog`` slice psql's ``\\d`` family reads; JDBC tool
 (DBeaver), ``pg_settings`` and ``pg_database`` (pgjdbc), and two pgjdbc queries that sqlglot's
 executor cannot run at all (``getSchemas`` indexes ``current_schemas(true)[1]``, ``getColumns``
 uses a window function). The first kind runs on a wider synthesised catalog; the second is
-answered directly. Everything comes from the policy: declared tables and columns, each column's
-type and, as its comment, its declared bounds or values. Row counts and sizes are never
+answered directly. Everything comes from the analyst's query catalog: tables and columns, each
+column's type and, as its comment, its declared bounds or values. Row counts and sizes are never
 reported (``reltuples`` is -1, sizes 0).
 """
 
@@ -21,7 +21,7 @@ from pg_mimic.catalog_rewrite import rewrite_for_executor
 from sqlglot import exp
 from sqlglot.executor import execute as sqlglot_execute
 
-from veil.policy import Policy
+from veil.proxy.catalog import Catalog
 from veil.server import catalog
 
 __all__ = ["answer", "catalog_for"]
@@ -111,23 +111,11 @@ _EXTRA_COLUMNS = {
 }
 
 
-def _comment(spec: Any) -> str:
-    if spec.values is not None:
-        return f"{spec.type}: {', '.join(map(str, spec.values))}"
-    if spec.lower is not None and spec.upper is not None:
-        return f"{spec.type} in [{spec.lower}, {spec.upper}]"
-    return spec.type
+_CACHE: dict[tuple[int, str], tuple[Catalog, tuple[dict, dict]]] = {}
 
 
-def _table_comment(spec: Any) -> str:
-    return "public reference table" if spec.public else "private table: aggregate queries only, with DP noise"
-
-
-_CACHE: dict[tuple[int, str], tuple[Policy, tuple[dict, dict]]] = {}
-
-
-def _build(policy: Policy, database: str) -> tuple[dict, dict]:
-    user_schema = catalog.policy_schema(policy)
+def _build(cat: Catalog, database: str) -> tuple[dict, dict]:
+    user_schema = catalog.schema_of(cat)
     base_schema, base_tables = _build_pg_catalog(user_schema)
     schema = copy.deepcopy(base_schema)
     tables = copy.deepcopy(base_tables)
@@ -138,7 +126,7 @@ def _build(policy: Policy, database: str) -> tuple[dict, dict]:
     for name, cols in _EXTRA_TABLES.items():
         pg[name] = dict(cols)
         rows[name] = []
-    table_specs = list(policy.tables.values())
+    table_specs = list(cat.tables.values())
     for row in rows["pg_class"]:
         spec = table_specs[row["oid"] - _FIRST_USER_OID]
         row.update(
@@ -147,13 +135,13 @@ def _build(policy: Policy, database: str) -> tuple[dict, dict]:
             reloptions=None,
             relpartbound=None,
             relhasoids=False,
-            reldescription=_table_comment(spec),
+            reldescription=catalog.table_comment(spec),
         )
     for row in rows["pg_namespace"]:
         row["nspacl"] = None
     for row in rows["pg_attribute"]:
         spec = table_specs[row["attrelid"] - _FIRST_USER_OID]
-        col = list(spec.columns.values())[row["attnum"] - 1]
+        col = list(spec.columns)[row["attnum"] - 1]
         row.update(
             attlen=_ATTLEN.get(row["attformattype"], -1),
             attndims=0,
@@ -162,13 +150,17 @@ def _build(policy: Policy, database: str) -> tuple[dict, dict]:
             attislocal=True,
             attstorage="x" if row["attformattype"] == "text" else "p",
             attcompression="",
-            attdescription=_comment(col),
+            attdescription=catalog.column_comment(spec, col),
         )
     for i, spec in enumerate(table_specs):
         oid = _FIRST_USER_OID + i
-        rows["pg_description"].append({"objoid": oid, "classoid": 1259, "objsubid": 0, "description": _table_comment(spec)})
-        for pos, col in enumerate(spec.columns.values(), start=1):
-            rows["pg_description"].append({"objoid": oid, "classoid": 1259, "objsubid": pos, "description": _comment(col)})
+        rows["pg_description"].append(
+            {"objoid": oid, "classoid": 1259, "objsubid": 0, "description": catalog.table_comment(spec)}
+        )
+        for pos, col in enumerate(spec.columns, start=1):
+            rows["pg_description"].append(
+                {"objoid": oid, "classoid": 1259, "objsubid": pos, "description": catalog.column_comment(spec, col)}
+            )
     rows["pg_database"] = [
         {
             "oid": 16000,
@@ -193,12 +185,12 @@ def _build(policy: Policy, database: str) -> tuple[dict, dict]:
     return schema, tables
 
 
-def catalog_for(policy: Policy, database: str) -> tuple[dict, dict]:
-    """The synthesised ``pg_catalog`` (schema, rows) for ``policy``; never read from data."""
-    key = (id(policy), database)
+def catalog_for(cat: Catalog, database: str) -> tuple[dict, dict]:
+    """The synthesised ``pg_catalog`` (schema, rows) for an analyst's catalog; never read from data."""
+    key = (id(cat), database)
     hit = _CACHE.get(key)
-    if hit is None or hit[0] is not policy:
-        hit = (policy, _build(policy, database))
+    if hit is None or hit[0] is not cat:
+        hit = (cat, _build(cat, database))
         if len(_CACHE) > 32:
             _CACHE.clear()
         _CACHE[key] = hit
@@ -236,10 +228,10 @@ def _like_filters(expr: exp.Expression) -> dict[str, str]:
 
 
 def _names(select: exp.Expression) -> list[str]:
-    return [s.alias_or_name for s in select.selects]  # type: ignore[attr-defined]
+    return [s.alias_or_name for s in select.selects]
 
 
-def _jdbc_schemas(policy: Policy, database: str, expr: exp.Select) -> tuple[list, list] | None:
+def _jdbc_schemas(cat: Catalog, database: str, expr: exp.Select) -> tuple[list, list] | None:
     names = _names(expr)
     if "TABLE_SCHEM" not in names or "pg_namespace" not in {t.name for t in expr.find_all(exp.Table)}:
         return None
@@ -251,7 +243,7 @@ def _jdbc_schemas(policy: Policy, database: str, expr: exp.Select) -> tuple[list
     return catalog.static_result(names, [tuple(r[values[n]] if n in values else None for n in names) for r in rows])
 
 
-def _jdbc_tables(policy: Policy, database: str, sql: str, expr: exp.Select) -> tuple[list, list] | None:
+def _jdbc_tables(cat: Catalog, database: str, sql: str, expr: exp.Select) -> tuple[list, list] | None:
     names = _names(expr)
     if not {"TABLE_NAME", "TABLE_TYPE", "REMARKS"} <= set(names):
         return None
@@ -260,10 +252,10 @@ def _jdbc_tables(policy: Policy, database: str, sql: str, expr: exp.Select) -> t
     where_sql = where.sql(dialect="postgres") if where is not None else ""
     wants_tables = "relkind = 'r'" in where_sql or "relkind" not in where_sql
     rows = []
-    for name, spec in policy.tables.items():
+    for name, spec in cat.tables.items():
         if not (wants_tables and _like("public", filters.get("nspname", "%")) and _like(name, filters.get("relname", "%"))):
             continue
-        remarks = "public reference table" if spec.public else "private table: aggregate queries only, with DP noise"
+        remarks = catalog.table_comment(spec)
         values = {
             "TABLE_CAT": database,
             "TABLE_SCHEM": "public",
@@ -275,7 +267,7 @@ def _jdbc_tables(policy: Policy, database: str, sql: str, expr: exp.Select) -> t
     return catalog.static_result(names, rows)
 
 
-def _jdbc_columns(policy: Policy, database: str, expr: exp.Select) -> tuple[list, list] | None:
+def _jdbc_columns(cat: Catalog, database: str, expr: exp.Select) -> tuple[list, list] | None:
     inner = expr
     if len(expr.selects) == 1 and isinstance(expr.selects[0], exp.Star):
         sub = expr.find(exp.Subquery)
@@ -287,13 +279,13 @@ def _jdbc_columns(policy: Policy, database: str, expr: exp.Select) -> tuple[list
         return None
     filters = _like_filters(expr)
     rows = []
-    for tname, spec in policy.tables.items():
+    for tname, spec in cat.tables.items():
         if not (_like("public", filters.get("nspname", "%")) and _like(tname, filters.get("relname", "%"))):
             continue
-        for pos, (cname, col) in enumerate(spec.columns.items(), start=1):
+        for pos, (cname, vtype) in enumerate(spec.columns.items(), start=1):
             if not _like(cname, filters.get("attname", "%")):
                 continue
-            pgtype = catalog.PG_TYPE_NAMES[col.type]
+            pgtype = catalog.PG_TYPE_NAMES.get(vtype, "text")
             values = {
                 "current_database": database,
                 "nspname": "public",
@@ -308,7 +300,7 @@ def _jdbc_columns(policy: Policy, database: str, expr: exp.Select) -> tuple[list
                 "attidentity": None,
                 "attgenerated": None,
                 "adsrc": None,
-                "description": _comment(col),
+                "description": catalog.column_comment(spec, cname),
                 "typbasetype": 0,
                 "typtype": "b",
             }
@@ -351,23 +343,23 @@ def _is_catalog_table(table: exp.Table) -> bool:
     return (table.db or "").lower() == "pg_catalog" or (not table.db and table.name.lower().startswith("pg_"))
 
 
-def answer(policy: Policy, connection: Any, sql: str, expr: exp.Expression) -> tuple[list, list] | None:
+def answer(cat: Catalog, connection: Any, sql: str, expr: exp.Expression) -> tuple[list, list] | None:
     """Answer a catalog query, or None to let pg-mimic's own catalog emulation try."""
     if not isinstance(expr, exp.Query):
         return None
     database = getattr(connection, "database", "veil") or "veil"
     if isinstance(expr, exp.Select):
         for handler in (_jdbc_columns, _jdbc_schemas):
-            result = handler(policy, database, expr)
+            result = handler(cat, database, expr)
             if result is not None:
                 return result
-        result = _jdbc_tables(policy, database, sql, expr)
+        result = _jdbc_tables(cat, database, sql, expr)
         if result is not None:
             return result
     tables = list(expr.find_all(exp.Table))
     if not tables or not all(_is_catalog_table(t) for t in tables):
         return None
-    schema, data = catalog_for(policy, database)
+    schema, data = catalog_for(cat, database)
     try:
         rewritten = rewrite_for_executor(connection, _regclass_literals(expr.copy()))
         result = sqlglot_execute(rewritten, schema=schema, tables=data, dialect="postgres")

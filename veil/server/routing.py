@@ -21,19 +21,32 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
+from typing import Protocol
 
 from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import TokenError
 from sqlglot.tokens import Token, TokenType
 
-from veil.errors import InputError, ParseError, Unsupported
+from veil.errors import InputError, ParseError, QueryTooComplex, Unsupported
 
-__all__ = ["Route", "bind_parameters", "route", "split"]
+__all__ = ["Route", "bind_parameters", "check_tokens", "route", "split"]
 
 _DIALECT = Postgres()
 
 _TX_WORDS = {"BEGIN", "START", "COMMIT", "END", "ROLLBACK", "ABORT", "SAVEPOINT", "RELEASE"}
-_SIMPLE_KINDS = {"SET": "set", "RESET": "reset", "DISCARD": "discard", "SHOW": "show", "DEALLOCATE": "deallocate"}
+_SIMPLE_KINDS = {
+    "SET": "set",
+    "RESET": "reset",
+    "DISCARD": "discard",
+    "SHOW": "show",
+    "DEALLOCATE": "deallocate",
+    "DECLARE": "declare",
+    "FETCH": "fetch",
+    "MOVE": "fetch",
+    "CLOSE": "close",
+    "UNLISTEN": "unlisten",
+}
+_EXPANDED_COMMANDS = {"EXPLAIN", "DECLARE", "FETCH", "MOVE"}
 _SYSTEM_SCHEMAS = {"pg_catalog", "information_schema"}
 
 # Parameter type OIDs (PostgreSQL's): how a bound value becomes a SQL literal.
@@ -48,9 +61,10 @@ _NUMBER_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 class Route:
     """One statement: its text, its tokens, and what kind of statement it is.
 
-    kind is one of ``empty``, ``tx``, ``set``, ``reset``, ``discard``, ``show``,
-    ``deallocate``, ``explain``, ``system`` (catalog, ``veil.*`` or a table-less SELECT:
-    answered without the engine) or ``query`` (an analyst query for the DP engine).
+    kind is one of ``empty``, ``tx``, ``set``, ``reset``, ``discard``, ``show``, ``deallocate``,
+    ``declare``/``fetch``/``close`` (cursors), ``unlisten``, ``explain``, ``system`` (catalog,
+    ``veil.*`` or a table-less SELECT: answered without the engine) or ``query`` (an analyst
+    query for the DP engine).
     """
 
     kind: str
@@ -98,15 +112,16 @@ def _classify(sql: str, tokens: Sequence[Token], private_names: frozenset[str]) 
 
 
 def _expand_commands(sql: str, tokens: list[Token]) -> list[Token] | None:
-    """sqlglot tokenizes ``EXPLAIN <rest>`` as COMMAND + one STRING; tokenize ``<rest>`` too."""
+    """sqlglot tokenizes ``EXPLAIN <rest>`` (and ``DECLARE``, ``FETCH``) as a keyword + one STRING;
+    tokenize ``<rest>`` too."""
     out: list[Token] = []
     i = 0
     while i < len(tokens):
         tok = tokens[i]
         out.append(tok)
         if (
-            tok.token_type == TokenType.COMMAND
-            and tok.text.upper() == "EXPLAIN"
+            tok.text.upper() in _EXPANDED_COMMANDS
+            and (i == 0 or tokens[i - 1].token_type == TokenType.SEMICOLON)
             and i + 1 < len(tokens)
             and tokens[i + 1].token_type == TokenType.STRING
         ):
@@ -124,13 +139,47 @@ def _expand_commands(sql: str, tokens: list[Token]) -> list[Token] | None:
     return out
 
 
-def split(sql: str, private_names: frozenset[str] = frozenset()) -> list[Route]:
-    """Split a simple-query string into routed statements (empty ones dropped unless all are)."""
+class TokenLimits(Protocol):
+    max_query_depth: int
+    max_query_tokens: int
+
+
+def check_tokens(tokens: Sequence[Token], limits: TokenLimits) -> None:
+    """Refuse (54001) a statement with more tokens or deeper brackets than the limits, before
+    anything parses it: parsing and planning time grow faster than the query's length."""
+    if len(tokens) > limits.max_query_tokens:
+        raise QueryTooComplex(
+            f"the statement has {len(tokens)} tokens, more than the limit of {limits.max_query_tokens}",
+            hint="Shorten it (e.g. GROUP BY a column instead of many OR terms), or ask the curator to raise --max-query-tokens",
+        )
+    depth = deepest = 0
+    for tok in tokens:
+        if tok.token_type in _OPEN:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif tok.token_type in _CLOSE:
+            depth -= 1
+    if deepest > limits.max_query_depth:
+        raise QueryTooComplex(
+            f"the statement nests brackets {deepest} deep, more than the limit of {limits.max_query_depth}",
+            hint="Flatten the expression (e.g. IN (...) or CASE instead of nested brackets)",
+        )
+
+
+_OPEN = {TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE}
+_CLOSE = {TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE}
+
+
+def split(sql: str, private_names: frozenset[str] = frozenset(), limits: TokenLimits | None = None) -> list[Route]:
+    """Split a simple-query string into routed statements (empty ones dropped unless all are),
+    refusing any that exceeds ``limits`` (:func:`check_tokens`)."""
     tokens = _tokenize(sql)
-    if tokens is not None and any(t.token_type == TokenType.COMMAND for t in tokens):
+    if tokens is not None and any(t.text.upper() in _EXPANDED_COMMANDS for t in tokens):
         tokens = _expand_commands(sql, tokens)
     if tokens is None:  # e.g. an unterminated string: let the query path report the position
         return [Route("query", sql.strip())]
+    if limits is not None:
+        check_tokens(tokens, limits)
     routes: list[Route] = []
     current: list[Token] = []
     for tok in [*tokens, None]:
@@ -144,9 +193,9 @@ def split(sql: str, private_names: frozenset[str] = frozenset()) -> list[Route]:
     return routes or [Route("empty", "")]
 
 
-def route(sql: str, private_names: frozenset[str] = frozenset()) -> Route:
+def route(sql: str, private_names: frozenset[str] = frozenset(), limits: TokenLimits | None = None) -> Route:
     """Route one statement (extended protocol: a Parse message holds exactly one)."""
-    routes = split(sql, private_names)
+    routes = split(sql, private_names, limits)
     if len(routes) > 1:
         raise ParseError(
             f"a prepared statement holds {len(routes)} statements",
@@ -161,7 +210,16 @@ def literal(value: object, oid: int | None) -> str:
         return "NULL"
     if isinstance(value, list):
         raise Unsupported("array parameters are not supported", hint="Bind scalar values")
-    text = str(value)
+    if oid is None:  # a driver that decoded a typed binary value: its Python type says what it is
+        if isinstance(value, bool):
+            oid = _BOOL_OID
+        elif isinstance(value, int):
+            oid = 20
+        elif isinstance(value, float):
+            oid = 701
+        elif isinstance(value, date):
+            oid = _DATE_OID
+    text = value.isoformat() if isinstance(value, date) else str(value)
     if oid in _INT_OIDS:
         try:
             return str(int(text))

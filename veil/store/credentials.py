@@ -1,9 +1,10 @@
 """Analyst logins for ``veil serve``: SCRAM-SHA-256 verifiers, never passwords.
 
-Verifiers live in the ledger's SQLite file, in a table this module owns::
+Verifiers live in the ledger's SQLite file, in tables this module owns::
 
     analyst_credentials(analyst TEXT PRIMARY KEY, verifier TEXT NOT NULL,
                         created_at TEXT NOT NULL, updated_at TEXT NOT NULL)
+    server_secrets(name TEXT PRIMARY KEY, secret BLOB NOT NULL, created_at TEXT NOT NULL)
 
 ``verifier`` uses PostgreSQL's own ``pg_authid.rolpassword`` format
 (``SCRAM-SHA-256$<iterations>:<salt>$<StoredKey>:<ServerKey>``, base64 parts), so the
@@ -30,6 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from veil.errors import AuthError, InputError
+from veil.store._sqlite import connect as connect_sqlite
 
 __all__ = [
     "DEFAULT_ITERATIONS",
@@ -50,6 +52,13 @@ CREATE TABLE IF NOT EXISTS analyst_credentials (
     verifier   TEXT NOT NULL,
     created_at TEXT NOT NULL,
     updated_at TEXT NOT NULL
+)
+"""
+_SECRETS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS server_secrets (
+    name       TEXT PRIMARY KEY,
+    secret     BLOB NOT NULL,
+    created_at TEXT NOT NULL
 )
 """
 
@@ -123,10 +132,28 @@ class CredentialStore:
 
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        con = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        con.execute("PRAGMA busy_timeout = 30000")
+        con = connect_sqlite(self.path)
         con.execute(_SCHEMA)
+        con.execute(_SECRETS_SCHEMA)
         return con
+
+    def server_secret(self, name: str, size: int = 32) -> bytes:
+        """A random secret kept in the ledger file under ``name``, made on first use and the same
+        ever after (e.g. what unknown users' SCRAM salts are derived from, so they do not change
+        when the server restarts, as real users' salts do not)."""
+        now = datetime.now(UTC).isoformat(timespec="seconds")
+        con = self._connect()
+        try:
+            con.execute(
+                "INSERT OR IGNORE INTO server_secrets (name, secret, created_at) VALUES (?, ?, ?)",
+                (name, os.urandom(size), now),
+            )
+            row = con.execute("SELECT secret FROM server_secrets WHERE name = ?", (name,)).fetchone()
+        finally:
+            con.close()
+        if row is None or not isinstance(row[0], bytes) or len(row[0]) < 16:
+            raise AuthError(f"the server secret {name!r} in {self.path} is damaged", hint="Delete its row to make a new one")
+        return bytes(row[0])
 
     def set_password(self, analyst: str, password: str) -> None:
         """Store (or replace) ``analyst``'s verifier. The password itself is never stored."""

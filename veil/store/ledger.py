@@ -56,13 +56,12 @@ from typing import Any
 from veil.errors import BudgetExhausted, InternalError, ReleaseError
 from veil.mechanisms.budget import as_delta, as_epsilon, format_delta, format_epsilon
 from veil.policy import Policy
+from veil.store._sqlite import connect as connect_sqlite
 from veil.store.records import Release, ReleasedStatistic, dumps
 
 __all__ = ["Account", "Cost", "Ledger", "Reservation", "accounts_for"]
 
 SCHEMA_VERSION = 2
-#: Seconds a transaction waits for another process's write lock before giving up.
-BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -211,10 +210,9 @@ class Ledger:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
+        self._db = connect_sqlite(self.path, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
         with self._transaction() as db:
             self._migrate(db)
 

@@ -250,7 +250,7 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
     if normalise_name(table) != table:
         raise InputError(f"table name {table!r} is not a plain SQL name", hint=f"Use {normalise_name(table)!r}")
     with writer(policy) as con:
-        exists = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]).fetchone()[0]
+        (exists,) = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]).fetchone() or (0,)
         if exists and not replace:
             raise InputError(f"table {table!r} already exists", hint="Choose another --output name or pass --replace")
         con.execute("BEGIN TRANSACTION")

@@ -170,7 +170,7 @@ class QISpace:
         out = {}
         for j, q in enumerate(self._qis):
             if q.numeric:
-                strings = np.array(
+                strings: np.ndarray = np.array(
                     [format_interval(q.values[a], q.values[b]) for a, b in zip(lo[:, j], hi[:, j], strict=True)],  # type: ignore[index]
                     dtype=object,
                 )

@@ -45,7 +45,7 @@ class Hierarchy:
     parent: tuple[int, ...]
     span: tuple[tuple[int, int], ...]
     source: str = "flat"
-    _lca: np.ndarray = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+    _lca: np.ndarray = field(repr=False, compare=False, default=None)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ construction
     @classmethod

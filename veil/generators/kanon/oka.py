@@ -156,10 +156,10 @@ def oka(
         row_label[r] = n_fixed + c
 
     # clusters still short of k are dissolved into the nearest full clusters (fixed ones included)
-    short = np.flatnonzero(sizes < k)
-    if len(short):
+    short_ids = np.flatnonzero(sizes < k)
+    if len(short_ids):
         full = np.r_[np.arange(n_fixed), n_fixed + np.flatnonzero(sizes >= k)]
-        loose = np.flatnonzero(np.isin(row_label, n_fixed + short))
+        loose = np.flatnonzero(np.isin(row_label, n_fixed + short_ids))
         _join_nearest(scorer, codes, row_label, loose, full)
     return _relabel(row_label)
 

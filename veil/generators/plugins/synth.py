@@ -59,8 +59,8 @@ class SynthPlugin(PublishPlugin):
         )
 
     def sanitise(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> Publication:
-        from veil.auditor.implicit import detect_implicit
         from veil.generators.imposter import Imposter
+        from veil.metrics.implicit import detect_implicit
 
         p = plan.params
         sensitive, label, seed = p["sensitive"], p["label"], p["seed"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.test_server_support import build_policy, dsn, running_server
+from tests.support.server import build_policy, dsn, running_server
 from veil.policy import load_policy
 from veil.proxy.session import QuerySession
 from veil.store.ledger import Ledger
@@ -111,7 +111,7 @@ def test_cancelled_query(served: tuple[Path, int]) -> None:
 
 def test_concurrent_clients_never_overspend(served: tuple[Path, int]) -> None:
     """bob (ε = 1) runs 8 clients × 4 distinct queries at ε = 0.05: exactly 20 fit."""
-    from tests.test_server_support import BOB_PASSWORD
+    from tests.support.server import BOB_PASSWORD
 
     policy, port = served
     SlowSession.pause = 0.0

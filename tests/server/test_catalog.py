@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.test_server_support import PASSWORD, build_policy, dsn, query_session_factory, running_server
+from tests.support.server import PASSWORD, build_policy, dsn, query_session_factory, running_server
 
 JDBC_PROGRAM = r"""
 import java.sql.*;
@@ -28,13 +28,20 @@ public class Meta {
   public static void main(String[] a) throws Exception {
     String url = "jdbc:postgresql://127.0.0.1:" + a[0] + "/veil?sslmode=disable";
     try (Connection c = DriverManager.getConnection(url, "alice", a[1])) {
+      System.out.println("ISOLATION " + c.getTransactionIsolation());
+      System.out.println("READONLY " + c.isReadOnly());
       DatabaseMetaData m = c.getMetaData();
+      System.out.println("PRODUCT " + m.getDatabaseProductName() + " " + m.getDatabaseMajorVersion());
+      dump("CATALOG", m.getCatalogs());
       dump("SCHEMA", m.getSchemas());
+      dump("SCHEMA2", m.getSchemas(null, "%"));
+      dump("TYPES", m.getTableTypes());
       dump("TABLE", m.getTables(null, "public", "%", new String[]{"TABLE"}));
       dump("ANYTABLE", m.getTables(null, null, "%", null));
       dump("COLUMN", m.getColumns(null, "public", "adult", "%"));
       dump("PK", m.getPrimaryKeys(null, "public", "adult"));
       dump("FK", m.getImportedKeys(null, "public", "adult"));
+      dump("INDEX", m.getIndexInfo(null, "public", "adult", false, true));
       try (PreparedStatement ps = c.prepareStatement("SELECT sex, COUNT(*) AS n FROM adult WHERE age > ? GROUP BY sex")) {
         ps.setInt(1, 30);
         dump("QUERY", ps.executeQuery());
@@ -53,19 +60,29 @@ def served(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequ
 
 
 def _pgjdbc_jar() -> Path | None:
+    """The real pgjdbc driver: Debian's libpostgresql-jdbc-java, or one in ~/.m2."""
+    debian = Path("/usr/share/java/postgresql.jar")
+    if debian.exists():
+        return debian
     found = sorted((Path.home() / ".m2" / "repository" / "org" / "postgresql" / "postgresql").glob("*/postgresql-*.jar"))
     return found[-1] if found else None
 
 
+# The JDBC client's connection task is still pending when the fixture stops the server (pg-mimic's
+# connection coroutine ignores GeneratorExit). Owner: server helper, issue 15 — close client tasks
+# before the loop stops, then remove this ignore.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_pgjdbc_database_metadata(served: int, tmp_path: Path) -> None:
     java, jar = shutil.which("java"), _pgjdbc_jar()
     if java is None or jar is None:
-        pytest.skip("needs java and the pgjdbc jar in ~/.m2")
+        pytest.skip("needs java and the pgjdbc jar (apt-get install libpostgresql-jdbc-java)")
     source = tmp_path / "Meta.java"
     source.write_text(JDBC_PROGRAM)
     out = subprocess.run([java, "-cp", str(jar), str(source), str(served), PASSWORD], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
+    assert "ISOLATION 2" in lines  # Connection.TRANSACTION_READ_COMMITTED (DBeaver asks on connect)
+    assert "PRODUCT PostgreSQL 16" in lines
     assert "SCHEMA TABLE_SCHEM=public TABLE_CATALOG=veil" in lines
     assert sum(line.startswith("TABLE ") and "TABLE_NAME=adult" in line for line in lines) == 1
     assert sum(line.startswith("ANYTABLE ") and "TABLE_NAME=adult" in line for line in lines) == 1
@@ -80,7 +97,7 @@ def test_pgjdbc_database_metadata(served: int, tmp_path: Path) -> None:
     ]
     assert "TYPE_NAME=int8" in columns[0] and "REMARKS=int in [17, 90]" in columns[0]
     assert "TYPE_NAME=text" in columns[3]
-    assert not any(line.startswith(("PK ", "FK ")) for line in lines)
+    assert not any(line.startswith(("PK ", "FK ", "INDEX ")) for line in lines)
     assert sum(line.startswith("QUERY ") for line in lines) == 2
 
 

@@ -11,7 +11,7 @@ import psycopg
 import psycopg2
 import pytest
 
-from tests.test_server_support import (
+from tests.support.server import (
     build_policy,
     dsn,
     psql,
@@ -201,7 +201,7 @@ def test_psycopg2_client_side_parameters(served: tuple[Path, int]) -> None:
 
 def test_budget_exhausted_sqlstate(served: tuple[Path, int]) -> None:
     _, port = served
-    from tests.test_server_support import BOB_PASSWORD
+    from tests.support.server import BOB_PASSWORD
 
     with psycopg.connect(dsn(port, user="bob", password=BOB_PASSWORD), autocommit=True) as conn:
         cur = conn.cursor()
@@ -234,7 +234,7 @@ def test_catalog_answers_come_from_the_policy(served: tuple[Path, int]) -> None:
 
 def test_portal_row_limits_run_the_query_once(served: tuple[Path, int]) -> None:
     """Execute with a row limit: PortalSuspended, then the rest; one execution, one charge."""
-    from tests.test_server_support import (
+    from tests.support.server import (
         PASSWORD,
         SYNC,
         bind_msg,

@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.test_server_support import (
+from tests.support.server import (
     PASSWORD,
     build_policy,
     dsn,
@@ -95,3 +95,28 @@ def test_bad_certificate_files_are_a_clear_error(tmp_path: Path) -> None:
     bogus.write_text("not a certificate")
     with pytest.raises(InputError, match="--tls-cert"):
         make_ssl_context(bogus, bogus)
+
+
+def test_direct_tls_negotiation(tls_server: int, cert: tuple[Path, Path]) -> None:
+    """libpq ≥ 17 with ``sslnegotiation=direct`` starts with a TLS ClientHello (no SSLRequest)."""
+    if psycopg.pq.version() < 170000:
+        pytest.skip(f"psycopg's libpq {psycopg.pq.version()} has no sslnegotiation=direct")
+    extra = {"sslmode": "verify-full", "sslrootcert": str(cert[0]), "sslnegotiation": "direct"}
+    with psycopg.connect(dsn(tls_server, **extra), autocommit=True) as conn:
+        assert conn.pgconn.ssl_in_use
+        assert conn.execute("SELECT analyst FROM veil.budget").fetchone() == ("alice",)
+
+
+def test_direct_tls_without_a_certificate_is_refused_quickly(policy: Path) -> None:
+    """A ClientHello to a server without TLS: refused at once, not left hanging."""
+    import socket
+    import time
+
+    from tests.support.server import read_message
+
+    with running_server(policy) as st:
+        with socket.create_connection(("127.0.0.1", st.port), timeout=5) as sock:  # type: ignore[attr-defined]
+            sock.sendall(bytes([0x16, 0x03, 0x01, 0x00, 0x05]) + b"hello")
+            t0 = time.monotonic()
+            tag, _ = read_message(sock)
+            assert tag == b"E" and time.monotonic() - t0 < 3

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from tests.test_server_support import (
+from tests.support.server import (
     PASSWORD,
     build_policy,
     dsn,
@@ -93,7 +93,7 @@ def test_psql_wrong_password_and_unknown_user(served: tuple[Path, int]) -> None:
 
 
 def test_analyst_add_cli(tmp_path: Path) -> None:
-    from tests.test_server_support import SERVER_POLICY
+    from tests.support.server import SERVER_POLICY
     from veil.cli.main import cli
 
     policy = tmp_path / "policy.toml"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.test_server_support import build_policy, psql
+from tests.support.server import build_policy, psql
 
 
 def test_veil_serve_subprocess_answers_psql(tmp_path: Path, shared_data: Path) -> None:
@@ -24,7 +24,7 @@ def test_veil_serve_subprocess_answers_psql(tmp_path: Path, shared_data: Path) -
         stdout=subprocess.DEVNULL,
         text=True,
         env={**os.environ, "VEIL_PROGRESS": "0"},
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
     )
     try:
         assert proc.stderr is not None
@@ -47,10 +47,12 @@ def test_veil_serve_subprocess_answers_psql(tmp_path: Path, shared_data: Path) -
     finally:
         proc.terminate()
         proc.wait(30)
+        if proc.stderr is not None:
+            proc.stderr.close()  # else the pipe is garbage-collected in a later test (ResourceWarning)
 
 
 def test_serve_refuses_half_a_tls_pair(tmp_path: Path) -> None:
-    from tests.test_server_support import SERVER_POLICY
+    from tests.support.server import SERVER_POLICY
     from veil.cli.main import cli
 
     policy = tmp_path / "policy.toml"

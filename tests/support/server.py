@@ -65,11 +65,18 @@ def build_policy(folder: Path, shared_data: Path, rows: int = 2000) -> Path:
     return policy
 
 
+#: Limits for tests that are not about login backoff: every test logs in from 127.0.0.1, so the
+#: default backoff (0.25 s doubling) would slow unrelated tests that check wrong passwords.
+FAST_BACKOFF = {"login_backoff_base": 0.001, "login_backoff_max": 0.01}
+
+
 @contextlib.contextmanager
 def running_server(policy_path: Path, **kwargs: object) -> Iterator[object]:
     from veil.policy import load_policy
     from veil.server.app import ServerThread, VeilServer
+    from veil.server.limits import ServerLimits
 
+    kwargs.setdefault("limits", ServerLimits(**FAST_BACKOFF))  # type: ignore[arg-type]
     host = str(kwargs.pop("host", "127.0.0.1"))
     server = VeilServer(load_policy(policy_path), **kwargs)  # type: ignore[arg-type]
     with ServerThread(server, host=host, port=0) as st:
@@ -131,13 +138,16 @@ def _error_code(payload: bytes) -> str | None:
     return None
 
 
-def raw_login(port: int, user: str, password: str) -> tuple[socket.socket | None, str | None]:
+def raw_login(
+    port: int, user: str, password: str, *, source: str | None = None, timeout: float = 10
+) -> tuple[socket.socket | None, str | None]:
     """Log in speaking the protocol by hand (libpq refuses empty passwords; this does not).
+    ``source``: the local address to connect from (e.g. 127.0.0.2, another loopback address).
 
     Returns (the socket, after ReadyForQuery, or None; SQLSTATE of the ErrorResponse if any)."""
     from scramp import ScramClient
 
-    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock = socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0) if source else None)
     try:
         body = struct.pack("!i", 196608) + b"user\x00" + user.encode() + b"\x00database\x00veil\x00\x00"
         sock.sendall(struct.pack("!i", len(body) + 4) + body)
@@ -168,6 +178,66 @@ def raw_login(port: int, user: str, password: str) -> tuple[socket.socket | None
     finally:
         if sock is not None:
             sock.close()
+
+
+def scram_salt(port: int, user: str) -> str:
+    """The salt the server offers ``user`` in its SCRAM server-first message (then hangs up)."""
+    from scramp import ScramClient
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(startup_packet(user))
+        tag, payload = _read(sock)
+        assert tag == b"R" and struct.unpack("!i", payload[:4])[0] == 10, (tag, payload)
+        client = ScramClient(["SCRAM-SHA-256"], user, "irrelevant-password")
+        first = client.get_client_first().encode()
+        sock.sendall(_msg(b"p", b"SCRAM-SHA-256\x00" + struct.pack("!i", len(first)) + first))
+        tag, payload = _read(sock)
+        assert tag == b"R" and struct.unpack("!i", payload[:4])[0] == 11, (tag, payload)
+        fields = dict(part.split("=", 1) for part in payload[4:].decode().split(","))
+        return fields["s"]
+
+
+def startup_packet(user: str, **extra: str) -> bytes:
+    """A protocol 3.0 StartupMessage."""
+    body = struct.pack("!i", 196608) + b"user\x00" + user.encode() + b"\x00database\x00veil\x00"
+    for key, value in extra.items():
+        body += key.encode() + b"\x00" + value.encode() + b"\x00"
+    body += b"\x00"
+    return struct.pack("!i", len(body) + 4) + body
+
+
+def read_message(sock: socket.socket) -> tuple[bytes, bytes]:
+    """One backend message (tag, payload); ConnectionError when the server closed the socket."""
+    return _read(sock)
+
+
+def error_code(payload: bytes) -> str | None:
+    """The SQLSTATE of an ErrorResponse payload."""
+    return _error_code(payload)
+
+
+def error_message(payload: bytes) -> str:
+    for field in payload.split(b"\x00"):
+        if field[:1] == b"M":
+            return field[1:].decode()
+    return ""
+
+
+def message(tag: bytes, payload: bytes) -> bytes:
+    """A frontend message: tag, length, payload."""
+    return _msg(tag, payload)
+
+
+def add_public_table(policy_path: Path) -> None:
+    """Declare and ingest a small public table ``regions`` (region, population)."""
+    from veil.cli.main import cli
+
+    with policy_path.open("a", encoding="utf-8") as f:
+        f.write("\n[tables.regions]\npublic = true\n")
+    csv = policy_path.parent / "regions.csv"
+    csv.write_text("region,population\nnorth,120\nsouth,340\neast,75\n", encoding="utf-8")
+    result = CliRunner().invoke(cli, ["ingest", "--policy", str(policy_path), "--table", "regions", str(csv)])
+    assert result.exit_code == 0, result.output
 
 
 def raw_scram_login(port: int, user: str, password: str) -> tuple[bool, str | None]:

@@ -1,0 +1,87 @@
+"""Unit tests of the server's limits: login backoff, connection slots, token limits, durations."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from veil.errors import InputError, QueryTooComplex, TooManyConnections
+from veil.server.limits import ConnectionSlots, LoginThrottle, ServerLimits
+from veil.server.routing import split
+from veil.server.settings import parse_duration
+
+
+def test_backoff_doubles_per_address_and_clears_on_success() -> None:
+    throttle = LoginThrottle(base=0.25, maximum=2.0)
+    assert throttle.delay("a", now=0) == 0
+    throttle.failed("a", now=0)
+    assert throttle.delay("a", now=0) == 0  # one failure: no wait yet
+    waits = []
+    for n in range(2, 8):
+        throttle.failed("a", now=100 * n)
+        waits.append(throttle.delay("a", now=100 * n))
+    assert waits == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0]  # doubling, capped
+    assert throttle.delay("a", now=700 + 1.5) == pytest.approx(0.5)  # the wait runs from the last failure
+    assert throttle.delay("b", now=700) == 0  # other addresses are not slowed
+    throttle.succeeded("a")
+    assert throttle.delay("a", now=700) == 0
+
+
+def test_backoff_memory_is_bounded() -> None:
+    throttle = LoginThrottle(base=1, maximum=1, capacity=3)
+    for i in range(10):
+        throttle.failed(f"10.0.0.{i}", now=0)
+        throttle.failed(f"10.0.0.{i}", now=0)
+    assert [throttle.delay(f"10.0.0.{i}", now=0) > 0 for i in range(10)] == [False] * 7 + [True] * 3
+
+
+def test_connection_slots() -> None:
+    slots = ConnectionSlots(ServerLimits(max_connections=3, max_connections_per_analyst=2))
+    for _ in range(3):
+        slots.reserve()
+    with pytest.raises(TooManyConnections) as info:
+        slots.reserve()
+    assert info.value.sqlstate == "53300"
+    slots.login("alice")
+    slots.login("alice")
+    with pytest.raises(TooManyConnections, match="analyst 'alice'"):
+        slots.login("alice")
+    slots.login("bob")
+    slots.logout("alice")
+    slots.login("alice")
+    slots.release()
+    slots.reserve()
+    assert slots.total == 3
+
+
+@pytest.mark.parametrize("bad", [{"auth_timeout": -1}, {"statement_timeout": float("nan")}, {"max_connections": 0}])
+def test_limits_refuse_bad_values(bad: dict[str, float]) -> None:
+    with pytest.raises(InputError):
+        ServerLimits(**bad)  # type: ignore[arg-type]
+
+
+@given(st.integers(min_value=1, max_value=200), st.integers(min_value=1, max_value=80))
+def test_token_and_depth_limits_are_exact(terms: int, depth: int) -> None:
+    limits = ServerLimits(max_query_tokens=120, max_query_depth=20)
+    sql = "SELECT COUNT(*) FROM t WHERE " + "(" * depth + " OR ".join(f"a = {i}" for i in range(terms)) + ")" * depth
+    tokens = 8 + 2 * depth + 4 * terms - 1
+    deepest = max(depth, 1)
+    if tokens > 120 or deepest > 20:
+        with pytest.raises(QueryTooComplex):
+            split(sql, limits=limits)
+    else:
+        assert [r.kind for r in split(sql, limits=limits)] == ["query"]
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("1500", 1.5), ("'250ms'", 0.25), ("2s", 2.0), ("1min", 60.0), ("0", 0.0), ("1 h", 3600.0)]
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["soon", "-5", "5 parsecs", "", "1e400"])
+def test_parse_duration_refuses(text: str) -> None:
+    with pytest.raises(InputError):
+        parse_duration(text)

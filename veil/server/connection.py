@@ -1,0 +1,440 @@
+"""One client socket: framing with hard size limits, the startup phase, login, and the message loop.
+
+Before login nothing may grow without bound: the startup packet is capped at 10,000 bytes
+(PostgreSQL's cap; refused with 08P01 before its body is read), every message before login at the
+same size, the whole login at ``--auth-timeout`` seconds. After login a message is capped at
+``max_message_bytes``. Malformed messages get 08P01, text that is not UTF-8 22021, never
+Python's own exception text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from typing import TYPE_CHECKING, Any
+
+from pg_mimic import messages as pg_messages
+from pg_mimic.connection import Connection, PortalEntry, _field_specs
+from pg_mimic.errors import FEATURE_NOT_SUPPORTED, IN_FAILED_SQL_TRANSACTION, PgError
+from pg_mimic.messages import TARGET_STATEMENT
+from pg_mimic.results import encode_row
+from pg_mimic.stream import ConnectionClosed, PgStream
+
+from veil.errors import InvalidEncoding, ProtocolViolation, TooManyConnections, VeilError
+from veil.server import tls
+from veil.server.limits import MAX_STARTUP_PACKET
+from veil.server.results import to_pg_error
+from veil.server.routing import Route
+from veil.server.session import VeilPortal, VeilSession, VeilStatement
+
+if TYPE_CHECKING:
+    from veil.server.app import VeilServer
+
+__all__ = ["BufferedStream", "Startup", "VeilConnection", "fatal", "negotiate"]
+
+logger = logging.getLogger("veil.server")
+
+_MESSAGE_NAMES = {
+    pg_messages.QUERY: "Query",
+    pg_messages.PARSE: "Parse",
+    pg_messages.BIND: "Bind",
+    pg_messages.DESCRIBE: "Describe",
+    pg_messages.EXECUTE: "Execute",
+    pg_messages.CLOSE: "Close",
+}
+
+
+class BufferedStream(PgStream):
+    """Framing with size limits; replies are collected and sent in one write at Sync/Query/Flush
+    (the protocol allows a server to buffer until then), not one system call per message."""
+
+    _LIMIT = 1 << 16
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        super().__init__(reader, writer)
+        self._buffer = bytearray()
+        self.max_message = MAX_STARTUP_PACKET  # raised after login
+
+    def write(self, data: bytes) -> None:
+        self._buffer += data
+        if len(self._buffer) >= self._LIMIT:
+            self.writer.write(bytes(self._buffer))
+            self._buffer.clear()
+
+    async def drain(self) -> None:
+        if self._buffer:
+            self.writer.write(bytes(self._buffer))
+            self._buffer.clear()
+        await self.writer.drain()
+
+    async def read_startup_packet(self, first: bytes = b"") -> tuple[int, bytes]:
+        header = first + await self._read_exactly(8 - len(first))
+        length, code = struct.unpack("!ii", header)
+        if length < 8 or length > MAX_STARTUP_PACKET:
+            raise ProtocolViolation(f"invalid length of startup packet ({length} bytes, at most {MAX_STARTUP_PACKET})")
+        payload = await self._read_exactly(length - 8) if length > 8 else b""
+        return code, payload
+
+    async def read_message(self) -> tuple[bytes, bytes]:
+        header = await self._read_exactly(5)
+        tag = header[0:1]
+        length = struct.unpack("!i", header[1:])[0]
+        if length < 4 or length - 4 > self.max_message:
+            raise ProtocolViolation(
+                f"invalid message length ({length} bytes, at most {self.max_message + 4})",
+                hint="Send a shorter statement",
+            )
+        payload = await self._read_exactly(length - 4) if length > 4 else b""
+        return tag, payload
+
+
+async def fatal(stream: PgStream, sqlstate: str, message: str, hint: str | None = None) -> None:
+    """Send a FATAL ErrorResponse (the caller then closes the connection)."""
+    fields = {"S": "FATAL", "V": "FATAL", "C": sqlstate, "M": message}
+    if hint:
+        fields["H"] = hint
+    stream.write(pg_messages.make_error_response(fields))
+    try:
+        await stream.drain()
+    except (ConnectionError, OSError):
+        pass
+
+
+class Startup:
+    """What the startup phase found: the parameters, and whether the channel is TLS."""
+
+    __slots__ = ("params", "tls")
+
+    def __init__(self, params: dict[str, str], tls_on: bool) -> None:
+        self.params = params
+        self.tls = tls_on
+
+
+async def negotiate(server: VeilServer, stream: BufferedStream) -> Startup | None:
+    """The startup phase: direct TLS or ``SSLRequest``, ``GSSENCRequest`` (declined),
+    ``CancelRequest`` (handled; returns None), then the StartupMessage."""
+    ctx = server.ssl_context
+    timeout = server.limits.auth_timeout or None
+    first = await stream._read_exactly(1)
+    tls_on = False
+    if first[0] == tls.TLS_HANDSHAKE:
+        if ctx is None:
+            raise ProtocolViolation("direct TLS requested but the server has no certificate")
+        head = await stream._read_exactly(4)
+        size = struct.unpack("!H", head[2:4])[0]
+        if size > 16_384 + 256:
+            raise ProtocolViolation("invalid TLS record")
+        hello = first + head + await stream._read_exactly(size)
+        await tls.start_tls_with_hello(stream.writer, ctx, hello, timeout)
+        tls_on = True
+        first = b""
+    code, payload = await stream.read_startup_packet(first)
+    for _ in range(2):  # SSLRequest and GSSENCRequest, in either order, at most once each
+        if code == pg_messages.SSL_REQUEST_CODE and not tls_on:
+            if ctx is None:
+                stream.write(b"N")
+                await stream.drain()
+            else:
+                stream.write(b"S")
+                await stream.drain()
+                await tls.start_tls(stream.writer, ctx, timeout)
+                tls_on = True
+        elif code == pg_messages.GSSENC_REQUEST_CODE:
+            stream.write(b"N")
+            await stream.drain()
+        else:
+            break
+        code, payload = await stream.read_startup_packet()
+    if code == pg_messages.CANCEL_REQUEST_CODE:
+        pid, secret = pg_messages.parse_cancel_request(payload)
+        server.cancel(pid, secret)
+        return None
+    if code >> 16 != 3:
+        raise ProtocolViolation(f"unsupported frontend protocol {code >> 16}.{code & 0xFFFF}", hint="Use protocol 3.0")
+    try:
+        params = pg_messages.parse_startup_message(payload)
+    except UnicodeDecodeError:
+        raise InvalidEncoding('invalid byte sequence for encoding "UTF8" in the startup packet') from None
+    except (struct.error, IndexError, ValueError):
+        raise ProtocolViolation("malformed startup packet") from None
+    return Startup(params, tls_on)
+
+
+def _ends_tx(r: Route) -> bool:
+    return r.kind == "tx" and r.tokens[0].text.upper() in ("COMMIT", "END", "ROLLBACK", "ABORT")
+
+
+def _format_code(codes: list[int], index: int) -> int:
+    if not codes:
+        return 0
+    return codes[0] if len(codes) == 1 else codes[index]
+
+
+def _count_params(statement: Any) -> int:
+    r = getattr(statement, "route", None)
+    if r is None:
+        return 0
+    numbers = [
+        int(r.tokens[i + 1].text)
+        for i, t in enumerate(r.tokens[:-1])
+        if t.token_type.name == "PARAMETER" and r.tokens[i + 1].token_type.name == "NUMBER"
+    ]
+    return max(numbers, default=0)
+
+
+class VeilConnection(Connection):
+    """pg-mimic's connection with Veil's login (timeout, backoff, logging, per-analyst slots),
+    routing (one tokenizer pass per statement), lazy Describe (types only, never the noisy run)
+    and one engine run per executed portal."""
+
+    session: VeilSession
+    server: VeilServer
+    stream: BufferedStream
+    tx_status: bytes
+    _current_task: asyncio.Future[None] | None
+
+    def __init__(
+        self, stream: BufferedStream, session: VeilSession, server: VeilServer, pid: int, secret: int, startup: Startup, peer: str
+    ) -> None:
+        super().__init__(stream, session, server, pid, secret, startup.params)
+        self.tls = startup.tls
+        self.peer = peer
+        self.logged_in = False
+
+    async def run(self) -> None:
+        try:
+            timeout = self.server.limits.auth_timeout or None
+            try:
+                ok = await asyncio.wait_for(self._login(), timeout)
+            except TimeoutError:
+                logger.warning("login timed out for user %r from %s", self.username, self.peer)
+                await fatal(self.stream, ProtocolViolation.sqlstate, "canceling authentication due to timeout")
+                return
+            if not ok:
+                return
+            self.stream.max_message = self.server.limits.max_message_bytes
+            await self._send_startup_completion()
+            try:
+                await self.session.init(self)
+            except Exception as exc:  # tell the client why, then hang up
+                err = to_pg_error(exc, context=f"{self.username}@{self.peer}")
+                await fatal(self.stream, err.sqlstate, err.message)
+                return
+            await self._command_loop()
+        except ProtocolViolation as exc:
+            logger.warning("protocol violation from %s: %s", self.peer, exc.message)
+            await fatal(self.stream, exc.sqlstate, exc.message, exc.hint)
+        except (ConnectionClosed, ConnectionError, OSError):
+            pass  # the client hung up
+        finally:
+            if self.logged_in:
+                self.server.slots.logout(self.username)
+            try:
+                await self.session.close()
+            except Exception:
+                logger.exception("closing a session failed")
+            await self.stream.close()
+
+    async def _login(self) -> bool:
+        server = self.server
+        wait = server.throttle.delay(self.peer)
+        if wait > 0:
+            await asyncio.sleep(wait)
+        plugin = server.auth_plugin_factory(self.username)
+        try:
+            ok = await plugin.authenticate(self.stream, self.username, server.identity_provider)
+        except PgError:
+            ok = False
+        except (UnicodeDecodeError, struct.error, IndexError, ValueError):
+            ok = False
+        if not ok:
+            count = server.throttle.failed(self.peer)
+            logger.warning("failed login for user %r from %s (%d in a row from this address)", self.username, self.peer, count)
+            await fatal(self.stream, "28P01", f'password authentication failed for user "{self.username}"')
+            return False
+        server.throttle.succeeded(self.peer)
+        try:
+            server.slots.login(self.username)
+        except TooManyConnections as exc:
+            logger.warning("refused %r from %s: %s", self.username, self.peer, exc.message)
+            await fatal(self.stream, exc.sqlstate, exc.message, exc.hint)
+            return False
+        self.logged_in = True
+        logger.info("login: %r from %s%s", self.username, self.peer, " (TLS)" if self.tls else "")
+        self.stream.write(pg_messages.make_authentication_ok())
+        return True
+
+    async def _command_loop(self) -> None:
+        """pg-mimic's loop, flushing replies only at Sync, Query and Flush (one write per round trip)."""
+        while True:
+            tag, payload = await self.stream.read_message()
+            if tag == pg_messages.TERMINATE:
+                await self.stream.drain()
+                return
+            self._current_task = asyncio.ensure_future(self._dispatch(tag, payload))
+            try:
+                await self._current_task
+            except asyncio.CancelledError:
+                self._write_error(PgError("57014", "canceling statement due to user request"))
+            finally:
+                self._current_task = None
+            if tag in (pg_messages.QUERY, pg_messages.SYNC):
+                self.stream.write(pg_messages.make_ready_for_query(self.tx_status))
+                self._ignore_until_sync = False
+            if tag in (pg_messages.QUERY, pg_messages.SYNC, pg_messages.FLUSH):
+                await self.stream.drain()
+
+    def _write_error(self, err: PgError) -> None:
+        fields = {"S": "ERROR", "V": "ERROR", "C": err.sqlstate, "M": err.message}
+        fields.update(err.fields)
+        self.stream.write(pg_messages.make_error_response(fields))
+        if self.tx_status != b"I":
+            self.tx_status = b"E"
+        self._ignore_until_sync = True
+
+    async def _dispatch(self, tag: bytes, payload: bytes) -> None:
+        if self._ignore_until_sync and tag not in (pg_messages.SYNC, pg_messages.TERMINATE):
+            return
+        try:
+            if tag == pg_messages.SYNC:
+                return
+            if tag == pg_messages.FLUSH:
+                await self.stream.drain()
+                return
+            name = _MESSAGE_NAMES.get(tag)
+            if name is None:
+                raise ProtocolViolation(f"invalid frontend message type {tag[0] if tag else 0}")
+            try:
+                parsed = self._parse(tag, payload)
+            except UnicodeDecodeError:
+                raise InvalidEncoding(f'invalid byte sequence for encoding "UTF8" in a {name} message') from None
+            except (struct.error, IndexError, ValueError):
+                raise ProtocolViolation(f"malformed {name} message") from None
+            await self._handle(tag, parsed)
+        except PgError as e:
+            self._write_error(e)
+        except ConnectionClosed:
+            raise
+        except VeilError as e:
+            self._write_error(to_pg_error(e, context=f"{self.username}@{self.peer}"))
+        except Exception as e:
+            self._write_error(to_pg_error(e, context=f"{self.username}@{self.peer}"))
+
+    @staticmethod
+    def _parse(tag: bytes, payload: bytes) -> Any:
+        if tag == pg_messages.QUERY:
+            if not payload.endswith(b"\x00"):
+                raise ValueError("unterminated")
+            return payload[:-1].decode("utf-8")
+        parsers = {
+            pg_messages.PARSE: pg_messages.parse_parse,
+            pg_messages.BIND: pg_messages.parse_bind,
+            pg_messages.DESCRIBE: pg_messages.parse_describe,
+            pg_messages.EXECUTE: pg_messages.parse_execute,
+            pg_messages.CLOSE: pg_messages.parse_close,
+        }
+        return parsers[tag](payload)
+
+    async def _handle(self, tag: bytes, parsed: Any) -> None:
+        if tag == pg_messages.QUERY:
+            await self._handle_simple_query(parsed)
+        elif tag == pg_messages.PARSE:
+            await self._handle_parse(parsed)
+        elif tag == pg_messages.BIND:
+            await self._handle_bind(parsed)
+        elif tag == pg_messages.DESCRIBE:
+            await self._handle_describe(parsed)
+        elif tag == pg_messages.EXECUTE:
+            await self._handle_execute(parsed)
+        else:
+            await self._handle_close(parsed)
+
+    async def _handle_simple_query(self, sql: str) -> None:
+        for r in await self.session.split(sql):
+            await self._simple_one(r)
+
+    async def _simple_one(self, r: Route) -> None:
+        if r.kind == "empty":
+            self.stream.write(pg_messages.make_empty_query_response())
+            return
+        if self.tx_status == b"E" and not _ends_tx(r):
+            raise PgError(
+                IN_FAILED_SQL_TRANSACTION,
+                "current transaction is aborted, commands ignored until end of transaction block",
+            )
+        portal = VeilStatement(self.session, r, []).bind([])
+        rows, _ = await portal.execute(0)
+        columns = portal.columns
+        if columns is not None:
+            self.stream.write(pg_messages.make_row_description(_field_specs(columns)))
+            for row in rows:
+                self.stream.write(pg_messages.make_data_row(encode_row(row, columns)))
+        self.stream.write(pg_messages.make_command_complete(portal.tag()))
+
+    def _decode_param(self, value: bytes | None, format_code: int, param_oids: list[int | None], index: int) -> Any:
+        try:
+            return super()._decode_param(value, format_code, param_oids, index)
+        except UnicodeDecodeError:
+            raise InvalidEncoding(f'invalid byte sequence for encoding "UTF8" in parameter ${index + 1}') from None
+        except (ValueError, struct.error, OverflowError):
+            raise PgError("22P02", f"invalid value for parameter ${index + 1}") from None
+
+    async def _handle_bind(self, parsed: Any) -> None:
+        statement = self._get_statement(parsed.statement_name)
+        param_oids = getattr(statement, "param_oids", [])
+        params = [
+            self._decode_param(value, _format_code(parsed.param_format_codes, i), param_oids, i)
+            for i, value in enumerate(parsed.params)
+        ]
+        portal = statement.bind(params)
+        self.portals[parsed.portal_name] = PortalEntry(portal, None, statement.sql, parsed.result_format_codes)
+        self.stream.write(pg_messages.make_bind_complete())
+
+    async def _handle_describe(self, parsed: Any) -> None:
+        format_codes: list[int] = []
+        if parsed.kind == TARGET_STATEMENT:
+            statement = self._get_statement(parsed.name)
+            oids = [oid if oid is not None else 0 for oid in getattr(statement, "param_oids", [])]
+            n_params = _count_params(statement)
+            oids = (oids + [0] * n_params)[: max(len(oids), n_params)]
+            columns = await statement.describe()
+            self.stream.write(pg_messages.make_parameter_description(oids))
+        elif parsed.name not in self.portals and self.session.cursors.is_open(parsed.name):
+            columns = self.session.cursors.described(parsed.name)  # a DECLAREd cursor is a portal too
+        else:
+            entry = self._get_portal(parsed.name)
+            portal = entry.portal
+            columns = await portal.describe() if isinstance(portal, VeilPortal) else entry.columns
+            entry.columns = columns
+            format_codes = entry.result_format_codes
+        if columns is None:
+            self.stream.write(pg_messages.make_no_data())
+        else:
+            self.stream.write(pg_messages.make_row_description(_field_specs(columns, format_codes)))
+
+    async def _handle_execute(self, parsed: Any) -> None:
+        entry = self._get_portal(parsed.portal_name)
+        portal = entry.portal
+        if self.tx_status == b"E" and not (isinstance(portal, VeilPortal) and _ends_tx(portal.statement.route)):
+            raise PgError(
+                IN_FAILED_SQL_TRANSACTION,
+                "current transaction is aborted, commands ignored until end of transaction block",
+            )
+        rows, suspended = await portal.execute(parsed.max_rows)
+        entry.rows_returned += len(rows)
+        columns = portal.columns if isinstance(portal, VeilPortal) else entry.columns
+        if columns is not None:
+            for row in rows:
+                try:
+                    values = encode_row(row, columns, entry.result_format_codes)
+                except (ValueError, TypeError, OverflowError):
+                    raise PgError(FEATURE_NOT_SUPPORTED, "a value cannot be sent in the requested result format") from None
+                self.stream.write(pg_messages.make_data_row(values))
+        if suspended:
+            self.stream.write(pg_messages.make_portal_suspended())
+        else:
+            tag = portal.tag() if isinstance(portal, VeilPortal) else "SELECT"
+            if tag.startswith("SELECT "):
+                tag = f"SELECT {entry.rows_returned}"
+            self.stream.write(pg_messages.make_command_complete(tag))

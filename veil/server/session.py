@@ -1,0 +1,415 @@
+"""One client connection's session: its analyst, its query session, its settings, its statements.
+
+Each routed statement (:mod:`veil.server.routing`) is answered here: transaction and session
+statements directly, catalog and ``veil.*`` queries on the catalog pool (:mod:`veil.server.system`),
+analyst queries by the analyst's :class:`~veil.proxy.session.QuerySession` on the analyst pool.
+Nothing but bookkeeping runs on the event loop.
+
+Time limits: every statement sent to the query session runs under the statement timeout (the
+smaller of ``--statement-timeout`` and ``SET statement_timeout``, where set); when it passes, the
+query session is cancelled (its engine run is interrupted, so a private query releases nothing;
+see docs/server.md for the charge) and the client gets 57014. Planning alone (Describe, EXPLAIN)
+also stops at ``--max-planning-seconds`` with 54001.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pg_mimic import ResultColumn
+from pg_mimic.session import BaseSession, Portal, Statement
+
+from veil.errors import ParseError, QueryCancelled, QueryTooComplex, QueryTooLarge, VeilError
+from veil.proxy.catalog import Catalog
+from veil.server import catalog, drivers, results, system
+from veil.server.cursors import Cursors, parse_declare
+from veil.server.results import Result, to_pg_error
+from veil.server.routing import Route, bind_parameters, route, split
+from veil.server.settings import SessionSettings
+
+if TYPE_CHECKING:
+    from veil.server.app import VeilServer
+
+__all__ = ["VeilPortal", "VeilSession", "VeilStatement"]
+
+logger = logging.getLogger("veil.server")
+
+_TX_TAGS = {
+    "BEGIN": "BEGIN",
+    "START": "BEGIN",
+    "COMMIT": "COMMIT",
+    "END": "COMMIT",
+    "ROLLBACK": "ROLLBACK",
+    "ABORT": "ROLLBACK",
+    "SAVEPOINT": "SAVEPOINT",
+    "RELEASE": "RELEASE",
+}
+_OFF_LOOP_BYTES = 1 << 16  # statements longer than this are routed on a worker thread
+_CANCEL_EVERY = 0.05
+
+
+class VeilSession(BaseSession):
+    """One client connection: its analyst, query session, and settings."""
+
+    def __init__(self, server: VeilServer) -> None:
+        self.server = server
+        self.connection: Any = None
+        self.analyst: str | None = None
+        self.query_session: Any = None
+        self.settings = SessionSettings(values={})
+        self._lock = threading.Lock()  # one query-session call at a time
+        self._pending: set[concurrent.futures.Future[Any]] = set()
+        self._describe_cache: dict[str, Sequence[Any]] = {}
+        self._catalog: Catalog | None = None
+        self._names: frozenset[str] = frozenset()
+        self._numeric: frozenset[str] = frozenset()
+        self._column_types: dict[str, str] = {}
+        self._cancelling: set[asyncio.Future[None]] = set()
+        self.cursors = Cursors()
+
+    # --- running work off the loop ---------------------------------------------------------
+    def _submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        def call() -> Any:
+            with self._lock:
+                return fn(*args, **kwargs)
+
+        future = self.server.pools.analyst.submit(call)
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+        return future
+
+    async def _in_worker(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.wrap_future(self._submit(fn, *args, **kwargs))
+
+    def _timeout(self) -> float:
+        limits = [t for t in (self.server.limits.statement_timeout, self.settings.statement_timeout) if t > 0]
+        return min(limits, default=0.0)
+
+    async def _timed(self, fn: Callable[..., Any], *args: Any, planning: bool = False, **kwargs: Any) -> Any:
+        """Run a query-session call under the statement timeout (and the planning limit)."""
+        timeout = self._timeout()
+        plan_limit = self.server.limits.max_planning_seconds if planning else 0.0
+        planning_bound = plan_limit > 0 and (timeout == 0 or plan_limit < timeout)
+        limit = plan_limit if planning_bound else timeout
+        future = self._submit(fn, *args, **kwargs)
+        try:
+            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), limit or None)
+        except TimeoutError:
+            self._cancelling.add(asyncio.ensure_future(self._cancel_until_done(future)))
+            if planning_bound:
+                raise QueryTooComplex(
+                    f"planning the query took more than {plan_limit:g} s",
+                    hint="Simplify the query (fewer terms), or ask the curator to raise --max-planning-seconds",
+                ) from None
+            raise QueryCancelled(
+                f"canceling statement due to statement timeout ({limit:g} s)",
+                hint="A cancelled query releases nothing; raise the limit with SET statement_timeout (capped by the server)",
+            ) from None
+        except asyncio.CancelledError:  # the client's CancelRequest
+            self._cancelling.add(asyncio.ensure_future(self._cancel_until_done(future)))
+            raise
+
+    async def _cancel_until_done(self, future: concurrent.futures.Future[Any]) -> None:
+        """Interrupt the query session until the abandoned call has returned (a statement the
+        engine starts after the first interrupt is interrupted too)."""
+        qs = self.query_session
+        while not future.done():
+            if qs is not None:
+                try:
+                    qs.cancel()
+                except Exception:  # cancelling is best effort; the call still ends by itself
+                    logger.debug("cancel failed", exc_info=True)
+            await asyncio.sleep(_CANCEL_EVERY)
+        self._cancelling = {t for t in self._cancelling if not t.done()}
+
+    # --- life cycle ----------------------------------------------------------------------
+    async def init(self, connection: Any) -> None:
+        self.connection = connection
+        self.analyst = connection.username
+        self.settings = SessionSettings(values=connection.session_vars)
+        policy = await asyncio.wrap_future(self.server.pools.analyst.submit(self.server.live_policy.current))
+        factory = self.server.query_session_factory
+        self.query_session = await self._in_worker(factory, policy, self.analyst, limits=self.server.limits.query_limits)
+        await self._refresh_catalog()
+
+    async def close(self) -> None:
+        # A client that hung up mid-query: let the running call finish (a charge is written only
+        # together with its release), then close the query session.
+        pending = list(self._pending)
+        if pending:
+            await asyncio.get_running_loop().run_in_executor(None, concurrent.futures.wait, pending)
+        if self.query_session is not None:
+            qs, self.query_session = self.query_session, None
+            await self._in_worker(qs.close)
+
+    async def _refresh_catalog(self) -> Catalog:
+        cat = await self._in_worker(catalog.analyst_catalog, self.query_session)
+        if cat is not self._catalog:
+            self._catalog = cat
+            self._names = frozenset(n.lower() for t in cat.tables.values() for n in (t.name, *t.columns))
+            self._numeric = frozenset(
+                c.lower() for t in cat.tables.values() for c, v in t.columns.items() if v in ("int", "float")
+            )
+            types: dict[str, str] = {}
+            for t in cat.tables.values():
+                for c, v in t.columns.items():
+                    types[c.lower()] = v if types.get(c.lower(), v) == v else "?"
+            self._column_types = types
+        return cat
+
+    async def schema(self) -> dict[str, dict[str, str]]:
+        return catalog.schema_of(self._catalog) if self._catalog is not None else {}
+
+    # --- routing -------------------------------------------------------------------------
+    def _check_size(self, sql: str) -> None:
+        limit = self.server.limits.max_query_bytes
+        if len(sql) > limit or len(sql.encode("utf-8", errors="surrogatepass")) > limit:
+            raise QueryTooLarge(
+                f"the statement is {len(sql.encode('utf-8', errors='surrogatepass'))} bytes, more than the limit of {limit}",
+                hint="Send a shorter query, or ask the curator to raise veil serve --max-query-bytes",
+            )
+
+    async def _route(self, fn: Callable[..., Any], sql: str) -> Any:
+        self._check_size(sql)
+        limits = self.server.limits
+        if len(sql) > _OFF_LOOP_BYTES:
+            return await asyncio.wrap_future(self.server.pools.analyst.submit(fn, sql, self._names, limits))
+        return fn(sql, self._names, limits)
+
+    async def prepare(self, sql: str, param_oids: list[int | None]) -> Statement:
+        try:
+            routed = await self._route(route, sql)
+        except Exception as exc:
+            raise to_pg_error(exc, context=f"{self.analyst}@{self._peer()}") from None
+        oids = list(param_oids)
+        if routed.kind == "system" and drivers.is_typeinfo_query(routed.sql):
+            oids = [drivers.OID_ARRAY]  # asyncpg binds the OIDs it asks about as oid[]
+        elif routed.kind in ("query", "explain") and routed.has_parameters:
+            for n, oid in drivers.parameter_types(routed.tokens, self._column_types).items():
+                while len(oids) < n:
+                    oids.append(None)
+                if oids[n - 1] is None:
+                    oids[n - 1] = oid
+        return VeilStatement(self, routed, oids)
+
+    async def split(self, sql: str) -> list[Route]:
+        try:
+            return list(await self._route(split, sql))
+        except Exception as exc:
+            raise to_pg_error(exc, context=f"{self.analyst}@{self._peer()}") from None
+
+    def _peer(self) -> str:
+        return str(getattr(self.connection, "peer", "local"))
+
+    # --- answering one routed statement ---------------------------------------------------
+    async def answer(self, r: Route, params: list[Any] | None, param_oids: Sequence[int | None], *, describe: bool) -> Result:
+        """Run (or, with ``describe``, only type) one statement; ``params=None``: not bound yet."""
+        try:
+            return await self._answer(r, params, param_oids, describe)
+        except Exception as exc:  # CancelledError, GeneratorExit, KeyboardInterrupt pass through
+            raise to_pg_error(exc, context=f"{self.analyst}@{self._peer()}") from None
+
+    async def _answer(self, r: Route, params: list[Any] | None, oids: Sequence[int | None], describe: bool) -> Result:
+        kind = r.kind
+        logger.debug("%s%s [%s] %s", "describe " if describe else "", self.analyst, kind, r.sql[:200])
+        if kind == "empty":
+            return Result(None, [], "")
+        if kind == "tx":
+            return self._tx(r, describe)
+        if kind == "set":
+            return self.settings.set_statement(r.sql, apply=not describe)
+        if kind == "reset":
+            return self.settings.reset_statement(r.sql, apply=not describe)
+        if kind in ("discard", "deallocate"):
+            return self._discard(r, describe)
+        if kind == "show":
+            return await self._show(r)
+        if kind in ("declare", "fetch", "close", "unlisten"):
+            return await self._cursor(r, params, oids, describe)
+        if kind == "system" and drivers.is_typeinfo_query(r.sql):
+            return await drivers.typeinfo(r.sql, params or [])
+        sql = bind_parameters(r.sql, params, oids, r.tokens, self._numeric) if r.has_parameters else r.sql
+        if kind == "explain":
+            return await self._explain(r, sql)
+        if kind == "system":
+            result = system.constant_answer(r.tokens, sql) if not r.has_parameters else None
+            result = result or await self._system(sql)
+            if result is not None:
+                return result
+        if describe:
+            columns = await self._describe(r, sql)
+            return Result(results.output_columns(columns, self.settings.show_ci), [], "SELECT 0")
+        answer = await self._timed(self.query_session.execute, sql, epsilon=self.settings.epsilon)
+        rows = results.answer_rows(answer, self.settings.show_ci)
+        return Result(results.output_columns(answer.columns, self.settings.show_ci), rows, f"SELECT {len(rows)}")
+
+    async def _describe(self, r: Route, sql: str) -> Sequence[Any]:
+        """Column types of an analyst query, without running it. Types do not depend on the bound
+        values, so they are asked once per statement text (with NULLs bound) and cached."""
+        cols = self._describe_cache.get(r.sql)
+        if cols is not None:
+            return cols
+        qs = self.query_session
+        template = bind_parameters(r.sql, None, (), r.tokens) if r.has_parameters else r.sql
+        try:
+            cols = await self._timed(qs.describe, template, planning=True)
+        except VeilError as exc:
+            if template == sql or exc.sqlstate in ("57014", "54000", "54001"):
+                raise
+            cols = await self._timed(qs.describe, sql, planning=True)  # NULLs did not type-check: use the values
+        if len(self._describe_cache) >= 256:
+            self._describe_cache.clear()
+        self._describe_cache[r.sql] = cols
+        return cols
+
+    async def _cursor(self, r: Route, params: list[Any] | None, oids: Sequence[int | None], describe: bool) -> Result:
+        if r.kind == "unlisten":
+            return Result(None, [], "UNLISTEN")
+        if r.kind == "close":
+            return Result(None, [], "CLOSE CURSOR") if describe else self.cursors.close(r.sql)
+        if r.kind == "fetch":
+            return self.cursors.columns(r.sql) if describe else self.cursors.fetch(r.sql)
+        name, inner = parse_declare(r.sql)
+        if describe:
+            return Result(None, [], "DECLARE CURSOR")
+        inner_route = await self._route(route, inner)
+        if inner_route.kind in ("declare", "fetch", "close", "unlisten"):
+            raise ParseError("a cursor is declared for a query", hint="Write DECLARE name CURSOR FOR SELECT …")
+        return self.cursors.declare(name, await self._answer(inner_route, params, oids, describe=False))
+
+    def _tx(self, r: Route, describe: bool) -> Result:
+        tag = _TX_TAGS[r.tokens[0].text.upper()]
+        conn = self.connection
+        if not describe and conn is not None:
+            if tag == "BEGIN":
+                conn.tx_status = b"T"
+            elif tag in ("COMMIT", "ROLLBACK"):
+                if conn.tx_status == b"E":
+                    tag = "ROLLBACK"
+                conn.tx_status = b"I"
+                self.cursors.clear()  # cursors end with their transaction (no WITH HOLD)
+        return Result(None, [], tag)
+
+    def _discard(self, r: Route, describe: bool) -> Result:
+        conn = self.connection
+        if r.kind == "discard":
+            if not describe:
+                self.settings.reset("all")
+                conn.statements.clear()
+                self.cursors.clear()
+            return Result(None, [], "DISCARD ALL")
+        # DEALLOCATE [PREPARE] name | ALL
+        words = [t.text for t in r.tokens[1:] if t.text.upper() != "PREPARE"]
+        every = bool(words) and words[0].upper() == "ALL"
+        if not describe:
+            if every:
+                conn.statements.clear()
+            elif words:
+                conn.statements.pop(words[0].strip('"'), None)
+        return Result(None, [], "DEALLOCATE ALL" if every else "DEALLOCATE")
+
+    async def _show(self, r: Route) -> Result:
+        name = self.settings.show_name(r.sql)
+        budget = await self._in_worker(self.query_session.budget) if name == "veil.budget" else None
+        return self.settings.show(
+            name,
+            default_epsilon=self.query_session.policy.defaults.epsilon_per_query,
+            server_version=self.server.parameter_status.get("server_version", ""),
+            budget=budget,
+        )
+
+    async def _explain(self, r: Route, sql: str) -> Result:
+        tokens = r.tokens
+        i = 1
+        base = tokens[0].start
+        while i < len(tokens) and tokens[i].text.upper() in ("ANALYZE", "VERBOSE"):
+            i += 1
+        if i < len(tokens) and tokens[i].text == "(":  # EXPLAIN (FORMAT TEXT, …): options ignored
+            depth = 0
+            while i < len(tokens):
+                depth += {"(": 1, ")": -1}.get(tokens[i].text, 0)
+                i += 1
+                if depth == 0:
+                    break
+        if i >= len(tokens):
+            raise ParseError("EXPLAIN needs a query", hint="Write EXPLAIN SELECT …")
+        # ``sql`` may have parameters bound, which shifts offsets after them; the EXPLAIN prefix
+        # has none, so its length is unchanged.
+        inner = sql[tokens[i].start - base :]
+        explanation = await self._timed(self.query_session.explain, inner, epsilon=self.settings.epsilon, planning=True)
+        return results.explain_rows(explanation)
+
+    async def _system(self, sql: str) -> Result | None:
+        cat = await self._refresh_catalog()
+        lowered = sql.lower()
+        budget = await self._in_worker(self.query_session.budget) if "veil" in lowered else None
+        version = (self.server.parameter_status.get("server_version") or "16.0").split()[0]
+        query = system.SystemQuery(sql, self.connection, cat, budget, version)
+        return await self.server.pools.catalog.run(self.server.limits.catalog_timeout, system.answer, query)
+
+
+class VeilStatement(Statement):
+    def __init__(self, session: VeilSession, routed: Route, param_oids: list[int | None]) -> None:
+        self.session = session
+        self.route = routed
+        self.sql = routed.sql
+        self.param_oids = param_oids
+        self._columns: list[ResultColumn] | None = None
+        self._described = False
+
+    async def describe(self) -> list[ResultColumn] | None:
+        if not self._described:
+            result = await self.session.answer(self.route, None, self.param_oids, describe=True)
+            self._columns, self._described = result.columns, True
+        return self._columns
+
+    def bind(self, params: list[Any]) -> VeilPortal:
+        return VeilPortal(self, list(params))
+
+
+class VeilPortal(Portal):
+    """A bound statement. Its first ``execute`` runs the query once; later calls only drain rows."""
+
+    def __init__(self, statement: VeilStatement, params: list[Any]) -> None:
+        self.statement = statement
+        self.params = params
+        self.result: Result | None = None
+        self.described: list[ResultColumn] | None = None
+        self._described = False
+        self._offset = 0
+
+    async def describe(self) -> list[ResultColumn] | None:
+        if self.result is not None:
+            return self.result.columns
+        if not self._described:
+            st = self.statement
+            r = await st.session.answer(st.route, self.params, st.param_oids, describe=True)
+            self.described, self._described = r.columns, True
+        return self.described
+
+    @property
+    def columns(self) -> list[ResultColumn] | None:
+        if self.result is None:
+            return self.described
+        if self._described and self.described is not None and self.result.columns is not None:
+            if len(self.described) == len(self.result.columns):
+                return self.described  # keep the types the client was told at Describe
+        return self.result.columns
+
+    def tag(self) -> str:
+        return self.result.tag if self.result is not None else "SELECT 0"
+
+    async def execute(self, max_rows: int) -> tuple[list[tuple[Any, ...]], bool]:
+        if self.result is None:
+            st = self.statement
+            self.result = await st.session.answer(st.route, self.params, st.param_oids, describe=False)
+        rows = self.result.rows
+        end = len(rows) if max_rows <= 0 else min(len(rows), self._offset + max_rows)
+        chunk = rows[self._offset : end]
+        self._offset = end
+        return chunk, max_rows > 0 and end < len(rows)

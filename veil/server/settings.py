@@ -1,0 +1,190 @@
+"""Session statements answered by the server itself: ``SET``, ``RESET``, ``SHOW``, ``DISCARD``.
+
+Veil's own settings are ``veil.epsilon`` (ε per query), ``veil.show_ci`` (a 95% CI column after
+each numeric column) and ``veil.budget`` (read only); ``statement_timeout`` is honoured as in
+PostgreSQL (a number is milliseconds; units ``ms``, ``s``, ``min``, ``h``; 0 turns it off, capped
+by the server's ``--statement-timeout``). Any other parameter is remembered for ``SHOW`` and
+``current_setting`` and has no effect.
+
+>>> parse_duration("1500")
+1.5
+>>> parse_duration("2s"), parse_duration("'1min'"), parse_duration("0")
+(2.0, 60.0, 0.0)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from pg_mimic import ResultColumn
+
+from veil.errors import InputError, ParseError, UnknownSetting, did_you_mean
+from veil.server import catalog
+from veil.server.results import Result
+
+__all__ = ["SHOW_DEFAULTS", "SessionSettings", "parse_duration"]
+
+VEIL_SETTINGS = ("epsilon", "show_ci", "budget")
+_SET_RE = re.compile(r"^\s*SET\s+(?:SESSION\s+|LOCAL\s+)?([A-Za-z_][\w.]*)\s*(?:TO|=)\s*(.+?)\s*$", re.I | re.S)
+_RESET_RE = re.compile(r"^\s*RESET\s+([A-Za-z_][\w.]*)\s*$", re.I)
+_SHOW_RE = re.compile(r"^\s*SHOW\s+(.+?)\s*$", re.I | re.S)
+_BOOL_WORDS = {"on": True, "true": True, "1": True, "yes": True, "off": False, "false": False, "0": False, "no": False}
+#: SHOW's multi-word spellings (SQL standard) → the parameter they mean.
+_SHOW_ALIASES = {
+    "transaction isolation level": "transaction_isolation",
+    "time zone": "timezone",
+    "session authorization": "session_authorization",
+}
+SHOW_DEFAULTS = {
+    "server_encoding": "UTF8",
+    "client_encoding": "UTF8",
+    "datestyle": "ISO, MDY",
+    "timezone": "UTC",
+    "search_path": '"$user", public',
+    "standard_conforming_strings": "on",
+    "integer_datetimes": "on",
+    "transaction_isolation": "read committed",
+    "default_transaction_isolation": "read committed",
+    "transaction_read_only": "on",
+    "default_transaction_read_only": "on",
+    "max_identifier_length": "63",
+    "is_superuser": "off",
+    "statement_timeout": "0",
+    "lock_timeout": "0",
+    "idle_in_transaction_session_timeout": "0",
+}
+_UNITS = {"ms": 0.001, "s": 1.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?)\s*([a-z]*)\s*$", re.I)
+
+
+def parse_duration(text: str) -> float:
+    """A PostgreSQL time setting in seconds (a bare number is milliseconds)."""
+    match = _DURATION_RE.match(text.strip().strip("'\""))
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in ("", *_UNITS):
+        raise InputError(
+            f"invalid value for a time setting: {text!r}", hint="Give milliseconds (5000) or a unit: '5s', '1min', '250ms'"
+        )
+    value = float(match.group(1)) * (_UNITS[unit] if unit else 0.001)
+    if not math.isfinite(value):
+        raise InputError(f"invalid value for a time setting: {text!r}")
+    return value
+
+
+def _settings_hint(name: str) -> str:
+    names = [f"veil.{s}" for s in VEIL_SETTINGS]
+    return did_you_mean(name, names) or f"Veil's settings: {', '.join(names)}"
+
+
+def _unknown(name: str) -> UnknownSetting:
+    return UnknownSetting(f'unrecognized configuration parameter "{name}"', hint=_settings_hint(name))
+
+
+@dataclass
+class SessionSettings:
+    """One connection's settings. ``values`` is what ``SHOW`` reports for the others."""
+
+    values: dict[str, str]
+    epsilon: Fraction | None = None
+    show_ci: bool = False
+    statement_timeout: float = 0.0  # seconds; 0: the server's limit only
+
+    # --- SET / RESET ---------------------------------------------------------------------
+    def set_statement(self, sql: str, *, apply: bool) -> Result:
+        match = _SET_RE.match(sql)
+        if match:
+            name, value = match.group(1).lower(), match.group(2).strip().strip("'\"")
+            if value.upper() == "DEFAULT":
+                if apply:
+                    self.reset(name)
+            else:
+                self.set(name, value, apply=apply)
+        return Result(None, [], "SET")  # anything else (SET TIME ZONE …) touches nothing: accepted
+
+    def reset_statement(self, sql: str, *, apply: bool) -> Result:
+        match = _RESET_RE.match(sql)
+        if not match:
+            raise ParseError(f"cannot read {sql!r}", hint="Write RESET <name> or RESET ALL")
+        if apply:
+            self.reset(match.group(1).lower())
+        return Result(None, [], "RESET")
+
+    def set(self, name: str, value: str, *, apply: bool) -> None:
+        if name.startswith("veil."):
+            key = name[5:]
+            if key == "epsilon":
+                try:
+                    eps = Fraction(value)
+                except (ValueError, ZeroDivisionError):
+                    raise InputError(
+                        f"veil.epsilon must be a number, got {value!r}", hint="e.g. SET veil.epsilon = 0.1"
+                    ) from None
+                if eps <= 0:
+                    raise InputError(f"veil.epsilon must be > 0, got {value}", hint="e.g. SET veil.epsilon = 0.1")
+                if apply:
+                    self.epsilon = eps
+            elif key == "show_ci":
+                flag = _BOOL_WORDS.get(value.lower())
+                if flag is None:
+                    raise InputError(f"veil.show_ci must be on or off, got {value!r}")
+                if apply:
+                    self.show_ci = flag
+            else:
+                raise _unknown(name)
+        elif name == "statement_timeout":
+            seconds = parse_duration(value)
+            if apply:
+                self.statement_timeout = seconds
+        if apply:
+            self.values[name] = value
+
+    def reset(self, name: str) -> None:
+        if name == "all":
+            self.epsilon, self.show_ci, self.statement_timeout = None, False, 0.0
+            self.values.clear()
+            return
+        if name == "veil.epsilon":
+            self.epsilon = None
+        elif name == "veil.show_ci":
+            self.show_ci = False
+        elif name == "statement_timeout":
+            self.statement_timeout = 0.0
+        elif name.startswith("veil."):
+            raise _unknown(name)
+        self.values.pop(name, None)
+
+    # --- SHOW ----------------------------------------------------------------------------
+    def show_name(self, sql: str) -> str:
+        """The parameter a ``SHOW`` statement asks for (lower case)."""
+        match = _SHOW_RE.match(sql)
+        if not match:
+            raise ParseError(f"cannot read {sql!r}", hint="Write SHOW <name>, e.g. SHOW veil.budget")
+        words = " ".join(match.group(1).split()).lower()
+        name = _SHOW_ALIASES.get(words, words)
+        if not re.fullmatch(r"[a-z_][\w.]*", name):
+            raise ParseError(f"cannot read {sql!r}", hint="Write SHOW <name>, e.g. SHOW veil.budget")
+        return name
+
+    def show(self, name: str, *, default_epsilon: Fraction, server_version: str, budget: Any = None) -> Result:
+        if name == "veil.budget":
+            row = catalog.budget_row(budget)
+            return Result(list(catalog.BUDGET_COLUMNS), [tuple(row.values())], "SHOW")
+        if name == "veil.epsilon":
+            value = str(float(self.epsilon if self.epsilon is not None else default_epsilon))
+        elif name == "veil.show_ci":
+            value = "on" if self.show_ci else "off"
+        elif name.startswith("veil."):
+            raise _unknown(name)
+        elif name == "all":
+            names = sorted({*SHOW_DEFAULTS, *self.values})
+            rows = [(n, self.values.get(n, SHOW_DEFAULTS.get(n, ""))) for n in names]
+            return Result([ResultColumn("name", catalog.TEXT), ResultColumn("setting", catalog.TEXT)], rows, "SHOW")
+        elif name == "server_version":
+            value = server_version
+        else:
+            value = self.values.get(name, SHOW_DEFAULTS.get(name, ""))
+        return Result([ResultColumn(name, catalog.TEXT)], [(value,)], "SHOW")
