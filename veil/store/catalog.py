@@ -10,6 +10,7 @@ on it fail as on an unknown table.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from fractions import Fraction
 from typing import Any
 
 from veil.errors import InputError, did_you_mean
@@ -111,6 +112,6 @@ def table_budgets(policy: Policy) -> list[dict[str, Any]]:
             for key, total, used in (("epsilon", spec.epsilon_total, spent.epsilon), ("delta", spec.delta_total, spent.delta)):
                 row[f"{key}_total"] = None if total is None else float(total)
                 row[f"{key}_spent"] = float(used)
-                row[f"{key}_remaining"] = None if total is None else float(max(total - used, 0))
+                row[f"{key}_remaining"] = None if total is None else float(max(total - used, Fraction(0)))
             out.append(row)
     return out

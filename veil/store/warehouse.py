@@ -453,8 +453,8 @@ def pending_publications(policy: Policy) -> list[dict[str, str | None]]:
     if not policy.database_path.exists():
         return []
     with writer(policy) as con:
-        have = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [JOURNAL]).fetchone()[0]
-        if not have:
+        found = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [JOURNAL]).fetchone()
+        if not found or not found[0]:
             return []
         rows = con.execute(f"SELECT token, output, staging, artifact, state, release_id FROM {JOURNAL}").fetchall()
     keys = ("token", "output", "staging", "artifact", "state", "release_id")
