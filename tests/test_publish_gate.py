@@ -29,6 +29,7 @@ def _refused(policy: Path, res: object, match: str, before: int) -> None:
     assert "out" not in tables(policy) and len(publications(policy)) == before
 
 
+@pytest.mark.slow
 def test_a_group_smaller_than_k_is_refused(warehouse: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import veil.generators.sdc as sdc
 
@@ -44,6 +45,7 @@ def test_a_perturbation_that_changes_nothing_is_refused(warehouse: Path, monkeyp
     _refused(warehouse, _sdc(warehouse, "noise_addition", "--param", "a=0.5"), "equals the source in every row", 0)
 
 
+@pytest.mark.slow
 def test_a_synthetic_table_that_copies_its_training_rows_is_refused(warehouse: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import veil.generators.mlcopy as mlcopy
 
@@ -52,6 +54,7 @@ def test_a_synthetic_table_that_copies_its_training_rows_is_refused(warehouse: P
     _refused(warehouse, res, "reproduces its training rows", 0)
 
 
+@pytest.mark.slow
 def test_a_synthetic_table_passes_with_its_dcr_recorded(warehouse: Path) -> None:
     ok_json(_sdc(warehouse, "ml_copy", "--target", "income"))
     rel = publications(warehouse)[-1]
@@ -113,6 +116,7 @@ def test_vacuous_epsilon_is_refused_for_every_dp_kind(warehouse: Path, eps: str)
 # -- table budgets ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_dp_publications_are_charged_to_the_table_budget(tmp_path: Path) -> None:
     policy = make_warehouse(tmp_path, table_budget="epsilon_total = 3")
     krr = ["publish", "krr", "--policy", policy, "--table", "people", "--columns", "sex,job", "--epsilon", "1", "--format=json"]
@@ -137,6 +141,7 @@ def test_dp_publications_are_charged_to_the_table_budget(tmp_path: Path) -> None
     analyst_reads_every_published_table(policy)
 
 
+@pytest.mark.slow
 def test_a_publication_actor_who_is_an_analyst_is_charged_too(tmp_path: Path) -> None:
     from veil.generators.transaction import publish
     from veil.policy import load_policy
@@ -151,6 +156,7 @@ def test_a_publication_actor_who_is_an_analyst_is_charged_too(tmp_path: Path) ->
     assert budget["epsilon_spent"] == 1.5
 
 
+@pytest.mark.slow
 def test_unchanged_check_follows_rows_when_the_source_has_missing_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import veil.generators.sdc as sdc
     from tests.publish_support import people
