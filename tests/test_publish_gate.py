@@ -3,6 +3,7 @@ every DP publication of a table."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -169,3 +170,23 @@ def test_unchanged_check_follows_rows_when_the_source_has_missing_values(tmp_pat
     ok_json(veil("ingest", "--policy", policy, "--table", "people", csv, "--replace", "--format", "json"))
     monkeypatch.setattr(sdc, "noise_addition", lambda x, a, rng: x.copy())
     _refused(policy, _sdc(policy, "noise_addition", "--param", "a=0.5"), "equals the source in every row", 0)
+
+
+@pytest.mark.slow
+def test_pate_is_charged_to_the_table_budget_and_refused_before_training_when_short(tmp_path: Path) -> None:
+    policy = make_warehouse(tmp_path, table_budget="epsilon_total = 6")
+    model = tmp_path / "student.pt"
+    args = [
+        "publish", "pate", "--policy", policy, "--table", "people", "--label", "income", "--features", "age,hours,sex",
+        "--teachers", "5", "--queries", "50", "--validation", "0", "--no-student-noise", "--format", "json",
+    ]  # fmt: skip
+    body = ok_json(veil(*args, "--output-model", model))
+    rel = publications(policy)[-1]
+    assert body["release_id"] == rel.id and rel.table is None and model.exists()
+    assert json.loads(Path(str(model) + ".json").read_text())["description"]["release_id"] == rel.id
+    spent = ok_json(veil("budget", "--policy", policy, "--format", "json"))["tables"][0]["epsilon_spent"]
+    assert spent == pytest.approx(float(rel.epsilon)) and spent > 3  # a second one does not fit in 6
+    second = tmp_path / "second.pt"
+    res = veil(*args, "--output-model", second)
+    assert res.exit_code == 2 and "BudgetExhausted" in res.output and "table 'people'" in res.output, res.output
+    assert not list(tmp_path.glob("second.pt*")) and len(publications(policy)) == 1
