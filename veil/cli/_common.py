@@ -139,6 +139,20 @@ def emit(data: Any, fmt: str, *, json_data: Any = None, out: Any = None) -> None
     stream.write(render_table(cols, rows) + "\n")
 
 
+def _as_missing_extra(exc: ModuleNotFoundError) -> MissingExtra | None:
+    """An optional package missing under ``veil publish``/``veil audit`` → MissingExtra naming the group's extra."""
+    found = missing_extra(exc)
+    if found is None:
+        return None
+    ctx = click.get_current_context(silent=True)
+    while ctx is not None:
+        extra = getattr(ctx.command, "extra", None)
+        if extra:
+            return MissingExtra(found.message, extra=extra)
+        ctx = ctx.parent
+    return found
+
+
 def publish_and_report(
     policy: Policy, kind: str, request: Mapping[str, Any], fmt: str, *, headline: Sequence[str] | None = None
 ) -> dict[str, Any]:
@@ -156,20 +170,6 @@ def publish_and_report(
         click.echo(f"interrupted after release {result.release_id} was committed (complete: table and record)", err=True)
         sys.exit(130)
     return summary
-
-
-def _as_missing_extra(exc: ModuleNotFoundError) -> MissingExtra | None:
-    """An optional package missing under ``veil publish``/``veil audit`` → MissingExtra naming the group's extra."""
-    found = missing_extra(exc)
-    if found is None:
-        return None
-    ctx = click.get_current_context(silent=True)
-    while ctx is not None:
-        extra = getattr(ctx.command, "extra", None)
-        if extra:
-            return MissingExtra(found.message, extra=extra)
-        ctx = ctx.parent
-    return found
 
 
 def run_guarded(fn: F) -> F:

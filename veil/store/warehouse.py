@@ -454,7 +454,7 @@ def pending_publications(policy: Policy) -> list[dict[str, str | None]]:
         return []
     with writer(policy) as con:
         found = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [JOURNAL]).fetchone()
-        if not found or not found[0]:
+        if found is None or not found[0]:
             return []
         rows = con.execute(f"SELECT token, output, staging, artifact, state, release_id FROM {JOURNAL}").fetchall()
     keys = ("token", "output", "staging", "artifact", "state", "release_id")
