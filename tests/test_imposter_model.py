@@ -37,12 +37,14 @@ def toy() -> pd.DataFrame:
 
 
 @pytest.mark.slow
-def test_released_rows_keep_other_columns_and_valid_values(toy: pd.DataFrame) -> None:
+def test_released_rows_are_synthetic_in_every_column_with_valid_values(toy: pd.DataFrame) -> None:
     model = Imposter(implicit=["colour", "size"], sensitive="s", label="y", lam=1.0, epochs=2, batch_size=200, seed=1)
     out = model.fit(toy).publish(toy, seed=2)
-    assert list(out.columns) == list(toy.columns) and len(out) == len(toy)
-    for col in ("keep", "s", "y"):
-        assert out[col].equals(toy[col])
+    # only the conditions and the implicit attributes, none copied from a row ("keep" is dropped)
+    assert list(out.columns) == ["s", "y", "colour", "size"] and len(out) == len(toy)
+    for col in ("s", "y"):
+        assert not out[col].equals(toy[col])
+        assert abs(out[col].value_counts(normalize=True) - toy[col].value_counts(normalize=True)).max() < 0.05
     assert set(out["colour"]) <= {"red", "blue", "green"}
     assert out["size"].between(toy["size"].min(), toy["size"].max()).all() and out["size"].dtype == np.int64
     assert not out["colour"].equals(toy["colour"])  # regenerated, not copied
@@ -114,7 +116,7 @@ def test_bad_frames(toy: pd.DataFrame) -> None:
     model = Imposter(implicit=["colour"], sensitive="s", epochs=1, batch_size=500, seed=0).fit(toy)
     other = toy.head(3).assign(s=["X", "M", "F"])
     with pytest.raises(InputError, match="not seen in training"):
-        model.publish(other)
+        model.generate(other)
 
 
 def test_d2_may_see_the_label(toy: pd.DataFrame) -> None:

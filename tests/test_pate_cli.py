@@ -25,7 +25,7 @@ def policy_path(adult_policy: Callable[..., Path], tmp_path: Path) -> Path:
     csv = tmp_path / "adult.csv"
     load_adult().head(4000).to_csv(csv, index=False)
     path = adult_policy(rows=10)  # writes the policy; the CLI ingest below replaces the table
-    result = CliRunner().invoke(cli, ["ingest", "--policy", str(path), "--table", "adult", str(csv)])
+    result = CliRunner().invoke(cli, ["ingest", "--policy", str(path), "--table", "adult", str(csv), "--replace"])
     assert result.exit_code == 0, result.output
     return path
 
@@ -108,7 +108,7 @@ def test_audit_pate_paper_figure_table_output() -> None:
         ([], "--student-rho"),  # neither --student-rho nor --no-student-noise
         (["--student-rho", "0.5", "--no-student-noise"], "--student-rho"),
         (["--no-student-noise", "--features", "workclass"], "declared"),  # category without declared values
-        (["--no-student-noise", "--queries", "5000"], "--queries"),
+        (["--no-student-noise", "--queries", "5000", "--gamma", "0.01"], "--queries"),  # a non-vacuous ε
     ],
     ids=["no-rho-choice", "both-rho-choices", "undeclared-category", "too-many-queries"],
 )

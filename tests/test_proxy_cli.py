@@ -17,7 +17,8 @@ from veil.cli.main import cli
 def test_cli_query_explain_budget_on_adult(tmp_path: Path, shared_data: Path, adult_policy: Callable[..., Path]) -> None:
     policy = adult_policy(rows=10)  # writes the policy; re-ingest the full file through the CLI below
     runner = CliRunner()
-    res = runner.invoke(cli, ["ingest", "--policy", str(policy), "--table", "adult", str(shared_data / "adult" / "adult.data")])
+    adult = str(shared_data / "adult" / "adult.data")
+    res = runner.invoke(cli, ["ingest", "--policy", str(policy), "--table", "adult", adult, "--replace"])
     assert res.exit_code == 0, res.output
     sql = "SELECT sex, COUNT(*) AS n, AVG(age) AS mean_age FROM adult GROUP BY sex ORDER BY sex"
     res = runner.invoke(cli, ["explain", "--policy", str(policy), "--analyst", "alice", "--format", "json", sql])

@@ -26,6 +26,7 @@ __all__ = [
     "ParseError",
     "PolicyError",
     "ProtocolViolation",
+    "PublicationRefused",
     "QueryCancelled",
     "QueryFailed",
     "QueryRejected",
@@ -187,6 +188,12 @@ class ReleaseError(VeilError):
     """A publication or release record could not be written or found."""
 
     sqlstate = "55000"
+
+
+class PublicationRefused(ReleaseError):
+    """The release gate found that a publication would not be protected as claimed; nothing was written."""
+
+    sqlstate = "42501"
 
 
 class InternalError(VeilError):

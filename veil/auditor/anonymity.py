@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from veil.errors import InputError, did_you_mean
+from veil.generators.kanon.hierarchies import read_hierarchy_text
 
 __all__ = ["AnonymityReport", "audit_anonymity", "leaf_counts_from_dir", "parse_generalised"]
 
@@ -48,15 +49,6 @@ _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _INTERVAL = re.compile(rf"^\s*\[\s*({_NUM})\s*,\s*({_NUM})\s*\]\s*$")
 _NUMBER = re.compile(rf"^\s*({_NUM})\s*$")
 _MISSING_LEAF = "?"
-
-
-def _read_text(path: Path) -> str:
-    """UTF-8, else Latin-1 (ARX files come in the platform's encoding); read by the audit's own parser."""
-    raw = path.read_bytes()
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")
 
 
 def _population_rows(population: pd.DataFrame, qi: Sequence[str], missing: str) -> pd.DataFrame:
@@ -157,7 +149,7 @@ def leaf_counts_from_dir(directory: str | Path | None, columns: Sequence[str]) -
             continue
         counts: dict[str, int] = {}
         leaves: set[str] = set()
-        for line in _read_text(hits[0]).splitlines():
+        for line in read_hierarchy_text(hits[0]).splitlines():
             parts = [x.strip() for x in line.split(";") if x.strip()]
             if not parts:
                 continue
@@ -271,7 +263,7 @@ def _leaves_under_from_dir(directory: str | Path | None, columns: Sequence[str])
         if not hits:
             continue
         under: dict[str, set[str]] = {}
-        for line in _read_text(hits[0]).splitlines():
+        for line in read_hierarchy_text(hits[0]).splitlines():
             parts = [x.strip() for x in line.split(";") if x.strip()]
             if not parts:
                 continue

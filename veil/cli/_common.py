@@ -34,6 +34,7 @@ __all__ = [
     "load_policy_option",
     "policy_option",
     "publish",
+    "publish_and_report",
     "run_guarded",
     "to_jsonable",
 ]
@@ -150,6 +151,25 @@ def _as_missing_extra(exc: ModuleNotFoundError) -> MissingExtra | None:
             return MissingExtra(found.message, extra=extra)
         ctx = ctx.parent
     return found
+
+
+def publish_and_report(
+    policy: Policy, kind: str, request: Mapping[str, Any], fmt: str, *, headline: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """Run publication ``kind`` through the one publish transaction and print its summary.
+
+    ``headline``: the keys JSON output is limited to (commands whose JSON shape is fixed). An interrupt
+    that arrived while the publication was being committed exits 130 after printing it.
+    """
+    from veil.generators.transaction import publish as run_publish
+
+    result = run_publish(policy, kind, request)
+    summary = result.as_dict()
+    emit(summary, fmt, json_data={k: summary.get(k) for k in headline} if headline else None)
+    if result.interrupted:
+        click.echo(f"interrupted after release {result.release_id} was committed (complete: table and record)", err=True)
+        sys.exit(130)
+    return summary
 
 
 def run_guarded(fn: F) -> F:

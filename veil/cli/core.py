@@ -10,7 +10,7 @@ import pandas as pd
 
 from veil.cli._common import cli, emit, format_option, policy_option, run_guarded
 from veil.policy import load_policy
-from veil.store.releases import list_releases
+from veil.store.publications import get_release, list_releases
 from veil.store.warehouse import ingest_file
 
 
@@ -18,12 +18,13 @@ from veil.store.warehouse import ingest_file
 @policy_option
 @click.option("--table", required=True, help="Name of the warehouse table to create or replace.")
 @click.argument("source", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--replace", is_flag=True, default=False, help="Replace the table if it exists (never a published table).")
 @format_option
 @run_guarded
-def ingest(policy_path: Path, table: str, source: Path, fmt: str) -> None:
+def ingest(policy_path: Path, table: str, source: Path, replace: bool, fmt: str) -> None:
     """Load a CSV/Parquet file into the policy's DuckDB warehouse (column names normalised)."""
     policy = load_policy(policy_path)
-    summary = ingest_file(policy, table, source)
+    summary = ingest_file(policy, table, source, replace=replace)
     emit(summary, fmt)
     missing = summary["missing_policy_columns"]
     if isinstance(missing, list) and missing:
@@ -77,12 +78,22 @@ def _with_ci_columns(df: pd.DataFrame) -> pd.DataFrame:
 
 @cli.command()
 @policy_option
-@click.option("--kind", type=click.Choice(["query", "publication"]), default=None)
+@click.option("--kind", type=click.Choice(["query", "publication", "retraction"]), default=None)
+@click.option("--show", "show", default=None, metavar="ID", help="Print one release's full record (JSON).")
 @format_option
 @run_guarded
-def releases(policy_path: Path, kind: str | None, fmt: str) -> None:
-    """List the release log (queries answered and tables published)."""
+def releases(policy_path: Path, kind: str | None, show: str | None, fmt: str) -> None:
+    """List the release log (queries answered, tables published and retracted), or --show one release."""
     policy = load_policy(policy_path)
+    if show is not None:
+        import dataclasses
+
+        rel = get_release(policy, show)
+        body = dataclasses.asdict(rel)
+        for key in ("epsilon", "delta"):
+            body[key] = None if body[key] is None else float(body[key])
+        emit(body, "json")
+        return
     rows = [
         {
             "id": r.id,

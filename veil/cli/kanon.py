@@ -44,7 +44,7 @@ def _neurons(text: str) -> tuple[int, int, int]:
 )
 @click.option("--k", "k", type=click.IntRange(min=2), required=True, help="Smallest equivalence-class size.")
 @click.option("--qi", required=True, help="Comma-separated quasi-identifiers (generalised).")
-@click.option("--sensitive", default="", help="Comma-separated sensitive columns (published unchanged).")
+@click.option("--sensitive", default="", help="Comma-separated sensitive columns (published unchanged; ℓ-diversity reported).")
 @click.option(
     "--hierarchies",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -81,7 +81,7 @@ def _neurons(text: str) -> tuple[int, int, int]:
     "--export",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Also write the published table to this .csv or .parquet file.",
+    help="Also write the published table to this .csv or .parquet file (an existing file needs --replace).",
 )
 @format_option
 @run_guarded
@@ -131,6 +131,9 @@ def publish_kanon_command(
     )
     headline = {key: summary[key] for key in ("table", "k", "ncp_percent", "min_class_size", "seconds")}
     emit(summary, fmt, json_data=headline)
+    if summary.get("interrupted"):
+        click.echo(f"interrupted after release {summary['release_id']} was committed (complete: table and record)", err=True)
+        sys.exit(130)
 
 
 @audit.command("kanon")

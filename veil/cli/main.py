@@ -19,6 +19,8 @@ LAZY_COMMANDS: dict[str, dict[str, str]] = {
         "ingest": "veil.cli.core",
         "demo": "veil.cli.core",
         "releases": "veil.cli.core",
+        "tables": "veil.cli.tables",
+        "retract": "veil.cli.tables",
         "query": "veil.cli.query",
         "explain": "veil.cli.query",
         "budget": "veil.cli.query",

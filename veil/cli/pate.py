@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from veil.cli._common import audit, emit, format_option, policy_option, publish, run_guarded
+from veil.cli._common import audit, emit, format_option, policy_option, publish, publish_and_report, run_guarded
 from veil.errors import InputError
 
 __all__ = ["audit_pate_command", "publish_pate_command"]
@@ -113,7 +113,7 @@ def publish_pate_command(
     fmt: str,
 ) -> None:
     """Publish a student model trained by PATE from a private table (charged to the ledger as (ε, δ))."""
-    from veil.generators.pate import PateConfig, publish_pate
+    from veil.generators.pate import PateConfig
     from veil.policy import load_policy
 
     if (student_rho is None) == (not no_student_noise):
@@ -129,21 +129,17 @@ def publish_pate_command(
         threshold=threshold,  # type: ignore[arg-type]
         seed=seed,
     )
-    policy = load_policy(policy_path)
-    feats = [f.strip() for f in features.split(",") if f.strip()] if features else None
-    pub = publish_pate(
-        policy,
-        table=table,
-        label=label,
-        output_model=output_model,
-        features=feats,
-        config=config,
-        student_table=student_table,
-        validation=validation,
-        save_votes=save_votes,
-        progress=True,
-    )
-    emit(pub.summary(), fmt)
+    request = {
+        "table": table,
+        "label": label,
+        "features": [f.strip() for f in features.split(",") if f.strip()] if features else None,
+        "config": config,
+        "student_table": student_table,
+        "validation": validation,
+        "save_votes": save_votes,
+        "output_model": output_model,
+    }
+    publish_and_report(load_policy(policy_path), "pate", request, fmt)
     click.echo(
         f"load it with: from veil.generators.pate import load_student; model = load_student({str(output_model)!r})", err=True
     )

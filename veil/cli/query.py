@@ -86,11 +86,26 @@ def explain(policy_path: Path, analyst: str, epsilon: float | None, fmt: str, sq
 
 @cli.command()
 @policy_option
-@analyst_option
+@click.option("--analyst", default=None, help="Analyst name from the policy (default: every analyst).")
 @format_option
 @run_guarded
-def budget(policy_path: Path, analyst: str, fmt: str) -> None:
-    """Show the analyst's total, spent and remaining ε and δ."""
-    with QuerySession(load_policy(policy_path), analyst) as session:
-        b = session.budget()
-    emit(b.to_dict(), fmt)
+def budget(policy_path: Path, analyst: str | None, fmt: str) -> None:
+    """Show analysts' and tables' total, spent and remaining ε and δ (table caps cover every analyst
+    query and DP publication on the table)."""
+    from veil.store.catalog import table_budgets
+
+    policy = load_policy(policy_path)
+    names = [analyst] if analyst is not None else sorted(policy.analysts)
+    people = []
+    for name in names:
+        with QuerySession(policy, name) as session:
+            people.append(session.budget().to_dict())
+    tables = table_budgets(policy)
+    if fmt == "json":
+        body = {**people[0], "tables": tables} if analyst is not None else {"analysts": people, "tables": tables}
+        emit(None, fmt, json_data=body)
+        return
+    emit(people[0] if analyst is not None and fmt == "table" else people, fmt)
+    if tables:
+        click.echo("")
+        emit(tables, fmt)

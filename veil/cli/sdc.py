@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
-from veil.cli._common import cli, emit, format_option, policy_option, publish, run_guarded
-from veil.errors import InputError, did_you_mean
+from veil.cli._common import cli, emit, format_option, policy_option, publish, publish_and_report, run_guarded
+from veil.errors import InputError
 
 __all__ = ["compare_command", "publish_sdc_command"]
 
@@ -21,24 +21,9 @@ def _split(value: str | None) -> list[str]:
 
 
 def _context(policy: Any, table: str, columns: list[str], target: str | None, seed: int | None, df: Any) -> Any:
-    from veil.generators.base import Context
-    from veil.policy import normalise_name
+    from veil.generators.plugins.sdc import context
 
-    spec = policy.table(table)
-    cols = [normalise_name(c) for c in columns]
-    tgt = normalise_name(target) if target else None
-    for c in [*cols, *([tgt] if tgt else [])]:
-        if c not in df.columns:
-            raise InputError(f"column {c!r} is not in table {table!r}", hint=did_you_mean(c, df.columns))
-    bounds = {
-        c: (float(spec.columns[c].lower), float(spec.columns[c].upper))
-        for c in cols
-        if c in spec.columns and spec.columns[c].lower is not None and spec.columns[c].upper is not None
-    }
-    categories = {}
-    if tgt and tgt in spec.columns and spec.columns[tgt].values:
-        categories[tgt] = tuple(spec.columns[tgt].values)
-    return Context(columns=tuple(cols), target=tgt, bounds=bounds, seed=seed, progress=True, categories=categories)
+    return context(policy, table, columns, target, seed, df.columns)
 
 
 @publish.command("sdc")
@@ -70,48 +55,24 @@ def publish_sdc_command(
     seed: int | None,
     fmt: str,
 ) -> None:
-    """Publish TABLE's COLUMNS sanitised with METHOD as a new public table, with a release record."""
-    from veil.generators.base import get_generator, parse_param_args
-    from veil.generators.sdc import clean_input, release_metrics
-    from veil.policy import load_policy
-    from veil.store.releases import record_release
-    from veil.store.warehouse import read_table, write_table
+    """Publish TABLE's COLUMNS sanitised with METHOD as a new public table, with a release record.
 
-    policy = load_policy(policy_path)
-    cls = get_generator(method)
-    gen = cls(**parse_param_args(cls, params))
-    df = read_table(policy, table)
-    ctx = _context(policy, table, _split(columns), target, seed, df)
-    clean = clean_input(df, ctx)
-    out = gen.run(clean, ctx)
-    metrics: dict[str, Any] = {k: v for k, v in release_metrics(clean, out, ctx, seed=seed or 0).items()}
-    metrics.update(rows_in=len(clean), rows_out=len(out.frame), guarantee=out.guarantee, info=dict(out.info))
-    write_table(policy, output, out.frame, replace=replace)
-    rid = record_release(
-        policy,
-        kind="publication",
-        method=f"sdc-{cls.name}",
-        table=output,
-        params={**gen.params_dict(), "source_table": table, "columns": list(ctx.columns), "target": ctx.target, "seed": seed},
-        metrics=metrics,
-        epsilon=out.epsilon,
-        delta=out.delta,
-    )
-    summary = {
-        "release_id": rid,
-        "table": output,
-        "method": cls.name,
-        "params": gen.params_dict(),
-        "rows_in": len(clean),
-        "rows_out": len(out.frame),
-        "epsilon": out.epsilon,
-        "il": metrics["il"],
-        "il_mean": metrics["il_mean"],
-        "dr": metrics["dr"],
-        "linkage_risk": metrics["linkage_risk"],
-        "guarantee": out.guarantee,
+    Only the columns the method protects are published (a row-aligned filter's label column is not);
+    rows are shuffled, values clamped to the policy's bounds, and the release gate checks the result.
+    """
+    from veil.policy import load_policy
+
+    request = {
+        "table": table,
+        "method": method,
+        "params": list(params),
+        "columns": _split(columns),
+        "target": target,
+        "output": output,
+        "replace": replace,
+        "seed": seed,
     }
-    emit(summary, fmt)
+    publish_and_report(load_policy(policy_path), "sdc", request, fmt)
 
 
 def _compact(params: dict[str, Any]) -> str:
@@ -120,9 +81,19 @@ def _compact(params: dict[str, Any]) -> str:
 
 @cli.command("compare")
 @policy_option
+@click.option(
+    "--kind",
+    default="sdc",
+    show_default=True,
+    help="Publication kind to sweep: sdc (every SDC-family method), krr (ε), kanon (k), synth (λ).",
+)
 @click.option("--table", required=True, help="Source table.")
-@click.option("--columns", required=True, help="Comma-separated numeric columns to protect.")
-@click.option("--target", required=True, help="Label column for the disclosure-risk model (and ML copies).")
+@click.option("--columns", required=True, help="Columns to protect (sdc: numeric; krr: randomised; kanon: QIs; synth: implicit).")
+@click.option("--target", default=None, help="Label column (sdc: disclosure-risk model and ML copies; synth: the label).")
+@click.option("--sensitive", default=None, help="kanon: sensitive columns; synth: the sensitive attribute.")
+@click.option(
+    "--sweep", "sweep_values", default=None, help="Values of the kind's swept parameter, e.g. 0.5,1,2 (krr/kanon/synth)."
+)
 @click.option(
     "--methods",
     default="all",
@@ -134,7 +105,8 @@ def _compact(params: dict[str, Any]) -> str:
     "params",
     multiple=True,
     metavar="METHOD.NAME=VALUE",
-    help="Fix a parameter of one method for the whole sweep, e.g. gan.epochs=300 (repeatable).",
+    help="Fix a parameter of one method for the whole sweep, e.g. gan.epochs=300 (repeatable); for krr, kanon and "
+    "synth: NAME=VALUE of the publication, e.g. algorithm=mondrian or epochs=5.",
 )
 @click.option(
     "--plot",
@@ -147,22 +119,32 @@ def _compact(params: dict[str, Any]) -> str:
 @run_guarded
 def compare_command(
     policy_path: Path,
+    kind: str,
     table: str,
     columns: str,
-    target: str,
+    target: str | None,
+    sensitive: str | None,
+    sweep_values: str | None,
     methods: str,
     params: tuple[str, ...],
     plot: Path | None,
     seed: int,
     fmt: str,
 ) -> None:
-    """Sweep each sanitiser's default grid on TABLE; print IL, DR, linkage risk, seconds and the Pareto front."""
+    """Sweep publications on TABLE without writing anything. ``--kind sdc``: each sanitiser's default grid
+    with IL, DR, linkage risk, seconds and the Pareto front; other kinds: the kind's parameter, each point
+    run through the same sanitise → gate path as `veil publish` (verdict, DCR, groups, ℓ-diversity)."""
     from veil.generators.base import generator_names, get_generator, parse_param_args
     from veil.generators.sdc import compare_methods, plot_tradeoff
     from veil.policy import load_policy
     from veil.store.warehouse import read_table
 
     policy = load_policy(policy_path)
+    if kind != "sdc":
+        _compare_kind(policy, kind, table, _split(columns), target, sensitive, sweep_values, params, seed, fmt)
+        return
+    if target is None:
+        raise InputError("--kind sdc needs --target (the label of the disclosure-risk model)", hint="Pass --target <column>")
     names = generator_names(lambda c: c.family == "sdc") if methods.strip().lower() == "all" else _split(methods)
     for n in names:
         get_generator(n)  # unknown names fail before anything runs
@@ -197,3 +179,51 @@ def compare_command(
         for r in rows
     ]
     emit(shown, fmt)
+
+
+def _value(text: str) -> Any:
+    import json
+
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _compare_kind(
+    policy: Any,
+    kind: str,
+    table: str,
+    columns: list[str],
+    target: str | None,
+    sensitive: str | None,
+    sweep_values: str | None,
+    params: tuple[str, ...],
+    seed: int,
+    fmt: str,
+) -> None:
+    from veil.generators.registry import get_plugin
+    from veil.generators.transaction import evaluate
+
+    plugin = get_plugin(kind)
+    base: dict[str, Any] = {"table": table, "output": "_veil_compare", "seed": seed}
+    if kind == "krr":
+        base["columns"] = columns
+    elif kind == "kanon":
+        base.update(qi=columns, sensitive=_split(sensitive))
+    elif kind == "synth":
+        if not sensitive:
+            raise InputError("--kind synth needs --sensitive", hint="Pass the sensitive attribute, e.g. --sensitive sex")
+        base.update(columns=columns, sensitive=sensitive, label=target)
+    else:
+        raise InputError(f"veil compare cannot sweep kind {kind!r}", hint="Use sdc, krr, kanon or synth")
+    for item in params:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--param must look like name=value, got {item!r}")
+        base[key.strip()] = _value(value.strip())
+    values = tuple(_value(v) for v in _split(sweep_values))
+    rows = [{plugin.sweep_param: r[plugin.sweep_param], **evaluate(policy, kind, r)} for r in plugin.sweep(base, values)]
+    keys = [plugin.sweep_param, "method", "gate", "rows", "dp_epsilon", "min_group", "l_diversity", "dcr_share", "seconds"]
+    extra = {"krr": ["keep_probability"], "kanon": ["ncp_percent"], "synth": ["sensitive_accuracy_after"]}[kind]
+    emit([{k: r.get(k) for k in [*keys, *extra]} for r in rows], fmt)

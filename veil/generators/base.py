@@ -232,11 +232,16 @@ def unregister(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
+#: Modules holding the built-in SDC-family generators; importing one registers its classes. The
+#: registry imports none of them by name (no base ↔ plug-in import cycle), only this list, lazily.
+GENERATOR_MODULES: tuple[str, ...] = ("veil.generators.sdc", "veil.generators.gan", "veil.generators.mlcopy")
+
+
 def _load_builtins() -> None:
-    # Importing the modules registers their generators; kept lazy so `import veil` stays light.
-    import veil.generators.gan
-    import veil.generators.mlcopy
-    import veil.generators.sdc  # noqa: F401
+    import importlib
+
+    for name in GENERATOR_MODULES:
+        importlib.import_module(name)
 
 
 def generator_names(predicate: Callable[[type[Generator]], bool] | None = None) -> list[str]:

@@ -29,13 +29,15 @@ collapsed (KL ≈ 1 nat) and G generated the columns nearly independently given 
 "CGAN equipped with VAE" ablation (``method="gan"``): D2 is still trained, to report how well
 ``s`` can be read from the generated rows, but G ignores it.
 
-**Released rows.** :meth:`Imposter.publish` returns one row per input row, in the same order:
-every column that is not an implicit attribute (including ``sensitive`` and ``label``) keeps
-its real value; each implicit attribute is replaced by the decoded ``G(z_i | c_i)`` with a fresh
-``z_i ~ N(0, I)`` and ``c_i`` the row's own sensitive value (and label), categorical values
-sampled from G's softmax, numerics mapped back through the inverse quantile transform and
-rounded for integer columns. No real implicit value is copied and the encoder is not used at
-release time (a posterior sample would carry the row's real values, and with them ``s``).
+**Released rows.** :meth:`Imposter.publish` returns a fully synthetic table with as many rows as
+its input and only the columns ``sensitive``, ``label`` (if set) and the implicit attributes: each
+row's condition ``c_i`` (sensitive value and label) is drawn from the joint frequencies of those
+columns in the training rows, and its implicit attributes are the decoded ``G(z_i | c_i)`` with a
+fresh ``z_i ~ N(0, I)``, categorical values sampled from G's softmax, numerics mapped back through
+the inverse quantile transform and rounded for integer columns. No real row and no other column is
+copied, and the encoder is not used at release time (a posterior sample would carry the row's real
+values, and with them ``s``). ``veil publish synth`` (:mod:`veil.generators.plugins.synth`) trains
+on part of the table and checks the release against the held-out rest (distance to closest record).
 
 Randomness: every draw (weight initialisation, minibatches, noise) comes from a
 ``torch.Generator``/``numpy.random.Generator`` built from ``seed``; global RNG state is never
@@ -82,8 +84,8 @@ class Imposter:
     >>> df = pd.DataFrame({"s": ["a", "b"] * 40, "x": ["p", "q"] * 40, "y": [0, 0, 1, 1] * 20})
     >>> model = Imposter(implicit=["x"], sensitive="s", label="y", epochs=2, seed=0).fit(df)
     >>> out = model.publish(df, seed=1)
-    >>> list(out.columns) == list(df.columns), set(out["x"]) <= {"p", "q"}, out["s"].equals(df["s"])
-    (True, True, True)
+    >>> list(out.columns), set(out["x"]) <= {"p", "q"}, len(out) == len(df)
+    (['s', 'y', 'x'], True, True)
     """
 
     implicit: Sequence[str]
@@ -295,11 +297,19 @@ class Imposter:
         out.index = conditions.index
         return out
 
-    def publish(self, df: pd.DataFrame, *, seed: int | None = None) -> pd.DataFrame:
-        """``df`` with every implicit column replaced by generated values (see module docstring)."""
+    def publish(self, df: pd.DataFrame, *, seed: int | None = None, rows: int | None = None) -> pd.DataFrame:
+        """A fully synthetic table of ``rows`` rows (default ``len(df)``; see module docstring): no column
+        of ``df`` is copied."""
         self._check_frame(df, need_implicit=False)
-        synthetic = self.generate(df, seed=seed)
-        out = df.copy()
+        cond_cols = [self.sensitive] + ([self.label] if self.label else [])
+        rng = np.random.default_rng(_seed_from(seed))
+        freq = df[cond_cols].value_counts(sort=False)
+        pick = rng.choice(len(freq), size=len(df) if rows is None else rows, p=(freq / freq.sum()).to_numpy(dtype=np.float64))
+        conditions = freq.index.to_frame(index=False).iloc[pick].reset_index(drop=True)
+        for name in cond_cols:
+            conditions[name] = conditions[name].astype(df[name].dtype)
+        synthetic = self.generate(conditions, seed=int(rng.integers(2**62)))
+        out = conditions.copy()
         for name in self.implicit:
             out[name] = synthetic[name].to_numpy()
             if name in df.columns:
@@ -307,8 +317,7 @@ class Imposter:
                     out[name] = out[name].astype(df[name].dtype)
                 except (TypeError, ValueError):
                     pass
-        ordered = list(df.columns) + [c for c in self.implicit if c not in df.columns]
-        return out[ordered]
+        return out
 
     def params(self) -> dict[str, Any]:
         """Parameters for the release record."""
@@ -408,93 +417,3 @@ class _Nets:
             idx = torch.tensor(self.numeric)
             loss = loss + 0.5 * ((logits[:, idx] - target[:, idx]) ** 2).sum(1).mean()
         return loss
-
-
-@dataclass(frozen=True)
-class ImposterPublication:
-    """What :func:`publish_imposter` did: the release id, its table and the figures recorded."""
-
-    release_id: str
-    table: str
-    method: str
-    params: dict[str, Any]
-    metrics: dict[str, Any]
-
-    def summary(self) -> dict[str, Any]:
-        return {"release_id": self.release_id, "table": self.table, "method": self.method, **self.params, **self.metrics}
-
-
-def publish_imposter(
-    policy: Any,
-    *,
-    table: str,
-    output: str,
-    sensitive: str,
-    label: str | None = None,
-    method: str = "imposter",
-    lam: float = 1.0,
-    epochs: int = 30,
-    theta: float = 0.01,
-    beta: float = 0.7,
-    columns: Sequence[str] | None = None,
-    batch_size: int = 500,
-    seed: int | None = None,
-    replace: bool = False,
-) -> ImposterPublication:
-    """Detect (unless ``columns`` is given), train, release ``output`` and record the publication.
-
-    ``method="gan"`` is the λ = 0 ablation. The table is written only after training finished
-    (an interrupt writes nothing). Metrics recorded: the detection figures on the source, the
-    same NMI scores and classifier check on the released table, and training figures.
-    """
-    from veil.metrics.implicit import detect_implicit
-    from veil.store.releases import record_release
-    from veil.store.warehouse import read_table, write_table
-
-    if method not in ("imposter", "gan"):
-        raise InputError(f"unknown method {method!r}", hint="Use 'imposter' or 'gan' (λ = 0)")
-    if method == "gan":
-        lam = 0.0  # the paper's CGAN + VAE ablation
-    df = read_table(policy, table)
-    exclude = [label] if label else []
-    detection = detect_implicit(df, sensitive, theta=theta, beta=beta, exclude=exclude, seed=seed)
-    if columns:
-        implicit = list(columns)
-    else:
-        implicit = list(detection.implicit)
-        if not implicit:
-            raise InputError(
-                f"no implicit-privacy attributes for {sensitive!r} at θ = {theta}, β = {beta} "
-                f"(candidates {list(detection.candidates)}, τ = {detection.tau})",
-                hint="Nothing to protect; lower --beta/--theta or name the columns with --columns",
-            )
-    model = Imposter(
-        implicit=implicit, sensitive=sensitive, label=label, lam=lam, epochs=epochs, batch_size=batch_size, seed=seed
-    )
-    t0 = time.perf_counter()
-    model.fit(df)
-    seconds = time.perf_counter() - t0
-    released = model.publish(df, seed=None if seed is None else seed + 1)
-    after = detect_implicit(released, sensitive, theta=0.0, beta=beta, columns=implicit, seed=seed)
-    params = model.params() | {
-        "method": method,
-        "theta": theta,
-        "beta": beta,
-        "source_table": table,
-        "implicit_from": "columns" if columns else "detection",
-        "rows": "one per source row; implicit columns = G(z|s[,y]), z ~ N(0, I)",
-    }
-    metrics = {
-        "nmi_before": {a.name: a.nmi for a in detection.scores if a.name in implicit},
-        "nmi_after": {a.name: a.nmi for a in after.scores},
-        "sensitive_accuracy_before": detection.accuracy if not columns else None,
-        "sensitive_accuracy_after": after.accuracy,
-        "sensitive_f1_after": after.f1,
-        "majority_rate": after.majority_rate,
-        "d2_accuracy_last_epoch": model.history[-1].d2_accuracy,
-        "train_seconds": round(seconds, 2),
-        "epoch_seconds_median": round(float(np.median([h.seconds for h in model.history])), 3),
-    }
-    write_table(policy, output, released, replace=replace)
-    rid = record_release(policy, kind="publication", method=method, table=output, params=params, metrics=metrics)
-    return ImposterPublication(rid, output, method, params, metrics)

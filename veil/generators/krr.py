@@ -2,12 +2,14 @@
 
 Every chosen column is perturbed independently, value by value, with
 :func:`veil.mechanisms.randomized_response` (keep with probability e^ε/(e^ε + k − 1), else one of
-the other k − 1 domain values uniformly; OS CSPRNG). The other columns are copied unchanged.
+the other k − 1 domain values uniformly; OS CSPRNG). Only the perturbed columns are returned: the
+other columns of the source are never published (they carry no guarantee).
 
 **Guarantee.** Each perturbed cell is ε-local-DP for its column, so a row's perturbed cells
 together are (m·ε)-local-DP for m columns (sequential composition); the release record's
-``epsilon`` is this total, m·ε, and ``params["epsilon_per_attribute"]`` is ε. Columns that are
-not perturbed are released as they are and carry no guarantee.
+``epsilon`` is this total, m·ε (charged to the source table's budget), and
+``params["epsilon_per_attribute"]`` is ε. The publication (``veil publish krr``, a plug-in in
+:mod:`veil.generators.plugins.krr`) holds the perturbed columns only, rows shuffled.
 
 **Domains.** kRR needs each column's full domain. It is taken, in order, from the policy's
 declared ``values`` for the column; for an integer column with declared bounds spanning at most
@@ -19,8 +21,8 @@ more domain value when the column has missing values.
 >>> import pandas as pd, numpy as np
 >>> df = pd.DataFrame({"c": ["a", "b"] * 50, "n": range(100)})
 >>> out, info = krr_publish(df, ["c"], epsilon=100.0, rng=np.random.default_rng(0))
->>> out["c"].equals(df["c"]), out["n"].equals(df["n"]), info["c"]["domain_source"]
-(True, True, 'data')
+>>> out["c"].equals(df["c"]), list(out.columns), info["c"]["domain_source"]
+(True, ['c'], 'data')
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ def krr_publish(
     max_domain: int = 1000,
     rng: np.random.Generator | None = None,
 ) -> tuple[pd.DataFrame, dict[str, dict[str, Any]]]:
-    """Perturb ``columns`` of ``df`` with kRR at ``epsilon`` each; return (table, per-column info).
+    """Perturb ``columns`` of ``df`` with kRR at ``epsilon`` each; return (the perturbed columns only,
+    per-column info).
 
     ``specs`` maps column names to policy column specs (for declared domains). ``rng`` is for
     tests only; without it noise comes from the OS CSPRNG.
@@ -89,7 +92,7 @@ def krr_publish(
             raise InputError(
                 f"column {name!r} is not in the table", hint=did_you_mean(name, df.columns) or f"Columns: {list(df.columns)}"
             )
-    out = df.copy()
+    out = pd.DataFrame(index=df.index)
     info: dict[str, dict[str, Any]] = {}
     for name in columns:
         col = df[name]
@@ -120,36 +123,3 @@ def krr_publish(
             "keep_probability": keep_probability(float(epsilon), len(domain)),
         }
     return out, info
-
-
-def publish_krr(
-    policy: Any,
-    *,
-    table: str,
-    output: str,
-    columns: Sequence[str],
-    epsilon: float,
-    replace: bool = False,
-) -> dict[str, Any]:
-    """Perturb ``columns`` of ``table`` with kRR, write ``output`` and record the publication.
-
-    The release record's ``epsilon`` is the row-level total ``len(columns) · epsilon``.
-    """
-    from veil.store.releases import record_release
-    from veil.store.warehouse import read_table, write_table
-
-    df = read_table(policy, table)
-    spec = policy.tables.get(table)
-    specs = dict(spec.columns) if spec is not None else {}
-    out, info = krr_publish(df, list(columns), epsilon=epsilon, specs=specs)
-    total = epsilon * len(columns)
-    params = {
-        "columns": list(columns),
-        "epsilon_per_attribute": epsilon,
-        "source_table": table,
-        "domains": {c: {"k": i["k"], "source": i["domain_source"]} for c, i in info.items()},
-    }
-    metrics = {"keep_probability": {c: i["keep_probability"] for c, i in info.items()}, "rows": len(out)}
-    write_table(policy, output, out, replace=replace)
-    rid = record_release(policy, kind="publication", method="krr", table=output, params=params, metrics=metrics, epsilon=total)
-    return {"release_id": rid, "table": output, "method": "krr", "epsilon_total": total, **params, **metrics}

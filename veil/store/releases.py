@@ -1,88 +1,92 @@
-"""The curator-facing API over the release log: record, read and list releases; published tables.
+"""Release records: every answer, publication and retraction Veil ever let out, with its privacy cost.
 
-Records live in the ledger's SQLite file (:mod:`veil.store.ledger` owns the schema, documented in
-``docs/ledger.md``). Analyst query releases are written by the query path through
-:meth:`veil.store.ledger.Ledger.release`; curator publications through :func:`record_release`.
-A publication that names a ``table`` makes that table public to analysts until a later
-retraction of the same table.
+Plain frozen values and their JSON text; this module imports nothing else of Veil but the leaf
+JSON converter, so every layer can read records without import cycles. The ledger
+(:mod:`veil.store.ledger`) writes and reads them; the curator's functions over the log
+(``record_release``, ``get_release``, ``list_releases``, ``published_tables``) live in
+:mod:`veil.store.publications` (still reachable here by name, imported on first use).
+
+>>> dumps({"b": 1, "a": [0.5, None]})
+'{"a": [0.5, null], "b": 1}'
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from veil.policy import Policy
-from veil.store.ledger import Ledger, Reservation
-from veil.store.records import Release, ReleasedStatistic, dumps
+from veil._json import to_jsonable
 
-__all__ = [
-    "Release",
-    "ReleasedStatistic",
-    "dumps",
-    "get_release",
-    "list_releases",
-    "published_tables",
-    "record_release",
-]
+__all__ = ["Release", "ReleasedStatistic", "dumps"]
+
+_FORWARDED = frozenset({"get_release", "list_releases", "published_tables", "record_release"})
 
 
-def record_release(
-    policy: Policy,
-    *,
-    kind: str,
-    method: str,
-    params: Mapping[str, Any],
-    metrics: Mapping[str, Any],
-    table: str | None = None,
-    epsilon: float | Fraction | None = None,
-    delta: float | Fraction | None = None,
-    actor: str = "curator",
-    reservation: Reservation | None = None,
-) -> str:
-    """Write a release record (a publication, usually) and return its id.
+def __getattr__(name: str) -> Any:
+    # the curator API moved to veil.store.publications (which imports the ledger); imported lazily so this
+    # module stays free of other Veil imports and of cycles
+    if name in _FORWARDED:
+        from veil.store import publications
 
-    With ``reservation`` (charged with :meth:`Ledger.reserve` before any randomness was drawn) the
-    record carries that reservation's cost and marks it released in the same transaction.
-    """
-    with Ledger.for_policy(policy) as ledger:
-        return ledger.record(
-            kind=kind,
-            method=method,
-            params=params,
-            metrics=metrics,
-            table=table,
-            epsilon=epsilon,
-            delta=delta,
-            actor=actor,
-            reservation=reservation,
-        )
+        return getattr(publications, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def get_release(policy: Policy, release_id: str) -> Release:
-    """The release with this id; :class:`~veil.errors.ReleaseError` if there is none."""
-    with Ledger.for_policy(policy) as ledger:
-        return ledger.get_release(release_id)
+@dataclass(frozen=True)
+class ReleasedStatistic:
+    """One noisy number inside an analyst query release."""
+
+    name: str  # e.g. "sum(age)" or "count(*)"
+    mechanism: str  # "laplace", "discrete_laplace", "exponential", "exact"
+    epsilon: Fraction
+    sensitivity: float
+    scale: float
+    value: Any  # the released (noisy) value
+    ci95: float | None = None
+    group: tuple[Any, ...] = ()
 
 
-def list_releases(policy: Policy, kind: str | None = None) -> list[Release]:
-    """Every release, oldest first, optionally only of one ``kind``."""
-    with Ledger.for_policy(policy) as ledger:
-        return ledger.list_releases(kind)
+@dataclass(frozen=True)
+class Release:
+    id: str
+    kind: str  # "query" | "publication" | "retraction"
+    method: str
+    actor: str
+    created_at: str  # ISO-8601 UTC
+    table: str | None
+    params: Mapping[str, Any]
+    metrics: Mapping[str, Any]
+    epsilon: Fraction | None
+    delta: Fraction | None
+    canonical_sql: str | None = None
+    answer: Mapping[str, Any] | None = None
+    statistics: tuple[ReleasedStatistic, ...] = ()
 
 
-def published_tables(policy: Policy) -> dict[str, Release]:
-    """Tables made public by publications and not retracted since: table name → the latest publication."""
-    if not policy.ledger_path.exists():
-        return {}
-    out: dict[str, Release] = {}
-    with Ledger.for_policy(policy) as ledger:
-        for rel in ledger.list_releases():
-            if rel.table is None:
-                continue
-            if rel.kind == "publication":
-                out[rel.table] = rel
-            elif rel.kind == "retraction":
-                out.pop(rel.table, None)
-    return out
+_PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _plain(obj: Any) -> bool:
+    """Is ``obj`` already plain JSON (exact types: str-keyed dicts, lists, tuples, str/int/float/bool/None)?"""
+    t = type(obj)
+    if t in _PLAIN_SCALARS:
+        return True
+    if t is list or t is tuple:
+        return all(_plain(v) for v in obj)
+    if t is dict:
+        return all(type(k) is str and _plain(v) for k, v in obj.items())
+    return False
+
+
+def dumps(obj: Any) -> str:
+    """JSON text for the ledger (sorted keys; numpy/pandas/Fraction values converted; NaN kept)."""
+    t = type(obj)
+    if t is int or (t is float and math.isfinite(obj)):
+        return repr(obj)  # what json.dumps writes for an int or a finite float (the common released value)
+    if _plain(obj):
+        return json.dumps(obj, sort_keys=True, allow_nan=True)
+    return json.dumps(to_jsonable(obj, nan_as_null=False), sort_keys=True, allow_nan=True)

@@ -27,6 +27,7 @@ from veil.policy import Policy, normalise_name
 
 __all__ = [
     "SANDBOX_CONFIG",
+    "Warehouse",
     "export_frame",
     "ingest_file",
     "read_table",
@@ -48,9 +49,17 @@ SANDBOX_CONFIG: dict[str, str] = {
     "lock_configuration": "true",
 }
 
-_lock = threading.RLock()
-_readers: dict[Path, duckdb.DuckDBPyConnection] = {}
-_generation: dict[Path, int] = {}
+
+class _Connections:
+    """Every DuckDB connection this process holds to warehouse files: one sandboxed reader per file,
+    its generation (bumped when a writer closes it), and one readers/writer gate per file. One
+    instance per process (:data:`_CONNECTIONS`): DuckDB allows one configuration per file per process."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.readers: dict[Path, duckdb.DuckDBPyConnection] = {}
+        self.generation: dict[Path, int] = {}
+        self.gates: dict[Path, _Gate] = {}
 
 
 class _Gate:
@@ -106,12 +115,12 @@ class _Gate:
                 self._cond.notify_all()
 
 
-_gates: dict[Path, _Gate] = {}
+_CONNECTIONS = _Connections()
 
 
 def _gate(path: Path) -> _Gate:
-    with _lock:
-        return _gates.setdefault(path, _Gate())
+    with _CONNECTIONS.lock:
+        return _CONNECTIONS.gates.setdefault(path, _Gate())
 
 
 @contextmanager
@@ -130,8 +139,8 @@ def _db_path(policy_or_path: Policy | Path | str) -> Path:
 def reader(policy: Policy | Path | str) -> duckdb.DuckDBPyConnection:
     """The sandboxed read-only connection for this warehouse (opened on first use)."""
     path = _db_path(policy)
-    with _lock:
-        con = _readers.get(path)
+    with _CONNECTIONS.lock:
+        con = _CONNECTIONS.readers.get(path)
         if con is None:
             if not path.exists():
                 raise PolicyError(
@@ -139,29 +148,29 @@ def reader(policy: Policy | Path | str) -> duckdb.DuckDBPyConnection:
                     hint="Load a table first with `veil ingest --policy … --table … FILE`",
                 )
             con = duckdb.connect(str(path), read_only=True, config=dict(SANDBOX_CONFIG))
-            _readers[path] = con
-            _generation.setdefault(path, 1)  # bumped when a writer closes the reader
+            _CONNECTIONS.readers[path] = con
+            _CONNECTIONS.generation.setdefault(path, 1)  # bumped when a writer closes the reader
         return con
 
 
 def reader_cursor(policy: Policy | Path | str) -> tuple[duckdb.DuckDBPyConnection, int]:
     """A new cursor on the sandboxed reader and the reader's generation, taken together under the lock
     (so a concurrent curator write cannot swap the reader between the two)."""
-    with _lock:
+    with _CONNECTIONS.lock:
         con = reader(policy)
-        return con.cursor(), _generation[_db_path(policy)]
+        return con.cursor(), _CONNECTIONS.generation[_db_path(policy)]
 
 
 def reader_generation(policy: Policy | Path | str) -> int:
     """Bumped each time a curator write closes the sandboxed reader; sessions compare it to know when to re-cursor."""
-    with _lock:
-        return _generation.get(_db_path(policy), 0)
+    with _CONNECTIONS.lock:
+        return _CONNECTIONS.generation.get(_db_path(policy), 0)
 
 
 def _close_reader(path: Path) -> None:
-    con = _readers.pop(path, None)
+    con = _CONNECTIONS.readers.pop(path, None)
     if con is not None:
-        _generation[path] = _generation.get(path, 0) + 1  # cursors taken from it are now stale
+        _CONNECTIONS.generation[path] = _CONNECTIONS.generation.get(path, 0) + 1  # cursors taken from it are now stale
         con.close()
 
 
@@ -170,7 +179,7 @@ def writer(policy: Policy | Path | str) -> Iterator[duckdb.DuckDBPyConnection]:
     """A read-write connection for curator work. Closes this process's reader while it is open."""
     path = _db_path(policy)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _gate(path).exclusive(), _lock:
+    with _gate(path).exclusive(), _CONNECTIONS.lock:
         _close_reader(path)
         try:
             con = duckdb.connect(str(path))
@@ -257,10 +266,12 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
         copy_to_public(policy, table, df)
 
 
-def export_frame(df: pd.DataFrame, path: str | Path) -> Path:
-    """Write ``df`` to ``.csv`` or ``.parquet`` by extension."""
+def export_frame(df: pd.DataFrame, path: str | Path, *, replace: bool = False) -> Path:
+    """Write ``df`` to ``.csv`` or ``.parquet`` by extension; an existing file is kept unless ``replace``."""
     p = Path(path)
     suffix = p.suffix.lower()
+    if p.exists() and not replace:
+        raise InputError(f"file {str(p)!r} already exists", hint="Choose another --export path or pass --replace")
     if suffix == ".csv":
         df.to_csv(p, index=False)
     elif suffix == ".parquet":
@@ -289,15 +300,26 @@ def _read_source(path: Path) -> pd.DataFrame:
     raise InputError(f"cannot ingest {str(path)!r}: unknown format {suffix!r}", hint="Use CSV or Parquet")
 
 
-def ingest_file(policy: Policy, table: str, path: str | Path, *, replace: bool = True) -> dict[str, object]:
+def ingest_file(policy: Policy, table: str, path: str | Path, *, replace: bool = False) -> dict[str, object]:
     """Load a CSV/Parquet file into the warehouse as ``table``; column names are normalised.
 
-    Adult's headerless ``adult.data``/``adult.test`` are recognised and get Adult's column names.
-    Returns a summary: rows, columns, and the policy-declared columns that the file lacks.
+    An existing table is replaced only with ``replace``; a published table never (raw data would
+    become public under its release): retract it first. Adult's headerless ``adult.data``/
+    ``adult.test`` are recognised and get Adult's column names. Returns a summary: rows, columns,
+    and the policy-declared columns that the file lacks.
     """
+    from veil.store.publications import published_tables
+
     p = Path(path)
     if not p.exists():
         raise InputError(f"file {str(p)!r} does not exist", hint="Check the path")
+    if table in published_tables(policy):
+        raise InputError(
+            f"table {table!r} is published: loading a file over it would make raw data public",
+            hint=f"Choose another --table name, or withdraw the publication first with `veil retract {table}`",
+        )
+    if not replace and table in table_names(policy):
+        raise InputError(f"table {table!r} already exists in the warehouse", hint="Choose another --table name or pass --replace")
     df = _read_source(p)
     mapping = {c: normalise_name(str(c)) for c in df.columns}
     if len(set(mapping.values())) != len(mapping):
@@ -366,9 +388,9 @@ def sync_public(policy: Policy, tables: Sequence[str]) -> None:
 def public_reader_cursor(policy: Policy) -> tuple[duckdb.DuckDBPyConnection, int]:
     """A cursor on the sandboxed, read-only connection of the public mirror, and its generation."""
     path = public_path(policy)
-    with _lock:
+    with _CONNECTIONS.lock:
         con = reader(path)
-        return con.cursor(), _generation[path]
+        return con.cursor(), _CONNECTIONS.generation[path]
 
 
 def ensure_public(policy: Policy) -> None:
@@ -381,3 +403,175 @@ def ensure_public(policy: Policy) -> None:
 
 def public_reader_generation(policy: Policy) -> int:
     return reader_generation(public_path(policy))
+
+
+# -- two-phase publication: stage, record (in the ledger), commit, mirror --------------------------
+# A publication is first written under a staging name together with a journal row, in one DuckDB
+# transaction; the caller then records the release in the ledger; then one DuckDB transaction renames
+# the staging table over the output and marks the journal row committed; then the public mirror is
+# updated and the journal row removed. `pending_publications` lists what a crash left behind, so the
+# publish transaction's recovery can roll each one forward (release recorded) or back (not recorded).
+
+JOURNAL = "_veil_publish_journal"
+_JOURNAL_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {JOURNAL}(token VARCHAR PRIMARY KEY, output VARCHAR NOT NULL, "
+    "staging VARCHAR NOT NULL, artifact VARCHAR NOT NULL, state VARCHAR NOT NULL, release_id VARCHAR)"
+)
+
+
+def staging_name(token: str) -> str:
+    return f"_veil_stage_{token}"
+
+
+def stage_publication(policy: Policy, token: str, output: str, frame: pd.DataFrame | None, *, staging_file: str = "") -> None:
+    """Write ``frame`` under its staging name (or note a staged model file) and a journal row, atomically."""
+    with writer(policy) as con:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            con.execute(_JOURNAL_DDL)
+            if frame is not None:
+                con.register("_veil_incoming", frame)
+                con.execute(f'CREATE TABLE "{staging_name(token)}" AS SELECT * FROM _veil_incoming')
+                con.unregister("_veil_incoming")
+            con.execute(
+                f"INSERT INTO {JOURNAL} VALUES (?, ?, ?, ?, 'staged', NULL)",
+                [
+                    token,
+                    output,
+                    staging_name(token) if frame is not None else staging_file,
+                    "table" if frame is not None else "model",
+                ],
+            )
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
+
+def pending_publications(policy: Policy) -> list[dict[str, str | None]]:
+    """Journal rows left by publications that did not finish (token, output, staging, artifact, state, release_id)."""
+    if not policy.database_path.exists():
+        return []
+    with writer(policy) as con:
+        found = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [JOURNAL]).fetchone()
+        if found is None or not found[0]:
+            return []
+        rows = con.execute(f"SELECT token, output, staging, artifact, state, release_id FROM {JOURNAL}").fetchall()
+    keys = ("token", "output", "staging", "artifact", "state", "release_id")
+    return [dict(zip(keys, r, strict=True)) for r in rows]
+
+
+def commit_publication(policy: Policy, token: str, release_id: str) -> None:
+    """Rename the staged table over its output (or move the staged model file) and mark the journal row
+    committed. Idempotent: a row already committed is left as it is."""
+    with writer(policy) as con:
+        row = con.execute(f"SELECT output, staging, artifact, state FROM {JOURNAL} WHERE token = ?", [token]).fetchone()
+        if row is None or row[3] == "committed":
+            return
+        output, staging, artifact, _ = row
+        if artifact == "model":
+            if Path(staging).exists():
+                Path(staging).replace(output)
+                side = Path(staging + ".json")
+                if side.exists():
+                    side.replace(output + ".json")
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if artifact == "table":
+                con.execute(f'DROP TABLE IF EXISTS "{output}"')
+                con.execute(f'ALTER TABLE "{staging}" RENAME TO "{output}"')
+            con.execute(f"UPDATE {JOURNAL} SET state = 'committed', release_id = ? WHERE token = ?", [release_id, token])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
+
+def finish_publication(policy: Policy, token: str) -> None:
+    """After the commit: copy the table into the public mirror and drop the journal row."""
+    rows = [r for r in pending_publications(policy) if r["token"] == token]
+    if not rows:
+        return
+    if rows[0]["artifact"] == "table":
+        copy_to_public(policy, str(rows[0]["output"]))
+    with writer(policy) as con:
+        con.execute(f"DELETE FROM {JOURNAL} WHERE token = ?", [token])
+
+
+def abort_publication(policy: Policy, token: str) -> None:
+    """Drop a staged publication whose release was never recorded."""
+    rows = [r for r in pending_publications(policy) if r["token"] == token]
+    if not rows or rows[0]["state"] != "staged":
+        return
+    staging = str(rows[0]["staging"])
+    if rows[0]["artifact"] == "model":
+        for p in (Path(staging), Path(staging + ".json")):
+            p.unlink(missing_ok=True)
+    with writer(policy) as con:
+        con.execute("BEGIN TRANSACTION")
+        try:
+            if rows[0]["artifact"] == "table":
+                con.execute(f'DROP TABLE IF EXISTS "{staging}"')
+            con.execute(f"DELETE FROM {JOURNAL} WHERE token = ?", [token])
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            raise
+
+
+class Warehouse:
+    """One policy's warehouse as an object: its DuckDB file, its public mirror, and the curator's
+    operations on them (the module-level functions are the same operations, kept for existing callers).
+
+    """
+
+    def __init__(self, policy: Policy) -> None:
+        self.policy = policy
+
+    @property
+    def path(self) -> Path:
+        return self.policy.database_path
+
+    @property
+    def public_path(self) -> Path:
+        return public_path(self.policy)
+
+    def table_names(self, *, internal: bool = False) -> list[str]:
+        """Tables in the file; Veil's internal ``_veil*`` tables only with ``internal``."""
+        return [t for t in table_names(self.policy) if internal or not t.startswith("_veil")]
+
+    def columns(self, table: str) -> list[tuple[str, str]]:
+        return table_columns(self.policy, table)
+
+    def read(self, table: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
+        return read_table(self.policy, table, columns)
+
+    def write(self, table: str, df: pd.DataFrame, *, replace: bool = False, public: bool = False) -> None:
+        write_table(self.policy, table, df, replace=replace, public=public)
+
+    def ingest(self, table: str, path: str | Path, *, replace: bool = False) -> dict[str, object]:
+        return ingest_file(self.policy, table, path, replace=replace)
+
+    def copy_to_public(self, table: str, df: pd.DataFrame | None = None) -> None:
+        copy_to_public(self.policy, table, df)
+
+    def drop_public(self, table: str) -> None:
+        drop_public(self.policy, table)
+
+    def ensure_public(self) -> None:
+        ensure_public(self.policy)
+
+    def stage(self, token: str, output: str, frame: pd.DataFrame | None, *, staging_file: str = "") -> None:
+        stage_publication(self.policy, token, output, frame, staging_file=staging_file)
+
+    def pending(self) -> list[dict[str, str | None]]:
+        return pending_publications(self.policy)
+
+    def commit(self, token: str, release_id: str) -> None:
+        commit_publication(self.policy, token, release_id)
+
+    def finish(self, token: str) -> None:
+        finish_publication(self.policy, token)
+
+    def abort(self, token: str) -> None:
+        abort_publication(self.policy, token)

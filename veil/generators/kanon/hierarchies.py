@@ -206,13 +206,23 @@ class Hierarchy:
 
 
 # ---------------------------------------------------------------------- files
+def read_hierarchy_text(path: str | Path) -> str:
+    """A hierarchy file's text: UTF-8, or Latin-1 when it is not valid UTF-8 (ARX's Java tools write it)."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read hierarchy file {str(p)!r}: {exc.strerror}", hint="Check the path") from exc
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
 def load_hierarchy(path: str | Path) -> Hierarchy:
     """Read one ARX-format file (``leaf;parent;…;*`` per line; the trailing ``*`` is optional)."""
     p = Path(path)
-    try:
-        text = read_hierarchy_text(p)
-    except OSError as exc:
-        raise InputError(f"cannot read hierarchy file {str(p)!r}: {exc.strerror}", hint="Check the path") from exc
+    text = read_hierarchy_text(p)
     paths = []
     for line in text.splitlines():
         line = line.strip()
@@ -223,16 +233,6 @@ def load_hierarchy(path: str | Path) -> Hierarchy:
             parts = parts[:-1]
         paths.append(parts)
     return Hierarchy.from_paths(paths, source=p.name)
-
-
-def read_hierarchy_text(path: Path) -> str:
-    """A hierarchy file's text: UTF-8, else Latin-1 (ARX writes files in the platform's encoding;
-    every byte sequence is valid Latin-1, so a non-UTF-8 file never raises a decoding traceback)."""
-    raw = path.read_bytes()
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")
 
 
 def _norm(name: str) -> str:

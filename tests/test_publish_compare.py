@@ -1,0 +1,37 @@
+"""`veil compare` treats every publication kind alike: each point goes through the same sanitise → gate
+path as `veil publish`, and nothing is written, recorded or charged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.publish_support import make_warehouse, ok_json, publications, tables, veil
+
+
+@pytest.fixture
+def warehouse(tmp_path: Path) -> Path:
+    return make_warehouse(tmp_path, table_budget="epsilon_total = 1")
+
+
+def test_compare_sweeps_krr_and_kanon_through_the_gate(warehouse: Path) -> None:
+    base = ["compare", "--policy", warehouse, "--table", "people", "--format", "json"]
+    krr = ok_json(veil(*base, "--kind", "krr", "--columns", "sex,job", "--sweep", "0,0.5,2"))
+    assert [r["epsilon"] for r in krr] == [0, 0.5, 2]
+    assert krr[0]["gate"].startswith("refused: vacuous parameter: ε = 0")
+    assert [r["gate"] for r in krr[1:]] == ["passed", "passed"] and krr[2]["dp_epsilon"] == 4.0  # over the cap: not charged
+    assert krr[1]["keep_probability"]["sex"] < krr[2]["keep_probability"]["sex"]
+    kanon_args = ["--kind", "kanon", "--columns", "age,job", "--sensitive", "income", "--param", "algorithm=mondrian"]
+    kanon = ok_json(veil(*base, *kanon_args, "--sweep", "1,5,20"))
+    assert kanon[0]["gate"].startswith("refused: vacuous parameter: k = 1")
+    assert [r["min_group"] >= r["k"] for r in kanon[1:]] == [True, True] and kanon[2]["ncp_percent"] >= kanon[1]["ncp_percent"]
+    assert set(kanon[1]["l_diversity"]) == {"income"}
+    # nothing was written, recorded or charged
+    assert tables(warehouse) == ["people"] and publications(warehouse) == []
+    assert ok_json(veil("budget", "--policy", warehouse, "--format", "json"))["tables"][0]["epsilon_spent"] == 0.0
+
+
+def test_compare_refuses_an_unknown_kind(warehouse: Path) -> None:
+    res = veil("compare", "--policy", warehouse, "--table", "people", "--kind", "krrr", "--columns", "sex")
+    assert res.exit_code == 2 and "Did you mean 'krr'" in res.output

@@ -1,0 +1,221 @@
+"""The release gate: checks a publication's guarantee on the actual output before anything is written.
+
+Every publication passes through :func:`check_plan` (before any data is read) and :func:`verify`
+(on the finished output). A failed check raises :class:`~veil.errors.PublicationRefused` (exit 2
+at the CLI) and the transaction writes nothing. The checks:
+
+* **vacuous parameters** (:func:`check_plan`): ``k`` < 2, ``noise`` ≤ 0, ``epsilon`` ≤ 0, ∞ or
+  above :data:`MAX_EPSILON`;
+* **column provenance**: every column of the table has a recorded protection among
+  :data:`~veil.generators.publication.PROTECTIONS` (the transaction has already dropped copied
+  columns); a ``sensitive`` column is allowed only in a table with a group guarantee, and its
+  ℓ-diversity (distinct values in the smallest-diversity group) is reported;
+* **groups**: rows grouped on ``group_columns`` form groups of at least ``min_group`` rows;
+* **domains**: numbers within the policy's declared bounds, categories among declared values;
+* for methods **without** a DP guarantee only (a data-dependent refusal of a DP release would
+  itself leak): a row-aligned ``perturbed``/``randomised`` column may not equal its source in
+  every row, and a ``synthetic`` table must pass the distance-to-closest-record check against the
+  holdout (:func:`veil.metrics.dcr.dcr_check`).
+
+>>> try:
+...     check_plan_values({"k": 1})
+... except PublicationRefused as exc:
+...     print(str(exc).split(".")[0])
+vacuous parameter: k = 1 (a group guarantee needs k ≥ 2)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from veil.errors import PublicationRefused
+from veil.generators.publication import PROTECTIONS, Plan, Publication
+
+__all__ = ["GateReport", "check_plan", "check_plan_values", "verify"]
+
+#: Largest ε the gate accepts for one publication: e^50 ≈ 5·10²¹ already bounds nothing.
+MAX_EPSILON = 50.0
+
+_PRIVATE_COPY_HINT = (
+    "A copy without protection can only be private: keep it in the warehouse with `veil ingest` "
+    "(never published), or choose parameters that protect the data"
+)
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """What the gate checked, recorded with the release under ``metrics["gate"]``."""
+
+    columns: Mapping[str, Mapping[str, str]]
+    checks: Mapping[str, float]
+    min_group: int | None = None
+    l_diversity: Mapping[str, int] = field(default_factory=dict)
+    unchanged_share: Mapping[str, float] = field(default_factory=dict)
+    dcr: Mapping[str, Any] | None = None
+    domains: str = "respected"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "columns": {k: dict(v) for k, v in self.columns.items()},
+            "checks": dict(self.checks),
+            "min_group": self.min_group,
+            "l_diversity": dict(self.l_diversity),
+            "unchanged_share": dict(self.unchanged_share),
+            "dcr": None if self.dcr is None else dict(self.dcr),
+            "domains": self.domains,
+        }
+
+
+def check_plan_values(checks: Mapping[str, float]) -> None:
+    """Refuse vacuous guarantee parameters (see module docstring)."""
+    for name, raw in checks.items():
+        v = float(raw)
+        value = f"{v:g}"
+        if name == "k" and not v >= 2:
+            raise PublicationRefused(f"vacuous parameter: k = {value} (a group guarantee needs k ≥ 2)", hint=_PRIVATE_COPY_HINT)
+        if name == "noise" and not v > 0:
+            raise PublicationRefused(
+                f"vacuous parameter: noise level = {value} (it must be > 0: with none the values are published as they are)",
+                hint=_PRIVATE_COPY_HINT,
+            )
+        if name == "epsilon" and not (v > 0 and math.isfinite(v) and v <= MAX_EPSILON):
+            raise PublicationRefused(
+                f"vacuous parameter: ε = {value} (it must be > 0 and at most {MAX_EPSILON:g}: beyond, e^ε makes the "
+                "guarantee meaningless)",
+                hint=_PRIVATE_COPY_HINT,
+            )
+
+
+def check_plan(plan: Plan) -> None:
+    """Checks that need no data: vacuous parameters and a DP cost that is a real guarantee."""
+    check_plan_values(plan.checks)
+    if plan.epsilon is not None:
+        check_plan_values({"epsilon": float(plan.epsilon)})
+
+
+def _out_of_domain(frame: pd.DataFrame, spec: Any, plan: Plan) -> str | None:
+    if spec is None:
+        return None
+    for name in frame.columns:
+        col = spec.columns.get(name) if hasattr(spec, "columns") else None
+        if col is None:
+            continue
+        values = frame[name].dropna()
+        if getattr(col, "values", None) and not pd.api.types.is_numeric_dtype(values):
+            bad = set(map(str, values.unique())) - set(map(str, col.values))
+            if bad and not _is_generalised(values):
+                return f"column {name!r} has value {sorted(bad)[0]!r} outside the declared values"
+        elif getattr(col, "lower", None) is not None and pd.api.types.is_numeric_dtype(values) and len(values):
+            lo, hi = float(col.lower), float(col.upper)
+            vmin, vmax = float(values.min()), float(values.max())
+            if vmin < lo or vmax > hi:
+                return f"column {name!r} spans [{vmin:g}, {vmax:g}] outside the declared [{lo:g}, {hi:g}]"
+    return None
+
+
+def _is_generalised(values: pd.Series) -> bool:
+    # generalised k-anonymity labels ("[20-30)", "{a,b}", "*") are not domain values
+    return bool(values.astype(str).str.contains(r"[\[\]{}*]", regex=True).any())
+
+
+def verify(
+    plan: Plan,
+    pub: Publication,
+    *,
+    train: pd.DataFrame,
+    holdout: pd.DataFrame | None,
+    spec: Any,
+    generator: np.random.Generator,
+) -> GateReport:
+    """Check ``pub`` (already finalised by the transaction) against its claimed guarantee."""
+    check_plan(plan)
+    columns: dict[str, dict[str, str]] = {}
+    frame = pub.frame
+    if frame is None:
+        if pub.model is None:
+            raise PublicationRefused(f"publication {pub.method!r} produced neither a table nor a model")
+        return GateReport(columns={}, checks=dict(plan.checks))
+    if len(frame) == 0:
+        raise PublicationRefused(f"publication {pub.method!r} produced no rows", hint="Check the source table and parameters")
+    for name in frame.columns:
+        prot = pub.protection(str(name))
+        if prot is None or prot.how not in PROTECTIONS:
+            raise PublicationRefused(
+                f"column {name!r} of {plan.output!r} was not produced by the sanitiser and is not covered by its guarantee",
+                hint="This is a bug in the plug-in: copied columns must be dropped",
+            )
+        columns[str(name)] = {"protection": prot.how, "detail": prot.detail}
+    if not columns:
+        raise PublicationRefused(f"publication {pub.method!r} has no protected column to publish")
+    if pub.sensitive and not pub.group_columns:
+        raise PublicationRefused(f"sensitive columns {list(pub.sensitive)} are only publishable in a k-anonymous table")
+
+    min_group: int | None = None
+    l_div: dict[str, int] = {}
+    if pub.group_columns:
+        keys = [c for c in pub.group_columns if c in frame.columns]
+        grouped = frame.groupby(keys, dropna=False, sort=False, observed=True)
+        sizes = grouped.size()
+        min_group = int(sizes.min())
+        need = pub.min_group if pub.min_group is not None else int(plan.checks.get("k", 2))
+        if min_group < need:
+            raise PublicationRefused(
+                f"the output of {pub.method!r} has a group of {min_group} rows on {keys}, below k = {need}",
+                hint="The generator does not meet its own guarantee; report it, or choose other parameters",
+            )
+        for s in pub.sensitive:
+            if s in frame.columns:
+                l_div[s] = int(grouped[s].nunique(dropna=False).min())
+
+    problem = _out_of_domain(frame, spec, plan)
+    if problem is not None:
+        raise PublicationRefused(f"{problem} in the output of {pub.method!r}", hint="Values must stay in the policy's domains")
+
+    unchanged: dict[str, float] = {}
+    dcr: dict[str, Any] | None = None
+    if not plan.is_dp:
+        if pub.source_rows is not None:
+            src = train.iloc[np.asarray(pub.source_rows)].reset_index(drop=True)
+            for name, info in columns.items():
+                if info["protection"] in ("perturbed", "randomised") and name in src.columns:
+                    same = frame[name].reset_index(drop=True).eq(src[name]) | (
+                        frame[name].isna().to_numpy() & src[name].isna().to_numpy()
+                    )
+                    unchanged[name] = float(same.mean())
+                    if bool(same.all()):
+                        raise PublicationRefused(
+                            f"column {name!r} of {pub.method!r} equals the source in every row: nothing was protected",
+                            hint=_PRIVATE_COPY_HINT,
+                        )
+        if pub.synthetic:
+            if holdout is None or len(holdout) < 10:
+                raise PublicationRefused(
+                    f"synthetic table {plan.output!r} cannot be checked: the holdout has "
+                    f"{0 if holdout is None else len(holdout)} rows",
+                    hint="The source table needs more rows",
+                )
+            from veil.metrics.dcr import dcr_check
+
+            rep = dcr_check(frame, train, holdout, rng=generator)
+            dcr = rep.as_dict()
+            if not rep.passed:
+                raise PublicationRefused(
+                    f"synthetic table {plan.output!r} reproduces its training rows: {rep.share_closer_to_train:.3f} of its "
+                    f"rows are closer to a training row than to a holdout row (limit {rep.share_limit:.3f}), exact copies "
+                    f"{rep.exact_train_rate:.3f} vs {rep.exact_holdout_rate:.3f} of holdout rows (limit {rep.exact_limit:.3f})",
+                    hint="Train less (fewer epochs) or with more data; the model memorised rows",
+                )
+    return GateReport(
+        columns=columns,
+        checks=dict(plan.checks),
+        min_group=min_group,
+        l_diversity=l_div,
+        unchanged_share=unchanged,
+        dcr=dcr,
+    )

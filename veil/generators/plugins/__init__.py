@@ -1,0 +1,1 @@
+"""The built-in publication plug-ins (see :mod:`veil.generators.registry`)."""

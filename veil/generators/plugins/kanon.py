@@ -1,0 +1,174 @@
+"""``veil publish kanon``: a k-anonymous table (Mondrian, OKA, K-Member), audited independently.
+
+Request keys: ``table``, ``output``, ``algorithm``, ``k``, ``qi``, ``sensitive``, ``hierarchies``,
+``som_columns``, ``som_label``, ``som_neurons``, ``som_epochs``, ``missing``, ``split``, ``seed``,
+``replace``. The release holds the generalised QIs, the sensitive columns (covered by the
+k-anonymity guarantee; ℓ-diversity reported) and the SOM neuron column, nothing else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from veil.errors import InternalError, PublicationRefused
+from veil.generators.publication import ColumnProtection, Plan, Publication
+from veil.generators.registry import PublishPlugin, RunEnv, register_plugin
+
+
+@register_plugin
+class KAnonPlugin(PublishPlugin):
+    kind = "kanon"
+    summary = "k-anonymity by generalisation (Mondrian, OKA, K-Member), optional SOM neuron column"
+
+    sweep_param = "k"
+    sweep_values = (2, 5, 10, 25)
+
+    def plan(self, policy: Any, request: Mapping[str, Any]) -> Plan:
+        from veil.generators.kanon import canonical_algorithm
+
+        algorithm = canonical_algorithm(request.get("algorithm", "kma"))
+        hier = request.get("hierarchies")
+        return Plan(
+            kind=self.kind,
+            method=f"kanon-{algorithm}",
+            source=request["table"],
+            output=request["output"],
+            replace=bool(request.get("replace")),
+            params={
+                "algorithm": algorithm,
+                "k": int(request["k"]),
+                "qi": list(request["qi"]),
+                "sensitive": list(request.get("sensitive") or []),
+                "hierarchy_dir": None if hier is None else str(Path(hier).resolve()),
+                "missing": request.get("missing", "drop"),
+                "mondrian_split": request.get("split", "gain") if algorithm.startswith("mondrian") else None,
+                "seed": request.get("seed"),
+                "som_columns": list(request.get("som_columns") or []),
+                "som_label": request.get("som_label"),
+                "som_neurons": list(request.get("som_neurons") or (100, 300, 10)),
+                "som_epochs": int(request.get("som_epochs", 20)),
+            },
+            checks={"k": float(request["k"])},
+        )
+
+    def sanitise(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> Publication:
+        from contextlib import nullcontext
+
+        from veil._progress import progress as progress_bar
+        from veil.auditor.anonymity import audit_anonymity
+        from veil.generators.kanon import SOM_COLUMN, anonymise
+        from veil.generators.kanon.hierarchies import find_hierarchy_files
+        from veil.generators.kanon.publish import NCP_DEFINITION, _NoBar, _population
+
+        p = plan.params
+        qi, sensitive, k, hierarchies = p["qi"], p["sensitive"], p["k"], p["hierarchy_dir"]
+        som_columns, som_label = p["som_columns"], p["som_label"]
+        if som_columns and som_label is None:
+            if not sensitive:
+                from veil.errors import InputError
+
+                raise InputError("SOM neuron search needs a label column", hint="Pass --som-label or --sensitive")
+            som_label = sensitive[0]
+        hier_files = find_hierarchy_files(hierarchies, qi) if hierarchies is not None else {}
+        neurons = tuple(p["som_neurons"])
+        n_maps = len(range(neurons[0], neurons[1] + 1, max(neurons[2], 1))) if som_columns else 0
+        seed = p["seed"] if p["seed"] is not None else int(env.generator.integers(2**62))
+        started = time.perf_counter()
+        with (
+            progress_bar(total=len(data), desc=f"kanon {p['algorithm']} k={k}", unit="row") as bar,
+            progress_bar(total=n_maps, desc="SOM neuron search", unit="map") if n_maps else nullcontext(_NoBar()) as som_bar,
+        ):
+            result = anonymise(
+                data,
+                qi=qi,
+                k=k,
+                algorithm=p["algorithm"],
+                hierarchies=hierarchies,
+                sensitive=sensitive,
+                som_columns=som_columns,
+                som_label=som_label,
+                som_neurons=neurons,
+                som_epochs=p["som_epochs"],
+                missing=p["missing"],
+                split=p["mondrian_split"] or "gain",
+                seed=seed,
+                tick=bar.update,
+                som_tick=som_bar.update,
+            )
+        audit_start = time.perf_counter()
+        report = audit_anonymity(
+            result.table,
+            list(qi),
+            sensitive=list(sensitive),
+            hierarchies=hierarchies,
+            population=_population(data, qi, p["missing"]),
+            population_name=f"source table {plan.source!r}",
+            extra_qi=[SOM_COLUMN] if som_columns else [],
+            missing=p["missing"],
+        )
+        audit_seconds = time.perf_counter() - audit_start
+        if report.k < k:
+            raise PublicationRefused(
+                f"refusing to publish {plan.output!r}: the independent audit found a class of {report.k} rows, below k={k}",
+                hint="This is a bug in the generator, please report it",
+            )
+        if abs(report.ncp_percent - result.ncp_percent) > 1e-6:
+            raise InternalError(
+                f"generator NCP {result.ncp_percent:.6f}% and audit NCP {report.ncp_percent:.6f}% disagree for {plan.output!r}"
+            )
+        columns = [ColumnProtection(c, "generalised", "hierarchy" if c in hier_files else "range / flat tree") for c in qi]
+        columns += [
+            ColumnProtection(c, "sensitive", f"unchanged; covered by {k}-anonymity (ℓ-diversity reported)") for c in sensitive
+        ]
+        if som_columns:
+            columns.append(ColumnProtection(SOM_COLUMN, "generalised", f"SOM neuron of {', '.join(som_columns)}"))
+        metrics = {
+            "ncp_percent": result.ncp_percent,
+            "ncp_definition": NCP_DEFINITION,
+            "ncp_per_qi": result.ncp_per_qi,
+            "class_sizes": {str(s): c for s, c in result.class_sizes.items()},
+            "min_class_size": report.k,
+            "n_classes": report.n_classes,
+            "rows_dropped": result.rows_dropped,
+            "seconds": result.seconds,
+            "cpu_seconds": result.cpu_seconds,
+            "audit_seconds": audit_seconds,
+            "total_seconds": time.perf_counter() - started,
+            "audit": report.as_dict(),
+            "som": result.som,
+        }
+        return Publication(
+            method=plan.method,
+            frame=result.table,
+            columns=tuple(columns),
+            group_columns=tuple(qi),
+            min_group=k,
+            sensitive=tuple(sensitive),
+            guarantee=f"{k}-anonymity on the quasi-identifiers {', '.join(qi)} (no DP); sensitive columns unchanged",
+            params={
+                "hierarchies": {c: str(Path(f).resolve()) for c, f in hier_files.items()},
+                "som_label": som_label if som_columns else None,
+            },
+            metrics=metrics,
+            extra={
+                "k": int(k),
+                "ncp_percent": result.ncp_percent,
+                "min_class_size": report.k,
+                "seconds": result.seconds,
+                "algorithm": p["algorithm"],
+                "rows_dropped": result.rows_dropped,
+                "classes": report.n_classes,
+                "l_diversity": report.l_diversity,
+                "t_closeness": report.t_closeness,
+                "prosecutor_max": report.prosecutor_max,
+                "journalist_max": report.journalist_max,
+                "marketer": report.marketer,
+                "som_neurons": result.som.get("neurons"),
+                "k_with_som": report.k_with.get(SOM_COLUMN),
+            },
+        )

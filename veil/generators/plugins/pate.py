@@ -1,0 +1,225 @@
+"""``veil publish pate``: a student model trained by PATE from a private table (a model file, not a table).
+
+Request keys: ``table``, ``label``, ``features`` (or None), ``config`` (a
+:class:`~veil.generators.pate.PateConfig`), ``student_table``, ``validation``, ``save_votes``,
+``output_model``, ``replace``. The data-independent ``(ε, δ)`` bound is known from γ, the number
+of queries and δ alone: it is reserved on the source table's budget before training.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from veil.errors import InputError
+from veil.generators.publication import ModelArtifact, Plan, Publication
+from veil.generators.registry import PublishPlugin, RunEnv, register_plugin
+
+
+def _features(spec: Any, label: str, features: list[str] | None) -> list[str]:
+    unit = spec.privacy_unit
+    skip = {label, unit}
+    if features is None:
+        features = [
+            n
+            for n, c in spec.columns.items()
+            if n not in skip and ((c.type in ("int", "float") and c.bounded and c.lower != c.upper) or c.values)
+        ]
+    features = list(features)
+    if not features:
+        raise InputError(
+            f"no usable feature columns in table {spec.name!r}",
+            hint="Pass --features with columns that have declared bounds or values",
+        )
+    for f in features:
+        spec.column(f)
+        if f in skip:
+            raise InputError(f"{f!r} cannot be a feature: it is the label or the privacy unit")
+    return features
+
+
+@register_plugin
+class PatePlugin(PublishPlugin):
+    kind = "pate"
+    summary = "PATE: a student model labelled by noisy teacher votes ((ε, δ)-DP for the teachers' table)"
+    artifact = "model"
+
+    def plan(self, policy: Any, request: Mapping[str, Any]) -> Plan:
+        from veil.generators.pate.release import _label_classes
+        from veil.mechanisms.pate_accounting import data_independent_epsilon
+
+        config = request["config"]
+        table, label = request["table"], request["label"]
+        spec = policy.table(table)
+        classes = _label_classes(spec.column(label), label)
+        features = _features(spec, label, request.get("features"))
+        validation = request.get("validation", 1000)
+        if isinstance(validation, bool) or not isinstance(validation, int) or validation < 0:
+            raise InputError(f"validation must be an integer ≥ 0, got {validation!r}")
+        bound = data_independent_epsilon(gamma=config.gamma, queries=config.queries, delta=config.delta)
+        unit = spec.privacy_unit
+        return Plan(
+            kind=self.kind,
+            method="pate",
+            source=table,
+            output=str(request["output_model"]),
+            artifact="model",
+            replace=bool(request.get("replace")),
+            params={
+                "table": table,
+                "label": label,
+                "features": features,
+                "classes": list(classes),
+                "teachers": config.teachers,
+                "teacher_model": f"logistic regression (L2, C={config.teacher_C})",
+                "gamma": config.gamma,
+                "queries": config.queries,
+                "student_rho": config.rho,
+                "ldp_encoding": config.ldp_encoding,
+                "delta": config.delta,
+                "student_hidden": config.student_hidden,
+                "threshold": config.threshold,
+                "seed": config.seed,
+                "model_path": str(Path(request["output_model"]).resolve()),
+                "accountant_orders": list(config.orders),
+                "student_table": request.get("student_table"),
+                "validation": validation,
+                "save_votes": None if request.get("save_votes") is None else str(request["save_votes"]),
+                "_config": config,
+            },
+            checks={"epsilon": bound.epsilon},
+            epsilon=Fraction(repr(float(bound.epsilon))),
+            delta=Fraction(repr(float(config.delta))),
+            columns=tuple(features + [label] + ([unit] if unit else [])),
+        )
+
+    def sanitise(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> Publication:
+        from veil.generators.pate import FeatureEncoder, run_pate
+        from veil.store.warehouse import read_table
+
+        p = dict(plan.params)
+        config = p.pop("_config")
+        spec = env.spec
+        label, features, classes = p["label"], p["features"], tuple(p["classes"])
+        unit = spec.privacy_unit
+        encoder = FeatureEncoder.from_columns(spec.columns, features)
+        known = data[label].isin(list(classes))
+        dropped = int((~known).sum())
+        df = data[known].reset_index(drop=True)
+        y_all = np.array([classes.index(v) for v in df[label].tolist()], dtype=int)
+        groups = df[unit].to_numpy() if unit else np.arange(len(df))
+        algo = np.random.default_rng(config.seed)
+        validation = p["validation"]
+        if p["student_table"] is None:
+            need = config.queries + validation
+            uniq = np.unique(groups)
+            order = algo.permutation(len(uniq))
+            sizes = dict(zip(*np.unique(groups, return_counts=True), strict=True))
+            chosen: list[Any] = []
+            taken = 0
+            for u in uniq[order]:
+                if taken >= need:
+                    break
+                chosen.append(u)
+                taken += int(sizes[u])
+            mask = np.isin(groups, np.array(chosen))
+            if (~mask).sum() < config.teachers:
+                raise InputError(
+                    f"table {plan.source!r} has {len(df)} usable rows: too few for {need} student rows and "
+                    f"{config.teachers} teachers",
+                    hint="Lower --queries, --validation or --teachers",
+                )
+            s_idx = np.flatnonzero(mask)
+            s_idx = s_idx[algo.permutation(len(s_idx))]
+            xs_all, ys_all = encoder.transform(df.iloc[s_idx]), y_all[s_idx]
+            teach = np.flatnonzero(~mask)
+            x_t, y_t, g_t = encoder.transform(df.iloc[teach]), y_all[teach], groups[teach]
+            student_source = f"{len(s_idx)} rows held out of {plan.source!r}"
+        else:
+            sdf = read_table(env.policy, p["student_table"])
+            missing = [f for f in features if f not in sdf.columns]
+            if missing:
+                raise InputError(f"student table {p['student_table']!r} lacks feature columns {missing}")
+            sdf = sdf.sample(frac=1.0, random_state=int(algo.integers(2**31))).reset_index(drop=True)
+            xs_all = encoder.transform(sdf)
+            ys_all = None
+            if label in sdf.columns:
+                ok = sdf[label].isin(list(classes)).to_numpy()
+                ys_all = np.array([classes.index(v) if k else -1 for v, k in zip(sdf[label], ok, strict=True)])
+            x_t, y_t, g_t = encoder.transform(df), y_all, groups
+            student_source = f"table {p['student_table']!r} ({len(sdf)} rows)"
+        n_val = min(validation, max(0, len(xs_all) - config.queries))
+        x_val = xs_all[:n_val] if ys_all is not None and n_val else None
+        y_val = ys_all[:n_val] if ys_all is not None and n_val else None
+        x_pool = xs_all[n_val:]
+        y_pool = ys_all[n_val:] if ys_all is not None else None
+        if y_val is not None and np.any(y_val < 0):
+            keep = y_val >= 0
+            x_val, y_val = x_val[keep], y_val[keep]  # type: ignore[index]
+        if y_pool is not None and np.any(y_pool < 0):
+            y_pool = None
+        result = run_pate(
+            x_t, y_t, x_pool, x_val, y_val, encoder=encoder, classes=classes, config=config,
+            y_student=y_pool, groups=g_t if unit else None, rng=env.rng, progress=env.progress,
+        )  # fmt: skip
+        if p["save_votes"] is not None:
+            np.save(Path(p["save_votes"]), result.counts, allow_pickle=False)
+        params = {k: v for k, v in p.items() if k not in ("validation", "student_table", "save_votes")} | {
+            "student_source": student_source,
+            "teacher_rows": len(x_t),
+            "validation_rows": 0 if y_val is None else len(y_val),
+            "dropped_rows_unknown_label": dropped,
+        }
+        metrics = dict(result.metrics)
+        metrics["note"] = (
+            "epsilon charged = data-independent bound (Eq. 12); epsilon_data_dependent reads the private "
+            "votes and is not itself differentially private; accuracies use labelled validation rows"
+        )
+        description = {
+            k: params[k]
+            for k in (
+                "table",
+                "label",
+                "features",
+                "teachers",
+                "gamma",
+                "queries",
+                "student_rho",
+                "ldp_encoding",
+                "delta",
+                "student_source",
+            )
+        } | {"epsilon": result.epsilon_independent.epsilon, "ldp": dict(result.ldp)}
+        final = Path(plan.output).resolve()
+
+        def write(staging: Path) -> list[Path]:
+            result.student.save(staging, description=description)
+            side = Path(str(staging) + ".json")
+            body = json.loads(side.read_text())
+            body["load"] = f"from veil.generators.pate import load_student; model = load_student({str(final)!r})"
+            side.write_text(json.dumps(body, indent=2, default=str) + "\n")
+            return [staging, side]
+
+        m = result.metrics
+        keys = (
+            "epsilon_data_independent", "lambda_data_independent", "epsilon_data_dependent",
+            "ensemble_accuracy_before_noise", "ensemble_accuracy_after_noise", "student_accuracy", "student_tpr",
+            "student_tnr", "student_threshold", "student_ldp_epsilon_per_record", "teacher_train_seconds",
+        )  # fmt: skip
+        return Publication(
+            method="pate",
+            guarantee=(
+                f"(ε = {result.epsilon_independent.epsilon:.4g}, δ = {config.delta:g})-DP for the teachers' table "
+                "(data-independent moments bound); the model holds no training rows"
+            ),
+            model=ModelArtifact(write=write, description=description),
+            params=params,
+            metrics=metrics,
+            extra={"delta": config.delta, **{k: m[k] for k in keys if k in m}},
+        )

@@ -1,0 +1,151 @@
+"""``veil publish sdc``: the SDC-family generators of :mod:`veil.generators.base` (filters, DP
+microaggregation, GAN, ML copies) as one publication kind.
+
+Request keys: ``table``, ``method`` (a registered generator), ``params`` (``["k=5", …]``),
+``columns`` (numeric columns to protect), ``target``, ``output``, ``replace``, ``seed``.
+
+Provenance: a generator whose output rows are synthetic (``Output.source is None``) produces every
+column; a row-aligned filter produces the protected columns only — its label column is a copy and
+is dropped from the release (it stays available to the disclosure-risk metric). Generators may
+state their columns' protection themselves in ``Output.info["columns"]`` (``{name: protection}``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from veil.errors import InputError, did_you_mean
+from veil.generators.publication import COPIED, PROTECTIONS, ColumnProtection, Plan, Publication
+from veil.generators.registry import PublishPlugin, RunEnv, register_plugin
+
+#: Generators whose rows are synthetic (trained models): they get a holdout for the DCR check.
+SYNTHETIC_METHODS = frozenset({"gan", "ml_copy"})
+
+
+def context(policy: Any, table: str, columns: list[str], target: str | None, seed: int | None, df_columns: Any) -> Any:
+    """The generator :class:`~veil.generators.base.Context` for ``table``'s spec and columns."""
+    from veil.generators.base import Context
+    from veil.policy import normalise_name
+
+    spec = policy.table(table)
+    cols = [normalise_name(c) for c in columns]
+    tgt = normalise_name(target) if target else None
+    for c in [*cols, *([tgt] if tgt else [])]:
+        if c not in df_columns:
+            raise InputError(f"column {c!r} is not in table {table!r}", hint=did_you_mean(c, df_columns))
+    bounds = {
+        c: (float(spec.columns[c].lower), float(spec.columns[c].upper))
+        for c in cols
+        if c in spec.columns and spec.columns[c].lower is not None and spec.columns[c].upper is not None
+    }
+    categories = {}
+    if tgt and tgt in spec.columns and spec.columns[tgt].values:
+        categories[tgt] = tuple(spec.columns[tgt].values)
+    return Context(columns=tuple(cols), target=tgt, bounds=bounds, seed=seed, progress=True, categories=categories)
+
+
+def guarantee_checks(name: str, values: Mapping[str, Any]) -> dict[str, float]:
+    """The parameters of generator ``name`` that the gate refuses when vacuous."""
+    checks: dict[str, float] = {}
+    if name == "microagg_mdav" or (values.get("partition") == "mdav" and "k" in values):
+        checks["k"] = float(values["k"])
+    if name == "noise_addition":
+        checks["noise"] = float(values["a"])
+    if name == "rank_swapping":
+        checks["noise"] = float(values["p"])
+    if "epsilon" in values:
+        checks["epsilon"] = float(values["epsilon"])
+    return checks
+
+
+@register_plugin
+class SDCPlugin(PublishPlugin):
+    kind = "sdc"
+    summary = "statistical disclosure control: noise, microaggregation, rank swapping, DP microaggregation, GAN, ML copy"
+
+    def plan(self, policy: Any, request: Mapping[str, Any]) -> Plan:
+        from veil.generators.base import get_generator, parse_param_args
+
+        cls = get_generator(request["method"])
+        gen = cls(**parse_param_args(cls, request.get("params") or ()))
+        values = gen.params_dict()
+        columns = list(request.get("columns") or [])
+        target = request.get("target")
+        table = request["table"]
+        policy.table(table)  # unknown tables fail here
+        eps = Fraction(repr(float(values["epsilon"]))) if cls.is_dp else None
+        return Plan(
+            kind=self.kind,
+            method=f"sdc-{cls.name}",
+            source=table,
+            output=request["output"],
+            replace=bool(request.get("replace")),
+            params={**values, "method": cls.name, "columns": columns, "target": target, "seed": request.get("seed")},
+            checks=guarantee_checks(cls.name, values),
+            epsilon=eps,
+            delta=Fraction(0) if cls.is_dp else None,
+            dp=bool(cls.is_dp and values.get("partition", "grid") != "mdav"),
+            holdout=0.2 if cls.name in SYNTHETIC_METHODS else 0.0,
+        )
+
+    def sanitise(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> Publication:
+        from veil.generators.base import get_generator
+        from veil.generators.sdc import clean_input, release_metrics
+
+        p = dict(plan.params)
+        cls = get_generator(p.pop("method"))
+        columns, target, seed = p.pop("columns"), p.pop("target"), p.pop("seed")
+        gen = cls(**p)
+        ctx = context(env.policy, plan.source, columns, target, seed, data.columns)
+        if env.rng is not None:
+            from dataclasses import replace
+
+            ctx = replace(ctx, rng=env.rng)
+        if seed is None:
+            from dataclasses import replace
+
+            ctx = replace(ctx, seed=int(env.generator.integers(2**31)))
+        clean = clean_input(data, ctx)
+        used = [*ctx.columns, *([ctx.target] if ctx.target else [])]
+        kept = np.flatnonzero(data[used].notna().all(axis=1).to_numpy())  # positions of clean's rows in data
+        out = gen.run(clean, ctx)
+        metrics: dict[str, Any] = dict(release_metrics(clean, out, ctx, seed=seed or 0))
+        metrics.update(rows_in=len(clean), rows_out=len(out.frame), info=dict(out.info))
+        stated = out.info.get("columns") if isinstance(out.info.get("columns"), Mapping) else None
+        prot: list[ColumnProtection] = []
+        for name in out.frame.columns:
+            name = str(name)
+            if stated and name in stated and stated[name] in (*PROTECTIONS, COPIED):
+                prot.append(ColumnProtection(name, stated[name], cls.summary))
+            elif out.source is None:
+                prot.append(ColumnProtection(name, "synthesised", cls.summary))
+            elif name in ctx.columns:
+                prot.append(ColumnProtection(name, "perturbed", cls.summary))
+            else:
+                prot.append(ColumnProtection(name, COPIED))
+        group_k = plan.checks.get("k")
+        return Publication(
+            method=plan.method,
+            frame=out.frame,
+            columns=tuple(prot),
+            synthetic=out.source is None and not plan.is_dp,
+            source_rows=None if out.source is None else kept[np.asarray(out.source)],
+            group_columns=tuple(ctx.columns) if group_k is not None else (),
+            min_group=None if group_k is None else int(group_k),
+            guarantee=out.guarantee,
+            metrics=metrics,
+            extra={
+                "il": metrics.get("il"),
+                "il_mean": metrics.get("il_mean"),
+                "dr": metrics.get("dr"),
+                "linkage_risk": metrics.get("linkage_risk"),
+                "rows_in": len(clean),
+                "rows_out": len(out.frame),
+                "params": gen.params_dict(),
+            },
+        )

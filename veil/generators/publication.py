@@ -1,0 +1,129 @@
+"""The values a publication plug-in hands to the publish transaction: a plan, then a publication.
+
+A plug-in (:mod:`veil.generators.registry`) first turns the curator's request into a :class:`Plan`
+(what is read, what is written, the DP cost to reserve, the parameters the gate checks for
+vacuity) without reading any data, then turns the source rows into a :class:`Publication`: the
+table (or model file) and, for every column, how it was protected (:class:`ColumnProtection`).
+The transaction (:mod:`veil.generators.transaction`) owns everything else.
+
+>>> col = ColumnProtection("age", "perturbed", "Gaussian noise, a = 0.5")
+>>> col.published, ColumnProtection("id", COPIED).published
+(True, False)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal
+
+import numpy as np
+import pandas as pd
+
+from veil.errors import InternalError
+
+__all__ = [
+    "COPIED",
+    "PROTECTIONS",
+    "ColumnProtection",
+    "ModelArtifact",
+    "Plan",
+    "Publication",
+]
+
+#: How a published column may have been produced. ``sensitive``: the unchanged sensitive attribute of a
+#: k-anonymous table, covered by its guarantee (ℓ-diversity is then reported).
+PROTECTIONS: tuple[str, ...] = ("generalised", "perturbed", "randomised", "synthesised", "sensitive")
+#: A column the sanitiser did not produce: never published (the transaction drops it).
+COPIED = "copied"
+
+
+def _empty() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True)
+class ColumnProtection:
+    """How one output column was produced (recorded with the release)."""
+
+    name: str
+    how: str  # one of PROTECTIONS, or COPIED
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.how not in (*PROTECTIONS, COPIED):
+            raise InternalError(f"column {self.name!r}: unknown protection {self.how!r} (known: {PROTECTIONS})")
+
+    @property
+    def published(self) -> bool:
+        return self.how in PROTECTIONS
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a publication will do, decided before any data is read.
+
+    ``checks``: the parameters the gate refuses when vacuous — ``k`` (< 2), ``noise`` (≤ 0),
+    ``epsilon`` (≤ 0 or ∞). ``epsilon``/``delta``: the DP cost reserved on the table (and actor)
+    accounts before the plug-in draws any randomness (None: not a DP method). ``holdout``: share of
+    the source rows kept out of training for the distance-to-closest-record check (synthetic methods).
+    ``columns``: source columns to read (None: all).
+    """
+
+    kind: str
+    method: str
+    source: str
+    output: str  # table name, or the model file for artifact "model"
+    params: Mapping[str, Any]
+    artifact: Literal["table", "model"] = "table"
+    replace: bool = False
+    epsilon: Fraction | None = None
+    delta: Fraction | None = None
+    checks: Mapping[str, float] = field(default_factory=_empty)
+    holdout: float = 0.0
+    columns: tuple[str, ...] | None = None
+    dp: bool | None = None  # the whole release is DP (default: a cost is charged)
+
+    @property
+    def is_dp(self) -> bool:
+        """Whether the release as a whole is DP: the gate then makes no data-dependent refusal."""
+        return self.dp if self.dp is not None else self.epsilon is not None
+
+
+@dataclass(frozen=True)
+class ModelArtifact:
+    """A model file to publish instead of a table: ``write(path)`` writes it (and any sidecar
+    ``<path>.json``) given the final path's staging twin."""
+
+    write: Callable[[Path], list[Path]]
+    description: Mapping[str, Any] = field(default_factory=_empty)
+
+
+@dataclass(frozen=True)
+class Publication:
+    """A plug-in's result. ``frame``: the table (None for a model). ``columns``: how each column of
+    ``frame`` was produced. ``synthetic``: no output row is derived from one input row (the
+    distance-to-closest-record check applies). ``source_rows``: for row-aligned methods, the input
+    row behind each output row. ``group_columns``/``min_group``: the output's rows, grouped on these
+    columns, form groups of at least ``min_group`` (k-anonymity, microaggregation). ``sensitive``:
+    unchanged sensitive columns (ℓ-diversity reported)."""
+
+    method: str
+    guarantee: str
+    frame: pd.DataFrame | None = None
+    columns: tuple[ColumnProtection, ...] = ()
+    synthetic: bool = False
+    source_rows: np.ndarray | None = None
+    group_columns: tuple[str, ...] = ()
+    min_group: int | None = None
+    sensitive: tuple[str, ...] = ()
+    model: ModelArtifact | None = None
+    params: Mapping[str, Any] = field(default_factory=_empty)
+    metrics: Mapping[str, Any] = field(default_factory=_empty)
+    extra: Mapping[str, Any] = field(default_factory=_empty)  # shown in the CLI summary only
+
+    def protection(self, column: str) -> ColumnProtection | None:
+        return next((c for c in self.columns if c.name == column), None)

@@ -1,0 +1,419 @@
+"""The one publish transaction: read → sanitise → verify (gate) → write → record, for every kind.
+
+:func:`publish` runs a plug-in (:mod:`veil.generators.registry`) through the same steps:
+
+1. **recover** anything an earlier publication left half-done (:func:`recover`);
+2. **plan** (the plug-in checks its request; the gate refuses vacuous parameters) and protect the
+   warehouse: the output may never be the source, a private table of the policy or an internal
+   name, and an existing table is replaced only with ``replace`` (:func:`check_output`);
+3. **reserve** the DP cost, if any, on the source table's account (``table:NAME``, capped by
+   ``[tables.NAME] epsilon_total``/``delta_total``) and on the actor's analyst account when the
+   actor is an analyst of the policy — all or none, before any randomness is drawn;
+4. **read** the source; synthetic methods train on a random part and keep a holdout;
+5. **sanitise** (the plug-in), then **finalise**: columns the sanitiser did not produce are dropped,
+   numbers are clamped to the policy's declared bounds, rows are shuffled with a CSPRNG;
+6. **verify** with the gate (:mod:`veil.generators.gate`): refused → nothing is written;
+7. **write and record** in two phases: the table (or model file) is staged with a journal row,
+   the release is recorded in the ledger (marking the reservation released), then the staged
+   table is renamed over the output in one DuckDB transaction and copied to the public mirror.
+   SIGINT and SIGTERM are held during step 7, so the table and its release appear together or not
+   at all; a crash (SIGKILL, power loss) inside it is repaired by :func:`recover` at the next start.
+
+An interrupt before step 7 writes nothing (a reserved DP cost stays charged: noise may have been
+drawn). An interrupt held during step 7 is raised once the publication is complete; the result
+then says ``interrupted=True``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from veil.errors import InputError, PublicationRefused
+from veil.generators import gate
+from veil.generators.publication import COPIED, Plan, Publication
+from veil.generators.registry import RunEnv, get_plugin
+
+__all__ = ["PublishResult", "check_output", "csprng", "evaluate", "publish", "recover"]
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """What a publication did: its release id, where it went, the gate's report and the summary."""
+
+    release_id: str
+    kind: str
+    method: str
+    output: str
+    artifact: str
+    rows: int | None
+    epsilon: Fraction | None
+    delta: Fraction | None
+    guarantee: str
+    gate: Mapping[str, Any]
+    summary: Mapping[str, Any] = field(default_factory=dict)
+    interrupted: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "release_id": self.release_id,
+            "kind": self.kind,
+            "method": self.method,
+            ("table" if self.artifact == "table" else "model"): self.output,
+            "rows": self.rows,
+            "epsilon": None if self.epsilon is None else float(self.epsilon),
+            "delta": None if self.delta is None else float(self.delta),
+            "guarantee": self.guarantee,
+            "columns": {k: v["protection"] for k, v in self.gate.get("columns", {}).items()},
+        }
+        out.update(self.summary)
+        return out
+
+
+def csprng() -> np.random.Generator:
+    """A numpy generator seeded from the OS CSPRNG (shuffles, holdout splits: never reproducible)."""
+    return np.random.default_rng(int.from_bytes(os.urandom(16), "little"))
+
+
+# -- signals ----------------------------------------------------------------------------------------
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt (not an immediate exit) while a publication runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+_HELD = (signal.SIGINT, signal.SIGTERM)
+
+
+@dataclass
+class _Held:
+    """Signal handlers replaced while a critical section runs, and the signals that arrived meanwhile."""
+
+    previous: dict[int, Any]
+    arrived: list[int]
+
+
+def _hold_signals() -> _Held | None:
+    """Defer SIGINT/SIGTERM: Python runs signal handlers in the main thread only, so replacing them
+    holds the signal whatever thread (DuckDB's, torch's) the kernel delivered it to."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    held = _Held({}, [])
+    for sig in _HELD:
+        held.previous[sig] = signal.signal(sig, lambda signum, frame: held.arrived.append(signum))
+    return held
+
+
+def _release_signals(held: _Held | None) -> bool:
+    """Restore the handlers; True when a SIGINT/SIGTERM arrived while they were held."""
+    if held is None:
+        return False
+    for sig, old in held.previous.items():
+        signal.signal(sig, old)
+    return bool(held.arrived)
+
+
+# -- warehouse protection ---------------------------------------------------------------------------
+
+
+def check_output(policy: Any, plan: Plan) -> None:
+    """Refuse outputs that would overwrite private data or a table without ``replace``."""
+    from veil.store.publications import published_tables
+    from veil.store.warehouse import table_names
+
+    if plan.artifact == "model":
+        path = Path(plan.output)
+        if path.exists() and not plan.replace:
+            raise InputError(f"model file {str(path)!r} already exists", hint="Choose another --output-model or pass --replace")
+        return
+    out = plan.output
+    if out == plan.source:
+        raise InputError(
+            f"--output {out!r} is the source table: a publication never overwrites its private source",
+            hint="Choose another --output name",
+        )
+    if out.startswith("_veil"):
+        raise InputError(f"table name {out!r} is reserved for Veil's internal tables", hint="Choose another --output name")
+    spec = policy.tables.get(out)
+    if spec is not None and not spec.public:
+        raise InputError(
+            f"--output {out!r} is a private table of the policy: publishing over it would replace private data",
+            hint="Choose another --output name",
+        )
+    if out in table_names(policy) and not plan.replace:
+        status = "exists as a published table" if out in published_tables(policy) else "already exists"
+        raise InputError(f"--output {out!r} {status} in the warehouse", hint="Choose another --output name or pass --replace")
+
+
+# -- recovery -------------------------------------------------------------------------------------
+
+
+def recover(policy: Any) -> list[str]:
+    """Finish or undo publications an earlier process left half-done; returns what was done."""
+    from veil.store import warehouse
+    from veil.store.ledger import Ledger
+
+    pending = warehouse.pending_publications(policy)
+    if not pending:
+        return []
+    tokens: dict[str, str] = {}
+    if policy.ledger_path.exists():
+        with Ledger.for_policy(policy) as led:
+            for rel in led.list_releases("publication"):
+                tok = rel.params.get("publication_token") if isinstance(rel.params, Mapping) else None
+                if tok:
+                    tokens[str(tok)] = rel.id
+    done: list[str] = []
+    held = _hold_signals()
+    try:
+        for row in pending:
+            token = str(row["token"])
+            if row["state"] == "committed":
+                warehouse.finish_publication(policy, token)
+                done.append(f"finished {row['output']}")
+            elif token in tokens:
+                if row["artifact"] == "model":
+                    _stamp_sidecar(str(row["staging"]), tokens[token])
+                warehouse.commit_publication(policy, token, tokens[token])
+                warehouse.finish_publication(policy, token)
+                done.append(f"committed {row['output']} ({tokens[token]})")
+            else:
+                warehouse.abort_publication(policy, token)
+                done.append(f"rolled back {row['output']}")
+    finally:
+        if _release_signals(held):
+            raise KeyboardInterrupt
+    return done
+
+
+def _stamp_sidecar(staging_file: str, release_id: str) -> None:
+    """Write the release id into a staged model's JSON sidecar (``description.release_id``)."""
+    import json
+
+    side = Path(staging_file + ".json")
+    if not side.exists():
+        return
+    body = json.loads(side.read_text())
+    if isinstance(body.get("description"), dict):
+        body["description"]["release_id"] = release_id
+    else:
+        body["release_id"] = release_id
+    side.write_text(json.dumps(body, indent=2, default=str) + "\n")
+
+
+# -- the transaction ----------------------------------------------------------------------------
+
+
+def _finalise(pub: Publication, spec: Any, generator: np.random.Generator) -> Publication:
+    """Drop columns the sanitiser did not produce, clamp numbers to declared bounds, shuffle rows."""
+    frame = pub.frame
+    if frame is None:
+        return pub
+    keep = [c for c in frame.columns if (p := pub.protection(str(c))) is not None and p.how != COPIED]
+    frame = frame[keep].copy()
+    columns = tuple(c for c in pub.columns if c.name in keep)
+    cols = getattr(spec, "columns", {}) if spec is not None else {}
+    for name in keep:
+        col = cols.get(name)
+        prot = pub.protection(str(name))
+        if col is None or prot is None or prot.how not in ("perturbed", "synthesised", "randomised"):
+            continue
+        if getattr(col, "lower", None) is not None and pd.api.types.is_numeric_dtype(frame[name]):
+            lo, hi = float(col.lower), float(col.upper)
+            values = frame[name].astype(float).clip(lo, hi)
+            if getattr(col, "type", None) == "int" or pd.api.types.is_integer_dtype(frame[name]):
+                rounded = values.round()
+                frame[name] = rounded.astype("Int64") if rounded.isna().any() else rounded.astype(np.int64)
+            else:
+                frame[name] = values
+    order = generator.permutation(len(frame))
+    frame = frame.iloc[order].reset_index(drop=True)
+    source_rows = None if pub.source_rows is None else np.asarray(pub.source_rows)[order]
+    return replace(pub, frame=frame, columns=columns, source_rows=source_rows)
+
+
+def _split(data: pd.DataFrame, share: float, generator: np.random.Generator) -> tuple[pd.DataFrame, pd.DataFrame | None]:
+    if share <= 0:
+        return data, None
+    n_hold = round(len(data) * share)
+    if n_hold < 10 or len(data) - n_hold < 10:
+        raise InputError(
+            f"the source has {len(data)} rows: too few to keep a holdout of {share:.0%} for the synthetic-data check",
+            hint="Publish synthetic data from at least 50 rows",
+        )
+    order = generator.permutation(len(data))
+    return data.iloc[order[n_hold:]].reset_index(drop=True), data.iloc[order[:n_hold]].reset_index(drop=True)
+
+
+def _accounts(policy: Any, plan: Plan, actor: str) -> tuple[Any, ...]:
+    from veil.store.ledger import accounts_for
+
+    analyst = actor if actor in getattr(policy, "analysts", {}) else None
+    return accounts_for(policy, analyst=analyst, tables=[plan.source])
+
+
+def publish(
+    policy: Any,
+    kind: str,
+    request: Mapping[str, Any],
+    *,
+    actor: str = "curator",
+    rng: np.random.Generator | None = None,
+    progress: bool = True,
+) -> PublishResult:
+    """Run the publication ``kind`` with the command's options ``request`` (see module docstring)."""
+    from veil.store import warehouse
+    from veil.store.ledger import Cost, Ledger
+
+    plugin = get_plugin(kind)
+    with _sigterm_as_interrupt():
+        recover(policy)
+        plan = plugin.plan(policy, request)
+        gate.check_plan(plan)
+        check_output(policy, plan)
+        spec = policy.tables.get(plan.source)
+        generator = csprng()
+        data = warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None)
+        train, holdout = _split(data, plan.holdout, generator)
+        reservation = None
+        ledger = Ledger.for_policy(policy)
+        try:
+            if plan.epsilon is not None:
+                cost = Cost(Fraction(plan.epsilon), Fraction(plan.delta or 0))
+                reservation = ledger.reserve(
+                    cost,
+                    _accounts(policy, plan, actor),
+                    actor=actor,
+                    what=f"publication {plan.method!r} of table {plan.source!r}",
+                )
+            env = RunEnv(
+                policy=policy,
+                spec=spec,
+                generator=generator,
+                rng=rng,
+                progress=progress,
+                seed=request.get("seed"),
+                source_rows=len(data),
+            )
+            pub = _finalise(plugin.sanitise(plan, train, env), spec, generator)
+            report = gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=generator)
+            token = secrets.token_hex(8)
+            plain = {k: v for k, v in plan.params.items() if not k.startswith("_")}
+            params = {**plain, **pub.params, "source_table": plan.source, "publication_token": token}
+            metrics = {
+                **pub.metrics,
+                "guarantee": pub.guarantee,
+                "gate": report.as_dict(),
+                "rows": None if pub.frame is None else len(pub.frame),
+                "training_rows": len(train),
+                "holdout_rows": 0 if holdout is None else len(holdout),
+            }
+            staging_file = ""
+            output = str(Path(plan.output).resolve()) if plan.artifact == "model" else plan.output
+            try:
+                if pub.model is not None:
+                    staging_file = f"{output}.veil-staging-{token}"
+                    pub.model.write(Path(staging_file))
+                frame = pub.frame if plan.artifact == "table" else None
+                warehouse.stage_publication(policy, token, output, frame, staging_file=staging_file)
+            except BaseException:
+                for leftover in (Path(staging_file), Path(staging_file + ".json")) if staging_file else ():
+                    leftover.unlink(missing_ok=True)
+                warehouse.abort_publication(policy, token)
+                raise
+            held = _hold_signals()
+            interrupted = False
+            try:
+                rid = ledger.record(
+                    kind="publication",
+                    method=pub.method,
+                    params=params,
+                    metrics=metrics,
+                    table=plan.output if plan.artifact == "table" else None,
+                    epsilon=None,
+                    actor=actor,
+                    reservation=reservation,
+                )
+                if staging_file:
+                    _stamp_sidecar(staging_file, rid)
+                warehouse.commit_publication(policy, token, rid)
+                warehouse.finish_publication(policy, token)
+            finally:
+                interrupted = _release_signals(held)
+        finally:
+            ledger.close()
+    return PublishResult(
+        release_id=rid,
+        kind=kind,
+        method=pub.method,
+        output=plan.output,
+        artifact=plan.artifact,
+        rows=None if pub.frame is None else len(pub.frame),
+        epsilon=None if reservation is None else reservation.cost.epsilon,
+        delta=None if reservation is None else reservation.cost.delta,
+        guarantee=pub.guarantee,
+        gate=report.as_dict(),
+        summary=plugin.summary_of(plan, pub),
+        interrupted=interrupted,
+    )
+
+
+def evaluate(policy: Any, kind: str, request: Mapping[str, Any], *, rng: np.random.Generator | None = None) -> dict[str, Any]:
+    """Run publication ``kind`` up to the gate without writing, recording or charging anything (the
+    curator's ``veil compare``); returns the gate's verdict, its report and the plug-in's summary."""
+    import time
+
+    from veil.store import warehouse
+
+    plugin = get_plugin(kind)
+    started = time.perf_counter()
+    plan = plugin.plan(policy, request)
+    dp_epsilon = None if plan.epsilon is None else float(plan.epsilon)
+    row: dict[str, Any] = {"kind": kind, "method": plan.method, "dp_epsilon": dp_epsilon}
+    try:
+        gate.check_plan(plan)
+        spec = policy.tables.get(plan.source)
+        generator = csprng()
+        data = warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None)
+        train, holdout = _split(data, plan.holdout, generator)
+        env = RunEnv(policy=policy, spec=spec, generator=generator, rng=rng, progress=False, seed=request.get("seed"),
+                     source_rows=len(data))  # fmt: skip
+        pub = _finalise(plugin.sanitise(plan, train, env), spec, generator)
+        report = gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=generator).as_dict()
+        row.update(gate="passed", rows=None if pub.frame is None else len(pub.frame), **plugin.summary_of(plan, pub))
+        row["min_group"] = report["min_group"]
+        row["l_diversity"] = report["l_diversity"] or None
+        row["dcr_share"] = None if report["dcr"] is None else report["dcr"]["share_closer_to_train"]
+    except PublicationRefused as exc:
+        row["gate"] = f"refused: {exc}"
+    row["seconds"] = round(time.perf_counter() - started, 3)
+    return row
+
+
+def refuse(message: str, hint: str | None = None) -> PublicationRefused:
+    """Helper for plug-ins: a gate refusal raised before the output exists."""
+    return PublicationRefused(message, hint=hint)

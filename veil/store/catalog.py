@@ -1,0 +1,117 @@
+"""The curator's view of the warehouse: each table's status, and withdrawing a publication.
+
+A table is **published** while its latest publication has not been retracted (analysts read it
+without noise), **public** when the policy declares it so, and **private** otherwise (analysts
+reach it only through DP queries, if the policy declares it). A retraction is a release-log entry
+(kind ``retraction``) recorded first; the table then leaves the public mirror, so analysts' queries
+on it fail as on an unknown table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from typing import Any
+
+from veil.errors import InputError, did_you_mean
+from veil.policy import Policy
+from veil.store.ledger import Ledger
+from veil.store.publications import published_tables
+
+__all__ = ["TableStatus", "retract", "table_budgets", "table_statuses"]
+
+
+@dataclass(frozen=True)
+class TableStatus:
+    table: str
+    status: str  # "private" | "public" | "published" | "declared (not loaded)"
+    method: str | None = None
+    guarantee: str | None = None
+    release_id: str | None = None
+    epsilon: float | None = None
+    columns: dict[str, str] | None = None
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def table_statuses(policy: Policy) -> list[TableStatus]:
+    """Every table of the warehouse or the policy, with its status, sorted by name."""
+    from veil.store.warehouse import table_names
+
+    present = [t for t in table_names(policy) if not t.startswith("_veil")]
+    published = published_tables(policy)
+    retracted: dict[str, str] = {}
+    if policy.ledger_path.exists():
+        with Ledger.for_policy(policy) as led:
+            for rel in led.list_releases("retraction"):
+                if rel.table is not None:
+                    retracted[rel.table] = rel.id
+    out: list[TableStatus] = []
+    for name in sorted(set(present) | set(policy.tables)):
+        spec = policy.tables.get(name)
+        if name in published:
+            rel = published[name]
+            gate = rel.metrics.get("gate") if isinstance(rel.metrics, dict) else None
+            cols = {c: v.get("protection", "") for c, v in (gate or {}).get("columns", {}).items()}
+            out.append(
+                TableStatus(
+                    name,
+                    "published",
+                    rel.method,
+                    str(rel.metrics.get("guarantee", "")) or None,
+                    rel.id,
+                    None if rel.epsilon is None else float(rel.epsilon),
+                    cols or None,
+                )
+            )
+        elif name not in present:
+            out.append(TableStatus(name, "declared (not loaded)"))
+        elif spec is not None and spec.public:
+            out.append(TableStatus(name, "public", note="declared public in the policy"))
+        else:
+            note = f"publication retracted ({retracted[name]})" if name in retracted else ""
+            out.append(TableStatus(name, "private", note=note))
+    return out
+
+
+def retract(policy: Policy, table: str, *, reason: str = "", actor: str = "curator") -> dict[str, Any]:
+    """Withdraw ``table``'s publication: record the retraction, then drop it from the public mirror."""
+    from veil.store.warehouse import drop_public
+
+    published = published_tables(policy)
+    if table not in published:
+        raise InputError(
+            f"table {table!r} is not published", hint=did_you_mean(table, published) or "List tables with `veil tables`"
+        )
+    with Ledger.for_policy(policy) as led:
+        rid = led.record(
+            kind="retraction",
+            method="retract",
+            params={"publication": published[table].id, "reason": reason},
+            metrics={},
+            table=table,
+            actor=actor,
+        )
+    drop_public(policy, table)
+    return {"release_id": rid, "table": table, "retracted": published[table].id, "status": "private"}
+
+
+def table_budgets(policy: Policy) -> list[dict[str, Any]]:
+    """Each table with a declared cap: its (ε, δ) total, spent (by every analyst query and DP
+    publication on it) and remaining."""
+    out: list[dict[str, Any]] = []
+    capped = [(n, t) for n, t in sorted(policy.tables.items()) if t.epsilon_total is not None or t.delta_total is not None]
+    if not capped:
+        return out
+    with Ledger.for_policy(policy) as led:
+        for name, spec in capped:
+            spent = led.spent(f"table:{name}")
+            row: dict[str, Any] = {"table": name}
+            for key, total, used in (("epsilon", spec.epsilon_total, spent.epsilon), ("delta", spec.delta_total, spent.delta)):
+                row[f"{key}_total"] = None if total is None else float(total)
+                row[f"{key}_spent"] = float(used)
+                row[f"{key}_remaining"] = None if total is None else float(max(total - used, Fraction(0)))
+            out.append(row)
+    return out

@@ -1,0 +1,88 @@
+"""The curator-facing API over the release log: record, read and list releases; published tables.
+
+Records live in the ledger's SQLite file (:mod:`veil.store.ledger` owns the schema, documented in
+``docs/ledger.md``). Analyst query releases are written by the query path through
+:meth:`veil.store.ledger.Ledger.release`; curator publications through :func:`record_release`.
+A publication that names a ``table`` makes that table public to analysts until a later
+retraction of the same table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+
+from veil.policy import Policy
+from veil.store.ledger import Ledger, Reservation
+from veil.store.releases import Release, ReleasedStatistic, dumps
+
+__all__ = [
+    "Release",
+    "ReleasedStatistic",
+    "dumps",
+    "get_release",
+    "list_releases",
+    "published_tables",
+    "record_release",
+]
+
+
+def record_release(
+    policy: Policy,
+    *,
+    kind: str,
+    method: str,
+    params: Mapping[str, Any],
+    metrics: Mapping[str, Any],
+    table: str | None = None,
+    epsilon: float | Fraction | None = None,
+    delta: float | Fraction | None = None,
+    actor: str = "curator",
+    reservation: Reservation | None = None,
+) -> str:
+    """Write a release record (a publication, usually) and return its id.
+
+    With ``reservation`` (charged with :meth:`Ledger.reserve` before any randomness was drawn) the
+    record carries that reservation's cost and marks it released in the same transaction.
+    """
+    with Ledger.for_policy(policy) as ledger:
+        return ledger.record(
+            kind=kind,
+            method=method,
+            params=params,
+            metrics=metrics,
+            table=table,
+            epsilon=epsilon,
+            delta=delta,
+            actor=actor,
+            reservation=reservation,
+        )
+
+
+def get_release(policy: Policy, release_id: str) -> Release:
+    """The release with this id; :class:`~veil.errors.ReleaseError` if there is none."""
+    with Ledger.for_policy(policy) as ledger:
+        return ledger.get_release(release_id)
+
+
+def list_releases(policy: Policy, kind: str | None = None) -> list[Release]:
+    """Every release, oldest first, optionally only of one ``kind``."""
+    with Ledger.for_policy(policy) as ledger:
+        return ledger.list_releases(kind)
+
+
+def published_tables(policy: Policy) -> dict[str, Release]:
+    """Tables made public by publications and not retracted since: table name → the latest publication."""
+    if not policy.ledger_path.exists():
+        return {}
+    out: dict[str, Release] = {}
+    with Ledger.for_policy(policy) as ledger:
+        for rel in ledger.list_releases():
+            if rel.table is None:
+                continue
+            if rel.kind == "publication":
+                out[rel.table] = rel
+            elif rel.kind == "retraction":
+                out.pop(rel.table, None)
+    return out
