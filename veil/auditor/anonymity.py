@@ -50,15 +50,6 @@ _NUMBER = re.compile(rf"^\s*({_NUM})\s*$")
 _MISSING_LEAF = "?"
 
 
-def _read_text(path: Path) -> str:
-    """UTF-8, else Latin-1 (ARX files come in the platform's encoding); read by the audit's own parser."""
-    raw = path.read_bytes()
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")
-
-
 def _population_rows(population: pd.DataFrame, qi: Sequence[str], missing: str) -> pd.DataFrame:
     """The population's QI columns under the missing-value policy (see module docstring)."""
     absent = [c for c in qi if c not in population.columns]
