@@ -97,7 +97,7 @@ def _load(policy: Policy, n: int) -> float:
     """Generate the table inside the engine; returns seconds."""
     t = time.perf_counter()
     if policy.engine.kind == "spark":
-        from veil.engines import spark
+        from veil.store import spark
 
         s = spark.spark_session(policy.engine)
         sql = GENERATE_SPARK.format(n=n)
@@ -114,7 +114,7 @@ def _load(policy: Policy, n: int) -> float:
 
 def _raw_runner(policy: Policy) -> Callable[[str], Any]:
     if policy.engine.kind == "spark":
-        from veil.engines import spark
+        from veil.store import spark
 
         s = spark.spark_session(policy.engine)
 

@@ -345,7 +345,7 @@ def ingest_file(policy: Policy, table: str, path: str | Path, *, replace: bool =
 
 def _spark() -> ModuleType:
     """The Spark store (a policy with ``[engine] kind = "spark"`` keeps its tables there)."""
-    from veil.engines import spark
+    from veil.store import spark
 
     return spark
 
