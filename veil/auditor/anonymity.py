@@ -42,6 +42,17 @@ import pandas as pd
 
 from veil.errors import InputError, did_you_mean
 
+
+def _read_text(path: Path) -> str:
+    """A hierarchy file's text: UTF-8 (a BOM dropped), else Latin-1 (ARX writes files in the platform's
+    encoding; every byte sequence is valid Latin-1), as the generator reads it."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
 __all__ = ["AnonymityReport", "audit_anonymity", "leaf_counts_from_dir", "parse_generalised"]
 
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
