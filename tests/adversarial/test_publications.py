@@ -1,0 +1,199 @@
+"""Red team on publications (issue 13's fix): a curator who makes mistakes, an analyst who wants raw rows.
+
+Everything goes through the real CLI (`veil publish …`, `veil ingest`, `veil tables`, `veil query`) on
+the small synthetic warehouse of :mod:`tests.publish_support` (400 people, a unique ``name`` per row).
+Each test names the hole it shows; a test that fails today is a hole that is still open.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.publish_support import make_warehouse, publications, source, veil
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def warehouse(tmp_path: Path) -> Path:
+    return make_warehouse(tmp_path)
+
+
+def _files(policy: Path) -> tuple[Path, Path]:
+    from veil.policy import load_policy
+    from veil.store.warehouse import public_path
+
+    pol = load_policy(policy)
+    return pol.database_path, public_path(pol)
+
+
+def _raw_tables(path: Path) -> list[str]:
+    """Table names exactly as DuckDB stores them (bypassing Veil's checks; its connection owner)."""
+    from veil.store.warehouse import writer
+
+    if not path.exists():
+        return []
+    with writer(path) as con:
+        return [r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()]
+
+
+def _raw_read(path: Path, table: str) -> pd.DataFrame:
+    from veil.store.warehouse import writer
+
+    with writer(path) as con:
+        return con.execute(f'SELECT * FROM "{table}"').df()
+
+
+def _private_source_intact(policy: Path) -> None:
+    """The private source still has its 400 raw rows and every column (names included)."""
+    db, _ = _files(policy)
+    assert "people" in _raw_tables(db), "the private source table is gone"
+    src = _raw_read(db, "people")
+    assert len(src) == 400 and "name" in src.columns, f"the private source was overwritten: columns {list(src.columns)}"
+
+
+# -- names: the output may never reach the private source, an internal table or a published one -----------
+
+
+@pytest.mark.parametrize("output", ["People", "PEOPLE", "pEoPlE"])
+def test_publish_output_that_differs_from_the_source_only_in_case_is_refused(warehouse: Path, output: str) -> None:
+    """DuckDB identifiers are case-insensitive (quoted too): ``--output People`` is the private table
+    ``people``. Today the commit's ``DROP TABLE IF EXISTS "People"`` drops the private source, without
+    --replace, and the kRR output takes its place: the raw data is destroyed and the policy's private
+    table now holds the publication."""
+    res = veil("publish", "krr", "--policy", warehouse, "--table", "people", "--columns", "sex,job", "--epsilon", "1",
+               "--output", output)  # fmt: skip
+    assert res.exit_code != 0, f"--output {output!r} was accepted: {res.output}"
+    _private_source_intact(warehouse)
+
+
+@pytest.mark.parametrize("output", ["_VEIL_publish_journal", "_Veil_anything"])
+def test_publish_output_that_is_an_internal_name_in_another_case_is_refused(warehouse: Path, output: str) -> None:
+    """``_veil*`` names are reserved, but the check is case-sensitive while DuckDB is not. With
+    ``--output _VEIL_publish_journal`` the commit drops the publish journal itself and fails after the
+    release was recorded: the release log lists a publication with no table, and every later `veil
+    tables` / `veil publish` / `veil retract` fails in recovery (the warehouse is bricked)."""
+    res = veil("publish", "krr", "--policy", warehouse, "--table", "people", "--columns", "sex", "--epsilon", "1",
+               "--output", output)  # fmt: skip
+    assert res.exit_code == 2, f"--output {output!r} was not refused as reserved: {res.output}"
+    assert not [r for r in publications(warehouse) if r.table == output], "a release was recorded for the refused output"
+    after = veil("tables", "--policy", warehouse, "--format", "json")
+    assert after.exit_code == 0, f"`veil tables` fails after the attempt: {after.output[-400:]}"
+    _private_source_intact(warehouse)
+
+
+@pytest.mark.parametrize("output", ['q"; DROP TABLE people; --', "people ", "my table", "p-out"])
+def test_publish_output_must_be_a_plain_sql_name(warehouse: Path, output: str) -> None:
+    """`veil ingest` refuses names that are not plain SQL names; publish does not check at all, and the
+    output is spliced into ``DROP TABLE IF EXISTS "{output}"``: a double quote is SQL injection into the
+    curator's commit (which then fails after the release was recorded, bricking the warehouse), and a
+    trailing space makes a second table ``"people "`` next to ``people``."""
+    res = veil("publish", "krr", "--policy", warehouse, "--table", "people", "--columns", "sex", "--epsilon", "1",
+               "--output", output)  # fmt: skip
+    assert res.exit_code == 2, f"--output {output!r} was accepted: {res.output[-400:]}"
+    assert not publications(warehouse), "a release was recorded for an invalid output name"
+    after = veil("tables", "--policy", warehouse, "--format", "json")
+    assert after.exit_code == 0, f"`veil tables` fails after the attempt: {after.output[-400:]}"
+    _private_source_intact(warehouse)
+
+
+def test_ingest_never_overwrites_a_published_table_spelled_in_another_case(warehouse: Path, tmp_path: Path) -> None:
+    """A publication named ``P_out`` (publish accepts it); `veil ingest --table p_out raw.csv` (no
+    --replace) then replaces the published table's warehouse copy with raw rows: the published-table
+    check and the exists check are exact-string while DuckDB matches case-insensitively. Afterwards
+    `veil tables` no longer lists the publication at all (it shows ``p_out`` as private)."""
+    pub = veil("publish", "krr", "--policy", warehouse, "--table", "people", "--columns", "sex", "--epsilon", "1",
+               "--output", "P_out")  # fmt: skip
+    if pub.exit_code != 0:
+        pytest.skip("publish refuses mixed-case names (the case hole above is closed)")
+    csv = tmp_path / "raw.csv"
+    source(warehouse).to_csv(csv, index=False)
+    res = veil("ingest", "--policy", warehouse, "--table", "p_out", csv)
+    assert res.exit_code != 0, "ingest replaced a published table (other case) with raw data"
+    listed = json.loads(veil("tables", "--policy", warehouse, "--format", "json").stdout)
+    assert any(t["status"] == "published" for t in listed), "the publication vanished from `veil tables`"
+
+
+# -- vacuous parameters that pass the gate ------------------------------------------------------------
+
+
+def _share_of_source_tuples(published: pd.DataFrame, src: pd.DataFrame, columns: list[str]) -> float:
+    """Share of published rows whose tuple on ``columns`` is exactly a source row's (source tuples unique)."""
+    keys = src[columns].drop_duplicates()
+    hit = published[columns].merge(keys, on=columns, how="inner")
+    return len(hit) / len(published)
+
+
+def test_krr_with_a_huge_epsilon_is_refused_as_vacuous(warehouse: Path) -> None:
+    """kRR at ε = 16 per column on age, hours, gain (48 in all, under MAX_EPSILON = 50): the keep
+    probability is 1 − 10⁻⁵, so the "randomised" table is the raw (age, hours, gain) tuples — unique per
+    person here — readable by every analyst at ε = 0. ε ≤ 50 bounds nothing for local DP: e^16 ≈ 9·10⁶."""
+    res = veil("publish", "krr", "--policy", warehouse, "--table", "people", "--columns", "age,hours,gain",
+               "--epsilon", "16", "--output", "p_krr", "--format", "json")  # fmt: skip
+    if res.exit_code == 0:
+        db, mirror = _files(warehouse)
+        out = _raw_read(mirror, "p_krr")
+        share = _share_of_source_tuples(out, _raw_read(db, "people"), ["age", "hours", "gain"])
+        pytest.fail(f"kRR at ε = 16/column was published: {share:.1%} of its rows are raw source tuples")
+    assert res.exit_code == 2
+
+
+def test_noise_addition_with_negligible_noise_is_refused(warehouse: Path) -> None:
+    """Noise addition with a = 0.001 on ``gain`` (σ ≈ 870, so noise of σ ≈ 0.9 before rounding to the
+    int column): most values are published unchanged and all within a few units, which the gate passes
+    because not *every* row is unchanged. A "perturbation" that an analyst undoes by rounding is vacuous."""
+    res = veil("publish", "sdc", "--policy", warehouse, "--table", "people", "--method", "noise_addition",
+               "--param", "a=0.001", "--columns", "gain", "--output", "p_noise", "--format", "json")  # fmt: skip
+    if res.exit_code == 0:
+        db, mirror = _files(warehouse)
+        out = _raw_read(mirror, "p_noise")["gain"].sort_values().to_numpy()
+        src = _raw_read(db, "people")["gain"].sort_values().to_numpy()
+        close = float((abs(out - src) <= 3).mean())
+        pytest.fail(f"a = 0.001 was published: {close:.1%} of sorted published gains are within 3 of the source's")
+    assert res.exit_code == 2
+
+
+def test_kanon_refuses_an_identifier_as_a_sensitive_column(warehouse: Path) -> None:
+    """`--sensitive name` (a curator mistake: the column is a direct identifier, one value per person)
+    is published unchanged as "covered by k-anonymity": every analyst reads every person's name beside
+    their exact gain. ℓ-diversity is only reported; a column that is distinct in every row is an
+    identifier, not a sensitive attribute, and must never be published."""
+    res = veil("publish", "kanon", "--policy", warehouse, "--table", "people", "--k", "5", "--qi", "age,sex",
+               "--sensitive", "name,gain", "--algorithm", "mondrian", "--output", "p_kanon")  # fmt: skip
+    if res.exit_code == 0:
+        q = veil("query", "--policy", warehouse, "--analyst", "bob", "--format", "json", "SELECT name, gain FROM p_kanon")
+        rows = json.loads(q.stdout)["rows"] if q.exit_code == 0 else []
+        src = source(warehouse).set_index("name")["gain"]
+        exact = sum(1 for n, g in rows if n in src.index and src[n] == g)
+        pytest.fail(f"analyst bob read {exact} (name, gain) pairs of the private table exactly, at ε = 0")
+    assert res.exit_code == 2
+
+
+# -- table budgets ------------------------------------------------------------------------------------
+
+
+def test_table_budget_cannot_be_bypassed_by_publishing_from_the_bounded_copy(tmp_path: Path) -> None:
+    """``[tables.people] epsilon_total = 3``: a second kRR of ε = 2 on ``people`` is refused, but the same
+    people are read from Veil's own bounded copy ``_veil_bounded_people_*`` (built by any analyst query)
+    with no charge on ``table:people``: the source is never checked against internal names, and a
+    source outside the policy has no account."""
+    policy = make_warehouse(tmp_path, table_budget="epsilon_total = 3.0")
+    q = veil("query", "--policy", policy, "--analyst", "carol", "--format", "json", "--epsilon", "0.5",
+             "SELECT COUNT(*) FROM people")  # fmt: skip
+    assert q.exit_code == 0, q.output
+    db, _ = _files(policy)
+    bounded = [t for t in _raw_tables(db) if t.startswith("_veil_bounded_people")]
+    assert bounded, _raw_tables(db)
+    first = veil("publish", "krr", "--policy", policy, "--table", "people", "--columns", "sex", "--epsilon", "2",
+                 "--output", "k1")  # fmt: skip
+    assert first.exit_code == 0, first.output
+    capped = veil("publish", "krr", "--policy", policy, "--table", "people", "--columns", "sex", "--epsilon", "2",
+                  "--output", "k_refused")  # fmt: skip
+    assert capped.exit_code == 2, "the cap itself does not hold"  # 0.5 + 2 + 2 > 3
+    again = veil("publish", "krr", "--policy", policy, "--table", bounded[0], "--columns", "sex", "--epsilon", "2",
+                 "--output", "k2")  # fmt: skip
+    assert again.exit_code != 0, "a DP publication of the capped table's people was charged to no table budget"
