@@ -142,6 +142,22 @@ def test_krr_with_a_huge_epsilon_is_refused_as_vacuous(warehouse: Path) -> None:
     assert res.exit_code == 2
 
 
+def test_krr_never_publishes_a_domain_read_from_the_private_data(warehouse: Path) -> None:
+    """kRR on a column with no declared domain takes the domain from the values present
+    (``domain_source = "data"``, recorded but allowed). Randomising ``name`` at ε = 1 then outputs, in
+    almost every row, a uniformly drawn *real* name: bob reads about 250 of the 400 private names for
+    free, under an "ε = 1-local-DP" label. A data-dependent domain is not DP; it must be declared or the
+    publication refused."""
+    res = veil("publish", "krr", "--policy", warehouse, "--table", "people", "--columns", "name", "--epsilon", "1",
+               "--output", "p_names", "--format", "json")  # fmt: skip
+    if res.exit_code == 0:
+        q = veil("query", "--policy", warehouse, "--analyst", "bob", "--format", "json", "SELECT DISTINCT name FROM p_names")
+        seen = {r[0] for r in json.loads(q.stdout)["rows"]} if q.exit_code == 0 else set()
+        real = seen & set(source(warehouse)["name"])
+        pytest.fail(f"kRR with a domain read from the data was published: bob read {len(real)} private names")
+    assert res.exit_code == 2
+
+
 def test_noise_addition_with_negligible_noise_is_refused(warehouse: Path) -> None:
     """Noise addition with a = 0.001 on ``gain`` (σ ≈ 870, so noise of σ ≈ 0.9 before rounding to the
     int column): most values are published unchanged and all within a few units, which the gate passes
