@@ -189,6 +189,22 @@ def test_kanon_refuses_an_identifier_as_a_sensitive_column(warehouse: Path) -> N
     assert res.exit_code == 2
 
 
+def test_synth_never_resamples_real_identifiers_as_conditions(warehouse: Path) -> None:
+    """IMPOSTER draws its condition columns (sensitive, label) from the *joint frequencies of the
+    training rows*: with ``--label name`` (a curator mistake) every published (sex, name) pair is a real
+    person's, labelled "synthesised". The DCR check passes (one column of four; 80 reference rows), and
+    bob reads ~230 real names with their real sex at ε = 0."""
+    res = veil("publish", "synth", "--policy", warehouse, "--table", "people", "--method", "imposter", "--sensitive", "sex",
+               "--label", "name", "--columns", "job,age", "--epochs", "1", "--batch-size", "64", "--threads", "1",
+               "--output", "p_syn", "--format", "json")  # fmt: skip
+    if res.exit_code == 0:
+        q = veil("query", "--policy", warehouse, "--analyst", "bob", "--format", "json", "SELECT DISTINCT name, sex FROM p_syn")
+        pairs = {(n, s) for n, s in json.loads(q.stdout)["rows"]} if q.exit_code == 0 else set()
+        real = pairs & set(zip(source(warehouse)["name"], source(warehouse)["sex"], strict=True))
+        pytest.fail(f"the 'synthetic' table was published: bob read {len(real)} real (name, sex) pairs")
+    assert res.exit_code == 2
+
+
 # -- table budgets ------------------------------------------------------------------------------------
 
 
