@@ -8,6 +8,12 @@ Each test names the hole it shows; a test that fails today is a hole that is sti
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -257,3 +263,53 @@ def test_table_budget_cannot_be_bypassed_by_publishing_from_the_bounded_copy(tmp
     again = veil("publish", "krr", "--policy", policy, "--table", bounded[0], "--columns", "sex", "--epsilon", "2",
                  "--output", "k2")  # fmt: skip
     assert again.exit_code != 0, "a DP publication of the capped table's people was charged to no table budget"
+
+
+# -- interruptions ------------------------------------------------------------------------------------
+
+_SLOW_COMMIT = textwrap.dedent(
+    """
+    import sys, time
+    from veil.store import warehouse
+    orig = warehouse.commit_publication
+    def slow(*a, **k):
+        print("READY", file=sys.stderr, flush=True)
+        time.sleep(60)
+        return orig(*a, **k)
+    warehouse.commit_publication = slow
+    from veil.cli.main import cli
+    cli(sys.argv[1:], prog_name="veil")
+    """
+)
+
+
+def test_crash_between_record_and_commit_never_makes_the_replaced_raw_table_public(warehouse: Path, tmp_path: Path) -> None:
+    """The curator publishes kRR ``--output staff_raw --replace`` over an undeclared (so private) raw
+    table; the process dies (SIGKILL, power loss) after the release is recorded and before the staged
+    table is renamed. Recovery runs only in publish/tables/retract, but an analyst's next query builds
+    its catalog from the release log, finds ``staff_raw`` missing from the public mirror and "repairs"
+    it with ``copy_to_public`` from the warehouse — the *raw* table: bob reads every name at ε = 0."""
+    csv = tmp_path / "staff.csv"
+    source(warehouse).to_csv(csv, index=False)
+    assert veil("ingest", "--policy", warehouse, "--table", "staff_raw", csv).exit_code == 0
+    script = tmp_path / "slow_commit.py"
+    script.write_text(_SLOW_COMMIT, encoding="utf-8")
+    args = ["publish", "krr", "--policy", str(warehouse), "--table", "people", "--columns", "sex", "--epsilon", "1",
+            "--output", "staff_raw", "--replace"]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, str(script), *args], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        assert proc.stderr is not None
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if "READY" in line or not line:
+                break
+        assert proc.poll() is None, "the publication did not reach the commit"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    q = veil("query", "--policy", warehouse, "--analyst", "bob", "--format", "json", "SELECT * FROM staff_raw")
+    if q.exit_code == 0:
+        body = json.loads(q.stdout)
+        assert "name" not in body["columns"], f"bob read the raw table: {len(body['rows'])} rows with names, at ε = 0"
