@@ -190,6 +190,22 @@ def test_noise_addition_with_negligible_noise_is_refused(warehouse: Path) -> Non
     assert res.exit_code == 2
 
 
+def test_dbscan_microaggregation_with_singleton_clusters_is_refused(warehouse: Path) -> None:
+    """``microagg_dbscan`` has no vacuity check at all (``guarantee_checks`` knows only MDAV, noise
+    addition, rank swapping and ε): ``min_samples = 1`` with a tiny radius makes most clusters one row,
+    whose "centroid" is the row itself. On ``gain`` about two thirds of the values are published
+    unchanged (the gate refuses only a column unchanged in *every* row) and the smallest cluster has 1 row."""
+    res = veil("publish", "sdc", "--policy", warehouse, "--table", "people", "--method", "microagg_dbscan",
+               "--param", "eps=0.003", "--param", "min_samples=1", "--columns", "gain", "--output", "p_db",
+               "--format", "json")  # fmt: skip
+    if res.exit_code == 0:
+        rel = next(r for r in publications(warehouse) if r.table == "p_db")
+        unchanged = rel.metrics["gate"]["unchanged_share"]["gain"]
+        smallest = rel.metrics["info"].get("smallest_cluster")
+        pytest.fail(f"published: {unchanged:.0%} of gains unchanged, smallest cluster {smallest} row(s)")
+    assert res.exit_code == 2
+
+
 def test_kanon_refuses_an_identifier_as_a_sensitive_column(warehouse: Path) -> None:
     """`--sensitive name` (a curator mistake: the column is a direct identifier, one value per person)
     is published unchanged as "covered by k-anonymity": every analyst reads every person's name beside
