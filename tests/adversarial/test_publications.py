@@ -281,6 +281,64 @@ def test_table_budget_cannot_be_bypassed_by_publishing_from_the_bounded_copy(tmp
     assert again.exit_code != 0, "a DP publication of the capped table's people was charged to no table budget"
 
 
+UNIT_POLICY = """\
+[database]
+path = "warehouse.duckdb"
+[ledger]
+path = "ledger.sqlite"
+
+[tables.visits]
+privacy_unit = "pid"
+max_rows_per_unit = 1
+epsilon_total = 10.0
+[tables.visits.columns]
+pid = { type = "int" }
+age = { type = "int", lower = 17, upper = 90 }
+sex = { type = "category", values = ["F", "M"] }
+
+[analysts.bob]
+epsilon = 2.0
+"""
+
+UNIT_RELEASES = {
+    "krr": ("krr", "--columns", "sex", "--epsilon", "1"),
+    "dp_microagg_grid": ("sdc", "--method", "dp_microagg_laplace", "--param", "epsilon=1", "--param", "bins=2",
+                         "--columns", "age"),
+}  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("kind", sorted(UNIT_RELEASES))
+def test_dp_publication_respects_the_privacy_unit(tmp_path: Path, kind: str) -> None:
+    """The policy's privacy unit is a person (``pid``) contributing at most one row; one person has
+    200 of the 400 rows. Analyst queries read the bounded copy (one row per person); kRR and DP
+    microaggregation read the raw table, so that person's 200 rows all enter an "ε = 1" release charged
+    ε = 1 to ``table:visits`` — the real loss for them is 200·ε (their sex is randomised 200 times
+    independently; the grid's counts move by 200). A DP publication must bound contributions per unit
+    as queries do, or charge for the group."""
+    import numpy as np
+
+    policy = tmp_path / "policy.toml"
+    policy.write_text(UNIT_POLICY, encoding="utf-8")
+    rng = np.random.default_rng(1)
+    pid = np.r_[np.zeros(200, dtype=int), np.arange(1, 201)]
+    sex = np.where(pid == 0, "F", rng.choice(["F", "M"], len(pid)))
+    csv = tmp_path / "visits.csv"
+    pd.DataFrame({"pid": pid, "age": rng.integers(18, 80, len(pid)), "sex": sex}).to_csv(csv, index=False)
+    assert veil("ingest", "--policy", policy, "--table", "visits", csv).exit_code == 0
+    units = len(set(pid.tolist()))
+    res = veil("publish", *UNIT_RELEASES[kind], "--policy", policy, "--table", "visits", "--output", "v_out",
+               "--format", "json")  # fmt: skip
+    assert res.exit_code in (0, 2), res.output
+    if res.exit_code == 0:
+        rel = next(r for r in publications(policy) if r.table == "v_out")
+        rows = int(rel.metrics["rows"])
+        charged = float(rel.epsilon or 0)
+        assert rows <= 1.2 * units or charged >= 200, (
+            f"{kind}: {rows} rows released from {units} people (max 1 row each) for a charge of ε = {charged:g}"
+        )
+
+
 # -- interruptions ------------------------------------------------------------------------------------
 
 _SLOW_COMMIT = textwrap.dedent(
