@@ -339,6 +339,39 @@ def test_dp_publication_respects_the_privacy_unit(tmp_path: Path, kind: str) -> 
         )
 
 
+def test_kanon_counts_people_not_rows_in_a_class(tmp_path: Path) -> None:
+    """Same unit policy: person 0 has 10 rows, the only ones aged 90. ``--k 5`` is met by rows, so
+    Mondrian publishes a class "90" of 10 rows that are all one person: anyone who knows person 0's age
+    reads their sensitive values — k = 5 by rows, k = 1 by people. The gate counts rows per class."""
+    import numpy as np
+
+    policy = tmp_path / "policy.toml"
+    policy.write_text(UNIT_POLICY.replace("sex = {", 'income = { type = "category", values = ["low", "high"] }\nsex = {'),
+                      encoding="utf-8")  # fmt: skip
+    rng = np.random.default_rng(2)
+    n = 300
+    frame = pd.DataFrame(
+        {
+            "pid": np.r_[np.zeros(10, dtype=int), np.arange(1, n + 1)],
+            "age": np.r_[np.full(10, 90), rng.integers(18, 60, n)],
+            "sex": np.r_[np.full(10, "F"), rng.choice(["F", "M"], n)],
+            "income": rng.choice(["low", "high"], n + 10),
+        }
+    )
+    csv = tmp_path / "visits.csv"
+    frame.to_csv(csv, index=False)
+    assert veil("ingest", "--policy", policy, "--table", "visits", csv).exit_code == 0
+    res = veil("publish", "kanon", "--policy", policy, "--table", "visits", "--k", "5", "--qi", "age,sex",
+               "--sensitive", "income", "--algorithm", "mondrian", "--output", "v_k")  # fmt: skip
+    assert res.exit_code in (0, 2), res.output
+    if res.exit_code == 0:
+        sql = "SELECT age, sex, COUNT(*) FROM v_k GROUP BY ALL"
+        q = veil("query", "--policy", policy, "--analyst", "bob", "--format", "json", sql)
+        classes = json.loads(q.stdout)["rows"]
+        only_90 = [c for c in classes if str(c[0]).strip("[]").replace(" ", "") in ("90", "90,90")]
+        assert not only_90, f"published class {only_90[0]}: {only_90[0][2]} rows, all of person 0"
+
+
 # -- interruptions ------------------------------------------------------------------------------------
 
 _SLOW_COMMIT = textwrap.dedent(
