@@ -40,7 +40,8 @@ def test_a_group_smaller_than_k_is_refused(warehouse: Path, monkeypatch: pytest.
 def test_a_perturbation_that_changes_nothing_is_refused(warehouse: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import veil.generators.sdc as sdc
 
-    monkeypatch.setattr(sdc, "noise_addition", lambda x, a, rng: x.copy())
+    # a broken perturbation that returns its input (and moved nothing into the domain)
+    monkeypatch.setattr(sdc, "_noise_in_domain", lambda x, a, rng, lo, hi: (x.copy(), np.zeros(x.shape[1], dtype=np.int64)))
     _refused(warehouse, _sdc(warehouse, "noise_addition", "--param", "a=0.5"), "equals the source in every row", 0)
 
 
@@ -161,5 +162,6 @@ def test_unchanged_check_follows_rows_when_the_source_has_missing_values(tmp_pat
     csv = tmp_path / "holes.csv"
     df.to_csv(csv, index=False)
     ok_json(veil("ingest", "--policy", policy, "--table", "people", csv, "--replace", "--format", "json"))
-    monkeypatch.setattr(sdc, "noise_addition", lambda x, a, rng: x.copy())
+    # a broken perturbation that returns its input (and moved nothing into the domain)
+    monkeypatch.setattr(sdc, "_noise_in_domain", lambda x, a, rng, lo, hi: (x.copy(), np.zeros(x.shape[1], dtype=np.int64)))
     _refused(policy, _sdc(policy, "noise_addition", "--param", "a=0.5"), "equals the source in every row", 0)

@@ -95,9 +95,9 @@ def test_sdc_outputs_respect_domains_and_drop_the_copied_label(
 @pytest.mark.parametrize(
     ("method", "param", "match"),
     [
-        ("microagg_mdav", "k=1", "k = 1"),
-        ("noise_addition", "a=0", "noise level"),
-        ("rank_swapping", "p=0", "noise level"),
+        ("microagg_mdav", "k=1", "k=1"),
+        ("noise_addition", "a=0", "adds no noise"),
+        ("rank_swapping", "p=0", "swaps nothing"),
         ("dp_microagg_laplace", "epsilon=1e300", None),
     ],
 )

@@ -41,6 +41,7 @@ __all__ = [
     "UnknownSetting",
     "UnknownTable",
     "Unsupported",
+    "VacuousParameter",
     "VeilError",
     "did_you_mean",
 ]
@@ -64,6 +65,11 @@ class InputError(VeilError, ValueError):
     """A parameter or input file given to a command is invalid (bad value, wrong shape)."""
 
     sqlstate = "22023"
+
+
+class VacuousParameter(InputError):
+    """A publication parameter that gives no protection (k < 2, noise a ≤ 0, ε ≤ 0 or ∞, a group
+    smaller than k): the output would be the private data under a privacy label."""
 
 
 class InvalidEncoding(InputError):
