@@ -255,6 +255,21 @@ def test_synth_never_resamples_real_identifiers_as_conditions(warehouse: Path) -
     assert res.exit_code == 2
 
 
+@pytest.mark.parametrize("name", ["notes.png", "ledger.sqlite"])
+def test_compare_plot_never_overwrites_a_file_and_fails_typed(warehouse: Path, name: str) -> None:
+    """`veil compare` writes nothing but its ``--plot``: an existing file is silently replaced (the
+    ``--export`` overwrite issue 13 fixed, again), and an extension matplotlib does not know ends in a
+    ValueError traceback instead of a typed error."""
+    target = warehouse.parent / name
+    if not target.exists():
+        target.write_bytes(b"precious")
+    before = target.read_bytes()
+    res = veil("compare", "--policy", warehouse, "--table", "people", "--columns", "age,hours", "--target", "income",
+               "--methods", "noise_addition", "--plot", target)  # fmt: skip
+    assert target.read_bytes() == before, f"--plot overwrote {name}"
+    assert res.exit_code == 2 and not isinstance(res.exception, ValueError), (res.exit_code, repr(res.exception))
+
+
 # -- table budgets ------------------------------------------------------------------------------------
 
 
