@@ -431,6 +431,8 @@ def test_crash_between_record_and_commit_never_makes_the_replaced_raw_table_publ
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()
     q = veil("query", "--policy", warehouse, "--analyst", "bob", "--format", "json", "SELECT * FROM staff_raw")
     if q.exit_code == 0:
         body = json.loads(q.stdout)
