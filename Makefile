@@ -53,3 +53,6 @@ constraints: $(STAMP)
 
 clean:
 	rm -rf $(VENV) demo .pytest_cache .mypy_cache
+
+# SDV in its own venv (never in the main install): make bench-sdv-venv, make bench-sdv
+include bench/sdv.mk
