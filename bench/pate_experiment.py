@@ -273,10 +273,9 @@ def cli_path_timing() -> str:
             output_model=Path(tmp) / "student.pt",
             config=PateConfig(teachers=TEACHERS, gamma=GAMMA, queries=QUERIES, rho=0.5, delta=DELTA),
             validation=5000,
-            progress=True,
         )
         total = time.perf_counter() - t0
-    m = pub.result.metrics
+    m = pub.as_dict()
     return (
         f"Production path (`publish_pate`, what `veil publish pate` runs): all of adult.data in the warehouse, "
         f"{QUERIES} + 5000 rows held out for the student, {TEACHERS} teachers trained in "

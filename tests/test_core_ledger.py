@@ -23,6 +23,7 @@ def analyst(name: str, eps: Fraction, delta: Fraction = Fraction(1, 10**5)) -> A
     return Account.analyst(name, eps, delta)
 
 
+@pytest.mark.slow
 def test_many_queries_sum_exactly(tmp_path: Path) -> None:
     led = Ledger(tmp_path / "l.sqlite")
     rng = random.Random(0)

@@ -23,6 +23,7 @@ DOCS = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
 
 _BASE: dict[str, Any] = {
     "database": {},
+    "engine": {"kind": "duckdb"},
     "ledger": {},
     "defaults": {},
     "tables": {"t": {"privacy_unit": "row", "columns": {"a": {"type": "int", "lower": 0, "upper": 1}}}},
@@ -32,6 +33,7 @@ _BASE: dict[str, Any] = {
 #: docs/policy.md section heading → where in the parsed TOML a key of that section goes.
 _SECTIONS: dict[str, tuple[str, ...]] = {
     "[database]": ("database",),
+    "[engine]": ("engine",),
     "[ledger]": ("ledger",),
     "[defaults]": ("defaults",),
     "[tables.<name>]": ("tables", "t"),

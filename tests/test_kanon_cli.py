@@ -170,7 +170,7 @@ def test_errors_exit_2_and_write_nothing(policy: Path, monkeypatch: pytest.Monke
     # a generator that returns classes below k must be refused by the independent audit
     import numpy as np
 
-    import veil.generators.kanon as kanon
+    import veil.generators.kanon.anonymisation as kanon
 
     monkeypatch.setattr(kanon, "kmember", lambda space, k, rng=None, tick=None: np.arange(space.n) // 2)
     code, _, err = _run(

@@ -265,3 +265,21 @@ def test_config_validation() -> None:
     ):
         with pytest.raises(InputError):
             PateConfig(**bad)  # type: ignore[arg-type]
+
+
+def test_threads_are_validated_and_restored() -> None:
+    import torch
+
+    from veil.errors import InputError
+
+    with pytest.raises(InputError, match="threads"):
+        PateConfig(threads=0)
+    rng = np.random.default_rng(0)
+    X = rng.random((300, 2))
+    y = (X[:, 0] > 0.5).astype(int)
+    enc = FeatureEncoder.numeric_box(["a", "b"], 0.0, 1.0)
+    before = torch.get_num_threads()
+    cfg = PateConfig(teachers=5, queries=50, rho=None, student_epochs=5, threads=2, seed=0)
+    run_pate(enc.transform(X[:200]), y[:200], enc.transform(X[200:]), None, None, encoder=enc, classes=(0, 1),
+             config=cfg, rng=rng, progress=False)  # fmt: skip
+    assert torch.get_num_threads() == before

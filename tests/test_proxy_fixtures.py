@@ -10,41 +10,13 @@ import pandas as pd
 import pytest
 
 import veil.errors as errors
+from tests.conftest import policy_text
 from veil.policy import Policy, load_policy
 from veil.proxy.session import QuerySession
 
 TWINS = tomllib.loads((Path(__file__).parent / "fixtures" / "sql" / "twins.toml").read_text("utf-8"))["case"]
 
-PROXY_POLICY = """\
-[database]
-path = "wh.duckdb"
-[ledger]
-path = "ledger.sqlite"
-[defaults]
-epsilon_per_query = 0.5
-[tables.people]
-privacy_unit = "row"
-[tables.people.columns]
-age = { type = "int", lower = 17, upper = 90 }
-income = { type = "float", lower = 0, upper = 200000 }
-sex = { type = "category", values = ["Female", "Male", "Other"] }
-state = { type = "category" }
-zip = { type = "int" }
-age_offset = { type = "int", lower = -5, upper = 5 }
-[tables.visits]
-privacy_unit = "user_id"
-max_rows_per_unit = 5
-[tables.visits.columns]
-user_id = { type = "int" }
-amount = { type = "float", lower = 0, upper = 100 }
-kind = { type = "category", values = ["a", "b", "c"] }
-[tables.regions]
-public = true
-[analysts.alice]
-epsilon = 1000.0
-[analysts.bob]
-epsilon = 1.0
-"""
+PROXY_POLICY = policy_text("proxy")
 
 
 def people_frame(n: int = 3000, seed: int = 7) -> pd.DataFrame:

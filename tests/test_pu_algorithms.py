@@ -1,4 +1,4 @@
-"""uPU / nnPU / growPU: every ambiguity resolution of veil/auditor/pu.py pinned by a test.
+"""uPU / nnPU / growPU: every ambiguity resolution of veil/auditor/pu/ (decisions in its package docstring) pinned by a test.
 
 All training is seeded (``seed=``), so thresholds below are deterministic checks of the
 algorithm, not statistical tests: they fail if a stage, batch rule or loss changes.

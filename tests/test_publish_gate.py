@@ -3,6 +3,7 @@ every DP publication of a table."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,7 @@ def _refused(policy: Path, res: object, match: str, before: int) -> None:
     assert "out" not in tables(policy) and len(publications(policy)) == before
 
 
+@pytest.mark.slow
 def test_a_group_smaller_than_k_is_refused(warehouse: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import veil.generators.sdc as sdc
 
@@ -40,10 +42,12 @@ def test_a_group_smaller_than_k_is_refused(warehouse: Path, monkeypatch: pytest.
 def test_a_perturbation_that_changes_nothing_is_refused(warehouse: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import veil.generators.sdc as sdc
 
-    monkeypatch.setattr(sdc, "noise_addition", lambda x, a, rng: x.copy())
+    # a broken perturbation that returns its input (and moved nothing into the domain)
+    monkeypatch.setattr(sdc, "_noise_in_domain", lambda x, a, rng, lo, hi: (x.copy(), np.zeros(x.shape[1], dtype=np.int64)))
     _refused(warehouse, _sdc(warehouse, "noise_addition", "--param", "a=0.5"), "equals the source in every row", 0)
 
 
+@pytest.mark.slow
 def test_a_synthetic_table_that_copies_its_training_rows_is_refused(warehouse: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import veil.generators.mlcopy as mlcopy
 
@@ -52,6 +56,7 @@ def test_a_synthetic_table_that_copies_its_training_rows_is_refused(warehouse: P
     _refused(warehouse, res, "reproduces its training rows", 0)
 
 
+@pytest.mark.slow
 def test_a_synthetic_table_passes_with_its_dcr_recorded(warehouse: Path) -> None:
     ok_json(_sdc(warehouse, "ml_copy", "--target", "income"))
     rel = publications(warehouse)[-1]
@@ -113,6 +118,7 @@ def test_vacuous_epsilon_is_refused_for_every_dp_kind(warehouse: Path, eps: str)
 # -- table budgets ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_dp_publications_are_charged_to_the_table_budget(tmp_path: Path) -> None:
     policy = make_warehouse(tmp_path, table_budget="epsilon_total = 3")
     krr = ["publish", "krr", "--policy", policy, "--table", "people", "--columns", "sex,job", "--epsilon", "1", "--format=json"]
@@ -137,6 +143,7 @@ def test_dp_publications_are_charged_to_the_table_budget(tmp_path: Path) -> None
     analyst_reads_every_published_table(policy)
 
 
+@pytest.mark.slow
 def test_a_publication_actor_who_is_an_analyst_is_charged_too(tmp_path: Path) -> None:
     from veil.generators.transaction import publish
     from veil.policy import load_policy
@@ -151,6 +158,7 @@ def test_a_publication_actor_who_is_an_analyst_is_charged_too(tmp_path: Path) ->
     assert budget["epsilon_spent"] == 1.5
 
 
+@pytest.mark.slow
 def test_unchanged_check_follows_rows_when_the_source_has_missing_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import veil.generators.sdc as sdc
     from tests.publish_support import people
@@ -161,5 +169,26 @@ def test_unchanged_check_follows_rows_when_the_source_has_missing_values(tmp_pat
     csv = tmp_path / "holes.csv"
     df.to_csv(csv, index=False)
     ok_json(veil("ingest", "--policy", policy, "--table", "people", csv, "--replace", "--format", "json"))
-    monkeypatch.setattr(sdc, "noise_addition", lambda x, a, rng: x.copy())
+    # a broken perturbation that returns its input (and moved nothing into the domain)
+    monkeypatch.setattr(sdc, "_noise_in_domain", lambda x, a, rng, lo, hi: (x.copy(), np.zeros(x.shape[1], dtype=np.int64)))
     _refused(policy, _sdc(policy, "noise_addition", "--param", "a=0.5"), "equals the source in every row", 0)
+
+
+@pytest.mark.slow
+def test_pate_is_charged_to_the_table_budget_and_refused_before_training_when_short(tmp_path: Path) -> None:
+    policy = make_warehouse(tmp_path, table_budget="epsilon_total = 6")
+    model = tmp_path / "student.pt"
+    args = [
+        "publish", "pate", "--policy", policy, "--table", "people", "--label", "income", "--features", "age,hours,sex",
+        "--teachers", "5", "--queries", "50", "--validation", "0", "--no-student-noise", "--format", "json",
+    ]  # fmt: skip
+    body = ok_json(veil(*args, "--output-model", model))
+    rel = publications(policy)[-1]
+    assert body["release_id"] == rel.id and rel.table is None and model.exists()
+    assert json.loads(Path(str(model) + ".json").read_text())["description"]["release_id"] == rel.id
+    spent = ok_json(veil("budget", "--policy", policy, "--format", "json"))["tables"][0]["epsilon_spent"]
+    assert spent == pytest.approx(float(rel.epsilon)) and spent > 3  # a second one does not fit in 6
+    second = tmp_path / "second.pt"
+    res = veil(*args, "--output-model", second)
+    assert res.exit_code == 2 and "BudgetExhausted" in res.output and "table 'people'" in res.output, res.output
+    assert not list(tmp_path.glob("second.pt*")) and len(publications(policy)) == 1

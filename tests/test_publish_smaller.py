@@ -16,6 +16,7 @@ def _kanon(policy: Path, *extra: str) -> object:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_export_never_overwrites_a_file_without_replace(tmp_path: Path) -> None:
     policy = make_warehouse(tmp_path, n=200)
     target = tmp_path / "out.csv"

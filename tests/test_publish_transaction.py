@@ -132,6 +132,7 @@ def test_a_killed_publication_is_repaired_at_the_next_start(tmp_path: Path, poin
     assert analyst_reads_every_published_table(policy) == ({"p_out": 200} if published else {})
 
 
+@pytest.mark.slow
 def test_retract_withdraws_a_publication(tmp_path: Path) -> None:
     policy = make_warehouse(tmp_path, n=100)
     base = ["publish", "krr", "--policy", policy, "--table", "people", "--columns", "sex", "--epsilon", "1", "--format", "json"]
@@ -156,6 +157,7 @@ def test_retract_withdraws_a_publication(tmp_path: Path) -> None:
     assert analyst_reads_every_published_table(policy) == {"p1": 100}
 
 
+@pytest.mark.slow
 def test_releases_show_prints_the_full_record(tmp_path: Path) -> None:
     policy = make_warehouse(tmp_path, n=100)
     body = ok_json(veil("publish", "krr", "--policy", policy, "--table", "people", "--columns", "sex,job", "--epsilon", "0.5",

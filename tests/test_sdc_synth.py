@@ -25,6 +25,7 @@ def test_table8_architectures() -> None:
     assert len(ARCHITECTURES) == 7
 
 
+@pytest.mark.slow
 def test_gan_learns_location_and_is_reproducible() -> None:
     rng = np.random.default_rng(0)
     z = rng.normal(3.0, 0.5, size=(2000, 2))

@@ -24,6 +24,7 @@ __all__ = [
     "MissingExtra",
     "NotAllowed",
     "ParseError",
+    "PlaintextRefused",
     "PolicyError",
     "ProtocolViolation",
     "PublicationRefused",
@@ -41,6 +42,7 @@ __all__ = [
     "UnknownSetting",
     "UnknownTable",
     "Unsupported",
+    "VacuousParameter",
     "VeilError",
     "did_you_mean",
 ]
@@ -64,6 +66,11 @@ class InputError(VeilError, ValueError):
     """A parameter or input file given to a command is invalid (bad value, wrong shape)."""
 
     sqlstate = "22023"
+
+
+class VacuousParameter(InputError):
+    """A publication parameter that gives no protection (k < 2, noise a ≤ 0, ε ≤ 0 or ∞, a group
+    smaller than k): the output would be the private data under a privacy label."""
 
 
 class InvalidEncoding(InputError):
@@ -176,6 +183,12 @@ class BudgetExhausted(VeilError, ValueError):
 
 class AuthError(VeilError):
     sqlstate = "28P01"
+
+
+class PlaintextRefused(AuthError):
+    """An unencrypted connection from a non-loopback address (PostgreSQL's invalid_authorization_specification)."""
+
+    sqlstate = "28000"
 
 
 class ReleaseError(VeilError):

@@ -10,6 +10,14 @@ import pytest
 from tests.support.attack_world import World, build_world
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _close_ledgers() -> Iterator[None]:
+    yield
+    from tests.support.attack import close_ledgers
+
+    close_ledgers()
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     return build_world(tmp_path_factory.mktemp("world"))

@@ -60,6 +60,7 @@ def _interface(kind: str, world: World, server: Server, analyst: str) -> object:
     return iface
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["api", "cli", "wire"])
 def test_delta_is_composed_and_exhausts(kind: str, world: World, server: Server) -> None:
     """δ budget 5e-7, partition selection δ 1e-7: five private-key GROUP BYs fit, the sixth is refused free."""
@@ -93,6 +94,7 @@ def test_cached_answer_is_identical_and_free(kind: str, world: World, server: Se
     assert all(v == (0, 0) for v in charged(before, after).values())
 
 
+@pytest.mark.slow
 def test_lowered_budget_applies_to_open_sessions_and_new_connections(tmp_path: Path) -> None:
     """A curator lowers the budget: the open API session, the open wire connection and a new one all refuse."""
     w = build_world(tmp_path / "w")
@@ -101,6 +103,7 @@ def test_lowered_budget_applies_to_open_sessions_and_new_connections(tmp_path: P
     try:
         api = ApiInterface(w.policy, "api")
         wire = WireInterface(srv.port, "wire")
+        _OPEN.extend([api, wire])
         assert api.query("SELECT COUNT(*) FROM people", 0.5).ok
         assert wire.query("SELECT COUNT(*) FROM people", 0.5).ok
         text = w.policy.read_text()
@@ -110,14 +113,12 @@ def test_lowered_budget_applies_to_open_sessions_and_new_connections(tmp_path: P
             out = iface.query("SELECT SUM(salary) FROM people", 0.5)  # type: ignore[attr-defined]
             assert not out.ok and out.sqlstate == "VB001", f"{name}: {out.describe()}"
         fresh = WireInterface(srv.port, "wire")
+        _OPEN.append(fresh)
         before = spent(w.ledger, "wire")
         out = fresh.query("SELECT AVG(age) FROM people", 0.5)
         after = spent(w.ledger, "wire")
         assert not out.ok and out.sqlstate == "VB001", f"new wire connection after the change: {out.describe()}"
         assert charged(before, after)["analyst:wire"] == (0, 0)
-        api.close()
-        wire.close()
-        fresh.close()
     finally:
         srv.stop()
 
@@ -133,6 +134,7 @@ def _exact_sum(policy: Path, sql: str, eps: float) -> tuple[float, float]:
     return float(ans.rows[0][0]), max(float(st.sensitivity) for st in plan.statistics)
 
 
+@pytest.mark.slow
 def test_lowered_bound_rebuilds_the_bounded_copy(tmp_path: Path) -> None:
     """After `salary.upper` drops from 200000 to 1000, the target's salary (77516) counts as at most 1000."""
     w = build_world(tmp_path / "w")
@@ -146,6 +148,7 @@ def test_lowered_bound_rebuilds_the_bounded_copy(tmp_path: Path) -> None:
     assert after <= sens_after, f"one person moved the sum by {after} but the noise is sized for {sens_after}"
 
 
+@pytest.mark.slow
 def test_lowered_bound_applies_to_an_open_session(tmp_path: Path) -> None:
     from veil.proxy._testing import exact_session, plan_of
 
@@ -160,6 +163,7 @@ def test_lowered_bound_applies_to_an_open_session(tmp_path: Path) -> None:
     assert value <= 1000
 
 
+@pytest.mark.slow
 def test_switched_unit_column_rebuilds_the_bounded_copy(tmp_path: Path) -> None:
     """visits: unit pid (3 rows each) → unit device (1 row each): at most 3 rows remain, one per device."""
     w = build_world(tmp_path / "w")
@@ -215,6 +219,7 @@ def test_refused_queries_leave_no_reservation(world: World) -> None:
     from veil.store.ledger import Ledger
 
     api = ApiInterface(world.policy, "api")
+    _OPEN.append(api)
     with Ledger(world.ledger) as led:
         n = len(led.reservations("api"))
     for sql in ("SELECT * FROM people", "SELECT COUNT(*) FROM people WHERE my_udf(age) = 1", "SELECT SUM(name) FROM people"):
@@ -223,7 +228,6 @@ def test_refused_queries_leave_no_reservation(world: World) -> None:
     assert not out.ok
     with Ledger(world.ledger) as led:
         assert len(led.reservations("api")) == n
-    api.close()
 
 
 def test_minimum_epsilon_through_the_wire(world: World, server: Server) -> None:
@@ -247,3 +251,36 @@ def test_minimum_epsilon_through_the_wire(world: World, server: Server) -> None:
         cur.fetchall()
     assert charged(before, spent(world.ledger, "wire"))["analyst:wire"][0] == Fraction(1, 1000)
     conn.close()
+
+
+@pytest.mark.slow
+def test_table_cap_composes_all_analysts(tmp_path: Path) -> None:
+    """`people` capped at ε = 1: `api` spends 0.6, then `cli` asking 0.6 is refused free (the table is short),
+    while `visits` (uncapped) still answers `cli`."""
+    text = build_world(tmp_path / "src").policy.read_text().replace("epsilon_total = 1000000", "epsilon_total = 1")
+    w = build_world(tmp_path / "w", policy_text=text)
+    api, cli = ApiInterface(w.policy, "api"), CliInterface(w.policy, "cli")
+    _OPEN.extend([api, cli])
+    assert api.query("SELECT COUNT(*) FROM people", 0.6).ok
+    before = spent(w.ledger, "cli")
+    out = cli.query("SELECT SUM(salary) FROM people", 0.6)
+    assert not out.ok and out.sqlstate == "VB001", out.describe()
+    assert "people" in out.message, f"the refusal names the table that is short: {out.message}"
+    assert all(v == (0, 0) for v in charged(before, spent(w.ledger, "cli")).values())
+    assert cli.query("SELECT SUM(amount) FROM visits", 0.6).ok
+
+
+def test_rollback_does_not_refund(world: World, server: Server) -> None:
+    """A query answered inside a transaction stays charged after ROLLBACK (its answer was computed)."""
+    conn = wire_connect(server.port, "wire")
+    try:
+        before = spent(world.ledger, "wire")
+        with conn.cursor() as cur:
+            cur.execute("BEGIN")
+            cur.execute("SET veil.epsilon = 0.123")
+            cur.execute(b"SELECT COUNT(*) FROM people WHERE age > 44")
+            cur.fetchall()
+            cur.execute("ROLLBACK")
+        assert charged(before, spent(world.ledger, "wire"))["analyst:wire"] == (Fraction(123, 1000), 0)
+    finally:
+        conn.close()

@@ -178,6 +178,8 @@ CONDS = [
 AGGS = [
     "COUNT(*)", "COUNT(m.x)", "COUNT(DISTINCT m.u)", "COUNT(DISTINCT m.x)", "SUM({e})", "AVG({e})",
     "MEDIAN({e})", "MIN({e})", "MAX({e})", "VARIANCE({e})", "quantile_cont({e}, 0.25)", "STDDEV({e})",
+    "SUM(DISTINCT {e})", "AVG(DISTINCT {e})", "COUNT(DISTINCT {e})", "PERCENTILE_DISC(0.5) WITHIN GROUP (ORDER BY {e})",
+    "VAR_POP({e})", "STDDEV_POP({e})", "quantile_disc({e}, 0.9)", "MIN(DISTINCT {e})",
 ]  # fmt: skip
 KEYS = [
     None,
@@ -228,7 +230,10 @@ def queries(draw: st.DrawFn) -> str:
     where = f" WHERE {draw(st.sampled_from(CONDS))}" if draw(st.booleans()) else ""
     select = ", ".join(([key] if key else []) + aggs)
     group = f" GROUP BY {key}" if key else ""
-    sql = f"SELECT {select} FROM {src}{where}{group}"
+    having = ""
+    if key and draw(st.integers(0, 3)) == 0:  # an aggregate only in HAVING is a hidden statistic
+        having = f" HAVING {draw(st.sampled_from(AGGS)).format(e=draw(st.sampled_from(EXPRS)))} > 0"
+    sql = f"SELECT {select} FROM {src}{where}{group}{having}"
     if draw(st.integers(0, 4)) == 0:  # the same, through a CTE
         sql = f"WITH c AS (SELECT * FROM {table}) " + sql.replace(f"FROM {table} ", "FROM c ", 1).replace(
             f"FROM {table})", "FROM c)", 1

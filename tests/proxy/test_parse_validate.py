@@ -122,3 +122,28 @@ def test_public_subqueries_may_aggregate_and_limit() -> None:
 def test_aggregate_aliases(call: str, name: str) -> None:
     tree = parse(f"SELECT {call} FROM t")
     assert aggregate_name(tree.expressions[0]) == name
+
+
+@pytest.mark.parametrize(
+    ("sql", "ok"),
+    [
+        ("SELECT COUNT(*) FROM t WHERE REPLACE(sex, 'a', 'b') = 'x'", True),
+        ("SELECT COUNT(*) FROM t WHERE REPLACE(sex, 'ab', '') = 'x'", True),
+        ("SELECT COUNT(*) FROM t WHERE REPLACE(sex, 'ab', 'c') = 'x'", True),
+        ("SELECT COUNT(*) FROM t WHERE REPLACE(sex, 'a', 'bb') = 'x'", False),
+        ("SELECT COUNT(*) FROM t WHERE LENGTH(REPLACE(REPLACE(sex, 't', 'tttt'), 't', 'tttt')) > 0", False),
+        ("SELECT COUNT(*) FROM t WHERE REPLACE(sex, '', 'x') = 'x'", False),
+        ("SELECT COUNT(*) FROM t WHERE REPLACE(sex, sex, 'x') = 'x'", False),
+        ("SELECT COUNT(*) FROM t WHERE REPLACE(sex, 'x', sex) = 'x'", False),
+        ("SELECT COUNT(*) FROM t WHERE REPLACE(sex, 'x', sex || sex) = 'x'", False),
+        ("SELECT COUNT(*) FROM pub WHERE REPLACE(name, 'a', 'bbb') = 'x'", False),
+    ],
+)
+def test_text_cannot_grow_faster_than_the_query(sql: str, ok: bool) -> None:
+    """A row's text may not be amplified (REPLACE with a longer replacement): its running time would
+    depend on whether that one row matched, an oracle through a statement timeout or memory."""
+    if ok:
+        _validate(sql)
+    else:
+        with pytest.raises(Unsupported, match="REPLACE"):
+            _validate(sql)

@@ -19,7 +19,11 @@ from tests.support.server import build_policy, psql
 def test_veil_serve_subprocess_answers_psql(tmp_path: Path, shared_data: Path) -> None:
     policy = build_policy(tmp_path, shared_data, rows=300)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "veil.cli.main", "serve", "--policy", str(policy), "--port", "0"],
+        [
+            *(sys.executable, "-m", "veil.cli.main", "serve", "--policy", str(policy), "--port", "0"),
+            *("--statement-timeout", "30", "--max-connections", "10", "--max-connections-per-analyst", "3"),
+            *("--auth-timeout", "20", "--max-query-tokens", "3000", "--catalog-timeout", "4", "--workers", "4"),
+        ],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
@@ -69,3 +73,19 @@ def test_help(args: list[str]) -> None:
 
     res = CliRunner().invoke(cli, args)
     assert res.exit_code == 0 and "--policy" in res.output
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [("--auth-timeout", "-1"), ("--max-connections", "0"), ("--statement-timeout", "nan"), ("--max-query-bytes", "0")],
+)
+def test_serve_refuses_bad_limits(tmp_path: Path, flags: tuple[str, str]) -> None:
+    from veil.cli.main import cli
+
+    policy = tmp_path / "policy.toml"
+    from tests.support.server import SERVER_POLICY
+
+    policy.write_text(SERVER_POLICY, encoding="utf-8")
+    result = CliRunner().invoke(cli, ["serve", "--policy", str(policy), "--port", "0", *flags])
+    assert result.exit_code != 0
+    assert flags[0] in result.output

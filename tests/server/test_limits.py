@@ -85,3 +85,26 @@ def test_parse_duration(text: str, seconds: float) -> None:
 def test_parse_duration_refuses(text: str) -> None:
     with pytest.raises(InputError):
         parse_duration(text)
+
+
+@given(st.integers(min_value=0, max_value=60), st.integers(min_value=0, max_value=4))
+def test_operator_chain_limit_counts_one_bracket_level(chain: int, groups: int) -> None:
+    limits = ServerLimits(max_operator_chain=30)
+    inner = "a" + " + a" * chain
+    # `groups` comma-separated expressions, each in its own brackets: runs never add up across them
+    sql = "SELECT " + ", ".join(f"({inner})" for _ in range(groups + 1)) + " FROM t"
+    if chain > 30:
+        with pytest.raises(QueryTooComplex):
+            split(sql, limits=limits)
+    else:
+        assert split(sql, limits=limits)[0].kind == "query"
+
+
+@pytest.mark.parametrize(("terms", "refused"), [(200, False), (257, False), (258, True), (1000, True)])
+def test_or_chains_count_the_ors_not_the_comparisons(terms: int, refused: bool) -> None:
+    sql = "SELECT COUNT(*) FROM t WHERE " + " OR ".join(f"a = {i}" for i in range(terms))
+    if refused:
+        with pytest.raises(QueryTooComplex):
+            split(sql, limits=ServerLimits())
+    else:
+        assert split(sql, limits=ServerLimits())[0].kind == "query"

@@ -43,16 +43,21 @@ def served(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequ
         yield policy, st.port  # type: ignore[attr-defined]
 
 
-def _assert_every_charge_released(policy_path: Path, analyst: str) -> Fraction:
+def _assert_every_charge_released(policy_path: Path, analyst: str, interrupted: str | None = None) -> Fraction:
+    """Every charge has its release, except (``interrupted``) a query the server interrupted in the
+    engine after its reservation: charged, nothing released (docs/server.md)."""
     policy = load_policy(policy_path)
     with Ledger.for_policy(policy) as ledger:
         rows = ledger.reservations(analyst)
         spent = ledger.spent(f"analyst:{analyst}").epsilon
         released_ids = {r.id for r in ledger.list_releases()}
-    assert all(r["status"] != "reserved" for r in rows), rows  # nothing charged and left unanswered
+    unanswered = [r for r in rows if r["status"] == "reserved"]
+    assert all(interrupted is not None and interrupted in (r["canonical_sql"] or "") for r in unanswered), rows
+    assert len(unanswered) <= 1
+    rows = [r for r in rows if r not in unanswered]
     charged = [r for r in rows if r["status"] != "cancelled"]
-    assert spent == sum((r["epsilon"] for r in charged), Fraction(0))
-    # every charged reservation has its release record
+    assert spent == sum((r["epsilon"] for r in charged + unanswered), Fraction(0))
+    # every other charged reservation has its release record
     with Ledger.for_policy(policy) as ledger:
         by_reservation = {
             row[0] for row in ledger._db.execute("SELECT reservation_id FROM releases WHERE reservation_id IS NOT NULL")
@@ -104,8 +109,10 @@ def test_cancelled_query(served: tuple[Path, int]) -> None:
             conn.execute("SELECT COUNT(*) FROM adult WHERE age > 46")
         timer.join()
         SlowSession.pause = 0.0
+        # runs after the cancelled call has returned (one call at a time per session)
         assert isinstance(conn.execute("SELECT COUNT(*) FROM adult WHERE age > 47").fetchone()[0], int)
-    _wait_idle(policy, "alice")
+    # a charged private query is not cut by a cancel request (that would be a one-bit oracle): it
+    # finishes and its release is in the log
     _assert_every_charge_released(policy, "alice")
 
 

@@ -278,6 +278,12 @@ class Spent:
 _LEDGERS: dict[Path, Any] = {}
 
 
+def close_ledgers() -> None:
+    """Close the ledger handles :func:`spent` keeps open (at the end of each test module)."""
+    while _LEDGERS:
+        _LEDGERS.popitem()[1].close()
+
+
 def spent(ledger: Path, analyst: str) -> Spent:
     """What the ledger file says ``analyst`` and the capped table have spent (read, never written)."""
     from veil.store.ledger import Ledger
@@ -357,6 +363,9 @@ def judge(
             return Verdict(False, f"refused but charged {cost}: {outcome.describe()}")
         if expect in ("answered", "public"):
             return Verdict(False, f"expected {expect}, got {outcome.describe()}")
+        leaked = [f for f in (*SECRETS, "77516", "_veil_bounded", "salt") if f in outcome.message and f not in sql]
+        if leaked:
+            return Verdict(False, f"the refusal's message holds private data or internal names {leaked}: {outcome.message}")
         if sqlstates and outcome.sqlstate not in sqlstates:
             return Verdict(False, f"refused with SQLSTATE {outcome.sqlstate}, expected one of {sqlstates}: {outcome.describe()}")
         return Verdict(True, "refused free")

@@ -90,6 +90,10 @@ _SHADOW_READS = {
     "union_public": "SELECT rname FROM regions UNION ALL SELECT name FROM people",
     "union_cte": "WITH x AS (SELECT rname FROM regions UNION SELECT name FROM people) SELECT * FROM x",
     "visits_cte": "WITH visits AS (SELECT * FROM visits) SELECT * FROM visits",
+    "homoglyph": 'SELECT * FROM "p\u0435ople"',
+    "unquoted_upper": "SELECT * FROM PEOPLE",
+    "trailing_comment": "SELECT * FROM people -- SELECT COUNT(*) FROM people",
+    "block_comment_name": "SELECT * FROM /* regions */ people",
     "visits_as_regions": "WITH regions AS (SELECT pid AS rid, kind AS rname FROM visits) SELECT * FROM regions",
 }
 for _name, _sql in _SHADOW_READS.items():
@@ -137,6 +141,8 @@ _INTERNAL = {
     "credentials": "SELECT * FROM analyst_credentials",
     "veil_budget_join": "SELECT * FROM veil.budget, people",
     "veil_budget_join_count": "SELECT COUNT(*) FROM veil.budget, people",
+    "veil_budget_join_public": "SELECT COUNT(*) FROM veil.budget b JOIN regions r ON r.rid = 1",
+    "veil_budget_subquery": "SELECT COUNT(*) FROM people WHERE age < (SELECT remaining FROM veil.budget)",
 }
 for _name, _sql in _INTERNAL.items():
     _add("internal", _name, _sql, "safe", sqlstates=REJECT)
@@ -166,6 +172,23 @@ _CATALOG = {
     "cte_named_pg": "WITH pg_tables AS (SELECT name AS tablename FROM people) SELECT tablename FROM pg_tables",
     "info_join_private": "SELECT t.table_name, p.name FROM information_schema.tables t, people p",
     "catalog_count_private": "SELECT COUNT(*) FROM information_schema.tables t, people p",
+    "pg_tables_join_private": "SELECT COUNT(*) FROM pg_tables, people",
+    "pg_class_exists": "SELECT COUNT(*) FROM people WHERE EXISTS (SELECT 1 FROM pg_catalog.pg_class)",
+    "catalog_cte_join": "WITH x AS (SELECT * FROM information_schema.columns) SELECT COUNT(*) FROM people, x",
+    "catalog_in_subquery": "SELECT COUNT(*) FROM people WHERE name IN (SELECT table_name FROM information_schema.tables)",
+    "pg_namespace_join": "SELECT n.nspname, COUNT(*) FROM pg_catalog.pg_namespace n, people GROUP BY n.nspname",
+    "catalog_union_private": "SELECT table_name FROM information_schema.tables UNION ALL SELECT name FROM people",
+    "duckdb_tables_join": "SELECT COUNT(*) FROM duckdb_tables() d, people p",
+    "catalog_exists_private": "SELECT table_name FROM information_schema.tables WHERE EXISTS "
+    "(SELECT 1 FROM people WHERE salary = 77516)",
+    "pg_class_in_private": "SELECT relname FROM pg_catalog.pg_class WHERE relname IN (SELECT name FROM people)",
+    "pg_namespace_scalar_private": "SELECT (SELECT COUNT(*) FROM people) AS n FROM pg_catalog.pg_namespace",
+    "pg_class_cross_private": "SELECT * FROM pg_catalog.pg_class, (SELECT salary FROM people WHERE id = 123) s",
+    "pg_class_cte_private": "WITH s AS (SELECT salary FROM people) SELECT relname FROM pg_catalog.pg_class, s",
+    "setting_and_private": "SELECT current_setting('veil.epsilon'), (SELECT MAX(salary) FROM people)",
+    "version_and_private": "SELECT version(), name FROM people",
+    "current_user_private": "SELECT current_user, salary FROM people WHERE id = 123",
+    "show_then_private": "SELECT 1 AS one, name FROM people LIMIT 1",
 }
 for _name, _sql in _CATALOG.items():
     _add("catalog", _name, _sql, "safe", sqlstates=REJECT)
@@ -443,8 +466,6 @@ _STATS = {
     "sum_expr": "SELECT SUM(age * 2 + salary / 1000) FROM people",
     "sum_predicate": "SELECT SUM(age > 40) FROM people",
     "sum_case": "SELECT SUM(CASE WHEN sex = 'F' THEN 1 ELSE 0 END) FROM people",
-    "sum_big_product": "SELECT SUM(big * 1000) FROM people",
-    "sum_big_squared": "SELECT SUM(big * big) FROM people",
     "sum_pi": "SELECT SUM(age * PI()) FROM people",
     "filter_sum": "SELECT SUM(salary) FILTER (WHERE dept = 'a') FROM people",
     "group_declared": "SELECT dept, COUNT(*), AVG(age) FROM people GROUP BY dept",
@@ -498,6 +519,12 @@ for _name, _sql in _PUBLIC.items():
 for _name, _sql in {"set_config": "SET enable_external_access = true", "show_tables": "SHOW TABLES", "empty": "",
                     "comment_only": "-- nothing", "set_threads": "SET threads = 64"}.items():  # fmt: skip
     _add("sandbox", _name, _sql, "safe", sqlstates=REJECT)
+# Statistics whose range is huge (±1e18, ±1e30): refused as unbounded, or answered with that sensitivity.
+for _name, _sql in {"sum_big_product": "SELECT SUM(big * 1000) FROM people",
+                    "sum_big_squared": "SELECT SUM(big * big) FROM people",
+                    "avg_big_product": "SELECT AVG(big * 100) FROM people",
+                    "sum_big_filter": "SELECT SUM(big * 9) FILTER (WHERE age > 30) FROM people"}.items():  # fmt: skip
+    _add("statistics", _name, _sql, "safe", sqlstates=REJECT)
 _add("sandbox", "distinct_outer", "SELECT DISTINCT dept FROM people GROUP BY dept", "safe", sqlstates=REJECT)
 
 # Every attack but the ε class asks its own ε, so the answer cache (same analyst, query and ε: the logged

@@ -20,7 +20,13 @@ Measures (each per equivalence class ``E``, then over the table):
   journalist ``1/F_E`` and marketer ``(1/n) Σ_E |E|/F_E`` where ``F_E`` counts the records of a
   population table that match ``E``'s generalised values (without a population, ``F_E = |E|``,
   so journalist = prosecutor and marketer = classes/rows); share of records whose prosecutor
-  risk exceeds ``threshold``.
+  risk exceeds ``threshold``. A population with fewer matching records than a class has members is
+  not the table's source: refused (it would make the risk look like 1/0).
+
+Missing values (``missing=``, the policy the table was published with): with ``"leaf"`` a missing
+categorical QI of the population reads ``?`` and every QI tree read from the hierarchy folder
+gets the leaf ``?`` under ``*`` (as the generator builds it); population rows with
+any other missing QI are left out, and a numeric QI's NCP range is its range over the rest.
 """
 
 from __future__ import annotations
@@ -35,13 +41,37 @@ import numpy as np
 import pandas as pd
 
 from veil.errors import InputError, did_you_mean
-from veil.generators.kanon.hierarchies import read_hierarchy_text
+
+
+def _read_text(path: Path) -> str:
+    """A hierarchy file's text: UTF-8 (a BOM dropped), else Latin-1 (ARX writes files in the platform's
+    encoding; every byte sequence is valid Latin-1), as the generator reads it."""
+    raw = path.read_bytes()
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
 
 __all__ = ["AnonymityReport", "audit_anonymity", "leaf_counts_from_dir", "parse_generalised"]
 
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _INTERVAL = re.compile(rf"^\s*\[\s*({_NUM})\s*,\s*({_NUM})\s*\]\s*$")
 _NUMBER = re.compile(rf"^\s*({_NUM})\s*$")
+_MISSING_LEAF = "?"
+
+
+def _population_rows(population: pd.DataFrame, qi: Sequence[str], missing: str) -> pd.DataFrame:
+    """The population's QI columns under the missing-value policy (see module docstring)."""
+    absent = [c for c in qi if c not in population.columns]
+    if absent:
+        raise InputError(f"population table lacks quasi-identifier {absent[0]!r}")
+    pop = population[list(qi)].copy()
+    if missing == "leaf":
+        for col in qi:
+            if not pd.api.types.is_numeric_dtype(pop[col]):
+                pop[col] = pop[col].astype(object).where(pop[col].notna(), _MISSING_LEAF)
+    return pop.dropna().reset_index(drop=True)
 
 
 @dataclass(frozen=True)
@@ -129,7 +159,7 @@ def leaf_counts_from_dir(directory: str | Path | None, columns: Sequence[str]) -
             continue
         counts: dict[str, int] = {}
         leaves: set[str] = set()
-        for line in read_hierarchy_text(hits[0]).splitlines():
+        for line in _read_text(hits[0]).splitlines():
             parts = [x.strip() for x in line.split(";") if x.strip()]
             if not parts:
                 continue
@@ -243,7 +273,7 @@ def _leaves_under_from_dir(directory: str | Path | None, columns: Sequence[str])
         if not hits:
             continue
         under: dict[str, set[str]] = {}
-        for line in read_hierarchy_text(hits[0]).splitlines():
+        for line in _read_text(hits[0]).splitlines():
             parts = [x.strip() for x in line.split(";") if x.strip()]
             if not parts:
                 continue
@@ -264,6 +294,7 @@ def audit_anonymity(
     population_name: str = "the published table",
     extra_qi: Sequence[str] = (),
     risk_threshold: float = 0.2,
+    missing: str = "drop",
 ) -> AnonymityReport:
     """Audit ``table`` (published rows) for k-anonymity and related measures (module docstring).
 
@@ -284,6 +315,10 @@ def audit_anonymity(
     n = len(table)
     if n == 0:
         raise InputError("the published table has no rows", hint="Audit a non-empty table")
+    if missing not in ("drop", "leaf"):
+        raise InputError(f"unknown missing-value policy {missing!r}", hint="Use drop or leaf (as when publishing)")
+    if population is not None:
+        population = _population_rows(population, qi, missing)
 
     keys = table[qi].astype(str)
     class_ids = keys.groupby(qi, sort=False, dropna=False).ngroup().to_numpy()
@@ -303,6 +338,11 @@ def audit_anonymity(
 
     # NCP from the published values
     leaf_counts = leaf_counts_from_dir(hierarchies, qi)
+    if missing == "leaf":
+        for tree in leaf_counts.values():
+            if _MISSING_LEAF not in tree:
+                tree[_MISSING_LEAF] = 1
+                tree["*"] = tree.get("*", 0) + 1
     per_qi: dict[str, float] = {}
     for col in qi:
         parsed = None if col in leaf_counts else parse_generalised(table[col])  # a tree wins, as in the generator
@@ -337,13 +377,17 @@ def audit_anonymity(
     prosecutor_mean = n_classes / n
     at_risk = float(np.mean(inv[class_ids] > risk_threshold))
     if population is not None:
-        missing = [c for c in qi if c not in population.columns]
-        if missing:
-            raise InputError(f"population table lacks quasi-identifier {missing[0]!r}")
         first = np.unique(class_ids, return_index=True)[1]
         classes = table.iloc[first][qi].reset_index(drop=True)
         big_f = _population_counts(classes, qi, population, leaf_counts, _leaves_under_from_dir(hierarchies, qi))
-        big_f = np.maximum(big_f, 1.0)
+        short = np.flatnonzero(big_f < sizes)  # class i: id i (np.unique order)
+        if len(short):
+            shown = {c: classes.iloc[short[0]][c] for c in qi}
+            raise InputError(
+                f"the population has {int(big_f[short[0]])} rows matching a published class of "
+                f"{int(sizes[short[0]])} rows ({shown}): it is not the table's source",
+                hint="Audit against the table it was published from, with the same missing-value policy",
+            )
         journalist = 1.0 / big_f
         journalist_max = float(journalist.max())
         journalist_mean = float((sizes / big_f).sum() / n)

@@ -199,16 +199,13 @@ def audit_kanon_command(
     extra = _columns(extra_qi) if extra_qi is not None else ([SOM_COLUMN] if SOM_COLUMN in published.columns else [])
     pop_name = None if no_population else (population or recorded.get("source_table"))
     pop = read_table(policy, pop_name, qi_cols) if pop_name else None
-    if pop is not None and recorded.get("missing") == "leaf":
-        for col in qi_cols:
-            if pop[col].dtype == object:
-                pop[col] = pop[col].where(pop[col].notna(), "?")
     report = audit_anonymity(
         published,
         qi_cols,
         sensitive=sa_cols,
         hierarchies=hier,
-        population=None if pop is None else pop.dropna(),
+        population=pop,  # the audit applies the recorded missing-value policy to it
+        missing=str(recorded.get("missing") or "drop"),
         population_name=f"table {pop_name!r}" if pop_name else "",
         extra_qi=extra,
         risk_threshold=risk_threshold,

@@ -1,4 +1,4 @@
-"""``veil publish pate`` and ``veil audit pate`` (thin edges over veil.generators.pate / veil.auditor.pate)."""
+"""``veil publish pate`` and ``veil audit pate`` (thin edges over veil.generators.pate / veil.auditor.pate_privacy)."""
 
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ def publish_pate_command(
 @run_guarded
 def audit_pate_command(gamma: float, queries: int | None, delta: float, votes: Path | None, orders: int, fmt: str) -> None:
     """Privacy loss of a PATE release: data-independent ε (Eq. 12) and, with --votes, data-dependent ε."""
-    from veil.auditor.pate import audit_pate, load_votes
+    from veil.auditor.pate_privacy import audit_pate, load_votes
 
     counts = load_votes(votes) if votes is not None else None
     report = audit_pate(gamma=gamma, queries=queries, delta=delta, votes=counts, orders=range(1, orders + 1))

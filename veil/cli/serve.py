@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import math
 import socket
 import sys
 from pathlib import Path
@@ -17,6 +18,12 @@ from veil.policy import load_policy
 __all__ = ["analyst", "serve_command"]
 
 _SECONDS = click.FloatRange(min=0)
+
+
+def _finite(_ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if not math.isfinite(value):
+        raise click.BadParameter(f"must be a finite number of seconds, got {value}", param=param)
+    return value
 
 
 def _is_loopback_host(host: str) -> bool:
@@ -41,16 +48,32 @@ def _is_loopback_host(host: str) -> bool:
     help="Accept unencrypted connections from non-loopback addresses (trusted networks only).",
 )
 @click.option(
-    "--auth-timeout", type=_SECONDS, default=60, show_default=True, help="Seconds a client has to log in (0: no limit)."
+    "--auth-timeout",
+    type=_SECONDS,
+    default=60,
+    show_default=True,
+    callback=_finite,
+    help="Seconds a client has to log in (0: no limit).",
 )
 @click.option("--max-connections", type=click.IntRange(1), default=100, show_default=True, help="Open connections, in all.")
 @click.option("--max-connections-per-analyst", type=click.IntRange(1), default=None, help="Open connections per analyst.")
-@click.option("--statement-timeout", type=_SECONDS, default=0, show_default=True, help="Seconds per statement (0: none).")
+@click.option(
+    "--statement-timeout", type=_SECONDS, default=0, show_default=True, callback=_finite, help="Seconds per statement (0: none)."
+)
 @click.option("--max-query-bytes", type=click.IntRange(1), default=1 << 20, show_default=True, help="Longest statement.")
 @click.option("--max-query-tokens", type=click.IntRange(1), default=4000, show_default=True, help="Most tokens in a statement.")
 @click.option("--max-query-depth", type=click.IntRange(1), default=64, show_default=True, help="Deepest bracket nesting.")
-@click.option("--max-planning-seconds", type=_SECONDS, default=10, show_default=True, help="Planning time (Describe, EXPLAIN).")
-@click.option("--catalog-timeout", type=_SECONDS, default=5, show_default=True, help="Seconds per catalog query.")
+@click.option(
+    "--max-planning-seconds",
+    type=_SECONDS,
+    default=10,
+    show_default=True,
+    callback=_finite,
+    help="Planning time (Describe, EXPLAIN).",
+)
+@click.option(
+    "--catalog-timeout", type=_SECONDS, default=5, show_default=True, callback=_finite, help="Seconds per catalog query."
+)
 @click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True, help="Threads for analyst queries.")
 @run_guarded
 def serve_command(

@@ -21,6 +21,7 @@ import pandas as pd
 
 from veil.errors import InputError, InternalError
 from veil.generators.base import Context, Generator, Output, Param, register
+from veil.generators.domain import clip_into, column_domain
 
 __all__ = ["MLCopy", "ml_copy"]
 
@@ -99,6 +100,8 @@ class MLCopy(Generator):
         x = data[list(ctx.columns)].to_numpy(dtype=np.float64)
         y = data[ctx.target].to_numpy()
         xs, ys = ml_copy(x, y, sampling=self["sampling"], criterion=self["criterion"], balanced=self["balanced"], seed=ctx.seed)
+        lower, upper, kinds = column_domain(x, ctx.columns, ctx.bounds)
+        xs, moved = clip_into(xs, lower, upper)  # declared domains: no negative capital gains
         frame = pd.DataFrame(xs, columns=list(ctx.columns))
         frame[ctx.target] = ys
         return Output(
@@ -108,4 +111,12 @@ class MLCopy(Generator):
                 "no formal guarantee: synthetic rows from per-class moments/ranges of the raw data, labelled by a "
                 "tree trained on the raw data"
             ),
+            info={
+                "perturbed_columns": (*ctx.columns, ctx.target),
+                "unprotected_columns": (),
+                "min_group_size": None,
+                "domain": {c: (float(lower[j]), float(upper[j]), kinds[c]) for j, c in enumerate(ctx.columns)},
+                "out_of_domain": {c: int(moved[j]) for j, c in enumerate(ctx.columns)},
+                "row_order": "synthetic",  # rows are drawn, none is a source row
+            },
         )

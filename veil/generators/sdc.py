@@ -29,8 +29,9 @@ from typing import Any, ClassVar
 import numpy as np
 import pandas as pd
 
-from veil.errors import InputError
+from veil.errors import InputError, InternalError, VacuousParameter
 from veil.generators.base import Context, Generator, Output, Param, register
+from veil.generators.domain import clip_into, column_domain, csprng_permutation, resample_into
 
 __all__ = [
     "dbscan_groups",
@@ -44,6 +45,32 @@ __all__ = [
 ]
 
 PAPER_EPSILONS = (0.01, 0.1, 1.0, 10.0, 100.0)  # Table 5
+
+_PRIVATE_COPY = (
+    "A table published with it would be the private data under a privacy label; to keep an unprotected "
+    "copy, write it as a private table instead (it then stays behind the query budget)"
+)
+
+
+def refuse_vacuous(name: str, value: Any, why: str, *, method: str | None = None) -> VacuousParameter:
+    """The :class:`VacuousParameter` error for ``name=value`` (``why``: what it fails to do)."""
+    where = f" of {method!r}" if method else ""
+    return VacuousParameter(f"parameter {name}={value!r}{where} {why}", hint=_PRIVATE_COPY)
+
+
+def check_epsilon(epsilon: float, *, method: str | None = None) -> float:
+    """``epsilon`` as a float, or :class:`VacuousParameter` when it is ≤ 0, NaN or infinite."""
+    eps = float(epsilon)
+    if not (math.isfinite(eps) and eps > 0):
+        raise refuse_vacuous(
+            "epsilon", eps, "gives no differential privacy (ε must be finite and > 0; e.g. 0.1 to 10)", method=method
+        )
+    return eps
+
+
+def _check_k(k: int, *, method: str | None = None) -> None:
+    if k < 2:
+        raise refuse_vacuous("k", k, "makes groups of one record, i.e. no k-anonymity (use k ≥ 2, e.g. 5)", method=method)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -59,21 +86,48 @@ def standardise(x: np.ndarray, ref: np.ndarray | None = None) -> np.ndarray:
     return (x - mu) / sd
 
 
-def noise_addition(x: np.ndarray, a: float, rng: np.random.Generator) -> np.ndarray:
-    """Uncorrelated Gaussian noise: ``x + a·σ_j·N(0,1)`` per value (σ_j: column std of ``x``)."""
+def noise_addition(
+    x: np.ndarray,
+    a: float,
+    rng: np.random.Generator,
+    *,
+    lower: np.ndarray | None = None,
+    upper: np.ndarray | None = None,
+) -> np.ndarray:
+    """Uncorrelated Gaussian noise: ``x + a·σ_j·N(0,1)`` per value (σ_j: column std of ``x``).
+
+    With ``lower``/``upper`` (the columns' domain), a noisy value outside it is redrawn (the noise
+    then follows a normal truncated to the domain) and clamped if 64 redraws all miss.
+    """
+    return _noise_in_domain(x, a, rng, lower, upper)[0]
+
+
+def _noise_in_domain(
+    x: np.ndarray, a: float, rng: np.random.Generator, lower: np.ndarray | None, upper: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Noise addition and the per-column count of values redrawn or clamped into the domain."""
+    if not (math.isfinite(a) and a > 0):
+        raise refuse_vacuous("a", a, "adds no noise (use a > 0, e.g. 0.5 times the column's std)")
     sd = x.std(axis=0)
-    return x + a * sd * rng.standard_normal(x.shape)
+    out = x + a * sd * rng.standard_normal(x.shape)
+    if lower is None or upper is None:
+        return out, np.zeros(x.shape[1], dtype=np.int64)
+    scale = np.broadcast_to(a * sd, x.shape)
+    return resample_into(out, lambda m: x[m] + scale[m] * rng.standard_normal(int(m.sum())), lower, upper)
 
 
 def mdav(z: np.ndarray, k: int) -> np.ndarray:
     """MDAV fixed-size microaggregation (Domingo-Ferrer & Torra 2005): group labels, every group ≥ k.
 
     Euclidean distance on the given coordinates (standardise first). O(n²/k) vectorised numpy.
+    Refuses (:class:`VacuousParameter`) k < 2 and tables of fewer than k rows; a remainder smaller
+    than k is merged into the nearest group, so every group has at least k members.
     """
     z = np.asarray(z, dtype=np.float64)
     n = len(z)
-    if k < 1:
-        raise InputError(f"MDAV group size k must be ≥ 1, got {k}")
+    _check_k(k)
+    if n < k:
+        raise refuse_vacuous("k", k, f"cannot be met: the table has {n} rows, fewer than k (use more rows or a smaller k)")
     labels = np.full(n, -1, dtype=np.int64)
     if n < 2 * k:
         labels[:] = 0
@@ -118,7 +172,32 @@ def mdav(z: np.ndarray, k: int) -> np.ndarray:
         take(k_nearest(near - 2.0 * (pts @ pts[r])))
     if n_alive:
         labels[idx[alive]] = group
-    return labels
+    return merge_small_groups(z, labels, k)
+
+
+def merge_small_groups(z: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
+    """Merge every group of fewer than ``k`` rows into the group with the nearest centroid, smallest
+    first, until all groups have ≥ k rows; labels renumbered 0..g−1 in order of first appearance."""
+    z = np.asarray(z, dtype=np.float64)
+    lab = np.asarray(labels, dtype=np.int64).copy()
+    if len(lab) < k:
+        raise InternalError(f"cannot form groups of {k} from {len(lab)} rows")
+    while True:
+        ids, inv, counts = np.unique(lab, return_inverse=True, return_counts=True)
+        small = np.flatnonzero(counts < k)
+        if len(small) == 0 or len(ids) == 1:
+            break
+        s = small[np.argmin(counts[small])]
+        cent = np.stack([np.bincount(inv.ravel(), weights=z[:, j]) for j in range(z.shape[1])], axis=1) / counts[:, None]
+        dist = ((cent - cent[s]) ** 2).sum(axis=1)
+        dist[s] = np.inf
+        lab[lab == ids[s]] = ids[int(np.argmin(dist))]
+    _, first = np.unique(lab, return_index=True)
+    order = np.argsort(np.argsort(first))
+    out = order[np.unique(lab, return_inverse=True)[1].ravel()]
+    if np.bincount(out).min() < k:
+        raise InternalError(f"MDAV formed a group smaller than k={k}")
+    return out
 
 
 def dbscan_groups(z: np.ndarray, eps: float, min_samples: int) -> np.ndarray:
@@ -128,6 +207,8 @@ def dbscan_groups(z: np.ndarray, eps: float, min_samples: int) -> np.ndarray:
     """
     from sklearn.cluster import DBSCAN
 
+    if min_samples < 2:
+        raise refuse_vacuous("min_samples", min_samples, "lets every record be its own cluster (use min_samples ≥ 2)")
     uniq, inverse, counts = np.unique(z, axis=0, return_inverse=True, return_counts=True)
     model = DBSCAN(eps=eps, min_samples=min_samples, algorithm="kd_tree")
     lab = model.fit(uniq, sample_weight=counts).labels_
@@ -149,8 +230,8 @@ def rank_swap(x: np.ndarray, p: float, rng: np.random.Generator) -> np.ndarray:
     n, d = x.shape
     out = x.copy()
     window = math.floor(p / 100.0 * n)
-    if window < 1:
-        return out
+    if not math.isfinite(p) or window < 1:
+        raise refuse_vacuous("p", p, f"swaps nothing in {n} rows (the window p % of n must reach at least one rank; e.g. p = 10)")
     for j in range(d):
         order = np.argsort(x[:, j], kind="stable")
         vals = x[order, j].copy()
@@ -217,6 +298,7 @@ def dp_centroids(
     """
     from veil import mechanisms
 
+    epsilon = check_epsilon(epsilon)
     x = np.clip(x, lower, upper)
     _, inv = np.unique(labels, return_inverse=True)
     inv = inv.ravel()
@@ -275,6 +357,7 @@ def dp_grid_microaggregation(
     """
     from veil import mechanisms
 
+    epsilon = check_epsilon(epsilon)
     n, d = x.shape
     x = np.clip(x, lower, upper)
     width = (upper - lower) / bins
@@ -343,74 +426,171 @@ def dp_grid_microaggregation(
 
 # ---------------------------------------------------------------------------------------------
 # plug-ins
+#
+# Every plug-in returns an Output whose ``info`` carries the facts the release gate checks:
+#   perturbed_columns    the columns the sanitiser produced (tuple, in ctx.columns order)
+#   unprotected_columns  columns copied unchanged from the source (the label, if given), which a
+#                        public release must drop or cover by another guarantee
+#   min_group_size       the smallest number of released rows sharing one record's protected values
+#                        by construction of the method (MDAV, DBSCAN, MDAV-partitioned DP), else None
+#   domain               {column: (lower, upper, "declared" | "observed")}
+#   out_of_domain        {column: values redrawn or clamped into the domain}
+#   row_order            "csprng": rows are in an order drawn from the OS CSPRNG; ``source`` follows it
 
 
 def _numeric(data: pd.DataFrame, ctx: Context) -> np.ndarray:
     return data[list(ctx.columns)].to_numpy(dtype=np.float64)
 
 
-def _frame(data: pd.DataFrame, ctx: Context, values: np.ndarray) -> pd.DataFrame:
-    frame = pd.DataFrame(values, columns=list(ctx.columns))
+_PASS_TARGET = "the label column, if given, is copied unchanged (not protected)"
+
+
+def _release(
+    data: pd.DataFrame,
+    ctx: Context,
+    values: np.ndarray,
+    *,
+    guarantee: str,
+    min_group_size: int | None = None,
+    epsilon: float | None = None,
+    info: Mapping[str, Any] | None = None,
+    lower: np.ndarray | None = None,
+    upper: np.ndarray | None = None,
+    kinds: Mapping[str, str] | None = None,
+    moved: np.ndarray | None = None,
+) -> Output:
+    """The release of a row-preserving method: values clamped into the domain, rows in CSPRNG order."""
+    if lower is None or upper is None or kinds is None:
+        lower, upper, kinds = column_domain(_numeric(data, ctx), ctx.columns, ctx.bounds)
+    values, clamped = clip_into(values, lower, upper)
+    moved = clamped if moved is None else moved + clamped
+    perm = csprng_permutation(len(values), ctx.rng)
+    frame = pd.DataFrame(values[perm], columns=list(ctx.columns))
     if ctx.target:
-        frame[ctx.target] = data[ctx.target].to_numpy()
-    return frame
+        frame[ctx.target] = data[ctx.target].to_numpy()[perm]
+    facts = {
+        "perturbed_columns": tuple(ctx.columns),
+        "unprotected_columns": (ctx.target,) if ctx.target else (),
+        "min_group_size": min_group_size,
+        "domain": {c: (float(lower[j]), float(upper[j]), kinds[c]) for j, c in enumerate(ctx.columns)},
+        "out_of_domain": {c: int(moved[j]) for j, c in enumerate(ctx.columns)},
+        "row_order": "csprng",
+    }
+    return Output(frame, source=perm, epsilon=epsilon, guarantee=guarantee, info={**(info or {}), **facts})
 
 
-_PASS_TARGET = "the label column, if given, is copied unchanged"
+def _group_sizes(labels: np.ndarray) -> np.ndarray:
+    """Sizes of the groups replace_by_centroids forms (label −1 is one group)."""
+    _, counts = np.unique(labels, return_counts=True)
+    return counts
+
+
+class _Refusing(Generator):
+    """A generator whose parameters are checked for vacuity before type coercion (so that, say,
+    ``epsilon=inf`` gets a :class:`VacuousParameter` naming it, not a generic range error)."""
+
+    vacuous: ClassVar[Mapping[str, tuple[Any, str]]] = {}  # name → (predicate(value) → vacuous?, why)
+
+    def __init__(self, **params: Any) -> None:
+        for name, (is_vacuous, why) in self.vacuous.items():
+            if name not in params:
+                continue
+            try:
+                value = float(params[name])
+            except (TypeError, ValueError):
+                continue  # not a number: coercion below reports it
+            if is_vacuous(value):
+                raw = params[name]
+                shown = raw if isinstance(raw, (int, float)) and not isinstance(raw, bool) else value
+                raise refuse_vacuous(name, shown, why, method=self.name)
+        super().__init__(**params)
+
+
+def _not_positive(v: float) -> bool:
+    return not (math.isfinite(v) and v > 0)
+
+
+_K_RULE = (lambda v: v < 2, "makes groups of one record, i.e. no k-anonymity (use k ≥ 2, e.g. 5)")
+_EPS_RULE = (_not_positive, "gives no differential privacy (ε must be finite and > 0; e.g. 0.1 to 10)")
 
 
 @register
-class NoiseAddition(Generator):
+class NoiseAddition(_Refusing):
     family = "sdc"
     name = "noise_addition"
     summary = "x' = x + a·σ·c with c ~ N(0,1) per value (uncorrelated Gaussian noise)"
-    params = (Param("a", float, 0.5, grid=(0.1, 0.25, 0.5, 0.75, 1.0), help="noise level a (times the std)", lower=0.0),)
+    params = (Param("a", float, 0.5, grid=(0.1, 0.25, 0.5, 0.75, 1.0), help="noise level a (times the std), > 0"),)
+    vacuous: ClassVar[Mapping[str, tuple[Any, str]]] = {
+        "a": (_not_positive, "adds no noise (use a > 0, e.g. 0.5 times the column's std)")
+    }
 
     def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
         x = _numeric(data, ctx)
-        out = noise_addition(x, self["a"], np.random.default_rng(ctx.seed))
-        return Output(
-            _frame(data, ctx, out),
-            source=np.arange(len(x)),
-            guarantee=f"no formal guarantee: each value perturbed by N(0, ({self['a']}·σ)²); {_PASS_TARGET}",
+        lower, upper, kinds = column_domain(x, ctx.columns, ctx.bounds)
+        rng = np.random.default_rng(ctx.seed)
+        noisy = noise_addition(x, self["a"], rng)  # the public algorithm (a seam the gate's tests replace)
+        scale = np.broadcast_to(self["a"] * x.std(axis=0), x.shape)
+        # out-of-domain values redrawn: the noise becomes a normal truncated to the domain
+        out, moved = resample_into(noisy, lambda m: x[m] + scale[m] * rng.standard_normal(int(m.sum())), lower, upper)
+        return _release(
+            data,
+            ctx,
+            out,
+            lower=lower,
+            upper=upper,
+            kinds=kinds,
+            moved=moved,
+            guarantee=(
+                f"no formal guarantee: each value perturbed by N(0, ({self['a']}·σ)²) truncated to the column's "
+                f"domain; {_PASS_TARGET}"
+            ),
         )
 
 
 @register
-class MicroaggMDAV(Generator):
+class MicroaggMDAV(_Refusing):
     family = "sdc"
     name = "microagg_mdav"
     summary = "MDAV microaggregation: groups of ≥ k similar records replaced by their centroid"
-    params = (Param("k", int, 5, grid=(3, 5, 10, 25, 50, 100), help="minimum group size", lower=1),)
+    params = (Param("k", int, 5, grid=(3, 5, 10, 25, 50, 100), help="minimum group size, ≥ 2"),)
+    vacuous: ClassVar[Mapping[str, tuple[Any, str]]] = {"k": _K_RULE}
 
     def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
         x = _numeric(data, ctx)
         labels = mdav(standardise(x), self["k"])
-        return Output(
-            _frame(data, ctx, replace_by_centroids(x, labels)),
-            source=np.arange(len(x)),
+        sizes = _group_sizes(labels)
+        return _release(
+            data,
+            ctx,
+            replace_by_centroids(x, labels),
+            min_group_size=int(sizes.min()),
             guarantee=f"k-anonymity on the protected columns with k={self['k']} (no DP); {_PASS_TARGET}",
-            info={"groups": int(labels.max() + 1)},
+            info={"groups": len(sizes)},
         )
 
 
 @register
-class MicroaggDBSCAN(Generator):
+class MicroaggDBSCAN(_Refusing):
     family = "sdc"
     name = "microagg_dbscan"
     summary = "microaggregation over DBSCAN clusters (eps in standard deviations, min_samples) → centroid"
     params = (
         Param("eps", float, 0.5, grid=(0.1, 0.25, 0.5, 1.0), help="DBSCAN radius in standardised units", lower=1e-9),
-        Param("min_samples", int, 100, grid=(50, 100, 150, 200, 250, 300), help="DBSCAN core-point threshold", lower=1),
+        Param("min_samples", int, 100, grid=(50, 100, 150, 200, 250, 300), help="DBSCAN core-point threshold, ≥ 2"),
     )
+    vacuous: ClassVar[Mapping[str, tuple[Any, str]]] = {
+        "min_samples": (lambda v: v < 2, "lets every record be its own cluster (use min_samples ≥ 2)")
+    }
 
     def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
         x = _numeric(data, ctx)
         labels = dbscan_groups(standardise(x), self["eps"], self["min_samples"])
         sizes = np.bincount(labels[labels >= 0]) if (labels >= 0).any() else np.array([0])
-        return Output(
-            _frame(data, ctx, replace_by_centroids(x, labels)),
-            source=np.arange(len(x)),
+        return _release(
+            data,
+            ctx,
+            replace_by_centroids(x, labels),
+            min_group_size=int(_group_sizes(labels).min()),
             guarantee=(
                 "no formal guarantee: DBSCAN clusters (noise points averaged together as one group, as in the "
                 f"paper's code) replaced by their means; clusters may be small; {_PASS_TARGET}"
@@ -424,30 +604,32 @@ class MicroaggDBSCAN(Generator):
 
 
 @register
-class RankSwapping(Generator):
+class RankSwapping(_Refusing):
     family = "sdc"
     name = "rank_swapping"
     summary = "rank swapping: per column, swap each value with one at most p % of the ranks away"
-    params = (
-        Param("p", float, 10.0, grid=(10.0, 25.0, 50.0, 75.0, 80.0), help="window in percent of n", lower=0.0, upper=100.0),
-    )
+    params = (Param("p", float, 10.0, grid=(10.0, 25.0, 50.0, 75.0, 80.0), help="window in percent of n, > 0", upper=100.0),)
+    vacuous: ClassVar[Mapping[str, tuple[Any, str]]] = {
+        "p": (_not_positive, "swaps nothing (use p > 0, e.g. 10 percent of the ranks)")
+    }
 
     def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
         x = _numeric(data, ctx)
-        return Output(
-            _frame(data, ctx, rank_swap(x, self["p"], np.random.default_rng(ctx.seed))),
-            source=np.arange(len(x)),
+        return _release(
+            data,
+            ctx,
+            rank_swap(x, self["p"], np.random.default_rng(ctx.seed)),
             guarantee=f"no formal guarantee: column values swapped within {self['p']} % of ranks; {_PASS_TARGET}",
         )
 
 
-class _DPMicroagg(Generator):
+class _DPMicroagg(_Refusing):
     family = "sdc"
     mechanism: ClassVar[str]
     needs_bounds = True
     is_dp = True
     params = (
-        Param("epsilon", float, 1.0, grid=PAPER_EPSILONS, help="privacy parameter ε", lower=1e-9),
+        Param("epsilon", float, 1.0, grid=PAPER_EPSILONS, help="privacy parameter ε, finite and > 0"),
         Param(
             "partition",
             str,
@@ -456,9 +638,10 @@ class _DPMicroagg(Generator):
             help="grid: data-independent cells (ε-DP release); mdav: data-dependent groups (paper; not DP end-to-end)",
         ),
         Param("bins", int, 4, grid=(2, 4, 8), help="grid partition: intervals per column", lower=1),
-        Param("k", int, 50, grid=(50,), help="mdav partition: minimum group size", lower=1),
+        Param("k", int, 50, grid=(50,), help="mdav partition: minimum group size, ≥ 2"),
         Param("candidates", int, 32, help="exponential mechanism: candidate values per coordinate", lower=2),
     )
+    vacuous: ClassVar[Mapping[str, tuple[Any, str]]] = {"epsilon": _EPS_RULE, "k": _K_RULE}
 
     grid_bins: ClassVar[tuple[int, ...]] = (2, 4, 8)
 
@@ -480,28 +663,7 @@ class _DPMicroagg(Generator):
             raise InputError("a declared upper bound is below its lower bound", hint="Fix the policy bounds")
         eps = self["epsilon"]
         if self["partition"] == "mdav":
-            labels = mdav(standardise(np.clip(x, lower, upper)), self["k"])
-            out = dp_centroids(
-                x,
-                labels,
-                lower=lower,
-                upper=upper,
-                epsilon=eps,
-                mechanism=self.mechanism,
-                candidates=self["candidates"],
-                rng=ctx.rng,
-            )
-            return Output(
-                _frame(data, ctx, out),
-                source=np.arange(len(x)),
-                epsilon=None,
-                guarantee=(
-                    f"NOT ε-DP as a whole: the MDAV groups (k={self['k']}) are formed from the raw data; the centroid "
-                    f"values are ε={eps}-DP only against an adversary who already knows the grouping (changing one "
-                    f"record's values without changing the groups); rows keep their order; {_PASS_TARGET}"
-                ),
-                info={"groups": int(labels.max() + 1), "conditional_epsilon": eps},
-            )
+            return self._mdav_partition(data, ctx, x, lower, upper)
         y_codes = None
         classes: tuple[Any, ...] = ()
         if ctx.target:
@@ -526,14 +688,25 @@ class _DPMicroagg(Generator):
             mechanism=self.mechanism,
             candidates=self["candidates"],
             rng=ctx.rng,
-            shuffle_rng=np.random.default_rng(ctx.seed),
+            shuffle_rng=ctx.rng,
         )
         frame = pd.DataFrame(vals, columns=list(ctx.columns))
         if ctx.target and y_out is not None:
             frame[ctx.target] = np.asarray(classes, dtype=object)[y_out]
         label_note = ""
-        if ctx.target and not (ctx.categories and ctx.categories.get(ctx.target)):
+        declared_label = bool(ctx.target and ctx.categories and ctx.categories.get(ctx.target))
+        if ctx.target and not declared_label:
             label_note = " (the label value set was read from the data: declare it in the policy to protect it too)"
+        facts: dict[str, Any] = {
+            "perturbed_columns": tuple(ctx.columns) + ((ctx.target,) if ctx.target else ()),
+            "unprotected_columns": (),
+            "min_group_size": None,
+            "domain": {c: (float(lower[j]), float(upper[j]), "declared") for j, c in enumerate(ctx.columns)},
+            "out_of_domain": {c: 0 for c in ctx.columns},
+            "row_order": "csprng",
+        }
+        if ctx.target and not declared_label:
+            facts["label_values_from_data"] = True
         return Output(
             frame,
             source=None,
@@ -542,7 +715,37 @@ class _DPMicroagg(Generator):
                 f"ε={eps}-DP (add/remove one record) for the whole release: data-independent grid of {self['bins']} "
                 f"intervals per column over the policy bounds, noisy counts and centroids per cell{label_note}"
             ),
-            info={**info, "conditional_epsilon": eps},
+            info={**info, "conditional_epsilon": eps, **facts},
+        )
+
+    def _mdav_partition(self, data: pd.DataFrame, ctx: Context, x: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> Output:
+        eps = self["epsilon"]
+        labels = mdav(standardise(np.clip(x, lower, upper)), self["k"])
+        out = dp_centroids(
+            x,
+            labels,
+            lower=lower,
+            upper=upper,
+            epsilon=eps,
+            mechanism=self.mechanism,
+            candidates=self["candidates"],
+            rng=ctx.rng,
+        )
+        sizes = _group_sizes(labels)
+        return _release(
+            data,
+            ctx,
+            out,
+            lower=lower,
+            upper=upper,
+            kinds=dict.fromkeys(ctx.columns, "declared"),
+            min_group_size=int(sizes.min()),
+            guarantee=(
+                f"NOT ε-DP as a whole: the MDAV groups (k={self['k']}) are formed from the raw data; the centroid "
+                f"values are ε={eps}-DP only against an adversary who already knows the grouping (changing one "
+                f"record's values without changing the groups); {_PASS_TARGET}"
+            ),
+            info={"groups": len(sizes), "conditional_epsilon": eps},
         )
 
 

@@ -29,12 +29,42 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from veil.errors import InputError
 
-__all__ = ["SomModel", "choose_neurons", "fit_som", "neuron_candidates"]
+__all__ = ["SomModel", "choose_neurons", "fit_som", "neuron_candidates", "som_matrix"]
+
+
+def som_matrix(frame: Any, columns: Sequence[str]) -> tuple[np.ndarray, dict[str, str]]:
+    """The SOM's input matrix from ``columns`` of a DataFrame: numeric columns as they are,
+    categorical ones one-hot (one 0/1 column per value; the SOM standardises every column).
+    Returns ``(matrix, {column: "numeric" | "one-hot"})``.
+
+    >>> import pandas as pd
+    >>> m, kinds = som_matrix(pd.DataFrame({"h": [40, 20], "w": ["a", "b"]}), ["h", "w"])
+    >>> m.tolist(), kinds
+    ([[40.0, 1.0, 0.0], [20.0, 0.0, 1.0]], {'h': 'numeric', 'w': 'one-hot'})
+    """
+    import pandas as pd
+
+    parts: list[np.ndarray] = []
+    kinds: dict[str, str] = {}
+    for col in columns:
+        series = frame[col]
+        if pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
+            parts.append(series.to_numpy(dtype=np.float64)[:, None])
+            kinds[col] = "numeric"
+        else:
+            values = series.astype(str).to_numpy()
+            cats = np.unique(values)
+            parts.append((values[:, None] == cats[None, :]).astype(np.float64))
+            kinds[col] = "one-hot"
+    if not parts:
+        raise InputError("no SOM columns given", hint="Pass --som-columns a,b")
+    return np.hstack(parts), kinds
 
 
 @dataclass(frozen=True)

@@ -253,6 +253,27 @@ def _is_text_literal(node: exp.Expression) -> bool:
     return isinstance(inner, exp.Literal) and inner.is_string
 
 
+def _check_growth(tree: exp.Select) -> None:
+    """No function may make a row's text grow faster than the query text does.
+
+    ``REPLACE(x, 't', <100 t's>)`` nested a few times multiplies one row's string by ~10⁸: the query
+    then runs for seconds (or exhausts memory) exactly when that row matches a condition, so its
+    running time, a statement timeout or an out-of-memory error would answer a question about one
+    person. A replacement may therefore be at most as long as a non-empty pattern, both literals;
+    every other allowed text function (concatenation, case, trim, substring) grows output by at most
+    the size of its own arguments in the query.
+    """
+    for node in tree.find_all(exp.Replace):
+        pattern, replacement = _unwrap(node.expression), _unwrap(node.args.get("replacement") or exp.Literal.string(""))
+        literal = all(isinstance(a, exp.Literal) and a.is_string for a in (pattern, replacement))
+        if not literal or not pattern.name or len(replacement.name) > len(pattern.name):
+            raise Unsupported(
+                f"{node.sql(dialect=DIALECT)!r}: REPLACE must use a non-empty literal pattern and a literal "
+                "replacement no longer than it",
+                hint="A longer replacement can make one row's text grow without bound; compare with LIKE or STRPOS instead",
+            )
+
+
 def validate(resolved: Resolved, catalog: Catalog) -> Analysis:
     """Check the shape and types of a resolved query (free; raises before anything runs)."""
     tree = resolved.tree
@@ -264,6 +285,7 @@ def validate(resolved: Resolved, catalog: Catalog) -> Analysis:
     if build_scope(tree) is None:
         raise InternalError("a resolved query has no scope")
     _check_scopes(tree, catalog)
+    _check_growth(tree)
     for node in tree.find_all(exp.Anonymous):
         if str(node.name).lower() not in ANONYMOUS_FUNCTIONS:
             raise InternalError(f"function {node.name!r} passed the allow-list")

@@ -32,7 +32,7 @@ from typing import Any
 from pg_mimic import PgServer
 from pg_mimic.stream import ConnectionClosed
 
-from veil.errors import InvalidEncoding, ProtocolViolation, TooManyConnections
+from veil.errors import InvalidEncoding, PlaintextRefused, ProtocolViolation, TooManyConnections
 from veil.policy import Policy
 from veil.server.auth import VerifierScramAuth
 from veil.server.connection import BufferedStream, VeilConnection, fatal, negotiate
@@ -140,7 +140,7 @@ class VeilServer(PgServer):
             hint = "Connect with sslmode=require" if self.ssl_context else "Start veil serve with --tls-cert/--tls-key"
             await fatal(
                 stream,
-                "28000",
+                PlaintextRefused.sqlstate,
                 "plaintext connections from non-loopback addresses are refused",
                 f"{hint}, or (on a trusted network only) with --allow-plaintext",
             )
@@ -157,6 +157,16 @@ class VeilServer(PgServer):
 
 
 # --- running it --------------------------------------------------------------------------------
+
+
+def _loop_exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """Socket errors the loop meets on its own (e.g. accept() at the descriptor limit, which asyncio
+    retries) are logged in one line, not with a traceback each time."""
+    exc = context.get("exception")
+    if isinstance(exc, OSError):
+        logger.warning("%s: %s", context.get("message", "socket error"), exc)
+    else:
+        loop.default_exception_handler(context)
 
 
 class ServerThread:
@@ -184,6 +194,7 @@ class ServerThread:
 
     def _run(self) -> None:
         loop = asyncio.new_event_loop()
+        loop.set_exception_handler(_loop_exception_handler)
         self._loop = loop
         try:
             srv = loop.run_until_complete(self.server.start_server(host=self.host, port=self.port))
@@ -196,6 +207,13 @@ class ServerThread:
         try:
             loop.run_forever()
         finally:
+            # Connection tasks still pending (a client that never hung up) end here, on this loop,
+            # rather than being destroyed pending when the loop closes.
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.wait(pending, timeout=10))
             loop.run_until_complete(loop.shutdown_asyncgens())
             loop.close()
 
@@ -237,8 +255,9 @@ def serve(
     server = VeilServer(policy, ssl_context=ssl_context, allow_plaintext=allow_plaintext, limits=limits)
 
     async def main() -> None:
-        srv = await server.start_server(host=host, port=port)
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(_loop_exception_handler)
+        srv = await server.start_server(host=host, port=port)
         stop = asyncio.Event()
         # SIGTERM stops the loop from inside it (raising from a signal handler could land anywhere in
         # asyncio's own code and leave shutdown waiting forever).

@@ -21,7 +21,15 @@ from pg_mimic.messages import TARGET_STATEMENT
 from pg_mimic.results import encode_row
 from pg_mimic.stream import ConnectionClosed, PgStream
 
-from veil.errors import InvalidEncoding, ProtocolViolation, TooManyConnections, VeilError
+from veil.errors import (
+    AuthError,
+    InputError,
+    InvalidEncoding,
+    ProtocolViolation,
+    QueryCancelled,
+    TooManyConnections,
+    VeilError,
+)
 from veil.server import tls
 from veil.server.limits import MAX_STARTUP_PACKET
 from veil.server.results import to_pg_error
@@ -251,7 +259,7 @@ class VeilConnection(Connection):
         if not ok:
             count = server.throttle.failed(self.peer)
             logger.warning("failed login for user %r from %s (%d in a row from this address)", self.username, self.peer, count)
-            await fatal(self.stream, "28P01", f'password authentication failed for user "{self.username}"')
+            await fatal(self.stream, AuthError.sqlstate, f'password authentication failed for user "{self.username}"')
             return False
         server.throttle.succeeded(self.peer)
         try:
@@ -276,7 +284,7 @@ class VeilConnection(Connection):
             try:
                 await self._current_task
             except asyncio.CancelledError:
-                self._write_error(PgError("57014", "canceling statement due to user request"))
+                self._write_error(PgError(QueryCancelled.sqlstate, "canceling statement due to user request"))
             finally:
                 self._current_task = None
             if tag in (pg_messages.QUERY, pg_messages.SYNC):
@@ -378,7 +386,9 @@ class VeilConnection(Connection):
         except UnicodeDecodeError:
             raise InvalidEncoding(f'invalid byte sequence for encoding "UTF8" in parameter ${index + 1}') from None
         except (ValueError, struct.error, OverflowError):
-            raise PgError("22P02", f"invalid value for parameter ${index + 1}") from None
+            raise InputError(
+                f"parameter ${index + 1} is not a valid value of its declared type", hint="Check the bound value"
+            ) from None
 
     async def _handle_bind(self, parsed: Any) -> None:
         statement = self._get_statement(parsed.statement_name)

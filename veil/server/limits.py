@@ -42,6 +42,7 @@ class ServerLimits:
     max_query_bytes: int = 1 << 20
     max_query_depth: int = 64
     max_query_tokens: int = 4_000
+    max_operator_chain: int = 256  # AND/OR/+/=… in a row at one bracket level (parse-tree depth)
     max_planning_seconds: float = 10.0
     catalog_timeout: float = 5.0
     max_message_bytes: int = 4 << 20  # one protocol message after login (a query plus framing)
@@ -55,7 +56,15 @@ class ServerLimits:
             value = getattr(self, name)
             if not value >= 0:  # also refuses NaN
                 raise InputError(f"{name} must be >= 0 seconds, got {value}", hint="Use 0 to turn the limit off")
-        for name in ("max_connections", "max_query_bytes", "max_query_depth", "max_query_tokens", "workers", "catalog_workers"):
+        for name in (
+            "max_connections",
+            "max_query_bytes",
+            "max_query_depth",
+            "max_query_tokens",
+            "max_operator_chain",
+            "workers",
+            "catalog_workers",
+        ):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
         per = self.max_connections_per_analyst

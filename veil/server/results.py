@@ -18,7 +18,16 @@ from typing import Any
 from pg_mimic import ResultColumn
 from pg_mimic.errors import PgError
 
-from veil.errors import InternalError, QueryTooComplex, VeilError
+from veil.errors import (
+    InternalError,
+    InvalidEncoding,
+    ProtocolViolation,
+    QueryCancelled,
+    QueryTooComplex,
+    QueryTooLarge,
+    TooManyConnections,
+    VeilError,
+)
 from veil.server import catalog
 
 __all__ = ["EXPLAIN_COLUMNS", "Result", "answer_rows", "explain_rows", "output_columns", "to_pg_error"]
@@ -26,7 +35,9 @@ __all__ = ["EXPLAIN_COLUMNS", "Result", "answer_rows", "explain_rows", "output_c
 logger = logging.getLogger("veil.server")
 
 #: Errors that mean "this client asked for too much": logged in one line, never with a traceback.
-_ONE_LINE = ("53300", "54000", "54001", "57014", "08P01", "22021")
+_ONE_LINE = frozenset(
+    c.sqlstate for c in (TooManyConnections, QueryTooLarge, QueryTooComplex, QueryCancelled, ProtocolViolation, InvalidEncoding)
+)
 
 
 @dataclass(frozen=True)
@@ -50,7 +61,9 @@ def to_pg_error(exc: BaseException, *, context: str = "") -> PgError:
         fields = {"H": exc.hint} if exc.hint else {}
         return PgError(exc.sqlstate, exc.message, **fields)
     logger.error("internal error answering a client%s", f" ({context})" if context else "", exc_info=exc)
-    return PgError("XX000", "internal error in Veil", H="This is a bug in Veil, please report it with the server log")
+    return PgError(
+        InternalError.sqlstate, "internal error in Veil", H="This is a bug in Veil, please report it with the server log"
+    )
 
 
 def _convert(value: Any, sql_type: str) -> Any:

@@ -5,11 +5,11 @@ statements directly, catalog and ``veil.*`` queries on the catalog pool (:mod:`v
 analyst queries by the analyst's :class:`~veil.proxy.session.QuerySession` on the analyst pool.
 Nothing but bookkeeping runs on the event loop.
 
-Time limits: every statement sent to the query session runs under the statement timeout (the
-smaller of ``--statement-timeout`` and ``SET statement_timeout``, where set); when it passes, the
-query session is cancelled (its engine run is interrupted, so a private query releases nothing;
-see docs/server.md for the charge) and the client gets 57014. Planning alone (Describe, EXPLAIN)
-also stops at ``--max-planning-seconds`` with 54001.
+Time limits: a statement runs under the statement timeout (the smaller of ``--statement-timeout``
+and ``SET statement_timeout``, where set) until it is charged: planning, queueing and public
+queries stop with 57014. A charged private query runs to its end (whether it finishes in time may
+depend on one person's data: cutting it would be a one-bit oracle). Planning alone (Describe,
+EXPLAIN) also stops at ``--max-planning-seconds`` with 54001.
 """
 
 from __future__ import annotations
@@ -53,6 +53,11 @@ _OFF_LOOP_BYTES = 1 << 16  # statements longer than this are routed on a worker 
 _CANCEL_EVERY = 0.05
 
 
+def _consume(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 class VeilSession(BaseSession):
     """One client connection: its analyst, query session, and settings."""
 
@@ -90,17 +95,22 @@ class VeilSession(BaseSession):
         limits = [t for t in (self.server.limits.statement_timeout, self.settings.statement_timeout) if t > 0]
         return min(limits, default=0.0)
 
-    async def _timed(self, fn: Callable[..., Any], *args: Any, planning: bool = False, **kwargs: Any) -> Any:
-        """Run a query-session call under the statement timeout (and the planning limit)."""
-        timeout = self._timeout()
+    async def _timed(
+        self, fn: Callable[..., Any], *args: Any, planning: bool = False, interruptible: bool = True, **kwargs: Any
+    ) -> Any:
+        """Run a query-session call under the statement timeout (and the planning limit).
+        ``interruptible=False``: no time limit, and a cancel request stops it only if it has not
+        started yet (a charged private query always runs to its end)."""
+        timeout = self._timeout() if interruptible else 0.0
         plan_limit = self.server.limits.max_planning_seconds if planning else 0.0
         planning_bound = plan_limit > 0 and (timeout == 0 or plan_limit < timeout)
         limit = plan_limit if planning_bound else timeout
         future = self._submit(fn, *args, **kwargs)
+        waited = asyncio.wrap_future(future)
         try:
-            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), limit or None)
+            return await asyncio.wait_for(asyncio.shield(waited), limit or None)
         except TimeoutError:
-            self._cancelling.add(asyncio.ensure_future(self._cancel_until_done(future)))
+            self._abandon(future, waited, interrupt=True)
             if planning_bound:
                 raise QueryTooComplex(
                     f"planning the query took more than {plan_limit:g} s",
@@ -111,8 +121,16 @@ class VeilSession(BaseSession):
                 hint="A cancelled query releases nothing; raise the limit with SET statement_timeout (capped by the server)",
             ) from None
         except asyncio.CancelledError:  # the client's CancelRequest
-            self._cancelling.add(asyncio.ensure_future(self._cancel_until_done(future)))
+            self._abandon(future, waited, interrupt=interruptible)
             raise
+
+    def _abandon(self, future: concurrent.futures.Future[Any], waited: asyncio.Future[Any], *, interrupt: bool) -> None:
+        """Stop a call the client no longer waits for: one still queued for a worker is never run
+        (and costs nothing); one already running is interrupted until it returns (``interrupt``)
+        or left to finish."""
+        waited.add_done_callback(_consume)  # its outcome has no reader any more
+        if not future.cancel() and interrupt:
+            self._cancelling.add(asyncio.ensure_future(self._cancel_until_done(future)))
 
     async def _cancel_until_done(self, future: concurrent.futures.Future[Any]) -> None:
         """Interrupt the query session until the abandoned call has returned (a statement the
@@ -244,9 +262,22 @@ class VeilSession(BaseSession):
         if describe:
             columns = await self._describe(r, sql)
             return Result(results.output_columns(columns, self.settings.show_ci), [], "SELECT 0")
-        answer = await self._timed(self.query_session.execute, sql, epsilon=self.settings.epsilon)
+        answer = await self._execute(sql)
         rows = results.answer_rows(answer, self.settings.show_ci)
         return Result(results.output_columns(answer.columns, self.settings.show_ci), rows, f"SELECT {len(rows)}")
+
+    async def _execute(self, sql: str) -> Any:
+        """Answer an analyst query. Time limits stop it only before it is charged: whether a private
+        query's engine run finishes in time may depend on one person's data, so a timeout or a
+        cancel request that cut it would be a deterministic one-bit oracle. With a timeout set, the
+        query is first planned under the timeout (57014 there costs nothing); a public query then
+        runs under it too, a private one runs to its end."""
+        qs, epsilon = self.query_session, self.settings.epsilon
+        if self._timeout() > 0:
+            explanation = await self._timed(qs.explain, sql, epsilon=epsilon, planning=True)
+            if explanation.public:
+                return await self._timed(qs.execute, sql, epsilon=epsilon)
+        return await self._timed(qs.execute, sql, epsilon=epsilon, interruptible=False)
 
     async def _describe(self, r: Route, sql: str) -> Sequence[Any]:
         """Column types of an analyst query, without running it. Types do not depend on the bound
@@ -259,7 +290,7 @@ class VeilSession(BaseSession):
         try:
             cols = await self._timed(qs.describe, template, planning=True)
         except VeilError as exc:
-            if template == sql or exc.sqlstate in ("57014", "54000", "54001"):
+            if template == sql or isinstance(exc, (QueryCancelled, QueryTooLarge, QueryTooComplex)):
                 raise
             cols = await self._timed(qs.describe, sql, planning=True)  # NULLs did not type-check: use the values
         if len(self._describe_cache) >= 256:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from veil.errors import InputError, did_you_mean
+from veil.errors import InputError, InternalError, did_you_mean
 from veil.generators.kanon.hierarchies import Hierarchy
 
 __all__ = ["QISpace", "format_interval"]
@@ -48,6 +48,7 @@ class _QI:
     values: np.ndarray | None  # numeric: sorted distinct values
     hierarchy: Hierarchy | None  # categorical
     table: np.ndarray | None  # (U, U) cost table, or None for wide numeric columns
+    span: float = 0.0  # numeric: the domain width NCP divides by
 
     @property
     def size(self) -> int:
@@ -72,8 +73,12 @@ class QISpace:
         hierarchies: Mapping[str, Hierarchy] | None = None,
         *,
         numeric: Sequence[str] | None = None,
+        spans: Mapping[str, float] | None = None,
     ) -> None:
+        """``spans``: the domain width of numeric QIs for NCP (default: the range in ``df``), e.g.
+        the range over the whole source population when some of its rows are not published."""
         hierarchies = dict(hierarchies or {})
+        spans = dict(spans or {})
         if not qi:
             raise InputError("no quasi-identifiers given", hint="Pass --qi col1,col2,…")
         if len(set(qi)) != len(qi):
@@ -102,16 +107,18 @@ class QISpace:
                 vals = series.to_numpy(dtype=np.float64)
                 uniq, inverse = np.unique(vals, return_inverse=True)
                 codes[:, j] = inverse.reshape(-1)
-                rng = float(uniq[-1] - uniq[0])
+                rng = float(spans.get(col, uniq[-1] - uniq[0]))
+                if rng < float(uniq[-1] - uniq[0]):
+                    raise InternalError(f"the NCP span of {col!r} ({rng}) is narrower than its values' range")
                 table = None
                 if len(uniq) <= _TABLE_LIMIT:
                     table = (uniq[None, :] - uniq[:, None]) / rng if rng > 0 else np.zeros((len(uniq),) * 2)
                     table = np.maximum(table, 0.0)
-                qis.append(_QI(col, True, uniq, None, table))
+                qis.append(_QI(col, True, uniq, None, table, rng))
             else:
                 h = hierarchies.get(col) or Hierarchy.flat(series.astype(str).unique())
                 codes[:, j] = h.encode(series.astype(str).to_numpy(), column=col)
-                qis.append(_QI(col, False, None, h, h.cost_table()))
+                qis.append(_QI(col, False, None, h, h.cost_table(), 0.0))
         self.codes = codes
         self._qis = tuple(qis)
         self.sizes = np.array([q.size for q in qis], dtype=np.int64)
@@ -140,7 +147,7 @@ class QISpace:
         if q.table is not None:
             return q.table[lo, hi]
         v = q.values
-        rng = float(v[-1] - v[0]) or 1.0  # type: ignore[index]
+        rng = q.span or 1.0
         return (v[hi] - v[lo]) / rng  # type: ignore[index]
 
     def box_cost(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

@@ -207,14 +207,15 @@ class Hierarchy:
 
 # ---------------------------------------------------------------------- files
 def read_hierarchy_text(path: str | Path) -> str:
-    """A hierarchy file's text: UTF-8, or Latin-1 when it is not valid UTF-8 (ARX's Java tools write it)."""
+    """A hierarchy file's text: UTF-8 (a BOM dropped), else Latin-1 (ARX writes files in the platform's
+    encoding; every byte sequence is valid Latin-1, so a non-UTF-8 file never raises a decoding traceback)."""
     p = Path(path)
     try:
         raw = p.read_bytes()
     except OSError as exc:
         raise InputError(f"cannot read hierarchy file {str(p)!r}: {exc.strerror}", hint="Check the path") from exc
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         return raw.decode("latin-1")
 

@@ -109,6 +109,7 @@ class KAnonPlugin(PublishPlugin):
             population=_population(data, qi, p["missing"]),
             population_name=f"source table {plan.source!r}",
             extra_qi=[SOM_COLUMN] if som_columns else [],
+            missing=p["missing"],
         )
         audit_seconds = time.perf_counter() - audit_start
         if report.k < k:

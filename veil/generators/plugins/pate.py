@@ -51,7 +51,7 @@ class PatePlugin(PublishPlugin):
     artifact = "model"
 
     def plan(self, policy: Any, request: Mapping[str, Any]) -> Plan:
-        from veil.generators.pate import _label_classes
+        from veil.generators.pate.release import _label_classes
         from veil.mechanisms.pate_accounting import data_independent_epsilon
 
         config = request["config"]

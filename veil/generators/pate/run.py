@@ -1,0 +1,228 @@
+"""PATE end to end on arrays: :class:`PateConfig` → :func:`run_pate` → :class:`PateResult` (teachers,
+noisy labels, student, the (ε, δ) accounting and the curator's metrics)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from veil.errors import InputError
+from veil.generators._threads import DEFAULT_THREADS, limited_threads
+from veil.generators.pate.encoding import FeatureEncoder, LdpEncoding, check_rho, ldp_guarantee, privatise_records
+from veil.generators.pate.student import Student, binary_metrics, choose_threshold, train_student
+from veil.generators.pate.teachers import TeacherEnsemble, noisy_aggregate, partition_shards, train_teachers, vote_counts
+from veil.mechanisms.pate_accounting import (
+    DEFAULT_ORDERS,
+    MomentsBound,
+    data_dependent_epsilon,
+    data_independent_epsilon,
+)
+
+# --------------------------------------------------------------------------- end to end
+
+
+@dataclass(frozen=True)
+class PateConfig:
+    """Parameters of one PATE publication. ``rho=None``: the student's records are sent without noise."""
+
+    teachers: int = 250
+    gamma: float = 0.05
+    queries: int = 1000
+    rho: float | None = 0.5
+    ldp_encoding: LdpEncoding = "box"
+    delta: float = 1e-5
+    teacher_C: float = 1.0
+    student_hidden: int = 0
+    student_epochs: int = 300
+    threshold: Literal["roc", "argmax"] = "roc"
+    threshold_fraction: float = 0.2
+    orders: tuple[float, ...] = DEFAULT_ORDERS
+    seed: int = 0  # non-private algorithmic randomness: shards, query sample, student init
+    threads: int = DEFAULT_THREADS  # torch and BLAS threads while training (restored afterwards)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.teachers, bool) or not isinstance(self.teachers, int) or self.teachers < 1:
+            raise InputError(f"teachers must be a positive integer, got {self.teachers!r}")
+        if isinstance(self.queries, bool) or not isinstance(self.queries, int) or self.queries < 2:
+            raise InputError(f"queries must be an integer ≥ 2, got {self.queries!r}")
+        if not (isinstance(self.gamma, (int, float)) and math.isfinite(self.gamma) and self.gamma > 0):
+            raise InputError(f"gamma must be a finite number > 0, got {self.gamma!r}")
+        if self.rho is not None:
+            check_rho(self.rho)
+        if not (isinstance(self.delta, float) and 0 < self.delta < 1):
+            raise InputError(f"delta must be in (0, 1), got {self.delta!r}")
+        if self.ldp_encoding not in ("box", "l1"):
+            raise InputError(f"ldp_encoding must be 'box' or 'l1', got {self.ldp_encoding!r}")
+        if self.threshold not in ("roc", "argmax"):
+            raise InputError(f"threshold must be 'roc' or 'argmax', got {self.threshold!r}")
+        if not 0 < self.threshold_fraction < 1:
+            raise InputError(f"threshold_fraction must be in (0, 1), got {self.threshold_fraction!r}")
+        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
+            raise InputError(f"threads must be a positive integer, got {self.threads!r}", hint="Use e.g. threads=1")
+
+
+@dataclass(frozen=True)
+class PateResult:
+    """Outcome of :func:`run_pate`. ``counts`` are the private vote counts (curator-only)."""
+
+    student: Student
+    counts: np.ndarray
+    labels: np.ndarray
+    epsilon_independent: MomentsBound
+    epsilon_dependent: MomentsBound
+    ldp: Mapping[str, Any]
+    metrics: Mapping[str, Any]
+
+
+def run_pate(
+    X_teachers: np.ndarray,
+    y_teachers: np.ndarray,
+    X_student: np.ndarray,
+    X_valid: np.ndarray | None,
+    y_valid: np.ndarray | None,
+    *,
+    encoder: FeatureEncoder,
+    classes: Sequence[Any],
+    config: PateConfig,
+    y_student: np.ndarray | None = None,
+    groups: np.ndarray | None = None,
+    ensemble: TeacherEnsemble | None = None,
+    rng: np.random.Generator | None = None,
+    progress: bool = True,
+) -> PateResult:
+    """Teachers → privatised queries → noisy labels → student → metrics and ε.
+
+    Inputs are box-encoded (``encoder.transform``) arrays; labels are class indices into ``classes``.
+    ``X_student`` holds the student's records: ``config.queries`` of them are sampled (seeded) and
+    sent. ``y_student`` (true labels of those records) and ``X_valid``/``y_valid`` only feed metrics.
+    ``ensemble`` reuses already trained teachers. ``rng`` is the test-only noise generator.
+    """
+    with limited_threads(config.threads):
+        return _run_pate(
+            X_teachers,
+            y_teachers,
+            X_student,
+            X_valid,
+            y_valid,
+            encoder=encoder,
+            classes=classes,
+            config=config,
+            y_student=y_student,
+            groups=groups,
+            ensemble=ensemble,
+            rng=rng,
+            progress=progress,
+        )
+
+
+def _run_pate(
+    X_teachers: np.ndarray,
+    y_teachers: np.ndarray,
+    X_student: np.ndarray,
+    X_valid: np.ndarray | None,
+    y_valid: np.ndarray | None,
+    *,
+    encoder: FeatureEncoder,
+    classes: Sequence[Any],
+    config: PateConfig,
+    y_student: np.ndarray | None = None,
+    groups: np.ndarray | None = None,
+    ensemble: TeacherEnsemble | None = None,
+    rng: np.random.Generator | None = None,
+    progress: bool = True,
+) -> PateResult:
+    k = len(classes)
+    Xs = np.asarray(X_student, dtype=np.float64)
+    if Xs.shape[0] < config.queries:
+        raise InputError(
+            f"the student has {Xs.shape[0]} records but {config.queries} queries were asked",
+            hint="Lower --queries or give the student more records",
+        )
+    if ensemble is None:
+        shards = partition_shards(len(X_teachers), config.teachers, seed=config.seed, groups=groups)
+        ensemble = train_teachers(X_teachers, y_teachers, shards, classes=classes, C=config.teacher_C, progress=progress)
+    algo = np.random.default_rng(config.seed + 1)
+    pick = np.sort(algo.choice(Xs.shape[0], size=config.queries, replace=False))
+    Xq = privatise_records(Xs[pick], rho=config.rho, encoding=config.ldp_encoding, rng=rng)
+    counts = vote_counts(ensemble, Xq)
+    labels = noisy_aggregate(counts, gamma=config.gamma, rng=rng)
+
+    # student: hold out a fraction of the labelled queries to pick the ROC threshold (binary)
+    use_roc = config.threshold == "roc" and k == 2
+    perm = algo.permutation(config.queries)
+    n_thr = round(config.threshold_fraction * config.queries) if use_roc else 0
+    thr_idx, fit_idx = perm[:n_thr], perm[n_thr:]
+    net = train_student(
+        Xq[fit_idx],
+        labels[fit_idx],
+        n_classes=k,
+        hidden=config.student_hidden,
+        epochs=config.student_epochs,
+        seed=config.seed + 2,
+    )
+    threshold = None
+    if use_roc:
+        with torch.no_grad():
+            s = torch.softmax(net(torch.from_numpy(Xq[thr_idx])), dim=1)[:, 1].numpy()
+        threshold = choose_threshold(s, labels[thr_idx])
+    eps_ind = data_independent_epsilon(gamma=config.gamma, queries=config.queries, delta=config.delta)
+    eps_dep = data_dependent_epsilon(counts, gamma=config.gamma, delta=config.delta, orders=config.orders)
+    ldp = ldp_guarantee(encoder, config.rho, config.ldp_encoding)
+    student = Student(
+        net=net,
+        classes=tuple(classes),
+        encoder=encoder,
+        hidden=config.student_hidden,
+        threshold=threshold,
+        ldp_encoding=config.ldp_encoding,
+        info={
+            "trained_on": "privatised student records and noisy PATE labels",
+            "queries": config.queries,
+            "fit_records": len(fit_idx),
+            "threshold_records": len(thr_idx),
+        },
+    )
+
+    metrics: dict[str, Any] = {
+        "teachers": ensemble.n_teachers,
+        "teacher_train_seconds": round(ensemble.train_seconds, 3),
+        "mean_shard_size": float(np.mean(ensemble.shard_sizes)),
+        "queries": config.queries,
+        "label_distribution": {str(c): int(np.sum(labels == i)) for i, c in enumerate(classes)},
+        "epsilon_data_independent": eps_ind.epsilon,
+        "lambda_data_independent": eps_ind.order,
+        "epsilon_data_dependent": eps_dep.epsilon,
+        "order_data_dependent": eps_dep.order,
+        "epsilon_pure_composition": 2.0 * config.gamma * config.queries,
+        "student_ldp_epsilon_per_record": ldp["per_record"],
+        "student_ldp_epsilon_per_numeric_feature": ldp["per_numeric_feature"],
+        "student_ldp_epsilon_per_categorical_feature": ldp["per_categorical_feature"],
+        "student_threshold": threshold,
+    }
+    if y_student is not None:
+        truth = np.asarray(y_student)[pick]
+        metrics["ensemble_accuracy_before_noise"] = float(np.mean(np.argmax(counts, axis=1) == truth))
+        metrics["ensemble_accuracy_after_noise"] = float(np.mean(labels == truth))
+    if X_valid is not None and y_valid is not None and len(y_valid):
+        yv = np.asarray(y_valid)
+        Xv = np.asarray(X_valid, dtype=np.float64)
+        pred = student.predict_index(Xv, encoded=True)
+        metrics["student_accuracy"] = float(np.mean(pred == yv))
+        metrics["validation_records"] = len(yv)
+        metrics["ensemble_accuracy_clean_validation"] = float(np.mean(np.argmax(vote_counts(ensemble, Xv), 1) == yv))
+        if k == 2:
+            metrics.update({f"student_{key}": v for key, v in binary_metrics(pred, yv).items()})
+    return PateResult(
+        student=student,
+        counts=counts,
+        labels=labels,
+        epsilon_independent=eps_ind,
+        epsilon_dependent=eps_dep,
+        ldp=ldp,
+        metrics=metrics,
+    )
