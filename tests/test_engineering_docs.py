@@ -28,7 +28,6 @@ _BASE: dict[str, Any] = {
     "defaults": {},
     "tables": {"t": {"privacy_unit": "row", "columns": {"a": {"type": "int", "lower": 0, "upper": 1}}}},
     "analysts": {"alice": {"epsilon": 1}},
-    "engine": {},
 }
 #: docs/policy.md section heading → where in the parsed TOML a key of that section goes.
 _SECTIONS: dict[str, tuple[str, ...]] = {
@@ -39,7 +38,6 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "[tables.<name>]": ("tables", "t"),
     "[tables.<name>.columns]": ("tables", "t", "columns", "a"),
     "[analysts.<name>]": ("analysts", "alice"),
-    "[engine]": ("engine",),
 }
 
 
