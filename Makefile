@@ -34,8 +34,8 @@ test-fast: lint
 gates: lint typecheck layers
 
 lint: $(STAMP)
-	$(BIN)/ruff check $(SRC)
-	$(BIN)/ruff format --check $(SRC)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
