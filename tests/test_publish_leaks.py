@@ -53,7 +53,18 @@ def test_krr_publishes_only_the_randomised_columns(warehouse: Path) -> None:
 @pytest.mark.parametrize("method", ["imposter", "gan"])
 def test_synth_is_synthetic_in_every_column(warehouse: Path, method: str) -> None:
     args = ["--method", method, "--sensitive", "sex", "--label", "income", "--columns", "job,age"]
-    body = _publish(warehouse, "synth", *args, "--epochs", "2", "--batch-size", "64", "--output", f"p_{method}", "--threads", "1")
+    args += ["--epochs", "2", "--batch-size", "64", "--output", f"p_{method}", "--threads", "1"]
+    # On this 400-row table (80 holdout rows) the distance-to-closest-record check refuses a fresh model's
+    # release now and then (measured: about 1 run in 20; holdout split and training are CSPRNG-random).
+    # A refusal writes nothing and is a sound outcome, so up to three independent tries: a spurious
+    # failure of this test has probability about 1e-4, and a gate that always refused still fails it.
+    for _ in range(3):
+        res = veil("publish", "synth", "--policy", warehouse, "--table", "people", "--format", "json", *args)
+        if res.exit_code == 0:  # type: ignore[attr-defined]
+            break
+        assert "reproduces its training rows" in res.output and f"p_{method}" not in tables(warehouse), res.output  # type: ignore[attr-defined]
+    body = ok_json(res)
+    analyst_reads_every_published_table(warehouse)
     out = table(warehouse, f"p_{method}")
     assert set(out.columns) == {"sex", "income", "job", "age"}  # name, hours, gain dropped
     assert set(body["columns"].values()) == {"synthesised"}
