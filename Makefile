@@ -34,8 +34,8 @@ test-fast: lint
 gates: lint typecheck layers
 
 lint: $(STAMP)
-	$(BIN)/ruff check $(SRC)
-	$(BIN)/ruff format --check $(SRC)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -53,3 +53,6 @@ constraints: $(STAMP)
 
 clean:
 	rm -rf $(VENV) demo .pytest_cache .mypy_cache
+
+# SDV in its own venv (never in the main install): make bench-sdv-venv, make bench-sdv
+include bench/sdv.mk

@@ -1,6 +1,6 @@
 """Quick start with the Python API on the demo warehouse.
 
-    python examples/quickstart.py            # builds ./demo if needed, then asks a few questions
+python examples/quickstart.py            # builds ./demo if needed, then asks a few questions
 """
 
 from __future__ import annotations

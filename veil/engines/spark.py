@@ -19,6 +19,7 @@ several Veil processes can share one warehouse).
 
 from __future__ import annotations
 
+import logging
 import shutil
 import time
 import uuid
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["RECHECK_SECONDS", "SparkEngine", "spark_available", "spark_session"]
+
+log = logging.getLogger("veil.engines.spark")
 
 #: A table changed outside this process is noticed within this many seconds (its version is re-read).
 RECHECK_SECONDS = 60.0
@@ -205,8 +208,8 @@ class SparkEngine:
         if self._session is not None:
             try:
                 self._session.interruptTag(self._tag)
-            except Exception:  # the session may be stopping: nothing left to cancel
-                pass
+            except Exception as exc:  # pyspark/py4j errors: the session may be stopping, nothing left to cancel
+                log.debug("cancel found no Spark session to interrupt (%s)", type(exc).__name__)
 
     def close(self) -> None:
         self._session = None  # the SparkSession is shared by the process

@@ -44,6 +44,7 @@ from veil.errors import InputError, PublicationRefused
 from veil.generators import gate
 from veil.generators.publication import COPIED, Plan, Publication
 from veil.generators.registry import RunEnv, get_plugin
+from veil.policy import normalise_name
 
 __all__ = ["PublishResult", "check_output", "csprng", "evaluate", "publish", "recover"]
 
@@ -140,17 +141,52 @@ def _release_signals(held: _Held | None) -> bool:
 # -- warehouse protection ---------------------------------------------------------------------------
 
 
+def _check_source(policy: Any, plan: Plan) -> None:
+    """A publication reads a private, row-level table declared in the policy, and nothing else.
+
+    Not Veil's internal tables (a bounded copy is the same people, outside the table's budget), not a
+    table the policy does not declare, and not a table whose privacy unit is a column: a person with
+    many rows would count as many people (k-anonymity classes, DP sensitivities), and publications do
+    not bound contributions per person yet.
+    """
+    source = plan.source
+    spec = policy.tables.get(source)
+    if spec is None or source.startswith("_veil"):
+        raise InputError(
+            f"--table {source!r} is not a table of the policy",
+            hint="Publish from a private table declared in the policy (see `veil tables`)",
+        )
+    if spec.public:
+        raise InputError(
+            f"--table {source!r} is already public: there is nothing to protect", hint="Publish from a private table"
+        )
+    if spec.privacy_unit is not None:
+        raise InputError(
+            f"--table {source!r} has privacy unit {spec.privacy_unit!r}: publications protect rows, and one person "
+            "may own many rows of it",
+            hint="Publish from a row-level table (one row per person), e.g. one aggregated per person first",
+        )
+
+
 def check_output(policy: Any, plan: Plan) -> None:
     """Refuse outputs that would overwrite private data or a table without ``replace``."""
     from veil.store.publications import published_tables
     from veil.store.warehouse import table_names
 
+    _check_source(policy, plan)
     if plan.artifact == "model":
         path = Path(plan.output)
         if path.exists() and not plan.replace:
             raise InputError(f"model file {str(path)!r} already exists", hint="Choose another --output-model or pass --replace")
         return
     out = plan.output
+    if normalise_name(out) != out:
+        # DuckDB resolves names case-insensitively, and the name is written into the commit's SQL:
+        # only plain lower-case names, which cannot alias another table or carry SQL
+        raise InputError(
+            f"--output {out!r} is not a plain SQL name (lower-case letters, digits, _)",
+            hint=f"Use e.g. {normalise_name(out) if out.strip(' _') else 'released'!r}",
+        )
     if out == plan.source:
         raise InputError(
             f"--output {out!r} is the source table: a publication never overwrites its private source",

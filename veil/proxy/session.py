@@ -171,8 +171,13 @@ class Env:
             policy = self.policy
             names = sorted({n for n, t in policy.tables.items() if t.public} | set(published_tables(policy)))
             public = {n: dict(self.public_engine.table_columns(n)) for n in names}
-            missing = [n for n, cols in public.items() if not cols and self.engine.table_exists(n)]
-            if missing and isinstance(self.public_engine, DuckDBEngine):  # a warehouse from before the mirror
+            # a table declared public in the policy but absent from the mirror (a warehouse from before
+            # the mirror) is copied into it; a *published* table never is: only the publish transaction
+            # (and its recovery) puts one there, so a half-done publication can never expose the table
+            # its output name still holds in the warehouse
+            declared = {n for n, t in policy.tables.items() if t.public}
+            missing = [n for n, cols in public.items() if not cols and n in declared and self.engine.table_exists(n)]
+            if missing and isinstance(self.public_engine, DuckDBEngine):
                 from veil.store import warehouse
 
                 for n in missing:

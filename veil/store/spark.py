@@ -12,6 +12,7 @@ several Veil processes can share one warehouse).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import threading
@@ -34,6 +35,8 @@ __all__ = [
 ]  # fmt: skip
 
 RECHECK_SECONDS = 60.0
+
+log = logging.getLogger("veil.store.spark")
 
 _lock = threading.RLock()
 _sessions: dict[tuple[str | None, str | None], SparkSession] = {}
@@ -104,8 +107,8 @@ def spark_session(spec: EngineSpec) -> SparkSession:
         else:
             try:
                 s.sql(f"CREATE DATABASE IF NOT EXISTS {_q(spec.database)}")
-            except Exception:  # a cluster may refuse CREATE; the database then has to exist already
-                pass
+            except Exception as exc:  # a cluster may refuse CREATE; the database then has to exist already
+                log.info("CREATE DATABASE %s refused (%s); using it as it is", spec.database, type(exc).__name__)
     return s
 
 
