@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from veil.errors import InputError
+from veil.errors import InputError, did_you_mean
 from veil.generators.krr import declared_domain, keep_probability
 from veil.generators.publication import ColumnProtection, Plan, Publication
 from veil.generators.registry import PublishPlugin, RunEnv, register_plugin
@@ -54,7 +54,10 @@ class KRRPlugin(PublishPlugin):
         spec = policy.table(request["table"])
         keep: list[float] = []
         for c in columns:
-            domain, _ = declared_domain(c, spec.columns.get(normalise_name(c)))
+            col = spec.columns.get(normalise_name(c))
+            if col is None and did_you_mean(c, spec.columns):
+                raise InputError(f"column {c!r} is not declared in the policy", hint=did_you_mean(c, spec.columns))
+            domain, _ = declared_domain(c, col)
             if math.isfinite(eps) and eps > 0:
                 keep.append(keep_probability(eps, len(domain)))
         if keep:
