@@ -27,7 +27,7 @@ age = {{ type = "int", lower = 17, upper = 90 }}
 hours = {{ type = "int", lower = 1, upper = 99 }}
 gain = {{ type = "int", lower = 0, upper = 5000 }}
 sex = {{ type = "category", values = ["F", "M"] }}
-job = {{ type = "category" }}
+job = {{ type = "category", values = ["nurse", "smith", "clerk"] }}
 income = {{ type = "category", values = ["low", "high"] }}
 
 [analysts.bob]

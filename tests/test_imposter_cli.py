@@ -21,7 +21,7 @@ path = "ledger.sqlite"
 age = { type = "int", lower = 17, upper = 90 }
 marital_status = { type = "category" }
 occupation = { type = "category" }
-relationship = { type = "category" }
+relationship = { type = "category", values = ["Husband", "Not-in-family", "Other-relative", "Own-child", "Unmarried", "Wife"] }
 sex = { type = "category", values = ["Female", "Male"] }
 hours_per_week = { type = "int", lower = 1, upper = 99 }
 income = { type = "category", values = ["<=50K", ">50K"] }

@@ -35,3 +35,17 @@ def test_compare_sweeps_krr_and_kanon_through_the_gate(warehouse: Path) -> None:
 def test_compare_refuses_an_unknown_kind(warehouse: Path) -> None:
     res = veil("compare", "--policy", warehouse, "--table", "people", "--kind", "krrr", "--columns", "sex")
     assert res.exit_code == 2 and "Did you mean 'krr'" in res.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["old.png", "old.svg"])
+def test_compare_plot_replaces_a_file_only_with_replace(warehouse: Path, name: str) -> None:
+    target = warehouse.parent / name
+    target.write_bytes(b"old")
+    base = ["compare", "--policy", warehouse, "--table", "people", "--columns", "age,hours", "--target", "income",
+            "--methods", "noise_addition", "--plot", target]  # fmt: skip
+    refused = veil(*base)
+    assert refused.exit_code == 2 and "already exists" in refused.output and target.read_bytes() == b"old"
+    res = veil(*base, "--replace")
+    assert res.exit_code == 0, res.output
+    assert target.read_bytes() != b"old" and target.stat().st_size > 100

@@ -192,3 +192,46 @@ def test_pate_is_charged_to_the_table_budget_and_refused_before_training_when_sh
     res = veil(*args, "--output-model", second)
     assert res.exit_code == 2 and "BudgetExhausted" in res.output and "table 'people'" in res.output, res.output
     assert not list(tmp_path.glob("second.pt*")) and len(publications(policy)) == 1
+
+
+@pytest.mark.parametrize(
+    ("checks", "refused"),
+    [
+        ({"noise_a": 0.099}, True),
+        ({"noise_a": 0.1}, False),
+        ({"swap_p": 4.9}, True),
+        ({"swap_p": 5.0}, False),
+        ({"keep_probability": 0.90001}, True),
+        ({"keep_probability": 0.9}, False),
+    ],
+)
+def test_vacuous_parameter_thresholds(checks: dict[str, float], refused: bool) -> None:
+    from veil.errors import PublicationRefused
+    from veil.generators import gate
+
+    if refused:
+        with pytest.raises(PublicationRefused, match="vacuous parameter"):
+            gate.check_plan_values(checks)
+    else:
+        gate.check_plan_values(checks)
+
+
+@pytest.mark.parametrize("k", [2, 3, 10, 74])
+def test_krr_refusal_follows_the_keep_probability_of_the_declared_domain(k: int) -> None:
+    """Data-independent: the plan (no data read) is refused exactly when e^ε/(e^ε + k − 1) > 0.9."""
+    from types import SimpleNamespace
+
+    from veil.errors import PublicationRefused
+    from veil.generators import gate
+    from veil.generators.krr import keep_probability
+    from veil.generators.plugins.krr import KRRPlugin
+
+    spec = SimpleNamespace(columns={"c": SimpleNamespace(values=tuple(range(k)))})
+    policy = SimpleNamespace(table=lambda name: spec)
+    for eps in (0.5, 1.0, 2.0, 2.2, 3.0, 5.0, 8.0, 16.0):
+        plan = KRRPlugin().plan(policy, {"table": "t", "columns": ["c"], "epsilon": eps, "output": "o"})
+        if keep_probability(eps, k) > gate.MAX_KEEP_PROBABILITY:
+            with pytest.raises(PublicationRefused, match="keep probability"):
+                gate.check_plan(plan)
+        else:
+            gate.check_plan(plan)

@@ -79,6 +79,23 @@ def _compact(params: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items())
 
 
+PLOT_FORMATS = (".png", ".pdf", ".svg")
+
+
+def _check_plot_path(path: Path, replace: bool) -> None:
+    """``--plot`` must name a known image format and, without ``--replace``, no existing file."""
+    if path.suffix.lower() not in PLOT_FORMATS:
+        raise InputError(
+            f"--plot {str(path)!r} has the extension {path.suffix or '(none)'!r}, not an image format Veil writes",
+            hint=f"Use one of {', '.join(PLOT_FORMATS)}",
+        )
+    if path.exists() and not replace:
+        raise InputError(
+            f"--plot {str(path)!r} already exists; compare never overwrites a file",
+            hint="Pass --replace to overwrite it, or choose another path",
+        )
+
+
 @cli.command("compare")
 @policy_option
 @click.option(
@@ -112,8 +129,10 @@ def _compact(params: dict[str, Any]) -> str:
     "--plot",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Write a PNG scatter of IL vs DR coloured by method, Pareto front marked.",
+    help="Write a scatter of IL vs DR coloured by method, Pareto front marked (.png, .pdf or .svg; an existing file "
+    "needs --replace).",
 )
+@click.option("--replace", "replace_plot", is_flag=True, default=False, help="Replace an existing --plot file.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed for non-DP randomness.")
 @format_option
 @run_guarded
@@ -128,6 +147,7 @@ def compare_command(
     methods: str,
     params: tuple[str, ...],
     plot: Path | None,
+    replace_plot: bool,
     seed: int,
     fmt: str,
 ) -> None:
@@ -139,6 +159,8 @@ def compare_command(
     from veil.policy import load_policy
     from veil.store.warehouse import read_table
 
+    if plot is not None:
+        _check_plot_path(plot, replace_plot)
     policy = load_policy(policy_path)
     if kind != "sdc":
         _compare_kind(policy, kind, table, _split(columns), target, sensitive, sweep_values, params, seed, fmt)
@@ -159,6 +181,7 @@ def compare_command(
     ctx = _context(policy, table, _split(columns), target, seed, df)
     rows = compare_methods(df, ctx, names, fixed=fixed, seed=seed)
     if plot is not None:
+        _check_plot_path(plot, replace_plot)  # again: the sweep took a while
         plot_tradeoff(rows, plot)
     if fmt == "json":
         keys = ("method", "params", "il", "il_mean", "dr", "linkage_risk", "seconds", "epsilon", "pareto")

@@ -4,12 +4,16 @@ Every publication passes through :func:`check_plan` (before any data is read) an
 (on the finished output). A failed check raises :class:`~veil.errors.PublicationRefused` (exit 2
 at the CLI) and the transaction writes nothing. The checks:
 
-* **vacuous parameters** (:func:`check_plan`): ``k`` < 2, ``noise`` ≤ 0, ``epsilon`` ≤ 0, ∞ or
-  above :data:`MAX_EPSILON`;
+* **vacuous parameters** (:func:`check_plan`, from the parameters only, never the data): ``k`` < 2,
+  ``noise`` ≤ 0, noise addition's ``a`` < :data:`MIN_NOISE_A`, rank swapping's ``p`` <
+  :data:`MIN_SWAP_P`, ``epsilon`` ≤ 0, ∞ or above :data:`MAX_EPSILON`, a kRR keep probability above
+  :data:`MAX_KEEP_PROBABILITY`;
 * **column provenance**: every column of the table has a recorded protection among
   :data:`~veil.generators.publication.PROTECTIONS` (the transaction has already dropped copied
   columns); a ``sensitive`` column is allowed only in a table with a group guarantee, and its
   ℓ-diversity (distinct values in the smallest-diversity group) is reported;
+* **declared columns**: a column of the source that the policy's table spec does not declare (an
+  identifier such as a name, typically) is never published, whatever role it was given;
 * **groups**: rows grouped on ``group_columns`` form groups of at least ``min_group`` rows;
 * **domains**: numbers within the policy's declared bounds, categories among declared values;
 * for methods **without** a DP guarantee only (a data-dependent refusal of a DP release would
@@ -41,6 +45,18 @@ __all__ = ["GateReport", "check_plan", "check_plan_values", "verify"]
 
 #: Largest ε the gate accepts for one publication: e^50 ≈ 5·10²¹ already bounds nothing.
 MAX_EPSILON = 50.0
+
+#: Largest keep probability e^ε/(e^ε + k − 1) of a kRR column (from ε and the declared k only): above,
+#: nine values in ten or more are published as they are, and a few columns single people out.
+MAX_KEEP_PROBABILITY = 0.9
+
+#: Smallest noise level ``a`` of noise addition (noise σ = a · the column's standard deviation): below,
+#: rounding or averaging a few values undoes the noise.
+MIN_NOISE_A = 0.1
+
+#: Smallest rank-swapping window ``p`` (percent of the ranks): below, values move among a handful of
+#: neighbours and each one is published nearly as it is.
+MIN_SWAP_P = 5.0
 
 _PRIVATE_COPY_HINT = (
     "A copy without protection can only be private: keep it in the warehouse with `veil ingest` "
@@ -84,6 +100,24 @@ def check_plan_values(checks: Mapping[str, float]) -> None:
                 f"vacuous parameter: noise level = {value} (it must be > 0: with none the values are published as they are)",
                 hint=_PRIVATE_COPY_HINT,
             )
+        if name == "noise_a" and not v >= MIN_NOISE_A:
+            raise PublicationRefused(
+                f"vacuous parameter: noise level a = {value} (it must be at least {MIN_NOISE_A:g}: below, rounding "
+                "undoes the noise and the values are published nearly as they are)",
+                hint=_PRIVATE_COPY_HINT,
+            )
+        if name == "swap_p" and not v >= MIN_SWAP_P:
+            raise PublicationRefused(
+                f"vacuous parameter: rank-swapping window p = {value} % (it must be at least {MIN_SWAP_P:g} %: below, "
+                "values are swapped among near-identical neighbours)",
+                hint=_PRIVATE_COPY_HINT,
+            )
+        if name == "keep_probability" and not v <= MAX_KEEP_PROBABILITY:
+            raise PublicationRefused(
+                f"vacuous parameter: a randomised-response keep probability of {v:.6g} (at most "
+                f"{MAX_KEEP_PROBABILITY:g}: above, almost every value is published as it is)",
+                hint="Lower --epsilon: the keep probability is e^ε/(e^ε + k − 1) for a column of k declared values",
+            )
         if name == "epsilon" and not (v > 0 and math.isfinite(v) and v <= MAX_EPSILON):
             raise PublicationRefused(
                 f"vacuous parameter: ε = {value} (it must be > 0 and at most {MAX_EPSILON:g}: beyond, e^ε makes the "
@@ -117,6 +151,14 @@ def _out_of_domain(frame: pd.DataFrame, spec: Any, plan: Plan) -> str | None:
             if vmin < lo or vmax > hi:
                 return f"column {name!r} spans [{vmin:g}, {vmax:g}] outside the declared [{lo:g}, {hi:g}]"
     return None
+
+
+def _undeclared(columns: Mapping[str, Any], train: pd.DataFrame, spec: Any) -> list[str]:
+    """Published columns that come from the source but that its policy spec does not declare."""
+    declared = getattr(spec, "columns", None)
+    if declared is None:
+        return []
+    return [c for c in columns if c in train.columns and c not in declared]
 
 
 def _is_generalised(values: pd.Series) -> bool:
@@ -153,6 +195,14 @@ def verify(
         columns[str(name)] = {"protection": prot.how, "detail": prot.detail}
     if not columns:
         raise PublicationRefused(f"publication {pub.method!r} has no protected column to publish")
+    undeclared = _undeclared(columns, train, spec)
+    if undeclared:
+        raise PublicationRefused(
+            f"column {undeclared[0]!r} of the source is not declared in the policy's table spec and may not be "
+            f"published by {pub.method!r} (as a sensitive, label, condition or target column or otherwise)",
+            hint="Publish only declared columns: declare it in [tables.<table>.columns] if it is not an identifier, "
+            "else leave it out",
+        )
     if pub.sensitive and not pub.group_columns:
         raise PublicationRefused(f"sensitive columns {list(pub.sensitive)} are only publishable in a k-anonymous table")
 

@@ -11,18 +11,20 @@ together are (m·ε)-local-DP for m columns (sequential composition); the releas
 ``params["epsilon_per_attribute"]`` is ε. The publication (``veil publish krr``, a plug-in in
 :mod:`veil.generators.plugins.krr`) holds the perturbed columns only, rows shuffled.
 
-**Domains.** kRR needs each column's full domain. It is taken, in order, from the policy's
-declared ``values`` for the column; for an integer column with declared bounds spanning at most
-``max_domain`` values, from every integer in ``[lower, upper]``; otherwise from the values present
-in the data (``domain_source = "data"`` in the release record: the domain itself is then read
-from the private table and is disclosed by the release, outside the ε guarantee). NA is one
-more domain value when the column has missing values.
+**Domains.** kRR needs each column's full domain, and it must be *declared*: it is taken from the
+policy's ``values`` for the column, or, for an integer column with declared bounds spanning at
+most ``max_domain`` values, from every integer in ``[lower, upper]``. A column with neither is
+refused (:class:`~veil.errors.InputError`): a domain read from the private data would be
+disclosed by the release outside the ε guarantee (randomising a column of names would publish
+the names). NA is one more domain value when the column has missing values.
 
 >>> import pandas as pd, numpy as np
+>>> from types import SimpleNamespace
 >>> df = pd.DataFrame({"c": ["a", "b"] * 50, "n": range(100)})
->>> out, info = krr_publish(df, ["c"], epsilon=100.0, rng=np.random.default_rng(0))
+>>> specs = {"c": SimpleNamespace(values=("a", "b"))}
+>>> out, info = krr_publish(df, ["c"], epsilon=100.0, specs=specs, rng=np.random.default_rng(0))
 >>> out["c"].equals(df["c"]), list(out.columns), info["c"]["domain_source"]
-(True, ['c'], 'data')
+(True, ['c'], 'policy values')
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import pandas as pd
 from veil.errors import InputError, did_you_mean
 from veil.mechanisms import randomized_response
 
-__all__ = ["keep_probability", "krr_publish"]
+__all__ = ["declared_domain", "keep_probability", "krr_publish"]
 
 _NA = "__veil_na__"
 
@@ -51,7 +53,9 @@ def keep_probability(epsilon: float, k: int) -> float:
     return 1.0 / (1.0 + (k - 1) * math.exp(-epsilon))
 
 
-def _domain(col: pd.Series, spec: Any, max_domain: int) -> tuple[list[Any], str]:
+def declared_domain(name: str, spec: Any, max_domain: int = 1000) -> tuple[list[Any], str]:
+    """Column ``name``'s domain from its policy ``spec`` (values, or small integer bounds) and where it
+    came from; :class:`InputError` when the policy declares none (never read from the data)."""
     values = getattr(spec, "values", None) if spec is not None else None
     if values:
         return list(values), "policy values"
@@ -62,8 +66,13 @@ def _domain(col: pd.Series, spec: Any, max_domain: int) -> tuple[list[Any], str]
         and spec.upper - spec.lower + 1 <= max_domain
     ):
         return list(range(int(spec.lower), int(spec.upper) + 1)), "policy bounds"
-    present = pd.unique(col.dropna()).tolist()
-    return sorted(present, key=lambda v: (str(type(v)), v)), "data"
+    what = "is not declared in the policy" if spec is None else "has no declared domain in the policy"
+    raise InputError(
+        f"column {name!r} {what}: kRR needs a declared domain (a domain read from the private data is "
+        "published outside the ε guarantee)",
+        hint=f"Declare its values (values = [...]) or integer bounds (at most {max_domain} values) in the policy's "
+        "[tables.<table>.columns], or drop it from --columns",
+    )
 
 
 def krr_publish(
@@ -96,7 +105,7 @@ def krr_publish(
     info: dict[str, dict[str, Any]] = {}
     for name in columns:
         col = df[name]
-        domain, source = _domain(col, (specs or {}).get(name), max_domain)
+        domain, source = declared_domain(name, (specs or {}).get(name), max_domain)
         has_na = bool(col.isna().any())
         if has_na:
             domain = [*domain, _NA]

@@ -668,7 +668,13 @@ class _DPMicroagg(_Refusing):
         classes: tuple[Any, ...] = ()
         if ctx.target:
             declared = ctx.categories.get(ctx.target) if ctx.categories else None
-            classes = tuple(declared) if declared else tuple(sorted(pd.unique(data[ctx.target]).tolist(), key=str))
+            if not declared:
+                raise InputError(
+                    f"label {ctx.target!r} has no declared values in the policy: a DP release may not publish a value "
+                    "set read from the private data",
+                    hint=f"Declare values = [...] for {ctx.target!r} in the policy, or drop --target",
+                )
+            classes = tuple(declared)
             lookup = {v: i for i, v in enumerate(classes)}
             unknown = [v for v in pd.unique(data[ctx.target]) if v not in lookup]
             if unknown:
@@ -693,10 +699,6 @@ class _DPMicroagg(_Refusing):
         frame = pd.DataFrame(vals, columns=list(ctx.columns))
         if ctx.target and y_out is not None:
             frame[ctx.target] = np.asarray(classes, dtype=object)[y_out]
-        label_note = ""
-        declared_label = bool(ctx.target and ctx.categories and ctx.categories.get(ctx.target))
-        if ctx.target and not declared_label:
-            label_note = " (the label value set was read from the data: declare it in the policy to protect it too)"
         facts: dict[str, Any] = {
             "perturbed_columns": tuple(ctx.columns) + ((ctx.target,) if ctx.target else ()),
             "unprotected_columns": (),
@@ -705,15 +707,13 @@ class _DPMicroagg(_Refusing):
             "out_of_domain": {c: 0 for c in ctx.columns},
             "row_order": "csprng",
         }
-        if ctx.target and not declared_label:
-            facts["label_values_from_data"] = True
         return Output(
             frame,
             source=None,
             epsilon=eps,
             guarantee=(
                 f"ε={eps}-DP (add/remove one record) for the whole release: data-independent grid of {self['bins']} "
-                f"intervals per column over the policy bounds, noisy counts and centroids per cell{label_note}"
+                f"intervals per column over the policy bounds, noisy counts and centroids per cell"
             ),
             info={**info, "conditional_epsilon": eps, **facts},
         )

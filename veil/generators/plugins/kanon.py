@@ -68,6 +68,14 @@ class KAnonPlugin(PublishPlugin):
         p = plan.params
         qi, sensitive, k, hierarchies = p["qi"], p["sensitive"], p["k"], p["hierarchy_dir"]
         som_columns, som_label = p["som_columns"], p["som_label"]
+        declared = env.spec.columns if env.spec is not None else None
+        for name in [*qi, *sensitive]:
+            if declared is not None and name in data.columns and name not in declared:
+                raise PublicationRefused(
+                    f"column {name!r} is not declared in the policy's table spec: it may not be published (as a "
+                    "quasi-identifier or sensitive column)",
+                    hint="Declare it in [tables.<table>.columns] if it is not an identifier, else leave it out",
+                )
         if som_columns and som_label is None:
             if not sensitive:
                 from veil.errors import InputError
@@ -146,10 +154,12 @@ class KAnonPlugin(PublishPlugin):
             method=plan.method,
             frame=result.table,
             columns=tuple(columns),
-            group_columns=tuple(qi),
+            # the SOM neuron is published, so k must hold for the classes it forms with the QIs too
+            group_columns=(*qi, *([SOM_COLUMN] if som_columns else [])),
             min_group=k,
             sensitive=tuple(sensitive),
-            guarantee=f"{k}-anonymity on the quasi-identifiers {', '.join(qi)} (no DP); sensitive columns unchanged",
+            guarantee=f"{k}-anonymity on the quasi-identifiers {', '.join([*qi, *([SOM_COLUMN] if som_columns else [])])} "
+            "(no DP); sensitive columns unchanged",
             params={
                 "hierarchies": {c: str(Path(f).resolve()) for c, f in hier_files.items()},
                 "som_label": som_label if som_columns else None,

@@ -3,10 +3,16 @@
 Request keys: ``table``, ``columns`` (list), ``epsilon`` (per attribute), ``output``, ``replace``.
 The release is the perturbed columns only (rows shuffled), ε = m·ε per row for m columns, charged
 to the source table's budget.
+
+Every column's domain must be declared in the policy (:func:`veil.generators.krr.declared_domain`;
+checked before any data is read), and the plan records the largest keep probability
+e^ε/(e^ε + k − 1) over the columns (``checks["keep_probability"]``, from ε and the declared k
+only) so that the gate refuses a vacuous ε (:data:`veil.generators.gate.MAX_KEEP_PROBABILITY`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
@@ -14,9 +20,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from veil.errors import InputError
+from veil.errors import InputError, did_you_mean
+from veil.generators.krr import declared_domain, keep_probability
 from veil.generators.publication import ColumnProtection, Plan, Publication
 from veil.generators.registry import PublishPlugin, RunEnv, register_plugin
+from veil.policy import normalise_name
 
 
 def exact(value: float) -> Fraction:
@@ -42,6 +50,18 @@ class KRRPlugin(PublishPlugin):
             raise InputError(f"columns repeat: {list(columns)}", hint="Name each column once")
         eps = float(request["epsilon"])
         per = exact(eps) if np.isfinite(eps) else Fraction(0)
+        checks: dict[str, float] = {"epsilon": eps}
+        spec = policy.table(request["table"])
+        keep: list[float] = []
+        for c in columns:
+            col = spec.columns.get(normalise_name(c))
+            if col is None and did_you_mean(c, spec.columns):
+                raise InputError(f"column {c!r} is not declared in the policy", hint=did_you_mean(c, spec.columns))
+            domain, _ = declared_domain(c, col)
+            if math.isfinite(eps) and eps > 0:
+                keep.append(keep_probability(eps, len(domain)))
+        if keep:
+            checks["keep_probability"] = max(keep)
         return Plan(
             kind=self.kind,
             method="krr",
@@ -49,7 +69,7 @@ class KRRPlugin(PublishPlugin):
             output=request["output"],
             replace=bool(request.get("replace")),
             params={"columns": list(columns), "epsilon_per_attribute": eps},
-            checks={"epsilon": eps},
+            checks=checks,
             epsilon=per * len(columns),
             delta=Fraction(0),
             columns=None,

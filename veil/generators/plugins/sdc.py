@@ -56,8 +56,10 @@ def guarantee_checks(name: str, values: Mapping[str, Any]) -> dict[str, float]:
         checks["k"] = float(values["k"])
     if name == "noise_addition":
         checks["noise"] = float(values["a"])
+        checks["noise_a"] = float(values["a"])
     if name == "rank_swapping":
         checks["noise"] = float(values["p"])
+        checks["swap_p"] = float(values["p"])
     if "epsilon" in values:
         checks["epsilon"] = float(values["epsilon"])
     return checks

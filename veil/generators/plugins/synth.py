@@ -70,9 +70,20 @@ class SynthPlugin(PublishPlugin):
                 from veil.errors import did_you_mean
 
                 raise InputError(f"column {name!r} is not in the table", hint=did_you_mean(name, data.columns))
+        declared = env.spec.columns if env.spec is not None else None
+        if declared is not None:
+            # only declared columns may be published: an undeclared one (an identifier) is never a condition
+            for name in [*cond, *p["columns"]]:
+                if name not in declared:
+                    raise InputError(
+                        f"column {name!r} is not declared in the policy's table spec: it may not be published "
+                        "(as a condition, sensitive or implicit column)",
+                        hint="Declare it in [tables.<table>.columns] if it is not an identifier, else leave it out",
+                    )
+        undeclared = [str(c) for c in data.columns if declared is not None and c not in declared]
         data = data.dropna(subset=cond).reset_index(drop=True)
         detection = detect_implicit(
-            data, sensitive, theta=p["theta"], beta=p["beta"], exclude=[label] if label else [], seed=seed
+            data, sensitive, theta=p["theta"], beta=p["beta"], exclude=[*([label] if label else []), *undeclared], seed=seed
         )
         implicit = list(p["columns"]) or list(detection.implicit)
         if not implicit:
