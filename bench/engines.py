@@ -275,7 +275,8 @@ def run_cell(engine: str, n: int, reps: int, base: Path, queries: list[str], lim
                     break
                 raws.append(r)
                 veils.append(v)
-            row: dict[str, Any] = {"engine": engine, "rows": n, "query": name, "raw": None, "veil": None, "measured": _now()}
+            row: dict[str, Any] = {"engine": engine, "rows": n, "query": name, "raw": None, "veil": None, "measured": _now(),
+                                   "reps": reps}  # fmt: skip
             if stopped:
                 row["stopped_s"] = limit
             else:
@@ -365,6 +366,13 @@ def earlier_results(default_date: str) -> tuple[list[dict[str, Any]], list[str]]
         engine, n, query, raw, veil, _ratio, measured = m.groups()
         row: dict[str, Any] = {"engine": engine, "rows": int(n.replace(",", "")), "query": query, "raw": _num(raw),
                                "veil": _num(veil), "measured": measured or default_date}  # fmt: skip
+        runs = re.search(r"Median of (\d+) runs per cell(?: \(([^)]*)\))?", section)
+        if runs:
+            row["reps"] = int(runs.group(1))
+            for part in (runs.group(2) or "").split("; "):
+                m2 = re.fullmatch(r"(duckdb|spark) ([\d,]+): (\d+)", part)
+                if m2 and (m2.group(1), int(m2.group(2).replace(",", ""))) == (engine, row["rows"]):
+                    row["reps"] = int(m2.group(3))
         stopped = re.match(r"stopped after (\d+) s", _ratio)
         if stopped:
             row["stopped_s"] = float(stopped.group(1))
@@ -374,11 +382,24 @@ def earlier_results(default_date: str) -> tuple[list[dict[str, Any]], list[str]]
     return rows, mem
 
 
-def report(results: list[dict[str, Any]], memory: list[str], reps: str, load: str, extra: str) -> str:
+def _reps_text(results: list[dict[str, Any]]) -> str:
+    """ "Median of 3 runs per cell (spark 100,000,000: 1)": the usual count, then the cells that differ."""
+    per_cell: dict[tuple[str, int], int] = {}
+    for r in results:
+        if "reps" in r or (r["engine"], r["rows"]) not in per_cell:
+            per_cell[(r["engine"], r["rows"])] = int(r.get("reps", 3))  # rows of the first report: 3 runs
+    if not per_cell:
+        return "Median of 3 runs per cell"
+    usual = statistics.mode(per_cell.values())
+    odd = [f"{e} {n:,}: {k}" for (e, n), k in sorted(per_cell.items()) if k != usual]
+    return f"Median of {usual} runs per cell" + (f" ({'; '.join(odd)})" if odd else "")
+
+
+def report(results: list[dict[str, Any]], memory: list[str], load: str, extra: str) -> str:
     lines = [
         "## engines: Veil on DuckDB and on Spark local, beside each raw engine",
         "",
-        f"Median of {reps} runs per cell (interleaved raw/Veil, a different WHERE bound each time: no cache hits); "
+        f"{_reps_text(results)} (interleaved raw/Veil, a different WHERE bound each time: no cache hits); "
         "row-level table generated inside each engine straight to disk; each (engine, rows) in a process of its own; "
         "Spark `local[2]` in that process (pyspark 4.3, ANSI off, results through Arrow). Raw = the analyst's SQL on "
         "the raw table in the same engine. Veil times include planning, the durable ledger write, noise and "
@@ -504,7 +525,7 @@ def main() -> None:
         if args.report_only
         else (f"{load0:.1f} at the start of the last run, {os.getloadavg()[0]:.1f} at its end, {time.time() - started:.0f} s")
     )
-    md = report(results, memory, str(args.reps), load, args.note.read_text(encoding="utf-8") if args.note else "")
+    md = report(results, memory, load, args.note.read_text(encoding="utf-8") if args.note else "")
     print(md)
     if not args.no_write:
         print(f"wrote {write_section('engines', md)}")
