@@ -123,3 +123,20 @@ def test_two_databases_on_one_server_stay_apart(tmp_path: Path, connect_url: str
     finally:
         for e in engines:
             e.close()
+
+
+def test_serve_on_spark_connect(connect_policy: Policy) -> None:
+    """``veil serve`` on a Connect policy answers a real psycopg client (no JVM in the server's process)."""
+    import psycopg
+
+    from tests.support.server import PASSWORD, dsn, running_server
+
+    res = CliRunner().invoke(cli, ["analyst", "add", "--policy", str(connect_policy.path), "alice", "--password-stdin"],
+                             input=PASSWORD + "\n")  # fmt: skip
+    assert res.exit_code == 0, res.output
+    with running_server(connect_policy.path) as st, psycopg.connect(dsn(st.port), autocommit=True) as conn:  # type: ignore[attr-defined]
+        (n,) = conn.execute("SELECT COUNT(*) FROM people WHERE age > %s", (40,)).fetchone()
+        assert isinstance(n, int)
+        assert conn.execute("SELECT COUNT(*) FROM regions").fetchone() == (5,)  # public: exact
+        with pytest.raises(psycopg.Error):
+            conn.execute("SELECT age FROM people")
