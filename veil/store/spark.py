@@ -73,11 +73,11 @@ def spark_session(spec: EngineSpec) -> SparkSession:
     """
     key = (spec.master, spec.remote, spec.database)
     with _lock:
-        s = _sessions.get(key)
-        if s is not None:
+        cached = _sessions.get(key)
+        if cached is not None:
             if spec.remote is None:
-                _activate_local(s, spec)
-            return s
+                _activate_local(cached, spec)
+            return cached
         try:
             with _quiet():
                 from pyspark.sql import SparkSession
@@ -86,14 +86,15 @@ def spark_session(spec: EngineSpec) -> SparkSession:
                 "the policy names a Spark engine but pyspark is not installed", hint="pip install 'veil[spark]'"
             ) from None
         root = _roots.get((spec.master, spec.remote))
+        s: Any  # a classic or a Connect SparkSession (the same API for what Veil uses)
         if spec.remote is not None:
             with _quiet():  # the Connect client checks its pandas version on import
                 # The Connect session class itself: pyspark's generic builder refuses a remote session in a
                 # process that already runs a local Spark (tests; a curator tool holding both).
                 from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-                builder = ConnectSession.builder.remote(spec.remote)
-                s = builder.getOrCreate() if root is None else builder.create()
+                remote = ConnectSession.builder.remote(spec.remote)
+                s = remote.getOrCreate() if root is None else remote.create()
         elif root is not None:
             s = root.newSession()
         else:
