@@ -45,17 +45,6 @@ class EngineQueries:
     grids: tuple[tuple[int, exp.Select], ...]  # (statistic id, histogram query: keys, __b, __n)
     n_keys: int
 
-    def statements(self) -> list[exp.Select]:
-        """Every query to run, each once."""
-        out = [self.main] if self.main is not None else []
-        seen = {q.sql(dialect="duckdb") for q in out}
-        for _sid, g in self.grids:
-            text = g.sql(dialect="duckdb")
-            if text not in seen:
-                seen.add(text)
-                out.append(g)
-        return out
-
 
 def _lit(v: Fraction) -> exp.Expression:
     if v.denominator == 1:

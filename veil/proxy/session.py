@@ -297,19 +297,23 @@ class Env:
 
     # -- execute ------------------------------------------------------------------------------
     def run(
-        self, p: QueryPlan, queries: EngineQueries, domain: list[tuple[Any, ...]] | None, key_types: list[str]
+        self,
+        p: QueryPlan,
+        queries: EngineQueries,
+        rendered: pipeline.Rendered,
+        domain: list[tuple[Any, ...]] | None,
+        key_types: list[str],
     ) -> pipeline.RawResult:
         nk = len(p.keys)
         data: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        if queries.main is not None:
-            res = self.engine.execute(self.engine.render(queries.main))
+        if rendered.main is not None:
+            res = self.engine.execute(rendered.main)
             key_types = [output_type(t) for t in res.types[:nk]] or key_types
             for row in res.rows:
                 data[tuple(row[:nk])] = tuple(row[nk:])
         hist: dict[int, dict[tuple[Any, ...], dict[int, int]]] = {}
         ran: dict[str, dict[tuple[Any, ...], dict[int, int]]] = {}
-        for sid, tree in queries.grids:
-            sql = self.engine.render(tree)
+        for sid, sql in rendered.grids:
             if sql not in ran:
                 h: dict[tuple[Any, ...], dict[int, int]] = {}
                 for row in self.engine.execute(sql).rows:
