@@ -158,18 +158,26 @@ def _rewrite(s: QueryState, env: Env) -> QueryState:
 
 
 def _prepare(s: QueryState, env: Env) -> QueryState:
-    """Bind every generated statement (reads no data) and list public group domains: refusals stay free."""
+    """Bind the generated statements (reads no data) and list public group domains: refusals stay free.
+
+    A public-only query charges nothing, so it binds when it runs. So does a private query of one
+    statement without group keys (the common COUNT/SUM/AVG): its engine error from before reading any
+    row refunds the reservation in :func:`_execute` — the same free refusal, one engine round trip
+    fewer. Queries with group keys or several statements bind first (the key types shape the
+    post-processing, and a later statement must not fail after an earlier one read data).
+    """
     if s.plan is None:
         if s.public_sql is None:
             raise InternalError("prepare without a query")
-        env.public_engine.describe(s.public_sql)
         return s
     if s.rendered is None or s.post is None:
         raise InternalError("prepare before rewrite")
     key_types: list[str] = []
-    for stmt in s.rendered.statements():
-        res = env.engine.describe(stmt)
-        key_types = key_types or [output_type(t) for t in res.types[: len(s.plan.keys)]]
+    statements = s.rendered.statements()
+    if s.plan.keys or len(statements) != 1:
+        for stmt in statements:
+            res = env.engine.describe(stmt)
+            key_types = key_types or [output_type(t) for t in res.types[: len(s.plan.keys)]]
     domain = env.public_domain(s.plan) if s.plan.public_keys else None
     env.check_post(s.plan, s.post, key_types)
     canonical = canonical_sql(s.plan.analysis)
@@ -201,6 +209,10 @@ def _execute(s: QueryState, env: Env) -> QueryState:
     try:
         raw = env.run(s.plan, s.queries, s.rendered, s.domain, s.key_types)
     except EngineError as exc:
+        if exc.before_data and not s.plan.keys and len(s.rendered.statements()) == 1:
+            # the one statement failed to bind (see _prepare): nothing was read, so nothing is charged
+            env.ledger.cancel(s.reservation)
+            raise
         if "cancelled" in exc.message:
             raise QueryCancelled(
                 "the statement was cancelled (statement timeout or cancel request); nothing was released",
