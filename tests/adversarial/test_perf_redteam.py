@@ -18,20 +18,27 @@ Three changes are attacked, each as a family of variants:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.support.attack import ApiInterface, CliInterface
+from veil.engines.base import EngineError
+from veil.errors import QueryFailed
 from veil.policy import load_policy
 from veil.proxy import add_noise
+from veil.proxy._testing import exact_session, generated_sql
 from veil.proxy.plan import Statistic
+from veil.proxy.session import QuerySession
+from veil.store.ledger import Ledger
 from veil.store.warehouse import write_table
 
 # --------------------------------------------------------------------------------------------------
@@ -175,3 +182,224 @@ def test_lattice_of_noisy_statistics_is_independent_of_the_batch_length(
 @dataclass(frozen=True)
 class _OneStatistic:
     statistics: tuple[Statistic, ...]
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. the refund of engine errors "from before reading data" must never depend on the data
+# --------------------------------------------------------------------------------------------------
+
+_NUMERIC = ("people.age", "people.salary", "people.score", "people.big", "people.id")
+_TEXT = ("people.name", "people.sex", "people.dept", "people.code")
+_ATOMS = (*_NUMERIC, *_TEXT, "people.born", "0", "1", "-1", "2.5", "1e308", "'a'", "'%'", "''", "NULL",
+          "'2000-01-01'", "'day'", "9223372036854775807")  # fmt: skip
+_TYPES = ("INT", "BIGINT", "DOUBLE", "VARCHAR", "DATE", "TIMESTAMP", "BOOLEAN", "DECIMAL(4,1)", "INTERVAL",
+          "SMALLINT", "REAL", "HUGEINT", "TIME")  # fmt: skip
+_UNITS = ("year", "month", "day", "hour", "quarter", "week", "dow", "doy", "epoch", "century")
+
+
+def _expr(depth: int) -> st.SearchStrategy[str]:
+    """Row-level expressions over every column (wrong types included) from the validator's allow-list."""
+    atom = st.sampled_from(_ATOMS)
+    if depth == 0:
+        return atom
+    a = _expr(depth - 1)
+    unit = st.sampled_from(_UNITS)
+    typ = st.sampled_from(_TYPES)
+    forms = [
+        st.builds("CAST({} AS {})".format, a, typ),
+        st.builds("TRY_CAST({} AS {})".format, a, typ),
+        st.builds("EXTRACT({} FROM {})".format, unit, a),
+        st.builds("DATE_TRUNC('{}', {})".format, unit, a),
+        st.builds("DATE_TRUNC({}, {})".format, a, a),
+        *(st.builds(("({} " + op + " {})").format, a, a) for op in ("+", "-", "*", "/", "%", "||", "=", "<", "LIKE")),
+        *(st.builds((f + "({})").format, a) for f in ("ABS", "LN", "SQRT", "EXP", "SIGN", "FLOOR", "CEIL", "LOWER",
+                                                      "UPPER", "LENGTH", "TRIM", "YEAR", "MONTH", "QUARTER")),
+        *(st.builds((f + "({}, {})").format, a, a) for f in ("POWER", "ROUND", "LOG", "LEFT", "RIGHT", "STRPOS",
+                                                           "NULLIF", "COALESCE", "GREATEST", "LEAST")),
+        st.builds("SUBSTRING({}, {}, {})".format, a, a, a),
+        st.builds("REPLACE({}, {}, {})".format, a, a, a),
+        st.builds("CASE WHEN {} THEN {} ELSE {} END".format, a, a, a),
+        st.builds("({} + INTERVAL ({}) DAY)".format, a, a),
+        st.builds("({} BETWEEN {} AND {})".format, a, a, a),
+        st.builds("({} IN ({}, {}))".format, a, a, a),
+    ]  # fmt: skip
+    return st.one_of(atom, *forms)
+
+
+#: one generated statement without group keys (the shapes that skip the prepare-time bind)
+_KEYLESS = (
+    "SELECT COUNT(*) FROM people WHERE ({c}) IS NOT NULL",
+    "SELECT SUM(score) FROM people WHERE ({c}) IS NULL",
+    "SELECT AVG(age), COUNT(*) FROM people WHERE NOT (({c}) IS NULL)",
+    "SELECT MEDIAN(age) FROM people WHERE ({c}) IS NOT NULL",
+    "SELECT COUNT(*) FILTER (WHERE ({c}) IS NOT NULL) FROM people",
+)
+
+
+def _statuses(session: QuerySession) -> dict[str, int]:
+    with Ledger.for_policy(session.policy) as ledger:
+        out: dict[str, int] = {}
+        for r in ledger.reservations(session._env.analyst):
+            out[r["status"]] = out.get(r["status"], 0) + 1
+        return out
+
+
+def _outcome(session: QuerySession, sql: str) -> tuple[str, Fraction, tuple[tuple[str, int], ...]]:
+    """(how the query ended, ε it moved, how the ledger's reservation statuses moved)."""
+    before, statuses = session.budget().spent, _statuses(session)
+    try:
+        session.execute(sql)
+        kind = "answered"
+    except EngineError as exc:
+        kind = f"engine-error before_data={exc.before_data}"
+    except QueryFailed:
+        kind = "failed"
+    except Exception as exc:  # every other typed refusal (validate, plan, …): by class
+        kind = type(exc).__name__
+    after = _statuses(session)
+    moved = tuple(sorted((k, after.get(k, 0) - statuses.get(k, 0)) for k in after if after.get(k, 0) != statuses.get(k, 0)))
+    return kind, session.budget().spent - before, moved
+
+
+#: a free bind refusal: nothing charged, its reservation cancelled (nothing left "reserved")
+_REFUNDED = ("engine-error before_data=True", Fraction(0), (("cancelled", 1),))
+
+
+@pytest.fixture(scope="module")
+def neighbours(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[QuerySession, QuerySession]]:
+    from tests.adversarial.conftest import neighbour_worlds
+
+    d, d_prime = neighbour_worlds(tmp_path_factory.mktemp("refund"))
+    with exact_session(d.policy, "api") as s, exact_session(d_prime.policy, "api") as s_prime:
+        yield s, s_prime
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(cond=_expr(2), shape=st.sampled_from(_KEYLESS))
+def test_refund_or_charge_never_depends_on_the_data(neighbours: tuple[QuerySession, QuerySession], cond: str, shape: str) -> None:
+    """Neighbours D / D′ (the target's adversarial row: NaN, ±inf, int64 extremes, 0, NULLs, out-of-range
+    dates) answer every keyless one-statement query the same way: answered and charged on both, refunded
+    (engine error from before reading data) on both, or refused on both — never refund on one and charge
+    on the other, and never a reservation left open."""
+    s, s_prime = neighbours
+    sql = shape.format(c=cond)
+    a, b = _outcome(s, sql), _outcome(s_prime, sql)
+    assert a == b, f"{sql}\n  D: {a}\n  D′: {b}"
+    if a[0].startswith("engine-error"):
+        assert a == _REFUNDED, f"an engine error other than a free bind refusal: {a}"
+
+
+#: conditions DuckDB's binder refuses for every data set (wrong types the validator lets through)
+_UNBINDABLE = ("LENGTH(people.age) > 1", "people.age LIKE 'a%'", "YEAR(people.score) = 2000", "SUBSTRING(people.big, 1, 2) = '1'")
+
+
+@pytest.mark.parametrize("shape", _KEYLESS)
+@pytest.mark.parametrize("cond", _UNBINDABLE)
+def test_a_bind_error_is_refunded_on_both_neighbours(
+    neighbours: tuple[QuerySession, QuerySession], shape: str, cond: str
+) -> None:
+    s, s_prime = neighbours
+    sql = shape.format(c=cond)
+    assert _outcome(s, sql) == _outcome(s_prime, sql) == _REFUNDED
+
+
+def _failing_engine(session: QuerySession, monkeypatch: pytest.MonkeyPatch, fail_on: int, before_data: bool) -> list[str]:
+    """Make the session's engine raise on its ``fail_on``-th statement of the run (after the real ones before it)."""
+    engine = session._env.engine
+    real = engine.execute
+    ran: list[str] = []
+
+    def execute(sql: str) -> Any:
+        ran.append(sql)
+        if len(ran) == fail_on:
+            raise EngineError("injected", before_data=before_data)
+        return real(sql)
+
+    monkeypatch.setattr(engine, "execute", execute)
+    return ran
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) FROM people",
+        "SELECT SUM(score) FROM people WHERE age > 30",
+        "SELECT sex, COUNT(*) FROM people GROUP BY sex",
+        "SELECT name, COUNT(*) FROM people GROUP BY name",
+        "SELECT AVG(age), MEDIAN(score) FROM people",
+    ],
+)
+def test_an_engine_error_not_from_before_data_keeps_its_charge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sql: str) -> None:
+    """The converse: a run-time failure (before_data=False) of a reserved query is charged, whatever the shape."""
+    from tests.support.attack_world import build_world
+
+    w = build_world(tmp_path / "w")
+    with exact_session(w.policy, "api") as s:
+        _failing_engine(s, monkeypatch, 1, before_data=False)
+        before = s.budget().spent
+        with pytest.raises(QueryFailed):
+            s.execute(sql)
+        assert s.budget().spent > before
+
+
+@pytest.mark.parametrize(
+    ("sql", "fail_on"),
+    [
+        ("SELECT AVG(age), MEDIAN(score) FROM people", 2),  # main + grid: the second fails after the first read data
+        ("SELECT MEDIAN(age), MEDIAN(score) FROM people", 2),  # two grids
+        ("SELECT sex, COUNT(*) FROM people GROUP BY sex", 1),  # keys: bound at prepare, so a later error is run time
+        ("SELECT name, SUM(score) FROM people GROUP BY name", 1),
+    ],
+)
+def test_a_before_data_error_after_data_was_read_keeps_its_charge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sql: str, fail_on: int
+) -> None:
+    """Only the one-statement keyless path refunds: a "before data" error from a query with group keys or
+    from a later statement of several (the earlier ones read data) must stay charged."""
+    from tests.support.attack_world import build_world
+
+    w = build_world(tmp_path / "w")
+    with exact_session(w.policy, "api") as s:
+        assert len(generated_sql(s, sql)) >= fail_on
+        ran = _failing_engine(s, monkeypatch, fail_on, before_data=True)
+        before = s.budget().spent
+        with pytest.raises((QueryFailed, EngineError)):
+            s.execute(sql)
+        assert len(ran) == fail_on
+        assert s.budget().spent > before, "refunded although a statement of the query had read data"
+
+
+#: text expressions that are 'true' on every row but the target's (people.id = 123), where they are not a boolean
+_TEXT_ON_TARGET = (
+    "CASE WHEN people.id = 123 THEN 'x' ELSE 'true' END",
+    "CASE WHEN people.id = 123 THEN people.name ELSE 'true' END",
+    "COALESCE(CASE WHEN people.id = 123 THEN 'x' END, 'true')",
+    "CASE WHEN people.id <> 123 THEN 't' ELSE people.dept END",
+)
+#: places where DuckDB casts a text to BOOLEAN at run time (one row's text decides whether the query fails)
+_BOOLEAN_CONTEXTS = (
+    "SELECT COUNT(*) FROM people WHERE {t}",
+    "SELECT COUNT(*) FROM people WHERE NOT ({t})",
+    "SELECT COUNT(*) FROM people WHERE ({t}) AND people.age >= 0",
+    "SELECT COUNT(*) FROM people WHERE CASE WHEN {t} THEN 1 = 1 ELSE 1 = 0 END",
+    "SELECT COUNT(*) FILTER (WHERE {t}) FROM people",
+    "SELECT SUM(CASE WHEN {t} THEN people.score ELSE 0 END) FROM people",
+    "SELECT sex, COUNT(*) FROM people WHERE {t} GROUP BY sex",
+)
+
+
+@pytest.mark.parametrize("context", _BOOLEAN_CONTEXTS)
+@pytest.mark.parametrize("text", _TEXT_ON_TARGET)
+def test_a_text_used_as_a_boolean_does_not_fail_on_one_persons_row(
+    neighbours: tuple[QuerySession, QuerySession], context: str, text: str
+) -> None:
+    """Class 2 (deterministic side channel), found while attacking the refund path; **pre-existing** (also on
+    1a44f33, before the speed work). The validator lets a text expression stand where a boolean is needed;
+    DuckDB casts it to BOOLEAN per row at run time, so the generated SQL fails (QueryFailed, charged) iff
+    some row's text is not a boolean — on D (the target's row), not on D′. Both outcomes are charged, but
+    answered-vs-failed is a noiseless bit about one person."""
+    s, s_prime = neighbours
+    sql = context.format(t=text)
+    a, b = _outcome(s, sql), _outcome(s_prime, sql)
+    assert a[0] == b[0], f"{sql}\n  D: {a}\n  D′: {b}"
