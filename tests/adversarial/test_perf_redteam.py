@@ -35,8 +35,9 @@ from veil.engines.base import EngineError
 from veil.errors import QueryFailed
 from veil.policy import load_policy
 from veil.proxy import add_noise
-from veil.proxy._testing import exact_session, generated_sql
+from veil.proxy._testing import exact_session, generated_sql, plan_of
 from veil.proxy.plan import Statistic
+from veil.proxy.rewrite import rewrite
 from veil.proxy.session import QuerySession
 from veil.store.ledger import Ledger
 from veil.store.warehouse import write_table
@@ -403,3 +404,65 @@ def test_a_text_used_as_a_boolean_does_not_fail_on_one_persons_row(
     sql = context.format(t=text)
     a, b = _outcome(s, sql), _outcome(s_prime, sql)
     assert a[0] == b[0], f"{sql}\n  D: {a}\n  D′: {b}"
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. fewer copies in rewrite: no generated statement shares (and mutates) a subtree with another or
+#    with the analysis; rendering once gives the text a fresh rewrite would
+# --------------------------------------------------------------------------------------------------
+
+_REWRITE_QUERIES = (
+    "SELECT COUNT(*), SUM(score), AVG(age) FROM people WHERE age / (salary - salary) > 1",
+    "SELECT sex, COUNT(*), AVG(score), MEDIAN(age) FROM people WHERE CAST(code AS INT) > 0 GROUP BY sex",
+    "SELECT dept, VAR_SAMP(score), STDDEV(age), MIN(age), MAX(age) FROM people GROUP BY dept",
+    "SELECT age % 7 AS a7, COUNT(*), SUM(salary / 3) FROM people WHERE salary / NULLIF(age, 0) > 2 GROUP BY age % 7",
+    "SELECT name, COUNT(*) FILTER (WHERE age > 30), SUM(score) FILTER (WHERE age > 30) FROM people GROUP BY name",
+    "SELECT MEDIAN(age), PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY score), AVG(age) FROM people",
+    "SELECT sex, dept, COUNT(*), SUM(CAST(score AS DECIMAL(6,1))) FROM people GROUP BY sex, dept HAVING COUNT(*) > 1",
+    "SELECT COUNT(*) FROM (SELECT age * 2 AS a2, score FROM people WHERE LN(age + 1) > 1) AS s WHERE a2 > 10",
+    "SELECT r.rname, COUNT(*) FROM people JOIN regions AS r ON people.age % 3 = r.rid GROUP BY r.rname",
+    "SELECT EXTRACT(year FROM born) AS y, COUNT(*), AVG(age) FROM people GROUP BY EXTRACT(year FROM born)",
+)
+
+
+def _node_ids(tree: Any) -> set[int]:
+    return {id(n) for n in tree.walk()}
+
+
+@pytest.mark.parametrize("sql", _REWRITE_QUERIES)
+def test_rewrite_shares_no_subtree_and_leaves_the_plan_alone(tmp_path: Path, sql: str) -> None:
+    from tests.support.attack_world import build_world
+
+    w = build_world(tmp_path / "w")
+    with exact_session(w.policy, "api") as s:
+        first = generated_sql(s, sql)
+        p = plan_of(s, sql)
+        assert p is not None
+        analysis_before = p.analysis.tree.sql(dialect="duckdb")
+        stats_before = [(st_.arg and st_.arg.sql(), st_.filter and st_.filter.sql()) for st_ in p.statistics]
+        keys_before = [k.expr.sql() for k in p.keys]
+        source = s._env.bounded_table(p.analysis.private_table or "")
+        q1 = rewrite(p, source)
+        q2 = rewrite(p, source)
+        render = s._env.engine.render
+        texts1 = [render(q) for q in ([q1.main] if q1.main is not None else []) + [g for _i, g in q1.grids]]
+        texts2 = [render(q) for q in ([q2.main] if q2.main is not None else []) + [g for _i, g in q2.grids]]
+        assert texts1 == texts2, "a second rewrite of the same plan differs: the first mutated the plan"
+        assert p.analysis.tree.sql(dialect="duckdb") == analysis_before
+        assert [(st_.arg and st_.arg.sql(), st_.filter and st_.filter.sql()) for st_ in p.statistics] == stats_before
+        assert [k.expr.sql() for k in p.keys] == keys_before
+        trees = ([q1.main] if q1.main is not None else []) + [g for _i, g in q1.grids]
+        plan_nodes = _node_ids(p.analysis.tree) | {i for k in p.keys for i in _node_ids(k.expr)}
+        for st_ in p.statistics:
+            for part in (st_.arg, st_.filter, st_.count_arg):
+                if part is not None:
+                    plan_nodes |= _node_ids(part)
+        seen: set[int] = set()
+        for t in trees:
+            ids = _node_ids(t)
+            assert not ids & plan_nodes, "a generated statement shares nodes with the plan"
+            assert not ids & seen, "two generated statements share nodes"
+            seen |= ids
+        # render once: the statements the session runs are the ones a fresh rewrite renders
+        assert first == list(dict.fromkeys(texts1)), "the statements run differ from a fresh rewrite's"
+        assert generated_sql(s, sql) == first
