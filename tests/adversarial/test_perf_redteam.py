@@ -30,7 +30,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.attack import ApiInterface, CliInterface
+from tests.support.attack import ApiInterface, CliInterface, Server, WireInterface, set_password
 from veil.engines.base import EngineError
 from veil.errors import QueryFailed
 from veil.policy import load_policy
@@ -61,6 +61,8 @@ x = {{ type = "float", lower = 0, upper = {upper} }}
 [analysts.api]
 epsilon = 1000
 [analysts.cli]
+epsilon = 1000
+[analysts.wire]
 epsilon = 1000
 """
 
@@ -94,19 +96,32 @@ def _lattice_world(folder: Path, groups: int, upper: int, target: bool) -> Path:
 
 def _released_lattice(policy: Path, kind: str, sql: str) -> tuple[int, int]:
     """(rows released, finest binary exponent among the released float values) through one interface."""
-    iface = ApiInterface(policy, "api") if kind == "api" else CliInterface(policy, "cli")
+    server = None
+    if kind == "wire":
+        set_password(policy, "wire")
+        server = Server(policy, policy.parent / "serve.log")
+        iface: Any = WireInterface(server.port, "wire")
+    else:
+        iface = ApiInterface(policy, "api") if kind == "api" else CliInterface(policy, "cli")
     try:
         out = iface.query(sql, None)
     finally:
-        iface.close()  # type: ignore[attr-defined]
+        iface.close()
+        if server is not None:
+            server.stop()
     assert out.ok, out.describe()
     values = [float(r[1]) for r in out.rows]
     return len(values), min(trailing_exponent(v) for v in values if v != 0)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["api", "cli"])
-@pytest.mark.parametrize(("log2_groups", "log2_upper"), [(4, 6), (5, 10), (6, 10), (6, 3)])
+@pytest.mark.parametrize(
+    ("kind", "log2_groups", "log2_upper"),
+    [
+        *((k, a, b) for k in ("api", "cli") for a, b in ((4, 6), (5, 10), (6, 10), (6, 3))),
+        ("wire", 6, 10),
+    ],
+)
 def test_float_noise_lattice_does_not_reveal_an_unreleased_private_group(
     tmp_path: Path, kind: str, log2_groups: int, log2_upper: int
 ) -> None:
