@@ -481,3 +481,33 @@ def test_rewrite_shares_no_subtree_and_leaves_the_plan_alone(tmp_path: Path, sql
         # render once: the statements the session runs are the ones a fresh rewrite renders
         assert first == list(dict.fromkeys(texts1)), "the statements run differ from a fresh rewrite's"
         assert generated_sql(s, sql) == first
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    log2_least=st.floats(min_value=-1070, max_value=1000, allow_nan=False),
+    ratios=st.lists(st.floats(min_value=1, max_value=1e12), min_size=1, max_size=4),
+    log2_eps=st.floats(min_value=-10, max_value=6),
+    n=st.sampled_from([1, 2, 3, 1000, 2**20 + 1]),
+)
+def test_lattice_laplace_charges_every_statistic_of_a_mixed_batch(
+    log2_least: float, ratios: list[float], log2_eps: float, n: int
+) -> None:
+    """A batch shares one scale b; its statistics have sensitivities Δ_i ≥ Δ_min (the one ``k`` is chosen
+    from) and ε shares Δ_i / b. OpenDP's own map of the measurement actually used must stay within every
+    Δ_i / b — tiny, huge and subnormal-adjacent sensitivities, one to a million values — and whether the
+    lattice or the default sampler is used must not depend on the number of values."""
+    from veil.mechanisms.noise import _lattice_laplace
+
+    least = 2.0**log2_least
+    scale = least / 2.0**log2_eps
+    if not (math.isfinite(scale) and scale > 0 and least > 0):
+        return
+    m = _lattice_laplace(scale, least, n)
+    assert (m is None) == (_lattice_laplace(scale, least, 1) is None), "the fallback decision depends on n"
+    if m is None:
+        return
+    for r in [1.0, *ratios]:
+        d = least * r
+        if math.isfinite(d) and math.isfinite(d / scale):
+            assert m.map(d) <= d / scale, f"loss {m.map(d)} > charged {d / scale} at Δ={d} (Δ_min={least}, n={n})"
