@@ -155,6 +155,7 @@ def test_float_noise_lattice_does_not_reveal_an_unreleased_private_group(
     )
 
 
+@pytest.mark.slow
 @settings(max_examples=20, deadline=None)
 @given(
     log2_groups=st.integers(min_value=1, max_value=5),
@@ -511,3 +512,30 @@ def test_lattice_laplace_charges_every_statistic_of_a_mixed_batch(
         d = least * r
         if math.isfinite(d) and math.isfinite(d / scale):
             assert m.map(d) <= d / scale, f"loss {m.map(d)} > charged {d / scale} at Δ={d} (Δ_min={least}, n={n})"
+
+
+_SIGNED_ZERO = (
+    "SELECT SUM(score * 0) FROM people",
+    "SELECT SUM(score * 0) FROM people WHERE score < 0",
+    "SELECT SUM(CASE WHEN people.id = 123 THEN 1.0 ELSE -1.0 END * 0) FROM people WHERE people.id >= 100",
+    "SELECT SUM(LEAST(score, -1.0) * 0) FROM people",
+    "SELECT sex, SUM(score * 0.0) FROM people GROUP BY sex",
+    "SELECT AVG(score * 0) FROM people",
+    "SELECT MEDIAN(score * 0) FROM people",
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sql", _SIGNED_ZERO)
+def test_a_zero_sensitivity_statistic_releases_no_signed_zero(tmp_path: Path, sql: str) -> None:
+    """A statistic of sensitivity 0 is released without noise (scale 0). Its exact value must not carry the
+    sign of a floating-point zero (−0.0 iff every summed row was negative): the release is the same on
+    D and D′ bit for bit, through the production noise path."""
+    from tests.adversarial.conftest import neighbour_worlds
+
+    d, d_prime = neighbour_worlds(tmp_path)
+    out = []
+    for w in (d, d_prime):
+        with QuerySession(load_policy(w.policy), "api") as s:
+            out.append([tuple(repr(v) for v in r) for r in s.execute(sql).rows])
+    assert out[0] == out[1]
