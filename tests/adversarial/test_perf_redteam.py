@@ -403,6 +403,12 @@ _BOOLEAN_CONTEXTS = (
     "SELECT COUNT(*) FILTER (WHERE {t}) FROM people",
     "SELECT SUM(CASE WHEN {t} THEN people.score ELSE 0 END) FROM people",
     "SELECT sex, COUNT(*) FROM people WHERE {t} GROUP BY sex",
+    "SELECT COUNT(*) FROM people JOIN regions AS r ON ({t}) AND people.age % 3 = r.rid",
+    "SELECT SUM(IF({t}, people.score, 0)) FROM people",
+    "SELECT COUNT(*) FROM (SELECT * FROM people WHERE {t}) AS s",
+    "WITH c AS (SELECT age FROM people WHERE {t}) SELECT COUNT(*) FROM c",
+    "SELECT COUNT(*) FROM people WHERE people.age > 1 OR {t}",
+    "SELECT COUNT(*) FROM people WHERE ({t}) IS TRUE",
 )
 
 
