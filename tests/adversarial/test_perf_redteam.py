@@ -545,3 +545,30 @@ def test_a_zero_sensitivity_statistic_releases_no_signed_zero(tmp_path: Path, sq
         with QuerySession(load_policy(w.policy), "api") as s:
             out.append([tuple(repr(v) for v in r) for r in s.execute(sql).rows])
     assert out[0] == out[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["api", "cli", "wire"])
+def test_a_text_used_as_a_boolean_through_every_interface(tmp_path: Path, kind: str) -> None:
+    """The same side channel through the Python API, the CLI and a real ``veil serve`` (production noise):
+    XX000 on D, an answer on D′."""
+    from tests.adversarial.conftest import neighbour_worlds
+
+    sql = "SELECT COUNT(*) FROM people WHERE CASE WHEN people.id = 123 THEN 'x' ELSE 'true' END"
+    ends = []
+    for w in neighbour_worlds(tmp_path):
+        server = None
+        if kind == "wire":
+            set_password(w.policy, "wire")
+            server = Server(w.policy, w.folder / "serve.log")
+            iface: Any = WireInterface(server.port, "wire")
+        else:
+            iface = ApiInterface(w.policy, "api") if kind == "api" else CliInterface(w.policy, "cli")
+        try:
+            out = iface.query(sql, None)
+        finally:
+            iface.close()
+            if server is not None:
+                server.stop()
+        ends.append("answered" if out.ok else f"refused {out.sqlstate}")
+    assert ends[0] == ends[1], f"D: {ends[0]}, D′: {ends[1]}"
