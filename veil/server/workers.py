@@ -1,4 +1,4 @@
-"""``veil serve --processes N``: N worker processes answering on one listening socket.
+"""``veil serve --processes N``: N worker processes answering on one port.
 
 One process runs Python on one core at a time (the GIL), and each DP answer is mostly Python, so a
 single process caps the server at about one core of answers however many clients wait. With
@@ -7,9 +7,10 @@ single process caps the server at about one core of answers however many clients
 1. builds, before any worker starts, every bounded copy the policy needs (one per private table,
    exactly what the first query on each table would build) and the public mirror, and makes the
    server secret unknown users' SCRAM salts come from;
-2. binds the listening socket and starts N worker processes (``spawn``: a fresh interpreter, never
-   a fork of a process holding DuckDB's threads), each accepting on that same socket, each with
-   its own event loop, thread pools, query sessions and read-only DuckDB connections;
+2. holds the port and starts N worker processes (``spawn``: a fresh interpreter, never a fork of a
+   process holding DuckDB's threads), each listening on that port with ``SO_REUSEPORT`` (the kernel
+   spreads new connections evenly over them), each with its own event loop, thread pools, query
+   sessions and read-only DuckDB connections;
 3. waits; on SIGTERM or Ctrl-C it stops the workers (each finishes the charged queries it runs),
    and a worker that dies is started again.
 
@@ -121,7 +122,7 @@ def prepare_warehouse(policy: Policy) -> list[str]:
 def _worker_main(
     share: ProcessShare,
     policy_path: Path,
-    sock: socket.socket,
+    address: tuple[str, int],
     tls: tuple[Path, Path] | None,
     allow_plaintext: bool,
     limits: ServerLimits,
@@ -136,7 +137,7 @@ def _worker_main(
     ssl_context = make_ssl_context(*tls) if tls is not None else None
     serve(
         policy,
-        sock=sock,
+        sock=_listen(*address),
         ssl_context=ssl_context,
         allow_plaintext=allow_plaintext,
         limits=limits,
@@ -145,10 +146,40 @@ def _worker_main(
     )
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def _family(host: str, port: int) -> socket.AddressFamily:
     info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    family = info[0][0] if info else socket.AF_INET
-    return socket.create_server((host, port), family=family, backlog=1024)
+    return info[0][0] if info else socket.AF_INET
+
+
+def _reserve_port(host: str, port: int) -> socket.socket:
+    """A bound, not listening, ``SO_REUSEPORT`` socket holding ``host:port`` for the workers.
+
+    The port is first bound without ``SO_REUSEPORT``, so a port another server (or another
+    ``veil serve``) holds is refused here instead of being shared with it."""
+    family = _family(host, port)
+    probe = socket.socket(family, socket.SOCK_STREAM)
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio does: TIME_WAIT is no owner
+    try:
+        probe.bind((host, port))
+        port = probe.getsockname()[1]
+    finally:
+        probe.close()
+    held = socket.socket(family, socket.SOCK_STREAM)
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    held.bind((host, port))
+    return held
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A worker's own listening socket on the shared port: the kernel spreads new connections
+    evenly over the workers' sockets (a hash of the client's address and port)."""
+    sock = socket.socket(_family(host, port), socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    return sock
 
 
 def serve_processes(
@@ -175,16 +206,17 @@ def serve_processes(
         logger.warning("not prepared for the workers: %s", line)
     ctx = multiprocessing.get_context("spawn")
     state = SharedState(ctx, limits)
-    sock = _bind(host, port)
-    bound = sock.getsockname()[1]
+    held = _reserve_port(host, port)
+    bound = held.getsockname()[1]
     started = ctx.Semaphore(0)
     level = logging.getLogger().getEffectiveLevel()
     stopping = False
 
     def start(index: int) -> Any:
+        share = ProcessShare(index, processes, state)
         proc = ctx.Process(
             target=_worker_main,
-            args=(ProcessShare(index, processes, state), policy.path, sock, tls, allow_plaintext, limits, started, level),
+            args=(share, policy.path, (host, bound), tls, allow_plaintext, limits, started, level),
             name=f"veil-serve-{index}",
         )
         proc.start()
@@ -230,4 +262,4 @@ def serve_processes(
             w.join(60)
             if w.is_alive():
                 w.kill()
-        sock.close()
+        held.close()
