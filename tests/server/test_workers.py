@@ -229,11 +229,90 @@ def test_serve_processes_restarted_builds_the_copy(tmp_path: Path, shared_data: 
         stop_serve(proc)
 
 
+def _worker_pids(log: list[str], count: int = 2) -> dict[int, int]:
+    """Worker index → OS pid, from the workers' start lines (the last start of each index wins)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = {}
+        for line in list(log):
+            m = re.search(r"worker process (\d+) \(pid (\d+)\) is accepting", line)
+            if m:
+                found[int(m.group(1))] = int(m.group(2))
+        if len(found) == count:
+            return found
+        time.sleep(0.1)
+    raise AssertionError("".join(log))
+
+
+def test_a_killed_worker_is_restarted_and_its_connections_forgotten(tmp_path: Path, shared_data: Path) -> None:
+    """SIGKILL one worker holding connections: the server keeps answering, the worker comes back,
+    and its dead connections no longer count against --max-connections."""
+    import signal
+
+    policy = build_policy(tmp_path, shared_data, rows=300)
+    proc, port, log = start_serve(policy, "--max-connections", "4")
+    try:
+        first = _worker_pids(log)
+        conns = connections_on_both(port, "alice", PASSWORD, per_worker=2)  # 4 = the limit
+        os.kill(first[0], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while _worker_pids(log)[0] == first[0]:
+            assert time.monotonic() < deadline, "".join(log)
+            time.sleep(0.2)
+        for c in conns:
+            c.close()
+        time.sleep(0.3)
+        again = connections_on_both(port, "alice", PASSWORD, per_worker=2)  # 4 more: the dead 2 are forgotten
+        for i, c in enumerate(again):
+            c.execute("SET veil.epsilon = 0.1")
+            assert c.execute("SELECT COUNT(*) FROM adult WHERE age > %s", (30 + i,)).fetchone() is not None
+            c.close()
+    finally:
+        stop_serve(proc)
+    assert "exited with code -9; starting it again" in "".join(log)
+
+
+def test_sigterm_under_load_leaves_no_charge_without_its_release(tmp_path: Path, shared_data: Path) -> None:
+    """Stopping the server while both workers answer: every charge in the ledger has its release."""
+    from veil.policy import load_policy
+    from veil.store.ledger import Ledger
+
+    policy = build_policy(tmp_path, shared_data, rows=300)
+    proc, port, log = start_serve(policy)
+    conns = connections_on_both(port, "alice", PASSWORD, per_worker=2)
+    done = threading.Event()
+
+    def load(i: int, conn: psycopg.Connection) -> None:
+        conn.execute("SET veil.epsilon = '1/100'")
+        j = 0
+        while not done.is_set():
+            try:
+                conn.execute("SELECT COUNT(*) FROM adult WHERE age > %s", (i * 1000 + j,)).fetchall()
+            except psycopg.Error:
+                return
+            j += 1
+
+    threads = [threading.Thread(target=load, args=(i, c)) for i, c in enumerate(conns)]
+    for t in threads:
+        t.start()
+    time.sleep(2)
+    stop_serve(proc)
+    done.set()
+    for t in threads:
+        t.join(30)
+    for c in conns:
+        c.close()
+    with Ledger.for_policy(load_policy(policy)) as ledger:
+        rows = ledger.reservations("alice")
+    assert rows and all(r["status"] in ("released", "cancelled") for r in rows), [r["status"] for r in rows]
+    assert proc.returncode == 0, "".join(log)
+
+
 # --- the shared-memory limits, across real processes ------------------------------------------------
 
 
 def _login_in_child(state: SharedState, limits: ServerLimits, analyst: str, out: object) -> None:
-    slots = SharedConnectionSlots(state, limits)
+    slots = SharedConnectionSlots(ProcessShare(1, 2, state), limits)
     try:
         slots.acquire(analyst)
         out.put("ok")  # type: ignore[attr-defined]
@@ -252,7 +331,7 @@ def test_shared_slots_and_throttle_hold_across_processes() -> None:
     limits = ServerLimits(max_connections=2, max_connections_per_analyst=1)
     state = SharedState(ctx, limits)
     share = ProcessShare(0, 2, state)
-    slots = SharedConnectionSlots(share.state, limits)
+    slots = SharedConnectionSlots(share, limits)
     slots.acquire("alice")
     out = ctx.Queue()
     for analyst in ("alice", "bob", "carol"):  # alice: over her limit; carol: over the total
@@ -265,6 +344,9 @@ def test_shared_slots_and_throttle_hold_across_processes() -> None:
     slots.logout("alice")
     slots.release()
     slots.acquire("alice")  # her slot is free again
+    state.forget(1)  # worker 1 (bob's connection) died: its connections no longer count
+    assert slots.total == 1
+    slots.acquire("bob")
     throttle = SharedLoginThrottle(state, base=0.25, maximum=30)
     p = ctx.Process(target=_fail_in_child, args=(state, "10.0.0.7", 3))
     p.start()
@@ -277,6 +359,7 @@ def test_shared_slots_and_throttle_hold_across_processes() -> None:
     assert throttle.delay("10.0.0.7", now=101.0) == 1.0
     throttle.succeeded("10.0.0.7")
     assert throttle.delay("10.0.0.7") == 0
+    state.close_lock()
 
 
 def test_throttle_forgets_within_a_bucket_only_the_oldest() -> None:
@@ -291,6 +374,7 @@ def test_throttle_forgets_within_a_bucket_only_the_oldest() -> None:
     kept = sum(throttle.delay(addresses[i], now=float(i)) > 0 for i in range(n - 2000, n))
     assert kept > 1900  # the most recent failures are remembered (a bucket of 4 rarely overflows among 4 k slots' worth)
     assert sum(throttle.delay(a, now=float(i)) > 0 for i, a in enumerate(addresses)) <= 16_384  # bounded memory
+    state.close_lock()
 
 
 def test_processes_refuse_a_non_duckdb_policy(tmp_path: Path) -> None:

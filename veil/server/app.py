@@ -103,7 +103,7 @@ class VeilServer(PgServer):
             from veil.server.workers import read_only_query_session
 
             self.query_session_factory = query_session_factory or read_only_query_session
-            self.slots = SharedConnectionSlots(share.state, self.limits)
+            self.slots = SharedConnectionSlots(share, self.limits)
             self.throttle = SharedLoginThrottle(share.state, base=base, maximum=maximum)
             self.mailbox = CancelMailbox(share)
         secret = self.credentials.server_secret(MOCK_SALT_SECRET)

@@ -13,16 +13,22 @@ connection to:
 - :class:`CancelMailbox`: a ``CancelRequest`` arrives on a new connection, which may land in
   another process than the query it cancels; it is posted here and its owner picks it up.
 
-Everything sits behind one lock, taken per accept, login or cancel, never per query. Keys
+Everything sits behind one lock, taken per accept, login or cancel, never per query: a
+``flock`` on a file the parent makes (the kernel releases it when a holder dies, so a worker killed
+while holding it cannot stall the others) plus a thread lock within each process. Keys
 (analyst names, client addresses) are stored as keyed 128-bit digests (the key is random per
 server start), so a client cannot aim two addresses at one slot.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
 import hashlib
 import os
+import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -36,11 +42,14 @@ _DIGEST = 16
 _WAYS = 4  # throttle: addresses per bucket (the least recently failed one is forgotten)
 _THROTTLE_SLOTS = 16_384
 _MAILBOX_SLOTS = 256
+#: Most worker processes (``veil serve --processes`` is capped at this).
+MAX_PROCESSES = 64
 _CANCEL_TTL = 5.0  # seconds a posted cancel request waits for its owner
 
 
 class _Count(ctypes.Structure):
-    _fields_ = (("key", ctypes.c_ubyte * _DIGEST), ("used", ctypes.c_int64), ("count", ctypes.c_int64))
+    # connections per worker process, so a dead worker's can be forgotten (SharedState.forget)
+    _fields_ = (("key", ctypes.c_ubyte * _DIGEST), ("used", ctypes.c_int64), ("counts", ctypes.c_int64 * MAX_PROCESSES))
 
 
 class _Failure(ctypes.Structure):
@@ -51,15 +60,50 @@ class _Cancel(ctypes.Structure):
     _fields_ = (("pid", ctypes.c_int64), ("secret", ctypes.c_int64), ("posted", ctypes.c_double))
 
 
+class _ProcessLock:
+    """Exclusive across processes (``flock`` on ``path``) and across this process's threads."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._thread_lock = threading.Lock()
+        self._fd: int | None = None
+        self._pid = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"])  # type: ignore[misc]
+
+    def __enter__(self) -> None:
+        self._thread_lock.acquire()
+        try:
+            if self._fd is None or self._pid != os.getpid():
+                self._fd, self._pid = os.open(self.path, os.O_RDWR), os.getpid()
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        except BaseException:
+            self._thread_lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._thread_lock.release()
+
+
 class SharedState:
     """Made once by the parent (``ctx``: a multiprocessing context) and handed to every worker.
 
     Picklable only while the workers are being started (multiprocessing passes the shared memory
-    and the lock to them then)."""
+    to them then)."""
 
     def __init__(self, ctx: Any, limits: ServerLimits) -> None:
-        self.lock = ctx.Lock()
-        self.total = ctx.RawValue(ctypes.c_int64, 0)
+        fd, path = tempfile.mkstemp(prefix="veil-serve-", suffix=".lock")
+        os.close(fd)
+        self.lock = _ProcessLock(path)
+        self.totals = ctx.RawArray(ctypes.c_int64, MAX_PROCESSES)  # open sockets per worker process
         # an analyst holds a slot while it has open connections; slots of analysts with none are
         # reused, so this never fills while connections ≤ max_connections
         self.analysts = ctx.RawArray(_Count, max(64, 2 * limits.max_connections))
@@ -69,6 +113,18 @@ class SharedState:
 
     def digest(self, key: str) -> bytes:
         return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=_DIGEST, key=self.salt).digest()
+
+    def close_lock(self) -> None:
+        """(Parent, at the end) remove the lock file."""
+        with contextlib.suppress(OSError):
+            os.unlink(self.lock.path)
+
+    def forget(self, index: int) -> None:
+        """Drop the connections counted for worker ``index`` (it died; its sockets are gone)."""
+        with self.lock:
+            self.totals[index] = 0
+            for slot in self.analysts:
+                slot.counts[index] = 0
 
 
 @dataclass(frozen=True)
@@ -80,36 +136,38 @@ class ProcessShare:
     state: SharedState
 
     def __post_init__(self) -> None:
-        if not 0 <= self.index < self.count:
+        if not 0 <= self.index < self.count <= MAX_PROCESSES:
             raise InternalError(f"worker index {self.index} out of range for {self.count} processes")
 
 
 class SharedConnectionSlots:
-    """:class:`~veil.server.limits.ConnectionSlots` over every worker process."""
+    """:class:`~veil.server.limits.ConnectionSlots` over every worker process (this one: ``share.index``)."""
 
-    def __init__(self, state: SharedState, limits: ServerLimits) -> None:
-        self._state = state
+    def __init__(self, share: ProcessShare, limits: ServerLimits) -> None:
+        self._state = share.state
+        self._me = share.index
         self._limits = limits
 
     @property
     def total(self) -> int:
-        return int(self._state.total.value)
+        with self._state.lock:
+            return int(sum(self._state.totals))
 
     def reserve(self) -> None:
         st = self._state
         with st.lock:
-            have = st.total.value
+            have = sum(st.totals)
             if have >= self._limits.max_connections:
                 raise TooManyConnections(
                     f"sorry, too many clients already ({have} connections open, the limit is {self._limits.max_connections})",
                     hint="Try again later, or ask the curator to raise veil serve --max-connections",
                 )
-            st.total.value = have + 1
+            st.totals[self._me] += 1
 
     def release(self) -> None:
         st = self._state
         with st.lock:
-            st.total.value = max(0, st.total.value - 1)
+            st.totals[self._me] = max(0, st.totals[self._me] - 1)
 
     def _slot(self, key: bytes, *, create: bool) -> _Count | None:
         """The analyst's slot (under the lock): found, else (``create``) a free one."""
@@ -124,7 +182,7 @@ class SharedConnectionSlots:
                 break
             if bytes(slot.key) == key:
                 return slot
-            if free is None and slot.count == 0:
+            if free is None and not any(slot.counts):
                 free = slot
         if not create:
             return None
@@ -132,7 +190,9 @@ class SharedConnectionSlots:
         if target is None:
             raise InternalError("the shared per-analyst connection table is full; this is a bug, please report it")
         ctypes.memmove(target.key, key, _DIGEST)
-        target.used, target.count = 1, 0
+        target.used = 1
+        for i in range(MAX_PROCESSES):
+            target.counts[i] = 0
         return target
 
     def login(self, analyst: str) -> None:
@@ -142,19 +202,20 @@ class SharedConnectionSlots:
             slot = self._slot(key, create=True)
             if slot is None:  # pragma: no cover - create=True always gives a slot
                 raise InternalError("no slot for an analyst")
-            if per is not None and slot.count >= per:
+            have = sum(slot.counts)
+            if per is not None and have >= per:
                 raise TooManyConnections(
-                    f"too many connections for analyst {analyst!r} ({slot.count} open, the limit is {per})",
+                    f"too many connections for analyst {analyst!r} ({have} open, the limit is {per})",
                     hint="Close another connection, or ask the curator to raise --max-connections-per-analyst",
                 )
-            slot.count += 1
+            slot.counts[self._me] += 1
 
     def logout(self, analyst: str) -> None:
         key = self._state.digest(analyst)
         with self._state.lock:
             slot = self._slot(key, create=False)
             if slot is not None:
-                slot.count = max(0, slot.count - 1)
+                slot.counts[self._me] = max(0, slot.counts[self._me] - 1)
 
     def acquire(self, analyst: str) -> None:
         self.reserve()

@@ -29,9 +29,11 @@ memory (:mod:`veil.server.shared`).
 
 from __future__ import annotations
 
+import collections
 import logging
 import multiprocessing
 import multiprocessing.connection
+import os
 import signal
 import socket
 import time
@@ -50,8 +52,9 @@ __all__ = ["ServingEngine", "prepare_warehouse", "read_only_query_session", "ser
 
 logger = logging.getLogger("veil.server")
 
-#: A worker that dies sooner than this after its start is not started again (it would only crash again).
-_MIN_LIFETIME_S = 10.0
+#: Workers that exit this many times within the window stop the server (they would only crash again).
+_MAX_RESTARTS = 5
+_RESTART_WINDOW_S = 60.0
 _START_TIMEOUT_S = 120.0
 
 
@@ -119,6 +122,11 @@ def prepare_warehouse(policy: Policy) -> list[str]:
     return problems
 
 
+def _ready(index: int, started: Any) -> None:
+    logger.info("worker process %d (pid %d) is accepting connections", index, os.getpid())
+    started.release()
+
+
 def _worker_main(
     share: ProcessShare,
     policy_path: Path,
@@ -141,7 +149,7 @@ def _worker_main(
         ssl_context=ssl_context,
         allow_plaintext=allow_plaintext,
         limits=limits,
-        ready=lambda _port: started.release(),
+        ready=lambda _port: _ready(share.index, started),
         share=share,
     )
 
@@ -228,11 +236,10 @@ def serve_processes(
 
     previous = signal.signal(signal.SIGTERM, stop)
     workers: list[Any] = []
-    born: list[float] = []
+    restarts: collections.deque[float] = collections.deque(maxlen=_MAX_RESTARTS)
     try:
         for i in range(processes):
             workers.append(start(i))
-            born.append(time.monotonic())
         deadline = time.monotonic() + _START_TIMEOUT_S
         for _ in range(processes):
             while not started.acquire(timeout=0.2):
@@ -245,12 +252,16 @@ def serve_processes(
             for i, w in enumerate(workers):
                 if w.is_alive() or stopping:
                     continue
-                lived = time.monotonic() - born[i]
-                logger.error("worker process %d exited with code %s after %.0f s", i, w.exitcode, lived)
-                if lived < _MIN_LIFETIME_S:
-                    raise PolicyError(f"veil serve worker process {i} keeps exiting", hint="See the log above for its error")
+                logger.error("worker process %d exited with code %s; starting it again", i, w.exitcode)
+                state.forget(i)  # its sockets are gone: its connections no longer count
+                now = time.monotonic()
+                if len(restarts) == _MAX_RESTARTS and now - restarts[0] < _RESTART_WINDOW_S:
+                    raise PolicyError(
+                        f"veil serve worker processes exited {_MAX_RESTARTS} times within {_RESTART_WINDOW_S:g} s",
+                        hint="See the log above for their errors",
+                    )
+                restarts.append(now)
                 workers[i] = start(i)
-                born[i] = time.monotonic()
     except KeyboardInterrupt:
         pass
     finally:
@@ -263,3 +274,4 @@ def serve_processes(
             if w.is_alive():
                 w.kill()
         held.close()
+        state.close_lock()
