@@ -89,10 +89,40 @@ def _noisy_max(scale: float) -> Any:
     )
 
 
-def laplace(values: ArrayLike, *, scale: float, rng: np.random.Generator | None = None) -> np.ndarray:
+#: Relative slack of the lattice laplace (see :func:`_lattice_laplace`): the lattice adds at most
+#: ``2**-_LATTICE_BITS`` of the sensitivity, the scale is raised by ``2**-_SCALE_BITS`` ≫ that.
+_LATTICE_BITS = 36
+_SCALE_BITS = 30
+
+
+@lru_cache(maxsize=256)
+def _lattice_laplace(scale: float, sensitivity: float, n: int) -> Any:
+    """Laplace noise on a lattice of ``2**k`` for ``n`` values, ~3× cheaper than OpenDP's default (``k = -1074``).
+
+    OpenDP rounds each value to the lattice, which can move a vector by up to ``n * 2**k`` in L1; ``k``
+    is chosen so that this is at most ``2**-36`` of ``sensitivity``, and the scale is raised by a factor
+    ``1 + 2**-30`` to pay for it. OpenDP's own privacy map then confirms the loss at ``sensitivity``
+    stays within ``sensitivity / scale``; where it would not (or ``k`` would leave the float range),
+    this returns ``None`` and the caller uses the default lattice.
+    """
+    k = math.floor(math.log2(sensitivity) - _LATTICE_BITS - math.log2(n))
+    if k < -1000:
+        return None
+    raised = scale * (1.0 + 2.0**-_SCALE_BITS)
+    m = dp_m.make_laplace(vector_domain(atom_domain(T=float, nan=False), size=n), l1_distance(T=float), scale=raised, k=k)
+    if not m.map(sensitivity) <= sensitivity / scale:
+        return None
+    return m
+
+
+def laplace(
+    values: ArrayLike, *, scale: float, rng: np.random.Generator | None = None, sensitivity: float | None = None
+) -> np.ndarray:
     """Add Laplace(0, ``scale``) noise to every element of ``values`` (any shape).
 
-    ε-DP for a query of L1 sensitivity Δ when ``scale = Δ/ε``.
+    ε-DP for a query of L1 sensitivity Δ when ``scale = Δ/ε``. Given ``sensitivity`` (Δ), the noise
+    is drawn on a fine lattice whose privacy loss OpenDP's map bounds by Δ/``scale`` (faster, same ε);
+    without it, on OpenDP's default lattice.
     """
     s = _check_scale(scale)
     arr = _as_float_array(values)
@@ -100,7 +130,12 @@ def laplace(values: ArrayLike, *, scale: float, rng: np.random.Generator | None 
         return arr.copy()
     if rng is not None:
         return arr + rng.laplace(0.0, s, size=arr.shape)
-    flat = _float_laplace(s)(np.ascontiguousarray(arr.ravel(), dtype=np.float64))  # OpenDP's NumPy input path
+    flat_in = np.ascontiguousarray(arr.ravel(), dtype=np.float64)  # OpenDP's NumPy input path
+    m = None
+    if sensitivity is not None:
+        d = _check_scale(sensitivity, "sensitivity")
+        m = _lattice_laplace(s, d, flat_in.size) if d > 0 else None
+    flat = (m or _float_laplace(s))(flat_in)
     return np.asarray(flat, dtype=np.float64).reshape(arr.shape)
 
 

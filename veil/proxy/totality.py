@@ -68,8 +68,9 @@ def _total_node(node: exp.Expression) -> exp.Expression:
     return exp.Try(this=node)
 
 
-def make_total(tree: exp.Expression) -> exp.Expression:
-    """A copy of ``tree`` in which every partial operation is total (post-order, each node on its own)."""
+def make_total(tree: exp.Expression, *, copy: bool = True) -> exp.Expression:
+    """A copy of ``tree`` (``tree`` itself with ``copy=False``) in which every partial operation is total
+    (post-order, each node on its own)."""
 
     def visit(node: exp.Expression) -> exp.Expression:
         for key, value in list(node.args.items()):
@@ -82,4 +83,4 @@ def make_total(tree: exp.Expression) -> exp.Expression:
             return node
         return _total_node(node)
 
-    return visit(tree.copy())
+    return visit(tree.copy() if copy else tree)

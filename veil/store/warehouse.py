@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
 
@@ -134,7 +135,13 @@ def reading(policy_or_path: Policy | Path | str) -> Iterator[None]:
 def _db_path(policy_or_path: Policy | Path | str) -> Path:
     if isinstance(policy_or_path, Policy):
         return policy_or_path.database_path
-    return Path(policy_or_path).resolve()
+    return _resolved(str(policy_or_path))
+
+
+@lru_cache(maxsize=64)
+def _resolved(path: str) -> Path:
+    """An absolute, symlink-free path (cached: every statement's gate looks its file up)."""
+    return Path(path).resolve()
 
 
 def reader(policy: Policy | Path | str) -> duckdb.DuckDBPyConnection:
