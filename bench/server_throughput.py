@@ -122,31 +122,74 @@ def start_server(policy: Path, *flags: str) -> tuple[subprocess.Popen[str], int]
     raise RuntimeError("veil serve did not start")
 
 
-async def wire_run(port: int, kind: str, clients: int, queries: int) -> dict[str, Any]:
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and its descendants so far (Linux /proc)."""
+    total, todo = 0.0, [pid]
+    tick = os.sysconf("SC_CLK_TCK")
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+class _Start:
+    """Holds every client until all are connected and warm, then starts the clock."""
+
+    def __init__(self, clients: int) -> None:
+        self.waiting = clients
+        self.go = asyncio.Event()
+        self.warm_ok = 0
+
+    async def ready(self, warm_outcome: str) -> None:
+        self.warm_ok += warm_outcome == "ok"
+        self.waiting -= 1
+        if self.waiting == 0:
+            self.go.set()
+        await self.go.wait()
+
+
+async def wire_run(port: int, kind: str, clients: int, queries: int, server_pid: int) -> dict[str, Any]:
     latencies: list[float] = []
     outcomes: list[str] = []
+    start = _Start(clients)
+
+    async def one(conn: psycopg.AsyncConnection[Any], k: int) -> str:
+        try:
+            if kind == "trivial":
+                await (await conn.execute(TRIVIAL)).fetchall()
+            else:
+                await (await conn.execute(AGGREGATE_PARAM, (k,))).fetchall()
+            return "ok"
+        except psycopg.Error as exc:
+            return exc.sqlstate or "?"
 
     async def client(c: int) -> None:
         analyst = ANALYSTS[c % len(ANALYSTS)]
         conninfo = f"host=127.0.0.1 port={port} user={analyst} password={PASSWORD} dbname=veil sslmode=disable"
         async with await psycopg.AsyncConnection.connect(conninfo, autocommit=True) as conn:
             await conn.execute(f"SET veil.epsilon = {EPSILON.numerator}/{EPSILON.denominator}")
+            await start.ready(await one(conn, -10 * (c + 1)))  # the session's first query, untimed
             for j in range(queries):
                 t0 = time.perf_counter()
-                try:
-                    if kind == "trivial":
-                        await (await conn.execute(TRIVIAL)).fetchall()
-                    else:
-                        await (await conn.execute(AGGREGATE_PARAM, ((c * queries + j) * 10,))).fetchall()
-                    outcome = "ok"
-                except psycopg.Error as exc:
-                    outcome = exc.sqlstate or "?"
+                outcome = await one(conn, (c * queries + j) * 10)
                 latencies.append(time.perf_counter() - t0)
                 outcomes.append(outcome)
 
-    t0 = time.perf_counter()
-    await asyncio.gather(*(client(c) for c in range(clients)))
-    return summarise(latencies, time.perf_counter() - t0, outcomes)
+    tasks = [asyncio.ensure_future(client(c)) for c in range(clients)]
+    await start.go.wait()
+    s0, c0, t0 = tree_cpu(server_pid), time.process_time(), time.perf_counter()
+    await asyncio.gather(*tasks)
+    out = summarise(latencies, time.perf_counter() - t0, outcomes)
+    out["server_cpu"] = (tree_cpu(server_pid) - s0) / len(latencies) * 1000
+    out["client_cpu"] = (time.process_time() - c0) / len(latencies) * 1000
+    out["warm_ok"] = start.warm_ok
+    return out
 
 
 # --- the same handler, in-process ------------------------------------------------------------------
@@ -173,6 +216,15 @@ async def inprocess_run(policy_path: Path, kind: str, clients: int, queries: int
     server = VeilServer(load_policy(policy_path))
     latencies: list[float] = []
     outcomes: list[str] = []
+    start = _Start(clients)
+
+    async def one(session: VeilSession, k: int) -> str:
+        sql = TRIVIAL if kind == "trivial" else AGGREGATE.format(k=k)
+        try:
+            await session.answer(route(sql, session._names), None, [], describe=False)
+            return "ok"
+        except Exception as exc:  # PgError with the SQLSTATE
+            return str(getattr(exc, "sqlstate", "?"))
 
     async def client(c: int) -> None:
         analyst = ANALYSTS[c % len(ANALYSTS)]
@@ -180,24 +232,27 @@ async def inprocess_run(policy_path: Path, kind: str, clients: int, queries: int
         await session.init(_StubConnection(server, analyst))
         session.settings.epsilon = EPSILON
         try:
+            await start.ready(await one(session, -10 * (c + 1)))  # the session's first query, untimed
             for j in range(queries):
-                sql = TRIVIAL if kind == "trivial" else AGGREGATE.format(k=(c * queries + j) * 10)
                 t0 = time.perf_counter()
-                try:
-                    await session.answer(route(sql, session._names), None, [], describe=False)
-                    outcome = "ok"
-                except Exception as exc:  # PgError with the SQLSTATE
-                    outcome = getattr(exc, "sqlstate", "?")
+                outcome = await one(session, (c * queries + j) * 10)
                 latencies.append(time.perf_counter() - t0)
                 outcomes.append(outcome)
         finally:
             await session.close()
 
-    t0 = time.perf_counter()
-    await asyncio.gather(*(client(c) for c in range(clients)))
+    tasks = [asyncio.ensure_future(client(c)) for c in range(clients)]
+    await start.go.wait()
+    c0, t0 = time.process_time(), time.perf_counter()
+    await asyncio.gather(*tasks)
     wall = time.perf_counter() - t0
+    cpu = time.process_time() - c0
     server.shutdown_executor()
-    return summarise(latencies, wall, outcomes)
+    out = summarise(latencies, wall, outcomes)
+    out["server_cpu"] = cpu / len(latencies) * 1000  # handler and the (trivial) client coroutines together
+    out["client_cpu"] = 0.0
+    out["warm_ok"] = start.warm_ok
+    return out
 
 
 # --- isolation -------------------------------------------------------------------------------------
@@ -309,10 +364,12 @@ def one_round(tmp: Path, r: int, args: argparse.Namespace) -> tuple[dict[tuple[s
                 if name == "in-process":
                     res = asyncio.run(inprocess_run(policies[name], kind, args.clients, args.queries))
                 else:
-                    res = asyncio.run(wire_run(servers[name][1], kind, args.clients, args.queries))
+                    proc, port = servers[name]
+                    res = asyncio.run(wire_run(port, kind, args.clients, args.queries, proc.pid))
                 results[(name, kind)] = res
                 print(
                     f"round {r} {kind:9} {name:22} {res['qps']:7.0f} q/s {res['aps']:7.0f} answers/s  "
+                    f"cpu {res['server_cpu']:5.2f} + {res['client_cpu']:4.2f} ms  "
                     f"p50 {res['p50']:6.1f} ms  p99 {res['p99']:6.1f} ms  ok {res['ok']} refused {res['refused']} "
                     f"other {res['other']}  (load {os.getloadavg()[0]:.1f})",
                     flush=True,
@@ -326,7 +383,7 @@ def one_round(tmp: Path, r: int, args: argparse.Namespace) -> tuple[dict[tuple[s
         answered = answered_per_analyst(policies[name])
         lines += [f"round {r}, {name} — {line}" for line in check_ledger(policies[name], answered)]
         agg = results[(name, "aggregate")]
-        assert sum(answered.values()) == agg["ok"], (name, answered, agg)
+        assert sum(answered.values()) == agg["ok"] + agg["warm_ok"], (name, answered, agg)
     return results, lines
 
 
@@ -366,16 +423,20 @@ def main() -> None:
     for kind in ("trivial", "aggregate"):
         key = "qps" if kind == "trivial" else "aps"
         for name in setups:
-            med = {k: statistics.median(x[(name, kind)][k] for x in rounds) for k in (key, "p50", "p99")}
+            med = {
+                k: statistics.median(x[(name, kind)][k] for x in rounds) for k in (key, "p50", "p99", "server_cpu", "client_cpu")
+            }
             if name == "in-process":
                 ratio = ""
             else:
                 ratios = [x[(name, kind)][key] / x[("in-process", kind)][key] for x in rounds]
                 ratio = f"**{statistics.median(ratios):.2f}×** ({', '.join(f'{q:.2f}' for q in ratios)})"
             last = rounds[-1][(name, kind)]
+            cpu = med["server_cpu"] + med["client_cpu"]
             rows.append(
-                f"| {kind} | {name} | {med[key]:.0f} | {ratio} | {med['p50']:.1f} / {med['p99']:.1f} | "
-                f"{last['ok']} / {last['refused']} |"
+                f"| {kind} | {name} | {med[key]:.0f} | {ratio} | {med['server_cpu']:.2f}"
+                + (f" + {med['client_cpu']:.2f}" if name != "in-process" else "")
+                + f" | {2000 / cpu:.0f} | {med['p50']:.1f} / {med['p99']:.1f} | {last['ok']} / {last['refused']} |"
             )
     n0, p50, p99, mx = iso["alone"]
     iso_rows = [f"| nothing (alone) | | | {n0} | {p50:.1f} | {p99:.1f} | {mx:.1f} |"]
@@ -394,11 +455,17 @@ def main() -> None:
             "its own query sessions; docs/server.md). In-process: the same handler (`VeilSession.answer`, same "
             "worker pool) called directly in one process, no sockets. Aggregate = `SELECT sex, COUNT(*), "
             "AVG(income) … WHERE income > k GROUP BY sex`, a different `k` per query (no cache hits), ε = 0.01, "
-            "counted in answers/s (refusals excluded); trivial = `SELECT 42`, in statements/s.",
+            "counted in answers/s (refusals excluded). Steady state: every client connects and has its session's "
+            "first query answered (untimed, but charged and checked below) before the clock starts; trivial = "
+            "`SELECT 42`, in statements/s. CPU per answer: "
+            "user + system CPU of the server's processes (all workers) and of the client process, from /proc, "
+            'divided by the statements run; in-process, the one process\'s CPU. "2 cores ÷ CPU per answer" is '
+            "the rate the two cores would sustain if nothing else ran on them (an upper bound: GIL waits, the "
+            "ledger's lock and scheduling are not in it).",
             "",
-            "| query | setup | answers/s (trivial: statements/s) | vs in-process | p50 / p99 ms | "
-            "answered / refused (VB001), last round |",
-            "|---|---|---|---|---|---|",
+            "| query | setup | answers/s (trivial: statements/s) | vs in-process | CPU ms per answer (server + "
+            "clients) | 2 cores ÷ CPU per answer | p50 / p99 ms | answered / refused (VB001), last round |",
+            "|---|---|---|---|---|---|---|---|",
             *rows,
             "",
             f"Issue 16's target: ≥ 300 aggregate answers/s with 20 clients on 2 cores. Best here: **{best:.0f}**"
