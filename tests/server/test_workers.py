@@ -391,3 +391,22 @@ def test_processes_refuse_a_non_duckdb_policy(tmp_path: Path) -> None:
     spark = replace(policy, engine=replace(policy.engine, kind="spark"))
     with pytest.raises(InputError, match="DuckDB"):
         serve_processes(spark, processes=2, port=0)
+
+
+def test_cancel_mailbox_hands_each_request_to_its_owner_only() -> None:
+    from veil.server.shared import CancelMailbox
+
+    ctx = multiprocessing.get_context("spawn")
+    state = SharedState(ctx, ServerLimits())
+    zero, one = CancelMailbox(ProcessShare(0, 2, state)), CancelMailbox(ProcessShare(1, 2, state))
+    assert zero.collect() == [] and one.collect() == []
+    zero.post(10001, 7)  # a connection of worker 1
+    one.post(10002, -5)  # a connection of worker 0
+    assert zero.collect() == [(10002, -5)]
+    assert one.collect() == [(10001, 7)]
+    assert zero.collect() == [] == one.collect()
+    for pid in range(10000, 10000 + 2 * 300, 2):  # more than the mailbox holds: the oldest are overwritten
+        one.post(pid, 1)
+    got = zero.collect()
+    assert {pid for pid, _ in got} == set(range(10000 + 2 * (300 - 256), 10000 + 2 * 300, 2))
+    state.close_lock()

@@ -109,6 +109,7 @@ class SharedState:
         self.analysts = ctx.RawArray(_Count, max(64, 2 * limits.max_connections))
         self.failures = ctx.RawArray(_Failure, _THROTTLE_SLOTS)
         self.cancels = ctx.RawArray(_Cancel, _MAILBOX_SLOTS)
+        self.posted = ctx.RawValue(ctypes.c_int64, 0)  # requests in the mailbox (read without the lock)
         self.salt = os.urandom(16)
 
     def digest(self, key: str) -> bytes:
@@ -297,16 +298,21 @@ class CancelMailbox:
         with st.lock:
             slots = st.cancels
             target = min(slots, key=lambda s: (s.pid != 0 and now - s.posted < _CANCEL_TTL, s.posted))
+            if target.pid == 0:
+                st.posted.value += 1
             target.pid, target.secret, target.posted = pid, secret, now
 
     def collect(self) -> list[tuple[int, int]]:
         """The requests posted for this process (taken out of the mailbox)."""
         st, now = self._share.state, time.monotonic()
-        out = []
+        out: list[tuple[int, int]] = []
+        if st.posted.value == 0:  # the usual case: nothing to take, no lock
+            return out
         with st.lock:
             for slot in st.cancels:
-                if slot.pid and self.owns(int(slot.pid)):
-                    if now - slot.posted < _CANCEL_TTL:
+                if slot.pid and (self.owns(int(slot.pid)) or now - slot.posted >= _CANCEL_TTL):
+                    if self.owns(int(slot.pid)) and now - slot.posted < _CANCEL_TTL:
                         out.append((int(slot.pid), int(slot.secret)))
                     slot.pid = 0
+                    st.posted.value -= 1
         return out
