@@ -21,7 +21,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.support.server import BOB_PASSWORD, PASSWORD, build_policy, dsn
+from tests.support.server import BOB_PASSWORD, PASSWORD, build_policy, dsn, make_cert
 from veil.server.limits import ServerLimits
 from veil.server.shared import ProcessShare, SharedConnectionSlots, SharedLoginThrottle, SharedState
 
@@ -81,14 +81,14 @@ def stop_serve(proc: subprocess.Popen[str]) -> None:
             proc.stderr.close()
 
 
-def connections_on_both(port: int, user: str, password: str, per_worker: int) -> list[psycopg.Connection]:
+def connections_on_both(port: int, user: str, password: str, per_worker: int, **extra: str) -> list[psycopg.Connection]:
     """``per_worker`` open connections of ``user`` in each of the two workers."""
     have: dict[int, list[psycopg.Connection]] = {0: [], 1: []}
     for _ in range(100):
         if all(len(v) >= per_worker for v in have.values()):
             break
         try:
-            conn = psycopg.connect(dsn(port, user, password), autocommit=True)
+            conn = psycopg.connect(dsn(port, user, password, **extra), autocommit=True)
         except psycopg.OperationalError as exc:
             if "too many" not in str(exc):
                 raise
@@ -107,14 +107,32 @@ def connections_on_both(port: int, user: str, password: str, per_worker: int) ->
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Iterator[tuple[Path, int]]:
+def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return make_cert(tmp_path_factory.mktemp("cert"))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, shared_data: Path, cert: tuple[Path, Path]) -> Iterator[tuple[Path, int]]:
     folder = tmp_path_factory.mktemp("workers")
     policy = build_policy(folder, shared_data, rows=1000)
-    proc, port, _log = start_serve(policy, "--max-connections-per-analyst", "6", "--catalog-timeout", "60")
+    tls = ("--tls-cert", str(cert[0]), "--tls-key", str(cert[1]))
+    proc, port, _log = start_serve(policy, "--max-connections-per-analyst", "6", "--catalog-timeout", "60", *tls)
     try:
         yield policy, port
     finally:
         stop_serve(proc)
+
+
+def test_tls_in_every_worker(served: tuple[Path, int], cert: tuple[Path, Path]) -> None:
+    _policy, port = served
+    conns = connections_on_both(port, "alice", PASSWORD, per_worker=1, sslmode="verify-full", sslrootcert=str(cert[0]))
+    try:
+        for conn in conns:
+            assert conn.pgconn.ssl_in_use
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        for c in conns:
+            c.close()
 
 
 def test_budget_raced_across_both_workers_is_never_overspent(served: tuple[Path, int]) -> None:
