@@ -27,7 +27,7 @@ from opendp.measures import max_divergence
 from opendp.metrics import l1_distance, l2_distance, linf_distance
 from opendp.mod import enable_features
 
-from veil.errors import InputError
+from veil.errors import InputError, InternalError
 from veil.mechanisms import _csprng
 from veil.mechanisms.budget import as_epsilon
 
@@ -89,29 +89,38 @@ def _noisy_max(scale: float) -> Any:
     )
 
 
-#: Relative slack of the lattice laplace (see :func:`_lattice_laplace`): the lattice adds at most
-#: ``2**-_LATTICE_BITS`` of the sensitivity, the scale is raised by ``2**-_SCALE_BITS`` ≫ that.
+#: The lattice laplace (see :func:`_lattice_laplace`) is fine enough for this many values at once.
+_LATTICE_MAX_VALUES_LOG2 = 40
+#: Relative slack: rounding ``2**40`` values to the lattice moves a vector by at most ``2**-36`` of the
+#: sensitivity in L1; the scale is raised by ``2**-30`` ≫ that to pay for it.
 _LATTICE_BITS = 36
 _SCALE_BITS = 30
 
 
 @lru_cache(maxsize=256)
 def _lattice_laplace(scale: float, sensitivity: float, n: int) -> Any:
-    """Laplace noise on a lattice of ``2**k`` for ``n`` values, ~3× cheaper than OpenDP's default (``k = -1074``).
+    """Laplace noise for ``n`` values on a lattice of ``2**k``, ~3× cheaper than OpenDP's default (``k = -1074``).
 
-    OpenDP rounds each value to the lattice, which can move a vector by up to ``n * 2**k`` in L1; ``k``
-    is chosen so that this is at most ``2**-36`` of ``sensitivity``, and the scale is raised by a factor
-    ``1 + 2**-30`` to pay for it. OpenDP's own privacy map then confirms the loss at ``sensitivity``
-    stays within ``sensitivity / scale``; where it would not (or ``k`` would leave the float range),
-    this returns ``None`` and the caller uses the default lattice.
+    OpenDP rounds each value to the lattice, which can move a vector by up to ``n * 2**k`` in L1. ``k``
+    depends on ``sensitivity`` only — **never on** ``n``: the lattice shows in the released values'
+    binary digits, and ``n`` can be the number of private groups in the data, released or not. It is
+    fine enough for up to ``2**40`` values: the slack is then at most ``2**-36`` of ``sensitivity``,
+    paid for by raising the scale by a factor ``1 + 2**-30``, so the loss at ``sensitivity`` stays
+    within ``sensitivity / scale``; OpenDP's own privacy map confirms it. Returns ``None`` (the caller
+    uses the default lattice) only for a sensitivity so small that ``k`` would leave the float range —
+    again a choice that depends on the sensitivity alone.
     """
-    k = math.floor(math.log2(sensitivity) - _LATTICE_BITS - math.log2(n))
+    k = math.floor(math.log2(sensitivity)) - _LATTICE_BITS - _LATTICE_MAX_VALUES_LOG2
     if k < -1000:
         return None
+    if n > 2**_LATTICE_MAX_VALUES_LOG2:
+        raise InternalError(f"{n} values in one noise call: more than the lattice laplace is made for")
     raised = scale * (1.0 + 2.0**-_SCALE_BITS)
     m = dp_m.make_laplace(vector_domain(atom_domain(T=float, nan=False), size=n), l1_distance(T=float), scale=raised, k=k)
     if not m.map(sensitivity) <= sensitivity / scale:
-        return None
+        raise InternalError(
+            f"OpenDP's map of the lattice laplace exceeds its charge (k={k}, scale={scale}, Δ={sensitivity}, n={n})"
+        )
     return m
 
 
