@@ -399,6 +399,7 @@ def main() -> None:
     args = parser.parse_args()
     args.processes = [int(n) for n in str(args.processes).split(",")]
     load_start = os.getloadavg()
+    niceness = os.nice(0)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     rounds: list[dict[tuple[str, str], dict[str, Any]]] = []
     ledger_lines: list[str] = []
@@ -500,7 +501,10 @@ def main() -> None:
             "",
             f"Caveat: a 2-core host shared with other work (1/5/15-minute load averages {load_start[0]:.1f} / "
             f"{load_start[1]:.1f} / {load_start[2]:.1f} at the start, {load_end[0]:.1f} / {load_end[1]:.1f} / "
-            f"{load_end[2]:.1f} at the end; with nothing else running the load would stay near 2 while this runs); "
+            f"{load_end[2]:.1f} at the end; with nothing else running the load would stay near 2 while this runs; "
+            f"this run's scheduling priority: nice {niceness}"
+            + (", so the other work on the host yielded most of the cores to it" if niceness < 0 else "")
+            + "); "
             "clients, server processes and DuckDB share those cores (DuckDB threads per connection: default). "
             "Absolute numbers drift with load by ±30% between minutes; ratios are measured interleaved, round by "
             "round.",
