@@ -334,6 +334,28 @@ def test_sigterm_under_load_leaves_no_charge_without_its_release(tmp_path: Path,
     assert proc.returncode == 0, "".join(log)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_workers_stop_when_the_parent_is_killed(tmp_path: Path, shared_data: Path) -> None:
+    """SIGKILL to the parent (no chance to stop its workers): the workers notice and exit."""
+    import signal
+
+    policy = build_policy(tmp_path, shared_data, rows=300)
+    proc, _port, log = start_serve(policy)
+    workers = _worker_pids(log)
+    os.kill(proc.pid, signal.SIGKILL)
+    stop_serve(proc)
+    deadline = time.monotonic() + 60
+    while any(_alive(pid) for pid in workers.values()):
+        assert time.monotonic() < deadline, "worker processes outlived their parent"
+        time.sleep(0.2)
+
+
 # --- the shared-memory limits, across real processes ------------------------------------------------
 
 

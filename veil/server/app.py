@@ -140,15 +140,21 @@ class VeilServer(PgServer):
             return
         super().cancel(pid, secret)
 
-    async def collect_cancels(self) -> None:
-        """Worker processes: apply the cancel requests other processes received for this one's connections."""
+    async def collect_cancels(self, *, orphaned: Callable[[], None]) -> None:
+        """Worker processes: apply the cancel requests other processes received for this one's
+        connections; call ``orphaned`` (stop serving) once the parent process is gone."""
         mailbox = self.mailbox
         if mailbox is None:
             return
+        parent = os.getppid()
         while True:
             await asyncio.sleep(_CANCEL_POLL_S)
             for pid, secret in mailbox.collect():
                 super().cancel(pid, secret)
+            if os.getppid() != parent:
+                logger.error("the veil serve parent process is gone; this worker stops")
+                orphaned()
+                return
 
     async def _handle_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         stream = BufferedStream(reader, writer)
@@ -315,7 +321,7 @@ def serve(
             ready(srv.sockets[0].getsockname()[1])
         serving = asyncio.ensure_future(server.serve_forever())
         stopping = asyncio.ensure_future(stop.wait())
-        cancels = asyncio.ensure_future(server.collect_cancels())
+        cancels = asyncio.ensure_future(server.collect_cancels(orphaned=stop.set))
         try:
             await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
         finally:
