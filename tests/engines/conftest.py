@@ -104,3 +104,90 @@ def spark_policy(tmp_path_factory: pytest.TempPathFactory, same_salt: None) -> P
     if reason is not None:
         pytest.skip(f"Spark conformance skipped: {reason}")
     return build(tmp_path_factory.mktemp("conformance") / "spark", SPARK)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _port_open(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture(scope="session")
+def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Spark Connect server for the test run: ``$VEIL_SPARK_CONNECT`` if set, else one started here.
+
+    The server is the one pyspark ships (``jars/spark-connect_*.jar``, ``bin/spark-submit``) on ``local[2]``,
+    on a free port, stopped at the end of the run. Skipped, with the reason, when pyspark, Java or the jar
+    is missing or the server does not come up within three minutes.
+    """
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from veil.engines.spark import spark_available
+
+    given = os.environ.get("VEIL_SPARK_CONNECT")
+    if given:
+        yield given
+        return
+    reason = spark_available()
+    if reason is not None:
+        pytest.skip(f"Spark Connect skipped: {reason}")
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    jars = sorted((home / "jars").glob("spark-connect_*.jar"))
+    if not jars or not (home / "bin" / "spark-submit").exists():
+        pytest.skip(f"Spark Connect skipped: pyspark at {home} ships no Connect server (jars/spark-connect_*.jar)")
+    d = tmp_path_factory.mktemp("spark_connect")
+    port = _free_port()
+    log = (d / "server.log").open("wb")
+    cmd = [str(home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
+           "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf", f"spark.connect.grpc.binding.port={port}",
+           "--conf", f"spark.sql.warehouse.dir={d / 'warehouse'}", "--conf", "spark.sql.shuffle.partitions=2",
+           "--driver-java-options", f"-Dderby.system.home={d}", "spark-internal"]  # fmt: skip
+    env = dict(os.environ, SPARK_HOME=str(home), SPARK_NO_DAEMONIZE="1", SPARK_LOG_DIR=str(d))
+    proc = subprocess.Popen(cmd, cwd=d, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not _port_open(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = (d / "server.log").read_text(errors="replace")[-600:]
+                pytest.skip(f"Spark Connect skipped: the local server did not start (exit {proc.poll()}): {tail}")
+            time.sleep(0.5)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        from veil.store.spark import forget_remote
+
+        forget_remote(f"sc://127.0.0.1:{port}")
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # the server's own process group (started above)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+def connect_engine(url: str, database: str) -> str:
+    """The ``[engine]`` section of a policy on the Connect server ``url``."""
+    return f'\n[engine]\nkind = "spark"\nremote = "{url}"\ndatabase = "{database}"\n'
+
+
+@pytest.fixture(scope="session")
+def connect_policy(tmp_path_factory: pytest.TempPathFactory, connect_url: str, same_salt: None) -> Policy:
+    import uuid
+
+    return build(tmp_path_factory.mktemp("conformance") / "connect", connect_engine(connect_url, f"veil_{uuid.uuid4().hex[:8]}"))

@@ -76,10 +76,8 @@ class SparkEngine:
 
     @property
     def session(self) -> SparkSession:
-        s = spark_session(self._spec)  # also re-points a local catalog at this policy's warehouse
-        if self._session is None:
-            s.catalog.setCurrentDatabase(self._spec.database)
-            self._session = s
+        s = spark_session(self._spec)  # this database's session; also re-points a local catalog at this warehouse
+        self._session = s
         return s
 
     def generation(self) -> int:

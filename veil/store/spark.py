@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
-    "bump_writes", "columns_of", "drop", "exists", "read_table", "spark_available", "spark_session", "spec_of",
+    "bump_writes", "columns_of", "drop", "exists", "forget_remote", "read_table", "spark_available", "spark_session", "spec_of",
     "table_columns", "table_names", "write_table", "writes",
 ]  # fmt: skip
 
@@ -39,7 +39,8 @@ RECHECK_SECONDS = 60.0
 log = logging.getLogger("veil.store.spark")
 
 _lock = threading.RLock()
-_sessions: dict[tuple[str | None, str | None], SparkSession] = {}
+_sessions: dict[tuple[str | None, str | None, str], SparkSession] = {}  # (master, remote, database)
+_roots: dict[tuple[str | None, str | None], SparkSession] = {}  # the first session of each Spark
 _active_warehouse: dict[str, Path] = {}  # local mode: the warehouse whose tables the catalog holds, per database
 _writes = 0  # bumped by every write through Veil in this process: bounded copies are re-checked at once
 
@@ -63,14 +64,20 @@ def spec_of(policy: Policy) -> EngineSpec:
 
 
 def spark_session(spec: EngineSpec) -> SparkSession:
-    """The process's SparkSession for ``spec`` (started on first use; local tables registered)."""
-    key = (spec.master, spec.remote)
+    """The process's SparkSession for ``spec`` (started on first use; local tables registered).
+
+    One session per Spark (``master`` or ``remote``) and database: the current database is a property of the
+    session, so two policies naming different databases of one Spark never read each other's tables. Sessions
+    of one local Spark share its context and catalog (``newSession``); a Connect server gets one client
+    session per database.
+    """
+    key = (spec.master, spec.remote, spec.database)
     with _lock:
-        s = _sessions.get(key)
-        if s is not None:
+        cached = _sessions.get(key)
+        if cached is not None:
             if spec.remote is None:
-                _activate_local(s, spec)
-            return s
+                _activate_local(cached, spec)
+            return cached
         try:
             with _quiet():
                 from pyspark.sql import SparkSession
@@ -78,15 +85,24 @@ def spark_session(spec: EngineSpec) -> SparkSession:
             raise InputError(
                 "the policy names a Spark engine but pyspark is not installed", hint="pip install 'veil[spark]'"
             ) from None
-        builder = SparkSession.builder
+        root = _roots.get((spec.master, spec.remote))
+        s: Any  # a classic or a Connect SparkSession (the same API for what Veil uses)
         if spec.remote is not None:
-            builder = builder.remote(spec.remote)
+            with _quiet():  # the Connect client checks its pandas version on import
+                # The Connect session class itself: pyspark's generic builder refuses a remote session in a
+                # process that already runs a local Spark (tests; a curator tool holding both).
+                from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+                remote = ConnectSession.builder.remote(spec.remote)
+                s = remote.getOrCreate() if root is None else remote.create()
+        elif root is not None:
+            s = root.newSession()
         else:
             if spec.warehouse is None or spec.master is None:
                 raise InternalError("local Spark without a master or warehouse")
             spec.warehouse.mkdir(parents=True, exist_ok=True)
             builder = (
-                builder.master(spec.master)
+                SparkSession.builder.master(spec.master)
                 .appName("veil")
                 .config("spark.sql.warehouse.dir", str(spec.warehouse))
                 .config("spark.ui.enabled", "false")
@@ -95,13 +111,13 @@ def spark_session(spec: EngineSpec) -> SparkSession:
                 .config("spark.sql.session.timeZone", "UTC")
                 .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={spec.warehouse}")
             )
-        s = builder.getOrCreate()
-        if spec.remote is None:
+            with _quiet():
+                s = builder.getOrCreate()
             s.sparkContext.setLogLevel("FATAL")  # a refused statement is Veil's to report, without its SQL
+        _roots.setdefault((spec.master, spec.remote), s)
         s.conf.set("spark.sql.ansi.enabled", "false")
         s.conf.set("spark.sql.execution.arrow.pyspark.enabled", "true")
         s.conf.set("spark.sql.session.timeZone", "UTC")
-        _sessions[key] = s
         if spec.remote is None:
             _activate_local(s, spec)
         else:
@@ -109,7 +125,21 @@ def spark_session(spec: EngineSpec) -> SparkSession:
                 s.sql(f"CREATE DATABASE IF NOT EXISTS {_q(spec.database)}")
             except Exception as exc:  # a cluster may refuse CREATE; the database then has to exist already
                 log.info("CREATE DATABASE %s refused (%s); using it as it is", spec.database, type(exc).__name__)
+        s.catalog.setCurrentDatabase(spec.database)
+        _sessions[key] = s
     return s
+
+
+def forget_remote(remote: str) -> None:
+    """Close this process's sessions on the Connect server ``remote`` (before the server goes away)."""
+    with _lock:
+        for key in [k for k in _sessions if k[1] == remote]:
+            s = _sessions.pop(key)
+            try:
+                s.stop()
+            except Exception as exc:  # the server may be gone already
+                log.debug("closing a Spark Connect session failed (%s)", type(exc).__name__)
+        _roots.pop((None, remote), None)
 
 
 def _local_cores(master: str) -> int:
