@@ -13,6 +13,8 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from tests.conftest import STAT_ALPHA
@@ -41,6 +43,32 @@ def test_laplace_production_has_the_right_law(scale: float) -> None:
     assert _ks_laplace(noise, scale) > ALPHA
     for wrong in (0.7 * scale, 1.3 * scale):
         assert _ks_laplace(noise, wrong) < ALPHA, f"KS did not detect scale {wrong} vs {scale}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("scale", "sensitivity"), [(0.5, 1.0), (3.0, 1e-3), (2e8, 2e5)])
+def test_lattice_laplace_has_the_right_law(scale: float, sensitivity: float) -> None:
+    """The faster lattice path (``sensitivity=``) draws the same Laplace law as the default lattice."""
+    noise = laplace(np.zeros(N), scale=scale, sensitivity=sensitivity)
+    assert _ks_laplace(noise, scale) > ALPHA
+    for wrong in (0.7 * scale, 1.3 * scale):
+        assert _ks_laplace(noise, wrong) < ALPHA, f"KS did not detect scale {wrong} vs {scale}"
+
+
+@given(
+    scale=st.floats(1e-6, 1e12),
+    sensitivity=st.floats(1e-9, 1e9),
+    n=st.integers(1, 2_000_000),
+)
+@settings(max_examples=60, deadline=None)
+def test_lattice_laplace_never_loses_more_than_charged(scale: float, sensitivity: float, n: int) -> None:
+    """OpenDP's own privacy map of the lattice measurement stays within Δ/scale (or it is not used)."""
+    from veil.mechanisms.noise import _lattice_laplace
+
+    m = _lattice_laplace(scale, sensitivity, n)
+    if m is not None:
+        assert m.map(sensitivity) <= sensitivity / scale
+        assert m.map(2 * sensitivity) <= 2 * sensitivity / scale
 
 
 def test_laplace_test_rng_path_has_the_same_law() -> None:

@@ -75,6 +75,13 @@ def _is_loopback_host(host: str) -> bool:
     "--catalog-timeout", type=_SECONDS, default=5, show_default=True, callback=_finite, help="Seconds per catalog query."
 )
 @click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True, help="Threads for analyst queries.")
+@click.option(
+    "--processes",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Worker processes accepting on the port (more than one: answers use more than one core; DuckDB only).",
+)
 @run_guarded
 def serve_command(
     policy_path: Path,
@@ -93,6 +100,7 @@ def serve_command(
     max_planning_seconds: float,
     catalog_timeout: float,
     workers: int,
+    processes: int,
 ) -> None:
     """Serve analysts' SQL clients (psql, psycopg, JDBC, DBeaver) over the PostgreSQL protocol.
 
@@ -136,6 +144,22 @@ def serve_command(
         click.echo(f'  psql "postgresql://{logins[0] if logins else "<analyst>"}@{host}:{bound}/veil"', err=True)
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if processes > 1:
+        from veil.server.workers import serve_processes
+
+        click.echo(f"veil serve: building bounded copies, then starting {processes} worker processes", err=True)
+        tls = (tls_cert, tls_key) if tls_cert and tls_key else None
+        serve_processes(
+            policy,
+            processes=processes,
+            host=host,
+            port=port,
+            tls=tls,
+            allow_plaintext=allow_plaintext,
+            limits=limits,
+            ready=ready,
+        )
+        return
     serve(policy, host=host, port=port, ssl_context=ssl_context, allow_plaintext=allow_plaintext, limits=limits, ready=ready)
 
 

@@ -87,7 +87,7 @@ class DuckDBEngine:
 
     def render(self, tree: exp.Expression) -> str:
         """DuckDB SQL of a neutral tree (integer sums left to DuckDB's own HUGEINT widening)."""
-        return narrow_sums(tree.copy()).sql(dialect=self.dialect)
+        return narrow_sums(tree.copy()).sql(dialect=self.dialect, copy=False)
 
     def _path(self) -> object:
         if self._policy is None:

@@ -27,7 +27,7 @@ from opendp.measures import max_divergence
 from opendp.metrics import l1_distance, l2_distance, linf_distance
 from opendp.mod import enable_features
 
-from veil.errors import InputError
+from veil.errors import InputError, InternalError
 from veil.mechanisms import _csprng
 from veil.mechanisms.budget import as_epsilon
 
@@ -89,10 +89,49 @@ def _noisy_max(scale: float) -> Any:
     )
 
 
-def laplace(values: ArrayLike, *, scale: float, rng: np.random.Generator | None = None) -> np.ndarray:
+#: The lattice laplace (see :func:`_lattice_laplace`) is fine enough for this many values at once.
+_LATTICE_MAX_VALUES_LOG2 = 40
+#: Relative slack: rounding ``2**40`` values to the lattice moves a vector by at most ``2**-36`` of the
+#: sensitivity in L1; the scale is raised by ``2**-30`` ≫ that to pay for it.
+_LATTICE_BITS = 36
+_SCALE_BITS = 30
+
+
+@lru_cache(maxsize=256)
+def _lattice_laplace(scale: float, sensitivity: float, n: int) -> Any:
+    """Laplace noise for ``n`` values on a lattice of ``2**k``, ~3× cheaper than OpenDP's default (``k = -1074``).
+
+    OpenDP rounds each value to the lattice, which can move a vector by up to ``n * 2**k`` in L1. ``k``
+    depends on ``sensitivity`` only — **never on** ``n``: the lattice shows in the released values'
+    binary digits, and ``n`` can be the number of private groups in the data, released or not. It is
+    fine enough for up to ``2**40`` values: the slack is then at most ``2**-36`` of ``sensitivity``,
+    paid for by raising the scale by a factor ``1 + 2**-30``, so the loss at ``sensitivity`` stays
+    within ``sensitivity / scale``; OpenDP's own privacy map confirms it. Returns ``None`` (the caller
+    uses the default lattice) only for a sensitivity so small that ``k`` would leave the float range —
+    again a choice that depends on the sensitivity alone.
+    """
+    k = math.floor(math.log2(sensitivity)) - _LATTICE_BITS - _LATTICE_MAX_VALUES_LOG2
+    if k < -1000:
+        return None
+    if n > 2**_LATTICE_MAX_VALUES_LOG2:
+        raise InternalError(f"{n} values in one noise call: more than the lattice laplace is made for")
+    raised = scale * (1.0 + 2.0**-_SCALE_BITS)
+    m = dp_m.make_laplace(vector_domain(atom_domain(T=float, nan=False), size=n), l1_distance(T=float), scale=raised, k=k)
+    if not m.map(sensitivity) <= sensitivity / scale:
+        raise InternalError(
+            f"OpenDP's map of the lattice laplace exceeds its charge (k={k}, scale={scale}, Δ={sensitivity}, n={n})"
+        )
+    return m
+
+
+def laplace(
+    values: ArrayLike, *, scale: float, rng: np.random.Generator | None = None, sensitivity: float | None = None
+) -> np.ndarray:
     """Add Laplace(0, ``scale``) noise to every element of ``values`` (any shape).
 
-    ε-DP for a query of L1 sensitivity Δ when ``scale = Δ/ε``.
+    ε-DP for a query of L1 sensitivity Δ when ``scale = Δ/ε``. Given ``sensitivity`` (Δ), the noise
+    is drawn on a fine lattice whose privacy loss OpenDP's map bounds by Δ/``scale`` (faster, same ε);
+    without it, on OpenDP's default lattice.
     """
     s = _check_scale(scale)
     arr = _as_float_array(values)
@@ -100,7 +139,12 @@ def laplace(values: ArrayLike, *, scale: float, rng: np.random.Generator | None 
         return arr.copy()
     if rng is not None:
         return arr + rng.laplace(0.0, s, size=arr.shape)
-    flat = _float_laplace(s)(np.ascontiguousarray(arr.ravel(), dtype=np.float64))  # OpenDP's NumPy input path
+    flat_in = np.ascontiguousarray(arr.ravel(), dtype=np.float64)  # OpenDP's NumPy input path
+    m = None
+    if sensitivity is not None:
+        d = _check_scale(sensitivity, "sensitivity")
+        m = _lattice_laplace(s, d, flat_in.size) if d > 0 else None
+    flat = (m or _float_laplace(s))(flat_in)
     return np.asarray(flat, dtype=np.float64).reshape(arr.shape)
 
 

@@ -51,6 +51,6 @@ def generated_sql(session: QuerySession, sql: str, epsilon: float | None = None)
     from veil.proxy import pipeline
 
     state = pipeline.run(session._state(sql, epsilon), session._env, until="rewrite")
-    if state.queries is None:
+    if state.rendered is None:
         return [state.public_sql or ""]
-    return [session._env.engine.render(q) for q in state.queries.statements()]
+    return state.rendered.statements()

@@ -106,8 +106,9 @@ def noisy_statistics(
         exact = np.concatenate([clamp_raw(by_id[i], raw[i]) for i in ids])
         if mechanism == "discrete_laplace":
             flat = mechanisms.discrete_laplace(exact, scale=scale, rng=noise.rng)
-        else:
-            flat = mechanisms.laplace(exact, scale=scale, rng=noise.rng)
+        else:  # the smallest sensitivity of the batch: the lattice's slack is relative to it
+            least = min(float(by_id[i].sensitivity) for i in ids)
+            flat = mechanisms.laplace(exact, scale=scale, rng=noise.rng, sensitivity=least)
         for i, part in zip(ids, np.split(flat, np.cumsum(sizes)[:-1]), strict=True):
             out[i] = part
     return out

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import sqlglot
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import ErrorLevel, TokenError
 from sqlglot.errors import ParseError as SqlglotParseError
 from sqlglot.tokens import TokenType
@@ -216,7 +217,8 @@ def parse(sql: str, *, limits: Limits = DEFAULT_LIMITS) -> exp.Select:
     if keyword not in ("SELECT", "WITH", "("):
         raise ParseError(f"syntax error at or near {keyword!r}", hint="Send one SELECT statement")
     try:
-        statements = [s for s in sqlglot.parse(sql, read=DIALECT) if s is not None]
+        # the tokens of the checks above, parsed as they are (one tokenizer pass per query)
+        statements = [s for s in Dialect.get_or_raise(DIALECT).parser().parse(tokens, sql) if s is not None]
     except SqlglotParseError as exc:
         raise _syntax_error(exc) from None
     except (TokenError, RecursionError):

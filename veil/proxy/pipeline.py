@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from veil.proxy.answer import Answer
     from veil.proxy.session import Env
 
-__all__ = ["PASSES", "QueryState", "RawResult", "run"]
+__all__ = ["PASSES", "QueryState", "RawResult", "Rendered", "run"]
 
 log = logging.getLogger("veil.query")
 
@@ -60,6 +60,22 @@ class RawResult:
 
 
 @dataclass(frozen=True)
+class Rendered:
+    """The generated statements as the engine's SQL text, rendered once (prepare binds, execute runs them)."""
+
+    main: str | None
+    grids: tuple[tuple[int, str], ...]  # (statistic id, histogram query)
+
+    def statements(self) -> list[str]:
+        """Every statement to run, each once."""
+        out = [self.main] if self.main is not None else []
+        for _sid, sql in self.grids:
+            if sql not in out:
+                out.append(sql)
+        return out
+
+
+@dataclass(frozen=True)
 class QueryState:
     """Everything known about one query so far; each pass fills in its part."""
 
@@ -70,6 +86,7 @@ class QueryState:
     analysis: Analysis | None = None
     plan: QueryPlan | None = None
     queries: EngineQueries | None = None
+    rendered: Rendered | None = None  # ``queries`` in the engine's dialect
     public_sql: str | None = None  # public-only query, rendered for the public connection
     post: PostProcess | None = None
     domain: list[tuple[Any, ...]] | None = None
@@ -132,22 +149,35 @@ def _rewrite(s: QueryState, env: Env) -> QueryState:
     if s.plan is None:
         return replace(s, public_sql=env.public_engine.render(public_query(s.analysis.tree)))
     source = env.bounded_table(s.plan.analysis.private_table or "")
-    return replace(s, queries=rewrite(s.plan, source), post=postprocess_sql(s.plan))
+    queries = rewrite(s.plan, source)
+    render = env.engine.render
+    rendered = Rendered(
+        None if queries.main is None else render(queries.main), tuple((sid, render(g)) for sid, g in queries.grids)
+    )
+    return replace(s, queries=queries, rendered=rendered, post=postprocess_sql(s.plan))
 
 
 def _prepare(s: QueryState, env: Env) -> QueryState:
-    """Bind every generated statement (reads no data) and list public group domains: refusals stay free."""
+    """Bind the generated statements (reads no data) and list public group domains: refusals stay free.
+
+    A public-only query charges nothing, so it binds when it runs. So does a private query of one
+    statement without group keys (the common COUNT/SUM/AVG): its engine error from before reading any
+    row refunds the reservation in :func:`_execute` — the same free refusal, one engine round trip
+    fewer. Queries with group keys or several statements bind first (the key types shape the
+    post-processing, and a later statement must not fail after an earlier one read data).
+    """
     if s.plan is None:
         if s.public_sql is None:
             raise InternalError("prepare without a query")
-        env.public_engine.describe(s.public_sql)
         return s
-    if s.queries is None or s.post is None:
+    if s.rendered is None or s.post is None:
         raise InternalError("prepare before rewrite")
     key_types: list[str] = []
-    for stmt in s.queries.statements():
-        res = env.engine.describe(env.engine.render(stmt))
-        key_types = key_types or [output_type(t) for t in res.types[: len(s.plan.keys)]]
+    statements = s.rendered.statements()
+    if s.plan.keys or len(statements) != 1:
+        for stmt in statements:
+            res = env.engine.describe(stmt)
+            key_types = key_types or [output_type(t) for t in res.types[: len(s.plan.keys)]]
     domain = env.public_domain(s.plan) if s.plan.public_keys else None
     env.check_post(s.plan, s.post, key_types)
     canonical = canonical_sql(s.plan.analysis)
@@ -174,11 +204,15 @@ def _execute(s: QueryState, env: Env) -> QueryState:
         if s.public_sql is None:
             raise InternalError("execute without a query")
         return replace(s, answer=env.public_answer(env.public_engine.execute(s.public_sql)))
-    if s.queries is None or s.reservation is None:
+    if s.queries is None or s.rendered is None or s.reservation is None:
         raise InternalError("execute before reserve")
     try:
-        raw = env.run(s.plan, s.queries, s.domain, s.key_types)
+        raw = env.run(s.plan, s.queries, s.rendered, s.domain, s.key_types)
     except EngineError as exc:
+        if exc.before_data and not s.plan.keys and len(s.rendered.statements()) == 1:
+            # the one statement failed to bind (see _prepare): nothing was read, so nothing is charged
+            env.ledger.cancel(s.reservation)
+            raise
         if "cancelled" in exc.message:
             raise QueryCancelled(
                 "the statement was cancelled (statement timeout or cancel request); nothing was released",

@@ -382,7 +382,8 @@ def _group_keys(tree: exp.Select, scope: Scope, catalog: Catalog) -> list[GroupK
             raise Unsupported("aggregates in GROUP BY are not allowed")
         declared = _declared_values(k, scope, catalog)
         domain_sql = None if declared is not None else _domain_sql(k, scope, catalog)
-        keys.append(GroupKey(i, k, _sql(k), k.sql(dialect="duckdb"), domain_sql, declared))
+        text = _sql(k)
+        keys.append(GroupKey(i, k, text, text, domain_sql, declared))
     return keys
 
 
@@ -399,7 +400,7 @@ def _plan_count(
         key, kind="count", label=label, arg=arg, filter=filt, distinct=distinct, mechanism="discrete_laplace",
         sensitivity=Fraction(sens), hidden=False, lower=Fraction(0), upper=Fraction(1),
     )  # fmt: skip
-    return AggregateSpec(idx, "count", _sql(node), label, (sid,), None, None, True)
+    return AggregateSpec(idx, "count", label, label, (sid,), None, None, True)
 
 
 def _plan_moments(
@@ -408,9 +409,9 @@ def _plan_moments(
 ) -> AggregateSpec:  # fmt: skip
     """AVG, VAR and STDDEV: a noisy count and centred sum (and sum of squares) of the clamped argument."""
     c, fs = ctx.c, None if filt is None else _sql(filt)
-    a_label = arg.sql(dialect="duckdb")
+    a_label = _sql(arg)
     n_id = b.add(
-        ("count", _sql(arg), fs, False), kind="count", label=f"count({a_label})", arg=arg, filter=filt,
+        ("count", a_label, fs, False), kind="count", label=f"count({a_label})", arg=arg, filter=filt,
         distinct=False, mechanism="discrete_laplace", sensitivity=Fraction(c), hidden=True,
         lower=Fraction(0), upper=Fraction(1),
     )  # fmt: skip
@@ -427,7 +428,8 @@ def _plan_moments(
             hidden=True, center=iv.mid, lower=Fraction(0), upper=iv.half_width**2,
         )  # fmt: skip
         ids = (n_id, s_id, q_id)
-    return AggregateSpec(idx, name, _sql(node), node.sql(dialect="duckdb"), ids, iv, None, False)
+    label = _sql(node)
+    return AggregateSpec(idx, name, label, label, ids, iv, None, False)
 
 
 def _plan_grid(
@@ -445,7 +447,7 @@ def _plan_grid(
         grid_lo=lo, grid_step=step, grid_n=n, target=target, q=qv,
     )  # fmt: skip
     exact_int = iv.integral and step == 1 and target != "quantile"
-    return AggregateSpec(idx, "quantile" if target == "quantile" else target, _sql(node), label, (sid,), iv, qv, exact_int)
+    return AggregateSpec(idx, "quantile" if target == "quantile" else target, label, label, (sid,), iv, qv, exact_int)
 
 
 @dataclass(frozen=True)
@@ -487,7 +489,8 @@ def _plan_aggregate(b: _Builder, idx: int, node: exp.Expression, ctx: _Context) 
             mechanism="discrete_laplace" if iv.integral else "laplace", sensitivity=ctx.c * iv.magnitude,
             hidden=False, lower=iv.lo, upper=iv.hi,
         )  # fmt: skip
-        return AggregateSpec(idx, "sum", _sql(node), node.sql(dialect="duckdb"), (sid,), iv, None, iv.integral)
+        label = _sql(node)
+        return AggregateSpec(idx, "sum", label, label, (sid,), iv, None, iv.integral)
     if name in ("avg", "var_samp", "var_pop", "stddev_samp", "stddev_pop"):
         return _plan_moments(b, idx, name, node, arg, arg_c, filt, iv, ctx)
     return _plan_grid(b, idx, name, node, arg_c, filt, q, iv, ctx)

@@ -45,17 +45,6 @@ class EngineQueries:
     grids: tuple[tuple[int, exp.Select], ...]  # (statistic id, histogram query: keys, __b, __n)
     n_keys: int
 
-    def statements(self) -> list[exp.Select]:
-        """Every query to run, each once."""
-        out = [self.main] if self.main is not None else []
-        seen = {q.sql(dialect="duckdb") for q in out}
-        for _sid, g in self.grids:
-            text = g.sql(dialect="duckdb")
-            if text not in seen:
-                seen.add(text)
-                out.append(g)
-        return out
-
 
 def _lit(v: Fraction) -> exp.Expression:
     if v.denominator == 1:
@@ -110,8 +99,9 @@ def _template(p: QueryPlan, source: str) -> exp.Select:
 
 
 def _finish(tree: exp.Select, columns: list[exp.Expression]) -> exp.Select:
+    """``tree`` (the caller's own copy, changed in place) selecting ``columns``, total and neutral."""
     tree.set("expressions", columns)
-    out = neutralise(make_total(tree))
+    out = neutralise(make_total(tree, copy=False))
     if not isinstance(out, exp.Select):
         raise InternalError("make_total changed a SELECT into something else")
     return out
@@ -124,7 +114,7 @@ def rewrite(p: QueryPlan, source: str) -> EngineQueries:
     texts: list[str] = []
     stat_inputs: dict[int, tuple[int, ...]] = {}
     grids: list[tuple[int, exp.Select]] = []
-    keys = [exp.alias_(k.expr.copy(), f"__k{i}") for i, k in enumerate(p.keys)]
+    keys = [exp.alias_(k.expr.copy(), f"__k{i}", copy=False) for i, k in enumerate(p.keys)]
     for stat in p.statistics:
         if stat.kind == "grid":
             grids.append((stat.id, _grid(p, template, stat)))
@@ -139,7 +129,8 @@ def rewrite(p: QueryPlan, source: str) -> EngineQueries:
         stat_inputs[stat.id] = tuple(idx)
     main = None
     if quantities:
-        main = _finish(template.copy(), [*keys, *(exp.alias_(q, f"__q{i}") for i, q in enumerate(quantities))])
+        # the template's last use (each grid took its own copy): no copy; each quantity is a fresh tree
+        main = _finish(template, [*keys, *(exp.alias_(q, f"__q{i}", copy=False) for i, q in enumerate(quantities))])
     return EngineQueries(main, tuple(texts), stat_inputs, tuple(grids), len(p.keys))
 
 

@@ -137,6 +137,7 @@ class Env:
         self._post: duckdb.DuckDBPyConnection | None = None
         self._probes: dict[tuple[str, int], int] = {}
         self._domains: dict[tuple[str, int], list[Any]] = {}
+        self._post_bound: set[tuple[str, tuple[str, ...], tuple[str, ...]]] = set()
 
     # -- policy, catalog, engines -------------------------------------------------------------
     @property
@@ -257,9 +258,9 @@ class Env:
             self._post = duckdb.connect(":memory:", config=dict(_SAFE_POST_CONFIG))
         return self._post
 
-    def frame_types(self, p: QueryPlan, key_types: Sequence[str]) -> tuple[list[str], list[str]]:
-        kt = list(key_types) + ["text"] * (len(p.keys) - len(key_types))
-        return kt, aggregate_types(p)
+    def frame_types(self, p: QueryPlan, key_types: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        kt = (*key_types, *(["text"] * (len(p.keys) - len(key_types))))
+        return kt, tuple(aggregate_types(p))
 
     def empty_frame(self, p: QueryPlan, key_types: Sequence[str]) -> pd.DataFrame:
         kt, at = self.frame_types(p, key_types)
@@ -291,25 +292,39 @@ class Env:
         return _PostRows(rows, types)
 
     def check_post(self, p: QueryPlan, post: PostProcess, key_types: Sequence[str]) -> None:
-        """Run the post-processing over an empty frame: its binding errors are refused free."""
-        if post.tree is not None:
-            self.run_post(post, self.empty_frame(p, key_types), key_types)
+        """Run the post-processing over an empty frame: its binding errors are refused free.
+
+        Binding depends only on the post-processing SQL and the frame's column types, so a shape that
+        bound once (e.g. the same AVG with another WHERE bound) is not bound again."""
+        if post.tree is None:
+            return
+        key = (post.tree.sql(dialect="duckdb"), *self.frame_types(p, key_types))
+        if key in self._post_bound:
+            return
+        self.run_post(post, self.empty_frame(p, key_types), key_types)
+        if len(self._post_bound) >= 1024:
+            self._post_bound.clear()
+        self._post_bound.add(key)
 
     # -- execute ------------------------------------------------------------------------------
     def run(
-        self, p: QueryPlan, queries: EngineQueries, domain: list[tuple[Any, ...]] | None, key_types: list[str]
+        self,
+        p: QueryPlan,
+        queries: EngineQueries,
+        rendered: pipeline.Rendered,
+        domain: list[tuple[Any, ...]] | None,
+        key_types: list[str],
     ) -> pipeline.RawResult:
         nk = len(p.keys)
         data: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        if queries.main is not None:
-            res = self.engine.execute(self.engine.render(queries.main))
+        if rendered.main is not None:
+            res = self.engine.execute(rendered.main)
             key_types = [output_type(t) for t in res.types[:nk]] or key_types
             for row in res.rows:
                 data[tuple(row[:nk])] = tuple(row[nk:])
         hist: dict[int, dict[tuple[Any, ...], dict[int, int]]] = {}
         ran: dict[str, dict[tuple[Any, ...], dict[int, int]]] = {}
-        for sid, tree in queries.grids:
-            sql = self.engine.render(tree)
+        for sid, sql in rendered.grids:
             if sql not in ran:
                 h: dict[tuple[Any, ...], dict[int, int]] = {}
                 for row in self.engine.execute(sql).rows:

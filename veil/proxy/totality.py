@@ -6,6 +6,9 @@ text that is not a number) is a deterministic one-bit oracle on that row, whatev
 on its own (DuckDB's common-subexpression elimination may lift a repeated sub-expression out of an
 enclosing ``TRY``, so an outer ``TRY`` alone is not enough):
 
+* a value read as a condition (WHERE, ON, HAVING, CASE WHEN, IF, NOT, AND, OR, IS TRUE) that is not a
+  boolean becomes ``TRY_CAST(value AS BOOLEAN)`` (an engine would cast it per row, failing on a text
+  like ``'x'``);
 * ``CAST`` becomes ``TRY_CAST`` (NULL when the value does not convert); a cast to DECIMAL is then
   read as a DOUBLE;
 * a number literal with a fraction or an exponent is a DOUBLE (fixed-point arithmetic overflows);
@@ -27,6 +30,8 @@ from __future__ import annotations
 import re
 
 from sqlglot import exp
+
+from veil.engines.neutral import is_boolean
 
 __all__ = ["TOTAL_NODES", "make_total"]
 
@@ -68,8 +73,42 @@ def _total_node(node: exp.Expression) -> exp.Expression:
     return exp.Try(this=node)
 
 
-def make_total(tree: exp.Expression) -> exp.Expression:
-    """A copy of ``tree`` in which every partial operation is total (post-order, each node on its own)."""
+#: Where a value is read as a condition: (node type, argument keys). ``x IS TRUE`` / ``IS FALSE`` too.
+_CONDITIONS: tuple[tuple[type[exp.Expression], tuple[str, ...]], ...] = (
+    (exp.Where, ("this",)),
+    (exp.Having, ("this",)),
+    (exp.Join, ("on",)),
+    (exp.If, ("this",)),  # CASE WHEN cond THEN … and IF(cond, …)
+    (exp.Not, ("this",)),
+    (exp.And, ("this", "expression")),
+    (exp.Or, ("this", "expression")),
+)
+
+
+def _as_condition(value: exp.Expression) -> exp.Expression:
+    """``value`` where a boolean is needed: as it is when it is one, else ``TRY_CAST(value AS BOOLEAN)``.
+
+    An engine casts a non-boolean condition per row (a text ``'x'`` fails, ``'true'`` does not), so
+    whether the query fails would depend on one row's text; the TRY_CAST makes it NULL instead."""
+    if is_boolean(value) or isinstance(value, exp.Null):
+        return value
+    return exp.TryCast(this=value, to=exp.DataType.build("BOOLEAN"))
+
+
+def _total_conditions(node: exp.Expression) -> None:
+    for kind, keys in _CONDITIONS:
+        if isinstance(node, kind):
+            for key in keys:
+                value = node.args.get(key)
+                if isinstance(value, exp.Expression):
+                    node.set(key, _as_condition(value))
+    if isinstance(node, exp.Is) and isinstance(node.expression, exp.Boolean):
+        node.set("this", _as_condition(node.this))
+
+
+def make_total(tree: exp.Expression, *, copy: bool = True) -> exp.Expression:
+    """A copy of ``tree`` (``tree`` itself with ``copy=False``) in which every partial operation is total
+    (post-order, each node on its own)."""
 
     def visit(node: exp.Expression) -> exp.Expression:
         for key, value in list(node.args.items()):
@@ -77,9 +116,10 @@ def make_total(tree: exp.Expression) -> exp.Expression:
                 node.set(key, visit(value))
             elif isinstance(value, list):
                 node.set(key, [visit(v) if isinstance(v, exp.Expression) else v for v in value])
+        _total_conditions(node)
         if isinstance(node, (exp.Select, exp.Subquery, exp.From, exp.Join, exp.Where, exp.Group, exp.Having,
                              exp.Order, exp.With, exp.CTE, exp.Limit, exp.Offset)):  # fmt: skip
             return node
         return _total_node(node)
 
-    return visit(tree.copy())
+    return visit(tree.copy() if copy else tree)

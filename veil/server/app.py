@@ -23,6 +23,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import ssl
 import struct
 import threading
@@ -40,6 +41,7 @@ from veil.server.limits import ConnectionSlots, LoginThrottle, ServerLimits
 from veil.server.live_policy import LivePolicy
 from veil.server.pool import WorkerPools
 from veil.server.session import VeilSession
+from veil.server.shared import CancelMailbox, ProcessShare, SharedConnectionSlots, SharedLoginThrottle
 from veil.server.tls import is_loopback, make_ssl_context
 from veil.store.credentials import CredentialStore
 
@@ -51,6 +53,9 @@ logger = logging.getLogger("veil.server")
 MOCK_SALT_SECRET = "scram-unknown-user-salt"
 
 QuerySessionFactory = Callable[..., Any]
+
+_PID_BASE = 10000  # pg-mimic's first backend PID
+_CANCEL_POLL_S = 0.02
 
 
 def _default_query_session(policy: Policy, analyst: str, **kwargs: Any) -> Any:
@@ -77,16 +82,30 @@ class VeilServer(PgServer):
         query_session_factory: QuerySessionFactory | None = None,
         credentials: CredentialStore | None = None,
         limits: ServerLimits | None = None,
+        share: ProcessShare | None = None,
     ) -> None:
         self.live_policy = LivePolicy(policy)
         self.ssl_context = ssl_context
         self.allow_plaintext = allow_plaintext
-        self.query_session_factory = query_session_factory or _default_query_session
         self.credentials = credentials or CredentialStore(policy.ledger_path)
         self.limits = limits or ServerLimits()
         self.pools = WorkerPools(analyst_workers=self.limits.workers, catalog_workers=self.limits.catalog_workers)
-        self.slots = ConnectionSlots(self.limits)
-        self.throttle = LoginThrottle(base=self.limits.login_backoff_base, maximum=self.limits.login_backoff_max)
+        self.share = share
+        self.slots: ConnectionSlots | SharedConnectionSlots
+        self.throttle: LoginThrottle | SharedLoginThrottle
+        base, maximum = self.limits.login_backoff_base, self.limits.login_backoff_max
+        if share is None:
+            self.query_session_factory = query_session_factory or _default_query_session
+            self.slots = ConnectionSlots(self.limits)
+            self.throttle = LoginThrottle(base=base, maximum=maximum)
+            self.mailbox: CancelMailbox | None = None
+        else:  # one of several worker processes (veil.server.workers)
+            from veil.server.workers import read_only_query_session
+
+            self.query_session_factory = query_session_factory or read_only_query_session
+            self.slots = SharedConnectionSlots(share, self.limits)
+            self.throttle = SharedLoginThrottle(share.state, base=base, maximum=maximum)
+            self.mailbox = CancelMailbox(share)
         secret = self.credentials.server_secret(MOCK_SALT_SECRET)
         super().__init__(
             session_factory=lambda: VeilSession(self),
@@ -106,6 +125,36 @@ class VeilServer(PgServer):
 
     def shutdown_executor(self) -> None:
         self.pools.shutdown()
+
+    def _allocate_pid(self) -> int:
+        """Backend PIDs (the key of a CancelRequest) tell which worker process owns the connection."""
+        pid = super()._allocate_pid()
+        share = self.share
+        if share is None:
+            return pid
+        return _PID_BASE + (pid - _PID_BASE) * share.count + share.index
+
+    def cancel(self, pid: int, secret: int) -> None:
+        if self.mailbox is not None and not self.mailbox.owns(pid):
+            self.mailbox.post(pid, secret)  # another worker process's connection
+            return
+        super().cancel(pid, secret)
+
+    async def collect_cancels(self, *, orphaned: Callable[[], None]) -> None:
+        """Worker processes: apply the cancel requests other processes received for this one's
+        connections; call ``orphaned`` (stop serving) once the parent process is gone."""
+        mailbox = self.mailbox
+        if mailbox is None:
+            return
+        parent = os.getppid()
+        while True:
+            await asyncio.sleep(_CANCEL_POLL_S)
+            for pid, secret in mailbox.collect():
+                super().cancel(pid, secret)
+            if os.getppid() != parent:
+                logger.error("the veil serve parent process is gone; this worker stops")
+                orphaned()
+                return
 
     async def _handle_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         stream = BufferedStream(reader, writer)
@@ -250,14 +299,20 @@ def serve(
     allow_plaintext: bool = False,
     limits: ServerLimits | None = None,
     ready: Callable[[int], None] | None = None,
+    sock: socket.socket | None = None,
+    share: ProcessShare | None = None,
 ) -> None:
-    """Serve until interrupted (Ctrl-C / SIGTERM)."""
-    server = VeilServer(policy, ssl_context=ssl_context, allow_plaintext=allow_plaintext, limits=limits)
+    """Serve until interrupted (Ctrl-C / SIGTERM). ``sock``: a listening socket to accept on
+    (instead of binding ``host:port``); ``share``: this is one of several worker processes."""
+    server = VeilServer(policy, ssl_context=ssl_context, allow_plaintext=allow_plaintext, limits=limits, share=share)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(_loop_exception_handler)
-        srv = await server.start_server(host=host, port=port)
+        if sock is not None:
+            srv = await server.start_server(sock=sock)
+        else:
+            srv = await server.start_server(host=host, port=port)
         stop = asyncio.Event()
         # SIGTERM stops the loop from inside it (raising from a signal handler could land anywhere in
         # asyncio's own code and leave shutdown waiting forever).
@@ -266,11 +321,12 @@ def serve(
             ready(srv.sockets[0].getsockname()[1])
         serving = asyncio.ensure_future(server.serve_forever())
         stopping = asyncio.ensure_future(stop.wait())
+        cancels = asyncio.ensure_future(server.collect_cancels(orphaned=stop.set))
         try:
             await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             loop.remove_signal_handler(signal.SIGTERM)
-            for task in (serving, stopping):
+            for task in (serving, stopping, cancels):
                 task.cancel()
             server.close()
 

@@ -46,6 +46,7 @@ class InterruptiblePool:
     def __init__(self, size: int, name: str) -> None:
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._stragglers: set[asyncio.Future[None]] = set()
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(size)]
         for t in self._threads:
             t.start()
@@ -92,6 +93,7 @@ class InterruptiblePool:
         except TimeoutError:
             job.future.cancel()
             self._interrupt(job)
+            self._stragglers.add(asyncio.ensure_future(self._keep_interrupting(job)))
             raise QueryCancelled(
                 f"the catalog query ran for more than {timeout:g} s and was stopped",
                 hint="Ask the catalog for less (fewer joined catalog tables), or raise veil serve --catalog-timeout",
@@ -99,7 +101,21 @@ class InterruptiblePool:
         except asyncio.CancelledError:
             job.future.cancel()
             self._interrupt(job)
+            self._stragglers.add(asyncio.ensure_future(self._keep_interrupting(job)))
             raise
+
+    async def _keep_interrupting(self, job: _Job) -> None:
+        """Interrupt again until the call has ended: an exception delivered while its thread ran a
+        garbage-collector callback or a ``__del__`` is swallowed there ("Exception ignored")."""
+        try:
+            for _ in range(200):
+                await asyncio.sleep(0.05)
+                with self._lock:
+                    if job.thread is None:
+                        return
+                self._interrupt(job)
+        finally:
+            self._stragglers = {t for t in self._stragglers if not t.done()}
 
     def shutdown(self) -> None:
         for _ in self._threads:

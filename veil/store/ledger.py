@@ -376,7 +376,7 @@ class Ledger:
     @staticmethod
     def _insert_statistics(db: sqlite3.Connection, rel_id: str, statistics: Sequence[ReleasedStatistic]) -> None:
         groups: dict[Any, str] = {}  # each group's JSON once (a group repeats for every statistic)
-        eps_text: dict[Fraction, str] = {}  # and each ε share's text once
+        eps_text: dict[int, str] = {}  # and each ε share's text once (by identity: hashing a Fraction is slow)
 
         def group_json(g: Sequence[Any]) -> str:
             try:
@@ -396,7 +396,7 @@ class Ledger:
                     i,
                     s.name,
                     s.mechanism,
-                    eps_text.get(s.epsilon) or eps_text.setdefault(s.epsilon, str(s.epsilon)),
+                    eps_text.get(id(s.epsilon)) or eps_text.setdefault(id(s.epsilon), str(s.epsilon)),
                     float(s.sensitivity),
                     float(s.scale),
                     dumps(s.value),

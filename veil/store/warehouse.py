@@ -17,6 +17,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
 
@@ -134,7 +135,13 @@ def reading(policy_or_path: Policy | Path | str) -> Iterator[None]:
 def _db_path(policy_or_path: Policy | Path | str) -> Path:
     if isinstance(policy_or_path, Policy):
         return policy_or_path.database_path
-    return Path(policy_or_path).resolve()
+    return _resolved(str(policy_or_path))
+
+
+@lru_cache(maxsize=64)
+def _resolved(path: str) -> Path:
+    """An absolute, symlink-free path (cached: every statement's gate looks its file up)."""
+    return Path(path).resolve()
 
 
 def reader(policy: Policy | Path | str) -> duckdb.DuckDBPyConnection:
@@ -263,17 +270,22 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
         (exists,) = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]).fetchone() or (0,)
         if exists and not replace:
             raise InputError(f"table {table!r} already exists", hint="Choose another --output name or pass --replace")
-        con.execute("BEGIN TRANSACTION")
-        try:
-            con.register("_veil_incoming", df)
-            con.execute(f'CREATE OR REPLACE TABLE "{table}" AS SELECT * FROM _veil_incoming')
-            con.unregister("_veil_incoming")
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+        _replace_from_frame(con, table, df)
     if public:
         copy_to_public(policy, table, df)
+
+
+def _replace_from_frame(con: duckdb.DuckDBPyConnection, table: str, df: pd.DataFrame) -> None:
+    """``CREATE OR REPLACE`` ``table`` with ``df``'s rows, in one transaction (all or nothing)."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.register("_veil_incoming", df)
+        con.execute(f'CREATE OR REPLACE TABLE "{table}" AS SELECT * FROM _veil_incoming')
+        con.unregister("_veil_incoming")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
 
 
 def export_frame(df: pd.DataFrame, path: str | Path, *, replace: bool = False) -> Path:
@@ -369,15 +381,7 @@ def copy_to_public(policy: Policy, table: str, df: pd.DataFrame | None = None) -
         raise InputError(f"table name {table!r} is reserved for Veil's internal tables", hint="Choose another name")
     frame = read_table(policy, table) if df is None else df
     with writer(public_path(policy)) as con:
-        con.execute("BEGIN TRANSACTION")
-        try:
-            con.register("_veil_incoming", frame)
-            con.execute(f'CREATE OR REPLACE TABLE "{table}" AS SELECT * FROM _veil_incoming')
-            con.unregister("_veil_incoming")
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+        _replace_from_frame(con, table, frame)
 
 
 def drop_public(policy: Policy, table: str) -> None:

@@ -1,0 +1,460 @@
+"""``veil serve --processes 2``: two worker processes on one port, tested with real psycopg clients
+against the real command (a subprocess), plus the shared-memory limits across real processes.
+
+Which worker gets a connection is the kernel's choice; a connection's backend PID tells which
+worker holds it (``pid % 2``), so the tests open connections until both workers hold some.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.support.server import BOB_PASSWORD, PASSWORD, build_policy, dsn, make_cert
+from veil.server.limits import ServerLimits
+from veil.server.shared import ProcessShare, SharedConnectionSlots, SharedLoginThrottle, SharedState
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+_DRAINERS: dict[int, threading.Thread] = {}
+
+
+def _drain(stream: object, log: list[str]) -> None:
+    for line in stream:  # type: ignore[attr-defined]
+        log.append(line)
+
+
+def start_serve(policy: Path, *flags: str) -> tuple[subprocess.Popen[str], int, list[str]]:
+    """``veil serve --processes 2`` on a free port; returns (process, port, its log lines so far)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "veil.cli.main", "serve", "--policy", str(policy), "--port", "0", "--processes", "2", *flags],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "VEIL_PROGRESS": "0"},
+        cwd=REPO,
+    )
+    assert proc.stderr is not None
+    log: list[str] = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        log.append(line)
+        match = re.search(r"listening on 127\.0\.0\.1:(\d+)", line)
+        if match:
+            drainer = threading.Thread(target=_drain, args=(proc.stderr, log), daemon=True)
+            drainer.start()
+            _DRAINERS[proc.pid] = drainer
+            return proc, int(match.group(1)), log
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    proc.wait(30)
+    proc.stderr.close()
+    raise AssertionError("veil serve --processes 2 did not start:\n" + "".join(log))
+
+
+def stop_serve(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        drainer = _DRAINERS.pop(proc.pid, None)
+        if drainer is not None:
+            drainer.join(10)
+        if proc.stderr is not None:
+            proc.stderr.close()
+
+
+def connections_on_both(port: int, user: str, password: str, per_worker: int, **extra: str) -> list[psycopg.Connection]:
+    """``per_worker`` open connections of ``user`` in each of the two workers."""
+    have: dict[int, list[psycopg.Connection]] = {0: [], 1: []}
+    for _ in range(100):
+        if all(len(v) >= per_worker for v in have.values()):
+            break
+        try:
+            conn = psycopg.connect(dsn(port, user, password, **extra), autocommit=True)
+        except psycopg.OperationalError as exc:
+            if "too many" not in str(exc):
+                raise
+            time.sleep(0.2)  # a surplus connection closed just now still counts until its worker sees it
+            continue
+        side = have[conn.info.backend_pid % 2]
+        if len(side) < per_worker:
+            side.append(conn)
+        else:
+            conn.close()
+    if not all(len(v) >= per_worker for v in have.values()):
+        for c in have[0] + have[1]:
+            c.close()
+        raise AssertionError(f"the kernel gave 100 connections to one worker only: {[len(v) for v in have.values()]}")
+    return have[0] + have[1]
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return make_cert(tmp_path_factory.mktemp("cert"))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, shared_data: Path, cert: tuple[Path, Path]) -> Iterator[tuple[Path, int]]:
+    folder = tmp_path_factory.mktemp("workers")
+    policy = build_policy(folder, shared_data, rows=1000)
+    tls = ("--tls-cert", str(cert[0]), "--tls-key", str(cert[1]))
+    proc, port, _log = start_serve(policy, "--max-connections-per-analyst", "6", "--catalog-timeout", "60", *tls)
+    try:
+        yield policy, port
+    finally:
+        stop_serve(proc)
+
+
+def test_tls_in_every_worker(served: tuple[Path, int], cert: tuple[Path, Path]) -> None:
+    _policy, port = served
+    conns = connections_on_both(port, "alice", PASSWORD, per_worker=1, sslmode="verify-full", sslrootcert=str(cert[0]))
+    try:
+        for conn in conns:
+            assert conn.pgconn.ssl_in_use
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_budget_raced_across_both_workers_is_never_overspent(served: tuple[Path, int]) -> None:
+    """bob (ε = 1) races 6 connections, 3 in each worker, each asking distinct queries at ε = 1/20
+    until refused: exactly 20 are answered, the ledger's spent ε is exactly 1, never more."""
+    from veil.policy import load_policy
+    from veil.store.ledger import Ledger
+
+    policy_path, port = served
+    conns = connections_on_both(port, "bob", BOB_PASSWORD, per_worker=3)
+    answered: list[int] = []
+    refused: list[str] = []
+    barrier = threading.Barrier(len(conns))
+
+    def race(i: int, conn: psycopg.Connection) -> None:
+        conn.execute("SET veil.epsilon = '1/20'")
+        barrier.wait()
+        for j in range(40):
+            try:
+                conn.execute("SELECT COUNT(*) FROM adult WHERE age > %s", (17 + i * 40 + j,)).fetchall()
+                answered.append(1)
+            except psycopg.Error as exc:
+                refused.append(exc.sqlstate or "?")
+                return
+
+    threads = [threading.Thread(target=race, args=(i, c)) for i, c in enumerate(conns)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for c in conns:
+        c.close()
+    assert refused == ["VB001"] * len(conns), refused  # every connection ran until the budget said no
+    assert len(answered) == 20
+    policy = load_policy(policy_path)
+    with Ledger.for_policy(policy) as ledger:
+        rows = [r for r in ledger.reservations("bob") if r["status"] != "cancelled"]
+        spent = ledger.spent("analyst:bob").epsilon
+    assert all(r["status"] == "released" for r in rows), rows
+    assert len(rows) == 20 and sum((r["epsilon"] for r in rows), Fraction(0)) == spent == Fraction(1)
+
+
+def test_connections_per_analyst_count_across_workers(served: tuple[Path, int]) -> None:
+    """--max-connections-per-analyst 6 holds for the server: with 3 connections in each worker,
+    every further login is refused (53300), wherever the kernel puts it."""
+    _policy, port = served
+    conns = connections_on_both(port, "alice", PASSWORD, per_worker=3)
+    try:
+        for _ in range(6):
+            with pytest.raises(psycopg.OperationalError) as info:
+                psycopg.connect(dsn(port), autocommit=True)
+            assert info.value.sqlstate == "53300" or "53300" in str(info.value) or "too many" in str(info.value)
+        conns.pop().close()
+        time.sleep(0.2)  # the worker counts the logout when it sees the socket close
+        with psycopg.connect(dsn(port), autocommit=True) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_cancel_request_reaches_the_worker_that_runs_the_query(served: tuple[Path, int]) -> None:
+    """A CancelRequest arrives on a new connection, often in the other worker: it still stops the
+    query (a catalog cross join that would run for many seconds) within seconds."""
+    _policy, port = served
+    conns = connections_on_both(port, "alice", PASSWORD, per_worker=2)
+    slow = "SELECT COUNT(*) FROM pg_catalog.pg_type a, pg_type b, pg_type c, pg_type d"
+    try:
+        for conn in conns:
+            timer = threading.Timer(0.5, conn.cancel)
+            timer.start()
+            t0 = time.monotonic()
+            with pytest.raises(psycopg.errors.QueryCanceled):
+                conn.execute(slow).fetchall()
+            timer.join()
+            assert time.monotonic() - t0 < 15
+            assert conn.execute("SELECT 1").fetchone() == (1,)  # the connection stays usable
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_a_bounded_copy_missing_in_the_workers_is_refused_not_read_raw(tmp_path: Path, shared_data: Path) -> None:
+    """Workers only read the warehouse: when the policy's bounds change while serving, the new
+    bounded copy does not exist, and the query is refused with F0000 (nothing charged) instead of
+    being answered from raw data or another copy."""
+    policy = build_policy(tmp_path, shared_data, rows=300)
+    proc, port, log = start_serve(policy)
+    try:
+        with psycopg.connect(dsn(port), autocommit=True) as conn:
+            conn.execute("SET veil.epsilon = 0.1")
+            conn.execute("SELECT AVG(age) FROM adult").fetchall()  # the copy built before the start
+            before = conn.execute("SHOW veil.budget").fetchone()
+            text = policy.read_text(encoding="utf-8")
+            policy.write_text(text.replace("upper = 90", "upper = 80"), encoding="utf-8")
+            with pytest.raises(psycopg.Error) as info:
+                conn.execute("SELECT AVG(age) FROM adult WHERE hours_per_week > 3").fetchall()
+            assert info.value.sqlstate == "F0000"
+            assert "Restart veil serve" in str(info.value.diag.message_hint)
+            assert conn.execute("SHOW veil.budget").fetchone() == before
+    finally:
+        stop_serve(proc)
+    assert "Traceback" not in "".join(log)
+
+
+def test_serve_processes_restarted_builds_the_copy(tmp_path: Path, shared_data: Path) -> None:
+    """The remedy the error names works: a restarted server builds the copy for the new bounds."""
+    policy = build_policy(tmp_path, shared_data, rows=300)
+    policy.write_text(policy.read_text(encoding="utf-8").replace("upper = 90", "upper = 80"), encoding="utf-8")
+    proc, port, _log = start_serve(policy)
+    try:
+        conns = connections_on_both(port, "alice", PASSWORD, per_worker=1)
+        for i, conn in enumerate(conns):
+            conn.execute("SET veil.epsilon = 0.1")
+            assert len(conn.execute("SELECT sex, AVG(age) FROM adult WHERE age > %s GROUP BY sex", (20 + i,)).fetchall()) == 2
+            conn.close()
+    finally:
+        stop_serve(proc)
+
+
+def _worker_pids(log: list[str], count: int = 2) -> dict[int, int]:
+    """Worker index → OS pid, from the workers' start lines (the last start of each index wins)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = {}
+        for line in list(log):
+            m = re.search(r"worker process (\d+) \(pid (\d+)\) is accepting", line)
+            if m:
+                found[int(m.group(1))] = int(m.group(2))
+        if len(found) == count:
+            return found
+        time.sleep(0.1)
+    raise AssertionError("".join(log))
+
+
+def test_a_killed_worker_is_restarted_and_its_connections_forgotten(tmp_path: Path, shared_data: Path) -> None:
+    """SIGKILL one worker holding connections: the server keeps answering, the worker comes back,
+    and its dead connections no longer count against --max-connections."""
+    import signal
+
+    policy = build_policy(tmp_path, shared_data, rows=300)
+    proc, port, log = start_serve(policy, "--max-connections", "6")
+    conns: list[psycopg.Connection] = []
+    try:
+        first = _worker_pids(log)
+        conns = connections_on_both(port, "alice", PASSWORD, per_worker=2)
+        os.kill(first[0], signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while _worker_pids(log)[0] == first[0]:
+            assert time.monotonic() < deadline, "".join(log)
+            time.sleep(0.2)
+        alive = [c for c in conns if c.info.backend_pid % 2 == 1]
+        # 2 alive + 4 new = 6, the limit: only if worker 0's 2 dead connections no longer count
+        again = connections_on_both(port, "alice", PASSWORD, per_worker=2)
+        conns += again
+        for i, c in enumerate(again + alive):
+            c.execute("SET veil.epsilon = 0.1")
+            assert c.execute("SELECT COUNT(*) FROM adult WHERE age > %s", (30 + i,)).fetchone() is not None
+    finally:
+        for c in conns:
+            c.close()
+        stop_serve(proc)
+    assert "exited with code -9; starting it again" in "".join(log)
+
+
+def test_sigterm_under_load_leaves_no_charge_without_its_release(tmp_path: Path, shared_data: Path) -> None:
+    """Stopping the server while both workers answer: every charge in the ledger has its release."""
+    from veil.policy import load_policy
+    from veil.store.ledger import Ledger
+
+    policy = build_policy(tmp_path, shared_data, rows=300)
+    proc, port, log = start_serve(policy)
+    conns = connections_on_both(port, "alice", PASSWORD, per_worker=2)
+    done = threading.Event()
+
+    def load(i: int, conn: psycopg.Connection) -> None:
+        conn.execute("SET veil.epsilon = '1/100'")
+        j = 0
+        while not done.is_set():
+            try:
+                conn.execute("SELECT COUNT(*) FROM adult WHERE age > %s", (i * 1000 + j,)).fetchall()
+            except psycopg.Error:
+                return
+            j += 1
+
+    threads = [threading.Thread(target=load, args=(i, c)) for i, c in enumerate(conns)]
+    for t in threads:
+        t.start()
+    time.sleep(2)
+    stop_serve(proc)
+    done.set()
+    for t in threads:
+        t.join(30)
+    for c in conns:
+        c.close()
+    with Ledger.for_policy(load_policy(policy)) as ledger:
+        rows = ledger.reservations("alice")
+    assert rows and all(r["status"] in ("released", "cancelled") for r in rows), [r["status"] for r in rows]
+    assert proc.returncode == 0, "".join(log)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_workers_stop_when_the_parent_is_killed(tmp_path: Path, shared_data: Path) -> None:
+    """SIGKILL to the parent (no chance to stop its workers): the workers notice and exit."""
+    import signal
+
+    policy = build_policy(tmp_path, shared_data, rows=300)
+    proc, _port, log = start_serve(policy)
+    workers = _worker_pids(log)
+    os.kill(proc.pid, signal.SIGKILL)
+    stop_serve(proc)
+    deadline = time.monotonic() + 60
+    while any(_alive(pid) for pid in workers.values()):
+        assert time.monotonic() < deadline, "worker processes outlived their parent"
+        time.sleep(0.2)
+
+
+# --- the shared-memory limits, across real processes ------------------------------------------------
+
+
+def _login_in_child(state: SharedState, limits: ServerLimits, analyst: str, out: object) -> None:
+    slots = SharedConnectionSlots(ProcessShare(1, 2, state), limits)
+    try:
+        slots.acquire(analyst)
+        out.put("ok")  # type: ignore[attr-defined]
+    except Exception as exc:
+        out.put(type(exc).__name__)  # type: ignore[attr-defined]
+
+
+def _fail_in_child(state: SharedState, address: str, times: int) -> None:
+    throttle = SharedLoginThrottle(state, base=0.25, maximum=30)
+    for _ in range(times):
+        throttle.failed(address, now=100.0)
+
+
+def test_shared_slots_and_throttle_hold_across_processes() -> None:
+    ctx = multiprocessing.get_context("spawn")
+    limits = ServerLimits(max_connections=2, max_connections_per_analyst=1)
+    state = SharedState(ctx, limits)
+    share = ProcessShare(0, 2, state)
+    slots = SharedConnectionSlots(share, limits)
+    slots.acquire("alice")
+    out = ctx.Queue()
+    for analyst in ("alice", "bob", "carol"):  # alice: over her limit; carol: over the total
+        p = ctx.Process(target=_login_in_child, args=(state, limits, analyst, out))
+        p.start()
+        p.join(60)
+        assert p.exitcode == 0
+    assert [out.get(timeout=10) for _ in range(3)] == ["TooManyConnections", "ok", "TooManyConnections"]
+    assert slots.total == 2
+    slots.logout("alice")
+    slots.release()
+    slots.acquire("alice")  # her slot is free again
+    state.forget(1)  # worker 1 (bob's connection) died: its connections no longer count
+    assert slots.total == 1
+    slots.acquire("bob")
+    throttle = SharedLoginThrottle(state, base=0.25, maximum=30)
+    p = ctx.Process(target=_fail_in_child, args=(state, "10.0.0.7", 3))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0
+    assert throttle.delay("10.0.0.7", now=100.0) == 0.5  # 3 failures in the other process: 0.5 s
+    assert throttle.delay("10.0.0.7", now=100.2) == pytest.approx(0.3)
+    assert throttle.delay("10.0.0.8", now=100.0) == 0
+    assert throttle.failed("10.0.0.7", now=101.0) == 4
+    assert throttle.delay("10.0.0.7", now=101.0) == 1.0
+    throttle.succeeded("10.0.0.7")
+    assert throttle.delay("10.0.0.7") == 0
+    state.close_lock()
+
+
+def test_throttle_forgets_within_a_bucket_only_the_oldest() -> None:
+    ctx = multiprocessing.get_context("spawn")
+    state = SharedState(ctx, ServerLimits())
+    throttle = SharedLoginThrottle(state, base=1, maximum=30)
+    addresses = [f"10.1.{i // 256}.{i % 256}" for i in range(40_000)]
+    for i, a in enumerate(addresses):
+        throttle.failed(a, now=float(i))
+        throttle.failed(a, now=float(i))
+    n = len(addresses)
+    kept = sum(throttle.delay(addresses[i], now=float(i)) > 0 for i in range(n - 2000, n))
+    assert kept > 1900  # the most recent failures are remembered (a bucket of 4 rarely overflows among 4 k slots' worth)
+    assert sum(throttle.delay(a, now=float(i)) > 0 for i, a in enumerate(addresses)) <= 16_384  # bounded memory
+    state.close_lock()
+
+
+def test_processes_refuse_a_non_duckdb_policy(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from tests.support.server import SERVER_POLICY
+    from veil.errors import InputError
+    from veil.policy import load_policy
+    from veil.server.workers import serve_processes
+
+    path = tmp_path / "policy.toml"
+    path.write_text(SERVER_POLICY, encoding="utf-8")
+    policy = load_policy(path)
+    spark = replace(policy, engine=replace(policy.engine, kind="spark"))
+    with pytest.raises(InputError, match="DuckDB"):
+        serve_processes(spark, processes=2, port=0)
+
+
+def test_cancel_mailbox_hands_each_request_to_its_owner_only() -> None:
+    from veil.server.shared import CancelMailbox
+
+    ctx = multiprocessing.get_context("spawn")
+    state = SharedState(ctx, ServerLimits())
+    zero, one = CancelMailbox(ProcessShare(0, 2, state)), CancelMailbox(ProcessShare(1, 2, state))
+    assert zero.collect() == [] and one.collect() == []
+    zero.post(10001, 7)  # a connection of worker 1
+    one.post(10002, -5)  # a connection of worker 0
+    assert zero.collect() == [(10002, -5)]
+    assert one.collect() == [(10001, 7)]
+    assert zero.collect() == [] == one.collect()
+    for pid in range(10000, 10000 + 2 * 300, 2):  # more than the mailbox holds: the oldest are overwritten
+        one.post(pid, 1)
+    got = zero.collect()
+    assert {pid for pid, _ in got} == set(range(10000 + 2 * (300 - 256), 10000 + 2 * 300, 2))
+    state.close_lock()

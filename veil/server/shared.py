@@ -1,0 +1,318 @@
+"""State the worker processes of ``veil serve --processes N`` share: connection counts, login
+backoff and cancel requests, in shared memory made by the parent before it starts the workers.
+
+With one process (the default) the server keeps these in plain Python objects
+(:class:`~veil.server.limits.ConnectionSlots`, :class:`~veil.server.limits.LoginThrottle`). With
+several, each limit must still hold for the server as a whole, whichever process the kernel hands a
+connection to:
+
+- :class:`SharedConnectionSlots`: ``--max-connections`` and ``--max-connections-per-analyst``
+  count every process's connections (one count in all, one per analyst);
+- :class:`SharedLoginThrottle`: a failed login slows the next login from that address in every
+  process;
+- :class:`CancelMailbox`: a ``CancelRequest`` arrives on a new connection, which may land in
+  another process than the query it cancels; it is posted here and its owner picks it up.
+
+Everything sits behind one lock, taken per accept, login or cancel, never per query: a
+``flock`` on a file the parent makes (the kernel releases it when a holder dies, so a worker killed
+while holding it cannot stall the others) plus a thread lock within each process. Keys
+(analyst names, client addresses) are stored as keyed 128-bit digests (the key is random per
+server start), so a client cannot aim two addresses at one slot.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import hashlib
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from veil.errors import InternalError, TooManyConnections
+from veil.server.limits import ServerLimits
+
+__all__ = ["CancelMailbox", "ProcessShare", "SharedConnectionSlots", "SharedLoginThrottle", "SharedState"]
+
+_DIGEST = 16
+_WAYS = 4  # throttle: addresses per bucket (the least recently failed one is forgotten)
+_THROTTLE_SLOTS = 16_384
+_MAILBOX_SLOTS = 256
+#: Most worker processes (``veil serve --processes`` is capped at this).
+MAX_PROCESSES = 64
+_CANCEL_TTL = 5.0  # seconds a posted cancel request waits for its owner
+
+
+class _Count(ctypes.Structure):
+    # connections per worker process, so a dead worker's can be forgotten (SharedState.forget)
+    _fields_ = (("key", ctypes.c_ubyte * _DIGEST), ("used", ctypes.c_int64), ("counts", ctypes.c_int64 * MAX_PROCESSES))
+
+
+class _Failure(ctypes.Structure):
+    _fields_ = (("key", ctypes.c_ubyte * _DIGEST), ("count", ctypes.c_int64), ("last", ctypes.c_double))
+
+
+class _Cancel(ctypes.Structure):
+    _fields_ = (("pid", ctypes.c_int64), ("secret", ctypes.c_int64), ("posted", ctypes.c_double))
+
+
+class _ProcessLock:
+    """Exclusive across processes (``flock`` on ``path``) and across this process's threads."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._thread_lock = threading.Lock()
+        self._fd: int | None = None
+        self._pid = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"])  # type: ignore[misc]
+
+    def __enter__(self) -> None:
+        self._thread_lock.acquire()
+        try:
+            if self._fd is None or self._pid != os.getpid():
+                self._fd, self._pid = os.open(self.path, os.O_RDWR), os.getpid()
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+        except BaseException:
+            self._thread_lock.release()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._fd is not None:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        finally:
+            self._thread_lock.release()
+
+
+class SharedState:
+    """Made once by the parent (``ctx``: a multiprocessing context) and handed to every worker.
+
+    Picklable only while the workers are being started (multiprocessing passes the shared memory
+    to them then)."""
+
+    def __init__(self, ctx: Any, limits: ServerLimits) -> None:
+        fd, path = tempfile.mkstemp(prefix="veil-serve-", suffix=".lock")
+        os.close(fd)
+        self.lock = _ProcessLock(path)
+        self.totals = ctx.RawArray(ctypes.c_int64, MAX_PROCESSES)  # open sockets per worker process
+        # an analyst holds a slot while it has open connections; slots of analysts with none are
+        # reused, so this never fills while connections ≤ max_connections
+        self.analysts = ctx.RawArray(_Count, max(64, 2 * limits.max_connections))
+        self.failures = ctx.RawArray(_Failure, _THROTTLE_SLOTS)
+        self.cancels = ctx.RawArray(_Cancel, _MAILBOX_SLOTS)
+        self.posted = ctx.RawValue(ctypes.c_int64, 0)  # requests in the mailbox (read without the lock)
+        self.salt = os.urandom(16)
+
+    def digest(self, key: str) -> bytes:
+        return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=_DIGEST, key=self.salt).digest()
+
+    def close_lock(self) -> None:
+        """(Parent, at the end) remove the lock file."""
+        with contextlib.suppress(OSError):
+            os.unlink(self.lock.path)
+
+    def forget(self, index: int) -> None:
+        """Drop the connections counted for worker ``index`` (it died; its sockets are gone)."""
+        with self.lock:
+            self.totals[index] = 0
+            for slot in self.analysts:
+                slot.counts[index] = 0
+
+
+@dataclass(frozen=True)
+class ProcessShare:
+    """What one worker process knows of the others: its index, how many there are, the shared state."""
+
+    index: int
+    count: int
+    state: SharedState
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < self.count <= MAX_PROCESSES:
+            raise InternalError(f"worker index {self.index} out of range for {self.count} processes")
+
+
+class SharedConnectionSlots:
+    """:class:`~veil.server.limits.ConnectionSlots` over every worker process (this one: ``share.index``)."""
+
+    def __init__(self, share: ProcessShare, limits: ServerLimits) -> None:
+        self._state = share.state
+        self._me = share.index
+        self._limits = limits
+
+    @property
+    def total(self) -> int:
+        with self._state.lock:
+            return int(sum(self._state.totals))
+
+    def reserve(self) -> None:
+        st = self._state
+        with st.lock:
+            have = sum(st.totals)
+            if have >= self._limits.max_connections:
+                raise TooManyConnections(
+                    f"sorry, too many clients already ({have} connections open, the limit is {self._limits.max_connections})",
+                    hint="Try again later, or ask the curator to raise veil serve --max-connections",
+                )
+            st.totals[self._me] += 1
+
+    def release(self) -> None:
+        st = self._state
+        with st.lock:
+            st.totals[self._me] = max(0, st.totals[self._me] - 1)
+
+    def _slot(self, key: bytes, *, create: bool) -> _Count | None:
+        """The analyst's slot (under the lock): found, else (``create``) a free one."""
+        table = self._state.analysts
+        n = len(table)
+        start = int.from_bytes(key[:8], "little") % n
+        free = empty = None
+        for i in range(n):
+            slot = table[(start + i) % n]
+            if not slot.used:
+                empty = slot  # never used: the key is not further on
+                break
+            if bytes(slot.key) == key:
+                return slot
+            if free is None and not any(slot.counts):
+                free = slot
+        if not create:
+            return None
+        target = free if free is not None else empty
+        if target is None:
+            raise InternalError("the shared per-analyst connection table is full; this is a bug, please report it")
+        ctypes.memmove(target.key, key, _DIGEST)
+        target.used = 1
+        for i in range(MAX_PROCESSES):
+            target.counts[i] = 0
+        return target
+
+    def login(self, analyst: str) -> None:
+        per = self._limits.max_connections_per_analyst
+        key = self._state.digest(analyst)
+        with self._state.lock:
+            slot = self._slot(key, create=True)
+            if slot is None:  # pragma: no cover - create=True always gives a slot
+                raise InternalError("no slot for an analyst")
+            have = sum(slot.counts)
+            if per is not None and have >= per:
+                raise TooManyConnections(
+                    f"too many connections for analyst {analyst!r} ({have} open, the limit is {per})",
+                    hint="Close another connection, or ask the curator to raise --max-connections-per-analyst",
+                )
+            slot.counts[self._me] += 1
+
+    def logout(self, analyst: str) -> None:
+        key = self._state.digest(analyst)
+        with self._state.lock:
+            slot = self._slot(key, create=False)
+            if slot is not None:
+                slot.counts[self._me] = max(0, slot.counts[self._me] - 1)
+
+    def acquire(self, analyst: str) -> None:
+        self.reserve()
+        try:
+            self.login(analyst)
+        except TooManyConnections:
+            self.release()
+            raise
+
+
+class SharedLoginThrottle:
+    """:class:`~veil.server.limits.LoginThrottle` over every worker process. Memory is a fixed table
+    of 16,384 addresses in buckets of 4: a new address forgets the least recently failed one of its
+    bucket (buckets come from a keyed hash, so no client chooses whom it evicts)."""
+
+    def __init__(self, state: SharedState, *, base: float, maximum: float) -> None:
+        self._state = state
+        self._base = base
+        self._max = maximum
+
+    def _bucket(self, key: bytes) -> list[_Failure]:
+        table = self._state.failures
+        first = (int.from_bytes(key[:8], "little") % (len(table) // _WAYS)) * _WAYS
+        return [table[first + i] for i in range(_WAYS)]
+
+    def _find(self, key: bytes) -> _Failure | None:
+        for slot in self._bucket(key):
+            if slot.count and bytes(slot.key) == key:
+                return slot
+        return None
+
+    def delay(self, address: str, now: float | None = None) -> float:
+        now = time.monotonic() if now is None else now
+        key = self._state.digest(address)
+        with self._state.lock:
+            slot = self._find(key)
+            entry = (int(slot.count), float(slot.last)) if slot is not None else None
+        if entry is None or entry[0] < 2:
+            return 0.0
+        count, last = entry
+        wait = min(self._max, self._base * 2 ** (count - 2))
+        return max(0.0, last + wait - now)
+
+    def failed(self, address: str, now: float | None = None) -> int:
+        now = time.monotonic() if now is None else now
+        key = self._state.digest(address)
+        with self._state.lock:
+            slot = self._find(key)
+            if slot is None:
+                bucket = self._bucket(key)
+                slot = min(bucket, key=lambda s: (s.count != 0, s.last))  # an empty one, else the oldest
+                ctypes.memmove(slot.key, key, _DIGEST)
+                slot.count = 0
+            slot.count += 1
+            slot.last = now
+            return int(slot.count)
+
+    def succeeded(self, address: str) -> None:
+        key = self._state.digest(address)
+        with self._state.lock:
+            slot = self._find(key)
+            if slot is not None:
+                slot.count, slot.last = 0, 0.0
+
+
+class CancelMailbox:
+    """Cancel requests for connections of other processes. Backend PIDs encode their process
+    (``pid % count == index``); a request for another process is posted here, and each process
+    collects its own every few milliseconds (:meth:`collect`)."""
+
+    def __init__(self, share: ProcessShare) -> None:
+        self._share = share
+
+    def owns(self, pid: int) -> bool:
+        return pid % self._share.count == self._share.index
+
+    def post(self, pid: int, secret: int) -> None:
+        st, now = self._share.state, time.monotonic()
+        with st.lock:
+            slots = st.cancels
+            target = min(slots, key=lambda s: (s.pid != 0 and now - s.posted < _CANCEL_TTL, s.posted))
+            if target.pid == 0:
+                st.posted.value += 1
+            target.pid, target.secret, target.posted = pid, secret, now
+
+    def collect(self) -> list[tuple[int, int]]:
+        """The requests posted for this process (taken out of the mailbox)."""
+        st, now = self._share.state, time.monotonic()
+        out: list[tuple[int, int]] = []
+        if st.posted.value == 0:  # the usual case: nothing to take, no lock
+            return out
+        with st.lock:
+            for slot in st.cancels:
+                if slot.pid and (self.owns(int(slot.pid)) or now - slot.posted >= _CANCEL_TTL):
+                    if self.owns(int(slot.pid)) and now - slot.posted < _CANCEL_TTL:
+                        out.append((int(slot.pid), int(slot.secret)))
+                    slot.pid = 0
+                    st.posted.value -= 1
+        return out

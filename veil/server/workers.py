@@ -1,0 +1,277 @@
+"""``veil serve --processes N``: N worker processes answering on one port.
+
+One process runs Python on one core at a time (the GIL), and each DP answer is mostly Python, so a
+single process caps the server at about one core of answers however many clients wait. With
+``--processes N`` the parent
+
+1. builds, before any worker starts, every bounded copy the policy needs (one per private table,
+   exactly what the first query on each table would build) and the public mirror, and makes the
+   server secret unknown users' SCRAM salts come from;
+2. holds the port and starts N worker processes (``spawn``: a fresh interpreter, never a fork of a
+   process holding DuckDB's threads), each listening on that port with ``SO_REUSEPORT`` (the kernel
+   spreads new connections evenly over them), each with its own event loop, thread pools, query
+   sessions and read-only DuckDB connections;
+3. waits; on SIGTERM or Ctrl-C it stops the workers (each finishes the charged queries it runs),
+   and a worker that dies is started again.
+
+**Workers never write the warehouse.** DuckDB lets many processes open a file read-only but only
+one read-write, so a worker's engine refuses to build a bounded copy: a query that would need one
+(the policy's bounds for a table changed while serving) is refused with ``F0000`` before anything is
+charged, and the message says to restart the server — never answered from raw data.
+
+**The budget stays exact.** Every worker charges through its own handle on the same SQLite ledger,
+whose reservation is one ``BEGIN IMMEDIATE`` transaction (read spent, check, write): SQLite's file
+lock serialises reservations across processes as the handle's lock does across threads.
+
+**Limits stay server-wide.** Connection counts, login backoff and cancel requests live in shared
+memory (:mod:`veil.server.shared`).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from veil.engines.duckdb import DuckDBEngine
+from veil.errors import InputError, PolicyError, VeilError
+from veil.policy import Policy, load_policy
+from veil.proxy.session import QuerySession
+from veil.server.limits import ServerLimits
+from veil.server.shared import ProcessShare, SharedState
+
+__all__ = ["ServingEngine", "prepare_warehouse", "read_only_query_session", "serve_processes"]
+
+logger = logging.getLogger("veil.server")
+
+#: Workers that exit this many times within the window stop the server (they would only crash again).
+_MAX_RESTARTS = 5
+_RESTART_WINDOW_S = 60.0
+_START_TIMEOUT_S = 120.0
+
+
+class ServingEngine(DuckDBEngine):
+    """A worker process's engine: reads the warehouse, never writes it."""
+
+    def materialise(self, name: str, sql: str) -> None:
+        raise PolicyError(
+            "this query needs a bounded copy of its table that was not built when veil serve started "
+            "(the policy's tables or bounds changed since, or the table was loaded after the start)",
+            hint="Restart veil serve (with --processes N it builds every bounded copy before its workers start)",
+        )
+
+    def drop(self, name: str) -> None:
+        raise PolicyError(
+            "veil serve worker processes do not change the warehouse",
+            hint="Restart veil serve to rebuild the warehouse's bounded copies",
+        )
+
+
+class _ServingSession(QuerySession):
+    """A query session that owns the :class:`ServingEngine` it was given."""
+
+    def __init__(self, policy: Policy, analyst: str, **kwargs: Any) -> None:
+        engine = ServingEngine(policy)
+        try:
+            super().__init__(policy, analyst, engine=engine, **kwargs)
+        except BaseException:
+            engine.close()
+            raise
+        self._serving_engine = engine
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._serving_engine.close()
+
+
+def read_only_query_session(policy: Policy, analyst: str, **kwargs: Any) -> QuerySession:
+    """A worker process's query session: a :class:`ServingEngine`, closed with the session."""
+    return _ServingSession(policy, analyst, **kwargs)
+
+
+def prepare_warehouse(policy: Policy) -> list[str]:
+    """Build every private table's bounded copy and the public mirror (what the workers will only
+    read). Returns one line per table that could not be prepared (it is refused when queried)."""
+    from veil.server import catalog
+    from veil.server.app import MOCK_SALT_SECRET
+    from veil.store.credentials import CredentialStore
+
+    CredentialStore(policy.ledger_path).server_secret(MOCK_SALT_SECRET)
+    problems: list[str] = []
+    if not policy.analysts:
+        return problems
+    with QuerySession(policy, sorted(policy.analysts)[0]) as qs:
+        catalog.analyst_catalog(qs)  # copies declared public tables into the public mirror
+        for name, spec in sorted(policy.tables.items()):
+            if spec.public:
+                continue
+            try:
+                qs._env.bounded_table(name)
+            except VeilError as exc:
+                problems.append(f"table {name!r}: {exc.message}")
+    return problems
+
+
+def _ready(index: int, started: Any) -> None:
+    logger.info("worker process %d (pid %d) is accepting connections", index, os.getpid())
+    started.release()
+
+
+def _worker_main(
+    share: ProcessShare,
+    policy_path: Path,
+    address: tuple[str, int],
+    tls: tuple[Path, Path] | None,
+    allow_plaintext: bool,
+    limits: ServerLimits,
+    started: Any,
+    log_level: int,
+) -> None:
+    from veil.server.app import make_ssl_context, serve
+
+    logging.basicConfig(level=log_level, format=f"%(asctime)s %(levelname)s %(name)s[{share.index}]: %(message)s", force=True)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the workers (SIGTERM)
+    policy = load_policy(policy_path)
+    ssl_context = make_ssl_context(*tls) if tls is not None else None
+    serve(
+        policy,
+        sock=_listen(*address),
+        ssl_context=ssl_context,
+        allow_plaintext=allow_plaintext,
+        limits=limits,
+        ready=lambda _port: _ready(share.index, started),
+        share=share,
+    )
+
+
+def _family(host: str, port: int) -> socket.AddressFamily:
+    info = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    return info[0][0] if info else socket.AF_INET
+
+
+def _reserve_port(host: str, port: int) -> socket.socket:
+    """A bound, not listening, ``SO_REUSEPORT`` socket holding ``host:port`` for the workers.
+
+    The port is first bound without ``SO_REUSEPORT``, so a port another server (or another
+    ``veil serve``) holds is refused here instead of being shared with it."""
+    family = _family(host, port)
+    probe = socket.socket(family, socket.SOCK_STREAM)
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio does: TIME_WAIT is no owner
+    try:
+        probe.bind((host, port))
+        port = probe.getsockname()[1]
+    finally:
+        probe.close()
+    held = socket.socket(family, socket.SOCK_STREAM)
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    held.bind((host, port))
+    return held
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A worker's own listening socket on the shared port: the kernel spreads new connections
+    evenly over the workers' sockets (a hash of the client's address and port)."""
+    sock = socket.socket(_family(host, port), socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    sock.listen(1024)
+    return sock
+
+
+def serve_processes(
+    policy: Policy,
+    *,
+    processes: int,
+    host: str = "127.0.0.1",
+    port: int = 6432,
+    tls: tuple[Path, Path] | None = None,
+    allow_plaintext: bool = False,
+    limits: ServerLimits | None = None,
+    ready: Callable[[int], None] | None = None,
+) -> None:
+    """Serve with ``processes`` worker processes until SIGTERM or Ctrl-C."""
+    if processes < 2:
+        raise InputError(f"serve_processes needs at least 2 processes, got {processes}", hint="Use serve() for one")
+    if policy.engine.kind != "duckdb":
+        raise InputError(
+            f"--processes needs the embedded DuckDB engine; this policy uses {policy.engine.kind!r}",
+            hint="Serve a Spark policy with one process (its engine runs queries in parallel itself)",
+        )
+    limits = limits or ServerLimits()
+    for line in prepare_warehouse(policy):
+        logger.warning("not prepared for the workers: %s", line)
+    ctx = multiprocessing.get_context("spawn")
+    state = SharedState(ctx, limits)
+    held = _reserve_port(host, port)
+    bound = held.getsockname()[1]
+    started = ctx.Semaphore(0)
+    level = logging.getLogger().getEffectiveLevel()
+    stopping = False
+
+    def start(index: int) -> Any:
+        share = ProcessShare(index, processes, state)
+        proc = ctx.Process(
+            target=_worker_main,
+            args=(share, policy.path, (host, bound), tls, allow_plaintext, limits, started, level),
+            name=f"veil-serve-{index}",
+        )
+        proc.start()
+        return proc
+
+    def stop(*_args: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    workers: list[Any] = []
+    restarts: collections.deque[float] = collections.deque(maxlen=_MAX_RESTARTS)
+    try:
+        for i in range(processes):
+            workers.append(start(i))
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        for _ in range(processes):
+            while not started.acquire(timeout=0.2):
+                if stopping or time.monotonic() > deadline or any(not w.is_alive() for w in workers):
+                    raise PolicyError("a veil serve worker process did not start", hint="See the log above for its error")
+        if ready is not None:
+            ready(bound)
+        while not stopping:
+            multiprocessing.connection.wait([w.sentinel for w in workers], timeout=0.5)
+            for i, w in enumerate(workers):
+                if w.is_alive() or stopping:
+                    continue
+                logger.error("worker process %d exited with code %s; starting it again", i, w.exitcode)
+                state.forget(i)  # its sockets are gone: its connections no longer count
+                now = time.monotonic()
+                if len(restarts) == _MAX_RESTARTS and now - restarts[0] < _RESTART_WINDOW_S:
+                    raise PolicyError(
+                        f"veil serve worker processes exited {_MAX_RESTARTS} times within {_RESTART_WINDOW_S:g} s",
+                        hint="See the log above for their errors",
+                    )
+                restarts.append(now)
+                workers[i] = start(i)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for w in workers:
+            if w.is_alive():
+                w.terminate()  # SIGTERM: each worker finishes the charged queries it runs
+        for w in workers:
+            w.join(60)
+            if w.is_alive():
+                w.kill()
+        held.close()
+        state.close_lock()
