@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.engines.conftest import POLICY, connect_engine, people
+from tests.engines.conftest import POLICY, build, connect_engine, people
 from tests.engines.test_conformance import CASES, _rows_equal
 from tests.engines.test_errors import _check
 from veil.cli.main import cli
@@ -39,7 +39,11 @@ SUBSET = list(CASES) if os.environ.get("VEIL_CONNECT_FULL") else [
 
 
 @pytest.fixture(scope="module")
-def sessions(duckdb_policy: Policy, connect_policy: Policy) -> Iterator[tuple[QuerySession, QuerySession]]:
+def sessions(
+    tmp_path_factory: pytest.TempPathFactory, same_salt: None, connect_policy: Policy
+) -> Iterator[tuple[QuerySession, QuerySession]]:
+    # A DuckDB warehouse and ledger of its own: the conformance module's would answer these queries from its cache.
+    duckdb_policy = build(tmp_path_factory.mktemp("connect_duckdb") / "duckdb")
     with exact_session(duckdb_policy, "alice") as d, exact_session(connect_policy, "alice") as s:
         yield d, s
 
