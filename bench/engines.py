@@ -293,30 +293,39 @@ def run_cell(engine: str, n: int, reps: int, base: Path, queries: list[str], lim
     return {"rows": out, "memory": memory}
 
 
-def run_memory_limit(base: Path, n: int, limit: str, queries: list[str]) -> list[dict[str, Any]]:
-    """The heavy raw queries on the DuckDB cell's file again, in a fresh process capped at ``memory_limit``."""
+def run_memory_limit(base: Path, n: int, limits: list[str], queries: list[str]) -> list[dict[str, Any]]:
+    """The heavy raw queries on the DuckDB cell's file again, in a fresh process, under each ``memory_limit``.
+
+    The table is generated first when the cell's file is gone (``--probe-only`` on a fresh directory).
+    """
     import duckdb
 
     path = base / f"duckdb-{n}" / "bench.duckdb"
+    if not path.exists():
+        _load(_policy(base / f"duckdb-{n}", "duckdb"), n)
+        from veil.store import warehouse
+
+        warehouse._close_reader(path.resolve())  # one configuration per file per process: let go of it
     spill = base / f"duckdb-{n}" / "spill"
     spill.mkdir(exist_ok=True)
-    con = duckdb.connect(str(path), read_only=True, config={"memory_limit": limit, "temp_directory": str(spill)})
     out = []
-    for name in HEAVY:
-        if name not in queries:
-            continue
-        sql = QUERIES[name].format(b=19, u=1)
-        t = time.perf_counter()
-        try:
-            con.execute(sql).fetchall()
-            took: float | None = (time.perf_counter() - t) * 1000
-            note = ""
-        except duckdb.Error as exc:
-            took, note = None, f"failed: {type(exc).__name__}"
-        out.append({"engine": "duckdb", "rows": n, "query": f"{name}, raw, memory_limit={limit}", "raw": took,
-                    "veil": None, "measured": _now(), "note": note})  # fmt: skip
-        print(out[-1], flush=True)
-    con.close()
+    for limit in limits:
+        con = duckdb.connect(str(path), read_only=True, config={"memory_limit": limit, "temp_directory": str(spill)})
+        for name in HEAVY:
+            if name not in queries:
+                continue
+            sql = QUERIES[name].format(b=19, u=1)
+            t = time.perf_counter()
+            try:
+                con.execute(sql).fetchall()
+                took: float | None = (time.perf_counter() - t) * 1000
+                note = ""
+            except duckdb.Error as exc:
+                took, note = None, f"failed: {type(exc).__name__}"
+            out.append({"engine": "duckdb", "rows": n, "query": f"{name}, raw, memory_limit={limit}", "raw": took,
+                        "veil": None, "measured": _now(), "note": note})  # fmt: skip
+            print(out[-1], flush=True)
+        con.close()
     shutil.rmtree(spill, ignore_errors=True)
     return out
 
@@ -463,7 +472,8 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, help="where the tables are generated (default: a temporary directory)")
     ap.add_argument("--keep", action="store_true", help="keep the generated tables")
     ap.add_argument("--cell-timeout", type=float, default=900.0, help="stop a Spark statement after this many s")
-    ap.add_argument("--memory-limit", default="1GB", help="DuckDB memory_limit for the heavy raw queries ('' skips)")
+    ap.add_argument("--memory-limit", nargs="*", default=["1GB"], help="DuckDB memory_limits for the heavy raw queries")
+    ap.add_argument("--probe-only", action="store_true", help="DuckDB: only the heavy raw queries under --memory-limit")
     ap.add_argument("--driver-memory", default="6g", help="Spark local driver heap (PYSPARK_SUBMIT_ARGS)")
     ap.add_argument("--note", type=Path, help="a markdown file of reading notes to end the section with")
     ap.add_argument("--report-only", action="store_true", help="rewrite the section from its rows (and --note)")
@@ -483,6 +493,7 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     memory: list[str] = []
     rerun: set[tuple[str, int]] = set()
+    reprobed: set[int] = set()  # DuckDB row counts whose memory_limit rows were measured again
     try:
         for engine in [] if args.report_only else args.engines:
             if engine == "spark":
@@ -493,8 +504,16 @@ def main() -> None:
                     print(f"skipping Spark: {reason}")
                     continue
             for n in args.rows:
-                rerun.add((engine, n))
                 out = base / f"{engine}-{n}.json"
+                if args.probe_only:
+                    if engine == "duckdb" and args.memory_limit:
+                        reprobed.add(n)
+                        subprocess.run([sys.executable, "-m", "bench.engines", "--child", engine, str(n), "--dir",
+                                        str(base), "--out", str(out), "--memory-limit", *args.memory_limit,
+                                        "--memory-limit-only", "--queries", *args.queries], check=True)  # fmt: skip
+                        results.extend(json.loads(out.read_text(encoding="utf-8"))["rows"])
+                    continue
+                rerun.add((engine, n))
                 env = dict(os.environ, PYSPARK_SUBMIT_ARGS=f"--driver-memory {args.driver_memory} pyspark-shell")
                 common = ["--reps", str(args.reps), "--dir", str(base), "--out", str(out), "--cell-timeout",
                           str(args.cell_timeout), "--queries", *args.queries]  # fmt: skip
@@ -507,7 +526,7 @@ def main() -> None:
                     memory.append(_memory_line(engine, n, res["memory"], _now()))
                 if engine == "duckdb" and args.memory_limit:
                     subprocess.run([sys.executable, "-m", "bench.engines", "--child", engine, str(n), "--memory-limit",
-                                    args.memory_limit, "--memory-limit-only", *common], check=True)  # fmt: skip
+                                    *args.memory_limit, "--memory-limit-only", *common], check=True)  # fmt: skip
                     results.extend(json.loads(out.read_text(encoding="utf-8"))["rows"])
                 print(f"cell {engine} {n:,}: {time.time() - t:.0f} s", flush=True)
                 if not args.keep:
@@ -517,7 +536,12 @@ def main() -> None:
             shutil.rmtree(base, ignore_errors=True)
     if not args.fresh:
         old, old_mem = earlier_results("2026-11-25 23:50")
-        results = [r for r in old if (r["engine"], r["rows"]) not in rerun] + results
+        results = [
+            r
+            for r in old
+            if (r["engine"], r["rows"]) not in rerun
+            and not (r["engine"] == "duckdb" and r["rows"] in reprobed and "memory_limit=" in r["query"])
+        ] + results
         kept = [m for m in old_mem if (m.split(" | ")[0].strip("| "), int(m.split(" | ")[1].replace(",", ""))) not in rerun]
         memory = kept + memory
     load = (

@@ -136,7 +136,11 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     import time
 
     from veil.engines.spark import spark_available
+    from veil.store.spark import connect_available
 
+    reason = connect_available()
+    if reason is not None:
+        pytest.skip(f"Spark Connect skipped: {reason}")
     given = os.environ.get("VEIL_SPARK_CONNECT")
     if given:
         yield given

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
-    "bump_writes", "columns_of", "drop", "exists", "forget_remote", "read_table", "spark_available", "spark_session", "spec_of",
-    "table_columns", "table_names", "write_table", "writes",
+    "bump_writes", "columns_of", "connect_available", "drop", "exists", "forget_remote", "read_table",
+    "spark_available", "spark_session", "spec_of", "table_columns", "table_names", "write_table", "writes",
 ]  # fmt: skip
 
 RECHECK_SECONDS = 60.0
@@ -43,6 +43,16 @@ _sessions: dict[tuple[str | None, str | None, str], SparkSession] = {}  # (maste
 _roots: dict[tuple[str | None, str | None], SparkSession] = {}  # the first session of each Spark
 _active_warehouse: dict[str, Path] = {}  # local mode: the warehouse whose tables the catalog holds, per database
 _writes = 0  # bumped by every write through Veil in this process: bounded copies are re-checked at once
+
+
+def connect_available() -> str | None:
+    """None when pyspark's Spark Connect client can load here, else the reason."""
+    try:
+        with _quiet():
+            import pyspark.sql.connect.session  # noqa: F401
+    except ImportError as exc:
+        return f"pyspark's Connect client cannot load ({exc}); pip install 'veil[spark]'"
+    return None
 
 
 def spark_available() -> str | None:
@@ -91,7 +101,13 @@ def spark_session(spec: EngineSpec) -> SparkSession:
             with _quiet():  # the Connect client checks its pandas version on import
                 # The Connect session class itself: pyspark's generic builder refuses a remote session in a
                 # process that already runs a local Spark (tests; a curator tool holding both).
-                from pyspark.sql.connect.session import SparkSession as ConnectSession
+                try:
+                    from pyspark.sql.connect.session import SparkSession as ConnectSession
+                except ImportError as exc:  # pyspark without its [connect] extra (grpcio, …)
+                    raise InputError(
+                        f"the policy names a Spark Connect server but pyspark's Connect client cannot load ({exc})",
+                        hint="pip install 'veil[spark]' (it installs pyspark[connect])",
+                    ) from None
 
                 remote = ConnectSession.builder.remote(spec.remote)
                 s = remote.getOrCreate() if root is None else remote.create()
