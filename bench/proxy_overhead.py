@@ -180,39 +180,35 @@ def run(rows: int, reps: int, folder: Path) -> list[dict[str, object]]:
 
 
 FINDINGS = """\
-**Profiler findings of 2026-11-22** (an earlier version of the query path, before it was split into passes;
-kept for the record — the per-pass table above is this run's; pyinstrument and cProfile over 60 Veil calls each,
-1M rows, row-level, WHERE bound above every value so the engine's share is small and the fixed costs show):
+**Profile of 2026-11-26** (cProfile over 200 calls and per-pass `time.thread_time`, 1M rows, row-level, before
+this session's changes): per `COUNT(*)` about 5.5 ms of CPU outside the engine — parse 0.5, resolve 0.5,
+validate 0.25, plan 0.3, rewrite 0.6, prepare 1.4 (a DESCRIBE round trip ≈ 0.5 ms, rendering the statement
+again, the canonical text), reserve 0.4, noise 0.6, release 0.6 plus its fsync; per `state GROUP BY` (50 groups ×
+3 statistics) about 11 ms. A third of the sqlglot time was `deepcopy` (copies before every `sql()`, `alias_`,
+`make_total`); OpenDP's exact float sampler cost ≈ 18 µs per value, its integer one ≈ 6 µs, and each call ≈ 0.1–0.2
+ms of FFI glue whatever its length.
 
-* `COUNT(*)`: ledger release 34% (almost all its one `COMMIT`, i.e. the fsync), engine 35%, parse+plan 9%, noise 7%,
-  post-processing SQL 5%, reservation 5%, `budget()` read 3%. A bare `os.fsync` on this disk takes 4.0 ms median
-  when overwriting (0.1 ms best, 8 ms when the file grows), so the durable write alone is most of the 5 ms
-  COUNT/AVG budget; the phase table shows `ledger.release` between 0.4 and 16 ms depending on other agents' I/O.
-* `state GROUP BY` (50 groups): ledger release 33–34% (fsync ≈ 20%, JSON and insert of the 150 statistic rows
-  ≈ 13%), engine 18%, OpenDP noise 12–16% (exact samplers: ≈ 30 µs CPU per float-Laplace cell, ≈ 9 µs per
-  discrete-Laplace cell; measurements are already cached per scale and called once per (mechanism, scale) batch),
-  answer shaping 8–10%, parse+plan 8–10%, post-processing SQL 4%, rewrite 3%.
-* sqlglot per GROUP BY query: 1 parse, 1 qualify, 18 `sql()` generations (each copies its subtree: the generator
-  mutates, so copies stay except where the tree is already a private copy). Parse+plan median 0.8–1.8 ms.
-* Engine SQL: no extra CTE layers, no histogram query, one engine query per answer (no grids for these queries).
-  In isolation it costs what raw costs plus the row-level clamp: +1.7 ms CPU on `state GROUP BY` and +1.8 ms on
-  `AVG` at 1M rows (the clamp `CASE` and `COUNT(income)` for AVG's denominator); equal for user-level (the bounded
-  copy is pre-clamped). Inside a Veil call the same SQL shows the same CPU but longer wall time (50 vs 35 ms
-  in one interleaved test): on this oversubscribed host the thread that just ran Python waits longer for a core.
-  That is why the CPU ratio is lower than the wall ratio, and why wall ratios swing between runs.
+Changes measured here (vs `before:`, the same script on main at the session's start, idle host):
+* generated SQL is rendered once (prepare binds and execute runs the same text; the rewrite no longer copies
+  its own trees or re-generates a statement to de-duplicate it);
+* a private query of one statement without group keys (COUNT/SUM/AVG/quantile) skips the DESCRIBE round trip:
+  an engine error from before reading data while it runs cancels its reservation, so the refusal stays free
+  (`tests/proxy/test_bind_refusals.py`; red-teamed: ≈ 24,000 generated expressions over adversarial rows never
+  raised a bind-class error at run time); public queries bind when they run; the post-processing is bound once
+  per shape;
+* float Laplace noise on OpenDP's lattice of 2^k with k = ⌊log₂ Δ⌋ − 76 (about 3× fewer µs per value than the
+  default k = −1074; its privacy map is checked against the charged ε). The first version chose k from the
+  number of values too, which the red team read back from the released values' binary digits (the number of
+  unreleased private groups): k now depends on Δ alone (`tests/adversarial/test_perf_redteam.py`);
+* one tokenizer pass per query, no duplicate label generation in the plan, no Fraction hashing per released
+  statistic, cached path resolution per statement.
 
-Changes measured here (vs `before:`): the clamp is `CASE WHEN x BETWEEN lo AND hi THEN x WHEN x < lo THEN lo
-WHEN x > hi THEN hi ELSE NULL END` (in-range rows pass one test; identical values and types to the old form on 105
-value × interval cases incl. NULL, NaN, ±inf; −0.7 ms CPU per 1M clamped rows); the ledger writes plain JSON
-directly (same text) and each group's JSON once per release (150 statistics: 4.7 → 1.4 ms CPU in a
-microbenchmark); rewrite no longer copies its own copy. What remains is fixed per-query cost — one fsync,
-OpenDP's exact samplers per released cell, sqlglot planning, and the per-statistic release log. In CPU time
-(medians of 25, this table) a Veil answer costs raw + ≈ 2.8 ms (COUNT), 3.6–4.8 ms (AVG), 4.2–4.9 ms
-(sex × diagnosis, 20 cells) and 8.1–9.6 ms (state, 50 groups × 3 statistics: ≈ 45 µs per released cell),
-plus waiting for the fsync and for a core. So COUNT/AVG (raw ≈ 1 ms, often answered from DuckDB's row-group
-statistics) stay above the 5 ms budget in wall time whenever the fsync or the scheduler is slow, `state GROUP BY`
-is at ≈ 2.1–2.3× raw in CPU (≈ 2.3–2.4× wall: within the user-level 3× target, not the row-level 1.5×), and
-`sex × diagnosis` at ≈ 1.4× CPU (1.5–1.6× wall)."""
+What remains is fixed per-query cost in pure Python — sqlglot parsing, qualifying and generation (≈ 2–3 ms for a
+COUNT, 4–5 ms for a 50-group GROUP BY), OpenDP's samplers (≈ 6 µs per released value plus ≈ 0.15 ms per call), the
+ledger's two transactions and one fsync — so the 3 ms COUNT/AVG and 1.5×/2× GROUP BY targets at 1M rows are not
+met (at 10M and 100M rows the same queries are 1.0–1.4× raw, see the engines section). Going further needs a plan
+cache keyed by the query's shape with literals as parameters, which must redo every literal-dependent check
+(bounds, validation, totality, domains) soundly; it was not attempted."""
 
 
 def _cpu_ratio(r: dict[str, Any]) -> str:

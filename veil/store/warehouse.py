@@ -355,6 +355,13 @@ def ingest_file(policy: Policy, table: str, path: str | Path, *, replace: bool =
     return {"table": table, "rows": len(df), "columns": list(df.columns), "missing_policy_columns": missing}
 
 
+def _spark_publish() -> ModuleType:
+    """The publish transaction's storage steps on Spark (journal in the ledger file, see that module)."""
+    from veil.store import spark_publish
+
+    return spark_publish
+
+
 def _spark() -> ModuleType:
     """The Spark store (a policy with ``[engine] kind = "spark"`` keeps its tables there)."""
     from veil.store import spark
@@ -433,6 +440,7 @@ def public_reader_generation(policy: Policy) -> int:
 
 
 # -- two-phase publication: stage, record (in the ledger), commit, mirror --------------------------
+# (a Spark policy runs the same steps through veil.store.spark_publish)
 # A publication is first written under a staging name together with a journal row, in one DuckDB
 # transaction; the caller then records the release in the ledger; then one DuckDB transaction renames
 # the staging table over the output and marks the journal row committed; then the public mirror is
@@ -453,10 +461,8 @@ def staging_name(token: str) -> str:
 def stage_publication(policy: Policy, token: str, output: str, frame: pd.DataFrame | None, *, staging_file: str = "") -> None:
     """Write ``frame`` under its staging name (or note a staged model file) and a journal row, atomically."""
     if policy.engine.kind == "spark":
-        raise InputError(
-            "publishing into a Spark warehouse is not supported yet (the publish transaction is DuckDB's)",
-            hint="Publish from a policy without [engine] (DuckDB), then load the table into Spark with `veil ingest`",
-        )
+        _spark_publish().stage(policy, token, output, staging_name(token), frame, staging_file)
+        return
     with writer(policy) as con:
         con.execute("BEGIN TRANSACTION")
         try:
@@ -482,6 +488,8 @@ def stage_publication(policy: Policy, token: str, output: str, frame: pd.DataFra
 
 def pending_publications(policy: Policy) -> list[dict[str, str | None]]:
     """Journal rows left by publications that did not finish (token, output, staging, artifact, state, release_id)."""
+    if policy.engine.kind == "spark":
+        return _spark_publish().pending(policy)
     if not policy.database_path.exists():
         return []
     with writer(policy) as con:
@@ -496,6 +504,9 @@ def pending_publications(policy: Policy) -> list[dict[str, str | None]]:
 def commit_publication(policy: Policy, token: str, release_id: str) -> None:
     """Rename the staged table over its output (or move the staged model file) and mark the journal row
     committed. Idempotent: a row already committed is left as it is."""
+    if policy.engine.kind == "spark":
+        _spark_publish().commit(policy, token, release_id)
+        return
     with writer(policy) as con:
         row = con.execute(f"SELECT output, staging, artifact, state FROM {JOURNAL} WHERE token = ?", [token]).fetchone()
         if row is None or row[3] == "committed":
@@ -521,6 +532,9 @@ def commit_publication(policy: Policy, token: str, release_id: str) -> None:
 
 def finish_publication(policy: Policy, token: str) -> None:
     """After the commit: copy the table into the public mirror and drop the journal row."""
+    if policy.engine.kind == "spark":
+        _spark_publish().finish(policy, token)
+        return
     rows = [r for r in pending_publications(policy) if r["token"] == token]
     if not rows:
         return
@@ -532,6 +546,9 @@ def finish_publication(policy: Policy, token: str) -> None:
 
 def abort_publication(policy: Policy, token: str) -> None:
     """Drop a staged publication whose release was never recorded."""
+    if policy.engine.kind == "spark":
+        _spark_publish().abort(policy, token)
+        return
     rows = [r for r in pending_publications(policy) if r["token"] == token]
     if not rows or rows[0]["state"] != "staged":
         return
