@@ -174,3 +174,30 @@ def test_version_1_ledger_is_migrated(tmp_path: Path) -> None:
     led.reserve(Cost(Fraction(1, 4)), [analyst("alice", Fraction(1))], actor="alice")
     with pytest.raises(BudgetExhausted):
         led.reserve(Cost(Fraction(1, 100)), [analyst("alice", Fraction(1))], actor="alice")
+
+
+def _open_at_once(path: Path, handles: int) -> list[BaseException]:
+    barrier = threading.Barrier(handles)
+    errors: list[BaseException] = []
+
+    def open_one() -> None:
+        barrier.wait()
+        try:
+            Ledger(path).close()
+        except BaseException as exc:  # the test reports any failure to open
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(handles)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
+def test_many_handles_opening_a_new_ledger_at_once_all_open(tmp_path: Path) -> None:
+    """Switching a new file to WAL needs it to itself; SQLite then answers "database is locked" at once to
+    the others (no busy handler) — as when `veil serve --processes N` starts N workers on one ledger."""
+    for attempt in range(8):
+        errors = _open_at_once(tmp_path / f"fresh{attempt}.sqlite", 12)
+        assert not errors, errors

@@ -57,6 +57,7 @@ from veil.errors import BudgetExhausted, InternalError, ReleaseError
 from veil.mechanisms.budget import as_delta, as_epsilon, format_delta, format_epsilon
 from veil.policy import Policy
 from veil.store._sqlite import connect as connect_sqlite
+from veil.store._sqlite import use_wal
 from veil.store.records import Release, ReleasedStatistic, dumps
 
 __all__ = ["Account", "Cost", "Ledger", "Reservation", "accounts_for"]
@@ -211,7 +212,7 @@ class Ledger:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._db = connect_sqlite(self.path, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
+        use_wal(self._db)
         self._db.execute("PRAGMA synchronous=FULL")
         with self._transaction() as db:
             self._migrate(db)
