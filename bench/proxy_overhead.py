@@ -203,6 +203,10 @@ Changes measured here (vs `before:`, the same script on main at the session's st
 * one tokenizer pass per query, no duplicate label generation in the plan, no Fraction hashing per released
   statistic, cached path resolution per statement.
 
+Wall-clock medians swing between runs: two more runs of this script minutes after the table's (same idle host,
+21 repetitions) gave COUNT(*) +4.4–5.9 ms, AVG +5.6–7.8 ms, state GROUP BY 2.7–3.1×, sex × diagnosis 2.0–2.1× raw;
+the CPU ratios are steadier (COUNT 4.9–5.3× against 7.0–7.3× before, state 1.9–2.3× against 2.4–2.6×).
+
 What remains is fixed per-query cost in pure Python — sqlglot parsing, qualifying and generation (≈ 2–3 ms for a
 COUNT, 4–5 ms for a 50-group GROUP BY), OpenDP's samplers (≈ 6 µs per released value plus ≈ 0.15 ms per call), the
 ledger's two transactions and one fsync — so the 3 ms COUNT/AVG and 1.5×/2× GROUP BY targets at 1M rows are not
@@ -292,8 +296,8 @@ def to_markdown(
         "",
         *verdict(results),  # type: ignore[arg-type]
         "",
-        "The profile below is from 2026-11-22 (an earlier query path, on a host loaded by other agents); the "
-        "per-pass table above is what this run measured.",
+        "The notes below are from the profile of 2026-11-26 (before that day's changes); the per-pass table above "
+        "is what this run measured.",
         "",
         FINDINGS,
     ]
