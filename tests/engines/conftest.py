@@ -68,6 +68,19 @@ def people(n: int = 4000, seed: int = 11) -> pd.DataFrame:
     return df
 
 
+def spark_cli_dir(tmp_path_factory: pytest.TempPathFactory, name: str, rows: int) -> Path:
+    """A directory holding the Spark policy and ``rows`` people as people.csv (skips without Spark)."""
+    from veil.engines.spark import spark_available
+
+    reason = spark_available()
+    if reason is not None:
+        pytest.skip(f"Spark test skipped: {reason}")
+    d = tmp_path_factory.mktemp(name)
+    (d / "policy.toml").write_text(POLICY + SPARK, encoding="utf-8")
+    people(rows).to_csv(d / "people.csv", index=False)
+    return d
+
+
 def build(directory: Path, extra: str = "") -> Policy:
     from veil.store.warehouse import write_table
 

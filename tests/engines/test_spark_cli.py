@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.engines.conftest import POLICY, SPARK, people
+from tests.engines.conftest import people, spark_cli_dir
 from veil.cli.main import cli
 from veil.policy import load_policy
 
@@ -21,15 +21,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def spark_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from veil.engines.spark import spark_available
-
-    reason = spark_available()
-    if reason is not None:
-        pytest.skip(f"Spark CLI test skipped: {reason}")
-    d = tmp_path_factory.mktemp("spark_cli")
-    (d / "policy.toml").write_text(POLICY + SPARK, encoding="utf-8")
-    people(500).to_csv(d / "people.csv", index=False)
-    return d
+    return spark_cli_dir(tmp_path_factory, "spark_cli", 500)
 
 
 def test_cli_against_spark(spark_dir: Path) -> None:

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from tests.engines.conftest import POLICY, SPARK, people
+from tests.engines.conftest import spark_cli_dir
 from veil.cli.main import cli
 from veil.policy import load_policy
 
@@ -24,14 +24,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def spark_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from veil.engines.spark import spark_available
-
-    reason = spark_available()
-    if reason is not None:
-        pytest.skip(f"Spark publish test skipped: {reason}")
-    d = tmp_path_factory.mktemp("spark_publish")
-    (d / "policy.toml").write_text(POLICY + SPARK, encoding="utf-8")
-    people(300).to_csv(d / "people.csv", index=False)
+    d = spark_cli_dir(tmp_path_factory, "spark_publish", 300)
     res = CliRunner().invoke(cli, ["ingest", "--policy", str(d / "policy.toml"), "--table", "people", str(d / "people.csv")])
     assert res.exit_code == 0, res.output
     return d
