@@ -157,6 +157,11 @@ def _rewrite(s: QueryState, env: Env) -> QueryState:
     return replace(s, queries=queries, rendered=rendered, post=postprocess_sql(s.plan))
 
 
+def _binds_when_run(p: QueryPlan, rendered: Rendered) -> bool:
+    """A private query of one statement without group keys is bound by running it (see :func:`_prepare`)."""
+    return not p.keys and len(rendered.statements()) == 1
+
+
 def _prepare(s: QueryState, env: Env) -> QueryState:
     """Bind the generated statements (reads no data) and list public group domains: refusals stay free.
 
@@ -173,9 +178,8 @@ def _prepare(s: QueryState, env: Env) -> QueryState:
     if s.rendered is None or s.post is None:
         raise InternalError("prepare before rewrite")
     key_types: list[str] = []
-    statements = s.rendered.statements()
-    if s.plan.keys or len(statements) != 1:
-        for stmt in statements:
+    if not _binds_when_run(s.plan, s.rendered):
+        for stmt in s.rendered.statements():
             res = env.engine.describe(stmt)
             key_types = key_types or [output_type(t) for t in res.types[: len(s.plan.keys)]]
     domain = env.public_domain(s.plan) if s.plan.public_keys else None
@@ -209,7 +213,7 @@ def _execute(s: QueryState, env: Env) -> QueryState:
     try:
         raw = env.run(s.plan, s.queries, s.rendered, s.domain, s.key_types)
     except EngineError as exc:
-        if exc.before_data and not s.plan.keys and len(s.rendered.statements()) == 1:
+        if exc.before_data and _binds_when_run(s.plan, s.rendered):
             # the one statement failed to bind (see _prepare): nothing was read, so nothing is charged
             env.ledger.cancel(s.reservation)
             raise
