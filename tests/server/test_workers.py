@@ -77,7 +77,9 @@ def stop_serve(proc: subprocess.Popen[str]) -> None:
         drainer = _DRAINERS.pop(proc.pid, None)
         if drainer is not None:
             drainer.join(10)
-        if proc.stderr is not None:
+        # Closing a stream another thread still reads blocks forever (a worker that outlived the
+        # parent keeps the pipe open): the test then fails on its own assertion instead of hanging.
+        if proc.stderr is not None and (drainer is None or not drainer.is_alive()):
             proc.stderr.close()
 
 
@@ -354,6 +356,52 @@ def test_workers_stop_when_the_parent_is_killed(tmp_path: Path, shared_data: Pat
     while any(_alive(pid) for pid in workers.values()):
         assert time.monotonic() < deadline, "worker processes outlived their parent"
         time.sleep(0.2)
+
+
+def _spawned_children(pid: int) -> list[int]:
+    """``pid``'s child processes started by multiprocessing's spawn (the workers)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            try:
+                if "spawn_main" in Path(f"/proc/{child}/cmdline").read_text():
+                    out.append(int(child))
+            except OSError:
+                continue
+    return out
+
+
+def test_workers_stop_when_the_parent_dies_before_they_are_ready(tmp_path: Path, shared_data: Path) -> None:
+    """The parent killed while its workers still start up (before any of them serves): each worker
+    must still notice. A worker that read "its parent" only once it was running would read the
+    process that adopted it, and serve forever."""
+    import signal
+
+    policy = build_policy(tmp_path, shared_data, rows=300)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "veil.cli.main", "serve", "--policy", str(policy), "--port", "0", "--processes", "2"],
+        stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "VEIL_PROGRESS": "0"},
+        cwd=REPO,
+    )
+    deadline = time.monotonic() + 120
+    workers: list[int] = []
+    while len(workers) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, "veil serve did not start its workers"
+        workers = _spawned_children(proc.pid)
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)  # the workers are still importing: none serves yet
+    proc.wait(30)
+    deadline = time.monotonic() + 60
+    try:
+        while any(_alive(pid) for pid in workers):
+            assert time.monotonic() < deadline, "worker processes outlived their parent"
+            time.sleep(0.2)
+    finally:
+        for pid in workers:
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 # --- the shared-memory limits, across real processes ------------------------------------------------

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
 import os
 import signal
 import socket
@@ -146,12 +147,14 @@ class VeilServer(PgServer):
         mailbox = self.mailbox
         if mailbox is None:
             return
-        parent = os.getppid()
+        # The parent that spawned this process, watched through the pipe multiprocessing keeps to it
+        # (not a pid read here: the parent may already be gone before this first runs).
+        parent = multiprocessing.parent_process()
         while True:
             await asyncio.sleep(_CANCEL_POLL_S)
             for pid, secret in mailbox.collect():
                 super().cancel(pid, secret)
-            if os.getppid() != parent:
+            if parent is not None and not parent.is_alive():
                 logger.error("the veil serve parent process is gone; this worker stops")
                 orphaned()
                 return

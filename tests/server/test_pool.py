@@ -1,0 +1,128 @@
+"""The catalog pool stops a late job at a call boundary of its own choosing: never inside a
+garbage-collector callback or a ``__del__`` (which would swallow the stop and print "Exception
+ignored"), never in the pool's own bookkeeping, and never in a later job on the same thread."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+import sqlglot
+
+from veil.errors import QueryCancelled
+from veil.server.pool import InterruptiblePool
+
+
+def _spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+class _Finalised:
+    def __del__(self) -> None:
+        _spin(0.002)
+
+
+@pytest.fixture
+def unraisable() -> Iterator[list[str]]:
+    """Every exception the interpreter had to swallow ("Exception ignored in ...")."""
+    seen: list[str] = []
+    previous = sys.unraisablehook
+    sys.unraisablehook = lambda u: seen.append(f"{u.exc_type.__name__} in {u.object!r}")
+    try:
+        yield seen
+    finally:
+        sys.unraisablehook = previous
+
+
+@pytest.fixture
+def slow_gc_callback() -> Iterator[None]:
+    """A garbage-collector callback that takes most of the job thread's time."""
+
+    def callback(phase: str, info: dict[str, int]) -> None:
+        _spin(0.002)
+
+    gc.callbacks.append(callback)
+    try:
+        yield
+    finally:
+        gc.callbacks.remove(callback)
+
+
+def _busy_in_callbacks(seconds: float) -> int:
+    """Parses (the kind of work a catalog query does) while the garbage collector and finalisers
+    run Python code on the same thread."""
+    end = time.perf_counter() + seconds
+    n = 0
+    while time.perf_counter() < end:
+        sqlglot.parse_one("SELECT relname FROM pg_class WHERE relkind = 'r'")
+        _Finalised()
+        gc.collect(0)
+        n += 1
+    return n
+
+
+@pytest.mark.usefixtures("slow_gc_callback")
+@pytest.mark.parametrize("late_after", [0.05, 0.2, 0.5])
+def test_late_job_stops_outside_callbacks_and_the_next_job_runs(unraisable: list[str], late_after: float) -> None:
+    pool = InterruptiblePool(1, "test-catalog")
+
+    async def scenario() -> tuple[float, int]:
+        t0 = time.monotonic()
+        with pytest.raises(QueryCancelled, match="ran for more than"):
+            await pool.run(late_after, _busy_in_callbacks, 30.0)
+        stopped = time.monotonic() - t0
+        # the same (only) thread runs the next job to its end: no stop is left over for it
+        return stopped, await pool.run(5.0, _busy_in_callbacks, 0.3)
+
+    try:
+        stopped, after = asyncio.run(scenario())
+    finally:
+        pool.shutdown()
+    assert stopped < late_after + 1.0, stopped
+    assert after > 0
+    assert unraisable == []
+
+
+def test_job_errors_and_results_pass_through() -> None:
+    pool = InterruptiblePool(1, "test-catalog")
+
+    def job(x: int) -> tuple[int, object]:
+        if x < 0:
+            raise ValueError(f"negative: {x}")
+        return x * 2, sys.gettrace()
+
+    async def scenario() -> tuple[int, object]:
+        with pytest.raises(ValueError, match="negative: -1"):
+            await pool.run(1.0, job, -1)
+        return await pool.run(1.0, job, 21)
+
+    try:
+        doubled, tracer_inside = asyncio.run(scenario())
+    finally:
+        pool.shutdown()
+    assert doubled == 42
+    assert tracer_inside is not None  # the job ran under the stop tracer
+
+
+def test_a_debuggers_tracer_is_put_back_after_a_job() -> None:
+    from veil.server.pool import _Job
+
+    def outer_tracer(frame: object, event: str, arg: object) -> None:
+        return None
+
+    job = _Job(sys.gettrace, ())
+    previous = sys.gettrace()
+    sys.settrace(outer_tracer)
+    try:
+        InterruptiblePool._run_job(job)
+        after = sys.gettrace()
+    finally:
+        sys.settrace(previous)
+    assert after is outer_tracer
+    assert job.future.result() not in (None, outer_tracer)
