@@ -25,9 +25,21 @@ meaning. The rewrite pass runs :func:`neutralise` over every generated tree (aft
 
 from __future__ import annotations
 
-from sqlglot import exp
+from typing import Any
 
-__all__ = ["WIDE_SUM", "is_boolean", "is_integral", "is_real", "narrow_sums", "neutralise"]
+from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
+
+__all__ = ["WIDE_SUM", "duckdb_text", "is_boolean", "is_integral", "is_real", "narrow_sums", "neutralise"]
+
+_DUCKDB = Dialect.get_or_raise("duckdb")
+
+
+def duckdb_text(node: exp.Expression, **opts: Any) -> str:
+    """``node.sql(dialect="duckdb", **opts)`` through one shared dialect (``sql()`` builds a new
+    dialect at every call; the query path generates text ~20 times per query)."""
+    return _DUCKDB.generate(node, **opts)
+
 
 #: Marks the cast of an integer SUM's argument to DECIMAL(38,0) (engines that widen natively drop it).
 WIDE_SUM = "veil_wide_sum"

@@ -15,13 +15,14 @@ from __future__ import annotations
 import hashlib
 from fractions import Fraction
 
+from veil.engines.neutral import duckdb_text
 from veil.proxy.validate import Analysis
 
 __all__ = ["cache_key", "canonical_sql"]
 
 
 def canonical_sql(analysis: Analysis) -> str:
-    return analysis.tree.sql(dialect="duckdb", normalize=True, comments=False)
+    return duckdb_text(analysis.tree, normalize=True, comments=False)
 
 
 def cache_key(canonical: str, epsilon: Fraction) -> str:

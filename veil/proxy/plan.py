@@ -38,6 +38,7 @@ from fractions import Fraction
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
+from veil.engines.neutral import duckdb_text
 from veil.errors import InternalError, QueryRejected, Unbounded, Unsupported
 from veil.proxy.bounds import IntegralRange, Interval, expression_interval, in_doubles, resolve_column
 from veil.proxy.catalog import Catalog
@@ -138,7 +139,7 @@ class QueryPlan:
 
 
 def _sql(e: exp.Expression) -> str:
-    return e.sql(dialect="duckdb")
+    return duckdb_text(e)
 
 
 def _outer_aggregates(select: exp.Select) -> list[exp.Expression]:
@@ -391,7 +392,7 @@ def _plan_count(
     b: _Builder, idx: int, node: exp.Expression, arg: exp.Expression | None, distinct: bool,
     filt: exp.Expression | None, ctx: _Context,
 ) -> AggregateSpec:  # fmt: skip
-    label = node.sql(dialect="duckdb")
+    label = duckdb_text(node)
     sens = ctx.c
     if distinct and arg is not None and _is_unit_column(arg, ctx.scope, ctx.catalog, ctx.table) and not ctx.grouped:
         sens = 1  # one unit changes the number of distinct units by one (in the one group)
@@ -440,7 +441,7 @@ def _plan_grid(
     target = name if name in ("min", "max") else "quantile"
     qv = q if q is not None else 0.5
     lo, step, n = _grid(iv)
-    label = node.sql(dialect="duckdb")
+    label = duckdb_text(node)
     sid = b.add(
         ("grid", target, qv, _sql(arg_c), None if filt is None else _sql(filt)), kind="grid", label=label, arg=arg_c,
         filter=filt, distinct=False, mechanism="exponential", sensitivity=Fraction(ctx.c), hidden=False,
@@ -485,7 +486,7 @@ def _plan_aggregate(b: _Builder, idx: int, node: exp.Expression, ctx: _Context) 
     if name == "sum":
         sid = b.add(
             ("sum", _sql(arg_c), None if filt is None else _sql(filt)), kind="sum",
-            label=f"sum({arg.sql(dialect='duckdb')})", arg=arg_c, filter=filt, distinct=False,
+            label=f"sum({duckdb_text(arg)})", arg=arg_c, filter=filt, distinct=False,
             mechanism="discrete_laplace" if iv.integral else "laplace", sensitivity=ctx.c * iv.magnitude,
             hidden=False, lower=iv.lo, upper=iv.hi,
         )  # fmt: skip

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
+from veil.engines.neutral import duckdb_text
 from veil.errors import InternalError, Unsupported
 from veil.mechanisms import discrete_laplace_ci_halfwidth
 from veil.proxy.plan import AggregateSpec, QueryPlan, Statistic
@@ -148,7 +149,7 @@ class PostProcess:
         if len(frames) != 1:
             raise InternalError(f"post-processing reads the frame {len(frames)} times")
         frames[0].replace(source)
-        return tree.sql(dialect="duckdb")
+        return duckdb_text(tree)
 
 
 def _output_names(plan: QueryPlan) -> list[str]:
@@ -159,7 +160,7 @@ def _output_names(plan: QueryPlan) -> list[str]:
         elif isinstance(orig, exp.Column):
             names.append(orig.name)
         else:
-            names.append(orig.sql(dialect="duckdb"))
+            names.append(duckdb_text(orig))
     return names
 
 
@@ -176,7 +177,7 @@ def postprocess_sql(plan: QueryPlan) -> PostProcess:
     def sub(node: exp.Expression) -> exp.Expression:
         if not isinstance(node, root_types):
             return node
-        s = node.sql(dialect="duckdb")
+        s = duckdb_text(node)
         if s in agg_cols:
             return exp.column(agg_cols[s])
         if s in key_cols and not isinstance(node, exp.Alias):

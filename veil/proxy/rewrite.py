@@ -29,7 +29,7 @@ from fractions import Fraction
 
 from sqlglot import exp
 
-from veil.engines.neutral import neutralise
+from veil.engines.neutral import duckdb_text, neutralise
 from veil.errors import InternalError
 from veil.proxy.plan import QueryPlan, Statistic
 from veil.proxy.totality import make_total
@@ -121,7 +121,7 @@ def rewrite(p: QueryPlan, source: str) -> EngineQueries:
             continue
         idx = []
         for q in _quantities(stat):
-            text = q.sql(dialect="duckdb")
+            text = duckdb_text(q)
             if text not in texts:
                 texts.append(text)
                 quantities.append(q)

@@ -31,6 +31,7 @@ from veil._json import to_jsonable
 from veil.engines import open_engine
 from veil.engines.base import Engine, Result, output_type
 from veil.engines.duckdb import DuckDBEngine
+from veil.engines.neutral import duckdb_text
 from veil.errors import InternalError, QueryRejected, UnknownTable, Unsupported
 from veil.mechanisms.budget import as_epsilon, format_epsilon
 from veil.policy import Policy, load_policy
@@ -298,7 +299,7 @@ class Env:
         bound once (e.g. the same AVG with another WHERE bound) is not bound again."""
         if post.tree is None:
             return
-        key = (post.tree.sql(dialect="duckdb"), *self.frame_types(p, key_types))
+        key = (duckdb_text(post.tree), *self.frame_types(p, key_types))
         if key in self._post_bound:
             return
         self.run_post(post, self.empty_frame(p, key_types), key_types)
