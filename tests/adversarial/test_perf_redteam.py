@@ -36,6 +36,7 @@ from veil.errors import QueryFailed
 from veil.policy import load_policy
 from veil.proxy import add_noise
 from veil.proxy._testing import exact_session, generated_sql, plan_of
+from veil.proxy.catalog import public_types
 from veil.proxy.plan import Statistic
 from veil.proxy.rewrite import rewrite
 from veil.proxy.session import QuerySession
@@ -464,8 +465,9 @@ def test_rewrite_shares_no_subtree_and_leaves_the_plan_alone(tmp_path: Path, sql
         stats_before = [(st_.arg and st_.arg.sql(), st_.filter and st_.filter.sql()) for st_ in p.statistics]
         keys_before = [k.expr.sql() for k in p.keys]
         source = s._env.bounded_table(p.analysis.private_table or "")
-        q1 = rewrite(p, source)
-        q2 = rewrite(p, source)
+        public = public_types(s._env.catalog(), p.analysis.tables)
+        q1 = rewrite(p, source, public)
+        q2 = rewrite(p, source, public)
         render = s._env.engine.render
         texts1 = [render(q) for q in ([q1.main] if q1.main is not None else []) + [g for _i, g in q1.grids]]
         texts2 = [render(q) for q in ([q2.main] if q2.main is not None else []) + [g for _i, g in q2.grids]]

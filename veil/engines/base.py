@@ -19,9 +19,9 @@ from typing import Any, Protocol
 
 from sqlglot import exp
 
-from veil.errors import QueryRejected
+from veil.errors import QueryRejected, Unsupported
 
-__all__ = ["Engine", "EngineError", "Result", "output_type"]
+__all__ = ["Engine", "EngineError", "Result", "check_key_type", "output_type"]
 
 
 class EngineError(QueryRejected):
@@ -78,6 +78,25 @@ class Engine(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+#: Engine types a group key may have: the ones whose values come back to Python exactly, hashable
+#: and in one total order (DuckDB's and Spark's names). Lists, maps, structs, times, timestamps with a
+#: time zone or a precision other than microseconds, intervals, UUIDs and blobs are refused.
+_KEY_TYPES = frozenset({
+    "BOOLEAN", "TINYINT", "SMALLINT", "INTEGER", "INT", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT",
+    "UINTEGER", "UBIGINT", "FLOAT", "DOUBLE", "REAL", "VARCHAR", "STRING", "DATE", "TIMESTAMP", "TIMESTAMP_NTZ",
+})  # fmt: skip
+
+
+def check_key_type(key: str, engine_type: str) -> None:
+    """Refuse (free: it depends on types only) a group key of a type outside :data:`_KEY_TYPES`."""
+    t = str(engine_type).upper()
+    if t not in _KEY_TYPES and not t.startswith("DECIMAL"):
+        raise Unsupported(
+            f"the group key {key!r} has type {engine_type}, which Veil cannot group by",
+            hint="Group by a number, text, boolean, date or timestamp (cast the key, e.g. CAST(k AS VARCHAR))",
+        )
 
 
 def output_type(engine_type: str) -> str:

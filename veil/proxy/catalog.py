@@ -9,7 +9,7 @@ Veil's internal tables (``_veil…``) are never in the catalog.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
@@ -17,7 +17,7 @@ from typing import Any
 
 from veil.policy import Policy, TableSpec
 
-__all__ = ["Catalog", "CatalogTable", "build_catalog", "veil_type_of"]
+__all__ = ["Catalog", "CatalogTable", "build_catalog", "public_types", "veil_type_of"]
 
 #: Veil column type → the SQL type the qualifier and the output description use.
 SQL_TYPES: Mapping[str, str] = MappingProxyType(
@@ -25,18 +25,30 @@ SQL_TYPES: Mapping[str, str] = MappingProxyType(
 )
 
 
-def veil_type_of(duckdb_type: str) -> str:
-    """Map a DuckDB type name to a Veil column type (for public tables read from the warehouse)."""
-    t = duckdb_type.upper()
-    if t in ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT"):
-        return "int"
-    if t in ("FLOAT", "DOUBLE", "REAL") or t.startswith("DECIMAL"):
-        return "float"
-    if t == "BOOLEAN":
-        return "bool"
-    if t == "DATE":
-        return "date"
-    return "category"
+#: Stored types of public columns → the Veil type the analyst's SQL sees. Only types whose every value
+#: the engine compares with a private column of that Veil type without a cast that can fail: a public
+#: DECIMAL(38, 37) would make DuckDB cast a private BIGINT to it (overflowing on large values only), a
+#: public TIME or TIMESTAMP read as text would make it cast private text to a time, row by row.
+_PUBLIC_TYPES: Mapping[str, str] = MappingProxyType({
+    "TINYINT": "int", "SMALLINT": "int", "INTEGER": "int", "BIGINT": "int", "UTINYINT": "int",
+    "USMALLINT": "int", "UINTEGER": "int", "FLOAT": "float", "DOUBLE": "float", "REAL": "float",
+    "BOOLEAN": "bool", "DATE": "date", "VARCHAR": "category",
+})  # fmt: skip
+
+
+def veil_type_of(duckdb_type: str) -> str | None:
+    """The Veil column type of a public column stored as ``duckdb_type``, or None when Veil does not
+    read columns of that type (they are left out of the catalog: an analyst cannot name them)."""
+    return _PUBLIC_TYPES.get(duckdb_type.upper())
+
+
+def _public_columns(stored: Mapping[str, str]) -> dict[str, str]:
+    out = {}
+    for column, duckdb_type in stored.items():
+        veil_type = veil_type_of(duckdb_type)
+        if veil_type is not None:
+            out[column] = veil_type
+    return out
 
 
 @dataclass(frozen=True)
@@ -72,7 +84,7 @@ def build_catalog(policy: Policy, public_columns: Mapping[str, Mapping[str, str]
                 continue  # declared public but not loaded yet
             # types always from the stored table (a declared type that differs would make the engine cast row by
             # row); the declared columns, if any, restrict what may be named
-            stored = {c: veil_type_of(t) for c, t in public_columns[name].items()}
+            stored = _public_columns(public_columns[name])
             cols = {c: stored[c] for c in spec.columns if c in stored} if spec.columns else stored
             tables[name] = CatalogTable(name, MappingProxyType(cols), spec, True)
         else:
@@ -80,6 +92,17 @@ def build_catalog(policy: Policy, public_columns: Mapping[str, Mapping[str, str]
             tables[name] = CatalogTable(name, MappingProxyType(cols), spec, False)
     for name, cols_raw in public_columns.items():
         if name not in tables and not name.startswith("_veil"):
-            cols = {c: veil_type_of(t) for c, t in cols_raw.items()}
+            cols = _public_columns(cols_raw)
             tables[name] = CatalogTable(name, MappingProxyType(cols), None, True)
     return Catalog(MappingProxyType(tables))
+
+
+def public_types(catalog: Catalog, tables: Sequence[str]) -> dict[str, dict[str, str]]:
+    """Each public table of ``tables`` → column → the SQL type the analysis gave it (what generated SQL
+    reads it as)."""
+    out: dict[str, dict[str, str]] = {}
+    for name in tables:
+        t = catalog.tables.get(name)
+        if t is not None and t.public:
+            out[name] = {c: SQL_TYPES[v] for c, v in t.columns.items()}
+    return out

@@ -27,11 +27,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from sqlglot import exp
 
-from veil.engines.base import EngineError, output_type
+from veil.engines.base import EngineError, check_key_type, output_type
 from veil.errors import InternalError, QueryCancelled, QueryFailed
 from veil.proxy import multiplicity
 from veil.proxy.add_noise import noisy_statistics
 from veil.proxy.canonical import cache_key, canonical_sql
+from veil.proxy.catalog import public_types
 from veil.proxy.parse import parse
 from veil.proxy.plan import QueryPlan, plan
 from veil.proxy.postprocess import PostProcess, postprocess_sql
@@ -136,9 +137,11 @@ def _plan(s: QueryState, env: Env) -> QueryState:
     if a.private_table is None:
         return s
     catalog = env.catalog()
-    c = env.contribution(a.private_table)
+    factor = 1
     for probe in multiplicity.probes(a, catalog):
-        c *= env.probe(probe)
+        factor *= env.probe(probe)
+    multiplicity.check_factor(factor)
+    c = env.contribution(a.private_table) * factor
     p = plan(a, catalog, epsilon=s.epsilon, contribution=c, partition_delta=env.policy.defaults.partition_delta)
     return replace(s, plan=p)
 
@@ -149,7 +152,7 @@ def _rewrite(s: QueryState, env: Env) -> QueryState:
     if s.plan is None:
         return replace(s, public_sql=env.public_engine.render(public_query(s.analysis.tree)))
     source = env.bounded_table(s.plan.analysis.private_table or "")
-    queries = rewrite(s.plan, source)
+    queries = rewrite(s.plan, source, public_types(env.catalog(), s.plan.analysis.tables))
     render = env.engine.render
     rendered = Rendered(
         None if queries.main is None else render(queries.main), tuple((sid, render(g)) for sid, g in queries.grids)
@@ -181,6 +184,8 @@ def _prepare(s: QueryState, env: Env) -> QueryState:
     if not _binds_when_run(s.plan, s.rendered):
         for stmt in s.rendered.statements():
             res = env.engine.describe(stmt)
+            for group_key, t in zip(s.plan.keys, res.types[: len(s.plan.keys)], strict=False):
+                check_key_type(group_key.label, t)
             key_types = key_types or [output_type(t) for t in res.types[: len(s.plan.keys)]]
     domain = env.public_domain(s.plan) if s.plan.public_keys else None
     env.check_post(s.plan, s.post, key_types)

@@ -17,7 +17,7 @@ answer. The engine renders the trees in its dialect.
 >>> cat = Catalog({"t": CatalogTable("t", {"x": "int"}, None, False)})
 >>> p = plan(validate(resolve(parse("SELECT COUNT(*) FROM t WHERE 1 / x > 0"), cat), cat), cat,
 ...          epsilon=Fraction(1), contribution=1, partition_delta=Fraction(1, 10**7))
->>> rewrite(p, "_veil_bounded_t").main.sql(dialect="duckdb")
+>>> rewrite(p, "_veil_bounded_t", public={}).main.sql(dialect="duckdb")
 'SELECT COUNT(*) AS __q0 FROM _veil_bounded_t AS t WHERE TRY(1 / NULLIF(t.x, 0)) > 0'
 """
 
@@ -81,17 +81,37 @@ def _quantities(stat: Statistic) -> list[exp.Expression]:
     raise InternalError(f"no raw quantity for statistic kind {stat.kind!r}")
 
 
-def _template(p: QueryPlan, source: str) -> exp.Select:
-    """The query's FROM/WHERE/GROUP BY over the bounded copy, total, with no select list yet."""
+def _typed(t: exp.Table, columns: Mapping[str, str]) -> exp.Subquery:
+    """A public table read as the catalog types it: ``(SELECT TRY_CAST(c AS type) AS c, … FROM t) AS alias``.
+
+    The analysis typed each public column from the public mirror; the engine reads the stored table,
+    whose type may differ (a DECIMAL(38, 37), a HUGEINT, a TIMESTAMP read as text) and would make it
+    cast a private column to that type row by row — a cast that fails on some values only. A cast to
+    the type a column already has costs nothing."""
+    select = exp.select(
+        *(
+            exp.alias_(exp.TryCast(this=exp.column(exp.to_identifier(c, quoted=True)), to=exp.DataType.build(sql_type)),
+                       exp.to_identifier(c, quoted=True), copy=False)
+            for c, sql_type in columns.items()
+        )
+    ).from_(exp.Table(this=exp.to_identifier(t.name)))  # fmt: skip
+    return exp.Subquery(this=select, alias=exp.TableAlias(this=exp.to_identifier(t.alias_or_name)))
+
+
+def _template(p: QueryPlan, source: str, public: Mapping[str, Mapping[str, str]]) -> exp.Select:
+    """The query's FROM/WHERE/GROUP BY over the bounded copy (and public tables read as their catalog
+    types, see :func:`_typed`), total, with no select list yet."""
     table = p.analysis.private_table
     tree = p.analysis.tree.copy()
     for key in ("having", "order", "limit", "offset", "distinct"):
         tree.set(key, None)
     replaced = 0
-    for t in tree.find_all(exp.Table):
+    for t in list(tree.find_all(exp.Table)):
         if t.name == table:
             t.set("this", exp.to_identifier(source))
             replaced += 1
+        elif t.name in public:
+            t.replace(_typed(t, public[t.name]))
     if replaced != 1:
         raise InternalError(f"the private table is referenced {replaced} times in a validated query")
     tree.set("expressions", [exp.Null()])
@@ -107,9 +127,10 @@ def _finish(tree: exp.Select, columns: list[exp.Expression]) -> exp.Select:
     return out
 
 
-def rewrite(p: QueryPlan, source: str) -> EngineQueries:
-    """Engine SQL trees for ``p``, reading the private table from ``source`` (its bounded copy)."""
-    template = _template(p, source)
+def rewrite(p: QueryPlan, source: str, public: Mapping[str, Mapping[str, str]]) -> EngineQueries:
+    """Engine SQL trees for ``p``, reading the private table from ``source`` (its bounded copy) and each
+    public table of ``public`` (table → column → SQL type) as those types."""
+    template = _template(p, source, public)
     quantities: list[exp.Expression] = []
     texts: list[str] = []
     stat_inputs: dict[int, tuple[int, ...]] = {}

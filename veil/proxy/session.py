@@ -13,6 +13,7 @@ changed bounds apply to open sessions at once. Test-only noise sources are reach
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import os
 import threading
@@ -90,6 +91,45 @@ def _num(v: Any) -> Any:
 
 def _group_order(g: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple((v is None, type(v).__name__, v if v is not None else 0) for v in g)
+
+
+def _add(a: Any, b: Any) -> Any:
+    """One raw quantity (a COUNT or a SUM, NULL for a SUM of no rows) of two merged groups."""
+    if a is None:
+        return b
+    return a if b is None else a + b
+
+
+def _nan_to_null(v: Any) -> Any:
+    return None if isinstance(v, float) and v != v else v
+
+
+def _in_python_range(v: Any) -> Any:
+    # DuckDB hands back a DATE/TIMESTAMP outside years 1–9999 as a text (and ±infinity as the
+    # largest/smallest value Python holds): not a value of the column's type, so the NULL group
+    return v if isinstance(v, (dt.date, dt.datetime)) or v is None else None
+
+
+def exact_keys(engine_types: Sequence[str]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    """How one fetched row's group key becomes a dictionary key, as a function of the key types only.
+
+    Groups are ordered and merged in Python, so a key must hash and compare exactly and in one total
+    order: a NaN (equal to nothing) becomes NULL, and a date or timestamp Python cannot hold becomes
+    NULL. Two engine groups that meet in one key are *merged* (their counts and sums added, see
+    :func:`_add`) — never one overwritten by the other — so this is grouping by the fetched value:
+    each person's rows still lie in as many groups as before, and the L1 sensitivity holds."""
+    fixes: list[Callable[[Any], Any] | None] = []
+    for t in engine_types:
+        upper = str(t).upper()
+        if upper in ("FLOAT", "DOUBLE", "REAL"):
+            fixes.append(_nan_to_null)
+        elif upper.startswith(("DATE", "TIMESTAMP")):
+            fixes.append(_in_python_range)
+        else:
+            fixes.append(None)
+    if all(f is None for f in fixes):
+        return tuple
+    return lambda row: tuple(v if f is None else f(v) for f, v in zip(fixes, row, strict=True))
 
 
 @dataclass(frozen=True)
@@ -321,15 +361,20 @@ class Env:
         if rendered.main is not None:
             res = self.engine.execute(rendered.main)
             key_types = [output_type(t) for t in res.types[:nk]] or key_types
+            exact = exact_keys(res.types[:nk])
             for row in res.rows:
-                data[tuple(row[:nk])] = tuple(row[nk:])
+                key, values = exact(row[:nk]), tuple(row[nk:])
+                old = data.get(key)
+                data[key] = values if old is None else tuple(map(_add, old, values))
         hist: dict[int, dict[tuple[Any, ...], dict[int, int]]] = {}
         ran: dict[str, dict[tuple[Any, ...], dict[int, int]]] = {}
         for sid, sql in rendered.grids:
             if sql not in ran:
                 h: dict[tuple[Any, ...], dict[int, int]] = {}
-                for row in self.engine.execute(sql).rows:
-                    cell = h.setdefault(tuple(row[:nk]), {})
+                grid = self.engine.execute(sql)
+                exact = exact_keys(grid.types[:nk])
+                for row in grid.rows:
+                    cell = h.setdefault(exact(row[:nk]), {})
                     b = _int(row[nk])
                     cell[b] = cell.get(b, 0) + _int(row[nk + 1])
                 ran[sql] = h

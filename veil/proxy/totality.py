@@ -33,7 +33,7 @@ from sqlglot import exp
 
 from veil.engines.neutral import is_boolean
 
-__all__ = ["TOTAL_NODES", "make_total"]
+__all__ = ["COMBINING_NODES", "TOTAL_NODES", "make_total", "operand_groups"]
 
 #: Node types that never raise on operands of one type family (checked by the validate pass).
 TOTAL_NODES: tuple[type[exp.Expression], ...] = (
@@ -49,6 +49,102 @@ TOTAL_NODES: tuple[type[exp.Expression], ...] = (
 
 _DIVISIONS = (exp.Div, exp.IntDiv, exp.Mod)
 _INTEGER = re.compile(r"[0-9]+")
+_INT64_MAX = 2**63 - 1
+
+
+def _is_int64(text: str) -> bool:
+    """A number literal's text is an integer that fits a BIGINT (a minus sign is a separate node)."""
+    return bool(_INTEGER.fullmatch(text)) and int(text) <= _INT64_MAX
+
+
+#: Nodes whose operands an engine casts to one common type, row by row: comparisons and the value
+#: choosers. The validate pass admits only number, text, boolean, DATE and TIMESTAMP operands here.
+COMBINING_NODES: tuple[type[exp.Expression], ...] = (
+    exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.In, exp.Between,
+    exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif,
+)  # fmt: skip
+
+
+def operand_groups(node: exp.Expression) -> list[list[exp.Expression]]:
+    """Groups of operands that an engine brings to one common type (empty for nodes without that rule)."""
+    if isinstance(node, exp.In):
+        return [[node.this, *node.expressions]]
+    if isinstance(node, exp.Between):
+        return [[node.this, node.args["low"], node.args["high"]]]
+    if isinstance(node, (exp.And, exp.Or, exp.Like, exp.ILike, exp.Is, exp.DPipe)):
+        return []
+    if isinstance(node, (exp.Predicate, exp.Binary)):
+        return [[node.this, node.expression]]
+    if isinstance(node, exp.Case):
+        ifs = node.args.get("ifs") or []
+        groups = [[b for b in [*(i.args.get("true") for i in ifs), node.args.get("default")] if b is not None]]
+        if node.this is not None:  # simple CASE x WHEN v …: x = v is compared row by row
+            groups.append([node.this, *(i.this for i in ifs)])
+        return groups
+    if isinstance(node, exp.If):
+        return [[b for b in (node.args.get("true"), node.args.get("false")) if b is not None]]
+    if isinstance(node, (exp.Coalesce, exp.Greatest, exp.Least)):
+        return [[node.this, *node.expressions]]
+    if isinstance(node, exp.Nullif):
+        return [[node.this, node.expression]]
+    return []
+
+
+def _unparen(node: exp.Expression) -> exp.Expression:
+    while isinstance(node, exp.Paren):
+        node = node.this
+    return node
+
+
+def _is_unknown(t: exp.DataType | None) -> bool:
+    """sqlglot annotated the node but could not tell its type (a node Veil built itself has no annotation)."""
+    return t is not None and t.this is exp.DataType.Type.UNKNOWN
+
+
+def _cast_targets(node: exp.Expression) -> list[exp.DataType | None]:
+    """Per operand group of a combining ``node`` (read before its operands are rewritten): the type every
+    operand is cast to explicitly, or None for a group the engine combines without a cast that can fail.
+
+    An engine's implicit cast between dates and timestamps fails on some values only (a DATE beyond
+    year 294247 as a TIMESTAMP), and the annotated types are sqlglot's guess (``d - INTERVAL …`` is a
+    TIMESTAMP in DuckDB; ``DATE_TRUNC`` and date arithmetic are annotated as unknown). So a group with a
+    date or timestamp is cast, with TRY_CAST, to DATE when every operand is one, else to TIMESTAMP; a
+    group with an operand of unknown type is cast to the type of its known operands (DOUBLE for
+    numbers, BOOLEAN, VARCHAR). A cast to the type a value already has is dropped by the engine.
+    """
+    if not isinstance(node, COMBINING_NODES):
+        return []
+    out: list[exp.DataType | None] = []
+    for ops in operand_groups(node):
+        values = [o for o in (_unparen(o) for o in ops) if not isinstance(o, exp.Null)]
+        types = [v.type for v in values]
+        known = [t for t in types if t is not None and not _is_unknown(t) and t.this is not exp.DataType.Type.NULL]
+        temporal = [t for t in known if t.is_type(*exp.DataType.TEMPORAL_TYPES)]
+        if temporal:
+            all_dates = len(temporal) == len(values) and all(t.is_type(exp.DataType.Type.DATE) for t in temporal)
+            out.append(exp.DataType.build("DATE" if all_dates else "TIMESTAMP"))
+        elif any(_is_unknown(t) for t in types) and known:
+            if any(t.is_type(*exp.DataType.TEXT_TYPES) for t in known):
+                out.append(exp.DataType.build("VARCHAR"))
+            elif all(t.is_type(exp.DataType.Type.BOOLEAN) for t in known):
+                out.append(exp.DataType.build("BOOLEAN"))
+            else:
+                out.append(exp.DataType.build("DOUBLE"))
+        else:
+            out.append(None)
+    return out
+
+
+def _cast_operands(node: exp.Expression, targets: list[exp.DataType | None]) -> None:
+    for ops, target in zip(operand_groups(node), targets, strict=True):
+        if target is None:
+            continue
+        for op in ops:
+            if isinstance(_unparen(op), exp.Null):
+                continue
+            cast = exp.TryCast(to=target.copy())
+            op.replace(cast)
+            cast.set("this", op)
 
 
 def _total_node(node: exp.Expression) -> exp.Expression:
@@ -60,9 +156,11 @@ def _total_node(node: exp.Expression) -> exp.Expression:
             # rounded and range-checked as the DECIMAL, then used as a DOUBLE (see number literals)
             return exp.TryCast(this=out, to=exp.DataType.build("DOUBLE"))
         return out
-    if isinstance(node, exp.Literal) and not node.is_string and not _INTEGER.fullmatch(str(node.this)):
+    if isinstance(node, exp.Literal) and not node.is_string and not _is_int64(str(node.this)):
         # a DECIMAL literal makes the arithmetic around it fixed-point, which overflows (even in a
-        # comparison, by the common-type cast) at magnitudes that depend on the data: use DOUBLE
+        # comparison, by the common-type cast) at magnitudes that depend on the data; an integer
+        # beyond 64 bits is a 128-bit (or unsigned) integer whose common type with a BIGINT column
+        # overflows when a row reaches it: use DOUBLE
         return exp.Cast(this=node, to=exp.DataType.build("DOUBLE"))
     if isinstance(node, _DIVISIONS):
         divisor = node.expression
@@ -111,12 +209,15 @@ def make_total(tree: exp.Expression, *, copy: bool = True) -> exp.Expression:
     (post-order, each node on its own)."""
 
     def visit(node: exp.Expression) -> exp.Expression:
+        targets = _cast_targets(node)  # from the annotated operands, before they are rewritten
         for key, value in list(node.args.items()):
             if isinstance(value, exp.Expression):
                 node.set(key, visit(value))
             elif isinstance(value, list):
                 node.set(key, [visit(v) if isinstance(v, exp.Expression) else v for v in value])
         _total_conditions(node)
+        if any(t is not None for t in targets):
+            _cast_operands(node, targets)
         if isinstance(node, (exp.Select, exp.Subquery, exp.From, exp.Join, exp.Where, exp.Group, exp.Having,
                              exp.Order, exp.With, exp.CTE, exp.Limit, exp.Offset)):  # fmt: skip
             return node

@@ -36,6 +36,7 @@ from veil.errors import InternalError, TypeMismatch, Unsupported
 from veil.proxy.catalog import Catalog
 from veil.proxy.parse import AGGREGATE_NODES, ANONYMOUS_FUNCTIONS, DIALECT
 from veil.proxy.resolve import Resolved
+from veil.proxy.totality import COMBINING_NODES, operand_groups
 
 __all__ = ["Analysis", "aggregate_name", "is_aggregate", "validate"]
 
@@ -188,46 +189,73 @@ def _convert_literal(lit: exp.Literal, family: str, context: exp.Expression) -> 
     )
 
 
-def _operand_groups(node: exp.Expression) -> list[list[exp.Expression]]:
-    """Groups of operands that must share one type family (empty for nodes without that rule)."""
-    if isinstance(node, exp.In):
-        return [[node.this, *node.expressions]]
-    if isinstance(node, exp.Between):
-        return [[node.this, node.args["low"], node.args["high"]]]
-    if isinstance(node, (exp.And, exp.Or, exp.Like, exp.ILike, exp.Is, exp.DPipe)):
-        return []
-    if isinstance(node, (exp.Predicate, exp.Binary)):
-        return [[node.this, node.expression]]
-    if isinstance(node, exp.Case):
-        ifs = node.args.get("ifs") or []
-        groups = [[b for b in [*(i.args.get("true") for i in ifs), node.args.get("default")] if b is not None]]
-        if node.this is not None:  # simple CASE x WHEN v …: x = v is compared row by row
-            groups.append([node.this, *(i.this for i in ifs)])
-        return groups
-    if isinstance(node, exp.If):
-        return [[b for b in (node.args.get("true"), node.args.get("false")) if b is not None]]
-    if isinstance(node, (exp.Coalesce, exp.Greatest, exp.Least)):
-        return [[node.this, *node.expressions]]
-    if isinstance(node, exp.Nullif):
-        return [[node.this, node.expression]]
-    return []
-
-
 def _unwrap(node: exp.Expression) -> exp.Expression:
     while isinstance(node, exp.Paren):
         node = node.this
     return node
 
 
+_T = exp.DataType.Type
+#: The types an analyst may write in a CAST (so also in a typed literal such as ``DATE '…'``): the ones
+#: whose values every engine holds, compares and hands back exactly. A value of any other type
+#: (TIME, TIMESTAMP WITH TIME ZONE, nanosecond timestamps, INTERVAL as a value, UUID, JSON, BLOB,
+#: lists, maps, structs, unsigned or 128-bit integers) would be cast to or from its neighbours row by
+#: row, and some of those casts fail on some values only.
+_CASTABLE = frozenset({
+    _T.BOOLEAN, _T.TINYINT, _T.SMALLINT, _T.INT, _T.BIGINT, _T.FLOAT, _T.DOUBLE, _T.DECIMAL,
+    _T.VARCHAR, _T.CHAR, _T.TEXT, _T.NVARCHAR, _T.NCHAR, _T.DATE, _T.TIMESTAMP, _T.DATETIME,
+})  # fmt: skip
+
+
 def _check_types(tree: exp.Select, catalog: Catalog) -> exp.Select:
-    """Annotate types; convert text literals statically; refuse mixed families. Returns a new tree."""
+    """Annotate types; convert text literals statically; refuse mixed families and types outside the
+    admitted ones. Returns a new tree."""
     work = tree.copy()
     annotate_types(work, schema=catalog.schema(), dialect=DIALECT)
     # innermost first: a converted literal changes nothing above it but its own operand list
     for node in list(work.walk(bfs=False))[::-1]:
-        for ops in _operand_groups(node):
+        if isinstance(node, (exp.Cast, exp.TryCast)):
+            _check_cast_target(node)
+        for ops in operand_groups(node):
+            if isinstance(node, COMBINING_NODES):
+                _check_admitted(node, ops)
             _check_group(node, ops)
     return work
+
+
+def _check_cast_target(node: exp.Cast) -> None:
+    to = node.args.get("to")
+    if isinstance(to, exp.DataType) and to.this not in _CASTABLE:
+        raise Unsupported(
+            f"{node.sql(dialect=DIALECT)!r}: values of type {to.sql(dialect=DIALECT)} are not supported",
+            hint="Use BOOLEAN, INTEGER, BIGINT, DOUBLE, DECIMAL, VARCHAR, DATE or TIMESTAMP",
+        )
+
+
+def _check_admitted(node: exp.Expression, ops: list[exp.Expression]) -> None:
+    """Every operand of a comparison or value chooser has an admitted type (or is NULL or a text literal,
+    converted below). An operand whose type sqlglot cannot tell (``DATE_TRUNC``, date arithmetic) is
+    admitted beside one of a known type: the totality pass casts the group to that type explicitly."""
+    known = False
+    for op in ops:
+        inner = _unwrap(op)
+        if isinstance(inner, exp.Null) or _is_text_literal(inner):
+            continue
+        t = inner.type
+        if t is not None and t.this in (_T.NULL, _T.UNKNOWN):
+            continue
+        if t is None or t.this not in _CASTABLE:
+            raise TypeMismatch(
+                f"{node.sql(dialect=DIALECT)!r}: {inner.sql(dialect=DIALECT)!r} has type {t.sql(dialect=DIALECT) if t else '?'}",
+                hint="Compare numbers, text, booleans, dates or timestamps; cast explicitly, e.g. CAST(x AS DOUBLE)",
+            )
+        known = True
+    unknown = [o for o in ops if (t := _unwrap(o).type) is not None and t.this is _T.UNKNOWN]
+    if unknown and not known:
+        raise TypeMismatch(
+            f"{node.sql(dialect=DIALECT)!r}: the type of {_unwrap(unknown[0]).sql(dialect=DIALECT)!r} cannot be told",
+            hint="Cast it explicitly, e.g. CAST(DATE_TRUNC('month', d) AS DATE) or CAST(x AS DOUBLE)",
+        )
 
 
 def _check_group(node: exp.Expression, ops: list[exp.Expression]) -> None:
