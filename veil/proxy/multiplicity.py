@@ -36,12 +36,14 @@ from dataclasses import dataclass
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
+from veil.engines.neutral import duckdb_text, neutralise
 from veil.errors import InternalError, Unsupported
 from veil.proxy.catalog import Catalog
 from veil.proxy.resolve import CTE_PREFIX
+from veil.proxy.totality import make_total
 from veil.proxy.validate import Analysis
 
-__all__ = ["MAX_JOIN_FACTOR", "Probe", "check_factor", "conjuncts", "private_path", "probes"]
+__all__ = ["MAX_JOINED_TEXT_BYTES", "MAX_JOIN_FACTOR", "Probe", "check_factor", "conjuncts", "private_path", "probes"]
 
 
 #: The most rows of public sources one private row may join (the product of the factors). A private
@@ -50,14 +52,25 @@ __all__ = ["MAX_JOIN_FACTOR", "Probe", "check_factor", "conjuncts", "private_pat
 #: 5 s with it (|pub| = 3,000, three joins). The factor is computed from public data only, so the
 #: refusal is free and the same whatever the private data holds.
 MAX_JOIN_FACTOR = 10_000
+#: The most text-literal bytes one private row may carry into the rows it joins, in all: a 0.9 MB
+#: literal only one person's row selects, concatenated with a column of each of 10,000 joined rows,
+#: took 2–4 s with that row and 0.07 s without.
+MAX_JOINED_TEXT_BYTES = 16 << 20
 
 
-def check_factor(factor: int) -> None:
-    """Refuse a query whose public-join multiplicity exceeds :data:`MAX_JOIN_FACTOR`."""
+def check_factor(factor: int, text_bytes: int = 0) -> None:
+    """Refuse a query whose public-join multiplicity exceeds :data:`MAX_JOIN_FACTOR`, or whose text
+    literals times that multiplicity exceed :data:`MAX_JOINED_TEXT_BYTES`."""
     if factor > MAX_JOIN_FACTOR:
         raise Unsupported(
             f"one private row can join up to {factor:,} rows of public tables; Veil allows at most {MAX_JOIN_FACTOR:,}",
             hint="Join each public table on an equality between its key and a private column (e.g. ON p.id = t.pid)",
+        )
+    if factor > 1 and text_bytes * factor > MAX_JOINED_TEXT_BYTES:
+        raise Unsupported(
+            f"one private row can carry {text_bytes:,} bytes of text literals into each of up to {factor:,} joined "
+            f"rows; Veil allows {MAX_JOINED_TEXT_BYTES:,} bytes in all",
+            hint="Use shorter text literals, or pin the join with an equality on a key",
         )
 
 
@@ -111,11 +124,23 @@ def _type_key(col: exp.Column) -> tuple[str, bool] | None:
     return (t.this.value, False)
 
 
-def _pins(scope: Scope, public_alias: str, private_alias: str) -> list[str]:
-    sel = scope.expression
-    conds = [j.args.get("on") for j in sel.args.get("joins") or []]
+def _pin_conditions(sel: exp.Expression, public_alias: str) -> list[exp.Expression | None]:
+    """The conditions that filter joined rows of ``public_alias``: WHERE, the ON of every inner join, and
+    the ON of an outer join only for that join's own table (a LEFT JOIN keeps every row of the sources
+    before it, matched or not, so its ON bounds nothing else)."""
+    conds: list[exp.Expression | None] = []
+    for j in sel.args.get("joins") or []:
+        side = str(j.args.get("side") or "").upper()
+        if not side or j.alias_or_name == public_alias:
+            conds.append(j.args.get("on"))
     where = sel.args.get("where")
     conds.append(where.this if where is not None else None)
+    return conds
+
+
+def _pins(scope: Scope, public_alias: str, private_alias: str) -> list[str]:
+    sel = scope.expression
+    conds = _pin_conditions(sel, public_alias)
     pins: list[str] = []
     for cond in conds:
         for term in conjuncts(cond):
@@ -195,8 +220,11 @@ def probes(analysis: Analysis, catalog: Catalog) -> list[Probe]:
                     .where(exp.and_(*(exp.Not(this=exp.Is(this=c.copy(), expression=exp.Null())) for c in cols)))
                     .group_by(*cols)
                 )
-                sql = exp.select("COALESCE(MAX(__veil_n), 0)").from_(inner.subquery("__veil_groups")).sql(dialect="duckdb")
+                probe = exp.select("COALESCE(MAX(__veil_n), 0)").from_(inner.subquery("__veil_groups"))
             else:
-                sql = exp.select(exp.Count(this=exp.Star())).from_(src).sql(dialect="duckdb")
+                probe = exp.select(exp.Count(this=exp.Star())).from_(src)
+            # the public source as the engine computes it inside the generated query: total and neutral
+            # (DOUBLE literals, TRY, explicit casts), so a pin matches the rows the engine will join
+            sql = duckdb_text(neutralise(make_total(probe, copy=False)))
             out.append(Probe(alias, sql))
     return out

@@ -140,7 +140,7 @@ def _plan(s: QueryState, env: Env) -> QueryState:
     factor = 1
     for probe in multiplicity.probes(a, catalog):
         factor *= env.probe(probe)
-    multiplicity.check_factor(factor)
+    multiplicity.check_factor(factor, a.text_bytes)
     c = env.contribution(a.private_table) * factor
     p = plan(a, catalog, epsilon=s.epsilon, contribution=c, partition_delta=env.policy.defaults.partition_delta)
     return replace(s, plan=p)

@@ -42,7 +42,7 @@ TOTAL_NODES: tuple[type[exp.Expression], ...] = (
     exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Is, exp.In,
     exp.Between, exp.And, exp.Or, exp.Not, exp.Case, exp.If, exp.Coalesce, exp.Nullif, exp.Greatest,
     exp.Least, exp.Lower, exp.Upper, exp.Length, exp.Trim, exp.Concat, exp.DPipe, exp.Pi, exp.TryCast,
-    exp.Try, exp.Interval, exp.Extract, exp.Year, exp.Month, exp.Day, exp.DayOfWeek, exp.Quarter,
+    exp.Try, exp.Extract, exp.Year, exp.Month, exp.Day, exp.DayOfWeek, exp.Quarter,
     exp.Distinct, exp.Ordered, exp.Filter,
     exp.Count, exp.Sum, exp.Avg, exp.Min, exp.Max,
 )  # fmt: skip
@@ -162,6 +162,10 @@ def _total_node(node: exp.Expression) -> exp.Expression:
         # beyond 64 bits is a 128-bit (or unsigned) integer whose common type with a BIGINT column
         # overflows when a row reaches it: use DOUBLE
         return exp.Cast(this=node, to=exp.DataType.build("DOUBLE"))
+    if isinstance(node, exp.Interval):
+        # INTERVAL (value) unit casts its value per row (text, a date, a number beyond 32 bits fail), and an
+        # interval literal that cannot be built fails only when a row reaches it
+        return exp.Try(this=node)
     if isinstance(node, _DIVISIONS):
         divisor = node.expression
         node.set("expression", exp.Nullif(this=divisor, expression=exp.Literal.number(0)))

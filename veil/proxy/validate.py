@@ -34,6 +34,7 @@ from sqlglot.optimizer.scope import Scope, build_scope, traverse_scope
 
 from veil.errors import InternalError, TypeMismatch, Unsupported
 from veil.proxy.catalog import Catalog
+from veil.proxy.expansion import Expansion, measure
 from veil.proxy.parse import AGGREGATE_NODES, ANONYMOUS_FUNCTIONS, DIALECT
 from veil.proxy.resolve import Resolved
 from veil.proxy.totality import COMBINING_NODES, operand_groups
@@ -50,6 +51,7 @@ class Analysis:
     original: exp.Select  # parsed, unqualified (for output column names)
     private_table: str | None  # the one private table read, or None for a public-only query
     tables: tuple[str, ...]  # every catalog table read
+    text_bytes: int = 0  # text-literal bytes one row can carry, CTE references expanded (veil.proxy.expansion)
 
 
 _ANON_AGGREGATES = {
@@ -317,6 +319,7 @@ def validate(resolved: Resolved, catalog: Catalog) -> Analysis:
     for node in tree.find_all(exp.Anonymous):
         if str(node.name).lower() not in ANONYMOUS_FUNCTIONS:
             raise InternalError(f"function {node.name!r} passed the allow-list")
+    size = _check_expansion(tree)
     typed = _check_types(tree, catalog)
     return Analysis(
         sql=resolved.sql,
@@ -324,4 +327,25 @@ def validate(resolved: Resolved, catalog: Catalog) -> Analysis:
         original=resolved.original,
         private_table=resolved.private_table,
         tables=resolved.tables,
+        text_bytes=size.text_bytes,
     )
+
+
+#: How much larger than the query as typed its expressions may grow once every reference to a CTE or
+#: derived-table column is replaced by what it stands for (and the size below which any ratio is fine).
+MAX_EXPANSION_RATIO = 8
+MIN_EXPANSION_LIMIT = 20_000
+
+
+def _check_expansion(tree: exp.Select) -> Expansion:
+    """Refuse a query whose CTE and derived-table columns multiply its expressions (see
+    :mod:`veil.proxy.expansion`): the work, and so the running time, would grow with one row's data."""
+    size = measure(tree)
+    limit = max(MAX_EXPANSION_RATIO * size.written, MIN_EXPANSION_LIMIT)
+    if size.expanded > limit:
+        raise Unsupported(
+            f"the query's expressions grow to {size.expanded:,} units through references to CTE or derived-table "
+            f"columns (each reference repeats the expression behind it); the limit is {limit:,}",
+            hint="Reference each CTE column fewer times (e.g. compute v || v once instead of repeating v)",
+        )
+    return size

@@ -1,0 +1,105 @@
+"""The expansion measure (veil.proxy.expansion) and the refusals built on it.
+
+A reference to a CTE or derived-table column stands for the expression behind it; a chain of CTEs that
+references each column f times, k levels deep, is an f^k-fold expression. The measure must see that
+growth whatever the shape (fan-out, depth, derived tables instead of CTEs, literal sizes), stay linear for
+queries that reference each column once, and the validate pass must refuse what grows too much, free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import sqlglot
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlglot.optimizer.qualify import qualify
+
+from veil.errors import Unsupported
+from veil.policy import load_policy
+from veil.proxy._testing import exact_session
+from veil.proxy.expansion import measure
+from veil.proxy.validate import MAX_EXPANSION_RATIO, MIN_EXPANSION_LIMIT
+from veil.store.warehouse import write_table
+
+
+def _chain(fan_out: int, depth: int, literal: str = "s", derived: bool = False) -> str:
+    concat = " || ".join(["v"] * fan_out)
+    if derived:
+        sql = f"(SELECT u, CASE WHEN u = 7 THEN '{literal}' END AS v FROM t) AS c0"
+        for i in range(1, depth + 1):
+            sql = f"(SELECT u, {concat} AS v FROM {sql}) AS c{i}"
+        return f"SELECT COUNT(*) FROM {sql} WHERE LENGTH(v) > 0"
+    ctes = [f"c0 AS (SELECT u, CASE WHEN u = 7 THEN '{literal}' END AS v FROM t)"]
+    ctes += [f"c{i} AS (SELECT u, {concat} AS v FROM c{i - 1})" for i in range(1, depth + 1)]
+    return f"WITH {', '.join(ctes)} SELECT COUNT(*) FROM c{depth} WHERE LENGTH(v) > 0"
+
+
+def _measure(sql: str):  # type: ignore[no-untyped-def]
+    return measure(qualify(sqlglot.parse_one(sql, read="postgres"), schema={"t": {"u": "BIGINT", "s": "VARCHAR"}}))
+
+
+@settings(max_examples=40, deadline=None)
+@given(fan_out=st.integers(1, 5), depth=st.integers(0, 6), derived=st.booleans(), width=st.integers(1, 200))
+def test_expansion_grows_with_fan_out_to_the_depth_and_written_size_linearly(
+    fan_out: int, depth: int, derived: bool, width: int
+) -> None:
+    m = _measure(_chain(fan_out, depth, "s" * width, derived))
+    assert m.written <= 60 * (depth + 1) + 2 * width
+    assert m.expanded >= fan_out**depth * width  # the literal is repeated fan_out^depth times
+    assert m.text_bytes >= fan_out**depth * width
+
+
+def test_a_column_referenced_once_per_level_does_not_grow() -> None:
+    m = _measure(_chain(1, 10, "s" * 100))
+    assert m.expanded <= 2 * m.written
+
+
+POLICY = """\
+[database]
+path = "w.duckdb"
+[ledger]
+path = "l.sqlite"
+[tables.t]
+privacy_unit = "row"
+[tables.t.columns]
+u = { type = "int", lower = 0, upper = 100 }
+s = { type = "category" }
+[analysts.a]
+epsilon = 1000
+"""
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    folder: Path = tmp_path_factory.mktemp("expansion")
+    (folder / "policy.toml").write_text(POLICY, encoding="utf-8")
+    policy = load_policy(folder / "policy.toml")
+    write_table(policy, "t", pd.DataFrame({"u": range(20), "s": ["a"] * 20}))
+    s = exact_session(policy, "a")
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize(
+    ("fan_out", "depth", "width", "derived"),
+    [(4, 7, 1, False), (4, 5, 100_000, False), (2, 20, 1, False), (3, 9, 1, True), (8, 3, 10_000, True)],
+)
+def test_queries_that_multiply_their_expressions_are_refused_free(
+    session: object, fan_out: int, depth: int, width: int, derived: bool
+) -> None:
+    sql = _chain(fan_out, depth, "s" * width, derived)
+    m = _measure(sql)
+    assert m.expanded > max(MAX_EXPANSION_RATIO * m.written, MIN_EXPANSION_LIMIT)
+    before = session.budget().spent  # type: ignore[attr-defined]
+    with pytest.raises(Unsupported, match="grow to"):
+        session.execute(sql, epsilon=1)  # type: ignore[attr-defined]
+    assert session.budget().spent == before  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("fan_out", "depth"), [(1, 8), (2, 3), (4, 2)])
+def test_modest_reuse_of_cte_columns_is_answered(session: object, fan_out: int, depth: int) -> None:
+    session.execute(_chain(fan_out, depth), epsilon=1)  # type: ignore[attr-defined]

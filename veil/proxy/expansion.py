@@ -1,0 +1,106 @@
+"""How much work a query's text stands for once every reference to a CTE or derived-table column is expanded.
+
+A reference to a column of a CTE or derived table stands for the whole expression behind it, and the
+engine repeats that expression for each reference. ``v || v || v || v`` over the previous CTE's ``v``,
+k levels deep, is a 4ᵏ-fold expression: with a 0.5 MB literal that only one person's row selects, five
+levels build a 0.5 GB string for that row alone (the response time then answers a question about it),
+and with a one-byte literal eight levels take the engine ~30 s to plan whatever the data. So the
+validate pass measures, statically:
+
+* ``expanded`` — the size of every scope's expressions with each such reference replaced by the size of
+  what it stands for (a node counts 1, a text literal 1 + its bytes);
+* ``written`` — the same with each reference counted as 1 (the query as typed);
+* ``text_bytes`` — the bytes of text literals the expanded expressions hold: what one row can carry into
+  each row it joins (bounded with the public-join multiplicity by the plan pass).
+
+The measures are computed on the qualified tree, scope by scope, innermost first, in time linear in the
+query's size (Python integers, so a deep chain cannot overflow).
+
+>>> import sqlglot
+>>> from sqlglot.optimizer.qualify import qualify
+>>> q = "WITH a AS (SELECT x || x AS v FROM t), b AS (SELECT v || v AS v FROM a) SELECT COUNT(*) FROM b WHERE v = 'z'"
+>>> m = measure(qualify(sqlglot.parse_one(q), schema={"t": {"x": "VARCHAR"}}))
+>>> m.expanded > m.written
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+from sqlglot.optimizer.scope import Scope, traverse_scope
+
+__all__ = ["Expansion", "measure"]
+
+
+@dataclass(frozen=True)
+class Expansion:
+    written: int
+    expanded: int
+    text_bytes: int
+
+
+@dataclass(frozen=True)
+class _Size:
+    written: int = 0
+    expanded: int = 0
+    text_bytes: int = 0
+
+    def __add__(self, other: _Size) -> _Size:
+        return _Size(self.written + other.written, self.expanded + other.expanded, self.text_bytes + other.text_bytes)
+
+
+_ONE = _Size(1, 1, 0)
+
+
+def _literal(node: exp.Literal) -> _Size:
+    if not node.is_string:
+        return _ONE
+    size = len(str(node.this).encode("utf-8", errors="surrogatepass"))
+    return _Size(1 + size, 1 + size, size)
+
+
+def measure(tree: exp.Expression) -> Expansion:
+    """The written and expanded sizes of ``tree`` (qualified) and the text bytes it can carry per row."""
+    columns: dict[int, dict[str, _Size]] = {}  # scope expression id → output column → its size
+    total = _Size()
+    for scope in traverse_scope(tree):
+        inner = {id(s.expression) for s in (*scope.subquery_scopes, *scope.derived_table_scopes, *scope.cte_scopes)}
+
+        def size(node: exp.Expression, scope: Scope = scope, inner: set[int] = inner) -> _Size:
+            if id(node) in inner or (isinstance(node, exp.Subquery) and id(node.this) in inner):
+                return _Size()  # a scope of its own: measured when its turn comes
+            if isinstance(node, exp.Column):
+                source = scope.sources.get(node.table)
+                if isinstance(source, Scope):
+                    behind = columns.get(id(source.expression), {}).get(node.name)
+                    if behind is not None:
+                        return _Size(1, behind.expanded, behind.text_bytes)
+                return _ONE
+            if isinstance(node, exp.Literal):
+                return _literal(node)
+            out = _ONE
+            for child in node.iter_expressions():
+                out = out + size(child)
+            return out
+
+        sel = scope.expression
+        own: dict[str, _Size] = {}
+        if isinstance(sel, exp.Select):
+            for projection in sel.expressions:
+                value = projection.unalias() if isinstance(projection, exp.Alias) else projection
+                s = size(value)
+                own[projection.alias_or_name] = s
+                # a column passed through as it is computes nothing new: it counts where it is combined
+                total = total + (_ONE if isinstance(value, exp.Column) else s)
+            for key in ("where", "group", "having", "order", "qualify"):
+                part = sel.args.get(key)
+                if part is not None:
+                    total = total + size(part)
+            for join in sel.args.get("joins") or []:
+                on = join.args.get("on")
+                if on is not None:
+                    total = total + size(on)
+        columns[id(sel)] = own
+    return Expansion(total.written, total.expanded, total.text_bytes)
