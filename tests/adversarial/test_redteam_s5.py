@@ -166,8 +166,11 @@ def test_a3_left_join_conditions_do_not_pin_other_sources(pair: Pair, joins: str
 
 
 def assert_within_sensitivity(pair: Pair, sql: str) -> None:
-    """Both answered, and the target moved the (one-cell) statistic by at most the plan's sensitivity."""
+    """Both answered, and the target moved the (one-cell) statistic by at most the plan's sensitivity; or
+    both refused the same way at no cost (a construct Veil does not admit)."""
     d, dp = assert_same_ending(pair, sql)
+    if not d.ok and not dp.ok and d.charged == 0 and d.error in ("Unsupported", "TypeMismatch", "NotAllowed"):
+        return
     assert d.ok and dp.ok, (d, dp)
     sensitivity = max(float(s["sensitivity"]) for s in pair.sessions[0].explain(sql, epsilon=1).statistics)
     moved = abs(float(dp.rows[0][0] or 0) - float(d.rows[0][0] or 0))

@@ -404,7 +404,9 @@ _JOINS = {
     "WHERE p.id = 123",
     "cte_twice": "WITH r AS (SELECT rid FROM regions) SELECT COUNT(*) FROM people p, r r1, r r2 WHERE p.id = 123",
     "cte_chain": "WITH a AS (SELECT rid FROM regions), b AS (SELECT a.rid FROM a, a a2) SELECT SUM(p.salary) FROM people p, b",
-    "nested_derived": "SELECT SUM(p.salary) FROM people p, (SELECT * FROM (SELECT rid FROM regions) x, regions y) z",
+    # (not SELECT *: both sources name a column rid, and a derived table may name each column once)
+    "nested_derived": "SELECT SUM(p.salary) FROM people p, "
+    "(SELECT x.rid AS a, y.rid AS b FROM (SELECT rid FROM regions) x, regions y) z",
     "public_equated": "SELECT SUM(p.salary) FROM people p, regions r1, regions r2 WHERE r1.rid = r2.rid AND p.id = r1.rid",
     "public_self_equated": "SELECT SUM(p.salary) FROM people p, regions r1 WHERE r1.rid = r1.rid AND p.id = 1",
     "pin_on_dup_key": "SELECT SUM(p.salary) FROM people p JOIN regions r ON r.rid = p.id",

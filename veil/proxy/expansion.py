@@ -39,6 +39,7 @@ class Expansion:
     written: int
     expanded: int
     text_bytes: int
+    concatenated: int = 0  # column values joined by ``||``/CONCAT chains, references expanded
 
 
 @dataclass(frozen=True)
@@ -46,12 +47,21 @@ class _Size:
     written: int = 0
     expanded: int = 0
     text_bytes: int = 0
+    columns: int = 0  # column references, CTE and derived columns expanded
+    concatenated: int = 0
 
     def __add__(self, other: _Size) -> _Size:
-        return _Size(self.written + other.written, self.expanded + other.expanded, self.text_bytes + other.text_bytes)
+        return _Size(
+            self.written + other.written,
+            self.expanded + other.expanded,
+            self.text_bytes + other.text_bytes,
+            self.columns + other.columns,
+            self.concatenated + other.concatenated,
+        )
 
 
 _ONE = _Size(1, 1, 0)
+_CONCAT = (exp.DPipe, exp.Concat)
 
 
 def _literal(node: exp.Literal) -> _Size:
@@ -68,7 +78,7 @@ def measure(tree: exp.Expression) -> Expansion:
     for scope in traverse_scope(tree):
         inner = {id(s.expression) for s in (*scope.subquery_scopes, *scope.derived_table_scopes, *scope.cte_scopes)}
 
-        def size(node: exp.Expression, scope: Scope = scope, inner: set[int] = inner) -> _Size:
+        def size(node: exp.Expression, in_chain: bool = False, scope: Scope = scope, inner: set[int] = inner) -> _Size:
             if id(node) in inner or (isinstance(node, exp.Subquery) and id(node.this) in inner):
                 return _Size()  # a scope of its own: measured when its turn comes
             if isinstance(node, exp.Column):
@@ -76,13 +86,16 @@ def measure(tree: exp.Expression) -> Expansion:
                 if isinstance(source, Scope):
                     behind = columns.get(id(source.expression), {}).get(node.name)
                     if behind is not None:
-                        return _Size(1, behind.expanded, behind.text_bytes)
-                return _ONE
+                        return _Size(1, behind.expanded, behind.text_bytes, behind.columns, behind.concatenated)
+                return _Size(1, 1, 0, 1)
             if isinstance(node, exp.Literal):
                 return _literal(node)
+            chain = isinstance(node, _CONCAT)
             out = _ONE
             for child in node.iter_expressions():
-                out = out + size(child)
+                out = out + size(child, chain)
+            if chain and not in_chain:  # the top of a chain: every column value it joins is copied once per link
+                out = out + _Size(concatenated=out.columns)
             return out
 
         sel = scope.expression
@@ -103,4 +116,4 @@ def measure(tree: exp.Expression) -> Expansion:
                 if on is not None:
                     total = total + size(on)
         columns[id(sel)] = own
-    return Expansion(total.written, total.expanded, total.text_bytes)
+    return Expansion(total.written, total.expanded, total.text_bytes, total.concatenated)

@@ -78,6 +78,8 @@ ALLOWED_NODES: tuple[type[exp.Expression], ...] = (
     *AGGREGATE_NODES,
 )  # fmt: skip
 
+_ALLOWED_TYPES = frozenset(ALLOWED_NODES)
+
 #: Functions sqlglot leaves as ``Anonymous``, allowed by lower-case name (aggregates and aliases).
 ANONYMOUS_FUNCTIONS = frozenset({"var", "var_samp", "quantile_cont", "quantile_disc", "std"})
 
@@ -169,12 +171,14 @@ def _allow_list(tree: exp.Expression, sql: str) -> None:
             raise Unsupported(f"set operation {node.key.upper()} is not supported", hint="Run each SELECT as its own query")
         if isinstance(node, exp.Window):
             raise Unsupported("window functions are not supported", hint="Use GROUP BY aggregates")
-        if isinstance(node, exp.Func) and not isinstance(node, ALLOWED_NODES):
+        # exact node types: a subclass of an allowed node is another construct (CONCAT_WS is a Concat
+        # that repeats its separator between every two arguments, so nesting it multiplies one row's text)
+        if isinstance(node, exp.Func) and type(node) not in _ALLOWED_TYPES:
             raise NotAllowed(
                 f"function {function_name(node, sql)} is not allowed",
                 hint="File readers, table functions and non-deterministic functions are never allowed",
             )
-        if not isinstance(node, ALLOWED_NODES):
+        if type(node) not in _ALLOWED_TYPES:
             raise Unsupported(f"SQL construct {node.key.upper()} is not supported", hint="See docs/sql.md")
         if isinstance(node, exp.Table) and (
             not isinstance(node.this, exp.Identifier) or node.args.get("db") or node.args.get("catalog")

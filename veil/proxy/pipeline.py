@@ -28,7 +28,7 @@ import numpy as np
 from sqlglot import exp
 
 from veil.engines.base import EngineError, check_key_type, output_type
-from veil.errors import InternalError, QueryCancelled, QueryFailed
+from veil.errors import InternalError, QueryCancelled, QueryFailed, QueryTooComplex
 from veil.proxy import multiplicity
 from veil.proxy.add_noise import noisy_statistics
 from veil.proxy.canonical import cache_key, canonical_sql
@@ -280,7 +280,18 @@ def run(state: QueryState, env: Env, *, until: str = "release") -> QueryState:
     for name, fn in PASSES:
         if state.done:
             break
-        state = fn(state, env)
+        try:
+            state = fn(state, env)
+        except RecursionError:
+            # sqlglot walks trees recursively: a chain of hundreds of operators in a row exhausts the stack.
+            # The passes that can meet one (planning, generation) run before the reservation, and the depth
+            # depends on the query's shape alone
+            if state.reservation is not None:
+                raise
+            raise QueryTooComplex(
+                f"the query is nested too deeply for the {name} pass",
+                hint="Split long chains of operators (e.g. hundreds of ||, + or AND in a row)",
+            ) from None
         if name == until:
             break
     return state
