@@ -405,12 +405,37 @@ CLI_ATTACKS = [
 ]
 
 
-@pytest.mark.parametrize("sql", CLI_ATTACKS)
-def test_a6_cli_outcome_does_not_depend_on_one_row(pair: Pair, sql: str) -> None:
+def assert_cli_same_ending(pair: Pair, sql: str) -> None:
+    """``veil query`` (production noise) ends the same way on D and D′."""
     from tests.support.attack import CliInterface
 
     d, dp = (CliInterface(path, "b").query(sql, 0.01) for path in pair.policy_paths)
     assert (d.ok, d.sqlstate, d.crashed) == (dp.ok, dp.sqlstate, dp.crashed), f"CLI:\n  D : {d}\n  D′: {dp}"
+
+
+def assert_wire_same_endings(pair: Pair, sqls: list[str]) -> None:
+    """Each query, sent by a real client to a real ``veil serve`` on D and on D′, ends the same way."""
+    from tests.support.attack import Server, WireInterface, set_password
+
+    ends: list[list[tuple[bool, str]]] = []
+    for path in pair.policy_paths:
+        set_password(path, "b")
+        srv = Server(path, path.parent / "serve.log")
+        try:
+            wire = WireInterface(srv.port, "b")
+            try:
+                ends.append([(o.ok, o.sqlstate) for o in (wire.query(sql, 0.02) for sql in sqls)])
+            finally:
+                wire.close()
+        finally:
+            srv.stop()
+    diff = [sql for sql, d, dp in zip(sqls, ends[0], ends[1], strict=True) if d != dp]
+    assert not diff, f"over the wire these end differently on D and D′: {diff}"
+
+
+@pytest.mark.parametrize("sql", CLI_ATTACKS)
+def test_a6_cli_outcome_does_not_depend_on_one_row(pair: Pair, sql: str) -> None:
+    assert_cli_same_ending(pair, sql)
 
 
 # ==================================================================================================
@@ -607,19 +632,4 @@ def test_a8_generated_comparisons_end_the_same_on_neighbours(
 
 @pytest.mark.slow
 def test_a9_wire_outcome_does_not_depend_on_one_row(pair: Pair) -> None:
-    from tests.support.attack import Server, WireInterface, set_password
-
-    ends: list[list[tuple[bool, str]]] = []
-    for path in pair.policy_paths:
-        set_password(path, "b")
-        srv = Server(path, path.parent / "serve.log")
-        try:
-            wire = WireInterface(srv.port, "b")
-            try:
-                ends.append([(o.ok, o.sqlstate) for o in (wire.query(sql, 0.02) for sql in CLI_ATTACKS)])
-            finally:
-                wire.close()
-        finally:
-            srv.stop()
-    diff = [sql for sql, d, dp in zip(CLI_ATTACKS, ends[0], ends[1], strict=True) if d != dp]
-    assert not diff, f"over the wire these end differently on D and D′: {diff}"
+    assert_wire_same_endings(pair, CLI_ATTACKS)

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.adversarial.test_redteam_s4 import TARGET_ROW, Pair, assert_same_ending
+from tests.adversarial.test_redteam_s4 import TARGET_ROW, Pair, assert_cli_same_ending, assert_same_ending
 
 
 @pytest.fixture(scope="module")
@@ -311,10 +311,7 @@ CLI_ATTACKS = [
 
 @pytest.mark.parametrize("sql", CLI_ATTACKS)
 def test_a4_cli_outcome_does_not_depend_on_one_row(pair: Pair, sql: str) -> None:
-    from tests.support.attack import CliInterface
-
-    d, dp = (CliInterface(path, "b").query(sql, 0.01) for path in pair.policy_paths)
-    assert (d.ok, d.sqlstate, d.crashed) == (dp.ok, dp.sqlstate, dp.crashed), f"CLI:\n  D : {d}\n  D′: {dp}"
+    assert_cli_same_ending(pair, sql)
 
 
 # --- A5. Running time: the join ceiling bounds rows, not the bytes each joined row carries -------------

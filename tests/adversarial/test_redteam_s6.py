@@ -31,7 +31,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.adversarial.test_redteam_s4 import TARGET_ROW, Pair, assert_same_ending
+from tests.adversarial.test_redteam_s4 import (
+    TARGET_ROW,
+    Pair,
+    assert_cli_same_ending,
+    assert_same_ending,
+    assert_wire_same_endings,
+)
+from tests.adversarial.test_redteam_s5 import CLI_ATTACKS as S5_CLI_ATTACKS
 from tests.adversarial.test_redteam_s5 import assert_within_sensitivity
 
 HIDDEN = "u = 7 AND x > 3"
@@ -388,3 +395,27 @@ HELD_ROW_FUNCTIONS = [
 @pytest.mark.parametrize("e", HELD_ROW_FUNCTIONS)
 def test_b3_row_functions_with_a_domain_are_total(pair: Pair, e: str) -> None:
     assert_same_ending(pair, f"SELECT COUNT(*) FROM t WHERE u = 7 AND ({e}) IS NOT NULL")
+
+
+# --- The round's ending-class holes through the CLI and the wire ------------------------------------------
+#
+# The fixes sit in the shared query pipeline; these run one query of each class (and the previous round's)
+# through `veil query` and through a real client against `veil serve`, on D and D′.
+
+CLI_ATTACKS = [
+    "WITH w AS (SELECT u, s AS v, 1 AS v FROM t) SELECT COUNT(*) FROM w WHERE u = 7 AND v = 3",  # duplicate names
+    'WITH w AS (SELECT u, s AS "V", 1 AS v FROM t) SELECT COUNT(*) FROM w WHERE u = 7 AND v = 3',  # by case
+    f"SELECT COUNT(*) FROM t WHERE LENGTH(CONCAT_WS('', CASE WHEN {HIDDEN} THEN 'ab' END, s)) > 0",  # CONCAT_WS
+    f"SELECT COUNT(*) FROM t WHERE LENGTH({' || '.join(['s'] * 100)}) > 0",  # a long concatenation
+    f"SELECT COUNT(*) FROM t WHERE ({' + '.join(['u'] * 600)}) > 0",  # too deep
+]
+
+
+@pytest.mark.parametrize("sql", CLI_ATTACKS)
+def test_a8_cli_outcome_does_not_depend_on_one_row(pair: Pair, sql: str) -> None:
+    assert_cli_same_ending(pair, sql)
+
+
+@pytest.mark.slow
+def test_a9_wire_outcome_does_not_depend_on_one_row(pair: Pair) -> None:
+    assert_wire_same_endings(pair, [*S5_CLI_ATTACKS, *CLI_ATTACKS])
