@@ -221,8 +221,8 @@ took 9.7 → 9.1 ms of thread CPU per `GROUP BY sex` answer on 10,000 rows (inte
 same round added privacy checks on this path (a closed type set, explicit date casts, an expansion measure of
 the query, exact group keys, DuckDB's common-subexpression elimination off), so at 1M rows the net is flat:
 four runs (the table is the last) gave COUNT(*) +3.8–6.6 ms, AVG +5.2–6.5 ms, state GROUP BY 2.6–3.2×, sex ×
-diagnosis 1.7–2.0× raw (CPU ratios COUNT 5.0–5.2×, AVG 2.3–2.5×, state 1.9–2.25×), against +6.5 ms, +8.4 ms, 2.98× and 2.05× in the
-previous round's final run. The targets stay missed."""
+diagnosis 1.7–2.0× raw (CPU ratios COUNT 5.0–5.2×, AVG 2.3–2.5×, state 1.9–2.25×), against +6.5 ms, +8.4 ms,
+2.98× and 2.05× in the previous round's final run. The targets stay missed."""
 
 
 def _cpu_ratio(r: dict[str, Any]) -> str:

@@ -367,7 +367,8 @@ def _check_expansion(resolved: Resolved) -> Expansion:
     qualification inlines select-list aliases), the expanded size the qualified query, references expanded."""
     try:
         size = measure(resolved.tree)
-        written = measure(resolved.original).written
+        # below the floor any ratio is fine: the parsed query is measured only when it could matter
+        written = measure(resolved.original).written if size.expanded > MIN_EXPANSION_LIMIT else 0
     except RecursionError:
         raise QueryTooComplex(
             "the query's expressions are nested too deeply to check",
