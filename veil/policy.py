@@ -83,6 +83,13 @@ class ColumnSpec:
     lower: float | None = None
     upper: float | None = None
     values: tuple[Any, ...] | None = None  # declared (public) category values
+    max_length: int | None = None  # category columns: the declared cap on a value's length, in characters
+
+    @property
+    def text_cap(self) -> int:
+        """The most characters a category value keeps in the bounded copy (never cuts a declared value)."""
+        declared = max((len(str(v)) for v in self.values or ()), default=0)
+        return max(self.max_length or DEFAULT_MAX_LENGTH, declared)
 
     @property
     def bounded(self) -> bool:
@@ -183,11 +190,17 @@ class Policy:
 _TOP_KEYS = {"database", "ledger", "defaults", "tables", "analysts", "engine"}
 _ENGINE_KEYS = {"kind", "master", "remote", "database", "warehouse"}
 _TABLE_KEYS = {"privacy_unit", "max_rows_per_unit", "public", "columns", "epsilon_total", "delta_total"}
-_COLUMN_KEYS = {"type", "lower", "upper", "values"}
+_COLUMN_KEYS = {"type", "lower", "upper", "values", "max_length"}
 _DEFAULT_KEYS = {"epsilon_per_query", "min_epsilon_per_query", "partition_delta", "confidence"}
 #: Largest magnitude a declared numeric bound may have: sums of up to 10¹² such values stay exact enough
 #: in a double and far from overflow, whatever the data.
 MAX_BOUND = Fraction(10**15)
+#: Characters a category value keeps in the bounded copy unless the policy says ``max_length``: one person's
+#: text then costs a query at most a bounded amount of work, whatever it stores (a running time one long value
+#: decides is a side channel no noise covers).
+DEFAULT_MAX_LENGTH = 1024
+#: The largest ``max_length`` a policy may declare.
+MAX_TEXT_LENGTH = 65536
 
 
 def _check_keys(section: Mapping[str, Any], allowed: set[str], where: str) -> None:
@@ -240,15 +253,27 @@ def _parse_column(table: str, name: str, raw: Any) -> ColumnSpec:
             raise PolicyError(f"{where}.values must be a non-empty list, got {values!r}")
         if len(set(map(repr, values))) != len(values):
             raise PolicyError(f"{where}.values has duplicates: {values!r}")
+        if any(len(str(v)) > MAX_TEXT_LENGTH for v in values):
+            raise PolicyError(f"{where}.values has a value longer than {MAX_TEXT_LENGTH} characters")
         values = tuple(values)
     elif ctype == "bool":
         values = (False, True)
+    max_length = raw.get("max_length")
+    if max_length is not None:
+        if ctype != "category":
+            raise PolicyError(f"{where}.max_length applies to category columns, not {ctype}")
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or not 1 <= max_length <= MAX_TEXT_LENGTH:
+            raise PolicyError(
+                f"{where}.max_length is {max_length!r}",
+                hint=f"Use a whole number of characters from 1 to {MAX_TEXT_LENGTH} (default {DEFAULT_MAX_LENGTH})",
+            )
     return ColumnSpec(
         name=name,
         type=ctype,
         lower=lower if ctype != "int" or lower is None else int(lower),
         upper=upper if ctype != "int" or upper is None else int(upper),
         values=values,
+        max_length=max_length,
     )
 
 

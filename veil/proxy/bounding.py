@@ -10,7 +10,9 @@ chosen by a keyed cryptographic hash (SHA-256 of a secret salt and the typed row
 included), so which rows are kept depends only on that unit's own rows and not on physical order;
 rows whose unit is NULL are dropped (no person can be bounded without an identifier). The SELECT is
 built as a neutral tree (:func:`build_tree`) that each engine renders in its dialect; the row's text
-reads the same on every engine, so DuckDB and Spark keep the same rows.
+reads the same on every engine, so DuckDB and Spark keep the same rows. Category (text) values are cut
+to the column's ``text_cap`` characters (policy ``max_length``, default 1,024), so the work one person's
+text can cause in any query is bounded too.
 
 A changed bound, type, unit column or contribution bound changes the identity, so no query ever reads
 a copy built for another policy. Salts and identities live in the ledger, not the warehouse.
@@ -35,7 +37,7 @@ from veil.store.ledger import Ledger
 __all__ = ["ALGORITHM", "BoundedCopies", "build_sql", "build_tree", "spec_identity"]
 
 #: Changes whenever the copy's construction changes, so old copies are never reused.
-ALGORITHM = "veil-bounded-copy/3"
+ALGORITHM = "veil-bounded-copy/4"
 
 _SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "category": "VARCHAR", "bool": "BOOLEAN", "date": "DATE"}
 
@@ -52,7 +54,7 @@ def spec_identity(spec: TableSpec) -> str:
     """A stable text naming everything in the spec that shapes the copy (and nothing else)."""
     cols = [
         [c.name, c.type, None if c.lower is None else str(c.lower), None if c.upper is None else str(c.upper),
-         None if c.values is None else [repr(v) for v in c.values]]
+         None if c.values is None else [repr(v) for v in c.values], c.text_cap if c.type == "category" else None]
         for c in spec.columns.values()
     ]  # fmt: skip
     return json.dumps(
@@ -67,6 +69,8 @@ def _typed(col: ColumnSpec) -> str:
     v = f"TRY_CAST({q} AS {_SQL_TYPES[col.type]})"
     if col.type == "float":
         v = f"(CASE WHEN isnan({v}) THEN NULL ELSE {v} END)"
+    if col.type == "category":
+        v = f"left({v}, {int(col.text_cap)})"
     if col.type in ("int", "float") and col.bounded:
         lo, hi = _lit(col.lower), _lit(col.upper)
         v = f"(CASE WHEN {v} < {lo} THEN {lo} WHEN {v} > {hi} THEN {hi} ELSE {v} END)"
