@@ -201,3 +201,43 @@ def test_many_handles_opening_a_new_ledger_at_once_all_open(tmp_path: Path) -> N
     for attempt in range(8):
         errors = _open_at_once(tmp_path / f"fresh{attempt}.sqlite", 12)
         assert not errors, errors
+
+
+def _history(path: Path, n: int) -> None:
+    """``n`` logged query answers by other analysts and by alice (bulk SQL: a long-running ledger's history)."""
+    with sqlite3.connect(path) as db:
+        db.executemany(
+            "INSERT INTO releases(id, kind, method, actor, created_at, params, metrics, canonical_sql, cache_key, answer) "
+            "VALUES (?, 'query', 'query', ?, ?, '{}', '{}', 'q', ?, '{}')",
+            [(f"r{i}", ("alice", "bob", "cat")[i % 3], f"2026-01-01T00:00:{i:09d}", f"k{i}") for i in range(n)],
+        )
+
+
+@pytest.mark.parametrize("op", ["cache hit", "cache miss", "reserve and release", "spent"])
+def test_each_query_does_work_independent_of_the_ledgers_history(tmp_path: Path, op: str) -> None:
+    # Counted in SQLite virtual-machine steps (deterministic, unlike time): the answer cache's lookup once
+    # scanned every logged answer (SQLite chose the `kind` index), so every query grew slower with history.
+    alice = analyst("alice", Fraction(10**6))
+    steps = []
+    for n in (30, 30_000):
+        led = Ledger(tmp_path / f"{n}.sqlite")
+        _history(tmp_path / f"{n}.sqlite", n)
+        count = [0]
+
+        def tick(count: list[int] = count) -> int:
+            count[0] += 1
+            return 0
+
+        led._db.set_progress_handler(tick, 10)
+        if op == "cache hit":
+            assert led.cached_answer("alice", "k3") == {}
+        elif op == "cache miss":
+            assert led.cached_answer("alice", "absent") is None
+        elif op == "reserve and release":
+            r = led.reserve(Cost(Fraction(1, 10)), [alice], actor="alice", canonical_sql="q", cache_key="new")
+            led.release(r, answer={"x": 1}, statistics=[stat()])
+        else:
+            led.spent(alice.key)
+        steps.append(count[0])
+        led.close()
+    assert steps[1] <= 2 * steps[0] + 50, f"{op}: {steps[0]} steps at 30 releases, {steps[1]} at 30,000"

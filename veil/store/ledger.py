@@ -86,6 +86,14 @@ CREATE TABLE IF NOT EXISTS statistics(
     PRIMARY KEY (release_id, idx));
 """
 
+#: The answer cache's lookup, on its own index: without ``INDEXED BY`` SQLite chose ``releases_kind``
+#: and scanned every logged query answer, so each query took time linear in the ledger's history
+#: (2 ms at 4,500 releases).
+_CACHED_ANSWER = (
+    "SELECT answer FROM releases INDEXED BY releases_cache WHERE actor = ? AND cache_key = ? AND kind = 'query' "
+    "ORDER BY created_at LIMIT 1"
+)
+
 #: Schema version 1 (one ε per analyst in ``spend``) → version 2 (accounts with ε and δ).
 _MIGRATE_1_TO_2 = """
 INSERT OR IGNORE INTO accounts(account, epsilon_spent, delta_spent) SELECT 'analyst:' || analyst, spent, '0' FROM spend;
@@ -412,7 +420,7 @@ class Ledger:
         """The logged answer of an identical canonical query by the same analyst, if any."""
         with self._lock:
             row = self._db.execute(
-                "SELECT answer FROM releases WHERE kind = 'query' AND actor = ? AND cache_key = ? ORDER BY created_at LIMIT 1",
+                _CACHED_ANSWER,
                 (actor, cache_key),
             ).fetchone()
         return None if row is None else json.loads(row[0])
