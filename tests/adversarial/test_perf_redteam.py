@@ -251,6 +251,9 @@ _KEYLESS = (
     "SELECT AVG(age), COUNT(*) FROM people WHERE NOT (({c}) IS NULL)",
     "SELECT MEDIAN(age) FROM people WHERE ({c}) IS NOT NULL",
     "SELECT COUNT(*) FILTER (WHERE ({c}) IS NOT NULL) FROM people",
+    # one statement grouped by bare base-table columns: binds when it runs too (key types from the catalog)
+    "SELECT sex, COUNT(*) FROM people WHERE ({c}) IS NOT NULL GROUP BY sex",
+    "SELECT name, SUM(score) FROM people WHERE ({c}) IS NULL GROUP BY name",
 )
 
 
@@ -297,7 +300,7 @@ def neighbours(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Query
 @given(cond=_expr(2), shape=st.sampled_from(_KEYLESS))
 def test_refund_or_charge_never_depends_on_the_data(neighbours: tuple[QuerySession, QuerySession], cond: str, shape: str) -> None:
     """Neighbours D / D′ (the target's adversarial row: NaN, ±inf, int64 extremes, 0, NULLs, out-of-range
-    dates) answer every keyless one-statement query the same way: answered and charged on both, refunded
+    dates) answer every one-statement query that binds when it runs the same way: answered and charged on both, refunded
     (engine error from before reading data) on both, or refused on both — never refund on one and charge
     on the other, and never a reservation left open."""
     s, s_prime = neighbours
@@ -366,15 +369,17 @@ def test_an_engine_error_not_from_before_data_keeps_its_charge(tmp_path: Path, m
     [
         ("SELECT AVG(age), MEDIAN(score) FROM people", 2),  # main + grid: the second fails after the first read data
         ("SELECT MEDIAN(age), MEDIAN(score) FROM people", 2),  # two grids
-        ("SELECT sex, COUNT(*) FROM people GROUP BY sex", 1),  # keys: bound at prepare, so a later error is run time
-        ("SELECT name, SUM(score) FROM people GROUP BY name", 1),
+        # expression keys: bound at prepare, so a later error is run time
+        ("SELECT UPPER(sex), COUNT(*) FROM people GROUP BY UPPER(sex)", 1),
+        ("SELECT name || '', SUM(score) FROM people GROUP BY name || ''", 1),
     ],
 )
 def test_a_before_data_error_after_data_was_read_keeps_its_charge(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sql: str, fail_on: int
 ) -> None:
-    """Only the one-statement keyless path refunds: a "before data" error from a query with group keys or
-    from a later statement of several (the earlier ones read data) must stay charged."""
+    """Only the one-statement path without keys or with bare base-table keys refunds: a "before data" error
+    from a query with expression keys (bound at prepare) or from a later statement of several (the earlier
+    ones read data) must stay charged."""
     from tests.support.attack_world import build_world
 
     w = build_world(tmp_path / "w")

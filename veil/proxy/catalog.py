@@ -17,7 +17,7 @@ from typing import Any
 
 from veil.policy import Policy, TableSpec
 
-__all__ = ["Catalog", "CatalogTable", "build_catalog", "public_types", "veil_type_of"]
+__all__ = ["SQL_TYPES", "Catalog", "CatalogTable", "build_catalog", "public_types", "veil_type_of"]
 
 #: Veil column type → the SQL type the qualifier and the output description use.
 SQL_TYPES: Mapping[str, str] = MappingProxyType(

@@ -32,7 +32,7 @@ from veil.errors import InternalError, QueryCancelled, QueryFailed, QueryTooComp
 from veil.proxy import multiplicity
 from veil.proxy.add_noise import noisy_statistics
 from veil.proxy.canonical import cache_key, canonical_sql
-from veil.proxy.catalog import public_types
+from veil.proxy.catalog import SQL_TYPES, Catalog, public_types
 from veil.proxy.parse import parse
 from veil.proxy.plan import QueryPlan, plan
 from veil.proxy.postprocess import PostProcess, postprocess_sql
@@ -92,6 +92,7 @@ class QueryState:
     post: PostProcess | None = None
     domain: list[tuple[Any, ...]] | None = None
     key_types: list[str] = field(default_factory=list)
+    bind_on_run: bool = False  # the one statement binds when it runs (see _prepare); set by prepare
     canonical: str = ""
     key: str = ""
     reservation: Reservation | None = None
@@ -160,19 +161,36 @@ def _rewrite(s: QueryState, env: Env) -> QueryState:
     return replace(s, queries=queries, rendered=rendered, post=postprocess_sql(s.plan))
 
 
-def _binds_when_run(p: QueryPlan, rendered: Rendered) -> bool:
-    """A private query of one statement without group keys is bound by running it (see :func:`_prepare`)."""
-    return not p.keys and len(rendered.statements()) == 1
+def _schema_key_types(p: QueryPlan, catalog: Catalog) -> list[str] | None:
+    """Each group key's engine type read off the catalog, or None unless every key is a bare column of a
+    base table named in the outermost FROM (not a CTE): the bounded copy and the public tables' reads hold
+    exactly their catalog types, so binding would report the same (``Env.run`` checks it did)."""
+    tree = p.analysis.tree
+    ctes = {c.alias_or_name for c in (tree.args["with"].expressions if tree.args.get("with") else [])}
+    sources: dict[str, str] = {}
+    first = tree.args.get("from_")
+    for src in [first.this if isinstance(first, exp.From) else None, *(j.this for j in tree.args.get("joins") or [])]:
+        if isinstance(src, exp.Table) and src.name not in ctes and not src.args.get("db"):
+            sources[src.alias_or_name] = src.name
+    types = []
+    for k in p.keys:
+        table = catalog.tables.get(sources.get(k.expr.table, "")) if isinstance(k.expr, exp.Column) else None
+        veil_type = None if table is None else table.columns.get(k.expr.name)
+        if veil_type is None:
+            return None
+        types.append(SQL_TYPES[veil_type])
+    return types
 
 
 def _prepare(s: QueryState, env: Env) -> QueryState:
     """Bind the generated statements (reads no data) and list public group domains: refusals stay free.
 
     A public-only query charges nothing, so it binds when it runs. So does a private query of one
-    statement without group keys (the common COUNT/SUM/AVG): its engine error from before reading any
-    row refunds the reservation in :func:`_execute` — the same free refusal, one engine round trip
-    fewer. Queries with group keys or several statements bind first (the key types shape the
-    post-processing, and a later statement must not fail after an earlier one read data).
+    statement whose group keys, if any, are bare columns of base tables (the common COUNT/SUM/AVG, and
+    GROUP BY a declared column): its engine error from before reading any row refunds the reservation in
+    :func:`_execute` — the same free refusal, one engine round trip fewer — and its keys' types come from
+    the catalog. Other queries with group keys, or of several statements, bind first (the key types shape
+    the post-processing, and a later statement must not fail after an earlier one read data).
     """
     if s.plan is None:
         if s.public_sql is None:
@@ -180,9 +198,12 @@ def _prepare(s: QueryState, env: Env) -> QueryState:
         return s
     if s.rendered is None or s.post is None:
         raise InternalError("prepare before rewrite")
-    key_types: list[str] = []
-    if not _binds_when_run(s.plan, s.rendered):
-        for stmt in s.rendered.statements():
+    statements = s.rendered.statements()
+    schema_types = _schema_key_types(s.plan, env.catalog()) if len(statements) == 1 else None
+    bind_on_run = schema_types is not None
+    key_types: list[str] = [output_type(t) for t in schema_types or []]
+    if not bind_on_run:
+        for stmt in statements:
             res = env.engine.describe(stmt)
             for group_key, t in zip(s.plan.keys, res.types[: len(s.plan.keys)], strict=False):
                 check_key_type(group_key.label, t)
@@ -191,7 +212,7 @@ def _prepare(s: QueryState, env: Env) -> QueryState:
     env.check_post(s.plan, s.post, key_types)
     canonical = canonical_sql(s.plan.analysis)
     key = cache_key(canonical + env.cache_salt(), s.plan.epsilon)
-    return replace(s, domain=domain, key_types=key_types, canonical=canonical, key=key)
+    return replace(s, domain=domain, key_types=key_types, bind_on_run=bind_on_run, canonical=canonical, key=key)
 
 
 def _reserve(s: QueryState, env: Env) -> QueryState:
@@ -216,9 +237,9 @@ def _execute(s: QueryState, env: Env) -> QueryState:
     if s.queries is None or s.rendered is None or s.reservation is None:
         raise InternalError("execute before reserve")
     try:
-        raw = env.run(s.plan, s.queries, s.rendered, s.domain, s.key_types)
+        raw = env.run(s.plan, s.queries, s.rendered, s.domain, s.key_types, checked=not s.bind_on_run)
     except EngineError as exc:
-        if exc.before_data and _binds_when_run(s.plan, s.rendered):
+        if exc.before_data and s.bind_on_run:
             # the one statement failed to bind (see _prepare): nothing was read, so nothing is charged
             env.ledger.cancel(s.reservation)
             raise
