@@ -1,0 +1,89 @@
+"""Red team, session 7: classes not covered by sessions 4–6 (public group domains, the answer cache, the
+refund path, the server's catalogue, quantiles, COUNT(DISTINCT …), partition selection).
+
+Same harness as sessions 4–6 (:mod:`tests.adversarial.test_redteam_s4`): D and D′ differ in one person
+(the target, unit 7, whose row holds ``x = 5``); the same analyst SQL must end the same way on both, and
+every released statistic must move by at most the sensitivity the plan charged for, summed over all the
+released cells (L1 over the whole released vector, as docs/sql.md promises).
+
+Part A holds attacks that succeed today (the tests FAIL until Veil is fixed); part B holds probes of
+defences that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (DuckDB 2.0, main at
+f22bf44).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.adversarial.test_redteam_s4 import TARGET_ROW, Pair, assert_same_ending
+
+HIDDEN = "u = 7 AND x > 3"
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    p = Pair(tmp_path_factory.mktemp("s7"), TARGET_ROW)
+    yield p
+    p.close()
+
+
+def _l1_moved(pair: Pair, sql: str, column: int = -1) -> tuple[float, float, int]:
+    """(L1 distance between D's and D′'s released column, the plan's largest sensitivity, released rows).
+
+    Rows are compared in release order: both sides release the same groups in the same order here (public
+    keys: every key of the domain, in the domain's order)."""
+    d, dp = assert_same_ending(pair, sql)
+    assert d.ok and dp.ok, (d, dp)
+    assert len(d.rows) == len(dp.rows), (d.rows, dp.rows)
+    moved = sum(abs(float(a[column] or 0) - float(b[column] or 0)) for a, b in zip(d.rows, dp.rows, strict=True))
+    sensitivity = max(float(s["sensitivity"]) for s in pair.sessions[0].explain(sql, epsilon=1).statistics)
+    return moved, sensitivity, len(dp.rows)
+
+
+# ==================================================================================================
+# Part A — attacks that succeed today
+# ==================================================================================================
+
+# --- A1. Public group domains repeat a group when engine values meet in one Python value ------------------
+#
+# Severity HIGH (sensitivity under-count, unbounded in practice: the exact value of any count or sum in
+# one query). Class: group keys that are not faithful Python copies of the engine's values — s4 A5 fixed
+# it for the groups the *engine* returns (Env.run merges them with exact_keys), but the *public domain*
+# of a key (Env.public_domain: the declared values, or `SELECT DISTINCT total(expr) FROM (VALUES …)` over
+# declared or public columns) is fetched raw and never deduplicated after the fetch. DATE 'infinity' and
+# DATE '9999-12-31' are two values to DuckDB's DISTINCT and one Python date (9999-12-31); so are
+# '-infinity' and '0001-01-01', and the timestamp pairs. A public key
+# `CASE WHEN k = 'a' THEN DATE 'infinity' ELSE DATE '9999-12-31' END` (k declared ['a', 'b']) therefore has a
+# domain of two equal Python values; the main query's two engine groups are merged into one dict entry;
+# and *both* domain entries look it up: the same exact statistic is released twice, each copy with its
+# own noise. With m such keys the cross product repeats the one group 2^m times (m = 16 stays under
+# MAX_PUBLIC_GROUPS = 100,000: 65,536 independently noised copies of the same count, whose mean has 256×
+# less noise than the ε charged allows). Measured (noise off): 4 keys → 16 released rows, each holding
+# COUNT(*) = 30 on D′ and 29 on D — L1 movement 16 for a planned sensitivity of 1. With production noise
+# (QuerySession, ε = 0.05, scale 20, 16 keys, `WHERE u = 7 OR u < 20`): 65,536 rows in 5 s whose *median* is
+# exactly 18 on D and 19 on D′ — membership of person 7 from one query at ε = 0.05.
+# Fix by construction: deduplicate the domain *after* mapping it through the same exact_keys function as
+# the engine's groups (or group the domain in Python), so each Python key is released once; better, build
+# the released key set from one function of (engine type, value) used for both.
+
+DUP_KEYS = [
+    "CASE WHEN k = 'a' THEN DATE 'infinity' ELSE DATE '9999-12-31' END",
+    "CASE WHEN k = 'a' THEN DATE '-infinity' ELSE DATE '0001-01-01' END",
+    "CASE WHEN k = 'a' THEN TIMESTAMP 'infinity' ELSE TIMESTAMP '9999-12-31 23:59:59.999999' END",
+    "CASE WHEN b THEN TIMESTAMP '-infinity' ELSE TIMESTAMP '0001-01-01' END",
+]
+
+
+@pytest.mark.parametrize("key", DUP_KEYS)
+@pytest.mark.parametrize("agg", ["COUNT(*)", "SUM(x)"])
+def test_a1_public_domain_does_not_release_one_group_twice(pair: Pair, key: str, agg: str) -> None:
+    m = 3
+    keys = ", ".join(f"{key} AS g{i}" for i in range(m))
+    sql = f"SELECT {keys}, {agg} AS n FROM t WHERE u = 7 OR u < 4 GROUP BY {', '.join(f'g{i}' for i in range(m))}"
+    moved, sensitivity, rows = _l1_moved(pair, sql)
+    assert moved <= sensitivity, (
+        f"one person moved the released vector by {moved} (L1, noise off) over {rows} released rows; "
+        f"the plan's sensitivity is {sensitivity}"
+    )
