@@ -14,7 +14,10 @@ f22bf44).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tests.adversarial.test_redteam_s4 import TARGET_ROW, Pair, assert_same_ending
@@ -87,3 +90,78 @@ def test_a1_public_domain_does_not_release_one_group_twice(pair: Pair, key: str,
         f"one person moved the released vector by {moved} (L1, noise off) over {rows} released rows; "
         f"the plan's sensitivity is {sensitivity}"
     )
+
+
+# --- A2. The bounded copy clamps (and casts) the privacy-unit column: people merge into one unit -----------
+#
+# Severity MEDIUM (sensitivity under-count ×2 for every sum, and L1 ×2 for grouped counts; needs a policy
+# whose unit column is a bounded number the ids exceed, or ids stored as text/doubles that cast to one
+# value). Class: contribution bounding over a unit that is not the person. bounding._typed casts and
+# clamps *every* declared column, the unit included, and the copy partitions by the clamped value: with
+# `pid = { type = "int", lower = 0, upper = 10 }`, ids 10, 11, 12, … all become 10 — one "unit" holding
+# several people — and `max_rows_per_unit` then keeps c rows of that merged unit by hash. Adding one person
+# to it does not add c rows, it *replaces* up to c rows of other people (the row choice depends on rows of
+# several people, which the docs rule out), so a SUM over [lo, hi] moves by c·(hi − lo) = 2c·max|e| while
+# the plan charges c·max|e|, and grouped counts move by 2c in L1. docs/sql.md says a policy whose bounds
+# are wrong about the data keeps privacy (only biases answers): not for the unit column. Measured: c = 1,
+# SUM(x) over x ∈ [-10, 10] moves from -10 to +10 (20, sensitivity 10) whenever the newcomer's row wins
+# the hash (probability 100/101 per bounded copy here; three copies with fresh salts are tried, so the test
+# misses the bug with probability ~1e-6 and cannot fail once fixed).
+# Fix by construction: never transform the unit column in the copy — partition by the raw stored value
+# (cast to text exactly, NULL dropped), or refuse bounds/values on the unit column and a unit whose stored
+# type is not the declared one; the docs' "a person is one unit value" then holds for the copy too.
+
+USER_POLICY = """\
+[database]
+path = "w.duckdb"
+[ledger]
+path = "l.sqlite"
+[defaults]
+epsilon_per_query = 0.01
+
+[tables.v]
+privacy_unit = "pid"
+max_rows_per_unit = 1
+[tables.v.columns]
+pid = { type = "int", lower = 0, upper = 10 }
+x = { type = "int", lower = -10, upper = 10 }
+z = { type = "int" }
+
+[analysts.a]
+epsilon = 1000000
+delta = 0.5
+"""
+
+
+def _user_rows(newcomer: bool, trial: int) -> pd.DataFrame:
+    rows = [(i, 0, 0) for i in range(1, 10)] + [(10, -10, 0), (1, 0, 1000 + trial)]  # person 10 (x = -10)
+    if newcomer:  # person 11: many rows, x = +10 (clamped into unit 10 by the copy)
+        rows += [(11, 10, z) for z in range(100)]
+    return pd.DataFrame({c: pd.array([r[i] for r in rows], dtype="Int64") for i, c in enumerate(("pid", "x", "z"))})
+
+
+@pytest.mark.slow
+def test_a2_unit_column_is_not_clamped_into_other_people(tmp_path: Path) -> None:
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    sql = "SELECT SUM(x) FROM v"
+    policies = []
+    for name in ("d", "dp"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "policy.toml").write_text(USER_POLICY, encoding="utf-8")
+        policies.append(load_policy(tmp_path / name / "policy.toml"))
+    sessions = [exact_session(policy, "a") for policy in policies]
+    try:
+        sensitivity = max(float(s["sensitivity"]) for s in sessions[0].explain(sql, epsilon=1).statistics)
+        for trial in range(3):  # each rewrite is a new data version: a new bounded copy with a fresh salt
+            for policy, newcomer in zip(policies, (False, True), strict=True):
+                write_table(policy, "v", _user_rows(newcomer, trial), replace=True)
+            d, dp = (float(s.execute(sql, epsilon=1 + Fraction(trial, 1000)).rows[0][0]) for s in sessions)
+            assert abs(dp - d) <= sensitivity, (
+                f"adding person 11 moved SUM(x) from {d} to {dp} (noise off); the plan's sensitivity is {sensitivity}"
+            )
+    finally:
+        for s in sessions:
+            s.close()
