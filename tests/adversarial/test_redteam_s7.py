@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -90,6 +91,59 @@ def test_a1_public_domain_does_not_release_one_group_twice(pair: Pair, key: str,
         f"one person moved the released vector by {moved} (L1, noise off) over {rows} released rows; "
         f"the plan's sensitivity is {sensitivity}"
     )
+
+
+# A curator's declared values meet the same way: `values = [1, 1.0]` (or `[1, true]`) passes the policy's
+# duplicate check (it compares repr()), and each declared value is a domain entry that finds the one engine
+# group 1. Severity LOW (a policy mistake, but the policy loader accepts it and every query on the column
+# then releases its groups twice); same fix, plus type-checking declared values against the column type.
+
+DECLARED_DUP_POLICY = """\
+[database]
+path = "w.duckdb"
+[ledger]
+path = "l.sqlite"
+[defaults]
+epsilon_per_query = 0.01
+
+[tables.w]
+privacy_unit = "row"
+[tables.w.columns]
+g = { type = "int", values = [1, 1.0, true] }
+
+[analysts.a]
+epsilon = 1000000
+delta = 0.5
+"""
+
+
+def test_a1_declared_values_equal_in_python_are_one_group(tmp_path: Path) -> None:
+    sessions = _worlds(tmp_path, DECLARED_DUP_POLICY, "w", pd.DataFrame({"g": pd.array([1, 1, 2], dtype="Int64")}),
+                       pd.DataFrame({"g": pd.array([1, 1, 2, 1], dtype="Int64")}))  # fmt: skip
+    try:
+        sql = "SELECT g, COUNT(*) AS n FROM w GROUP BY g"
+        d, dp = (s.execute(sql, epsilon=1).rows for s in sessions)
+        moved = sum(abs(b[-1] - a[-1]) for a, b in zip(d, dp, strict=True))
+        assert moved <= 1, f"one row moved {len(dp)} released cells by {moved} in all (noise off): {d} -> {dp}"
+    finally:
+        for s in sessions:
+            s.close()
+
+
+def _worlds(base: Path, policy_text: str, table: str, d: pd.DataFrame, dp: pd.DataFrame) -> list[Any]:
+    """Exact sessions on two warehouses holding ``d`` and ``dp`` as ``table`` under one policy text."""
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    sessions = []
+    for name, frame in (("d", d), ("dp", dp)):
+        (base / name).mkdir()
+        (base / name / "policy.toml").write_text(policy_text, encoding="utf-8")
+        policy = load_policy(base / name / "policy.toml")
+        write_table(policy, table, frame, replace=True)
+        sessions.append(exact_session(policy, "a"))
+    return sessions
 
 
 # --- A2. The bounded copy clamps (and casts) the privacy-unit column: people merge into one unit -----------
