@@ -93,6 +93,42 @@ def test_a1_public_domain_does_not_release_one_group_twice(pair: Pair, key: str,
     )
 
 
+#: the A1 attack as an analyst would send it (production noise): three keys, eight copies of one group
+A1_SQL = "SELECT " + ", ".join(f"{DUP_KEYS[0]} AS g{i}" for i in range(3)) + ", COUNT(*) AS n FROM t GROUP BY g0, g1, g2"
+
+
+def _keys_once(rows: tuple[tuple[Any, ...], ...]) -> None:
+    keys = [tuple(str(v) for v in r[:-1]) for r in rows]
+    assert rows and len(keys) == len(set(keys)), f"{len(keys)} released rows, {len(set(keys))} distinct keys: {keys[:3]}"
+
+
+def test_a1_cli_releases_each_group_once(pair: Pair) -> None:
+    from tests.support.attack import CliInterface
+
+    out = CliInterface(pair.policy_paths[1], "b").query(A1_SQL, 0.05)
+    assert out.ok, out
+    _keys_once(out.rows)
+
+
+@pytest.mark.slow
+def test_a1_wire_releases_each_group_once(pair: Pair) -> None:
+    from tests.support.attack import Server, WireInterface, set_password
+
+    path = pair.policy_paths[1]
+    set_password(path, "b")
+    srv = Server(path, path.parent / "serve-s7.log")
+    try:
+        wire = WireInterface(srv.port, "b")
+        try:
+            out = wire.query(A1_SQL, 0.05)
+        finally:
+            wire.close()
+    finally:
+        srv.stop()
+    assert out.ok, out
+    _keys_once(out.rows)
+
+
 # A curator's declared values meet the same way: `values = [1, 1.0]` (or `[1, true]`) passes the policy's
 # duplicate check (it compares repr()), and each declared value is a domain entry that finds the one engine
 # group 1. Severity LOW (a policy mistake, but the policy loader accepts it and every query on the column
