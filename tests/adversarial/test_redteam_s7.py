@@ -269,3 +269,31 @@ def test_a2_unit_column_is_not_clamped_into_other_people(tmp_path: Path, unit: s
     finally:
         for s in sessions:
             s.close()
+
+
+# --- A3. A public domain's far dates crash the post-processing after the charge ---------------------------
+#
+# Severity LOW (no bit about a person: the domain is public, so both neighbours crash alike; but the query
+# is charged and ends in a raw pandas DateParseError — not a VeilError, no SQLSTATE — and the wire turns it
+# into an internal error). Class: values of the public domain that are not values of the key's type.
+# DuckDB hands a DATE beyond year 9999 (or BC) back as text; Env.public_domain keeps the text, Env.shape
+# builds a datetime64 frame column from it when the answer needs post-processing (ORDER BY, HAVING,
+# arithmetic), and pandas cannot parse '10000-01-01' or '0001-12-31 (BC)'. Fix by construction: map the
+# domain through the same exact_keys function as the engine's groups (out-of-range dates → NULL, see A1),
+# and bind the post-processing over a frame of those values before the reservation.
+
+FAR_DOMAIN_KEYS = [
+    "CASE WHEN k = 'a' THEN DATE '10000-01-01' ELSE DATE '2000-01-01' END",
+    "CASE WHEN k = 'a' THEN DATE '0001-01-01' - INTERVAL 1 DAY ELSE DATE '2000-01-01' END",
+]
+
+
+@pytest.mark.parametrize("key", FAR_DOMAIN_KEYS)
+def test_a3_far_dates_in_a_public_domain_end_in_a_typed_answer(pair: Pair, key: str) -> None:
+    sql = f"SELECT {key} AS g, COUNT(*) AS n FROM t GROUP BY 1 ORDER BY n"
+    try:
+        assert_same_ending(pair, sql)
+    except AssertionError:
+        raise
+    except Exception as exc:  # a raw exception out of QuerySession.execute is itself the defect
+        pytest.fail(f"QuerySession.execute raised a raw {type(exc).__name__} after the charge: {exc}")
