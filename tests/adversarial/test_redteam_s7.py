@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 
 from tests.adversarial.test_redteam_s4 import TARGET_ROW, Pair, assert_same_ending
+from veil.errors import VeilError
 
 HIDDEN = "u = 7 AND x > 3"
 
@@ -297,6 +298,56 @@ def test_a3_far_dates_in_a_public_domain_end_in_a_typed_answer(pair: Pair, key: 
         raise
     except Exception as exc:  # a raw exception out of QuerySession.execute is itself the defect
         pytest.fail(f"QuerySession.execute raised a raw {type(exc).__name__} after the charge: {exc}")
+
+
+# --- A4. One person's row makes thousands of private groups, each scored in Python ----------------------------
+#
+# Severity HIGH (a deterministic running-time bit of seconds about one person, and a denial of service:
+# minutes of CPU per cheap query, and memory that one row decides). Class: running time — per-group work
+# outside the engine. A quantile, MEDIAN, MIN or MAX with private group keys is scored per group in Python
+# (Env._grids allocates groups × grid points; add_noise._grid_value calls report_noisy_max once per group,
+# ~2 ms for a 1,001-point grid) for *every* group the engine returns, released or not. MAX_JOIN_FACTOR lets
+# one private row join 10,000 public rows, and a public column next to a private key makes each joined row
+# its own private group: `SELECT t.s, p.pk, MEDIAN(t.y) FROM t CROSS JOIN pub p WHERE t.u = 7 AND t.x > 3
+# GROUP BY 1, 2` returns no group on D and |pub| groups on D′ (none released: each has count 1). Measured
+# (2 shared cores): |pub| = 3,000, one MEDIAN: D 0.02 s, D′ 2.3 s; |pub| = 10,000 with MEDIAN, MIN and MAX:
+# D 0.02 s, D′ 22 s — the reply time answers `x > 3` for person 7, and `veil serve` lets a private query run
+# to its end by design, so a statement timeout cannot hide it. Each statistic also allocates groups × 1,001
+# int64 (80 MB per statistic at 10,000 groups): a hundred quantiles make one person's row an 8 GB allocation.
+# Fix by construction: select partitions first and run the exponential mechanism only for released groups
+# (their number is DP), vectorised over groups (one OpenDP call, no per-group Python), with the histogram
+# held sparsely; the work per unreleased group must be O(1) numpy.
+
+GROUP_PUB = pd.DataFrame({"pk": pd.array(range(5000), dtype="Int64"), "pn": [f"p{i}" for i in range(5000)]})
+MANY_GROUPS = "SELECT t.s AS g, p.pk AS k, MEDIAN(t.y) AS m FROM t CROSS JOIN pub p WHERE t.u = 7 AND t.x > 3 GROUP BY 1, 2"
+
+
+@pytest.mark.slow
+def test_a4_unreleased_groups_cost_no_per_group_work(tmp_path: Path) -> None:
+    import time
+
+    from tests.adversarial.test_redteam_s4 import POLICY, _base_rows, _frame
+    from veil.policy import load_policy
+    from veil.proxy.session import QuerySession
+    from veil.store.warehouse import write_table
+
+    took = []
+    for name, rows in (("d", _base_rows()), ("dp", [*_base_rows(), TARGET_ROW])):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "policy.toml").write_text(POLICY, encoding="utf-8")
+        policy = load_policy(folder / "policy.toml")
+        write_table(policy, "pub", GROUP_PUB, replace=True, public=True)
+        write_table(policy, "t", _frame(rows), replace=True)
+        with QuerySession(policy, "a") as s:
+            s.execute("SELECT COUNT(*) FROM t", epsilon=1)  # builds the bounded copy outside the timing
+            start = time.perf_counter()
+            try:
+                s.execute(MANY_GROUPS, epsilon=1)
+            except VeilError:
+                pass  # a free refusal (a fix) is fine, as long as it takes the same time on both
+            took.append(time.perf_counter() - start)
+    assert took[1] < 5 * took[0] + 1.0, f"D: {took[0]:.2f} s, D′: {took[1]:.2f} s — one row decides the running time"
 
 
 # ==================================================================================================
