@@ -350,6 +350,52 @@ def test_a4_unreleased_groups_cost_no_per_group_work(tmp_path: Path) -> None:
     assert took[1] < 5 * took[0] + 1.0, f"D: {took[0]:.2f} s, D′: {took[1]:.2f} s — one row decides the running time"
 
 
+# --- A5. A private text value carried by 10,000 joined rows: the s5 A5 ceiling counts literals only --------
+#
+# Severity MEDIUM (running time and memory decided by one person's row; needs a wide private value, e.g. a
+# free-text column). Class: running time — bytes one row carries through the join factor. s5 A5 was closed by
+# bounding text-literal bytes × the join factor (16 MiB); a *column's* own value is carried the same way
+# and is not counted: the bounded copy keeps text of any length. With the target's `s` 100 KB long,
+# `SELECT t.s, p.pk, COUNT(*) FROM t CROSS JOIN pub p WHERE t.u = 7 GROUP BY 1, 2` (factor 10,000, allowed)
+# fetches 10,000 group keys of 100 KB into Python: measured D 0.01 s / 240 MB, D′ 1.9 s / 2.7 GB RSS;
+# `COUNT(DISTINCT t.s || p.pn)` builds them in the engine: D′ 1.0 s / 1.4 GB. A `t.x > 3` guard turns it into
+# a hidden-value bit; a 1 MB value is 10 GB.
+# Fix by construction: bound text like numbers — a declared maximum length per text column, enforced when
+# the bounded copy is built (truncation), counted with the literals in the bytes × join-factor ceiling.
+
+WIDE_TEXT = 100_000
+
+
+@pytest.mark.slow
+def test_a5_a_wide_private_value_times_the_join_factor_is_bounded(tmp_path: Path) -> None:
+    import time
+
+    from tests.adversarial.test_redteam_s4 import POLICY, _base_rows, _frame
+    from veil.policy import load_policy
+    from veil.proxy.session import QuerySession
+    from veil.store.warehouse import write_table
+
+    pub = pd.DataFrame({"pk": pd.array(range(10_000), dtype="Int64"), "pn": [f"p{i}" for i in range(10_000)]})
+    sql = "SELECT t.s AS g, p.pk AS k, COUNT(*) AS n FROM t CROSS JOIN pub p WHERE t.u = 7 GROUP BY 1, 2"
+    took = []
+    for name, rows in (("d", _base_rows()), ("dp", [*_base_rows(), {**TARGET_ROW, "s": "z" * WIDE_TEXT}])):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "policy.toml").write_text(POLICY, encoding="utf-8")
+        policy = load_policy(folder / "policy.toml")
+        write_table(policy, "pub", pub, replace=True, public=True)
+        write_table(policy, "t", _frame(rows), replace=True)
+        with QuerySession(policy, "a") as s:
+            s.execute("SELECT COUNT(*) FROM t", epsilon=1)  # builds the bounded copy outside the timing
+            start = time.perf_counter()
+            try:
+                s.execute(sql, epsilon=1)
+            except VeilError:
+                pass  # a free refusal (a fix) is fine, as long as it takes the same time on both
+            took.append(time.perf_counter() - start)
+    assert took[1] < 5 * took[0] + 1.0, f"D: {took[0]:.2f} s, D′: {took[1]:.2f} s — one row decides the running time"
+
+
 # ==================================================================================================
 # Part B — defences probed that held (these pass today; each fails if its defence breaks)
 # ==================================================================================================
