@@ -1,14 +1,31 @@
-"""Red team, session 7: classes not covered by sessions 4–6 (public group domains, the answer cache, the
-refund path, the server's catalogue, quantiles, COUNT(DISTINCT …), partition selection).
+"""Red team, session 7: classes not covered by sessions 4–6 (public group domains, the bounded copy's unit
+column, per-group work outside the engine, wide private values, the answer cache, the refund path,
+quantiles, COUNT(DISTINCT …), partition selection, column alias lists).
 
 Same harness as sessions 4–6 (:mod:`tests.adversarial.test_redteam_s4`): D and D′ differ in one person
-(the target, unit 7, whose row holds ``x = 5``); the same analyst SQL must end the same way on both, and
-every released statistic must move by at most the sensitivity the plan charged for, summed over all the
-released cells (L1 over the whole released vector, as docs/sql.md promises).
+(the target, unit 7, whose row holds ``x = 5``); the same analyst SQL must end the same way on both, take
+about the same time, and every released statistic must move by at most the sensitivity the plan charged
+for, summed over all released cells (L1 over the whole released vector, as docs/sql.md promises).
 
 Part A holds attacks that succeed today (the tests FAIL until Veil is fixed); part B holds probes of
 defences that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (DuckDB 2.0, main at
-f22bf44).
+f22bf44):
+
+* A1 (high) public group domains are fetched raw and never deduplicated in Python: DATE 'infinity' and
+  '9999-12-31' (and the timestamp / '-infinity' pairs) are two domain entries and one Python group, so one
+  group is released 2^m times for m keys — 65,536 independently noised copies in one query (the median of
+  the copies is the exact count). Also through the CLI and the wire, and (low) with declared values that are
+  equal in Python (`values = [1, 1.0, true]`).
+* A2 (medium) the bounded copy clamps and casts the privacy-unit column, so people whose ids exceed the
+  unit's bounds (or whose text ids read as one number) become one unit; adding one replaces another's
+  rows: ×2 sensitivity.
+* A3 (low) far dates in a public domain crash the post-processing with a raw pandas error after the charge.
+* A4 (high) quantile/MIN/MAX scoring runs per group in Python for every group, released or not: one row
+  joined with |pub| public rows under a private key makes |pub| groups — seconds (22 s measured) decided by
+  one person, and memory proportional to them.
+* A5 (medium) a private text value carried by the join factor: the s5 A5 ceiling counts literals only.
+* Part B passes: column alias lists keep pins and types; a generated grammar of joins, filters, keys and
+  aggregates stays within sensitivity.
 """
 
 from __future__ import annotations
