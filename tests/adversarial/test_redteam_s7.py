@@ -55,8 +55,10 @@ def _l1_moved(pair: Pair, sql: str, column: int = -1) -> tuple[float, float, int
     """(L1 distance between D's and D′'s released column, the plan's largest sensitivity, released rows).
 
     Rows are compared in release order: both sides release the same groups in the same order here (public
-    keys: every key of the domain, in the domain's order)."""
+    keys: every key of the domain, in the domain's order). A free refusal, the same on both, moves nothing."""
     d, dp = assert_same_ending(pair, sql)
+    if not d.ok and d.charged == 0:
+        return 0.0, 0.0, 0
     assert d.ok and dp.ok, (d, dp)
     assert len(d.rows) == len(dp.rows), (d.rows, dp.rows)
     moved = sum(abs(float(a[column] or 0) - float(b[column] or 0)) for a, b in zip(d.rows, dp.rows, strict=True))
@@ -115,7 +117,12 @@ def test_a1_public_domain_does_not_release_one_group_twice(pair: Pair, key: str,
 A1_SQL = "SELECT " + ", ".join(f"{DUP_KEYS[0]} AS g{i}" for i in range(3)) + ", COUNT(*) AS n FROM t GROUP BY g0, g1, g2"
 
 
-def _keys_once(rows: tuple[tuple[Any, ...], ...]) -> None:
+def _keys_once(out: Any) -> None:
+    """Each released key tuple appears once (or the query is refused with a typed error, not XX000)."""
+    if not out.ok:
+        assert not out.crashed and out.sqlstate not in ("", "XX000"), out
+        return
+    rows = out.rows
     keys = [tuple(str(v) for v in r[:-1]) for r in rows]
     assert rows and len(keys) == len(set(keys)), f"{len(keys)} released rows, {len(set(keys))} distinct keys: {keys[:3]}"
 
@@ -123,9 +130,7 @@ def _keys_once(rows: tuple[tuple[Any, ...], ...]) -> None:
 def test_a1_cli_releases_each_group_once(pair: Pair) -> None:
     from tests.support.attack import CliInterface
 
-    out = CliInterface(pair.policy_paths[1], "b").query(A1_SQL, 0.05)
-    assert out.ok, out
-    _keys_once(out.rows)
+    _keys_once(CliInterface(pair.policy_paths[1], "b").query(A1_SQL, 0.05))
 
 
 @pytest.mark.slow
@@ -143,8 +148,7 @@ def test_a1_wire_releases_each_group_once(pair: Pair) -> None:
             wire.close()
     finally:
         srv.stop()
-    assert out.ok, out
-    _keys_once(out.rows)
+    _keys_once(out)
 
 
 # A curator's declared values meet the same way: `values = [1, 1.0]` (or `[1, true]`) passes the policy's
@@ -172,6 +176,12 @@ delta = 0.5
 
 
 def test_a1_declared_values_equal_in_python_are_one_group(tmp_path: Path) -> None:
+    from veil.errors import PolicyError
+
+    try:
+        load_policy_text(tmp_path / "check", DECLARED_DUP_POLICY)
+    except PolicyError:
+        return  # the loader refuses values that are one value in Python: fixed at the source
     sessions = _worlds(tmp_path, DECLARED_DUP_POLICY, "w", pd.DataFrame({"g": pd.array([1, 1, 2], dtype="Int64")}),
                        pd.DataFrame({"g": pd.array([1, 1, 2, 1], dtype="Int64")}))  # fmt: skip
     try:
@@ -182,6 +192,14 @@ def test_a1_declared_values_equal_in_python_are_one_group(tmp_path: Path) -> Non
     finally:
         for s in sessions:
             s.close()
+
+
+def load_policy_text(folder: Path, text: str) -> Any:
+    from veil.policy import load_policy
+
+    folder.mkdir()
+    (folder / "policy.toml").write_text(text, encoding="utf-8")
+    return load_policy(folder / "policy.toml")
 
 
 def _worlds(base: Path, policy_text: str, table: str, d: pd.DataFrame, dp: pd.DataFrame) -> list[Any]:
@@ -264,23 +282,26 @@ def _user_rows(person: object, newcomer: object | None, trial: int) -> pd.DataFr
 @pytest.mark.slow
 @pytest.mark.parametrize(("unit", "person", "newcomer"), UNIT_MERGES)
 def test_a2_unit_column_is_not_clamped_into_other_people(tmp_path: Path, unit: str, person: object, newcomer: object) -> None:
-    from veil.policy import load_policy
+    from veil.errors import PolicyError
     from veil.proxy._testing import exact_session
     from veil.store.warehouse import write_table
 
     sql = "SELECT SUM(x) FROM v"
-    policies = []
-    for name in ("d", "dp"):
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "policy.toml").write_text(USER_POLICY.format(pid=unit), encoding="utf-8")
-        policies.append(load_policy(tmp_path / name / "policy.toml"))
+    try:
+        policies = [load_policy_text(tmp_path / name, USER_POLICY.format(pid=unit)) for name in ("d", "dp")]
+    except PolicyError:
+        return  # a loader that refuses bounds on the unit column closes the bounded variant at the source
     sessions = [exact_session(policy, "a") for policy in policies]
     try:
         sensitivity = max(float(s["sensitivity"]) for s in sessions[0].explain(sql, epsilon=1).statistics)
         for trial in range(3):  # each rewrite is a new data version: a new bounded copy with a fresh salt
             for policy, joined in zip(policies, (None, newcomer), strict=True):
                 write_table(policy, "v", _user_rows(person, joined, trial), replace=True)
-            d, dp = (float(s.execute(sql, epsilon=1 + Fraction(trial, 1000)).rows[0][0]) for s in sessions)
+            try:
+                d, dp = (float(s.execute(sql, epsilon=1 + Fraction(trial, 1000)).rows[0][0]) for s in sessions)
+            except VeilError as exc:  # a unit column Veil cannot bound faithfully, refused: fine if free
+                assert all(s.budget().spent == 0 for s in sessions), f"refused after a charge: {exc.message}"
+                return
             assert abs(dp - d) <= sensitivity, (
                 f"adding person {newcomer!r} moved SUM(x) from {d} to {dp} (noise off); the plan's sensitivity is {sensitivity}"
             )
