@@ -587,3 +587,43 @@ def _grammar(n: int) -> list[str]:
 def test_b2_generated_queries_stay_within_sensitivity(pair: Pair) -> None:
     for sql in _grammar(24):
         assert_statistics_within_sensitivity(pair, sql)
+
+
+# --- B3. The server's catalogue and EXPLAIN say the same on D and D′ -------------------------------------------
+#
+# pg_class/pg_stats/pg_stat_*/information_schema/obj_description, veil.budget, SHOW and EXPLAIN [ANALYZE]
+# over the wire come from the policy and the plan only: no row counts, sizes or statistics (reltuples is
+# -1), and the size functions are refused.
+
+CATALOGUE = [
+    "SELECT relname, reltuples, relpages FROM pg_catalog.pg_class",
+    "SELECT * FROM pg_catalog.pg_stats",
+    "SELECT * FROM pg_catalog.pg_stat_user_tables",
+    "SELECT * FROM pg_catalog.pg_statistic",
+    "SELECT n_live_tup FROM pg_stat_all_tables",
+    "SELECT table_name, column_name, data_type FROM information_schema.columns",
+    "SELECT obj_description(oid) FROM pg_class",
+    "SELECT pg_total_relation_size('t')",
+    "EXPLAIN SELECT COUNT(*) FROM t WHERE u = 7",
+    "EXPLAIN ANALYZE SELECT MEDIAN(x) FROM t WHERE u = 7",
+]
+
+
+@pytest.mark.slow
+def test_b3_catalogue_and_explain_do_not_depend_on_one_row(pair: Pair) -> None:
+    from tests.support.attack import Server, WireInterface, set_password
+
+    ends = []
+    for path in pair.policy_paths:
+        set_password(path, "b")
+        srv = Server(path, path.parent / "serve-s7-b3.log")
+        try:
+            wire = WireInterface(srv.port, "b")
+            try:
+                ends.append([(o.ok, o.sqlstate, o.rows) for o in (wire.query(sql, None) for sql in CATALOGUE)])
+            finally:
+                wire.close()
+        finally:
+            srv.stop()
+    diff = [sql for sql, d, dp in zip(CATALOGUE, ends[0], ends[1], strict=True) if d != dp]
+    assert not diff, f"these catalogue answers differ between D and D′: {diff}"
