@@ -217,6 +217,15 @@ def _section(data: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]
     return value
 
 
+def _hashable(v: Any) -> Any:
+    """``v`` as a grouping key compares it (equal numbers and booleans are one key); unhashable values by text."""
+    try:
+        hash(v)
+    except TypeError:
+        return repr(v)
+    return v
+
+
 def _parse_column(table: str, name: str, raw: Any) -> ColumnSpec:
     where = f"[tables.{table}.columns].{name}"
     if not isinstance(raw, Mapping):
@@ -251,8 +260,11 @@ def _parse_column(table: str, name: str, raw: Any) -> ColumnSpec:
             raise PolicyError(f"{where}.values applies to category, bool and int columns, not {ctype}")
         if not isinstance(values, list) or not values:
             raise PolicyError(f"{where}.values must be a non-empty list, got {values!r}")
-        if len(set(map(repr, values))) != len(values):
-            raise PolicyError(f"{where}.values has duplicates: {values!r}")
+        if len(set(map(repr, values))) != len(values) or len({_hashable(v) for v in values}) != len(values):
+            raise PolicyError(
+                f"{where}.values has duplicates: {values!r}",
+                hint="List each value once (1, 1.0 and true are one value to Veil's grouping)",
+            )
         if any(len(str(v)) > MAX_TEXT_LENGTH for v in values):
             raise PolicyError(f"{where}.values has a value longer than {MAX_TEXT_LENGTH} characters")
         values = tuple(values)

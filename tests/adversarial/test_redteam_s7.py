@@ -95,6 +95,9 @@ DUP_KEYS = [
     "CASE WHEN k = 'a' THEN DATE '-infinity' ELSE DATE '0001-01-01' END",
     "CASE WHEN k = 'a' THEN TIMESTAMP 'infinity' ELSE TIMESTAMP '9999-12-31 23:59:59.999999' END",
     "CASE WHEN b THEN TIMESTAMP '-infinity' ELSE TIMESTAMP '0001-01-01' END",
+    # (lead) the same class through other values that meet in Python: NaN and NULL, -0.0 and 0.0
+    "CASE WHEN k = 'a' THEN CAST('NaN' AS DOUBLE) END",
+    "CASE WHEN k = 'a' THEN CAST('-0.0' AS DOUBLE) ELSE CAST(0 AS DOUBLE) END",
 ]
 
 

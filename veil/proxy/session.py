@@ -275,11 +275,15 @@ class Env:
         total = 1
         for k in p.keys:
             if k.domain_values is not None:
-                values = list(k.domain_values)
+                values = list(dict.fromkeys(k.domain_values))
             elif k.domain_sql is not None:
                 key = (k.domain_sql, self._generation(self.public_engine))
                 if key not in self._domains:
-                    self._domains[key] = [r[0] for r in self.public_engine.execute(self._native(k.domain_sql)).rows]
+                    res = self.public_engine.execute(self._native(k.domain_sql))
+                    exact = exact_keys(res.types[:1])
+                    # each value as the engine's groups are keyed (exact_keys), once: two engine values that
+                    # meet in one Python value (DATE 'infinity' and 9999-12-31) are one group, released once
+                    self._domains[key] = list(dict.fromkeys(exact(r[:1])[0] for r in res.rows))
                 values = self._domains[key]
             else:
                 raise InternalError(f"group key {k.label} has no public domain")
