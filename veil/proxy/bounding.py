@@ -5,10 +5,11 @@ spec (columns, types, bounds, declared values, privacy unit, contribution bound)
 data (:meth:`Engine.table_version`) and this module's algorithm — built once and reused by every
 later query. The copy holds only the declared columns, each cast to its declared type (``TRY_CAST``:
 a value that does not convert becomes NULL), numeric ones clamped to their bounds (NaN becomes
-NULL, ±inf the bound). For a user-level table it keeps at most ``max_rows_per_unit`` rows per unit,
+NULL, ±inf the bound). For a user-level table it keeps at most ``max_rows_per_unit`` rows per unit —
+the unit column's *stored* value, not its typed or clamped copy, so no cast or bound merges two people —
 chosen by a keyed cryptographic hash (SHA-256 of a secret salt and the typed row's content, unit
 included), so which rows are kept depends only on that unit's own rows and not on physical order;
-rows whose unit is NULL are dropped (no person can be bounded without an identifier). The SELECT is
+rows whose unit is NULL or NaN are dropped (no person can be bounded without an identifier). The SELECT is
 built as a neutral tree (:func:`build_tree`) that each engine renders in its dialect; the row's text
 reads the same on every engine, so DuckDB and Spark keep the same rows. Category (text) values are cut
 to the column's ``text_cap`` characters (policy ``max_length``, default 1,024), so the work one person's
@@ -97,12 +98,16 @@ def build_tree(spec: TableSpec, salt: str) -> exp.Select:
     if spec.privacy_unit is None:
         sql = f"SELECT {typed} FROM {_q(spec.name)}"
     else:
+        # rows are bounded per *stored* unit value, never per its typed or clamped copy: a bound or a cast
+        # would merge different people into one unit (ids 10, 11, … clamped to 10; '10' and '010' read as one
+        # number), and a newcomer would then displace other people's rows instead of adding its own
         unit = _q(spec.privacy_unit)
         key = f"sha256('{salt}' || '|' || {_row_text(list(spec.columns))})"
         cols = ", ".join(_q(c) for c in spec.columns)
         sql = (
-            f"SELECT {cols} FROM (SELECT {cols}, row_number() OVER (PARTITION BY {unit} ORDER BY {key}) AS __veil_rn "
-            f"FROM (SELECT {typed} FROM {_q(spec.name)}) AS __veil_typed WHERE {unit} IS NOT NULL) AS __veil_ranked "
+            f"SELECT {cols} FROM (SELECT {cols}, row_number() OVER (PARTITION BY __veil_unit ORDER BY {key}) AS __veil_rn "
+            f"FROM (SELECT {typed}, {unit} AS __veil_unit FROM {_q(spec.name)}) AS __veil_typed "
+            "WHERE __veil_unit IS NOT NULL AND NOT coalesce(isnan(TRY_CAST(__veil_unit AS DOUBLE)), false)) AS __veil_ranked "
             f"WHERE __veil_rn <= {int(spec.max_rows_per_unit)}"
         )
     tree = sqlglot.parse_one(sql, read="duckdb")
