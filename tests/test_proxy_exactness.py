@@ -38,6 +38,20 @@ CASES = [
     ("SELECT quantile_cont(age, 0.9) FROM people", None, 1),
     ("SELECT PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY age) FROM people", "SELECT quantile_cont(age, 0.25) FROM people", 1),
     ("SELECT MEDIAN(income) FROM people", None, 200.0),  # grid step 200 on [0, 200000]
+    # a descending order takes the quantile from the top (red team s7: DESC was ignored)
+    (
+        "SELECT PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY age DESC) FROM people",
+        "SELECT quantile_cont(age, 0.75) FROM people",
+        1,
+    ),
+    ("SELECT PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY age DESC) FROM people", "SELECT quantile_cont(age, 0.1) FROM people", 1),
+    # CTEs nothing names are dropped, however nested (one over the private table was an internal error)
+    ("WITH c AS (SELECT * FROM people) SELECT COUNT(*) FROM people", "SELECT COUNT(*) FROM people", 0),
+    (
+        "WITH a AS (SELECT age FROM people) SELECT COUNT(*) FROM (WITH b AS (SELECT * FROM a) SELECT * FROM people) s",
+        "SELECT COUNT(*) FROM people",
+        0,
+    ),
     ("SELECT AVG(income * 2) FROM people", None, 1e-6),
     ("SELECT SUM(CASE WHEN sex = 'Female' THEN 1 ELSE 0 END) FROM people", None, 0),
     ("SELECT AVG(age) FILTER (WHERE sex = 'Male') FROM people", None, 1e-9),

@@ -249,12 +249,8 @@ def _parse_column(table: str, name: str, raw: Any) -> ColumnSpec:
                 )
             if ctype == "int" and (lo.denominator != 1 or hi.denominator != 1):
                 raise PolicyError(f"{where} is an int column with fractional bounds {lower}, {upper}")
-    elif ctype == "date":
-        if lower is not None or upper is not None:
-            # TOML dates arrive as datetime.date; store them as ISO strings' ordinal days is overkill here.
-            pass
     elif lower is not None or upper is not None:
-        raise PolicyError(f"{where} is a {ctype} column; lower/upper apply only to int, float and date")
+        raise PolicyError(f"{where} is a {ctype} column; lower/upper apply only to int and float columns")
     if values is not None:
         if ctype not in ("category", "bool", "int"):
             raise PolicyError(f"{where}.values applies to category, bool and int columns, not {ctype}")

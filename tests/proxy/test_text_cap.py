@@ -173,3 +173,14 @@ def test_a_two_megabyte_value_does_not_decide_running_time(long_pair: list[Any],
     # about 3.6 GB of copying for one row). With it, both sides do at most 60 × 1,024 characters per row.
     d, dp = (min(_took(s, sql) for _ in range(2)) for s in long_pair)  # the faster of two: less host noise
     assert dp < 1.5 * d + 0.25, f"D: {d:.3f} s, D′: {dp:.3f} s — one row's text decides the running time"
+
+
+@pytest.mark.parametrize("ctype", ["date", "category", "bool"])
+def test_bounds_on_columns_veil_does_not_clamp_are_refused(tmp_path: Path, ctype: str) -> None:
+    # a bound Veil would silently ignore must not look like a protection (dates were accepted and ignored)
+    (tmp_path / "p.toml").write_text(
+        f'[tables.t]\n[tables.t.columns]\nc = {{ type = "{ctype}", lower = 2020-01-01, upper = 2021-01-01 }}\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(PolicyError, match="lower/upper apply only to int and float"):
+        load_policy(tmp_path / "p.toml")

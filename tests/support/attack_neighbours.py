@@ -46,7 +46,7 @@ class Release:
 def exact_release(session: Any, sql: str, epsilon: float | None = None) -> Release:
     from veil.errors import VeilError
     from veil.proxy import pipeline
-    from veil.proxy.add_noise import clamp_raw, grid_scores
+    from veil.proxy.add_noise import clamp_raw, grid_row, grid_scores
 
     try:
         state = pipeline.run(session._state(sql, epsilon), session._env, until="execute")
@@ -63,8 +63,8 @@ def exact_release(session: Any, sql: str, epsilon: float | None = None) -> Relea
     scores: dict[int, dict[tuple[Any, ...], np.ndarray]] = {}
     for stat in state.plan.statistics:
         if stat.kind == "grid":
-            hist = raw.grids[stat.id]
-            scores[stat.id] = {g: grid_scores(stat, np.asarray(hist[i])) for i, g in enumerate(raw.groups)}
+            cells = raw.grids[stat.id]
+            scores[stat.id] = {g: grid_scores(stat, grid_row(stat, cells[i])) for i, g in enumerate(raw.groups)}
         else:
             clamped = clamp_raw(stat, raw.raw[stat.id])
             values[stat.id] = {g: float(clamped[i]) for i, g in enumerate(raw.groups)}

@@ -13,7 +13,7 @@ test path (:mod:`veil.proxy._testing`) passes an exact or seeded source.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +21,7 @@ import numpy as np
 from veil import mechanisms
 from veil.proxy.plan import QueryPlan, Statistic
 
-__all__ = ["FLOAT_LIMIT", "INT_LIMIT", "NoiseSource", "clamp_raw", "grid_scores", "noisy_statistics"]
+__all__ = ["FLOAT_LIMIT", "INT_LIMIT", "NoiseSource", "clamp_raw", "grid_row", "grid_scores", "noisy_statistics"]
 
 #: Exact integer statistics are clamped to ±2⁶² before noise (the i64 sampler then cannot overflow).
 INT_LIMIT = 2**62
@@ -77,27 +77,35 @@ def _grid_value(stat: Statistic, scores: np.ndarray, noise: NoiseSource) -> floa
     return float(stat.grid_lo + stat.grid_step * int(idx)) + (idx - int(idx)) * float(stat.grid_step)
 
 
+def grid_row(stat: Statistic, cells: Mapping[int, int]) -> np.ndarray:
+    """One group's dense histogram over ``stat``'s grid from its sparse cells (bins clipped to the grid)."""
+    row = np.zeros(stat.grid_n, dtype=np.int64)
+    for b, count in cells.items():
+        row[min(max(b, 0), stat.grid_n - 1)] += count
+    return row
+
+
 def noisy_statistics(
     plan: QueryPlan,
     raw: Mapping[int, np.ndarray],
-    grids: Mapping[int, np.ndarray],
+    grids: Mapping[int, Sequence[Mapping[int, int]]],
     noise: NoiseSource = PRODUCTION,
 ) -> dict[int, np.ndarray]:
     """Noisy value of every statistic for every group (arrays aligned with the group list).
 
-    ``raw[id]``: exact values per group (counts/sums); ``grids[id]``: (groups × grid points) counts.
+    ``raw[id]``: exact values per group (counts/sums); ``grids[id]``: per group, its histogram cells.
+    Counts and sums are noised first (vectorised); when the plan selects partitions, grid statistics
+    (quantiles, MIN, MAX) are then scored only for the groups that pass the threshold — an unreleased
+    group costs no per-group work, so one person's many unreleased groups cannot decide the running time.
+    Their value for the other groups is NaN (never released).
     """
     out: dict[int, np.ndarray] = {}
     by_id = {s.id: s for s in plan.statistics}
     batches: dict[tuple[str, float], list[int]] = {}
     for stat in plan.statistics:
         if stat.kind == "grid":
-            hist = grids[stat.id]
-            out[stat.id] = np.array(
-                [_grid_value(stat, grid_scores(stat, row), noise) for row in hist],
-                dtype=np.float64,
-            )
-        elif noise.exact:
+            continue
+        if noise.exact:
             out[stat.id] = clamp_raw(stat, raw[stat.id])
         else:  # statistics sharing a mechanism and scale are noised in one call (independent draws)
             batches.setdefault((stat.mechanism, stat.scale), []).append(stat.id)
@@ -111,4 +119,15 @@ def noisy_statistics(
             flat = mechanisms.laplace(exact, scale=scale, rng=noise.rng, sensitivity=least)
         for i, part in zip(ids, np.split(flat, np.cumsum(sizes)[:-1]), strict=True):
             out[i] = part
+    released: np.ndarray | None = None
+    if plan.partition_stat is not None and plan.partition_threshold is not None:
+        released = np.flatnonzero(out[plan.partition_stat] >= plan.partition_threshold)
+    for stat in plan.statistics:
+        if stat.kind != "grid":
+            continue
+        cells = grids[stat.id]
+        values = np.full(len(cells), np.nan, dtype=np.float64)
+        for i in range(len(cells)) if released is None else released.tolist():
+            values[i] = _grid_value(stat, grid_scores(stat, grid_row(stat, cells[i])), noise)
+        out[stat.id] = values
     return out

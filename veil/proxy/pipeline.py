@@ -56,7 +56,7 @@ class RawResult:
 
     groups: list[tuple[Any, ...]]
     raw: dict[int, np.ndarray]
-    grids: dict[int, np.ndarray]
+    grids: dict[int, list[dict[int, int]]]  # grid statistic → per group, its sparse histogram cells {bin: rows}
     key_types: list[str]
 
 
@@ -144,6 +144,7 @@ def _plan(s: QueryState, env: Env) -> QueryState:
     multiplicity.check_factor(factor, a.text_bytes)
     c = env.contribution(a.private_table) * factor
     p = plan(a, catalog, epsilon=s.epsilon, contribution=c, partition_delta=env.policy.defaults.partition_delta)
+    multiplicity.check_grouped_contribution(p.contribution, len(p.keys))
     return replace(s, plan=p)
 
 

@@ -180,6 +180,8 @@ def _agg_parts(node: exp.Expression) -> tuple[str, exp.Expression | None, bool, 
             raise Unsupported("WITHIN GROUP needs exactly one ORDER BY expression")
         arg = ordered[0].this
         q = _const_q(inner.this)
+        if q is not None and ordered[0].args.get("desc"):
+            q = 1.0 - q  # the q-quantile in descending order is the (1 − q)-quantile in ascending order
         return name, arg, False, filt, q
     if isinstance(node, exp.Anonymous):
         args = node.expressions

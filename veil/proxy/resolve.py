@@ -168,6 +168,38 @@ def private_reads(tree: exp.Select, catalog: Catalog) -> dict[str, int]:
     return counts
 
 
+def _within(node: exp.Expression, ancestor: exp.Expression) -> bool:
+    """Whether ``ancestor`` (this very node, not an equal one) is above ``node``."""
+    parent = node.parent
+    while parent is not None:
+        if parent is ancestor:
+            return True
+        parent = parent.parent
+    return False
+
+
+def _drop_unused_ctes(tree: exp.Expression) -> None:
+    """Remove every CTE no other part of its query names, until none is left: it contributes nothing to the
+    answer, and what is not in the tree never reaches validation or the engine (an unused CTE over the
+    private table was counted as a second read and ended in an internal error)."""
+    changed = True
+    while changed:
+        changed = False
+        for with_ in list(tree.find_all(exp.With)):
+            owner = with_.parent
+            if owner is None:
+                continue
+            for cte in list(with_.expressions):
+                name = cte.alias_or_name.lower()
+                if not any(
+                    t.name.lower() == name and not t.args.get("db") and not _within(t, cte) for t in owner.find_all(exp.Table)
+                ):
+                    cte.pop()
+                    changed = True
+            if not with_.expressions:
+                with_.pop()
+
+
 def _expand_having_aliases(tree: exp.Select, catalog: Catalog) -> None:
     """``HAVING n > 5`` where ``n`` is an output alias (as DuckDB resolves it): use the aliased expression.
 
@@ -187,6 +219,7 @@ def _expand_having_aliases(tree: exp.Select, catalog: Catalog) -> None:
 def resolve(tree: exp.Select, catalog: Catalog, *, sql: str = "") -> Resolved:
     """Resolve ``tree`` (from :func:`veil.proxy.parse.parse`) against ``catalog``."""
     work = tree.copy()
+    _drop_unused_ctes(work)
     _expand_having_aliases(work, catalog)
     tables = _rename_references(work, catalog)
     qualified = _qualify(work, catalog)

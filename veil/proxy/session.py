@@ -435,18 +435,11 @@ class Env:
 
     def _grids(
         self, p: QueryPlan, groups: list[tuple[Any, ...]], hist: dict[int, dict[tuple[Any, ...], dict[int, int]]]
-    ) -> dict[int, np.ndarray]:
-        grids: dict[int, np.ndarray] = {}
-        for stat in p.statistics:
-            if stat.kind != "grid":
-                continue
-            arr = np.zeros((len(groups), stat.grid_n), dtype=np.int64)
-            h = hist.get(stat.id, {})
-            for gi, g in enumerate(groups):
-                for b, cnt in h.get(g, {}).items():
-                    arr[gi, min(max(b, 0), stat.grid_n - 1)] += cnt
-            grids[stat.id] = arr
-        return grids
+    ) -> dict[int, list[dict[int, int]]]:
+        """Each grid statistic's histogram cells per group, kept sparse: the noise pass makes dense rows only
+        for the groups it releases (one person's unreleased groups must cost O(1) each)."""
+        empty: dict[int, int] = {}
+        return {s.id: [hist.get(s.id, {}).get(g, empty) for g in groups] for s in p.statistics if s.kind == "grid"}
 
     # -- answers ----------------------------------------------------------------------------
     def alpha(self) -> float:
