@@ -200,6 +200,8 @@ def test_lattice_of_noisy_statistics_is_independent_of_the_batch_length(
 @dataclass(frozen=True)
 class _OneStatistic:
     statistics: tuple[Statistic, ...]
+    partition_stat: int | None = None  # no partition selection: the batch is noised whole
+    partition_threshold: int | None = None
 
 
 # --------------------------------------------------------------------------------------------------
