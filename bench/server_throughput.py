@@ -508,7 +508,12 @@ def main() -> None:
             "from before reading data refunds the reservation as for keyless queries). On this run a red-team "
             "helper used about one core, so `--processes 2` got 1.1 cores: the rate is core-bound, not a measure "
             "of what two free cores give (at most 2 cores ÷ CPU per answer ≈ 180–190/s). The 300/s target stays "
-            "missed.",
+            "missed."
+            " Fewer analyst threads help on 2 cores: in-process, 20 clients, two runs each, `--workers 2` gave "
+            "8.7–8.9 ms of CPU per answer, 112–115 answers/s and p99 270–300 ms against 9.5–9.8 ms, 100–105/s and"
+            " p99 470–670 ms with the default 8 (Python work holds the GIL; more threads than cores only add "
+            "switching). The default stays 8 so that long engine statements do not queue the others; set "
+            "`--workers` near the core count for short aggregates.",
             "",
             "### Isolation: one client's cheap query while another sends pathological ones",
             "",
