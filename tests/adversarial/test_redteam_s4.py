@@ -24,7 +24,7 @@ defences that held (they pass, and fail if the defence breaks). Status on 2026-1
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -557,6 +557,21 @@ def test_b5_signed_zero_keys_merge_within_sensitivity(big_pair: list[Any]) -> No
 
 TIMING_PUB = pd.DataFrame({"pk": pd.array(range(3000), dtype="Int64"), "pn": [f"p{i}" for i in range(3000)]})
 GATED_JOINS = "SELECT COUNT(*) FROM t JOIN pub p1 ON t.u = 7 AND t.x > 3 JOIN pub p2 ON p1.pk >= 0 JOIN pub p3 ON p2.pk >= 0"
+
+
+def timed(sessions: Sequence[Any], sql: str) -> list[float]:
+    """Seconds ``sql`` takes on each session (D, then D′); a refusal counts, as long as it is as quick on both."""
+    import time
+
+    took = []
+    for s in sessions:
+        start = time.perf_counter()
+        try:
+            s.execute(sql, epsilon=1)
+        except VeilError:
+            pass
+        took.append(time.perf_counter() - start)
+    return took
 
 
 def assert_time_independent(

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.adversarial.test_redteam_s4 import TARGET_ROW, Pair, assert_cli_same_ending, assert_same_ending
+from tests.adversarial.test_redteam_s4 import TARGET_ROW, Pair, assert_cli_same_ending, assert_same_ending, timed
 
 
 @pytest.fixture(scope="module")
@@ -118,19 +118,9 @@ GROWTH_SHAPES = [
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", GROWTH_SHAPES)
 def test_a2_text_growth_through_cte_columns_does_not_decide_running_time(pair: Pair, shape: str) -> None:
-    import time
-
-    from veil.errors import VeilError
 
     sql = _doubling_chain(500_000, 5, shape)
-    took = []
-    for s in pair.sessions:
-        start = time.perf_counter()
-        try:
-            s.execute(sql, epsilon=1)
-        except VeilError:
-            pass  # a free refusal (the fix) is fine, as long as it takes the same time on both
-        took.append(time.perf_counter() - start)
+    took = timed(pair.sessions, sql)
     assert took[1] < 2 * took[0] + 1.0, f"D: {took[0]:.2f} s, D′: {took[1]:.2f} s — one row decides the running time"
 
 
@@ -363,18 +353,7 @@ WIDE_JOINS = [
 @pytest.mark.slow
 @pytest.mark.parametrize("sql", WIDE_JOINS)
 def test_a5_joined_rows_carrying_one_rows_bytes_do_not_decide_running_time(wide_pair: list[object], sql: str) -> None:
-    import time
-
-    from veil.errors import VeilError
-
-    took = []
-    for s in wide_pair:
-        start = time.perf_counter()
-        try:
-            s.execute(sql, epsilon=1)  # type: ignore[attr-defined]
-        except VeilError:
-            pass  # a free refusal (the fix) is fine, as long as it takes the same time on both
-        took.append(time.perf_counter() - start)
+    took = timed(wide_pair, sql)
     assert took[1] < 2 * took[0] + 1.0, f"D: {took[0]:.2f} s, D′: {took[1]:.2f} s — one row decides the running time"
 
 

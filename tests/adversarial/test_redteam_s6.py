@@ -26,7 +26,6 @@ defences that held. Status on 2026-11-26 (DuckDB 2.0, on aac2225 merged): 26 fai
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -37,6 +36,7 @@ from tests.adversarial.test_redteam_s4 import (
     assert_cli_same_ending,
     assert_same_ending,
     assert_wire_same_endings,
+    timed,
 )
 from tests.adversarial.test_redteam_s5 import CLI_ATTACKS as S5_CLI_ATTACKS
 from tests.adversarial.test_redteam_s5 import assert_within_sensitivity
@@ -52,17 +52,7 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
 
 
 def _timed(pair: Pair, sql: str) -> list[float]:
-    from veil.errors import VeilError
-
-    took = []
-    for s in pair.sessions:
-        start = time.perf_counter()
-        try:
-            s.execute(sql, epsilon=1)
-        except VeilError:
-            pass  # a free refusal (the fix) is fine, as long as it takes the same time on both
-        took.append(time.perf_counter() - start)
-    return took
+    return timed(pair.sessions, sql)
 
 
 # ==================================================================================================
