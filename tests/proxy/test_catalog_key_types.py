@@ -114,3 +114,16 @@ def test_other_keyed_shapes_still_bind_first(session: QuerySession, sql: str) ->
     state = _prepared(session, sql)
     assert not state.bind_on_run
     session.execute(sql, epsilon=1)
+
+
+@pytest.mark.parametrize(
+    ("key", "want"),
+    [("b * 1", {0, 1}), ("b + b", {0, 2}), ("CASE WHEN b THEN 1 ELSE 0 END + iv", {1, 2, 3, 4}), ("NOT b", {False, True})],
+)
+def test_public_domains_of_boolean_arithmetic_are_neutral_like_the_engine_sql(
+    session: QuerySession, key: str, want: set[object]
+) -> None:
+    # the domain query is made total and neutral like the engine's (a boolean in arithmetic is cast first);
+    # without it DuckDB refused `b * 1` and a declared bool key in arithmetic could not be grouped by
+    answer = session.execute(f"SELECT {key} AS g, COUNT(*) FROM t GROUP BY 1", epsilon=1)
+    assert {r[0] for r in answer.rows} == want

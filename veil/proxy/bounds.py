@@ -74,8 +74,8 @@ class Interval:
 
 def _approx(v: Fraction) -> str:
     """A short text for a possibly huge magnitude (never overflows a float)."""
-    digits = len(str(abs(v.numerator) // v.denominator))
-    return f"{float(v):.3g}" if digits < 300 else f"1e{digits - 1}"
+    bits = (abs(v.numerator) // v.denominator).bit_length()  # not str(): Python refuses ints of > 4,300 digits
+    return f"{float(v):.3g}" if bits < 997 else f"1e{int((bits - 1) * math.log10(2))}"
 
 
 def _point(v: Fraction) -> Interval:

@@ -38,7 +38,7 @@ from fractions import Fraction
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
-from veil.engines.neutral import duckdb_text
+from veil.engines.neutral import duckdb_text, neutralise
 from veil.errors import InternalError, QueryRejected, Unbounded, Unsupported
 from veil.proxy.bounds import IntegralRange, Interval, expression_interval, in_doubles, resolve_column
 from veil.proxy.catalog import Catalog
@@ -362,6 +362,7 @@ def _domain_sql(key: exp.Expression, scope: Scope, catalog: Catalog) -> str | No
                     values = ", ".join(f"({exp.convert(v).sql(dialect='duckdb')})" for v in cs.values)
                     sources[alias] = f"(VALUES {values}) AS {alias}(v)"
                 repl = exp.column("v", table=alias)
+                repl.type = col.type  # the key's type, so neutralise treats the value as the column it stands for
             if col is e:
                 return repl
             col.replace(repl)
@@ -370,7 +371,9 @@ def _domain_sql(key: exp.Expression, scope: Scope, catalog: Catalog) -> str | No
     inlined = inline(key, scope)
     if inlined is None or not sources:
         return None
-    return f"SELECT DISTINCT {_sql(make_total(inlined))} AS k FROM {' CROSS JOIN '.join(sources.values())}"
+    # total and neutral like the engine SQL the key's groups come from (a boolean in arithmetic cast first)
+    key_sql = _sql(neutralise(make_total(inlined, copy=False)))
+    return f"SELECT DISTINCT {key_sql} AS k FROM {' CROSS JOIN '.join(sources.values())}"
 
 
 def _group_keys(tree: exp.Select, scope: Scope, catalog: Catalog) -> list[GroupKey]:
