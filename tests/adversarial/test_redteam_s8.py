@@ -14,16 +14,19 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
   and the quantile work per unreleased group, but every count/sum statistic is still noised (one OpenDP draw,
   ~7 µs) and converted in Python for every group, released or not — so one person's 1,000 groups × N
   statistics is N × 7 ms of work that one row decides (N = 1,000: 4 s without the target, 13 s with it).
+* A2 (low) an unused CTE that a shadowed inner reference keeps still ends in an InternalError (free).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from tests.adversarial.test_redteam_s4 import TARGET_ROW, Pair, assert_same_ending
 from veil.errors import VeilError
 
 # ==================================================================================================
@@ -95,3 +98,36 @@ def test_a1_many_statistics_cost_no_work_per_unreleased_group(tmp_path: Path, ag
         f"D: {took[0]:.2f} s, D′: {took[1]:.2f} s — one row decides seconds of running time "
         "(1,000 unreleased groups × 400 statistics)"
     )
+
+
+# --- A2. An unused CTE kept by a shadowed reference still ends in an internal error -----------------------
+#
+# Severity LOW (no privacy loss: the error is free and the same on D and D′; a typed refusal is owed). Class:
+# name resolution. 9b547b7 drops unused CTEs before resolution (an unused CTE over the private table was
+# counted as a second read and ended in an InternalError), but `resolve._drop_unused_ctes` decides "used" by
+# name only: any `Table` node of that name anywhere under the WITH's owner, outside the CTE itself, keeps it —
+# also a reference that an inner WITH of the same name shadows. `WITH a AS (SELECT * FROM t) SELECT COUNT(*)
+# FROM t, (WITH a AS (SELECT * FROM pub) SELECT * FROM a) s` keeps the outer `a` (the inner `a` reads pub), so
+# the private table counts two reads and the query ends in `InternalError: the private table is referenced 2
+# times in a validated query. This is a bug in Veil` (XX000). Fix by construction: decide "used" through
+# sqlglot's scopes (the same resolution the pass then does: a CTE is used iff some reference *resolves* to
+# it), and turn the read-count invariant into a typed refusal where analyst SQL can reach it.
+
+SHADOWED_CTES = [
+    "WITH a AS (SELECT * FROM t) SELECT COUNT(*) FROM t, (WITH a AS (SELECT * FROM pub) SELECT * FROM a) s",
+    "WITH a AS (SELECT * FROM t WHERE u = 7) SELECT k, COUNT(*) FROM t, (WITH a AS (SELECT * FROM pub) SELECT * FROM a) s "
+    "GROUP BY k",
+]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    p = Pair(tmp_path_factory.mktemp("s8"), TARGET_ROW)
+    yield p
+    p.close()
+
+
+@pytest.mark.parametrize("sql", SHADOWED_CTES)
+def test_a2_shadowed_unused_cte_is_not_an_internal_error(pair: Pair, sql: str) -> None:
+    d, _dp = assert_same_ending(pair, sql)
+    assert d.error != "InternalError", f"analyst SQL reached an internal error: {d}"
