@@ -14,6 +14,9 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
   and the quantile work per unreleased group, but every count/sum statistic is still noised (one OpenDP draw,
   ~7 µs) and converted in Python for every group, released or not — so one person's 1,000 groups × N
   statistics is N × 7 ms of work that one row decides (N = 1,000: 4 s without the target, 13 s with it).
+* A3 (high) the text cap counts characters, not bytes, and nothing bounds the text work per joined row: one
+  person's 1,024-character value of 4-byte characters (4 KB), concatenated 63 times and case-mapped a few times
+  over a 10,000-row join, took 88 s (6 GB RSS) against 0.04 s without them.
 * A2 (low) an unused CTE that a shadowed inner reference keeps still ends in an InternalError (free).
 """
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -64,15 +68,15 @@ def _wide(agg: str, n: int) -> str:
     return f"SELECT t.u AS g, p.pk AS k, {stats} FROM t CROSS JOIN pub p WHERE t.u = 7 GROUP BY 1, 2"
 
 
-def _timed_pair(tmp_path: Path, pub: pd.DataFrame, sql: str) -> list[float]:
+def _timed_pair(tmp_path: Path, pub: pd.DataFrame, sql: str, target: dict[str, Any] = TARGET_ROW) -> list[float]:
     """Seconds the same query takes with production noise on D and on D′ (a free refusal counts as an answer)."""
-    from tests.adversarial.test_redteam_s4 import POLICY, TARGET_ROW, _base_rows, _frame
+    from tests.adversarial.test_redteam_s4 import POLICY, _base_rows, _frame
     from veil.policy import load_policy
     from veil.proxy.session import QuerySession
     from veil.store.warehouse import write_table
 
     took = []
-    for name, rows in (("d", _base_rows()), ("dp", [*_base_rows(), TARGET_ROW])):
+    for name, rows in (("d", _base_rows()), ("dp", [*_base_rows(), target])):
         folder = tmp_path / name
         folder.mkdir()
         (folder / "policy.toml").write_text(POLICY, encoding="utf-8")
@@ -131,3 +135,47 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
 def test_a2_shadowed_unused_cte_is_not_an_internal_error(pair: Pair, sql: str) -> None:
     d, _dp = assert_same_ending(pair, sql)
     assert d.error != "InternalError", f"analyst SQL reached an internal error: {d}"
+
+
+# --- A3. One person's text × concatenation × case mapping × join factor: the text cap counts characters -----
+#
+# Severity HIGH (a deterministic running-time bit of tens of seconds about one person, and a denial of
+# service: minutes of CPU and gigabytes of memory from one cheap query). Class: running time — work one row's
+# text causes per joined row. The s7 A5 fix cuts category values to `max_length` *characters* (default 1,024)
+# in the bounded copy; the 16 MiB ceiling (`MAX_JOINED_TEXT_BYTES`) still counts only text *literals* × the
+# join factor; and the 64-value concatenation limit and the expansion limit bound the *query*, not the bytes
+# per joined row. So one person's value of 1,024 four-byte characters (4 KB, within the cap) concatenated 63
+# times with a public column (`t.s || … || p.pn`, 64 values: allowed) is 258 KB built for *each* of the
+# 10,000 public rows a keyless query may join (MAX_JOIN_FACTOR) — 2.6 GB of text — and every LOWER/UPPER
+# around it copies and case-maps all of it again (nesting depth is bounded only by the expansion limit).
+# Measured (production noise, 2 shared cores, noisy), D without the target / D′ with `s = '😀' × 5,000`:
+#   * `COUNT(DISTINCT chain)`, |pub| = 10,000: D 0.03 s, D′ 2.2–3.1 s (3.3 GB RSS); ASCII 'z': D′ 0.7 s;
+#   * `COUNT(*) FILTER (WHERE length(lower(upper(chain))) > 3)`, |pub| = 1,000: D 0.03 s, D′ 1.5–2.0 s;
+#   * the same with five `lower(upper(` levels, |pub| = 10,000: D 0.04 s, D′ 88 s (6 GB RSS).
+# With `WHERE t.u = 7 AND t.x > 3` the reply time is a hidden-value bit; `veil serve` runs a private query
+# to its end, so a statement timeout cannot hide it.
+# Fix by construction: bound text in bytes, not characters (cut by `strlen`, or count 4 bytes per
+# character), and make the per-row text work part of the ceiling that already multiplies by the join factor:
+# (bytes of every text operand a row can carry — the cap × column references, literals — × the number of
+# copying text operations it passes through) × join factor ≤ 16 MiB, refused free before the reservation.
+
+EMOJI_TARGET = {**TARGET_ROW, "s": "\N{GRINNING FACE}" * 5000}
+CHAIN = " || ".join(["t.s"] * 63 + ["p.pn"])
+WIDE_TEXT_QUERIES = [
+    (10_000, f"SELECT COUNT(DISTINCT {CHAIN}) AS n FROM t CROSS JOIN pub p WHERE t.u = 7"),
+    (
+        1_000,
+        f"SELECT COUNT(*) FILTER (WHERE length(lower(upper(lower(upper({CHAIN}))))) > 3) AS n FROM t CROSS JOIN pub p "
+        "WHERE t.u = 7",
+    ),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("pub_rows", "sql"), WIDE_TEXT_QUERIES)
+def test_a3_one_persons_text_work_per_joined_row_is_bounded_in_bytes(tmp_path: Path, pub_rows: int, sql: str) -> None:
+    pub = pd.DataFrame({"pk": pd.array(range(pub_rows), dtype="Int64"), "pn": [f"p{i}" for i in range(pub_rows)]})
+    took = _timed_pair(tmp_path, pub, sql, EMOJI_TARGET)
+    assert took[1] < 5 * took[0] + 1.0, (
+        f"D: {took[0]:.2f} s, D′: {took[1]:.2f} s — one person's 4 KB value (1,024 characters) decides the running time"
+    )
