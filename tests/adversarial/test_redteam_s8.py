@@ -17,6 +17,9 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
 * A3 (high) the text cap counts characters, not bytes, and nothing bounds the text work per joined row: one
   person's 1,024-character value of 4-byte characters (4 KB), concatenated 63 times and case-mapped a few times
   over a 10,000-row join, took 88 s (6 GB RSS) against 0.04 s without them.
+* A4 (high) LIKE / ILIKE with a pattern that is not a constant is matched in time |text| × |pattern| by DuckDB:
+  150 KB of literals make one row cost 2 s (quadratic: no join, no wide column needed), so the reply time
+  answers any predicate on one person's row.
 * A2 (low) an unused CTE that a shadowed inner reference keeps still ends in an InternalError (free).
 """
 
@@ -178,4 +181,41 @@ def test_a3_one_persons_text_work_per_joined_row_is_bounded_in_bytes(tmp_path: P
     took = _timed_pair(tmp_path, pub, sql, EMOJI_TARGET)
     assert took[1] < 5 * took[0] + 1.0, (
         f"D: {took[0]:.2f} s, D′: {took[1]:.2f} s — one person's 4 KB value (1,024 characters) decides the running time"
+    )
+
+
+# --- A4. LIKE with a computed pattern: quadratic work on the one row a predicate selects ------------------
+#
+# Severity HIGH (a deterministic running-time bit of seconds about one person from one cheap query, no join
+# and no wide private value needed; minutes with a 1 MiB query). Class: running time — superlinear work per
+# row. Veil's work ceilings assume work linear in the bytes a row carries (literal bytes × join factor ≤
+# 16 MiB, 64 concatenated values, the text cap). DuckDB matches LIKE/ILIKE against a *constant* pattern with
+# a linear matcher (`LIKE '%…%'` becomes `contains`), but a pattern computed per row — any column in it, here
+# the declared `t.k` — goes through the generic matcher, which takes |text| × |pattern| for a text of 'a's
+# and a pattern `%aa…ab%`. `SELECT COUNT(*) FROM t WHERE t.u = 7 AND ('a' × 100,000 || t.k) LIKE ('%' || 'a' ×
+# 50,000 || t.k || 'b%')` (a 150 KB query, well under the 1 MiB limit) costs nothing on the rows `t.u = 7`
+# rejects and 2 s on the one it selects. Measured (production noise, 2 shared cores, noisy): D 0.02 s, D′
+# 2.1–2.2 s; ILIKE and NOT LIKE alike (1.8–2.1 s on one row in raw DuckDB); `'%' || '_' × 5 || …` alike.
+# Doubling both literals quadruples it; with a 10,000-row public join (literals then ≤ 1.6 KB by the 16 MiB
+# ceiling) a pattern of 500 'a's still took D 0.01 s, D′ 2.4 s. With `AND t.x > 3` the reply time is a
+# hidden-value bit; `veil serve` runs a charged query to its end, so a statement timeout cannot hide it.
+# Fix by construction: accept only a constant pattern (a literal, after constant folding) for LIKE/ILIKE —
+# PostgreSQL patterns are almost always constants, and DuckDB's constant-pattern matchers are linear — or
+# count |text| × |pattern| of every non-constant LIKE in the per-row work ceiling, refused free.
+
+QUADRATIC_LIKE = [
+    "SELECT COUNT(*) AS n FROM t WHERE t.u = 7 AND ('{a}' || t.k) LIKE ('%{h}' || t.k || 'b%')",
+    "SELECT COUNT(*) AS n FROM t WHERE t.u = 7 AND ('{a}' || t.k) ILIKE ('%{h}' || t.k || 'b%')",
+    "SELECT COUNT(*) FILTER (WHERE ('{a}' || t.k) NOT LIKE ('%{h}' || t.k || 'b%')) AS n FROM t WHERE t.u = 7",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("template", QUADRATIC_LIKE)
+def test_a4_like_with_a_computed_pattern_costs_linear_work(tmp_path: Path, template: str) -> None:
+    sql = template.format(a="a" * 120_000, h="a" * 60_000)
+    pub = pd.DataFrame({"pk": pd.array([1, 2, 3], dtype="Int64"), "pn": ["p", "q", "r"]})
+    took = _timed_pair(tmp_path, pub, sql)
+    assert took[1] < 5 * took[0] + 1.0, (
+        f"D: {took[0]:.2f} s, D′: {took[1]:.2f} s — the one row `t.u = 7` selects decides seconds of running time"
     )
