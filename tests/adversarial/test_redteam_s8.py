@@ -219,3 +219,48 @@ def test_a4_like_with_a_computed_pattern_costs_linear_work(tmp_path: Path, templ
     assert took[1] < 5 * took[0] + 1.0, (
         f"D: {took[0]:.2f} s, D′: {took[1]:.2f} s — the one row `t.u = 7` selects decides seconds of running time"
     )
+
+
+@pytest.fixture(scope="module")
+def wire_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from tests.support.attack import Server, set_password
+    from tests.support.attack_world import build_world
+
+    world = build_world(tmp_path_factory.mktemp("s8wire"))
+    set_password(world.policy, "wire")
+    srv = Server(world.policy, world.folder / "serve.log")
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.slow
+def test_a4_like_oracle_pair_takes_the_same_time_on_the_wire(wire_server: Any) -> None:
+    """The A4 attack as an analyst sends it to `veil serve` with psycopg, under `SET statement_timeout = 400`: an
+    oracle pair whose two queries differ only in whether a condition on one person's row holds (salary = 13000
+    is person 1's, 13001 nobody's). Both are answered (a charged query runs to its end); the reply time must not
+    tell them apart."""
+    import psycopg
+
+    from tests.support.attack import wire_connect
+
+    a, h = "a" * 120_000, "a" * 60_000
+    took = {}
+    for i, salary in enumerate((13001, 13000)):
+        sql = f"SELECT COUNT(*) FROM people WHERE salary = {salary} AND ('{a}' || dept) LIKE ('%{h}' || dept || 'b%')"
+        conn = wire_connect(wire_server.port, "wire")
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"SET veil.epsilon = {0.0431 + i / 1000}")
+                cur.execute("SET statement_timeout = 400")
+                start = time.perf_counter()
+                try:
+                    cur.execute(sql.encode())
+                    cur.fetchall()
+                except psycopg.Error:  # an error ends it too; only the time is compared
+                    pass
+                took[salary] = time.perf_counter() - start
+        finally:
+            conn.close()
+    assert took[13000] < 5 * took[13001] + 1.0, (
+        f"no such row: {took[13001]:.2f} s; person 1's salary: {took[13000]:.2f} s — the reply time is the bit"
+    )
