@@ -264,3 +264,18 @@ def test_a4_like_oracle_pair_takes_the_same_time_on_the_wire(wire_server: Any) -
     assert took[13000] < 5 * took[13001] + 1.0, (
         f"no such row: {took[13001]:.2f} s; person 1's salary: {took[13000]:.2f} s — the reply time is the bit"
     )
+
+
+@pytest.mark.slow
+def test_a4_like_takes_the_same_time_through_the_cli(pair: Pair) -> None:
+    """The A4 query through `veil query` (production noise) on D and on D′."""
+    from tests.support.attack import CliInterface
+
+    sql = QUADRATIC_LIKE[0].format(a="a" * 120_000, h="a" * 60_000)
+    took = []
+    for i, path in enumerate(pair.policy_paths):
+        cli = CliInterface(path, "b")
+        start = time.perf_counter()
+        cli.query(sql, 0.0123 + i / 1000)
+        took.append(time.perf_counter() - start)
+    assert took[1] < 5 * took[0] + 1.0, f"veil query — D: {took[0]:.2f} s, D′: {took[1]:.2f} s"
