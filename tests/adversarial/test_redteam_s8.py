@@ -21,6 +21,8 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
   150 KB of literals make one row cost 2 s (quadratic: no join, no wide column needed), so the reply time
   answers any predicate on one person's row.
 * A2 (low) an unused CTE that a shadowed inner reference keeps still ends in an InternalError (free).
+* Part B passes: catalog key types agree with the engine's on odd bare-key shapes; dropping unused CTEs
+  neither hides a private read nor changes what runs; a refunded keyed query gives back every account.
 """
 
 from __future__ import annotations
@@ -116,14 +118,21 @@ def test_a1_many_statistics_cost_no_work_per_unreleased_group(tmp_path: Path, ag
 # also a reference that an inner WITH of the same name shadows. `WITH a AS (SELECT * FROM t) SELECT COUNT(*)
 # FROM t, (WITH a AS (SELECT * FROM pub) SELECT * FROM a) s` keeps the outer `a` (the inner `a` reads pub), so
 # the private table counts two reads and the query ends in `InternalError: the private table is referenced 2
-# times in a validated query. This is a bug in Veil` (XX000). Fix by construction: decide "used" through
-# sqlglot's scopes (the same resolution the pass then does: a CTE is used iff some reference *resolves* to
-# it), and turn the read-count invariant into a typed refusal where analyst SQL can reach it.
+# times in a validated query. This is a bug in Veil` (XX000). The same through case: the drop compares names
+# case-insensitively, resolution compares CTE names case-sensitively, so `WITH T AS (SELECT * FROM t) SELECT
+# COUNT(*) FROM t` keeps `T` (for the drop, `t` names it) while resolution reads the base table `t` — two
+# reads, InternalError. (Related, not a leak: for unquoted names PostgreSQL and DuckDB fold case, so `WITH T AS
+# (SELECT * FROM pub) SELECT COUNT(*) FROM t` reads the CTE there; Veil reads the private `t` and charges for it,
+# and refuses `WITH A AS (…) SELECT … FROM a` as UnknownTable.) Fix by construction: decide "used" through
+# sqlglot's scopes with the resolver's own name comparison (a CTE is used iff some reference *resolves* to
+# it), fold unquoted CTE names like table names, and turn the read-count invariant into a typed refusal
+# where analyst SQL can reach it.
 
 SHADOWED_CTES = [
     "WITH a AS (SELECT * FROM t) SELECT COUNT(*) FROM t, (WITH a AS (SELECT * FROM pub) SELECT * FROM a) s",
     "WITH a AS (SELECT * FROM t WHERE u = 7) SELECT k, COUNT(*) FROM t, (WITH a AS (SELECT * FROM pub) SELECT * FROM a) s "
     "GROUP BY k",
+    "WITH T AS (SELECT * FROM t) SELECT COUNT(*) FROM t",
 ]
 
 
@@ -283,3 +292,110 @@ def test_a4_like_takes_the_same_time_through_the_cli(pair: Pair) -> None:
         cli.query(sql, 0.0123 + i / 1000)
         took.append(time.perf_counter() - start)
     assert took[1] < 5 * took[0] + 1.0, f"veil query — D: {took[0]:.2f} s, D′: {took[1]:.2f} s"
+
+
+# ==================================================================================================
+# Part B — defences probed that held (these pass today; each fails if its defence breaks)
+# ==================================================================================================
+
+# --- B1. Catalog key types agree with the engine's on odd shapes of bare keys -------------------------------
+#
+# `pipeline._schema_key_types` reads key types off the catalog for a one-statement query grouped by bare
+# base-table columns; a wrong guess would end in an InternalError *after* the charge (Env.run checks). Tried:
+# quoted and upper-case qualifiers, aliases that swap the private and public tables' names, the public table
+# first in FROM, LEFT JOIN, comma joins with WHERE pins, keys by alias and by ordinal, USING (the unqualified
+# USING key becomes COALESCE and binds first). Every bare key bound as the catalog said. (Note for the lead:
+# `_schema_key_types` reads `tree.args["with"]`, which sqlglot 30 calls `with_`, so its CTE exclusion is dead
+# code; it holds only because resolution renames every CTE to `__veil_cte_N`, which no catalog table has.)
+
+ODD_BARE_KEYS = [
+    'SELECT "t"."k", COUNT(*) FROM t GROUP BY "t"."k"',
+    "SELECT T.S, COUNT(*) FROM t GROUP BY T.S",
+    "SELECT pub.k, COUNT(*) FROM t AS pub JOIN pub AS t ON t.pk = pub.x GROUP BY pub.k",
+    "SELECT t.pk, t.pn, COUNT(*) FROM t AS pub JOIN pub AS t ON t.pk = pub.x GROUP BY t.pk, t.pn",
+    "SELECT p.pn, t.d, COUNT(*) FROM pub p JOIN t ON p.pk = t.x GROUP BY p.pn, t.d",
+    "SELECT p.pk, t.b, COUNT(*) FROM t LEFT JOIN pub p ON p.pk = t.x GROUP BY 1, 2",
+    "SELECT p.pn AS g, t.y AS h, COUNT(*) FROM t, pub p WHERE p.pk = t.x GROUP BY g, h",
+    "SELECT pk, COUNT(*) FROM t JOIN (SELECT pk AS x, pk FROM pub) AS q USING (x) GROUP BY pk",
+]
+
+
+@pytest.mark.parametrize("sql", ODD_BARE_KEYS)
+def test_b1_catalog_key_types_are_the_bound_ones(pair: Pair, sql: str) -> None:
+    from fractions import Fraction
+
+    from veil.engines.base import output_type
+    from veil.proxy import pipeline
+
+    session = pair.sessions[0]
+    state = pipeline.run(pipeline.QueryState(sql, Fraction(1)), session._env, until="prepare")
+    if state.bind_on_run:
+        assert state.plan is not None and state.rendered is not None
+        (stmt,) = state.rendered.statements()
+        bound = session._env.engine.describe(stmt).types[: len(state.plan.keys)]
+        assert state.key_types == [output_type(t) for t in bound], sql
+    d, _dp = assert_same_ending(pair, sql)
+    assert d.ok, d
+
+
+# --- B2. Dropping unused CTEs neither hides a private read nor changes what runs ---------------------------
+#
+# `resolve._drop_unused_ctes` removes CTEs by name before resolution. Tried: CTEs named like the private or
+# the public table, forward references to a later sibling, shadowing at an inner WITH, quoted and upper-case
+# names, a CTE used only by a dropped CTE, a CTE read only inside its own body (reads the base table): each
+# query ends the same on D and D′, a private read is charged, a public-only one is free.
+
+CTE_SHAPES = [
+    ("WITH a AS (SELECT * FROM pub), pub AS (SELECT * FROM t) SELECT COUNT(*) FROM a", False),
+    ("WITH a AS (SELECT * FROM pub), pub AS (SELECT * FROM t) SELECT COUNT(*) FROM t", True),
+    ("WITH t AS (SELECT * FROM t WHERE u = 7) SELECT COUNT(*) FROM t", True),
+    ("WITH a AS (SELECT * FROM t WHERE u = 7) SELECT COUNT(*) FROM (WITH a AS (SELECT * FROM pub) SELECT * FROM a) s", False),
+    ("WITH a AS (SELECT * FROM t WHERE u = 7), b AS (SELECT * FROM a) SELECT COUNT(*) FROM pub", False),
+    ("WITH a AS (SELECT * FROM t) SELECT COUNT(*) FROM (WITH a AS (SELECT * FROM a WHERE u = 7) SELECT * FROM a) s", True),
+    ("WITH pub AS (SELECT * FROM t WHERE u = 7) SELECT COUNT(*) FROM pub", True),
+]
+
+
+@pytest.mark.parametrize(("sql", "private"), CTE_SHAPES)
+def test_b2_dropped_ctes_keep_reads_counted(pair: Pair, sql: str, private: bool) -> None:
+    d, _dp = assert_same_ending(pair, sql)
+    assert d.ok, d
+    assert (d.charged > 0) == private, f"charged {d.charged} for {'a private' if private else 'a public'} query"
+
+
+# --- B3. A keyed query refunded at run time gives back the table's cap and δ too ---------------------------
+#
+# 01dda90 made keyed one-statement queries bind when they run and refund on a before-data engine error. The
+# refund must cancel the whole reservation: the analyst's ε and δ and the table cap's. (DuckDB raises
+# Binder/Parser/Catalog errors only while binding: no row-dependent refund was found; see s4 B1.)
+
+
+def test_b3_keyed_refund_returns_every_account(tmp_path: Path) -> None:
+    from tests.adversarial.test_redteam_s4 import POLICY, _base_rows, _frame
+    from veil.engines.base import EngineError
+    from veil.policy import load_policy
+    from veil.proxy.session import QuerySession
+    from veil.store.ledger import Ledger
+    from veil.store.warehouse import write_table
+
+    capped = POLICY.replace(
+        '[tables.t]\nprivacy_unit = "row"', '[tables.t]\nprivacy_unit = "row"\nepsilon_total = 50\ndelta_total = 0.1'
+    )
+    assert capped != POLICY
+    (tmp_path / "policy.toml").write_text(capped, encoding="utf-8")
+    policy = load_policy(tmp_path / "policy.toml")
+    write_table(policy, "t", _frame(_base_rows()), replace=True)
+    with QuerySession(policy, "a") as s:
+        for sql in (
+            "SELECT s, COUNT(*) FROM t WHERE LENGTH(x) > 1 GROUP BY s",
+            "SELECT t.k, t.d, SUM(x) FROM t WHERE YEAR(x) = 1 GROUP BY 1, 2",
+        ):
+            with pytest.raises(EngineError):
+                s.execute(sql, epsilon=1)
+    ledger = Ledger.for_policy(policy)
+    try:
+        for account in ("analyst:a", "table:t"):
+            spent = ledger.spent(account)
+            assert (spent.epsilon, spent.delta) == (0, 0), (account, spent)
+    finally:
+        ledger.close()
