@@ -166,6 +166,11 @@ def test_a2_shadowed_unused_cte_is_not_an_internal_error(pair: Pair, sql: str) -
 #   * the same with five `lower(upper(` levels, |pub| = 10,000: D 0.04 s, D′ 88 s (6 GB RSS).
 # With `WHERE t.u = 7 AND t.x > 3` the reply time is a hidden-value bit; `veil serve` runs a private query
 # to its end, so a statement timeout cannot hide it.
+# Memory: DuckDB keeps every level's intermediate vector (2,048 rows × 258 KB ≈ 0.5 GB) alive while it
+# evaluates the nest: at |pub| = 2,048, RSS 1.8 GB with two case maps and 2.9 GB with four (D′ 3–7 s; D
+# 0.03 s). The bracket-depth limit (64) allows ~60 levels ≈ 30 GB — more than this 23 GB machine holds, so
+# (extrapolated, NOT run here: it would take the shared machine down) one row would decide between an answer
+# and an out-of-memory failure or the OOM killer ending the server: an outcome bit, not only a timing one.
 # Fix by construction: bound text in bytes, not characters (cut by `strlen`, or count 4 bytes per
 # character), and make the per-row text work part of the ceiling that already multiplies by the join factor:
 # (bytes of every text operand a row can carry — the cap × column references, literals — × the number of
