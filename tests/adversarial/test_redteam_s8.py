@@ -215,8 +215,9 @@ def test_a3_one_persons_text_work_per_joined_row_is_bounded_in_bytes(tmp_path: P
 # Doubling both literals quadruples it; with a 10,000-row public join (literals then ≤ 1.6 KB by the 16 MiB
 # ceiling) a pattern of 500 'a's still took D 0.01 s, D′ 2.4 s. With `AND t.x > 3` the reply time is a
 # hidden-value bit; `veil serve` runs a charged query to its end, so a statement timeout cannot hide it.
-# Fix by construction: accept for LIKE/ILIKE only a constant pattern made of literal segments and `%` (the
-# shapes DuckDB matches in linear time: prefix, suffix, contains, `%`-separated segments), or bound
+# Fix by construction: accept for LIKE only a constant pattern made of literal segments and `%` (the shapes
+# DuckDB matches in linear time: prefix, suffix, contains, `%`-separated segments — check each shape, ILIKE
+# too, with a timing test like this one), or bound
 # |text| × |pattern| of every other LIKE by the per-row work ceiling (× join factor), refused free.
 
 QUADRATIC_LIKE = [
