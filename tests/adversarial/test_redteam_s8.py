@@ -21,6 +21,8 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
   time |text| × |pattern| by DuckDB: 180 KB of literals make one row cost 3 s (quadratic: no join, no wide
   column needed), so the reply time answers any predicate on one person's row (API, CLI and wire).
 * A2 (low) an unused CTE that a shadowed inner reference keeps still ends in an InternalError (free).
+* A5 (low) declared `values` of another type on an int column (1.5, 1e300, a date) are accepted by the loader;
+  a public key over them charges ε and then crashes with a raw pandas TypeError.
 * Part B passes: catalog key types agree with the engine's on odd bare-key shapes; dropping unused CTEs
   neither hides a private read nor changes what runs; a refunded keyed query gives back every account.
 """
@@ -298,6 +300,47 @@ def test_a4_like_takes_the_same_time_through_the_cli(pair: Pair) -> None:
         cli.query(sql, 0.0123 + i / 1000)
         took.append(time.perf_counter() - start)
     assert took[1] < 5 * took[0] + 1.0, f"veil query — D: {took[0]:.2f} s, D′: {took[1]:.2f} s"
+
+
+# --- A5. Declared values of the wrong type on an int column: a raw crash after the charge ----------------
+#
+# Severity LOW (no data dependence: the policy alone decides; but ε is charged for no answer, and the error is
+# an untyped Python exception — through the wire a generic server error). Class: declared domains that are not
+# faithful values of the column's type (888b59b refuses values *equal in Python*, not values of another type).
+# The loader accepts `values = [1.5, 2, -3]` (or `[1e300, 2]`, or a TOML date) on an `int` column. A public key
+# over it then releases the domain as declared, and the post-processing frame types the key column as the
+# engine's BIGINT: `SELECT x, COUNT(*) FROM t GROUP BY x ORDER BY x` charges ε and then raises `TypeError:
+# cannot safely cast non-equivalent float64 to int64` from pandas (`x + 0` as the key: DECIMAL domain values,
+# the same crash). Fix by construction: the policy loader checks each declared value against the column's type
+# (an int column takes Python ints in the BIGINT range, not bools; a category column takes strings), refusing
+# the policy with a PolicyError naming the value.
+
+WRONG_TYPED_VALUES = ["[1.5, 2, -3]", "[1e300, 2]", "[2, 1979-05-27]"]
+
+
+@pytest.mark.parametrize("values", WRONG_TYPED_VALUES)
+@pytest.mark.parametrize("key", ["x", "x + 0"])
+def test_a5_declared_values_of_another_type_are_refused_or_answered(tmp_path: Path, values: str, key: str) -> None:
+    from tests.adversarial.test_redteam_s4 import POLICY, _base_rows, _frame
+    from veil.errors import PolicyError
+    from veil.policy import load_policy
+    from veil.proxy.session import QuerySession
+    from veil.store.warehouse import write_table
+
+    column = 'x = { type = "int", lower = -10, upper = 10 }'
+    declared = POLICY.replace(column, column[:-2] + f", values = {values} }}")
+    assert declared != POLICY
+    (tmp_path / "policy.toml").write_text(declared, encoding="utf-8")
+    try:
+        policy = load_policy(tmp_path / "policy.toml")
+    except PolicyError:
+        return  # refused by the loader: the fix
+    write_table(policy, "t", _frame(_base_rows()), replace=True)
+    with QuerySession(policy, "a") as s:
+        try:
+            s.execute(f"SELECT {key} AS g, COUNT(*) AS n FROM t GROUP BY g ORDER BY g", epsilon=1)
+        except VeilError:
+            pass  # a typed refusal is fine
 
 
 # ==================================================================================================
