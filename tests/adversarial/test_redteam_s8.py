@@ -366,6 +366,10 @@ ODD_BARE_KEYS = [
     "SELECT p.pk, t.b, COUNT(*) FROM t LEFT JOIN pub p ON p.pk = t.x GROUP BY 1, 2",
     "SELECT p.pn AS g, t.y AS h, COUNT(*) FROM t, pub p WHERE p.pk = t.x GROUP BY g, h",
     "SELECT pk, COUNT(*) FROM t JOIN (SELECT pk AS x, pk FROM pub) AS q USING (x) GROUP BY pk",
+    # a CTE or a derived table named like a base table, with another type under the same column name
+    "WITH pub AS (SELECT CAST(x AS VARCHAR) AS pk FROM t) SELECT pub.pk, COUNT(*) FROM pub GROUP BY pub.pk",
+    "SELECT t.k, COUNT(*) FROM (SELECT CAST(x AS VARCHAR) AS k FROM t) AS t GROUP BY t.k",
+    "WITH t AS (SELECT x AS k FROM t) SELECT t.k, COUNT(*) FROM t JOIN pub ON pub.pk = t.k GROUP BY t.k",
 ]
 
 
