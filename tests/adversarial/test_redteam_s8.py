@@ -105,7 +105,8 @@ def _timed_pair(tmp_path: Path, pub: pd.DataFrame, sql: str, target: dict[str, A
 @pytest.mark.parametrize("agg", WIDE_AGGREGATES)
 def test_a1_many_statistics_cost_no_work_per_unreleased_group(tmp_path: Path, agg: str) -> None:
     took = _timed_pair(tmp_path, WIDE_PUB, _wide(agg, 400))
-    assert took[1] < 2 * took[0] + 1.0, (
+    # the same planning on both sides (400 statistics take ~1 s to plan): compare what the target adds
+    assert took[1] < took[0] + 1.0, (
         f"D: {took[0]:.2f} s, D′: {took[1]:.2f} s — one row decides seconds of running time "
         "(1,000 unreleased groups × 400 statistics)"
     )
