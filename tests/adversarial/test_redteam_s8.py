@@ -312,23 +312,32 @@ def test_a4_like_takes_the_same_time_through_the_cli(pair: Pair) -> None:
 # over it then releases the domain as declared, and the post-processing frame types the key column as the
 # engine's BIGINT: `SELECT x, COUNT(*) FROM t GROUP BY x ORDER BY x` charges ε and then raises `TypeError:
 # cannot safely cast non-equivalent float64 to int64` from pandas (`x + 0` as the key: DECIMAL domain values,
-# the same crash). Fix by construction: the policy loader checks each declared value against the column's type
+# the same crash). Lists and tables in `values` pass too, and end in `TypeError: unhashable type` (free, but an
+# untyped crash). Fix by construction: the policy loader checks each declared value against the column's type
 # (an int column takes Python ints in the BIGINT range, not bools; a category column takes strings), refusing
 # the policy with a PolicyError naming the value.
 
-WRONG_TYPED_VALUES = ["[1.5, 2, -3]", "[1e300, 2]", "[2, 1979-05-27]"]
+#: (the column's policy line, its key, declared values the loader accepts today)
+WRONG_TYPED_VALUES = [
+    ('x = { type = "int", lower = -10, upper = 10 }', "x", "[1.5, 2, -3]"),
+    ('x = { type = "int", lower = -10, upper = 10 }', "x", "[1e300, 2]"),
+    ('x = { type = "int", lower = -10, upper = 10 }', "x", "[2, 1979-05-27]"),
+    ('x = { type = "int", lower = -10, upper = 10 }', "x + 0", "[1.5, 2, -3]"),
+    ('x = { type = "int", lower = -10, upper = 10 }', "x + 0", "[1e300, 2]"),
+    # not even scalars: `dict.fromkeys` of the domain raises TypeError (unhashable), before the charge
+    ('s = { type = "category" }', "s", "[[1], 2]"),
+    ('s = { type = "category" }', "s", "[{ a = 1 }, 2]"),
+]
 
 
-@pytest.mark.parametrize("values", WRONG_TYPED_VALUES)
-@pytest.mark.parametrize("key", ["x", "x + 0"])
-def test_a5_declared_values_of_another_type_are_refused_or_answered(tmp_path: Path, values: str, key: str) -> None:
+@pytest.mark.parametrize(("column", "key", "values"), WRONG_TYPED_VALUES)
+def test_a5_declared_values_of_another_type_are_refused_or_answered(tmp_path: Path, column: str, key: str, values: str) -> None:
     from tests.adversarial.test_redteam_s4 import POLICY, _base_rows, _frame
     from veil.errors import PolicyError
     from veil.policy import load_policy
     from veil.proxy.session import QuerySession
     from veil.store.warehouse import write_table
 
-    column = 'x = { type = "int", lower = -10, upper = 10 }'
     declared = POLICY.replace(column, column[:-2] + f", values = {values} }}")
     assert declared != POLICY
     (tmp_path / "policy.toml").write_text(declared, encoding="utf-8")
