@@ -14,15 +14,17 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
   and the quantile work per unreleased group, but every count/sum statistic is still noised (one OpenDP draw,
   ~7 µs) and converted in Python for every group, released or not — so one person's 1,000 groups × N
   statistics is N × 7 ms of work that one row decides (N = 1,000: 4 s without the target, 13 s with it).
+* A2 (low) an unused CTE that a shadowed inner reference (or a case-different name) keeps still ends in an
+  InternalError (free, the same on D and D′).
 * A3 (high) the text cap counts characters, not bytes, and nothing bounds the text work per joined row: one
   person's 1,024-character value of 4-byte characters (4 KB), concatenated 63 times and case-mapped a few times
-  over a 10,000-row join, took 88 s (6 GB RSS) against 0.04 s without them.
+  over a 10,000-row join, took 88 s (6 GB RSS) against 0.04 s without them; memory grows ~0.5 GB per nested
+  case map, so the bracket-depth limit allows more than this machine's RAM (extrapolated, not run).
 * A4 (high) LIKE / ILIKE with a pattern that is not a constant (or a constant one holding `_`) is matched in
   time |text| × |pattern| by DuckDB: 180 KB of literals make one row cost 3 s (quadratic: no join, no wide
   column needed), so the reply time answers any predicate on one person's row (API, CLI and wire).
-* A2 (low) an unused CTE that a shadowed inner reference keeps still ends in an InternalError (free).
-* A5 (low) declared `values` of another type on an int column (1.5, 1e300, a date) are accepted by the loader;
-  a public key over them charges ε and then crashes with a raw pandas TypeError.
+* A5 (low) declared `values` of another type on an int column (1.5, 1e300, a date), or not scalars at all, are
+  accepted by the loader; a public key over them crashes with a raw TypeError (after the charge for ints).
 * Part B passes: catalog key types agree with the engine's on odd bare-key shapes; dropping unused CTEs
   neither hides a private read nor changes what runs; a refunded keyed query gives back every account.
 """
