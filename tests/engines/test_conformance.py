@@ -64,7 +64,7 @@ CASES: dict[str, str] = {
     # WHERE predicates and row-level functions
     "where_predicates": "SELECT COUNT(*) FROM people WHERE age BETWEEN 30 AND 50 AND state IN ('CA', 'NY')"
     " AND income IS NOT NULL",
-    "where_like": "SELECT COUNT(*) FROM people WHERE state LIKE 'N%' OR state ILIKE 'w_'",
+    "where_like": "SELECT COUNT(*) FROM people WHERE state LIKE 'N%' OR state ILIKE 'w%'",
     "where_log_ln_exp": "SELECT COUNT(*) FILTER (WHERE LOG(hours) > 1.5), COUNT(*) FILTER (WHERE LN(hours) > 1.5),"
     " COUNT(*) FILTER (WHERE EXP(age_offset) > 2), COUNT(*) FILTER (WHERE LOG(2, hours) > 4) FROM people",
     "where_division_by_zero": "SELECT COUNT(*) FROM people WHERE age / (age - age) IS NULL AND age % (age - age) IS NULL",

@@ -188,6 +188,9 @@ def _as_int(node: exp.Expression) -> exp.Expression:
 
 def neutralise(tree: exp.Expression) -> exp.Expression:
     """``tree`` with the meaning of every engine-dependent construct fixed (modified in place and returned)."""
+    # DuckDB's ILIKE takes its generic, quadratic matcher even for a constant pattern; LIKE over LOWER does not
+    for node in list(tree.find_all(exp.ILike)):
+        node.replace(exp.Like(this=exp.Lower(this=node.this), expression=exp.Lower(this=node.expression)))
     for node in list(tree.find_all(exp.Log, exp.Extract)):
         if isinstance(node, exp.Log) and node.args.get("expression") is None:
             node.replace(exp.Log(this=exp.Literal.number(10), expression=node.this))

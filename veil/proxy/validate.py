@@ -336,6 +336,7 @@ def validate(resolved: Resolved, catalog: Catalog) -> Analysis:
     for node in tree.find_all(exp.Anonymous):
         if str(node.name).lower() not in ANONYMOUS_FUNCTIONS:
             raise InternalError(f"function {node.name!r} passed the allow-list")
+    _check_like_patterns(tree)
     size = _check_expansion(resolved)
     typed = _check_types(tree, catalog)
     return Analysis(
@@ -346,6 +347,32 @@ def validate(resolved: Resolved, catalog: Catalog) -> Analysis:
         tables=resolved.tables,
         text_bytes=size.text_bytes,
     )
+
+
+def _check_like_patterns(tree: exp.Expression) -> None:
+    """LIKE / ILIKE only with a constant pattern of literal characters and ``%``.
+
+    DuckDB matches such a pattern in time linear in the text (prefix, suffix, contains, ``%``-separated
+    segments); a pattern computed per row, or one holding ``_``, takes its generic matcher, whose time is
+    |text| × |pattern|: 180 KB of literals made the one row a predicate selects cost 3 s, so the reply time
+    answered a question about that row (red team s8, A4). ILIKE is generated as ``LOWER(x) LIKE LOWER(p)``
+    (:mod:`veil.engines.neutral`): DuckDB's own ILIKE is quadratic even for a constant pattern.
+    """
+    for node in tree.find_all(exp.Like, exp.ILike):
+        pattern = node.expression.unnest() if node.expression is not None else None
+        word = "ILIKE" if isinstance(node, exp.ILike) else "LIKE"
+        if not (isinstance(pattern, exp.Literal) and pattern.is_string):
+            raise Unsupported(
+                f"the pattern of {word} must be a text literal, got {pattern.sql(dialect='duckdb') if pattern else 'nothing'}",
+                hint="Write the pattern as a constant such as '%abc%' (a pattern computed per row is matched in "
+                "quadratic time, which one row's data could decide)",
+            )
+        if "_" in str(pattern.this):
+            raise Unsupported(
+                f"the {word} pattern {str(pattern.this)[:40]!r} holds '_', which Veil does not accept",
+                hint="Use only literal characters and % (a '_' makes the engine match in quadratic time); "
+                "for a fixed-length match compare LENGTH() and LEFT()/SUBSTRING() instead",
+            )
 
 
 #: How much larger than the query as typed its expressions may grow once every reference to a CTE or
