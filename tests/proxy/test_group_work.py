@@ -20,7 +20,7 @@ import pytest
 from veil.errors import Unsupported
 from veil.policy import load_policy
 from veil.proxy import add_noise
-from veil.proxy.multiplicity import MAX_GROUPED_CONTRIBUTION
+from veil.proxy.multiplicity import MAX_GROUPED_CONTRIBUTION, MAX_GROUPED_VALUES
 from veil.proxy.session import QuerySession
 from veil.store.warehouse import write_table
 
@@ -122,3 +122,27 @@ def test_the_ceiling_counts_rows_per_unit_times_the_join(tmp_path: Path, c: int,
     assert (c * pub_rows > MAX_GROUPED_CONTRIBUTION) == refused
     with _session(tmp_path, c=c, pub_rows=pub_rows) as s:
         assert _refused_free(s, "SELECT v.g, COUNT(*) FROM v CROSS JOIN pub p GROUP BY v.g") == refused
+
+
+@pytest.mark.parametrize(("n", "refused"), [(1, False), (19, False), (20, True), (60, True)])
+def test_groups_times_statistics_are_bounded(tmp_path: Path, n: int, refused: bool) -> None:
+    # c = 5 rows per unit × a 200-row join = 1,000 (the row ceiling); n filtered counts + the partition count
+    # are n + 1 statistics: 1,000 × (n + 1) values, at most 20,000
+    assert (1000 * (n + 1) > MAX_GROUPED_VALUES) == refused
+    stats = ", ".join(f"COUNT(*) FILTER (WHERE v.g > {i})" for i in range(n))
+    with _session(tmp_path, c=5, pub_rows=200) as s:
+        assert _refused_free(s, f"SELECT v.g, {stats} FROM v CROSS JOIN pub p GROUP BY v.g") == refused
+
+
+def test_counts_and_sums_are_drawn_only_for_released_groups(session: QuerySession, monkeypatch: pytest.MonkeyPatch) -> None:
+    from veil import mechanisms
+
+    drawn: list[int] = []
+    for name in ("laplace", "discrete_laplace"):
+        real = getattr(mechanisms, name)
+        monkeypatch.setattr(mechanisms, name, lambda v, *a, _real=real, **k: drawn.append(len(v)) or _real(v, *a, **k))
+    answer = session.execute("SELECT g, COUNT(*), SUM(y), COUNT(y) FILTER (WHERE y > 50) FROM t GROUP BY g", epsilon=10)
+    released = len(answer.rows)
+    assert 1 <= released < 50
+    # the partition count for all 604 candidate groups, then the other statistics for the released ones only
+    assert drawn[0] == 604 and sum(drawn[1:]) <= 3 * released, drawn

@@ -144,7 +144,7 @@ def _plan(s: QueryState, env: Env) -> QueryState:
     multiplicity.check_factor(factor, a.text_bytes)
     c = env.contribution(a.private_table) * factor
     p = plan(a, catalog, epsilon=s.epsilon, contribution=c, partition_delta=env.policy.defaults.partition_delta)
-    multiplicity.check_grouped_contribution(p.contribution, len(p.keys))
+    multiplicity.check_grouped_contribution(p.contribution, len(p.keys), len(p.statistics))
     return replace(s, plan=p)
 
 
