@@ -48,9 +48,11 @@ __all__ = [
     "MAX_GROUPED_VALUES",
     "MAX_JOINED_TEXT_BYTES",
     "MAX_JOIN_FACTOR",
+    "MAX_TEXT_WORK",
     "Probe",
     "check_factor",
     "check_grouped_contribution",
+    "check_text_work",
     "conjuncts",
     "private_path",
     "probes",
@@ -114,6 +116,24 @@ def check_grouped_contribution(contribution: int, keys: int, statistics: int = 1
             f"one person can bring {contribution:,} groups × {statistics:,} statistics into this grouped query; Veil "
             f"allows at most {MAX_GROUPED_VALUES:,} values when grouping",
             hint="Ask for fewer statistics per query, or pin the public join with an equality on its key",
+        )
+
+
+#: The most bytes of text one private row may make the engine build, times the rows it joins
+#: (:func:`veil.proxy.expansion.text_work` × the public-join multiplicity). One person's row is built once
+#: per joined row: 64 copies of a 4 KB value, case-mapped five times over a 10,000-row join, took 88 s and
+#: 6 GB against 0.04 s without that person (red team s8, A3). 64 MiB of copying is tens of milliseconds.
+MAX_TEXT_WORK = 64 << 20
+
+
+def check_text_work(work: int, factor: int) -> None:
+    """Refuse (free: the query's shape, the policy's text caps and public data only) a query whose text work
+    per private row, times the rows that row joins, exceeds :data:`MAX_TEXT_WORK` bytes."""
+    if work * max(factor, 1) > MAX_TEXT_WORK:
+        raise Unsupported(
+            f"one private row can make the engine build about {work * max(factor, 1):,} bytes of text "
+            f"({work:,} per row × {max(factor, 1):,} joined rows); Veil allows {MAX_TEXT_WORK:,}",
+            hint="Concatenate, case-map or REPLACE less text per row, or pin the public join with an equality on its key",
         )
 
 

@@ -33,6 +33,7 @@ from veil.proxy import multiplicity
 from veil.proxy.add_noise import noisy_statistics
 from veil.proxy.canonical import cache_key, canonical_sql
 from veil.proxy.catalog import SQL_TYPES, Catalog, public_types
+from veil.proxy.expansion import text_work
 from veil.proxy.parse import parse
 from veil.proxy.plan import QueryPlan, plan
 from veil.proxy.postprocess import PostProcess, postprocess_sql
@@ -142,6 +143,7 @@ def _plan(s: QueryState, env: Env) -> QueryState:
     for probe in multiplicity.probes(a, catalog):
         factor *= env.probe(probe)
     multiplicity.check_factor(factor, a.text_bytes)
+    multiplicity.check_text_work(text_work(a.tree, env.column_text_bytes), factor)
     c = env.contribution(a.private_table) * factor
     p = plan(a, catalog, epsilon=s.epsilon, contribution=c, partition_delta=env.policy.defaults.partition_delta)
     multiplicity.check_grouped_contribution(p.contribution, len(p.keys), len(p.statistics))

@@ -40,6 +40,7 @@ from veil.proxy import bounding, pipeline
 from veil.proxy.add_noise import PRODUCTION, NoiseSource
 from veil.proxy.answer import Answer, BudgetStatus, Explanation, OutputColumn, explanation
 from veil.proxy.catalog import Catalog, build_catalog
+from veil.proxy.expansion import SCALAR_TEXT_BYTES
 from veil.proxy.multiplicity import Probe
 from veil.proxy.parse import DEFAULT_LIMITS, Limits
 from veil.proxy.plan import MAX_PUBLIC_GROUPS, QueryPlan
@@ -246,6 +247,24 @@ class Env:
             rows = self.public_engine.execute(self._native(probe.sql)).rows
             self._probes[key] = max(_int(rows[0][0]) if rows else 0, 1)
         return self._probes[key]
+
+    def column_text_bytes(self, table: str, column: str) -> int:
+        """The most bytes one value of ``table.column`` holds as text: a private category column's text cap × 4
+        (UTF-8), a public text column's longest value × 4 (measured on the public connection, cached per
+        generation), any other column :data:`~veil.proxy.expansion.SCALAR_TEXT_BYTES`."""
+        t = self.catalog().tables.get(table)
+        kind = None if t is None else t.columns.get(column)
+        if t is None or kind != "category":
+            return SCALAR_TEXT_BYTES
+        if not t.public:
+            spec = t.spec.columns.get(column) if t.spec is not None else None
+            return SCALAR_TEXT_BYTES if spec is None else 4 * spec.text_cap
+        sql = f'SELECT COALESCE(MAX(LENGTH(CAST("{column}" AS VARCHAR))), 0) FROM "{table}"'
+        key = (sql, self._generation(self.public_engine))
+        if key not in self._probes:
+            rows = self.public_engine.execute(self._native(sql)).rows
+            self._probes[key] = _int(rows[0][0]) if rows else 0
+        return max(4 * self._probes[key], SCALAR_TEXT_BYTES)
 
     def _native(self, sql: str) -> str:
         """Veil-generated DuckDB SQL text (probes, public domains) in the public engine's dialect."""
