@@ -126,3 +126,20 @@ def test_every_policy_key_is_documented() -> None:
     documented = set(re.findall(r"`([a-z_]+)`", doc)) | set(re.findall(r"\[([a-z_]+)[.\]]", doc))
     missing = sorted(keys - documented)
     assert not missing, f"undocumented policy keys: {missing}"
+
+
+@pytest.mark.parametrize(
+    ("ctype", "values"),
+    [
+        ("int", "[1.5, 2]"), ("int", "[1, true]"), ("int", "[1e300]"), ("int", "[9223372036854775807, 2020-01-01]"),
+        ("int", '["1", 2]'), ("category", "[1, 2]"), ("category", '["a", [1]]'), ("category", '["a", { b = 1 }]'),
+        ("bool", "[true, 1]"),
+    ],
+)  # fmt: skip
+def test_declared_values_must_be_of_the_columns_type(tmp_path: Path, ctype: str, values: str) -> None:
+    # a value of another type never meets the engine's groups (or crashes the post-processing after the charge)
+    (tmp_path / "p.toml").write_text(
+        f'[tables.t]\n[tables.t.columns]\nc = {{ type = "{ctype}", values = {values} }}\n', encoding="utf-8"
+    )
+    with pytest.raises(PolicyError, match=f"not a {ctype} value"):
+        load_policy(tmp_path / "p.toml")

@@ -217,6 +217,17 @@ def _section(data: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any]
     return value
 
 
+def _of_type(ctype: str, v: Any) -> bool:
+    """Whether a declared value is a value of a column of ``ctype`` (as the bounded copy holds it)."""
+    if ctype == "int":
+        return isinstance(v, int) and not isinstance(v, bool) and -(2**63) <= v < 2**63
+    if ctype == "category":
+        return isinstance(v, str)
+    if ctype == "bool":
+        return isinstance(v, bool)
+    return False
+
+
 def _hashable(v: Any) -> Any:
     """``v`` as a grouping key compares it (equal numbers and booleans are one key); unhashable values by text."""
     try:
@@ -256,6 +267,13 @@ def _parse_column(table: str, name: str, raw: Any) -> ColumnSpec:
             raise PolicyError(f"{where}.values applies to category, bool and int columns, not {ctype}")
         if not isinstance(values, list) or not values:
             raise PolicyError(f"{where}.values must be a non-empty list, got {values!r}")
+        for v in values:
+            if not _of_type(ctype, v):
+                raise PolicyError(
+                    f"{where}.values holds {v!r}, which is not a {ctype} value",
+                    hint={"int": "List whole numbers within ±2^63", "category": "List texts in quotes",
+                          "bool": "List true and false"}.get(ctype, "List values of the column's type"),
+                )  # fmt: skip
         if len(set(map(repr, values))) != len(values) or len({_hashable(v) for v in values}) != len(values):
             raise PolicyError(
                 f"{where}.values has duplicates: {values!r}",
