@@ -45,6 +45,14 @@ CASES = [
         1,
     ),
     ("SELECT PERCENTILE_DISC(0.9) WITHIN GROUP (ORDER BY age DESC) FROM people", "SELECT quantile_cont(age, 0.1) FROM people", 1),
+    # unquoted CTE names fold to lower case as in PostgreSQL: `FROM t` reads the CTE `T`
+    ("WITH P AS (SELECT * FROM people WHERE age > 40) SELECT COUNT(*) FROM p", "SELECT COUNT(*) FROM people WHERE age > 40", 0),
+    # an unused CTE stays unused when an inner CTE of the same name shadows it (red team s8: an internal error)
+    (
+        "WITH a AS (SELECT * FROM people) SELECT COUNT(*) FROM people, (WITH a AS (SELECT * FROM regions) SELECT * FROM a) s",
+        "SELECT COUNT(*) FROM people, regions",
+        0,
+    ),
     # CTEs nothing names are dropped, however nested (one over the private table was an internal error)
     ("WITH c AS (SELECT * FROM people) SELECT COUNT(*) FROM people", "SELECT COUNT(*) FROM people", 0),
     (

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 from sqlglot.errors import OptimizeError
+from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.scope import Scope, build_scope, traverse_scope
 
@@ -168,35 +169,28 @@ def private_reads(tree: exp.Select, catalog: Catalog) -> dict[str, int]:
     return counts
 
 
-def _within(node: exp.Expression, ancestor: exp.Expression) -> bool:
-    """Whether ``ancestor`` (this very node, not an equal one) is above ``node``."""
-    parent = node.parent
-    while parent is not None:
-        if parent is ancestor:
-            return True
-        parent = parent.parent
-    return False
-
-
 def _drop_unused_ctes(tree: exp.Expression) -> None:
-    """Remove every CTE no other part of its query names, until none is left: it contributes nothing to the
+    """Remove every CTE that no reference resolves to, until none is left: it contributes nothing to the
     answer, and what is not in the tree never reaches validation or the engine (an unused CTE over the
-    private table was counted as a second read and ended in an internal error)."""
-    changed = True
-    while changed:
-        changed = False
-        for with_ in list(tree.find_all(exp.With)):
-            owner = with_.parent
-            if owner is None:
-                continue
-            for cte in list(with_.expressions):
-                name = cte.alias_or_name.lower()
-                if not any(
-                    t.name.lower() == name and not t.args.get("db") and not _within(t, cte) for t in owner.find_all(exp.Table)
-                ):
-                    cte.pop()
-                    changed = True
-            if not with_.expressions:
+    private table was counted as a second read and ended in an internal error). "Resolves to" is decided by
+    sqlglot's scopes, as the resolution itself (a reference that an inner CTE of the same name shadows does
+    not keep the outer one)."""
+    while True:
+        root = build_scope(tree)
+        if root is None:
+            return
+        used: set[int] = set()
+        for scope in root.traverse():
+            for _alias, (_node, source) in scope.selected_sources.items():
+                if isinstance(source, Scope) and isinstance(source.expression.parent, exp.CTE):
+                    used.add(id(source.expression.parent))
+        unused = [cte for cte in tree.find_all(exp.CTE) if id(cte) not in used]
+        if not unused:
+            return
+        for cte in unused:
+            with_ = cte.parent
+            cte.pop()
+            if isinstance(with_, exp.With) and not with_.expressions:
                 with_.pop()
 
 
@@ -219,6 +213,8 @@ def _expand_having_aliases(tree: exp.Select, catalog: Catalog) -> None:
 def resolve(tree: exp.Select, catalog: Catalog, *, sql: str = "") -> Resolved:
     """Resolve ``tree`` (from :func:`veil.proxy.parse.parse`) against ``catalog``."""
     work = tree.copy()
+    # unquoted names fold to lower case first, as in PostgreSQL: `WITH T AS (…) … FROM t` reads the CTE
+    normalize_identifiers(work, dialect=DIALECT)
     _drop_unused_ctes(work)
     _expand_having_aliases(work, catalog)
     tables = _rename_references(work, catalog)
