@@ -169,7 +169,8 @@ def _schema_key_types(p: QueryPlan, catalog: Catalog) -> list[str] | None:
     base table named in the outermost FROM (not a CTE): the bounded copy and the public tables' reads hold
     exactly their catalog types, so binding would report the same (``Env.run`` checks it did)."""
     tree = p.analysis.tree
-    ctes = {c.alias_or_name for c in (tree.args["with"].expressions if tree.args.get("with") else [])}
+    with_ = tree.args.get("with_")
+    ctes = {c.alias_or_name for c in (with_.expressions if isinstance(with_, exp.With) else [])}
     sources: dict[str, str] = {}
     first = tree.args.get("from_")
     for src in [first.this if isinstance(first, exp.From) else None, *(j.this for j in tree.args.get("joins") or [])]:
