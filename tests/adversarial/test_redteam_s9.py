@@ -1,0 +1,61 @@
+"""Red team, session 9: attacks on the fixes for session 8 (main at 64d5c2d): LIKE/ILIKE only with a constant
+pattern, the text work one row makes the engine build (`expansion.text_work` × join factor ≤ 64 MiB), partition
+selection before the other statistics with ≤ 20,000 values per unit in a grouped query, unquoted names folded
+before resolution with unused CTEs dropped through scopes, and declared policy values type-checked.
+
+Same harness as sessions 4–8 (:mod:`tests.adversarial.test_redteam_s4`): D and D′ differ in one person (the
+target, unit 7); the same analyst SQL must end the same way on both and take about the same time.
+
+Part A holds attacks that succeed today (the tests FAIL until Veil is fixed); part B holds probes of defences
+that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (DuckDB 2.0, main at 64d5c2d):
+
+* A1 (high) a row value cast to text: `text_work` sizes a tuple `(a, b, …)` like a chooser (its largest
+  element), but `CAST((t.s, t.s, …, p.pn) AS TEXT)` builds the text of every element: N × 4 KB per joined row
+  for one person's value, counted as 4 KB. N = 100 over a 1,000-row join: D 0.03 s, D′ 1.8 s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.adversarial.test_redteam_s4 import assert_time_independent
+from tests.adversarial.test_redteam_s8 import EMOJI_TARGET
+
+# ==================================================================================================
+# Part A — attacks that succeed today
+# ==================================================================================================
+
+# --- A1. A row value cast to text: every element is built, the bound counts the largest ---------------------
+#
+# Severity HIGH (a deterministic running-time bit of seconds about one person; a denial of service in memory
+# too: 2.7 GB RSS at N = 300). Class: running time — text work one row causes per joined row, under-counted.
+# `expansion.text_work` sizes any node that is not a text builder, a cast or a literal as "a chooser: at most
+# its largest operand" — right for CASE/COALESCE/GREATEST, wrong for `exp.Tuple`, which the allow-list admits
+# and which DuckDB turns into a STRUCT whose cast to text holds *every* element (`CAST((s, s) AS TEXT)` is
+# 2·|s| + 4 bytes). No concatenation limit applies (it is not `||`), so `CAST((t.s, …×N, p.pn) AS TEXT)`
+# builds N × 4 KB for each joined row of one person's 1,024-emoji value, counted as 4 KB + a case map:
+# with N = 100 and |pub| = 1,000 the bound is ~10 MB (< 64 MiB) while the engine builds ~0.8 GB.
+# Measured (production noise, 2 shared cores, noisy), D without the target / D′ with it, |pub| = 1,000:
+#   N = 100: D 0.03 s, D′ 1.8 s; N = 300: D 0.14 s, D′ 5.7 s (2.7 GB RSS).
+# The `p.pn` element keeps DuckDB from computing the cast once per chunk (the single private row is a constant
+# vector in the cross product). `WHERE t.u = 7 AND t.x > 3` makes it a hidden-value bit.
+# Fix by construction: size text by what each node's *value* can hold, not by what it chooses from — a tuple
+# (and any composite that can be cast or compared as text) holds the sum of its elements plus separators;
+# better, make the size function total over the allow-list (every allowed node class has its own rule, and
+# an unknown class is an InternalError in tests), so a newly allowed node cannot default to "largest operand".
+
+
+def _tuple_cast(n: int, wrap: str = "length(lower(CAST(({tup}) AS TEXT))) > 3") -> str:
+    tup = ", ".join(["t.s"] * n + ["p.pn"])
+    return f"SELECT COUNT(*) FILTER (WHERE {wrap.format(tup=tup)}) AS n FROM t CROSS JOIN pub p WHERE t.u = 7"
+
+
+PUB_1000 = pd.DataFrame({"pk": pd.array(range(1000), dtype="Int64"), "pn": [f"p{i}" for i in range(1000)]})
+
+
+@pytest.mark.slow
+def test_a1_row_value_cast_to_text_counts_every_element(tmp_path: Path) -> None:
+    assert_time_independent(tmp_path, _tuple_cast(100), PUB_1000, target=EMOJI_TARGET)
