@@ -12,6 +12,10 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
 * A1 (high) a row value cast to text: `text_work` sizes a tuple `(a, b, …)` like a chooser (its largest
   element), but `CAST((t.s, t.s, …, p.pn) AS TEXT)` builds the text of every element: N × 4 KB per joined row
   for one person's value, counted as 4 KB. N = 100 over a 1,000-row join: D 0.03 s, D′ 1.8 s.
+* A2 (high) every quantile statistic is its own histogram query that repeats the whole FROM/WHERE, so the
+  per-row ceilings (join factor, text work ≤ 64 MiB) hold per engine query, not per analyst query, and a keyless
+  query has no limit on its number of statistics: 50 quantiles over a 5,000-row join whose WHERE case-maps one
+  person's text: D 0.5 s, D′ 3.8 s.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import pandas as pd
 import pytest
 
 from tests.adversarial.test_redteam_s4 import assert_time_independent
-from tests.adversarial.test_redteam_s8 import EMOJI_TARGET
+from tests.adversarial.test_redteam_s8 import EMOJI_TARGET, _timed_pair
 
 # ==================================================================================================
 # Part A — attacks that succeed today
@@ -66,3 +70,37 @@ TUPLE_WRAPS = [
 @pytest.mark.parametrize("wrap", TUPLE_WRAPS)
 def test_a1_row_value_cast_to_text_counts_every_element(tmp_path: Path, wrap: str) -> None:
     assert_time_independent(tmp_path, _tuple_cast(100, wrap), PUB_1000, target=EMOJI_TARGET)
+
+
+# --- A2. Each quantile re-runs the query's per-row work: the per-row ceilings hold per engine query ----------
+#
+# Severity HIGH (a deterministic running-time bit of seconds about one person). Class: running time — work one
+# row causes, multiplied by something no ceiling counts. `rewrite._grid` builds one histogram query per quantile
+# statistic (PERCENTILE_CONT/DISC, MEDIAN), each a copy of the whole template: its FROM, joins and WHERE run again.
+# The plan pass checks the public-join factor (≤ 10,000) and the text work (`text_work` × factor ≤ 64 MiB) once
+# for the analyst query, and `check_grouped_contribution` (rows × statistics ≤ 20,000) applies only with group
+# keys — so a keyless query with n quantiles makes the engine do n times the per-row work the ceilings allow,
+# all of it on the target's joined rows only. `SELECT PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY t.y + i) …
+# (n = 50) FROM t CROSS JOIN pub p WHERE t.u = 7 AND length(lower(t.s || p.pn)) > 3`, |pub| = 5,000, target
+# value 1,024 emoji (4 KB; counted 10 KB per row × 5,000 = 51 MB < 64 MiB). Measured (production noise, 2 shared
+# cores, noisy): n = 1: D 0.03 s, D′ 0.13 s; n = 50: D 0.5 s, D′ 3.8 s (linear in n; the query text allows
+# thousands). `t.x > 3` in the WHERE makes it a hidden-value bit.
+# Fix by construction: charge the ceilings per engine query the plan will run — multiply the per-row work
+# (factor, text work) by the number of passes over the joined rows (1 + grid statistics), and bound the
+# statistics of a keyless query too (or compute every grid in one pass over the joined rows: one scan with all
+# histogram buckets as columns, or materialise the joined rows once and run the grids over that).
+
+QUANTILES = 50
+PUB_5000 = pd.DataFrame({"pk": pd.array(range(5000), dtype="Int64"), "pn": [f"p{i}" for i in range(5000)]})
+
+
+@pytest.mark.slow
+def test_a2_quantile_grids_do_not_repeat_one_persons_row_work(tmp_path: Path) -> None:
+    stats = ", ".join(f"PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY t.y + {i}) AS q{i}" for i in range(QUANTILES))
+    sql = f"SELECT {stats} FROM t CROSS JOIN pub p WHERE t.u = 7 AND length(lower(t.s || p.pn)) > 3"
+    took = _timed_pair(tmp_path, PUB_5000, sql, EMOJI_TARGET)
+    # the same planning and grid queries on both sides: compare what the target adds
+    assert took[1] < took[0] + 1.0, (
+        f"D: {took[0]:.2f} s, D′: {took[1]:.2f} s — one row decides seconds of running time "
+        f"({QUANTILES} histogram queries each redo the per-row text work)"
+    )
