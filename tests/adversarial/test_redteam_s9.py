@@ -16,16 +16,18 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
   per-row ceilings (join factor, text work ≤ 64 MiB) hold per engine query, not per analyst query, and a keyless
   query has no limit on its number of statistics: 50 quantiles over a 5,000-row join whose WHERE case-maps one
   person's text: D 0.5 s, D′ 3.8 s.
+* Part B passes: CTE names that differ from tables or other CTEs only in case run what validation read.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.adversarial.test_redteam_s4 import assert_time_independent
+from tests.adversarial.test_redteam_s4 import TARGET_ROW, Pair, assert_same_ending, assert_time_independent
 from tests.adversarial.test_redteam_s8 import EMOJI_TARGET, _timed_pair
 
 # ==================================================================================================
@@ -104,3 +106,42 @@ def test_a2_quantile_grids_do_not_repeat_one_persons_row_work(tmp_path: Path) ->
         f"D: {took[0]:.2f} s, D′: {took[1]:.2f} s — one row decides seconds of running time "
         f"({QUANTILES} histogram queries each redo the per-row text work)"
     )
+
+
+# ==================================================================================================
+# Part B — defences that held (these pass; they fail if the defence breaks)
+# ==================================================================================================
+
+# --- B1. Quoted and unquoted names: what is validated is what runs --------------------------------------
+#
+# DuckDB matches identifiers case-insensitively even when quoted; Veil follows PostgreSQL (unquoted names fold
+# to lower case, quoted ones keep their case). Where the two disagree, the engine SQL must still read what
+# validation read: a CTE "PUB"/"X" over the private table beside the public table pub / a CTE x must not make
+# the engine read the private table twice (a self-join the sensitivity does not cover), nor read a public CTE
+# where Veil counted a private read. Exact answers (noise off) on D (29 rows) and D′ (30 rows), |pub| = 3.
+
+#: (SQL, the exact answer under PostgreSQL's name resolution as a function of the private row count n)
+CASE_FOLDED = [
+    ('WITH "Pub" AS (SELECT t.u FROM t) SELECT COUNT(*) FROM "Pub" AS a CROSS JOIN pub AS b', lambda n: n * 3),
+    ('WITH "T" AS (SELECT pk AS u FROM pub) SELECT COUNT(*) FROM "T" AS a CROSS JOIN t AS b', lambda n: n * 3),
+    ("WITH x AS (SELECT u FROM t), \"X\" AS (SELECT pk AS u FROM pub) SELECT COUNT(*) FROM \"X\" AS a CROSS JOIN x AS b",
+     lambda n: n * 3),
+    ('WITH "X" AS (SELECT pk AS u FROM pub), x AS (SELECT u FROM t) SELECT COUNT(*) FROM x AS a', lambda n: n),
+    ('WITH "X" AS (SELECT u FROM t), x AS (SELECT pk AS u FROM pub) SELECT COUNT(*) FROM x AS a', lambda n: 3),
+    ("WITH T AS (SELECT u FROM t WHERE u = 7) SELECT COUNT(*) FROM t", lambda n: int(n == 30)),
+    ("WITH pub AS (SELECT u AS pk FROM t) SELECT COUNT(*) FROM pub", lambda n: n),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    p = Pair(tmp_path_factory.mktemp("s9"), TARGET_ROW)
+    yield p
+    p.close()
+
+
+@pytest.mark.parametrize(("sql", "expected"), CASE_FOLDED)
+def test_b1_case_folded_names_run_what_was_validated(pair: Pair, sql: str, expected: Callable[[int], int]) -> None:
+    d, dp = assert_same_ending(pair, sql)
+    assert d.ok, d
+    assert (d.rows[0][0], dp.rows[0][0]) == (expected(29), expected(30)), (d, dp, sql)
