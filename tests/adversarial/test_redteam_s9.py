@@ -16,6 +16,9 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
   per-row ceilings (join factor, text work ≤ 64 MiB) hold per engine query, not per analyst query, and a keyless
   query has no limit on its number of statistics: 50 quantiles over a 5,000-row join whose WHERE case-maps one
   person's text: D 0.5 s, D′ 3.8 s.
+* A3 (high) the text-work ceiling is per private *row*, not per person: on a user-level table (max_rows_per_unit
+  = 30) one person's 30 rows each build the 64 MiB the ceiling allows — 5,000-row join: D 0.01 s, D′ 1.9 s
+  (one row: 0.08 s).
 * Part B passes: CTE names that differ from tables or other CTEs only in case run what validation read.
 """
 
@@ -27,7 +30,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.adversarial.test_redteam_s4 import TARGET_ROW, Pair, assert_same_ending, assert_time_independent
+from tests.adversarial.test_redteam_s4 import (
+    POLICY,
+    TARGET_ROW,
+    Pair,
+    _base_rows,
+    _frame,
+    assert_same_ending,
+    assert_time_independent,
+)
 from tests.adversarial.test_redteam_s8 import EMOJI_TARGET, _timed_pair
 
 # ==================================================================================================
@@ -106,6 +117,33 @@ def test_a2_quantile_grids_do_not_repeat_one_persons_row_work(tmp_path: Path) ->
         f"D: {took[0]:.2f} s, D′: {took[1]:.2f} s — one row decides seconds of running time "
         f"({QUANTILES} histogram queries each redo the per-row text work)"
     )
+
+
+# --- A3. The text-work ceiling counts one row, and a person has max_rows_per_unit of them ---------------------
+#
+# Severity HIGH (a deterministic running-time bit of seconds about one person on any user-level table; the
+# same class as s7 A4, which the grouped-contribution ceiling fixed by multiplying by the unit's rows).
+# Class: running time — per-person work under-counted by the unit's row count. `pipeline._plan` calls
+# `check_text_work(text_work(…), factor)`: bytes one *row* builds × the public-join factor ≤ 64 MiB, while the
+# grouped ceiling right after it uses `env.contribution(table) × factor`. A person has up to `max_rows_per_unit`
+# rows in the bounded copy (no upper limit in the policy), each joined `factor` times, so the work one person
+# decides is c × the ceiling. Policy: `privacy_unit = "u"`, `max_rows_per_unit = 30`; D′ adds 30 rows of unit 7
+# with a 1,024-emoji value; `COUNT(*) FILTER (WHERE length(lower(t.s || p.pn)) > 3) … CROSS JOIN pub p WHERE
+# t.u = 7`, |pub| = 5,000 (counted 10 KB × 5,000 = 51 MB < 64 MiB). Measured (production noise, 2 shared
+# cores, noisy): D 0.01 s, D′ 1.9 s; the same with max_rows_per_unit = 1 (one row): D′ 0.08 s.
+# Fix by construction: bound the work per privacy unit, not per row — multiply by the unit's contribution, as
+# `check_grouped_contribution` does (`check_text_work(work, env.contribution(table) × factor)`), and audit the
+# other per-row ceilings (the join factor itself, `MAX_JOINED_TEXT_BYTES`) for the same omission.
+
+UNIT_ROWS = 30
+USER_POLICY = POLICY.replace('privacy_unit = "row"', f'privacy_unit = "u"\nmax_rows_per_unit = {UNIT_ROWS}')
+
+
+@pytest.mark.slow
+def test_a3_text_work_is_bounded_per_person_not_per_row(tmp_path: Path) -> None:
+    frames = (_frame(_base_rows()), _frame([*_base_rows(), *[EMOJI_TARGET] * UNIT_ROWS]))
+    sql = "SELECT COUNT(*) FILTER (WHERE length(lower(t.s || p.pn)) > 3) AS n FROM t CROSS JOIN pub p WHERE t.u = 7"
+    assert_time_independent(tmp_path, sql, PUB_5000, frames=frames, policy=USER_POLICY)
 
 
 # ==================================================================================================
