@@ -20,6 +20,12 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
   = 30) one person's 30 rows each build the 64 MiB the ceiling allows — 5,000-row join: D 0.01 s, D′ 1.9 s
   (one row: 0.08 s).
 * Part B passes: CTE names that differ from tables or other CTEs only in case run what validation read.
+* Held without a test here (probed by hand on DuckDB 2.0): constant LIKE patterns with long or many %-segments,
+  backslashes or bracket characters, STRPOS/REPLACE/TRIM with 100 KB needles over 1 MB texts (all linear,
+  ≤ 0.03 s); scalar subqueries (refused); CTE/derived-table column lists (`AS c(v)`), DISTINCT ON and ORDER BY
+  over private rows (sized or refused); join-factor probes on `OR`, `%`, `/`, FLOOR, LENGTH, COALESCE keys;
+  LEFT() cuts by code points (a 5,000-mark grapheme stays 2 code points); 20 statistics × 1,000 groups refused;
+  overflow/ROUND/LN/SQRT of one row (same ending on D and D′).
 """
 
 from __future__ import annotations
