@@ -11,7 +11,7 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
 
 * A1 (high) a row value cast to text: `text_work` sizes a tuple `(a, b, …)` like a chooser (its largest
   element), but `CAST((t.s, t.s, …, p.pn) AS TEXT)` builds the text of every element: N × 4 KB per joined row
-  for one person's value, counted as 4 KB. N = 100 over a 1,000-row join: D 0.03 s, D′ 1.8 s.
+  for one person's value, counted as 4 KB. N = 100 over a 1,000-row join: D 0.03 s, D′ 1.8 s (N = 150, the test: D′ 2.6 s).
 * A2 (high) every quantile statistic is its own histogram query that repeats the whole FROM/WHERE, so the
   per-row ceilings (join factor, text work ≤ 64 MiB) hold per engine query, not per analyst query, and a keyless
   query has no limit on its number of statistics: 50 quantiles over a 5,000-row join whose WHERE case-maps one
@@ -62,7 +62,7 @@ from tests.adversarial.test_redteam_s8 import EMOJI_TARGET, _timed_pair
 # builds N × 4 KB for each joined row of one person's 1,024-emoji value, counted as 4 KB + a case map:
 # with N = 100 and |pub| = 1,000 the bound is ~10 MB (< 64 MiB) while the engine builds ~0.8 GB.
 # Measured (production noise, 2 shared cores, noisy), D without the target / D′ with it, |pub| = 1,000:
-#   N = 100: D 0.03 s, D′ 1.8 s; N = 300: D 0.14 s, D′ 5.7 s (2.7 GB RSS).
+#   N = 100: D 0.03 s, D′ 1.8 s; N = 150 (the test): D 0.05 s, D′ 2.6 s (1.7 GB RSS); N = 300: D 0.14 s, D′ 5.7 s (2.7 GB RSS).
 # The `p.pn` element keeps DuckDB from computing the cast once per chunk (the single private row is a constant
 # vector in the cross product). `WHERE t.u = 7 AND t.x > 3` makes it a hidden-value bit.
 # Fix by construction: size text by what each node's *value* can hold, not by what it chooses from — a tuple
@@ -88,7 +88,7 @@ TUPLE_WRAPS = [
 @pytest.mark.slow
 @pytest.mark.parametrize("wrap", TUPLE_WRAPS)
 def test_a1_row_value_cast_to_text_counts_every_element(tmp_path: Path, wrap: str) -> None:
-    assert_time_independent(tmp_path, _tuple_cast(100, wrap), PUB_1000, target=EMOJI_TARGET)
+    assert_time_independent(tmp_path, _tuple_cast(150, wrap), PUB_1000, target=EMOJI_TARGET)
 
 
 # --- A2. Each quantile re-runs the query's per-row work: the per-row ceilings hold per engine query ----------
@@ -136,12 +136,12 @@ def test_a2_quantile_grids_do_not_repeat_one_persons_row_work(tmp_path: Path) ->
 # decides is c × the ceiling. Policy: `privacy_unit = "u"`, `max_rows_per_unit = 30`; D′ adds 30 rows of unit 7
 # with a 1,024-emoji value; `COUNT(*) FILTER (WHERE length(lower(t.s || p.pn)) > 3) … CROSS JOIN pub p WHERE
 # t.u = 7`, |pub| = 5,000 (counted 10 KB × 5,000 = 51 MB < 64 MiB). Measured (production noise, 2 shared
-# cores, noisy): D 0.01 s, D′ 1.9 s; the same with max_rows_per_unit = 1 (one row): D′ 0.08 s.
+# cores, noisy): D 0.01 s, D′ 1.9 s; with 50 rows (the test) D′ 3.6 s; with max_rows_per_unit = 1 (one row): D′ 0.08 s.
 # Fix by construction: bound the work per privacy unit, not per row — multiply by the unit's contribution, as
 # `check_grouped_contribution` does (`check_text_work(work, env.contribution(table) × factor)`), and audit the
 # other per-row ceilings (the join factor itself, `MAX_JOINED_TEXT_BYTES`) for the same omission.
 
-UNIT_ROWS = 30
+UNIT_ROWS = 50
 USER_POLICY = POLICY.replace('privacy_unit = "row"', f'privacy_unit = "u"\nmax_rows_per_unit = {UNIT_ROWS}')
 
 
