@@ -120,3 +120,38 @@ def test_ordinary_text_queries_are_answered(session: QuerySession, sql: str) -> 
 
 def test_the_ceiling_is_what_the_docs_say() -> None:
     assert MAX_TEXT_WORK == 64 << 20
+
+
+@pytest.mark.parametrize(
+    ("where", "at_least"),
+    [
+        ("CAST((t.s, t.s, t.s) AS VARCHAR) = ''", 3 * 4096),  # a row value as text holds every element
+        ("CAST((t.s, p.n) AS VARCHAR) ILIKE '%a%'", 6144),  # ILIKE runs as LOWER(x) LIKE LOWER(p)
+    ],
+)
+def test_row_values_and_ilike_are_counted(where: str, at_least: int) -> None:
+    assert _work(where) >= at_least
+
+
+def test_every_statement_and_every_row_of_a_unit_count(tmp_path: Path) -> None:
+    # the ceiling holds for one person over the whole query: rows per unit × join × statements (red team s9)
+    (tmp_path / "policy.toml").write_text(
+        POLICY.replace('privacy_unit = "row"', 'privacy_unit = "x"\nmax_rows_per_unit = 50'), encoding="utf-8"
+    )
+    policy = load_policy(tmp_path / "policy.toml")
+    write_table(policy, "t", pd.DataFrame({"s": ["a"] * 20, "x": range(20)}), replace=True)
+    write_table(policy, "pub", pd.DataFrame({"k": range(400), "n": ["q"] * 400}), replace=True, public=True)
+    one = "SELECT COUNT(*) FROM t CROSS JOIN pub p WHERE LOWER(t.s || t.s || t.s) = p.n"
+    with exact_session(policy, "a") as s:
+        with pytest.raises(Unsupported, match="bytes of text"):  # 4 KB × 3 … × 50 rows × 400 joined rows
+            s.execute(one, epsilon=1)
+
+
+@pytest.mark.slow
+def test_expression_work_over_one_persons_rows_is_bounded(session: QuerySession) -> None:
+    in_list = ", ".join(str(i) for i in range(60_000))
+    before = session.budget().spent
+    with pytest.raises(Unsupported, match="expression nodes"):  # 60,000 nodes × 2,000 joined rows
+        session.execute(f"SELECT COUNT(*) FROM t CROSS JOIN pub p WHERE t.x IN ({in_list})", epsilon=1)
+    assert session.budget().spent == before
+    session.execute(f"SELECT COUNT(*) FROM t WHERE t.x IN ({in_list})", epsilon=1)  # one row each: fine

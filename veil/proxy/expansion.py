@@ -169,6 +169,8 @@ def text_work(tree: exp.Expression, column_bytes: Callable[[str, str], int]) -> 
                 out = first * max(1, replacement)
             elif isinstance(node, (exp.Trim, exp.Substring, exp.Left, exp.Right)):
                 out = first
+            elif isinstance(node, exp.Tuple):  # a row value: as text, every element and its separator
+                out = sum(b for b, _ in kids) + 2 * len(kids) + 2
             elif isinstance(node, (exp.Cast, exp.TryCast)) and node.to.is_type(*_TEXT_TYPES):
                 out = max(first, SCALAR_TEXT_BYTES)
                 work += out
@@ -176,6 +178,8 @@ def text_work(tree: exp.Expression, column_bytes: Callable[[str, str], int]) -> 
                 out = max((b for b, _ in kids), default=SCALAR_TEXT_BYTES)
             if isinstance(node, _TEXT_BUILDERS):
                 work += out
+            elif isinstance(node, exp.ILike):  # generated as LOWER(x) LIKE LOWER(p): both sides case-mapped
+                work += sum((3 * b + 1) // 2 for b, _ in kids)
             return out, work
 
         sel = scope.expression

@@ -48,11 +48,12 @@ __all__ = [
     "MAX_GROUPED_VALUES",
     "MAX_JOINED_TEXT_BYTES",
     "MAX_JOIN_FACTOR",
+    "MAX_PERSON_EVALUATIONS",
     "MAX_TEXT_WORK",
     "Probe",
     "check_factor",
     "check_grouped_contribution",
-    "check_text_work",
+    "check_person_work",
     "conjuncts",
     "private_path",
     "probes",
@@ -119,21 +120,35 @@ def check_grouped_contribution(contribution: int, keys: int, statistics: int = 1
         )
 
 
-#: The most bytes of text one private row may make the engine build, times the rows it joins
-#: (:func:`veil.proxy.expansion.text_work` × the public-join multiplicity). One person's row is built once
-#: per joined row: 64 copies of a 4 KB value, case-mapped five times over a 10,000-row join, took 88 s and
-#: 6 GB against 0.04 s without that person (red team s8, A3). 64 MiB of copying is tens of milliseconds.
+#: The most bytes of text one person's rows may make the engine build, over every statement of a query
+#: (:func:`veil.proxy.expansion.text_work` per row × the rows one unit brings × the join multiplicity × the
+#: statements, one per quantile grid besides the main one). 64 copies of a 4 KB value, case-mapped five times
+#: over a 10,000-row join, took 88 s and 6 GB against 0.04 s without that person (red team s8, A3); the
+#: same work repeated by 50 quantile grids, or by 50 rows of one unit, took 4 s (s9, A2 and A3).
+#: 64 MiB of copying is tens of milliseconds.
 MAX_TEXT_WORK = 64 << 20
+#: The most expression nodes the engine may evaluate over one person's rows in all a query's statements
+#: (the query's size, CTE references expanded, × those rows): about a tenth of a second of vectorised work.
+MAX_PERSON_EVALUATIONS = 10**8
 
 
-def check_text_work(work: int, factor: int) -> None:
-    """Refuse (free: the query's shape, the policy's text caps and public data only) a query whose text work
-    per private row, times the rows that row joins, exceeds :data:`MAX_TEXT_WORK` bytes."""
-    if work * max(factor, 1) > MAX_TEXT_WORK:
+def check_person_work(rows: int, nodes: int, text: int) -> None:
+    """Refuse (free: the query's shape, the policy, public data) a query whose work over one person's rows —
+    ``rows`` = rows per unit × join multiplicity × statements — passes :data:`MAX_PERSON_EVALUATIONS` node
+    evaluations or :data:`MAX_TEXT_WORK` bytes of text (``text`` bytes per row)."""
+    rows = max(rows, 1)
+    if text * rows > MAX_TEXT_WORK:
         raise Unsupported(
-            f"one private row can make the engine build about {work * max(factor, 1):,} bytes of text "
-            f"({work:,} per row × {max(factor, 1):,} joined rows); Veil allows {MAX_TEXT_WORK:,}",
-            hint="Concatenate, case-map or REPLACE less text per row, or pin the public join with an equality on its key",
+            f"one person's rows can make the engine build about {text * rows:,} bytes of text ({text:,} per row × "
+            f"{rows:,} rows over all the query's statements); Veil allows {MAX_TEXT_WORK:,}",
+            hint="Concatenate, case-map or REPLACE less text per row, ask for fewer quantiles, or pin the public join "
+            "with an equality on its key",
+        )
+    if nodes * rows > MAX_PERSON_EVALUATIONS:
+        raise Unsupported(
+            f"one person's rows can make the engine evaluate about {nodes * rows:,} expression nodes ({nodes:,} per "
+            f"row × {rows:,} rows over all the query's statements); Veil allows {MAX_PERSON_EVALUATIONS:,}",
+            hint="Write a shorter query, ask for fewer quantiles, or pin the public join with an equality on its key",
         )
 
 

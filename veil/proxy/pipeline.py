@@ -143,10 +143,13 @@ def _plan(s: QueryState, env: Env) -> QueryState:
     for probe in multiplicity.probes(a, catalog):
         factor *= env.probe(probe)
     multiplicity.check_factor(factor, a.text_bytes)
-    multiplicity.check_text_work(text_work(a.tree, env.column_text_bytes), factor)
     c = env.contribution(a.private_table) * factor
     p = plan(a, catalog, epsilon=s.epsilon, contribution=c, partition_delta=env.policy.defaults.partition_delta)
     multiplicity.check_grouped_contribution(p.contribution, len(p.keys), len(p.statistics))
+    # every engine statement (the main one, one per quantile grid) repeats the per-row work over one person's rows
+    grids = sum(1 for st in p.statistics if st.kind == "grid")
+    passes = max(1, grids + (1 if grids < len(p.statistics) else 0))
+    multiplicity.check_person_work(c * passes, a.expanded, text_work(a.tree, env.column_text_bytes))
     return replace(s, plan=p)
 
 

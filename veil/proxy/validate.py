@@ -52,6 +52,7 @@ class Analysis:
     private_table: str | None  # the one private table read, or None for a public-only query
     tables: tuple[str, ...]  # every catalog table read
     text_bytes: int = 0  # text-literal bytes one row can carry, CTE references expanded (veil.proxy.expansion)
+    expanded: int = 0  # the query's size with every CTE / derived-table reference expanded (nodes per row)
 
 
 _ANON_AGGREGATES = {
@@ -346,6 +347,7 @@ def validate(resolved: Resolved, catalog: Catalog) -> Analysis:
         private_table=resolved.private_table,
         tables=resolved.tables,
         text_bytes=size.text_bytes,
+        expanded=size.expanded,
     )
 
 
