@@ -361,8 +361,16 @@ def test_workers_stop_when_the_parent_is_killed(tmp_path: Path, shared_data: Pat
 def _spawned_children(pid: int) -> list[int]:
     """``pid``'s child processes started by multiprocessing's spawn (the workers)."""
     out = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:  # a thread of the parent can end between the listing and the read
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in children:
             try:
                 if "spawn_main" in Path(f"/proc/{child}/cmdline").read_text():
                     out.append(int(child))
@@ -387,12 +395,14 @@ def test_workers_stop_when_the_parent_dies_before_they_are_ready(tmp_path: Path,
     )
     deadline = time.monotonic() + 120
     workers: list[int] = []
-    while len(workers) < 2:
-        assert proc.poll() is None and time.monotonic() < deadline, "veil serve did not start its workers"
-        workers = _spawned_children(proc.pid)
-        time.sleep(0.01)
-    os.kill(proc.pid, signal.SIGKILL)  # the workers are still importing: none serves yet
-    proc.wait(30)
+    try:
+        while len(workers) < 2:
+            assert proc.poll() is None and time.monotonic() < deadline, "veil serve did not start its workers"
+            workers = _spawned_children(proc.pid)
+            time.sleep(0.01)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)  # the workers are still importing: none serves yet
+        proc.wait(30)
     deadline = time.monotonic() + 60
     try:
         while any(_alive(pid) for pid in workers):
