@@ -401,7 +401,8 @@ def test_workers_stop_when_the_parent_dies_before_they_are_ready(tmp_path: Path,
             workers = _spawned_children(proc.pid)
             time.sleep(0.01)
     finally:
-        os.kill(proc.pid, signal.SIGKILL)  # the workers are still importing: none serves yet
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)  # the workers are still importing: none serves yet
         proc.wait(30)
     deadline = time.monotonic() + 60
     try:
