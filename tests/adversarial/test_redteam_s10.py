@@ -12,6 +12,10 @@ main at fb6ab6b):
   full, so `GREATEST(t.s, …×150)` / `LEAST(…)` on a 1,024-character (4 KB) value costs ~4 KB of memcmp per
   argument per row, none of it counted: 50 rows per unit × 10,000 joined rows, D 0.04 s, D′ (short value,
   the same evaluations) 0.9 s, D′ (4 KB value) 4.0 s.
+* A2 (high) text *stored* per row: `COUNT(DISTINCT (t.s, p.pk))` keeps every joined row's 4 KB value in the
+  DISTINCT hash table; a row value builds nothing, so `text_work` is 0, while `t.s || p.pn` is refused at
+  1.2 GB. 30 distinct rows of one person × 10,000 joined rows: D 0.01 s / 240 MB RSS, D′ 1.7–2.9 s / 1.45 GB RSS
+  (40 rows, the test: D′ 1.8 s, 2.1 GB).
 """
 
 from __future__ import annotations
@@ -59,3 +63,33 @@ def test_a1_text_comparisons_are_priced_by_the_bytes_they_read(tmp_path: Path, c
     sql = f"SELECT COUNT(*) FILTER (WHERE {cond.format(a=', '.join(['t.s'] * 150))}) AS n FROM t CROSS JOIN pub p WHERE t.u = 7"
     frames = (_frame(_base_rows()), _frame([*_base_rows(), *[EMOJI_TARGET] * UNIT_ROWS]))
     assert_time_independent(tmp_path, sql, PUB_10000, frames=frames, policy=USER_POLICY)
+
+
+# --- A2. Text stored per row: a DISTINCT over a row value holds every joined copy of one person's text ---------
+#
+# Severity HIGH (a deterministic running-time bit of seconds and a memory blow-up of ~1.2 GB decided by one
+# person; more rows per unit or a wider join scale it to an out-of-memory). Class: running time and memory —
+# text a node keeps (hash tables of COUNT(DISTINCT), DISTINCT, GROUP BY) not counted. `text_work` prices the bytes
+# a node *builds*; a tuple builds nothing (it is costed only when cast to text, s9 A1), but
+# `COUNT(DISTINCT (t.s, p.pk))` makes DuckDB copy each distinct (value, key) pair — the whole 4 KB value — into
+# the aggregate's hash table, once per joined row. The same bytes as `t.s || p.pn` are refused ("about
+# 1,238,400,000 bytes of text … Veil allows 67,108,864"). Policy `privacy_unit = "u"`, `max_rows_per_unit = 30`;
+# D′ adds 30 rows of unit 7, each a different 1,100-emoji value (capped to 4 KB); |pub| = 10,000 (300,000 rows,
+# 3·10^5 × a few nodes < 10^8 evaluations). Measured (production noise, 2 shared cores, noisy), one process:
+#   10 rows: D 0.01 s / 240 MB max RSS, D′ 0.29 s / 644 MB; 30 rows: D 0.01 s / 240 MB, D′ 1.7–2.9 s / 1,449 MB;
+#   40 rows (the test): D 0.01 s, D′ 1.8 s, test process max RSS 2.1 GB.
+# Fix by construction: count text *kept* like text built — every aggregate or DISTINCT input (and GROUP BY key,
+# join key, ORDER BY key) holds the size of its value (a tuple: the sum of its elements) per row, so
+# `check_person_work`'s text term bounds what DISTINCT/hash tables store; simplest, make `text_work` charge each
+# node by the bytes it touches (built, read or kept), as A1 also needs.
+
+DISTINCT_ROWS = 40
+DISTINCT_POLICY = POLICY.replace('privacy_unit = "row"', f'privacy_unit = "u"\nmax_rows_per_unit = {DISTINCT_ROWS}')
+DISTINCT_TARGETS = [{**EMOJI_TARGET, "s": f"{i:03d}" + "\N{GRINNING FACE}" * 1100} for i in range(DISTINCT_ROWS)]
+
+
+@pytest.mark.slow
+def test_a2_text_kept_by_distinct_is_bounded_per_person(tmp_path: Path) -> None:
+    sql = "SELECT COUNT(DISTINCT (t.s, p.pk)) AS n FROM t CROSS JOIN pub p WHERE t.u = 7"
+    frames = (_frame(_base_rows()), _frame([*_base_rows(), *DISTINCT_TARGETS]))
+    assert_time_independent(tmp_path, sql, PUB_10000, frames=frames, policy=DISTINCT_POLICY)
