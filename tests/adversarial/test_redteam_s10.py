@@ -73,9 +73,9 @@ def test_a1_text_comparisons_are_priced_by_the_bytes_they_read(tmp_path: Path, c
 # a node *builds*; a tuple builds nothing (it is costed only when cast to text, s9 A1), but
 # `COUNT(DISTINCT (t.s, p.pk))` makes DuckDB copy each distinct (value, key) pair — the whole 4 KB value — into
 # the aggregate's hash table, once per joined row. The same bytes as `t.s || p.pn` are refused ("about
-# 1,238,400,000 bytes of text … Veil allows 67,108,864"). Policy `privacy_unit = "u"`, `max_rows_per_unit = 30`;
-# D′ adds 30 rows of unit 7, each a different 1,100-emoji value (capped to 4 KB); |pub| = 10,000 (300,000 rows,
-# 3·10^5 × a few nodes < 10^8 evaluations). Measured (production noise, 2 shared cores, noisy), one process:
+# 1,238,400,000 bytes of text … Veil allows 67,108,864"). Policy `privacy_unit = "u"`, `max_rows_per_unit = n`;
+# D′ adds n rows of unit 7, each a different 1,100-emoji value (capped to 4 KB); |pub| = 10,000 (n × 10,000 rows,
+# a few nodes each, < 10^8 evaluations). Measured (production noise, 2 shared cores, noisy), one process:
 #   10 rows: D 0.01 s / 240 MB max RSS, D′ 0.29 s / 644 MB; 30 rows: D 0.01 s / 240 MB, D′ 1.7–2.9 s / 1,449 MB;
 #   40 rows (the test): D 0.01 s, D′ 1.8 s, test process max RSS 2.1 GB.
 # Fix by construction: count text *kept* like text built — every aggregate or DISTINCT input (and GROUP BY key,
