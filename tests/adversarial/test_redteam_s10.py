@@ -16,6 +16,15 @@ main at fb6ab6b):
   DISTINCT hash table; a row value builds nothing, so `text_work` is 0, while `t.s || p.pn` is refused at
   1.2 GB. 30 distinct rows of one person × 10,000 joined rows: D 0.01 s / 240 MB RSS, D′ 1.7–2.9 s / 1.45 GB RSS
   (40 rows, the test: D′ 1.8 s, 2.1 GB).
+* Held without a test here (probed by hand on DuckDB 2.0, main at fb6ab6b): STRPOS/REPLACE/contains with a
+  private 1,024-character needle of the worst shapes (`a…ab`, `ba…a`, `abab…`) in a 500 KB literal haystack,
+  TRIM with a 200 KB character set (all linear, ≤ 0.02 s); constant `%`-LIKE, STRPOS and LENGTH of a 4 KB
+  value (memchr-fast, and DuckDB computes them once per chunk when the private row is a constant vector of a
+  cross product); `p.pn IN (t.s, …)`; POWER/LN chains up to the 10^8-evaluation ceiling (0.3 s, or refused);
+  a public × public derived table joined to the private row (the join-factor probe runs it on D and D′ alike);
+  DISTINCT/GROUP BY inside a subquery over private rows (refused); quantile arguments that are not bounded
+  (refused), so grid buckets stay within the grid; date + huge INTERVAL (`d + INTERVAL '292100' YEAR`, the
+  target's 2300 date overflows: the same ending on D and D′).
 """
 
 from __future__ import annotations
