@@ -122,6 +122,12 @@ def measure(tree: exp.Expression) -> Expansion:
 
 #: Bytes a value that is not a text column or literal takes once turned into text (a number, date or bool).
 SCALAR_TEXT_BYTES = 32
+#: Nodes whose value is one of their operands' (or passes one through).
+_CHOOSERS = (
+    exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif, exp.Paren, exp.Alias, exp.Distinct, exp.Ordered,
+)  # fmt: skip
+#: Building a byte of text costs about as much as reading this many (a copy and an allocation against a compare).
+READ_SHARE = 16
 #: Operations that build a new string of their output's length (each one copies what it outputs).
 _TEXT_BUILDERS = (exp.DPipe, exp.Concat, exp.Lower, exp.Upper, exp.Trim, exp.Substring, exp.Left, exp.Right, exp.Replace)
 _TEXT_TYPES = (exp.DataType.Type.VARCHAR, exp.DataType.Type.TEXT, exp.DataType.Type.CHAR, exp.DataType.Type.NVARCHAR)
@@ -135,9 +141,12 @@ def text_work(tree: exp.Expression, column_bytes: Callable[[str, str], int]) -> 
     4 bytes; a number, date or bool :data:`SCALAR_TEXT_BYTES`). A concatenation outputs the sum of its parts,
     LOWER/UPPER at most 1.5× their input (case mapping can lengthen UTF-8), REPLACE(s, p, r) at most
     |s| × max(1, |r|), TRIM/SUBSTRING/LEFT/RIGHT at most their input, a cast to text at most its input; every
-    such operation copies its output once. The plan pass multiplies the bound by the public-join multiplicity:
-    one person's row is built once per joined row (red team s8, A3: 64 copies of a 4 KB value case-mapped
-    five times over a 10,000-row join took 88 s against 0.04 s without that person).
+    such operation copies its output once; a DISTINCT or GROUP BY keeps a copy of each value in a hash table;
+    and every operation reads its text operands in full, priced at 1/:data:`READ_SHARE` of building them
+    (GREATEST over 150 copies of a 4 KB value compares each in full: 4 s for one person's rows, red team s10).
+    The plan pass multiplies the bound by the rows one person brings over the whole query (red team s8, A3: 64
+    copies of a 4 KB value case-mapped five times over a 10,000-row join took 88 s against 0.04 s without that
+    person; s10, A2: COUNT(DISTINCT (s, p.pk)) kept 2 GB of one person's text).
     """
     columns: dict[int, dict[str, tuple[int, int]]] = {}
     total = 0
@@ -174,12 +183,19 @@ def text_work(tree: exp.Expression, column_bytes: Callable[[str, str], int]) -> 
             elif isinstance(node, (exp.Cast, exp.TryCast)) and node.to.is_type(*_TEXT_TYPES):
                 out = max(first, SCALAR_TEXT_BYTES)
                 work += out
-            else:  # a number, a comparison, or a chooser (CASE, COALESCE, …): at most its largest operand
+            elif isinstance(node, _CHOOSERS):  # CASE, COALESCE, GREATEST, …: at most its largest operand
                 out = max((b for b, _ in kids), default=SCALAR_TEXT_BYTES)
+            else:  # a number, a boolean, a date: short as text
+                out = SCALAR_TEXT_BYTES
             if isinstance(node, _TEXT_BUILDERS):
                 work += out
             elif isinstance(node, exp.ILike):  # generated as LOWER(x) LIKE LOWER(p): both sides case-mapped
                 work += sum((3 * b + 1) // 2 for b, _ in kids)
+            elif isinstance(node, (exp.Distinct, exp.Group)):  # every value kept in a hash table (a copy)
+                work += sum(b for b, _ in kids)
+            # every operation reads its operands: a text one in full (a comparison of equal texts, each argument
+            # of GREATEST/LEAST, LIKE, STRPOS, …), priced at a sixteenth of building the same bytes
+            work += sum(b for b, _ in kids if b > SCALAR_TEXT_BYTES) // READ_SHARE
             return out, work
 
         sel = scope.expression
