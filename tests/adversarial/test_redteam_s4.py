@@ -584,7 +584,7 @@ def timed(sessions: Sequence[Any], sql: str, *, runs: int = 2) -> list[float]:
     return took
 
 
-def assert_time_independent(
+def time_neighbours(
     base: Path,
     sql: str,
     pub: pd.DataFrame,
@@ -593,10 +593,10 @@ def assert_time_independent(
     frames: tuple[pd.DataFrame, pd.DataFrame] | None = None,
     policy: str = POLICY,
     table: str = "t",
-) -> None:
-    """``sql`` (production noise) on D and D′ — the base rows without and with ``target``, or the two given
-    ``frames`` of ``table`` — beside the public table ``pub``: D′ must take at most 5× D + 1 s. A refusal is fine
-    if it takes as long on both. The bounded copy is built before the clock starts."""
+) -> list[float]:
+    """Seconds ``sql`` (production noise) takes on D and on D′ — the base rows without and with ``target``, or
+    the two given ``frames`` of ``table`` — beside the public table ``pub``. A refusal counts as an answer. The
+    bounded copy is built before the clock starts."""
     import time
 
     from veil.policy import load_policy
@@ -620,6 +620,12 @@ def assert_time_independent(
             except VeilError:
                 pass
             took.append(time.perf_counter() - start)
+    return took
+
+
+def assert_time_independent(base: Path, sql: str, pub: pd.DataFrame, **kwargs: Any) -> None:
+    """:func:`time_neighbours`, and D′ must take at most 5× D + 1 s."""
+    took = time_neighbours(base, sql, pub, **kwargs)
     assert took[1] < 5 * took[0] + 1.0, f"D: {took[0]:.2f} s, D′: {took[1]:.2f} s — one row decides the running time"
 
 

@@ -39,7 +39,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tests.adversarial.test_redteam_s4 import TARGET_ROW, Pair, assert_same_ending
+from tests.adversarial.test_redteam_s4 import TARGET_ROW, Pair, assert_same_ending, time_neighbours
 from veil.errors import VeilError
 
 # ==================================================================================================
@@ -79,28 +79,7 @@ def _wide(agg: str, n: int) -> str:
 
 def _timed_pair(tmp_path: Path, pub: pd.DataFrame, sql: str, target: dict[str, Any] = TARGET_ROW) -> list[float]:
     """Seconds the same query takes with production noise on D and on D′ (a free refusal counts as an answer)."""
-    from tests.adversarial.test_redteam_s4 import POLICY, _base_rows, _frame
-    from veil.policy import load_policy
-    from veil.proxy.session import QuerySession
-    from veil.store.warehouse import write_table
-
-    took = []
-    for name, rows in (("d", _base_rows()), ("dp", [*_base_rows(), target])):
-        folder = tmp_path / name
-        folder.mkdir()
-        (folder / "policy.toml").write_text(POLICY, encoding="utf-8")
-        policy = load_policy(folder / "policy.toml")
-        write_table(policy, "pub", pub, replace=True, public=True)
-        write_table(policy, "t", _frame(rows), replace=True)
-        with QuerySession(policy, "a") as s:
-            s.execute("SELECT COUNT(*) FROM t", epsilon=1)  # builds the bounded copy outside the timing
-            start = time.perf_counter()
-            try:
-                s.execute(sql, epsilon=1)
-            except VeilError:
-                pass  # a free refusal (a fix) is fine, as long as it takes the same time on both
-            took.append(time.perf_counter() - start)
-    return took
+    return time_neighbours(tmp_path, sql, pub, target=target)
 
 
 @pytest.mark.slow
