@@ -224,15 +224,18 @@ four runs (the table is the last) gave COUNT(*) +3.8–6.6 ms, AVG +5.2–6.5 ms
 diagnosis 1.7–2.0× raw (CPU ratios COUNT 5.0–5.2×, AVG 2.3–2.5×, state 1.9–2.25×), against +6.5 ms, +8.4 ms,
 2.98× and 2.05× in the previous round's final run. The targets stay missed.
 
-**2026-11-26, fourth round** (`before:` is the third round's final run; this run shared the host with a red-team
-helper, 1-minute load 1.5–1.6). A query grouped only by bare base-table columns (`GROUP BY state`, `sex,
-diagnosis`) skips the DESCRIBE round trip: its key types come from the catalog, it binds when it runs, and an
-engine error from before reading data refunds it as for keyless queries (`tests/proxy/test_catalog_key_types.py`,
-and the refund/charge neighbour property now covers keyed shapes). `prepare` went from 1.7–2.6 ms to 0.2 ms for
-those queries; user-level sex × diagnosis GROUP BY now meets its 2× target (1.75×); state GROUP BY 2.6×, COUNT
-+4.7 ms, AVG +5.7–6.2 ms (CPU ratios 5.0×, 2.3–2.4×, 1.9×) stay missed. The answer cache's lookup, which grew
-with the ledger's history (SQLite scanned every logged answer), now runs on its own index; it barely shows here
-(a fresh ledger of ~200 releases) but was 10% of a server's CPU after 1,500 queries (see the server section)."""
+**2026-11-26, fourth round** (`before:` is the third round's final run; the table is this round's final run, on
+a quieter host, 1-minute load 0.8–1.1; an earlier run alongside a red-team helper gave the same picture). A query
+grouped only by bare base-table columns (`GROUP BY state`, `sex, diagnosis`) skips the DESCRIBE round trip: its
+key types come from the catalog, it binds when it runs, and an engine error from before reading data refunds it as
+for keyless queries (`tests/proxy/test_catalog_key_types.py`, and the refund/charge neighbour property now covers
+keyed shapes): `prepare` went from 1.7–2.6 ms to 0.2 ms for those queries. The same round added per-query privacy
+checks (a bound on the text and the expression work one person's rows cause, LIKE patterns, identifier folding)
+costing ~0.2–0.3 ms in `plan`/`resolve`. Net: user-level sex × diagnosis GROUP BY meets its 2× target (1.76×);
+row-level sex × diagnosis 1.86×, state GROUP BY 2.7–2.8×, COUNT +4.2–4.3 ms, AVG +5.4–5.5 ms (CPU ratios 4.8–5.0×,
+2.3×, 2.0×) stay missed. The answer cache's lookup, which grew with the ledger's history (SQLite scanned every
+logged answer), now runs on its own index; it barely shows here (a fresh ledger of ~200 releases) but was 10% of
+a server's CPU after 1,500 queries (see the server section)."""
 
 
 def _cpu_ratio(r: dict[str, Any]) -> str:
