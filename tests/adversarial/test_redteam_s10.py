@@ -29,12 +29,22 @@ main at fb6ab6b):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from tests.adversarial.test_redteam_s4 import POLICY, _base_rows, _frame, assert_time_independent
+from tests.adversarial.test_redteam_s4 import (
+    POLICY,
+    TARGET_ROW,
+    Pair,
+    _base_rows,
+    _frame,
+    assert_cli_same_ending,
+    assert_time_independent,
+    assert_wire_same_endings,
+)
 from tests.adversarial.test_redteam_s8 import EMOJI_TARGET
 
 # ==================================================================================================
@@ -102,3 +112,38 @@ def test_a2_text_kept_by_distinct_is_bounded_per_person(tmp_path: Path) -> None:
     sql = "SELECT COUNT(DISTINCT (t.s, p.pk)) AS n FROM t CROSS JOIN pub p WHERE t.u = 7"
     frames = (_frame(_base_rows()), _frame([*_base_rows(), *DISTINCT_TARGETS]))
     assert_time_independent(tmp_path, sql, PUB_10000, frames=frames, policy=DISTINCT_POLICY)
+
+
+# --- (lead) this session's refusals, through `veil query` and a real client against `veil serve` -----------------
+#
+# Each class fixed this session refuses free with a typed SQLSTATE on both D and D′ through the interfaces users
+# touch (the Python API is covered above and in tests/proxy/): a computed LIKE pattern, a '_' pattern, text work
+# past the ceiling.
+
+INTERFACE_REFUSALS = [
+    "SELECT COUNT(*) FROM t WHERE s LIKE s || '%'",
+    "SELECT COUNT(*) FROM t WHERE s LIKE 's_'",
+    "SELECT COUNT(*) FROM t WHERE " + "LOWER(" * 25 + "s" + ")" * 25 + " = ''",
+]
+
+
+@pytest.fixture(scope="module")
+def iface_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    p = Pair(tmp_path_factory.mktemp("s10iface"), TARGET_ROW)
+    yield p
+    p.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sql", INTERFACE_REFUSALS)
+def test_this_sessions_refusals_end_the_same_through_the_cli(iface_pair: Pair, sql: str) -> None:
+    from tests.support.attack import CliInterface
+
+    assert_cli_same_ending(iface_pair, sql)
+    out = CliInterface(iface_pair.policy_paths[1], "b").query(sql, 0.01)
+    assert not out.ok and out.sqlstate == "0A000", out  # refused as unsupported, not answered
+
+
+@pytest.mark.slow
+def test_this_sessions_refusals_end_the_same_over_the_wire(iface_pair: Pair) -> None:
+    assert_wire_same_endings(iface_pair, INTERFACE_REFUSALS)
