@@ -228,15 +228,6 @@ def _of_type(ctype: str, v: Any) -> bool:
     return False
 
 
-def _hashable(v: Any) -> Any:
-    """``v`` as a grouping key compares it (equal numbers and booleans are one key); unhashable values by text."""
-    try:
-        hash(v)
-    except TypeError:
-        return repr(v)
-    return v
-
-
 def _parse_column(table: str, name: str, raw: Any) -> ColumnSpec:
     where = f"[tables.{table}.columns].{name}"
     if not isinstance(raw, Mapping):
@@ -274,7 +265,7 @@ def _parse_column(table: str, name: str, raw: Any) -> ColumnSpec:
                     hint={"int": "List whole numbers within ±2^63", "category": "List texts in quotes",
                           "bool": "List true and false"}.get(ctype, "List values of the column's type"),
                 )  # fmt: skip
-        if len(set(map(repr, values))) != len(values) or len({_hashable(v) for v in values}) != len(values):
+        if len(set(values)) != len(values):  # one type each (checked above): equal values are equal keys
             raise PolicyError(
                 f"{where}.values has duplicates: {values!r}",
                 hint="List each value once (1, 1.0 and true are one value to Veil's grouping)",

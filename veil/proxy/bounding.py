@@ -33,14 +33,13 @@ from sqlglot import exp
 from veil.engines.base import Engine
 from veil.errors import InternalError
 from veil.policy import ColumnSpec, TableSpec
+from veil.proxy.catalog import SQL_TYPES  # the copy holds each column as the catalog types it
 from veil.store.ledger import Ledger
 
 __all__ = ["ALGORITHM", "BoundedCopies", "build_sql", "build_tree", "spec_identity"]
 
 #: Changes whenever the copy's construction changes, so old copies are never reused.
 ALGORITHM = "veil-bounded-copy/4"
-
-_SQL_TYPES = {"int": "BIGINT", "float": "DOUBLE", "category": "VARCHAR", "bool": "BOOLEAN", "date": "DATE"}
 
 
 def _q(name: str) -> str:
@@ -67,7 +66,7 @@ def spec_identity(spec: TableSpec) -> str:
 def _typed(col: ColumnSpec) -> str:
     """The column cast to its declared type, numeric ones clamped to their bounds (NULL stays NULL)."""
     q = _q(col.name)
-    v = f"TRY_CAST({q} AS {_SQL_TYPES[col.type]})"
+    v = f"TRY_CAST({q} AS {SQL_TYPES[col.type]})"
     if col.type == "float":
         v = f"(CASE WHEN isnan({v}) THEN NULL ELSE {v} END)"
     if col.type == "category":

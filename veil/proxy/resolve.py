@@ -175,6 +175,8 @@ def _drop_unused_ctes(tree: exp.Expression) -> None:
     private table was counted as a second read and ended in an internal error). "Resolves to" is decided by
     sqlglot's scopes, as the resolution itself (a reference that an inner CTE of the same name shadows does
     not keep the outer one)."""
+    if tree.find(exp.CTE) is None:
+        return
     while True:
         root = build_scope(tree)
         if root is None:
