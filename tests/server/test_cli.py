@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import time
@@ -14,10 +16,13 @@ import pytest
 from click.testing import CliRunner
 
 from tests.support.server import build_policy, psql
+from veil.policy import load_policy
 
 
 def test_veil_serve_subprocess_answers_psql(tmp_path: Path, shared_data: Path) -> None:
     policy = build_policy(tmp_path, shared_data, rows=300)
+    with contextlib.closing(sqlite3.connect(load_policy(policy).ledger_path)) as db, db:
+        db.execute("DELETE FROM bounded_copies")  # as if the table were loaded without `veil ingest`
     proc = subprocess.Popen(
         [
             *(sys.executable, "-m", "veil.cli.main", "serve", "--policy", str(policy), "--port", "0"),
@@ -45,6 +50,9 @@ def test_veil_serve_subprocess_answers_psql(tmp_path: Path, shared_data: Path) -
                 break
         assert port is not None, "".join(banner)
         assert "alice" in "".join(banner)
+        # the bounded copy was built before the server listened, not by the first analyst's query
+        with contextlib.closing(sqlite3.connect(load_policy(policy).ledger_path)) as db:
+            assert "adult" in {r[0] for r in db.execute("SELECT source FROM bounded_copies")}
         out = psql(port, "SET veil.epsilon = 0.2", "SELECT COUNT(*) AS n FROM adult", "SHOW veil.budget")
         assert out.returncode == 0, out.stderr
         assert "(1 row)" in out.stdout and "9.8" in out.stdout  # 10 - 0.2 remaining

@@ -29,6 +29,13 @@ def ingest(policy_path: Path, table: str, source: Path, replace: bool, fmt: str)
     missing = summary["missing_policy_columns"]
     if isinstance(missing, list) and missing:
         click.echo(f"warning: policy columns not in the file: {', '.join(map(str, missing))}", err=True)
+    spec = policy.tables.get(table)
+    if spec is not None and not spec.public and importlib.util.find_spec("veil.proxy.bounding") is not None:
+        # the bounded copy is built here, on the curator's side, so no analyst's first query spends the time
+        from veil.proxy.bounding import prepare
+
+        for name, problem in prepare(policy, [table]).items():
+            click.echo(f"warning: the bounded copy of {name!r} was not built ({problem}); the first query builds it", err=True)
 
 
 @cli.command()

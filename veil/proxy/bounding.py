@@ -25,18 +25,19 @@ import hashlib
 import json
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import sqlglot
 from sqlglot import exp
 
+from veil.engines import open_engine
 from veil.engines.base import Engine
-from veil.errors import InternalError
-from veil.policy import ColumnSpec, TableSpec
+from veil.errors import InternalError, VeilError
+from veil.policy import ColumnSpec, Policy, TableSpec
 from veil.proxy.catalog import SQL_TYPES  # the copy holds each column as the catalog types it
 from veil.store.ledger import Ledger
 
-__all__ = ["ALGORITHM", "BoundedCopies", "build_sql", "build_tree", "spec_identity"]
+__all__ = ["ALGORITHM", "BoundedCopies", "build_sql", "build_tree", "prepare", "spec_identity"]
 
 #: Changes whenever the copy's construction changes, so old copies are never reused.
 ALGORITHM = "veil-bounded-copy/4"
@@ -156,3 +157,35 @@ class BoundedCopies:
 
 #: One cache per process (sessions share copies).
 COPIES = BoundedCopies()
+
+
+def _generation(engine: Engine) -> int:
+    gen = getattr(engine, "generation", None)
+    return int(gen()) if callable(gen) else 0
+
+
+def prepare(policy: Policy, tables: Sequence[str] | None = None) -> dict[str, str]:
+    """Build (or find) the bounded copy of each private table of ``tables`` (default: every private table
+    of the policy), for the curator's side: `veil ingest` after loading a table, `veil serve` before it
+    listens. Work that grows with the raw table then never lands in an analyst's query. Returns, per table
+    that could not be prepared (absent from the warehouse, say), why; a query on it builds or refuses then."""
+    names = sorted(n for n, t in policy.tables.items() if not t.public) if tables is None else list(tables)
+    problems: dict[str, str] = {}
+    engine = open_engine(policy)
+    ledger = Ledger.for_policy(policy)
+    try:
+        for name in names:
+            spec = policy.table(name)
+            if spec.public:
+                continue
+            if not engine.table_exists(name):
+                problems[name] = "the table is not in the warehouse yet"
+                continue
+            try:
+                COPIES.table(spec, engine, ledger, scope=str(policy.database_path), generation=lambda: _generation(engine))
+            except VeilError as exc:
+                problems[name] = exc.message
+    finally:
+        engine.close()
+        ledger.close()
+    return problems

@@ -36,6 +36,7 @@ from pg_mimic.stream import ConnectionClosed
 
 from veil.errors import InvalidEncoding, PlaintextRefused, ProtocolViolation, TooManyConnections
 from veil.policy import Policy
+from veil.proxy import bounding
 from veil.server.auth import VerifierScramAuth
 from veil.server.connection import BufferedStream, VeilConnection, fatal, negotiate
 from veil.server.limits import ConnectionSlots, LoginThrottle, ServerLimits
@@ -307,6 +308,11 @@ def serve(
 ) -> None:
     """Serve until interrupted (Ctrl-C / SIGTERM). ``sock``: a listening socket to accept on
     (instead of binding ``host:port``); ``share``: this is one of several worker processes."""
+    if share is None:  # a worker process's parent prepared them before it started
+        # bounded copies are built before the first analyst connects: work that grows with a raw table
+        # (one person's rows included) never lands in an analyst's query
+        for table, problem in bounding.prepare(policy).items():
+            logger.warning("bounded copy of %r not built at start (%s); the first query on it builds it", table, problem)
     server = VeilServer(policy, ssl_context=ssl_context, allow_plaintext=allow_plaintext, limits=limits, share=share)
 
     async def main() -> None:

@@ -42,8 +42,9 @@ from pathlib import Path
 from typing import Any
 
 from veil.engines.duckdb import DuckDBEngine
-from veil.errors import InputError, PolicyError, VeilError
+from veil.errors import InputError, PolicyError
 from veil.policy import Policy, load_policy
+from veil.proxy import bounding
 from veil.proxy.session import QuerySession
 from veil.server.limits import ServerLimits
 from veil.server.shared import ProcessShare, SharedState
@@ -112,13 +113,7 @@ def prepare_warehouse(policy: Policy) -> list[str]:
         return problems
     with QuerySession(policy, sorted(policy.analysts)[0]) as qs:
         catalog.analyst_catalog(qs)  # copies declared public tables into the public mirror
-        for name, spec in sorted(policy.tables.items()):
-            if spec.public:
-                continue
-            try:
-                qs._env.bounded_table(name)
-            except VeilError as exc:
-                problems.append(f"table {name!r}: {exc.message}")
+    problems += [f"table {name!r}: {problem}" for name, problem in bounding.prepare(policy).items()]
     return problems
 
 

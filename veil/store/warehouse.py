@@ -14,6 +14,7 @@ connection to a warehouse file in the process:
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -29,6 +30,7 @@ from veil.policy import Policy, normalise_name
 
 __all__ = [
     "SANDBOX_CONFIG",
+    "VERSION_COMMENT",
     "Warehouse",
     "export_frame",
     "ingest_file",
@@ -40,6 +42,7 @@ __all__ = [
     "table_names",
     "write_table",
     "writer",
+    "written_version",
 ]
 
 SANDBOX_CONFIG: dict[str, str] = {
@@ -280,17 +283,39 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
         copy_to_public(policy, table, df)
 
 
+#: Prefix of the table comment naming the version of the rows Veil wrote (see :func:`written_version`).
+VERSION_COMMENT = "veil-version:"
+
+
 def _replace_from_frame(con: duckdb.DuckDBPyConnection, table: str, df: pd.DataFrame) -> None:
-    """``CREATE OR REPLACE`` ``table`` with ``df``'s rows, in one transaction (all or nothing)."""
+    """``CREATE OR REPLACE`` ``table`` with ``df``'s rows, in one transaction (all or nothing).
+
+    The new table's comment names a fresh random version of its rows, committed with them: the query
+    path identifies the table's data by it (:func:`written_version`) instead of reading every row, so no
+    analyst's query spends time that grows with the raw table (one person's rows included)."""
     con.execute("BEGIN TRANSACTION")
     try:
         con.register("_veil_incoming", df)
         con.execute(f'CREATE OR REPLACE TABLE "{table}" AS SELECT * FROM _veil_incoming')
         con.unregister("_veil_incoming")
+        con.execute(f"COMMENT ON TABLE \"{table}\" IS '{VERSION_COMMENT}{secrets.token_hex(16)}'")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
+
+
+def written_version(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
+    """The version Veil gave ``table``'s rows when it wrote them, read from the catalog (no row is read);
+    ``None`` for a table Veil did not write (created by another tool, or replaced since: a new table has no
+    comment). A table *edited in place* by another tool keeps its comment: load data with ``veil ingest``."""
+    row = con.execute("SELECT comment FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = ?", [table]).fetchone()
+    comment = row[0] if row is not None else None
+    if isinstance(comment, str) and comment.startswith(VERSION_COMMENT):
+        token = comment[len(VERSION_COMMENT) :]
+        if token.isalnum():
+            return token
+    return None
 
 
 def export_frame(df: pd.DataFrame, path: str | Path, *, replace: bool = False) -> Path:
