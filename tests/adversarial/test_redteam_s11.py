@@ -20,6 +20,8 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +30,16 @@ import pytest
 
 from tests.adversarial.test_redteam_s4 import (
     POLICY,
+    PUB,
+    TARGET,
     TARGET_ROW,
+    Pair,
     _base_rows,
     _frame,
+    assert_same_ending,
     assert_time_independent,
 )
+from veil.errors import VeilError
 
 # ==================================================================================================
 # Part A — attacks that succeed today
@@ -105,3 +112,183 @@ def test_a2_trim_character_set_from_public_text_is_priced_by_its_per_row_work(tm
     sql = "SELECT COUNT(*) FILTER (WHERE TRIM(BOTH p.pn FROM t.s) = 'x') AS n FROM t CROSS JOIN pub p WHERE t.u = 7"
     frames = (_frame(_base_rows()), _frame([*_base_rows(), *[TARGET_ROW] * 20]))
     assert_time_independent(tmp_path, sql, PUB_DOCS, frames=frames, policy=DOC_POLICY)
+
+
+# ==================================================================================================
+# Part B — probes of defences that held (they pass; they fail if the defence breaks)
+# ==================================================================================================
+
+# --- B1. The answer cache: per analyst, per canonical meaning, and free only for the same question -------------
+#
+# Probed: a second analyst asking the same canonical query at the same ε is charged (no cross-analyst cache);
+# a re-ingest of the table (D → D′ in place) returns the logged answer free (documented: no new information);
+# queries that differ in meaning never share a canonical form (LIKE/ILIKE, DESC in WITHIN GROUP, FILTER,
+# TRIM sides, VAR_POP/VAR_SAMP, DISTINCT, LIMIT/OFFSET, casts' widths, DATE_TRUNC units, literal case).
+
+DIFFERENT_MEANINGS = [
+    ("SELECT PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY x) FROM t",
+     "SELECT PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY x DESC) FROM t"),
+    ("SELECT COUNT(*) FROM t WHERE s = 'A'", "SELECT COUNT(*) FROM t WHERE s = 'a'"),
+    ("SELECT COUNT(*) FROM t WHERE s LIKE 'A%'", "SELECT COUNT(*) FROM t WHERE s ILIKE 'A%'"),
+    ("SELECT COUNT(DISTINCT s) FROM t", "SELECT COUNT(s) FROM t"),
+    ("SELECT k, COUNT(*) FROM t GROUP BY k ORDER BY 2 DESC LIMIT 1", "SELECT k, COUNT(*) FROM t GROUP BY k ORDER BY 2 LIMIT 1"),
+    ("SELECT k, COUNT(*) FROM t GROUP BY k LIMIT 1 OFFSET 1", "SELECT k, COUNT(*) FROM t GROUP BY k LIMIT 1"),
+    ("SELECT COUNT(*) FROM t WHERE TRIM(LEADING 'x' FROM s) = 'a'",
+     "SELECT COUNT(*) FROM t WHERE TRIM(TRAILING 'x' FROM s) = 'a'"),
+    ("SELECT SUM(x) FILTER (WHERE b) FROM t", "SELECT SUM(x) FROM t"),
+    ("SELECT VAR_POP(x) FROM t", "SELECT VAR_SAMP(x) FROM t"),
+    ("SELECT COUNT(*) FROM t WHERE CAST(y AS DECIMAL(10,2)) = 1", "SELECT COUNT(*) FROM t WHERE CAST(y AS DECIMAL(10,1)) = 1"),
+    ("SELECT COUNT(*) FROM t WHERE DATE_TRUNC('month', d) = DATE '2000-01-01'",
+     "SELECT COUNT(*) FROM t WHERE DATE_TRUNC('year', d) = DATE '2000-01-01'"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    p = Pair(tmp_path_factory.mktemp("s11"), TARGET_ROW)
+    yield p
+    p.close()
+
+
+@pytest.mark.parametrize(("a", "b"), DIFFERENT_MEANINGS)
+def test_b1_queries_of_different_meaning_never_share_a_cache_entry(pair: Pair, a: str, b: str) -> None:
+    from veil.proxy import pipeline
+
+    session = pair.sessions[0]
+    keys = [pipeline.run(session._state(q, Fraction(1, 2)), session._env, until="prepare").key for q in (a, b)]
+    assert keys[0] != keys[1]
+
+
+def test_b1_the_cache_is_per_analyst_and_survives_a_reingest(tmp_path: Path) -> None:
+    from veil.policy import load_policy
+    from veil.proxy.session import QuerySession
+    from veil.store.warehouse import write_table
+
+    (tmp_path / "policy.toml").write_text(POLICY, encoding="utf-8")
+    policy = load_policy(tmp_path / "policy.toml")
+    write_table(policy, "pub", PUB, replace=True, public=True)
+    write_table(policy, "t", _frame(_base_rows()), replace=True)
+    sql, eps = "SELECT COUNT(*) FROM t WHERE x > 0", Fraction(1, 7)
+    with QuerySession(policy, "a") as a, QuerySession(policy, "b") as b:
+        first = a.execute(sql, epsilon=eps)
+        other = b.execute(sql, epsilon=eps)
+        assert first.epsilon_charged == other.epsilon_charged == eps and not other.cached
+        write_table(policy, "t", _frame([*_base_rows(), TARGET_ROW]), replace=True)
+        again = a.execute(sql, epsilon=eps)
+        assert again.cached and again.epsilon_charged == 0 and again.rows == first.rows
+
+
+# --- B2. Grouped queries on bare columns (the catalog key-type shortcut): same ending, exact moves ≤ c -----------
+#
+# Probed with noise off: GROUP BY bare columns of the private table and of a public table (inner, LEFT and
+# cross joins), declared and private keys, with the target's row adversarial (an undeclared category, NULL
+# text, NaN float, a 9999-12-31 or 'infinity' date, -0.0): every query ends the same way (no InternalError from
+# a key type the catalog got wrong, no refund on one side only), and every released count moves by at most the
+# plan's contribution c in L1 over the groups both sides released.
+
+TARGETS = [
+    TARGET_ROW,
+    {**TARGET_ROW, "k": "c", "s": None, "y": float("nan")},
+    {**TARGET_ROW, "s": "p", "d": "9999-12-31", "x": -10, "y": -0.0},
+    {**TARGET_ROW, "s": "q", "d": "infinity", "k": None, "b": None},
+]
+GROUPED = [
+    "SELECT k, COUNT(*) FROM t GROUP BY k",
+    "SELECT b, COUNT(*) FROM t GROUP BY b",
+    "SELECT p.pn, COUNT(*) FROM t JOIN pub p ON t.s = p.pn GROUP BY p.pn",
+    "SELECT p.pn, COUNT(*) FROM t LEFT JOIN pub p ON t.s = p.pn GROUP BY p.pn",
+    "SELECT p.pn, t.k, COUNT(*) FROM t CROSS JOIN pub p GROUP BY p.pn, t.k",
+    "SELECT p.pk, COUNT(*) FROM t JOIN pub p ON t.x = p.pk GROUP BY p.pk",
+    "SELECT k, COUNT(DISTINCT p.pn) FROM t CROSS JOIN pub p GROUP BY k",
+    "SELECT COUNT(*) FROM t GROUP BY k",
+    "SELECT s, COUNT(*) FROM t GROUP BY s",
+    "SELECT d, COUNT(*) FROM t GROUP BY d",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", range(len(TARGETS)))
+def test_b2_grouped_bare_columns_end_the_same_and_move_by_at_most_c(tmp_path: Path, target: int) -> None:
+    from veil.proxy._testing import plan_of
+
+    p = Pair(tmp_path, TARGETS[target])
+    try:
+        for sql in GROUPED:
+            d, dp = assert_same_ending(p, sql)
+            if not d.ok:
+                continue
+            plan = plan_of(p.sessions[0], sql)
+            assert plan is not None
+            counts = [dict((r[:-1], r[-1]) for r in o.rows) for o in (d, dp)]
+            moved = sum(abs(counts[1].get(g, 0) - counts[0].get(g, 0)) for g in counts[0].keys() & counts[1].keys())
+            assert moved <= plan.contribution, f"{sql}: released counts moved by {moved} > c = {plan.contribution}"
+    finally:
+        p.close()
+
+
+# --- B3. The noise domain: sums far beyond 2⁶³ saturate, the same way on D and D′ ------------------------------
+#
+# Probed with production noise: integer SUMs over ±10¹⁵ bounds × a 200-row join (exact value clamped to ±2⁶²,
+# discrete-Laplace scale ~10²¹: OpenDP saturates to ±(2⁶³ − 1) on both sides, never a value that reveals the
+# exact sum), real sums up to 1e149, x³ computed in DOUBLE, DECIMAL casts: every one answers on D and D′ alike.
+
+BIG_POLICY = """\
+[database]
+path = "w.duckdb"
+[ledger]
+path = "l.sqlite"
+[tables.t]
+privacy_unit = "u"
+max_rows_per_unit = 50
+[tables.t.columns]
+u = { type = "int", lower = 0, upper = 100 }
+x = { type = "int", lower = -1000000000000000, upper = 1000000000000000 }
+y = { type = "float", lower = -1e15, upper = 1e15 }
+[tables.pub]
+public = true
+[tables.pub.columns]
+pk = { type = "int" }
+[analysts.a]
+epsilon = 1000000
+"""
+BIG_SUMS = [
+    "SELECT SUM(x) FROM t CROSS JOIN pub",
+    "SELECT SUM(x * x * x) FROM t CROSS JOIN pub WHERE u = 7",
+    "SELECT AVG(x * x * x) FROM t CROSS JOIN pub",
+    "SELECT VAR(x * x) FROM t CROSS JOIN pub",
+    "SELECT SUM(CAST(x AS DECIMAL(38, 2))) FROM t",
+    "SELECT SUM(x * 1e130) FROM t CROSS JOIN pub",
+    "SELECT SUM(CAST(y AS BIGINT) * 1000) FROM t CROSS JOIN pub",
+    "SELECT SUM(x) * 1e300 FROM t",
+]
+
+
+@pytest.mark.slow
+def test_b3_huge_sums_end_the_same_way(tmp_path: Path) -> None:
+    from veil.policy import load_policy
+    from veil.proxy.session import QuerySession
+    from veil.store.warehouse import write_table
+
+    base = [{"u": i, "x": 5, "y": 1.0} for i in range(20) if i != TARGET]
+    target = [{"u": TARGET, "x": 10**15, "y": 1e15}] * 50
+    sessions = []
+    for name, rows in (("d", base), ("dp", base + target)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "policy.toml").write_text(BIG_POLICY, encoding="utf-8")
+        policy = load_policy(tmp_path / name / "policy.toml")
+        write_table(policy, "pub", pd.DataFrame({"pk": pd.array(range(200), dtype="Int64")}), replace=True, public=True)
+        write_table(policy, "t", pd.DataFrame(rows), replace=True)
+        sessions.append(QuerySession(policy, "a"))
+    try:
+        for sql in BIG_SUMS:
+            ends = []
+            for s in sessions:
+                try:
+                    s.execute(sql, epsilon=Fraction(1, 2))
+                    ends.append("ok")
+                except VeilError as exc:
+                    ends.append(exc.sqlstate)
+            assert ends[0] == ends[1], f"{sql}: D {ends[0]}, D′ {ends[1]}"
+    finally:
+        for s in sessions:
+            s.close()
