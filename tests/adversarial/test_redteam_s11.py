@@ -13,7 +13,12 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
   costs the engine ~40 ns per distinct character of one person's value per joined row, but `text_work` prices
   the set as text *read* (1/16 of building it): one person's 1,024-character CJK value × 50 rows × 4,000
   joined rows, D′ 8.2 s against 0.03 s for a 2-character value (the same rows, the same bound).
-* A2 (medium) the same with a public table's long text as the set: `TRIM(BOTH p.doc FROM t.s)` with 49
+* A3 (high) a `TRY(...)` the totality rewrite emits throws and catches a C++ exception on each row that fails
+  (~7 µs a row against ~10 ns): `t.d + INTERVAL '292100' YEAR` fails only on dates after ~2147, so 50 rows of
+  the target × 10,000 public rows take 3.4 s with a 2300 date and 0.03 s with a 1995 one (bisection on the date);
+  `INTERVAL (t.s) DAY` (a text cast inside TRY) ~11 µs a failing row: with `s` capped at 8 characters (so
+  `text_work` allows the full 10,000-row join) 6.0 s for 's1' against 0.02 s for '12'.
+* A2 (medium) the same with a public table's long text as the set: `TRIM(BOTH p.pn FROM t.s)` with 49
   public values of 250 KB and 20 rows of the target: 1.9 s against 0.08 s without the target (needs a public
   table holding long text; the analyst cannot make one).
 """
@@ -112,6 +117,63 @@ def test_a2_trim_character_set_from_public_text_is_priced_by_its_per_row_work(tm
     sql = "SELECT COUNT(*) FILTER (WHERE TRIM(BOTH p.pn FROM t.s) = 'x') AS n FROM t CROSS JOIN pub p WHERE t.u = 7"
     frames = (_frame(_base_rows()), _frame([*_base_rows(), *[TARGET_ROW] * 20]))
     assert_time_independent(tmp_path, sql, PUB_DOCS, frames=frames, policy=DOC_POLICY)
+
+
+# --- A3. A TRY that catches a per-row exception: microseconds per row, decided by one person's value -----------
+#
+# Severity HIGH (a deterministic running-time bit of seconds about one person's value — a threshold on their date,
+# so their exact date by bisection in ~20 queries — and membership). Class: running time — the totality rewrite
+# makes failing operations total by wrapping them in `TRY(...)`, which in DuckDB *throws and catches a C++
+# exception* for each row that fails (an exception, its message, the unwinding: ~7 µs a row), against ~10 ns a
+# row that succeeds. Neither the evaluation ceiling (nodes × rows ≤ 2·10⁷) nor `text_work` prices that path, so a
+# row that fails costs ~1,000× the row that does not, and which rows fail is the data's choice:
+#   * `t.d + INTERVAL '292100' YEAR` overflows (beyond year 294,247) only on dates after ~2147: the s4 target's
+#     2300 expiry date. 50 rows × a 10,000-row public table = 500,000 rows (12 nodes each, 6·10⁶ evaluations;
+#     no text): D (the target's date 1995) 0.03 s, D′ (2300) 3.4 s (production noise, 2 shared cores, noisy).
+#     Session 10 checked this query's *ending* (the same on D and D′), not its time.
+#   * `INTERVAL (t.s) DAY` casts the text inside `TRY` (TRY_CAST would not throw): 's1' fails, '12' does not;
+#     100,000 rows: 1.1 s against 0.01 s.
+# Fix by construction: no exception on the data path — make each partial operation total *without raising*:
+# TRY_CAST instead of TRY(CAST), clamp date/interval operands into a range where the arithmetic cannot
+# overflow (or compare against precomputed limits) before adding, and so on per function; and a test that
+# every TRY the rewrite emits is fed failing values on many rows and stays within a few × the passing time.
+
+PUB_10000 = pd.DataFrame({"pk": pd.array(range(10_000), dtype="Int64"), "pn": [f"p{i}" for i in range(10_000)]})
+EARLY_DATE = {**TARGET_ROW, "d": "1995-01-01"}
+OVERFLOW_QUERIES = [
+    "SELECT COUNT(*) FILTER (WHERE t.d + INTERVAL '292100' YEAR > DATE '2000-01-01') AS n FROM t CROSS JOIN pub p WHERE t.u = 7",
+    "SELECT COUNT(*) FILTER (WHERE t.d + INTERVAL (292100 + p.pk * 0) YEAR > DATE '2000-01-01') AS n "
+    "FROM t CROSS JOIN pub p WHERE t.u = 7",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sql", OVERFLOW_QUERIES, ids=["constant-interval", "per-row-interval"])
+def test_a3_a_failing_try_per_row_does_not_decide_the_running_time(tmp_path: Path, sql: str) -> None:
+    """FAILS today (HIGH): D (the target's date 1995) ~0.03 s, D′ (2300) ~3.4 s."""
+    frames = (
+        _frame([*_base_rows(), *[EARLY_DATE] * UNIT_ROWS]),
+        _frame([*_base_rows(), *[TARGET_ROW] * UNIT_ROWS]),
+    )
+    assert_time_independent(tmp_path, sql, PUB_10000, frames=frames, policy=USER_POLICY)
+
+
+#: a category capped at 8 characters: `text_work` then prices the value at 32 bytes, so the join can be full size
+SHORT_TEXT_POLICY = USER_POLICY.replace('s = { type = "category" }', 's = { type = "category", max_length = 8 }')
+
+
+@pytest.mark.slow
+def test_a3_a_text_cast_inside_try_does_not_decide_the_running_time(tmp_path: Path) -> None:
+    """FAILS today (HIGH): D (the target's text '12' parses) ~0.01 s, D′ ('s1' does not) ~5 s (500,000 rows)."""
+    sql = (
+        "SELECT COUNT(*) FILTER (WHERE t.d + INTERVAL (t.s) DAY > DATE '2000-01-01' AND p.pk >= 0) AS n "
+        "FROM t CROSS JOIN pub p WHERE t.u = 7"
+    )
+    frames = (
+        _frame([*_base_rows(), *[{**TARGET_ROW, "s": "12"}] * UNIT_ROWS]),
+        _frame([*_base_rows(), *[TARGET_ROW] * UNIT_ROWS]),
+    )
+    assert_time_independent(tmp_path, sql, PUB_10000, frames=frames, policy=SHORT_TEXT_POLICY)
 
 
 # ==================================================================================================
