@@ -17,7 +17,8 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
   (~7 µs a row against ~10 ns): `t.d + INTERVAL '292100' YEAR` fails only on dates after ~2147, so 50 rows of
   the target × 10,000 public rows take 3.4 s with a 2300 date and 0.03 s with a 1995 one (bisection on the date);
   `INTERVAL (t.s) DAY` (a text cast inside TRY) ~11 µs a failing row: with `s` capped at 8 characters (so
-  `text_work` allows the full 10,000-row join) 6.0 s for 's1' against 0.02 s for '12'.
+  `text_work` allows the full 10,000-row join) 6.0 s for 's1' against 0.02 s for '12'; and a bounded *number*:
+  `t.d + INTERVAL (GREATEST(t.x - 4, 0) * 1000000) YEAR` overflows iff x > 4 — 4–6 s against 0.02 s.
 * A2 (medium) the same with a public table's long text as the set: `TRIM(BOTH p.pn FROM t.s)` with 49
   public values of 250 KB and 20 rows of the target: 1.9 s against 0.08 s without the target (needs a public
   table holding long text; the analyst cannot make one).
@@ -174,6 +175,21 @@ def test_a3_a_text_cast_inside_try_does_not_decide_the_running_time(tmp_path: Pa
         _frame([*_base_rows(), *[TARGET_ROW] * UNIT_ROWS]),
     )
     assert_time_independent(tmp_path, sql, PUB_10000, frames=frames, policy=SHORT_TEXT_POLICY)
+
+
+@pytest.mark.slow
+def test_a3_an_overflow_inside_try_does_not_reveal_a_numeric_value(tmp_path: Path) -> None:
+    """FAILS today (HIGH): `t.d + INTERVAL (GREATEST(t.x - 4, 0) * 1000000) YEAR` overflows iff the target's x > 4:
+    D (x = 3) ~0.02 s, D′ (x = 5) ~4–6 s — a threshold test on a bounded int column, so its value by bisection."""
+    sql = (
+        "SELECT COUNT(*) FILTER (WHERE t.d + INTERVAL (GREATEST(t.x - 4, 0) * 1000000) YEAR > DATE '2000-01-01' "
+        "AND p.pk >= 0) AS n FROM t CROSS JOIN pub p WHERE t.u = 7"
+    )
+    frames = (
+        _frame([*_base_rows(), *[{**EARLY_DATE, "x": 3}] * UNIT_ROWS]),
+        _frame([*_base_rows(), *[{**EARLY_DATE, "x": 5}] * UNIT_ROWS]),
+    )
+    assert_time_independent(tmp_path, sql, PUB_10000, frames=frames, policy=USER_POLICY)
 
 
 # ==================================================================================================
