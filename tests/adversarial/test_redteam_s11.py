@@ -192,6 +192,51 @@ def test_a3_an_overflow_inside_try_does_not_reveal_a_numeric_value(tmp_path: Pat
     assert_time_independent(tmp_path, sql, PUB_10000, frames=frames, policy=USER_POLICY)
 
 
+# --- A3 through a real PostgreSQL client against `veil serve` ------------------------------------------------
+#
+# The same bit, timed at the client: psycopg against `veil serve` on D and on D′ (the server's own statement
+# timeout, if any, is far above these seconds).
+
+
+def _wire_seconds(base: Path, frame: pd.DataFrame, sql: str) -> float:
+    import time
+
+    from tests.support.attack import Server, WireInterface, set_password
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    base.mkdir()
+    (base / "policy.toml").write_text(USER_POLICY, encoding="utf-8")
+    policy = load_policy(base / "policy.toml")
+    write_table(policy, "pub", PUB_10000, replace=True, public=True)
+    write_table(policy, "t", frame, replace=True)
+    set_password(base / "policy.toml", "b")
+    srv = Server(base / "policy.toml", base / "serve.log")
+    try:
+        wire = WireInterface(srv.port, "b")
+        try:
+            wire.query("SELECT COUNT(*) FROM t", 1.0)  # the bounded copy, built before the clock starts
+            start = time.perf_counter()
+            wire.query(sql, 1.0)
+            return time.perf_counter() - start
+        finally:
+            wire.close()
+    finally:
+        srv.stop()
+
+
+@pytest.mark.slow
+def test_a3_through_the_wire(tmp_path: Path) -> None:
+    """FAILS today (HIGH): through psycopg + `veil serve`, D (x = 3) ~0.05 s, D′ (x = 5) seconds."""
+    sql = (
+        "SELECT COUNT(*) FILTER (WHERE t.d + INTERVAL (GREATEST(t.x - 4, 0) * 1000000) YEAR > DATE '2000-01-01' "
+        "AND p.pk >= 0) AS n FROM t CROSS JOIN pub p WHERE t.u = 7"
+    )
+    d = _wire_seconds(tmp_path / "d", _frame([*_base_rows(), *[{**EARLY_DATE, "x": 3}] * UNIT_ROWS]), sql)
+    dp = _wire_seconds(tmp_path / "dp", _frame([*_base_rows(), *[{**EARLY_DATE, "x": 5}] * UNIT_ROWS]), sql)
+    assert dp < 5 * d + 1.0, f"wire: D {d:.2f} s, D′ {dp:.2f} s — one row decides the running time"
+
+
 # ==================================================================================================
 # Part B — probes of defences that held (they pass; they fail if the defence breaks)
 # ==================================================================================================
