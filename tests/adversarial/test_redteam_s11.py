@@ -18,7 +18,9 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
   the target × 10,000 public rows take 3.4 s with a 2300 date and 0.03 s with a 1995 one (bisection on the date);
   `INTERVAL (t.s) DAY` (a text cast inside TRY) ~11 µs a failing row: with `s` capped at 8 characters (so
   `text_work` allows the full 10,000-row join) 6.0 s for 's1' against 0.02 s for '12'; and a bounded *number*:
-  `t.d + INTERVAL (GREATEST(t.x - 4, 0) * 1000000) YEAR` overflows iff x > 4 — 4–6 s against 0.02 s.
+  `t.d + INTERVAL (GREATEST(t.x - 4, 0) * 1000000) YEAR` overflows iff x > 4 — 4–6 s against 0.02 s; and the
+  plainest form, BIGINT arithmetic in a FILTER: `(t.x - 3) * 4611686018427387904` overflows iff x ≥ 5 — 4.0 s
+  against 0.01 s.
 * A2 (medium) the same with a public table's long text as the set: `TRIM(BOTH p.pn FROM t.s)` with 49
   public values of 250 KB and 20 rows of the target: 1.9 s against 0.08 s without the target (needs a public
   table holding long text; the analyst cannot make one).
@@ -188,6 +190,19 @@ def test_a3_an_overflow_inside_try_does_not_reveal_a_numeric_value(tmp_path: Pat
     frames = (
         _frame([*_base_rows(), *[{**EARLY_DATE, "x": 3}] * UNIT_ROWS]),
         _frame([*_base_rows(), *[{**EARLY_DATE, "x": 5}] * UNIT_ROWS]),
+    )
+    assert_time_independent(tmp_path, sql, PUB_10000, frames=frames, policy=USER_POLICY)
+
+
+@pytest.mark.slow
+def test_a3_integer_overflow_inside_try_does_not_reveal_a_numeric_value(tmp_path: Path) -> None:
+    """FAILS today (HIGH): plain BIGINT arithmetic in a FILTER (bounds limit only aggregated arguments):
+    `(t.x - 3) * 4611686018427387904` overflows iff x ≥ 5, each failing row a caught exception —
+    D (x = 3) ~0.01 s, D′ (x = 5) ~4 s."""
+    sql = "SELECT COUNT(*) FILTER (WHERE (t.x - 3) * 4611686018427387904 + p.pk > 0) AS n FROM t CROSS JOIN pub p WHERE t.u = 7"
+    frames = (
+        _frame([*_base_rows(), *[{**TARGET_ROW, "x": 3}] * UNIT_ROWS]),
+        _frame([*_base_rows(), *[{**TARGET_ROW, "x": 5}] * UNIT_ROWS]),
     )
     assert_time_independent(tmp_path, sql, PUB_10000, frames=frames, policy=USER_POLICY)
 
