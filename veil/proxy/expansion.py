@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
+from veil.proxy.totality import needs_try
+
 __all__ = ["SCALAR_TEXT_BYTES", "Expansion", "measure", "text_work"]
 
 
@@ -41,6 +43,7 @@ class Expansion:
     expanded: int
     text_bytes: int
     concatenated: int = 0  # column values joined by ``||``/CONCAT chains, references expanded
+    partial: int = 0  # operations the generated SQL wraps in TRY (totality.needs_try), references expanded
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class _Size:
     text_bytes: int = 0
     columns: int = 0  # column references, CTE and derived columns expanded
     concatenated: int = 0
+    partial: int = 0
 
     def __add__(self, other: _Size) -> _Size:
         return _Size(
@@ -58,10 +62,12 @@ class _Size:
             self.text_bytes + other.text_bytes,
             self.columns + other.columns,
             self.concatenated + other.concatenated,
+            self.partial + other.partial,
         )
 
 
 _ONE = _Size(1, 1, 0)
+_PARTIAL = _Size(1, 1, 0, partial=1)
 _CONCAT = (exp.DPipe, exp.Concat)
 
 
@@ -87,12 +93,12 @@ def measure(tree: exp.Expression) -> Expansion:
                 if isinstance(source, Scope):
                     behind = columns.get(id(source.expression), {}).get(node.name)
                     if behind is not None:
-                        return _Size(1, behind.expanded, behind.text_bytes, behind.columns, behind.concatenated)
+                        return _Size(1, behind.expanded, behind.text_bytes, behind.columns, behind.concatenated, behind.partial)
                 return _Size(1, 1, 0, 1)
             if isinstance(node, exp.Literal):
                 return _literal(node)
             chain = isinstance(node, _CONCAT)
-            out = _ONE
+            out = _PARTIAL if needs_try(node) else _ONE
             for child in node.iter_expressions():
                 out = out + size(child, chain)
             if chain and not in_chain:  # the top of a chain: every column value it joins is copied once per link
@@ -117,7 +123,7 @@ def measure(tree: exp.Expression) -> Expansion:
                 if on is not None:
                     total = total + size(on)
         columns[id(sel)] = own
-    return Expansion(total.written, total.expanded, total.text_bytes, total.concatenated)
+    return Expansion(total.written, total.expanded, total.text_bytes, total.concatenated, total.partial)
 
 
 #: Bytes a value that is not a text column or literal takes once turned into text (a number, date or bool).

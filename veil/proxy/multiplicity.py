@@ -131,6 +131,12 @@ MAX_TEXT_WORK = 64 << 20
 #: (the query's size, CTE references expanded, × those rows): a fifth of a second of vectorised work at most
 #: (GREATEST over 150 short texts × 500,000 of one person's joined rows, 7.5·10⁷ evaluations, took 0.9 s).
 MAX_PERSON_EVALUATIONS = 2 * 10**7
+#: What one operation the generated SQL wraps in ``TRY`` is priced at, in node evaluations: DuckDB evaluates a
+#: TRY whose operation raises by throwing and catching an exception, 7–11 µs a row against ~10 ns when it does
+#: not, and which rows raise is the data's choice (red team s11, A3: a date or integer overflow on one person's
+#: 50 rows × a 10,000-row join took 3.2–6 s against 0.01 s). So every such operation counts as raising on
+#: every row one person brings.
+TRY_EVALUATIONS = 1_000
 
 
 def check_person_work(rows: int, nodes: int, text: int) -> None:
@@ -150,6 +156,21 @@ def check_person_work(rows: int, nodes: int, text: int) -> None:
             f"one person's rows can make the engine evaluate about {nodes * rows:,} expression nodes ({nodes:,} per "
             f"row × {rows:,} rows over all the query's statements); Veil allows {MAX_PERSON_EVALUATIONS:,}",
             hint="Write a shorter query, ask for fewer quantiles, or pin the public join with an equality on its key",
+        )
+
+
+def check_raising_work(rows: int, raising: int) -> None:
+    """Refuse (free) a query whose generated statements hold ``raising`` operations wrapped in TRY per row
+    (CTE references expanded, all statements together) when, priced at :data:`TRY_EVALUATIONS` each over
+    ``rows`` = one person's rows (per unit × join multiplicity), they pass :data:`MAX_PERSON_EVALUATIONS`."""
+    work = max(rows, 1) * raising * TRY_EVALUATIONS
+    if work > MAX_PERSON_EVALUATIONS:
+        raise Unsupported(
+            f"the generated SQL evaluates {raising:,} operations that may raise (arithmetic, dates, functions, "
+            f"divisions) on each of one person's {max(rows, 1):,} rows; an operation that raises costs the engine "
+            f"about {TRY_EVALUATIONS:,} ordinary ones, so this may cost {work:,}, and Veil allows {MAX_PERSON_EVALUATIONS:,}",
+            hint="Use fewer arithmetic or date operations, or statistics that need fewer (VARIANCE and quantiles add "
+            "some), or pin the public join with an equality on its key",
         )
 
 

@@ -33,7 +33,7 @@ from veil.proxy import multiplicity
 from veil.proxy.add_noise import noisy_statistics
 from veil.proxy.canonical import cache_key, canonical_sql
 from veil.proxy.catalog import SQL_TYPES, Catalog, public_types
-from veil.proxy.expansion import text_work
+from veil.proxy.expansion import measure, text_work
 from veil.proxy.parse import parse
 from veil.proxy.plan import QueryPlan, plan
 from veil.proxy.postprocess import PostProcess, postprocess_sql
@@ -160,6 +160,9 @@ def _rewrite(s: QueryState, env: Env) -> QueryState:
         return replace(s, public_sql=env.public_engine.render(public_query(s.analysis.tree)))
     source = env.bounded_table(s.plan.analysis.private_table or "")
     queries = rewrite(s.plan, source, public_types(env.catalog(), s.plan.analysis.tables))
+    # every TRY of the generated statements, priced as raising on every row one person brings (free refusal)
+    statements = [t for t in (queries.main, *(g for _, g in queries.grids)) if t is not None]
+    multiplicity.check_raising_work(s.plan.contribution, sum(measure(t).partial for t in statements))
     render = env.engine.render
     rendered = Rendered(
         None if queries.main is None else render(queries.main), tuple((sid, render(g)) for sid, g in queries.grids)

@@ -338,6 +338,7 @@ def validate(resolved: Resolved, catalog: Catalog) -> Analysis:
         if str(node.name).lower() not in ANONYMOUS_FUNCTIONS:
             raise InternalError(f"function {node.name!r} passed the allow-list")
     _check_like_patterns(tree)
+    _check_trim_sets(tree)
     size = _check_expansion(resolved)
     typed = _check_types(tree, catalog)
     return Analysis(
@@ -374,6 +375,24 @@ def _check_like_patterns(tree: exp.Expression) -> None:
                 f"the {word} pattern {str(pattern.this)[:40]!r} holds '_', which Veil does not accept",
                 hint="Use only literal characters and % (a '_' makes the engine match in quadratic time); "
                 "for a fixed-length match compare LENGTH() and LEFT()/SUBSTRING() instead",
+            )
+
+
+def _check_trim_sets(tree: exp.Expression) -> None:
+    """TRIM / LTRIM / RTRIM / BTRIM only with no character set or a constant text literal one.
+
+    DuckDB turns the set into a hash set again for every row it trims, ~40 ns per character: a set computed
+    per row from one person's 1,024-character value cost 5 s over that person's rows × a public join, against
+    0.01 s for a 2-character value (red team s11, A1), and a public table's long text did the same (A2). A
+    literal set's bytes count towards the query's size, which the per-person work bound prices per row.
+    """
+    for node in tree.find_all(exp.Trim):
+        chars = node.expression.unnest() if node.expression is not None else None
+        if chars is not None and not (isinstance(chars, exp.Literal) and chars.is_string):
+            raise Unsupported(
+                f"the characters TRIM removes must be a text literal, got {chars.sql(dialect='duckdb')}",
+                hint="Write the set as a constant such as TRIM(BOTH 'x ' FROM s) (a set computed per row is rebuilt "
+                "for every row, in time one row's data could decide)",
             )
 
 

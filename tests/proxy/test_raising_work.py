@@ -1,0 +1,183 @@
+"""Per-row work the data can make 1,000× dearer is priced at its dearest, before the charge.
+
+Two classes from red team s11:
+
+* **A TRY that raises.** Every partial operation of the generated SQL is wrapped in ``TRY`` (NULL instead of
+  an error, :mod:`veil.proxy.totality`). DuckDB evaluates a raising ``TRY`` by throwing and catching an
+  exception, 7–11 µs a row against ~10 ns, so which of one person's rows overflow decided the running time
+  (3–6 s against 0.01 s). The plan pass now counts each such operation as raising on every row one person
+  brings (:data:`TRY_EVALUATIONS`), and ``measure`` counts them from the same rule ``make_total`` uses
+  (:func:`needs_try`).
+* **A TRIM character set computed per row.** DuckDB rebuilds the set for every row; a set taken from one
+  person's 1,024-character value cost 5 s. The set must now be a text literal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import sqlglot
+from sqlglot import exp
+from sqlglot.optimizer.qualify import qualify
+
+from tests.engines.test_conformance import CASES
+from veil.errors import Unsupported
+from veil.policy import load_policy
+from veil.proxy._testing import exact_session, generated_sql
+from veil.proxy.expansion import measure
+from veil.proxy.multiplicity import MAX_PERSON_EVALUATIONS, TRY_EVALUATIONS
+from veil.proxy.session import QuerySession
+from veil.proxy.totality import make_total
+from veil.store.warehouse import write_table
+
+SCHEMA = {"t": {"s": "VARCHAR", "x": "BIGINT", "d": "DATE", "f": "DOUBLE"}, "p": {"n": "VARCHAR", "k": "BIGINT"}}
+
+EXPRESSIONS = [
+    "t.x + 1 > 2",
+    "t.x * 4611686018427387904 > 0",
+    "(t.x - 3) * (t.x + 4) / (t.x % 7) > 0",
+    "t.d + INTERVAL '292100' YEAR > DATE '2000-01-01'",
+    "t.d + INTERVAL (t.s) DAY > DATE '2000-01-01'",
+    "DATE_TRUNC('month', t.d) = DATE '2000-01-01'",
+    "POWER(t.f, 2) + SQRT(t.f) + LN(t.f) + EXP(t.f) > 1",
+    "ROUND(t.f / 3, 2) = ABS(-t.f)",
+    "CAST(t.s AS BIGINT) > 2 AND CAST(t.x AS DOUBLE) < 3.5",
+    "SUBSTRING(t.s, t.x, 2) = LEFT(p.n, t.x)",
+    "COALESCE(t.x, 0) BETWEEN 1 AND 2 AND t.s IN ('a', 'b') AND LOWER(t.s) = 'a'",
+    "-t.x < 1e300",
+    "CASE WHEN t.x > 1 THEN t.x * 2 ELSE t.x % 2 END > 0",
+]
+
+
+def _tries(tree: exp.Expression) -> int:
+    return sum(1 for _ in make_total(tree).find_all(exp.Try))
+
+
+@pytest.mark.parametrize("where", EXPRESSIONS)
+def test_measure_counts_every_try_the_rewrite_emits(where: str) -> None:
+    tree = qualify(sqlglot.parse_one(f"SELECT COUNT(*) FROM t, p WHERE {where}"), schema=SCHEMA)
+    assert measure(tree).partial == _tries(tree)
+
+
+@pytest.fixture(scope="module")
+def corpus_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuerySession]:
+    from tests.engines.conftest import build
+
+    with exact_session(build(tmp_path_factory.mktemp("corpus")), "alice") as s:
+        yield s
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_try_of_the_generated_sql_is_priced(corpus_session: QuerySession, name: str) -> None:
+    """The conformance corpus (every construct of docs/sql.md): each TRY the engine runs wraps an operation
+    that ``measure`` counts, so the raising-work bound sees all of them."""
+    for sql in generated_sql(corpus_session, CASES[name]):
+        tree = sqlglot.parse_one(sql, read="duckdb")
+        assert sum(1 for _ in tree.find_all(exp.Try)) <= measure(tree).partial, sql
+
+
+def test_references_carry_the_tries_behind_them() -> None:
+    q = "WITH w AS (SELECT x * 2 + 1 AS v FROM t) SELECT COUNT(*) FROM w WHERE v > 0 AND v < 9 AND v <> 4"
+    tree = qualify(sqlglot.parse_one(q), schema=SCHEMA)
+    assert measure(tree).partial >= 2 * 3  # the CTE's two operations, behind each of three references
+
+
+POLICY = """\
+[database]
+path = "w.duckdb"
+[ledger]
+path = "l.sqlite"
+[tables.t]
+privacy_unit = "u"
+max_rows_per_unit = 50
+[tables.t.columns]
+u = { type = "int" }
+s = { type = "category" }
+x = { type = "int", lower = 0, upper = 10 }
+d = { type = "date" }
+[tables.pub]
+public = true
+[analysts.a]
+epsilon = 1000
+"""
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuerySession]:
+    d: Path = tmp_path_factory.mktemp("raising")
+    (d / "policy.toml").write_text(POLICY, encoding="utf-8")
+    policy = load_policy(d / "policy.toml")
+    rows = pd.DataFrame({"u": [i // 2 for i in range(40)], "s": ["a", "b"] * 20, "x": range(40), "d": pd.Timestamp("2000-01-01")})
+    write_table(policy, "t", rows, replace=True)
+    write_table(policy, "pub", pd.DataFrame({"k": range(2000), "n": ["q"] * 2000}), replace=True, public=True)
+    with exact_session(policy, "a") as s:
+        yield s
+
+
+RAISING_OVER_A_JOIN = [
+    # 50 rows × 2,000 joined rows × 1,000 per operation that may raise: 10⁸ > 2·10⁷ with one operation
+    "SELECT COUNT(*) FROM t CROSS JOIN pub p WHERE t.d + INTERVAL '292100' YEAR > DATE '2000-01-01'",
+    "SELECT COUNT(*) FILTER (WHERE (t.x - 3) * 4611686018427387904 > 0) FROM t CROSS JOIN pub p",
+    "SELECT COUNT(*) FROM t CROSS JOIN pub p WHERE p.k / t.x > 1",
+    "SELECT SUM(t.x) FROM t CROSS JOIN pub p WHERE t.d + INTERVAL (t.s) DAY > DATE '2000-01-01'",
+]
+
+
+@pytest.mark.parametrize("sql", RAISING_OVER_A_JOIN)
+def test_operations_that_may_raise_over_one_persons_joined_rows_are_refused_free(session: QuerySession, sql: str) -> None:
+    before = session.budget().spent
+    with pytest.raises(Unsupported, match="may raise"):
+        session.execute(sql, epsilon=1)
+    assert session.budget().spent == before
+
+
+ANSWERED = [
+    "SELECT COUNT(*) FROM t WHERE t.x * 2 + 1 > 3",  # 50 rows × a few operations: far below the ceiling
+    "SELECT COUNT(*) FROM t WHERE t.d + INTERVAL '1' YEAR > DATE '2000-06-01'",
+    "SELECT COUNT(*) FROM t JOIN pub p ON p.k = t.x WHERE p.k * 2 > t.x",  # pinned: one joined row
+    "SELECT COUNT(*) FROM t CROSS JOIN pub p WHERE t.x = p.k",  # comparisons over the join do not raise
+]
+
+
+@pytest.mark.parametrize("sql", ANSWERED)
+def test_ordinary_arithmetic_is_answered(session: QuerySession, sql: str) -> None:
+    session.execute(sql, epsilon=1)
+
+
+def test_the_price_is_what_the_docs_say() -> None:
+    assert TRY_EVALUATIONS == 1_000 and MAX_PERSON_EVALUATIONS == 2 * 10**7
+
+
+COMPUTED_SETS = [
+    "TRIM(BOTH t.s FROM p.n)",
+    "TRIM(BOTH p.n FROM t.s)",
+    "LTRIM(t.s, t.s)",
+    "RTRIM(p.n, LOWER(t.s))",
+    "BTRIM(t.s, t.s || 'x')",
+    "TRIM(LEADING (t.s) FROM p.n)",
+    "TRIM(TRAILING CAST(t.x AS VARCHAR) FROM p.n)",
+]
+
+
+@pytest.mark.parametrize("expr", COMPUTED_SETS)
+def test_a_computed_trim_set_is_refused_free(session: QuerySession, expr: str) -> None:
+    before = session.budget().spent
+    with pytest.raises(Unsupported, match="TRIM removes must be a text literal"):
+        session.execute(f"SELECT COUNT(*) FROM t JOIN pub p ON p.k = t.x WHERE {expr} = ''", epsilon=1)
+    assert session.budget().spent == before
+
+
+def test_a_computed_trim_set_behind_a_cte_is_refused(session: QuerySession) -> None:
+    sql = "WITH w AS (SELECT s AS chars, x FROM t) SELECT COUNT(*) FROM w WHERE TRIM(BOTH chars FROM 'abc') = ''"
+    with pytest.raises(Unsupported, match="TRIM removes must be a text literal"):
+        session.execute(sql, epsilon=1)
+
+
+@pytest.mark.parametrize(
+    "expr", ["TRIM(t.s)", "TRIM(BOTH 'ab' FROM t.s)", "LTRIM(t.s, 'a')", "RTRIM(t.s)", "TRIM(LEADING ('a') FROM t.s)"]
+)
+def test_literal_trim_sets_are_answered(session: QuerySession, expr: str) -> None:
+    session.execute(f"SELECT COUNT(*) FROM t WHERE {expr} = 'b'", epsilon=1)
