@@ -1,0 +1,80 @@
+"""Red team, session 12: the price of operations that may raise (d84dd98: every operation under a ``TRY`` in the
+generated statements costs 1,000 evaluations per row one person brings, `multiplicity.check_raising_work`), the
+TRIM literal sets, and the prepared bounded copies with their table versions (7bc1aef).
+
+Same harness as sessions 4–11 (:mod:`tests.adversarial.test_redteam_s4`): D and D′ differ in one person (the
+target, unit 7) or in one of their values; the same analyst SQL must end the same way on both and take about the
+same time.
+
+Part A holds attacks that succeed today (the tests FAIL until Veil is fixed); part B holds probes of defences
+that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (DuckDB 2.0, main at d84dd98):
+
+* A1 (high) ``TRY_CAST`` is not priced (`totality.needs_try` returns False for every ``Cast``), but DuckDB's
+  cast of an *integer* to a DECIMAL whose storage integer cannot hold it throws and catches a C++ exception per
+  row (~7 µs against ~5 ns; BIGINT 10¹⁰ → DECIMAL(4,2) or DECIMAL(9,2), 10¹⁷ → DECIMAL(18,2)). The analyst's
+  ``CAST(e AS DECIMAL(p, s))`` is generated as ``TRY_CAST(TRY_CAST(e AS DECIMAL(p, s)) AS DOUBLE)``, so
+  ``CAST(CASE WHEN t.x > 3 THEN GREATEST(p.pk, 9·10¹⁸) ELSE p.pk END AS DECIMAL(18,2))`` — CASE, GREATEST and the
+  comparison are all "total", nothing under TRY — costs 5.9 s when the target's x = 5 and 0.02 s when x = 3
+  (50 rows × 10,000 joined rows; 2 shared cores, noisy).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.adversarial.test_redteam_s4 import TARGET_ROW, _base_rows, _frame, assert_time_independent
+from tests.adversarial.test_redteam_s11 import PUB_10000, UNIT_ROWS, USER_POLICY
+
+# ==================================================================================================
+# Part A — attacks that succeed today
+# ==================================================================================================
+
+# --- A1. TRY_CAST of an integer into a DECIMAL too narrow for it: a caught exception per row, priced as nothing ---
+#
+# Severity HIGH (a deterministic running-time bit of seconds about one person's value — a threshold on a bounded
+# column, so the value by bisection — and membership with `WHERE t.u = 7`). Class: running time — a data-dependent
+# slow path in a node the TRY price does not count. d84dd98 prices every operation the rewrite wraps in `TRY` at
+# 1,000 evaluations per row one person brings, but `needs_try` returns False for `exp.Cast` ("a TRY_CAST … does not
+# raise"). DuckDB's TRY_CAST from an integer to DECIMAL(p, s) checks the range when the value fits the decimal's
+# storage integer (int16 up to p = 4, int32 up to 9, int64 up to 18: ~0.3 µs a failing row), but when it does not
+# (BIGINT 10¹⁰ into DECIMAL(4,2); ≥ 10¹⁷ into DECIMAL(18,2), where × 10^s overflows int64) the cast throws and
+# catches an exception: measured on DuckDB 2.0, 200,000 rows, 1.3–1.9 s against 0.001 s for a value that fits.
+# The value need not come from arithmetic (which is priced): a CASE on one person's hidden column choosing a big
+# literal (GREATEST with a public column, so the optimiser cannot fold the cast into the CASE's branches) is all
+# "total" nodes. 50 rows of the target × 10,000 public rows: D (x = 3) 0.02 s, D′ (x = 5) 5.9 s; DECIMAL(4,2) with
+# 10¹⁰: 0.01 s against 1.8 s (2 shared cores, noisy, production noise).
+# Fix by construction: price TRY_CAST by what its source and target types can cost (an integer or DOUBLE into a
+# DECIMAL as raising; or rewrite the cast so it cannot throw: clamp the operand to the DECIMAL's range with
+# LEAST/GREATEST in the *source* type before casting, or cast through DOUBLE), and a test that feeds every
+# (source type, target type) pair the closed type set allows with failing values on many rows.
+
+DECIMAL_CASTS = [
+    "CAST(CASE WHEN t.x > 3 THEN GREATEST(p.pk, 9000000000000000000) ELSE p.pk END AS DECIMAL(18,2))",
+    "CAST(CASE WHEN t.x > 3 THEN GREATEST(p.pk, 10000000000) ELSE 0 END AS DECIMAL(4,2))",
+    "CAST(CASE WHEN t.x > 3 THEN GREATEST(p.pk, 10000000000) ELSE 0 END AS DECIMAL(9,2))",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cast", DECIMAL_CASTS, ids=["decimal-18", "decimal-4", "decimal-9"])
+def test_a1_try_cast_into_a_narrow_decimal_does_not_reveal_a_value(tmp_path: Path, cast: str) -> None:
+    """FAILS today (HIGH): the target's x = 3 ~0.02 s, x = 5 ~2–6 s — no TRY in the generated SQL, so no price."""
+    sql = f"SELECT COUNT(*) FILTER (WHERE {cast} > 0) AS n FROM t CROSS JOIN pub p WHERE t.u = 7"
+    frames = (
+        _frame([*_base_rows(), *[{**TARGET_ROW, "x": 3}] * UNIT_ROWS]),
+        _frame([*_base_rows(), *[{**TARGET_ROW, "x": 5}] * UNIT_ROWS]),
+    )
+    assert_time_independent(tmp_path, sql, PUB_10000, frames=frames, policy=USER_POLICY)
+
+
+@pytest.mark.slow
+def test_a1_try_cast_into_a_narrow_decimal_does_not_reveal_membership(tmp_path: Path) -> None:
+    """FAILS today (HIGH): D without the target ~0.02 s, D′ with the target's 50 rows ~5 s."""
+    sql = (
+        "SELECT COUNT(*) FILTER (WHERE CAST(GREATEST(p.pk, 9000000000000000000) AS DECIMAL(18,2)) > 0) AS n "
+        "FROM t CROSS JOIN pub p WHERE t.u = 7"
+    )
+    frames = (_frame(_base_rows()), _frame([*_base_rows(), *[TARGET_ROW] * UNIT_ROWS]))
+    assert_time_independent(tmp_path, sql, PUB_10000, frames=frames, policy=USER_POLICY)
