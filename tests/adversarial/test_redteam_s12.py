@@ -20,12 +20,16 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.adversarial.test_redteam_s4 import TARGET_ROW, _base_rows, _frame, assert_time_independent
 from tests.adversarial.test_redteam_s11 import PUB_10000, UNIT_ROWS, USER_POLICY
+from veil.errors import VeilError
 
 # ==================================================================================================
 # Part A — attacks that succeed today
@@ -78,3 +82,71 @@ def test_a1_try_cast_into_a_narrow_decimal_does_not_reveal_membership(tmp_path: 
     )
     frames = (_frame(_base_rows()), _frame([*_base_rows(), *[TARGET_ROW] * UNIT_ROWS]))
     assert_time_independent(tmp_path, sql, PUB_10000, frames=frames, policy=USER_POLICY)
+
+
+# --- L1. `explain` prices a query that `query` then refuses for its TRY work -------------------------------------
+#
+# Severity LOW (usability, no leak: the refusal is free and depends on the query's shape, the policy and public
+# data only). Class: a check placed after the pass `explain` stops at. `check_raising_work` runs in the rewrite
+# pass, after `plan`, so `veil explain` / `db.explain` print an exact (ε, δ) cost for a query that `veil query`
+# refuses, free. Every earlier per-person ceiling (`check_person_work`, `check_grouped_contribution`, the join
+# factor) runs in `plan`, where `explain` sees it. Example: a summary of one bounded column on a user-level table
+# with 1,000 rows per person — MEDIAN, MIN and MAX are three histogram statements of 8 operations under TRY each
+# (the rewrite's own bucket arithmetic on the clamped value, which cannot raise): 24 × 1,000 rows × 1,000 =
+# 2.4·10⁷ > 2·10⁷. Fix: run the check in `plan` (count the partial operations the rewrite will emit there), or have
+# `explain` run through `rewrite`.
+#
+# L2 (LOW, usability): the same queries are legitimate and now refused. The price counts the rewrite's own
+# operations on values it has already clamped into the declared bounds (grid buckets `ROUND((e - lo) / step)`,
+# VARIANCE's centring), which cannot raise, at 1,000 evaluations each: any query with MEDIAN + MIN + MAX (or four
+# quantiles) is refused on a table whose policy keeps ≥ 834 rows per person, and `SELECT AVG(x), AVG(y),
+# VARIANCE(x), MEDIAN(y), MIN(y), MAX(y)` (27 operations) at ≥ 741; `WHERE t.x + 1 > p.pk` over an unpinned
+# 100-row public table at ≥ 201 rows per person. Fix: price only operations that can raise on the values they
+# can receive (the rewrite's arithmetic on clamped DOUBLEs, or an analyst's `x + 1` over declared bounds, cannot).
+
+THOUSAND_POLICY = USER_POLICY.replace(f"max_rows_per_unit = {UNIT_ROWS}", "max_rows_per_unit = 1000")
+SUMMARIES = [
+    "SELECT MEDIAN(y), MIN(y), MAX(y) FROM t",
+    "SELECT PERCENTILE_CONT(0.25) WITHIN GROUP (ORDER BY y), MEDIAN(y), PERCENTILE_CONT(0.75) WITHIN GROUP (ORDER BY y) FROM t",
+]
+
+
+@pytest.fixture(scope="module")
+def thousand(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from veil.policy import load_policy
+    from veil.proxy.session import QuerySession
+    from veil.store.warehouse import write_table
+
+    base = tmp_path_factory.mktemp("s12-thousand")
+    (base / "policy.toml").write_text(THOUSAND_POLICY, encoding="utf-8")
+    policy = load_policy(base / "policy.toml")
+    write_table(policy, "pub", PUB_10000.head(100), replace=True, public=True)
+    write_table(policy, "t", _frame([*_base_rows(), TARGET_ROW]), replace=True)
+    with QuerySession(policy, "a") as s:
+        yield s
+
+
+@pytest.mark.parametrize("sql", SUMMARIES, ids=["median-min-max", "quartiles"])
+def test_l1_a_query_explain_prices_is_not_then_refused_for_its_shape(thousand: Any, sql: str) -> None:
+    """FAILS today (LOW): `explain` prints a cost; `execute` refuses (Unsupported, 0A000) the same query, free."""
+    thousand.explain(sql)
+    try:
+        thousand.execute(sql, epsilon=Fraction(1, 2))
+    except VeilError as exc:
+        pytest.fail(f"explain priced {sql!r}, execute refused it: {exc.sqlstate} {exc.message[:160]}")
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT AVG(x), AVG(y), VARIANCE(x), MEDIAN(y), MIN(y), MAX(y) FROM t",
+        "SELECT COUNT(*) FROM t CROSS JOIN pub p WHERE t.x + 1 > p.pk",
+    ],
+    ids=["summary", "unpinned-100-row-join"],
+)
+def test_l2_legitimate_queries_are_not_refused_for_operations_that_cannot_raise(thousand: Any, sql: str) -> None:
+    """FAILS today (LOW): refused (0A000) for 'operations that may raise' that cannot, on clamped bounded values."""
+    try:
+        thousand.execute(sql, epsilon=Fraction(1, 3))
+    except VeilError as exc:
+        pytest.fail(f"{sql!r} refused: {exc.sqlstate} {exc.message[:160]}")
