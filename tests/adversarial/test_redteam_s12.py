@@ -150,3 +150,61 @@ def test_l2_legitimate_queries_are_not_refused_for_operations_that_cannot_raise(
         thousand.execute(sql, epsilon=Fraction(1, 3))
     except VeilError as exc:
         pytest.fail(f"{sql!r} refused: {exc.sqlstate} {exc.message[:160]}")
+
+
+# --- A2. A table another tool wrote is hashed in full by every `veil query`: time grows with one person's raw rows -
+#
+# Severity MEDIUM (a seconds-scale membership bit, but only on a table the curator loaded with another tool — DuckDB
+# directly, an ETL — and only about a person with millions of raw rows; a heavy user of a transactions table).
+# Class: running time that grows with the raw table. 7bc1aef reads the table's version off its catalog comment when
+# Veil wrote it, but a table without Veil's comment is still versioned by hashing every raw row
+# (`DuckDBEngine.table_version`: count, hash and MD5 of every row) — once per process and warehouse generation. The
+# bounded copy exists (built at `veil ingest`/`veil serve`/`bounding.prepare`), but each `veil query` is a new
+# process, so each one hashes the whole raw table before it can find the copy: the bounded copy caps the person at
+# 50 rows, the hash reads all of them. Measured (2 shared cores, noisy): 2,000,000 raw rows of the target, first
+# query of a fresh process 0.65 s against 0.08 s without them; through the CLI with 6,000,000 rows, below.
+# Fix by construction: never read raw rows on the analyst's path — on a table without Veil's version, refuse (free)
+# and tell the curator to load it with `veil ingest` (or have `veil serve`/`bounding.prepare` stamp a version and
+# build the copy on the curator's side), instead of hashing it per process.
+
+
+def _cli_seconds(base: Path, extra_rows: int) -> float:
+    import subprocess
+    import sys
+    import time
+
+    import duckdb
+
+    from veil.policy import load_policy
+    from veil.proxy import bounding
+    from veil.store.warehouse import write_table
+
+    base.mkdir()
+    (base / "policy.toml").write_text(USER_POLICY, encoding="utf-8")
+    policy = load_policy(base / "policy.toml")
+    write_table(policy, "pub", PUB_10000.head(10), replace=True, public=True)
+    write_table(policy, "t", _frame([*_base_rows(), TARGET_ROW]), replace=True)
+    con = duckdb.connect(str(policy.database_path))  # the curator's own tool rewrites the table (no Veil comment)
+    try:
+        con.execute("CREATE OR REPLACE TABLE t AS SELECT * FROM t")
+        con.execute(
+            "INSERT INTO t SELECT 7, 5, 1.5, 'a', 's1', true, '2300-06-25' FROM range(?)",
+            [extra_rows],
+        )
+    finally:
+        con.close()
+    assert bounding.prepare(policy) == {}  # the curator's side built the bounded copy
+    cmd = [sys.executable, "-m", "veil.cli.main", "query", "--policy", str(base / "policy.toml"), "--analyst", "a"]
+    subprocess.run([*cmd, "SELECT COUNT(*) FROM t WHERE x > 0"], check=True, capture_output=True)  # warm the OS cache
+    start = time.perf_counter()
+    subprocess.run([*cmd, "SELECT COUNT(*) FROM t"], check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+@pytest.mark.slow
+def test_a2_a_query_does_not_hash_one_persons_raw_rows(tmp_path: Path) -> None:
+    """FAILS today (MEDIUM): `veil query` on D (the target's one raw row) ~1.5 s, on D′ (6,000,000 raw rows of
+    the target, bounded to 50 in the copy) several seconds more."""
+    d = _cli_seconds(tmp_path / "d", 0)
+    dp = _cli_seconds(tmp_path / "dp", 6_000_000)
+    assert dp < d + 1.0, f"veil query: D {d:.2f} s, D′ {dp:.2f} s — the time grows with one person's raw rows"
