@@ -27,7 +27,14 @@ from typing import Any
 
 import pytest
 
-from tests.adversarial.test_redteam_s4 import TARGET_ROW, _base_rows, _frame, assert_time_independent
+from tests.adversarial.test_redteam_s4 import (
+    TARGET_ROW,
+    Pair,
+    _base_rows,
+    _frame,
+    assert_same_ending,
+    assert_time_independent,
+)
 from tests.adversarial.test_redteam_s11 import PUB_10000, UNIT_ROWS, USER_POLICY
 from veil.errors import VeilError
 
@@ -208,3 +215,50 @@ def test_a2_a_query_does_not_hash_one_persons_raw_rows(tmp_path: Path) -> None:
     d = _cli_seconds(tmp_path / "d", 0)
     dp = _cli_seconds(tmp_path / "dp", 6_000_000)
     assert dp < d + 1.0, f"veil query: D {d:.2f} s, D′ {dp:.2f} s — the time grows with one person's raw rows"
+
+
+# ==================================================================================================
+# Part B — probes of defences that held (they pass; they fail if the defence breaks)
+# ==================================================================================================
+
+# --- B1. Every partial operation is made total wherever it stands ----------------------------------------------
+#
+# Probed with noise off (the s4 pair, row-level, so the TRY price never refuses): a BIGINT overflow, a date +
+# INTERVAL overflow and an integer → narrow DECIMAL cast that fail only on the target's row (x = 5), placed in
+# WHERE, an inner and a LEFT join's ON, a CTE's body and projection, a derived table, a group key, FILTER,
+# COUNT(DISTINCT …), a quantile's argument (MEDIAN and WITHIN GROUP), SUM(CASE …), CASE and COALESCE conditions:
+# every query ends the same way on D and D′ (no error on one side only).
+
+OVERFLOWS = [
+    "(GREATEST(t.x - 4, 0) * 4611686018427387904 * 4)",
+    "(t.d + INTERVAL (GREATEST(t.x - 4, 0) * 1000000) YEAR)",
+    "CAST(GREATEST(t.x - 4, 0) * 10000000000 AS DECIMAL(4,2))",
+]
+PLACES = [
+    "SELECT COUNT(*) FROM t WHERE {e} IS NOT NULL",
+    "SELECT COUNT(*) FROM t JOIN pub p ON t.s = p.pn AND {e} IS NOT NULL",
+    "SELECT COUNT(*) FROM t LEFT JOIN pub p ON t.s = p.pn AND {e} IS NOT NULL",
+    "WITH c AS (SELECT t.x, {e} AS v FROM t WHERE {e} IS NOT NULL) SELECT COUNT(v) FROM c",
+    "SELECT COUNT(*) FROM (SELECT {e} AS v FROM t) q WHERE q.v IS NULL",
+    "SELECT {e} IS NULL AS g, COUNT(*) FROM t GROUP BY 1",
+    "SELECT COUNT(*) FILTER (WHERE {e} IS NULL) FROM t",
+    "SELECT COUNT(DISTINCT {e}) FROM t",
+    "SELECT MEDIAN(CASE WHEN {e} IS NULL THEN t.x ELSE 0 END) FROM t",
+    "SELECT PERCENTILE_CONT(0.5) WITHIN GROUP (ORDER BY CASE WHEN {e} IS NULL THEN t.y ELSE 0 END) FROM t",
+    "SELECT SUM(CASE WHEN {e} IS NULL THEN 1 ELSE 0 END) FROM t",
+    "SELECT COUNT(*) FROM t WHERE CASE WHEN t.u = 7 THEN {e} IS NULL ELSE true END",
+    "SELECT COUNT(*) FROM t WHERE COALESCE({e} IS NULL, false)",
+]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    p = Pair(tmp_path_factory.mktemp("s12"), TARGET_ROW)
+    yield p
+    p.close()
+
+
+@pytest.mark.parametrize("overflow", OVERFLOWS, ids=["bigint", "interval", "decimal"])
+def test_b1_a_partial_operation_ends_the_same_in_every_clause(pair: Pair, overflow: str) -> None:
+    for place in PLACES:
+        assert_same_ending(pair, place.format(e=overflow))
