@@ -217,6 +217,56 @@ def test_a2_a_query_does_not_hash_one_persons_raw_rows(tmp_path: Path) -> None:
     assert dp < d + 1.0, f"veil query: D {d:.2f} s, D′ {dp:.2f} s — the time grows with one person's raw rows"
 
 
+# --- A3. ISO-week parts of the earliest dates raise — EXTRACT outside any TRY, DATE_TRUNC through it -------------
+#
+# Severity HIGH (a deterministic one-bit oracle on one person's row at any ε: the query fails, charged, exactly when
+# a hidden condition on the target holds). Class: runtime errors in nodes treated as total. `EXTRACT` is in
+# `totality.TOTAL_NODES` (never wrapped, never priced), but DuckDB's ISO-calendar parts of a date in the first days
+# of its range raise: `EXTRACT(week | isoyear | yearweek FROM DATE '-5877641-06-25')` → ConversionException ("Date
+# out of range: -5877641-1-1"). `DATE_TRUNC('week' | 'isoyear' | 'yearweek', …)` of that date or of '-infinity' is
+# wrapped in TRY and still raises an OutOfRangeException ("subtracting 3 days from 5877642-06-25 (BC)") — the TRY
+# does not catch it (probed on DuckDB 2.0: `SELECT TRY(DATE_TRUNC('week', v))` raises). An analyst writes the date
+# as a literal chosen by a CASE on the target's hidden value, so no data needs to hold it; and a row whose own date
+# is that early (an ETL's sentinel for "unknown") fails every ISO-week query that reaches it. Measured (noise off):
+# D answers, D′ `QueryFailed` (XX000), the same ε charged on both.
+# Fix by construction: clamp every date before an ISO-calendar part or a truncation into a range where DuckDB's
+# calendar arithmetic cannot leave the date range (e.g. GREATEST(d, DATE '-5877000-01-01') / LEAST(…) over the
+# supported range — or clamp dates into a sane range in the bounded copy), and treat EXTRACT/DATE_TRUNC as partial;
+# test every allowed part and unit over the extreme dates ('-infinity', the first and last representable days).
+
+EARLY = "CASE WHEN t.u = 7 AND t.x > 3 THEN DATE '-5877641-06-25' ELSE DATE '2000-01-01' END"
+ISO_WEEK_QUERIES = [
+    f"SELECT COUNT(*) FROM t WHERE EXTRACT(week FROM {EARLY}) = 1",
+    f"SELECT COUNT(*) FROM t WHERE EXTRACT(isoyear FROM {EARLY}) = 1",
+    f"SELECT COUNT(*) FROM t WHERE EXTRACT(yearweek FROM {EARLY}) = 1",
+    f"SELECT COUNT(*) FROM t WHERE DATE_TRUNC('week', {EARLY}) = DATE '2000-01-03'",
+    f"SELECT COUNT(*) FROM t WHERE DATE_TRUNC('isoyear', {EARLY}) = DATE '2000-01-03'",
+    f"SELECT EXTRACT(week FROM {EARLY}) AS w, COUNT(*) FROM t GROUP BY 1",
+]
+
+
+@pytest.mark.parametrize(
+    "sql", ISO_WEEK_QUERIES, ids=["week", "isoyear", "yearweek", "trunc-week", "trunc-isoyear", "group-week"]
+)
+def test_a3_iso_week_parts_of_an_early_date_do_not_reveal_a_hidden_value(pair: Pair, sql: str) -> None:
+    """FAILS today (HIGH): D answers; D′ (the target's x = 5 > 3) fails with QueryFailed, charged."""
+    assert_same_ending(pair, sql)
+
+
+def test_a3_a_persons_own_early_date_does_not_decide_the_ending(tmp_path: Path) -> None:
+    """FAILS today (HIGH): the target's own date -5877641-06-25 (or '-infinity' for DATE_TRUNC): D answers,
+    D′ QueryFailed."""
+    p = Pair(tmp_path, {**TARGET_ROW, "d": "-5877641-06-25"})
+    try:
+        for sql in (
+            "SELECT COUNT(*) FROM t WHERE EXTRACT(week FROM t.d) = 1",
+            "SELECT COUNT(*) FROM t WHERE DATE_TRUNC('week', t.d) = DATE '2000-01-03'",
+        ):
+            assert_same_ending(p, sql)
+    finally:
+        p.close()
+
+
 # ==================================================================================================
 # Part B — probes of defences that held (they pass; they fail if the defence breaks)
 # ==================================================================================================
