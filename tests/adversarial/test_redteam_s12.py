@@ -267,6 +267,22 @@ def test_a3_a_persons_own_early_date_does_not_decide_the_ending(tmp_path: Path) 
         p.close()
 
 
+# --- L3. DATE_TRUNC with units DuckDB cannot truncate by fails after the charge ------------------------------------
+#
+# Severity LOW (no leak: D and D′ end alike; a query that could be refused free is charged and fails). Class: wrong
+# error / crash after charge. `DATE_TRUNC('era' | 'timezone' | 'timezone_hour' | 'timezone_minute', d)` passes every
+# pass before `reserve`; DuckDB then raises NotImplementedException ("Specifier type not implemented for DATETRUNC
+# statistics") while running, even inside TRY: `QueryFailed` (XX000) with ε charged. Fix: allow-list the units
+# (a constant unit is known statically) and refuse the rest, free, naming them.
+
+
+@pytest.mark.parametrize("unit", ["era", "timezone", "timezone_hour"])
+def test_l3_a_date_trunc_unit_the_engine_cannot_do_is_refused_free(pair: Pair, unit: str) -> None:
+    """FAILS today (LOW): QueryFailed (XX000) after the reservation, ε charged, on D and D′ alike."""
+    d, _ = assert_same_ending(pair, f"SELECT COUNT(*) FROM t WHERE DATE_TRUNC('{unit}', t.d) = DATE '2000-01-01'")
+    assert d.ok or d.charged == 0, f"DATE_TRUNC('{unit}', …): {d.error} ({d.sqlstate}) with ε {d.charged} charged"
+
+
 # ==================================================================================================
 # Part B — probes of defences that held (they pass; they fail if the defence breaks)
 # ==================================================================================================
