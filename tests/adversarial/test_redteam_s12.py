@@ -11,11 +11,38 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
 
 * A1 (high) ``TRY_CAST`` is not priced (`totality.needs_try` returns False for every ``Cast``), but DuckDB's
   cast of an *integer* to a DECIMAL whose storage integer cannot hold it throws and catches a C++ exception per
-  row (~7 µs against ~5 ns; BIGINT 10¹⁰ → DECIMAL(4,2) or DECIMAL(9,2), 10¹⁷ → DECIMAL(18,2)). The analyst's
+  row (3–11 µs against ~5 ns; BIGINT 10¹⁰ → DECIMAL(4,2) or DECIMAL(9,2), ≥ 10¹⁷ → DECIMAL(18,2)). The analyst's
   ``CAST(e AS DECIMAL(p, s))`` is generated as ``TRY_CAST(TRY_CAST(e AS DECIMAL(p, s)) AS DOUBLE)``, so
   ``CAST(CASE WHEN t.x > 3 THEN GREATEST(p.pk, 9·10¹⁸) ELSE p.pk END AS DECIMAL(18,2))`` — CASE, GREATEST and the
   comparison are all "total", nothing under TRY — costs 5.9 s when the target's x = 5 and 0.02 s when x = 3
-  (50 rows × 10,000 joined rows; 2 shared cores, noisy).
+  (50 rows × 10,000 joined rows; 2 shared cores, noisy). Membership the same way: 0.01 s against 5.7 s.
+* A2 (medium) a table another tool wrote (no Veil version comment) is hashed in full by every `veil query`
+  process before the prepared copy can be found: 6,000,000 raw rows of the target (50 in the copy) 4.3 s against
+  1.0 s through the CLI.
+* A3 (high) ISO-week parts of the earliest dates raise: `EXTRACT(week | isoyear | yearweek FROM …)` is a "total"
+  node (no TRY) and raises a ConversionException on DATE '-5877641-06-25'; `DATE_TRUNC('week' | 'isoyear', …)` of
+  it raises through its TRY. With the date chosen by a CASE on a hidden value: D answers, D′ `QueryFailed`
+  (charged) — a one-bit oracle at any ε.
+* L1/L2 (low, usability) `check_raising_work` runs in `rewrite`, after `explain` stops, so `explain` prices
+  queries `query` refuses; and it prices the rewrite's own arithmetic on clamped values (quantile buckets,
+  VARIANCE's centring), which cannot raise: MEDIAN + MIN + MAX is refused on a table with ≥ 834 rows per person,
+  `WHERE t.x + 1 > p.pk` over an unpinned 100-row public table at ≥ 201.
+* L3 (low) `DATE_TRUNC('era' | 'timezone' | 'timezone_hour', d)` passes every free check and fails after the
+  charge (NotImplementedException, QueryFailed), on D and D′ alike.
+* Part B passes: every partial operation ends the same on D and D′ in every clause (B1).
+* Held without a test here (probed by hand on DuckDB 2.0, main at d84dd98): TRY_CAST failing *without* an
+  exception (text → DECIMAL/DATE/TIMESTAMP/BOOLEAN, DOUBLE → DECIMAL: 0.2–0.7 µs a row against ~5 ns; bigint →
+  DECIMAL(38, 30): 2.5 µs) is unpriced too, but the node ceiling (2·10⁷ evaluations, ~14 nodes per forced
+  per-row cast) keeps it below ~0.4 s; DuckDB's common-subexpression elimination evaluates a raising TRY once
+  even when a simple CASE with 100 WHENs, a 100-element IN list or BETWEEN repeats it (so `measure` does not
+  under-count there); LOWER/UPPER of non-ASCII text cost ~7 ns a character (10× ASCII) but `text_work` prices
+  them as building 1.5× their input, ≤ 0.15 s at the 64 MiB ceiling; REPLACE/STRPOS/LIKE with 1,000-byte literal
+  needles over a person's worst-shaped 1,024-character value (linear, ≤ 10 µs a row, priced by the literal's
+  bytes); TRIM's set check covers TRIM/BTRIM/LTRIM/RTRIM in every syntax sqlglot accepts (a parenthesised
+  literal passes; a column, a constant from a CTE or derived table, or a CAST is refused, free); the TRY price
+  counts quantile grids (8 operations each) and the s11 A1–A3 tests now pass (refused or fast);
+  re-ingest in the same process and policy changes under a live session (the session re-reads the policy; the
+  copy follows the new version and spec).
 """
 
 from __future__ import annotations
