@@ -17,8 +17,9 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
   comparison are all "total", nothing under TRY — costs 5.9 s when the target's x = 5 and 0.02 s when x = 3
   (50 rows × 10,000 joined rows; 2 shared cores, noisy). Membership the same way: 0.01 s against 5.7 s.
 * A2 (medium) a table another tool wrote (no Veil version comment) is hashed in full by every `veil query`
-  process before the prepared copy can be found: 6,000,000 raw rows of the target (50 in the copy) 4.3 s against
-  1.0 s through the CLI.
+  process before the prepared copy can be found: 6,000,000 raw rows of the target (50 in the copy) 2.6–4.3 s
+  against 0.9–1.0 s through the CLI (three runs; the documented residual of 7bc1aef, but docs/sql.md still says no
+  analyst query spends time that grows with the raw table).
 * A3 (high) ISO-week parts of the earliest dates raise: `EXTRACT(week | isoyear | yearweek FROM …)` is a "total"
   node (no TRY) and raises a ConversionException on DATE '-5877641-06-25'; `DATE_TRUNC('week' | 'isoyear', …)` of
   it raises through its TRY. With the date chosen by a CASE on a hidden value: D answers, D′ `QueryFailed`
