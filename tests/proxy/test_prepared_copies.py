@@ -257,3 +257,18 @@ def test_first_query_time_does_not_grow_with_one_persons_rows(tmp_path: Path) ->
             best = min(best, time.perf_counter() - start)
         took.append(best)
     assert took[1] < 2 * took[0] + 0.1, f"D: {took[0]:.3f} s, D′: {took[1]:.3f} s — the raw rows decide the time"
+
+
+def test_a_declared_column_the_table_lacks_is_a_clear_free_refusal(tmp_path: Path) -> None:
+    """It used to end in DuckDB's raw BinderException (a traceback) from the copy's build."""
+    from veil.errors import PolicyError
+
+    policy = _policy(tmp_path)
+    warehouse.write_table(policy, "people", _people(10).drop(columns=["x"]))
+    problems = bounding.prepare(policy, ["people"])
+    assert "no column 'x'" in problems["people"]
+    with QuerySession(policy, "ann") as s:
+        with pytest.raises(PolicyError, match="no column 'x', which the policy declares") as err:
+            s.execute("SELECT COUNT(*) FROM people", epsilon=1)
+        assert err.value.sqlstate == "F0000"
+        assert s.budget().spent == 0

@@ -32,7 +32,7 @@ from sqlglot import exp
 
 from veil.engines import open_engine
 from veil.engines.base import Engine
-from veil.errors import InternalError, VeilError
+from veil.errors import InternalError, PolicyError, VeilError
 from veil.policy import ColumnSpec, Policy, TableSpec
 from veil.proxy.catalog import SQL_TYPES  # the copy holds each column as the catalog types it
 from veil.store.ledger import Ledger
@@ -143,6 +143,7 @@ class BoundedCopies:
         name = f"_veil_bounded_{spec.name}_{identity[:24]}"
         known = ledger.bounded_copy(identity)
         if known is None or not engine.table_exists(known[0]):
+            _check_columns(spec, engine)
             salt = known[1] if known is not None else secrets.token_hex(32)
             engine.materialise(name, engine.render(build_tree(spec, salt)))
             for old in ledger.record_bounded_copy(identity, spec.name, name, salt):
@@ -153,6 +154,18 @@ class BoundedCopies:
         with self._lock:
             self._names[(scope, generation(), ident)] = name
         return name
+
+
+def _check_columns(spec: TableSpec, engine: Engine) -> None:
+    """The warehouse's table has every column the policy declares (its schema, not its data)."""
+    have = {name for name, _ in engine.table_columns(spec.name)}
+    missing = [c for c in spec.columns if c not in have]
+    if missing:
+        raise PolicyError(
+            f"table {spec.name!r} in the warehouse has no column {', '.join(map(repr, missing))}, which the policy declares",
+            hint=f"Load a file with these columns (`veil ingest --replace --table {spec.name} …`), or remove them from "
+            "the policy",
+        )
 
 
 #: One cache per process (sessions share copies).
