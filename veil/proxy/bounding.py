@@ -37,7 +37,7 @@ from veil.policy import ColumnSpec, Policy, TableSpec
 from veil.proxy.catalog import SQL_TYPES  # the copy holds each column as the catalog types it
 from veil.store.ledger import Ledger
 
-__all__ = ["ALGORITHM", "BoundedCopies", "build_sql", "build_tree", "prepare", "spec_identity"]
+__all__ = ["ALGORITHM", "BoundedCopies", "build_sql", "build_tree", "engine_generation", "prepare", "spec_identity"]
 
 #: Changes whenever the copy's construction changes, so old copies are never reused.
 ALGORITHM = "veil-bounded-copy/4"
@@ -172,7 +172,8 @@ def _check_columns(spec: TableSpec, engine: Engine) -> None:
 COPIES = BoundedCopies()
 
 
-def _generation(engine: Engine) -> int:
+def engine_generation(engine: Engine) -> int:
+    """The engine's generation (bumped when a curator write in this process reopened its reader), else 0."""
     gen = getattr(engine, "generation", None)
     return int(gen()) if callable(gen) else 0
 
@@ -195,7 +196,7 @@ def prepare(policy: Policy, tables: Sequence[str] | None = None) -> dict[str, st
                 problems[name] = "the table is not in the warehouse yet"
                 continue
             try:
-                COPIES.table(spec, engine, ledger, scope=str(policy.database_path), generation=lambda: _generation(engine))
+                COPIES.table(spec, engine, ledger, scope=str(policy.database_path), generation=lambda: engine_generation(engine))
             except VeilError as exc:
                 problems[name] = exc.message
     finally:
