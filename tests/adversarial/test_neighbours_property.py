@@ -145,7 +145,7 @@ class Pair:
         share_salts(*self.sessions)
 
     def epsilon(self) -> float:
-        """A fresh ε per query: the answer cache (which ignores table versions) never answers for old data."""
+        """A fresh ε per query: the answer cache never answers (each query is run on the data at hand)."""
         self.asked += 1
         return 1.0 + self.asked * 1e-6
 

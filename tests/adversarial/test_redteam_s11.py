@@ -308,7 +308,9 @@ def test_b1_queries_of_different_meaning_never_share_a_cache_entry(pair: Pair, a
     assert keys[0] != keys[1]
 
 
-def test_b1_the_cache_is_per_analyst_and_survives_a_reingest(tmp_path: Path) -> None:
+def test_b1_the_cache_is_per_analyst_and_follows_a_reingest(tmp_path: Path) -> None:
+    """Per analyst; and since this session's lead change, a re-ingest asks the engine again (charged) instead
+    of returning the answer logged for the old data."""
     from veil.policy import load_policy
     from veil.proxy.session import QuerySession
     from veil.store.warehouse import write_table
@@ -323,8 +325,10 @@ def test_b1_the_cache_is_per_analyst_and_survives_a_reingest(tmp_path: Path) -> 
         other = b.execute(sql, epsilon=eps)
         assert first.epsilon_charged == other.epsilon_charged == eps and not other.cached
         write_table(policy, "t", _frame([*_base_rows(), TARGET_ROW]), replace=True)
+        fresh = a.execute(sql, epsilon=eps)
+        assert not fresh.cached and fresh.epsilon_charged == eps  # new data: a new release
         again = a.execute(sql, epsilon=eps)
-        assert again.cached and again.epsilon_charged == 0 and again.rows == first.rows
+        assert again.cached and again.epsilon_charged == 0 and again.rows == fresh.rows
 
 
 # --- B2. Grouped queries on bare columns (the catalog key-type shortcut): same ending, exact moves ≤ c -----------

@@ -140,14 +140,31 @@ def test_the_version_falls_back_to_hashing_rows_another_tool_wrote(tmp_path: Pat
 
 
 def test_answers_follow_a_rewrite_of_the_table(tmp_path: Path) -> None:
-    """A new write gives a new version, so the next query reads a new copy (exact answers, test path)."""
+    """A new write gives a new version, so the same query at the same ε reads a new copy and is charged
+    again, not answered from the cache of the old data (exact answers, test path); unchanged data is."""
     from veil.proxy._testing import exact_session
 
     policy = _policy(tmp_path)
     for n in (10, 40):
         warehouse.write_table(policy, "people", _people(n), replace=True)
         with exact_session(policy, "ann") as s:
-            assert s.execute("SELECT COUNT(*) AS n FROM people", epsilon=1 + n / 1000).rows[0][0] == 2 * n
+            first = s.execute("SELECT COUNT(*) AS n FROM people", epsilon=1)
+            assert first.rows[0][0] == 2 * n and not first.cached and first.epsilon_charged == 1
+            assert s.execute("SELECT COUNT(*) AS n FROM people", epsilon=1).cached
+
+
+def test_a_policy_change_is_not_answered_from_the_cache(tmp_path: Path) -> None:
+    from veil.proxy._testing import exact_session
+
+    policy = _policy(tmp_path)
+    warehouse.write_table(policy, "people", _people(30))
+    sql = "SELECT SUM(x) AS s FROM people"
+    with exact_session(policy, "ann") as s:
+        wide = s.execute(sql, epsilon=1)
+    (tmp_path / "policy.toml").write_text(POLICY.replace("upper = 100", "upper = 10"), encoding="utf-8")
+    with exact_session(load_policy(tmp_path / "policy.toml"), "ann") as s:
+        narrow = s.execute(sql, epsilon=1)
+    assert not narrow.cached and narrow.rows[0][0] < wide.rows[0][0]  # clamped to the new bound
 
 
 # --- prepared on the curator's side ------------------------------------------------------------------
@@ -240,3 +257,18 @@ def test_first_query_time_does_not_grow_with_one_persons_rows(tmp_path: Path) ->
             best = min(best, time.perf_counter() - start)
         took.append(best)
     assert took[1] < 2 * took[0] + 0.1, f"D: {took[0]:.3f} s, D′: {took[1]:.3f} s — the raw rows decide the time"
+
+
+def test_a_declared_column_the_table_lacks_is_a_clear_free_refusal(tmp_path: Path) -> None:
+    """It used to end in DuckDB's raw BinderException (a traceback) from the copy's build."""
+    from veil.errors import PolicyError
+
+    policy = _policy(tmp_path)
+    warehouse.write_table(policy, "people", _people(10).drop(columns=["x"]))
+    problems = bounding.prepare(policy, ["people"])
+    assert "no column 'x'" in problems["people"]
+    with QuerySession(policy, "ann") as s:
+        with pytest.raises(PolicyError, match="no column 'x', which the policy declares") as err:
+            s.execute("SELECT COUNT(*) FROM people", epsilon=1)
+        assert err.value.sqlstate == "F0000"
+        assert s.budget().spent == 0

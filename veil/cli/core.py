@@ -35,7 +35,7 @@ def ingest(policy_path: Path, table: str, source: Path, replace: bool, fmt: str)
         from veil.proxy.bounding import prepare
 
         for name, problem in prepare(policy, [table]).items():
-            click.echo(f"warning: the bounded copy of {name!r} was not built ({problem}); the first query builds it", err=True)
+            click.echo(f"warning: the bounded copy of {name!r} was not built: {problem}", err=True)
 
 
 @cli.command()

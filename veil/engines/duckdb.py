@@ -164,6 +164,12 @@ class DuckDBEngine:
             try:
                 con.execute(f"CREATE OR REPLACE TABLE {_q(name)} AS {sql}")
                 con.execute("COMMIT")
+            except duckdb.Error as exc:
+                con.execute("ROLLBACK")
+                raise EngineError(
+                    f"the bounded copy {name!r} could not be built ({type(exc).__name__.replace('Exception', '')} error)",
+                    hint="Check that the warehouse's table matches the policy (columns, types), and that its disk has room",
+                ) from None
             except BaseException:
                 con.execute("ROLLBACK")
                 raise

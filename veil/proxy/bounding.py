@@ -32,12 +32,12 @@ from sqlglot import exp
 
 from veil.engines import open_engine
 from veil.engines.base import Engine
-from veil.errors import InternalError, VeilError
+from veil.errors import InternalError, PolicyError, VeilError
 from veil.policy import ColumnSpec, Policy, TableSpec
 from veil.proxy.catalog import SQL_TYPES  # the copy holds each column as the catalog types it
 from veil.store.ledger import Ledger
 
-__all__ = ["ALGORITHM", "BoundedCopies", "build_sql", "build_tree", "prepare", "spec_identity"]
+__all__ = ["ALGORITHM", "BoundedCopies", "build_sql", "build_tree", "engine_generation", "prepare", "spec_identity"]
 
 #: Changes whenever the copy's construction changes, so old copies are never reused.
 ALGORITHM = "veil-bounded-copy/4"
@@ -143,6 +143,7 @@ class BoundedCopies:
         name = f"_veil_bounded_{spec.name}_{identity[:24]}"
         known = ledger.bounded_copy(identity)
         if known is None or not engine.table_exists(known[0]):
+            _check_columns(spec, engine)
             salt = known[1] if known is not None else secrets.token_hex(32)
             engine.materialise(name, engine.render(build_tree(spec, salt)))
             for old in ledger.record_bounded_copy(identity, spec.name, name, salt):
@@ -155,11 +156,24 @@ class BoundedCopies:
         return name
 
 
+def _check_columns(spec: TableSpec, engine: Engine) -> None:
+    """The warehouse's table has every column the policy declares (its schema, not its data)."""
+    have = {name for name, _ in engine.table_columns(spec.name)}
+    missing = [c for c in spec.columns if c not in have]
+    if missing:
+        raise PolicyError(
+            f"table {spec.name!r} in the warehouse has no column {', '.join(map(repr, missing))}, which the policy declares",
+            hint=f"Load a file with these columns (`veil ingest --replace --table {spec.name} …`), or remove them from "
+            "the policy",
+        )
+
+
 #: One cache per process (sessions share copies).
 COPIES = BoundedCopies()
 
 
-def _generation(engine: Engine) -> int:
+def engine_generation(engine: Engine) -> int:
+    """The engine's generation (bumped when a curator write in this process reopened its reader), else 0."""
     gen = getattr(engine, "generation", None)
     return int(gen()) if callable(gen) else 0
 
@@ -182,7 +196,7 @@ def prepare(policy: Policy, tables: Sequence[str] | None = None) -> dict[str, st
                 problems[name] = "the table is not in the warehouse yet"
                 continue
             try:
-                COPIES.table(spec, engine, ledger, scope=str(policy.database_path), generation=lambda: _generation(engine))
+                COPIES.table(spec, engine, ledger, scope=str(policy.database_path), generation=lambda: engine_generation(engine))
             except VeilError as exc:
                 problems[name] = exc.message
     finally:

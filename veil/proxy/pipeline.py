@@ -221,7 +221,9 @@ def _prepare(s: QueryState, env: Env) -> QueryState:
     domain = env.public_domain(s.plan) if s.plan.public_keys else None
     env.check_post(s.plan, s.post, key_types)
     canonical = canonical_sql(s.plan.analysis)
-    key = cache_key(canonical + env.cache_salt(), s.plan.epsilon)
+    # the statements name the bounded copy, whose name holds the table's data version and policy spec: an
+    # answer is reused only for the same data under the same policy (a reload asks the engine again)
+    key = cache_key("\x00".join((canonical + env.cache_salt(), *statements)), s.plan.epsilon)
     return replace(s, domain=domain, key_types=key_types, bind_on_run=bind_on_run, canonical=canonical, key=key)
 
 

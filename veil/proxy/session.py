@@ -206,8 +206,7 @@ class Env:
         return self._ledger
 
     def _generation(self, engine: Engine) -> int:
-        gen = getattr(engine, "generation", None)
-        return int(gen()) if callable(gen) else 0
+        return bounding.engine_generation(engine)
 
     def catalog(self, *, refresh: bool = False) -> Catalog:
         if self._catalog is None or refresh:
