@@ -122,21 +122,27 @@ def test_a_table_veil_did_not_write_has_no_written_version(tmp_path: Path, state
         assert warehouse.written_version(con, table) is None
 
 
-def test_the_version_falls_back_to_hashing_rows_another_tool_wrote(tmp_path: Path) -> None:
-    """Without Veil's comment, the version still changes with the rows (the copy is never stale)."""
+def test_a_table_another_tool_wrote_gets_a_version_on_first_use(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No row is hashed: the first use names a version (a new token in the comment), later uses read it, and a
+    table the tool re-creates gets a new one (so the copy is never stale for a re-created table)."""
     policy = _policy(tmp_path)
     warehouse.write_table(policy, "people", _people(10))
     versions = []
     for rows in ("SELECT 1 AS uid, 2 AS x", "SELECT 1 AS uid, 3 AS x"):
         with warehouse.writer(policy) as con:
-            con.execute(f"CREATE OR REPLACE TABLE people AS {rows}")
+            con.execute(f"CREATE OR REPLACE TABLE people AS {rows}")  # another tool: no comment
+        seen = _statements(monkeypatch)
         engine = DuckDBEngine(policy)
         try:
-            versions.append(engine.table_version("people", ["uid", "x"]))
+            first = engine.table_version("people", ["uid", "x"])
+            assert engine.table_version("people", ["uid", "x"]) == first  # read back, not named again
+            versions.append(first)
         finally:
             engine.close()
+        assert not _reads_raw(seen, "people"), seen
+        monkeypatch.undo()
     assert versions[0] != versions[1]
-    assert not any(v.startswith("written.") for v in versions)
+    assert all(v.startswith("written.") for v in versions)
 
 
 def test_answers_follow_a_rewrite_of_the_table(tmp_path: Path) -> None:

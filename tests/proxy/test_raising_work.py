@@ -17,14 +17,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import pandas as pd
 import pytest
 import sqlglot
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlglot import exp
 from sqlglot.optimizer.qualify import qualify
 
 from tests.engines.test_conformance import CASES
-from veil.errors import Unsupported
+from veil.errors import Unsupported, VeilError
 from veil.policy import load_policy
 from veil.proxy._testing import exact_session, generated_sql
 from veil.proxy.expansion import measure
@@ -181,3 +184,85 @@ def test_a_computed_trim_set_behind_a_cte_is_refused(session: QuerySession) -> N
 )
 def test_literal_trim_sets_are_answered(session: QuerySession, expr: str) -> None:
     session.execute(f"SELECT COUNT(*) FROM t WHERE {expr} = 'b'", epsilon=1)
+
+
+# --- Arithmetic the declared bounds keep from overflowing is not priced (red team s12, L2) ---------------------
+
+BOUNDED_POLICY = POLICY.replace(
+    'x = { type = "int", lower = 0, upper = 10 }',
+    'x = { type = "int", lower = -1000, upper = 1000 }\ny = { type = "int", lower = 0, upper = 2000000 }\n'
+    'f = { type = "float", lower = -1e6, upper = 1e6 }',
+)
+#: Every corner of the bounds (interval arithmetic's extremes for + - *), as the bounded copy holds them.
+CORNERS = pd.DataFrame(
+    [(u, s, x, y, f) for u, (x, y, f) in enumerate(
+        [(x, y, f) for x in (-1000, 0, 1000) for y in (0, 2000000) for f in (-1e6, 1e6)])
+     for s in ("a",)],
+    columns=["u", "s", "x", "y", "f"],
+).assign(d=pd.Timestamp("2000-01-01"))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bounded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuerySession]:
+    d: Path = tmp_path_factory.mktemp("bounded")
+    (d / "policy.toml").write_text(BOUNDED_POLICY, encoding="utf-8")
+    policy = load_policy(d / "policy.toml")
+    write_table(policy, "t", CORNERS, replace=True)
+    write_table(policy, "pub", pd.DataFrame({"k": range(2000), "n": ["q"] * 2000}), replace=True, public=True)
+    with exact_session(policy, "a") as s:
+        yield s
+
+
+def test_bounded_arithmetic_over_a_large_join_is_answered(bounded: QuerySession) -> None:
+    # 50 rows × 2,000 joined rows: priced as raising, this was refused; the bounds keep x + 1, y * 3 - x exact
+    bounded.execute("SELECT COUNT(*) FROM t CROSS JOIN pub p WHERE t.x + 1 > p.k AND t.y * 3 - t.x > 0", epsilon=1)
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "t.y * t.y * t.y > 0",  # 8·10¹⁸: past INTEGER, so priced
+        "t.x * 4611686018427387904 > 0",  # a literal past the bounds
+        "p.k + 1 > 0",  # a public column has no declared bounds
+        "t.d + INTERVAL '1' DAY > DATE '2000-01-01'",  # date arithmetic
+    ],
+)
+def test_arithmetic_the_bounds_do_not_cover_is_still_priced(bounded: QuerySession, where: str) -> None:
+    with pytest.raises(Unsupported, match="may raise"):
+        bounded.execute(f"SELECT COUNT(*) FROM t CROSS JOIN pub p WHERE {where}", epsilon=1)
+
+
+_LEAVES = st.sampled_from(
+    ["t.x", "t.y", "t.f", "CAST(t.y AS INTEGER)", "CAST(t.x AS SMALLINT)", "1", "7", "1000", "65536", "2147483647", "0.5", "1e10"]
+)
+
+
+def _arith(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    return st.one_of(
+        st.tuples(children, st.sampled_from(["+", "-", "*"]), children).map(lambda t: f"({t[0]} {t[1]} {t[2]})"),
+        children.map(lambda c: f"(-{c})"),
+    )
+
+
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(expr=st.recursive(_LEAVES, _arith, max_leaves=6))
+def test_arithmetic_marked_as_unable_to_raise_never_raises_on_the_bounds(bounded: QuerySession, expr: str) -> None:
+    """Soundness of the mark: every marked node, run without TRY over every corner of the bounds (the rows the
+    bounded copy can hold at the extremes), returns without an error in DuckDB."""
+    from veil.proxy import pipeline
+    from veil.proxy.totality import CANNOT_RAISE
+
+    try:
+        state = pipeline.run(bounded._state(f"SELECT COUNT(*) FROM t WHERE {expr} > 0", 1), bounded._env, until="plan")
+    except VeilError:
+        return  # refused (e.g. a bound past 2^62): nothing runs
+    assert state.analysis is not None
+    table = bounded._env.bounded_table("t")
+    con = duckdb.connect()
+    con.execute(f"ATTACH '{bounded._env.policy.database_path}' AS w (READ_ONLY)")
+    for node in state.analysis.tree.find_all(exp.Add, exp.Sub, exp.Mul, exp.Neg):
+        if node.meta.get(CANNOT_RAISE):
+            total = make_total(node)  # its operands total (each priced on its own), the marked node itself bare
+            bare = total.this if isinstance(total, exp.Try) else total
+            con.execute(f"SELECT {bare.sql(dialect='duckdb')} FROM w.{table} AS t").fetchall()  # raises if unsound
+    con.close()

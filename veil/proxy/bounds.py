@@ -18,12 +18,15 @@ from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
 from sqlglot import exp
-from sqlglot.optimizer.scope import Scope
+from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from veil.errors import InternalError, Unbounded
 from veil.proxy.catalog import Catalog
 
-__all__ = ["IntegralRange", "Interval", "base_columns", "expression_interval", "in_doubles", "resolve_column"]
+__all__ = [
+    "IntegralRange", "Interval", "base_columns", "expression_interval", "in_doubles", "mark_arithmetic_that_cannot_raise",
+    "resolve_column",
+]  # fmt: skip
 
 
 class IntegralRange(Unbounded):
@@ -417,3 +420,45 @@ _RULES: dict[type[exp.Expression], Rule] = {
     exp.Cast: _cast_rule,
     exp.TryCast: _cast_rule,
 }
+
+
+#: Integer arithmetic whose every result is within this magnitude cannot overflow the engine's INTEGER (the
+#: narrowest type two integer operands of Veil's admitted types and literals combine to).
+_SAFE_INTEGRAL = Fraction(2**31 - 1)
+_NARROW = (exp.DataType.Type.SMALLINT, exp.DataType.Type.TINYINT, exp.DataType.Type.UTINYINT,
+           exp.DataType.Type.USMALLINT, exp.DataType.Type.FLOAT)  # fmt: skip
+
+
+def mark_arithmetic_that_cannot_raise(tree: exp.Expression, catalog: Catalog, mark: str) -> int:
+    """Set ``meta[mark]`` on each ``+``, ``-``, ``*`` and unary minus of ``tree`` (typed) whose result the
+    declared bounds keep within ±(2³¹ − 1) (integers) or ±10¹⁵⁰ (reals): on the bounded copy, whose columns
+    are clamped to those bounds, it cannot overflow, so the TRY around it never takes its exception path and
+    the raising-work price skips it (a node of a public column, an unbounded one, or a narrow type is left
+    unmarked, and priced). Returns how many were marked."""
+    marked = 0
+    for scope in traverse_scope(tree):
+        inner = {id(s.expression) for s in (*scope.subquery_scopes, *scope.derived_table_scopes, *scope.cte_scopes)}
+        for node in scope.expression.find_all(exp.Add, exp.Sub, exp.Mul, exp.Neg):
+            if _in_inner(node, scope.expression, inner) or node.meta.get(mark):
+                continue
+            t = node.type
+            if isinstance(t, exp.DataType) and t.this in _NARROW:
+                continue
+            try:
+                iv = expression_interval(node, scope, catalog)
+            except Unbounded:
+                continue
+            if iv is None or iv.magnitude <= (_SAFE_INTEGRAL if iv.integral else MAX_REAL):
+                node.meta[mark] = True
+                marked += 1
+    return marked
+
+
+def _in_inner(node: exp.Expression, top: exp.Expression, inner: set[int]) -> bool:
+    """Whether ``node`` lies in a nested scope of ``top`` (measured when that scope's turn comes)."""
+    parent = node.parent
+    while parent is not None and parent is not top:
+        if id(parent) in inner:
+            return True
+        parent = parent.parent
+    return False

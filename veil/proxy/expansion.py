@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from veil.proxy.totality import needs_try
+from veil.proxy.totality import raises
 
 __all__ = ["SCALAR_TEXT_BYTES", "Expansion", "measure", "text_work"]
 
@@ -43,7 +43,7 @@ class Expansion:
     expanded: int
     text_bytes: int
     concatenated: int = 0  # column values joined by ``||``/CONCAT chains, references expanded
-    partial: int = 0  # operations the generated SQL wraps in TRY (totality.needs_try), references expanded
+    partial: int = 0  # operations that may raise on a row (totality.raises), references expanded
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,7 @@ def measure(tree: exp.Expression) -> Expansion:
             if isinstance(node, exp.Literal):
                 return _literal(node)
             chain = isinstance(node, _CONCAT)
-            out = _PARTIAL if needs_try(node) else _ONE
+            out = _PARTIAL if raises(node) else _ONE
             for child in node.iter_expressions():
                 out = out + size(child, chain)
             if chain and not in_chain:  # the top of a chain: every column value it joins is copied once per link

@@ -31,6 +31,7 @@ from veil.engines.base import EngineError, check_key_type, output_type
 from veil.errors import InternalError, QueryCancelled, QueryFailed, QueryTooComplex
 from veil.proxy import multiplicity
 from veil.proxy.add_noise import noisy_statistics
+from veil.proxy.bounds import mark_arithmetic_that_cannot_raise
 from veil.proxy.canonical import cache_key, canonical_sql
 from veil.proxy.catalog import SQL_TYPES, Catalog, public_types
 from veil.proxy.expansion import measure, text_work
@@ -39,6 +40,7 @@ from veil.proxy.plan import QueryPlan, plan
 from veil.proxy.postprocess import PostProcess, postprocess_sql
 from veil.proxy.resolve import Resolved, resolve
 from veil.proxy.rewrite import EngineQueries, public_query, rewrite
+from veil.proxy.totality import CANNOT_RAISE
 from veil.proxy.validate import Analysis, validate
 from veil.store.ledger import Cost, Reservation, accounts_for
 
@@ -144,6 +146,9 @@ def _plan(s: QueryState, env: Env) -> QueryState:
         factor *= env.probe(probe)
     multiplicity.check_factor(factor, a.text_bytes)
     c = env.contribution(a.private_table) * factor
+    # arithmetic the declared bounds keep from overflowing is not priced as raising (see _rewrite); marked before
+    # the plan copies the analyst's expressions into its statistics
+    mark_arithmetic_that_cannot_raise(a.tree, catalog, CANNOT_RAISE)
     p = plan(a, catalog, epsilon=s.epsilon, contribution=c, partition_delta=env.policy.defaults.partition_delta)
     multiplicity.check_grouped_contribution(p.contribution, len(p.keys), len(p.statistics))
     # every engine statement (the main one, one per quantile grid) repeats the per-row work over one person's rows
@@ -160,14 +165,19 @@ def _rewrite(s: QueryState, env: Env) -> QueryState:
         return replace(s, public_sql=env.public_engine.render(public_query(s.analysis.tree)))
     source = env.bounded_table(s.plan.analysis.private_table or "")
     queries = rewrite(s.plan, source, public_types(env.catalog(), s.plan.analysis.tables))
-    # every TRY of the generated statements, priced as raising on every row one person brings (free refusal)
-    statements = [t for t in (queries.main, *(g for _, g in queries.grids)) if t is not None]
-    multiplicity.check_raising_work(s.plan.contribution, sum(measure(t).partial for t in statements))
+    check_raising_work(s.plan, queries)
     render = env.engine.render
     rendered = Rendered(
         None if queries.main is None else render(queries.main), tuple((sid, render(g)) for sid, g in queries.grids)
     )
     return replace(s, queries=queries, rendered=rendered, post=postprocess_sql(s.plan))
+
+
+def check_raising_work(p: QueryPlan, queries: EngineQueries) -> None:
+    """Every operation of the generated statements that may raise (under a TRY, a cast to DECIMAL), priced as
+    raising on every row one person brings: refused, free, past the per-person bound."""
+    statements = [t for t in (queries.main, *(g for _, g in queries.grids)) if t is not None]
+    multiplicity.check_raising_work(p.contribution, sum(measure(t).partial for t in statements))
 
 
 def _schema_key_types(p: QueryPlan, catalog: Catalog) -> list[str] | None:

@@ -26,13 +26,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TypeVar
 
 from sqlglot import exp
 
 from veil.engines.neutral import duckdb_text, neutralise
 from veil.errors import InternalError
 from veil.proxy.plan import QueryPlan, Statistic
-from veil.proxy.totality import make_total
+from veil.proxy.totality import CANNOT_RAISE, make_total
+
+E = TypeVar("E", bound=exp.Expression)
 
 __all__ = ["EngineQueries", "public_query", "rewrite"]
 
@@ -60,6 +63,12 @@ def _with_filter(agg: exp.Expression, filt: exp.Expression | None) -> exp.Expres
     return exp.Filter(this=agg, expression=exp.Where(this=filt.copy()))
 
 
+def _cannot_raise(node: E) -> E:
+    """``node``, an operation over clamped values, marked so the raising-work price skips it."""
+    node.meta[CANNOT_RAISE] = True
+    return node
+
+
 def _quantities(stat: Statistic) -> list[exp.Expression]:
     arg = None if stat.arg is None else stat.arg.copy()
     if stat.kind == "count":
@@ -76,8 +85,9 @@ def _quantities(stat: Statistic) -> list[exp.Expression]:
         return [_with_filter(exp.Sum(this=arg), stat.filter), _with_filter(exp.Count(this=counted), stat.filter)]
     if stat.kind == "sumsq_centered":
         # in DOUBLE: the square of a wide integer would overflow 64 bits
-        d = exp.Sub(this=exp.cast(exp.Paren(this=arg), exp.DataType.build("DOUBLE")), expression=_lit(stat.center))
-        return [_with_filter(exp.Sum(this=exp.Mul(this=exp.Paren(this=d), expression=exp.Paren(this=d.copy()))), stat.filter)]
+        d = _cannot_raise(exp.Sub(this=exp.cast(exp.Paren(this=arg), exp.DataType.build("DOUBLE")), expression=_lit(stat.center)))
+        square = _cannot_raise(exp.Mul(this=exp.Paren(this=d), expression=exp.Paren(this=d.copy())))
+        return [_with_filter(exp.Sum(this=square), stat.filter)]
     raise InternalError(f"no raw quantity for statistic kind {stat.kind!r}")
 
 
@@ -160,11 +170,10 @@ def _grid(p: QueryPlan, template: exp.Select, stat: Statistic) -> exp.Select:
         raise InternalError(f"grid statistic {stat.label!r} has no argument")
     g = template.copy()
     arg = exp.Paren(this=stat.arg.copy())
-    bucket = exp.cast(
-        exp.Round(this=exp.Div(this=exp.Paren(this=exp.Sub(this=arg, expression=_lit(stat.grid_lo))),
-                               expression=_lit(stat.grid_step))),
-        exp.DataType.build("BIGINT"),
-    )  # fmt: skip
+    # over the clamped argument: |arg − lo| ≤ the bounds' width (≤ 2·10¹⁵), a non-zero step: nothing can raise
+    offset = _cannot_raise(exp.Sub(this=arg, expression=_lit(stat.grid_lo)))
+    scaled = _cannot_raise(exp.Div(this=exp.Paren(this=offset), expression=_lit(stat.grid_step)))
+    bucket = exp.cast(_cannot_raise(exp.Round(this=scaled)), exp.DataType.build("BIGINT"))
     cond: exp.Expression = exp.Not(this=exp.Is(this=arg.copy(), expression=exp.Null()))
     if stat.filter is not None:
         cond = exp.and_(cond, exp.Paren(this=stat.filter.copy()))

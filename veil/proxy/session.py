@@ -39,13 +39,13 @@ from veil.policy import Policy, load_policy
 from veil.proxy import bounding, pipeline
 from veil.proxy.add_noise import PRODUCTION, NoiseSource
 from veil.proxy.answer import Answer, BudgetStatus, Explanation, OutputColumn, explanation
-from veil.proxy.catalog import Catalog, build_catalog
+from veil.proxy.catalog import Catalog, build_catalog, public_types
 from veil.proxy.expansion import SCALAR_TEXT_BYTES
 from veil.proxy.multiplicity import Probe
 from veil.proxy.parse import DEFAULT_LIMITS, Limits
 from veil.proxy.plan import MAX_PUBLIC_GROUPS, QueryPlan
 from veil.proxy.postprocess import FRAME, PostProcess, aggregate_types, finalize_aggregates
-from veil.proxy.rewrite import EngineQueries
+from veil.proxy.rewrite import EngineQueries, rewrite
 from veil.store.ledger import Ledger, Reservation
 from veil.store.records import ReleasedStatistic
 from veil.store.releases import published_tables
@@ -634,6 +634,11 @@ class QuerySession:
     def explain(self, sql: str, *, epsilon: Fraction | float | None = None) -> Explanation:
         """Mechanisms, sensitivities, noise scales, CI half-widths and the exact (ε, δ) cost; spends nothing."""
         state = pipeline.run(self._state(sql, epsilon), self._env, until="plan")
+        if state.plan is not None:
+            # the statements' shape (a placeholder for the bounded copy: none is built): what `execute` would
+            # refuse for its operations that may raise, explain refuses too
+            p = state.plan
+            pipeline.check_raising_work(p, rewrite(p, "_veil_explain", public_types(self._env.catalog(), p.analysis.tables)))
         return explanation(sql, state.plan, self._env.alpha())
 
     def describe(self, sql: str) -> tuple[OutputColumn, ...]:

@@ -33,7 +33,7 @@ from sqlglot import exp
 
 from veil.engines.neutral import is_boolean
 
-__all__ = ["COMBINING_NODES", "TOTAL_NODES", "make_total", "needs_try", "operand_groups"]
+__all__ = ["CANNOT_RAISE", "COMBINING_NODES", "TOTAL_NODES", "make_total", "needs_try", "operand_groups", "raises"]
 
 #: Node types that never raise on operands of one type family (checked by the validate pass).
 TOTAL_NODES: tuple[type[exp.Expression], ...] = (
@@ -165,7 +165,53 @@ def _total_node(node: exp.Expression) -> exp.Expression:
     if isinstance(node, _DIVISIONS):
         divisor = node.expression
         node.set("expression", exp.Nullif(this=divisor, expression=exp.Literal.number(0)))
+    _guard_iso_week(node)
     return exp.Try(this=node) if needs_try(node) else node
+
+
+#: ISO-week fields and units: DuckDB's computation steps past the ends of the DATE range (an error TRY does not
+#: catch, red team s12, A3), so they get dates within ±290,000 years only (NULL beyond; valid as TIMESTAMPs too).
+ISO_WEEK_PARTS = frozenset({"WEEK", "WEEKOFYEAR", "YEARWEEK", "ISOYEAR"})
+_ISO_WEEK_RANGE = ("-290000-01-01", "290000-12-31")
+
+
+def _guard_iso_week(node: exp.Expression) -> None:
+    if isinstance(node, exp.Extract):
+        part, key = node.this, "expression"
+    elif isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
+        part, key = node.args.get("unit"), "this"
+    else:
+        return
+    part = part.unnest() if isinstance(part, exp.Expression) else None
+    name = str(part.this).upper() if isinstance(part, (exp.Var, exp.Literal)) else None
+    value = node.args.get(key)
+    if name not in ISO_WEEK_PARTS or not isinstance(value, exp.Expression):
+        return
+    lo, hi = (exp.cast(exp.Literal.string(d), exp.DataType.build("DATE")) for d in _ISO_WEEK_RANGE)
+    inside = exp.Between(this=value.copy(), low=lo, high=hi)
+    node.set(key, exp.Case(ifs=[exp.If(this=inside, true=value)]))
+
+
+#: Marks an operation Veil builds over values it has already clamped (VARIANCE's centring, quantile buckets):
+#: it is wrapped in TRY like any other, but cannot raise, so it is not priced as raising.
+CANNOT_RAISE = "veil_cannot_raise"
+
+
+def raises(node: exp.Expression) -> bool:
+    """Whether ``node`` may take an exception path on a row of the generated SQL (priced by the plan pass):
+    an operation :func:`make_total` wraps in TRY (unless Veil built it over clamped values), and a cast to
+    DECIMAL (DuckDB's TRY_CAST of an integer to a too-narrow DECIMAL throws and catches per row, 3–11 µs
+    against ~5 ns, red team s12, A1), unless it is the widening of an integer sum (38 digits hold any sum)."""
+    if node.meta.get(CANNOT_RAISE):
+        return False
+    if isinstance(node, exp.Cast):
+        to = node.args.get("to")
+        return (
+            isinstance(to, exp.DataType)
+            and to.this in (exp.DataType.Type.DECIMAL, exp.DataType.Type.BIGDECIMAL)
+            and not node.meta.get("veil_wide_sum")
+        )
+    return needs_try(node)
 
 
 def needs_try(node: exp.Expression) -> bool:

@@ -69,6 +69,12 @@ class ServingEngine(DuckDBEngine):
             hint="Restart veil serve (with --processes N it builds every bounded copy before its workers start)",
         )
 
+    def stamp_version(self, table: str) -> str:
+        raise PolicyError(
+            f"table {table!r} was replaced by another tool since veil serve started",
+            hint="Restart veil serve (it names the new table's version and builds its bounded copy before its workers start)",
+        )
+
     def drop(self, name: str) -> None:
         raise PolicyError(
             "veil serve worker processes do not change the warehouse",

@@ -38,6 +38,7 @@ __all__ = [
     "reader",
     "reader_cursor",
     "reader_generation",
+    "stamp_version",
     "table_columns",
     "table_names",
     "write_table",
@@ -316,6 +317,18 @@ def written_version(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
         if token.isalnum():
             return token
     return None
+
+
+def stamp_version(policy: Policy, table: str) -> str:
+    """``table``'s written version, naming one now (a new random token in its comment) if it has none: a table
+    another tool wrote is identified from then on without reading a row. Run under the writer lock, so two
+    processes stamping at once agree on one version."""
+    with writer(policy) as con:
+        version = written_version(con, table)
+        if version is None:
+            version = secrets.token_hex(16)
+            con.execute(f"COMMENT ON TABLE \"{table.replace(chr(34), chr(34) * 2)}\" IS '{VERSION_COMMENT}{version}'")
+        return version
 
 
 def export_frame(df: pd.DataFrame, path: str | Path, *, replace: bool = False) -> Path:
