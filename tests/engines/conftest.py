@@ -3,6 +3,7 @@ Spark Connect server and on Sail (a Rust engine speaking Spark Connect)."""
 
 from __future__ import annotations
 
+import contextlib
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -230,13 +231,12 @@ _SAIL_SERVER = (
 )
 
 
-@pytest.fixture(scope="session")
-def sail_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A Sail Spark Connect server (``pysail``) for the test run, on a free port, stopped at the end of the run.
+@contextlib.contextmanager
+def sail_server(directory: Path) -> Iterator[str]:
+    """A Sail Spark Connect server (``pysail``) on a free port, its warehouse in ``directory``; stopped on exit.
 
-    Started as a process of its own (``sail spark server``; see ``_SAIL_SERVER``) in a temporary directory, which
-    holds its warehouse. Skipped, with the reason, when pysail or pyspark's Connect client is missing or the server
-    does not come up within a minute.
+    Started as a process of its own (``sail spark server``; see ``_SAIL_SERVER``). Skips the calling test, with the
+    reason, when pysail or pyspark's Connect client is missing or the server does not come up within a minute.
     """
     import importlib.util
     import os
@@ -245,30 +245,28 @@ def sail_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     import sys
     import time
 
-    from veil.store.spark import connect_available
+    from veil.store.spark import connect_available, forget_remote
 
     reason = connect_available()
     if reason is not None:
         pytest.skip(f"Sail run skipped: {reason}")
     if importlib.util.find_spec("pysail") is None:
         pytest.skip("Sail run skipped: pysail is not installed (pip install 'veil[test]' installs pysail==0.7.2)")
-    d = tmp_path_factory.mktemp("sail")
+    directory.mkdir(parents=True, exist_ok=True)
     port = _free_port()
-    log = (d / "server.log").open("wb")
+    log = (directory / "server.log").open("wb")
     cmd = [sys.executable, "-c", _SAIL_SERVER, "spark", "server", "--ip", "127.0.0.1", "--port", str(port)]
-    proc = subprocess.Popen(cmd, cwd=d, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(cmd, cwd=directory, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"sc://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while not _port_open(port):
             if proc.poll() is not None or time.monotonic() > deadline:
-                tail = (d / "server.log").read_text(errors="replace")[-600:]
+                tail = (directory / "server.log").read_text(errors="replace")[-600:]
                 pytest.skip(f"Sail run skipped: the Sail server did not start (exit {proc.poll()}): {tail}")
             time.sleep(0.2)
         yield url
     finally:
-        from veil.store.spark import forget_remote
-
         forget_remote(url)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)  # the server's own process group (started above)
@@ -278,6 +276,13 @@ def sail_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         log.close()
+
+
+@pytest.fixture(scope="session")
+def sail_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Sail server for the whole test run (``sail_server``)."""
+    with sail_server(tmp_path_factory.mktemp("sail")) as url:
+        yield url
 
 
 def save_as_table(policy: Policy, name: str, df: pd.DataFrame) -> None:

@@ -9,11 +9,12 @@ that Sail 0.7.2 answers differently is marked below with the difference (strict:
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pyspark.errors.exceptions.connect import UnsupportedOperationException
 
-from tests.engines.conftest import build
+from tests.engines.conftest import POLICY, build, connect_engine, sail_server, save_as_table
 from tests.engines.test_conformance import CASES, _rows_equal
 from veil.engines import open_engine
 from veil.engines.base import EngineError
@@ -81,3 +82,37 @@ def test_write_table_on_sail(sail_policy: Policy) -> None:
     df = pd.DataFrame({"state": ["S1", "S2"], "region": ["r", "s"]})
     write_table(sail_policy, "regions_written", df)
     assert read_table(sail_policy, "regions_written").sort_values("state").reset_index(drop=True).equals(df)
+
+
+def test_each_connect_server_gets_its_own_session(sail_policy: Policy, tmp_path: Path) -> None:
+    """A process with policies on several Connect servers sends each policy's statements to its own server.
+
+    pyspark's ``builder.remote(url).getOrCreate()`` returns any Connect session the process already holds, whatever
+    its server. Each Sail server keeps its tables' files in its own directory, so the second server's directory
+    shows whether the second policy's table reached it.
+    """
+    import uuid
+
+    import pandas as pd
+
+    from veil.policy import load_policy
+
+    database = f"veil_apart_{uuid.uuid4().hex[:8]}"
+    second_dir = tmp_path / "second_sail"
+    with sail_server(second_dir) as second:
+        policies = []
+        for i, url in enumerate((str(sail_policy.engine.remote), second)):
+            d = tmp_path / f"p{i}"
+            d.mkdir()
+            (d / "policy.toml").write_text(POLICY + connect_engine(url, database), encoding="utf-8")
+            policies.append(load_policy(d / "policy.toml"))
+        assert not list(second_dir.rglob("*.parquet"))
+        for p, n in zip(policies, (7, 11), strict=True):
+            save_as_table(p, "regions", pd.DataFrame({"state": [f"S{k}" for k in range(n)], "region": ["r"] * n}))
+        assert list(second_dir.rglob("*.parquet")), "the second policy's table was written to another server"
+        engines = [open_engine(p) for p in policies]
+        try:
+            assert [e.execute("SELECT COUNT(*) FROM regions").rows[0][0] for e in engines] == [7, 11]
+        finally:
+            for e in engines:
+                e.close()
