@@ -1,9 +1,11 @@
-"""Fixtures for the engine tests: the same warehouse on DuckDB and on Spark ``local[2]`` (one Spark per run)."""
+"""Fixtures for the engine tests: the same warehouse on DuckDB, on Spark ``local[2]`` (one Spark per run), on a
+Spark Connect server and on Sail (a Rust engine speaking Spark Connect)."""
 
 from __future__ import annotations
 
+import contextlib
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -81,15 +83,18 @@ def spark_cli_dir(tmp_path_factory: pytest.TempPathFactory, name: str, rows: int
     return d
 
 
-def build(directory: Path, extra: str = "") -> Policy:
+def build(directory: Path, extra: str = "", write: Callable[[Policy, str, pd.DataFrame], None] | None = None) -> Policy:
+    """The policy ``POLICY + extra`` in ``directory``, its three tables written by ``write`` (Veil's ``write_table``)."""
     from veil.store.warehouse import write_table
 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "policy.toml").write_text(POLICY + extra, encoding="utf-8")
     policy = load_policy(directory / "policy.toml")
-    write_table(policy, "people", people(), replace=True)
-    write_table(policy, "visits", visits_frame(), replace=True)
-    write_table(policy, "regions", REGIONS, replace=True)
+    for name, df in (("people", people()), ("visits", visits_frame()), ("regions", REGIONS)):
+        if write is None:
+            write_table(policy, name, df, replace=True)
+        else:
+            write(policy, name, df)
     return policy
 
 
@@ -208,3 +213,93 @@ def connect_policy(tmp_path_factory: pytest.TempPathFactory, connect_url: str, s
     import uuid
 
     return build(tmp_path_factory.mktemp("conformance") / "connect", connect_engine(connect_url, f"veil_{uuid.uuid4().hex[:8]}"))
+
+
+#: The Sail server's process. Sail 0.7.2 picks its table of Spark settings by the version of the ``pyspark`` module
+#: in its own process and refuses PySpark 4.3 (``unsupported PySpark version``: every session fails to start); it
+#: knows 3.x to 4.2. A deployment runs Sail in an environment of its own (``pysail[spark]``, PySpark <= 4.2) beside
+#: Veil's 4.3 client; here the server's process is told it has PySpark 4.2.0, whose settings include those the 4.3
+#: client reads (``spark.sql.session.localRelation*``). Sail imports more of PySpark only for Python UDFs and
+#: Python data sources, which Veil never sends (they would fail here with an import error, not a wrong answer).
+_SAIL_SERVER = (
+    "import sys, types\n"
+    "pyspark = types.ModuleType('pyspark')\n"
+    "pyspark.__version__ = '4.2.0'\n"
+    "sys.modules['pyspark'] = pyspark\n"
+    "from pysail.cli import main\n"
+    "main()\n"
+)
+
+
+@contextlib.contextmanager
+def sail_server(directory: Path) -> Iterator[str]:
+    """A Sail Spark Connect server (``pysail``) on a free port, its warehouse in ``directory``; stopped on exit.
+
+    Started as a process of its own (``sail spark server``; see ``_SAIL_SERVER``). Skips the calling test, with the
+    reason, when pysail or pyspark's Connect client is missing or the server does not come up within a minute.
+    """
+    import importlib.util
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from veil.store.spark import connect_available, forget_remote
+
+    reason = connect_available()
+    if reason is not None:
+        pytest.skip(f"Sail run skipped: {reason}")
+    if importlib.util.find_spec("pysail") is None:
+        pytest.skip("Sail run skipped: pysail is not installed (pip install 'veil[test]' installs pysail==0.7.2)")
+    directory.mkdir(parents=True, exist_ok=True)
+    port = _free_port()
+    log = (directory / "server.log").open("wb")
+    cmd = [sys.executable, "-c", _SAIL_SERVER, "spark", "server", "--ip", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(cmd, cwd=directory, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"sc://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while not _port_open(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                tail = (directory / "server.log").read_text(errors="replace")[-600:]
+                pytest.skip(f"Sail run skipped: the Sail server did not start (exit {proc.poll()}): {tail}")
+            time.sleep(0.2)
+        yield url
+    finally:
+        forget_remote(url)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # the server's own process group (started above)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.close()
+
+
+@pytest.fixture(scope="session")
+def sail_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A Sail server for the whole test run (``sail_server``)."""
+    with sail_server(tmp_path_factory.mktemp("sail")) as url:
+        yield url
+
+
+def save_as_table(policy: Policy, name: str, df: pd.DataFrame) -> None:
+    """``df`` written as the Parquet table ``name`` of the policy's database by the Connect client's own writer.
+
+    Sail 0.7.2 has no ``ALTER TABLE … RENAME TO``, the last step of Veil's ``write_table`` on a Connect server
+    (it writes aside, then renames), so the Sail run loads its tables this way (docs/engines.md, "Sail").
+    """
+    from veil.store.spark import spark_session, spec_of
+
+    spec = spec_of(policy)
+    spark_session(spec).createDataFrame(df).write.format("parquet").saveAsTable(f"{spec.database}.{name}")
+
+
+@pytest.fixture(scope="session")
+def sail_policy(tmp_path_factory: pytest.TempPathFactory, sail_url: str, same_salt: None) -> Policy:
+    import uuid
+
+    directory = tmp_path_factory.mktemp("conformance") / "sail"
+    return build(directory, connect_engine(sail_url, f"veil_sail_{uuid.uuid4().hex[:8]}"), write=save_as_table)

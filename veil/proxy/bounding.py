@@ -65,7 +65,11 @@ def spec_identity(spec: TableSpec) -> str:
 
 
 def _typed(col: ColumnSpec) -> str:
-    """The column cast to its declared type, numeric ones clamped to their bounds (NULL stays NULL)."""
+    """The column cast to its declared type, numeric ones clamped to their bounds (NULL stays NULL).
+
+    The bounds are cast to the column's type too, so every engine types the CASE as the column (Sail 0.7.2 gives
+    a CASE its first branch's type in a table's schema and then writes the wider type it computed).
+    """
     q = _q(col.name)
     v = f"TRY_CAST({q} AS {SQL_TYPES[col.type]})"
     if col.type == "float":
@@ -73,7 +77,7 @@ def _typed(col: ColumnSpec) -> str:
     if col.type == "category":
         v = f"left({v}, {int(col.text_cap)})"
     if col.type in ("int", "float") and col.bounded:
-        lo, hi = _lit(col.lower), _lit(col.upper)
+        lo, hi = (f"CAST({_lit(b)} AS {SQL_TYPES[col.type]})" for b in (col.lower, col.upper))
         v = f"(CASE WHEN {v} < {lo} THEN {lo} WHEN {v} > {hi} THEN {hi} ELSE {v} END)"
     return f"{v} AS {q}"
 

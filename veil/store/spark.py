@@ -110,7 +110,7 @@ def spark_session(spec: EngineSpec) -> SparkSession:
                     ) from None
 
                 remote = ConnectSession.builder.remote(spec.remote)
-                s = remote.getOrCreate() if root is None else remote.create()
+                s = remote.create()  # never getOrCreate: it returns the process's Connect session, whatever its server
         elif root is not None:
             s = root.newSession()
         else:
