@@ -30,7 +30,7 @@ from typing import Any
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 
-__all__ = ["WIDE_SUM", "duckdb_text", "is_boolean", "is_integral", "is_real", "narrow_sums", "neutralise"]
+__all__ = ["CANNOT_RAISE", "WIDE_SUM", "duckdb_text", "is_boolean", "is_integral", "is_real", "narrow_sums", "neutralise"]
 
 _DUCKDB = Dialect.get_or_raise("duckdb")
 
@@ -43,6 +43,9 @@ def duckdb_text(node: exp.Expression, **opts: Any) -> str:
 
 #: Marks the cast of an integer SUM's argument to DECIMAL(38,0) (engines that widen natively drop it).
 WIDE_SUM = "veil_wide_sum"
+#: Marks an operation or cast Veil builds over values that cannot make it fail (clamped values, booleans,
+#: public columns): the raising-work price (veil.proxy.expansion) skips it.
+CANNOT_RAISE = "veil_cannot_raise"
 
 _WIDE = "DECIMAL(38, 0)"
 #: EXTRACT parts that mean the 0–6, Sunday = 0 day of the week.
@@ -183,7 +186,9 @@ def _numeric_context(node: exp.Expression) -> bool:
 
 
 def _as_int(node: exp.Expression) -> exp.Expression:
-    return exp.Cast(this=node, to=exp.DataType.build("INT"))
+    cast = exp.Cast(this=node, to=exp.DataType.build("INT"))
+    cast.meta[CANNOT_RAISE] = True  # a boolean as 0/1
+    return cast
 
 
 def neutralise(tree: exp.Expression) -> exp.Expression:

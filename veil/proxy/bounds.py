@@ -20,6 +20,7 @@ from fractions import Fraction
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
+from veil.engines.neutral import CANNOT_RAISE
 from veil.errors import InternalError, Unbounded
 from veil.proxy.catalog import Catalog
 
@@ -123,7 +124,9 @@ def in_doubles(expr: exp.Expression) -> exp.Expression:
     """``expr`` with every operand of ``+ - * ^`` and unary minus cast to DOUBLE (no 64-bit overflow)."""
 
     def to_double(node: exp.Expression) -> exp.Expression:
-        return exp.Cast(this=node, to=exp.DataType.build("DOUBLE"))
+        cast = exp.Cast(this=node, to=exp.DataType.build("DOUBLE"))
+        cast.meta[CANNOT_RAISE] = True  # a number as a DOUBLE cannot fail
+        return cast
 
     def visit(node: exp.Expression) -> exp.Expression:
         if isinstance(node, (exp.Add, exp.Sub, exp.Mul)):

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from veil.proxy.totality import raises
+from veil.proxy.totality import converts, raises
 
 __all__ = ["SCALAR_TEXT_BYTES", "Expansion", "measure", "text_work"]
 
@@ -44,6 +44,7 @@ class Expansion:
     text_bytes: int
     concatenated: int = 0  # column values joined by ``||``/CONCAT chains, references expanded
     partial: int = 0  # operations that may raise on a row (totality.raises), references expanded
+    casts: int = 0  # casts that may fail on a row without raising (totality.converts), references expanded
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class _Size:
     columns: int = 0  # column references, CTE and derived columns expanded
     concatenated: int = 0
     partial: int = 0
+    casts: int = 0
 
     def __add__(self, other: _Size) -> _Size:
         return _Size(
@@ -63,11 +65,13 @@ class _Size:
             self.columns + other.columns,
             self.concatenated + other.concatenated,
             self.partial + other.partial,
+            self.casts + other.casts,
         )
 
 
 _ONE = _Size(1, 1, 0)
 _PARTIAL = _Size(1, 1, 0, partial=1)
+_CAST = _Size(1, 1, 0, casts=1)
 _CONCAT = (exp.DPipe, exp.Concat)
 
 
@@ -93,12 +97,15 @@ def measure(tree: exp.Expression) -> Expansion:
                 if isinstance(source, Scope):
                     behind = columns.get(id(source.expression), {}).get(node.name)
                     if behind is not None:
-                        return _Size(1, behind.expanded, behind.text_bytes, behind.columns, behind.concatenated, behind.partial)
+                        return _Size(
+                            1, behind.expanded, behind.text_bytes, behind.columns, behind.concatenated, behind.partial,
+                            behind.casts,
+                        )  # fmt: skip
                 return _Size(1, 1, 0, 1)
             if isinstance(node, exp.Literal):
                 return _literal(node)
             chain = isinstance(node, _CONCAT)
-            out = _PARTIAL if raises(node) else _ONE
+            out = _PARTIAL if raises(node) else _CAST if converts(node) else _ONE
             for child in node.iter_expressions():
                 out = out + size(child, chain)
             if chain and not in_chain:  # the top of a chain: every column value it joins is copied once per link
@@ -123,7 +130,7 @@ def measure(tree: exp.Expression) -> Expansion:
                 if on is not None:
                     total = total + size(on)
         columns[id(sel)] = own
-    return Expansion(total.written, total.expanded, total.text_bytes, total.concatenated, total.partial)
+    return Expansion(total.written, total.expanded, total.text_bytes, total.concatenated, total.partial, total.casts)
 
 
 #: Bytes a value that is not a text column or literal takes once turned into text (a number, date or bool).

@@ -137,6 +137,9 @@ MAX_PERSON_EVALUATIONS = 2 * 10**7
 #: 50 rows × a 10,000-row join took 3.2–6 s against 0.01 s). So every such operation counts as raising on
 #: every row one person brings.
 TRY_EVALUATIONS = 1_000
+#: What one cast that may fail without raising is priced at: a failing TRY_CAST (text to a number, a date or a
+#: boolean; a number to a narrower one) costs DuckDB 0.15–1 µs against ~5 ns when it succeeds.
+CAST_EVALUATIONS = 100
 
 
 def check_person_work(rows: int, nodes: int, text: int) -> None:
@@ -159,16 +162,18 @@ def check_person_work(rows: int, nodes: int, text: int) -> None:
         )
 
 
-def check_raising_work(rows: int, raising: int) -> None:
-    """Refuse (free) a query whose generated statements hold ``raising`` operations wrapped in TRY per row
-    (CTE references expanded, all statements together) when, priced at :data:`TRY_EVALUATIONS` each over
-    ``rows`` = one person's rows (per unit × join multiplicity), they pass :data:`MAX_PERSON_EVALUATIONS`."""
-    work = max(rows, 1) * raising * TRY_EVALUATIONS
+def check_raising_work(rows: int, raising: int, casts: int = 0) -> None:
+    """Refuse (free) a query whose generated statements hold, per row (CTE references expanded, all statements
+    together), ``raising`` operations that may raise and ``casts`` casts that may fail, when — priced at
+    :data:`TRY_EVALUATIONS` and :data:`CAST_EVALUATIONS` each over ``rows`` = one person's rows (per unit × join
+    multiplicity) — they pass :data:`MAX_PERSON_EVALUATIONS`."""
+    work = max(rows, 1) * (raising * TRY_EVALUATIONS + casts * CAST_EVALUATIONS)
     if work > MAX_PERSON_EVALUATIONS:
         raise Unsupported(
             f"the generated SQL evaluates {raising:,} operations that may raise (arithmetic, dates, functions, "
-            f"divisions) on each of one person's {max(rows, 1):,} rows; an operation that raises costs the engine "
-            f"about {TRY_EVALUATIONS:,} ordinary ones, so this may cost {work:,}, and Veil allows {MAX_PERSON_EVALUATIONS:,}",
+            f"divisions) and {casts:,} casts that may fail on each of one person's {max(rows, 1):,} rows; one that "
+            f"fails costs the engine about {TRY_EVALUATIONS:,} (a cast {CAST_EVALUATIONS:,}) ordinary operations, "
+            f"so this may cost {work:,}, and Veil allows {MAX_PERSON_EVALUATIONS:,}",
             hint="Use fewer arithmetic or date operations, or statistics that need fewer (VARIANCE and quantiles add "
             "some), or pin the public join with an equality on its key",
         )

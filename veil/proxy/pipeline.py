@@ -176,8 +176,8 @@ def _rewrite(s: QueryState, env: Env) -> QueryState:
 def check_raising_work(p: QueryPlan, queries: EngineQueries) -> None:
     """Every operation of the generated statements that may raise (under a TRY, a cast to DECIMAL), priced as
     raising on every row one person brings: refused, free, past the per-person bound."""
-    statements = [t for t in (queries.main, *(g for _, g in queries.grids)) if t is not None]
-    multiplicity.check_raising_work(p.contribution, sum(measure(t).partial for t in statements))
+    sizes = [measure(t) for t in (queries.main, *(g for _, g in queries.grids)) if t is not None]
+    multiplicity.check_raising_work(p.contribution, sum(m.partial for m in sizes), sum(m.casts for m in sizes))
 
 
 def _schema_key_types(p: QueryPlan, catalog: Catalog) -> list[str] | None:

@@ -38,7 +38,7 @@ from fractions import Fraction
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
-from veil.engines.neutral import duckdb_text, neutralise
+from veil.engines.neutral import CANNOT_RAISE, duckdb_text, neutralise
 from veil.errors import InternalError, QueryRejected, Unbounded, Unsupported
 from veil.proxy.bounds import IntegralRange, Interval, expression_interval, in_doubles, resolve_column
 from veil.proxy.catalog import Catalog
@@ -231,7 +231,9 @@ def _typed(arg: exp.Expression, iv: Interval) -> exp.Expression:
     numbers on every engine. Each aggregated value is therefore one of two types that cannot
     overflow on a clamped value (the engine sums BIGINT into 128 bits).
     """
-    return exp.Cast(this=arg, to=exp.DataType.build("BIGINT" if iv.integral else "DOUBLE"))
+    cast = exp.Cast(this=arg, to=exp.DataType.build("BIGINT" if iv.integral else "DOUBLE"))
+    cast.meta[CANNOT_RAISE] = True  # of a value clamped to the interval: it cannot fail
+    return cast
 
 
 def _clamp(arg: exp.Expression, iv: Interval) -> exp.Expression:

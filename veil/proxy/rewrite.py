@@ -69,6 +69,11 @@ def _cannot_raise(node: E) -> E:
     return node
 
 
+def _public_cast(column: str, sql_type: str) -> exp.TryCast:
+    """A public column read as its catalog type (public data only decides whether it fails: not priced)."""
+    return _cannot_raise(exp.TryCast(this=exp.column(exp.to_identifier(column, quoted=True)), to=exp.DataType.build(sql_type)))
+
+
 def _quantities(stat: Statistic) -> list[exp.Expression]:
     arg = None if stat.arg is None else stat.arg.copy()
     if stat.kind == "count":
@@ -85,7 +90,8 @@ def _quantities(stat: Statistic) -> list[exp.Expression]:
         return [_with_filter(exp.Sum(this=arg), stat.filter), _with_filter(exp.Count(this=counted), stat.filter)]
     if stat.kind == "sumsq_centered":
         # in DOUBLE: the square of a wide integer would overflow 64 bits
-        d = _cannot_raise(exp.Sub(this=exp.cast(exp.Paren(this=arg), exp.DataType.build("DOUBLE")), expression=_lit(stat.center)))
+        as_double = _cannot_raise(exp.cast(exp.Paren(this=arg), exp.DataType.build("DOUBLE")))
+        d = _cannot_raise(exp.Sub(this=as_double, expression=_lit(stat.center)))
         square = _cannot_raise(exp.Mul(this=exp.Paren(this=d), expression=exp.Paren(this=d.copy())))
         return [_with_filter(exp.Sum(this=square), stat.filter)]
     raise InternalError(f"no raw quantity for statistic kind {stat.kind!r}")
@@ -100,8 +106,7 @@ def _typed(t: exp.Table, columns: Mapping[str, str]) -> exp.Subquery:
     the type a column already has costs nothing."""
     select = exp.select(
         *(
-            exp.alias_(exp.TryCast(this=exp.column(exp.to_identifier(c, quoted=True)), to=exp.DataType.build(sql_type)),
-                       exp.to_identifier(c, quoted=True), copy=False)
+            exp.alias_(_public_cast(c, sql_type), exp.to_identifier(c, quoted=True), copy=False)
             for c, sql_type in columns.items()
         )
     ).from_(exp.Table(this=exp.to_identifier(t.name)))  # fmt: skip
@@ -173,7 +178,7 @@ def _grid(p: QueryPlan, template: exp.Select, stat: Statistic) -> exp.Select:
     # over the clamped argument: |arg − lo| ≤ the bounds' width (≤ 2·10¹⁵), a non-zero step: nothing can raise
     offset = _cannot_raise(exp.Sub(this=arg, expression=_lit(stat.grid_lo)))
     scaled = _cannot_raise(exp.Div(this=exp.Paren(this=offset), expression=_lit(stat.grid_step)))
-    bucket = exp.cast(_cannot_raise(exp.Round(this=scaled)), exp.DataType.build("BIGINT"))
+    bucket = _cannot_raise(exp.cast(_cannot_raise(exp.Round(this=scaled)), exp.DataType.build("BIGINT")))
     cond: exp.Expression = exp.Not(this=exp.Is(this=arg.copy(), expression=exp.Null()))
     if stat.filter is not None:
         cond = exp.and_(cond, exp.Paren(this=stat.filter.copy()))
