@@ -18,9 +18,12 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import pytest
+from sqlglot import exp
 
 from tests.adversarial.test_redteam_s4 import TARGET_ROW, _base_rows, _frame, assert_time_independent
 from tests.adversarial.test_redteam_s11 import PUB_10000, UNIT_ROWS, USER_POLICY
@@ -65,3 +68,57 @@ def test_a1_narrow_integer_arithmetic_does_not_reveal_a_value(tmp_path: Path, sq
         _frame([*_base_rows(), *[{**TARGET_ROW, "x": 5}] * UNIT_ROWS]),
     )
     assert_time_independent(tmp_path, sql, PUB_10000, frames=frames, policy=USER_POLICY)
+
+
+#: Marked nodes whose DuckDB type is narrower than sqlglot's (the product or sum is INT16/INT8 in DuckDB). The
+#: property test in tests/proxy/test_raising_work.py draws `CAST(t.x AS SMALLINT)` leaves but, derandomised over
+#: 150 draws, never pairs one with `1000` or chains two `* 7`.
+NARROW_MARKED = [
+    "CAST(t.x AS SMALLINT) * 1000",
+    "(CAST(t.x AS SMALLINT) * 7) * 7",
+    "(CASE WHEN t.x > 0 THEN CAST(100 AS TINYINT) ELSE CAST(0 AS TINYINT) END) + 100",
+    "-((CASE WHEN t.x > 0 THEN CAST(200 AS SMALLINT) ELSE CAST(0 AS SMALLINT) END) * 200)",
+]
+
+
+@pytest.fixture(scope="module")
+def corners(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from tests.proxy.test_raising_work import BOUNDED_POLICY, CORNERS
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    d = tmp_path_factory.mktemp("s13-corners")
+    (d / "policy.toml").write_text(BOUNDED_POLICY, encoding="utf-8")
+    policy = load_policy(d / "policy.toml")
+    write_table(policy, "t", CORNERS, replace=True)
+    with exact_session(policy, "a") as s:
+        yield s
+
+
+@pytest.mark.parametrize("expr", NARROW_MARKED, ids=["smallint-literal", "smallint-chain", "tinyint-case", "neg-smallint"])
+def test_a1_arithmetic_marked_as_unable_to_raise_does_not_raise_on_the_bounds(corners: object, expr: str) -> None:
+    """FAILS today (HIGH, the mechanism of the timing tests above): a node marked CANNOT_RAISE raises in DuckDB on
+    a corner of the declared bounds (x ∈ [-1000, 1000]): "Overflow in multiplication of INT16"."""
+    from veil.proxy import pipeline
+    from veil.proxy.totality import CANNOT_RAISE, make_total
+
+    s = corners
+    state = pipeline.run(s._state(f"SELECT COUNT(*) FROM t WHERE {expr} > 0", 1), s._env, until="plan")  # type: ignore[attr-defined]
+    assert state.analysis is not None
+    table = s._env.bounded_table("t")  # type: ignore[attr-defined]
+    con = duckdb.connect()
+    con.execute(f"ATTACH '{s._env.policy.database_path}' AS w (READ_ONLY)")  # type: ignore[attr-defined]
+    raised = []
+    try:
+        for node in state.analysis.tree.find_all(exp.Add, exp.Sub, exp.Mul, exp.Neg):
+            if node.meta.get(CANNOT_RAISE):
+                total = make_total(node)
+                bare = total.this if isinstance(total, exp.Try) else total
+                try:
+                    con.execute(f"SELECT {bare.sql(dialect='duckdb')} FROM w.{table} AS t").fetchall()
+                except duckdb.Error as e:
+                    raised.append(f"{node.sql(dialect='duckdb')}: {e}")
+    finally:
+        con.close()
+    assert not raised, "marked CANNOT_RAISE but raises on the bounded copy:\n  " + "\n  ".join(raised)
