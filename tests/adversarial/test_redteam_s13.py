@@ -122,3 +122,41 @@ def test_a1_arithmetic_marked_as_unable_to_raise_does_not_raise_on_the_bounds(co
     finally:
         con.close()
     assert not raised, "marked CANNOT_RAISE but raises on the bounded copy:\n  " + "\n  ".join(raised)
+
+
+# --- L1. A table another tool loads row by row is frozen at its first use -------------------------------------------
+#
+# Severity LOW (no leak between neighbours: a stale copy is the same for everyone; but a person deleted from the
+# raw table keeps being answered about, and new rows never count). Class: stale bounded copies. Before b6ef029 a
+# table without Veil's version comment was hashed on every process's first use, so a tool that INSERTs or DELETEs
+# rows in place was followed; now the first use stamps a random token in its comment and every later process
+# reads the token, so the tool's later in-place edits (which keep the comment) are never seen. docs/sql.md states
+# the residual for tables Veil wrote; for a table another tool maintains it is the common way of loading data.
+# Fix: fold a catalog-only fingerprint into the stamped version (DuckDB's `duckdb_tables().estimated_size`, the
+# row count, read without a row) and restamp when it changes, or refuse a table without Veil's comment (free)
+# and tell the curator to load it with `veil ingest` or `veil stamp`.
+
+
+def test_l1_a_row_another_tool_deletes_in_place_is_not_answered_about(tmp_path: Path) -> None:
+    """FAILS today (LOW): the target's row, deleted in place by another tool after the first query, is still
+    counted by a new session (noise off): 30 rows answered where the table holds 29."""
+    from tests.adversarial.test_redteam_s4 import POLICY
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import writer
+
+    (tmp_path / "policy.toml").write_text(POLICY, encoding="utf-8")
+    policy = load_policy(tmp_path / "policy.toml")
+    frame = _frame([*_base_rows(), TARGET_ROW])
+    with writer(policy) as con:  # another tool writes the table (no Veil version comment)
+        con.register("frame_view", frame)
+        con.execute("CREATE TABLE t AS SELECT * FROM frame_view")
+        con.execute("CREATE TABLE pub (pk BIGINT, pn VARCHAR)")
+    counts = []
+    for edit in ("", "DELETE FROM t WHERE u = 7"):
+        if edit:
+            with writer(policy) as con:
+                con.execute(edit)  # the tool deletes the target's row in place
+        with exact_session(policy, "a") as s:
+            counts.append(s.execute("SELECT COUNT(*) AS n FROM t", epsilon=1).rows[0][0])
+    assert counts[1] == counts[0] - 1, f"before the deletion {counts[0]} rows, after it {counts[1]}: the copy is stale"
