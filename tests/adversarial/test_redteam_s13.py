@@ -25,7 +25,14 @@ import duckdb
 import pytest
 from sqlglot import exp
 
-from tests.adversarial.test_redteam_s4 import TARGET_ROW, _base_rows, _frame, assert_time_independent
+from tests.adversarial.test_redteam_s4 import (
+    TARGET_ROW,
+    Pair,
+    _base_rows,
+    _frame,
+    assert_same_ending,
+    assert_time_independent,
+)
 from tests.adversarial.test_redteam_s11 import PUB_10000, UNIT_ROWS, USER_POLICY
 
 # ==================================================================================================
@@ -166,3 +173,45 @@ def test_l1_a_row_another_tool_deletes_in_place_is_not_answered_about(tmp_path: 
         with exact_session(policy, "a") as s:
             counts.append(s.execute("SELECT COUNT(*) AS n FROM t", epsilon=1).rows[0][0])
     assert counts[1] == counts[0] - 1, f"before the deletion {counts[0]} rows, after it {counts[1]}: the copy is stale"
+
+
+# ==================================================================================================
+# Part B — probes of defences that held (they pass; they fail if the defence breaks)
+# ==================================================================================================
+
+# --- B1. The date allow-list and the ISO-week guard hold in every spelling ------------------------------------------
+#
+# The ISO-week family through DATE_PART / DATEPART, on `d ± INTERVAL` results (TIMESTAMPs), on a cast to TIMESTAMP,
+# truncation by millennium at both ends of the DATE range, EPOCH of the latest date; and the function spellings
+# (WEEK(), WEEKOFYEAR(), YEARWEEK(), ISOYEAR(), STRFTIME, DATE_DIFF), refused free: each ends the same on D and D′
+# when the extreme date is chosen by the target's hidden x.
+
+EARLY = "(CASE WHEN t.x > 3 THEN DATE '-5877641-06-25' END)"
+LATE = "(CASE WHEN t.x > 3 THEN DATE '5881580-07-10' END)"
+DATE_SPELLINGS = [
+    f"SELECT COUNT(*) FROM t WHERE DATE_PART('week', {EARLY}) = 1",
+    f"SELECT COUNT(*) FROM t WHERE DATEPART('isoyear', {EARLY}) = 1",
+    f"SELECT COUNT(*) FROM t WHERE EXTRACT(week FROM {LATE} - INTERVAL 1 DAY) > 0",
+    f"SELECT COUNT(*) FROM t WHERE DATE_TRUNC('week', {EARLY} + INTERVAL 1 DAY) IS NULL",
+    f"SELECT COUNT(*) FROM t WHERE EXTRACT(week FROM CAST({EARLY} AS TIMESTAMP)) = 1",
+    "SELECT COUNT(*) FROM t WHERE EXTRACT(week FROM CAST(t.d AS TIMESTAMP) - INTERVAL 294000 YEAR) > 0",
+    f"SELECT COUNT(*) FROM t WHERE DATE_TRUNC('millennium', {EARLY}) IS NULL",
+    f"SELECT COUNT(*) FROM t WHERE DATE_TRUNC('millennium', {LATE}) IS NULL",
+    f"SELECT COUNT(*) FROM t WHERE EXTRACT(epoch FROM {LATE}) > 0",
+    f"SELECT COUNT(*) FROM t WHERE WEEKOFYEAR({EARLY}) = 1",
+    f"SELECT COUNT(*) FROM t WHERE YEARWEEK({EARLY}) = 1",
+    f"SELECT COUNT(*) FROM t WHERE STRFTIME({EARLY}, '%V') = '1'",
+    f"SELECT COUNT(*) FROM t WHERE DATE_DIFF('week', {EARLY}, DATE '2000-01-01') = 1",
+]
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    p = Pair(tmp_path_factory.mktemp("s13"), TARGET_ROW)
+    yield p
+    p.close()
+
+
+@pytest.mark.parametrize("sql", DATE_SPELLINGS)
+def test_b1_date_fields_and_units_end_the_same_in_every_spelling(pair: Pair, sql: str) -> None:
+    assert_same_ending(pair, sql)
