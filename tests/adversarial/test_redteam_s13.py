@@ -13,8 +13,9 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
   narrow-type skip reads sqlglot's type), but DuckDB binds an integer literal to the narrow operand's type and
   overflows: ``(CASE WHEN t.x > 3 THEN CAST(200 AS SMALLINT) ELSE CAST(0 AS SMALLINT) END) * 200`` is priced as
   nothing (casts of constants are free, the product [0, 40,000] is "within ±2³¹") and raises, caught by TRY, on
-  every joined row of the target when x > 3: 0.01–0.02 s against 3.9–5.4 s (50 rows × 10,000 joined; TINYINT
-  `+ 100` and through a CTE column alike; 2 shared cores, noisy, three runs). The direct soundness check
+  every joined row of the target when x > 3: 0.01–0.02 s against 3.9–5.4 s (50 rows × 10,000 joined; membership
+  with `WHEN t.u = 7`: 0.02 s against 4.4–5.1 s; TINYINT `+ 100` and through a CTE column alike; 2 shared
+  cores, noisy, three runs). The direct soundness check
   (`test_a1_arithmetic_marked_…`) shows the mark failing on the corners of the bounds the property test in
   tests/proxy/test_raising_work.py uses (it draws `CAST(t.x AS SMALLINT)` but never pairs it with `1000`).
 * A1, same check, MEDIUM: DuckDB types ``ROUND(bigint, d)`` as BIGINT (the interval calls it real, cap 1e150:
@@ -92,6 +93,18 @@ def test_a1_narrow_integer_arithmetic_does_not_reveal_a_value(tmp_path: Path, sq
         _frame([*_base_rows(), *[{**TARGET_ROW, "x": 3}] * UNIT_ROWS]),
         _frame([*_base_rows(), *[{**TARGET_ROW, "x": 5}] * UNIT_ROWS]),
     )
+    assert_time_independent(tmp_path, sql, PUB_10000, frames=frames, policy=USER_POLICY)
+
+
+@pytest.mark.slow
+def test_a1_narrow_integer_arithmetic_does_not_reveal_membership(tmp_path: Path) -> None:
+    """FAILS today (HIGH): D without the target ~0.02 s, D′ with the target's 50 rows ~4.4 s (no WHERE on the
+    unit: every one of D's 29 × 10,000 joined rows runs the same expression, without raising)."""
+    sql = (
+        "SELECT COUNT(*) FILTER (WHERE (CASE WHEN t.u = 7 THEN CAST(200 AS SMALLINT) ELSE CAST(0 AS SMALLINT) END)"
+        " * 200 > 0) AS n FROM t CROSS JOIN pub p"
+    )
+    frames = (_frame(_base_rows()), _frame([*_base_rows(), *[TARGET_ROW] * UNIT_ROWS]))
     assert_time_independent(tmp_path, sql, PUB_10000, frames=frames, policy=USER_POLICY)
 
 
