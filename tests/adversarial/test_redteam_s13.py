@@ -24,6 +24,8 @@ that held (they pass, and fail if the defence breaks). Status on 2026-11-26 (Duc
   person's rows at 2·10⁴, so the unpriced exception at most doubles the time the price allows (~0.2 s).
 * L1 (low) a table another tool wrote is stamped with a version on first use and never re-read: the tool's later
   in-place DELETE of the target's row is not seen (30 rows answered where 29 remain; noise off).
+* L2 (low) casts that cannot fail (a bounded int column to DOUBLE or BIGINT) are priced at 100 and refused over
+  50 × 10,000 joined rows, while `t.x * 2 > 0` is answered.
 * Part B passes: the ISO-week guard and date allow-list in every spelling tried (B1).
 * Held without a test here (probed by hand, DuckDB 2.0): failing TRY_CASTs cost ≤ 3.5 µs a row even for a
   1,024-character text (to TIMESTAMP; 0.3–2 µs for the others, none takes an exception path but DECIMAL, priced
@@ -208,6 +210,41 @@ def test_l1_a_row_another_tool_deletes_in_place_is_not_answered_about(tmp_path: 
         with exact_session(policy, "a") as s:
             counts.append(s.execute("SELECT COUNT(*) AS n FROM t", epsilon=1).rows[0][0])
     assert counts[1] == counts[0] - 1, f"before the deletion {counts[0]} rows, after it {counts[1]}: the copy is stale"
+
+
+# --- L2. Casts that cannot fail are priced as failing ------------------------------------------------------------
+#
+# Severity LOW (usability: a free refusal of legitimate queries, no leak). `totality.converts` prices every cast of
+# a non-constant to a non-text type at 100 evaluations per row, including a bounded integer column cast to DOUBLE
+# or to BIGINT (the type the bounded copy already holds), which cannot fail on any row of the copy. Over 50 rows ×
+# 10,000 joined rows the query is refused (5·10⁷ > 2·10⁷), while the same comparison written `t.x * 2 > 0` is
+# answered. Fix: do not price a cast whose source type (annotated, or the declared spec of a bounded column) always
+# converts to the target (any integer or boolean → BIGINT/DOUBLE, DATE → DATE, a bounded column into a type its
+# declared bounds fit).
+
+SAFE_CASTS = ["CAST(t.x AS DOUBLE) > 0", "CAST(t.x AS BIGINT) > 0", "CAST(t.y AS DOUBLE) > 0"]
+
+
+@pytest.fixture(scope="module")
+def joined(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from veil.policy import load_policy
+    from veil.proxy.session import QuerySession
+    from veil.store.warehouse import write_table
+
+    base = tmp_path_factory.mktemp("s13-joined")
+    (base / "policy.toml").write_text(USER_POLICY, encoding="utf-8")
+    policy = load_policy(base / "policy.toml")
+    write_table(policy, "pub", PUB_10000, replace=True, public=True)
+    write_table(policy, "t", _frame([*_base_rows(), *[TARGET_ROW] * UNIT_ROWS]), replace=True)
+    with QuerySession(policy, "a") as s:
+        yield s
+
+
+@pytest.mark.parametrize("cond", SAFE_CASTS, ids=["int-double", "int-bigint", "float-double"])
+def test_l2_a_cast_that_cannot_fail_is_not_refused(joined: object, cond: str) -> None:
+    """FAILS today (LOW): Unsupported ("0 operations that may raise … casts that may fail"), free."""
+    sql = f"SELECT COUNT(*) FILTER (WHERE {cond}) AS n FROM t CROSS JOIN pub p WHERE t.u = 7"
+    joined.execute(sql, epsilon=1)  # type: ignore[attr-defined]
 
 
 # ==================================================================================================
