@@ -21,7 +21,7 @@ import duckdb
 import pandas as pd
 import pytest
 import sqlglot
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlglot import exp
 from sqlglot.optimizer.qualify import qualify
@@ -246,6 +246,9 @@ def _arith(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
 
 @settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(expr=st.recursive(_LEAVES, _arith, max_leaves=6))
+@example(expr="(CAST(t.x AS SMALLINT) * 1000)")  # DuckDB keeps SMALLINT * literal a SMALLINT (red team s13, A1)
+@example(expr="((CAST(t.x AS SMALLINT) * 7) * 7)")
+@example(expr="((CAST(t.y AS INTEGER) * 1000) + t.x)")
 def test_arithmetic_marked_as_unable_to_raise_never_raises_on_the_bounds(bounded: QuerySession, expr: str) -> None:
     """Soundness of the mark: every marked node, run without TRY over every corner of the bounds (the rows the
     bounded copy can hold at the extremes), returns without an error in DuckDB."""

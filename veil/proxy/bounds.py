@@ -425,27 +425,60 @@ _RULES: dict[type[exp.Expression], Rule] = {
 }
 
 
-#: Integer arithmetic whose every result is within this magnitude cannot overflow the engine's INTEGER (the
-#: narrowest type two integer operands of Veil's admitted types and literals combine to).
+#: Integer arithmetic whose every result is within this magnitude cannot overflow the engine's INTEGER.
 _SAFE_INTEGRAL = Fraction(2**31 - 1)
-_NARROW = (exp.DataType.Type.SMALLINT, exp.DataType.Type.TINYINT, exp.DataType.Type.UTINYINT,
-           exp.DataType.Type.USMALLINT, exp.DataType.Type.FLOAT)  # fmt: skip
+_ARITH = (exp.Add, exp.Sub, exp.Mul, exp.Neg)
+#: Casts of a wide value (a private number column, BIGINT or DOUBLE in the bounded copy, or arithmetic over such
+#: values and literals) that cannot fail: its bounds are at most ±10¹⁵, which every one of these types holds.
+_WIDE_TARGETS = frozenset({
+    exp.DataType.Type.BIGINT, exp.DataType.Type.INT128, exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT,
+    *exp.DataType.TEXT_TYPES,
+})  # fmt: skip
+
+
+def _wide(node: exp.Expression, scope: Scope, catalog: Catalog) -> bool | None:
+    """True for a value of a 64-bit type for certain (a private int or float column of a base table — BIGINT or
+    DOUBLE in the bounded copy — or ``+ - *`` and unary minus over such values and literals, at least one of
+    them such a value); None for a number literal (DuckDB gives it the other operand's type: SMALLINT * 200 is a
+    SMALLINT); False for anything else (a cast, CASE, a function — SIGN is a TINYINT, ROUND of a BIGINT a
+    BIGINT —, a CTE or derived column, a public column): its type is not known here."""
+    node = node.unnest()
+    if isinstance(node, exp.Literal):
+        return None if not node.is_string else False
+    if isinstance(node, exp.Column):
+        source = scope.sources.get(node.table)
+        if not isinstance(source, exp.Table):
+            return False
+        t = catalog.tables.get(source.name)
+        if t is None or t.spec is None or t.public or node.name not in t.spec.columns:
+            return False
+        return t.spec.columns[node.name].type in ("int", "float")
+    if isinstance(node, _ARITH):
+        kinds = [_wide(child, scope, catalog) for child in (node.this, node.args.get("expression")) if child is not None]
+        return all(k is not False for k in kinds) and any(k is True for k in kinds)
+    return False
 
 
 def mark_arithmetic_that_cannot_raise(tree: exp.Expression, catalog: Catalog, mark: str) -> int:
-    """Set ``meta[mark]`` on each ``+``, ``-``, ``*`` and unary minus of ``tree`` (typed) whose result the
-    declared bounds keep within ±(2³¹ − 1) (integers) or ±10¹⁵⁰ (reals): on the bounded copy, whose columns
-    are clamped to those bounds, it cannot overflow, so the TRY around it never takes its exception path and
-    the raising-work price skips it (a node of a public column, an unbounded one, or a narrow type is left
-    unmarked, and priced). Returns how many were marked."""
+    """Set ``meta[mark]`` on the nodes of ``tree`` that cannot fail on any row of the bounded copy, so the
+    raising-work price skips them: each ``+``, ``-``, ``*`` and unary minus over wide values (:func:`_wide`:
+    64-bit for certain) and literals whose result the declared bounds keep within ±(2³¹ − 1) (integers) or
+    ±10¹⁵⁰ (reals) — the columns are clamped to those bounds, so it cannot overflow — and each cast of such a
+    value to BIGINT, HUGEINT, DOUBLE, FLOAT or text. Anything whose engine type is not certain here (narrow
+    casts, CASE, functions, CTE columns: red team s13, A1) stays priced. Returns how many were marked."""
     marked = 0
     for scope in traverse_scope(tree):
         inner = {id(s.expression) for s in (*scope.subquery_scopes, *scope.derived_table_scopes, *scope.cte_scopes)}
-        for node in scope.expression.find_all(exp.Add, exp.Sub, exp.Mul, exp.Neg):
+        for node in scope.expression.find_all(*_ARITH, exp.Cast):
             if _in_inner(node, scope.expression, inner) or node.meta.get(mark):
                 continue
-            t = node.type
-            if isinstance(t, exp.DataType) and t.this in _NARROW:
+            if isinstance(node, exp.Cast):
+                to = node.args.get("to")
+                if isinstance(to, exp.DataType) and to.this in _WIDE_TARGETS and _wide(node.this, scope, catalog):
+                    node.meta[mark] = True
+                    marked += 1
+                continue
+            if not _wide(node, scope, catalog):
                 continue
             try:
                 iv = expression_interval(node, scope, catalog)
