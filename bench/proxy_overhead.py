@@ -235,7 +235,16 @@ costing ~0.2–0.3 ms in `plan`/`resolve`. Net: user-level sex × diagnosis GROU
 row-level sex × diagnosis 1.86×, state GROUP BY 2.7–2.8×, COUNT +4.2–4.3 ms, AVG +5.4–5.5 ms (CPU ratios 4.8–5.0×,
 2.3×, 2.0×) stay missed. The answer cache's lookup, which grew with the ledger's history (SQLite scanned every
 logged answer), now runs on its own index; it barely shows here (a fresh ledger of ~200 releases) but was 10% of
-a server's CPU after 1,500 queries (see the server section)."""
+a server's CPU after 1,500 queries (see the server section).
+
+**2026-11-26, fifth round** (`before:` is the fourth round's final run; the table is this round's final run, on an
+idle host, 1-minute load 0.7–1.0; a first run right after the helpers stopped, load 1.8, was ~40% slower in every
+pass of the row-level queries, `parse` included, and is not shown). This round added privacy checks only: the
+rewrite pass prices the operations of the generated statements that may raise or fail (`measure` over each
+statement, ~0.15 ms) and the plan pass marks the arithmetic the bounds keep from overflowing (~0.05 ms), so
+`rewrite` went from 0.6–1.2 to 0.8–1.4 ms. Net, within run-to-run drift: COUNT +4.3–4.4 ms, AVG +5.8–5.9 ms,
+state GROUP BY 2.73× (both levels), sex × diagnosis 2.05× row-level and 1.81× user-level (the one target met).
+No speed work this round."""
 
 
 def _cpu_ratio(r: dict[str, Any]) -> str:
