@@ -515,7 +515,11 @@ def main() -> None:
             "switching). The default stays 8 so that long engine statements do not queue the others; set "
             "`--workers` near the core count for short aggregates.",
             "",
-            "2026-11-26, fifth round (idle host, no helper running): 117 answers/s with `--processes 2`, 85 through one process, 93 in-process; 10.7–11.9 ms of server CPU per answer (the checks this round added cost ~0.2 ms of it). The bound two free cores give is 158–179/s; the 300/s target stays missed: it needs ≤ 6.7 ms of CPU per answer, and what is left is spread over the passes (no one of them above ~2 ms).",
+            "2026-11-26, fifth round (idle host, no helper running): 117 answers/s with `--processes 2`, 85 "
+            "through one process, 93 in-process; 10.7–11.9 ms of server CPU per answer (the checks this round "
+            "added cost ~0.2 ms of it). The bound two free cores give is 158–179/s; the 300/s target stays "
+            "missed: it needs ≤ 6.7 ms of CPU per answer, and what is left is spread over the passes (no one of "
+            "them above ~2 ms).",
             "",
             "### Isolation: one client's cheap query while another sends pathological ones",
             "",
