@@ -12,16 +12,14 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterator
 from fractions import Fraction
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from tests.support.warehouse import policy_with_tables
 from veil.engines.base import output_type
-from veil.policy import load_policy
 from veil.proxy import pipeline
 from veil.proxy.session import QuerySession
-from veil.store.warehouse import write_table
 
 POLICY = """\
 [database]
@@ -47,27 +45,14 @@ epsilon = 100
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuerySession]:
-    d: Path = tmp_path_factory.mktemp("keytypes")
-    (d / "policy.toml").write_text(POLICY, encoding="utf-8")
-    policy = load_policy(d / "policy.toml")
     n = 40
-    write_table(
-        policy,
-        "t",
-        pd.DataFrame({
-            "i": [k % 10 for k in range(n)], "iv": [1 + k % 3 for k in range(n)], "f": [k / n for k in range(n)],
-            "c": ["x", "y"] * (n // 2), "cv": ["a", "b"] * (n // 2), "b": [True, False] * (n // 2),
-            "d": [dt.date(2020, 1, 1 + k % 28) for k in range(n)],
-        }),
-        replace=True,
-    )  # fmt: skip
-    write_table(
-        policy,
-        "pub",
-        pd.DataFrame({"pk": [1, 2, 3], "pn": ["u", "v", "w"], "pf": [0.5, 1.5, 2.5], "pd": [dt.date(2020, 1, 1)] * 3}),
-        replace=True,
-        public=True,
-    )
+    t = pd.DataFrame({
+        "i": [k % 10 for k in range(n)], "iv": [1 + k % 3 for k in range(n)], "f": [k / n for k in range(n)],
+        "c": ["x", "y"] * (n // 2), "cv": ["a", "b"] * (n // 2), "b": [True, False] * (n // 2),
+        "d": [dt.date(2020, 1, 1 + k % 28) for k in range(n)],
+    })  # fmt: skip
+    pub = pd.DataFrame({"pk": [1, 2, 3], "pn": ["u", "v", "w"], "pf": [0.5, 1.5, 2.5], "pd": [dt.date(2020, 1, 1)] * 3})
+    policy = policy_with_tables(tmp_path_factory.mktemp("keytypes"), POLICY, {"t": t}, {"pub": pub})
     with QuerySession(policy, "a") as s:
         yield s
 

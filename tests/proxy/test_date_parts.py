@@ -11,17 +11,15 @@ ISO-week family sees only dates within ±290,000 years (NULL beyond).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from tests.support.warehouse import policy_with_tables
 from veil.errors import Unsupported
-from veil.policy import load_policy
 from veil.proxy._testing import exact_session
 from veil.proxy.session import QuerySession
 from veil.proxy.validate import DATE_PARTS, TRUNC_UNITS
-from veil.store.warehouse import write_table
 
 POLICY = """\
 [database]
@@ -43,10 +41,8 @@ EXTREMES = ["-5877641-06-25", "5881580-07-10", "infinity", "-infinity", "2000-01
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuerySession]:
-    d: Path = tmp_path_factory.mktemp("dateparts")
-    (d / "policy.toml").write_text(POLICY, encoding="utf-8")
-    policy = load_policy(d / "policy.toml")
-    write_table(policy, "t", pd.DataFrame({"d": EXTREMES, "x": range(len(EXTREMES))}), replace=True)
+    frame = pd.DataFrame({"d": EXTREMES, "x": range(len(EXTREMES))})
+    policy = policy_with_tables(tmp_path_factory.mktemp("dateparts"), POLICY, {"t": frame})
     with exact_session(policy, "a") as s:
         yield s
 

@@ -15,7 +15,6 @@ Two classes from red team s11:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import duckdb
 import pandas as pd
@@ -27,14 +26,13 @@ from sqlglot import exp
 from sqlglot.optimizer.qualify import qualify
 
 from tests.engines.test_conformance import CASES
+from tests.support.warehouse import policy_with_tables
 from veil.errors import Unsupported, VeilError
-from veil.policy import load_policy
 from veil.proxy._testing import exact_session, generated_sql
 from veil.proxy.expansion import measure
 from veil.proxy.multiplicity import MAX_PERSON_EVALUATIONS, TRY_EVALUATIONS
 from veil.proxy.session import QuerySession
 from veil.proxy.totality import make_total
-from veil.store.warehouse import write_table
 
 SCHEMA = {"t": {"s": "VARCHAR", "x": "BIGINT", "d": "DATE", "f": "DOUBLE"}, "p": {"n": "VARCHAR", "k": "BIGINT"}}
 
@@ -108,14 +106,14 @@ epsilon = 1000
 """
 
 
+#: A public table of 2,000 rows: unpinned, it multiplies one person's rows by 2,000.
+PUB = pd.DataFrame({"k": range(2000), "n": ["q"] * 2000})
+
+
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuerySession]:
-    d: Path = tmp_path_factory.mktemp("raising")
-    (d / "policy.toml").write_text(POLICY, encoding="utf-8")
-    policy = load_policy(d / "policy.toml")
     rows = pd.DataFrame({"u": [i // 2 for i in range(40)], "s": ["a", "b"] * 20, "x": range(40), "d": pd.Timestamp("2000-01-01")})
-    write_table(policy, "t", rows, replace=True)
-    write_table(policy, "pub", pd.DataFrame({"k": range(2000), "n": ["q"] * 2000}), replace=True, public=True)
+    policy = policy_with_tables(tmp_path_factory.mktemp("raising"), POLICY, {"t": rows}, {"pub": PUB})
     with exact_session(policy, "a") as s:
         yield s
 
@@ -204,11 +202,7 @@ CORNERS = pd.DataFrame(
 
 @pytest.fixture(scope="module")
 def bounded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuerySession]:
-    d: Path = tmp_path_factory.mktemp("bounded")
-    (d / "policy.toml").write_text(BOUNDED_POLICY, encoding="utf-8")
-    policy = load_policy(d / "policy.toml")
-    write_table(policy, "t", CORNERS, replace=True)
-    write_table(policy, "pub", pd.DataFrame({"k": range(2000), "n": ["q"] * 2000}), replace=True, public=True)
+    policy = policy_with_tables(tmp_path_factory.mktemp("bounded"), BOUNDED_POLICY, {"t": CORNERS}, {"pub": PUB})
     with exact_session(policy, "a") as s:
         yield s
 

@@ -16,6 +16,7 @@ import pytest
 import sqlglot
 from sqlglot.optimizer.qualify import qualify
 
+from tests.support.warehouse import policy_with_tables
 from veil.errors import Unsupported
 from veil.policy import load_policy
 from veil.proxy._testing import exact_session
@@ -91,12 +92,9 @@ epsilon = 1000
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuerySession]:
-    d: Path = tmp_path_factory.mktemp("textwork")
-    (d / "policy.toml").write_text(POLICY, encoding="utf-8")
-    policy = load_policy(d / "policy.toml")
-    write_table(policy, "t", pd.DataFrame({"s": ["a", "b"] * 10, "x": range(20)}), replace=True)
     pub = pd.DataFrame({"k": range(2000), "n": ["q"] * 1999 + ["w" * 20_000]})  # one long public value
-    write_table(policy, "pub", pub, replace=True, public=True)
+    t = pd.DataFrame({"s": ["a", "b"] * 10, "x": range(20)})
+    policy = policy_with_tables(tmp_path_factory.mktemp("textwork"), POLICY, {"t": t}, {"pub": pub})
     with exact_session(policy, "a") as s:
         yield s
 
