@@ -26,6 +26,12 @@ Status on 2026-11-26 (DuckDB 2.0, main at 7414f68):
   is refused (unsupported type); DOUBLE overflow gives inf in DuckDB 2.0 (never raises). Constant-vector note: a
   CROSS JOIN hands the engine the private side as constant vectors, so per-row work on t-only expressions runs
   once per chunk — a timing probe needs an equi-join (as A1 does).
+* Held (B2): a name that reads like the base table's column but is a CTE or derived table named ``t``, a CTE or
+  public table aliased ``t``, or a public column beside the private one is not wide (nothing marked); a private
+  self-join is refused (the table is read once).
+* Note (LOW, no test): ``CAST(t.x * 3e18 AS BIGINT)`` is marked too and fails past INT64 on the bounds; harmless
+  today only because the rewrite puts a ROUND (priced as raising) in front of a DOUBLE → integer cast. The fix for
+  A1 should check every cast target's range against the operand's interval, not rely on that.
 """
 
 from __future__ import annotations
@@ -175,3 +181,58 @@ def test_b1_the_probe_sees_marks(corners: object) -> None:
     """The corner probe is not vacuous: the fix marks the arithmetic of these shapes (so B1 tests them)."""
     assert _marked_that_fail(corners, "t.x * 1.5 - 7")[0] >= 2
     assert _marked_that_fail(corners, "CAST(t.f * 1e140 AS VARCHAR)")[0] >= 2
+
+
+#: A narrow value under a name that reads like a base table's column: a CTE or derived table named ``t``, a CTE
+#: aliased ``t``, a public table aliased ``t``, a public column beside the private one. None is wide.
+SHADOWED = [
+    "WITH t AS (SELECT CAST(t.x AS SMALLINT) AS x, t.u FROM t) SELECT COUNT(*) FILTER (WHERE t.x * 200 > 0) AS n FROM t",
+    "SELECT COUNT(*) FILTER (WHERE t.x * 200 > 0) AS n FROM (SELECT CAST(x AS SMALLINT) AS x, u FROM t) AS t",
+    "SELECT COUNT(*) FILTER (WHERE x * 200 > 0) AS n FROM (SELECT CAST(x AS SMALLINT) AS x, u FROM t) AS t",
+    "WITH c AS (SELECT CAST(x AS SMALLINT) AS x FROM t) SELECT COUNT(*) FILTER (WHERE t.x * 200 > 0) AS n FROM c AS t",
+    "SELECT COUNT(*) FILTER (WHERE p.x * 200 > 0) AS n FROM t JOIN pub AS p ON p.pk = t.u",
+    "SELECT COUNT(*) FILTER (WHERE t.x * 200 > 0) AS n FROM pub AS t",
+]
+
+
+@pytest.fixture(scope="module")
+def shadowing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from tests.proxy.test_raising_work import BOUNDED_POLICY, CORNERS
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    d = tmp_path_factory.mktemp("s14-shadowing")
+    (d / "policy.toml").write_text(BOUNDED_POLICY, encoding="utf-8")
+    policy = load_policy(d / "policy.toml")
+    write_table(policy, "t", CORNERS, replace=True)
+    pub = pd.DataFrame({"pk": pd.array([1, 2], dtype="Int64"), "x": pd.array([1, 2], dtype="Int64"), "n": ["a", "b"]})
+    write_table(policy, "pub", pub, replace=True, public=True)
+    with exact_session(policy, "a") as s:
+        yield s
+
+
+@pytest.mark.parametrize(
+    "sql", SHADOWED, ids=["cte-named-t", "derived-named-t", "derived-bare", "cte-as-t", "pub-col", "pub-as-t"]
+)
+def test_b2_a_name_shadowing_a_base_table_is_not_wide(shadowing: object, sql: str) -> None:
+    """Passes today: `scope.sources` resolves ``t`` to the CTE/derived table or the public table, so nothing in
+    these queries is marked CANNOT_RAISE (the product is priced)."""
+    from veil.proxy import pipeline
+    from veil.proxy.totality import CANNOT_RAISE
+
+    state = pipeline.run(shadowing._state(sql, 1), shadowing._env, until="plan")  # type: ignore[attr-defined]
+    assert state.analysis is not None
+    marked = [n.sql() for n in state.analysis.tree.walk() if isinstance(n, exp.Expression) and n.meta.get(CANNOT_RAISE)]
+    assert not marked, f"marked CANNOT_RAISE over a value that is not wide: {marked}"
+
+
+def test_b2_the_shadowing_probe_sees_marks(shadowing: object) -> None:
+    """Not vacuous: the same product over the base table's column is marked."""
+    from veil.proxy import pipeline
+    from veil.proxy.totality import CANNOT_RAISE
+
+    sql = "SELECT COUNT(*) FILTER (WHERE t.x * 200 > 0) AS n FROM t JOIN pub AS p ON p.pk = t.u"
+    state = pipeline.run(shadowing._state(sql, 1), shadowing._env, until="plan")  # type: ignore[attr-defined]
+    assert state.analysis is not None
+    assert any(isinstance(n, exp.Mul) and n.meta.get(CANNOT_RAISE) for n in state.analysis.tree.walk())
