@@ -428,12 +428,13 @@ _RULES: dict[type[exp.Expression], Rule] = {
 #: Integer arithmetic whose every result is within this magnitude cannot overflow the engine's INTEGER.
 _SAFE_INTEGRAL = Fraction(2**31 - 1)
 _ARITH = (exp.Add, exp.Sub, exp.Mul, exp.Neg)
-#: Casts of a wide value (a private number column, BIGINT or DOUBLE in the bounded copy, or arithmetic over such
-#: values and literals) that cannot fail: its bounds are at most ±10¹⁵, which every one of these types holds.
-_WIDE_TARGETS = frozenset({
-    exp.DataType.Type.BIGINT, exp.DataType.Type.INT128, exp.DataType.Type.DOUBLE, exp.DataType.Type.FLOAT,
-    *exp.DataType.TEXT_TYPES,
-})  # fmt: skip
+#: Targets a wide value (a private number column, BIGINT or DOUBLE in the bounded copy, or arithmetic over such
+#: values and literals) is cast to without failing, given the magnitude its interval must stay within (None: any).
+_WIDE_TARGETS: dict[exp.DataType.Type, Fraction | None] = {
+    exp.DataType.Type.BIGINT: Fraction(2**62), exp.DataType.Type.INT128: Fraction(2**62),
+    exp.DataType.Type.DOUBLE: None, exp.DataType.Type.FLOAT: Fraction(10**38),
+    **{t: None for t in exp.DataType.TEXT_TYPES},
+}  # fmt: skip
 
 
 def _wide(node: exp.Expression, scope: Scope, catalog: Catalog) -> bool | None:
@@ -475,8 +476,15 @@ def mark_arithmetic_that_cannot_raise(tree: exp.Expression, catalog: Catalog, ma
             if isinstance(node, exp.Cast):
                 to = node.args.get("to")
                 if isinstance(to, exp.DataType) and to.this in _WIDE_TARGETS and _wide(node.this, scope, catalog):
-                    node.meta[mark] = True
-                    marked += 1
+                    # the value must fit the target too: arithmetic reaches ±10¹⁵⁰, REAL holds ±3.4·10³⁸ (red team s14)
+                    limit = _WIDE_TARGETS[to.this]
+                    try:
+                        iv = None if limit is None else expression_interval(node.this, scope, catalog)
+                    except Unbounded:
+                        continue
+                    if limit is None or iv is None or iv.magnitude <= limit:
+                        node.meta[mark] = True
+                        marked += 1
                 continue
             if not _wide(node, scope, catalog):
                 continue
