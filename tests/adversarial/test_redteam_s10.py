@@ -124,6 +124,11 @@ INTERFACE_REFUSALS = [
     "SELECT COUNT(*) FROM t WHERE s LIKE s || '%'",
     "SELECT COUNT(*) FROM t WHERE s LIKE 's_'",
     "SELECT COUNT(*) FROM t WHERE " + "LOWER(" * 25 + "s" + ")" * 25 + " = ''",
+    # the fifth session's: a computed TRIM set (s11 A1), date fields/units the engine cannot compute on every
+    # value (s12 A3/L3); the raising-work price over the wire is test_redteam_s11.py::test_a3_through_the_wire
+    "SELECT COUNT(*) FROM t WHERE TRIM(BOTH s FROM 'abc') = ''",
+    "SELECT COUNT(*) FROM t WHERE EXTRACT(ERA FROM d) = 1",
+    "SELECT COUNT(*) FROM t WHERE DATE_TRUNC('timezone', d) IS NULL",
 ]
 
 

@@ -51,10 +51,8 @@ from tests.adversarial.test_redteam_s4 import (
     Pair,
     _base_rows,
     _frame,
-    assert_cli_same_ending,
     assert_same_ending,
     assert_time_independent,
-    assert_wire_same_endings,
 )
 from tests.adversarial.test_redteam_s11 import PUB_10000, UNIT_ROWS, USER_POLICY
 
@@ -294,39 +292,3 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
 @pytest.mark.parametrize("sql", DATE_SPELLINGS)
 def test_b1_date_fields_and_units_end_the_same_in_every_spelling(pair: Pair, sql: str) -> None:
     assert_same_ending(pair, sql)
-
-
-# --- (lead) this session's new refusals, through `veil query` and a real client against `veil serve` ---------------
-#
-# A computed TRIM set (s11 A1), a date field or unit the engine cannot compute on every value (s12 A3/L3): each is
-# refused free with 0A000 on both D and D′ through the interfaces users touch (the Python API is covered in
-# tests/proxy/test_raising_work.py and tests/proxy/test_date_parts.py; the raising-work price over the wire by
-# test_redteam_s11.py::test_a3_through_the_wire).
-
-INTERFACE_REFUSALS = [
-    "SELECT COUNT(*) FROM t WHERE TRIM(BOTH s FROM 'abc') = ''",
-    "SELECT COUNT(*) FROM t WHERE EXTRACT(ERA FROM d) = 1",
-    "SELECT COUNT(*) FROM t WHERE DATE_TRUNC('timezone', d) IS NULL",
-]
-
-
-@pytest.fixture(scope="module")
-def iface_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
-    p = Pair(tmp_path_factory.mktemp("s13iface"), TARGET_ROW)
-    yield p
-    p.close()
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("sql", INTERFACE_REFUSALS)
-def test_this_sessions_refusals_end_the_same_through_the_cli(iface_pair: Pair, sql: str) -> None:
-    from tests.support.attack import CliInterface
-
-    assert_cli_same_ending(iface_pair, sql)
-    out = CliInterface(iface_pair.policy_paths[1], "b").query(sql, 0.01)
-    assert not out.ok and out.sqlstate == "0A000", out
-
-
-@pytest.mark.slow
-def test_this_sessions_refusals_end_the_same_over_the_wire(iface_pair: Pair) -> None:
-    assert_wire_same_endings(iface_pair, INTERFACE_REFUSALS)

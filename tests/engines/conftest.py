@@ -149,9 +149,6 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     is missing or the server does not come up within three minutes.
     """
     import os
-    import signal
-    import subprocess
-    import time
 
     from veil.engines.spark import spark_available
     from veil.store.spark import connect_available
@@ -174,25 +171,41 @@ def connect_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.skip(f"Spark Connect skipped: pyspark at {home} ships no Connect server (jars/spark-connect_*.jar)")
     d = tmp_path_factory.mktemp("spark_connect")
     port = _free_port()
-    log = (d / "server.log").open("wb")
     cmd = [str(home / "bin" / "spark-submit"), "--class", "org.apache.spark.sql.connect.service.SparkConnectServer",
            "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--conf", f"spark.connect.grpc.binding.port={port}",
            "--conf", f"spark.sql.warehouse.dir={d / 'warehouse'}", "--conf", "spark.sql.shuffle.partitions=2",
            "--driver-java-options", f"-Dderby.system.home={d}", "spark-internal"]  # fmt: skip
     env = dict(os.environ, SPARK_HOME=str(home), SPARK_NO_DAEMONIZE="1", SPARK_LOG_DIR=str(d))
-    proc = subprocess.Popen(cmd, cwd=d, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with _connect_server(cmd, d, port, env=env, seconds=180, poll=0.5, skip="Spark Connect skipped: the local server") as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _connect_server(
+    cmd: list[str], directory: Path, port: int, *, env: dict[str, str] | None, seconds: float, poll: float, skip: str
+) -> Iterator[str]:
+    """Run ``cmd`` (a Spark Connect server on ``port``) in its own process group, logging to ``directory``; yield
+    its URL once the port opens (skip with ``skip`` and the log's tail if it does not within ``seconds``); stop it."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from veil.store.spark import forget_remote
+
+    log = (directory / "server.log").open("wb")
+    proc = subprocess.Popen(cmd, cwd=directory, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"sc://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 180
+        deadline = time.monotonic() + seconds
         while not _port_open(port):
             if proc.poll() is not None or time.monotonic() > deadline:
-                tail = (d / "server.log").read_text(errors="replace")[-600:]
-                pytest.skip(f"Spark Connect skipped: the local server did not start (exit {proc.poll()}): {tail}")
-            time.sleep(0.5)
-        yield f"sc://127.0.0.1:{port}"
+                tail = (directory / "server.log").read_text(errors="replace")[-600:]
+                pytest.skip(f"{skip} did not start (exit {proc.poll()}): {tail}")
+            time.sleep(poll)
+        yield url
     finally:
-        from veil.store.spark import forget_remote
-
-        forget_remote(f"sc://127.0.0.1:{port}")
+        forget_remote(url)
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)  # the server's own process group (started above)
             try:
@@ -239,13 +252,9 @@ def sail_server(directory: Path) -> Iterator[str]:
     reason, when pysail or pyspark's Connect client is missing or the server does not come up within a minute.
     """
     import importlib.util
-    import os
-    import signal
-    import subprocess
     import sys
-    import time
 
-    from veil.store.spark import connect_available, forget_remote
+    from veil.store.spark import connect_available
 
     reason = connect_available()
     if reason is not None:
@@ -254,28 +263,9 @@ def sail_server(directory: Path) -> Iterator[str]:
         pytest.skip("Sail run skipped: pysail is not installed (pip install 'veil[test]' installs pysail==0.7.2)")
     directory.mkdir(parents=True, exist_ok=True)
     port = _free_port()
-    log = (directory / "server.log").open("wb")
     cmd = [sys.executable, "-c", _SAIL_SERVER, "spark", "server", "--ip", "127.0.0.1", "--port", str(port)]
-    proc = subprocess.Popen(cmd, cwd=directory, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    url = f"sc://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while not _port_open(port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = (directory / "server.log").read_text(errors="replace")[-600:]
-                pytest.skip(f"Sail run skipped: the Sail server did not start (exit {proc.poll()}): {tail}")
-            time.sleep(0.2)
+    with _connect_server(cmd, directory, port, env=None, seconds=60, poll=0.2, skip="Sail run skipped: the Sail server") as url:
         yield url
-    finally:
-        forget_remote(url)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)  # the server's own process group (started above)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        log.close()
 
 
 @pytest.fixture(scope="session")
