@@ -13,7 +13,7 @@ held (they pass, and fail if the defence breaks). Status on 2026-11-26 (DuckDB 2
   -0.0 == 0.0 merges them too, keeping the first key object). So the sign of a released zero key says something
   about one row — the first row of that group in scan order — exactly, whatever the noise:
   ``SELECT CASE WHEN x > 3 THEN -0.0 ELSE 0.0 END AS g, COUNT(*) FROM t WHERE u >= 7 GROUP BY 1`` over a table
-  stored in id order answers g = 0.0 on D and g = -0.0 on D′ (target x = 5), 0.0 for x = 3; the innocent-looking
+  stored in id order answers g = 0.0 on D and g = -0.0 on D′ (target x = 10), 0.0 for x = 3; the innocent-looking
   ``GROUP BY ROUND(y / 10)`` answers -0.0 iff the first row has y < 0. Every query can ask another predicate, so
   one person's whole row is read back bit by bit at the price of ε per bit (any ε ≥ the minimum). The table's
   storage order is the curator's (ingest order: ids, dates); a WHERE on it picks which person is first.
@@ -76,7 +76,7 @@ def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
         tmp_path_factory.mktemp("s15"),
         {
             "d": None,
-            "x5": dict(TARGET_ROW, x=5, y=-1.5),  # the hidden value satisfies the analyst's test
+            "x10": dict(TARGET_ROW, x=10, y=-1.5),  # the hidden value satisfies the analyst's test
             "x3": dict(TARGET_ROW, x=3, y=1.5),  # it does not
         },
     )
@@ -115,7 +115,94 @@ def test_a1_a_released_zero_key_does_not_spell_one_rows_sign(worlds: Worlds, sql
         name: a if isinstance(a, str) else sorted(tuple(_spelled(v) for v in r[:-1]) for r in a.rows) for name, a in out.items()
     }
     # the keys released must not depend on the target's hidden value (x, y) beyond the noise
-    assert spelled["x5"] == spelled["x3"], f"released keys depend on one row's value: {spelled}\n  SQL: {sql}"
+    assert spelled["x10"] == spelled["x3"], f"released keys depend on one row's value: {spelled}\n  SQL: {sql}"
     assert all(
         math.copysign(1.0, v) > 0 for a in out.values() if not isinstance(a, str) for r in a.rows for v in r if v == 0.0
     ), f"a released zero carries a sign: {spelled}"
+
+
+# --- A2. Centred moments are centred after a DOUBLE sum at the data's magnitude ---------------------------
+#
+# AVG/VAR/STDDEV plan Σ(e − mid) with sensitivity c·(hi − lo)/2 and Σ(e − mid)² with c·((hi − lo)/2)². The
+# rewrite sums e itself (``SUM(arg)``, rewrite._quantities) and session._raw subtracts mid·COUNT in Python
+# floats; the clamp's bounds are DOUBLE literals. The analyst picks e's magnitude (``x + 1e15``) independently
+# of its width, so (a) the per-row clamp rounds lo/hi outward by up to half an ulp of mid (``x + 1e17``, x = 10:
+# the row's centred value is 16, its square 256, against hw = 10, hw² = 100), and (b) the centred sum of n rows
+# is quantised to the ulp of n·mid and its rounding depends on every row before it: one person moves it by
+# multiples of that ulp (2,000 rows, ``AVG(x + 1.5e14)``: 64 against Δ = 10; the ratio grows with n·mid/hw).
+# The released AVG/VAR is post-processing of these, so the noise calibrated to Δ covers a fraction of the move.
+
+
+def raw_statistics(session: Any, sql: str, epsilon: Fraction) -> dict[str, tuple[Fraction, list[float]]]:
+    """Each statistic's exact value per group (noise off) and its planned sensitivity, by label."""
+    from veil.proxy import pipeline
+
+    state = pipeline.run(session._state(sql, epsilon), session._env, until="noise")
+    return {
+        st.label: (st.sensitivity, [float(v) for v in state.noisy[st.id]]) for st in state.plan.statistics if st.kind != "grid"
+    }
+
+
+def moves_beyond_sensitivity(worlds: dict[str, Any], sql: str, epsilon: Fraction) -> list[str]:
+    """Statistics of ``sql`` that move between D (``d``) and a neighbour by more than their sensitivity (L1)."""
+    raw = {name: raw_statistics(s, sql, epsilon) for name, s in worlds.items()}
+    bad = []
+    for name, stats in raw.items():
+        if name == "d":
+            continue
+        for label, (sens, values) in stats.items():
+            moved = sum(abs(a - b) for a, b in zip(values, raw["d"][label][1], strict=True))
+            if moved > float(sens):
+                bad.append(f"{label} moved {moved} (D → {name}), sensitivity {float(sens)}")
+    return bad
+
+
+@pytest.mark.parametrize("sql", ["SELECT VARIANCE(x + 1e17) AS v FROM t", "SELECT STDDEV_POP(x + 1e17) AS v FROM t"])
+def test_a2_one_rows_centred_square_stays_within_its_bound(worlds: Worlds, sql: str) -> None:
+    pair = {"d": worlds.sessions["d"], "x10": worlds.sessions["x10"]}
+    assert moves_beyond_sensitivity(pair, sql, Fraction(5) + Fraction(worlds.asked, 10**6)) == []
+
+
+MANY_ROWS_POLICY = """\
+[database]
+path = "w.duckdb"
+[ledger]
+path = "l.sqlite"
+[tables.t]
+privacy_unit = "row"
+[tables.t.columns]
+u = { type = "int", lower = 0, upper = 100000 }
+x = { type = "int", lower = -10, upper = 10 }
+[analysts.a]
+epsilon = 1000000
+delta = 0.5
+"""
+
+
+@pytest.mark.slow
+def test_a2_a_centred_sum_moves_by_at_most_its_sensitivity(tmp_path: Path) -> None:
+    import random
+
+    import pandas as pd
+
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    rng = random.Random(1)
+    rows = [(i, rng.randint(-10, 10)) for i in range(1, 2000)]
+    sessions = {}
+    # the target stored first (the order its id gives), with either extreme value
+    for name, data in (("d", rows), ("x10", [(0, 10), *rows]), ("x-10", [(0, -10), *rows])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "policy.toml").write_text(MANY_ROWS_POLICY, encoding="utf-8")
+        policy = load_policy(tmp_path / name / "policy.toml")
+        write_table(policy, "t", pd.DataFrame(data, columns=["u", "x"]).astype("Int64"), replace=True)
+        sessions[name] = exact_session(policy, "a")
+    offsets = [f"{1 + j / 16 + 3.3e-7}e14" for j in range(16)]
+    sql = "SELECT " + ", ".join(f"AVG(x + {o}) AS a{j}" for j, o in enumerate(offsets)) + " FROM t"
+    try:
+        assert moves_beyond_sensitivity(sessions, sql, Fraction(5)) == []
+    finally:
+        for s in sessions.values():
+            s.close()
