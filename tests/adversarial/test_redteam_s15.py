@@ -42,6 +42,7 @@ class Worlds:
         from veil.store.warehouse import write_table
 
         self.sessions: dict[str, Any] = {}
+        self.paths: dict[str, Path] = {}
         for name, target in targets.items():
             rows = _base_rows() if target is None else sorted([*_base_rows(), target], key=lambda r: r["u"])
             folder = base / name
@@ -51,6 +52,7 @@ class Worlds:
             write_table(policy, "pub", PUB, replace=True, public=True)
             write_table(policy, "t", _frame(rows), replace=True)
             self.sessions[name] = exact_session(policy, "a")
+            self.paths[name] = folder / "policy.toml"
         self.asked = 0
 
     def run(self, sql: str, epsilon: Fraction | None = None) -> dict[str, Any]:
@@ -119,6 +121,38 @@ def test_a1_a_released_zero_key_does_not_spell_one_rows_sign(worlds: Worlds, sql
     assert all(
         math.copysign(1.0, v) > 0 for a in out.values() if not isinstance(a, str) for r in a.rows for v in r if v == 0.0
     ), f"a released zero carries a sign: {spelled}"
+
+
+def test_a1_through_the_cli_with_production_noise(worlds: Worlds) -> None:
+    """`veil query --format json` (real noise): the released key is ``-0.0`` iff the target's x > 3."""
+    from tests.support.attack import CliInterface
+
+    sql = SIGNED_ZERO_QUERIES[0]
+    keys = {name: CliInterface(worlds.paths[name], "b").query(sql, 5.0) for name in ("x10", "x3")}
+    spelled = {name: [repr(r[0]) for r in o.rows] if o.ok else o for name, o in keys.items()}
+    assert spelled["x10"] == spelled["x3"], f"CLI: released keys depend on one row's value: {spelled}"
+
+
+@pytest.mark.slow
+def test_a1_over_the_wire_with_production_noise(worlds: Worlds) -> None:
+    """A real PostgreSQL client against `veil serve` (real noise): the same bit."""
+    from tests.support.attack import Server, WireInterface, set_password
+
+    spelled = {}
+    for name in ("x10", "x3"):
+        path = worlds.paths[name]
+        set_password(path, "b")
+        srv = Server(path, path.parent / "serve.log")
+        try:
+            wire = WireInterface(srv.port, "b")
+            try:
+                o = wire.query(SIGNED_ZERO_QUERIES[0], 5.0)
+            finally:
+                wire.close()
+        finally:
+            srv.stop()
+        spelled[name] = [repr(float(r[0])) for r in o.rows] if o.ok else o
+    assert spelled["x10"] == spelled["x3"], f"wire: released keys depend on one row's value: {spelled}"
 
 
 # --- A2. Centred moments are centred after a DOUBLE sum at the data's magnitude ---------------------------
