@@ -164,6 +164,8 @@ def test_a1_over_the_wire_with_production_noise(worlds: Worlds) -> None:
 # the row's centred value is 16, its square 256, against hw = 10, hw² = 100), and (b) the centred sum of n rows
 # is quantised to the ulp of n·mid and its rounding depends on every row before it: one person moves it by
 # multiples of that ulp (2,000 rows, ``AVG(x + 1.5e14)``: 64 against Δ = 10; the ratio grows with n·mid/hw).
+# Integers alone do it too: ``AVG(x + 1600740000000026 + CASE WHEN x > 0 THEN 1 ELSE 0 END)`` has the centre
+# …026.5, so session._raw computes float(S) − float(mid)·K: the target's presence moves it by 512 (Δ = 10.5).
 # The released AVG/VAR is post-processing of these, so the noise calibrated to Δ covers a fraction of the move.
 
 
@@ -213,8 +215,17 @@ delta = 0.5
 """
 
 
+#: AVGs over a sweep of magnitudes: with DOUBLE literals (the DOUBLE sum rounds), and integers only (the BIGINT
+#: sum is exact, the half-integer centre makes session._raw subtract in Python floats)
+SWEEPS = {
+    "double": [f"x + {1 + j / 16 + 3.3e-7}e14" for j in range(16)],
+    "integer": [f"x + {16 * 10**14 + 37 * 10**10 * j + 13 * j} + CASE WHEN x > 0 THEN 1 ELSE 0 END" for j in range(16)],
+}
+
+
 @pytest.mark.slow
-def test_a2_a_centred_sum_moves_by_at_most_its_sensitivity(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sweep", sorted(SWEEPS))
+def test_a2_a_centred_sum_moves_by_at_most_its_sensitivity(tmp_path: Path, sweep: str) -> None:
     import random
 
     import pandas as pd
@@ -233,8 +244,7 @@ def test_a2_a_centred_sum_moves_by_at_most_its_sensitivity(tmp_path: Path) -> No
         policy = load_policy(tmp_path / name / "policy.toml")
         write_table(policy, "t", pd.DataFrame(data, columns=["u", "x"]).astype("Int64"), replace=True)
         sessions[name] = exact_session(policy, "a")
-    offsets = [f"{1 + j / 16 + 3.3e-7}e14" for j in range(16)]
-    sql = "SELECT " + ", ".join(f"AVG(x + {o}) AS a{j}" for j, o in enumerate(offsets)) + " FROM t"
+    sql = "SELECT " + ", ".join(f"AVG({e}) AS a{j}" for j, e in enumerate(SWEEPS[sweep])) + " FROM t"
     try:
         assert moves_beyond_sensitivity(sessions, sql, Fraction(5)) == []
     finally:
