@@ -80,6 +80,8 @@ def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
             "d": None,
             "x10": dict(TARGET_ROW, x=10, y=-1.5),  # the hidden value satisfies the analyst's test
             "x3": dict(TARGET_ROW, x=3, y=1.5),  # it does not
+            "nulls": dict(TARGET_ROW, x=None, y=float("nan"), s=None, k=None, b=None),
+            "wide": dict(TARGET_ROW, x=10**12, y=1e300, s="z" * 5000, k="zz"),
         },
     )
     yield w
@@ -169,14 +171,22 @@ def test_a1_over_the_wire_with_production_noise(worlds: Worlds) -> None:
 # The released AVG/VAR is post-processing of these, so the noise calibrated to Δ covers a fraction of the move.
 
 
-def raw_statistics(session: Any, sql: str, epsilon: Fraction) -> dict[str, tuple[Fraction, list[float]]]:
-    """Each statistic's exact value per group (noise off) and its planned sensitivity, by label."""
+def raw_statistics(session: Any, sql: str, epsilon: Fraction) -> dict[str, tuple[Fraction, dict[str, float]]]:
+    """Each statistic's exact value per group (noise off; every group, released or not) and its planned
+    sensitivity, by label."""
     from veil.proxy import pipeline
 
     state = pipeline.run(session._state(sql, epsilon), session._env, until="noise")
-    return {
-        st.label: (st.sensitivity, [float(v) for v in state.noisy[st.id]]) for st in state.plan.statistics if st.kind != "grid"
-    }
+    groups = [repr(g) for g in state.raw.groups]
+    out: dict[str, tuple[Fraction, dict[str, float]]] = {}
+    for st in state.plan.statistics:
+        if st.kind == "grid":  # the histogram the exponential mechanism scores: ≤ c rows move, one bucket each
+            cells = state.raw.grids[st.id]
+            values = {f"{g}/{b}": float(n) for g, row in zip(groups, cells, strict=True) for b, n in row.items()}
+        else:
+            values = {g: float(v) for g, v in zip(groups, state.noisy[st.id], strict=True)}
+        out[st.label] = (st.sensitivity, values)
+    return out
 
 
 def moves_beyond_sensitivity(worlds: dict[str, Any], sql: str, epsilon: Fraction) -> list[str]:
@@ -187,7 +197,8 @@ def moves_beyond_sensitivity(worlds: dict[str, Any], sql: str, epsilon: Fraction
         if name == "d":
             continue
         for label, (sens, values) in stats.items():
-            moved = sum(abs(a - b) for a, b in zip(values, raw["d"][label][1], strict=True))
+            before = raw["d"][label][1]
+            moved = sum(abs(values.get(g, 0.0) - before.get(g, 0.0)) for g in {*values, *before})
             if moved > float(sens):
                 bad.append(f"{label} moved {moved} (D → {name}), sensitivity {float(sens)}")
     return bad
@@ -250,3 +261,40 @@ def test_a2_a_centred_sum_moves_by_at_most_its_sensitivity(tmp_path: Path, sweep
     finally:
         for s in sessions.values():
             s.close()
+
+
+# ==================================================================================================
+# Part B — probes that held (these pass today; each fails if its defence breaks)
+# ==================================================================================================
+
+# --- B1. Less common aggregates and shapes move by at most their sensitivity ----------------------------
+#
+# Noise off, D against four neighbours (the target with x = 10 / x = 3, with NULL/NaN values, with values far
+# outside the bounds and a 5,000-character text): every statistic, summed over every group released or not
+# (quantile histograms bucket by bucket), moves by at most the sensitivity the plan used.
+
+HELD_SHAPES = [
+    "SELECT COUNT(DISTINCT s) FROM t",
+    "SELECT k, COUNT(DISTINCT s), COUNT(DISTINCT u) FROM t GROUP BY k",
+    "SELECT COUNT(DISTINCT u) FROM t",
+    "SELECT COUNT(DISTINCT u) FILTER (WHERE x > 0) FROM t JOIN pub ON pub.pk = t.x",
+    "SELECT COUNT(DISTINCT pub.pn) FROM t JOIN pub ON pub.pk = t.x",
+    "SELECT COUNT(DISTINCT u) FROM t, pub",
+    "SELECT s, VARIANCE(y), STDDEV(x), AVG(x) FROM t GROUP BY s",
+    "SELECT b, VAR_POP(y * 1e6), AVG(y / 3) FROM t GROUP BY b",
+    "SELECT k, SUM(y) FILTER (WHERE x > 0), COUNT(x) FROM t GROUP BY k HAVING COUNT(*) > 3 ORDER BY 2 DESC LIMIT 1",
+    "SELECT x % 3 AS g, COUNT(*) FROM t GROUP BY g",
+    "SELECT COUNT(*) FROM (SELECT u FROM t WHERE y IS NULL OR y <> y) AS z",
+    "SELECT SUM(COALESCE(x, 10)), AVG(CASE WHEN y <> y THEN 5 ELSE y END) FROM t",
+    "SELECT k, s, COUNT(*) FROM t GROUP BY k, s",
+    "SELECT pub.pn, COUNT(*), SUM(x) FROM t JOIN pub ON pub.pk = t.x % 4 GROUP BY pub.pn",
+    "SELECT AVG(x + 1000000000000000) FROM t",  # integral, integer centre: exact in Python
+    "SELECT MEDIAN(x), PERCENTILE_CONT(0.9) WITHIN GROUP (ORDER BY y DESC), MIN(y), MAX(x) FROM t",
+    "SELECT s, quantile_cont(x * 2, 0.25), MAX(y + 1e17) FROM t GROUP BY s",
+]
+
+
+@pytest.mark.parametrize("sql", HELD_SHAPES)
+def test_b1_less_common_shapes_move_within_their_sensitivity(worlds: Worlds, sql: str) -> None:
+    worlds.asked += 1
+    assert moves_beyond_sensitivity(worlds.sessions, sql, Fraction(5) + Fraction(worlds.asked, 10**6)) == []
