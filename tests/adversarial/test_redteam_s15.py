@@ -1,22 +1,51 @@
 """Red team, session 15: the query path's less attacked shapes — group-key representatives, partition selection,
-less common aggregates, the answer cache and the shape/type of answers.
+less common aggregates (centred moments, quantiles, COUNT DISTINCT), the answer cache and the shape/type of answers.
 
 Same harness idea as sessions 4–14 (:mod:`tests.adversarial.test_redteam_s4`): D and D′ differ in one person (the
 target, unit 7) or in one of their values; the same analyst SQL must end the same way on both, and every released
-value must differ only through the noise (noise off here: ``veil.proxy._testing.exact_session``).
+value must differ only through the noise (noise off here: ``veil.proxy._testing.exact_session``), each statistic
+by at most the sensitivity its plan used (L1 over every group, released or not).
 
 Part A holds attacks that succeed today (the tests FAIL until Veil is fixed); part B holds probes of defences that
 held (they pass, and fail if the defence breaks). Status on 2026-11-26 (DuckDB 2.0, main at a509013):
 
 * A1 (HIGH) the released value of a floating-point group key is the *first row's* spelling of it: DuckDB groups
-  -0.0 and 0.0 together and keeps the value of the row it saw first, and `session.exact_keys` keeps it (Python's
-  -0.0 == 0.0 merges them too, keeping the first key object). So the sign of a released zero key says something
-  about one row — the first row of that group in scan order — exactly, whatever the noise:
+  -0.0 and 0.0 together and keeps the value of the row its hash table saw first, and `session.exact_keys` keeps it
+  (Python's -0.0 == 0.0 would merge them too, keeping the first key object). So the sign of a released zero key
+  is one row's bit — the first row of that group in scan order — exactly, whatever the noise and ε:
   ``SELECT CASE WHEN x > 3 THEN -0.0 ELSE 0.0 END AS g, COUNT(*) FROM t WHERE u >= 7 GROUP BY 1`` over a table
-  stored in id order answers g = 0.0 on D and g = -0.0 on D′ (target x = 10), 0.0 for x = 3; the innocent-looking
-  ``GROUP BY ROUND(y / 10)`` answers -0.0 iff the first row has y < 0. Every query can ask another predicate, so
-  one person's whole row is read back bit by bit at the price of ε per bit (any ε ≥ the minimum). The table's
-  storage order is the curator's (ingest order: ids, dates); a WHERE on it picks which person is first.
+  stored in id order answers g = 0.0 on D and g = -0.0 on D′ (target x = 10), 0.0 for x = 3 — through the API,
+  `veil query --format json` and a PostgreSQL client on `veil serve`, with production noise (ε = 5 here; the group
+  holds 24 rows, far above τ). Natural keys do it with no constant at all: ``GROUP BY ROUND(y / 10)``,
+  ``CEIL(…)``, ``y * 0``, ``0 / -x`` give -0.0 for small negative values, so an innocent `ROUND(temperature)`
+  release spells the sign of its first row's value. Each query asks another predicate, so one person's row is
+  read back bit by bit at ε ≥ the minimum per bit. Storage order is the curator's (ingest order: ids, dates);
+  a WHERE on it picks whose row is first. Fix: normalise float keys (``v + 0.0`` turns -0.0 into 0.0) in
+  `session.exact_keys` (engine groups, grid histograms and public domains alike), or in the generated SQL.
+* A2 (HIGH for the DP guarantee; exploiting it needs the other rows, the standard DP adversary) centred moments
+  are centred *after* a sum at the data's magnitude: the rewrite sums ``e`` itself (`rewrite._quantities`:
+  ``SUM(arg)`` and ``COUNT``) and `session._raw` subtracts ``mid·COUNT`` in Python floats when mid is not an
+  integer; the clamp's bounds are DOUBLE literals. The analyst chooses e's magnitude apart from its width, so
+  (a) one row's clamped value leaves the exact interval by up to half an ulp of mid: ``VARIANCE(x + 1e17)``,
+  target x = 10: Σ(e − mid)² moves by 256 against its sensitivity hw² = 100 (centred value 16 against hw = 10);
+  (b) the centred sum of n rows is quantised to the ulp of n·mid: 2,000 rows, ``AVG(x + 1.125e14…)`` moves by
+  32–64 against Δ = 10 (DOUBLE literals, the DOUBLE sum rounds), and with integers only,
+  ``AVG(x + 1600740000000026 + CASE WHEN x > 0 THEN 1 ELSE 0 END)`` (centre …026.5) by 512 against Δ = 10.5 —
+  the ratio grows with n·|mid|/hw, which the analyst picks. Fix: centre per row in SQL (``SUM(CAST(arg AS
+  DOUBLE) − mid)``, as ``sumsq_centered`` already does), clamp the centred value to [−hw, hw] (and its square to
+  [0, hw²]) after the subtraction, and keep the integer path exact (``2·S − 2·mid·K`` in integers).
+* B1 held: COUNT(DISTINCT unit / value / public column) with and without GROUP BY and joins, VARIANCE/STDDEV/AVG
+  per private group, FILTER + HAVING/ORDER BY/LIMIT, quantile/MIN/MAX histograms bucket by bucket, public-table
+  keys, neighbours with NULL/NaN values and with values far outside the bounds (x = 10¹², y = 1e300, 5,000
+  characters).
+* Held without a test here (probed by hand): every unusual aggregate spelling is refused free or planned right
+  — MEDIAN/MIN/MAX/STDDEV(DISTINCT …), SUM(x ORDER BY y), quantile_cont(DISTINCT …), MODE, ARG_MAX, BOOL_OR,
+  COUNT_IF, PRODUCT, ENTROPY, approx_count_distinct, CORR/COVAR/REGR, KURTOSIS, LIST, STRING_AGG, FIRST,
+  ANY_VALUE, GROUPING(), GROUP BY ALL/CUBE/GROUPING SETS/(), QUALIFY, windows; COUNT(DISTINCT x ORDER BY x),
+  COUNT(ALL x), APPROX_QUANTILE and HAVING MAX(x) are planned with the right statistics. Partition selection:
+  τ = c + ⌈b·ln(c/δ)⌉ with b = c/ε_partition bounds a one-person group's release by δ; the released order is the
+  sorted order of the released keys only (a NULL among unreleased groups changes the sort path, not the order).
+  Answer types come from the plan and the engine's key types, not from values.
 """
 
 from __future__ import annotations
