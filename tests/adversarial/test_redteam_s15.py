@@ -136,8 +136,12 @@ SIGNED_ZERO_QUERIES = [
     # no constant at all: ROUND of a small negative value is -0.0
     f"SELECT ROUND(y / 10) AS g, COUNT(*) AS n FROM t WHERE u >= {TARGET} GROUP BY 1",
     f"SELECT y * 0 AS g, COUNT(*) AS n FROM t WHERE u >= {TARGET} GROUP BY 1",
-    # with another statistic (keys come first, one statistic last)
+    f"SELECT SIGN(y) * 0.0 AS g, COUNT(*) AS n FROM t WHERE u >= {TARGET} GROUP BY 1",
+    f"SELECT -(y * 0) AS g, COUNT(*) AS n FROM t WHERE u >= {TARGET} GROUP BY 1",
+    # through a CTE, and with other statistics (keys come first, one statistic last)
+    f"WITH w AS (SELECT ROUND(y / 10) AS r FROM t WHERE u >= {TARGET}) SELECT r, COUNT(*) AS n FROM w GROUP BY r",
     f"SELECT CEIL(y / 10) AS g, SUM(x) AS s FROM t WHERE u >= {TARGET} GROUP BY g",
+    f"SELECT GREATEST(y * 0, -1) AS g, MEDIAN(x) AS m FROM t WHERE u >= {TARGET} GROUP BY 1",
 ]
 
 
