@@ -1,0 +1,175 @@
+"""Red team, session 16: the publication gate (threat class 5), ledger/budget accounting (class 4) and
+``veil serve`` hardening (class 6) — the areas earlier rounds (query path) attacked less.
+
+Publications run through the real publish transaction (``veil.generators.transaction.publish``, what
+``veil publish`` calls) on the small synthetic warehouse of :mod:`tests.publish_support` (400 people); what
+an analyst sees is read from the public mirror (what ``SELECT … FROM <published>`` reads at ε = 0).
+
+Status on 2026-11-26 (main at a509013):
+
+* A1 (HIGH) kRR's domain gains NA only when the *data* has a missing value
+  (``veil/generators/krr.py``: ``has_na = col.isna().any()`` → ``domain = [*domain, _NA]``). One person with
+  a NULL ``sex`` (all others F/M): the kRR table at ε = 1 has ~96 of 400 NULL rows (k = 3 → each row turns
+  NULL with probability 0.21); the same table without that person's NULL has none, ever. Whether anyone's
+  value is missing is published deterministically — a one-person bit at infinite privacy loss, for a release
+  charged ε = 1. Fix: the domain must come from the policy alone (NA always in it, or NULLs refused/imputed
+  before any data-dependent choice).
+* A2 (HIGH) synthetic tables publish categories held by one person: IMPOSTER's encoder one-hots the
+  categories seen in the training rows (``veil/generators/tabular_encoding.py``), and an undertrained G
+  samples each of them. One person has job = "astronaut" (declared in the policy's values): with them in the
+  source, ~83 of 400 synthetic rows say "astronaut" (epochs = 1); without them, 0. The DCR check passes (share
+  0.58 vs limit 0.72): it measures whole-row distances, not values one person alone holds. Membership of
+  that person (and their rare attribute) is published with certainty when they fall in the 80 % training
+  split. The conditions (sensitive, label) are drawn from the training rows' joint frequencies, so a
+  (sensitive, label) pair one person alone has is copied the same way. Fix: categories (and numeric ranges)
+  from the policy's declared domains, not the fit data, and a gate check refusing a synthetic value held
+  by fewer than k training rows; or a DP synthesiser.
+* A3 (MEDIUM) a table cap declared after releases ignores them: ``accounts_for`` makes ``table:NAME`` an
+  account only while the policy caps the table, so ε spent on it before (analyst queries, DP publications)
+  is never counted. carol spends ε = 5 on ``people`` and a kRR publication ε = 2 more; the curator then
+  declares ``epsilon_total = 3``; carol's next query (ε = 1) is answered: 8 spent against a cap of 3.
+  Fix: charge ``table:NAME`` for every table always (uncapped accounts still accumulate).
+* A4 (LOW, folded into A3, no separate test) DP publications of a table without ``epsilon_total`` charge no
+  account at all when the curator publishes (``accounts_for`` returns nothing): eight kRR publications of
+  ``sex`` at ε = 2 are accepted one after the other (ε = 16 in all; the gate refuses ε = 16 at once as
+  vacuous). Rows are shuffled per publication, so they cannot be joined row by row; the harm is the
+  unbounded composition on the histogram and, with A3, that a cap declared later does not see them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tests.publish_support import POLICY, people, veil
+
+# ==================================================================================================
+# Helpers
+# ==================================================================================================
+
+
+def _warehouse(base: Path, frame: pd.DataFrame, *, policy_text: str | None = None, table_budget: str = "") -> Any:
+    """A policy + warehouse holding ``frame`` as the private row-level table ``people``; returns the Policy."""
+    from veil.policy import load_policy
+    from veil.store.warehouse import ingest_file
+
+    base.mkdir(parents=True, exist_ok=True)
+    path = base / "policy.toml"
+    path.write_text((policy_text or POLICY).format(table_budget=table_budget), encoding="utf-8")
+    csv = base / "people.csv"
+    frame.to_csv(csv, index=False)
+    policy = load_policy(path)
+    ingest_file(policy, "people", csv)
+    return policy
+
+
+def _published(policy: Any, sql: str) -> list[tuple[Any, ...]]:
+    """``sql`` on the public mirror: exactly what every analyst reads of published tables, at ε = 0."""
+    from veil.store.warehouse import public_path, writer
+
+    with writer(public_path(policy)) as con:
+        return [tuple(r) for r in con.execute(sql).fetchall()]
+
+
+def _publish(policy: Any, kind: str, request: dict[str, Any]) -> Any:
+    from veil.generators.transaction import publish
+
+    return publish(policy, kind, request, progress=False)
+
+
+# ==================================================================================================
+# Part A — attacks that succeed today
+# ==================================================================================================
+
+# --- A1. kRR adds NA to the domain only when the data has one -------------------------------------------------
+
+
+@pytest.mark.parametrize("epsilon", [1.0, 0.5])
+def test_krr_output_support_does_not_depend_on_whether_someone_is_missing(tmp_path: Path, epsilon: float) -> None:
+    """D: person 7's ``sex`` is NULL (everyone else F/M); D′: it is "F". The kRR release must have the same
+    support on both (every output value possible on one is possible on the other): a NULL in the output of D′
+    is impossible today, and certain in D's (~96/400 rows at ε = 1), so the table says whether person 7's
+    value is missing — a deterministic bit, for a release charged ε."""
+    from veil.errors import VeilError
+
+    counts = {}
+    for name, missing in (("d", True), ("d_prime", False)):
+        frame = people(400)
+        frame["sex"] = frame["sex"].astype(object)
+        frame.loc[7, "sex"] = None if missing else "F"
+        policy = _warehouse(tmp_path / name, frame)
+        try:
+            _publish(policy, "krr", {"table": "people", "columns": ["sex"], "epsilon": epsilon, "output": "p_krr"})
+        except VeilError:
+            return  # refusing a column with missing values (seen by the curator only) is sound too
+        counts[name] = _published(policy, "SELECT COUNT(*) FILTER (WHERE sex IS NULL), COUNT(*) FROM p_krr")[0]
+    nulls_d, nulls_dp = counts["d"][0], counts["d_prime"][0]
+    # sound: NULL is either impossible on both (never published) or possible on both; with 400 rows and a
+    # NULL probability ≥ 0.1 per row under kRR, "possible" means present (P(absent) < 0.9^400 ≈ 5·10⁻¹⁹)
+    assert (nulls_d == 0) == (nulls_dp == 0), (
+        f"kRR at ε = {epsilon}: {nulls_d} NULL rows when one person's sex is missing, {nulls_dp} when it is not — "
+        "the published support reveals the missing value"
+    )
+
+
+# --- A2. Synthetic tables copy a category one person alone holds ----------------------------------------------
+
+RARE_POLICY = POLICY.replace('"clerk"]', '"clerk", "astronaut"]')
+
+
+@pytest.mark.slow
+def test_synthetic_table_never_publishes_a_category_only_one_person_holds(tmp_path: Path) -> None:
+    """Person 7 is the only "astronaut" (a declared value of ``job``). IMPOSTER (1 epoch, as a curator trying
+    it out might) publishes ``job`` as an implicit attribute: the output must not contain a value that only
+    one source person holds — its presence tells every analyst that person 7 is in the table (and their job).
+    Today ~20 % of the synthetic rows are astronauts when person 7 is in the training split; the DCR check
+    passes."""
+    from veil.errors import PublicationRefused
+
+    frame = people(400)
+    frame.loc[7, "job"] = "astronaut"
+    policy = _warehouse(tmp_path, frame, policy_text=RARE_POLICY)
+    request = {"table": "people", "method": "imposter", "sensitive": "sex", "label": "income",
+               "columns": ["job", "hours"], "epochs": 1, "batch_size": 64, "output": "p_syn"}  # fmt: skip
+    seen = []
+    for attempt in range(3):  # person 7 is in the 80 % training split with probability 0.8 each time
+        try:
+            _publish(policy, "synth", {**request, "output": f"p_syn{attempt}"})
+        except PublicationRefused:
+            continue  # refusing is sound (the fix may refuse rather than drop the value)
+        seen.append(_published(policy, f"SELECT COUNT(*) FILTER (WHERE job = 'astronaut') FROM p_syn{attempt}")[0][0])
+    assert not any(seen), (
+        f"synthetic tables published the category only person 7 holds: astronaut rows per release {seen} (of 400)"
+    )
+
+
+# --- A3. A table cap declared later ignores what was released before ----------------------------------------
+
+
+@pytest.mark.slow
+def test_table_cap_declared_later_counts_earlier_releases(tmp_path: Path) -> None:
+    """No cap on ``people`` at first: carol (ε = 100) asks five queries at ε = 1 and the curator publishes kRR
+    at ε = 2 — 7 released about these people. The curator then caps the table at ``epsilon_total = 3``. The
+    cap is the total ε of everything released about the people in it (docs/policy.md), so carol's next query
+    must be refused; today ``table:people`` starts at 0 when the cap appears and the query is answered."""
+    from tests.publish_support import make_warehouse
+
+    policy_path = make_warehouse(tmp_path)
+    for i in range(5):
+        q = veil("query", "--policy", policy_path, "--analyst", "carol", "--epsilon", "1", "--format", "json",
+                 f"SELECT COUNT(*) FROM people WHERE age > {20 + i}")  # fmt: skip
+        assert q.exit_code == 0, q.output
+    pub = veil("publish", "krr", "--policy", policy_path, "--table", "people", "--columns", "sex", "--epsilon", "2",
+               "--output", "p_krr")  # fmt: skip
+    assert pub.exit_code == 0, pub.output
+    text = policy_path.read_text(encoding="utf-8")
+    policy_path.write_text(text.replace('privacy_unit = "row"\n', 'privacy_unit = "row"\nepsilon_total = 3.0\n', 1))
+    after = veil("query", "--policy", policy_path, "--analyst", "carol", "--epsilon", "1", "--format", "json",
+                 "SELECT COUNT(*) FROM people WHERE age > 60")  # fmt: skip
+    assert after.exit_code != 0, (
+        "a query was answered on `people` after 7 ε had been released about it and the table was capped at 3: "
+        f"{after.stdout[:200]}"
+    )
