@@ -24,6 +24,12 @@ Status on 2026-11-26 (main at a509013):
   (sensitive, label) pair one person alone has is copied the same way. Fix: categories (and numeric ranges)
   from the policy's declared domains, not the fit data, and a gate check refusing a synthetic value held
   by fewer than k training rows; or a DP synthesiser.
+  Same class, ``sdc`` ML copy (``veil/generators/mlcopy.py``, ``sampling=uniform``): synthetic inputs are
+  uniform between each class's raw min and max; person 7's gain 4999 (everyone else < 2976) gives ~84 of 320
+  rows above 2975 (max 4998), 0 without them; DCR passes. (Default ``sampling=normal``: class mean/std, a
+  weaker shift, not tested.) IMPOSTER/GAN numerics go through the empirical quantile transform whose knots
+  are the training values themselves (n ≤ 1000): decoded values interpolate between real values and stay in
+  the observed [min, max]; with epochs = 1 the tail was not hit in my runs (not tested).
 * A3 (MEDIUM) a table cap declared after releases ignores them: ``accounts_for`` makes ``table:NAME`` an
   account only while the policy caps the table, so ε spent on it before (analyst queries, DP publications)
   is never counted. carol spends ε = 5 on ``people`` and a kRR publication ε = 2 more; the curator then
@@ -143,6 +149,34 @@ def test_synthetic_table_never_publishes_a_category_only_one_person_holds(tmp_pa
         seen.append(_published(policy, f"SELECT COUNT(*) FILTER (WHERE job = 'astronaut') FROM p_syn{attempt}")[0][0])
     assert not any(seen), (
         f"synthetic tables published the category only person 7 holds: astronaut rows per release {seen} (of 400)"
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_ml_copy_never_publishes_values_beyond_everyone_elses_range(tmp_path: Path) -> None:
+    """Person 7's ``gain`` is 4999; everyone else's is below 2976. ML copy with ``sampling=uniform`` draws each
+    class's synthetic inputs uniformly between the class's raw min and max, so ~84 of 320 published rows
+    exceed 2975 (max 4998) when person 7 is in the training split, and none otherwise: person 7's membership
+    and (nearly) their value are published. The DCR check passes."""
+    from veil.errors import PublicationRefused
+
+    frame = people(400)
+    frame.loc[7, "gain"] = 4999
+    others = int(frame.drop(index=7)["gain"].max())
+    policy = _warehouse(tmp_path, frame)
+    request = {"table": "people", "method": "ml_copy", "params": ["sampling=uniform"], "columns": ["gain", "hours"],
+               "target": "income"}  # fmt: skip
+    seen = []
+    for attempt in range(3):  # person 7 is in the 80 % training split with probability 0.8 each time
+        try:
+            _publish(policy, "sdc", {**request, "output": f"p_ml{attempt}"})
+        except PublicationRefused:
+            continue
+        seen.append(_published(policy, f"SELECT COUNT(*) FILTER (WHERE gain > {others}), MAX(gain) FROM p_ml{attempt}")[0])
+    assert not any(n for n, _ in seen), (
+        f"ML copies published gains above everyone else's maximum {others} (person 7 has 4999): "
+        f"(rows above, max) per release {seen}"
     )
 
 
