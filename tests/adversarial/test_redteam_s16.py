@@ -35,6 +35,17 @@ Status on 2026-11-26 (main at a509013):
   is never counted. carol spends ε = 5 on ``people`` and a kRR publication ε = 2 more; the curator then
   declares ``epsilon_total = 3``; carol's next query (ε = 1) is answered: 8 spent against a cap of 3.
   Fix: charge ``table:NAME`` for every table always (uncapped accounts still accumulate).
+* A5 (MEDIUM) kRR publishes exactly one row per person: D (400 people) gives 400 rows, D′ (person 7 removed)
+  399, always. The query path answers COUNT(*) only with noise under add/remove neighbours; the kRR release,
+  recorded as ε-DP and charged ε, gives the exact count at ε = 0, so an analyst who knows the other 399 people
+  learns person 7's membership (two publications give exactly who-count joined or left). The ε-local-DP
+  guarantee assumes the participants are public, which Veil's central guarantee does not. (IMPOSTER also
+  publishes exactly ``source_rows`` rows, with no guarantee claimed.) Fix: a DP number of output rows.
+* A6 (LOW) the gate's domain check skips numeric columns with declared ``values`` and no bounds
+  (``veil/generators/gate.py`` ``_out_of_domain``: values are compared only for non-numeric dtypes; numbers
+  only against lower/upper). ``code = {type = "int", values = [1, 2, 3]}``, person 7 has 999: k-anonymity
+  with ``--sensitive code`` publishes 999 (queries drop it). Also: the whole category check is skipped when
+  any value of the column contains ``[ ] { } *`` (``_is_generalised``), whatever the column's protection.
 * A4 (LOW, folded into A3, no separate test) DP publications of a table without ``epsilon_total`` charge no
   account at all when the curator publishes (``accounts_for`` returns nothing): eight kRR publications of
   ``sex`` at ε = 2 are accepted one after the other (ε = 16 in all; the gate refuses ε = 16 at once as
@@ -47,6 +58,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -178,6 +190,65 @@ def test_ml_copy_never_publishes_values_beyond_everyone_elses_range(tmp_path: Pa
         f"ML copies published gains above everyone else's maximum {others} (person 7 has 4999): "
         f"(rows above, max) per release {seen}"
     )
+
+
+# --- A5. kRR publishes the exact number of people ---------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_krr_row_count_does_not_reveal_membership(tmp_path: Path) -> None:
+    """D holds person 7, D′ does not (399 rows). The query path answers ``COUNT(*)`` only with noise (add/remove
+    neighbours, ε charged); the kRR publication — recorded as ε-DP and charged ε — has exactly one row per
+    person, so every analyst reads the exact count at ε = 0: 400 vs 399, always. An analyst who knows the
+    other 399 people learns whether person 7 is in the table with certainty (and two publications a day apart
+    give the exact number who joined or left). Sound: the published row count is not a deterministic function
+    of the number of people. Checked as: 19 publications of D do not all have exactly 400 rows (a DP count,
+    e.g. discrete Laplace of scale ≥ 1, is exact with probability ≤ 0.47 each: false failure ≤ 0.47¹⁹ ≈
+    6·10⁻⁷, under STAT_ALPHA; a demonstration of determinism, not a noise-scale test)."""
+    counts = {}
+    for name, present in (("d", True), ("d_prime", False)):
+        frame = people(400)
+        if not present:
+            frame = frame.drop(index=7).reset_index(drop=True)
+        policy = _warehouse(tmp_path / name, frame)
+        counts[name] = []
+        for _ in range(19 if present else 1):
+            _publish(policy, "krr", {"table": "people", "columns": ["sex", "job"], "epsilon": 1.0, "output": "p_krr",
+                                     "replace": True})  # fmt: skip
+            counts[name].append(_published(policy, "SELECT COUNT(*) FROM p_krr")[0][0])
+    assert set(counts["d"]) != {400}, (
+        f"kRR published exactly 400 rows in all of {len(counts['d'])} releases with person 7, and "
+        f"{counts['d_prime']} without: the exact count at ε = 0"
+    )
+
+
+# --- A6. Numeric columns with declared values escape the gate's domain check ----------------------------------
+
+CODE_POLICY = POLICY.replace(
+    'income = {{ type = "category", values = ["low", "high"] }}',
+    'income = {{ type = "category", values = ["low", "high"] }}\ncode = {{ type = "int", values = [1, 2, 3] }}',
+)
+
+
+def test_gate_refuses_int_values_outside_the_declared_list(tmp_path: Path) -> None:
+    """``code`` is an int column with declared values [1, 2, 3]; person 7's raw value is 999 (queries drop it:
+    values outside the list never enter an answer). k-anonymity with ``--sensitive code`` publishes 999 as it
+    is: the gate's domain check (``_out_of_domain``) compares declared values only for non-numeric columns and
+    checks numbers only against lower/upper, which this column does not declare. "Categories among declared
+    values" is a gate rule (docs/generators.md); the one person with 999 is singled out in their class."""
+    from veil.errors import PublicationRefused
+
+    frame = people(400)
+    frame["code"] = np.random.default_rng(0).integers(1, 4, len(frame))
+    frame.loc[7, "code"] = 999
+    policy = _warehouse(tmp_path, frame, policy_text=CODE_POLICY)
+    try:
+        _publish(policy, "kanon", {"table": "people", "k": 5, "qi": ["age", "sex"], "sensitive": ["code"],
+                                   "algorithm": "mondrian", "output": "p_k"})  # fmt: skip
+    except PublicationRefused:
+        return
+    outside = _published(policy, "SELECT code, COUNT(*) FROM p_k WHERE code NOT IN (1, 2, 3) GROUP BY code")
+    assert not outside, f"published values outside the declared [1, 2, 3]: {outside}"
 
 
 # --- A3. A table cap declared later ignores what was released before ----------------------------------------
