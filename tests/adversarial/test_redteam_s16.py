@@ -55,6 +55,7 @@ Status on 2026-11-26 (main at a509013):
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -278,3 +279,115 @@ def test_table_cap_declared_later_counts_earlier_releases(tmp_path: Path) -> Non
         "a query was answered on `people` after 7 ε had been released about it and the table was capped at 3: "
         f"{after.stdout[:200]}"
     )
+
+
+# ==================================================================================================
+# Part B — probes that held (keep them pinned)
+# ==================================================================================================
+
+# --- B1. Concurrent spending of one analyst's last budget, from separate processes ----------------------------
+
+_RACER = """
+import sys, time
+from veil.errors import BudgetExhausted
+from veil.policy import load_policy
+from veil.proxy.session import QuerySession
+policy, i, start = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+s = QuerySession(load_policy(policy), "bob")
+s.explain("SELECT COUNT(*) FROM people")  # warm: plan, bounded copy, ledger open
+while time.time() < start:
+    pass
+try:
+    s.execute(f"SELECT COUNT(*) FROM people WHERE age > {20 + i}", epsilon=0.5)
+    print("ok")
+except BudgetExhausted:
+    print("refused")
+s.close()
+"""
+
+
+def _ledger_rows(policy: Path, sql: str) -> list[tuple[Any, ...]]:
+    import sqlite3
+
+    con = sqlite3.connect(policy.parent / "ledger.sqlite")
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+@pytest.mark.slow
+def test_concurrent_processes_never_overspend_the_last_budget(tmp_path: Path) -> None:
+    """bob has ε = 2; six processes ask six different ε = 0.5 queries at the same instant (each session warmed
+    first). Held: exactly four answers, two refusals, ``analyst:bob`` spent exactly 2 (BEGIN IMMEDIATE)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.publish_support import make_warehouse
+
+    policy = make_warehouse(tmp_path)
+    script = tmp_path / "racer.py"
+    script.write_text(_RACER, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
+    start = time.time() + 8
+    procs = [subprocess.Popen([sys.executable, str(script), str(policy), str(i), str(start)], stdout=subprocess.PIPE,
+                              text=True, env=env) for i in range(6)]  # fmt: skip
+    outcomes = sorted(p.communicate(timeout=120)[0].strip() for p in procs)
+    spent = _ledger_rows(policy, "SELECT epsilon_spent FROM accounts WHERE account = 'analyst:bob'")
+    assert outcomes == ["ok"] * 4 + ["refused"] * 2 and spent == [("2",)], (outcomes, spent)
+
+
+# --- B2. A process killed between reservation and release keeps the charge -------------------------------------
+
+_KILLED_MID_QUERY = """
+import sys, time
+from veil.engines import duckdb as eng
+from veil.policy import load_policy
+from veil.proxy.session import QuerySession
+from veil.store import ledger
+reserved = []
+orig_reserve, orig_run = ledger.Ledger.reserve, eng.DuckDBEngine._run
+def reserve(self, *a, **k):
+    r = orig_reserve(self, *a, **k)
+    reserved.append(r)
+    return r
+def run(self, sql):
+    if reserved:
+        print("READY", flush=True)
+        time.sleep(120)
+    return orig_run(self, sql)
+ledger.Ledger.reserve, eng.DuckDBEngine._run = reserve, run
+s = QuerySession(load_policy(sys.argv[1]), "bob")
+s.execute("SELECT COUNT(*) FROM people WHERE age > 40", epsilon=0.5)
+"""
+
+
+@pytest.mark.slow
+def test_a_query_killed_after_its_reservation_stays_charged(tmp_path: Path) -> None:
+    """The engine is reading the bounded copy when the analyst's process is SIGKILLed (their own Python API
+    process: they could kill it on seeing it run long, a data-dependent signal). Held: the reservation stays
+    ``reserved`` and ``analyst:bob`` keeps the 0.5 (docs/ledger.md)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.publish_support import make_warehouse
+
+    policy = make_warehouse(tmp_path)
+    script = tmp_path / "killed.py"
+    script.write_text(_KILLED_MID_QUERY, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, str(script), str(policy)], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "READY", "the query never reached the engine"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+        if proc.stdout is not None:
+            proc.stdout.close()
+    rows = _ledger_rows(policy, "SELECT status, epsilon FROM reservations")
+    spent = _ledger_rows(policy, "SELECT epsilon_spent FROM accounts WHERE account = 'analyst:bob'")
+    assert rows == [("reserved", "1/2")] and spent == [("1/2",)], (rows, spent)
