@@ -46,6 +46,15 @@ Status on 2026-11-26 (main at a509013):
   only against lower/upper). ``code = {type = "int", values = [1, 2, 3]}``, person 7 has 999: k-anonymity
   with ``--sensitive code`` publishes 999 (queries drop it). Also: the whole category check is skipped when
   any value of the column contains ``[ ] { } *`` (``_is_generalised``), whatever the column's protection.
+* A7 (MEDIUM) the login backoff of ``veil serve`` (``veil/server/limits.py`` / ``shared.py`` ``LoginThrottle``,
+  ``veil/server/connection.py`` ``_login``) is bypassed two ways: (a) any successful login from the address
+  clears its failures, so an analyst guessing another analyst's password logs in as themselves between
+  guesses — 8 wrong guesses for carol took 0.01–0.06 s each; (b) the wait is computed once per connection
+  from the same (count, last failure), so parallel attempts share one wait: after 4 failures, 12 parallel
+  guesses were all checked in 1.1 s (12 in a row cost 1 + 2 + 4 + 8 + 16 + 30 · 7 s); at the default 100
+  connections ~100 guesses per 30 s. Fix: key failures on (address, user) too and never clear another
+  user's; serialise attempts per address (a pending-attempt count that raises the next wait, or refuse
+  while one is pending).
 * A4 (LOW, folded into A3, no separate test) DP publications of a table without ``epsilon_total`` charge no
   account at all when the curator publishes (``accounts_for`` returns nothing): eight kRR publications of
   ``sex`` at ε = 2 are accepted one after the other (ε = 16 in all; the gate refuses ε = 16 at once as
@@ -279,6 +288,88 @@ def test_table_cap_declared_later_counts_earlier_releases(tmp_path: Path) -> Non
         "a query was answered on `people` after 7 ε had been released about it and the table was capped at 3: "
         f"{after.stdout[:200]}"
     )
+
+
+# --- A7. Login backoff: cleared by the attacker's own login, and shared by parallel attempts ----------------------
+
+
+def _login(port: int, user: str, password: str) -> tuple[str, float]:
+    """One login attempt: ("ok" | "bad password" | "other"), seconds until the server answered."""
+    import psycopg
+
+    t = time.perf_counter()
+    dsn = f"host=127.0.0.1 port={port} user={user} password={password} dbname=veil sslmode=disable connect_timeout=20"
+    try:
+        psycopg.connect(dsn).close()
+        out = "ok"
+    except psycopg.OperationalError as exc:
+        out = "bad password" if "password authentication failed" in str(exc) else "other"
+    return out, time.perf_counter() - t
+
+
+@pytest.fixture
+def two_logins(tmp_path: Path) -> Path:
+    from tests.publish_support import make_warehouse
+    from tests.support.attack import set_password
+
+    policy = make_warehouse(tmp_path)
+    set_password(policy, "bob")
+    set_password(policy, "carol")
+    return policy
+
+
+def _serve(policy: Path) -> Any:
+    from veil.policy import load_policy
+    from veil.server.app import ServerThread, VeilServer
+    from veil.server.limits import ServerLimits
+
+    return ServerThread(VeilServer(load_policy(policy), limits=ServerLimits(auth_timeout=3)), port=0)
+
+
+@pytest.mark.slow
+def test_own_successful_login_does_not_reset_the_backoff_for_another_user(two_logins: Path) -> None:
+    """bob (an analyst with a login) guesses carol's password, logging in as himself after each guess: "a
+    successful login from the address clears it" (``LoginThrottle.succeeded``, keyed on the address only), so
+    none of his guesses is ever slowed: 8 wrong guesses took 0.01–0.06 s each, where 8 in a row take 0.25,
+    0.5, 1, … 16 s of backoff. Sound: bob's success does not clear the failures for carol (key the
+    backoff on (address, user) as well as the address). Checked: carol's 4th wrong guess waits ≥ 0.4 s
+    (0.5 s after 3 failures in a row)."""
+    from tests.support.attack import PASSWORD
+
+    with _serve(two_logins) as st:
+        guesses = []
+        for i in range(4):
+            guesses.append(_login(st.port, "carol", f"guess-{i}-xyz"))
+            assert _login(st.port, "bob", PASSWORD)[0] == "ok"
+    assert [g[0] for g in guesses] == ["bad password"] * 4, guesses
+    assert guesses[3][1] >= 0.4, f"carol's wrong guesses were answered after {[round(g[1], 2) for g in guesses]} s"
+
+
+@pytest.mark.slow
+def test_parallel_guesses_share_one_backoff_wait(two_logins: Path) -> None:
+    """An outsider fails four times in a row (waits 0, 0, 0.25, 0.5 s), then opens 12 connections at once: each
+    computes its wait from the same (count, last failure) before any of them fails, so all 12 passwords are
+    checked after one 1 s wait (measured: 12 answers in 1.1 s), where 12 failures in a row cost 1 + 2 + … + 30
+    s. With ``--max-connections`` 100 that is ~100 guesses per 30 s at the cap instead of one. Sound: at most
+    the first parallel attempt is answered within the current wait (the others wait their turn, or are refused
+    without checking a password). Auth timeout 3 s bounds the test."""
+    import threading
+
+    with _serve(two_logins) as st:
+        first = [_login(st.port, "carol", f"seq-{i}-xyz") for i in range(4)]
+        results: list[tuple[str, float]] = [("other", 0.0)] * 12
+
+        def go(i: int) -> None:
+            results[i] = _login(st.port, "carol", f"par-{i}-xyz")
+
+        threads = [threading.Thread(target=go, args=(i,)) for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert [f[0] for f in first] == ["bad password"] * 4, first
+    checked_fast = [round(t, 2) for out, t in results if out == "bad password" and t < 1.8]
+    assert len(checked_fast) <= 2, f"{len(checked_fast)} of 12 parallel guesses were checked within 1.8 s: {checked_fast}"
 
 
 # ==================================================================================================
