@@ -55,6 +55,15 @@ Status on 2026-11-26 (main at a509013):
   connections ~100 guesses per 30 s. Fix: key failures on (address, user) too and never clear another
   user's; serialise attempts per address (a pending-attempt count that raises the next wait, or refuse
   while one is pending).
+* A8 (HIGH) Spark policies: between the release record and the commit of a publication with ``--replace``
+  (``transaction.publish``: ``ledger.record`` then ``warehouse.commit_publication``, a Spark copy of seconds),
+  the output name is already a published table while the Spark database still holds the table it replaces;
+  Spark has no public mirror (``copy_to_public`` returns at once for Spark; the public engine is the Spark
+  database), so bob's ``SELECT * FROM staff_raw`` returns the raw rows with names at ε = 0 — during every such
+  publication, and indefinitely after a crash in that window (recovery runs only in publish/tables/retract).
+  Measured: 50 raw rows, all 7 columns incl. ``name``. Fix: on Spark, treat a name as published only once its
+  journal row is gone (``published_tables`` minus pending outputs), or commit before recording with a journal
+  state the catalog honours.
 * A4 (LOW, folded into A3, no separate test) DP publications of a table without ``epsilon_total`` charge no
   account at all when the curator publishes (``accounts_for`` returns nothing): eight kRR publications of
   ``sex`` at ε = 2 are accepted one after the other (ε = 16 in all; the gate refuses ε = 16 at once as
@@ -288,6 +297,53 @@ def test_table_cap_declared_later_counts_earlier_releases(tmp_path: Path) -> Non
         "a query was answered on `people` after 7 ε had been released about it and the table was capped at 3: "
         f"{after.stdout[:200]}"
     )
+
+
+# --- A8. Spark: a recorded publication not yet committed exposes the raw table it replaces -----------------------
+
+SPARK_ENGINE = '\n[engine]\nkind = "spark"\nmaster = "local[1]"\nwarehouse = "spark-warehouse"\n'
+
+
+@pytest.mark.slow
+def test_spark_publication_recorded_but_not_committed_never_exposes_the_old_table(tmp_path: Path) -> None:
+    """Spark policy. The curator publishes kRR ``--output staff_raw --replace`` over an undeclared (so private)
+    raw table holding names. The transaction records the release (``staff_raw`` is now a published table), then
+    copies the staged table over the output — a Spark write of seconds — and a crash (SIGKILL, OOM, power)
+    there leaves that state until the next publish/tables/retract runs recovery. Spark has no public mirror:
+    published tables are read from the Spark database itself, so in that window (always, during every such
+    publication; indefinitely after a crash) bob's ``SELECT * FROM staff_raw`` returns the raw rows with names
+    at ε = 0. (On DuckDB the mirror holds only committed copies: tests/adversarial/test_publications.py.) The
+    state is built with the transaction's own steps (stage, record), as the recovery test does."""
+    import uuid
+
+    from veil.engines.spark import spark_available
+    from veil.policy import load_policy
+    from veil.proxy.session import QuerySession
+    from veil.store.ledger import Ledger
+    from veil.store.warehouse import stage_publication, write_table
+
+    reason = spark_available()
+    if reason is not None:
+        pytest.skip(f"Spark unavailable: {reason}")
+    path = tmp_path / "policy.toml"
+    path.write_text(POLICY.format(table_budget="") + SPARK_ENGINE, encoding="utf-8")
+    policy = load_policy(path)
+    raw = people(50)
+    write_table(policy, "people", raw)
+    write_table(policy, "staff_raw", raw)
+    token = uuid.uuid4().hex[:16]
+    stage_publication(policy, token, "staff_raw", raw[["sex"]].sample(frac=1.0).reset_index(drop=True))
+    with Ledger.for_policy(policy) as led:
+        led.record(kind="publication", method="krr", params={"publication_token": token}, metrics={}, table="staff_raw")
+    session = QuerySession(policy, "bob")
+    try:
+        answer = session.execute("SELECT * FROM staff_raw")
+    except Exception:  # refused (e.g. unknown until committed): sound
+        return
+    finally:
+        session.close()
+    columns = [c.name for c in answer.columns]
+    assert "name" not in columns, f"bob read the raw table being replaced: columns {columns}, at ε = 0"
 
 
 # --- A7. Login backoff: cleared by the attacker's own login, and shared by parallel attempts ----------------------
