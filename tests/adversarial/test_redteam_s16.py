@@ -538,3 +538,38 @@ def test_a_query_killed_after_its_reservation_stays_charged(tmp_path: Path) -> N
     rows = _ledger_rows(policy, "SELECT status, epsilon FROM reservations")
     spent = _ledger_rows(policy, "SELECT epsilon_spent FROM accounts WHERE account = 'analyst:bob'")
     assert rows == [("reserved", "1/2")] and spent == [("1/2",)], (rows, spent)
+
+
+# --- B3. Wire: catalog probes reveal no data or other analysts; bound parameters are charged per value --------
+
+CATALOG_PROBES = {
+    "SELECT * FROM veil.budget WHERE analyst = 'carol'": [],
+    "SELECT usename FROM pg_user": [],
+    "SELECT * FROM pg_authid": [],
+    "SELECT * FROM pg_shadow": [],
+    "SELECT * FROM pg_stat_activity": [],
+    "SELECT * FROM pg_stats": [],
+    "SELECT * FROM pg_stat_user_tables": [],
+    "SELECT relname, reltuples, relpages FROM pg_class WHERE relname = 'people'": [("people", -1, 0)],
+}
+
+
+@pytest.mark.slow
+def test_wire_catalog_and_bound_parameters(two_logins: Path) -> None:
+    """Held: other analysts' budgets, logins, activity, statistics and row counts are not in the catalog; a
+    prepared statement is charged once per distinct parameter value and answered from the cache on a repeat."""
+    import psycopg
+
+    from tests.support.attack import PASSWORD
+
+    with _serve(two_logins) as st:
+        dsn = f"host=127.0.0.1 port={st.port} user=bob password={PASSWORD} dbname=veil sslmode=disable"
+        with psycopg.connect(dsn, autocommit=True) as con:
+            seen = {sql: [tuple(r) for r in con.execute(sql).fetchall()] for sql in CATALOG_PROBES}
+            con.execute("SET veil.epsilon = 0.1")
+            spent, answers = [], []
+            for v in (30, 60, 30):
+                answers.append(con.execute("SELECT COUNT(*) FROM people WHERE age > %s", (v,), prepare=True).fetchall())
+                spent.append(con.execute("SELECT spent FROM veil.budget").fetchall()[0][0])
+    assert seen == CATALOG_PROBES, seen
+    assert spent == pytest.approx([0.1, 0.2, 0.2]) and answers[0] == answers[2], (spent, answers)
