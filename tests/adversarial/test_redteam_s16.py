@@ -30,6 +30,13 @@ Status on 2026-11-26 (main at a509013):
   weaker shift, not tested.) IMPOSTER/GAN numerics go through the empirical quantile transform whose knots
   are the training values themselves (n ≤ 1000): decoded values interpolate between real values and stay in
   the observed [min, max]; with epochs = 1 the tail was not hit in my runs (not tested).
+* A9 (HIGH by the brief's definition; design-level) rank swapping (``sdc --method rank_swapping``, p = 10 %)
+  publishes each protected column as an exact permutation of the source's values: person 7's outlier gain
+  4999 is published as it is (MAX = 4999, SUM 553485 = the source's, exact COUNT), and with it their
+  membership. The gate passes it as "perturbed" (not every row equals its source row). MDAV (k = 5) and
+  noise addition (a = 0.1) did not publish 4999 (max 3330 and 4888). Fix: refuse value-preserving methods
+  for public tables, or add a gate rule that values held by fewer than k source rows are not published
+  unchanged.
 * A3 (MEDIUM) a table cap declared after releases ignores them: ``accounts_for`` makes ``table:NAME`` an
   account only while the policy caps the table, so ε spent on it before (analyst queries, DP publications)
   is never counted. carol spends ε = 5 on ``people`` and a kRR publication ε = 2 more; the curator then
@@ -268,6 +275,31 @@ def test_gate_refuses_int_values_outside_the_declared_list(tmp_path: Path) -> No
         return
     outside = _published(policy, "SELECT code, COUNT(*) FROM p_k WHERE code NOT IN (1, 2, 3) GROUP BY code")
     assert not outside, f"published values outside the declared [1, 2, 3]: {outside}"
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_rank_swapping_does_not_publish_one_persons_exact_outlier(tmp_path: Path) -> None:
+    """Person 7's ``gain`` is 4999, everyone else's below 2976. Rank swapping (p = 10 %, above the gate's 5 %)
+    only permutes values among ranks, so the published ``gain`` column is exactly the source's multiset: 4999
+    is published as it is (the maximum is person 7's exact value), and so are the exact COUNT, SUM, quantiles
+    and MAX that the query path sells only with noise. The gate accepts the column as "perturbed" because not
+    every row equals its source row. Sound: a value held by one person (outside everyone else's range) is not
+    published unchanged."""
+    from veil.errors import PublicationRefused
+
+    frame = people(400)
+    frame.loc[7, "gain"] = 4999
+    policy = _warehouse(tmp_path, frame)
+    try:
+        _publish(policy, "sdc", {"table": "people", "method": "rank_swapping", "params": ["p=10"],
+                                 "columns": ["gain", "hours"], "output": "p_swap"})  # fmt: skip
+    except PublicationRefused:
+        return
+    ((top, total, exact),) = _published(policy, "SELECT MAX(gain), SUM(gain), COUNT(*) FILTER (WHERE gain = 4999) FROM p_swap")
+    assert exact == 0, (
+        f"rank swapping published person 7's gain 4999 as it is (MAX = {top}; SUM = {total}, the source's is "
+        f"{int(frame['gain'].sum())})"
+    )
 
 
 # --- A3. A table cap declared later ignores what was released before ----------------------------------------
