@@ -37,6 +37,12 @@ Status on 2026-11-26 (main at a509013):
   noise addition (a = 0.1) did not publish 4999 (max 3330 and 4888). Fix: refuse value-preserving methods
   for public tables, or add a gate rule that values held by fewer than k source rows are not published
   unchanged.
+* A10 (HIGH impact, needs a careless curator) k-anonymity publishes every non-QI column raw as "sensitive",
+  with k checked on the declared QIs only: ``--k 5 --qi sex --sensitive age,hours,gain,job,income`` passes the
+  gate (min class 179, ℓ-diversity only reported) and publishes the raw table minus names: 400 of 400 rows
+  are exact, unique source tuples. A vacuous QI choice is a vacuous parameter. Fix (``veil/generators/gate.py``
+  groups): require k on all published columns but any one sensitive column (or cap the sensitive columns at
+  one, the rest being QIs), or refuse sensitive columns whose combination is unique per row.
 * A3 (MEDIUM) a table cap declared after releases ignores them: ``accounts_for`` makes ``table:NAME`` an
   account only while the policy caps the table, so ε spent on it before (analyst queries, DP publications)
   is never counted. carol spends ε = 5 on ``people`` and a kRR publication ε = 2 more; the curator then
@@ -300,6 +306,29 @@ def test_rank_swapping_does_not_publish_one_persons_exact_outlier(tmp_path: Path
         f"rank swapping published person 7's gain 4999 as it is (MAX = {top}; SUM = {total}, the source's is "
         f"{int(frame['gain'].sum())})"
     )
+
+
+def test_kanon_with_a_trivial_qi_does_not_publish_the_raw_table(tmp_path: Path) -> None:
+    """k = 5 on the quasi-identifier ``sex`` alone, every other declared column "sensitive": the gate checks k on
+    the QIs (min class 179) and only reports ℓ-diversity, so the published table is the raw table minus names —
+    400 of 400 rows are exact source tuples, each unique, i.e. every person's (age, hours, gain, job, income)
+    is public at ε = 0 and singled out by any two of its values. Sound: a k-anonymous table's rows are not
+    unique on its published columns (the sensitive values an attacker does not know are at most one column;
+    every other column is a quasi-identifier in practice), e.g. k holds on all columns but any one sensitive
+    column, or the publication is refused."""
+    from veil.errors import PublicationRefused
+
+    policy = _warehouse(tmp_path, people(400))
+    try:
+        _publish(policy, "kanon", {"table": "people", "k": 5, "qi": ["sex"],
+                                   "sensitive": ["age", "hours", "gain", "job", "income"], "algorithm": "mondrian",
+                                   "output": "p_k"})  # fmt: skip
+    except PublicationRefused:
+        return
+    unique = "SELECT 1 FROM p_k GROUP BY sex, age, hours, gain, job, income HAVING COUNT(*) = 1"
+    (singles,) = _published(policy, f"SELECT COUNT(*) FROM ({unique})")[0]
+    total = _published(policy, "SELECT COUNT(*) FROM p_k")[0][0]
+    assert singles == 0, f"{singles} of {total} published rows are unique on their columns (k = 5 on `sex` only)"
 
 
 # --- A3. A table cap declared later ignores what was released before ----------------------------------------
