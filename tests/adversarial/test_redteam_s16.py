@@ -77,6 +77,12 @@ Status on 2026-11-26 (main at a509013):
   Measured: 50 raw rows, all 7 columns incl. ``name``. Fix: on Spark, treat a name as published only once its
   journal row is gone (``published_tables`` minus pending outputs), or commit before recording with a journal
   state the catalog honours.
+* A11 (MEDIUM) PATE's ``--student-table`` (``veil/generators/plugins/pate.py``: ``read_table(env.policy,
+  p["student_table"])``) is never checked like a source: a private table capped at ε = 0.001 (``staff``) is
+  read whole as the student's records (raw with ``--no-student-noise``; ρ·Δ-LDP otherwise), validation
+  accuracy is measured on its true labels, and the model is published charging only ``table:people``
+  (measured: 300 staff rows, ``table:staff`` never charged). Internal ``_veil_bounded_*`` tables are accepted
+  too. Fix: ``_check_source``-like checks (public table, or private and charged its cap for the LDP ε).
 * A4 (LOW, folded into A3, no separate test) DP publications of a table without ``epsilon_total`` charge no
   account at all when the curator publishes (``accounts_for`` returns nothing): eight kRR publications of
   ``sex`` at ε = 2 are accepted one after the other (ε = 16 in all; the gate refuses ε = 16 at once as
@@ -405,6 +411,50 @@ def test_spark_publication_recorded_but_not_committed_never_exposes_the_old_tabl
         session.close()
     columns = [c.name for c in answer.columns]
     assert "name" not in columns, f"bob read the raw table being replaced: columns {columns}, at ε = 0"
+
+
+# --- A11. PATE's --student-table reads any table, uncharged --------------------------------------------------
+
+STAFF = """
+[tables.staff]
+privacy_unit = "row"
+epsilon_total = 0.001
+[tables.staff.columns]
+age = { type = "int", lower = 17, upper = 90 }
+hours = { type = "int", lower = 1, upper = 99 }
+income = { type = "category", values = ["low", "high"] }
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_pate_student_table_is_checked_and_charged_like_a_source(tmp_path: Path) -> None:
+    """``staff`` is a private table capped at ε = 0.001. ``veil publish pate --table people --student-table staff
+    --no-student-noise`` reads all 300 raw staff rows as the student's "public" records (``read_table`` with
+    no ``_check_source``, no account), scores the validation accuracy on their true labels (0.66, recorded) and
+    publishes a model trained on them; only ``table:people`` is charged. With ``--student-rho`` the records get
+    local noise (ρ·Δ per record, 2 here) — still never charged to ``staff``'s 0.001. Any private or internal
+    (``_veil_bounded_*``) table works the same. Sound: the student table is public (or refused), or its
+    people's loss is charged to its cap."""
+    from veil.errors import VeilError
+    from veil.generators.pate import PateConfig
+
+    policy_text = POLICY + STAFF.replace("{", "{{").replace("}", "}}")
+    policy = _warehouse(tmp_path, people(400), policy_text=policy_text)
+    from veil.store.warehouse import ingest_file
+
+    staff_csv = tmp_path / "staff.csv"
+    people(300, seed=5).to_csv(staff_csv, index=False)
+    ingest_file(policy, "staff", staff_csv)
+    config = PateConfig(teachers=5, queries=20, rho=None, student_epochs=5, threads=1)
+    request = {"config": config, "table": "people", "label": "income", "features": ["age", "hours"], "validation": 50,
+               "output_model": str(tmp_path / "student.pt"), "student_table": "staff"}  # fmt: skip
+    try:
+        _publish(policy, "pate", request)
+    except VeilError:
+        return
+    charged = dict(_ledger_rows(tmp_path / "policy.toml", "SELECT account, epsilon_spent FROM accounts"))
+    assert "table:staff" in charged, f"a model trained on the private table `staff` was published; charged: {charged}"
 
 
 # --- A7. Login backoff: cleared by the attacker's own login, and shared by parallel attempts ----------------------
