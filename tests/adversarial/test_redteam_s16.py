@@ -14,6 +14,11 @@ Status on 2026-11-26 (main at a509013):
   value is missing is published deterministically — a one-person bit at infinite privacy loss, for a release
   charged ε = 1. Fix: the domain must come from the policy alone (NA always in it, or NULLs refused/imputed
   before any data-dependent choice).
+* A12 (LOW) kRR refuses, after the reservation, a source holding a value outside the declared domain
+  (``krr_publish``: "column 'sex' has value 'X' outside its declared domain"): one person's undeclared value
+  decides whether the table is published, which analysts see. The gate's docstring rules out data-dependent
+  refusals of DP releases for this reason. Fix: treat out-of-domain values data-independently (as NA, or
+  drop them as queries do).
 * A2 (HIGH) synthetic tables publish categories held by one person: IMPOSTER's encoder one-hots the
   categories seen in the training rows (``veil/generators/tabular_encoding.py``), and an undertrained G
   samples each of them. One person has job = "astronaut" (declared in the policy's values): with them in the
@@ -169,6 +174,27 @@ def test_krr_output_support_does_not_depend_on_whether_someone_is_missing(tmp_pa
         f"kRR at ε = {epsilon}: {nulls_d} NULL rows when one person's sex is missing, {nulls_dp} when it is not — "
         "the published support reveals the missing value"
     )
+
+
+def test_krr_is_not_refused_because_of_one_persons_out_of_domain_value(tmp_path: Path) -> None:
+    """D: person 7's ``sex`` is "X" (not a declared value; queries drop it); D′: "F". kRR refuses D after the
+    reservation ("column 'sex' has value 'X' outside its declared domain") and publishes D′: whether the
+    table appears (which every analyst sees) depends on one person's value — the data-dependent refusal of a
+    DP release the gate's own docstring rules out. Sound: both end the same way (out-of-domain values
+    treated data-independently, e.g. as NA or dropped, as the query path drops them)."""
+    from veil.errors import VeilError
+
+    ends = {}
+    for name, value in (("d", "X"), ("d_prime", "F")):
+        frame = people(400)
+        frame.loc[7, "sex"] = value
+        policy = _warehouse(tmp_path / name, frame)
+        try:
+            _publish(policy, "krr", {"table": "people", "columns": ["sex"], "epsilon": 1.0, "output": "p_krr"})
+            ends[name] = "published"
+        except VeilError as exc:
+            ends[name] = f"refused: {str(exc)[:80]}"
+    assert ends["d"] == ends["d_prime"], ends
 
 
 # --- A2. Synthetic tables copy a category one person alone holds ----------------------------------------------
