@@ -3,96 +3,111 @@
 
 Publications run through the real publish transaction (``veil.generators.transaction.publish``, what
 ``veil publish`` calls) on the small synthetic warehouse of :mod:`tests.publish_support` (400 people); what
-an analyst sees is read from the public mirror (what ``SELECT … FROM <published>`` reads at ε = 0).
+an analyst sees is read from the public mirror (what ``SELECT … FROM <published>`` reads at ε = 0). D and D′
+differ in one person (person 7). Timings on the shared 2-core machine (noisy).
 
-Status on 2026-11-26 (main at a509013):
+Status on 2026-11-26 (main at a509013). Fail today: A1 (×2), A2, A2b, A3, A5, A6, A7a, A7b, A8, A9, A10, A11,
+A12 (14 tests). Held: B1, B2, B3.
 
-* A1 (HIGH) kRR's domain gains NA only when the *data* has a missing value
-  (``veil/generators/krr.py``: ``has_na = col.isna().any()`` → ``domain = [*domain, _NA]``). One person with
-  a NULL ``sex`` (all others F/M): the kRR table at ε = 1 has ~96 of 400 NULL rows (k = 3 → each row turns
-  NULL with probability 0.21); the same table without that person's NULL has none, ever. Whether anyone's
-  value is missing is published deterministically — a one-person bit at infinite privacy loss, for a release
-  charged ε = 1. Fix: the domain must come from the policy alone (NA always in it, or NULLs refused/imputed
-  before any data-dependent choice).
-* A12 (LOW) kRR refuses, after the reservation, a source holding a value outside the declared domain
-  (``krr_publish``: "column 'sex' has value 'X' outside its declared domain"): one person's undeclared value
-  decides whether the table is published, which analysts see. The gate's docstring rules out data-dependent
-  refusals of DP releases for this reason. Fix: treat out-of-domain values data-independently (as NA, or
-  drop them as queries do).
-* A2 (HIGH) synthetic tables publish categories held by one person: IMPOSTER's encoder one-hots the
-  categories seen in the training rows (``veil/generators/tabular_encoding.py``), and an undertrained G
-  samples each of them. One person has job = "astronaut" (declared in the policy's values): with them in the
-  source, ~83 of 400 synthetic rows say "astronaut" (epochs = 1); without them, 0. The DCR check passes (share
-  0.58 vs limit 0.72): it measures whole-row distances, not values one person alone holds. Membership of
-  that person (and their rare attribute) is published with certainty when they fall in the 80 % training
-  split. The conditions (sensitive, label) are drawn from the training rows' joint frequencies, so a
-  (sensitive, label) pair one person alone has is copied the same way. Fix: categories (and numeric ranges)
-  from the policy's declared domains, not the fit data, and a gate check refusing a synthetic value held
-  by fewer than k training rows; or a DP synthesiser.
-  Same class, ``sdc`` ML copy (``veil/generators/mlcopy.py``, ``sampling=uniform``): synthetic inputs are
-  uniform between each class's raw min and max; person 7's gain 4999 (everyone else < 2976) gives ~84 of 320
-  rows above 2975 (max 4998), 0 without them; DCR passes. (Default ``sampling=normal``: class mean/std, a
-  weaker shift, not tested.) IMPOSTER/GAN numerics go through the empirical quantile transform whose knots
-  are the training values themselves (n ≤ 1000): decoded values interpolate between real values and stay in
-  the observed [min, max]; with epochs = 1 the tail was not hit in my runs (not tested).
+Publication gate (class 5)
+
+* A1 (HIGH) kRR's domain gains NA only when the *data* has a missing value (``veil/generators/krr.py``
+  ``krr_publish``: ``has_na = col.isna().any()`` → ``domain = [*domain, _NA]``). One person with a NULL
+  ``sex`` (all others F/M): the kRR table at ε = 1 has 90–96 of 400 NULL rows (k = 3, each row turns NULL
+  with probability 0.21); without that person's NULL it has none, ever (ε = 0.5: 117 vs 0). A one-person bit
+  at infinite privacy loss, for a release charged ε. Fix: the domain from the policy alone (NA always in it,
+  or NULLs mapped data-independently).
+* A12 (LOW) kRR refuses, after the reservation, a source holding a value outside the declared domain ("column
+  'sex' has value 'X' outside its declared domain"): one person's undeclared value decides whether the table
+  is published, which analysts see; the gate's docstring rules out data-dependent refusals of DP releases for
+  this reason. Fix: treat out-of-domain values data-independently (NA, or dropped as queries drop them).
+* A2 (HIGH) synthetic tables publish categories one person holds: IMPOSTER's encoder
+  (``veil/generators/tabular_encoding.py``) one-hots the categories seen in the training rows and an
+  undertrained G samples each of them. Person 7 is the only job = "astronaut" (a declared value): 59, 90 and
+  78 of 400 synthetic rows say "astronaut" (3 publications, epochs = 1), 0 without them. The DCR check passes
+  (share 0.58 vs limit 0.72): it measures whole-row distances, not values one person alone holds. Membership
+  and the rare attribute are published whenever person 7 falls in the 80 % training split. The conditions
+  (sensitive, label) are drawn from the training rows' joint frequencies (``Imposter.publish``), so a pair one
+  person alone has is copied the same way (not tested). A2b, same class: ``sdc`` ML copy with
+  ``sampling=uniform`` (``veil/generators/mlcopy.py``) draws inputs uniformly between each class's raw min and
+  max; person 7's gain 4999 (everyone else ≤ 2975) gives 66 and 84 of 320 rows above 2975 (max 4976, 4883)
+  when in training, 0 otherwise. IMPOSTER/GAN numerics decode through a quantile transform whose knots are the
+  training values (n ≤ 1000), so they too stay within the observed [min, max] (tail not hit at epochs = 1; not
+  tested). Fix: categories and ranges from the declared domains only, and a gate rule refusing synthetic
+  values held by fewer than k training rows (or a DP synthesiser).
 * A9 (HIGH by the brief's definition; design-level) rank swapping (``sdc --method rank_swapping``, p = 10 %)
   publishes each protected column as an exact permutation of the source's values: person 7's outlier gain
-  4999 is published as it is (MAX = 4999, SUM 553485 = the source's, exact COUNT), and with it their
-  membership. The gate passes it as "perturbed" (not every row equals its source row). MDAV (k = 5) and
-  noise addition (a = 0.1) did not publish 4999 (max 3330 and 4888). Fix: refuse value-preserving methods
-  for public tables, or add a gate rule that values held by fewer than k source rows are not published
-  unchanged.
+  4999 is published as it is (MAX = 4999; SUM 553485 = the source's; exact COUNT). The gate passes it as
+  "perturbed" (not every row equals its source row). MDAV (k = 5) and noise addition (a = 0.1) did not
+  publish 4999, but their maxima (3330, 4888) still exceed everyone else's 2975: the outlier's presence shows.
+  Fix: refuse value-preserving methods for public tables, or a gate rule that values held by fewer than k
+  source rows are not published unchanged.
 * A10 (HIGH impact, needs a careless curator) k-anonymity publishes every non-QI column raw as "sensitive",
-  with k checked on the declared QIs only: ``--k 5 --qi sex --sensitive age,hours,gain,job,income`` passes the
-  gate (min class 179, ℓ-diversity only reported) and publishes the raw table minus names: 400 of 400 rows
-  are exact, unique source tuples. A vacuous QI choice is a vacuous parameter. Fix (``veil/generators/gate.py``
-  groups): require k on all published columns but any one sensitive column (or cap the sensitive columns at
-  one, the rest being QIs), or refuse sensitive columns whose combination is unique per row.
-* A3 (MEDIUM) a table cap declared after releases ignores them: ``accounts_for`` makes ``table:NAME`` an
-  account only while the policy caps the table, so ε spent on it before (analyst queries, DP publications)
-  is never counted. carol spends ε = 5 on ``people`` and a kRR publication ε = 2 more; the curator then
-  declares ``epsilon_total = 3``; carol's next query (ε = 1) is answered: 8 spent against a cap of 3.
-  Fix: charge ``table:NAME`` for every table always (uncapped accounts still accumulate).
-* A5 (MEDIUM) kRR publishes exactly one row per person: D (400 people) gives 400 rows, D′ (person 7 removed)
-  399, always. The query path answers COUNT(*) only with noise under add/remove neighbours; the kRR release,
-  recorded as ε-DP and charged ε, gives the exact count at ε = 0, so an analyst who knows the other 399 people
-  learns person 7's membership (two publications give exactly who-count joined or left). The ε-local-DP
-  guarantee assumes the participants are public, which Veil's central guarantee does not. (IMPOSTER also
-  publishes exactly ``source_rows`` rows, with no guarantee claimed.) Fix: a DP number of output rows.
-* A6 (LOW) the gate's domain check skips numeric columns with declared ``values`` and no bounds
-  (``veil/generators/gate.py`` ``_out_of_domain``: values are compared only for non-numeric dtypes; numbers
-  only against lower/upper). ``code = {type = "int", values = [1, 2, 3]}``, person 7 has 999: k-anonymity
-  with ``--sensitive code`` publishes 999 (queries drop it). Also: the whole category check is skipped when
-  any value of the column contains ``[ ] { } *`` (``_is_generalised``), whatever the column's protection.
-* A7 (MEDIUM) the login backoff of ``veil serve`` (``veil/server/limits.py`` / ``shared.py`` ``LoginThrottle``,
+  k checked on the declared QIs only: ``--k 5 --qi sex --sensitive age,hours,gain,job,income`` passes (min
+  class 179, ℓ-diversity only reported) and publishes the raw table minus names: 400 of 400 rows are exact,
+  unique source tuples. Fix (``veil/generators/gate.py``, groups): k on all published columns but any one
+  sensitive column, or refuse sensitive columns whose combination singles out rows.
+* A5 (MEDIUM) kRR publishes exactly one row per person: 400 rows with person 7 (19 of 19 publications), 399
+  without. The query path sells COUNT(*) only with noise under add/remove neighbours; the kRR release,
+  recorded as ε-DP, gives the exact count at ε = 0 (membership for an analyst who knows the other 399; two
+  publications give exactly how many joined or left). ε-local-DP assumes public participation, which Veil's
+  central guarantee does not. IMPOSTER also publishes exactly ``source_rows`` rows (no guarantee claimed).
+  Fix: a DP number of output rows.
+* A6 (LOW) the gate's domain check (``gate._out_of_domain``) compares declared ``values`` only for
+  non-numeric dtypes and numbers only against lower/upper: ``code = {type = "int", values = [1, 2, 3]}``,
+  person 7 has 999, k-anonymity ``--sensitive code`` publishes 999 (queries drop it). Also the whole category
+  check is skipped when any value of the column contains ``[ ] { } *`` (``_is_generalised``).
+* A8 (HIGH) Spark policies: ``transaction.publish`` records the release, then ``commit_publication`` copies
+  the staged table over the output (a Spark write of seconds). With ``--replace`` over an undeclared raw table,
+  the name is published before the copy while the Spark database still holds the raw table, and Spark has no
+  public mirror (the public engine is the Spark database): bob's ``SELECT * FROM staff_raw`` returned the 50
+  raw rows with all 7 columns incl. ``name`` at ε = 0 — during every such publication, and indefinitely after
+  a crash in that window (recovery runs only in publish/tables/retract). Fix: on Spark a name is published
+  only once its journal row is gone (``published_tables`` minus pending outputs), or commit before recording.
+* A11 (MEDIUM) PATE's ``--student-table`` is read with ``read_table`` and no ``_check_source``
+  (``veil/generators/plugins/pate.py``): a private table capped at ε = 0.001 (``staff``, 300 rows) is read
+  whole as the student's records (raw with ``--no-student-noise``, ρ·Δ-LDP otherwise), validation accuracy
+  is measured on its true labels (0.66, recorded), and the model is published; ``table:staff`` is never
+  charged. ``_veil_bounded_*`` names are accepted too. Fix: the source checks, and charge the LDP ε to the
+  student table's cap (or require a public student table).
+
+Accounting (class 4)
+
+* A3 (MEDIUM) a table cap declared after releases ignores them: ``ledger.accounts_for`` makes ``table:NAME``
+  an account only while the policy caps the table. carol spends ε = 5 on ``people`` and the curator publishes
+  kRR ε = 2 (charged to no account: no cap yet); the curator then declares ``epsilon_total = 3``; carol's next
+  ε = 1 query is answered (8 released against a cap of 3). Fix: charge ``table:NAME`` for every table always.
+* A4 (LOW, same root cause, no separate test) curator DP publications of an uncapped table charge nothing:
+  eight kRR publications of ``sex`` at ε = 2 are accepted one after the other (ε = 16; the gate refuses
+  ε = 16 at once as vacuous). Rows are shuffled per publication, so they cannot be joined row by row.
+
+Server (class 6)
+
+* A7 (MEDIUM) the login backoff (``veil/server/limits.py`` / ``shared.py`` ``LoginThrottle``, used by
   ``veil/server/connection.py`` ``_login``) is bypassed two ways: (a) any successful login from the address
-  clears its failures, so an analyst guessing another analyst's password logs in as themselves between
-  guesses — 8 wrong guesses for carol took 0.01–0.06 s each; (b) the wait is computed once per connection
-  from the same (count, last failure), so parallel attempts share one wait: after 4 failures, 12 parallel
-  guesses were all checked in 1.1 s (12 in a row cost 1 + 2 + 4 + 8 + 16 + 30 · 7 s); at the default 100
-  connections ~100 guesses per 30 s. Fix: key failures on (address, user) too and never clear another
-  user's; serialise attempts per address (a pending-attempt count that raises the next wait, or refuse
-  while one is pending).
-* A8 (HIGH) Spark policies: between the release record and the commit of a publication with ``--replace``
-  (``transaction.publish``: ``ledger.record`` then ``warehouse.commit_publication``, a Spark copy of seconds),
-  the output name is already a published table while the Spark database still holds the table it replaces;
-  Spark has no public mirror (``copy_to_public`` returns at once for Spark; the public engine is the Spark
-  database), so bob's ``SELECT * FROM staff_raw`` returns the raw rows with names at ε = 0 — during every such
-  publication, and indefinitely after a crash in that window (recovery runs only in publish/tables/retract).
-  Measured: 50 raw rows, all 7 columns incl. ``name``. Fix: on Spark, treat a name as published only once its
-  journal row is gone (``published_tables`` minus pending outputs), or commit before recording with a journal
-  state the catalog honours.
-* A11 (MEDIUM) PATE's ``--student-table`` (``veil/generators/plugins/pate.py``: ``read_table(env.policy,
-  p["student_table"])``) is never checked like a source: a private table capped at ε = 0.001 (``staff``) is
-  read whole as the student's records (raw with ``--no-student-noise``; ρ·Δ-LDP otherwise), validation
-  accuracy is measured on its true labels, and the model is published charging only ``table:people``
-  (measured: 300 staff rows, ``table:staff`` never charged). Internal ``_veil_bounded_*`` tables are accepted
-  too. Fix: ``_check_source``-like checks (public table, or private and charged its cap for the LDP ε).
-* A4 (LOW, folded into A3, no separate test) DP publications of a table without ``epsilon_total`` charge no
-  account at all when the curator publishes (``accounts_for`` returns nothing): eight kRR publications of
-  ``sex`` at ε = 2 are accepted one after the other (ε = 16 in all; the gate refuses ε = 16 at once as
-  vacuous). Rows are shuffled per publication, so they cannot be joined row by row; the harm is the
-  unbounded composition on the histogram and, with A3, that a cap declared later does not see them.
+  clears its failures, so an analyst guessing another's password logs in as themselves between guesses —
+  carol's wrong guesses took 0.01–0.06 s each (log: "1 in a row" every time); (b) the wait is computed once
+  per connection from the same (count, last failure), so parallel attempts share one wait: after 4 failures,
+  12 parallel guesses were all checked in 1.1 s (in a row: 1 + 2 + 4 + 8 + 16 + 30 · 7 s); at the default
+  100 connections ~100 guesses per 30 s. Fix: key failures on (address, user) as well, never cleared by
+  another user's success; count pending attempts so each parallel one waits its own turn.
+
+Notes (LOW, no test)
+
+* The DP grid (``dp_microagg_laplace``) accepts ε = 50 (``gate.MAX_EPSILON``) with 5000 one-unit bins on
+  ``gain``: it published person 7's 4999 exactly (407 rows). Nominally ε-DP, but ε = 50 bounds nothing and is
+  far above kRR's keep-probability limit (ε ≈ 2.2 for a yes/no column).
+* The policy watch (``_PolicyWatch`` / ``live_policy``) compares (mtime_ns, size, inode); two in-place writes
+  of the same size within one kernel timestamp tick (a few ms) leave the second unseen until the next edit.
+* The login backoff is per address; a local attacker can rotate loopback source addresses (127.0.0.0/8).
+
+Held (B): concurrent processes spending one analyst's last budget (6 × 0.5 against 2: 4 answered, 2
+refused, spent exactly 2); a process SIGKILLed in the engine after its reservation keeps the charge
+(``reserved``, 1/2 spent); catalog probes (other analysts' budgets, ``pg_user``/``pg_authid``/``pg_shadow``,
+``pg_stat_activity``, ``pg_stats``, ``pg_stat_user_tables``, ``reltuples``) reveal nothing; a prepared
+statement is charged once per distinct parameter value and repeats are cached. Also held, no test:
+repeated SSLRequest/GSSENCRequest and a startup packet dripped byte by byte end at ``--auth-timeout``;
+``SET statement_timeout = 0`` leaves the server's limit; cancel keys are random 32-bit secrets.
 """
 
 from __future__ import annotations
@@ -176,6 +191,9 @@ def test_krr_output_support_does_not_depend_on_whether_someone_is_missing(tmp_pa
     )
 
 
+# --- A12. kRR refused because of one person's out-of-domain value ----------------------------------------
+
+
 def test_krr_is_not_refused_because_of_one_persons_out_of_domain_value(tmp_path: Path) -> None:
     """D: person 7's ``sex`` is "X" (not a declared value; queries drop it); D′: "F". kRR refuses D after the
     reservation ("column 'sex' has value 'X' outside its declared domain") and publishes D′: whether the
@@ -226,6 +244,9 @@ def test_synthetic_table_never_publishes_a_category_only_one_person_holds(tmp_pa
     assert not any(seen), (
         f"synthetic tables published the category only person 7 holds: astronaut rows per release {seen} (of 400)"
     )
+
+
+# --- A2b. ML copy spans one person's outlier ------------------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -315,6 +336,9 @@ def test_gate_refuses_int_values_outside_the_declared_list(tmp_path: Path) -> No
     assert not outside, f"published values outside the declared [1, 2, 3]: {outside}"
 
 
+# --- A9. Rank swapping publishes every raw value ---------------------------------------------------------------
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_rank_swapping_does_not_publish_one_persons_exact_outlier(tmp_path: Path) -> None:
     """Person 7's ``gain`` is 4999, everyone else's below 2976. Rank swapping (p = 10 %, above the gate's 5 %)
@@ -338,6 +362,9 @@ def test_rank_swapping_does_not_publish_one_persons_exact_outlier(tmp_path: Path
         f"rank swapping published person 7's gain 4999 as it is (MAX = {top}; SUM = {total}, the source's is "
         f"{int(frame['gain'].sum())})"
     )
+
+
+# --- A10. k-anonymity with a trivial QI ---------------------------------------------------------------------
 
 
 def test_kanon_with_a_trivial_qi_does_not_publish_the_raw_table(tmp_path: Path) -> None:
