@@ -6,8 +6,8 @@ Publications run through the real publish transaction (``veil.generators.transac
 an analyst sees is read from the public mirror (what ``SELECT … FROM <published>`` reads at ε = 0). D and D′
 differ in one person (person 7). Timings on the shared 2-core machine (noisy).
 
-Status on 2026-11-26 (main at a509013). Fail today: A1 (×2), A2, A2b, A3, A5, A6, A7a, A7b, A8, A9, A10, A11,
-A12 (14 tests). Held: B1, B2, B3.
+Status on 2026-11-26 (main at a509013). Fail today: A1 (×2), A2, A2b, A2c, A3, A5, A6, A7a, A7b, A8, A9, A10, A11,
+A12 (15 tests). Held: B1, B2, B3.
 
 Publication gate (class 5)
 
@@ -28,7 +28,8 @@ Publication gate (class 5)
   (share 0.58 vs limit 0.72): it measures whole-row distances, not values one person alone holds. Membership
   and the rare attribute are published whenever person 7 falls in the 80 % training split. The conditions
   (sensitive, label) are drawn from the training rows' joint frequencies (``Imposter.publish``), so a pair one
-  person alone has is copied the same way (not tested). A2b, same class: ``sdc`` ML copy with
+  person alone has is copied the same way: A2c, person 7 alone has income = "top" (declared): 4 of 6
+  publications hold 1–3 rows (F, top), their real pair. A2b, same class: ``sdc`` ML copy with
   ``sampling=uniform`` (``veil/generators/mlcopy.py``) draws inputs uniformly between each class's raw min and
   max; person 7's gain 4999 (everyone else ≤ 2975) gives 66 and 84 of 320 rows above 2975 (max 4976, 4883)
   when in training, 0 otherwise. IMPOSTER/GAN numerics decode through a quantile transform whose knots are the
@@ -244,6 +245,36 @@ def test_synthetic_table_never_publishes_a_category_only_one_person_holds(tmp_pa
     assert not any(seen), (
         f"synthetic tables published the category only person 7 holds: astronaut rows per release {seen} (of 400)"
     )
+
+
+# --- A2c. IMPOSTER copies a (sensitive, label) condition one person holds ----------------------------------------
+
+TOP_POLICY = POLICY.replace('values = ["low", "high"]', 'values = ["low", "high", "top"]')
+
+
+@pytest.mark.slow
+def test_synthetic_conditions_never_copy_a_pair_only_one_person_holds(tmp_path: Path) -> None:
+    """Person 7 alone has income = "top" (declared). IMPOSTER draws each synthetic row's conditions (sex, income)
+    from the training rows' joint frequencies (``Imposter.publish``), so person 7's exact pair (F, top) is
+    copied whenever they are in training and drawn at least once (1 − (1 − 1/320)^400 ≈ 0.71): measured 4 of 6
+    publications with 1–3 rows (F, top), always their real sex. A different code path from A2 (the encoder's
+    categories): a fix of A2 alone leaves this. Eight publications: if the bug stays, all eight miss with
+    probability ≈ 0.43⁸ ≈ 0.1 %."""
+    from veil.errors import PublicationRefused
+
+    frame = people(400)
+    frame.loc[7, "income"] = "top"
+    policy = _warehouse(tmp_path, frame, policy_text=TOP_POLICY)
+    request = {"table": "people", "method": "imposter", "sensitive": "sex", "label": "income",
+               "columns": ["job", "hours"], "epochs": 1, "batch_size": 64}  # fmt: skip
+    seen = []
+    for attempt in range(8):
+        try:
+            _publish(policy, "synth", {**request, "output": f"p_top{attempt}"})
+        except PublicationRefused:
+            continue
+        seen.append(_published(policy, f"SELECT COUNT(*) FILTER (WHERE income = 'top') FROM p_top{attempt}")[0][0])
+    assert not any(seen), f"synthetic tables copied person 7's (sex, income = top): rows per release {seen}"
 
 
 # --- A2b. ML copy spans one person's outlier ------------------------------------------------------------------
