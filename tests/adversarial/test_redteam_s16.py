@@ -6,8 +6,8 @@ Publications run through the real publish transaction (``veil.generators.transac
 an analyst sees is read from the public mirror (what ``SELECT … FROM <published>`` reads at ε = 0). D and D′
 differ in one person (person 7). Timings on the shared 2-core machine (noisy).
 
-Status on 2026-11-26 (main at a509013). Fail today: A1 (×2), A2, A2b, A2c, A3, A5, A6, A7a, A7b, A8, A9, A10, A11,
-A12 (15 tests). Held: B1, B2, B3.
+Status on 2026-11-26 (main at a509013). Fail today: A1 (×2), A2, A2b, A2c, A3, A5, A6, A7a, A7b, A8, A8b, A9, A10, A11,
+A12 (16 tests). Held: B1, B2, B3.
 
 Publication gate (class 5)
 
@@ -65,6 +65,9 @@ Publication gate (class 5)
   raw rows with all 7 columns incl. ``name`` at ε = 0 — during every such publication, and indefinitely after
   a crash in that window (recovery runs only in publish/tables/retract). Fix: on Spark a name is published
   only once its journal row is gone (``published_tables`` minus pending outputs), or commit before recording.
+  A8b (MEDIUM, careless curator, Spark): ``write_table``/``Warehouse.write`` replaces a published table with
+  raw rows (only ``ingest_file`` checks ``published_tables``); on Spark bob then reads the raw rows, names
+  included, as the published table. Fix: refuse published names in ``write_table`` itself.
 * A11 (MEDIUM) PATE's ``--student-table`` is read with ``read_table`` and no ``_check_source``
   (``veil/generators/plugins/pate.py``): a private table capped at ε = 0.001 (``staff``, 300 rows) is read
   whole as the student's records (raw with ``--no-student-noise``, ρ·Δ-LDP otherwise), validation accuracy
@@ -501,6 +504,41 @@ def test_spark_publication_recorded_but_not_committed_never_exposes_the_old_tabl
         session.close()
     columns = [c.name for c in answer.columns]
     assert "name" not in columns, f"bob read the raw table being replaced: columns {columns}, at ε = 0"
+
+
+@pytest.mark.slow
+def test_spark_published_table_is_never_overwritten_by_the_curator_api(tmp_path: Path) -> None:
+    """A8b. Spark policy: kRR publishes ``p_krr`` (the real transaction). ``veil ingest`` refuses a published
+    table, but the check lives in ``ingest_file``; the curator API ``write_table`` (``Warehouse.write``) replaces
+    it with the raw frame, and as Spark's public tables are the Spark database itself, bob then reads the raw
+    rows (names included) as the published table, at ε = 0. On DuckDB the same write changes only the
+    warehouse copy (the mirror keeps the published one). Sound: a published table is never replaced by raw data
+    (refused at the storage layer, as for ingest)."""
+    from veil.engines.spark import spark_available
+    from veil.errors import VeilError
+    from veil.policy import load_policy
+    from veil.proxy.session import QuerySession
+    from veil.store.warehouse import write_table
+
+    reason = spark_available()
+    if reason is not None:
+        pytest.skip(f"Spark unavailable: {reason}")
+    path = tmp_path / "policy.toml"
+    path.write_text(POLICY.format(table_budget="") + SPARK_ENGINE, encoding="utf-8")
+    policy = load_policy(path)
+    raw = people(50)
+    write_table(policy, "people", raw)
+    _publish(policy, "krr", {"table": "people", "columns": ["sex"], "epsilon": 1.0, "output": "p_krr"})
+    try:
+        write_table(policy, "p_krr", raw, replace=True)
+    except VeilError:
+        return
+    session = QuerySession(policy, "bob")
+    try:
+        columns = [c.name for c in session.execute("SELECT * FROM p_krr").columns]
+    finally:
+        session.close()
+    assert "name" not in columns, f"the published p_krr now holds raw rows, read by bob: columns {columns}"
 
 
 # --- A11. PATE's --student-table reads any table, uncharged --------------------------------------------------
