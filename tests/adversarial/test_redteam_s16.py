@@ -6,8 +6,8 @@ Publications run through the real publish transaction (``veil.generators.transac
 an analyst sees is read from the public mirror (what ``SELECT … FROM <published>`` reads at ε = 0). D and D′
 differ in one person (person 7). Timings on the shared 2-core machine (noisy).
 
-Status on 2026-11-26 (main at a509013). Fail today: A1 (×2), A2, A2b, A2c, A3, A5, A6, A7a, A7b, A8, A8b, A9, A10, A11,
-A12 (16 tests). Held: B1, B2, B3.
+Status on 2026-11-26 (main at a509013). Fail today: A1 (×2), A2, A2b, A2c, A3, A5, A6, A7a, A7b, A8, A8b, A9, A9b (×3), A10, A11,
+A12 (19 tests). Held: B1, B2, B3.
 
 Publication gate (class 5)
 
@@ -42,7 +42,9 @@ Publication gate (class 5)
   "perturbed" (not every row equals its source row). MDAV (k = 5) and noise addition (a = 0.1) did not
   publish 4999, but their maxima (3330, 4888) still exceed everyone else's 2975: the outlier's presence shows.
   Fix: refuse value-preserving methods for public tables, or a gate rule that values held by fewer than k
-  source rows are not published unchanged.
+  source rows are not published unchanged. A9b, same class: k-anonymity labels each class by its raw min and
+  max, so with ``gain`` a QI (k = 5) Mondrian and K-Member publish "[2870, 4999]" and OKA e.g. "[868, 4999]":
+  person 7's exact value under "generalised". Fix: range labels from data-independent cut points.
 * A10 (HIGH impact, needs a careless curator) k-anonymity publishes every non-QI column raw as "sensitive",
   k checked on the declared QIs only: ``--k 5 --qi sex --sensitive age,hours,gain,job,income`` passes (min
   class 179, ℓ-diversity only reported) and publishes the raw table minus names: 400 of 400 rows are exact,
@@ -402,6 +404,25 @@ def test_rank_swapping_does_not_publish_one_persons_exact_outlier(tmp_path: Path
         f"rank swapping published person 7's gain 4999 as it is (MAX = {top}; SUM = {total}, the source's is "
         f"{int(frame['gain'].sum())})"
     )
+
+
+# --- A9b. k-anonymity ranges end on one person's exact value ---------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", ["mondrian", "oka", "kmember"])
+def test_kanon_ranges_do_not_end_on_one_persons_exact_outlier(tmp_path: Path, algorithm: str) -> None:
+    """Person 7's gain 4999 (everyone else ≤ 2975), ``gain`` a quasi-identifier, k = 5: every algorithm labels a
+    class by its raw min and max, so one published label is "[2870, 4999]" (Mondrian, K-Member) or
+    "[868, 4999]" or "[376, 4999]" (OKA, random): person 7's exact value and their presence, at ε = 0, under
+    "generalised". Sound: range labels from data-independent cut points (declared bounds, hierarchies), never a
+    value one person holds."""
+    frame = people(400)
+    frame.loc[7, "gain"] = 4999
+    policy = _warehouse(tmp_path, frame)
+    _publish(policy, "kanon", {"table": "people", "k": 5, "qi": ["gain", "age"], "sensitive": ["income"],
+                               "algorithm": algorithm, "output": "p_k"})  # fmt: skip
+    labels = _published(policy, "SELECT DISTINCT CAST(gain AS VARCHAR) FROM p_k WHERE CAST(gain AS VARCHAR) LIKE '%4999%'")
+    assert not labels, f"{algorithm} published person 7's gain 4999 in a class label: {labels}"
 
 
 # --- A10. k-anonymity with a trivial QI ---------------------------------------------------------------------
