@@ -156,7 +156,7 @@ def test_js_distance_is_a_number_in_the_unit_interval(p: list[float], q: list[fl
     ],
 )
 def test_released_values_stay_in_the_declared_domain(adult, method: str, params: dict) -> None:
-    ctx = Context(columns=COLS, target="income", bounds=BOUNDS)
+    ctx = Context(columns=COLS, target="income", bounds=BOUNDS, categories={"income": ("<=50K", ">50K")})
     out = get_generator(method)(**params).run(adult, ctx)
     for c in COLS:
         lo, hi = BOUNDS[c]

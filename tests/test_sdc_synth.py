@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from veil.errors import InputError, PolicyError
 from veil.generators.base import Context, get_generator
 from veil.generators.gan import ARCHITECTURES, train_gan
 from veil.generators.mlcopy import ml_copy
@@ -54,10 +55,24 @@ def test_ml_copy_labels_by_tree_and_keeps_class_shares() -> None:
     # labels come from the tree: points deep in each class region get that class
     assert (ys[xs.sum(axis=1) < 0] == 0).mean() > 0.95 and (ys[xs.sum(axis=1) > 10] == 1).mean() > 0.95
     assert abs(ys.mean() - 0.25) < 0.05
-    xu, _ = ml_copy(x, y, sampling="uniform", balanced=True, seed=1)
-    assert xu.min() >= x.min() - 1e-9 and xu.max() <= x.max() + 1e-9
+    lo, hi = np.array([-3.0, -4.0]), np.array([9.0, 8.0])
+    xu, _ = ml_copy(x, y, sampling="uniform", balanced=True, seed=1, lower=lo, upper=hi)
+    # uniform over the declared box (every class alike), not the rows' range
+    assert np.all(xu.min(axis=0) >= lo - 1e-9) and np.all(xu.max(axis=0) <= hi + 1e-9)
+    assert np.all(np.abs(xu.mean(axis=0) - (lo + hi) / 2) < 0.5)
+    with pytest.raises(InputError, match="declared bounds"):
+        ml_copy(x, y, sampling="uniform", seed=1)
 
 
 def test_ml_copy_generator(adult) -> None:
-    out = get_generator("ml_copy")(sampling="uniform").run(adult, Context(columns=COLS, target="income", seed=0))
+    ctx = Context(
+        columns=COLS,
+        target="income",
+        seed=0,
+        bounds={"age": (17, 90), "education_num": (1, 16), "hours_per_week": (1, 99)},
+        categories={"income": ("<=50K", ">50K")},
+    )
+    out = get_generator("ml_copy")(sampling="uniform").run(adult, ctx)
     assert len(out.frame) == len(adult) and set(out.frame["income"]) <= {"<=50K", ">50K"}
+    with pytest.raises(PolicyError, match="'age' has no declared bounds"):
+        get_generator("ml_copy")(sampling="uniform").run(adult, Context(columns=COLS, target="income", seed=0))

@@ -225,35 +225,50 @@ def test_krr_is_not_refused_because_of_one_persons_out_of_domain_value(tmp_path:
 
 
 # --- A2. Synthetic tables copy a category one person alone holds ----------------------------------------------
+#
+# Revised by fixsynth (2026-11-26): the original assertions ("the rare value never appears") fail on the sound
+# fix the finding itself proposes (categories and ranges from the declared domains only): a declared value may
+# appear in a synthetic table whether or not anyone holds it. What must not happen is that its appearance
+# depends on person 7. Each test now publishes D (person 7 holds the rare value) and D′ (they do not, the value
+# still declared) and asserts that the rare value is present in every release or in none: with the bug D′ never
+# shows it and D does whenever person 7 is in the 80 % training split.
 
 RARE_POLICY = POLICY.replace('"clerk"]', '"clerk", "astronaut"]')
 
 
+def _presence_is_the_same(counts: dict[str, list[int]]) -> bool:
+    """True when the rare value is in every release (of D and D′) or in none of them."""
+    return len({n > 0 for runs in counts.values() for n in runs}) <= 1
+
+
 @pytest.mark.slow
 def test_synthetic_table_never_publishes_a_category_only_one_person_holds(tmp_path: Path) -> None:
-    """Person 7 is the only "astronaut" (a declared value of ``job``). IMPOSTER (1 epoch, as a curator trying
-    it out might) publishes ``job`` as an implicit attribute: the output must not contain a value that only
-    one source person holds — its presence tells every analyst that person 7 is in the table (and their job).
-    Today ~20 % of the synthetic rows are astronauts when person 7 is in the training split; the DCR check
-    passes."""
+    """Person 7 is the only "astronaut" (a declared value of ``job``) in D; in D′ they are a nurse. IMPOSTER
+    (1 epoch, as a curator trying it out might) publishes ``job`` as an implicit attribute: whether
+    "astronaut" appears must not depend on person 7 — its presence only in D told every analyst that person 7
+    is in the table (and their job). Before the fix: 59–91 of 400 rows in D, always 0 in D′. False failure
+    (fixed code): D′'s or D's release with no astronaut; each row is one with probability ≈ 0.15–0.25 at 1 epoch
+    (measured), so < 0.85⁴⁰⁰ ≈ 10⁻²⁸. False pass (bug): all three D releases without person 7 in training,
+    ≈ 0.2³ ≈ 0.8 %."""
     from veil.errors import PublicationRefused
 
-    frame = people(400)
-    frame.loc[7, "job"] = "astronaut"
-    policy = _warehouse(tmp_path, frame, policy_text=RARE_POLICY)
     request = {"table": "people", "method": "imposter", "sensitive": "sex", "label": "income",
-               "columns": ["job", "hours"], "epochs": 1, "batch_size": 64, "output": "p_syn"}  # fmt: skip
-    seen = []
-    # person 7 is in the 80 % training split with probability 0.8 each time: with the bug, all three releases
-    # miss with probability ≈ 0.2³ ≈ 0.8 % (a false pass, never a false failure)
-    for attempt in range(3):
-        try:
-            _publish(policy, "synth", {**request, "output": f"p_syn{attempt}"})
-        except PublicationRefused:
-            continue  # refusing is sound (the fix may refuse rather than drop the value)
-        seen.append(_published(policy, f"SELECT COUNT(*) FILTER (WHERE job = 'astronaut') FROM p_syn{attempt}")[0][0])
-    assert not any(seen), (
-        f"synthetic tables published the category only person 7 holds: astronaut rows per release {seen} (of 400)"
+               "columns": ["job", "hours"], "epochs": 1, "batch_size": 64}  # fmt: skip
+    counts: dict[str, list[int]] = {}
+    for name, job, runs in (("d", "astronaut", 3), ("d_prime", "nurse", 1)):
+        frame = people(400)
+        frame.loc[7, "job"] = job
+        policy = _warehouse(tmp_path / name, frame, policy_text=RARE_POLICY)
+        counts[name] = []
+        for attempt in range(runs):
+            try:
+                _publish(policy, "synth", {**request, "output": f"p_syn{attempt}"})
+            except PublicationRefused:
+                continue  # refusing is sound (the fix may refuse rather than drop the value)
+            sql = f"SELECT COUNT(*) FILTER (WHERE job = 'astronaut') FROM p_syn{attempt}"
+            counts[name].append(_published(policy, sql)[0][0])
+    assert _presence_is_the_same(counts), (
+        f"whether synthetic tables hold 'astronaut' depends on person 7 (the only one): rows per release {counts}"
     )
 
 
@@ -264,27 +279,32 @@ TOP_POLICY = POLICY.replace('values = ["low", "high"]', 'values = ["low", "high"
 
 @pytest.mark.slow
 def test_synthetic_conditions_never_copy_a_pair_only_one_person_holds(tmp_path: Path) -> None:
-    """Person 7 alone has income = "top" (declared). IMPOSTER draws each synthetic row's conditions (sex, income)
-    from the training rows' joint frequencies (``Imposter.publish``), so person 7's exact pair (F, top) is
-    copied whenever they are in training and drawn at least once (1 − (1 − 1/320)^400 ≈ 0.71): measured 4 of 6
-    publications with 1–3 rows (F, top), always their real sex. A different code path from A2 (the encoder's
-    categories): a fix of A2 alone leaves this. Eight publications: if the bug stays, all eight miss with
-    probability ≈ 0.43⁸ ≈ 0.1 %."""
+    """Person 7 alone has income = "top" (declared) in D; "low" in D′. IMPOSTER drew each synthetic row's
+    conditions (sex, income) from the training rows' joint frequencies (``Imposter.publish``), so person 7's
+    exact pair (F, top) was copied whenever they were in training and drawn at least once
+    (1 − (1 − 1/320)^400 ≈ 0.71): measured 4 of 6 publications with 1–3 rows (F, top), always their real sex,
+    and never in D′. A different code path from A2 (the encoder's categories): a fix of A2 alone leaves this.
+    Whether "top" appears must not depend on person 7. False failure (fixed code, conditions uniform over the
+    declared 2 × 3 pairs): a release with no "top" row, (2/3)⁴⁰⁰ ≈ 10⁻⁷⁰. False pass (bug): all four D
+    releases miss, ≈ 0.43⁴ ≈ 3 %."""
     from veil.errors import PublicationRefused
 
-    frame = people(400)
-    frame.loc[7, "income"] = "top"
-    policy = _warehouse(tmp_path, frame, policy_text=TOP_POLICY)
     request = {"table": "people", "method": "imposter", "sensitive": "sex", "label": "income",
                "columns": ["job", "hours"], "epochs": 1, "batch_size": 64}  # fmt: skip
-    seen = []
-    for attempt in range(8):
-        try:
-            _publish(policy, "synth", {**request, "output": f"p_top{attempt}"})
-        except PublicationRefused:
-            continue
-        seen.append(_published(policy, f"SELECT COUNT(*) FILTER (WHERE income = 'top') FROM p_top{attempt}")[0][0])
-    assert not any(seen), f"synthetic tables copied person 7's (sex, income = top): rows per release {seen}"
+    counts: dict[str, list[int]] = {}
+    for name, income, runs in (("d", "top", 4), ("d_prime", "low", 1)):
+        frame = people(400)
+        frame.loc[7, "income"] = income
+        policy = _warehouse(tmp_path / name, frame, policy_text=TOP_POLICY)
+        counts[name] = []
+        for attempt in range(runs):
+            try:
+                _publish(policy, "synth", {**request, "output": f"p_top{attempt}"})
+            except PublicationRefused:
+                continue
+            sql = f"SELECT COUNT(*) FILTER (WHERE income = 'top') FROM p_top{attempt}"
+            counts[name].append(_published(policy, sql)[0][0])
+    assert _presence_is_the_same(counts), f"whether 'top' rows appear depends on person 7 (the only one): {counts}"
 
 
 # --- A2b. ML copy spans one person's outlier ------------------------------------------------------------------
@@ -293,29 +313,39 @@ def test_synthetic_conditions_never_copy_a_pair_only_one_person_holds(tmp_path: 
 @pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_ml_copy_never_publishes_values_beyond_everyone_elses_range(tmp_path: Path) -> None:
-    """Person 7's ``gain`` is 4999; everyone else's is below 2976. ML copy with ``sampling=uniform`` draws each
-    class's synthetic inputs uniformly between the class's raw min and max, so ~84 of 320 published rows
-    exceed 2975 (max 4998) when person 7 is in the training split, and none otherwise: person 7's membership
-    and (nearly) their value are published. The DCR check passes."""
+    """Person 7's ``gain`` is 4999 in D; in D′ it is their original value (everyone's is below 2976). ML copy
+    with ``sampling=uniform`` drew each class's synthetic inputs uniformly between the class's raw min and max,
+    so ~84 of 320 published rows exceeded 2975 (max 4998) in D when person 7 was in the training split, and
+    none ever in D′: person 7's membership and (nearly) their value were published. Whether gains above
+    everyone else's maximum appear must not depend on person 7 (the declared upper bound is 5000, so a sound
+    uniform draw over the declared domain shows them in every release). False failure (fixed code): a release
+    of 320 uniform draws over [0, 5000] with none above 2975, 0.6³²⁰ ≈ 10⁻⁷¹. False pass (bug): all three D
+    releases without person 7 in training, ≈ 0.8 %."""
     from veil.errors import PublicationRefused
 
-    frame = people(400)
-    frame.loc[7, "gain"] = 4999
-    others = int(frame.drop(index=7)["gain"].max())
-    policy = _warehouse(tmp_path, frame)
     request = {"table": "people", "method": "ml_copy", "params": ["sampling=uniform"], "columns": ["gain", "hours"],
                "target": "income"}  # fmt: skip
-    seen = []
-    # person 7 is in the 80 % training split with probability 0.8 each time (all three miss: ≈ 0.8 %)
-    for attempt in range(3):
-        try:
-            _publish(policy, "sdc", {**request, "output": f"p_ml{attempt}"})
-        except PublicationRefused:
-            continue
-        seen.append(_published(policy, f"SELECT COUNT(*) FILTER (WHERE gain > {others}), MAX(gain) FROM p_ml{attempt}")[0])
-    assert not any(n for n, _ in seen), (
-        f"ML copies published gains above everyone else's maximum {others} (person 7 has 4999): "
-        f"(rows above, max) per release {seen}"
+    others = int(people(400).drop(index=7)["gain"].max())
+    counts: dict[str, list[int]] = {}
+    maxima: dict[str, list[int]] = {}
+    for name, outlier, runs in (("d", True, 3), ("d_prime", False, 1)):
+        frame = people(400)
+        if outlier:
+            frame.loc[7, "gain"] = 4999
+        policy = _warehouse(tmp_path / name, frame)
+        counts[name], maxima[name] = [], []
+        for attempt in range(runs):
+            try:
+                _publish(policy, "sdc", {**request, "output": f"p_ml{attempt}"})
+            except PublicationRefused:
+                continue
+            sql = f"SELECT COUNT(*) FILTER (WHERE gain > {others}), MAX(gain) FROM p_ml{attempt}"
+            above, top = _published(policy, sql)[0]
+            counts[name].append(above)
+            maxima[name].append(top)
+    assert _presence_is_the_same(counts), (
+        f"whether ML copies publish gains above everyone else's maximum {others} depends on person 7 "
+        f"(4999 in D): rows above per release {counts}, maxima {maxima}"
     )
 
 

@@ -29,12 +29,24 @@ collapsed (KL ≈ 1 nat) and G generated the columns nearly independently given 
 "CGAN equipped with VAE" ablation (``method="gan"``): D2 is still trained, to report how well
 ``s`` can be read from the generated rows, but G ignores it.
 
-**Released rows.** :meth:`Imposter.publish` returns a fully synthetic table with as many rows as
-its input and only the columns ``sensitive``, ``label`` (if set) and the implicit attributes: each
-row's condition ``c_i`` (sensitive value and label) is drawn from the joint frequencies of those
-columns in the training rows, and its implicit attributes are the decoded ``G(z_i | c_i)`` with a
-fresh ``z_i ~ N(0, I)``, categorical values sampled from G's softmax, numerics mapped back through
-the inverse quantile transform and rounded for integer columns. No real row and no other column is
+**Domains.** With ``domains`` (what ``veil publish synth`` always passes: the policy's declared
+``values`` and ``lower``/``upper``, :func:`veil.generators.tabular_encoding.declared_domains`) the
+sensitive values, the labels, the one-hot blocks and the numeric ranges are the declared ones, never
+the values the training rows happen to hold: a category or an outlier one person alone has cannot
+decide what the output may contain. Training rows outside the domains (an undeclared category, a
+NA) are left out; numbers are clamped into their bounds. Without ``domains`` (library use on public
+data, the benchmarks) they are the observed ones.
+
+**Released rows.** :meth:`Imposter.publish` returns a fully synthetic table with ``rows`` rows and
+only the columns ``sensitive``, ``label`` (if set) and the implicit attributes: each row's
+condition ``c_i`` (sensitive value and label) is drawn *uniformly* over the product of their
+domains (no frequency of the training rows is used: a (sensitive, label) pair one person alone has
+would otherwise be copied whenever they are in training; IMPOSTER has no ε to pay for noisy
+counts), and its implicit attributes are the decoded ``G(z_i | c_i)`` with a fresh
+``z_i ~ N(0, I)``, categorical values sampled from G's softmax, numerics mapped back through the
+inverse quantile transform and rounded for integer columns. :meth:`Imposter.generate` takes the
+conditions from the caller instead (the paper's setting: each real row's own ``s`` and ``y``; for
+experiments on public data). No real row and no other column is
 copied, and the encoder is not used at release time (a posterior sample would carry the row's real
 values, and with them ``s``). ``veil publish synth`` (:mod:`veil.generators.plugins.synth`) trains
 on part of the table and checks the release against the held-out rest (distance to closest record).
@@ -50,15 +62,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from veil.errors import InputError, InternalError, did_you_mean
-from veil.generators.tabular_encoding import TabularEncoder
+from veil.errors import InputError, InternalError, PolicyError, did_you_mean
+from veil.generators.tabular_encoding import ColumnDomain, TabularEncoder
 
 __all__ = ["EpochStats", "Imposter"]
 
@@ -100,6 +112,7 @@ class Imposter:
     kl_weight: float = 0.1
     d2_sees_label: bool = False
     seed: int | None = None
+    domains: Mapping[str, ColumnDomain] | None = None
     history: list[EpochStats] = field(default_factory=list, init=False)
     fitted: bool = field(default=False, init=False)
     encoder_: TabularEncoder | None = field(default=None, init=False, repr=False)
@@ -135,6 +148,25 @@ class Imposter:
                 raise InputError(f"{name} must be an integer ≥ {low}, got {value!r}")
         if not (self.lr > 0 and math.isfinite(self.lr)):
             raise InputError(f"lr must be a positive number, got {self.lr!r}")
+        if self.domains is not None:
+            cond = [self.sensitive] + ([self.label] if self.label else [])
+            for name in [*cond, *self.implicit]:
+                if name not in self.domains:
+                    raise PolicyError(
+                        f"column {name!r} has no declared domain",
+                        hint="Pass a domain for every column (declared_domains() builds them from the policy)",
+                    )
+            for name in cond:
+                if not self.domains[name].categorical:
+                    raise PolicyError(
+                        f"condition column {name!r} needs declared values (IMPOSTER conditions on its categories)",
+                        hint=f"Declare values = [...] for {name!r} in the policy",
+                    )
+            values = self.domains[self.sensitive].values or ()
+            if len(values) < 2:
+                raise PolicyError(
+                    f"sensitive column {self.sensitive!r} declares {len(values)} value(s)", hint="Nothing to protect"
+                )
 
     # ---------------------------------------------------------------- data preparation
     def _check_frame(self, df: pd.DataFrame, *, need_implicit: bool) -> None:
@@ -146,7 +178,7 @@ class Imposter:
                     f"column {name!r} is not in the table", hint=did_you_mean(name, df.columns) or f"Columns: {list(df.columns)}"
                 )
         for name in [self.sensitive] + ([self.label] if self.label else []):
-            if df[name].isna().any():
+            if self.domains is None and df[name].isna().any():
                 raise InputError(
                     f"column {name!r} has {int(df[name].isna().sum())} missing values",
                     hint="IMPOSTER conditions on it; drop those rows first",
@@ -178,16 +210,24 @@ class Imposter:
         from veil._progress import progress
 
         self._check_frame(df, need_implicit=True)
+        if self.domains is not None:
+            # rows outside the declared domains are left out (as queries leave them out), never refused
+            df = df[TabularEncoder.in_domain(df, self._used_domains())].reset_index(drop=True)
         if len(df) < 4:
             raise InputError(f"IMPOSTER needs at least 4 rows to train, got {len(df)}")
         self.fitted = False
         self.history = []
-        self._s_values = tuple(sorted(pd.unique(df[self.sensitive]).tolist(), key=str))
-        if len(self._s_values) < 2:
-            raise InputError(f"sensitive column {self.sensitive!r} has a single value", hint="Nothing to protect")
-        if self.label:
-            self._y_values = tuple(sorted(pd.unique(df[self.label]).tolist(), key=str))
-        self.encoder_ = TabularEncoder.fit(df[list(self.implicit)])
+        if self.domains is not None:
+            self._s_values = tuple(self.domains[self.sensitive].values or ())
+            self._y_values = tuple(self.domains[self.label].values or ()) if self.label else ()
+        else:
+            self._s_values = tuple(sorted(pd.unique(df[self.sensitive]).tolist(), key=str))
+            if len(self._s_values) < 2:
+                raise InputError(f"sensitive column {self.sensitive!r} has a single value", hint="Nothing to protect")
+            if self.label:
+                self._y_values = tuple(sorted(pd.unique(df[self.label]).tolist(), key=str))
+        implicit_domains = None if self.domains is None else {c: self.domains[c] for c in self.implicit}
+        self.encoder_ = TabularEncoder.fit(df[list(self.implicit)], domains=implicit_domains)
         x_all = torch.from_numpy(self.encoder_.encode(df[list(self.implicit)]))
         c_np, s_np = self._conditions(df)
         c_all, s_all = torch.from_numpy(c_np.copy()), torch.from_numpy(s_np.copy())
@@ -207,6 +247,7 @@ class Imposter:
         n = len(df)
         m = min(self.batch_size, n)
         by_s = [torch.nonzero(s_all == k).flatten() for k in range(len(self._s_values))]
+        by_s = [g for g in by_s if len(g)]  # a declared value no training row holds has no real rows to draw
         opt_d1 = torch.optim.Adam(nets.d1.parameters(), lr=self.lr, betas=(0.5, 0.9))
         opt_d2 = torch.optim.Adam(nets.d2.parameters(), lr=self.lr, betas=(0.5, 0.9))
         g_params = list(nets.enc.parameters()) + list(nets.dec.parameters())
@@ -299,25 +340,32 @@ class Imposter:
 
     def publish(self, df: pd.DataFrame, *, seed: int | None = None, rows: int | None = None) -> pd.DataFrame:
         """A fully synthetic table of ``rows`` rows (default ``len(df)``; see module docstring): no column
-        of ``df`` is copied."""
+        of ``df`` is copied, and no frequency of it is used: the conditions are uniform over the product
+        of the sensitive and label domains. ``df`` gives the row count and the column types only."""
+        if not self.fitted:
+            raise InputError("the IMPOSTER model is not trained", hint="Call fit() first (or let training finish)")
         self._check_frame(df, need_implicit=False)
         cond_cols = [self.sensitive] + ([self.label] if self.label else [])
         rng = np.random.default_rng(_seed_from(seed))
-        freq = df[cond_cols].value_counts(sort=False)
-        pick = rng.choice(len(freq), size=len(df) if rows is None else rows, p=(freq / freq.sum()).to_numpy(dtype=np.float64))
-        conditions = freq.index.to_frame(index=False).iloc[pick].reset_index(drop=True)
+        n = len(df) if rows is None else rows
+        conditions = pd.DataFrame({self.sensitive: np.array(self._s_values, dtype=object)[rng.integers(len(self._s_values), size=n)]})
+        if self.label:
+            conditions[self.label] = np.array(self._y_values, dtype=object)[rng.integers(len(self._y_values), size=n)]
         for name in cond_cols:
-            conditions[name] = conditions[name].astype(df[name].dtype)
+            conditions[name] = _as_dtype(conditions[name], df[name].dtype)
         synthetic = self.generate(conditions, seed=int(rng.integers(2**62)))
         out = conditions.copy()
         for name in self.implicit:
             out[name] = synthetic[name].to_numpy()
             if name in df.columns:
-                try:
-                    out[name] = out[name].astype(df[name].dtype)
-                except (TypeError, ValueError):
-                    pass
+                out[name] = _as_dtype(out[name], df[name].dtype)
         return out
+
+    def _used_domains(self) -> dict[str, ColumnDomain]:
+        if self.domains is None:
+            raise InternalError("_used_domains() called without domains")
+        cond = [self.sensitive] + ([self.label] if self.label else [])
+        return {c: self.domains[c] for c in [*cond, *self.implicit]}
 
     def params(self) -> dict[str, Any]:
         """Parameters for the release record."""
@@ -334,7 +382,18 @@ class Imposter:
             "sensitive": self.sensitive,
             "label": self.label,
             "seed": self.seed,
+            "domains": "observed" if self.domains is None else "declared",
         }
+
+
+def _as_dtype(col: pd.Series, dtype: Any) -> pd.Series:
+    """``col`` as ``dtype`` where that loses nothing (a categorical dtype of the training rows would turn a
+    declared value they lack into NA), else unchanged."""
+    try:
+        cast = col.astype(dtype)
+    except (TypeError, ValueError):
+        return col
+    return cast if int(cast.isna().sum()) == int(col.isna().sum()) else col
 
 
 def _seed_from(seed: int | None) -> int:

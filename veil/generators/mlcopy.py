@@ -2,9 +2,18 @@
 
 A decision tree is trained on the original (standardised) columns → label. The original table is
 then put aside: synthetic inputs are drawn per class from a normal distribution (class mean and std
-per column) or a uniform one (class min and max per column), and the tree labels them. The release
-is the synthetic inputs plus the tree's labels. No formal guarantee: the per-class moments and the
-tree are computed from the raw data without noise (a copy of an outlier's region can survive).
+per column), or uniformly over the columns' *declared* domain (the policy's ``lower``/``upper``; the
+same box for every class, so the inputs do not depend on the data at all), and the tree labels them.
+The release is the synthetic inputs plus the tree's labels.
+
+Domains: every input column needs declared bounds and the label declared values (a
+:class:`~veil.errors.PolicyError` otherwise, from the policy alone); normal draws are clamped into
+the bounds, and rows whose label is not a declared value are left out of training. So the release
+never holds a number outside the declared bounds or an undeclared label, and with
+``sampling=uniform`` its inputs' range is the declared one whatever the extreme rows are (the
+paper's uniform draw between each class's raw min and max spanned one person's outlier). No formal
+guarantee: the per-class moments and the tree are computed from the raw data without noise (a copy
+of an outlier's region can survive with ``sampling=normal``).
 
 >>> rng = np.random.default_rng(0)
 >>> x = np.r_[rng.normal(0, 1, (100, 2)), rng.normal(4, 1, (100, 2))]
@@ -12,6 +21,9 @@ tree are computed from the raw data without noise (a copy of an outlier's region
 >>> xs, ys = ml_copy(x, y, sampling="normal", n_out=50, seed=1)
 >>> xs.shape, sorted(set(ys.tolist()))
 ((50, 2), [0, 1])
+>>> xu, _ = ml_copy(x, y, sampling="uniform", lower=np.array([-9.0, -9.0]), upper=np.array([9.0, 9.0]), seed=1)
+>>> bool(xu.min() >= -9 and xu.max() <= 9)
+True
 """
 
 from __future__ import annotations
@@ -19,9 +31,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from veil.errors import InputError, InternalError
+from veil.errors import InputError, InternalError, PolicyError
 from veil.generators.base import Context, Generator, Output, Param, register
-from veil.generators.domain import clip_into, column_domain
+from veil.generators.domain import clip_into
 
 __all__ = ["MLCopy", "ml_copy"]
 
@@ -39,9 +51,25 @@ def ml_copy(
     n_out: int | None = None,
     balanced: bool = False,
     seed: int | None = None,
+    lower: np.ndarray | None = None,
+    upper: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Return ``(x_synthetic, labels_from_tree)``; ``x`` is sampled in the original units."""
+    """Return ``(x_synthetic, labels_from_tree)``; ``x`` is sampled in the original units.
+
+    ``sampling="uniform"`` draws every row uniformly over ``[lower, upper]`` (per column; required:
+    the declared domain, never the rows' range).
+    """
     from sklearn.tree import DecisionTreeClassifier
+
+    if sampling == "uniform":
+        if lower is None or upper is None:
+            raise InputError(
+                "sampling='uniform' needs the declared bounds (lower, upper) of every column",
+                hint="Pass the policy's lower/upper: the rows' own range would span one person's outlier",
+            )
+        lower, upper = np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64)
+        if lower.shape != (x.shape[1],) or upper.shape != (x.shape[1],) or not np.all(lower <= upper):
+            raise InputError(f"lower/upper must be {x.shape[1]} bounds with lower ≤ upper, got {lower}, {upper}")
 
     rng = np.random.default_rng(seed)
     mu, sd = x.mean(axis=0), x.std(axis=0)
@@ -61,7 +89,8 @@ def ml_copy(
         if sampling == "normal":
             parts.append(rng.normal(zc.mean(axis=0), zc.std(axis=0), size=(m, z.shape[1])))
         elif sampling == "uniform":
-            parts.append(rng.uniform(zc.min(axis=0), zc.max(axis=0), size=(m, z.shape[1])))
+            # one box for every class: the declared domain, in standardised units (data-independent draws)
+            parts.append(rng.uniform((lower - mu) / sd, (upper - mu) / sd, size=(m, z.shape[1])))  # type: ignore[operator]
         else:
             raise InputError(f"sampling must be 'normal' or 'uniform', got {sampling!r}")
     zs = np.concatenate(parts)[rng.permutation(n_out)]
@@ -97,19 +126,37 @@ class MLCopy(Generator):
     def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
         if ctx.target is None:
             raise InternalError("mlcopy generate() called without a target (validate() requires one)")
-        x = data[list(ctx.columns)].to_numpy(dtype=np.float64)
+        lower, upper, classes = declared_inputs(ctx)
+        n_out = len(data)
+        data = data[data[ctx.target].isin(list(classes))]  # undeclared labels are left out, never refused
+        if data[ctx.target].nunique() < 1 or len(data) < 2:
+            raise InputError(
+                f"ML copy needs at least 2 rows with a declared {ctx.target!r} value, got {len(data)}",
+                hint=f"Declared values: {list(classes)}",
+            )
+        x = np.clip(data[list(ctx.columns)].to_numpy(dtype=np.float64), lower, upper)
         y = data[ctx.target].to_numpy()
-        xs, ys = ml_copy(x, y, sampling=self["sampling"], criterion=self["criterion"], balanced=self["balanced"], seed=ctx.seed)
-        lower, upper, kinds = column_domain(x, ctx.columns, ctx.bounds)
+        xs, ys = ml_copy(
+            x,
+            y,
+            sampling=self["sampling"],
+            criterion=self["criterion"],
+            balanced=self["balanced"],
+            seed=ctx.seed,
+            n_out=n_out,
+            lower=lower,
+            upper=upper,
+        )
         xs, moved = clip_into(xs, lower, upper)  # declared domains: no negative capital gains
+        kinds = dict.fromkeys(ctx.columns, "declared")
         frame = pd.DataFrame(xs, columns=list(ctx.columns))
         frame[ctx.target] = ys
         return Output(
             frame,
             source=None,
             guarantee=(
-                "no formal guarantee: synthetic rows from per-class moments/ranges of the raw data, labelled by a "
-                "tree trained on the raw data"
+                "no formal guarantee: synthetic rows drawn within the declared bounds (per-class moments of the raw "
+                "data, or uniformly over the declared domain), labelled by a tree trained on the raw data"
             ),
             info={
                 "perturbed_columns": (*ctx.columns, ctx.target),
@@ -120,3 +167,25 @@ class MLCopy(Generator):
                 "row_order": "synthetic",  # rows are drawn, none is a source row
             },
         )
+
+
+def declared_inputs(ctx: Context) -> tuple[np.ndarray, np.ndarray, tuple[object, ...]]:
+    """``(lower, upper, classes)``: the declared bounds of every input column and the declared values of
+    the label, from the policy (``ctx.bounds``, ``ctx.categories``) alone; PolicyError for an open one."""
+    open_ = [c for c in ctx.columns if c not in ctx.bounds]
+    if open_:
+        raise PolicyError(
+            f"column {open_[0]!r} has no declared bounds: an ML copy may only draw numbers inside the policy's "
+            "declared domain, never the rows' own range (one person's outlier would widen it)",
+            hint=f"Declare lower = ... and upper = ... for {open_[0]!r} in [tables.<table>.columns]",
+        )
+    target = ctx.target or ""
+    classes = tuple(ctx.categories.get(target, ()))
+    if not classes:
+        raise PolicyError(
+            f"label column {target!r} has no declared values: an ML copy may only publish declared labels",
+            hint=f"Declare values = [...] for {target!r} in [tables.<table>.columns]",
+        )
+    lower = np.array([float(ctx.bounds[c][0]) for c in ctx.columns])
+    upper = np.array([float(ctx.bounds[c][1]) for c in ctx.columns])
+    return lower, upper, classes

@@ -2,22 +2,37 @@
 
 A :class:`TabularEncoder` is fitted on a DataFrame and turns it into a float32 matrix; a
 generator's raw output goes back through :meth:`TabularEncoder.decode`, which always yields
-*valid* values: categories seen at fit time, numbers inside the observed range, integers for
-integer columns, NA only where the fit data had NA.
+*valid* values: categories of the column's domain, numbers inside its range, integers for
+integer columns.
+
+**Domains.** What a decoded column can hold is its *domain*. Publications pass ``domains``
+(:class:`ColumnDomain`, built from the policy by :func:`declared_domains`): the one-hot block of a
+category column is exactly its declared ``values``, the inverse transform of a number spans exactly
+its declared ``[lower, upper]``, and NA is never decoded — so nothing a generator emits depends on
+which values the training rows happen to hold (one person's rare category or outlier cannot widen
+the output's support). Training rows outside the domain are left out by the caller
+(:meth:`TabularEncoder.in_domain`: an undeclared category, a NA), numbers are clamped into the
+bounds, as the query path does. A column without a declared domain (an open category, an unbounded
+number) is refused by :func:`declared_domains` with a :class:`~veil.errors.PolicyError`: a refusal
+that depends on the policy only. Without ``domains`` (library use on *public* data, e.g. the
+benchmarks) the domains are the observed ones: categories seen at fit time (NA one more category
+where the fit data has NA) and the observed ``[min, max]``.
 
 Encoding, per column:
 
-* **categorical** (object, string, category or bool dtype, or numeric with at most
-  ``max_categories_numeric`` distinct values): one-hot over the categories seen at fit time;
-  missing values (NA) are one more category. Decoding takes the arg-max of each block, or
+* **categorical** (object, string, category or bool dtype, a column whose domain lists
+  ``values``, or numeric with at most ``max_categories_numeric`` distinct values): one-hot over the
+  domain's categories. Decoding takes the arg-max of each block, or
   samples from the block's softmax with ``sample=True`` (the generator's logits define a
   distribution; sampling keeps its spread, arg-max collapses it onto the mode).
 * **numeric**: the empirical quantile transform to a standard normal (``n_quantiles`` knots,
   linear interpolation), so skewed and spiky columns (Adult's ``hours_per_week`` with half
   its mass at 40) become one well-scaled coordinate. Decoding applies the inverse transform,
   which maps every real number back into ``[min, max]`` of the fit data and lands on
-  frequent values' mass points; integer columns are rounded. Numeric NA gets a 2-way
-  "missing" one-hot block after the value; a decoded "missing" gives NA.
+  frequent values' mass points; integer columns are rounded. With a declared domain the first
+  and last knots are the declared ``lower`` and ``upper`` (the rest are the training quantiles), so
+  the decoded range is the declared one whatever the extreme training values are. Without domains,
+  numeric NA gets a 2-way "missing" one-hot block after the value; a decoded "missing" gives NA.
 
 >>> import pandas as pd
 >>> df = pd.DataFrame({"age": [20, 30, 40, 50], "sex": ["F", "M", "M", None]})
@@ -30,16 +45,115 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from veil.errors import InputError
+from veil.errors import InputError, PolicyError
 
-__all__ = ["ColumnBlock", "TabularEncoder"]
+__all__ = ["ColumnBlock", "ColumnDomain", "TabularEncoder", "declared_domains"]
 
 _NA = "__veil_na__"
+
+#: an integer column with declared bounds whose range holds at most this many values may be one-hot encoded
+MAX_INTEGER_CATEGORIES = 256
+
+
+@dataclass(frozen=True)
+class ColumnDomain:
+    """The values a generated column may hold, fixed before any data is read.
+
+    Categorical: ``values`` (the declared categories, in a fixed order). Numeric: ``lower``/``upper``
+    (declared bounds) and ``is_integer``.
+
+    >>> ColumnDomain(values=("F", "M")).categorical, ColumnDomain(lower=0, upper=9).categorical
+    (True, False)
+    """
+
+    values: tuple[Any, ...] | None = None
+    lower: float | None = None
+    upper: float | None = None
+    is_integer: bool = False
+
+    @property
+    def categorical(self) -> bool:
+        return self.values is not None
+
+    def contains(self, col: pd.Series) -> np.ndarray:
+        """Boolean mask of the entries of ``col`` inside this domain (NA never is; numbers are clamped
+        into the bounds, so any non-NA number is)."""
+        if self.values is not None:
+            return col.isin(list(self.values)).to_numpy() & col.notna().to_numpy()
+        return col.notna().to_numpy()
+
+
+def declared_domains(
+    spec: Any, columns: Sequence[str], *, categorical: Sequence[str] = (), table: str | None = None
+) -> dict[str, ColumnDomain]:
+    """``{column: ColumnDomain}`` from a policy's table spec (:class:`veil.policy.TableSpec`) alone.
+
+    A category column needs declared ``values``; a number declared ``lower`` and ``upper``; a column
+    in ``categorical`` (a class label) needs ``values``, or integer bounds spanning at most
+    :data:`MAX_INTEGER_CATEGORIES` values (its categories are then ``lower, …, upper``). Anything else
+    — an open category, an unbounded number, a date, an undeclared column — raises
+    :class:`~veil.errors.PolicyError` naming the column and what to declare: a synthetic table may
+    only hold values fixed by the policy, never values read from the rows (one person's rare value
+    would otherwise appear in the output only when they are in the table). The refusal depends on the
+    policy only, never on the data.
+
+    >>> from veil.policy import ColumnSpec, TableSpec
+    >>> spec = TableSpec("t", {"sex": ColumnSpec("sex", "category", values=("F", "M")),
+    ...                        "age": ColumnSpec("age", "int", lower=17, upper=90)})
+    >>> d = declared_domains(spec, ["sex", "age"])
+    >>> d["sex"].values, (d["age"].lower, d["age"].upper, d["age"].is_integer)
+    (('F', 'M'), (17.0, 90.0, True))
+    >>> declared_domains(TableSpec("t", {"job": ColumnSpec("job", "category")}), ["job"])
+    Traceback (most recent call last):
+    ...
+    veil.errors.PolicyError: column 'job' of table 't' has no declared domain: ...
+    """
+    name = table or getattr(spec, "name", "?")
+    where = f"[tables.{name}.columns]"
+    cats = set(categorical)
+    out: dict[str, ColumnDomain] = {}
+    for c in columns:
+        col = spec.columns.get(c) if spec is not None else None
+        if col is None:
+            raise PolicyError(
+                f"column {c!r} is not declared for table {name!r}: a synthetic table may only hold declared columns",
+                hint=f"Declare it in {where} with its values (a category) or lower/upper (a number)",
+            )
+        if col.values:
+            out[c] = ColumnDomain(values=tuple(col.values))
+        elif col.type == "bool":
+            out[c] = ColumnDomain(values=(False, True))
+        elif col.type in ("int", "float") and col.lower is not None and col.upper is not None:
+            lo, hi = float(col.lower), float(col.upper)
+            if c in cats:
+                if col.type != "int" or hi - lo + 1 > MAX_INTEGER_CATEGORIES:
+                    raise PolicyError(
+                        f"column {c!r} of table {name!r} is a class label but declares no values",
+                        hint=f"Declare its classes in {where}: {c} = {{ type = ..., values = [...] }}",
+                    )
+                out[c] = ColumnDomain(values=tuple(range(int(lo), int(hi) + 1)))
+            else:
+                out[c] = ColumnDomain(lower=lo, upper=hi, is_integer=col.type == "int")
+        else:
+            what = (
+                "values = [...] (its categories)"
+                if col.type in ("category", "date") or c in cats
+                else "lower = ... and upper = ... (its bounds)"
+            )
+            raise PolicyError(
+                f"column {c!r} of table {name!r} has no declared domain: a synthetic table may only hold values the "
+                "policy declares, never values read from the rows (a value one person alone holds would appear only "
+                "when they are in the table)",
+                hint=f"Declare {what} for {c!r} in {where}, or leave the column out",
+            )
+    return out
 
 
 @dataclass(frozen=True)
@@ -90,11 +204,14 @@ class TabularEncoder:
         categorical: tuple[str, ...] | list[str] | None = None,
         max_categories_numeric: int = 0,
         n_quantiles: int = 1000,
+        domains: Mapping[str, ColumnDomain] | None = None,
     ) -> TabularEncoder:
         """Fit on ``df``. ``categorical`` forces columns to be one-hot encoded.
 
         Numeric columns with at most ``max_categories_numeric`` distinct values are treated as
-        categorical too (0, the default, never does).
+        categorical too (0, the default, never does). With ``domains`` (publications: see the module
+        docstring) every column needs one, and ``df`` must hold in-domain rows only
+        (:meth:`in_domain`); the categories and numeric ranges come from the domains alone.
         """
         if df.shape[1] == 0:
             raise InputError("cannot encode a table with no columns", hint="Pass at least one column")
@@ -106,6 +223,8 @@ class TabularEncoder:
             raise InputError(
                 f"categorical columns {sorted(unknown)} are not in the table", hint=f"Choose among {list(df.columns)}"
             )
+        if domains is not None:
+            return cls._fit_declared(df, domains, n_quantiles)
         blocks: list[ColumnBlock] = []
         start = 0
         for name in df.columns:
@@ -140,6 +259,60 @@ class TabularEncoder:
             start += block.width
         return cls(tuple(str(c) for c in df.columns), tuple(blocks), start)
 
+    @classmethod
+    def _fit_declared(cls, df: pd.DataFrame, domains: Mapping[str, ColumnDomain], n_quantiles: int) -> TabularEncoder:
+        open_ = [str(c) for c in df.columns if c not in domains]
+        if open_:
+            raise PolicyError(
+                f"column {open_[0]!r} has no declared domain",
+                hint="Build the domains with declared_domains() from the policy, for every column",
+            )
+        outside = [str(c) for c in df.columns if not domains[c].contains(df[c]).all()]
+        if outside:
+            raise InputError(
+                f"column {outside[0]!r} has rows outside its declared domain",
+                hint="Keep only the rows TabularEncoder.in_domain() accepts before fitting",
+            )
+        blocks: list[ColumnBlock] = []
+        start = 0
+        for name in df.columns:
+            dom = domains[name]
+            col = df[name]
+            if dom.values is not None:
+                block = ColumnBlock(str(name), "categorical", start, len(dom.values), tuple(dom.values), dtype=str(col.dtype))
+            else:
+                if dom.lower is None or dom.upper is None or not dom.lower <= dom.upper:
+                    raise PolicyError(
+                        f"numeric column {name!r} needs declared bounds lower ≤ upper, got [{dom.lower}, {dom.upper}]",
+                        hint="Declare lower and upper in the policy",
+                    )
+                values = np.clip(col.to_numpy(dtype=float), dom.lower, dom.upper)
+                probs = np.linspace(0.0, 1.0, min(n_quantiles, max(len(values), 2)))
+                knots = np.quantile(values, probs) if len(values) else np.linspace(dom.lower, dom.upper, len(probs))
+                knots[0], knots[-1] = dom.lower, dom.upper  # the decoded range is the declared one, not the rows'
+                block = ColumnBlock(
+                    str(name),
+                    "numeric",
+                    start,
+                    1,
+                    quantiles=tuple(float(k) for k in knots),
+                    is_integer=dom.is_integer,
+                    dtype=str(col.dtype),
+                )
+            blocks.append(block)
+            start += block.width
+        return cls(tuple(str(c) for c in df.columns), tuple(blocks), start)
+
+    @staticmethod
+    def in_domain(df: pd.DataFrame, domains: Mapping[str, ColumnDomain]) -> np.ndarray:
+        """Mask of the rows of ``df`` whose every column (of those in ``domains``) is inside its domain:
+        the rows a generator may train on (the others are left out, as queries leave them out)."""
+        mask = np.ones(len(df), dtype=bool)
+        for c, dom in domains.items():
+            if c in df.columns:
+                mask &= dom.contains(df[c])
+        return mask
+
     # -- encode -------------------------------------------------------------------------
     def encode(self, df: pd.DataFrame) -> np.ndarray:
         """``df`` (same columns as at fit time) → float32 matrix of shape ``(len(df), width)``."""
@@ -164,9 +337,10 @@ class TabularEncoder:
                     )
                 out[np.arange(len(df)), b.start + codes.to_numpy(dtype=int)] = 1.0
             else:
+                q = np.asarray(b.quantiles)
                 x = col.to_numpy(dtype=float, na_value=np.nan)
                 na = np.isnan(x)
-                q = np.asarray(b.quantiles)
+                x = np.clip(x, q[0], q[-1])
                 ranks = _rank_in_knots(np.where(na, q[0], x), q)
                 p = np.clip(ranks, 1e-6, 1 - 1e-6)
                 out[:, b.start] = np.where(na, 0.0, _normal_ppf(p)).astype(np.float32)

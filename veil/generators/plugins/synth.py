@@ -5,6 +5,12 @@ Request keys: ``table``, ``method`` ("imposter" | "gan"), ``sensitive``, ``label
 them), ``seed``, ``output``, ``replace``. The model trains on 80 % of the rows; the release (the
 sensitive column, the label and the implicit attributes, all synthetic) is checked against the
 other 20 % (distance to closest record) by the gate.
+
+Every published column needs a declared domain (``values`` for categories, ``lower``/``upper`` for
+numbers; :func:`veil.generators.tabular_encoding.declared_domains`): the release holds declared
+values only and its conditions are uniform over them. The sensitive column, the label and the
+columns named in ``columns`` are checked in :meth:`SynthPlugin.plan` (policy only, before any data is
+read); detection only considers columns with a declared domain.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from veil.errors import InputError
+from veil.errors import InputError, PolicyError
 from veil.generators.publication import ColumnProtection, Plan, Publication
 from veil.generators.registry import PublishPlugin, RunEnv, register_plugin
 
@@ -48,6 +54,13 @@ class SynthPlugin(PublishPlugin):
             "columns": list(request.get("columns") or []),
             "seed": request.get("seed"),
         }
+        spec = policy.table(request["table"])
+        if spec is not None:
+            from veil.generators.tabular_encoding import declared_domains
+
+            cond = [params["sensitive"], *([params["label"]] if params["label"] else [])]
+            declared_domains(spec, cond, categorical=cond, table=request["table"])  # PolicyError if open
+            declared_domains(spec, params["columns"], table=request["table"])
         return Plan(
             kind=self.kind,
             method=method,
@@ -81,9 +94,16 @@ class SynthPlugin(PublishPlugin):
                         hint="Declare it in [tables.<table>.columns] if it is not an identifier, else leave it out",
                     )
         undeclared = [str(c) for c in data.columns if declared is not None and c not in declared]
+        # columns without a declared domain (open categories, unbounded numbers) can never be published
+        open_ = [str(c) for c in data.columns if str(c) not in undeclared and not _has_domain(env.spec, str(c))]
         data = data.dropna(subset=cond).reset_index(drop=True)
         detection = detect_implicit(
-            data, sensitive, theta=p["theta"], beta=p["beta"], exclude=[*([label] if label else []), *undeclared], seed=seed
+            data,
+            sensitive,
+            theta=p["theta"],
+            beta=p["beta"],
+            exclude=[*([label] if label else []), *undeclared, *(c for c in open_ if c not in cond)],
+            seed=seed,
         )
         implicit = list(p["columns"]) or list(detection.implicit)
         if not implicit:
@@ -101,6 +121,7 @@ class SynthPlugin(PublishPlugin):
             epochs=p["epochs"],
             batch_size=p["batch_size"],
             seed=model_seed,
+            domains=_domains(env, plan.source, [*cond, *implicit], cond),
         )
         t0 = time.perf_counter()
         model.fit(data)
@@ -109,7 +130,7 @@ class SynthPlugin(PublishPlugin):
         after = detect_implicit(released, sensitive, theta=0.0, beta=p["beta"], columns=implicit, seed=seed)
         how = "G(z | s" + (", y)" if label else ")") + f", λ = {p['lambda']}"
         columns = [
-            ColumnProtection(c, "synthesised", "drawn from the joint frequencies of the conditions in the training rows")
+            ColumnProtection(c, "synthesised", "drawn uniformly over the declared values (no frequency of the rows used)")
             for c in cond
         ]
         columns += [ColumnProtection(c, "synthesised", how) for c in implicit]
@@ -130,10 +151,33 @@ class SynthPlugin(PublishPlugin):
             columns=tuple(columns),
             synthetic=True,
             guarantee=(
-                "no formal guarantee: a synthetic table (conditions drawn from their training frequencies, implicit "
-                "attributes generated); checked against a holdout for reproduced training rows; other columns dropped"
+                "no formal guarantee: a synthetic table (conditions drawn uniformly over their declared values, implicit "
+                "attributes generated within their declared domains); checked against a holdout for reproduced "
+                "training rows; other columns dropped"
             ),
             params={**model.params(), "implicit_from": "columns" if p["columns"] else "detection"},
             metrics=metrics,
             extra={**model.params(), "implicit": implicit, **metrics},
         )
+
+
+def _has_domain(spec: Any, column: str) -> bool:
+    from veil.generators.tabular_encoding import declared_domains
+
+    try:
+        declared_domains(spec, [column])
+    except PolicyError:
+        return False
+    return True
+
+
+def _domains(env: RunEnv, table: str, columns: list[str], categorical: list[str]) -> Any:
+    """The declared domains of the published columns (policy only; PolicyError for an open one)."""
+    from veil.generators.tabular_encoding import declared_domains
+
+    if env.spec is None:
+        raise PolicyError(
+            f"table {table!r} has no spec in the policy: a synthetic table may only hold declared values",
+            hint=f"Declare [tables.{table}.columns] with values/lower/upper for every published column",
+        )
+    return declared_domains(env.spec, columns, categorical=categorical, table=table)
