@@ -9,6 +9,7 @@ from veil.generators.base import Context, get_generator
 
 NUM = ("age", "education_num", "hours_per_week", "capital_gain")
 BOUNDS = {"age": (17.0, 90.0), "education_num": (1.0, 16.0), "hours_per_week": (1.0, 99.0), "capital_gain": (0.0, 99999.0)}
+CATEGORIES = {"sex": ("Female", "Male"), "income": ("<=50K", ">50K")}  # declared domains (policy)
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +23,7 @@ def adult(shared_data) -> pd.DataFrame:
 def default_release(adult) -> tuple[pd.DataFrame, dict]:
     """The default GAN, shortened for test time (600 updates instead of ≈ 19,500 on all of Adult),
     seeded: a deterministic outcome."""
-    ctx = Context(columns=(*NUM, "sex"), target="income", bounds=BOUNDS, seed=3)
+    ctx = Context(columns=(*NUM, "sex"), target="income", bounds=BOUNDS, categories=CATEGORIES, seed=3)
     out = get_generator("gan")(epochs=40, batch_size=200, lr=1e-3).run(adult, ctx)
     return out.frame, dict(out.info)
 
@@ -60,7 +61,7 @@ def test_gan_threads_are_set_for_training_and_restored(adult) -> None:
 
     before = torch.get_num_threads()
     out = get_generator("gan")(epochs=1, threads=2, batch_size=200).run(
-        adult.head(400), Context(columns=NUM, target="income", seed=0)
+        adult.head(400), Context(columns=NUM, target="income", bounds=BOUNDS, categories=CATEGORIES, seed=0)
     )
     assert out.info["threads"] == 2 and torch.get_num_threads() == before
 

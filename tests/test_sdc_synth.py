@@ -39,9 +39,14 @@ def test_gan_learns_location_and_is_reproducible() -> None:
 
 
 def test_gan_generator_outputs_labels(adult) -> None:
-    out = get_generator("gan")(architecture=1, epochs=2, batch_size=256).run(
-        adult, Context(columns=COLS, target="income", seed=0)
+    ctx = Context(
+        columns=COLS,
+        target="income",
+        seed=0,
+        bounds={"age": (17, 90), "education_num": (1, 16), "hours_per_week": (1, 99)},
+        categories={"income": ("<=50K", ">50K")},
     )
+    out = get_generator("gan")(architecture=1, epochs=2, batch_size=256).run(adult, ctx)
     assert len(out.frame) == len(adult) and out.source is None
     assert set(out.frame["income"]) <= {"<=50K", ">50K"}
 

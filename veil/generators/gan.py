@@ -13,8 +13,12 @@ from real one-hots; at release, categories are *drawn* from the block's softmax 
 puts every row in the majority class — the collapse the paper's GAN showed on Adult, every row
 ``<=50K``). Discriminator: PacGAN (Lin et al. 2018): it judges ``pac`` samples concatenated, which
 penalises a generator that produces too little variety; LeakyReLU hidden layers; the original GAN
-loss with the non-saturating generator step; Adam. Decoded numbers are clamped into the declared
-domains (the policy bounds; the observed range otherwise).
+loss with the non-saturating generator step; Adam. Every column needs a declared domain (numbers:
+the policy's ``lower``/``upper``; categories and the label: its ``values``; a
+:class:`~veil.errors.PolicyError` otherwise): the encoder's one-hot blocks and numeric ranges are the
+declared ones (:mod:`veil.generators.tabular_encoding`), so no value one person alone holds (a rare
+category, an outlier) decides what the output may contain; rows outside the domains are left out of
+training.
 
 Training runs with ``threads`` torch and BLAS threads (default 1: fastest for these small models on a
 shared host) and restores the previous settings. Library code never seeds global torch state: a
@@ -240,16 +244,19 @@ class GAN(Generator):
             raise InputError(f"method {self.name!r} needs at least one column", hint="Pass --columns a,b,c")
 
     def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
-        from veil.generators.tabular_encoding import TabularEncoder
+        from veil.generators.tabular_encoding import ColumnDomain, TabularEncoder
 
         cols = [*ctx.columns, *([ctx.target] if ctx.target else [])]
-        frame_in = data[cols]
-        categorical = tuple(c for c in cols if c == ctx.target or not pd.api.types.is_numeric_dtype(frame_in[c]))
+        domains = _declared(ctx, cols, data)
+        frame_in = data[cols][TabularEncoder.in_domain(data[cols], domains)].reset_index(drop=True)
+        if len(frame_in) < 2:
+            raise InputError(f"the GAN needs at least 2 rows inside the declared domains, got {len(frame_in)}")
+        categorical = tuple(c for c in cols if domains[c].categorical)
         numeric = [c for c in cols if c not in categorical]
         rng = np.random.default_rng(ctx.seed)
         train_frame, spikes = split_mass_points(frame_in, numeric, rng=rng)
         flags = tuple(_flag(c) for c in spikes)
-        enc = TabularEncoder.fit(train_frame, categorical=(*categorical, *flags))
+        enc = TabularEncoder.fit(train_frame, domains={**domains, **dict.fromkeys(flags, ColumnDomain(values=(False, True)))})
         samples, info = train_gan(
             enc.encode(train_frame),
             architecture=self["architecture"],
@@ -290,6 +297,29 @@ class GAN(Generator):
                 "mass_points": {c: float(v) for c, v in spikes.items()},
             },
         )
+
+
+def _declared(ctx: Context, cols: Sequence[str], data: pd.DataFrame) -> dict[str, Any]:
+    """The declared domain of every column (``ctx.bounds`` for numbers, ``ctx.categories`` otherwise; the
+    column's dtype says whether it is integer); a PolicyError names the first open one."""
+    from veil.errors import PolicyError
+    from veil.generators.tabular_encoding import ColumnDomain
+
+    out: dict[str, Any] = {}
+    for c in cols:
+        if ctx.categories.get(c):
+            out[c] = ColumnDomain(values=tuple(ctx.categories[c]))
+        elif c in ctx.bounds and c != ctx.target:
+            lo, hi = (float(v) for v in ctx.bounds[c])
+            out[c] = ColumnDomain(lower=lo, upper=hi, is_integer=pd.api.types.is_integer_dtype(data[c]))
+        else:
+            what = "values = [...]" if c == ctx.target else "lower = ... and upper = ... (or values = [...])"
+            raise PolicyError(
+                f"column {c!r} has no declared domain: a GAN may only publish values the policy declares, never "
+                "values read from the rows (a value one person alone holds would appear only when they are in it)",
+                hint=f"Declare {what} for {c!r} in [tables.<table>.columns], or leave it out",
+            )
+    return out
 
 
 #: a numeric value holding at least this share of a column is modelled as its own mode

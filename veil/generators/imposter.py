@@ -348,7 +348,9 @@ class Imposter:
         cond_cols = [self.sensitive] + ([self.label] if self.label else [])
         rng = np.random.default_rng(_seed_from(seed))
         n = len(df) if rows is None else rows
-        conditions = pd.DataFrame({self.sensitive: np.array(self._s_values, dtype=object)[rng.integers(len(self._s_values), size=n)]})
+        conditions = pd.DataFrame(
+            {self.sensitive: np.array(self._s_values, dtype=object)[rng.integers(len(self._s_values), size=n)]}
+        )
         if self.label:
             conditions[self.label] = np.array(self._y_values, dtype=object)[rng.integers(len(self._y_values), size=n)]
         for name in cond_cols:

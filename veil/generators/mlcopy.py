@@ -90,7 +90,7 @@ def ml_copy(
             parts.append(rng.normal(zc.mean(axis=0), zc.std(axis=0), size=(m, z.shape[1])))
         elif sampling == "uniform":
             # one box for every class: the declared domain, in standardised units (data-independent draws)
-            parts.append(rng.uniform((lower - mu) / sd, (upper - mu) / sd, size=(m, z.shape[1])))  # type: ignore[operator]
+            parts.append(rng.uniform((lower - mu) / sd, (upper - mu) / sd, size=(m, z.shape[1])))
         else:
             raise InputError(f"sampling must be 'normal' or 'uniform', got {sampling!r}")
     zs = np.concatenate(parts)[rng.permutation(n_out)]

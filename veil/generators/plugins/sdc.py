@@ -43,9 +43,9 @@ def context(policy: Any, table: str, columns: list[str], target: str | None, see
         for c in cols
         if c in spec.columns and spec.columns[c].lower is not None and spec.columns[c].upper is not None
     }
-    categories = {}
-    if tgt and tgt in spec.columns and spec.columns[tgt].values:
-        categories[tgt] = tuple(spec.columns[tgt].values)
+    categories = {
+        c: tuple(spec.columns[c].values) for c in [*cols, *([tgt] if tgt else [])] if c in spec.columns and spec.columns[c].values
+    }
     return Context(columns=tuple(cols), target=tgt, bounds=bounds, seed=seed, progress=True, categories=categories)
 
 
