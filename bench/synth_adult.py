@@ -79,6 +79,33 @@ BOUNDS = {
     "hours_per_week": (1.0, 99.0),
 }
 IMPLICIT = ["relationship", "marital_status", "occupation", "hours_per_week"]
+#: Adult's categories as documented in the UCI description (``adult.names``): declared domains, as a policy
+#: declares them (synthetic generators emit declared values only)
+ADULT_CATEGORIES: dict[str, tuple[str, ...]] = {
+    "workclass": ("Private", "Self-emp-not-inc", "Self-emp-inc", "Federal-gov", "Local-gov", "State-gov", "Without-pay",
+                  "Never-worked"),
+    "marital_status": ("Married-civ-spouse", "Divorced", "Never-married", "Separated", "Widowed", "Married-spouse-absent",
+                       "Married-AF-spouse"),
+    "occupation": ("Tech-support", "Craft-repair", "Other-service", "Sales", "Exec-managerial", "Prof-specialty",
+                   "Handlers-cleaners", "Machine-op-inspct", "Adm-clerical", "Farming-fishing", "Transport-moving",
+                   "Priv-house-serv", "Protective-serv", "Armed-Forces"),
+    "relationship": ("Wife", "Own-child", "Husband", "Not-in-family", "Other-relative", "Unmarried"),
+    "race": ("White", "Asian-Pac-Islander", "Amer-Indian-Eskimo", "Other", "Black"),
+    "sex": ("Female", "Male"),
+    "income": ("<=50K", ">50K"),
+}  # fmt: skip
+
+
+def adult_domains(columns: list[str]) -> dict[str, Any]:
+    """The declared domains of ``columns`` (categories above, numeric bounds :data:`BOUNDS`)."""
+    from veil.generators.tabular_encoding import ColumnDomain
+
+    return {
+        c: ColumnDomain(values=ADULT_CATEGORIES[c])
+        if c in ADULT_CATEGORIES
+        else ColumnDomain(lower=BOUNDS[c][0], upper=BOUNDS[c][1], is_integer=True)
+        for c in columns
+    }
 
 
 def split(rows: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -196,7 +223,13 @@ def evaluate(
 def veil_gan(train: pd.DataFrame, epochs: int, seed: int, **params: Any) -> tuple[pd.DataFrame, list[str]]:
     from veil.generators.base import Context, get_generator
 
-    ctx = Context(columns=tuple(c for c in COLUMNS if c != "income"), target="income", bounds=BOUNDS, seed=seed)
+    ctx = Context(
+        columns=tuple(c for c in COLUMNS if c != "income"),
+        target="income",
+        bounds=BOUNDS,
+        categories=ADULT_CATEGORIES,
+        seed=seed,
+    )
     out = get_generator("gan")(epochs=epochs, **params).run(train, ctx)
     return out.frame, COLUMNS
 
@@ -204,7 +237,9 @@ def veil_gan(train: pd.DataFrame, epochs: int, seed: int, **params: Any) -> tupl
 def veil_ml_copy(train: pd.DataFrame, seed: int) -> tuple[pd.DataFrame, list[str]]:
     from veil.generators.base import Context, get_generator
 
-    ctx = Context(columns=tuple(NUMERIC), target="income", bounds=BOUNDS, seed=seed)
+    ctx = Context(
+        columns=tuple(NUMERIC), target="income", bounds=BOUNDS, categories={"income": ADULT_CATEGORIES["income"]}, seed=seed
+    )
     out = get_generator("ml_copy")().run(train, ctx)
     return out.frame, [*NUMERIC, "income"]
 
@@ -212,8 +247,12 @@ def veil_ml_copy(train: pd.DataFrame, seed: int) -> tuple[pd.DataFrame, list[str
 def veil_imposter(train: pd.DataFrame, seed: int, epochs: int) -> tuple[pd.DataFrame, list[str]]:
     from veil.generators.imposter import Imposter
 
-    model = Imposter(implicit=IMPLICIT, sensitive="sex", label="income", epochs=epochs, seed=seed).fit(train)
-    return model.publish(train, seed=seed + 1), COLUMNS
+    columns = ["sex", "income", *IMPLICIT]
+    model = Imposter(
+        implicit=IMPLICIT, sensitive="sex", label="income", epochs=epochs, seed=seed, domains=adult_domains(columns)
+    ).fit(train)
+    # as ``veil publish synth`` publishes: conditions uniform over the declared (sex, income) pairs
+    return model.publish(train, seed=seed + 1), columns
 
 
 def sdv(model: str, train: pd.DataFrame, seed: int, epochs: int) -> tuple[pd.DataFrame, list[str]] | None:

@@ -292,3 +292,19 @@ def test_publishing_an_open_column_is_refused_on_the_policy_alone(
         assert "p_out" not in published_tables(policy)
         errors.add(str(err.value))
     assert len(errors) == 1
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("sampling", ["normal", "uniform"])
+def test_ml_copy_never_labels_rows_with_a_class_one_person_holds(sampling: str) -> None:
+    """Person 7 alone has income = "top" (declared), with an outlying gain. Every leaf of the tree holds ≥ 5 rows
+    and predicts its majority, so "top" is never a label; with ``sampling=normal`` the one-row class is shrunk
+    towards the pooled moments, so no synthetic row sits on person 7's (gain, hours)."""
+    frame = people(200)
+    frame.loc[7, ["income", "gain", "hours"]] = ["top", 4999, 90]
+    for seed in range(5):
+        ctx = Context(columns=("gain", "hours"), target="income", bounds=BOUNDS, categories=CATEGORIES, seed=seed)
+        out = get_generator("ml_copy")(sampling=sampling).run(frame, ctx).frame
+        assert "top" not in set(out["income"])
+        near = (np.abs(out["gain"] - 4999) < 1) & (np.abs(out["hours"] - 90) < 1)
+        assert not near.any()

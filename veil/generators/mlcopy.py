@@ -13,7 +13,10 @@ never holds a number outside the declared bounds or an undeclared label, and wit
 ``sampling=uniform`` its inputs' range is the declared one whatever the extreme rows are (the
 paper's uniform draw between each class's raw min and max spanned one person's outlier). No formal
 guarantee: the per-class moments and the tree are computed from the raw data without noise (a copy
-of an outlier's region can survive with ``sampling=normal``).
+of an outlier's region can survive with ``sampling=normal``). Two changes to the paper's settings keep
+one person's values out: every leaf of the tree holds at least :data:`MIN_LEAF` rows, and the
+per-class moments are shrunk towards the pooled ones (:data:`PRIOR_ROWS`), so a class of one person is
+neither a predicted label nor a point mass on their row.
 
 >>> rng = np.random.default_rng(0)
 >>> x = np.r_[rng.normal(0, 1, (100, 2)), rng.normal(4, 1, (100, 2))]
@@ -40,6 +43,15 @@ __all__ = ["MLCopy", "ml_copy"]
 # The paper's Table 9 (best CART settings): gini → max depth 20, min_samples_split 0.05;
 # entropy → max depth 10, min_samples_split 0.01.
 TABLE9 = {"gini": (20, 0.05), "entropy": (10, 0.01)}
+#: Every leaf of the tree holds at least this many training rows (the paper's trees allow 1): a leaf's
+#: label is its majority, so a label fewer than 3 people hold can never be predicted — one person's rare
+#: class is not published by a leaf around their row.
+MIN_LEAF = 5
+#: ``sampling="normal"``: each class's mean and variance are shrunk towards the pooled ones as if the class
+#: had this many more rows of the pooled distribution; a class of one person (standard deviation 0)
+#: otherwise gives normal draws exactly on that person's values (a copy). Negligible for classes of
+#: hundreds of rows.
+PRIOR_ROWS = 10
 
 
 def ml_copy(
@@ -76,7 +88,9 @@ def ml_copy(
     sd = np.where(sd > 0, sd, 1.0)
     z = (x - mu) / sd
     depth, split = TABLE9[criterion]
-    tree = DecisionTreeClassifier(criterion=criterion, max_depth=depth, min_samples_split=split, random_state=seed)
+    tree = DecisionTreeClassifier(
+        criterion=criterion, max_depth=depth, min_samples_split=split, min_samples_leaf=MIN_LEAF, random_state=seed
+    )
     tree.fit(z, y)
     classes, counts = np.unique(y, return_counts=True)
     n_out = len(x) if n_out is None else n_out
@@ -87,7 +101,11 @@ def ml_copy(
     for cls, m in zip(classes, per, strict=True):
         zc = z[y == cls]
         if sampling == "normal":
-            parts.append(rng.normal(zc.mean(axis=0), zc.std(axis=0), size=(m, z.shape[1])))
+            # z is standardised: pooled mean 0, variance 1
+            w = len(zc) / (len(zc) + PRIOR_ROWS)
+            mean = w * zc.mean(axis=0)
+            var = w * (zc.var(axis=0) + (1 - w) * zc.mean(axis=0) ** 2) + (1 - w)
+            parts.append(rng.normal(mean, np.sqrt(var), size=(m, z.shape[1])))
         elif sampling == "uniform":
             # one box for every class: the declared domain, in standardised units (data-independent draws)
             parts.append(rng.uniform((lower - mu) / sd, (upper - mu) / sd, size=(m, z.shape[1])))
