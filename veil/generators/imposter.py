@@ -190,7 +190,7 @@ class Imposter:
         s = df[self.sensitive].map(s_index)
         if s.isna().any():
             bad = df[self.sensitive][s.isna()].iloc[0]
-            raise InputError(f"sensitive value {bad!r} was not seen in training", hint=f"Known: {list(self._s_values)}")
+            raise InputError(f"sensitive value {bad!r} is not {self._known}", hint=f"Known: {list(self._s_values)}")
         s_codes = s.to_numpy(dtype=np.int64)
         parts = [np.eye(len(self._s_values), dtype=np.float32)[s_codes]]
         if self.label:
@@ -198,7 +198,7 @@ class Imposter:
             y = df[self.label].map(y_index)
             if y.isna().any():
                 bad = df[self.label][y.isna()].iloc[0]
-                raise InputError(f"label value {bad!r} was not seen in training", hint=f"Known: {list(self._y_values)}")
+                raise InputError(f"label value {bad!r} is not {self._known}", hint=f"Known: {list(self._y_values)}")
             parts.append(np.eye(len(self._y_values), dtype=np.float32)[y.to_numpy(dtype=np.int64)])
         return np.hstack(parts), s_codes
 
@@ -362,6 +362,10 @@ class Imposter:
             if name in df.columns:
                 out[name] = _as_dtype(out[name], df[name].dtype)
         return out
+
+    @property
+    def _known(self) -> str:
+        return "a declared value" if self.domains is not None else "a value seen in training"
 
     def _used_domains(self) -> dict[str, ColumnDomain]:
         if self.domains is None:
