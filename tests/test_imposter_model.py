@@ -115,8 +115,19 @@ def test_bad_frames(toy: pd.DataFrame) -> None:
         Imposter(implicit=["colour"], sensitive="s", epochs=1).fit(bad)
     model = Imposter(implicit=["colour"], sensitive="s", epochs=1, batch_size=500, seed=0).fit(toy)
     other = toy.head(3).assign(s=["X", "M", "F"])
-    with pytest.raises(InputError, match="not seen in training"):
+    with pytest.raises(InputError, match="'X' is not a value seen in training"):
         model.generate(other)
+    declared = Imposter(
+        implicit=["colour"], sensitive="s", epochs=1, batch_size=500, seed=0, domains=_declared(toy, ["s", "colour"])
+    ).fit(bad)  # with declared domains a missing condition is left out, not refused
+    with pytest.raises(InputError, match="'X' is not a declared value"):
+        declared.generate(other)
+
+
+def _declared(frame: pd.DataFrame, columns: list[str]) -> dict:
+    from veil.generators.tabular_encoding import ColumnDomain
+
+    return {c: ColumnDomain(values=tuple(sorted(frame[c].dropna().unique()))) for c in columns}
 
 
 def test_d2_may_see_the_label(toy: pd.DataFrame) -> None:
