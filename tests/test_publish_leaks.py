@@ -42,11 +42,12 @@ def _publish(policy: Path, kind: str, *args: str) -> dict:
 def test_krr_publishes_only_the_randomised_columns(warehouse: Path) -> None:
     body = _publish(warehouse, "krr", "--columns", "sex,job", "--epsilon", "1", "--output", "p_krr")
     out = table(warehouse, "p_krr")
-    assert list(out.columns) == ["sex", "job"] and len(out) == 400
+    # 400 source rows: a discrete-Laplace row count at ε = 1 is within ±25 with probability 1 − 2.8e-11
+    assert list(out.columns) == ["sex", "job"] and abs(len(out) - 400) <= 25
     assert body["columns"] == {"sex": "randomised", "job": "randomised"}
     assert_no_source_column_copied(warehouse, "p_krr")
     rel = next(r for r in publications(warehouse) if r.table == "p_krr")
-    assert float(rel.epsilon) == 2.0 and rel.metrics["gate"]["columns"]["sex"]["protection"] == "randomised"
+    assert float(rel.epsilon) == 3.0 and rel.metrics["gate"]["columns"]["sex"]["protection"] == "randomised"
 
 
 @pytest.mark.slow
