@@ -115,8 +115,16 @@ def test_audit_pate_paper_figure_table_output() -> None:
         (["--no-student-noise", "--student-table", "_veil_bounded_adult"], "is not a table of the policy"),
         (["--no-student-noise", "--student-table", "nosuch"], "is not a table of the policy"),
     ],
-    ids=["no-rho-choice", "both-rho-choices", "undeclared-category", "too-many-queries", "private-student",
-         "private-student-with-noise", "internal-student", "unknown-student"],  # fmt: skip
+    ids=[
+        "no-rho-choice",
+        "both-rho-choices",
+        "undeclared-category",
+        "too-many-queries",
+        "private-student",
+        "private-student-with-noise",
+        "internal-student",
+        "unknown-student",
+    ],
 )
 def test_publish_pate_user_errors(policy_path: Path, tmp_path: Path, extra: list[str], message: str) -> None:
     model = tmp_path / "m.pt"
