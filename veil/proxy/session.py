@@ -149,6 +149,21 @@ def exact_keys(engine_types: Sequence[str]) -> Callable[[Sequence[Any]], tuple[A
     return lambda row: tuple(v if f is None else f(v) for f, v in zip(fixes, row, strict=True))
 
 
+def _readable_published(policy: Policy) -> set[str]:
+    """Published tables an analyst may read now: on Spark, not one whose publication is still committing.
+
+    Spark has no public mirror (the public engine reads the Spark database itself), and a publication is
+    recorded before its staged table is copied over the output name: until that copy finishes the name
+    still holds its old table — raw rows, when the curator replaced an undeclared table (red team s16,
+    A8). DuckDB's analysts read the mirror, which only the commit itself fills."""
+    published = set(published_tables(policy))
+    if policy.engine.kind == "spark":
+        from veil.store import warehouse
+
+        published -= {str(row["output"]) for row in warehouse.pending_publications(policy)}
+    return published
+
+
 @dataclass(frozen=True)
 class _PostRows:
     rows: list[tuple[Any, ...]]
@@ -227,7 +242,7 @@ class Env:
     def catalog(self, *, refresh: bool = False) -> Catalog:
         if self._catalog is None or refresh:
             policy = self.policy
-            names = sorted({n for n, t in policy.tables.items() if t.public} | set(published_tables(policy)))
+            names = sorted({n for n, t in policy.tables.items() if t.public} | _readable_published(policy))
             public = {n: dict(self.public_engine.table_columns(n)) for n in names}
             # a table declared public in the policy but absent from the mirror (a warehouse from before
             # the mirror) is copied into it; a *published* table never is: only the publish transaction
