@@ -251,8 +251,10 @@ def test_every_declared_table_is_an_account_capped_or_not() -> None:
     from veil.store.ledger import accounts_for
 
     policy = SimpleNamespace(
-        tables={"capped": SimpleNamespace(epsilon_total=Fraction(3), delta_total=None),
-                "open": SimpleNamespace(epsilon_total=None, delta_total=None)},  # fmt: skip
+        tables={
+            "capped": SimpleNamespace(epsilon_total=Fraction(3), delta_total=None),
+            "open": SimpleNamespace(epsilon_total=None, delta_total=None),
+        },
         analyst=lambda name: SimpleNamespace(epsilon=Fraction(10), delta=Fraction(0)),
     )
     keys = [a.key for a in accounts_for(policy, analyst="bob", tables=["capped", "open", "nosuch", "open"])]  # type: ignore[arg-type]
