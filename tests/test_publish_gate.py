@@ -236,3 +236,30 @@ def test_krr_refusal_follows_the_keep_probability_of_the_declared_domain(k: int)
                 gate.check_plan(plan)
         else:
             gate.check_plan(plan)
+
+
+@pytest.mark.parametrize(
+    ("declared", "published", "protection", "refused"),
+    [
+        ((1, 2, 3), [1, 2, 999], "randomised", True),  # an int column with declared values (red team s16 A6)
+        ((1, 2, 3), [1.0, 2.0, 3.0], "randomised", False),  # the same numbers as floats
+        ((True, False), [True, False], "randomised", False),
+        (("a", "b"), ["a", "b", "c"], "generalised", True),  # a raw value beside labels is still checked
+        (("a", "b"), ["a", "{a,b}", "*"], "generalised", False),  # k-anonymity labels in a generalised column
+        (("a", "b"), ["a", "{a,b}"], "randomised", True),  # …but only there
+        (("a", "b"), ["a", "x*"], "generalised", True),  # a raw value holding '*' is no label
+        ((1, 2), [1, "[1, 2]"], "generalised", False),
+    ],
+)
+def test_published_values_stay_in_the_declared_values(
+    declared: tuple[object, ...], published: list[object], protection: str, refused: bool
+) -> None:
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from veil.generators.gate import _out_of_domain
+
+    spec = SimpleNamespace(columns={"c": SimpleNamespace(values=declared, lower=None, upper=None)})
+    problem = _out_of_domain(pd.DataFrame({"c": published}), spec, None, {"c": protection})  # type: ignore[arg-type]
+    assert (problem is not None) == refused, problem
