@@ -185,6 +185,28 @@ def _is_generalised_label(value: Any) -> bool:
     return isinstance(value, str) and bool(re.fullmatch(r"\*|\[.*[\])]|\{.*\}", value))
 
 
+def _check_sensitive_combinations(frame: pd.DataFrame, pub: Publication, keys: list[str], need: int) -> None:
+    """k holds on every published column but any one sensitive column.
+
+    An attacker who knows all but one of a person's published values singles them out as surely with
+    "sensitive" values as with quasi-identifiers: with ``--qi sex`` and every other column sensitive,
+    k-anonymity on ``sex`` alone published the raw rows, each unique (red team s16, A10). So each
+    sensitive column may stay unknown, but the others count as quasi-identifiers."""
+    sensitive = [c for c in pub.sensitive if c in frame.columns]
+    if len(sensitive) < 2:
+        return
+    for s in sensitive:
+        others = [c for c in sensitive if c != s]
+        smallest = int(frame.groupby(keys + others, dropna=False, sort=False, observed=True).size().min())
+        if smallest < need:
+            raise PublicationRefused(
+                f"the sensitive columns {others} with the quasi-identifiers {keys} single out groups of {smallest} "
+                f"rows, below k = {need}: k must hold on every published column but one sensitive column",
+                hint="Publish one sensitive column per table, or name the others as quasi-identifiers (--qi) so they are "
+                "generalised too",
+            )
+
+
 def verify(
     plan: Plan,
     pub: Publication,
@@ -241,6 +263,7 @@ def verify(
         for s in pub.sensitive:
             if s in frame.columns:
                 l_div[s] = int(grouped[s].nunique(dropna=False).min())
+        _check_sensitive_combinations(frame, pub, keys, need)
 
     problem = _out_of_domain(frame, spec, plan, {c: info["protection"] for c, info in columns.items()})
     if problem is not None:
