@@ -266,9 +266,8 @@ class VeilConnection(Connection):
             count = server.throttle.finish(ticket, outcome)
         if outcome is not Outcome.OK:
             if outcome is Outcome.FAILED:
-                logger.warning(
-                    "failed login for user %r from %s (%d in a row for this user from this address)", self.username, self.peer, count
-                )
+                what = "failed login for user %r from %s (%d in a row for this user from this address)"
+                logger.warning(what, self.username, self.peer, count)
             else:
                 logger.info("login for user %r from %s ended before a password was sent", self.username, self.peer)
             await fatal(self.stream, AuthError.sqlstate, f'password authentication failed for user "{self.username}"')
