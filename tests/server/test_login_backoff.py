@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import multiprocessing
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.server import BOB_PASSWORD, PASSWORD, build_policy, dsn, raw_login, running_server
+from tests.support.server import BOB_PASSWORD, PASSWORD, build_policy, dsn, raw_login, running_server, startup_packet
 from veil.server.limits import LoginBackoff, LoginThrottle, LoginTicket, Outcome, ServerLimits
 from veil.server.shared import SharedLoginThrottle, SharedState
 
@@ -353,3 +354,19 @@ def test_unknown_and_known_users_wait_the_same(policy: Path) -> None:
         assert took[user][4] >= 0.35, took
         for i in range(5):
             assert abs(took[user][i] - took["alice"][i]) < 0.2, took
+
+
+@pytest.mark.slow
+def test_hanging_up_before_the_proof_costs_nothing(policy: Path) -> None:
+    """A client that leaves after the server's SCRAM request, before sending a proof (libpq does so
+    when it has no password yet), made no guess: 6 such visits leave the next login unslowed."""
+    with running_server(policy, limits=_limits(0.2, 1.6)) as st:
+        port = st.port  # type: ignore[attr-defined]
+        for _ in range(6):
+            with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=("127.0.0.41", 0)) as sock:
+                sock.sendall(startup_packet("alice"))
+                assert sock.recv(1) == b"R"  # AuthenticationSASL: admitted; now hang up
+        out, took = _raw(port, "alice", "wrong", "127.0.0.41")
+        assert out == "bad password" and took < 0.5, (out, took)  # 6 counted failures would wait 1.6 s
+        ok, took_ok = _raw(port, "alice", PASSWORD, "127.0.0.41")
+        assert ok == "ok" and took_ok < 0.5, (ok, took_ok)
