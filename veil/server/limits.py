@@ -15,6 +15,7 @@ veil.errors.TooManyConnections: sorry, too many clients already (2 connections o
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import enum
@@ -191,7 +192,7 @@ def _address_key(address: str) -> str:
     return f"a:{address}"
 
 
-class LoginBackoff:
+class LoginBackoff(abc.ABC):
     """Login backoff: the rules; where the entries live is up to the subclass
     (:class:`LoginThrottle` in this process, :class:`~veil.server.shared.SharedLoginThrottle`
     across worker processes).
@@ -231,14 +232,17 @@ class LoginBackoff:
 
     # --- storage (subclasses) --------------------------------------------------------------------
 
+    @abc.abstractmethod
     def _locked(self) -> contextlib.AbstractContextManager[object]:
-        raise NotImplementedError
+        """(Subclasses) the lock every read and write of entries happens under."""
 
+    @abc.abstractmethod
     def _get(self, key: str) -> ThrottleEntry:
-        raise NotImplementedError
+        """(Subclasses) the entry of a key (empty if none)."""
 
+    @abc.abstractmethod
     def _put(self, key: str, entry: ThrottleEntry, now: float) -> None:
-        raise NotImplementedError
+        """(Subclasses) store an entry (an empty one: forget the key)."""
 
     # --- rules -----------------------------------------------------------------------------------
 
