@@ -229,6 +229,8 @@ class LoginBackoff(abc.ABC):
         self._max = maximum
         self._forget_after = forget_after
         self._poll = poll
+        # waiters of this process sleep on an event that the next finished attempt sets (then re-check)
+        self._wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
 
     # --- storage (subclasses) --------------------------------------------------------------------
 
@@ -291,13 +293,33 @@ class LoginBackoff(abc.ABC):
 
     async def admit(self, address: str, user: str) -> LoginTicket:
         """Wait (on the event loop, never blocking it) until the attempt is admitted. The wait is
-        re-checked every ``poll`` seconds (or an eighth of the wait), so attempts of a pair whose
-        attempts in flight succeed go ahead at once."""
+        re-checked whenever an attempt of this process ends, and at least every ``poll`` seconds
+        (or an eighth of the wait; attempts ending in other worker processes are seen then), so
+        attempts waiting behind attempts in flight that succeed go ahead at once."""
         while True:
             wait, ticket = self.try_admit(address, user)
             if ticket is not None:
                 return ticket
-            await asyncio.sleep(min(wait, max(self._poll, wait / 8)))
+            loop = asyncio.get_running_loop()
+            if self._wake is None or self._wake[0] is not loop:
+                self._wake = (loop, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake[1].wait(), min(wait, max(self._poll, wait / 8)))
+
+    def _notify(self) -> None:
+        """Wake this process's waiting attempts (from any thread)."""
+        wake, self._wake = self._wake, None
+        if wake is None or wake[0].is_closed():
+            return
+        loop, event = wake
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            event.set()
+        else:
+            loop.call_soon_threadsafe(event.set)
 
     def finish(self, ticket: LoginTicket, outcome: Outcome, now: float | None = None) -> int:
         """Record how an admitted attempt ended; returns the pair's failures in a row."""
@@ -314,6 +336,7 @@ class LoginBackoff(abc.ABC):
                 self._put(key, entry, now)
                 if i == 0:
                     pair_failures = entry.failures
+        self._notify()
         return pair_failures
 
 
