@@ -112,6 +112,19 @@ def test_a_success_clears_only_its_own_pair(make: Make) -> None:
     assert throttle.delay("a", "dave", now=300.0) == _gap(3, 0.25, 30)
 
 
+def test_an_ipv6_client_counts_as_its_64(make: Make) -> None:
+    """A host holds a whole IPv6 /64: new addresses in it are the same client (pair and address);
+    another /64 is another client. IPv4-mapped addresses are their IPv4 address."""
+    throttle = make(base=1.0, maximum=30.0)
+    for i in range(3):
+        _fail(throttle, f"2001:db8:0:1::{i + 1:x}", f"user{i}", now=10.0 * i)  # 3 users, 3 addresses
+    assert throttle.delay("2001:db8:0:1:ffff::9", "dave", now=20.0) == 2.0  # the /64's count
+    assert throttle.delay("2001:db8:0:2::1", "dave", now=20.0) == 0
+    for i in range(3):
+        _fail(throttle, "::ffff:10.0.0.7" if i % 2 else "10.0.0.7", "erin", now=10.0 * i)
+    assert throttle.delay("10.0.0.7", "erin", now=20.0) == throttle.delay("::ffff:10.0.0.7", "erin", now=20.0) == 2.0
+
+
 def test_attempts_in_flight_each_wait_their_turn(make: Make) -> None:
     throttle = make(base=1.0, maximum=30.0)
     tickets = [throttle.try_admit("a", "carol", now=0.0) for _ in range(4)]  # no failures yet, 4 at once

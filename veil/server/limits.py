@@ -19,6 +19,7 @@ import abc
 import asyncio
 import contextlib
 import enum
+import ipaddress
 import threading
 import time
 from collections import OrderedDict
@@ -36,6 +37,7 @@ __all__ = [
     "Outcome",
     "ServerLimits",
     "ThrottleEntry",
+    "client_network",
 ]
 
 #: PostgreSQL's own cap on a startup packet (``MAX_STARTUP_PACKET_LENGTH``).
@@ -180,6 +182,24 @@ class LoginTicket:
     keys: tuple[str, ...]
 
 
+def client_network(address: str) -> str:
+    """The address a client is throttled as: an IPv4 address itself, an IPv6 address's /64 (one
+    host usually holds a whole /64 and can pick any address in it).
+
+    >>> client_network("10.0.0.7"), client_network("::ffff:10.0.0.7"), client_network("2001:db8:0:1:2:3:4:5")
+    ('10.0.0.7', '10.0.0.7', '2001:db8:0:1::/64')
+    """
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return address  # "local" (a Unix socket) or anything else: itself
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
 def _pair_key(address: str, user: str) -> str:
     return f"p{len(address)}:{address}{user}"  # the length prefix keeps (a, bc) and (ab, c) apart
 
@@ -199,11 +219,12 @@ class LoginBackoff(abc.ABC):
 
     Every attempt counts against keys: its (address, user) pair, and, unless that user has logged
     in from that address before (a *trusted* pair), also the user (from any address) and the
-    address (for any user). On a key with ``v`` = failures + attempts in flight, the next attempt
-    is admitted (its password checked) only ``base · 2^(v−2)`` seconds (at most ``maximum``) after
-    the key's last admission or failure; ``v < 2`` admits at once. An admitted attempt counts as a
-    failure until it ends, so parallel attempts each wait their own turn; it is admitted on all its
-    keys at once, under one lock. A success clears only its own pair's failures (and marks the pair
+    address (for any user); an IPv6 address counts as its /64 (:func:`client_network`). On a key
+    with ``v`` = failures + attempts in flight, the next attempt is admitted (its password checked)
+    only ``base · 2^(v−2)`` seconds (at most ``maximum``) after the key's last admission or
+    failure; ``v < 2`` admits at once. An admitted attempt counts as a failure until it ends, so
+    parallel attempts each wait their own turn; it is admitted on all its keys at once, under one
+    lock. A success clears only its own pair's failures (and marks the pair
     trusted); the user's and the address's counts fall only when ``forget_after`` seconds pass
     without a failure. Whether the user exists plays no part.
 
@@ -264,6 +285,7 @@ class LoginBackoff(abc.ABC):
         return max(0.0, entry.last + gap - now)
 
     def _keys(self, address: str, user: str, now: float) -> tuple[tuple[str, ...], list[ThrottleEntry]]:
+        address = client_network(address)
         pair_key = _pair_key(address, user)
         pair = self._load(pair_key, now)
         if pair.trusted:
