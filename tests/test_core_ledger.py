@@ -241,3 +241,31 @@ def test_each_query_does_work_independent_of_the_ledgers_history(tmp_path: Path,
         steps.append(count[0])
         led.close()
     assert steps[1] <= 2 * steps[0] + 50, f"{op}: {steps[0]} steps at 30 releases, {steps[1]} at 30,000"
+
+
+def test_every_declared_table_is_an_account_capped_or_not() -> None:
+    """An uncapped table's spend is recorded too, so a cap declared later counts the releases before it (red team
+    s16 A3); an undeclared name is no account."""
+    from types import SimpleNamespace
+
+    from veil.store.ledger import accounts_for
+
+    policy = SimpleNamespace(
+        tables={
+            "capped": SimpleNamespace(epsilon_total=Fraction(3), delta_total=None),
+            "open": SimpleNamespace(epsilon_total=None, delta_total=None),
+        },
+        analyst=lambda name: SimpleNamespace(epsilon=Fraction(10), delta=Fraction(0)),
+    )
+    keys = [a.key for a in accounts_for(policy, analyst="bob", tables=["capped", "open", "nosuch", "open"])]  # type: ignore[arg-type]
+    assert keys == ["analyst:bob", "table:capped", "table:open"]
+
+
+def test_a_cap_declared_later_counts_earlier_uncapped_spend(tmp_path: Path) -> None:
+    with Ledger(tmp_path / "l.sqlite") as led:
+        for _ in range(4):
+            r = led.reserve(Cost(Fraction(1), Fraction(0)), [Account.table("t", None, None)], actor="a", canonical_sql="q")
+            led.release(r, answer={}, statistics=[])
+        with pytest.raises(BudgetExhausted):
+            led.reserve(Cost(Fraction(1), Fraction(0)), [Account.table("t", Fraction(3), None)], actor="a", canonical_sql="q")
+        assert led.spent("table:t").epsilon == 4

@@ -124,7 +124,7 @@ def test_publish_synth_imposter_gan_and_krr(policy: Path) -> None:
             ],
         )
     )
-    assert krr["epsilon_total"] == 4.0 and krr["domains"]["hours_per_week"]["k"] == 99
+    assert krr["epsilon_total"] == 6.0 and krr["domains"]["hours_per_week"]["k"] == 100  # 2 columns + row count; NA
     pol = load_policy(policy)
     src, out = read_table(pol, "adult"), read_table(pol, "adult_imposter")
     # a synthetic table: the sensitive column, the label and the implicit attributes only, nothing copied
@@ -135,7 +135,7 @@ def test_publish_synth_imposter_gan_and_krr(policy: Path) -> None:
     assert set(recs) == {"imposter", "gan", "krr"}
     assert recs["imposter"].table == "adult_imposter" and recs["imposter"].params["theta"] == 0.01
     assert recs["imposter"].params["epochs"] == 2 and "sensitive_accuracy_after" in recs["imposter"].metrics
-    assert float(recs["krr"].epsilon) == 4.0 and recs["imposter"].epsilon is None
+    assert float(recs["krr"].epsilon) == 6.0 and recs["imposter"].epsilon is None
     again = runner.invoke(cli, ["publish", "synth", *common, "--output", "adult_gan"])
     assert again.exit_code == 2 and "exists as a published table" in again.output
     wrong = runner.invoke(cli, ["publish", "synth", *common, "--method", "gan", "--lambda", "2", "--output", "x"])

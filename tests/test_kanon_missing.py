@@ -71,9 +71,14 @@ def test_generator_and_audit_ncp_agree_when_a_non_qi_column_has_nulls(
     )
     res = anonymise(df, qi=qi, k=4, algorithm="mondrian", hierarchies=hier, missing=missing, seed=1, **kwargs)
     rep = audit_anonymity(res.table, qi, hierarchies=hier, population=_population(df, qi), missing=missing)
-    assert rep.ncp_percent == pytest.approx(res.ncp_percent, abs=1e-9)
+    # categorical QIs agree exactly; a numeric QI's class reaching the table's oldest row is published open
+    # ("[70, inf)", the extreme being one person's value), which the audit can only read as reaching the
+    # population's oldest (dropped here): its NCP is at least the generator's
     for col in qi:
-        assert rep.ncp_per_qi[col] == pytest.approx(res.ncp_per_qi[col], abs=1e-9), col
+        if col == "age":
+            assert rep.ncp_per_qi[col] >= res.ncp_per_qi[col] - 1e-9
+        else:
+            assert rep.ncp_per_qi[col] == pytest.approx(res.ncp_per_qi[col], abs=1e-9), col
 
 
 def test_categorical_som_columns_are_one_hot_encoded(adult) -> None:

@@ -109,8 +109,22 @@ def test_audit_pate_paper_figure_table_output() -> None:
         (["--student-rho", "0.5", "--no-student-noise"], "--student-rho"),
         (["--no-student-noise", "--features", "workclass"], "declared"),  # category without declared values
         (["--no-student-noise", "--queries", "5000", "--gamma", "0.01"], "--queries"),  # a non-vacuous ε
+        # the student learns from public records only (red team s16, A11): never a private or internal table
+        (["--no-student-noise", "--student-table", "adult"], "is private"),
+        (["--student-rho", "0.5", "--student-table", "adult"], "is private"),
+        (["--no-student-noise", "--student-table", "_veil_bounded_adult"], "is not a table of the policy"),
+        (["--no-student-noise", "--student-table", "nosuch"], "is not a table of the policy"),
     ],
-    ids=["no-rho-choice", "both-rho-choices", "undeclared-category", "too-many-queries"],
+    ids=[
+        "no-rho-choice",
+        "both-rho-choices",
+        "undeclared-category",
+        "too-many-queries",
+        "private-student",
+        "private-student-with-noise",
+        "internal-student",
+        "unknown-student",
+    ],
 )
 def test_publish_pate_user_errors(policy_path: Path, tmp_path: Path, extra: list[str], message: str) -> None:
     model = tmp_path / "m.pt"

@@ -20,7 +20,7 @@ def test_compare_sweeps_krr_and_kanon_through_the_gate(warehouse: Path) -> None:
     krr = ok_json(veil(*base, "--kind", "krr", "--columns", "sex,job", "--sweep", "0,0.5,2"))
     assert [r["epsilon"] for r in krr] == [0, 0.5, 2]
     assert krr[0]["gate"].startswith("refused: vacuous parameter: ε = 0")
-    assert [r["gate"] for r in krr[1:]] == ["passed", "passed"] and krr[2]["dp_epsilon"] == 4.0  # over the cap: not charged
+    assert [r["gate"] for r in krr[1:]] == ["passed", "passed"] and krr[2]["dp_epsilon"] == 6.0  # 2 columns + rows; not charged
     assert krr[1]["keep_probability"]["sex"] < krr[2]["keep_probability"]["sex"]
     kanon_args = ["--kind", "kanon", "--columns", "age,job", "--sensitive", "income", "--param", "algorithm=mondrian"]
     kanon = ok_json(veil(*base, *kanon_args, "--sweep", "1,5,20"))

@@ -120,18 +120,18 @@ def test_vacuous_epsilon_is_refused_for_every_dp_kind(warehouse: Path, eps: str)
 
 @pytest.mark.slow
 def test_dp_publications_are_charged_to_the_table_budget(tmp_path: Path) -> None:
-    policy = make_warehouse(tmp_path, table_budget="epsilon_total = 3")
+    policy = make_warehouse(tmp_path, table_budget="epsilon_total = 4")
     krr = ["publish", "krr", "--policy", policy, "--table", "people", "--columns", "sex,job", "--epsilon", "1", "--format=json"]
-    ok_json(veil(*krr, "--output", "k1"))  # 2 of 3
-    res = veil(*krr, "--output", "k2")  # 2 more: over the cap
+    ok_json(veil(*krr, "--output", "k1"))  # 3 of 4 (two columns and the row count)
+    res = veil(*krr, "--output", "k2")  # 3 more: over the cap
     assert res.exit_code == 2 and "BudgetExhausted" in res.output and "table 'people'" in res.output, res.output
     assert "k2" not in tables(policy)
-    ok_json(veil(*krr[:-3], "--columns", "sex", "--epsilon", "1", "--format", "json", "--output", "k3"))  # exactly 3
+    ok_json(veil(*krr[:-3], "--columns", "sex", "--epsilon", "0.5", "--format", "json", "--output", "k3"))  # exactly 4
     dp = _sdc(policy, "dp_microagg_laplace", "--param", "epsilon=0.5", output="d1")
     assert dp.exit_code == 2 and "BudgetExhausted" in dp.output
     budget = ok_json(veil("budget", "--policy", policy, "--format", "json"))
     assert budget["tables"] == [
-        {"table": "people", "epsilon_total": 3.0, "epsilon_spent": 3.0, "epsilon_remaining": 0.0,
+        {"table": "people", "epsilon_total": 4.0, "epsilon_spent": 4.0, "epsilon_remaining": 0.0,
          "delta_total": None, "delta_spent": 0.0, "delta_remaining": None}
     ]  # fmt: skip
     assert {a["analyst"] for a in budget["analysts"]} == {"bob", "carol"}
@@ -150,7 +150,7 @@ def test_a_publication_actor_who_is_an_analyst_is_charged_too(tmp_path: Path) ->
 
     policy_path = make_warehouse(tmp_path)
     policy = load_policy(policy_path)
-    request = {"table": "people", "columns": ["sex"], "epsilon": 1.5, "output": "k1"}
+    request = {"table": "people", "columns": ["sex"], "epsilon": 0.75, "output": "k1"}  # 1.5 with the row count
     publish(policy, "krr", request, actor="bob", progress=False)
     with pytest.raises(Exception, match="analyst 'bob'"):
         publish(policy, "krr", {**request, "output": "k2"}, actor="bob", progress=False)
@@ -218,7 +218,8 @@ def test_vacuous_parameter_thresholds(checks: dict[str, float], refused: bool) -
 
 @pytest.mark.parametrize("k", [2, 3, 10, 74])
 def test_krr_refusal_follows_the_keep_probability_of_the_declared_domain(k: int) -> None:
-    """Data-independent: the plan (no data read) is refused exactly when e^ε/(e^ε + k − 1) > 0.9."""
+    """Data-independent: the plan (no data read) is refused exactly when e^ε/(e^ε + k − 1) > 0.9, k counting the
+    declared values and NA (always in a kRR domain)."""
     from types import SimpleNamespace
 
     from veil.errors import PublicationRefused
@@ -230,8 +231,35 @@ def test_krr_refusal_follows_the_keep_probability_of_the_declared_domain(k: int)
     policy = SimpleNamespace(table=lambda name: spec)
     for eps in (0.5, 1.0, 2.0, 2.2, 3.0, 5.0, 8.0, 16.0):
         plan = KRRPlugin().plan(policy, {"table": "t", "columns": ["c"], "epsilon": eps, "output": "o"})
-        if keep_probability(eps, k) > gate.MAX_KEEP_PROBABILITY:
+        if keep_probability(eps, k + 1) > gate.MAX_KEEP_PROBABILITY:
             with pytest.raises(PublicationRefused, match="keep probability"):
                 gate.check_plan(plan)
         else:
             gate.check_plan(plan)
+
+
+@pytest.mark.parametrize(
+    ("declared", "published", "protection", "refused"),
+    [
+        ((1, 2, 3), [1, 2, 999], "randomised", True),  # an int column with declared values (red team s16 A6)
+        ((1, 2, 3), [1.0, 2.0, 3.0], "randomised", False),  # the same numbers as floats
+        ((True, False), [True, False], "randomised", False),
+        (("a", "b"), ["a", "b", "c"], "generalised", True),  # a raw value beside labels is still checked
+        (("a", "b"), ["a", "{a,b}", "*"], "generalised", False),  # k-anonymity labels in a generalised column
+        (("a", "b"), ["a", "{a,b}"], "randomised", True),  # …but only there
+        (("a", "b"), ["a", "x*"], "generalised", True),  # a raw value holding '*' is no label
+        ((1, 2), [1, "[1, 2]"], "generalised", False),
+    ],
+)
+def test_published_values_stay_in_the_declared_values(
+    declared: tuple[object, ...], published: list[object], protection: str, refused: bool
+) -> None:
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from veil.generators.gate import _out_of_domain
+
+    spec = SimpleNamespace(columns={"c": SimpleNamespace(values=declared, lower=None, upper=None)})
+    problem = _out_of_domain(pd.DataFrame({"c": published}), spec, None, {"c": protection})  # type: ignore[arg-type]
+    assert (problem is not None) == refused, problem

@@ -8,7 +8,7 @@ import pytest
 
 from veil.errors import InputError
 from veil.generators.base import Context, generator_names, get_generator, grid_points, parse_param_args
-from veil.generators.sdc import dbscan_groups, mdav, noise_addition, rank_swap, replace_by_centroids, standardise
+from veil.generators.sdc import CODED_TAIL, dbscan_groups, mdav, noise_addition, rank_swap, replace_by_centroids, standardise
 
 COLS = ("age", "education_num", "hours_per_week", "capital_gain")
 
@@ -106,7 +106,10 @@ def test_rank_swap_permutes_within_window() -> None:
     rng = np.random.default_rng(3)
     x = rng.permutation(1000).astype(float).reshape(-1, 1)  # values = ranks
     out = rank_swap(x, 5.0, np.random.default_rng(4))
-    assert sorted(out[:, 0]) == sorted(x[:, 0])  # same multiset
+    k = CODED_TAIL
+    coded = np.clip(np.sort(x[:, 0]), k - 1, 1000 - k)  # the same multiset with its tails coded
+    assert sorted(out[:, 0]) == coded.tolist()
+    assert out.min() == k - 1 and out.max() == 1000 - k and (out == 1000 - k).sum() >= k  # an extreme is ≥ k rows'
     assert np.abs(out - x).max() <= 50  # within 5 % of 1000 ranks
     assert (out != x).mean() > 0.9  # nearly every value swapped
     with pytest.raises(InputError, match=r"p=0\.0"):  # swapping nothing is refused, never published

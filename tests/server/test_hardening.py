@@ -150,14 +150,15 @@ def test_brute_force_is_slowed_per_address_and_logged(policy: Path, caplog: pyte
         # waits before attempts 3..6: 0.2, 0.4, 0.8, 1.6 s
         assert took[5] >= 1.5 and sum(took) >= 2.9, took
         t0 = time.monotonic()
-        sock, sqlstate = raw_login(port, "alice", "guess-elsewhere", source="127.0.0.2")
-        assert sqlstate == "28P01" and time.monotonic() - t0 < 1.0  # another address is not slowed
+        sock, sqlstate = raw_login(port, "bob", "guess-elsewhere", source="127.0.0.2")
+        assert sqlstate == "28P01" and time.monotonic() - t0 < 1.0  # another user from another address is not slowed
         sock, sqlstate = raw_login(port, "alice", PASSWORD, timeout=15)  # the right password still gets in
         assert sock is not None and sqlstate is None
         sock.close()
         t0 = time.monotonic()
         sock, sqlstate = raw_login(port, "alice", "guess-after-success")
-        assert time.monotonic() - t0 < 1.0  # a success cleared the address's record
+        assert time.monotonic() - t0 < 1.0  # a success cleared the (address, alice) record
+    # alice's failures from other addresses, other users' logins: tests/server/test_login_backoff.py
     failed = [r.getMessage() for r in caplog.records if "failed login" in r.getMessage()]
     assert len(failed) >= 7
     assert "failed login for user 'alice' from 127.0.0.1" in failed[0]

@@ -1,4 +1,5 @@
-"""Unit tests of the server's limits: login backoff, connection slots, token limits, durations."""
+"""Unit tests of the server's limits: connection slots, token limits, durations (the login backoff:
+test_login_backoff.py)."""
 
 from __future__ import annotations
 
@@ -7,33 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from veil.errors import InputError, QueryTooComplex, TooManyConnections
-from veil.server.limits import ConnectionSlots, LoginThrottle, ServerLimits
+from veil.server.limits import ConnectionSlots, ServerLimits
 from veil.server.routing import split
 from veil.server.settings import parse_duration
-
-
-def test_backoff_doubles_per_address_and_clears_on_success() -> None:
-    throttle = LoginThrottle(base=0.25, maximum=2.0)
-    assert throttle.delay("a", now=0) == 0
-    throttle.failed("a", now=0)
-    assert throttle.delay("a", now=0) == 0  # one failure: no wait yet
-    waits = []
-    for n in range(2, 8):
-        throttle.failed("a", now=100 * n)
-        waits.append(throttle.delay("a", now=100 * n))
-    assert waits == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0]  # doubling, capped
-    assert throttle.delay("a", now=700 + 1.5) == pytest.approx(0.5)  # the wait runs from the last failure
-    assert throttle.delay("b", now=700) == 0  # other addresses are not slowed
-    throttle.succeeded("a")
-    assert throttle.delay("a", now=700) == 0
-
-
-def test_backoff_memory_is_bounded() -> None:
-    throttle = LoginThrottle(base=1, maximum=1, capacity=3)
-    for i in range(10):
-        throttle.failed(f"10.0.0.{i}", now=0)
-        throttle.failed(f"10.0.0.{i}", now=0)
-    assert [throttle.delay(f"10.0.0.{i}", now=0) > 0 for i in range(10)] == [False] * 7 + [True] * 3
 
 
 def test_connection_slots() -> None:

@@ -21,8 +21,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.support.server import BOB_PASSWORD, PASSWORD, build_policy, dsn, make_cert
-from veil.server.limits import ServerLimits
+from tests.support.server import BOB_PASSWORD, PASSWORD, build_policy, dsn, make_cert, raw_login
+from veil.server.limits import Outcome, ServerLimits
 from veil.server.shared import ProcessShare, SharedConnectionSlots, SharedLoginThrottle, SharedState
 
 pytestmark = pytest.mark.slow
@@ -194,6 +194,30 @@ def test_connections_per_analyst_count_across_workers(served: tuple[Path, int]) 
     finally:
         for c in conns:
             c.close()
+
+
+def test_login_backoff_holds_across_workers(served: tuple[Path, int]) -> None:
+    """Parallel wrong guesses at carol land in both workers; each still waits its own turn (the
+    backoff's counts, attempts in flight included, live in shared memory): after 2 failures, 4 at
+    once are answered after 0.25, 0.75, 1.75 and 3.75 s (the default backoff), not all after 0.25 s."""
+    _policy, port = served
+    for i in range(2):
+        assert raw_login(port, "carol", f"seq-{i}", source="127.0.0.9")[1] == "28P01"
+    results: list[tuple[str | None, float]] = [(None, 0.0)] * 4
+    t0 = time.monotonic()
+
+    def go(i: int) -> None:
+        _sock, sqlstate = raw_login(port, "carol", f"par-{i}", source="127.0.0.9", timeout=30)
+        results[i] = (sqlstate, time.monotonic() - t0)
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert [r[0] for r in results] == ["28P01"] * 4, results
+    answered = sorted(t for _, t in results)
+    assert all(a >= due - 0.05 for a, due in zip(answered, (0.25, 0.75, 1.75, 3.75), strict=True)), answered
 
 
 def test_cancel_request_reaches_the_worker_that_runs_the_query(served: tuple[Path, int]) -> None:
@@ -430,7 +454,15 @@ def _login_in_child(state: SharedState, limits: ServerLimits, analyst: str, out:
 def _fail_in_child(state: SharedState, address: str, times: int) -> None:
     throttle = SharedLoginThrottle(state, base=0.25, maximum=30)
     for _ in range(times):
-        throttle.failed(address, now=100.0)
+        _, ticket = throttle.try_admit(address, "carol", now=100.0)
+        if ticket is None:
+            raise RuntimeError("not admitted")
+        throttle.finish(ticket, Outcome.FAILED, now=100.0)
+
+
+def _admit_in_child(state: SharedState, address: str, now: float, out: object) -> None:
+    throttle = SharedLoginThrottle(state, base=0.25, maximum=30)
+    out.put(throttle.try_admit(address, "carol", now=now)[1] is not None)  # type: ignore[attr-defined]
 
 
 def test_shared_slots_and_throttle_hold_across_processes() -> None:
@@ -455,17 +487,22 @@ def test_shared_slots_and_throttle_hold_across_processes() -> None:
     assert slots.total == 1
     slots.acquire("bob")
     throttle = SharedLoginThrottle(state, base=0.25, maximum=30)
-    p = ctx.Process(target=_fail_in_child, args=(state, "10.0.0.7", 3))
+    p = ctx.Process(target=_fail_in_child, args=(state, "10.0.0.7", 2))
     p.start()
     p.join(60)
     assert p.exitcode == 0
-    assert throttle.delay("10.0.0.7", now=100.0) == 0.5  # 3 failures in the other process: 0.5 s
-    assert throttle.delay("10.0.0.7", now=100.2) == pytest.approx(0.3)
-    assert throttle.delay("10.0.0.8", now=100.0) == 0
-    assert throttle.failed("10.0.0.7", now=101.0) == 4
-    assert throttle.delay("10.0.0.7", now=101.0) == 1.0
-    throttle.succeeded("10.0.0.7")
-    assert throttle.delay("10.0.0.7") == 0
+    assert throttle.delay("10.0.0.7", "carol", now=100.0) == 0.25  # 2 failures in the other process
+    assert throttle.delay("10.0.0.8", "carol", now=100.0) == 0.25  # carol's count, from any address
+    assert throttle.delay("10.0.0.8", "dave", now=100.0) == 0
+    _, ticket = throttle.try_admit("10.0.0.7", "carol", now=100.25)
+    assert ticket is not None
+    for now, admitted in ((100.5, False), (100.75, True)):  # in flight here: the other process waits its turn
+        p = ctx.Process(target=_admit_in_child, args=(state, "10.0.0.7", now, out))
+        p.start()
+        p.join(60)
+        assert p.exitcode == 0 and out.get(timeout=10) is admitted
+    assert throttle.finish(ticket, Outcome.FAILED, now=101.0) == 3
+    assert throttle.delay("10.0.0.7", "carol", now=101.0) == 1.0  # 3 failures + the child's attempt in flight
     state.close_lock()
 
 
@@ -473,14 +510,17 @@ def test_throttle_forgets_within_a_bucket_only_the_oldest() -> None:
     ctx = multiprocessing.get_context("spawn")
     state = SharedState(ctx, ServerLimits())
     throttle = SharedLoginThrottle(state, base=1, maximum=30)
-    addresses = [f"10.1.{i // 256}.{i % 256}" for i in range(40_000)]
-    for i, a in enumerate(addresses):
-        throttle.failed(a, now=float(i))
-        throttle.failed(a, now=float(i))
-    n = len(addresses)
-    kept = sum(throttle.delay(addresses[i], now=float(i)) > 0 for i in range(n - 2000, n))
-    assert kept > 1900  # the most recent failures are remembered (a bucket of 4 rarely overflows among 4 k slots' worth)
-    assert sum(throttle.delay(a, now=float(i)) > 0 for i, a in enumerate(addresses)) <= 16_384  # bounded memory
+    pairs = [(f"10.1.{i // 256}.{i % 256}", f"u{i}") for i in range(12_000)]  # 36,000 keys (pair, user, address)
+    for i, (a, u) in enumerate(pairs):
+        for _ in range(2):
+            _, ticket = throttle.try_admit(a, u, now=float(i))
+            assert ticket is not None
+            throttle.finish(ticket, Outcome.FAILED, now=float(i))
+    n = len(pairs)
+    kept = sum(throttle.delay(a, u, now=float(i)) > 0 for i, (a, u) in enumerate(pairs) if i >= n - 600)
+    assert kept == 600  # the most recent failures are remembered (each of the pair's 3 keys slows it alone)
+    assert sum(1 for slot in state.failures if slot.used) <= 16_384  # bounded memory
+    assert sum(throttle.delay(a, u, now=float(i)) > 0 for i, (a, u) in enumerate(pairs[:600])) < 300  # the oldest forgotten
     state.close_lock()
 
 

@@ -31,6 +31,7 @@ any other missing QI are left out, and a numeric QI's NCP range is its range ove
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,10 +54,14 @@ def _read_text(path: Path) -> str:
         return raw.decode("latin-1")
 
 
-__all__ = ["AnonymityReport", "audit_anonymity", "leaf_counts_from_dir", "parse_generalised"]
+__all__ = ["AnonymityReport", "audit_anonymity", "finite_ends", "leaf_counts_from_dir", "parse_generalised"]
 
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
 _INTERVAL = re.compile(rf"^\s*\[\s*({_NUM})\s*,\s*({_NUM})\s*\]\s*$")
+# an interval open at the column's smallest / largest value (the generator never writes that one value)
+_OPEN_LOW = re.compile(rf"^\s*\(\s*-inf\s*,\s*({_NUM})\s*\]\s*$")
+_OPEN_HIGH = re.compile(rf"^\s*\[\s*({_NUM})\s*,\s*inf\s*\)\s*$")
+_OPEN_BOTH = re.compile(r"^\s*\(\s*-inf\s*,\s*inf\s*\)\s*$")
 _NUMBER = re.compile(rf"^\s*({_NUM})\s*$")
 _MISSING_LEAF = "?"
 
@@ -174,11 +179,11 @@ def leaf_counts_from_dir(directory: str | Path | None, columns: Sequence[str]) -
 
 # ------------------------------------------------------------------------ parsing
 def parse_generalised(values: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
-    """``(lo, hi)`` float arrays if every value is a number or ``[lo, hi]``; else None.
+    """``(lo, hi)`` float arrays if every value is a number, ``[lo, hi]``, ``(-inf, hi]`` or ``[lo, inf)``; else None.
 
-    >>> lo, hi = parse_generalised(pd.Series(["3", "[1, 5]", "2.5"]))
+    >>> lo, hi = parse_generalised(pd.Series(["3", "[1, 5]", "2.5", "[6, inf)"]))
     >>> lo.tolist(), hi.tolist()
-    ([3.0, 1.0, 2.5], [3.0, 5.0, 2.5])
+    ([3.0, 1.0, 2.5, 6.0], [3.0, 5.0, 2.5, inf])
     >>> parse_generalised(pd.Series(["Male", "*"])) is None
     True
     """
@@ -193,12 +198,34 @@ def parse_generalised(values: pd.Series) -> tuple[np.ndarray, np.ndarray] | None
         if m:
             lo_map[text], hi_map[text] = float(m.group(1)), float(m.group(2))
             continue
+        m = _OPEN_LOW.match(text)
+        if m:
+            lo_map[text], hi_map[text] = -math.inf, float(m.group(1))
+            continue
+        m = _OPEN_HIGH.match(text)
+        if m:
+            lo_map[text], hi_map[text] = float(m.group(1)), math.inf
+            continue
+        if _OPEN_BOTH.match(text):
+            lo_map[text], hi_map[text] = -math.inf, math.inf
+            continue
         m = _NUMBER.match(text)
         if not m:
             return None
         lo_map[text] = hi_map[text] = float(m.group(1))
     s = values.astype(str)
     return s.map(lo_map).to_numpy(dtype=np.float64), s.map(hi_map).to_numpy(dtype=np.float64)
+
+
+def finite_ends(
+    lo: np.ndarray, hi: np.ndarray, low: float | None = None, high: float | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``lo``/``hi`` with open ends (±inf) at ``low``/``high`` (default: the smallest/largest finite end)."""
+    ends = np.concatenate([lo, hi])
+    finite = ends[np.isfinite(ends)]
+    low = float(finite.min()) if low is None and len(finite) else (0.0 if low is None else low)
+    high = float(finite.max()) if high is None and len(finite) else (0.0 if high is None else high)
+    return np.where(np.isneginf(lo), low, lo), np.where(np.isposinf(hi), high, hi)
 
 
 def _emd(class_ids: np.ndarray, n_classes: int, values: pd.Series) -> float:
@@ -349,8 +376,10 @@ def audit_anonymity(
         if parsed is not None:
             lo, hi = parsed
             if population is not None and col in population and pd.api.types.is_numeric_dtype(population[col]):
+                lo, hi = finite_ends(lo, hi, float(population[col].min()), float(population[col].max()))
                 span = float(population[col].max() - population[col].min())
             else:
+                lo, hi = finite_ends(lo, hi)
                 span = float(np.nanmax(hi) - np.nanmin(lo))
             per_qi[col] = float(np.mean((hi - lo) / span)) if span > 0 else 0.0
             continue

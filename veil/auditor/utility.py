@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from veil.auditor.anonymity import parse_generalised
+from veil.auditor.anonymity import finite_ends, parse_generalised
 from veil.errors import InputError, did_you_mean
 
 __all__ = ["MODELS", "encode_features", "utility_report"]
@@ -84,7 +84,7 @@ def encode_features(frame: pd.DataFrame) -> pd.DataFrame:
         s = frame[col]
         parsed = parse_generalised(s)
         if parsed is not None:
-            lo, hi = parsed
+            lo, hi = finite_ends(*parsed)
             parts.append(pd.DataFrame({col: (lo + hi) / 2.0}, index=frame.index))
         else:
             parts.append(pd.get_dummies(s.astype(str), prefix=col, dtype=np.float64))

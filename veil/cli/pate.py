@@ -48,7 +48,7 @@ _DELTA = click.FloatRange(min=0, max=1, min_open=True, max_open=True)
     help="box: noise each [0,1]-scaled feature; l1: L1-normalise each record first (paper's 2ρ-LDP).",
 )
 @click.option("--delta", type=_DELTA, default=1e-5, show_default=True, help="δ of the (ε, δ) guarantee.")
-@click.option("--student-table", default=None, help="Table of student records (default: hold rows out of --table).")
+@click.option("--student-table", default=None, help="Public table of student records (default: hold rows out of --table).")
 @click.option(
     "--validation",
     type=click.IntRange(min=0),

@@ -31,6 +31,7 @@ vacuous parameter: k = 1 (a group guarantee needs k ≥ 2)
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,7 +134,22 @@ def check_plan(plan: Plan) -> None:
         check_plan_values({"epsilon": float(plan.epsilon)})
 
 
-def _out_of_domain(frame: pd.DataFrame, spec: Any, plan: Plan) -> str | None:
+def _same_value(v: Any) -> Any:
+    """A value as its domain compares it: numbers by value (1 == 1.0 == numpy 1), anything else as text."""
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v))
+    if isinstance(v, (int, float, np.integer, np.floating)):
+        return float(v)
+    return str(v)
+
+
+def _out_of_domain(frame: pd.DataFrame, spec: Any, plan: Plan, protections: Mapping[str, str]) -> str | None:
+    """A published value outside its column's declared ``values`` (of any type) or ``[lower, upper]``.
+
+    Only a column the publication *generalises* (k-anonymity) may hold labels that are not domain values
+    ("[20-30)", "{a,b}", "*"), and only labels: a raw value that is neither declared nor such a label is
+    refused in every column (red team s16, A6: an int column with declared values was never checked, and
+    one label in a column waived the check for all its values)."""
     if spec is None:
         return None
     for name in frame.columns:
@@ -141,10 +157,13 @@ def _out_of_domain(frame: pd.DataFrame, spec: Any, plan: Plan) -> str | None:
         if col is None:
             continue
         values = frame[name].dropna()
-        if getattr(col, "values", None) and not pd.api.types.is_numeric_dtype(values):
-            bad = set(map(str, values.unique())) - set(map(str, col.values))
-            if bad and not _is_generalised(values):
-                return f"column {name!r} has value {sorted(bad)[0]!r} outside the declared values"
+        declared = getattr(col, "values", None)
+        if declared:
+            allowed = {_same_value(v) for v in declared}
+            labels = protections.get(str(name)) == "generalised"
+            for v in values.unique():
+                if _same_value(v) not in allowed and not (labels and _is_generalised_label(v)):
+                    return f"column {name!r} has value {v!r} outside the declared values"
         elif getattr(col, "lower", None) is not None and pd.api.types.is_numeric_dtype(values) and len(values):
             lo, hi = float(col.lower), float(col.upper)
             vmin, vmax = float(values.min()), float(values.max())
@@ -161,9 +180,31 @@ def _undeclared(columns: Mapping[str, Any], train: pd.DataFrame, spec: Any) -> l
     return [c for c in columns if c in train.columns and c not in declared]
 
 
-def _is_generalised(values: pd.Series) -> bool:
+def _is_generalised_label(value: Any) -> bool:
     # generalised k-anonymity labels ("[20-30)", "{a,b}", "*") are not domain values
-    return bool(values.astype(str).str.contains(r"[\[\]{}*]", regex=True).any())
+    return isinstance(value, str) and bool(re.fullmatch(r"\*|\[.*[\])]|\{.*\}", value))
+
+
+def _check_sensitive_combinations(frame: pd.DataFrame, pub: Publication, keys: list[str], need: int) -> None:
+    """k holds on every published column but any one sensitive column.
+
+    An attacker who knows all but one of a person's published values singles them out as surely with
+    "sensitive" values as with quasi-identifiers: with ``--qi sex`` and every other column sensitive,
+    k-anonymity on ``sex`` alone published the raw rows, each unique (red team s16, A10). So each
+    sensitive column may stay unknown, but the others count as quasi-identifiers."""
+    sensitive = [c for c in pub.sensitive if c in frame.columns]
+    if len(sensitive) < 2:
+        return
+    for s in sensitive:
+        others = [c for c in sensitive if c != s]
+        smallest = int(frame.groupby(keys + others, dropna=False, sort=False, observed=True).size().min())
+        if smallest < need:
+            raise PublicationRefused(
+                f"the sensitive columns {others} with the quasi-identifiers {keys} single out groups of {smallest} "
+                f"rows, below k = {need}: k must hold on every published column but one sensitive column",
+                hint="Publish one sensitive column per table, or name the others as quasi-identifiers (--qi) so they are "
+                "generalised too",
+            )
 
 
 def verify(
@@ -222,8 +263,9 @@ def verify(
         for s in pub.sensitive:
             if s in frame.columns:
                 l_div[s] = int(grouped[s].nunique(dropna=False).min())
+        _check_sensitive_combinations(frame, pub, keys, need)
 
-    problem = _out_of_domain(frame, spec, plan)
+    problem = _out_of_domain(frame, spec, plan, {c: info["protection"] for c, info in columns.items()})
     if problem is not None:
         raise PublicationRefused(f"{problem} in the output of {pub.method!r}", hint="Values must stay in the policy's domains")
 

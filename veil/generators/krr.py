@@ -16,15 +16,24 @@ policy's ``values`` for the column, or, for an integer column with declared boun
 most ``max_domain`` values, from every integer in ``[lower, upper]``. A column with neither is
 refused (:class:`~veil.errors.InputError`): a domain read from the private data would be
 disclosed by the release outside the ε guarantee (randomising a column of names would publish
-the names). NA is one more domain value when the column has missing values.
+the names). NA (a missing value) is always one more domain value, whatever the data holds: a domain
+that gained NA only when some row was missing would publish that one row's missingness outside the
+noise (red team s16, A1). A value outside the declared domain is read as NA too (data-independently,
+as queries drop it) instead of refusing the publication, whose refusal would then depend on one row
+(A12). Each column's published type comes from the policy, not from the data.
+
+**Rows.** With ``count_epsilon``, the number of published rows is itself ε-DP (red team s16, A5: one
+row per source row published the exact count): a discrete-Laplace count (sensitivity 1: sources are
+row-level tables), reached by dropping uniformly chosen perturbed rows or adding rows drawn uniformly
+from the domains (post-processing of the noisy count).
 
 >>> import pandas as pd, numpy as np
 >>> from types import SimpleNamespace
 >>> df = pd.DataFrame({"c": ["a", "b"] * 50, "n": range(100)})
 >>> specs = {"c": SimpleNamespace(values=("a", "b"))}
 >>> out, info = krr_publish(df, ["c"], epsilon=100.0, specs=specs, rng=np.random.default_rng(0))
->>> out["c"].equals(df["c"]), list(out.columns), info["c"]["domain_source"]
-(True, ['c'], 'policy values')
+>>> out["c"].tolist() == df["c"].tolist(), list(out.columns), info["c"]["domain_source"], info["c"]["k"]
+(True, ['c'], 'policy values', 3)
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ import pandas as pd
 from veil.errors import InputError, did_you_mean
 from veil.mechanisms import randomized_response
 
-__all__ = ["declared_domain", "keep_probability", "krr_publish"]
+__all__ = ["declared_domain", "keep_probability", "krr_domain", "krr_publish"]
 
 _NA = "__veil_na__"
 
@@ -75,6 +84,46 @@ def declared_domain(name: str, spec: Any, max_domain: int = 1000) -> tuple[list[
     )
 
 
+def krr_domain(name: str, spec: Any, max_domain: int = 1000) -> tuple[list[Any], str]:
+    """The domain kRR randomises column ``name`` over: its declared domain and NA, always."""
+    domain, source = declared_domain(name, spec, max_domain)
+    return [*domain, _NA], source
+
+
+_DTYPES = {"int": "Int64", "float": "Float64", "bool": "boolean"}
+
+
+def _published(series: pd.Series, spec: Any) -> pd.Series:
+    """``series`` (NA as None) in the column's declared type (never the source's dtype: a source column
+    is a float when it holds a missing integer, so its dtype would say whether one row is missing)."""
+    dtype = _DTYPES.get(str(getattr(spec, "type", "")))
+    if dtype is not None:
+        try:
+            return series.astype(dtype)
+        except (TypeError, ValueError):
+            pass
+    return series.astype(object)
+
+
+def _resize(out: pd.DataFrame, domains: Mapping[str, list[Any]], count_epsilon: float, rng: np.random.Generator | None,
+            specs: Mapping[str, Any]) -> pd.DataFrame:  # fmt: skip
+    """``out`` with a DP number of rows: its count plus discrete-Laplace noise of scale 1/``count_epsilon``."""
+    import secrets
+
+    from veil.mechanisms import discrete_laplace
+
+    n = len(out)
+    target = max(0, int(discrete_laplace(np.array([n], dtype=np.int64), scale=1.0 / count_epsilon, rng=rng)[0]))
+    pick = np.random.default_rng(secrets.randbits(128)) if rng is None else rng
+    if target <= n:
+        return out.iloc[np.sort(pick.choice(n, size=target, replace=False))].reset_index(drop=True)
+    extra = {}
+    for name, domain in domains.items():
+        drawn = pd.Series([domain[i] for i in pick.integers(0, len(domain), size=target - n)], dtype=object)
+        extra[name] = _published(drawn.where(drawn != _NA, None), specs.get(name))
+    return pd.concat([out.reset_index(drop=True), pd.DataFrame(extra)], ignore_index=True)
+
+
 def krr_publish(
     df: pd.DataFrame,
     columns: Sequence[str],
@@ -82,10 +131,11 @@ def krr_publish(
     epsilon: float,
     specs: Mapping[str, Any] | None = None,
     max_domain: int = 1000,
+    count_epsilon: float | None = None,
     rng: np.random.Generator | None = None,
 ) -> tuple[pd.DataFrame, dict[str, dict[str, Any]]]:
     """Perturb ``columns`` of ``df`` with kRR at ``epsilon`` each; return (the perturbed columns only,
-    per-column info).
+    per-column info). With ``count_epsilon``, the number of rows is ε-DP too (see the module docstring).
 
     ``specs`` maps column names to policy column specs (for declared domains). ``rng`` is for
     tests only; without it noise comes from the OS CSPRNG.
@@ -101,34 +151,26 @@ def krr_publish(
             raise InputError(
                 f"column {name!r} is not in the table", hint=did_you_mean(name, df.columns) or f"Columns: {list(df.columns)}"
             )
+    if count_epsilon is not None and (not math.isfinite(count_epsilon) or count_epsilon <= 0):
+        raise InputError(f"count_epsilon must be a finite number > 0, got {count_epsilon!r}")
+    specs = specs or {}
     out = pd.DataFrame(index=df.index)
     info: dict[str, dict[str, Any]] = {}
+    domains: dict[str, list[Any]] = {}
     for name in columns:
         col = df[name]
-        domain, source = declared_domain(name, (specs or {}).get(name), max_domain)
-        has_na = bool(col.isna().any())
-        if has_na:
-            domain = [*domain, _NA]
-        if len(domain) < 2:
-            raise InputError(f"column {name!r} has a single possible value", hint="kRR needs at least 2; drop it from --columns")
-        values = col.astype(object).where(col.notna(), _NA).to_numpy()
+        domain, source = krr_domain(name, specs.get(name), max_domain)
         in_domain = set(domain)
-        outside = [v for v in pd.unique(values) if v not in in_domain]
-        if outside:
-            raise InputError(
-                f"column {name!r} has value {outside[0]!r} outside its declared domain",
-                hint="Fix the policy's values/bounds for this column",
-            )
+        values = np.array([v if v in in_domain else _NA for v in col.astype(object).where(col.notna(), _NA)], dtype=object)
         noisy = randomized_response(values, categories=domain, epsilon=epsilon, rng=rng)
         series = pd.Series(noisy, index=df.index, dtype=object)
-        series = series.where(series != _NA, None)
-        try:
-            out[name] = series.astype(col.dtype)
-        except (TypeError, ValueError):
-            out[name] = series
+        out[name] = _published(series.where(series != _NA, None), specs.get(name))
+        domains[name] = domain
         info[name] = {
             "k": len(domain),
             "domain_source": source,
             "keep_probability": keep_probability(float(epsilon), len(domain)),
         }
+    if count_epsilon is not None:
+        out = _resize(out, domains, count_epsilon, rng, specs)
     return out, info

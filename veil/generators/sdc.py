@@ -224,9 +224,16 @@ def replace_by_centroids(x: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return (sums / counts[:, None])[inv]
 
 
+#: Rank swapping publishes each column's values themselves (permuted): the ``CODED_TAIL − 1`` smallest and largest
+#: are top/bottom-coded to the ``CODED_TAIL``-th, so no extreme is one person's exact value (red team s16, A9:
+#: an outlier's 4999, everyone else below 2976, was published as it was).
+CODED_TAIL = 5
+
+
 def rank_swap(x: np.ndarray, p: float, rng: np.random.Generator) -> np.ndarray:
     """Rank swapping (Moore 1996): per column, each value is swapped with a not-yet-swapped value
-    whose rank is at most ``p`` percent of n above it, chosen uniformly."""
+    whose rank is at most ``p`` percent of n above it, chosen uniformly; then each column's tails are
+    coded (:data:`CODED_TAIL`): values below the k-th smallest or above the k-th largest become it."""
     n, d = x.shape
     out = x.copy()
     window = math.floor(p / 100.0 * n)
@@ -270,6 +277,9 @@ def rank_swap(x: np.ndarray, p: float, rng: np.random.Generator) -> np.ndarray:
                 done[q] = True
                 nxt[q] = q + 1
         out[order, j] = vals
+        if n >= 2 * CODED_TAIL:
+            ranked = np.sort(x[:, j])
+            out[:, j] = np.clip(out[:, j], ranked[CODED_TAIL - 1], ranked[n - CODED_TAIL])
     return out
 
 

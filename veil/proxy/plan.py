@@ -68,6 +68,8 @@ class Statistic:
     epsilon: Fraction
     hidden: bool  # not itself an output cell (AVG's count, partition selection)
     center: Fraction = Fraction(0)
+    half_width: Fraction = Fraction(0)  # centred statistics: one row's |value − center| before squaring
+    integral: bool = False  # centred sums: the argument is a BIGINT (summed and centred exactly)
     lower: Fraction | None = None  # feasible range of one row's value (sums: released values are post-processed into it)
     upper: Fraction | None = None
     # grid statistics (exponential mechanism)
@@ -76,7 +78,6 @@ class Statistic:
     grid_n: int = 0
     target: str = ""  # quantile | min | max
     q: float = 0.5
-    count_arg: exp.Expression | None = None  # sum_centered: expression whose non-NULL count centres the sum
 
     @property
     def scale(self) -> float:
@@ -426,14 +427,15 @@ def _plan_moments(
     s_id = b.add(
         ("sum_c", _sql(arg_c), fs), kind="sum_centered", label=f"sum({a_label} - {_sql(_num(iv.mid))})",
         arg=arg_c, filter=filt, distinct=False, mechanism="laplace", sensitivity=c * iv.half_width,
-        hidden=True, center=iv.mid, count_arg=arg, lower=iv.lo - iv.mid, upper=iv.hi - iv.mid,
+        hidden=True, center=iv.mid, half_width=iv.half_width, integral=iv.integral, lower=iv.lo - iv.mid,
+        upper=iv.hi - iv.mid,
     )  # fmt: skip
     ids: tuple[int, ...] = (n_id, s_id)
     if name != "avg":
         q_id = b.add(
             ("sumsq_c", _sql(arg_c), fs), kind="sumsq_centered", label=f"sum(({a_label} - {_sql(_num(iv.mid))})^2)",
             arg=arg_c, filter=filt, distinct=False, mechanism="laplace", sensitivity=c * iv.half_width**2,
-            hidden=True, center=iv.mid, lower=Fraction(0), upper=iv.half_width**2,
+            hidden=True, center=iv.mid, half_width=iv.half_width, lower=Fraction(0), upper=iv.half_width**2,
         )  # fmt: skip
         ids = (n_id, s_id, q_id)
     label = _sql(node)

@@ -23,6 +23,8 @@ answer. The engine renders the trees in its dialect.
 
 from __future__ import annotations
 
+import math
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
@@ -33,7 +35,7 @@ from sqlglot import exp
 from veil.engines.neutral import duckdb_text, neutralise
 from veil.errors import InternalError
 from veil.proxy.plan import QueryPlan, Statistic
-from veil.proxy.totality import CANNOT_RAISE, make_total
+from veil.proxy.totality import BUILT_TOTAL, CANNOT_RAISE, make_total
 
 E = TypeVar("E", bound=exp.Expression)
 
@@ -69,9 +71,67 @@ def _cannot_raise(node: E) -> E:
     return node
 
 
+def _built_total(node: E) -> E:
+    """``node``, built total by Veil from operands already total: :func:`make_total` leaves it as it is."""
+    node.meta[BUILT_TOTAL] = True
+    return node
+
+
 def _public_cast(column: str, sql_type: str) -> exp.TryCast:
     """A public column read as its catalog type (public data only decides whether it fails: not priced)."""
     return _cannot_raise(exp.TryCast(this=exp.column(exp.to_identifier(column, quoted=True)), to=exp.DataType.build(sql_type)))
+
+
+def _below(v: Fraction) -> float:
+    """The largest double ≤ ``v`` (``v`` ≥ 0; the largest finite double when ``v`` is beyond it)."""
+    if v > Fraction(sys.float_info.max):
+        return sys.float_info.max
+    f = float(v)
+    return f if Fraction(f) <= v else math.nextafter(f, 0.0)
+
+
+def _exact_double(v: Fraction) -> bool:
+    return abs(v) <= Fraction(sys.float_info.max) and Fraction(float(v)) == v
+
+
+def _double(v: float) -> exp.Expression:
+    return _cannot_raise(exp.cast(exp.Literal.number(repr(v)), exp.DataType.build("DOUBLE")))
+
+
+def _at_most(value: exp.Expression, bound: float, *, below: bool) -> exp.Expression:
+    """``value`` clamped to ``[-bound, bound]`` (``below=False``: to ``≤ bound``); NULL stays NULL."""
+    ifs = [exp.If(this=exp.GT(this=value.copy(), expression=_double(bound)), true=_double(bound))]
+    if below:
+        ifs.append(exp.If(this=exp.LT(this=value.copy(), expression=_double(-bound)), true=_double(-bound)))
+    return exp.Paren(this=exp.Case(ifs=ifs, default=value))
+
+
+def _centred(stat: Statistic, square: bool) -> exp.Expression:
+    """One row's ``arg − center`` (or its square) in DOUBLE, within ±half-width (half-width²) whatever the rounding.
+
+    The analyst picks an argument's magnitude apart from its width (``x + 1e17``): a sum taken at the
+    data's magnitude and centred afterwards is rounded to the ulp of ``n·center``, and a clamped value
+    whose bounds are no doubles sits up to half an ulp of the centre off its interval. So each row is
+    centred here, and clamped again after the subtraction unless the bounds, the centre and the
+    half-width are exact doubles (then rounding, being monotone, keeps ``arg − center`` within
+    ±half-width: the clamped argument's double lies within the exact bounds). Red team s15, A2.
+
+    Veil builds these nodes total (DOUBLE arithmetic never raises), so :func:`make_total` leaves them
+    as they are; the argument itself is made total first."""
+    if stat.arg is None or stat.upper is None:
+        raise InternalError(f"centred statistic {stat.label!r} without its argument or range")
+    half = stat.half_width
+    arg = make_total(stat.arg)
+    as_double = _cannot_raise(exp.cast(exp.Paren(this=arg), exp.DataType.build("DOUBLE")))
+    d: exp.Expression = exp.Paren(this=_cannot_raise(exp.Sub(this=as_double, expression=_double(float(stat.center)))))
+    exact = all(_exact_double(v) for v in (stat.center, half, stat.center - half, stat.center + half))
+    if not exact:
+        d = _at_most(d, _below(half), below=True)
+    if square:
+        d = _cannot_raise(exp.Mul(this=d, expression=d.copy()))
+        if not (exact and Fraction(_below(half) * _below(half)) <= stat.upper):
+            d = _at_most(d, _below(stat.upper), below=False)
+    return _built_total(d)
 
 
 def _quantities(stat: Statistic) -> list[exp.Expression]:
@@ -85,15 +145,11 @@ def _quantities(stat: Statistic) -> list[exp.Expression]:
         raise InternalError(f"statistic {stat.label!r} has no argument")
     if stat.kind == "sum":
         return [_with_filter(exp.Sum(this=arg), stat.filter)]
-    if stat.kind == "sum_centered":
-        counted = stat.count_arg.copy() if stat.count_arg is not None else arg.copy()
-        return [_with_filter(exp.Sum(this=arg), stat.filter), _with_filter(exp.Count(this=counted), stat.filter)]
-    if stat.kind == "sumsq_centered":
-        # in DOUBLE: the square of a wide integer would overflow 64 bits
-        as_double = _cannot_raise(exp.cast(exp.Paren(this=arg), exp.DataType.build("DOUBLE")))
-        d = _cannot_raise(exp.Sub(this=as_double, expression=_lit(stat.center)))
-        square = _cannot_raise(exp.Mul(this=exp.Paren(this=d), expression=exp.Paren(this=d.copy())))
-        return [_with_filter(exp.Sum(this=square), stat.filter)]
+    if stat.kind == "sum_centered" and stat.integral:
+        # exact: a BIGINT sum and count, centred with fractions afterwards (session._raw)
+        return [_with_filter(exp.Sum(this=arg), stat.filter), _with_filter(exp.Count(this=arg.copy()), stat.filter)]
+    if stat.kind in ("sum_centered", "sumsq_centered"):
+        return [_with_filter(exp.Sum(this=_centred(stat, stat.kind == "sumsq_centered")), stat.filter)]
     raise InternalError(f"no raw quantity for statistic kind {stat.kind!r}")
 
 

@@ -34,7 +34,8 @@ from sqlglot import exp
 from veil.engines.neutral import CANNOT_RAISE, WIDE_SUM, is_boolean
 
 __all__ = [
-    "CANNOT_RAISE", "COMBINING_NODES", "TOTAL_NODES", "converts", "make_total", "needs_try", "operand_groups", "raises",
+    "BUILT_TOTAL", "CANNOT_RAISE", "COMBINING_NODES", "TOTAL_NODES", "converts", "make_total", "needs_try",
+    "operand_groups", "raises",
 ]  # fmt: skip
 
 #: Node types that never raise on operands of one type family (checked by the validate pass).
@@ -173,6 +174,11 @@ def _total_node(node: exp.Expression) -> exp.Expression:
     return exp.Try(this=node) if needs_try(node) else node
 
 
+#: Meta mark of a node the rewrite pass built total from operands it made total itself (DOUBLE arithmetic and
+#: comparisons over clamped values): :func:`make_total` leaves it and its operands as they are.
+BUILT_TOTAL = "veil_built_total"
+
+
 #: ISO-week fields and units: DuckDB's computation steps past the ends of the DATE range (an error TRY does not
 #: catch, red team s12, A3), so they get dates within ±290,000 years only (NULL beyond; valid as TIMESTAMPs too).
 ISO_WEEK_PARTS = frozenset({"WEEK", "WEEKOFYEAR", "YEARWEEK", "ISOYEAR"})
@@ -283,6 +289,8 @@ def make_total(tree: exp.Expression, *, copy: bool = True) -> exp.Expression:
     (post-order, each node on its own)."""
 
     def visit(node: exp.Expression) -> exp.Expression:
+        if node.meta.get(BUILT_TOTAL):
+            return node
         targets = _cast_targets(node)  # from the annotated operands, before they are rewritten
         for key, value in list(node.args.items()):
             if isinstance(value, exp.Expression):

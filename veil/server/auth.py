@@ -52,7 +52,8 @@ class VerifierScramAuth(AuthPlugin):
     """SCRAM-SHA-256 against stored verifiers; ``lookup(user)`` returns None for "no such login".
 
     ``lookup`` runs in a worker thread (it reads SQLite). On success :attr:`authenticated`
-    holds the user name.
+    holds the user name; :attr:`proof_received` tells the login backoff whether a password was
+    checked at all (a client that leaves before sending its proof made no guess).
     """
 
     def __init__(self, lookup: VerifierLookup, *, mock_secret: bytes, mock_verifier: Verifier) -> None:
@@ -60,6 +61,7 @@ class VerifierScramAuth(AuthPlugin):
         self._mock_secret = mock_secret
         self._mock = mock_verifier
         self.authenticated: str | None = None
+        self.proof_received = False  # the client sent its proof (a password guess was checked)
 
     @classmethod
     def factory(cls, lookup: VerifierLookup, secret: bytes) -> Callable[[str], VerifierScramAuth]:
@@ -99,6 +101,7 @@ class VerifierScramAuth(AuthPlugin):
             tag, payload = await stream.read_message()
             if tag != pg_messages.PASSWORD:
                 raise PgError(INVALID_PASSWORD, "expected a SASLResponse")
+            self.proof_received = True
             server.set_client_final(payload.decode("utf-8"))
             server_final = server.get_server_final()
         except (ScramException, UnicodeDecodeError, ValueError, IndexError):

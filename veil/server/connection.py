@@ -31,7 +31,7 @@ from veil.errors import (
     VeilError,
 )
 from veil.server import tls
-from veil.server.limits import MAX_STARTUP_PACKET
+from veil.server.limits import MAX_STARTUP_PACKET, Outcome
 from veil.server.results import to_pg_error
 from veil.server.routing import Route
 from veil.server.session import VeilPortal, VeilSession, VeilStatement
@@ -246,22 +246,32 @@ class VeilConnection(Connection):
 
     async def _login(self) -> bool:
         server = self.server
-        wait = server.throttle.delay(self.peer)
-        if wait > 0:
-            await asyncio.sleep(wait)
         plugin = server.auth_plugin_factory(self.username)
+        ticket = await server.throttle.admit(self.peer, self.username)  # waits its own turn
+        outcome = Outcome.NO_GUESS
         try:
-            ok = await plugin.authenticate(self.stream, self.username, server.identity_provider)
-        except PgError:
-            ok = False
-        except (UnicodeDecodeError, struct.error, IndexError, ValueError):
-            ok = False
-        if not ok:
-            count = server.throttle.failed(self.peer)
-            logger.warning("failed login for user %r from %s (%d in a row from this address)", self.username, self.peer, count)
+            try:
+                ok = await plugin.authenticate(self.stream, self.username, server.identity_provider)
+            except PgError:
+                ok = False
+            except (UnicodeDecodeError, struct.error, IndexError, ValueError):
+                ok = False
+            if ok:
+                outcome = Outcome.OK
+            elif getattr(plugin, "proof_received", True):  # a password was checked
+                outcome = Outcome.FAILED
+        finally:
+            if outcome is Outcome.NO_GUESS and getattr(plugin, "proof_received", True):
+                outcome = Outcome.FAILED  # the client left (or timed out) after sending a proof
+            count = server.throttle.finish(ticket, outcome)
+        if outcome is not Outcome.OK:
+            if outcome is Outcome.FAILED:
+                what = "failed login for user %r from %s (%d in a row for this user from this address)"
+                logger.warning(what, self.username, self.peer, count)
+            else:
+                logger.info("login for user %r from %s ended before a password was sent", self.username, self.peer)
             await fatal(self.stream, AuthError.sqlstate, f'password authentication failed for user "{self.username}"')
             return False
-        server.throttle.succeeded(self.peer)
         try:
             server.slots.login(self.username)
         except TooManyConnections as exc:

@@ -2,7 +2,8 @@
 
 :class:`ServerLimits` is the frozen set of numbers (one per ``veil serve`` flag);
 :class:`ConnectionSlots` counts open connections (in all, and per analyst) and answers 53300
-beyond them; :class:`LoginThrottle` slows failed logins down per client address.
+beyond them; :class:`LoginThrottle` slows failed logins down per (address, user) pair, per user
+and per address, counting attempts in flight.
 
 >>> slots = ConnectionSlots(ServerLimits(max_connections=2, max_connections_per_analyst=1))
 >>> slots.acquire("alice"); slots.acquire("bob")
@@ -14,15 +15,30 @@ veil.errors.TooManyConnections: sorry, too many clients already (2 connections o
 
 from __future__ import annotations
 
+import abc
+import asyncio
+import contextlib
+import enum
+import ipaddress
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from veil.errors import InputError, TooManyConnections
 from veil.proxy.parse import Limits
 
-__all__ = ["MAX_STARTUP_PACKET", "ConnectionSlots", "LoginThrottle", "ServerLimits"]
+__all__ = [
+    "MAX_STARTUP_PACKET",
+    "ConnectionSlots",
+    "LoginBackoff",
+    "LoginThrottle",
+    "LoginTicket",
+    "Outcome",
+    "ServerLimits",
+    "ThrottleEntry",
+    "client_network",
+]
 
 #: PostgreSQL's own cap on a startup packet (``MAX_STARTUP_PACKET_LENGTH``).
 MAX_STARTUP_PACKET = 10_000
@@ -48,7 +64,7 @@ class ServerLimits:
     max_message_bytes: int = 4 << 20  # one protocol message after login (a query plus framing)
     workers: int = 8
     catalog_workers: int = 2
-    login_backoff_base: float = 0.25  # seconds after the 2nd failure from one address, doubling
+    login_backoff_base: float = 0.25  # seconds after the 2nd failure on a pair, user or address, doubling
     login_backoff_max: float = 30.0
 
     def __post_init__(self) -> None:
@@ -135,41 +151,245 @@ class ConnectionSlots:
             raise
 
 
-class LoginThrottle:
-    """Failed logins per client address: each failure after the first doubles the wait before
-    that address's next login is answered (``base``, ``2·base``, … up to ``maximum`` seconds);
-    a success clears it. Memory is bounded (least recently failed addresses are forgotten)."""
+class Outcome(enum.Enum):
+    """How an admitted login attempt ended."""
 
-    def __init__(self, *, base: float, maximum: float, capacity: int = 10_000) -> None:
+    OK = "ok"  # the password was right
+    FAILED = "failed"  # a password was checked and was wrong (or the client left after sending one)
+    NO_GUESS = "no guess"  # the client left before sending a password proof: nothing was checked
+
+
+@dataclass(frozen=True)
+class ThrottleEntry:
+    """What the throttle remembers of one key (an (address, user) pair, a user, or an address)."""
+
+    failures: int = 0  # failed logins on this key in a row (forgotten after ``forget_after`` quiet seconds)
+    pending: int = 0  # attempts admitted and not yet answered: each counts as a failure until it ends
+    last: float = 0.0  # the last admission or failure: the wait runs from here
+    failed_at: float = 0.0  # the last failure
+    trusted: bool = False  # (pair keys) this user has logged in from this address
+
+    @property
+    def empty(self) -> bool:
+        return not (self.failures or self.pending or self.trusted)
+
+
+@dataclass(frozen=True)
+class LoginTicket:
+    """An admitted attempt: the keys it counts against (its pair first). Hand it back to
+    :meth:`LoginBackoff.finish` exactly once."""
+
+    keys: tuple[str, ...]
+
+
+def client_network(address: str) -> str:
+    """The address a client is throttled as: an IPv4 address itself, an IPv6 address's /64 (one
+    host usually holds a whole /64 and can pick any address in it).
+
+    >>> client_network("10.0.0.7"), client_network("::ffff:10.0.0.7"), client_network("2001:db8:0:1:2:3:4:5")
+    ('10.0.0.7', '10.0.0.7', '2001:db8:0:1::/64')
+    """
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return address  # "local" (a Unix socket) or anything else: itself
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.ip_network(f"{ip}/64", strict=False))
+    return str(ip)
+
+
+def _pair_key(address: str, user: str) -> str:
+    return f"p{len(address)}:{address}{user}"  # the length prefix keeps (a, bc) and (ab, c) apart
+
+
+def _user_key(user: str) -> str:
+    return f"u:{user}"
+
+
+def _address_key(address: str) -> str:
+    return f"a:{address}"
+
+
+class LoginBackoff(abc.ABC):
+    """Login backoff: the rules; where the entries live is up to the subclass
+    (:class:`LoginThrottle` in this process, :class:`~veil.server.shared.SharedLoginThrottle`
+    across worker processes).
+
+    Every attempt counts against keys: its (address, user) pair, and, unless that user has logged
+    in from that address before (a *trusted* pair), also the user (from any address) and the
+    address (for any user); an IPv6 address counts as its /64 (:func:`client_network`). On a key
+    with ``v`` = failures + attempts in flight, the next attempt is admitted (its password checked)
+    only ``base · 2^(v−2)`` seconds (at most ``maximum``) after the key's last admission or
+    failure; ``v < 2`` admits at once. An admitted attempt counts as a failure until it ends, so
+    parallel attempts each wait their own turn; it is admitted on all its keys at once, under one
+    lock. A success clears only its own pair's failures (and marks the pair
+    trusted); the user's and the address's counts fall only when ``forget_after`` seconds pass
+    without a failure. Whether the user exists plays no part.
+
+    >>> throttle = LoginThrottle(base=1.0, maximum=8.0)
+    >>> for now in (0.0, 0.0, 1.0):  # the 3rd attempt may come 1 s (base) after the 2nd failure
+    ...     wait, ticket = throttle.try_admit("10.0.0.7", "carol", now=now)
+    ...     throttle.finish(ticket, Outcome.FAILED, now=now)
+    1
+    2
+    3
+    >>> throttle.delay("10.0.0.7", "carol", now=1.0)  # 3 failures: 2 s after the last one
+    2.0
+    >>> throttle.delay("10.0.0.8", "carol", now=1.0)  # from another address: carol's own count
+    2.0
+    >>> throttle.delay("10.0.0.7", "dave", now=1.0)  # another user from that address: its count
+    2.0
+    >>> throttle.delay("10.0.0.8", "dave", now=1.0)
+    0.0
+    """
+
+    def __init__(self, *, base: float, maximum: float, forget_after: float = 900.0, poll: float = 0.05) -> None:
         self._base = base
         self._max = maximum
+        self._forget_after = forget_after
+        self._poll = poll
+        # waiters of this process sleep on an event that the next finished attempt sets (then re-check)
+        self._wake: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
+
+    # --- storage (subclasses) --------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def _locked(self) -> contextlib.AbstractContextManager[object]:
+        """(Subclasses) the lock every read and write of entries happens under."""
+
+    @abc.abstractmethod
+    def _get(self, key: str) -> ThrottleEntry:
+        """(Subclasses) the entry of a key (empty if none)."""
+
+    @abc.abstractmethod
+    def _put(self, key: str, entry: ThrottleEntry, now: float) -> None:
+        """(Subclasses) store an entry (an empty one: forget the key)."""
+
+    # --- rules -----------------------------------------------------------------------------------
+
+    def _load(self, key: str, now: float) -> ThrottleEntry:
+        entry = self._get(key)
+        if entry.failures and now - entry.failed_at > self._forget_after:
+            entry = replace(entry, failures=0)
+        if entry.pending and now - entry.last > self._forget_after:  # left by a worker that died
+            entry = replace(entry, pending=0)
+        return entry
+
+    def _wait(self, entry: ThrottleEntry, now: float) -> float:
+        v = entry.failures + entry.pending
+        if v < 2:
+            return 0.0
+        gap = min(self._max, self._base * 2.0 ** min(v - 2, 64))
+        return max(0.0, entry.last + gap - now)
+
+    def _keys(self, address: str, user: str, now: float) -> tuple[tuple[str, ...], list[ThrottleEntry]]:
+        address = client_network(address)
+        pair_key = _pair_key(address, user)
+        pair = self._load(pair_key, now)
+        if pair.trusted:
+            return (pair_key,), [pair]
+        keys = (pair_key, _user_key(user), _address_key(address))
+        return keys, [pair, *(self._load(k, now) for k in keys[1:])]
+
+    def delay(self, address: str, user: str, now: float | None = None) -> float:
+        """Seconds before an attempt of ``user`` from ``address`` would be admitted (admits nothing)."""
+        now = time.monotonic() if now is None else now
+        with self._locked():
+            _, entries = self._keys(address, user, now)
+            return max(self._wait(e, now) for e in entries)
+
+    def try_admit(self, address: str, user: str, now: float | None = None) -> tuple[float, LoginTicket | None]:
+        """Admit an attempt now, counting it on all its keys: ``(0, ticket)``; else ``(seconds to
+        wait at least, None)`` and nothing is counted."""
+        now = time.monotonic() if now is None else now
+        with self._locked():
+            keys, entries = self._keys(address, user, now)
+            wait = max(self._wait(e, now) for e in entries)
+            if wait > 0:
+                return wait, None
+            for key, entry in zip(keys, entries, strict=True):
+                self._put(key, replace(entry, pending=entry.pending + 1, last=now), now)
+        return 0.0, LoginTicket(keys)
+
+    async def admit(self, address: str, user: str) -> LoginTicket:
+        """Wait (on the event loop, never blocking it) until the attempt is admitted. The wait is
+        re-checked whenever an attempt of this process ends, and at least every ``poll`` seconds
+        (or an eighth of the wait; attempts ending in other worker processes are seen then), so
+        attempts waiting behind attempts in flight that succeed go ahead at once."""
+        while True:
+            wait, ticket = self.try_admit(address, user)
+            if ticket is not None:
+                return ticket
+            loop = asyncio.get_running_loop()
+            if self._wake is None or self._wake[0] is not loop:
+                self._wake = (loop, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake[1].wait(), min(wait, max(self._poll, wait / 8)))
+
+    def _notify(self) -> None:
+        """Wake this process's waiting attempts (from any thread)."""
+        wake, self._wake = self._wake, None
+        if wake is None or wake[0].is_closed():
+            return
+        loop, event = wake
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            event.set()
+        else:
+            loop.call_soon_threadsafe(event.set)
+
+    def finish(self, ticket: LoginTicket, outcome: Outcome, now: float | None = None) -> int:
+        """Record how an admitted attempt ended; returns the pair's failures in a row."""
+        now = time.monotonic() if now is None else now
+        pair_failures = 0
+        with self._locked():
+            for i, key in enumerate(ticket.keys):
+                entry = self._load(key, now)
+                entry = replace(entry, pending=max(0, entry.pending - 1))
+                if outcome is Outcome.FAILED:
+                    entry = replace(entry, failures=entry.failures + 1, last=now, failed_at=now)
+                elif outcome is Outcome.OK and i == 0:
+                    entry = replace(entry, failures=0, trusted=True)
+                self._put(key, entry, now)
+                if i == 0:
+                    pair_failures = entry.failures
+        self._notify()
+        return pair_failures
+
+
+class LoginThrottle(LoginBackoff):
+    """:class:`LoginBackoff` in this process (thread-safe). Memory is bounded: beyond ``capacity``
+    keys, the least recently used is forgotten."""
+
+    def __init__(
+        self, *, base: float, maximum: float, capacity: int = 10_000, forget_after: float = 900.0, poll: float = 0.05
+    ) -> None:
+        super().__init__(base=base, maximum=maximum, forget_after=forget_after, poll=poll)
         self._capacity = capacity
         self._lock = threading.Lock()
-        self._failures: OrderedDict[str, tuple[int, float]] = OrderedDict()
+        self._entries: OrderedDict[str, ThrottleEntry] = OrderedDict()
 
-    def delay(self, address: str, now: float | None = None) -> float:
-        """Seconds to wait before answering this address's login attempt."""
-        now = time.monotonic() if now is None else now
-        with self._lock:
-            entry = self._failures.get(address)
-        if entry is None:
-            return 0.0
-        count, last = entry
-        if count < 2:
-            return 0.0
-        wait = min(self._max, self._base * 2 ** (count - 2))
-        return max(0.0, last + wait - now)
+    def __len__(self) -> int:
+        return len(self._entries)
 
-    def failed(self, address: str, now: float | None = None) -> int:
-        """Record a failure; the number of failures in a row from this address."""
-        now = time.monotonic() if now is None else now
-        with self._lock:
-            count = self._failures.pop(address, (0, now))[0] + 1
-            self._failures[address] = (count, now)
-            while len(self._failures) > self._capacity:
-                self._failures.popitem(last=False)
-        return count
+    def _locked(self) -> contextlib.AbstractContextManager[object]:
+        return self._lock
 
-    def succeeded(self, address: str) -> None:
-        with self._lock:
-            self._failures.pop(address, None)
+    def _get(self, key: str) -> ThrottleEntry:
+        return self._entries.get(key, _EMPTY)
+
+    def _put(self, key: str, entry: ThrottleEntry, now: float) -> None:
+        self._entries.pop(key, None)
+        if entry.empty:
+            return
+        self._entries[key] = entry
+        while len(self._entries) > self._capacity:
+            self._entries.popitem(last=False)
+
+
+_EMPTY = ThrottleEntry()

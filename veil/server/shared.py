@@ -8,15 +8,15 @@ connection to:
 
 - :class:`SharedConnectionSlots`: ``--max-connections`` and ``--max-connections-per-analyst``
   count every process's connections (one count in all, one per analyst);
-- :class:`SharedLoginThrottle`: a failed login slows the next login from that address in every
-  process;
+- :class:`SharedLoginThrottle`: the login backoff (per (address, user) pair, per user, per
+  address, attempts in flight included) holds in every process;
 - :class:`CancelMailbox`: a ``CancelRequest`` arrives on a new connection, which may land in
   another process than the query it cancels; it is posted here and its owner picks it up.
 
 Everything sits behind one lock, taken per accept, login or cancel, never per query: a
 ``flock`` on a file the parent makes (the kernel releases it when a holder dies, so a worker killed
 while holding it cannot stall the others) plus a thread lock within each process. Keys
-(analyst names, client addresses) are stored as keyed 128-bit digests (the key is random per
+(analyst names, client addresses, backoff keys) are stored as keyed 128-bit digests (the key is random per
 server start), so a client cannot aim two addresses at one slot.
 """
 
@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from veil.errors import InternalError, TooManyConnections
-from veil.server.limits import ServerLimits
+from veil.server.limits import LoginBackoff, ServerLimits, ThrottleEntry
 
 __all__ = ["CancelMailbox", "ProcessShare", "SharedConnectionSlots", "SharedLoginThrottle", "SharedState"]
 
 _DIGEST = 16
-_WAYS = 4  # throttle: addresses per bucket (the least recently failed one is forgotten)
+_WAYS = 4  # throttle: keys per bucket (the least recently used one is forgotten)
 _THROTTLE_SLOTS = 16_384
 _MAILBOX_SLOTS = 256
 #: Most worker processes (``veil serve --processes`` is capped at this).
@@ -53,7 +53,17 @@ class _Count(ctypes.Structure):
 
 
 class _Failure(ctypes.Structure):
-    _fields_ = (("key", ctypes.c_ubyte * _DIGEST), ("count", ctypes.c_int64), ("last", ctypes.c_double))
+    # one key of the login backoff (veil.server.limits.ThrottleEntry), plus when it was last used
+    _fields_ = (
+        ("key", ctypes.c_ubyte * _DIGEST),
+        ("used", ctypes.c_int64),
+        ("failures", ctypes.c_int64),
+        ("pending", ctypes.c_int64),
+        ("trusted", ctypes.c_int64),
+        ("last", ctypes.c_double),
+        ("failed_at", ctypes.c_double),
+        ("touched", ctypes.c_double),
+    )
 
 
 class _Cancel(ctypes.Structure):
@@ -227,15 +237,20 @@ class SharedConnectionSlots:
             raise
 
 
-class SharedLoginThrottle:
-    """:class:`~veil.server.limits.LoginThrottle` over every worker process. Memory is a fixed table
-    of 16,384 addresses in buckets of 4: a new address forgets the least recently failed one of its
-    bucket (buckets come from a keyed hash, so no client chooses whom it evicts)."""
+class SharedLoginThrottle(LoginBackoff):
+    """:class:`~veil.server.limits.LoginBackoff` over every worker process: the same rules, its
+    entries in shared memory, under the state's lock. Memory is a fixed table of 16,384 keys in
+    buckets of 4: a new key forgets the least recently used one of its bucket (buckets come from a
+    keyed hash, so no client chooses whom it evicts)."""
 
-    def __init__(self, state: SharedState, *, base: float, maximum: float) -> None:
+    def __init__(
+        self, state: SharedState, *, base: float, maximum: float, forget_after: float = 900.0, poll: float = 0.05
+    ) -> None:
+        super().__init__(base=base, maximum=maximum, forget_after=forget_after, poll=poll)
         self._state = state
-        self._base = base
-        self._max = maximum
+
+    def _locked(self) -> contextlib.AbstractContextManager[object]:
+        return self._state.lock
 
     def _bucket(self, key: bytes) -> list[_Failure]:
         table = self._state.failures
@@ -244,42 +259,35 @@ class SharedLoginThrottle:
 
     def _find(self, key: bytes) -> _Failure | None:
         for slot in self._bucket(key):
-            if slot.count and bytes(slot.key) == key:
+            if slot.used and bytes(slot.key) == key:
                 return slot
         return None
 
-    def delay(self, address: str, now: float | None = None) -> float:
-        now = time.monotonic() if now is None else now
-        key = self._state.digest(address)
-        with self._state.lock:
-            slot = self._find(key)
-            entry = (int(slot.count), float(slot.last)) if slot is not None else None
-        if entry is None or entry[0] < 2:
-            return 0.0
-        count, last = entry
-        wait = min(self._max, self._base * 2 ** (count - 2))
-        return max(0.0, last + wait - now)
+    def _get(self, key: str) -> ThrottleEntry:
+        slot = self._find(self._state.digest(key))
+        if slot is None:
+            return ThrottleEntry()
+        return ThrottleEntry(
+            failures=int(slot.failures),
+            pending=int(slot.pending),
+            last=float(slot.last),
+            failed_at=float(slot.failed_at),
+            trusted=bool(slot.trusted),
+        )
 
-    def failed(self, address: str, now: float | None = None) -> int:
-        now = time.monotonic() if now is None else now
-        key = self._state.digest(address)
-        with self._state.lock:
-            slot = self._find(key)
-            if slot is None:
-                bucket = self._bucket(key)
-                slot = min(bucket, key=lambda s: (s.count != 0, s.last))  # an empty one, else the oldest
-                ctypes.memmove(slot.key, key, _DIGEST)
-                slot.count = 0
-            slot.count += 1
-            slot.last = now
-            return int(slot.count)
-
-    def succeeded(self, address: str) -> None:
-        key = self._state.digest(address)
-        with self._state.lock:
-            slot = self._find(key)
+    def _put(self, key: str, entry: ThrottleEntry, now: float) -> None:
+        digest = self._state.digest(key)
+        slot = self._find(digest)
+        if entry.empty:
             if slot is not None:
-                slot.count, slot.last = 0, 0.0
+                ctypes.memset(ctypes.addressof(slot), 0, ctypes.sizeof(_Failure))
+            return
+        if slot is None:
+            slot = min(self._bucket(digest), key=lambda s: (s.used != 0, s.touched))  # an empty one, else the oldest
+            ctypes.memmove(slot.key, digest, _DIGEST)
+            slot.used = 1
+        slot.failures, slot.pending, slot.trusted = entry.failures, entry.pending, int(entry.trusted)
+        slot.last, slot.failed_at, slot.touched = entry.last, entry.failed_at, now
 
 
 class CancelMailbox:

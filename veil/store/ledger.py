@@ -167,7 +167,9 @@ class Account:
 def accounts_for(policy: Policy, *, analyst: str | None = None, tables: Iterable[str] = ()) -> tuple[Account, ...]:
     """The accounts a charge by ``analyst`` on ``tables`` must fit in, read from ``policy``.
 
-    Tables without a declared cap (``epsilon_total`` / ``delta_total``) are not accounts.
+    Every table of the policy is an account, capped (``epsilon_total`` / ``delta_total``) or not: an
+    uncapped table's spend is recorded all the same, so a cap the curator declares later counts every
+    release before it (red team s16, A3).
     """
     out: list[Account] = []
     if analyst is not None:
@@ -175,7 +177,7 @@ def accounts_for(policy: Policy, *, analyst: str | None = None, tables: Iterable
         out.append(Account.analyst(analyst, spec.epsilon, spec.delta))
     for name in dict.fromkeys(tables):
         t = policy.tables.get(name)
-        if t is not None and (t.epsilon_total is not None or t.delta_total is not None):
+        if t is not None:
             out.append(Account.table(name, t.epsilon_total, t.delta_total))
     return tuple(out)
 

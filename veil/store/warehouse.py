@@ -263,6 +263,18 @@ def read_table(policy: Policy, table: str, columns: Sequence[str] | None = None)
         return con.execute(f'SELECT {cols} FROM "{table}"').df()
 
 
+def _refuse_published(policy: Policy, table: str) -> None:
+    """A published table is never replaced by the curator's raw data (``veil ingest``, ``write_table``,
+    ``Warehouse.write``): on Spark analysts read the table itself (red team s16, A8b). Retract it first."""
+    from veil.store.publications import published_tables
+
+    if table in published_tables(policy):
+        raise InputError(
+            f"table {table!r} is published: writing raw data over it would make that data public",
+            hint=f"Choose another table name, or withdraw the publication first with `veil retract {table}`",
+        )
+
+
 def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool = False, public: bool = False) -> None:
     """Store ``df`` as ``table`` (atomically: the old table, if replaced, stays until the new one is complete).
 
@@ -272,6 +284,7 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
         raise InputError(f"table name {table!r} is reserved for Veil's internal tables", hint="Choose another name")
     if normalise_name(table) != table:
         raise InputError(f"table name {table!r} is not a plain SQL name", hint=f"Use {normalise_name(table)!r}")
+    _refuse_published(policy, table)
     if policy.engine.kind == "spark":
         _spark().write_table(policy, table, df, replace=replace)
         return
@@ -373,16 +386,10 @@ def ingest_file(policy: Policy, table: str, path: str | Path, *, replace: bool =
     ``adult.test`` are recognised and get Adult's column names. Returns a summary: rows, columns,
     and the policy-declared columns that the file lacks.
     """
-    from veil.store.publications import published_tables
-
     p = Path(path)
     if not p.exists():
         raise InputError(f"file {str(p)!r} does not exist", hint="Check the path")
-    if table in published_tables(policy):
-        raise InputError(
-            f"table {table!r} is published: loading a file over it would make raw data public",
-            hint=f"Choose another --table name, or withdraw the publication first with `veil retract {table}`",
-        )
+    _refuse_published(policy, table)
     if not replace and table in table_names(policy):
         raise InputError(f"table {table!r} already exists in the warehouse", hint="Choose another --table name or pass --replace")
     df = _read_source(p)

@@ -28,17 +28,27 @@ __all__ = ["QISpace", "format_interval"]
 _TABLE_LIMIT = 1024
 
 
-def format_interval(lo: float, hi: float) -> str:
-    """The published form of a numeric interval: the value itself, or ``[lo, hi]``.
+def format_interval(lo: float, hi: float, *, open_low: bool = False, open_high: bool = False) -> str:
+    """The published form of a numeric interval: the value itself, ``[lo, hi]``, or open at an end.
+
+    ``open_low``/``open_high``: the interval reaches the column's smallest/largest value, which is then not
+    written — the class holding an outlier would otherwise be labelled by that one person's exact value
+    (red team s16, A9b); the interval runs to −∞/∞ instead.
 
     >>> format_interval(3, 3), format_interval(17.0, 25.0), format_interval(0.5, 2)
     ('3', '[17, 25]', '[0.5, 2]')
+    >>> format_interval(2870, 4999, open_high=True), format_interval(17, 25, open_low=True)
+    ('[2870, inf)', '(-inf, 25]')
     """
 
     def fmt(v: float) -> str:
         return str(int(v)) if float(v).is_integer() else repr(float(v))
 
-    return fmt(lo) if lo == hi else f"[{fmt(lo)}, {fmt(hi)}]"
+    if lo == hi:
+        return fmt(lo)
+    low = "(-inf" if open_low else f"[{fmt(lo)}"
+    high = "inf)" if open_high else f"{fmt(hi)}]"
+    return f"{low}, {high}"
 
 
 @dataclass(frozen=True)
@@ -177,8 +187,12 @@ class QISpace:
         out = {}
         for j, q in enumerate(self._qis):
             if q.numeric:
+                last = q.size - 1
                 strings: np.ndarray = np.array(
-                    [format_interval(q.values[a], q.values[b]) for a, b in zip(lo[:, j], hi[:, j], strict=True)],  # type: ignore[index]
+                    [
+                        format_interval(q.values[a], q.values[b], open_low=a == 0, open_high=b == last)  # type: ignore[index]
+                        for a, b in zip(lo[:, j], hi[:, j], strict=True)
+                    ],
                     dtype=object,
                 )
             else:

@@ -1,8 +1,9 @@
 """``veil publish krr``: k-ary randomised response on chosen columns (:mod:`veil.generators.krr`).
 
 Request keys: ``table``, ``columns`` (list), ``epsilon`` (per attribute), ``output``, ``replace``.
-The release is the perturbed columns only (rows shuffled), ε = m·ε per row for m columns, charged
-to the source table's budget.
+The release is the perturbed columns only (rows shuffled), ε = m·ε per row for m columns, plus ε for
+the number of rows (a discrete-Laplace count: the exact count would say whether one person is in the
+table, red team s16 A5), so (m + 1)·ε charged to the source table's budget.
 
 Every column's domain must be declared in the policy (:func:`veil.generators.krr.declared_domain`;
 checked before any data is read), and the plan records the largest keep probability
@@ -21,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from veil.errors import InputError, did_you_mean
-from veil.generators.krr import declared_domain, keep_probability
+from veil.generators.krr import keep_probability, krr_domain
 from veil.generators.publication import ColumnProtection, Plan, Publication
 from veil.generators.registry import PublishPlugin, RunEnv, register_plugin
 from veil.policy import normalise_name
@@ -57,7 +58,7 @@ class KRRPlugin(PublishPlugin):
             col = spec.columns.get(normalise_name(c))
             if col is None and did_you_mean(c, spec.columns):
                 raise InputError(f"column {c!r} is not declared in the policy", hint=did_you_mean(c, spec.columns))
-            domain, _ = declared_domain(c, col)
+            domain, _ = krr_domain(c, col)
             if math.isfinite(eps) and eps > 0:
                 keep.append(keep_probability(eps, len(domain)))
         if keep:
@@ -68,9 +69,9 @@ class KRRPlugin(PublishPlugin):
             source=request["table"],
             output=request["output"],
             replace=bool(request.get("replace")),
-            params={"columns": list(columns), "epsilon_per_attribute": eps},
+            params={"columns": list(columns), "epsilon_per_attribute": eps, "count_epsilon": eps},
             checks=checks,
-            epsilon=per * len(columns),
+            epsilon=per * (len(columns) + 1),
             delta=Fraction(0),
             columns=None,
         )
@@ -80,18 +81,20 @@ class KRRPlugin(PublishPlugin):
 
         columns = list(plan.params["columns"])
         specs = dict(env.spec.columns) if env.spec is not None else {}
-        out, info = krr_publish(data, columns, epsilon=float(plan.params["epsilon_per_attribute"]), specs=specs, rng=env.rng)
         eps = plan.params["epsilon_per_attribute"]
+        count_eps = float(plan.params.get("count_epsilon", eps))
+        out, info = krr_publish(data, columns, epsilon=float(eps), specs=specs, count_epsilon=count_eps, rng=env.rng)
         return Publication(
             method="krr",
             frame=out,
             columns=tuple(
                 ColumnProtection(c, "randomised", f"k-ary randomised response, ε = {eps}, k = {info[c]['k']}") for c in columns
             ),
-            source_rows=np.arange(len(out)),
+            source_rows=None,  # rows dropped or added to a DP count: no longer aligned with the source
             guarantee=(
-                f"each row is {float(plan.epsilon or 0):g}-local-DP ({eps} per attribute × {len(columns)} columns); "
-                "only the randomised columns are published, rows shuffled"
+                f"each row is {float(eps) * len(columns):g}-local-DP ({eps} per attribute × {len(columns)} columns) and "
+                f"the number of rows {count_eps:g}-DP ({float(plan.epsilon or 0):g} in all); only the randomised columns "
+                "are published, rows shuffled"
             ),
             params={"domains": {c: {"k": i["k"], "source": i["domain_source"]} for c, i in info.items()}},
             metrics={"keep_probability": {c: i["keep_probability"] for c, i in info.items()}},
@@ -99,6 +102,7 @@ class KRRPlugin(PublishPlugin):
                 "keep_probability": {c: round(i["keep_probability"], 4) for c, i in info.items()},
                 "epsilon_total": float(plan.epsilon or 0),
                 "epsilon_per_attribute": eps,
+                "count_epsilon": count_eps,
                 "domains": {c: {"k": i["k"], "source": i["domain_source"]} for c, i in info.items()},
             },
         )

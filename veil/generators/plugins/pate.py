@@ -22,6 +22,23 @@ from veil.generators.publication import ModelArtifact, Plan, Publication
 from veil.generators.registry import PublishPlugin, RunEnv, register_plugin
 
 
+def _check_student_table(policy: Any, student: str | None) -> None:
+    """The student's records come from a *public* table (the PATE setting), or from rows held out of the source.
+
+    A private table's records would be read whole (raw without student noise), its labels scored, and a
+    model trained on them published, with nothing charged to that table (red team s16, A11)."""
+    if student is None:
+        return
+    spec = policy.tables.get(student)
+    if spec is None or student.startswith("_veil") or not spec.public:
+        what = "is not a table of the policy" if spec is None or student.startswith("_veil") else "is private"
+        raise InputError(
+            f"--student-table {student!r} {what}: the student learns from public records only",
+            hint="Declare a public table (public = true) for the student's records, or leave --student-table out to "
+            "hold rows out of --table (charged with it)",
+        )
+
+
 def _features(spec: Any, label: str, features: list[str] | None) -> list[str]:
     unit = spec.privacy_unit
     skip = {label, unit}
@@ -63,6 +80,7 @@ class PatePlugin(PublishPlugin):
         if isinstance(validation, bool) or not isinstance(validation, int) or validation < 0:
             raise InputError(f"validation must be an integer ≥ 0, got {validation!r}")
         bound = data_independent_epsilon(gamma=config.gamma, queries=config.queries, delta=config.delta)
+        _check_student_table(policy, request.get("student_table"))
         unit = spec.privacy_unit
         return Plan(
             kind=self.kind,
