@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import STAT_ALPHA
 from tests.publish_support import POLICY, people
@@ -308,3 +310,30 @@ def test_ml_copy_never_labels_rows_with_a_class_one_person_holds(sampling: str) 
         assert "top" not in set(out["income"])
         near = (np.abs(out["gain"] - 4999) < 1) & (np.abs(out["hours"] - 90) < 1)
         assert not near.any()
+
+
+# ---------------------------------------------------------------------------------------- property
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from(JOBS[:3]), min_size=4, max_size=40),
+    st.lists(st.integers(0, 3000), min_size=4, max_size=40),
+    st.one_of(st.sampled_from(JOBS), st.text(min_size=1, max_size=5)),
+    st.integers(-(10**9), 10**9),
+)
+def test_one_added_row_never_changes_what_the_encoder_can_decode(jobs: list[str], gains: list[int], job: str, gain: int) -> None:
+    """D′: random rows; D: the same plus one person with any job (declared or not) and any gain. The one-hot
+    categories, the decoded range and the decoding of extreme scores are the same for both."""
+    n = min(len(jobs), len(gains))
+    d_prime = pd.DataFrame({"job": jobs[:n], "gain": gains[:n]})
+    d = pd.concat([d_prime, pd.DataFrame({"job": [job], "gain": [gain]})], ignore_index=True)
+    doms = {"job": DOMAINS["job"], "gain": DOMAINS["gain"]}
+    seen = []
+    for frame in (d, d_prime):
+        enc = TabularEncoder.fit(frame[TabularEncoder.in_domain(frame, doms)], domains=doms)
+        extreme = np.zeros((2, enc.width))
+        extreme[:, enc.blocks[1].start] = [-40.0, 40.0]
+        out = enc.decode(extreme)
+        seen.append((enc.blocks[0].categories, enc.blocks[1].quantiles[0], enc.blocks[1].quantiles[-1], out["gain"].tolist()))
+    assert seen[0] == seen[1] == (JOBS, 0.0, 5000.0, [0, 5000])
