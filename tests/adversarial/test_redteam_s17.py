@@ -1,0 +1,131 @@
+"""Red team, session 17: today's fixes — released keys' spelling, centred moments built total (red team s15), and
+the publications' kRR, gate, ledger accounts, write paths and PATE student table (red team s16).
+
+Same harness as sessions 4–15 (:mod:`tests.adversarial.test_redteam_s15`): D and D′ differ in one person (the
+target, unit 7) or in one of their values; the same analyst SQL must end the same way on both, and every released
+value must differ only through the noise (noise off: ``veil.proxy._testing.exact_session``), each statistic by at
+most the sensitivity its plan used.
+
+Part A holds attacks that succeed today (the tests FAIL until Veil is fixed); part B holds probes of defences that
+held (they pass, and fail if the defence breaks). Status on 2026-11-26 (main at 867181c):
+
+* A1 (HIGH) the analyst sets Veil's own internal marks. sqlglot turns a comment ``/* sqlglot.meta KEY */`` after
+  a node into ``node.meta[KEY] = True``, and Veil keeps its trust marks in the same ``meta`` dict: the new
+  ``BUILT_TOTAL`` (``veil_built_total``: `totality.make_total` leaves the node and *its operands* as they are),
+  ``CANNOT_RAISE`` (``veil_cannot_raise``: not priced as raising work) and ``WIDE_SUM`` (``veil_wide_sum``).
+  `parse._drop_positions` only pops the position keys. So
+  ``SELECT COUNT(*) FROM t WHERE CAST(CASE WHEN x > 3 THEN 'zz' ELSE '1' END AS INTEGER)
+  /* sqlglot.meta veil_built_total */ > 0`` is sent to DuckDB with a plain CAST (no TRY_CAST): it answers on D
+  and on the neighbour with x = 3, and fails with QueryFailed (Conversion error) on the neighbour with x = 10 —
+  one bit of one person's row per query, whatever the noise, through `veil.connect` as well. With
+  ``veil_cannot_raise`` on 50 casts to DECIMAL the raising-work price counts 49 operations instead of 99
+  (``veil_built_total``: 0 fallible casts instead of 50): the timing bound of red team s12 is bypassed too.
+  Fix: in `veil/proxy/parse.py` (where positions are dropped) clear every node's ``meta`` except the keys Veil
+  reads from sqlglot, or keep Veil's marks out of ``meta`` (a set of node ids held by the pass, or a private
+  attribute sqlglot's parser cannot reach); class-level: no analyst text can set any key Veil reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.adversarial.test_redteam_s4 import TARGET_ROW
+from tests.adversarial.test_redteam_s15 import Worlds
+
+
+@pytest.fixture(scope="module")
+def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
+    w = Worlds(
+        tmp_path_factory.mktemp("s17"),
+        {"d": None, "x10": dict(TARGET_ROW, x=10, y=-1.5), "x3": dict(TARGET_ROW, x=3, y=1.5)},
+    )
+    yield w
+    w.close()
+
+
+def _outcome(answer: Any) -> Any:
+    return answer if isinstance(answer, str) else "answered"
+
+
+# ==================================================================================================
+# Part A — attacks that succeed today
+# ==================================================================================================
+
+# --- A1. Analyst comments set Veil's internal trust marks ------------------------------------------------
+
+VEIL_MARKS = ("veil_built_total", "veil_cannot_raise", "veil_wide_sum")
+
+#: a cast that fails on the target's row only when its hidden x > 3 (TRY_CAST by make_total, unless marked)
+FAILING_CAST = "CAST(CASE WHEN x > 3 THEN 'zz' ELSE '1' END AS INTEGER)"
+
+MARKED_QUERIES = [
+    f"SELECT COUNT(*) AS n FROM t WHERE {FAILING_CAST} /* sqlglot.meta veil_built_total */ > 0",
+    f"SELECT COUNT(*) AS n FROM t WHERE ({FAILING_CAST} > 0) /* sqlglot.meta veil_built_total */",
+    f"SELECT SUM({FAILING_CAST} /* sqlglot.meta veil_built_total */) AS n FROM t",
+    f"SELECT k, COUNT(*) AS n FROM t WHERE {FAILING_CAST} /* sqlglot.meta veil_built_total */ > 0 GROUP BY k",
+    f"SELECT COUNT(*) AS n FROM t WHERE {FAILING_CAST} /* sqlglot.meta veil_cannot_raise */ > 0",
+    f"SELECT COUNT(*) AS n FROM t WHERE {FAILING_CAST} /* sqlglot.meta veil_wide_sum */ > 0",
+]
+
+
+@pytest.mark.parametrize("sql", MARKED_QUERIES)
+def test_a1_a_comment_cannot_make_a_query_fail_on_one_row(worlds: Worlds, sql: str) -> None:
+    out = {name: _outcome(a) for name, a in worlds.run(sql).items()}
+    assert out["x10"] == out["d"] == out["x3"], f"the outcome depends on one row's value: {out}\n  SQL: {sql}"
+
+
+def test_a1_through_the_api_with_production_noise(worlds: Worlds) -> None:
+    """`veil.connect` (real noise, real ledger): the query fails iff the target's x > 3."""
+    from tests.support.attack import ApiInterface
+
+    sql = MARKED_QUERIES[0]
+    out = {}
+    for name in ("x10", "x3"):
+        iface = ApiInterface(worlds.paths[name], "b")
+        try:
+            o = iface.query(sql, 1.0)
+        finally:
+            iface.close()
+        out[name] = "answered" if o.ok else o.sqlstate
+    assert out["x10"] == out["x3"], f"API: the outcome depends on one row's value: {out}"
+
+
+@pytest.mark.parametrize("mark", VEIL_MARKS)
+def test_a1_parsed_analyst_text_carries_no_veil_mark(mark: str) -> None:
+    """Class level: whatever node a comment follows, no key Veil reads from ``meta`` survives parsing."""
+    from veil.proxy.parse import parse
+
+    places = [
+        f"SELECT COUNT(*) FROM t WHERE x /* sqlglot.meta {mark} */ > 0",
+        f"SELECT SUM(CAST(y AS DECIMAL(5, 1)) /* sqlglot.meta {mark} */) FROM t",
+        f"SELECT COUNT(*) FROM t WHERE (x + 1 > 0) /* sqlglot.meta {mark} */",
+        f"SELECT AVG(x * 2 /* sqlglot.meta {mark} */) FROM t",
+        f"SELECT k /* sqlglot.meta {mark} */, COUNT(*) FROM t GROUP BY k",
+    ]
+    marked = []
+    for sql in places:
+        tree = parse(sql)
+        marked += [f"{type(n).__name__} in {sql!r}" for n in tree.walk() if n._meta and n._meta.get(mark)]
+    assert marked == [], f"analyst comments set Veil's mark {mark!r} on: {marked}"
+
+
+def test_a1_a_comment_does_not_lower_the_raising_work_price(worlds: Worlds) -> None:
+    """The price of fallible operations (red team s12: a failing cast costs 100–1,000× a plain one) is the same
+    with and without a mark in a comment."""
+    from veil.proxy import pipeline
+    from veil.proxy.expansion import measure
+
+    session = worlds.sessions["d"]
+
+    def price(comment: str) -> tuple[int, int]:
+        sql = "SELECT COUNT(*) AS n FROM t WHERE " + " + ".join([f"CAST(s AS DECIMAL(3, 1)){comment}"] * 50) + " > 0"
+        state = pipeline.run(session._state(sql, 1), session._env, until="rewrite")
+        m = measure(state.queries.main)
+        return m.partial, m.casts
+
+    plain = price("")
+    marked = {mark: price(f" /* sqlglot.meta {mark} */") for mark in VEIL_MARKS}
+    assert all(p == plain for p in marked.values()), f"priced (raising, casts) {plain} plain, marked {marked}"
