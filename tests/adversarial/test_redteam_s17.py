@@ -28,6 +28,7 @@ held (they pass, and fail if the defence breaks). Status on 2026-11-26 (main at 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -129,3 +130,27 @@ def test_a1_a_comment_does_not_lower_the_raising_work_price(worlds: Worlds) -> N
     plain = price("")
     marked = {mark: price(f" /* sqlglot.meta {mark} */") for mark in VEIL_MARKS}
     assert all(p == plain for p in marked.values()), f"priced (raising, casts) {plain} plain, marked {marked}"
+
+
+# --- A2. A DOUBLE sum's rounding moves it beyond its sensitivity (LOW) ------------------------------------
+#
+# The float-summation class (Casacuberta et al., CCS 2022): the engine's SUM over DOUBLEs rounds each partial
+# sum, so adding one row changes the result by its (clamped) value plus the rounding of every later partial
+# sum — up to about n·ulp(n·hw), i.e. a relative excess ~ n²·2⁻⁵³ (29 rows here: 1e-14; 5,000 rows measured
+# 1.7e-13 on ``SUM(x * 0.1 + 1.1)``). The centring of red team s15 keeps the partial sums at the scale of the
+# half-width, so the excess is tiny against the noise; it is still a Δ the plan does not account for.
+
+FLOAT_SUM_QUERIES = [
+    # centred: half-width 5e15, 29 partial sums near 1.45e17 (ulp 32): moves by Δ + 46
+    "SELECT STDDEV(CASE WHEN x > 3 THEN y ELSE 1e16 END) AS v FROM t",
+    "SELECT VARIANCE(COALESCE(y, 1e16) - 1e16) AS v FROM t",
+]
+
+
+@pytest.mark.parametrize("sql", FLOAT_SUM_QUERIES)
+def test_a2_a_double_sum_moves_by_at_most_its_sensitivity(worlds: Worlds, sql: str) -> None:
+    from tests.adversarial.test_redteam_s15 import moves_beyond_sensitivity
+
+    worlds.asked += 1
+    pair = {"d": worlds.sessions["d"], "x10": worlds.sessions["x10"]}
+    assert moves_beyond_sensitivity(pair, sql, Fraction(5) + Fraction(worlds.asked, 10**6)) == []
