@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -154,3 +155,30 @@ def test_a2_a_double_sum_moves_by_at_most_its_sensitivity(worlds: Worlds, sql: s
     worlds.asked += 1
     pair = {"d": worlds.sessions["d"], "x10": worlds.sessions["x10"]}
     assert moves_beyond_sensitivity(pair, sql, Fraction(5) + Fraction(worlds.asked, 10**6)) == []
+
+
+# --- A3. A DP publication's release record holds the exact number of source rows (MEDIUM) -----------------
+#
+# Red team s16 A5 made kRR's number of published rows discrete-Laplace, but the transaction records
+# ``metrics["training_rows"] = len(train)`` (and ``holdout_rows``) in the release: `veil releases --show ID`
+# prints 100 on D and 101 on D′ (one more person), next to the noisy ``rows`` (98 / 102). The release log is what
+# auditors read (docs/ledger.md), so the exact count — whether one person is in the table — is published outside
+# the ε charged. PATE's record does the same (``teacher_rows``, ``dropped_rows_unknown_label``: exact counts of
+# the private table). Fix: `veil/generators/transaction.py::publish` (and plugins' ``params``/``metrics``) record
+# no exact count of the source for a DP method (``plan.is_dp``); only the noisy figures.
+
+
+@pytest.mark.slow
+def test_a3_a_dp_publications_record_does_not_hold_the_exact_source_size(tmp_path: Path) -> None:
+    from tests.publish_support import make_warehouse, ok_json, veil
+
+    records = {}
+    for n in (100, 101):
+        (tmp_path / str(n)).mkdir()
+        policy = make_warehouse(tmp_path / str(n), n=n)
+        args = ["--table", "people", "--columns", "sex", "--epsilon", "1", "--output", "p1", "--format", "json"]
+        body = ok_json(veil("publish", "krr", "--policy", policy, *args))
+        shown = ok_json(veil("releases", "--policy", policy, "--show", body["release_id"]))
+        # the noisy row count may differ (that is the noise); nothing else may say how many rows the source holds
+        records[n] = {k: v for k, v in shown["metrics"].items() if k != "rows"}
+    assert records[100] == records[101], f"the release record depends on the exact source size: {records}"
