@@ -27,6 +27,7 @@ held (they pass, and fail if the defence breaks). Status on 2026-11-26 (main at 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
@@ -182,3 +183,120 @@ def test_a3_a_dp_publications_record_does_not_hold_the_exact_source_size(tmp_pat
         # the noisy row count may differ (that is the noise); nothing else may say how many rows the source holds
         records[n] = {k: v for k, v in shown["metrics"].items() if k != "rows"}
     assert records[100] == records[101], f"the release record depends on the exact source size: {records}"
+
+
+# ==================================================================================================
+# Part B — probes that held (these pass today; each fails if its defence breaks)
+# ==================================================================================================
+
+# --- B1. A released key's spelling and type do not depend on the group's first row ------------------------
+#
+# Keys whose engine groups values that are equal but spelled differently are refused free (collations,
+# intervals, lists, time zones); float keys are normalised whatever their type name (FLOAT/REAL) and wherever
+# they come from (a CTE, a derived table), and expressions of a key are computed from the normalised key.
+
+KEY_SPELLINGS = [
+    f"SELECT CASE WHEN x > 3 THEN 'A' ELSE 'a' END COLLATE NOCASE AS g, COUNT(*) AS n FROM t WHERE u >= {7} GROUP BY 1",
+    "SELECT CASE WHEN x > 3 THEN INTERVAL '1 day' ELSE INTERVAL '24 hours' END AS g, COUNT(*) AS n FROM t GROUP BY 1",
+    "SELECT CASE WHEN x > 3 THEN [-0.0] ELSE [0.0] END AS g, COUNT(*) AS n FROM t WHERE u >= 7 GROUP BY 1",
+    "SELECT CASE WHEN x > 3 THEN TIMESTAMPTZ '2020-01-01 00:00:00+00' ELSE TIMESTAMPTZ '2020-01-01 01:00:00+01' END "
+    "AS g, COUNT(*) AS n FROM t GROUP BY 1",
+    "SELECT CASE WHEN x > 3 THEN CAST(-0.0 AS REAL) ELSE CAST(0.0 AS REAL) END AS g, COUNT(*) AS n FROM t WHERE u >= 7 "
+    "GROUP BY 1",
+    "SELECT CASE WHEN x > 3 THEN 1.50 ELSE 1.5 END AS g, COUNT(*) AS n FROM t WHERE u >= 7 GROUP BY 1",
+    "SELECT CAST(y * 0 AS VARCHAR) AS g, COUNT(*) AS n FROM t WHERE u >= 7 GROUP BY y * 0",
+    "SELECT 1 / (y * 0) AS inv, COUNT(*) AS n FROM t WHERE u >= 7 GROUP BY y * 0",
+    "SELECT g, 1 / g AS inv, COUNT(*) AS n FROM (SELECT y * 0 AS g FROM t WHERE u >= 7) AS s GROUP BY g",
+    "WITH c AS (SELECT y * 0 AS g FROM t WHERE u >= 7) SELECT CAST(g AS VARCHAR) AS sg, COUNT(*) AS n FROM c GROUP BY g",
+    "SELECT y * 0 AS g, COUNT(*) AS n FROM t WHERE u >= 7 GROUP BY 1 HAVING 1 / g < 0",
+    "SELECT CASE WHEN x > 3 THEN 'zz' ELSE '1' END AS g, COUNT(*) AS n FROM t GROUP BY 1 HAVING CAST(g AS INTEGER) > 0",
+    "SELECT CASE WHEN x > 3 THEN 9223372036854775807 ELSE 1 END AS g, COUNT(*) AS n FROM t GROUP BY 1 ORDER BY g * 2",
+]
+
+
+def _spelled_rows(answer: Any) -> Any:
+    if isinstance(answer, str):
+        return answer
+    cols = [(c.name, c.sql_type) for c in answer.columns]
+    return cols, sorted(tuple(repr(v) if isinstance(v, float) else v for v in r[:-1]) for r in answer.rows)
+
+
+@pytest.mark.parametrize("sql", KEY_SPELLINGS)
+def test_b1_a_released_keys_spelling_does_not_depend_on_one_row(worlds: Worlds, sql: str) -> None:
+    out = {name: _spelled_rows(a) for name, a in worlds.run(sql).items()}
+    assert out["x10"] == out["x3"], f"released keys depend on one row's value: {out}\n  SQL: {sql}"
+
+
+# --- B2. Centred moments move by at most their sensitivity, whatever the argument's shape -------------------
+#
+# DECIMAL arguments, CASE, int × float, magnitudes up to 2⁶⁰, NULL/NaN targets, FILTER, GROUP BY, a public join
+# multiplying rows, tiny scales (DECIMAL(38, 30)): each row is centred and clamped in the generated SQL (red
+# team s15, A2), and the centred value's rounding stays inside ±hw. (Half-widths near 10¹⁶ are A2 above.)
+
+CENTRED_SHAPES = [
+    "SELECT AVG(CAST(y AS DECIMAL(10, 3)) + 123456789.125), VARIANCE(CAST(y AS DECIMAL(10, 3)) + 123456789.125) FROM t",
+    "SELECT AVG(x * y + 4503599627370496.5), VAR_POP(x * 0.1 + 1e17) FROM t",
+    "SELECT k, AVG(x + 1e17) FILTER (WHERE y > 0), VARIANCE(y + 1152921504606846976.0) FROM t GROUP BY k",
+    "SELECT pub.pn, AVG(t.x + 9007199254740993), VARIANCE(t.y * 3.3 + 7e15) FROM t JOIN pub ON pub.pk = t.x % 4 GROUP BY pub.pn",
+    "SELECT AVG(CAST(x AS DECIMAL(38, 30)) * 1e-20 + 1e8), VARIANCE(CAST(x AS DOUBLE) * 1e-30 + 1) FROM t",
+    "SELECT AVG(CASE WHEN y <> y THEN 5 ELSE y END + 0.30000000000000004), STDDEV_SAMP(ROUND(y * 1e10) + 1e17) FROM t",
+]
+
+
+@pytest.fixture(scope="module")
+def edge_worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
+    w = Worlds(
+        tmp_path_factory.mktemp("s17e"),
+        {
+            "d": None,
+            "x10": dict(TARGET_ROW, x=10, y=-1.5),
+            "nulls": dict(TARGET_ROW, x=None, y=float("nan"), s=None, k=None, b=None),
+            "wide": dict(TARGET_ROW, x=10**12, y=1e300, s="z" * 50, k="zz"),
+        },
+    )
+    yield w
+    w.close()
+
+
+@pytest.mark.parametrize("sql", CENTRED_SHAPES)
+def test_b2_centred_moments_move_within_their_sensitivity(edge_worlds: Worlds, sql: str) -> None:
+    from tests.adversarial.test_redteam_s15 import moves_beyond_sensitivity
+
+    edge_worlds.asked += 1
+    assert moves_beyond_sensitivity(edge_worlds.sessions, sql, Fraction(5) + Fraction(edge_worlds.asked, 10**6)) == []
+
+
+# --- B3. kRR's output shape and types do not depend on one row ---------------------------------------------
+#
+# With the same randomness, D and D′ (one more row: missing values, values outside the declared domains, -0.0)
+# publish the same columns with the same types (the policy's), over domains that always hold NA.
+
+
+def test_b3_krr_types_and_domains_do_not_depend_on_one_row() -> None:
+    from types import SimpleNamespace as Spec
+
+    import numpy as np
+    import pandas as pd
+
+    from veil.generators.krr import krr_publish
+
+    specs = {
+        "c": Spec(type="category", values=("a", "b")),
+        "n": Spec(type="int", values=None, bounded=True, lower=0, upper=3),
+        "f": Spec(type="float", values=(0.0, 1.5)),
+        "b": Spec(type="bool", values=(True, False)),
+    }
+    base = pd.DataFrame(
+        {"c": ["a", "b"] * 10, "n": pd.array([0, 1, 2, 3] * 5, dtype="Int64"), "f": [0.0, 1.5] * 10, "b": [True, False] * 10}
+    )
+    targets = {
+        "na": {"c": None, "n": None, "f": float("nan"), "b": None},
+        "outside": {"c": "zz", "n": 99, "f": -0.0, "b": True},
+    }
+    seen = {}
+    for name, extra in {"d": None, **targets}.items():
+        df = base if extra is None else pd.concat([base, pd.DataFrame([extra])], ignore_index=True)
+        out, info = krr_publish(df, list(specs), epsilon=1.0, specs=specs, count_epsilon=1.0, rng=np.random.default_rng(0))
+        signs = {math.copysign(1.0, v) for v in out["f"].dropna()}
+        seen[name] = (dict(out.dtypes.astype(str)), {c: i["k"] for c, i in info.items()}, signs <= {1.0})
+    assert seen["na"] == seen["d"] == seen["outside"], seen
