@@ -300,3 +300,63 @@ def test_b3_krr_types_and_domains_do_not_depend_on_one_row() -> None:
         signs = {math.copysign(1.0, v) for v in out["f"].dropna()}
         seen[name] = (dict(out.dtypes.astype(str)), {c: i["k"] for c, i in info.items()}, signs <= {1.0})
     assert seen["na"] == seen["d"] == seen["outside"], seen
+
+
+# --- A4. On Spark, a long-lived session keeps reading a retracted name: raw data written over it later is public
+#
+# `_refuse_published` (red team s16 A8) refuses a raw write over a *published* table and its hint says to
+# `veil retract` it first. On DuckDB a retraction drops the table from the public mirror, so a session whose
+# catalog still lists it fails and refreshes (B4 below). On Spark there is no mirror (`drop_public` returns) and
+# the public engine reads the Spark database itself, while `Env.catalog` is cached for the session's life
+# (refreshed only on a policy change or an unknown table): after `veil publish krr … --output p_out`, one query
+# on p_out, `veil retract p_out` and `write_table(policy, "p_out", raw)`, the *same* session (`veil.connect`,
+# or a `veil serve` worker) answers ``SELECT * FROM p_out`` with the raw rows, free (public query). A fresh
+# session refuses (UnknownTable). Fix: the catalog's published set must be re-read (or checked against the
+# ledger's publication generation) before a public query runs, on every engine; or retraction on Spark must
+# drop/rename the table; or `write_table` must also refuse a name a publication ever used.
+
+
+def _spark_or_duckdb_policy(base: Path, engine: str) -> str:
+    from tests.engines.conftest import POLICY, SPARK
+    from tests.publish_support import people
+
+    if engine == "spark":
+        from veil.engines.spark import spark_available
+
+        reason = spark_available()
+        if reason is not None:
+            pytest.skip(f"Spark test skipped: {reason}")
+    (base / "policy.toml").write_text(POLICY + (SPARK if engine == "spark" else ""), encoding="utf-8")
+    people(60).to_csv(base / "people.csv", index=False)
+    return str(base / "policy.toml")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["spark", "duckdb"])
+def test_a4_a_retracted_name_rewritten_with_raw_rows_is_not_readable(tmp_path: Path, engine: str) -> None:
+    import pandas as pd
+
+    import veil
+    from tests.publish_support import ok_json
+    from tests.publish_support import veil as run_cli
+    from veil.errors import VeilError
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    policy = _spark_or_duckdb_policy(tmp_path, engine)
+    assert run_cli("ingest", "--policy", policy, "--table", "people", tmp_path / "people.csv").exit_code == 0
+    args = ["--table", "people", "--columns", "sex", "--epsilon", "1", "--output", "p_out", "--format", "json"]
+    ok_json(run_cli("publish", "krr", "--policy", policy, *args))
+    db = veil.connect(policy, analyst="alice")
+    try:
+        assert len(db.sql("SELECT * FROM p_out")) > 0  # the published table, read once: the catalog lists it
+        assert run_cli("retract", "--policy", policy, "p_out").exit_code == 0
+        # the curator follows the hint: retract, then store raw rows under the name
+        write_table(load_policy(policy), "p_out", pd.DataFrame({"sex": [f"secret-{i}" for i in range(60)]}), replace=True)
+        try:
+            rows = db.sql("SELECT * FROM p_out")["sex"].tolist()
+        except VeilError:
+            rows = []
+    finally:
+        db.close()
+    assert not [v for v in rows if str(v).startswith("secret-")], f"{engine}: raw rows read as public: {rows[:3]}"
