@@ -360,3 +360,83 @@ def test_a4_a_retracted_name_rewritten_with_raw_rows_is_not_readable(tmp_path: P
     finally:
         db.close()
     assert not [v for v in rows if str(v).startswith("secret-")], f"{engine}: raw rows read as public: {rows[:3]}"
+
+
+# --- B5. Centred moments on a user-level table (row bounding, joins multiplying rows) ---------------------
+#
+# The target (user 999) brings 7 rows (bounded to 3: one NaN/NULL), extreme values; the bounded copies of D and
+# D′ keep each other user's rows with one fixed salt (as tests/engines/conftest.py's ``same_salt``).
+
+USER_POLICY = """\
+[database]
+path = "w.duckdb"
+[ledger]
+path = "l.sqlite"
+[tables.v]
+privacy_unit = "user_id"
+max_rows_per_unit = 3
+[tables.v.columns]
+user_id = { type = "int" }
+amount = { type = "float", lower = 0, upper = 100 }
+n = { type = "int", lower = -7, upper = 7 }
+kind = { type = "category", values = ["a", "b", "c"] }
+[tables.pub]
+public = true
+[tables.pub.columns]
+pk = { type = "int" }
+[analysts.a]
+epsilon = 1000000
+delta = 0.5
+"""
+
+USER_SHAPES = [
+    "SELECT AVG(amount + 1e15), VARIANCE(amount * 3 + 7e15) FROM v",
+    "SELECT kind, AVG(n + 4611686018427387000), STDDEV(n * 0.5 + 1e17) FROM v GROUP BY kind",
+    "SELECT AVG(n + 1600740000000026 + CASE WHEN n > 0 THEN 1 ELSE 0 END), VAR_SAMP(n) FROM v",
+    "SELECT AVG(v.amount + 1e16), VARIANCE(v.n + 1e17) FROM v JOIN pub ON pub.pk = v.n",
+    "SELECT COUNT(*), SUM(amount), AVG(amount) FILTER (WHERE n > 0) FROM v JOIN pub ON pub.pk <= 3",
+]
+
+
+@pytest.fixture(scope="module")
+def user_worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    import random
+    import types
+
+    import pandas as pd
+
+    import veil.proxy.bounding as bounding
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    rng = random.Random(2)
+    rows = [
+        (u, rng.uniform(0, 100), rng.randint(-7, 7), "abc"[rng.randrange(3)]) for u in range(40) for _ in range(rng.randint(1, 6))
+    ]
+    target = [(999, 100.0, 7, "a")] * 6 + [(999, float("nan"), None, None)]
+    saved = bounding.secrets
+    bounding.secrets = types.SimpleNamespace(token_hex=lambda n: "5a" * n)  # type: ignore[assignment]
+    base = tmp_path_factory.mktemp("s17u")
+    sessions = {}
+    try:
+        for name, data in (("d", rows), ("t", rows[:20] + target + rows[20:])):
+            (base / name).mkdir()
+            (base / name / "policy.toml").write_text(USER_POLICY, encoding="utf-8")
+            policy = load_policy(base / name / "policy.toml")
+            frame = pd.DataFrame(data, columns=["user_id", "amount", "n", "kind"]).astype({"user_id": "Int64", "n": "Int64"})
+            write_table(policy, "v", frame, replace=True)
+            write_table(policy, "pub", pd.DataFrame({"pk": pd.array([1, 2, 3, 7], dtype="Int64")}), replace=True, public=True)
+            sessions[name] = exact_session(policy, "a")
+        yield sessions
+    finally:
+        bounding.secrets = saved
+        for s in sessions.values():
+            s.close()
+
+
+@pytest.mark.parametrize("sql", USER_SHAPES)
+def test_b5_centred_moments_on_a_user_level_table(user_worlds: dict[str, Any], sql: str) -> None:
+    from tests.adversarial.test_redteam_s15 import moves_beyond_sensitivity
+
+    assert moves_beyond_sensitivity(user_worlds, sql, Fraction(5)) == []
