@@ -22,7 +22,39 @@ held (they pass, and fail if the defence breaks). Status on 2026-11-26 (main at 
   (``veil_built_total``: 0 fallible casts instead of 50): the timing bound of red team s12 is bypassed too.
   Fix: in `veil/proxy/parse.py` (where positions are dropped) clear every node's ``meta`` except the keys Veil
   reads from sqlglot, or keep Veil's marks out of ``meta`` (a set of node ids held by the pass, or a private
-  attribute sqlglot's parser cannot reach); class-level: no analyst text can set any key Veil reads.
+  attribute sqlglot's parser cannot reach); class-level: no analyst text can set any key Veil reads. (The
+  failure is charged, ε ≥ the minimum per bit; the ``veil_cannot_raise``/``veil_wide_sum`` marks alone do not
+  skip TRY: `_total_node` builds a fresh TRY_CAST without them.)
+* A2 (LOW) a DOUBLE SUM's rounding moves a statistic beyond its sensitivity (the float-summation class,
+  Casacuberta et al. 2022): ``STDDEV(CASE WHEN x > 3 THEN y ELSE 1e16 END)`` (half-width 5e15, 29 rows, partial
+  sums near 1.45e17 with ulp 32): the centred sum moves by Δ + 46 (Δ = 5,000,000,000,000,002), Σ(e − mid)² by
+  6.5e-15 relative beyond Δ. Measured on 5,000 rows: ``SUM(x * 0.1 + 1.1)`` 1.7e-13 relative, a centred
+  VARIANCE 1.1e-13. The excess grows like n²·2⁻⁵³ (worst case), so it is negligible against the noise for
+  realistic n (10⁷ rows: ~1 % of Δ); a DP guarantee with an unaccounted Δ all the same. Fix (if wanted): pad Δ by
+  the recursive-summation bound for a public bound on n, or sum in fixed point (scaled BIGINT/HUGEINT).
+* A3 (MEDIUM) a DP publication's release record holds the exact number of source rows, undoing red team s16 A5
+  for whoever reads the release log (auditors, `veil releases --show ID`): kRR records
+  ``metrics.training_rows`` = 100 on D and 101 on D′ (next to the noisy ``rows``, 98 / 102); PATE records
+  ``teacher_rows`` and ``dropped_rows_unknown_label`` (exact counts of the private table). Fix:
+  `veil/generators/transaction.py::publish` records no exact source count for ``plan.is_dp`` methods, and the
+  PATE plug-in's params hold only data-independent figures.
+* A4 (HIGH, Spark) a session's catalog is cached for its life, and on Spark the public engine reads the Spark
+  database itself (no mirror; `warehouse.drop_public` returns). After `veil publish krr … --output p_out`, one
+  query on p_out, `veil retract p_out` and `write_table(policy, "p_out", raw)` (what `_refuse_published`'s hint
+  tells the curator to do), the *same* `veil.connect` session (or a `veil serve` worker) answers
+  ``SELECT * FROM p_out`` with the raw rows (``secret-30``, …), free as a public query; a fresh session refuses
+  (UnknownTable); DuckDB holds (the mirror drops the table). Fix: re-read the published set (or a publication
+  generation from the ledger) before each public query on every engine, and/or drop or rename the table on a
+  Spark retraction (`veil/store/catalog.py::retract`, `veil/proxy/session.py::Env.catalog`).
+* B1–B5 held: released keys' spelling/type (collations, intervals, lists, TIMESTAMPTZ refused free; REAL/DOUBLE
+  keys normalised through CTEs, derived tables, expressions of the key, HAVING/ORDER BY on unreleased groups);
+  centred moments within Δ for DECIMAL/CASE/int×float/2⁶⁰/NaN/NULL/FILTER/GROUP BY/public joins/DECIMAL(38, 30)
+  arguments, on row-level and user-level tables (row bounding, join multiplicity); kRR's published types, domains
+  and signs of zero do not depend on one row (missing, out-of-domain, -0.0 values). Probed by hand and held:
+  post-processing errors over unreleased groups, per-table caps under ``FROM T``/``"t"``, the PATE student-table
+  check, `_refuse_published` on every DuckDB write path (demo, ingest, Warehouse.write), the gate's declared-
+  values check on kRR output (values always from the declared domain), user-level DP count sensitivity
+  (publications refuse non-row-level sources). Not probed: the server wire path for A1 (same parser).
 """
 
 from __future__ import annotations
