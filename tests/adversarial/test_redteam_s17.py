@@ -46,6 +46,12 @@ held (they pass, and fail if the defence breaks). Status on 2026-11-26 (main at 
   (UnknownTable); DuckDB holds (the mirror drops the table). Fix: re-read the published set (or a publication
   generation from the ledger) before each public query on every engine, and/or drop or rename the table on a
   Spark retraction (`veil/store/catalog.py::retract`, `veil/proxy/session.py::Env.catalog`).
+* A5 (MEDIUM) the DP grid microaggregation (`veil publish sdc --method dp_microagg_laplace --target income`)
+  refuses when one row's label is outside the declared values (exit 2 on D′, 0 on D) and prints the value
+  ("label value 'salary-83000' is not among the declared values"), after the reservation — the s16 A12 class
+  that kRR fixed; its result/record also carries ``rows_in`` (exact clean count) and ``il``/``dr`` (exact
+  functions of the private rows), the A3 class. Fix: `veil/generators/sdc.py::_DPMicroagg.generate` maps
+  undeclared labels data-independently (or drops them as NA rows are), `plugins/sdc.py` records no exact figure.
 * B1–B5 held: released keys' spelling/type (collations, intervals, lists, TIMESTAMPTZ refused free; REAL/DOUBLE
   keys normalised through CTEs, derived tables, expressions of the key, HAVING/ORDER BY on unreleased groups);
   centred moments within Δ for DECIMAL/CASE/int×float/2⁶⁰/NaN/NULL/FILTER/GROUP BY/public joins/DECIMAL(38, 30)
@@ -472,3 +478,41 @@ def test_b5_centred_moments_on_a_user_level_table(user_worlds: dict[str, Any], s
     from tests.adversarial.test_redteam_s15 import moves_beyond_sensitivity
 
     assert moves_beyond_sensitivity(user_worlds, sql, Fraction(5)) == []
+
+
+# --- A5. DP microaggregation refuses on one person's out-of-domain label, and names it (MEDIUM) -------------
+#
+# Red team s16 A12 made kRR read a value outside the declared domain as NA (a refusal would depend on one row).
+# The DP grid microaggregation (`veil publish sdc --method dp_microagg_laplace|exponential --target L`) still
+# refuses: `sdc._DPMicroagg.generate` raises InputError "label value 'salary-83000' is not among the declared
+# values of 'income'" when one row's label is undeclared — the refusal depends on that one row, after the
+# reservation (the plan is DP: ε charged), and its message prints the private value. Its result (and release
+# record) also carries ``rows_in`` (the exact number of clean source rows: 100 with or without a row whose label
+# is NULL), ``il``/``dr`` (exact functions of the private rows) — the A3 class. Fix: map undeclared or missing
+# labels to a data-independent class (or drop those rows silently, as the NA rows are), and record no exact
+# figure for a DP method (`veil/generators/sdc.py::_DPMicroagg.generate`, `veil/generators/plugins/sdc.py`).
+
+
+def _dp_microagg(base: Path, extra: dict[str, Any] | None) -> Any:
+    import pandas as pd
+
+    from tests.publish_support import POLICY, people, veil
+
+    base.mkdir()
+    (base / "policy.toml").write_text(POLICY.format(table_budget=""), encoding="utf-8")
+    df = people(100)
+    if extra is not None:
+        df = pd.concat([df, pd.DataFrame([{**df.iloc[0].to_dict(), "name": "target", **extra}])], ignore_index=True)
+    df.to_csv(base / "people.csv", index=False)
+    assert veil("ingest", "--policy", base / "policy.toml", "--table", "people", base / "people.csv").exit_code == 0
+    args = ["--method", "dp_microagg_laplace", "--param", "epsilon=1", "--columns", "age,hours,gain", "--target", "income"]
+    return veil("publish", "sdc", "--policy", base / "policy.toml", "--table", "people", *args, "--output", "p_dp")
+
+
+@pytest.mark.slow
+def test_a5_dp_microaggregation_does_not_refuse_on_one_label(tmp_path: Path) -> None:
+    ends = {}
+    for name, extra in (("d", None), ("outside", {"income": "salary-83000"})):
+        res = _dp_microagg(tmp_path / name, extra)
+        ends[name] = (res.exit_code, "salary-83000" in res.output)
+    assert ends["outside"] == ends["d"] == (0, False), f"(exit code, private value printed): {ends}"
