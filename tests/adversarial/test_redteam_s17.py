@@ -17,7 +17,7 @@ held (they pass, and fail if the defence breaks). Status on 2026-11-26 (main at 
   ``SELECT COUNT(*) FROM t WHERE CAST(CASE WHEN x > 3 THEN 'zz' ELSE '1' END AS INTEGER)
   /* sqlglot.meta veil_built_total */ > 0`` is sent to DuckDB with a plain CAST (no TRY_CAST): it answers on D
   and on the neighbour with x = 3, and fails with QueryFailed (Conversion error) on the neighbour with x = 10 —
-  one bit of one person's row per query, whatever the noise, through `veil.connect` as well. With
+  one bit of one person's row per query, whatever the noise, through `veil.connect` and `veil query` as well. With
   ``veil_cannot_raise`` on 50 casts to DECIMAL the raising-work price counts 49 operations instead of 99
   (``veil_built_total``: 0 fallible casts instead of 50): the timing bound of red team s12 is bypassed too.
   Fix: in `veil/proxy/parse.py` (where positions are dropped) clear every node's ``meta`` except the keys Veil
@@ -132,6 +132,18 @@ def test_a1_through_the_api_with_production_noise(worlds: Worlds) -> None:
             iface.close()
         out[name] = "answered" if o.ok else o.sqlstate
     assert out["x10"] == out["x3"], f"API: the outcome depends on one row's value: {out}"
+
+
+def test_a1_through_the_cli_with_production_noise(worlds: Worlds) -> None:
+    """`veil query --format json` (real noise): exit 0 iff the target's x ≤ 3."""
+    from tests.support.attack import CliInterface
+
+    sql = MARKED_QUERIES[0]
+    out = {}
+    for name in ("x10", "x3"):
+        o = CliInterface(worlds.paths[name], "b").query(sql, 1.0)
+        out[name] = "answered" if o.ok else o.sqlstate
+    assert out["x10"] == out["x3"], f"CLI: the outcome depends on one row's value: {out}"
 
 
 @pytest.mark.parametrize("mark", VEIL_MARKS)
