@@ -17,7 +17,8 @@ held (they pass, and fail if the defence breaks). Status on 2026-11-26 (main at 
   ``SELECT COUNT(*) FROM t WHERE CAST(CASE WHEN x > 3 THEN 'zz' ELSE '1' END AS INTEGER)
   /* sqlglot.meta veil_built_total */ > 0`` is sent to DuckDB with a plain CAST (no TRY_CAST): it answers on D
   and on the neighbour with x = 3, and fails with QueryFailed (Conversion error) on the neighbour with x = 10 —
-  one bit of one person's row per query, whatever the noise, through `veil.connect` and `veil query` as well. With
+  one bit of one person's row per query, whatever the noise, through `veil.connect`, `veil query` and a PostgreSQL
+  client on `veil serve` (XX000 against an answer). With
   ``veil_cannot_raise`` on 50 casts to DECIMAL the raising-work price counts 49 operations instead of 99
   (``veil_built_total``: 0 fallible casts instead of 50): the timing bound of red team s12 is bypassed too.
   Fix: in `veil/proxy/parse.py` (where positions are dropped) clear every node's ``meta`` except the keys Veil
@@ -63,7 +64,7 @@ held (they pass, and fail if the defence breaks). Status on 2026-11-26 (main at 
   post-processing errors over unreleased groups, per-table caps under ``FROM T``/``"t"``, the PATE student-table
   check, `_refuse_published` on every DuckDB write path (demo, ingest, Warehouse.write), the gate's declared-
   values check on kRR output (values always from the declared domain), user-level DP count sensitivity
-  (publications refuse non-row-level sources). Not probed: the server wire path for A1 (same parser).
+  (publications refuse non-row-level sources). Not probed: Spark key spelling, PATE end to end.
 """
 
 from __future__ import annotations
@@ -147,6 +148,28 @@ def test_a1_through_the_cli_with_production_noise(worlds: Worlds) -> None:
         o = CliInterface(worlds.paths[name], "b").query(sql, 1.0)
         out[name] = "answered" if o.ok else o.sqlstate
     assert out["x10"] == out["x3"], f"CLI: the outcome depends on one row's value: {out}"
+
+
+@pytest.mark.slow
+def test_a1_over_the_wire_with_production_noise(worlds: Worlds) -> None:
+    """A real PostgreSQL client against `veil serve` (real noise): the same bit."""
+    from tests.support.attack import Server, WireInterface, set_password
+
+    out = {}
+    for name in ("x10", "x3"):
+        path = worlds.paths[name]
+        set_password(path, "b")
+        srv = Server(path, path.parent / "serve-s17.log")
+        try:
+            wire = WireInterface(srv.port, "b")
+            try:
+                o = wire.query(MARKED_QUERIES[0], 1.0)
+            finally:
+                wire.close()
+        finally:
+            srv.stop()
+        out[name] = "answered" if o.ok else o.sqlstate
+    assert out["x10"] == out["x3"], f"wire: the outcome depends on one row's value: {out}"
 
 
 @pytest.mark.parametrize("mark", VEIL_MARKS)
