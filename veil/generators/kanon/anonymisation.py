@@ -29,7 +29,7 @@ because a sensitive or SOM value is missing, which is the range the audit sees.
 >>> config = KAnonConfig(qi=("age", "sex"), k=2, algorithm="mondrian", sensitive=("income",), seed=0)
 >>> res = anonymise(df, config)
 >>> sorted(set(res.table["age"])), res.min_class_size
-(['[21, 22]', '[23, 24]', '[61, 62]', '[63, 64]'], 2)
+(['(-inf, 22]', '[23, 24]', '[61, 62]', '[63, inf)'], 2)
 """
 
 from __future__ import annotations
