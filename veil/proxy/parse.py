@@ -233,20 +233,17 @@ def parse(sql: str, *, limits: Limits = DEFAULT_LIMITS) -> exp.Select:
     _allow_list(tree, sql)
     if not isinstance(tree, exp.Select):
         raise Unsupported(f"{tree.key.upper()} at the top level is not supported", hint="Send one SELECT statement")
-    _drop_positions(tree)
+    _forget_meta(tree)
     return tree
 
 
-_POSITION_KEYS = ("line", "col", "start", "end")
-
-
-def _drop_positions(tree: exp.Expression) -> None:
-    """Forget where each node stood in the text (only parse errors cite it): every later pass
-    copies the tree several times, and these per-node dicts were a third of each copy's cost."""
+def _forget_meta(tree: exp.Expression) -> None:
+    """Forget every node's meta data and comments: where it stood in the text (only parse errors cite it;
+    every later pass copies the tree several times, and these per-node dicts were a third of each copy's
+    cost) and anything the analyst wrote into it. sqlglot reads ``/* sqlglot.meta KEY */`` after a node as
+    ``node.meta[KEY] = True``, the very dict that holds Veil's own trust marks (``BUILT_TOTAL``,
+    ``CANNOT_RAISE``, ``WIDE_SUM``): an analyst's comment could mark a cast as built total and make a query
+    fail on one row (red team s17, A1). Comments never reach generated SQL either."""
     for node in tree.walk():
-        meta = node._meta
-        if meta:
-            for key in _POSITION_KEYS:
-                meta.pop(key, None)
-            if not meta:
-                node._meta = None
+        node._meta = None
+        node.comments = None
