@@ -207,6 +207,7 @@ class Env:
         self._public_engine: Engine | None = None
         self._ledger: Ledger | None = None
         self._catalog: Catalog | None = None
+        self._catalog_publications = -1
         self._post: duckdb.DuckDBPyConnection | None = None
         self._probes: dict[tuple[str, int], int] = {}
         self._domains: dict[tuple[str, int], list[Any]] = {}
@@ -240,7 +241,11 @@ class Env:
         return bounding.engine_generation(engine)
 
     def catalog(self, *, refresh: bool = False) -> Catalog:
-        if self._catalog is None or refresh:
+        # a publication or retraction since the catalog was built makes it stale: a retracted name may hold raw
+        # rows again (Spark has no public mirror to drop it from, red team s17 A4)
+        published = self.ledger.publication_generation()
+        if self._catalog is None or refresh or published != self._catalog_publications:
+            self._catalog_publications = published
             policy = self.policy
             names = sorted({n for n, t in policy.tables.items() if t.public} | _readable_published(policy))
             public = {n: dict(self.public_engine.table_columns(n)) for n in names}

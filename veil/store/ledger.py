@@ -418,6 +418,15 @@ class Ledger:
             ],
         )
 
+    def publication_generation(self) -> int:
+        """Changes whenever a publication or a retraction is recorded (the row id of the latest one): a
+        session's catalog of public tables is stale once it moves."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT COALESCE(MAX(rowid), 0) FROM releases WHERE kind IN ('publication', 'retraction')"
+            ).fetchone()
+        return int(row[0]) if row else 0
+
     def cached_answer(self, actor: str, cache_key: str) -> dict[str, Any] | None:
         """The logged answer of an identical canonical query by the same analyst, if any."""
         with self._lock:
