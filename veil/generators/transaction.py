@@ -168,6 +168,17 @@ def _check_source(policy: Any, plan: Plan) -> None:
         )
 
 
+#: Exact sizes of the private source that a DP publication's record leaves out: the publication hides them
+#: behind its noise (kRR's row count is DP), and its record must not give them back (red team s17, A3).
+EXACT_SIZES = frozenset(
+    {"training_rows", "holdout_rows", "rows_in", "teacher_rows", "validation_rows", "dropped_rows_unknown_label"}
+)
+
+
+def _without_exact_sizes(record: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k not in EXACT_SIZES}
+
+
 def check_output(policy: Any, plan: Plan) -> None:
     """Refuse outputs that would overwrite private data or a table without ``replace``."""
     from veil.store.publications import published_tables
@@ -368,6 +379,8 @@ def publish(
                 "training_rows": len(train),
                 "holdout_rows": 0 if holdout is None else len(holdout),
             }
+            if plan.is_dp:
+                params, metrics = _without_exact_sizes(params), _without_exact_sizes(metrics)
             staging_file = ""
             output = str(Path(plan.output).resolve()) if plan.artifact == "model" else plan.output
             try:
