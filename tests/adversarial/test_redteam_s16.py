@@ -6,8 +6,11 @@ Publications run through the real publish transaction (``veil.generators.transac
 an analyst sees is read from the public mirror (what ``SELECT … FROM <published>`` reads at ε = 0). D and D′
 differ in one person (person 7). Timings on the shared 2-core machine (noisy).
 
-Status on 2026-11-26 (main at a509013). Fail today: A1 (×2), A2, A2b, A2c, A3, A5, A6, A7a, A7b, A8, A8b, A9, A9b (×3), A10, A11,
-A12 (19 tests). Held: B1, B2, B3.
+Status on 2026-11-26 (main at a509013), as reported: A1 (×2), A2, A2b, A2c, A3, A5, A6, A7a, A7b, A8, A8b, A9,
+A9b (×3), A10, A11, A12 failed (19 tests). Held: B1, B2, B3. Lead's status after the fixes (same day): all fixed,
+every test passes — kRR (A1, A5, A12), synthetic domains (A2, A2b, A2c: the A2 tests now compare D with D′, the
+rare value being declared and so public), table accounts (A3/A4), the gate (A6, A10), login backoff (A7), Spark
+publications (A8, A8b), rank swapping's coded tails (A9), open k-anonymity ends (A9b), PATE's student table (A11).
 
 Publication gate (class 5)
 

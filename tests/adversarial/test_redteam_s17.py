@@ -6,8 +6,11 @@ target, unit 7) or in one of their values; the same analyst SQL must end the sam
 value must differ only through the noise (noise off: ``veil.proxy._testing.exact_session``), each statistic by at
 most the sensitivity its plan used.
 
-Part A holds attacks that succeed today (the tests FAIL until Veil is fixed); part B holds probes of defences that
-held (they pass, and fail if the defence breaks). Status on 2026-11-26 (main at 867181c):
+Part A holds attacks that succeeded on 2026-11-26 (main at 867181c); part B holds probes of defences that held
+(they pass, and fail if the defence breaks). Lead's status after the fixes (same day): A1, A3, A4, A5 fixed
+(e4dee79: parsed analyst trees hold no meta and no comments; cd00c5e: the catalog rebuilt on every publication or
+retraction; a DP publication's record leaves out exact source sizes; DP microaggregation leaves out undeclared
+labels); A2 left as a documented limit, its tests strict xfails. Finding text as reported:
 
 * A1 (HIGH) the analyst sets Veil's own internal marks. sqlglot turns a comment ``/* sqlglot.meta KEY */`` after
   a node into ``node.meta[KEY] = True``, and Veil keeps its trust marks in the same ``meta`` dict: the new
@@ -225,6 +228,10 @@ FLOAT_SUM_QUERIES = [
 ]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit (docs/sql.md): a DOUBLE sum's rounding adds up to ~n²·2⁻⁵³ of Δ, not accounted for in Δ",
+)
 @pytest.mark.parametrize("sql", FLOAT_SUM_QUERIES)
 def test_a2_a_double_sum_moves_by_at_most_its_sensitivity(worlds: Worlds, sql: str) -> None:
     from tests.adversarial.test_redteam_s15 import moves_beyond_sensitivity
