@@ -22,6 +22,7 @@ pass, and fail if the defence breaks). Status:
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -121,3 +122,89 @@ def test_b1_markers_in_text_set_no_mark_after_a_re_parse(sql: str) -> None:
     again = sqlglot.parse_one(tree.sql(dialect="duckdb"), read="duckdb")  # the Spark `_native` re-parse
     marked = [type(n).__name__ for n in again.walk() if n._meta and any(n._meta.get(m) for m in VEIL_MARKS)]
     assert marked == [], f"a re-parse of the rendered analyst tree set Veil's marks on {marked}"
+
+
+# --- A2. Cached public-join multiplicities outlive a republication of the public table ----------------------
+#
+# cd00c5e rebuilds a session's *catalog* when the ledger's publication generation moves, but the session's probe
+# cache (a public join's multiplicity factor, `Env.probe`) and public-domain cache (`Env.public_domain`) are keyed by
+# the public engine's generation only. On Spark that generation moves on writes *through this process* and every
+# RECHECK_SECONDS (60 s); a curator's `veil publish … --replace` from another process (the CLI, while `veil serve`
+# runs) leaves the old factor. A join with the republished table is then planned with the old table's
+# multiplicity: one private row joins K rows but the sensitivity says k < K.
+
+
+def _join_sensitivity(db: Any, sql: str) -> Fraction:
+    from tests.adversarial.test_redteam_s15 import raw_statistics
+
+    return max(sens for sens, _ in raw_statistics(db, sql, Fraction(1)).values())
+
+
+JOIN_SQL = "SELECT COUNT(*) AS n FROM people JOIN p_out ON people.sex = p_out.sex"
+
+
+def _engine_policy(base: Path, engine: str) -> str:
+    from tests.engines.conftest import POLICY, SPARK, people
+
+    if engine == "spark":
+        from veil.engines.spark import spark_available
+
+        reason = spark_available()
+        if reason is not None:
+            pytest.skip(f"Spark test skipped: {reason}")
+    (base / "policy.toml").write_text(POLICY + (SPARK if engine == "spark" else ""), encoding="utf-8")
+    people(60).to_csv(base / "people.csv", index=False)
+    return str(base / "policy.toml")
+
+
+def _republish_bigger(policy: str, base: Path, rows: int, *, other_process: bool) -> None:
+    """Re-ingest ``people`` with ``rows`` rows and republish ``p_out`` from it (in another process: the curator's
+    CLI while a server runs)."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.engines.conftest import people
+    from tests.publish_support import ok_json
+    from tests.publish_support import veil as run_cli
+
+    people(rows, seed=5).to_csv(base / "people2.csv", index=False)
+    ingest = ["ingest", "--policy", policy, "--table", "people", str(base / "people2.csv"), "--replace"]
+    publish = ["publish", "krr", "--policy", policy, "--table", "people", "--columns", "sex", "--epsilon", "1"]
+    publish += ["--output", "p_out", "--replace", "--format", "json"]
+    if not other_process:
+        assert run_cli(*ingest).exit_code == 0
+        ok_json(run_cli(*publish))
+        return
+    script = "import sys; from veil.cli import cli; cli(sys.argv[1:])"
+    for args in (ingest, publish):
+        done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (args[0], done.stdout[-2000:], done.stderr[-2000:])
+    json.loads(done.stdout)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["duckdb", "spark"])
+def test_a2_a_join_after_a_republication_uses_the_new_multiplicity(tmp_path: Path, engine: str) -> None:
+    from tests.publish_support import ok_json
+    from tests.publish_support import veil as run_cli
+    from veil.proxy._testing import exact_session
+
+    policy = _engine_policy(tmp_path, engine)
+    assert run_cli("ingest", "--policy", policy, "--table", "people", tmp_path / "people.csv").exit_code == 0
+    args = ["--table", "people", "--columns", "sex", "--epsilon", "1", "--output", "p_out", "--format", "json"]
+    ok_json(run_cli("publish", "krr", "--policy", policy, *args))
+    db = exact_session(policy, "alice")
+    try:
+        before = _join_sensitivity(db, JOIN_SQL)
+        _republish_bigger(policy, tmp_path, 600, other_process=engine == "spark")
+        stale = _join_sensitivity(db, JOIN_SQL)
+    finally:
+        db.close()
+    fresh_db = exact_session(policy, "alice")
+    try:
+        fresh = _join_sensitivity(fresh_db, JOIN_SQL)
+    finally:
+        fresh_db.close()
+    assert fresh > before, f"the republished table should multiply more: before {before}, fresh {fresh}"
+    assert stale == fresh, f"{engine}: the same session plans the join with sensitivity {stale}, a fresh one {fresh}"
