@@ -179,35 +179,96 @@ def _publish_p_out(policy: str, epsilon: float, *, other_process: bool) -> None:
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("engine", ["duckdb", "spark"])
-def test_a2_a_join_after_a_republication_uses_the_new_multiplicity(tmp_path: Path, engine: str) -> None:
+def _fresh_sensitivity(policy: str, *, other_process: bool) -> Fraction:
+    """The join's sensitivity in a new session (on Spark in a new process: this process's Spark session lists the
+    old files of the rewritten table and fails, see A3)."""
+    import subprocess
+    import sys
+
+    from veil.proxy._testing import exact_session
+
+    if not other_process:
+        db = exact_session(policy, "alice")
+        try:
+            return _join_sensitivity(db, JOIN_SQL)
+        finally:
+            db.close()
+    script = (
+        "import sys; from veil.proxy._testing import exact_session; "
+        "from tests.adversarial.test_redteam_s18 import JOIN_SQL, _join_sensitivity; "
+        "db = exact_session(sys.argv[1], 'alice'); print('SENS', _join_sensitivity(db, JOIN_SQL)); db.close()"
+    )
+    done = subprocess.run([sys.executable, "-c", script, policy], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+    return Fraction(next(line.split()[1] for line in done.stdout.splitlines() if line.startswith("SENS ")))
+
+
+def _outcome_of(fn: Any) -> str:
+    from veil.errors import VeilError
+
+    try:
+        fn()
+    except VeilError as exc:
+        return f"{type(exc).__name__}: {exc.message[:80]}"
+    return "answered"
+
+
+def _republication_scenario(base: Path, engine: str) -> dict[str, Any]:
     """p_out first published at ε = 0.1 (kRR near uniform over Female/Male/Other/NA: ~150 rows per value of 600),
-    then republished at ε = 3 (~275 rows for Female): the same session must plan the join with the new factor."""
+    then republished at ε = 3 (~275 rows for Female; on Spark by another process). What the first session plans and
+    runs afterwards, and what a new session (on Spark in a new process) plans."""
     import time
 
+    from tests.adversarial.test_redteam_s15 import raw_statistics
     from tests.publish_support import veil as run_cli
     from veil.proxy._testing import exact_session
 
-    policy = _engine_policy(tmp_path, engine, 600)
-    assert run_cli("ingest", "--policy", policy, "--table", "people", tmp_path / "people.csv").exit_code == 0
+    policy = _engine_policy(base, engine, 600)
+    assert run_cli("ingest", "--policy", policy, "--table", "people", base / "people.csv").exit_code == 0
     _publish_p_out(policy, 0.1, other_process=False)
     db = exact_session(policy, "alice")
+    out: dict[str, Any] = {}
     try:
         if engine == "spark":  # start just after a RECHECK_SECONDS boundary, so the window is the code's, not luck
             from veil.engines.spark import RECHECK_SECONDS
 
             _join_sensitivity(db, JOIN_SQL)
             time.sleep(RECHECK_SECONDS - time.monotonic() % RECHECK_SECONDS + 0.5)
-        before = _join_sensitivity(db, JOIN_SQL)
+        out["before"] = _join_sensitivity(db, JOIN_SQL)
         _publish_p_out(policy, 3.0, other_process=engine == "spark")
-        stale = _join_sensitivity(db, JOIN_SQL)
+        out["stale"] = _join_sensitivity(db, JOIN_SQL)
+        out["same_session_runs"] = _outcome_of(lambda: raw_statistics(db, JOIN_SQL, Fraction(1)))
     finally:
         db.close()
-    fresh_db = exact_session(policy, "alice")
+    other = exact_session(policy, "alice")
     try:
-        fresh = _join_sensitivity(fresh_db, JOIN_SQL)
+        out["new_session_in_process"] = _outcome_of(lambda: raw_statistics(other, JOIN_SQL, Fraction(1)))
     finally:
-        fresh_db.close()
-    assert fresh > before, f"the republished table should multiply more: before {before}, fresh {fresh}"
-    assert stale == fresh, f"{engine}: the same session plans the join with sensitivity {stale}, a fresh one {fresh}"
+        other.close()
+    out["fresh"] = _fresh_sensitivity(policy, other_process=engine == "spark")
+    return out
+
+
+@pytest.fixture(scope="module", params=["duckdb", "spark"])
+def republished(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = _republication_scenario(tmp_path_factory.mktemp(f"repub-{request.param}"), request.param)
+    out["engine"] = request.param
+    return out
+
+
+@pytest.mark.slow
+def test_a2_a_join_after_a_republication_uses_the_new_multiplicity(republished: dict[str, Any]) -> None:
+    r = republished
+    assert r["fresh"] > r["before"], f"the republished table should multiply more: {r}"
+    assert r["stale"] == r["fresh"], (
+        f"{r['engine']}: before {r['before']}; the same session plans sensitivity {r['stale']}, a fresh one {r['fresh']}"
+    )
+
+
+@pytest.mark.slow
+def test_a3_queries_in_the_serving_process_still_run_after_an_outside_republication(
+    republished: dict[str, Any],
+) -> None:
+    r = republished
+    ends = {k: r[k] for k in ("same_session_runs", "new_session_in_process")}
+    assert ends == dict.fromkeys(ends, "answered"), f"{r['engine']}: after the curator's republication: {ends}"
