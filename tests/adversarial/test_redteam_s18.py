@@ -272,3 +272,46 @@ def test_a3_queries_in_the_serving_process_still_run_after_an_outside_republicat
     r = republished
     ends = {k: r[k] for k in ("same_session_runs", "new_session_in_process")}
     assert ends == dict.fromkeys(ends, "answered"), f"{r['engine']}: after the curator's republication: {ends}"
+
+
+# --- A4. PATE's release record holds figures read from the private table without noise (MEDIUM) --------------
+#
+# `EXACT_SIZES` names ``teacher_rows``, ``validation_rows`` and ``dropped_rows_unknown_label``, but the PATE plug-in
+# (`veil/generators/plugins/pate.py::sanitise`) records ``result.metrics`` whole: ``epsilon_data_dependent`` (its
+# own note: "reads the private votes and is not itself differentially private"), ``ensemble_accuracy_before_noise``,
+# ``ensemble_accuracy_clean_validation`` (the teachers' exact votes on private validation rows), ``student_accuracy``
+# on private validation rows, ``validation_records`` (an exact count, under another name than the deny-list's);
+# ``params.student_source`` spells the number of rows held out of the private table ("N rows held out of 'adult'").
+
+PATE_PRIVATE_FIGURES = (
+    "epsilon_data_dependent",
+    "ensemble_accuracy_before_noise",
+    "ensemble_accuracy_after_noise",
+    "ensemble_accuracy_clean_validation",
+    "validation_records",
+)
+
+
+@pytest.mark.slow
+def test_a4_a_pate_record_holds_no_figure_read_from_the_private_rows(adult_policy: Any, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from veil.cli.main import cli
+    from veil.datasets import load_adult
+    from veil.policy import load_policy
+    from veil.store.releases import list_releases
+
+    csv = tmp_path / "adult.csv"
+    load_adult().head(2000).to_csv(csv, index=False)
+    path = adult_policy(rows=10)
+    assert CliRunner().invoke(cli, ["ingest", "--policy", str(path), "--table", "adult", str(csv), "--replace"]).exit_code == 0
+    args = ["publish", "pate", "--policy", str(path), "--table", "adult", "--label", "income"]
+    args += ["--features", "age,education_num,hours_per_week,sex", "--teachers", "20", "--gamma", "0.05"]
+    args += ["--queries", "100", "--validation", "200", "--student-rho", "0.5", "--delta", "1e-5"]
+    args += ["--output-model", str(tmp_path / "student.pt"), "--format", "json"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 0, res.output
+    (rel,) = list_releases(load_policy(path), kind="publication")
+    private = {k: rel.metrics[k] for k in PATE_PRIVATE_FIGURES if rel.metrics.get(k) is not None}
+    counted = {k: v for k, v in rel.params.items() if isinstance(v, str) and "rows held out" in v}
+    assert private == {} and counted == {}, f"PATE's record holds figures of the private rows: {private} {counted}"
