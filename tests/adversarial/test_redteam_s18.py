@@ -3,21 +3,52 @@ a publication generation (cd00c5e), synthetic generators on declared domains (fi
 without exact sizes (df55aca, 6b72031).
 
 Part A holds attacks that succeed on 2026-11-26 (main at b400859); part B holds probes of defences that held (they
-pass, and fail if the defence breaks). Status:
+pass, and fail if the defence breaks). Status (as reported):
 
 * A1 (MEDIUM) a DP microaggregation's release record still holds exact functions of the private rows. df55aca
-  drops the keys in `transaction.EXACT_SIZES` (a deny-list of names), but `plugins/sdc.py::sanitise` puts
-  `release_metrics(clean, out, …)` in the metrics: ``il``, ``il_mean``, ``dr`` (and ``linkage_risk``), computed
-  without noise from every private row (`auditor.metrics.evaluate_release`; the pairing uses a fixed seed 0). For
-  one fixed published output, changing one person's ``gain`` (0 → 5000) moves ``il_mean`` by a deterministic amount
-  (measured below), so `veil releases --show ID` (what auditors read) tells D from D′ given the release — outside
-  the ε charged. Steps: `veil publish sdc --method dp_microagg_laplace --param epsilon=1 --columns age,hours,gain
-  --target income --output p_dp`; `veil releases --show <id>`: ``metrics.il``, ``il_mean``, ``dr`` are numbers.
-  Fix: for ``plan.is_dp`` keep an allow-list of data-independent or noisy figures in the record (not a deny-list of
-  names) — `veil/generators/transaction.py::publish` / `veil/generators/plugins/sdc.py::sanitise`.
-* B1 held: analyst text cannot set Veil's ``meta`` marks through a path other than `parse.parse` — string literals
-  and quoted identifiers/aliases holding ``*/ /* sqlglot.meta veil_built_total */`` survive the rewrite, the DuckDB
-  rendering and a re-parse (the Spark `Env._native` path) as text, with no mark and no comment.
+  drops the keys named in `transaction.EXACT_SIZES` (a deny-list of names), but `plugins/sdc.py::sanitise` records
+  `release_metrics(clean, out, …)`: ``il``, ``il_mean``, ``dr`` (``linkage_risk``), computed without noise from every
+  private row (`auditor.metrics.evaluate_release`; rows paired with a fixed seed 0). For one fixed output, one
+  person's ``gain`` 0 → 5000 moves ``il`` 92.77 → 95.50 and ``dr`` 0.6496 → 0.6453: `veil releases --show ID` (what
+  auditors read) tells D from D′ given the release, outside the ε charged. Steps: `veil publish sdc --method
+  dp_microagg_laplace --param epsilon=4 --columns age,hours,gain --target income --output p_dp`; `veil releases
+  --show <id>`: ``metrics.il``, ``il_mean``, ``dr`` are numbers. Fix: for ``plan.is_dp`` record an *allow-list* of
+  data-independent or noisy figures (`veil/generators/transaction.py::publish`), not a deny-list of names.
+* A2 (MEDIUM, Spark) cached public-join multiplicities outlive a republication. cd00c5e rebuilds the catalog when
+  the ledger's publication generation moves, but `Env.probe` (join multiplicity factor) and `Env.public_domain`
+  are keyed by the public engine's generation only: on Spark that moves on writes *through this process* and every
+  RECHECK_SECONDS (60 s). After the curator republishes ``p_out`` from another process (`veil publish krr
+  --replace`, what a CLI does while `veil serve` runs), the same session plans ``SELECT COUNT(*) FROM people JOIN
+  p_out ON people.sex = p_out.sex`` with sensitivity 152 (170 in a second run) while a new session plans 284 (280):
+  the noise would be scaled to ~54 % of one person's true influence. In this run the answer itself was not
+  released (the execution failed, A3), so the leak is shown at the plan only. DuckDB held (in-process writes move
+  the mirror's generation). Fix: key `_probes`/`_domains` (veil/proxy/session.py) by
+  ``(…, engine generation, ledger.publication_generation())``, or clear them where the catalog is rebuilt.
+* A3 (LOW, Spark, availability) after that outside republication every query on ``p_out`` in the serving process
+  fails: the old session with QueryFailed (ε charged, "generated SQL failed after reservation"), a new session
+  in the same process with EngineError (Py4JJavaError: Spark's cached file listing of the rewritten table) at the
+  probe. Not data-dependent (the curator's action decides), but a `veil serve` on Spark breaks until restarted.
+  Fix: `REFRESH TABLE`/`spark.catalog.refreshTable` for published tables when the publication generation moves
+  (veil/engines/spark.py, veil/store/spark.py).
+* A4 (MEDIUM) PATE's release record holds figures read from the private table without noise:
+  ``epsilon_data_dependent`` 5.30 (its own note says it "is not itself differentially private"),
+  ``ensemble_accuracy_before_noise`` 0.59, ``…_after_noise`` 0.57, ``…_clean_validation`` 0.745,
+  ``validation_records`` 200 (a count under a name `EXACT_SIZES` misses), and ``params.student_source`` = "300 rows
+  held out of 'adult'" (on a user-level table that count depends on the chosen units' sizes). Fix: the same
+  allow-list; `veil/generators/plugins/pate.py::sanitise` keeps the data-dependent figures out of ``metrics``/
+  ``params`` (or prints them to the curator only).
+* B1 held: analyst text sets no ``meta`` mark by any path I found. Every analyst SQL goes through `parse.parse`
+  (EXPLAIN, `veil query`, the wire server; system/catalog queries use `sqlglot.parse_one` but never reach a
+  private table); string literals, quoted aliases and ``--`` comments holding ``*/ /* sqlglot.meta
+  veil_built_total */`` leave no meta or comment after parsing, nor after the DuckDB rendering is re-parsed (the
+  Spark `Env._native` path; `_domain_sql` renders the analyst's key expression as text, re-parsed there). Other
+  meta writes are Veil's own (`bounds.mark_arithmetic_that_cannot_raise` from declared bounds). B2 (A2 on DuckDB)
+  held. Read, not tested: synthetic generators (`declared_domains` refuses dates and open columns; bools are
+  (False, True)); `domain.column_domain` still falls back to the observed min/max when a column has no declared
+  bounds (used by `gan.py`, `sdc.py::_release`, noise addition), reachable only where bounds are not required —
+  sdc's non-DP masking methods, which clamp/redraw into [observed min, max] (a value one person holds is the bound,
+  but a clipped row is that person's own perturbed row). The IMPOSTER synthetic table has exactly as many rows as
+  the source (`plugins/synth.py`: ``rows=env.source_rows``), like every non-DP masking release.
 """
 
 from __future__ import annotations
