@@ -2,8 +2,13 @@
 a publication generation (cd00c5e), synthetic generators on declared domains (fixsynth), DP publications' records
 without exact sizes (df55aca, 6b72031).
 
-Part A holds attacks that succeed on 2026-11-26 (main at b400859); part B holds probes of defences that held (they
-pass, and fail if the defence breaks). Status (as reported):
+Part A holds attacks that succeeded on 2026-11-26 (main at b400859); part B holds probes of defences that held (they
+pass, and fail if the defence breaks). Lead's status the same day: A2 and A3 fixed (a publication or retraction
+clears the session's join multiplicities and key domains and re-lists the published tables' files on Spark); A1 and
+A4 left as out of scope, their tests strict xfails: the release log lives in the ledger file, which the threat
+model (../shared/notes/threat-model.md) leaves to trusted readers (curators, security teams: `veil releases` reads
+the file itself); no analyst interface serves it (s16 B3). Exact sizes are kept out of DP records all the same
+(s17 A3); utility and risk figures stay, documented in docs/generators.md. Findings as reported:
 
 * A1 (MEDIUM) a DP microaggregation's release record still holds exact functions of the private rows. df55aca
   drops the keys named in `transaction.EXACT_SIZES` (a deny-list of names), but `plugins/sdc.py::sanitise` records
@@ -81,6 +86,10 @@ def _publish_dp_microagg(base: Path) -> tuple[Path, Any]:
     return policy, res
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="out of scope (threat model): release records are read from the ledger file by trusted roles only",
+)
 @pytest.mark.slow
 def test_a1_a_dp_microaggregation_record_holds_no_exact_function_of_the_rows(tmp_path: Path) -> None:
     from tests.publish_support import ok_json, veil
@@ -92,6 +101,10 @@ def test_a1_a_dp_microaggregation_record_holds_no_exact_function_of_the_rows(tmp
     assert exact == {}, f"a DP publication's record holds exact functions of the private rows: {exact}"
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="out of scope (threat model): release records are read from the ledger file by trusted roles only",
+)
 def test_a1_the_recorded_il_tells_one_persons_value_for_a_fixed_output() -> None:
     """In process: the same published output, two neighbouring tables (one person's ``gain`` 0 vs 5000): the
     figures `plugins/sdc.py` records differ deterministically — the record, not the noise, tells D from D′."""
@@ -323,6 +336,10 @@ PATE_PRIVATE_FIGURES = (
 )
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="out of scope (threat model): release records are read from the ledger file by trusted roles only",
+)
 @pytest.mark.slow
 def test_a4_a_pate_record_holds_no_figure_read_from_the_private_rows(adult_policy: Any, tmp_path: Path) -> None:
     from click.testing import CliRunner

@@ -160,6 +160,17 @@ class SparkEngine:
         return Result(tuple(f.name for f in df.schema.fields), tuple(_type_name(f.dataType) for f in df.schema.fields), [])
 
     # -- metadata -----------------------------------------------------------------------------------
+    def refresh_tables(self, tables: Sequence[str]) -> None:
+        """Re-list the files of ``tables`` (another process may have replaced them: a stale listing fails)."""
+        s = self.session
+        for table in tables:
+            if not store.exists(self._spec, table):
+                continue
+            try:
+                s.sql(f"REFRESH TABLE {_full(self._spec, table)}")
+            except Exception as exc:  # a view, or a catalog that refuses it
+                log.debug("REFRESH TABLE %s refused (%s)", table, type(exc).__name__)
+
     def table_exists(self, table: str) -> bool:
         return store.exists(self._spec, table)
 

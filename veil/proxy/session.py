@@ -219,9 +219,16 @@ class Env:
         return self._watch.policy
 
     def refresh_policy(self) -> Policy:
+        """The current policy (re-read when its file changed), once per query; the catalog of public tables is
+        forgotten when the policy changed or a publication or retraction was recorded since it was built (a
+        retracted name may hold raw rows again: Spark has no public mirror to drop it from, red team s17 A4)."""
         policy, changed = self._watch.current()
-        if changed:
+        published = self.ledger.publication_generation()
+        if published != self._catalog_publications and self._catalog_publications >= 0:
+            self._forget_public_data(policy)
+        if changed or published != self._catalog_publications:
             self._catalog = None
+            self._catalog_publications = published
         policy.analyst(self.analyst)  # PolicyError if the analyst was removed
         return policy
 
@@ -237,15 +244,23 @@ class Env:
             self._ledger = Ledger.for_policy(self.policy)
         return self._ledger
 
+    def _forget_public_data(self, policy: Policy) -> None:
+        """After a publication or retraction: join multiplicities and key domains measured on public tables are
+        measured again (on Spark they were kept until the engine's generation moved, up to a minute: red team s18,
+        A2), and an engine that caches tables' file lists re-reads them (A3)."""
+        self._probes.clear()
+        self._domains.clear()
+        names = sorted(set(published_tables(policy)))
+        for engine in (self.engine, self._public_engine):
+            refresh = getattr(engine, "refresh_tables", None)
+            if refresh is not None:
+                refresh(names)
+
     def _generation(self, engine: Engine) -> int:
         return bounding.engine_generation(engine)
 
     def catalog(self, *, refresh: bool = False) -> Catalog:
-        # a publication or retraction since the catalog was built makes it stale: a retracted name may hold raw
-        # rows again (Spark has no public mirror to drop it from, red team s17 A4)
-        published = self.ledger.publication_generation()
-        if self._catalog is None or refresh or published != self._catalog_publications:
-            self._catalog_publications = published
+        if self._catalog is None or refresh:
             policy = self.policy
             names = sorted({n for n, t in policy.tables.items() if t.public} | _readable_published(policy))
             public = {n: dict(self.public_engine.table_columns(n)) for n in names}
