@@ -94,6 +94,21 @@ def _exact_double(v: Fraction) -> bool:
     return abs(v) <= Fraction(sys.float_info.max) and Fraction(float(v)) == v
 
 
+def _exact_interval(stat: Statistic) -> bool:
+    """The centre, the half-width and both bounds are exact doubles: an argument clamped to the bounds then
+    stays within them as a double, and ``arg − center`` within ±half-width (rounding is monotone)."""
+    c, h = stat.center, stat.half_width
+    return all(_exact_double(v) for v in (c, h, c - h, c + h))
+
+
+def _summed_whole(stat: Statistic) -> bool:
+    """A centred sum taken whole and centred afterwards, exactly (``session._raw``): an integer argument (an exact
+    BIGINT sum), or a real one whose bounds are exact doubles and whose centre is no farther from 0 than its
+    half-width — the sum's rounding is then that of any real SUM over the same bounds (docs/sql.md, the
+    floating-point summation limit), not magnified by a centre far from 0 (red team s15, A2: ``x + 1e17``)."""
+    return stat.integral or (_exact_interval(stat) and abs(stat.center) <= stat.half_width)
+
+
 def _double(v: float) -> exp.Expression:
     return _cannot_raise(exp.cast(exp.Literal.number(repr(v)), exp.DataType.build("DOUBLE")))
 
@@ -124,7 +139,7 @@ def _centred(stat: Statistic, square: bool) -> exp.Expression:
     arg = make_total(stat.arg)
     as_double = _cannot_raise(exp.cast(exp.Paren(this=arg), exp.DataType.build("DOUBLE")))
     d: exp.Expression = exp.Paren(this=_cannot_raise(exp.Sub(this=as_double, expression=_double(float(stat.center)))))
-    exact = all(_exact_double(v) for v in (stat.center, half, stat.center - half, stat.center + half))
+    exact = _exact_interval(stat)
     if not exact:
         d = _at_most(d, _below(half), below=True)
     if square:
@@ -145,8 +160,8 @@ def _quantities(stat: Statistic) -> list[exp.Expression]:
         raise InternalError(f"statistic {stat.label!r} has no argument")
     if stat.kind == "sum":
         return [_with_filter(exp.Sum(this=arg), stat.filter)]
-    if stat.kind == "sum_centered" and stat.integral:
-        # exact: a BIGINT sum and count, centred with fractions afterwards (session._raw)
+    if stat.kind == "sum_centered" and _summed_whole(stat):
+        # a sum and a count, centred exactly with fractions afterwards (session._raw)
         return [_with_filter(exp.Sum(this=arg), stat.filter), _with_filter(exp.Count(this=arg.copy()), stat.filter)]
     if stat.kind in ("sum_centered", "sumsq_centered"):
         return [_with_filter(exp.Sum(this=_centred(stat, stat.kind == "sumsq_centered")), stat.filter)]

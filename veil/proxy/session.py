@@ -79,11 +79,10 @@ def _int(v: Any) -> int:
 
 
 def _exact(v: Any) -> Fraction:
-    """An integer sum from the engine (a Python int, or a DECIMAL(38, 0) as a Decimal) as an exact fraction."""
+    """A sum from the engine (a Python int, a DECIMAL(38, 0) as a Decimal, a finite float) as an exact fraction."""
     if isinstance(v, Decimal) and v.is_finite():
         return Fraction(v)
-    n = _num(v)
-    return Fraction(n) if isinstance(n, int) else Fraction(0)
+    return Fraction(_num(v))
 
 
 def _num(v: Any) -> Any:
@@ -488,7 +487,7 @@ class Env:
                 continue
             idx = queries.stat_inputs[stat.id]
             col = [_num(r[idx[0]]) for r in qvals]
-            if stat.kind == "sum_centered" and len(idx) == 2:  # a BIGINT argument: centred exactly
+            if stat.kind == "sum_centered" and len(idx) == 2:  # summed whole (rewrite._summed_whole): centred exactly
                 cnt = [_int(r[idx[1]]) for r in qvals]
                 c = stat.center
                 sums = [_exact(r[idx[0]]) for r in qvals]
