@@ -244,7 +244,17 @@ rewrite pass prices the operations of the generated statements that may raise or
 statement, ~0.15 ms) and the plan pass marks the arithmetic the bounds keep from overflowing (~0.05 ms), so
 `rewrite` went from 0.6–1.2 to 0.8–1.4 ms. Net, within run-to-run drift: COUNT +4.3–4.4 ms, AVG +5.8–5.9 ms,
 state GROUP BY 2.73× (both levels), sex × diagnosis 2.05× row-level and 1.81× user-level (the one target met).
-No speed work this round."""
+No speed work this round.
+
+**2026-11-26, sixth round** (`before:` is the fifth round's final run; the table is this round's last of four runs
+minutes apart on an idle host, 1-minute load 0.8–1.0; wall-clock medians swung widely between them — row-level
+COUNT +4.8 to +7.6 ms, state GROUP BY 3.0–3.4× — while the CPU ratios stayed within ±0.15). Privacy changes only:
+AVG/VAR/STDDEV centre each row in SQL when their centre is far from 0 (an argument such as `x + 1e17`; sums whose
+bounds are exact doubles and whose centre is within the half-width of 0, like `income` here, are still summed
+whole and centred exactly afterwards: the per-row form cost ~0.5 ms per million rows), released float keys get one
+spelling, and each query reads the ledger's publication generation once (~0.03 ms) so a retraction reaches open
+sessions. CPU ratios against the fifth round: COUNT 5.1–5.2× (5.0–5.3×), AVG 2.4× (2.3–2.4×), state GROUP BY
+2.1–2.2× (2.0×), sex × diagnosis 1.4–1.5× (1.4–1.6×). No target newly met; the per-query Python path is unchanged."""
 
 
 def _cpu_ratio(r: dict[str, Any]) -> str:
