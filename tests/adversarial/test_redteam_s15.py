@@ -171,23 +171,29 @@ def test_a1_through_the_cli_with_production_noise(worlds: Worlds) -> None:
 @pytest.mark.slow
 def test_a1_over_the_wire_with_production_noise(worlds: Worlds) -> None:
     """A real PostgreSQL client against `veil serve` (real noise): the same bit."""
+    outcomes = wire_outcomes(worlds, ("x10", "x3"), SIGNED_ZERO_QUERIES[0], 5.0)
+    spelled = {name: [repr(float(r[0])) for r in o.rows] if o.ok else o for name, o in outcomes.items()}
+    assert spelled["x10"] == spelled["x3"], f"wire: released keys depend on one row's value: {spelled}"
+
+
+def wire_outcomes(worlds: Worlds, names: tuple[str, ...], sql: str, epsilon: float) -> dict[str, Any]:
+    """``sql`` through a real PostgreSQL client against `veil serve` on each named world (real noise)."""
     from tests.support.attack import Server, WireInterface, set_password
 
-    spelled = {}
-    for name in ("x10", "x3"):
+    out = {}
+    for name in names:
         path = worlds.paths[name]
         set_password(path, "b")
-        srv = Server(path, path.parent / "serve.log")
+        srv = Server(path, path.parent / f"serve-{name}.log")
         try:
             wire = WireInterface(srv.port, "b")
             try:
-                o = wire.query(SIGNED_ZERO_QUERIES[0], 5.0)
+                out[name] = wire.query(sql, epsilon)
             finally:
                 wire.close()
         finally:
             srv.stop()
-        spelled[name] = [repr(float(r[0])) for r in o.rows] if o.ok else o
-    assert spelled["x10"] == spelled["x3"], f"wire: released keys depend on one row's value: {spelled}"
+    return out
 
 
 # --- A2. Centred moments are centred after a DOUBLE sum at the data's magnitude ---------------------------

@@ -156,22 +156,10 @@ def test_a1_through_the_cli_with_production_noise(worlds: Worlds) -> None:
 @pytest.mark.slow
 def test_a1_over_the_wire_with_production_noise(worlds: Worlds) -> None:
     """A real PostgreSQL client against `veil serve` (real noise): the same bit."""
-    from tests.support.attack import Server, WireInterface, set_password
+    from tests.adversarial.test_redteam_s15 import wire_outcomes
 
-    out = {}
-    for name in ("x10", "x3"):
-        path = worlds.paths[name]
-        set_password(path, "b")
-        srv = Server(path, path.parent / "serve-s17.log")
-        try:
-            wire = WireInterface(srv.port, "b")
-            try:
-                o = wire.query(MARKED_QUERIES[0], 1.0)
-            finally:
-                wire.close()
-        finally:
-            srv.stop()
-        out[name] = "answered" if o.ok else o.sqlstate
+    outcomes = wire_outcomes(worlds, ("x10", "x3"), MARKED_QUERIES[0], 1.0)
+    out = {name: "answered" if o.ok else o.sqlstate for name, o in outcomes.items()}
     assert out["x10"] == out["x3"], f"wire: the outcome depends on one row's value: {out}"
 
 
