@@ -63,6 +63,10 @@ class Engine(Protocol):
 
     def table_exists(self, table: str) -> bool: ...
 
+    def refresh_tables(self, tables: Sequence[str]) -> None:
+        """Forget what the engine cached about ``tables`` (another process may have replaced them)."""
+        ...
+
     def table_version(self, table: str, columns: Sequence[str]) -> str:
         """An identity of the table's current data over ``columns`` (changes when any row changes)."""
         ...

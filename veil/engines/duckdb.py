@@ -133,6 +133,9 @@ class DuckDBEngine:
         )
         return [(str(r[0]), str(r[1])) for r in res.rows]
 
+    def refresh_tables(self, tables: Sequence[str]) -> None:
+        """Nothing to forget: DuckDB reads a table's current data on every statement."""
+
     def table_exists(self, table: str) -> bool:
         res = self._run(
             f"SELECT count(*) FROM information_schema.tables WHERE table_name = '{table.replace(chr(39), chr(39) * 2)}'"

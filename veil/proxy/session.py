@@ -249,11 +249,10 @@ class Env:
         A2), and an engine that caches tables' file lists re-reads them (A3)."""
         self._probes.clear()
         self._domains.clear()
-        names = sorted(set(published_tables(policy)))
+        names = sorted(published_tables(policy))
         for engine in (self.engine, self._public_engine):
-            refresh = getattr(engine, "refresh_tables", None)
-            if refresh is not None:
-                refresh(names)
+            if engine is not None:
+                engine.refresh_tables(names)
 
     def _generation(self, engine: Engine) -> int:
         return bounding.engine_generation(engine)
