@@ -19,7 +19,6 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from fractions import Fraction
 from typing import Any, TypeVar
 
@@ -37,7 +36,7 @@ from veil.engines.neutral import duckdb_text
 from veil.errors import InternalError, QueryRejected, UnknownTable, Unsupported
 from veil.mechanisms.budget import as_epsilon, format_epsilon
 from veil.policy import Policy, load_policy
-from veil.proxy import bounding, pipeline
+from veil.proxy import bounding, fixed_point, pipeline
 from veil.proxy.add_noise import PRODUCTION, NoiseSource
 from veil.proxy.answer import Answer, BudgetStatus, Explanation, OutputColumn, explanation
 from veil.proxy.catalog import Catalog, build_catalog, public_types
@@ -46,7 +45,7 @@ from veil.proxy.multiplicity import Probe
 from veil.proxy.parse import DEFAULT_LIMITS, Limits
 from veil.proxy.plan import MAX_PUBLIC_GROUPS, QueryPlan
 from veil.proxy.postprocess import FRAME, PostProcess, aggregate_types, finalize_aggregates
-from veil.proxy.rewrite import EngineQueries, rewrite
+from veil.proxy.rewrite import EngineQueries, rewrite, row_bound, sum_exponent
 from veil.store.ledger import Ledger, Reservation
 from veil.store.records import ReleasedStatistic
 from veil.store.releases import published_tables
@@ -76,13 +75,6 @@ def _int(v: Any) -> int:
         return int(v) if v is not None else 0
     except (TypeError, ValueError, OverflowError):
         return 0
-
-
-def _exact(v: Any) -> Fraction:
-    """A sum from the engine (a Python int, a DECIMAL(38, 0) as a Decimal, a finite float) as an exact fraction."""
-    if isinstance(v, Decimal) and v.is_finite():
-        return Fraction(v)
-    return Fraction(_num(v))
 
 
 def _num(v: Any) -> Any:
@@ -485,16 +477,16 @@ class Env:
             if stat.kind == "grid":
                 continue
             idx = queries.stat_inputs[stat.id]
-            col = [_num(r[idx[0]]) for r in qvals]
-            if stat.kind == "sum_centered" and len(idx) == 2:  # summed whole (rewrite._summed_whole): centred exactly
-                cnt = [_int(r[idx[1]]) for r in qvals]
-                c = stat.center
-                sums = [_exact(r[idx[0]]) for r in qvals]
-                raw[stat.id] = np.array([float(s - c * k) for s, k in zip(sums, cnt, strict=True)], dtype=np.float64)
-            elif stat.mechanism == "discrete_laplace":
+            if stat.mechanism == "discrete_laplace":
+                col = [_num(r[idx[0]]) for r in qvals]
                 raw[stat.id] = np.array([v if isinstance(v, int) else round(v) for v in col], dtype=object)
-            else:
-                raw[stat.id] = np.array([float(v) for v in col], dtype=np.float64)
+                continue
+            # an exact fixed-point sum (rewrite._fixed), centred with its count, rounded once (fixed_point)
+            k, bound = sum_exponent(stat), row_bound(stat)
+            counts = [r[idx[1]] for r in qvals] if len(idx) == 2 else None
+            center = stat.center if len(idx) == 2 else Fraction(0)
+            totals = [r[idx[0]] for r in qvals]
+            raw[stat.id] = np.array(fixed_point.to_doubles(totals, k, center, counts, bound=bound), dtype=np.float64)
         return raw
 
     def _grids(
