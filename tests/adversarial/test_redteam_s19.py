@@ -1,0 +1,144 @@
+"""Red team, session 19: the query path after the sixth round's fixes — released key spelling, centred moments
+(`rewrite._centred`, `_summed_whole`, `_exact_interval`), Veil's ``BUILT_TOTAL`` mark, the catalog/probe refresh.
+
+Same harness as sessions 4–18 (:mod:`tests.adversarial.test_redteam_s15`): D and D′ differ in one person (the
+target, unit 7) or in one of their values; the same analyst SQL must end the same way on both, and every released
+value must differ only through the noise (noise off: ``veil.proxy._testing.exact_session``), each statistic by at
+most the sensitivity its plan used.
+
+Part A holds attacks that succeed on 2026-11-26 (main at c8f04b0): each test FAILS until Veil is fixed. Part B holds
+probes of defences that held (they pass, and fail if the defence breaks).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from tests.adversarial.test_redteam_s4 import TARGET, TARGET_ROW
+from tests.adversarial.test_redteam_s15 import Worlds, moves_beyond_sensitivity
+from tests.conftest import STAT_ALPHA
+
+
+@pytest.fixture(scope="module")
+def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
+    w = Worlds(
+        tmp_path_factory.mktemp("s19"),
+        {"d": None, "x10": dict(TARGET_ROW, x=10, y=-1.5), "x3": dict(TARGET_ROW, x=3, y=1.5)},
+    )
+    yield w
+    w.close()
+
+
+def _fresh(worlds: Worlds) -> Fraction:
+    worlds.asked += 1
+    return Fraction(5) + Fraction(worlds.asked, 10**6)
+
+
+def _binomial_tail(n: int, m: int, p: float) -> float:
+    """P(Binomial(n, p) ≥ m)."""
+    return sum(math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(m, n + 1))
+
+
+# ==================================================================================================
+# Part A — attacks that succeed today
+# ==================================================================================================
+
+# --- A1. A REAL (float4) argument is clamped in float4: its centred value leaves ±half-width ---------------
+#
+# `plan._clamp` compares the analyst's argument with the interval's bounds in the argument's own engine type, and
+# `rewrite._centred` skips the clamp after centring when the bounds, the centre and the half-width are exact
+# doubles ("rounding, being monotone, cannot leave them"). A `CAST(… AS REAL)` argument is a DuckDB FLOAT: the
+# comparison casts the bounds to float4 too, so both bounds round (here 1073742015 → 2³⁰ + 128 and 1073742016 →
+# 2³⁰ + 256) and every value passes; the float4 value cast to DOUBLE minus the centre is then up to half a float4
+# ulp (64 at 2³⁰) from the centre, against a half-width of 0.5. One row moves the centred sum by 64.5 or −63.5
+# (Δ = 0.5) and the centred square by ~4,100 (Δ = 0.25): the sign of one bit of the target's row, 128·Δ apart.
+
+REAL_BIT = "CAST(CASE WHEN x > 3 THEN 1073742016 ELSE 1073742015 END AS REAL)"
+REAL_QUERIES = [
+    f"SELECT AVG({REAL_BIT}) AS a FROM t WHERE u = {TARGET}",
+    f"SELECT VARIANCE({REAL_BIT}) AS a FROM t WHERE u >= {TARGET}",
+    f"SELECT k, STDDEV_POP({REAL_BIT}) AS a FROM t GROUP BY k",
+    "SELECT AVG(CAST(x + 1073742015 AS REAL)) AS a, VAR_POP(CAST(x AS REAL) * 64 + 1073742015) AS v FROM t",
+]
+
+
+@pytest.mark.parametrize("sql", REAL_QUERIES)
+def test_A1_real_argument_centred_within_sensitivity(worlds: Worlds, sql: str) -> None:
+    """HIGH (API, CLI, wire: one code path). A REAL argument's centred sum (and square) moves by up to half a float4
+    ulp per row, far beyond the plan's sensitivity (64.5 against 0.5): the released AVG is the target's bit."""
+    assert moves_beyond_sensitivity(worlds.sessions, sql, _fresh(worlds)) == []
+
+
+#: x10 answers above the centre, x3 below it, in at least M_OF_N of N_PAIRS pairs of fresh queries
+N_PAIRS, M_OF_N, BIT_EPSILON = 20, 17, 0.1
+
+
+def _bit_is_read(answers: dict[str, list[float]], centre: float) -> int:
+    """How many pairs read the target's bit: x10's AVG above the centre and x3's below it.
+
+    For any mechanism that is ε-DP per query, x10 and x3 (one row changed: 2ε apart) give P(pair reads the bit) =
+    P₁₀(above)·P₃(below) ≤ e^{2ε}·p·(1 − p) ≤ e^{2ε}/4 with p = P₃(above); the chance of ≥ M_OF_N such pairs out
+    of N_PAIRS independent ones is the binomial tail, below STAT_ALPHA (checked below)."""
+    return sum(1 for hi, lo in zip(answers["x10"], answers["x3"], strict=True) if hi > centre > lo)
+
+
+def test_A1_bit_read_through_the_api_with_production_noise(worlds: Worlds) -> None:
+    """`veil.connect` with real noise at ε = 0.1 per query: the AVG is above its centre iff the target's x > 3."""
+    from tests.support.attack import ApiInterface
+
+    assert _binomial_tail(N_PAIRS, M_OF_N, math.exp(2 * BIT_EPSILON) / 4) < STAT_ALPHA
+    answers: dict[str, list[float]] = {}
+    for name in ("x10", "x3"):
+        api = ApiInterface(worlds.paths[name], "b")
+        try:
+            outs = [api.query(REAL_QUERIES[0], BIT_EPSILON + i * 1e-6) for i in range(N_PAIRS)]
+        finally:
+            api.close()
+        answers[name] = _first_floats(outs)
+    read = _bit_is_read(answers, 1073742015.5)
+    assert read < M_OF_N, f"{read}/{N_PAIRS} pairs read the target's bit at ε = {BIT_EPSILON}: {answers}"
+
+
+def _wire_answers(worlds: Worlds, name: str, sql: str, epsilons: list[float]) -> list[Any]:
+    """``sql`` at each ε through a real PostgreSQL client against `veil serve` on world ``name`` (real noise)."""
+    from tests.support.attack import Server, WireInterface, set_password
+
+    path = worlds.paths[name]
+    set_password(path, "b")
+    srv = Server(path, path.parent / f"serve19-{name}.log")
+    try:
+        wire = WireInterface(srv.port, "b")
+        try:
+            return [wire.query(sql, e) for e in epsilons]
+        finally:
+            wire.close()
+    finally:
+        srv.stop()
+
+
+def _first_floats(outs: list[Any]) -> list[float]:
+    return [float(o.rows[0][0]) if o.ok and o.rows and o.rows[0][0] is not None else math.nan for o in outs]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("interface", ["cli", "wire"])
+def test_A1_bit_read_through_the_cli_and_the_wire(worlds: Worlds, interface: str) -> None:
+    """`veil query --format json` and a PostgreSQL client on `veil serve`, real noise, the same bound."""
+    from tests.support.attack import CliInterface
+
+    offset = 1000 if interface == "cli" else 2000
+    epsilons = [BIT_EPSILON + (offset + i) * 1e-6 for i in range(N_PAIRS)]
+    answers: dict[str, list[float]] = {}
+    for name in ("x10", "x3"):
+        if interface == "cli":
+            iface = CliInterface(worlds.paths[name], "b")
+            answers[name] = _first_floats([iface.query(REAL_QUERIES[0], e) for e in epsilons])
+        else:
+            answers[name] = _first_floats(_wire_answers(worlds, name, REAL_QUERIES[0], epsilons))
+    read = _bit_is_read(answers, 1073742015.5)
+    assert read < M_OF_N, f"{interface}: {read}/{N_PAIRS} pairs read the target's bit at ε = {BIT_EPSILON}: {answers}"
