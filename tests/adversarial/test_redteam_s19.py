@@ -142,3 +142,29 @@ def test_A1_bit_read_through_the_cli_and_the_wire(worlds: Worlds, interface: str
             answers[name] = _first_floats(_wire_answers(worlds, name, REAL_QUERIES[0], epsilons))
     read = _bit_is_read(answers, 1073742015.5)
     assert read < M_OF_N, f"{interface}: {read}/{N_PAIRS} pairs read the target's bit at ε = {BIT_EPSILON}: {answers}"
+
+
+# --- A2. An integral argument computed in DOUBLE beyond 2⁵³ is clamped in DOUBLE: its exact centred sum leaves ±hw
+#
+# For an integral interval `plan._typed(_clamp(arg))` reads ``CAST(CASE WHEN arg BETWEEN lo AND hi … END AS BIGINT)``
+# and `rewrite._summed_whole` sums it as a BIGINT, centred exactly afterwards (`session._raw`) with no clamp after
+# centring. When ``arg`` is a DOUBLE (``ROUND``/``FLOOR`` of a real, a real cast to an integer type is rounded as a
+# DOUBLE first) the comparison with the BIGINT bounds is made in DOUBLE: beyond 2⁵³ both bounds round (2⁶⁰ + 127 →
+# 2⁶⁰, 2⁶⁰ + 129 → 2⁶⁰ + 256), every value passes, and the BIGINT it becomes is up to half a double ulp (128 at 2⁶⁰)
+# from the centre. One row moves the centred sum by +128 or −128 with the target's bit, against Δ = 1. (The AVG is
+# a DOUBLE near 2⁶⁰ and cannot show ±1 around its centre, but VARIANCE/STDDEV of the same argument, and the DP
+# guarantee of the centred sum, are broken: the noise is scaled to 1/256 of one row's influence.)
+
+INTEGRAL_BIT = "ROUND(CAST(CASE WHEN x > 3 THEN 1152921504606847105 ELSE 1152921504606847103 END AS DOUBLE))"
+INTEGRAL_QUERIES = [
+    f"SELECT AVG({INTEGRAL_BIT}) AS a FROM t WHERE u = {TARGET}",
+    f"SELECT VAR_POP({INTEGRAL_BIT}) AS a FROM t WHERE u >= {TARGET}",
+    "SELECT STDDEV(ROUND(x + 1152921504606847104.0)) AS a FROM t",
+]
+
+
+@pytest.mark.parametrize("sql", INTEGRAL_QUERIES)
+def test_A2_integral_double_argument_centred_within_sensitivity(worlds: Worlds, sql: str) -> None:
+    """HIGH (guarantee broken; API, CLI, wire). The exact (integer) centred sum of a DOUBLE-valued integral argument
+    moves by up to half a double ulp per row (±128 at 2⁶⁰) against the plan's sensitivity of 1."""
+    assert moves_beyond_sensitivity(worlds.sessions, sql, _fresh(worlds)) == []
