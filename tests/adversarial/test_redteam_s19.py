@@ -168,3 +168,60 @@ def test_A2_integral_double_argument_centred_within_sensitivity(worlds: Worlds, 
     """HIGH (guarantee broken; API, CLI, wire). The exact (integer) centred sum of a DOUBLE-valued integral argument
     moves by up to half a double ulp per row (±128 at 2⁶⁰) against the plan's sensitivity of 1."""
     assert moves_beyond_sensitivity(worlds.sessions, sql, _fresh(worlds)) == []
+
+
+# --- A3. Spark: a declared public table rewritten by another process keeps its old join multiplicity -----------
+#
+# s18 A2/A3 were fixed for *publications*: `Env.refresh_policy` clears the session's probes (join multiplicities) and
+# key domains, and re-lists files, when the ledger's publication generation moves. A table declared ``public = true``
+# in the policy and rewritten by the curator from another process (`write_table(…, public=True)`, e.g. reference
+# data refreshed while `veil serve` runs; on Spark nothing locks the warehouse) moves no publication generation, and
+# the probe cache is keyed by the Spark engine's generation, which moves only on writes through this process and
+# every RECHECK_SECONDS (60 s). Measured: regions with one row per state (factor 1), rewritten outside with 40 rows
+# per state; the same session plans ``COUNT(*) … JOIN regions ON people.state = regions.state`` with sensitivity 1
+# (one person's row joins 40 rows: the noise is 1/40 of their influence), and running it fails with QueryFailed
+# (ε charged, Spark's cached file listing), as s18 A3 did for publications.
+
+STATES = ["CA", "NY", "TX", "WA", "OR", "ZZ"]
+REGIONS_SQL = "SELECT COUNT(*) AS n FROM people JOIN regions ON people.state = regions.state"
+_OUTSIDE_WRITE = (
+    "import sys, pandas as pd; from veil.policy import load_policy; from veil.store.warehouse import write_table; "
+    f"states = {STATES!r}; "
+    "write_table(load_policy(sys.argv[1]), 'regions', pd.DataFrame({'state': states * 40, "
+    "'region': ['r%d' % i for i in range(len(states) * 40)]}), replace=True, public=True)"
+)
+
+
+@pytest.mark.slow
+def test_A3_spark_public_table_rewritten_outside_keeps_no_stale_multiplicity(tmp_path: Any) -> None:
+    """MEDIUM (Spark; API, and `veil serve` workers: one session object). ~3 min (two Spark start-ups)."""
+    import subprocess
+    import sys
+    import time
+
+    import pandas as pd
+
+    from tests.adversarial.test_redteam_s15 import raw_statistics
+    from tests.adversarial.test_redteam_s18 import _engine_policy, _join_sensitivity, _outcome_of
+    from veil.engines.spark import RECHECK_SECONDS
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    path = _engine_policy(tmp_path, "spark", 300)
+    policy = load_policy(path)
+    write_table(policy, "people", pd.read_csv(tmp_path / "people.csv"), replace=True)
+    write_table(policy, "regions", pd.DataFrame({"state": STATES, "region": list("abcdef")}), replace=True, public=True)
+    db = exact_session(policy, "alice")
+    try:
+        before = _join_sensitivity(db, REGIONS_SQL)
+        time.sleep(RECHECK_SECONDS - time.monotonic() % RECHECK_SECONDS + 0.5)  # the window is the code's, not luck
+        _join_sensitivity(db, REGIONS_SQL)
+        done = subprocess.run([sys.executable, "-c", _OUTSIDE_WRITE, path], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        after = _join_sensitivity(db, REGIONS_SQL)
+        runs = _outcome_of(lambda: raw_statistics(db, REGIONS_SQL, Fraction(1)))
+    finally:
+        db.close()
+    assert before == 1
+    assert (after, runs) == (40, "answered"), f"after the outside rewrite: sensitivity {after} (one row joins 40), run: {runs}"
