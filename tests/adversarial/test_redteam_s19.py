@@ -160,6 +160,7 @@ INTEGRAL_QUERIES = [
     f"SELECT AVG({INTEGRAL_BIT}) AS a FROM t WHERE u = {TARGET}",
     f"SELECT VAR_POP({INTEGRAL_BIT}) AS a FROM t WHERE u >= {TARGET}",
     "SELECT STDDEV(ROUND(x + 1152921504606847104.0)) AS a FROM t",
+    "SELECT AVG(ROUND(x + 1e17)) AS a FROM t",  # a natural query: ±16 (the ulp of 1e17) against Δ = 10
 ]
 
 
@@ -225,3 +226,84 @@ def test_A3_spark_public_table_rewritten_outside_keeps_no_stale_multiplicity(tmp
         db.close()
     assert before == 1
     assert (after, runs) == (40, "answered"), f"after the outside rewrite: sensitivity {after} (one row joins 40), run: {runs}"
+
+
+# --- A4. An integer ε too large for a float crashes with OverflowError instead of a typed refusal (LOW) -----------
+#
+# `veil.connect(…).sql(sql, epsilon=10**400)`: `as_epsilon` accepts the int (finite, > 0, above the minimum), the
+# reservation refuses it, and formatting the refusal's message converts it to a float: OverflowError ("integer
+# division result too large for a float") escapes, not a VeilError with a SQLSTATE. Nothing is charged and it depends
+# on no data (robustness, not privacy). Python API only: the CLI and `SET veil.epsilon` parse floats (inf: refused).
+
+
+def test_A4_huge_integer_epsilon_is_a_typed_refusal(worlds: Worlds) -> None:
+    """LOW (API): bad input must raise a typed error from veil/errors.py, naming the value."""
+    import veil
+    from veil.errors import VeilError
+
+    db = veil.connect(worlds.paths["d"], analyst="b")
+    try:
+        with pytest.raises(VeilError):
+            db.sql("SELECT COUNT(*) AS n FROM t", epsilon=10**400)
+    finally:
+        db.close()
+
+
+# ==================================================================================================
+# Part B — probes that held (these pass today; each fails if its defence breaks)
+# ==================================================================================================
+
+# --- B1. Analyst sub-expressions inside Veil's BUILT_TOTAL centred node are made total first ------------------
+#
+# `rewrite._centred` marks the node it builds BUILT_TOTAL (`make_total` skips it and its operands) after making the
+# argument total itself. Casts that overflow a narrow type on the target's row only (x = 10: x·10000 = 100000 >
+# SMALLINT), through CTEs, FILTER and GROUP BY, in every centred and grid statistic, end the same way on D and both
+# neighbours and move within their sensitivity. Also: a real argument cast to BIGINT before the clamp (the clamp then
+# compares BIGINTs) and a DOUBLE argument at 2³⁰ (bounds exact doubles) stay within Δ.
+
+TOTAL_INSIDE_CENTRED = [
+    "SELECT VARIANCE(CAST(x * 10000 AS SMALLINT) + 1e17) AS v FROM t",
+    "SELECT AVG(CAST(x AS SMALLINT) * 5000 + 1e17) FILTER (WHERE CAST(x * 10000 AS SMALLINT) > 0) AS a FROM t",
+    "SELECT STDDEV(CAST(x AS TINYINT) * 100 + 4611686018427387904) AS s FROM t",
+    "SELECT MEDIAN(CAST(x * 100 AS TINYINT)) AS m FROM t",
+    "WITH c AS (SELECT CAST(x * 10000 AS SMALLINT) AS v FROM t) SELECT VAR_POP(v * 0.5 + 1e16) AS v FROM c",
+    "SELECT k, AVG(CAST(x * 10000 AS SMALLINT) + 1e17) AS a FROM t GROUP BY k",
+    "SELECT AVG(CAST(CAST(x AS DOUBLE) * 0.5 + 1152921504606847104 AS BIGINT)) AS a FROM t",
+    "SELECT VARIANCE(CAST(y AS DOUBLE) + 1073742015) AS v FROM t",
+]
+
+
+@pytest.mark.parametrize("sql", TOTAL_INSIDE_CENTRED)
+def test_b1_analyst_parts_of_centred_statistics_are_total(worlds: Worlds, sql: str) -> None:
+    ends = {name: a if isinstance(a, str) else "answered" for name, a in worlds.run(sql).items()}
+    assert set(ends.values()) == {"answered"}, ends
+    assert moves_beyond_sensitivity(worlds.sessions, sql, _fresh(worlds)) == []
+
+
+# --- B2. Released key spelling: types whose equal values have several spellings -------------------------------
+#
+# DuckDB keeps the first row's spelling of a group. Probed: trailing spaces (distinct groups, not merged), dates
+# built from INTERVAL '30 days' and '1 month', REAL -0.0 keys cast to text after grouping, Unicode titlecase digraphs
+# (ǅ/Ǆ) through UPPER, text of a DOUBLE key; INTERVAL keys are refused free. The released keys of x10 and x3 are the
+# same (beyond the noise-free partition selection), and every key type is fixed by the query.
+
+KEY_SPELLINGS = [
+    f"SELECT CASE WHEN x > 3 THEN 'a ' ELSE 'a' END AS g, COUNT(*) AS n FROM t WHERE u >= {TARGET} GROUP BY 1",
+    "SELECT CASE WHEN x > 3 THEN DATE '2020-01-01' + INTERVAL '30 days' ELSE DATE '2020-01-01' + INTERVAL '1 month' "
+    "END AS g, COUNT(*) AS n FROM t GROUP BY 1",
+    f"SELECT CAST(CAST(y * 0 AS REAL) AS VARCHAR) AS g, COUNT(*) AS n FROM t WHERE u >= {TARGET} GROUP BY CAST(y * 0 AS REAL)",
+    f"SELECT UPPER(CASE WHEN x > 3 THEN 'ǆ' ELSE 'Ǆ' END) AS g, COUNT(*) AS n FROM t WHERE u >= {TARGET} GROUP BY 1",
+    f"SELECT CAST(CASE WHEN x > 3 THEN -0.0 ELSE 0.0 END AS VARCHAR) AS g, COUNT(*) AS n FROM t WHERE u >= {TARGET} "
+    "GROUP BY CASE WHEN x > 3 THEN -0.0 ELSE 0.0 END",
+    f"SELECT CASE WHEN x > 3 THEN CAST('NaN' AS DOUBLE) ELSE CAST('-NaN' AS DOUBLE) END AS g, COUNT(*) AS n FROM t "
+    f"WHERE u >= {TARGET} GROUP BY 1",
+    "SELECT INTERVAL (x) DAY AS g, COUNT(*) AS n FROM t GROUP BY 1",
+]
+
+
+@pytest.mark.parametrize("sql", KEY_SPELLINGS)
+def test_b2_released_key_spelling_does_not_depend_on_one_row(worlds: Worlds, sql: str) -> None:
+    from tests.adversarial.test_redteam_s17 import _spelled_rows
+
+    out = {name: _spelled_rows(a) for name, a in worlds.run(sql).items()}
+    assert out["x10"] == out["x3"], f"released keys depend on one row's value: {out}\n  SQL: {sql}"
