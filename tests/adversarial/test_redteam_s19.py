@@ -321,6 +321,49 @@ def test_A4_huge_integer_epsilon_is_a_typed_refusal(worlds: Worlds) -> None:
         db.close()
 
 
+# --- A5. A live session keeps charging the ledger it opened after the policy names another (MEDIUM) ------------
+#
+# `Env.ledger` is opened once (`Ledger.for_policy(self.policy)`) and kept for the session's life; `refresh_policy`
+# re-reads the policy file (budgets, tables, the catalog) but never the ledger path. After the curator points
+# `[ledger] path` at another file (a move, a restore, a new ledger) every open session — a `veil.connect` object, a
+# `veil serve` connection — keeps reserving on the old file, and every new session on the new one: the analyst's
+# budget (and each table's cap) is counted twice, once per file. Measured: ε = 1 then ε = 2 in one session across
+# the change; a new session reads 0 spent, the old one 3.
+
+
+def test_A5_a_live_session_charges_the_ledger_the_policy_names(tmp_path: Any) -> None:
+    """MEDIUM (API, wire: `veil serve` keeps its sessions; a careless curator's change under live sessions)."""
+    import time
+
+    import veil
+    from tests.adversarial.test_redteam_s4 import POLICY, PUB, _base_rows, _frame
+    from veil.errors import VeilError
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    path = tmp_path / "policy.toml"
+    path.write_text(POLICY, encoding="utf-8")
+    write_table(load_policy(path), "pub", PUB, replace=True, public=True)
+    write_table(load_policy(path), "t", _frame(_base_rows()), replace=True)
+    db = veil.connect(path, analyst="b")
+    try:
+        db.sql("SELECT COUNT(*) AS n FROM t", epsilon=1)
+        time.sleep(0.05)
+        path.write_text(POLICY.replace('path = "l.sqlite"', 'path = "l2.sqlite"'), encoding="utf-8")
+        try:
+            db.sql("SELECT COUNT(*) AS n FROM t", epsilon=2)
+        except VeilError:
+            pass  # refusing after the ledger moved is sound too
+        fresh = veil.connect(path, analyst="b")
+        try:
+            seen_by_new, seen_by_old = fresh.budget().spent, db.budget().spent
+        finally:
+            fresh.close()
+    finally:
+        db.close()
+    assert seen_by_new == seen_by_old, f"ledger moved: a new session sees {seen_by_new} spent, the live one {seen_by_old}"
+
+
 # ==================================================================================================
 # Part B — probes that held (these pass today; each fails if its defence breaks)
 # ==================================================================================================
