@@ -7,7 +7,38 @@ value must differ only through the noise (noise off: ``veil.proxy._testing.exact
 most the sensitivity its plan used.
 
 Part A holds attacks that succeed on 2026-11-26 (main at c8f04b0): each test FAILS until Veil is fixed. Part B holds
-probes of defences that held (they pass, and fail if the defence breaks).
+probes of defences that held (they pass, and fail if the defence breaks). Findings:
+
+* A1 (HIGH) a REAL (float4) argument is clamped in float4: `plan._clamp` compares the argument with the interval's
+  bounds in the argument's engine type, so DuckDB casts the integer bound literals to FLOAT and both round outward
+  (1073742015 → 2³⁰ + 128, 1073742016 → 2³⁰ + 256); `rewrite._centred` then skips the clamp after centring because
+  the bounds are exact *doubles*. ``AVG(CAST(CASE WHEN x > 3 THEN 1073742016 ELSE 1073742015 END AS REAL))`` over
+  the target's row: centred sum +64.5 or −63.5 against Δ = 0.5 (squares 4,160 against 0.25). With production noise
+  at ε = 0.1 per query the released AVG is above its centre iff x > 3, 20 times in 20 through `veil.connect`, `veil
+  query` and psycopg on `veil serve`. Fix class: clamp the argument *as a DOUBLE* (cast first, then compare with
+  DOUBLE bounds rounded inward), or refuse REAL/FLOAT4 arguments; always clamp after centring unless the argument's
+  engine type is known to be DOUBLE or BIGINT.
+* A2 (HIGH, guarantee broken) the same for an integral interval computed in DOUBLE beyond 2⁵³: `_typed` clamps
+  ``ROUND(…)`` against BIGINT bound literals, compared in DOUBLE (2⁶⁰ + 127 → 2⁶⁰, 2⁶⁰ + 129 → 2⁶⁰ + 256), and the
+  exact integer centring of `_summed_whole` has no clamp after it: ±128 per row against Δ = 1; the natural
+  ``AVG(ROUND(x + 1e17))`` moves by 16 against Δ = 10. The released AVG (a DOUBLE near 2⁶⁰) hides ±1, VARIANCE and
+  the DP guarantee of the centred sum do not. Fix class: cast to BIGINT (``TRY_CAST(ROUND(arg) AS BIGINT)``) before
+  the clamp, so the comparison is between BIGINTs.
+* A3 (MEDIUM, Spark) s18 A2/A3 for a *declared* public table: rewritten by another process, it keeps its old join
+  multiplicity (sensitivity 1 for a join where one row meets 40) and the same session's query fails (QueryFailed,
+  charged) until RECHECK_SECONDS pass: no publication generation moves. Fix class: a data version for every public
+  table (the ledger's generation or the table's version comment) in the probe/domain keys, and a file-list refresh.
+* A4 (LOW, API) ``epsilon=10**400`` escapes as OverflowError, not a typed error (no charge, no data).
+* A5 (MEDIUM, API/wire) a live session keeps charging the ledger file it opened after the policy names another
+  (`Env.ledger` is cached; `refresh_policy` never re-reads the path): the analyst's budget and each table cap are
+  counted once per file. Fix class: key the ledger on the current policy's path (reopen on change), or refuse.
+* Tried and held (Part B and by hand): BUILT_TOTAL holds analyst sub-expressions that overflow narrow casts only on
+  the target's row (CTEs, FILTER, GROUP BY, every centred and grid statistic); 1,500 generated WHERE/GROUP BY/FILTER
+  queries with text, date, interval and cast functions ended the same way on D and three neighbours (NULLs, the
+  DATE range's ends, 1,024 titlecase digraphs); 400 generated group keys (±0.0, NaN, REAL, trailing spaces, case,
+  ±infinity dates, timestamps) released the same spellings; ε of NaN/±inf/0/negative/bool/str/subnormal refused or
+  parsed; MIN/MAX/MEDIAN of REAL arguments (the exponential mechanism moves by ≤ 1 row whatever the bucket); the rest
+  of the generated centred arguments moved within Δ up to the documented float-summation limit (≤ 10⁻¹⁵ relative).
 """
 
 from __future__ import annotations
