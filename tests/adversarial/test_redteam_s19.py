@@ -17,7 +17,7 @@ probes of defences that held (they pass, and fail if the defence breaks). Findin
   at ε = 0.1 per query the released AVG is above its centre iff x > 3, 20 times in 20 through `veil.connect`, `veil
   query` and psycopg on `veil serve`. Fix class: clamp the argument *as a DOUBLE* (cast first, then compare with
   DOUBLE bounds rounded inward), or refuse REAL/FLOAT4 arguments; always clamp after centring unless the argument's
-  engine type is known to be DOUBLE or BIGINT.
+  engine type is known to be DOUBLE or BIGINT. Same on Spark (by hand: 50 rows, centred sum 793 = 31·64.5 − 19·63.5).
 * A2 (HIGH, guarantee broken) the same for an integral interval computed in DOUBLE beyond 2⁵³: `_typed` clamps
   ``ROUND(…)`` against BIGINT bound literals, compared in DOUBLE (2⁶⁰ + 127 → 2⁶⁰, 2⁶⁰ + 129 → 2⁶⁰ + 256), and the
   exact integer centring of `_summed_whole` has no clamp after it: ±128 per row against Δ = 1; the natural
