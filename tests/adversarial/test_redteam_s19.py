@@ -444,6 +444,12 @@ KEY_SPELLINGS = [
     f"SELECT CASE WHEN x > 3 THEN CAST('NaN' AS DOUBLE) ELSE CAST('-NaN' AS DOUBLE) END AS g, COUNT(*) AS n FROM t "
     f"WHERE u >= {TARGET} GROUP BY 1",
     "SELECT INTERVAL (x) DAY AS g, COUNT(*) AS n FROM t GROUP BY 1",
+    # shapes that would pick one row's value: refused (DISTINCT ON, DISTINCT without aggregates, MIN of text) or
+    # post-processing of released groups only (ORDER BY … LIMIT over the noisy values and released keys)
+    "SELECT DISTINCT ON (k) k, s FROM t",
+    f"SELECT DISTINCT y * 0 AS g FROM t WHERE u >= {TARGET}",
+    "SELECT k, MIN(k) AS m FROM t GROUP BY k",
+    f"SELECT CASE WHEN x > 3 THEN 'b' ELSE 'a' END AS g FROM t WHERE u >= {TARGET} GROUP BY 1 ORDER BY g LIMIT 1",
 ]
 
 
