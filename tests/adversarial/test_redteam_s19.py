@@ -14,7 +14,7 @@ probes of defences that held (they pass, and fail if the defence breaks). Findin
   (1073742015 → 2³⁰ + 128, 1073742016 → 2³⁰ + 256); `rewrite._centred` then skips the clamp after centring because
   the bounds are exact *doubles*. ``AVG(CAST(CASE WHEN x > 3 THEN 1073742016 ELSE 1073742015 END AS REAL))`` over
   the target's row: centred sum +64.5 or −63.5 against Δ = 0.5 (squares 4,160 against 0.25). With production noise
-  at ε = 0.1 per query the released AVG is above its centre iff x > 3, 20 times in 20 through `veil.connect`, `veil
+  at ε = 0.1 per query the released AVG is above its centre iff x > 3 in 19–20 of 20 queries through `veil.connect`, `veil
   query` and psycopg on `veil serve`. Fix class: clamp the argument *as a DOUBLE* (cast first, then compare with
   DOUBLE bounds rounded inward), or refuse REAL/FLOAT4 arguments; always clamp after centring unless the argument's
   engine type is known to be DOUBLE or BIGINT. Same on Spark (by hand: 50 rows, centred sum 793 = 31·64.5 − 19·63.5).
@@ -298,7 +298,7 @@ _OUTSIDE_WRITE = (
 
 @pytest.mark.slow
 def test_A3_spark_public_table_rewritten_outside_keeps_no_stale_multiplicity(tmp_path: Any) -> None:
-    """MEDIUM (Spark; API, and `veil serve` workers: one session object). ~3 min (two Spark start-ups)."""
+    """MEDIUM (Spark; API, and `veil serve` workers: one session object). ~70 s (two Spark start-ups)."""
     import subprocess
     import sys
     import time
