@@ -459,3 +459,32 @@ def test_b2_released_key_spelling_does_not_depend_on_one_row(worlds: Worlds, sql
 
     out = {name: _spelled_rows(a) for name, a in worlds.run(sql).items()}
     assert out["x10"] == out["x3"], f"released keys depend on one row's value: {out}\n  SQL: {sql}"
+
+
+# --- B3. A sensitivity that underflows to 0.0 releases no sign of zero -----------------------------------------
+#
+# A statistic whose sensitivity is 0 as a double (interval [0, 0], or magnitudes below the smallest subnormal such
+# as 1e-330) gets noise of scale 0.0: the engine's value is released as it is. The engine can only hold ±0.0 there,
+# and the sign of a DOUBLE SUM of ±0.0 is one row's (−0.0 iff every row is −0.0); Veil releases 0.0 on both
+# neighbours through `veil.connect` (production noise).
+
+ZERO_SCALE = [
+    f"SELECT SUM(CASE WHEN x > 3 THEN -0.0 ELSE 0.0 END) AS s FROM t WHERE u = {TARGET}",
+    f"SELECT SUM(y * 1e-330) AS s FROM t WHERE u = {TARGET}",
+    f"SELECT AVG(CASE WHEN x > 3 THEN -0.0 ELSE 0.0 END) AS s FROM t WHERE u = {TARGET}",
+]
+
+
+@pytest.mark.parametrize("sql", ZERO_SCALE)
+def test_b3_zero_scale_statistics_release_no_sign(worlds: Worlds, sql: str) -> None:
+    from tests.support.attack import ApiInterface
+
+    seen = {}
+    for name in ("x10", "x3"):
+        api = ApiInterface(worlds.paths[name], "b")
+        try:
+            out = api.query(sql, float(_fresh(worlds)))
+        finally:
+            api.close()
+        seen[name] = [repr(float(v)) for v in out.rows[0]] if out.ok else out.describe()
+    assert seen["x10"] == seen["x3"] == ["0.0"], seen
