@@ -38,7 +38,9 @@ probes of defences that held (they pass, and fail if the defence breaks). Findin
   DATE range's ends, 1,024 titlecase digraphs); 400 generated group keys (±0.0, NaN, REAL, trailing spaces, case,
   ±infinity dates, timestamps) released the same spellings; ε of NaN/±inf/0/negative/bool/str/subnormal refused or
   parsed; MIN/MAX/MEDIAN of REAL arguments (the exponential mechanism moves by ≤ 1 row whatever the bucket); the rest
-  of the generated centred arguments moved within Δ up to the documented float-summation limit (≤ 10⁻¹⁵ relative).
+  of the generated centred arguments moved within Δ up to the documented float-summation limit (≤ 10⁻¹⁵ relative);
+  sensitivities that underflow to 0.0 (scale-0 noise) release 0.0, never a row's sign of zero (B3); DISTINCT ON,
+  DISTINCT without aggregates, MIN of text refused; ORDER BY … LIMIT picks among released groups only (B2).
 """
 
 from __future__ import annotations
