@@ -1,0 +1,94 @@
+"""Red team, session 20: publications (kRR's DP row count and domains, the gate), ledger/budget accounting and
+``veil serve``'s limits before login.
+
+Part A holds attacks that succeed on 2026-11-26 (main at c8f04b0): plain failing tests, no xfail. Part B holds
+probes of defences that held (they pass, and fail if the defence breaks). Helpers come from the earlier rounds
+(:mod:`tests.adversarial.test_redteam_s16`, :mod:`tests.publish_support`, :mod:`tests.support.attack`).
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.adversarial.test_redteam_s16 import _publish, _published, _warehouse
+from tests.conftest import STAT_ALPHA
+from tests.publish_support import people
+
+# ==================================================================================================
+# Part A — attacks that succeed today
+# ==================================================================================================
+
+# --- A1. kRR's DP row count is exact at every ε the gate lets through for a wide column (MEDIUM) ----------------
+
+
+def _p_count_exact(epsilon: float) -> float:
+    """P(discrete-Laplace noise of scale 1/ε is 0) = (1 − e^−ε)/(1 + e^−ε) = tanh(ε/2)."""
+    return math.tanh(epsilon / 2.0)
+
+
+def test_A1_krr_count_epsilon_is_not_vacuous(tmp_path: Path) -> None:
+    """MEDIUM — interface: ``veil publish krr`` (every analyst then reads ``SELECT COUNT(*) FROM p`` at ε = 0).
+
+    Mechanism: kRR's row count (red team s16 A5) is made DP with discrete-Laplace noise at ``count_epsilon`` =
+    the per-attribute ε (`plugins/krr.py::plan`). The gate bounds that ε only through the *columns'* keep
+    probability e^ε/(e^ε + k − 1) ≤ 0.9 (`gate.MAX_KEEP_PROBABILITY`), which a wide declared domain makes loose:
+    ``age`` in [17, 90] (k = 75 with NA) passes up to ε = ln(0.9·74/0.1) ≈ 6.5. At ε = 6.4 the count's noise is 0
+    with probability tanh(3.2) = 0.997, so the published number of rows is the exact number of people 99.7 % of
+    the time: membership of one person by `COUNT(*)` on a public table (6 of 6 runs on 400 rows published exactly
+    400). The gate's own rule — a mechanism that publishes the true value nine times in ten is vacuous — is
+    applied to the cells but not to the count. Sound: a publication whose count keeps its exact value with
+    probability above ``MAX_KEEP_PROBABILITY`` is refused (or the count's ε is bounded on its own, e.g. a fixed
+    share of a capped total). Deterministic: checked at the plan (no noise drawn)."""
+    from veil.errors import PublicationRefused
+    from veil.generators import gate
+    from veil.generators.registry import get_plugin
+
+    policy = _warehouse(tmp_path / "d", people(60))
+    eps = 6.4
+    plan = get_plugin("krr").plan(policy, {"table": "people", "columns": ["age"], "epsilon": eps, "output": "p_age"})
+    assert float(plan.params["count_epsilon"]) == eps
+    assert _p_count_exact(eps) > gate.MAX_KEEP_PROBABILITY
+    with pytest.raises(PublicationRefused):
+        gate.check_plan(plan)
+
+
+# --- A2. No minimum ε for DP publications: kRR at ε = 1e-300 charges, then crashes or publishes nothing (LOW) -----
+
+
+def test_A2_dp_publication_below_the_minimum_epsilon_is_refused_before_anything_is_charged(tmp_path: Path) -> None:
+    """LOW — interface: ``veil publish krr --epsilon 1e-300`` (and the Python API's ``transaction.publish``).
+
+    Mechanism: queries refuse ε below ``[defaults] min_epsilon_per_query`` (free), but the publication gate
+    only asks ε > 0 (`gate.check_plan_values`). At ε = 1e-300 the count noise saturates: ``_resize`` (
+    `generators/krr.py`) either asks numpy for 9.2·10¹⁸ added rows (``ValueError: array is too big`` — not a
+    ``VeilError``: the CLI prints a crash, not exit 2) or drops every row (``PublicationRefused: produced no
+    rows``), in both cases *after* the reservation was charged. At ε ≈ 1e-9 the same path draws ~10⁹ rows into a
+    Python list (the curator's process runs out of memory; not run here). The DP microaggregation grid has the
+    same shape (``total = round(Σ noisy counts)`` rows, `sdc.py::dp_grid_microaggregation`). Sound: DP
+    publications refuse ε below the policy's minimum at the plan (free, typed), and the kRR/grid row totals are
+    bounded before anything is allocated."""
+    from veil.errors import VeilError
+    from veil.store.ledger import Ledger
+
+    policy = _warehouse(tmp_path / "d", people(40))
+    try:
+        _publish(policy, "krr", {"table": "people", "columns": ["sex"], "epsilon": 1e-300, "output": "p_tiny"})
+        outcome = "published"
+    except VeilError as exc:
+        outcome = f"{type(exc).__name__}: {exc}"
+    except Exception as exc:  # noqa: BLE001 - the crash is the finding
+        outcome = f"crash {type(exc).__name__}: {exc}"
+    with Ledger.for_policy(policy) as led:
+        spent = led.spent("table:people").epsilon
+    assert spent == 0 and outcome.startswith(("PublicationRefused", "InputError")), (
+        f"a kRR publication at ε = 1e-300 ended as {outcome!r} and charged table:people ε = {float(spent):g}"
+    )
