@@ -11,16 +11,12 @@ from __future__ import annotations
 import math
 import socket
 import time
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
 import pytest
 
-from tests.adversarial.test_redteam_s16 import _publish, _published, _warehouse
-from tests.conftest import STAT_ALPHA
+from tests.adversarial.test_redteam_s16 import _publish, _warehouse
 from tests.publish_support import people
 
 # ==================================================================================================
@@ -85,10 +81,76 @@ def test_A2_dp_publication_below_the_minimum_epsilon_is_refused_before_anything_
         outcome = "published"
     except VeilError as exc:
         outcome = f"{type(exc).__name__}: {exc}"
-    except Exception as exc:  # noqa: BLE001 - the crash is the finding
+    except Exception as exc:
         outcome = f"crash {type(exc).__name__}: {exc}"
     with Ledger.for_policy(policy) as led:
         spent = led.spent("table:people").epsilon
     assert spent == 0 and outcome.startswith(("PublicationRefused", "InputError")), (
         f"a kRR publication at ε = 1e-300 ended as {outcome!r} and charged table:people ε = {float(spent):g}"
     )
+
+
+# --- A3. One outside address holds every connection slot without logging in (MEDIUM, availability) -------------
+
+
+def _serve(policy: Path, **limits: Any) -> Any:
+    from tests.support.server import FAST_BACKOFF
+    from veil.policy import load_policy
+    from veil.server.app import ServerThread, VeilServer
+    from veil.server.limits import ServerLimits
+
+    return ServerThread(VeilServer(load_policy(policy), limits=ServerLimits(**{**FAST_BACKOFF, **limits})), port=0)
+
+
+def _login(port: int, user: str, password: str) -> str:
+    import psycopg
+
+    dsn = f"host=127.0.0.1 port={port} user={user} password={password} dbname=veil sslmode=disable connect_timeout=10"
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            return "ok" if conn.execute("SELECT 1").fetchone() == (1,) else "other"
+    except psycopg.OperationalError as exc:
+        return str(exc).strip().splitlines()[-1]
+
+
+@pytest.fixture
+def bob_login(tmp_path: Path) -> Path:
+    from tests.publish_support import make_warehouse
+    from tests.support.attack import set_password
+
+    policy = make_warehouse(tmp_path, n=60)
+    set_password(policy, "bob")
+    return policy
+
+
+@pytest.mark.slow
+def test_A3_an_outsider_cannot_hold_every_connection_slot_before_login(bob_login: Path) -> None:
+    """MEDIUM — interface: ``veil serve`` (an outsider with no login, one source address).
+
+    Mechanism: ``--max-connections`` (default 100) counts every socket from accept, logged in or not
+    (`app.py::_handle_client`, ``slots.reserve()``), and nothing bounds how many of them one address may hold
+    before login; each is closed only by ``--auth-timeout`` (60 s). An outsider on 127.0.0.2 opens 100 sockets
+    and sends nothing: bob, who has a password and has logged in from 127.0.0.1 before (a trusted pair), gets
+    ``53300 too many clients`` for as long as the outsider reconnects every 60 s — the server is down for every
+    analyst at the cost of 100 idle TCP connections (test_hardening's ``test_connection_limit_answers_53300…``
+    pins exactly this, with 3). Sound: a per-address (IPv6 /64) cap on connections that have not logged in, well
+    below ``--max-connections`` (or slots reserved for logins / a short pre-startup timeout), so one address
+    cannot lock others out. Checked: with the default limits, bob logs in while 127.0.0.2 holds 100 idle
+    sockets."""
+    from tests.support.attack import PASSWORD
+
+    with _serve(bob_login) as st:
+        assert _login(st.port, "bob", PASSWORD) == "ok"  # bob's pair is now trusted
+        idle = []
+        try:
+            for _ in range(100):
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.bind(("127.0.0.2", 0))
+                s.connect(("127.0.0.1", st.port))
+                idle.append(s)
+            time.sleep(0.3)
+            outcome = _login(st.port, "bob", PASSWORD)
+        finally:
+            for s in idle:
+                s.close()
+    assert outcome == "ok", f"while 127.0.0.2 held 100 idle sockets, bob's login ended: {outcome!r}"
