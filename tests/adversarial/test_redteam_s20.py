@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
-from tests.adversarial.test_redteam_s16 import _publish, _warehouse
-from tests.publish_support import people
+from tests.adversarial.test_redteam_s16 import _publish, _published, _warehouse
+from tests.publish_support import POLICY, people
 
 # ==================================================================================================
 # Part A — attacks that succeed today
@@ -154,3 +155,48 @@ def test_A3_an_outsider_cannot_hold_every_connection_slot_before_login(bob_login
             for s in idle:
                 s.close()
     assert outcome == "ok", f"while 127.0.0.2 held 100 idle sockets, bob's login ended: {outcome!r}"
+
+
+# --- A4. A synthetic table's column type says whether one person's value is missing (HIGH) ---------------------
+
+CODE_POLICY = POLICY.replace(
+    'income = {{ type = "category", values = ["low", "high"] }}',
+    'income = {{ type = "category", values = ["low", "high"] }}\ncode = {{ type = "int", values = [1, 2, 3] }}',
+)
+
+
+def _with_code(n: int, *, missing_for: int | None) -> pd.DataFrame:
+    frame = people(n)
+    frame["code"] = (frame.index % 3 + 1).astype(object)
+    if missing_for is not None:
+        frame.loc[missing_for, "code"] = None
+    return frame
+
+
+def _column_types(policy: Any, table: str) -> dict[str, str]:
+    sql = f"SELECT column_name, data_type FROM information_schema.columns WHERE table_name = '{table}'"
+    return dict(_published(policy, sql))
+
+
+@pytest.mark.slow
+def test_A4_synthetic_column_type_does_not_depend_on_one_persons_missing_value(tmp_path: Path) -> None:
+    """HIGH (deterministic, one bit per column) — interface: ``veil publish synth`` (IMPOSTER), then any analyst's
+    catalog (``information_schema.columns``, psql ``\\d``) or a typed fetch of the published table.
+
+    Mechanism: ``code`` is an ``int`` column with declared ``values = [1, 2, 3]``. D: everyone has a code; D′:
+    person 7's is NULL. DuckDB hands a BIGINT column with a NULL to pandas as ``float64``; the NA row is left out
+    of training (`TabularEncoder.in_domain`), but `TabularEncoder._fit_declared` records the *training column's*
+    dtype in the block (``dtype=str(col.dtype)``) and `decode` restores it (`_restore_dtype`): the declared
+    categories 1, 2, 3 come back as 1.0, 2.0, 3.0. `transaction._finalise` rounds only columns with declared
+    bounds, so the published ``code`` is BIGINT on D and DOUBLE on D′, every time, whatever the model learnt —
+    the s16 A1 class (kRR's NA domain), through the encoder. kRR holds (its type comes from the policy: part B).
+    Sound: a synthesised column's type comes from its declared type (`veil.policy` ``type``), never from the
+    training frame's dtype. Deterministic: one publication of each."""
+    request = {"table": "people", "method": "imposter", "sensitive": "sex", "label": "income",
+               "columns": ["job", "code"], "epochs": 1, "batch_size": 64}  # fmt: skip
+    types = {}
+    for name, missing in (("d", None), ("d_prime", 7)):
+        policy = _warehouse(tmp_path / name, _with_code(120, missing_for=missing), policy_text=CODE_POLICY)
+        _publish(policy, "synth", {**request, "output": "p_syn"})
+        types[name] = _column_types(policy, "p_syn")["code"]
+    assert types["d"] == types["d_prime"], f"the synthetic code column is {types} (D: no NULL, D′: person 7's NULL)"
