@@ -200,3 +200,32 @@ def test_A4_synthetic_column_type_does_not_depend_on_one_persons_missing_value(t
         _publish(policy, "synth", {**request, "output": "p_syn"})
         types[name] = _column_types(policy, "p_syn")["code"]
     assert types["d"] == types["d_prime"], f"the synthetic code column is {types} (D: no NULL, D′: person 7's NULL)"
+
+
+# --- A5. The gate refuses every k-anonymous table that generalises an int column with declared values (LOW) -----
+
+CODES_POLICY = CODE_POLICY.replace("values = [1, 2, 3] }", "values = [1, 2, 3, 4, 5, 6] }")
+
+
+@pytest.mark.parametrize("k", [5, 40])
+def test_A5_kanon_labels_of_an_int_column_with_declared_values_pass_the_gate(tmp_path: Path, k: int) -> None:
+    """LOW (availability; correctness of the gate) — interface: ``veil publish kanon --qi code,age``.
+
+    Mechanism: `gate._out_of_domain` compares a generalised column's values with its declared ``values`` through
+    `_same_value`, which turns numbers into floats and strings into strings: k-anonymity writes every label as
+    text, so a class of one value ``'5'`` is "outside" ``[1, …, 6]`` (``'5'`` ≠ 5.0), and the open-ended labels
+    of the last session (`generalise.format_interval`: ``'(-inf, 3]'``) do not match `_is_generalised_label`
+    (``\\*|\\[.*[\\])]|\\{.*\\}``: it wants a leading ``[``). Mondrian, K-Member and OKA at k = 5, 40, 60 were all
+    refused (``column 'code' has value '(-inf, 3]' outside the declared values``); which value the message
+    names depends on the rows. Sound: in a generalised column, a label of a declared value compares as that
+    value, and ``(-inf, x]`` / ``[x, inf)`` are labels."""
+    from veil.errors import PublicationRefused
+
+    frame = people(200)
+    frame["code"] = frame.index % 6 + 1
+    policy = _warehouse(tmp_path, frame, policy_text=CODES_POLICY)
+    request = {"table": "people", "k": k, "qi": ["code", "age"], "sensitive": ["income"], "algorithm": "mondrian"}
+    try:
+        _publish(policy, "kanon", {**request, "output": "p_k"})
+    except PublicationRefused as exc:
+        pytest.fail(f"k-anonymity (k = {k}) of an int column with declared values was refused: {exc}")
