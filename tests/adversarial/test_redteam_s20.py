@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import socket
 import time
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pandas as pd
 import pytest
 
 from tests.adversarial.test_redteam_s16 import _publish, _published, _warehouse
+from tests.conftest import STAT_ALPHA
 from tests.publish_support import POLICY, people
 
 # ==================================================================================================
@@ -229,3 +231,87 @@ def test_A5_kanon_labels_of_an_int_column_with_declared_values_pass_the_gate(tmp
         _publish(policy, "kanon", {**request, "output": "p_k"})
     except PublicationRefused as exc:
         pytest.fail(f"k-anonymity (k = {k}) of an int column with declared values was refused: {exc}")
+
+
+# --- A6. A kRR publication refused for a column's spelling is charged (m + 1)·ε (LOW, accounting) -----------------
+
+
+def test_A6_krr_refused_for_a_column_spelling_charges_nothing(tmp_path: Path) -> None:
+    """LOW (accounting; a careless curator burns a capped table's budget) — interface: ``veil publish krr
+    --columns Sex`` (the CLI strips spaces but keeps case) and ``transaction.publish``.
+
+    Mechanism: `plugins/krr.py::plan` finds the column's spec under ``normalise_name("Sex")`` = ``sex`` and
+    prices the plan at (m + 1)·ε, but keeps the name as typed; `krr_publish` then looks up ``"Sex"`` in the
+    source frame (normalised names) and raises ``InputError: column 'Sex' is not in the table`` — after
+    `transaction.publish` reserved the cost, and a charge is "never refunded once the plug-in ran". Each such
+    typo spends 2ε of ``table:people`` (measured: 2, then 5 after ``['sex', 'job ']``) with nothing published
+    and no noise drawn on anything an analyst sees. Sound: the plan normalises (or refuses, free) the names
+    it priced, so every refusal that depends on names only comes before the reservation."""
+    from veil.errors import VeilError
+    from veil.store.ledger import Ledger
+
+    policy = _warehouse(tmp_path / "d", people(50))
+    with pytest.raises(VeilError):
+        _publish(policy, "krr", {"table": "people", "columns": ["Sex"], "epsilon": 1.0, "output": "p_k"})
+    with Ledger.for_policy(policy) as led:
+        spent = led.spent("table:people").epsilon
+    assert spent == 0, f"a kRR publication refused for the spelling 'Sex' charged table:people ε = {spent}"
+
+
+# ==================================================================================================
+# Part B — defences that held (these pass; each fails if its defence breaks)
+# ==================================================================================================
+
+
+def test_B1_krr_column_type_comes_from_the_policy_not_the_rows(tmp_path: Path) -> None:
+    """kRR on ``code`` (int, declared values) publishes BIGINT whether or not person 7's code is NULL (the A4
+    mechanism does not reach kRR: `krr._published` casts to the declared type)."""
+    types = {}
+    for name, missing in (("d", None), ("d_prime", 7)):
+        policy = _warehouse(tmp_path / name, _with_code(60, missing_for=missing), policy_text=CODE_POLICY)
+        _publish(policy, "krr", {"table": "people", "columns": ["code", "sex"], "epsilon": 1.0, "output": "p_krr"})
+        types[name] = _column_types(policy, "p_krr")
+    assert types["d"] == types["d_prime"] == {"code": "BIGINT", "sex": "VARCHAR"}, types
+
+
+def test_B2_krr_charges_m_plus_one_epsilon_exactly_to_the_table(tmp_path: Path) -> None:
+    """Two columns at ε = 0.3 charge table:people exactly 3 × 3/10 (cells and the DP count), and a vacuous plan
+    (keep probability > 0.9) is refused before anything is charged."""
+    from veil.errors import PublicationRefused
+    from veil.store.ledger import Ledger
+
+    policy = _warehouse(tmp_path / "d", people(50))
+    _publish(policy, "krr", {"table": "people", "columns": ["sex", "job"], "epsilon": 0.3, "output": "p_krr"})
+    with pytest.raises(PublicationRefused):
+        _publish(policy, "krr", {"table": "people", "columns": ["sex"], "epsilon": 4.0, "output": "p_vac"})
+    with Ledger.for_policy(policy) as led:
+        assert led.spent("table:people").epsilon == Fraction(9, 10)
+
+
+def test_B3_krr_values_outside_the_domain_and_nulls_publish_only_declared_values(tmp_path: Path) -> None:
+    """Person 7's ``job`` is an undeclared value, person 8's NULL: the release holds only declared jobs and NULL
+    (NA is always in the domain), is not refused, and never names the undeclared value."""
+    frame = people(80)
+    frame.loc[7, "job"] = "astronaut-secret"
+    frame.loc[8, "job"] = None
+    policy = _warehouse(tmp_path / "d", frame)
+    _publish(policy, "krr", {"table": "people", "columns": ["job"], "epsilon": 0.5, "output": "p_krr"})
+    values = {r[0] for r in _published(policy, "SELECT DISTINCT job FROM p_krr")}
+    assert values <= {"nurse", "smith", "clerk", None}, values
+
+
+def test_B4_krr_release_order_is_not_the_source_order(tmp_path: Path) -> None:
+    """The source is sorted (first half F, second half M); kRR at ε = 2.5 (keep 0.86, under the gate's 0.9) keeps
+    most values, so an unshuffled release would hold ~86 % F in its first half and ~7 % in its second. The
+    published order is a CSPRNG permutation (`transaction._finalise`), after the DP count dropped or added rows:
+    the halves' shares of F differ by at most 0.5 (under a permutation the difference has a standard error
+    ≤ 0.071 for ≥ 190 rows: |z| > 7 has probability < 1e-11, below STAT_ALPHA)."""
+    frame = people(200)
+    frame["sex"] = ["F"] * 100 + ["M"] * 100
+    policy = _warehouse(tmp_path / "d", frame)
+    _publish(policy, "krr", {"table": "people", "columns": ["sex"], "epsilon": 2.5, "output": "p_krr"})
+    rows = [r[0] for r in _published(policy, "SELECT sex FROM p_krr ORDER BY rowid")]
+    assert len(rows) >= 190, len(rows)
+    half = len(rows) // 2
+    first, second = rows[:half].count("F") / half, rows[half:].count("F") / (len(rows) - half)
+    assert abs(first - second) <= 0.5, (first, second, STAT_ALPHA)
