@@ -315,3 +315,69 @@ def test_B4_krr_release_order_is_not_the_source_order(tmp_path: Path) -> None:
     half = len(rows) // 2
     first, second = rows[:half].count("F") / half, rows[half:].count("F") / (len(rows) - half)
     assert abs(first - second) <= 0.5, (first, second, STAT_ALPHA)
+
+
+# --- A7. Flushing the login backoff's memory resets a user's wait (MEDIUM) -----------------------------------------
+
+
+@pytest.fixture(scope="module")
+def _shared_state() -> Any:
+    import multiprocessing
+
+    from veil.server.limits import ServerLimits
+    from veil.server.shared import SharedState
+
+    state = SharedState(multiprocessing.get_context("spawn"), ServerLimits())
+    yield state
+    state.close_lock()
+
+
+def _throttle(store: str, shared: Any) -> Any:
+    from veil.server.limits import LoginThrottle
+    from veil.server.shared import SharedLoginThrottle
+
+    if store == "process":
+        return LoginThrottle(base=0.25, maximum=30.0)  # veil serve's defaults (capacity 10,000 keys)
+    return SharedLoginThrottle(shared, base=0.25, maximum=30.0)  # --processes N: 16,384 slots, 4-way buckets
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("store", ["process", "shared"])
+def test_A7_fresh_keys_do_not_flush_a_users_login_backoff(store: str, _shared_state: Any) -> None:
+    """MEDIUM — interface: ``veil serve`` logins (an outsider with many source addresses, e.g. one IPv6 /48 =
+    65,536 /64s, or a botnet), with one process (`limits.LoginThrottle`) or ``--processes N``
+    (`shared.SharedLoginThrottle`).
+
+    Mechanism: the backoff remembers at most 10,000 keys (LRU) or 16,384 slots (4-way buckets, the oldest of a
+    bucket forgotten), and a *new* key always evicts an old one, whatever the old one counts. An attempt from a
+    fresh /64 with a fresh user name has three fresh keys (pair, user, address), so it is admitted at once and
+    adds three keys; after ~3,400 such failed attempts (one process) or ~20,000 (shared table) the key
+    ``u:alice`` — carrying 12 failures and a 30 s wait — is gone, and the next two guesses at alice's password
+    (from fresh /64s) are checked at once. Junk attempts cost the attacker no PBKDF2 (a garbage proof is a
+    failure), so the cycle repeats at the server's login throughput: many guesses per 30 s instead of one.
+    Sound: eviction never forgets a key with more failures than the key that replaces it (e.g. evict the
+    fewest-failures / oldest-failure entry, or keep user keys of the policy's analysts — a small set — outside
+    the bounded table). Deterministic (explicit ``now``)."""
+    from veil.server.limits import Outcome
+
+    throttle = _throttle(store, _shared_state)
+    if store == "shared":
+        import ctypes
+
+        table = _shared_state.failures
+        ctypes.memset(ctypes.addressof(table), 0, ctypes.sizeof(table))
+    now = 1_000.0
+    for i in range(12):  # alice's password guessed 12 times, waiting each time
+        now += throttle.delay(f"198.51.100.{i + 1}", "alice", now=now)
+        wait, ticket = throttle.try_admit(f"198.51.100.{i + 1}", "alice", now=now)
+        assert ticket is not None, wait
+        throttle.finish(ticket, Outcome.FAILED, now=now)
+    before = throttle.delay("2001:db8:ffff:1::1", "alice", now=now)
+    assert before >= 25.0, before
+    junk = 4_000 if store == "process" else 20_000
+    for i in range(junk):  # junk: fresh /64s of one /48, fresh user names, each failing once
+        wait, ticket = throttle.try_admit(f"2001:db8:0:{i:x}::1", f"x{i}", now=now)
+        assert ticket is not None, (i, wait)
+        throttle.finish(ticket, Outcome.FAILED, now=now)
+    after = throttle.delay("2001:db8:ffff:1::1", "alice", now=now)
+    assert after >= before, f"alice's wait was {before:.1f} s; after {junk:,} junk failures it is {after:.1f} s"
