@@ -381,3 +381,70 @@ def test_A7_fresh_keys_do_not_flush_a_users_login_backoff(store: str, _shared_st
         throttle.finish(ticket, Outcome.FAILED, now=now)
     after = throttle.delay("2001:db8:ffff:1::1", "alice", now=now)
     assert after >= before, f"alice's wait was {before:.1f} s; after {junk:,} junk failures it is {after:.1f} s"
+
+
+# --- A8. One analyst's catalog queries hold both catalog threads: everyone else's catalog answers 57014 (LOW) ------
+
+HEAVY_CATALOG = "SELECT COUNT(*) FROM pg_catalog.pg_type a, pg_type b, pg_type c, pg_type d"
+
+
+@pytest.fixture
+def two_analysts(tmp_path: Path) -> Path:
+    from tests.publish_support import make_warehouse
+    from tests.support.attack import set_password
+
+    policy = make_warehouse(tmp_path, n=60)
+    set_password(policy, "bob")
+    set_password(policy, "carol")
+    return policy
+
+
+@pytest.mark.slow
+def test_A8_one_analyst_cannot_starve_the_catalog_for_others(two_analysts: Path) -> None:
+    """LOW (availability after login) — interface: ``veil serve`` catalog queries (psql ``\\d``, SQLAlchemy
+    reflection, DBeaver's navigator), one analyst against another.
+
+    Mechanism: catalog queries share one pool of ``catalog_workers`` = 2 threads (`pool.WorkerPools`), FIFO,
+    with no per-analyst share, and a query's ``--catalog-timeout`` counts its time in the queue. bob keeps four
+    connections each sending a 4-way cross join of ``pg_type`` (stopped at the timeout, then sent again): the two
+    threads are always busy with bob's jobs, and carol's one-table catalog query waits behind them until its own
+    timeout — 57014 (test_hardening's latency test runs *one* pathological query, which leaves a thread free).
+    Sound: at most one catalog job per analyst (or connection) in the pool at a time, or fair queueing, so
+    another analyst's catalog query runs within its timeout. Checked: carol gets at least 2 answers out of 4
+    while bob's loops run (catalog timeout 1 s)."""
+    import threading
+
+    import psycopg
+
+    from tests.support.attack import PASSWORD
+
+    with _serve(two_analysts, catalog_timeout=1.0) as st:
+        dsn = f"host=127.0.0.1 port={st.port} password={PASSWORD} dbname=veil sslmode=disable"
+        stop = threading.Event()
+
+        def flood() -> None:
+            with psycopg.connect(f"{dsn} user=bob", autocommit=True) as conn:
+                while not stop.is_set():
+                    try:
+                        conn.execute(HEAVY_CATALOG).fetchall()
+                    except psycopg.Error:
+                        pass
+
+        threads = [threading.Thread(target=flood, daemon=True) for _ in range(4)]
+        for t in threads:
+            t.start()
+        outcomes = []
+        try:
+            time.sleep(0.5)
+            with psycopg.connect(f"{dsn} user=carol", autocommit=True) as carol:
+                for _ in range(4):
+                    try:
+                        carol.execute("SELECT relname FROM pg_catalog.pg_class").fetchall()
+                        outcomes.append("ok")
+                    except psycopg.Error as exc:
+                        outcomes.append(str(getattr(exc, "sqlstate", None)))
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=10)
+    assert outcomes.count("ok") >= 2, f"carol's catalog queries while bob floods the catalog pool: {outcomes}"
