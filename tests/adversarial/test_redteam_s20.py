@@ -405,13 +405,15 @@ def test_A8_one_analyst_cannot_starve_the_catalog_for_others(two_analysts: Path)
     reflection, DBeaver's navigator), one analyst against another.
 
     Mechanism: catalog queries share one pool of ``catalog_workers`` = 2 threads (`pool.WorkerPools`), FIFO,
-    with no per-analyst share, and a query's ``--catalog-timeout`` counts its time in the queue. bob keeps four
+    with no per-analyst share, and a query's ``--catalog-timeout`` counts its time in the queue. bob keeps eight
     connections each sending a 4-way cross join of ``pg_type`` (stopped at the timeout, then sent again): the two
     threads are always busy with bob's jobs, and carol's one-table catalog query waits behind them until its own
-    timeout — 57014 (test_hardening's latency test runs *one* pathological query, which leaves a thread free).
+    timeout: answered after ~1 s or 57014 (test_hardening's latency test runs *one* pathological query, which
+    leaves a thread free).
     Sound: at most one catalog job per analyst (or connection) in the pool at a time, or fair queueing, so
-    another analyst's catalog query runs within its timeout. Checked: carol gets at least 2 answers out of 4
-    while bob's loops run (catalog timeout 1 s)."""
+    another analyst's catalog query runs at once. Checked: the median latency of carol's 5 one-table catalog
+    queries while bob's loops run is under 0.6 s (catalog timeout 1 s; measured today: 0.95–1.0 s, 57014 or a
+    late answer)."""
     import threading
 
     import psycopg
@@ -430,21 +432,24 @@ def test_A8_one_analyst_cannot_starve_the_catalog_for_others(two_analysts: Path)
                     except psycopg.Error:
                         pass
 
-        threads = [threading.Thread(target=flood, daemon=True) for _ in range(4)]
+        threads = [threading.Thread(target=flood, daemon=True) for _ in range(8)]
         for t in threads:
             t.start()
         outcomes = []
         try:
-            time.sleep(0.5)
+            time.sleep(1.5)
             with psycopg.connect(f"{dsn} user=carol", autocommit=True) as carol:
-                for _ in range(4):
+                for _ in range(5):
+                    t0 = time.monotonic()
                     try:
                         carol.execute("SELECT relname FROM pg_catalog.pg_class").fetchall()
-                        outcomes.append("ok")
+                        what = "ok"
                     except psycopg.Error as exc:
-                        outcomes.append(str(getattr(exc, "sqlstate", None)))
+                        what = str(getattr(exc, "sqlstate", None))
+                    outcomes.append((what, round(time.monotonic() - t0, 2)))
         finally:
             stop.set()
             for t in threads:
                 t.join(timeout=10)
-    assert outcomes.count("ok") >= 2, f"carol's catalog queries while bob floods the catalog pool: {outcomes}"
+    median = sorted(seconds for _, seconds in outcomes)[len(outcomes) // 2]
+    assert median < 0.6, f"carol's catalog queries (outcome, seconds) while bob floods the catalog pool: {outcomes}"
