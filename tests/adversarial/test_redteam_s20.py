@@ -180,10 +180,20 @@ def _column_types(policy: Any, table: str) -> dict[str, str]:
     return dict(_published(policy, sql))
 
 
+SYNTHETIC_REQUESTS = {
+    "imposter": ("synth", {"method": "imposter", "sensitive": "sex", "label": "income", "columns": ["job", "code"],
+                           "epochs": 1, "batch_size": 64}),
+    "ml_copy": ("sdc", {"method": "ml_copy", "columns": ["age", "hours"], "target": "code"}),
+    "gan": ("sdc", {"method": "gan", "columns": ["age", "code"], "params": ["epochs=1"]}),
+}  # fmt: skip
+
+
 @pytest.mark.slow
-def test_A4_synthetic_column_type_does_not_depend_on_one_persons_missing_value(tmp_path: Path) -> None:
-    """HIGH (deterministic, one bit per column) — interface: ``veil publish synth`` (IMPOSTER), then any analyst's
-    catalog (``information_schema.columns``, psql ``\\d``) or a typed fetch of the published table.
+@pytest.mark.parametrize("method", sorted(SYNTHETIC_REQUESTS))
+def test_A4_synthetic_column_type_does_not_depend_on_one_persons_missing_value(tmp_path: Path, method: str) -> None:
+    """HIGH (deterministic, one bit per column) — interface: ``veil publish synth`` (IMPOSTER), ``veil publish sdc
+    --method ml_copy|gan``, then any analyst's catalog (``information_schema.columns``, psql ``\\d``) or a typed
+    fetch of the published table.
 
     Mechanism: ``code`` is an ``int`` column with declared ``values = [1, 2, 3]``. D: everyone has a code; D′:
     person 7's is NULL. DuckDB hands a BIGINT column with a NULL to pandas as ``float64``; the NA row is left out
@@ -191,15 +201,16 @@ def test_A4_synthetic_column_type_does_not_depend_on_one_persons_missing_value(t
     dtype in the block (``dtype=str(col.dtype)``) and `decode` restores it (`_restore_dtype`): the declared
     categories 1, 2, 3 come back as 1.0, 2.0, 3.0. `transaction._finalise` rounds only columns with declared
     bounds, so the published ``code`` is BIGINT on D and DOUBLE on D′, every time, whatever the model learnt —
-    the s16 A1 class (kRR's NA domain), through the encoder. kRR holds (its type comes from the policy: part B).
+    the s16 A1 class (kRR's NA domain), through the encoder. The same in ML copies (``code`` as the target) and
+    the SDC GAN (measured: BIGINT vs DOUBLE for all three); kRR holds (its type comes from the policy: part B), and
+    so does the DP grid microaggregation (INTEGER both ways).
     Sound: a synthesised column's type comes from its declared type (`veil.policy` ``type``), never from the
     training frame's dtype. Deterministic: one publication of each."""
-    request = {"table": "people", "method": "imposter", "sensitive": "sex", "label": "income",
-               "columns": ["job", "code"], "epochs": 1, "batch_size": 64}  # fmt: skip
+    kind, request = SYNTHETIC_REQUESTS[method]
     types = {}
     for name, missing in (("d", None), ("d_prime", 7)):
         policy = _warehouse(tmp_path / name, _with_code(120, missing_for=missing), policy_text=CODE_POLICY)
-        _publish(policy, "synth", {**request, "output": "p_syn"})
+        _publish(policy, kind, {**request, "table": "people", "output": "p_syn"})
         types[name] = _column_types(policy, "p_syn")["code"]
     assert types["d"] == types["d_prime"], f"the synthetic code column is {types} (D: no NULL, D′: person 7's NULL)"
 
