@@ -464,3 +464,64 @@ def test_A8_one_analyst_cannot_starve_the_catalog_for_others(two_analysts: Path)
                 t.join(timeout=10)
     median = sorted(seconds for _, seconds in outcomes)[len(outcomes) // 2]
     assert median < 0.6, f"carol's catalog queries (outcome, seconds) while bob floods the catalog pool: {outcomes}"
+
+
+# --- A9. Without a statement timeout (the default) a public query can be neither stopped nor cancelled (MEDIUM) ----
+
+
+@pytest.mark.slow
+def test_A9_a_cancel_request_stops_a_public_query(tmp_path: Path) -> None:
+    """MEDIUM (availability after login) — interface: ``veil serve`` with its default limits, any analyst.
+
+    Mechanism: `server/session.py::_execute` runs *every* query with ``interruptible=False`` unless a statement
+    timeout is in effect, and ``--statement-timeout`` defaults to 0 (off). The rule it implements — a charged
+    private query runs to its end, since whether it finishes may depend on one person's data — is applied to
+    public queries too, which are neither charged nor private: a CancelRequest (psql's Ctrl-C) leaves the
+    engine running. A 5-way cross join of a published table (125 rows: 3·10¹⁰ rows; 300 rows: hours) holds an
+    analyst worker thread and DuckDB's cores until it ends; eight such statements hold all ``--workers`` and
+    every other analyst waits (the server cannot even stop: shutdown waits for the workers). Measured: with
+    ``SET statement_timeout = 2000`` the same query ends in 2.0 s (57014) and the server answers at once;
+    without it a cancel changed nothing. Sound: a public query is interruptible whatever the timeout (the
+    charged-private rule does not apply), and/or a default limit on public queries. Checked: after the cancel the
+    client gets 57014 at once, but the engine runs on; the connection's next (trivial) query must answer within
+    3 s of the cancel (today ~8–10 s: it waits for the abandoned cross join)."""
+    import threading
+
+    import psycopg
+
+    from tests.publish_support import make_warehouse
+    from tests.support.attack import PASSWORD, set_password
+
+    policy = make_warehouse(tmp_path, n=125)
+    set_password(policy, "bob")
+    _publish(_load(policy), "krr", {"table": "people", "columns": ["sex"], "epsilon": 1.0, "output": "p_k"})
+    with _serve(policy) as st:
+        dsn = f"host=127.0.0.1 port={st.port} user=bob password={PASSWORD} dbname=veil sslmode=disable"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            ended: dict[str, float] = {}
+
+            def heavy() -> None:
+                try:
+                    conn.execute("SELECT COUNT(*) FROM p_k a, p_k b, p_k c, p_k d, p_k e").fetchall()
+                except psycopg.Error:
+                    pass
+                ended["at"] = time.monotonic()
+
+            thread = threading.Thread(target=heavy, daemon=True)
+            thread.start()
+            time.sleep(0.7)
+            cancelled_at = time.monotonic()
+            conn.cancel_safe(timeout=5.0)
+            thread.join(timeout=120)
+            assert conn.execute("SELECT COUNT(*) FROM p_k").fetchone()[0] > 0  # the connection's next query
+            free_at = time.monotonic()
+    assert free_at - cancelled_at < 3.0, (
+        f"after the cancel the client had its error in {ended['at'] - cancelled_at:.1f} s, but the engine ran on: "
+        f"the connection's next query answered {free_at - cancelled_at:.1f} s after the cancel"
+    )
+
+
+def _load(policy: Path) -> Any:
+    from veil.policy import load_policy
+
+    return load_policy(policy)
