@@ -525,3 +525,83 @@ def _load(policy: Path) -> Any:
     from veil.policy import load_policy
 
     return load_policy(policy)
+
+
+def test_B5_cancel_request_packets_from_outsiders_hold_nothing(bob_login: Path) -> None:
+    """50 CancelRequest packets with invented (pid, secret) from an outsider: the server closes every socket at
+    once, holds no connection slot for them, and bob still logs in."""
+    import struct
+
+    from tests.support.attack import PASSWORD
+
+    with _serve(bob_login) as st:
+        socks = []
+        try:
+            for i in range(50):
+                s = socket.create_connection(("127.0.0.1", st.port), timeout=3)
+                s.sendall(struct.pack("!iiii", 16, 80877102, 1000 + i, 4242))
+                socks.append(s)
+            deadline, closed = time.monotonic() + 3, 0
+            for s in socks:
+                s.settimeout(max(0.05, deadline - time.monotonic()))
+                try:
+                    closed += s.recv(1) == b""
+                except TimeoutError:
+                    pass
+            assert closed == 50 and st.server.slots.total == 0, (closed, st.server.slots.total)
+            assert _login(st.port, "bob", PASSWORD) == "ok"
+        finally:
+            for s in socks:
+                s.close()
+
+
+def test_B6_startup_packet_games_get_the_same_refusal(bob_login: Path) -> None:
+    """A startup packet without ``user``, with an empty one, or naming ``user`` twice gets the same SCRAM
+    challenge as a real analyst (no early refusal that would tell names apart); invalid UTF-8 gets 22021; bob
+    still logs in afterwards."""
+    import struct
+
+    from tests.support.attack import PASSWORD
+    from tests.support.server import error_code, read_message
+
+    def packet(*pairs: tuple[bytes, bytes]) -> bytes:
+        body = struct.pack("!i", 196608) + b"".join(k + b"\x00" + v + b"\x00" for k, v in pairs) + b"\x00"
+        return struct.pack("!i", len(body) + 4) + body
+
+    cases = {
+        "no user": packet((b"database", b"veil")),
+        "empty user": packet((b"user", b"")),
+        "two users": packet((b"user", b"bob"), (b"user", b"nobody")),
+        "real user": packet((b"user", b"bob")),
+        "bad utf-8": packet((b"user", b"\xff\xfe")),
+    }
+    with _serve(bob_login) as st:
+        first = {}
+        for name, pkt in cases.items():
+            with socket.create_connection(("127.0.0.1", st.port), timeout=5) as s:
+                s.sendall(pkt)
+                tag, payload = read_message(s)
+                first[name] = (tag, payload) if tag == b"R" else (tag, error_code(payload))
+        assert _login(st.port, "bob", PASSWORD) == "ok"
+    challenge = first.pop("real user")
+    assert first.pop("bad utf-8") == (b"E", "22021")
+    assert all(v == challenge for v in first.values()), first
+
+
+def test_B7_raw_writes_under_a_published_name_are_refused_in_every_spelling(tmp_path: Path) -> None:
+    """After a kRR publication ``p_k``, `ingest_file` and `write_table` refuse ``p_k``, ``P_K`` and ``"p_k "``
+    (DuckDB resolves names case-insensitively: a case variant would overwrite the published table)."""
+    from veil.errors import InputError
+    from veil.store.warehouse import ingest_file, write_table
+
+    policy = _warehouse(tmp_path / "d", people(40))
+    _publish(policy, "krr", {"table": "people", "columns": ["sex"], "epsilon": 1.0, "output": "p_k"})
+    raw = people(40)
+    csv = tmp_path / "raw.csv"
+    raw.to_csv(csv, index=False)
+    for name in ("p_k", "P_K", "p_k "):
+        with pytest.raises(InputError):
+            ingest_file(policy, name, csv, replace=True)
+        with pytest.raises(InputError):
+            write_table(policy, name, raw, replace=True)
+    assert "person00007" not in str(_published(policy, "SELECT * FROM p_k"))
