@@ -6,7 +6,10 @@ target, unit 7) or in one of their values; the same analyst SQL must end the sam
 value must differ only through the noise (noise off: ``veil.proxy._testing.exact_session``), each statistic by at
 most the sensitivity its plan used.
 
-Part A holds attacks that succeed on 2026-11-26 (main at c8f04b0): each test FAILS until Veil is fixed. Part B holds
+Part A holds attacks that succeeded on 2026-11-26 (main at c8f04b0); all fixed the same day: A1/A2 (arguments are
+clamped in DOUBLE or BIGINT, never their own type: `plan._clamped`; real sums are exact, `proxy/fixed_point.py`),
+A3 (every curator table write is recorded in the ledger and moves the sessions' catalog generation), A4 (ε beyond
+the largest double is a typed refusal), A5 (a session charges the ledger its current policy names). Part B holds
 probes of defences that held (they pass, and fail if the defence breaks). Findings:
 
 * A1 (HIGH) a REAL (float4) argument is clamped in float4: `plan._clamp` compares the argument with the interval's

@@ -1,7 +1,11 @@
 """Red team, session 20: publications (kRR's DP row count and domains, the gate, synthetic generators' types),
 ledger/budget accounting of publications, and ``veil serve``'s limits (slots, login backoff, catalog pool, cancel).
 
-Part A holds attacks that succeed on 2026-11-26 (main at c8f04b0): plain failing tests, no xfail. Part B holds
+Part A holds attacks that succeeded on 2026-11-26 (main at c8f04b0). Lead's status (same day): A1, A2, A4, A5, A6
+fixed (kRR's count ε capped at 2.94; DP publications below the policy's minimum ε refused before any charge;
+every generated column typed from the policy, `generators/declared_types.py`; generalised labels of declared
+values and open ranges accepted; kRR's plan normalises column names); the server's A3, A7, A8, A9 fixed on the
+fixserver branch (see docs/server.md). A1 and A6 now accept either sound outcome (refused, or capped/normalised). Part B holds
 probes of defences that held (they pass, and fail if the defence breaks). Helpers come from the earlier rounds
 (:mod:`tests.adversarial.test_redteam_s16`, :mod:`tests.publish_support`, :mod:`tests.support.attack`). Findings
 (details in each test's docstring):
@@ -71,11 +75,17 @@ def test_A1_krr_count_epsilon_is_not_vacuous(tmp_path: Path) -> None:
 
     policy = _warehouse(tmp_path / "d", people(60))
     eps = 6.4
-    plan = get_plugin("krr").plan(policy, {"table": "people", "columns": ["age"], "epsilon": eps, "output": "p_age"})
-    assert float(plan.params["count_epsilon"]) == eps
     assert _p_count_exact(eps) > gate.MAX_KEEP_PROBABILITY
-    with pytest.raises(PublicationRefused):
+    plan = get_plugin("krr").plan(policy, {"table": "people", "columns": ["age"], "epsilon": eps, "output": "p_age"})
+    # lead (fix): sound if the gate refuses the plan, or if the count's own ε keeps it exact at most as often as
+    # the gate lets a value be kept (and the charge counts that ε, not more, not less)
+    count_eps = float(plan.params["count_epsilon"])
+    try:
         gate.check_plan(plan)
+    except PublicationRefused:
+        return
+    assert _p_count_exact(count_eps) <= gate.MAX_KEEP_PROBABILITY, count_eps
+    assert plan.epsilon == Fraction(repr(eps)) + Fraction(repr(count_eps))
 
 
 # --- A2. No minimum ε for DP publications: kRR at ε = 1e-300 charges, then crashes or publishes nothing (LOW) -----
@@ -214,6 +224,20 @@ SYNTHETIC_REQUESTS = {
 }  # fmt: skip
 
 
+def _publish_until_it_passes_the_gate(policy: Any, kind: str, request: dict[str, Any], tries: int = 6) -> None:
+    """A one-epoch GAN sometimes collapses onto a few training rows and the gate's memorisation check refuses it
+    (a randomised outcome, about one run in four): publish again, as a curator would."""
+    from veil.errors import PublicationRefused
+
+    for attempt in range(tries):
+        try:
+            _publish(policy, kind, request)
+            return
+        except PublicationRefused as exc:
+            if "reproduces its training rows" not in str(exc) or attempt == tries - 1:
+                raise
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method", sorted(SYNTHETIC_REQUESTS))
 def test_A4_synthetic_column_type_does_not_depend_on_one_persons_missing_value(tmp_path: Path, method: str) -> None:
@@ -236,7 +260,7 @@ def test_A4_synthetic_column_type_does_not_depend_on_one_persons_missing_value(t
     types = {}
     for name, missing in (("d", None), ("d_prime", 7)):
         policy = _warehouse(tmp_path / name, _with_code(120, missing_for=missing), policy_text=CODE_POLICY)
-        _publish(policy, kind, {**request, "table": "people", "output": "p_syn"})
+        _publish_until_it_passes_the_gate(policy, kind, {**request, "table": "people", "output": "p_syn"})
         types[name] = _column_types(policy, "p_syn")["code"]
     assert types["d"] == types["d_prime"], f"the synthetic code column is {types} (D: no NULL, D′: person 7's NULL)"
 
@@ -288,11 +312,21 @@ def test_A6_krr_refused_for_a_column_spelling_charges_nothing(tmp_path: Path) ->
     from veil.store.ledger import Ledger
 
     policy = _warehouse(tmp_path / "d", people(50))
-    with pytest.raises(VeilError):
+    # lead (fix): either outcome is sound — refused and free, or published under the policy's name and charged
+    published = True
+    try:
         _publish(policy, "krr", {"table": "people", "columns": ["Sex"], "epsilon": 1.0, "output": "p_k"})
+    except VeilError:
+        published = False
     with Ledger.for_policy(policy) as led:
         spent = led.spent("table:people").epsilon
-    assert spent == 0, f"a kRR publication refused for the spelling 'Sex' charged table:people ε = {spent}"
+    if published:
+        assert [
+            r[0] for r in _published(policy, "SELECT column_name FROM information_schema.columns WHERE table_name = 'p_k'")
+        ] == ["sex"]
+        assert spent == 2, f"the publication of 'Sex' charged table:people ε = {spent}, not 2 (one column and the count)"
+    else:
+        assert spent == 0, f"a kRR publication refused for the spelling 'Sex' charged table:people ε = {spent}"
 
 
 # ==================================================================================================

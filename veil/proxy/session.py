@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
@@ -211,10 +212,16 @@ class Env:
 
     def refresh_policy(self) -> Policy:
         """The current policy (re-read when its file changed), once per query; the catalog of public tables is
-        forgotten when the policy changed or a publication or retraction was recorded since it was built (a
-        retracted name may hold raw rows again: Spark has no public mirror to drop it from, red team s17 A4)."""
+        forgotten when the policy changed or a publication, a retraction or a curator's table write was recorded
+        since it was built (a retracted name may hold raw rows again: Spark has no public mirror to drop it from,
+        red team s17 A4; a public table rewritten from another process has other join multiplicities, s19 A3).
+        A policy that names another ledger file is charged from the next query on (s19 A5)."""
         policy, changed = self._watch.current()
-        published = self.ledger.publication_generation()
+        if changed and self._ledger is not None and Path(policy.ledger_path) != self._ledger.path:
+            # the policy names another ledger: charge that one, as a new session would (red team s19, A5)
+            self._ledger.close()
+            self._ledger = None
+        published = self.ledger.catalog_generation()
         if published != self._catalog_publications and self._catalog_publications >= 0:
             self._forget_public_data(policy)
         if changed or published != self._catalog_publications:
@@ -236,12 +243,12 @@ class Env:
         return self._ledger
 
     def _forget_public_data(self, policy: Policy) -> None:
-        """After a publication or retraction: join multiplicities and key domains measured on public tables are
-        measured again (on Spark they were kept until the engine's generation moved, up to a minute: red team s18,
-        A2), and an engine that caches tables' file lists re-reads them (A3)."""
+        """After a publication, a retraction or a curator's table write: join multiplicities and key domains
+        measured on public tables are measured again (on Spark they were kept until the engine's generation moved,
+        up to a minute: red team s18, A2), and an engine that caches tables' file lists re-reads them (A3)."""
         self._probes.clear()
         self._domains.clear()
-        names = sorted(published_tables(policy))
+        names = sorted(set(published_tables(policy)) | set(policy.tables))
         for engine in (self.engine, self._public_engine):
             if engine is not None:
                 engine.refresh_tables(names)
