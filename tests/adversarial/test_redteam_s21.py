@@ -1,0 +1,157 @@
+"""Red team, session 21: the seventh round's fixes — exact fixed-point sums (`proxy/fixed_point.py`, `rewrite._fixed`,
+`plan._clamped`), publication column types (`generators/declared_types.py`), kRR's count ε and the minimum ε of DP
+publications, the ledger's catalog generation, and ε parsing (`mechanisms.budget.as_epsilon`).
+
+Same harness as sessions 4–20 (:mod:`tests.adversarial.test_redteam_s15`): D and D′ differ in one person (the
+target, unit 7) or in one of their values; the same analyst SQL must end the same way on both, and every released
+value must differ only through the noise (noise off: ``veil.proxy._testing.exact_session``), each statistic by at
+most the sensitivity its plan used (times ``1 + fixed_point.CONVERSION_SLACK`` for real sums, which the Laplace
+scale pays for).
+
+Part A holds attacks that succeed on 2026-11-26 (main at 53043fd): the tests FAIL until Veil is fixed. Part B holds
+probes of defences that held (they pass, and fail if the defence breaks). Findings (details in each test's
+docstring):
+
+(filled in below as findings land)
+"""
+
+from __future__ import annotations
+
+import tracemalloc
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tests.adversarial.test_redteam_s4 import TARGET_ROW
+from tests.adversarial.test_redteam_s15 import Worlds, moves_beyond_sensitivity
+from veil.errors import VeilError
+
+
+@pytest.fixture(scope="module")
+def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
+    w = Worlds(
+        tmp_path_factory.mktemp("s21"),
+        {
+            "d": None,
+            "x10": dict(TARGET_ROW, x=10, y=-1.5),
+            "x3": dict(TARGET_ROW, x=3, y=1.5),
+            "nulls": dict(TARGET_ROW, x=None, y=float("nan"), s=None, k=None, b=None),
+        },
+    )
+    yield w
+    w.close()
+
+
+def _fresh(worlds: Worlds) -> Fraction:
+    worlds.asked += 1
+    return Fraction(5) + Fraction(worlds.asked, 10**6)
+
+
+# --- Part A: ε parsing ------------------------------------------------------------------------------------------
+
+
+def _peak_bytes(fn: Any, *args: Any, **kwargs: Any) -> int:
+    """The most memory ``fn(*args)`` allocates at once (a typed refusal counts as an answer)."""
+    tracemalloc.start()
+    try:
+        fn(*args, **kwargs)
+    except VeilError:
+        pass
+    finally:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return peak
+
+
+#: 11 characters; Fraction() builds 10**300000 (~125 KB) from them. Each tenfold exponent costs ~30× the time:
+#: ``1e-10000000`` (13 characters) took 8.6 s on this machine, ``1e-1000000000`` minutes and gigabytes.
+HUGE_EXPONENTS = ["1e-300000", "1e300000", "0.5e-300000"]
+
+
+@pytest.mark.parametrize("text", HUGE_EXPONENTS)
+def test_A1_epsilon_text_with_a_huge_exponent_is_refused_cheaply_api(text: str) -> None:
+    """MEDIUM (availability; Python API, and every path that hands `as_epsilon` a string). `as_epsilon` parses a
+    string with ``Fraction(text)``, which materialises ``10**exponent`` before any range check: a 13-character ε
+    (``"1e-10000000"``) costs 8.6 s of CPU, ``"1e-1000000000"`` minutes and gigabytes. Fix class: refuse an
+    exponent outside the range of a double (|e| ≤ ~330) or text longer than a few dozen characters *before*
+    building the Fraction (e.g. parse with ``float`` first and refuse 0/inf, then take the decimal exactly)."""
+    from veil.mechanisms.budget import as_epsilon
+
+    assert _peak_bytes(as_epsilon, text) < 64_000
+
+
+@pytest.mark.parametrize("text", HUGE_EXPONENTS)
+def test_A1_epsilon_text_with_a_huge_exponent_is_refused_cheaply_wire(text: str) -> None:
+    """MEDIUM (availability; wire). ``SET veil.epsilon = 1e-100000000`` is handled by `SessionSettings.set` *on the
+    server's event loop* (`server/session.py::_answer`, kind "set": no executor), with ``Fraction(value)``: one
+    authenticated analyst's 30-byte statement stalls every connection, logins included, for minutes (and can
+    exhaust memory). Fix class: as A1 (API) — a bounded parse shared with `as_epsilon`, refusing huge exponents."""
+    from veil.server.settings import SessionSettings
+
+    settings = SessionSettings(values={})
+    assert _peak_bytes(settings.set, "veil.epsilon", text, apply=False) < 64_000
+
+
+def test_A2_set_epsilon_beyond_a_double_is_a_typed_refusal_wire() -> None:
+    """LOW (wire). s19 A4's fix made `as_epsilon` refuse ε beyond the largest double, but ``SET veil.epsilon``
+    parses with its own ``Fraction(value)`` and accepts ``1e400``; ``SHOW veil.epsilon`` then raises OverflowError
+    (``float(self.epsilon)`` in `SessionSettings.show`), an internal error instead of a typed one. Fix class: parse
+    the SET value with `as_epsilon` (one parser for every ε)."""
+    from veil.server.settings import SessionSettings
+
+    settings = SessionSettings(values={})
+    try:
+        settings.set("veil.epsilon", "1e400", apply=True)
+    except VeilError:
+        return  # refused, typed: sound
+    settings.show("veil.epsilon", default_epsilon=Fraction(1, 2), server_version="x")
+
+
+HUGE = "1" + "0" * 400
+
+HUGE_POLICY = f"""\
+[database]
+path = "w.duckdb"
+[ledger]
+path = "l.sqlite"
+[defaults]
+epsilon_per_query = {HUGE}
+[tables.t]
+privacy_unit = "row"
+[tables.t.columns]
+x = {{ type = "int", lower = 0, upper = 10 }}
+[analysts.a]
+epsilon = {HUGE}
+delta = 0.5
+"""
+
+
+def test_A3_policy_epsilon_beyond_a_double_is_refused_or_typed(tmp_path: Path) -> None:
+    """LOW (policy; every interface). `policy._exact` takes any TOML integer, so a budget or a default ε of 10⁴⁰⁰ (an
+    integer literal: TOML floats that large are inf and refused) loads, although `as_epsilon` refuses the same ε
+    from an analyst. The first query is charged the whole budget at a noise scale that underflows to 0.0 (the
+    exact count is released); the next one's budget refusal formats the totals with ``float()`` and escapes as
+    OverflowError (`ledger._refusal` → `format_epsilon`), not BudgetExhausted. Fix class: the policy's ε values go
+    through `as_epsilon` (PolicyError naming the key), and `format_epsilon` prints huge Fractions without float()."""
+    from veil.errors import PolicyError
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    (tmp_path / "policy.toml").write_text(HUGE_POLICY, encoding="utf-8")
+    try:
+        policy = load_policy(tmp_path / "policy.toml")
+    except PolicyError:
+        return  # refused at load: sound
+    write_table(policy, "t", pd.DataFrame({"x": range(50)}), replace=True)
+    session = exact_session(policy, "a")
+    try:
+        session.execute("SELECT COUNT(*) FROM t")  # the default ε: the whole budget
+        with pytest.raises(VeilError):
+            session.execute("SELECT COUNT(*) FROM t", epsilon=1)
+    finally:
+        session.close()
