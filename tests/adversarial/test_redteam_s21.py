@@ -51,6 +51,35 @@ def _fresh(worlds: Worlds) -> Fraction:
     return Fraction(5) + Fraction(worlds.asked, 10**6)
 
 
+# --- Part A: fixed-point sums ------------------------------------------------------------------------------------
+
+#: A real argument whose bounds lie in (2⁶¹, 2⁶²]: `fixed_point.exponent` gives k = 0 there, and `rewrite._quantities`
+#: reads ``sum_exponent(stat) == 0`` as "integers already" — so the DOUBLE argument is summed with a DOUBLE SUM
+#: (rounded after every row at the partial sums' ulp, up to 2¹⁵ here), not on the BIGINT grid.
+K0_ARGS = [f"{c} + 512 * (u % 5) + CASE WHEN x > 3 THEN 1024 ELSE 0 END" for c in ("4e18", "3e18")]
+K0_QUERIES = [
+    *(f"SELECT AVG({a}) AS v FROM t" for a in K0_ARGS),
+    f"SELECT VARIANCE({K0_ARGS[0]}) AS v FROM t",
+    f"SELECT AVG({K0_ARGS[0]}) FILTER (WHERE u > 1) AS v FROM t",
+]
+
+
+@pytest.mark.parametrize("sql", K0_QUERIES)
+def test_A4_real_sum_with_grid_exponent_zero_is_exact(worlds: Worlds, sql: str) -> None:
+    """HIGH (guarantee broken; API, CLI, wire — the rewrite is shared). `rewrite._quantities` takes
+    ``exact = arg if sum_exponent(stat) == 0`` to mean "an integer statistic, summed as BIGINT", but
+    `fixed_point.exponent` also returns 0 for a *real* statistic whose row bound lies in (2⁶¹, 2⁶²] (≈ 2.3e18 to
+    4.6e18). Such a sum (AVG/VARIANCE/STDDEV's centred sum, or a SUM) is then a plain DOUBLE ``SUM`` of the
+    clamped argument — the pre-fix path of s17 A2 — rounded after every row at the partial sums' ulp, and
+    centred exactly afterwards, so the rounding is not paid for by Δ = half-width: ``AVG(4e18 + 512·(u % 5) +
+    CASE WHEN x > 3 THEN 1024 ELSE 0 END)`` moves the centred sum by 14,592 against Δ = 1,792 when the target
+    joins (8×), through every interface. Fix class: decide "summed as it is" from the statistic's integrality
+    (``stat.integral`` / ``discrete_laplace``), never from k; real statistics always go through `_fixed`."""
+    from veil.proxy import fixed_point
+
+    assert moves_beyond_sensitivity(worlds.sessions, sql, _fresh(worlds), fixed_point.CONVERSION_SLACK) == []
+
+
 # --- Part A: ε parsing ------------------------------------------------------------------------------------------
 
 
