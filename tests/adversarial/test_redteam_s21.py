@@ -184,3 +184,49 @@ def test_A3_policy_epsilon_beyond_a_double_is_refused_or_typed(tmp_path: Path) -
             session.execute("SELECT COUNT(*) FROM t", epsilon=1)
     finally:
         session.close()
+
+
+# --- Part A: a live session and the policy's paths --------------------------------------------------------------
+
+
+def test_A5_a_live_session_reads_the_warehouse_the_policy_names(tmp_path: Path) -> None:
+    """MEDIUM (API, wire: `veil serve` keeps its sessions; a careless curator's change under live sessions). s19 A5
+    made a live session follow a policy that names another *ledger* (`Env.refresh_policy` closes and reopens it),
+    but not another *warehouse*: `Env.engine` is opened once from the first policy, so after the curator points
+    ``[database] path`` at a new file (say, one with a person's rows erased, or a corrected copy), every live
+    session keeps answering — and charging — from the old file, with the new policy's bounds, units and budgets,
+    until it reconnects; a new session reads the new file. Here: 29 rows in the old file, 10 in the new one; the
+    live session still counts 29. Fix class: key the engine (and the probe/domain caches and bounded copies) on
+    the current policy's database path — reopen when it changes, as the ledger now is — or refuse queries until
+    the session is reopened."""
+    import time
+
+    from tests.adversarial.test_redteam_s4 import POLICY, PUB, _base_rows, _frame
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    path, moved = tmp_path / "policy.toml", tmp_path / "moved.toml"
+    path.write_text(POLICY, encoding="utf-8")
+    moved.write_text(POLICY.replace('path = "w.duckdb"', 'path = "w2.duckdb"'), encoding="utf-8")
+    for p, rows in ((path, _base_rows()), (moved, _base_rows()[:10])):
+        write_table(load_policy(p), "pub", PUB, replace=True, public=True)
+        write_table(load_policy(p), "t", _frame(rows), replace=True)
+    sql = "SELECT COUNT(*) AS n FROM t"
+    live = exact_session(path, "b")
+    try:
+        assert live.execute(sql, epsilon=1).rows[0][0] == len(_base_rows())
+        time.sleep(0.05)
+        path.write_text(moved.read_text(encoding="utf-8"), encoding="utf-8")
+        try:
+            seen_by_live = live.execute(sql, epsilon=2).rows[0][0]
+        except VeilError:
+            return  # refusing until the session is reopened is sound too
+    finally:
+        live.close()
+    fresh = exact_session(path, "b")
+    try:
+        seen_by_new = fresh.execute(sql, epsilon=3).rows[0][0]
+    finally:
+        fresh.close()
+    assert seen_by_live == seen_by_new == 10, f"the live session counted {seen_by_live} rows, a new one {seen_by_new}"
