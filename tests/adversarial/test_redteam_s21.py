@@ -80,6 +80,34 @@ def test_A4_real_sum_with_grid_exponent_zero_is_exact(worlds: Worlds, sql: str) 
     assert moves_beyond_sensitivity(worlds.sessions, sql, _fresh(worlds), fixed_point.CONVERSION_SLACK) == []
 
 
+#: A real argument far from 0 (k < 0: grid steps of 2**-k = 32, 256, 2²²) whose narrow range [c − 5, c + 5] holds no
+#: grid point: the centre sits half a step off the grid.
+COARSE_QUERIES = [
+    "SELECT AVG(y + 1e20 + 16) AS v FROM t",
+    "SELECT AVG(y + 1e21 + 128) AS v FROM t",
+    "SELECT AVG(y + 1e25 + 2097152) AS v FROM t",
+    "SELECT VARIANCE(y + 1e20 + 16) AS v FROM t",
+    "SELECT AVG(x + 1e20 + 16) FILTER (WHERE u > 1) AS v FROM t",
+]
+
+
+@pytest.mark.parametrize("sql", COARSE_QUERIES)
+def test_A6_a_grid_coarser_than_the_range_keeps_rows_within_it(worlds: Worlds, sql: str) -> None:
+    """HIGH (guarantee broken, deterministic; API, CLI, wire). For a row range beyond 2⁶², `fixed_point.exponent`
+    gives k < 0, a grid of 2**-k (32 at 1e20, 2²² at 1e25), coarser than an analyst-chosen narrow range
+    [c − hw, c + hw]. When no grid point lies in it, `fixed_point.on_grid` returns low > high and the clamp in
+    `rewrite._fixed` (``v < low → low``, then ``v > high → high``) puts *every* row on the grid point just above
+    the range: ``AVG(y + 1e20 + 16)`` (c = 1e20 + 16, hw = 5) adds 16 per row to the centred sum (32 − 16), against
+    Δ = 5; at 1e25 + 2²¹ each row adds 2²¹ against Δ = 5. The centred sum is then 16·n: one person's presence
+    moves it by 3.2× (10⁵× at 1e25) the sensitivity the noise is scaled to, whatever their value — membership
+    through a released AVG/VARIANCE. Fix class: the grid must be at least as fine as the range (k from the
+    *width* as well as the magnitude, e.g. centre first: sum ``FLOOR((v − c)·2**k)`` with k from hw, or refuse a
+    range holding no grid point); test that ``low ≤ high`` and that each row's grid value lies in the range."""
+    from veil.proxy import fixed_point
+
+    assert moves_beyond_sensitivity(worlds.sessions, sql, _fresh(worlds), fixed_point.CONVERSION_SLACK) == []
+
+
 # --- Part A: ε parsing ------------------------------------------------------------------------------------------
 
 
