@@ -264,3 +264,109 @@ def test_A5_a_live_session_reads_the_warehouse_the_policy_names(tmp_path: Path) 
     finally:
         fresh.close()
     assert seen_by_live == seen_by_new == 10, f"the live session counted {seen_by_live} rows, a new one {seen_by_new}"
+
+
+# ==================================================================================================
+# Part B — probes that held (these pass today; each fails if its defence breaks)
+# ==================================================================================================
+
+# --- B1. Fixed-point sums of every argument type move within Δ·(1 + CONVERSION_SLACK) ------------------------------
+#
+# Hand-run on 2026-11-26 (main at 53043fd) over D and three neighbours (the target with x = 10, x = 3, and NULL/NaN
+# values), six aggregates (SUM, AVG, VARIANCE, STDDEV, with FILTER) per private group: none ended differently and
+# none moved beyond Δ·(1 + CONVERSION_SLACK). (HUGEINT/UBIGINT casts and ``//`` are refused, free.) A sample:
+
+HELD_ARGS = [
+    "y * 1e-300",  # k capped at 1023
+    "y * 5e-324",  # a denormal scale: the bounds are no doubles
+    "y * 1e149",  # k < 0 with a range that holds grid points
+    "CAST(y AS REAL)",
+    "CAST(y AS DECIMAL(38,37))",
+    "CAST(x AS DECIMAL(38,0)) * 1000000000000",
+    "CAST(x AS TINYINT)",
+    "x > 3",
+    "ROUND(y * 1e14)",
+    "CEIL(y * 1e10)",
+    "CASE WHEN x > 3 THEN 1e15 ELSE -1e15 END + y",
+    "COALESCE(y, x, 0)",
+    "y * 0.1 + 0.3",
+    "1e15 - y",
+]
+HELD_QUERIES = [
+    *(f"SELECT k, AVG({a}) AS v, SUM({a}) AS s FROM t GROUP BY k" for a in HELD_ARGS),
+    "SELECT k, VARIANCE(y * 1e149) AS v, STDDEV(CAST(y AS REAL)) AS s FROM t GROUP BY k",
+    "SELECT u, SUM(y * 0.1) AS s, AVG(y + 0.5) AS a FROM t GROUP BY u",  # many groups, one row each
+    "SELECT SUM(y * 0.1) FILTER (WHERE x > 3) AS s, AVG(ROUND(y)) FILTER (WHERE b) AS a FROM t",
+]
+
+
+@pytest.mark.slow
+def test_b1_fixed_point_sums_move_within_their_sensitivity(worlds: Worlds) -> None:
+    from veil.proxy import fixed_point
+
+    bad: list[str] = []
+    for sql in HELD_QUERIES:
+        ends = {name: a if isinstance(a, str) else "answered" for name, a in worlds.run(sql).items()}
+        assert set(ends.values()) == {"answered"}, (sql, ends)
+        bad += moves_beyond_sensitivity(worlds.sessions, sql, _fresh(worlds), fixed_point.CONVERSION_SLACK)
+    assert bad == []
+
+
+# --- B2. DP publications below the minimum ε are refused free, DP microaggregation included ---------------------
+
+
+@pytest.mark.parametrize("partition", ["grid", "mdav"])
+def test_b2_dp_microaggregation_below_the_minimum_epsilon_is_refused_free(tmp_path: Path, partition: str) -> None:
+    from tests.adversarial.test_redteam_s16 import _publish, _warehouse
+    from tests.publish_support import people
+    from veil.errors import PublicationRefused
+    from veil.store.ledger import Ledger
+
+    policy = _warehouse(tmp_path / "d", people(40))
+    request = {
+        "table": "people",
+        "output": "o",
+        "method": "dp_microagg_laplace",
+        "params": ["epsilon=0.0005", f"partition={partition}"],
+        "columns": ["age", "hours"],
+    }
+    with pytest.raises(PublicationRefused, match="minimum"):
+        _publish(policy, "sdc", request)
+    with Ledger.for_policy(policy) as led:
+        assert led.spent("table:people").epsilon == 0
+
+
+# --- B3. Curator writes move the catalog generation; analysts' queries never do -------------------------------------
+
+
+def test_b3_curator_writes_move_the_catalog_generation_and_queries_do_not(tmp_path: Path) -> None:
+    from tests.adversarial.test_redteam_s4 import POLICY, PUB, _base_rows, _frame
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.ledger import Ledger
+    from veil.store.warehouse import ingest_file, write_table
+
+    path = tmp_path / "policy.toml"
+    path.write_text(POLICY, encoding="utf-8")
+    policy = load_policy(path)
+    write_table(policy, "pub", PUB, replace=True, public=True)
+    write_table(policy, "t", _frame(_base_rows()), replace=True)
+
+    def generation() -> int:
+        with Ledger.for_policy(policy) as led:
+            return led.catalog_generation()
+
+    before = generation()
+    session = exact_session(path, "a")
+    try:
+        for sql in ("SELECT COUNT(*) FROM t", "SELECT COUNT(*) FROM t JOIN pub ON t.x = pub.pk", "SELECT * FROM pub"):
+            session.execute(sql, epsilon=1)
+    finally:
+        session.close()
+    assert generation() == before  # an analyst cannot make sessions forget their probes at will
+    csv = tmp_path / "pub.csv"
+    PUB.to_csv(csv, index=False)
+    ingest_file(policy, "pub", csv, replace=True)
+    after_ingest = generation()
+    write_table(policy, "t", _frame(_base_rows()), replace=True)
+    assert before < after_ingest < generation()
