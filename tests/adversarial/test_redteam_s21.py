@@ -12,7 +12,29 @@ Part A holds attacks that succeed on 2026-11-26 (main at 53043fd): the tests FAI
 probes of defences that held (they pass, and fail if the defence breaks). Findings (details in each test's
 docstring):
 
-(filled in below as findings land)
+* A1 (MEDIUM, availability; API, wire) an ε given as text with a huge exponent (``"1e-10000000"``, 13 characters) is
+  parsed with ``Fraction(text)``, which builds ``10**exponent`` first: 8.6 s of CPU, minutes and gigabytes for
+  ``1e-1000000000``; on the wire ``SET veil.epsilon = …`` runs on the server's event loop, stalling every connection.
+* A2 (LOW, wire) ``SET veil.epsilon = 1e400`` is accepted (its own parser, not `as_epsilon`); ``SHOW veil.epsilon``
+  then raises OverflowError.
+* A3 (LOW, policy) a budget or default ε of 10⁴⁰⁰ (a TOML integer) loads; the first query spends it at a noise
+  scale of 0.0, the next one's budget refusal escapes as OverflowError.
+* A4 (HIGH, guarantee) a *real* statistic whose row bound lies in (2⁶¹, 2⁶²] gets k = 0 and is summed as a DOUBLE
+  (`rewrite._quantities` reads k = 0 as "integers"): the centred sum of ``AVG(4e18 + 512·(u % 5) + …)`` moves 8×
+  its sensitivity.
+* A5 (MEDIUM; API, wire) a live session keeps reading the warehouse file its first policy named after the policy
+  names another (the ledger is followed since s19 A5, the engine is not).
+* A6 (HIGH, guarantee) k < 0 (row range beyond 2⁶²) with a narrow range that holds no grid point: every row is
+  clamped onto the grid point above the range: ``AVG(y + 1e20 + 16)`` adds 16 per row against Δ = 5 (1,600× Δ
+  with hw = 0.01).
+* Held (Part B and by hand): 34 argument shapes × 6 aggregates per private group over D and three neighbours
+  (REAL, DECIMAL(38,37), DECIMAL(38,0), TINYINT/SMALLINT, booleans, ROUND/FLOOR/CEIL of doubles, CASE mixing
+  types, COALESCE, denormal and 1e-300 scales (k capped at 1023), 1e149 scales and their squares, FILTER, many
+  groups, public-join CASE arguments) ended the same way and moved within Δ·(1 + CONVERSION_SLACK); HUGEINT,
+  UBIGINT and ``//`` are refused free; merged groups add exact integers; the DP microaggregation grid and MDAV,
+  kRR and PATE honour the minimum ε (refused free); DP microaggregation's published types come from the policy
+  with one person's value missing; every curator write (write_table, ingest) moves the catalog generation, an
+  analyst's queries never do (no forgetting at will); the generation only grows (no deletes from ``releases``).
 """
 
 from __future__ import annotations
@@ -91,6 +113,7 @@ COARSE_QUERIES = [
     "SELECT AVG(y + 1e25 + 2097152) AS v FROM t",
     "SELECT VARIANCE(y + 1e20 + 16) AS v FROM t",
     "SELECT AVG(x + 1e20 + 16) FILTER (WHERE u > 1) AS v FROM t",
+    "SELECT AVG(CAST(x AS DOUBLE) * 1e-3 + 1e20 + 16) AS v FROM t",  # hw = 0.01: each row adds 16, 1,600 × Δ
 ]
 
 
