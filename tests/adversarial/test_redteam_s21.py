@@ -25,8 +25,8 @@ docstring):
 * A5 (MEDIUM; API, wire) a live session keeps reading the warehouse file its first policy named after the policy
   names another (the ledger is followed since s19 A5, the engine is not).
 * A6 (HIGH, guarantee) a grid step (~2⁻⁶¹ of the range's magnitude) wider than an analyst-chosen narrow range far
-  from 0 that holds no grid point: every row is clamped onto the grid point above the range: ``AVG(y + 1e20 + 16)`` adds 16 per row against Δ = 5 (1,600× Δ
-  with hw = 0.01).
+  from 0 that holds no grid point: every row is clamped onto the grid point above the range:
+  ``AVG(y + 1e20 + 16)`` adds 16 per row against Δ = 5 (1,600× Δ with hw = 0.01).
 * Held (Part B and by hand): 34 argument shapes × 6 aggregates per private group over D and three neighbours
   (REAL, DECIMAL(38,37), DECIMAL(38,0), TINYINT/SMALLINT, booleans, ROUND/FLOOR/CEIL of doubles, CASE mixing
   types, COALESCE, denormal and 1e-300 scales (k capped at 1023), 1e149 scales and their squares, FILTER, many
@@ -122,8 +122,8 @@ COARSE_QUERIES = [
 def test_A6_a_grid_coarser_than_the_range_keeps_rows_within_it(worlds: Worlds, sql: str) -> None:
     """HIGH (guarantee broken, deterministic; API, CLI, wire). `fixed_point.exponent` takes k from the range's
     *magnitude* only: the grid step 2**-k is ~2⁻⁶¹ of it (32 at 1e20, 2²² at 1e25 where k < 0; 0.25 at 1e18), coarser
-    than an analyst-chosen narrow range [c − hw, c + hw] far from 0. When no grid point lies in it, `fixed_point.on_grid` returns low > high and the clamp in
-    `rewrite._fixed` (``v < low → low``, then ``v > high → high``) puts *every* row on the grid point just above
+    than an analyst-chosen narrow range [c − hw, c + hw] far from 0. When no grid point lies in it,
+    `fixed_point.on_grid` returns low > high and the clamp in `rewrite._fixed` (``v < low → low``, then ``v > high → high``) puts *every* row on the grid point just above
     the range: ``AVG(y + 1e20 + 16)`` (c = 1e20 + 16, hw = 5) adds 16 per row to the centred sum (32 − 16), against
     Δ = 5; at 1e25 + 2²¹ each row adds 2²¹ against Δ = 5. The centred sum is then 16·n: one person's presence
     moves it by 3.2× (10⁵× at 1e25) the sensitivity the noise is scaled to, whatever their value — membership
