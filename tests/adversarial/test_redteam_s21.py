@@ -123,8 +123,8 @@ def test_A6_a_grid_coarser_than_the_range_keeps_rows_within_it(worlds: Worlds, s
     """HIGH (guarantee broken, deterministic; API, CLI, wire). `fixed_point.exponent` takes k from the range's
     *magnitude* only: the grid step 2**-k is ~2⁻⁶¹ of it (32 at 1e20, 2²² at 1e25 where k < 0; 0.25 at 1e18), coarser
     than an analyst-chosen narrow range [c − hw, c + hw] far from 0. When no grid point lies in it,
-    `fixed_point.on_grid` returns low > high and the clamp in `rewrite._fixed` (``v < low → low``, then ``v > high → high``) puts *every* row on the grid point just above
-    the range: ``AVG(y + 1e20 + 16)`` (c = 1e20 + 16, hw = 5) adds 16 per row to the centred sum (32 − 16), against
+    `fixed_point.on_grid` returns low > high and the clamp in `rewrite._fixed` (``v < low → low``, then
+    ``v > high → high``) puts *every* row on the grid point just above the range: ``AVG(y + 1e20 + 16)`` (c = 1e20 + 16, hw = 5) adds 16 per row to the centred sum (32 − 16), against
     Δ = 5; at 1e25 + 2²¹ each row adds 2²¹ against Δ = 5. The centred sum is then 16·n: one person's presence
     moves it by 3.2× (10⁵× at 1e25) the sensitivity the noise is scaled to, whatever their value — membership
     in the centred sum. (The released AVG is a double at c, whose ulp 2**(e−53) exceeds the grid step 2**(e−62):
