@@ -121,18 +121,18 @@ COARSE_QUERIES = [
 @pytest.mark.parametrize("sql", COARSE_QUERIES)
 def test_A6_a_grid_coarser_than_the_range_keeps_rows_within_it(worlds: Worlds, sql: str) -> None:
     """HIGH (guarantee broken, deterministic; API, CLI, wire). `fixed_point.exponent` takes k from the range's
-    *magnitude* only: the grid step 2**-k is ~2⁻⁶¹ of it (32 at 1e20, 2²² at 1e25 where k < 0; 0.25 at 1e18), coarser
-    than an analyst-chosen narrow range [c − hw, c + hw] far from 0. When no grid point lies in it,
-    `fixed_point.on_grid` returns low > high and the clamp in `rewrite._fixed` (``v < low → low``, then
-    ``v > high → high``) puts *every* row on the grid point just above the range: ``AVG(y + 1e20 + 16)`` (c = 1e20 + 16, hw = 5) adds 16 per row to the centred sum (32 − 16), against
-    Δ = 5; at 1e25 + 2²¹ each row adds 2²¹ against Δ = 5. The centred sum is then 16·n: one person's presence
-    moves it by 3.2× (10⁵× at 1e25) the sensitivity the noise is scaled to, whatever their value — membership
-    in the centred sum. (The released AVG is a double at c, whose ulp 2**(e−53) exceeds the grid step 2**(e−62):
-    with COUNT and VARIANCE alongside, 8 production-noise queries at ε = 2 showed no difference; the guarantee of
-    the centred sum is broken, exploitation through the final doubles not shown.) Fix class: the grid must be at
-    least as fine as the range (k from the *width* as well as the magnitude, e.g. centre first: sum
-    ``FLOOR((v − c)·2**k)`` with k from hw, or refuse a range holding no grid point); test that ``low ≤ high``
-    and that each row's grid value lies in the range."""
+    *magnitude* only: the grid step 2**-k is ~2⁻⁶¹ of it (32 at 1e20, 2²² at 1e25 where k < 0; 0.25 at 1e18),
+    coarser than an analyst-chosen narrow range [c − hw, c + hw] far from 0. When no grid point lies in it,
+    `fixed_point.on_grid` returns low > high and the clamp in `rewrite._fixed` (``v < low → low``, then ``v > high
+    → high``) puts *every* row on the grid point just above the range: ``AVG(y + 1e20 + 16)`` (c = 1e20 + 16, hw =
+    5) adds 16 per row to the centred sum (32 − 16), against Δ = 5; at 1e25 + 2²¹ each row adds 2²¹ against Δ = 5.
+    The centred sum is then 16·n: one person's presence moves it by 3.2× (10⁵× at 1e25) the sensitivity the noise
+    is scaled to, whatever their value — membership in the centred sum. (The released AVG is a double at c, whose
+    ulp 2**(e−53) exceeds the grid step 2**(e−62): with COUNT and VARIANCE alongside, 8 production-noise queries
+    at ε = 2 showed no difference; the guarantee of the centred sum is broken, exploitation through the final
+    doubles not shown.) Fix class: the grid must be at least as fine as the range (k from the *width* as well as
+    the magnitude, e.g. centre first: sum ``FLOOR((v − c)·2**k)`` with k from hw, or refuse a range holding no
+    grid point); test that ``low ≤ high`` and that each row's grid value lies in the range."""
     from veil.proxy import fixed_point
 
     assert moves_beyond_sensitivity(worlds.sessions, sql, _fresh(worlds), fixed_point.CONVERSION_SLACK) == []
