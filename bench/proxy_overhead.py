@@ -252,7 +252,8 @@ COUNT +4.8 to +7.6 ms, state GROUP BY 3.0–3.4× — while the CPU ratios staye
 AVG/VAR/STDDEV centre each row in SQL when their centre is far from 0 (an argument such as `x + 1e17`; sums whose
 bounds are exact doubles and whose centre is within the half-width of 0, like `income` here, are still summed
 whole and centred exactly afterwards: the per-row form cost ~0.5 ms per million rows), released float keys get one
-spelling, and each query reads the ledger's publication generation once (~0.03 ms) so a retraction reaches open
+spelling, and each query reads the ledger's publication generation once (~0.03 ms; since the
+seventh round its catalog generation, which also counts curator table writes) so a retraction reaches open
 sessions. CPU ratios against the fifth round: COUNT 5.1–5.2× (5.0–5.3×), AVG 2.4× (2.3–2.4×), state GROUP BY
 2.1–2.2× (2.0×), sex × diagnosis 1.4–1.5× (1.4–1.6×). No target newly met; the per-query Python path is unchanged."""
 

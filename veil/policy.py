@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -52,6 +53,9 @@ def normalise_name(name: str) -> str:
     return out
 
 
+_LARGEST = Fraction(sys.float_info.max)
+
+
 def _exact(value: Any, where: str) -> Fraction:
     """A finite number (not bool) as an exact Fraction."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -59,7 +63,10 @@ def _exact(value: Any, where: str) -> Fraction:
     if isinstance(value, float) and not math.isfinite(value):
         raise PolicyError(f"{where} must be finite, got {value!r}")
     # floats by their shortest repr: ``0.001`` in a policy means exactly 1/1000, not its binary expansion
-    return Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
+    frac = Fraction(repr(value)) if isinstance(value, float) else Fraction(value)
+    if abs(frac) > _LARGEST:  # a TOML integer can be any size; every figure is also used as a double
+        raise PolicyError(f"{where} is too large ({len(str(abs(value)))} digits)", hint="Use a number below 1e308")
+    return frac
 
 
 def _probability(value: Any, where: str, *, allow_zero: bool = False) -> Fraction:

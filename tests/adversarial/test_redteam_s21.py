@@ -8,7 +8,12 @@ value must differ only through the noise (noise off: ``veil.proxy._testing.exact
 most the sensitivity its plan used (times ``1 + fixed_point.CONVERSION_SLACK`` for real sums, which the Laplace
 scale pays for).
 
-Part A holds attacks that succeed on 2026-11-26 (main at 53043fd): the tests FAIL until Veil is fixed. Part B holds
+Part A holds attacks that succeeded on 2026-11-26 (main at 53043fd); all fixed the same day (A1/A2: one bounded
+parser of ε text, `budget._parse`, used by `SET veil.epsilon` too; A3: policy figures beyond a double refused,
+`format_epsilon` never overflows; A4: integers are summed as they are only when the statistic is integral,
+`rewrite.summed_as_integers`; A5: a session refuses, free, once the policy names another warehouse; A6: a real
+centred sum whose range lies away from 0 is centred in the SQL and its grid chosen for the half-width,
+`rewrite.centred_in_sql`, and every fixed-point range holds 0). Part B holds
 probes of defences that held (they pass, and fail if the defence breaks). Findings (details in each test's
 docstring):
 

@@ -13,6 +13,7 @@ Fraction(1, 3)
 from __future__ import annotations
 
 import math
+import re
 import sys
 from fractions import Fraction
 
@@ -37,10 +38,7 @@ def as_epsilon(value: object, *, what: str = "epsilon", allow_zero: bool = False
             raise InputError(f"{what} must be finite, got {value!r}", hint="Pass a positive number such as 0.5")
         frac = Fraction(repr(value))
     elif isinstance(value, str):
-        try:
-            frac = Fraction(value.strip())
-        except (ValueError, ZeroDivisionError):
-            raise InputError(f"{what} {value!r} is not a number", hint="Pass a number such as 0.5 or 1/3") from None
+        frac = _parse(value, what)
     else:
         try:
             as_float = float(value)  # type: ignore[arg-type]  # numpy scalars, Decimals; anything else raises TypeError
@@ -55,6 +53,25 @@ def as_epsilon(value: object, *, what: str = "epsilon", allow_zero: bool = False
 
 
 _LARGEST = Fraction(sys.float_info.max)
+#: ``Fraction("1e-10000000")`` builds 10**10000000 first (seconds of CPU, gigabytes for longer exponents: red team
+#: s21, A1): text with an exponent beyond a double's range is refused before any Fraction is built.
+_EXPONENT = re.compile(r"[eE]\s*([+-]?\d+)\s*$")
+_MAX_TEXT = 400
+
+
+def _parse(text: str, what: str) -> Fraction:
+    """A number written as text (``0.5``, ``1e-3``, ``1/3``) as an exact Fraction, in bounded time."""
+    stripped = text.strip()
+    hint = "Pass a number such as 0.5 or 1/3"
+    if len(stripped) > _MAX_TEXT:
+        raise InputError(f"{what} {_short(text)} is not a number of at most {_MAX_TEXT} characters", hint=hint)
+    found = _EXPONENT.search(stripped)
+    if found is not None and abs(int(found.group(1))) > 400:
+        raise InputError(f"{what} {_short(text)} is out of range (its exponent is beyond a double's)", hint=hint)
+    try:
+        return Fraction(stripped)
+    except (ValueError, ZeroDivisionError):
+        raise InputError(f"{what} {_short(text)} is not a number", hint=hint) from None
 
 
 def _short(value: object) -> str:
@@ -93,6 +110,9 @@ def format_epsilon(value: Fraction) -> str:
     >>> format_epsilon(Fraction(1, 2)), format_epsilon(Fraction(1, 3))
     ('0.5', '0.333333')
     """
+    if abs(value) > _LARGEST:  # float() would overflow (red team s21, A3)
+        digits = len(str(abs(value.numerator) // value.denominator)) if value.numerator.bit_length() < 14000 else 4300
+        return f"{'-' if value < 0 else ''}~1e{digits - 1}"
     as_float = float(value)
     text = repr(as_float)
     if Fraction(text) == value and len(text) <= 12:

@@ -40,7 +40,16 @@ from veil.proxy.totality import BUILT_TOTAL, CANNOT_RAISE, make_total
 
 E = TypeVar("E", bound=exp.Expression)
 
-__all__ = ["EngineQueries", "public_query", "rewrite", "row_bound", "row_range", "sum_exponent"]
+__all__ = [
+    "EngineQueries",
+    "centred_in_sql",
+    "public_query",
+    "rewrite",
+    "row_bound",
+    "row_range",
+    "sum_exponent",
+    "summed_as_integers",
+]
 
 
 @dataclass(frozen=True)
@@ -114,16 +123,15 @@ def _at_most(value: exp.Expression, bound: float, *, below: bool) -> exp.Express
     return exp.Paren(this=exp.Case(ifs=ifs, default=value))
 
 
-def _centred_square(stat: Statistic) -> exp.Expression:
-    """One row's ``(arg − center)²`` in DOUBLE, within half-width² whatever the rounding.
+def _centred(stat: Statistic, square: bool) -> exp.Expression:
+    """One row's ``arg − center`` (or its square) in DOUBLE, within ±half-width (half-width²) whatever the rounding.
 
-    The analyst picks an argument's magnitude apart from its width (``x + 1e17``): squares taken at the
-    data's magnitude and centred afterwards would cancel catastrophically, and a clamped value whose bounds
-    are no doubles sits up to half an ulp of the centre off its interval. So each row is centred here, and
-    clamped again after the subtraction unless the bounds, the centre and the half-width are exact doubles
-    (then rounding, being monotone, keeps ``arg − center`` within ±half-width: the clamped argument's double
-    lies within the exact bounds), and the square clamped unless rounding keeps it within half-width². Red
-    team s15, A2.
+    The analyst picks an argument's magnitude apart from its width (``x + 1e17``): a fixed-point grid fine
+    enough for the magnitude can be coarser than the width (red team s21, A6), and squares taken at the data's
+    magnitude would cancel catastrophically. So each row is centred here, and clamped again after the
+    subtraction unless the bounds, the centre and the half-width are exact doubles (then rounding, being
+    monotone, keeps ``arg − center`` within ±half-width: the clamped argument's double lies within the exact
+    bounds); a square is clamped unless rounding keeps it within half-width². Red team s15, A2.
 
     Veil builds these nodes total (DOUBLE arithmetic never raises), so :func:`make_total` leaves them
     as they are; the argument itself is made total first."""
@@ -136,17 +144,35 @@ def _centred_square(stat: Statistic) -> exp.Expression:
     exact = _exact_interval(stat)
     if not exact:
         d = _at_most(d, _below(half), below=True)
-    d = _cannot_raise(exp.Mul(this=d, expression=d.copy()))
-    if not (exact and Fraction(_below(half) * _below(half)) <= stat.upper):
-        d = _at_most(d, _below(stat.upper), below=False)
+    if square:
+        d = _cannot_raise(exp.Mul(this=d, expression=d.copy()))
+        if not (exact and Fraction(_below(half) * _below(half)) <= stat.upper):
+            d = _at_most(d, _below(stat.upper), below=False)
     return _built_total(d)
 
 
+def summed_as_integers(stat: Statistic) -> bool:
+    """An integer SUM, or a centred sum of integers: its argument is a BIGINT, summed exactly as it is."""
+    return (stat.kind == "sum" and stat.mechanism == "discrete_laplace") or (stat.kind == "sum_centered" and stat.integral)
+
+
+def centred_in_sql(stat: Statistic) -> bool:
+    """A real centred sum whose range lies away from 0 (``|center| > half-width``): each row is centred in the SQL
+    (:func:`_centred`) before it goes on the grid, which is then fine for the half-width, not the magnitude
+    (red team s21, A6). A range that holds 0 is summed uncentred and centred exactly afterwards (cheaper)."""
+    return stat.kind == "sum_centered" and not stat.integral and abs(stat.center) > stat.half_width
+
+
 def row_range(stat: Statistic) -> tuple[Fraction, Fraction]:
-    """The range of one row's summed value: a SUM's argument, a centred sum's uncentred argument, a square."""
+    """The range of one row's value as it goes on the fixed-point grid: ``±magnitude`` for a SUM (its
+    sensitivity needs no more), the uncentred range of a centred sum (``±half-width`` when centred in the SQL),
+    ``[0, half-width²]`` for a square. Each range holds 0, so it holds a grid point whatever ``k``."""
     if stat.lower is None or stat.upper is None:
         raise InternalError(f"sum statistic {stat.label!r} without its range")
-    if stat.kind == "sum_centered":
+    if stat.kind == "sum":
+        m = max(abs(stat.lower), abs(stat.upper))
+        return -m, m
+    if stat.kind == "sum_centered" and not centred_in_sql(stat):
         return stat.center + stat.lower, stat.center + stat.upper
     return stat.lower, stat.upper
 
@@ -160,8 +186,8 @@ def row_bound(stat: Statistic) -> Fraction:
 
 def sum_exponent(stat: Statistic) -> int:
     """The fixed-point exponent ``k`` of a sum statistic's rows (:mod:`veil.proxy.fixed_point`); 0 when they are
-    integers already (summed as BIGINTs)."""
-    if (stat.kind == "sum" and stat.mechanism == "discrete_laplace") or (stat.kind == "sum_centered" and stat.integral):
+    integers summed as they are (:func:`summed_as_integers`)."""
+    if summed_as_integers(stat):
         return 0
     return fixed_point.exponent(*row_range(stat))
 
@@ -171,13 +197,16 @@ def _fixed(value: exp.Expression, stat: Statistic) -> exp.Expression:
 
     ``FLOOR`` keeps a value at or below an upper bound that is an exact double; the grid value is clamped to
     the range only when a bound is no double or the lower bound is off the grid (then ``FLOOR`` could step
-    below it). Every node is built total: the value is a finite clamped double and ``|value·2**k| ≤ 2⁶²``."""
+    below it). The range holds 0, so it holds a grid point. Every node is built total: the value is a finite
+    clamped double and ``|value·2**k| ≤ 2⁶²``."""
     k = sum_exponent(stat)
     lo, hi = row_range(stat)
+    low, high = fixed_point.on_grid(lo, hi, k)
+    if not low <= 0 <= high:
+        raise InternalError(f"the fixed-point range of {stat.label!r} holds no grid point: [{lo}, {hi}] at k = {k}")
     as_double = _cannot_raise(exp.cast(exp.Paren(this=value), exp.DataType.build("DOUBLE")))
     scaled = _cannot_raise(exp.Mul(this=as_double, expression=_double(math.ldexp(1.0, k))))
     v: exp.Expression = _cannot_raise(exp.cast(_cannot_raise(exp.Floor(this=scaled)), exp.DataType.build("BIGINT")))
-    low, high = fixed_point.on_grid(lo, hi, k)
     if not (_exact_double(lo) and _exact_double(hi) and low == lo * Fraction(2) ** k):
         bounds = (exp.Literal.number(abs(b)) if b >= 0 else exp.Neg(this=exp.Literal.number(-b)) for b in (low, high))
         low_lit, high_lit = bounds
@@ -198,16 +227,17 @@ def _quantities(stat: Statistic) -> list[exp.Expression]:
     if arg is None:
         raise InternalError(f"statistic {stat.label!r} has no argument")
     # real values are summed exactly in fixed point (fixed_point); integers as they are
-    exact = arg if sum_exponent(stat) == 0 and stat.kind != "sumsq_centered" else None
     if stat.kind == "sum":
-        summed = exact if exact is not None else _fixed(make_total(arg), stat)
+        summed = arg if summed_as_integers(stat) else _fixed(make_total(arg), stat)
         return [_with_filter(exp.Sum(this=summed), stat.filter)]
+    if stat.kind == "sum_centered" and centred_in_sql(stat):
+        return [_with_filter(exp.Sum(this=_fixed(_centred(stat, False), stat)), stat.filter)]
     if stat.kind == "sum_centered":
         # the uncentred sum and the count, centred exactly afterwards (session._raw)
-        summed = exact if exact is not None else _fixed(make_total(arg), stat)
+        summed = arg if summed_as_integers(stat) else _fixed(make_total(arg), stat)
         return [_with_filter(exp.Sum(this=summed), stat.filter), _with_filter(exp.Count(this=arg.copy()), stat.filter)]
     if stat.kind == "sumsq_centered":
-        return [_with_filter(exp.Sum(this=_fixed(_centred_square(stat), stat)), stat.filter)]
+        return [_with_filter(exp.Sum(this=_fixed(_centred(stat, True), stat)), stat.filter)]
     raise InternalError(f"no raw quantity for statistic kind {stat.kind!r}")
 
 

@@ -34,7 +34,7 @@ from veil.engines import open_engine
 from veil.engines.base import Engine, Result, output_type
 from veil.engines.duckdb import DuckDBEngine
 from veil.engines.neutral import duckdb_text
-from veil.errors import InternalError, QueryRejected, UnknownTable, Unsupported
+from veil.errors import InternalError, PolicyError, QueryRejected, UnknownTable, Unsupported
 from veil.mechanisms.budget import as_epsilon, format_epsilon
 from veil.policy import Policy, load_policy
 from veil.proxy import bounding, fixed_point, pipeline
@@ -191,6 +191,7 @@ class Env:
 
     def __init__(self, policy: Policy, analyst: str, engine: Engine | None, noise: NoiseSource, limits: Limits) -> None:
         self._watch = _PolicyWatch(policy)
+        self._storage = (policy.database_path, policy.engine)  # what this session's engines read
         self.analyst = analyst
         self.noise = noise
         self.limits = limits
@@ -217,6 +218,13 @@ class Env:
         red team s17 A4; a public table rewritten from another process has other join multiplicities, s19 A3).
         A policy that names another ledger file is charged from the next query on (s19 A5)."""
         policy, changed = self._watch.current()
+        if (policy.database_path, policy.engine) != self._storage:
+            # the session's engines, bounded copies and measurements belong to the old warehouse (red team s21, A5)
+            raise PolicyError(
+                f"the policy now names another warehouse ({policy.database_path}, engine {policy.engine.kind!r}) than "
+                f"this session reads ({self._storage[0]}, engine {self._storage[1].kind!r})",
+                hint="Reconnect (veil serve: restart it) to read the new warehouse",
+            )
         if changed and self._ledger is not None and Path(policy.ledger_path) != self._ledger.path:
             # the policy names another ledger: charge that one, as a new session would (red team s19, A5)
             self._ledger.close()

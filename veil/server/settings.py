@@ -23,6 +23,7 @@ from typing import Any
 from pg_mimic import ResultColumn
 
 from veil.errors import InputError, ParseError, UnknownSetting, did_you_mean
+from veil.mechanisms.budget import as_epsilon, format_epsilon
 from veil.server import catalog
 from veil.server.results import Result
 
@@ -117,14 +118,9 @@ class SessionSettings:
         if name.startswith("veil."):
             key = name[5:]
             if key == "epsilon":
-                try:
-                    eps = Fraction(value)
-                except (ValueError, ZeroDivisionError):
-                    raise InputError(
-                        f"veil.epsilon must be a number, got {value!r}", hint="e.g. SET veil.epsilon = 0.1"
-                    ) from None
-                if eps <= 0:
-                    raise InputError(f"veil.epsilon must be > 0, got {value}", hint="e.g. SET veil.epsilon = 0.1")
+                # the one bounded parser of ε text (red team s21, A1/A2: Fraction("1e-300000") built 10**300000
+                # on the event loop; 1e400 was accepted and SHOW then overflowed)
+                eps = as_epsilon(value, what="veil.epsilon")
                 if apply:
                     self.epsilon = eps
             elif key == "show_ci":
@@ -174,7 +170,7 @@ class SessionSettings:
             row = catalog.budget_row(budget)
             return Result(list(catalog.BUDGET_COLUMNS), [tuple(row.values())], "SHOW")
         if name == "veil.epsilon":
-            value = str(float(self.epsilon if self.epsilon is not None else default_epsilon))
+            value = format_epsilon(self.epsilon if self.epsilon is not None else default_epsilon)
         elif name == "veil.show_ci":
             value = "on" if self.show_ci else "off"
         elif name.startswith("veil."):
