@@ -178,3 +178,60 @@ def test_A3_a_policy_integer_of_5000_digits_is_a_policy_error(tmp_path: Path) ->
     path.write_text(POLICY.replace("[analysts.a]\nepsilon = 1000000", "[analysts.a]\nepsilon = 1" + "0" * 5000))
     with pytest.raises(PolicyError):
         load_policy(path)
+
+
+# --- Part B: defences that held -------------------------------------------------------------------------------------
+
+#: Real centred sums around the new boundary |centre| = half-width, with half-widths that are no doubles, denormal
+#: half-widths next to large centres, centres far from 0, FILTER and groups; SUMs on the new ±magnitude range.
+CENTRED_PROBES = [
+    "SELECT AVG(y + 5) AS v FROM t",  # |c| = hw: summed uncentred, centred exactly afterwards
+    "SELECT VARIANCE(y - 5) AS v FROM t",
+    "SELECT AVG(y + 5.000000000000001) AS v FROM t",  # just beyond: centred in the SQL
+    "SELECT AVG(CAST(x AS DOUBLE) / 3 + 10/3) AS v FROM t",  # |c| = hw, neither a double
+    "SELECT VARIANCE(CAST(x AS DOUBLE) / 3 + 10/3 + 1e-12) AS v FROM t",
+    "SELECT AVG(y * 1e-320 + 1) AS v FROM t",  # a denormal half-width (k capped at 1023)
+    "SELECT VARIANCE(y * 1e-310 + 1e16) AS v FROM t",
+    "SELECT AVG(y / 3 + 1e17 / 3) AS v FROM t",  # float(centre) ≠ centre
+    "SELECT VARIANCE(y * 0.1 + 0.5000000000000001) AS v FROM t",
+    "SELECT STDDEV(CAST(x AS DOUBLE) * 1e-3 + 1e20 + 16) AS v FROM t",
+    "SELECT k, AVG(y + 1e15 + 0.5) FILTER (WHERE u > 1) AS v FROM t GROUP BY k",
+    "SELECT SUM(y * 1e-320) AS v, SUM(CAST(x AS DOUBLE) / 3) AS w FROM t",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sql", CENTRED_PROBES)
+def test_b1_centred_sums_at_the_boundaries_move_within_sensitivity(worlds: Worlds, sql: str) -> None:
+    from veil.proxy import fixed_point
+
+    assert moves_beyond_sensitivity(worlds.sessions, sql, _fresh(worlds), fixed_point.CONVERSION_SLACK) == []
+
+
+@pytest.mark.parametrize("spelled", ["./w.duckdb", "sub/../w.duckdb", "{base}/w.duckdb", "{base}//w.duckdb", "link.duckdb"])
+def test_b2_the_same_warehouse_spelled_otherwise_is_not_refused(tmp_path: Path, spelled: str) -> None:
+    """`Env.refresh_policy` compares resolved paths: a re-saved policy naming the same file is no other warehouse;
+    another file is refused free of charge, and naming the first file again resumes."""
+    import shutil
+
+    a, b = _session_pair(tmp_path)
+    try:
+        (tmp_path / "sub").mkdir()
+        (tmp_path / "link.duckdb").symlink_to(tmp_path / "w.duckdb")
+        sql = "SELECT COUNT(*) AS n FROM t"
+        first = a.execute(sql, epsilon=Fraction(1, 2)).rows
+        spent = a._env.remaining()
+        text = spelled.format(base=tmp_path)
+        (tmp_path / "policy.toml").write_text(POLICY.replace('path = "w.duckdb"', f'path = "{text}"') + "\n" * 3)
+        assert a.execute(sql, epsilon=Fraction(1, 2)).rows == first
+        shutil.copy(tmp_path / "w.duckdb", tmp_path / "w2.duckdb")
+        (tmp_path / "policy.toml").write_text(POLICY.replace('path = "w.duckdb"', 'path = "w2.duckdb"'))
+        with pytest.raises(PolicyError):
+            a.execute("SELECT COUNT(*) AS n FROM t WHERE x > 0", epsilon=Fraction(1, 2))
+        assert a._env.remaining() == spent
+        (tmp_path / "policy.toml").write_text(POLICY + "\n")
+        a.execute("SELECT COUNT(*) AS n FROM t WHERE x > 0", epsilon=Fraction(1, 2))
+        assert a._env.remaining() == spent - Fraction(1, 2)
+    finally:
+        a.close()
+        b.close()
