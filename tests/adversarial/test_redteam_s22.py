@@ -23,6 +23,9 @@ defences that held (they pass, and fail if the defence breaks).
 * A3 (LOW; policy load, every interface and ``veil serve``'s live reload) a policy figure written as a TOML integer of
   more than 4,300 digits escapes `load_policy` as an untyped ``ValueError`` from ``tomllib`` (the A3 fix of s21
   refuses 401 to 4,300 digits as PolicyError; beyond, tomllib's own int() raises before `_exact` sees it).
+* A4 (MEDIUM, wire) `veil serve` verifies passwords in the ledger it opened at start (`VeilServer.credentials`), not
+  the one the live policy names: after the policy moves to a new ledger, the new passwords are refused and the old
+  ones log in (charges do follow the new ledger).
 * Held (Part B, and by hand): real centred sums near the new boundary (|centre| = half-width), half-widths that are
   no doubles (thirds, 0.1·y), denormal half-widths next to centres of 1 to 1e16, centres far from 0 with coarse
   grids, and VARIANCE alongside, moved within Δ·(1 + CONVERSION_SLACK) over D and three neighbours; the warehouse
@@ -178,6 +181,46 @@ def test_A3_a_policy_integer_of_5000_digits_is_a_policy_error(tmp_path: Path) ->
     path.write_text(POLICY.replace("[analysts.a]\nepsilon = 1000000", "[analysts.a]\nepsilon = 1" + "0" * 5000))
     with pytest.raises(PolicyError):
         load_policy(path)
+
+
+# --- Part A: the server's credentials after the policy names another ledger -----------------------------------------
+
+
+@pytest.mark.slow
+def test_A4_serve_checks_passwords_in_the_ledger_the_policy_names(tmp_path: Path) -> None:
+    """MEDIUM (wire; `veil serve`). Sessions follow a policy that names another ledger (s19 A5: charges go to the new
+    file), but `VeilServer.__init__` opens ``CredentialStore(policy.ledger_path)`` once, at start, and `_lookup`
+    keeps verifying logins against it. After the curator points the policy at a new ledger and sets the analysts'
+    passwords there (``veil analyst add … --password-stdin`` writes the ledger the policy names), the new passwords
+    are refused and the old ones — perhaps the reason for the move, e.g. a leaked password — still log in, until
+    the server restarts. (The mock-salt secret of unknown users also stays the old ledger's.) Fix class: follow the
+    live policy's ledger path in `_lookup` (reopen the CredentialStore when `LivePolicy.current().ledger_path`
+    changes, as `Env.refresh_policy` does for charges), or refuse logins once it differs from the one opened."""
+    import psycopg
+
+    from tests.support.attack import Server, set_password, wire_connect
+
+    a, b = _session_pair(tmp_path)
+    a.close()
+    b.close()
+    path = tmp_path / "policy.toml"
+    set_password(path, "b", "old-password-1111")
+    srv = Server(path, tmp_path / "serve.log")
+    try:
+        path.write_text(POLICY.replace('path = "l.sqlite"', 'path = "l2.sqlite"'), encoding="utf-8")
+        set_password(path, "b", "new-password-2222")
+        if not (tmp_path / "l2.sqlite").exists():
+            raise AssertionError("the CLI did not write the ledger the policy now names")
+        outcomes = {}
+        for pw in ("old-password-1111", "new-password-2222"):
+            try:
+                wire_connect(srv.port, "b", pw).close()
+                outcomes[pw] = "in"
+            except psycopg.OperationalError:
+                outcomes[pw] = "refused"
+        assert outcomes == {"old-password-1111": "refused", "new-password-2222": "in"}, outcomes
+    finally:
+        srv.stop()
 
 
 # --- Part B: defences that held -------------------------------------------------------------------------------------
