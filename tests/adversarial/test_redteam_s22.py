@@ -240,6 +240,9 @@ CENTRED_PROBES = [
     "SELECT STDDEV(CAST(x AS DOUBLE) * 1e-3 + 1e20 + 16) AS v FROM t",
     "SELECT k, AVG(y + 1e15 + 0.5) FILTER (WHERE u > 1) AS v FROM t GROUP BY k",
     "SELECT SUM(y * 1e-320) AS v, SUM(CAST(x AS DOUBLE) / 3) AS w FROM t",
+    # the count and the centred sum agree on which rows count when the target's argument overflows (x = 10)
+    "SELECT VARIANCE(LEAST(GREATEST(CAST(x * 1000000000 * 1000000000 AS DOUBLE), -5), 5) * 0.001 + 1e17) AS v FROM t",
+    "SELECT AVG(COALESCE(LEAST(GREATEST(x * 1000000000 * 1000000000, -5), 5), 5) / 3 + 1) AS v FROM t",
 ]
 
 
