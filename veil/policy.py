@@ -461,4 +461,7 @@ def load_policy(path: str | Path) -> Policy:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise PolicyError(f"policy file {str(p)!r} is not valid TOML: {exc}") from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits (red team s22, A3)
+        hint = "Use numbers below 1e308"
+        raise PolicyError(f"policy file {str(p)!r} holds a value Veil cannot read: {exc}", hint=hint) from None
     return parse_policy(data, p)

@@ -49,25 +49,31 @@ def as_epsilon(value: object, *, what: str = "epsilon", allow_zero: bool = False
         raise InputError(f"{what} must be {'≥' if allow_zero else '>'} 0, got {value!r}")
     if frac > _LARGEST:  # every ε and δ is also used as a double (red team s19, A4: 10**400 overflowed)
         raise InputError(f"{what} {_short(value)} is too large", hint="Pass a number below 1e308, such as 0.5")
+    if max(frac.numerator.bit_length(), frac.denominator.bit_length()) > _MAX_BITS:
+        raise InputError(f"{what} {_short(value)} is too precise", hint="Pass a number with at most 400 digits, such as 0.5")
     return frac
 
 
 _LARGEST = Fraction(sys.float_info.max)
 #: ``Fraction("1e-10000000")`` builds 10**10000000 first (seconds of CPU, gigabytes for longer exponents: red team
-#: s21, A1): text with an exponent beyond a double's range is refused before any Fraction is built.
-_EXPONENT = re.compile(r"[eE]\s*([+-]?\d+)\s*$")
+#: s21, A1), and ``Fraction`` also reads underscores and non-ASCII digits (``1e-10_000_000``: s22, A1). So ε text
+#: must be a plain ASCII decimal (``0.5``, ``.5``, ``5e-3``, an exponent of at most 3 digits) or a fraction of two
+#: ASCII integers (``1/3``), checked before any Fraction is built.
+_NUMBER_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?|[+-]?[0-9]+\s*/\s*[0-9]+")
 _MAX_TEXT = 400
+#: An ε whose exact form needs more bits than this is refused: the ledger adds every charge exactly, and a handful of
+#: long denominators would make its sums unwritable (red team s22, A2).
+_MAX_BITS = 1400
 
 
 def _parse(text: str, what: str) -> Fraction:
     """A number written as text (``0.5``, ``1e-3``, ``1/3``) as an exact Fraction, in bounded time."""
     stripped = text.strip()
-    hint = "Pass a number such as 0.5 or 1/3"
+    hint = "Pass a number such as 0.5, 1e-3 or 1/3"
     if len(stripped) > _MAX_TEXT:
         raise InputError(f"{what} {_short(text)} is not a number of at most {_MAX_TEXT} characters", hint=hint)
-    found = _EXPONENT.search(stripped)
-    if found is not None and abs(int(found.group(1))) > 400:
-        raise InputError(f"{what} {_short(text)} is out of range (its exponent is beyond a double's)", hint=hint)
+    if _NUMBER_TEXT.fullmatch(stripped) is None:
+        raise InputError(f"{what} {_short(text)} is not a plain decimal number or fraction", hint=hint)
     try:
         return Fraction(stripped)
     except (ValueError, ZeroDivisionError):

@@ -107,6 +107,19 @@ DROP INDEX IF EXISTS reservations_analyst;
 """
 
 
+#: An account's spend is kept exact while its denominator stays within this; beyond, it is rounded *up* to a
+#: multiple of 1/SPEND_GRID (a charge never shrinks). Exact sums of many charges with long coprime denominators
+#: grew without bound until Python refused to print them, and every later charge on the table failed (red team
+#: s22, A2).
+SPEND_GRID = 10**30
+
+
+def _rounded_up(v: Fraction) -> Fraction:
+    if v.denominator <= SPEND_GRID:
+        return v
+    return Fraction(-((-v.numerator * SPEND_GRID) // v.denominator), SPEND_GRID)
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
@@ -278,7 +291,7 @@ class Ledger:
 
     def _add_spent(self, db: sqlite3.Connection, account: str, eps: Fraction, delta: Fraction) -> None:
         old = self._spent(db, account)
-        new_eps, new_delta = old.epsilon + eps, old.delta + delta
+        new_eps, new_delta = _rounded_up(old.epsilon + eps), _rounded_up(old.delta + delta)
         if new_eps < 0 or new_delta < 0:
             raise InternalError(f"ledger spend of {account!r} would become negative (ε {new_eps}, δ {new_delta})")
         db.execute(
