@@ -29,6 +29,7 @@ import ssl
 import struct
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pg_mimic import PgServer
@@ -90,6 +91,7 @@ class VeilServer(PgServer):
         self.ssl_context = ssl_context
         self.allow_plaintext = allow_plaintext
         self.credentials = credentials or CredentialStore(policy.ledger_path)
+        self._credentials_lock = threading.Lock()
         self.limits = limits or ServerLimits()
         self.pools = WorkerPools(analyst_workers=self.limits.workers, catalog_workers=self.limits.catalog_workers)
         self.share = share
@@ -121,9 +123,18 @@ class VeilServer(PgServer):
         return self.live_policy.current()
 
     def _lookup(self, user: str) -> Any:
-        """The verifier of a user the current policy lists, else None (same work either way)."""
-        verifier = self.credentials.get(user)
-        return verifier if user in self.live_policy.current().analysts else None
+        """The verifier of a user the current policy lists, else None (same work either way), read from the ledger
+        the current policy names: after the curator points ``[ledger] path`` at another file (say, because a
+        password leaked), the old file's passwords no longer log in (red team s22, A4)."""
+        policy = self.live_policy.current()
+        verifier = self._credentials_for(policy).get(user)
+        return verifier if user in policy.analysts else None
+
+    def _credentials_for(self, policy: Policy) -> CredentialStore:
+        with self._credentials_lock:
+            if Path(policy.ledger_path) != self.credentials.path:
+                self.credentials = CredentialStore(policy.ledger_path)
+            return self.credentials
 
     def shutdown_executor(self) -> None:
         self.pools.shutdown()
