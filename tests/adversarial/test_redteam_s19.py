@@ -265,7 +265,7 @@ def test_A1_A2_generated_centred_arguments_within_sensitivity(worlds: Worlds) ->
 
     found: list[str] = []
 
-    @settings(max_examples=60, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=25, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
     @given(st.sampled_from(["AVG", "VAR_POP", "STDDEV"]), _argument(), st.sampled_from(["", f" WHERE u = {TARGET}"]))
     def check(agg: str, arg: str, where: str) -> None:
         sql = f"SELECT {agg}({arg}) AS a FROM t{where}"
