@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -126,3 +127,89 @@ def test_a_debuggers_tracer_is_put_back_after_a_job() -> None:
         sys.settrace(previous)
     assert after is outer_tracer
     assert job.future.result() not in (None, outer_tracer)
+
+
+# --- fair turns between owners (red team s20, A8) ------------------------------------------------
+
+_JOB_S = 0.3
+
+
+def _start_delays(size: int, flooders: int, jobs_each: int = 8) -> tuple[float, int]:
+    """``flooders`` owners each queue ``jobs_each`` jobs of 0.3 s; 0.1 s later carol queues one.
+    Returns how long carol's job waited to start, and the most threads one owner held at once."""
+    pool = InterruptiblePool(size, "test-fair")
+    held: dict[str, int] = {}
+    most = [0]
+    lock = threading.Lock()
+
+    def job(owner: str) -> float:
+        with lock:
+            held[owner] = held.get(owner, 0) + 1
+            most[0] = max(most[0], held[owner])
+        try:
+            started = time.monotonic()
+            _spin(_JOB_S if owner != "carol" else 0.01)
+            return started
+        finally:
+            with lock:
+                held[owner] -= 1
+
+    async def scenario() -> float:
+        floods = [
+            asyncio.ensure_future(pool.run(30.0, job, f"flooder{f}", owner=f"flooder{f}"))
+            for _ in range(jobs_each)
+            for f in range(flooders)
+        ]
+        await asyncio.sleep(0.1)
+        asked = time.monotonic()
+        started = await pool.run(30.0, job, "carol", owner="carol")
+        await asyncio.gather(*floods)
+        return started - asked
+
+    try:
+        return asyncio.run(scenario()), most[0]
+    finally:
+        pool.shutdown()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("size", "flooders"), [(2, 1), (3, 1), (3, 2), (2, 3)])
+def test_another_owner_waits_for_at_most_one_job(size: int, flooders: int) -> None:
+    """However many jobs other owners queue, carol's starts at once while a thread is free to her
+    (one owner holds at most size − 1), else as soon as one job ends, never behind the queue
+    (first come, first served, she would wait 8·flooders/size jobs: 0.8–3.6 s here)."""
+    delay, most = _start_delays(size, flooders)
+    assert most <= max(1, size - 1)
+    if flooders * max(1, size - 1) < size:  # a thread the flooders cannot take
+        assert delay < 0.2, delay
+    else:
+        assert delay < _JOB_S + 0.2, delay
+
+
+def test_a_lone_owner_uses_all_threads_but_one_and_stopped_jobs_never_run() -> None:
+    pool = InterruptiblePool(3, "test-fair")
+    ran: list[int] = []
+    running = [0, 0]  # now, most
+    lock = threading.Lock()
+
+    def job(i: int) -> None:
+        with lock:
+            running[0] += 1
+            running[1] = max(running[1], running[0])
+        _spin(0.1)
+        with lock:
+            running[0] -= 1
+            ran.append(i)
+
+    async def scenario() -> None:
+        queued = [asyncio.ensure_future(pool.run(0.15, job, i, owner="bob")) for i in range(6)]
+        outcomes = await asyncio.gather(*queued, return_exceptions=True)
+        assert sum(isinstance(o, QueryCancelled) for o in outcomes) >= 2, outcomes  # stopped while queued
+        await asyncio.sleep(0.3)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        pool.shutdown()
+    assert running[1] == 2  # all threads but one, no more
+    assert len(ran) <= 4, ran  # the jobs stopped in the queue never ran

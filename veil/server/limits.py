@@ -70,7 +70,7 @@ class ServerLimits:
     catalog_timeout: float = 5.0
     max_message_bytes: int = 4 << 20  # one protocol message after login (a query plus framing)
     workers: int = 8
-    catalog_workers: int = 2
+    catalog_workers: int = 3  # one analyst holds at most all but one (veil.server.pool)
     login_backoff_base: float = 0.25  # seconds after the 2nd failure on a pair, user or address, doubling
     login_backoff_max: float = 30.0
 

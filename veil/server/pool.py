@@ -10,6 +10,12 @@
   choosing: never inside a garbage-collector callback, a ``__del__`` or asyncio's own cleanup,
   and never after the job has ended. It is used for catalog queries only, which touch no shared
   state; analyst sessions are stopped through ``QuerySession.cancel()``.
+
+  Its jobs are queued per owner (the analyst); a free thread serves the owner with the fewest jobs
+  running (then the one served longest ago), and one owner never holds more than all threads but
+  one (red team s20, A8): however many catalog queries one analyst keeps sending, from however
+  many connections, another analyst's query starts at once or after one job ends (each ends by
+  ``--catalog-timeout``), never behind the whole queue.
 """
 
 from __future__ import annotations
@@ -17,9 +23,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import os
-import queue
 import sys
 import threading
+from collections import deque
 from collections.abc import Callable
 from types import FrameType
 from typing import Any, TypeVar
@@ -45,11 +51,12 @@ _STOPPABLE = tuple(_package_dir(name) for name in ("sqlglot", "pg_mimic", "veil"
 
 
 class _Job:
-    __slots__ = ("args", "fn", "future", "late")
+    __slots__ = ("args", "fn", "future", "late", "owner")
 
-    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...], owner: str = "") -> None:
         self.fn = fn
         self.args = args
+        self.owner = owner
         self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self.late = False  # set by the event loop; read by the job's thread at each call
 
@@ -60,20 +67,62 @@ class _Job:
 
 
 class InterruptiblePool:
-    """``size`` daemon threads; :meth:`run` awaits a call with a timeout and stops it when late."""
+    """``size`` daemon threads; :meth:`run` awaits a call with a timeout and stops it when late.
+    A free thread takes the oldest job of the owner with the fewest jobs running (then the one
+    served longest ago); one owner holds at most ``size − 1`` threads (1 if ``size`` is 1)."""
 
     def __init__(self, size: int, name: str) -> None:
-        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._cap = max(1, size - 1)
+        self._ready = threading.Condition()
+        self._queues: dict[str, deque[_Job]] = {}  # owners with jobs waiting
+        self._running: dict[str, int] = {}
+        self._started: dict[str, int] = {}  # when (a tick) each owner last had a job started
+        self._tick = 0
+        self._stopping = False
         self._threads = [threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(size)]
         for t in self._threads:
             t.start()
 
+    def _next(self) -> _Job | None:
+        """(Under the condition) the next job: of the owner below its cap with the fewest jobs
+        running, then the one served longest ago. None: stopping and nothing this thread may take."""
+        while True:
+            eligible = [o for o in self._queues if self._running.get(o, 0) < self._cap]
+            if not eligible:
+                if self._stopping:
+                    return None
+                self._ready.wait()
+                continue
+            owner = min(eligible, key=lambda o: (self._running.get(o, 0), self._started.get(o, 0)))
+            jobs = self._queues[owner]
+            job = jobs.popleft()
+            if not jobs:
+                del self._queues[owner]
+            if job.future.cancelled():  # stopped while it waited: never run
+                continue
+            self._tick += 1
+            self._started[owner] = self._tick
+            self._running[owner] = self._running.get(owner, 0) + 1
+            return job
+
     def _work(self) -> None:
         while True:
-            job = self._queue.get()
+            with self._ready:
+                job = self._next()
             if job is None:
                 return
-            self._run_job(job)
+            try:
+                self._run_job(job)
+            finally:
+                with self._ready:
+                    left = self._running[job.owner] - 1
+                    if left:
+                        self._running[job.owner] = left
+                    else:
+                        del self._running[job.owner]
+                        if job.owner not in self._queues:
+                            self._started.pop(job.owner, None)  # bounded: only owners with work
+                    self._ready.notify_all()
 
     @staticmethod
     def _run_job(job: _Job) -> None:
@@ -96,11 +145,13 @@ class InterruptiblePool:
         else:  # handed to the awaiting coroutine
             job.future.set_exception(failure)
 
-    async def run(self, timeout: float, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` on a pool thread; after ``timeout`` seconds (0: none) it is stopped and
-        :class:`~veil.errors.QueryCancelled` is raised."""
-        job = _Job(fn, args)
-        self._queue.put(job)
+    async def run(self, timeout: float, fn: Callable[..., T], *args: Any, owner: str = "") -> T:
+        """``fn(*args)`` on a pool thread, in ``owner``'s turn; after ``timeout`` seconds (0: none;
+        its time in the queue counts) it is stopped and :class:`~veil.errors.QueryCancelled` is raised."""
+        job = _Job(fn, args, owner)
+        with self._ready:
+            self._queues.setdefault(owner, deque()).append(job)
+            self._ready.notify()
         try:
             return await asyncio.wait_for(asyncio.wrap_future(job.future), timeout or None)
         except TimeoutError:
@@ -116,8 +167,10 @@ class InterruptiblePool:
             raise
 
     def shutdown(self) -> None:
-        for _ in self._threads:
-            self._queue.put(None)
+        """The threads end once no queued job is left for them."""
+        with self._ready:
+            self._stopping = True
+            self._ready.notify_all()
 
 
 class WorkerPools:

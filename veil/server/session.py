@@ -381,7 +381,8 @@ class VeilSession(BaseSession):
         budget = await self._in_worker(self.query_session.budget) if "veil" in lowered else None
         version = (self.server.parameter_status.get("server_version") or "16.0").split()[0]
         query = system.SystemQuery(sql, self.connection, cat, budget, version)
-        return await self.server.pools.catalog.run(self.server.limits.catalog_timeout, system.answer, query)
+        timeout = self.server.limits.catalog_timeout
+        return await self.server.pools.catalog.run(timeout, system.answer, query, owner=self.analyst or "")
 
 
 class VeilStatement(Statement):
