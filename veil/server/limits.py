@@ -62,6 +62,7 @@ class ServerLimits:
     max_connections: int = 100
     max_connections_per_analyst: int | None = None  # None: only max_connections applies
     statement_timeout: float = 0.0
+    public_query_timeout: float = 120.0  # work on public data (never a charged private run), whatever the above
     max_query_bytes: int = 1 << 20
     max_query_depth: int = 64
     max_query_tokens: int = 4_000
@@ -75,7 +76,7 @@ class ServerLimits:
     login_backoff_max: float = 30.0
 
     def __post_init__(self) -> None:
-        for name in ("auth_timeout", "statement_timeout", "max_planning_seconds", "catalog_timeout"):
+        for name in ("auth_timeout", "statement_timeout", "public_query_timeout", "max_planning_seconds", "catalog_timeout"):
             value = getattr(self, name)
             if not value >= 0:  # also refuses NaN
                 raise InputError(f"{name} must be >= 0 seconds, got {value}", hint="Use 0 to turn the limit off")
