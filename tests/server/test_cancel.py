@@ -200,3 +200,45 @@ def test_a_charged_private_query_is_never_cut(policy: Path, stop: str) -> None:
             assert time.monotonic() - t0 > 1.4
             assert conn.execute(private).fetchone() is not None  # re-asked: from the release log
         assert _spent(policy) - before == eps  # one charge, with its release
+
+
+# --- one analyst cannot hold every analyst worker ------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [2, 3])
+def test_one_analyst_cannot_hold_every_analyst_worker(policy: Path, workers: int) -> None:
+    """bob runs more heavy public queries at once than there are analyst workers: he holds at most
+    all workers but one, so alice's query is answered at once (before, first come first served, it
+    waited behind bob's for as long as they ran: hours without a limit)."""
+    from tests.support.server import BOB_PASSWORD
+
+    with running_server(policy, limits=_limits(workers=workers, public_query_timeout=20.0)) as st:
+        port = st.port  # type: ignore[attr-defined]
+        conns = [psycopg.connect(dsn(port, user="bob", password=BOB_PASSWORD), autocommit=True) for _ in range(workers + 2)]
+        for c in conns:  # each session is ready (its query session made): a cancel request finds its statement
+            assert c.execute("SELECT 1").fetchone() == (1,)
+
+        def heavy(conn: psycopg.Connection) -> None:
+            try:
+                conn.execute(HEAVY_PUBLIC).fetchall()
+            except psycopg.Error:
+                pass
+
+        threads = [threading.Thread(target=heavy, args=(c,), daemon=True) for c in conns]
+        try:
+            with psycopg.connect(dsn(port), autocommit=True) as alice:
+                for t in threads:
+                    t.start()
+                time.sleep(1.0)
+                t0 = time.monotonic()
+                assert alice.execute("SELECT COUNT(*) FROM regions WHERE id < 7").fetchone() == (7,)
+                took = time.monotonic() - t0
+        finally:
+            for c in conns:
+                c.cancel_safe()
+            for t in threads:
+                t.join(30)
+            for c in conns:
+                c.close()
+    assert took < 2.0, took  # shared 2-core host, bob's engine runs busy on both cores: generous

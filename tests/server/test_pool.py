@@ -15,7 +15,7 @@ import pytest
 import sqlglot
 
 from veil.errors import QueryCancelled
-from veil.server.pool import InterruptiblePool
+from veil.server.pool import FairExecutor, InterruptiblePool
 
 
 def _spin(seconds: float) -> None:
@@ -213,3 +213,67 @@ def test_a_lone_owner_uses_all_threads_but_one_and_stopped_jobs_never_run() -> N
         pool.shutdown()
     assert running[1] == 2  # all threads but one, no more
     assert len(ran) <= 4, ran  # the jobs stopped in the queue never ran
+
+
+# --- the analyst pool: the same fair turns, with a concurrent.futures interface ------------------
+
+
+def _executor_start_delay(size: int, flooders: int) -> tuple[float, int]:
+    pool = FairExecutor(size, "test-fair-analyst")
+    held: dict[str, int] = {}
+    most = [0]
+    lock = threading.Lock()
+
+    def job(owner: str, seconds: float) -> float:
+        with lock:
+            held[owner] = held.get(owner, 0) + 1
+            most[0] = max(most[0], held[owner])
+        started = time.monotonic()
+        time.sleep(seconds)  # an engine run: the GIL is released
+        with lock:
+            held[owner] -= 1
+        return started
+
+    try:
+        floods = [pool.submit(job, f"f{f}", _JOB_S, owner=f"f{f}") for _ in range(8) for f in range(flooders)]
+        time.sleep(0.1)
+        asked = time.monotonic()
+        started = pool.submit(job, "carol", 0.0, owner="carol").result(30)
+        for fut in floods:
+            fut.result(30)
+        return started - asked, most[0]
+    finally:
+        pool.shutdown()
+
+
+@pytest.mark.parametrize(("size", "flooders"), [(2, 1), (4, 1), (4, 2), (3, 3)])
+def test_the_analyst_pool_serves_another_owner_within_one_job(size: int, flooders: int) -> None:
+    delay, most = _executor_start_delay(size, flooders)
+    assert most <= max(1, size - 1)
+    if flooders * max(1, size - 1) < size:
+        assert delay < 0.1, delay
+    else:
+        assert delay < _JOB_S + 0.1, delay
+
+
+def test_the_analyst_pool_shuts_down_like_a_thread_pool() -> None:
+    ran: list[int] = []
+
+    def job(i: int) -> int:
+        time.sleep(0.05)
+        ran.append(i)
+        return i
+
+    pool = FairExecutor(2, "test-fair-analyst")
+    futures = [pool.submit(job, i, owner="bob") for i in range(4)]
+    assert futures[3].cancel()  # still waiting: cancelled, never run
+    pool.shutdown(wait=True)  # the rest still run
+    assert [f.result() for f in futures[:3]] == [0, 1, 2] and sorted(ran) == [0, 1, 2]
+    with pytest.raises(RuntimeError):
+        pool.submit(job, 9)
+    dropping = FairExecutor(2, "test-fair-analyst")
+    futures = [dropping.submit(job, i, owner="bob") for i in range(4)]
+    dropping.shutdown(wait=False, cancel_futures=True)  # veil serve's stop: the waiting work is dropped
+    time.sleep(0.3)
+    assert [f.cancelled() for f in futures] == [False, True, True, True]  # bob held 1 of 2 threads
+    assert futures[0].result() == 0

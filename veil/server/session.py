@@ -113,7 +113,7 @@ class VeilSession(BaseSession):
             with self._lock:
                 return fn(*args, **kwargs)
 
-        future = self.server.pools.analyst.submit(call)
+        future = self.server.pools.analyst.submit(call, owner=self.analyst or "")
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
         return future
@@ -198,7 +198,9 @@ class VeilSession(BaseSession):
         self.connection = connection
         self.analyst = connection.username
         self.settings = SessionSettings(values=connection.session_vars)
-        policy = await asyncio.wrap_future(self.server.pools.analyst.submit(self.server.live_policy.current))
+        policy = await asyncio.wrap_future(
+            self.server.pools.analyst.submit(self.server.live_policy.current, owner=self.analyst or "")
+        )
         factory = self.server.query_session_factory
         self.query_session = await self._in_worker(factory, policy, self.analyst, limits=self.server.limits.query_limits)
         await self._refresh_catalog()
@@ -244,7 +246,9 @@ class VeilSession(BaseSession):
         self._check_size(sql)
         limits = self.server.limits
         if len(sql) > _OFF_LOOP_BYTES:
-            return await asyncio.wrap_future(self.server.pools.analyst.submit(fn, sql, self._names, limits))
+            return await asyncio.wrap_future(
+                self.server.pools.analyst.submit(fn, sql, self._names, limits, owner=self.analyst or "")
+            )
         return fn(sql, self._names, limits)
 
     async def prepare(self, sql: str, param_oids: list[int | None]) -> Statement:
