@@ -241,6 +241,30 @@ def test_cancel_request_reaches_the_worker_that_runs_the_query(served: tuple[Pat
             c.close()
 
 
+@pytest.mark.slow
+def test_one_address_cannot_hold_every_slot_across_workers(tmp_path: Path, shared_data: Path) -> None:
+    """Red team s20 A3 with --processes 2: 127.0.0.2 holds all 20 slots of the server with idle
+    sockets (spread over both workers by the kernel); alice logs in from 127.0.0.1 again and again:
+    the worker that gets her connection gives her the slot of one of the hog's there."""
+    import socket
+
+    policy = build_policy(tmp_path, shared_data, rows=100)
+    proc, port, log = start_serve(policy, "--max-connections", "20", "--auth-timeout", "60")
+    hog: list[socket.socket] = []
+    try:
+        for _ in range(20):
+            hog.append(socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.2", 0)))
+        time.sleep(1.0)  # both workers have accepted them
+        for _ in range(3):
+            with psycopg.connect(dsn(port), autocommit=True) as conn:
+                assert conn.execute("SELECT 1").fetchone() == (1,)
+    finally:
+        for s in hog:
+            s.close()
+        stop_serve(proc)
+    assert any("to make room for 127.0.0.1" in line for line in log), "".join(log[-20:])
+
+
 def test_a_bounded_copy_missing_in_the_workers_is_refused_not_read_raw(tmp_path: Path, shared_data: Path) -> None:
     """Workers only read the warehouse: when the policy's bounds change while serving, the new
     bounded copy does not exist, and the query is refused with F0000 (nothing charged) instead of
