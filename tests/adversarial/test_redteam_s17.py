@@ -10,7 +10,7 @@ Part A holds attacks that succeeded on 2026-11-26 (main at 867181c); part B hold
 (they pass, and fail if the defence breaks). Lead's status after the fixes (same day): A1, A3, A4, A5 fixed
 (e4dee79: parsed analyst trees hold no meta and no comments; cd00c5e: the catalog rebuilt on every publication or
 retraction; a DP publication's record leaves out exact source sizes; DP microaggregation leaves out undeclared
-labels); A2 left as a documented limit, its tests strict xfails. Finding text as reported:
+labels); A2 fixed in the seventh session (fixed-point sums, veil/proxy/fixed_point.py). Finding text as reported:
 
 * A1 (HIGH) the analyst sets Veil's own internal marks. sqlglot turns a comment ``/* sqlglot.meta KEY */`` after
   a node into ``node.meta[KEY] = True``, and Veil keeps its trust marks in the same ``meta`` dict: the new
@@ -216,17 +216,17 @@ FLOAT_SUM_QUERIES = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit (docs/sql.md): a DOUBLE sum's rounding adds up to ~n²·2⁻⁵³ of Δ, not accounted for in Δ",
-)
 @pytest.mark.parametrize("sql", FLOAT_SUM_QUERIES)
 def test_a2_a_double_sum_moves_by_at_most_its_sensitivity(worlds: Worlds, sql: str) -> None:
+    """Fixed: real sums are exact (fixed point); only the finished sum is rounded to a double, a slack of at
+    most ``CONVERSION_SLACK`` of Δ that the raised Laplace scale pays for (veil.proxy.fixed_point). Before the
+    fix the centred sum moved by Δ + 46 here; the exactness itself is tested in tests/proxy/test_fixed_point_sums.py."""
     from tests.adversarial.test_redteam_s15 import moves_beyond_sensitivity
+    from veil.proxy.fixed_point import CONVERSION_SLACK
 
     worlds.asked += 1
     pair = {"d": worlds.sessions["d"], "x10": worlds.sessions["x10"]}
-    assert moves_beyond_sensitivity(pair, sql, Fraction(5) + Fraction(worlds.asked, 10**6)) == []
+    assert moves_beyond_sensitivity(pair, sql, Fraction(5) + Fraction(worlds.asked, 10**6), CONVERSION_SLACK) == []
 
 
 # --- A3. A DP publication's release record holds the exact number of source rows (MEDIUM) -----------------

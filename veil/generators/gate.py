@@ -113,6 +113,12 @@ def check_plan_values(checks: Mapping[str, float]) -> None:
                 "values are swapped among near-identical neighbours)",
                 hint=_PRIVATE_COPY_HINT,
             )
+        if name == "count_keep_probability" and not v <= MAX_KEEP_PROBABILITY:
+            raise PublicationRefused(
+                f"vacuous parameter: the noisy row count keeps its exact value with probability {v:.6g} (at most "
+                f"{MAX_KEEP_PROBABILITY:g}: above, the number of rows says whether one person is in the table)",
+                hint="Lower the row count's ε",
+            )
         if name == "keep_probability" and not v <= MAX_KEEP_PROBABILITY:
             raise PublicationRefused(
                 f"vacuous parameter: a randomised-response keep probability of {v:.6g} (at most "
@@ -127,11 +133,22 @@ def check_plan_values(checks: Mapping[str, float]) -> None:
             )
 
 
-def check_plan(plan: Plan) -> None:
-    """Checks that need no data: vacuous parameters and a DP cost that is a real guarantee."""
+def check_plan(plan: Plan, min_epsilon: float | None = None) -> None:
+    """Checks that need no data: vacuous parameters and a DP cost that is a real guarantee.
+
+    ``min_epsilon`` (the policy's ``[defaults] min_epsilon_per_query``) bounds every ε a DP publication names,
+    as it bounds queries: at ε = 1e-300 a DP row count asks for 10¹⁸ rows (red team s20, A2)."""
     check_plan_values(plan.checks)
     if plan.epsilon is not None:
         check_plan_values({"epsilon": float(plan.epsilon)})
+    if min_epsilon is not None:
+        for name in ("epsilon", "count_epsilon"):
+            v = plan.checks.get(name)
+            if v is not None and float(v) < min_epsilon:
+                raise PublicationRefused(
+                    f"{name} = {float(v):g} is below the policy's minimum ε of {min_epsilon:g}",
+                    hint=f"Use ε ≥ {min_epsilon:g} ([defaults] min_epsilon_per_query in the policy)",
+                )
 
 
 def _same_value(v: Any) -> Any:
@@ -162,7 +179,7 @@ def _out_of_domain(frame: pd.DataFrame, spec: Any, plan: Plan, protections: Mapp
             allowed = {_same_value(v) for v in declared}
             labels = protections.get(str(name)) == "generalised"
             for v in values.unique():
-                if _same_value(v) not in allowed and not (labels and _is_generalised_label(v)):
+                if _same_value(v) not in allowed and not (labels and _is_label_of(v, allowed)):
                     return f"column {name!r} has value {v!r} outside the declared values"
         elif getattr(col, "lower", None) is not None and pd.api.types.is_numeric_dtype(values) and len(values):
             lo, hi = float(col.lower), float(col.upper)
@@ -181,8 +198,23 @@ def _undeclared(columns: Mapping[str, Any], train: pd.DataFrame, spec: Any) -> l
 
 
 def _is_generalised_label(value: Any) -> bool:
-    # generalised k-anonymity labels ("[20-30)", "{a,b}", "*") are not domain values
-    return isinstance(value, str) and bool(re.fullmatch(r"\*|\[.*[\])]|\{.*\}", value))
+    # generalised k-anonymity labels ("[20-30)", "(-inf, 3]", "[5, inf)", "{a,b}", "*") are not domain values
+    return isinstance(value, str) and bool(re.fullmatch(r"\*|[\[(].*[\])]|\{.*\}", value))
+
+
+def _is_label_of(value: Any, allowed: set[Any]) -> bool:
+    """Is ``value`` a generalised column's label: a range, a set, ``*``, or the text of one declared value?
+
+    k-anonymity writes every class of a generalised column as text, so a class of the single value 5 reads
+    ``'5'`` — the declared value 5 (red team s20, A5)."""
+    if _is_generalised_label(value):
+        return True
+    if isinstance(value, str):
+        try:
+            return float(value) in allowed
+        except ValueError:
+            return False
+    return False
 
 
 def _check_sensitive_combinations(frame: pd.DataFrame, pub: Publication, keys: list[str], need: int) -> None:

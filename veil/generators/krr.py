@@ -46,6 +46,7 @@ import numpy as np
 import pandas as pd
 
 from veil.errors import InputError, did_you_mean
+from veil.generators.declared_types import as_declared
 from veil.mechanisms import randomized_response
 
 __all__ = ["declared_domain", "keep_probability", "krr_domain", "krr_publish"]
@@ -90,19 +91,10 @@ def krr_domain(name: str, spec: Any, max_domain: int = 1000) -> tuple[list[Any],
     return [*domain, _NA], source
 
 
-_DTYPES = {"int": "Int64", "float": "Float64", "bool": "boolean"}
-
-
 def _published(series: pd.Series, spec: Any) -> pd.Series:
     """``series`` (NA as None) in the column's declared type (never the source's dtype: a source column
     is a float when it holds a missing integer, so its dtype would say whether one row is missing)."""
-    dtype = _DTYPES.get(str(getattr(spec, "type", "")))
-    if dtype is not None:
-        try:
-            return series.astype(dtype)
-        except (TypeError, ValueError):
-            pass
-    return series.astype(object)
+    return as_declared(series, getattr(spec, "type", None))
 
 
 def _resize(out: pd.DataFrame, domains: Mapping[str, list[Any]], count_epsilon: float, rng: np.random.Generator | None,

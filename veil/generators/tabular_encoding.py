@@ -279,7 +279,8 @@ class TabularEncoder:
             dom = domains[name]
             col = df[name]
             if dom.values is not None:
-                block = ColumnBlock(str(name), "categorical", start, len(dom.values), tuple(dom.values), dtype=str(col.dtype))
+                # the dtype from the domain, never the rows' (a missing int makes the column float: red team s20 A4)
+                block = ColumnBlock(str(name), "categorical", start, len(dom.values), tuple(dom.values), dtype="object")
             else:
                 if dom.lower is None or dom.upper is None or not dom.lower <= dom.upper:
                     raise PolicyError(
@@ -297,7 +298,7 @@ class TabularEncoder:
                     1,
                     quantiles=tuple(float(k) for k in knots),
                     is_integer=dom.is_integer,
-                    dtype=str(col.dtype),
+                    dtype="Int64" if dom.is_integer else "float64",
                 )
             blocks.append(block)
             start += block.width

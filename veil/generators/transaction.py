@@ -42,6 +42,7 @@ import pandas as pd
 
 from veil.errors import InputError, PublicationRefused
 from veil.generators import gate
+from veil.generators.declared_types import as_declared
 from veil.generators.publication import COPIED, Plan, Publication
 from veil.generators.registry import RunEnv, get_plugin
 from veil.policy import normalise_name
@@ -276,7 +277,8 @@ def _stamp_sidecar(staging_file: str, release_id: str) -> None:
 
 
 def _finalise(pub: Publication, spec: Any, generator: np.random.Generator) -> Publication:
-    """Drop columns the sanitiser did not produce, clamp numbers to declared bounds, shuffle rows."""
+    """Drop columns the sanitiser did not produce, clamp numbers to declared bounds, give generated columns their
+    declared types, shuffle rows."""
     frame = pub.frame
     if frame is None:
         return pub
@@ -290,17 +292,20 @@ def _finalise(pub: Publication, spec: Any, generator: np.random.Generator) -> Pu
         if col is None or prot is None or prot.how not in ("perturbed", "synthesised", "randomised"):
             continue
         if getattr(col, "lower", None) is not None and pd.api.types.is_numeric_dtype(frame[name]):
-            lo, hi = float(col.lower), float(col.upper)
-            values = frame[name].astype(float).clip(lo, hi)
-            if getattr(col, "type", None) == "int" or pd.api.types.is_integer_dtype(frame[name]):
-                rounded = values.round()
-                frame[name] = rounded.astype("Int64") if rounded.isna().any() else rounded.astype(np.int64)
-            else:
-                frame[name] = values
+            frame[name] = frame[name].astype(float).clip(float(col.lower), float(col.upper))
+        # the declared type, never the generated frame's dtype (it followed the source's: red team s20 A4)
+        frame[name] = as_declared(frame[name], getattr(col, "type", None))
     order = generator.permutation(len(frame))
     frame = frame.iloc[order].reset_index(drop=True)
     source_rows = None if pub.source_rows is None else np.asarray(pub.source_rows)[order]
     return replace(pub, frame=frame, columns=columns, source_rows=source_rows)
+
+
+def _min_epsilon(policy: Any) -> float | None:
+    """The policy's minimum ε per query, which DP publications honour too."""
+    defaults = getattr(policy, "defaults", None)
+    low = getattr(defaults, "min_epsilon_per_query", None)
+    return None if low is None else float(low)
 
 
 def _split(data: pd.DataFrame, share: float, generator: np.random.Generator) -> tuple[pd.DataFrame, pd.DataFrame | None]:
@@ -340,7 +345,7 @@ def publish(
     with _sigterm_as_interrupt():
         recover(policy)
         plan = plugin.plan(policy, request)
-        gate.check_plan(plan)
+        gate.check_plan(plan, _min_epsilon(policy))
         check_output(policy, plan)
         spec = policy.tables.get(plan.source)
         generator = csprng()
@@ -444,7 +449,7 @@ def evaluate(policy: Any, kind: str, request: Mapping[str, Any], *, rng: np.rand
     dp_epsilon = None if plan.epsilon is None else float(plan.epsilon)
     row: dict[str, Any] = {"kind": kind, "method": plan.method, "dp_epsilon": dp_epsilon}
     try:
-        gate.check_plan(plan)
+        gate.check_plan(plan, _min_epsilon(policy))
         spec = policy.tables.get(plan.source)
         generator = csprng()
         data = warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None)

@@ -13,6 +13,7 @@ Fraction(1, 3)
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
 
 from veil.errors import InputError
@@ -48,7 +49,21 @@ def as_epsilon(value: object, *, what: str = "epsilon", allow_zero: bool = False
         return as_epsilon(as_float, what=what, allow_zero=allow_zero)
     if frac < 0 or (frac == 0 and not allow_zero):
         raise InputError(f"{what} must be {'≥' if allow_zero else '>'} 0, got {value!r}")
+    if frac > _LARGEST:  # every ε and δ is also used as a double (red team s19, A4: 10**400 overflowed)
+        raise InputError(f"{what} {_short(value)} is too large", hint="Pass a number below 1e308, such as 0.5")
     return frac
+
+
+_LARGEST = Fraction(sys.float_info.max)
+
+
+def _short(value: object) -> str:
+    """A value for an error message, however many digits it has (Python refuses to print ints of > 4,300)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return "(a number of more than 4,300 digits)"
+    return text if len(text) <= 40 else text[:20] + "…" + text[-8:]
 
 
 def as_delta(value: object, *, what: str = "delta") -> Fraction:

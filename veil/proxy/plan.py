@@ -38,8 +38,9 @@ from fractions import Fraction
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
-from veil.engines.neutral import CANNOT_RAISE, duckdb_text, neutralise
+from veil.engines.neutral import CANNOT_RAISE, duckdb_text, is_integral, neutralise
 from veil.errors import InternalError, QueryRejected, Unbounded, Unsupported
+from veil.proxy import fixed_point
 from veil.proxy.bounds import IntegralRange, Interval, expression_interval, in_doubles, resolve_column
 from veil.proxy.catalog import Catalog
 from veil.proxy.totality import make_total
@@ -81,9 +82,12 @@ class Statistic:
 
     @property
     def scale(self) -> float:
-        """Noise scale: Laplace b = Δ/ε; exponential mechanism 2Δ/ε (Gumbel/exponential noise)."""
+        """Noise scale: Laplace b = Δ/ε (real sums: raised by ``fixed_point.SCALE_RAISE``, which pays for the
+        one rounding of their exact value to a double); exponential mechanism 2Δ/ε (Gumbel/exponential noise)."""
         if self.mechanism == "exponential":
             return float(2 * self.sensitivity / self.epsilon)
+        if self.mechanism == "laplace":
+            return float(self.sensitivity / self.epsilon) * (1.0 + fixed_point.SCALE_RAISE)
         return float(self.sensitivity / self.epsilon)
 
 
@@ -235,6 +239,30 @@ def _typed(arg: exp.Expression, iv: Interval) -> exp.Expression:
     cast = exp.Cast(this=arg, to=exp.DataType.build("BIGINT" if iv.integral else "DOUBLE"))
     cast.meta[CANNOT_RAISE] = True  # of a value clamped to the interval: it cannot fail
     return cast
+
+
+def _in(arg: exp.Expression, sql_type: str) -> exp.Expression:
+    """``arg`` cast to DOUBLE or BIGINT, a cast that cannot fail (of a number to DOUBLE; of a clamped one to BIGINT)."""
+    cast = exp.Cast(this=exp.Paren(this=arg), to=exp.DataType.build(sql_type))
+    cast.meta[CANNOT_RAISE] = True
+    return cast
+
+
+def _clamped(arg: exp.Expression, iv: Interval) -> exp.Expression:
+    """``arg`` clamped to ``iv`` *in the type it is aggregated in* (:func:`_typed`), never in the analyst's own.
+
+    A comparison in the argument's type rounds the bounds to it: a ``REAL`` (float4) argument compared with
+    bounds near 2³⁰ passes values up to half a float4 ulp (64) beyond them, and a DOUBLE-valued integral one
+    (``ROUND(…)``) beyond 2⁵³ passes values up to half a double ulp beyond its BIGINT bounds (red team s19, A1
+    and A2). So a real argument is cast to DOUBLE first (exact from float4, rounded from DECIMAL or BIGINT: never
+    failing) and clamped in DOUBLE; an integral one that is not integer-typed is clamped in DOUBLE, cast to BIGINT
+    (within ±2⁶³ by then) and clamped again in BIGINT, where the bounds are exact.
+    """
+    if not iv.integral:
+        return _typed(_clamp(_in(arg, "DOUBLE"), iv), iv)
+    if is_integral(arg):
+        return _typed(_clamp(arg, iv), iv)
+    return _typed(_clamp(_in(_clamp(_in(arg, "DOUBLE"), iv), "BIGINT"), iv), iv)
 
 
 def _clamp(arg: exp.Expression, iv: Interval) -> exp.Expression:
@@ -491,7 +519,7 @@ def _plan_aggregate(b: _Builder, idx: int, node: exp.Expression, ctx: _Context) 
     # a bounded base column is already clamped in the bounded copy; any other expression is clamped
     # itself, so its interval holds for any data
     bare = _is_bounded_base_column(arg, ctx.scope, ctx.catalog, ctx.table)
-    arg_c = arg if bare else _typed(_clamp(arg, iv), iv)
+    arg_c = arg if bare else _clamped(arg, iv)
     if name == "sum":
         sid = b.add(
             ("sum", _sql(arg_c), None if filt is None else _sql(filt)), kind="sum",

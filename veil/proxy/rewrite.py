@@ -34,12 +34,13 @@ from sqlglot import exp
 
 from veil.engines.neutral import duckdb_text, neutralise
 from veil.errors import InternalError
+from veil.proxy import fixed_point
 from veil.proxy.plan import QueryPlan, Statistic
 from veil.proxy.totality import BUILT_TOTAL, CANNOT_RAISE, make_total
 
 E = TypeVar("E", bound=exp.Expression)
 
-__all__ = ["EngineQueries", "public_query", "rewrite"]
+__all__ = ["EngineQueries", "public_query", "rewrite", "row_bound", "row_range", "sum_exponent"]
 
 
 @dataclass(frozen=True)
@@ -101,14 +102,6 @@ def _exact_interval(stat: Statistic) -> bool:
     return all(_exact_double(v) for v in (c, h, c - h, c + h))
 
 
-def _summed_whole(stat: Statistic) -> bool:
-    """A centred sum taken whole and centred afterwards, exactly (``session._raw``): an integer argument (an exact
-    BIGINT sum), or a real one whose bounds are exact doubles and whose centre is no farther from 0 than its
-    half-width — the sum's rounding is then that of any real SUM over the same bounds (docs/sql.md, the
-    floating-point summation limit), not magnified by a centre far from 0 (red team s15, A2: ``x + 1e17``)."""
-    return stat.integral or (_exact_interval(stat) and abs(stat.center) <= stat.half_width)
-
-
 def _double(v: float) -> exp.Expression:
     return _cannot_raise(exp.cast(exp.Literal.number(repr(v)), exp.DataType.build("DOUBLE")))
 
@@ -121,15 +114,16 @@ def _at_most(value: exp.Expression, bound: float, *, below: bool) -> exp.Express
     return exp.Paren(this=exp.Case(ifs=ifs, default=value))
 
 
-def _centred(stat: Statistic, square: bool) -> exp.Expression:
-    """One row's ``arg − center`` (or its square) in DOUBLE, within ±half-width (half-width²) whatever the rounding.
+def _centred_square(stat: Statistic) -> exp.Expression:
+    """One row's ``(arg − center)²`` in DOUBLE, within half-width² whatever the rounding.
 
-    The analyst picks an argument's magnitude apart from its width (``x + 1e17``): a sum taken at the
-    data's magnitude and centred afterwards is rounded to the ulp of ``n·center``, and a clamped value
-    whose bounds are no doubles sits up to half an ulp of the centre off its interval. So each row is
-    centred here, and clamped again after the subtraction unless the bounds, the centre and the
-    half-width are exact doubles (then rounding, being monotone, keeps ``arg − center`` within
-    ±half-width: the clamped argument's double lies within the exact bounds). Red team s15, A2.
+    The analyst picks an argument's magnitude apart from its width (``x + 1e17``): squares taken at the
+    data's magnitude and centred afterwards would cancel catastrophically, and a clamped value whose bounds
+    are no doubles sits up to half an ulp of the centre off its interval. So each row is centred here, and
+    clamped again after the subtraction unless the bounds, the centre and the half-width are exact doubles
+    (then rounding, being monotone, keeps ``arg − center`` within ±half-width: the clamped argument's double
+    lies within the exact bounds), and the square clamped unless rounding keeps it within half-width². Red
+    team s15, A2.
 
     Veil builds these nodes total (DOUBLE arithmetic never raises), so :func:`make_total` leaves them
     as they are; the argument itself is made total first."""
@@ -142,11 +136,56 @@ def _centred(stat: Statistic, square: bool) -> exp.Expression:
     exact = _exact_interval(stat)
     if not exact:
         d = _at_most(d, _below(half), below=True)
-    if square:
-        d = _cannot_raise(exp.Mul(this=d, expression=d.copy()))
-        if not (exact and Fraction(_below(half) * _below(half)) <= stat.upper):
-            d = _at_most(d, _below(stat.upper), below=False)
+    d = _cannot_raise(exp.Mul(this=d, expression=d.copy()))
+    if not (exact and Fraction(_below(half) * _below(half)) <= stat.upper):
+        d = _at_most(d, _below(stat.upper), below=False)
     return _built_total(d)
+
+
+def row_range(stat: Statistic) -> tuple[Fraction, Fraction]:
+    """The range of one row's summed value: a SUM's argument, a centred sum's uncentred argument, a square."""
+    if stat.lower is None or stat.upper is None:
+        raise InternalError(f"sum statistic {stat.label!r} without its range")
+    if stat.kind == "sum_centered":
+        return stat.center + stat.lower, stat.center + stat.upper
+    return stat.lower, stat.upper
+
+
+def row_bound(stat: Statistic) -> Fraction:
+    """The most one row adds to a sum statistic in absolute value (after centring): Δ per contributed row."""
+    if stat.lower is None or stat.upper is None:
+        raise InternalError(f"sum statistic {stat.label!r} without its range")
+    return max(abs(stat.lower), abs(stat.upper))
+
+
+def sum_exponent(stat: Statistic) -> int:
+    """The fixed-point exponent ``k`` of a sum statistic's rows (:mod:`veil.proxy.fixed_point`); 0 when they are
+    integers already (summed as BIGINTs)."""
+    if (stat.kind == "sum" and stat.mechanism == "discrete_laplace") or (stat.kind == "sum_centered" and stat.integral):
+        return 0
+    return fixed_point.exponent(*row_range(stat))
+
+
+def _fixed(value: exp.Expression, stat: Statistic) -> exp.Expression:
+    """One row's ``value`` (within :func:`row_range`) on the grid of ``2**-k``, as a BIGINT within the range.
+
+    ``FLOOR`` keeps a value at or below an upper bound that is an exact double; the grid value is clamped to
+    the range only when a bound is no double or the lower bound is off the grid (then ``FLOOR`` could step
+    below it). Every node is built total: the value is a finite clamped double and ``|value·2**k| ≤ 2⁶²``."""
+    k = sum_exponent(stat)
+    lo, hi = row_range(stat)
+    as_double = _cannot_raise(exp.cast(exp.Paren(this=value), exp.DataType.build("DOUBLE")))
+    scaled = _cannot_raise(exp.Mul(this=as_double, expression=_double(math.ldexp(1.0, k))))
+    v: exp.Expression = _cannot_raise(exp.cast(_cannot_raise(exp.Floor(this=scaled)), exp.DataType.build("BIGINT")))
+    low, high = fixed_point.on_grid(lo, hi, k)
+    if not (_exact_double(lo) and _exact_double(hi) and low == lo * Fraction(2) ** k):
+        bounds = (exp.Literal.number(abs(b)) if b >= 0 else exp.Neg(this=exp.Literal.number(-b)) for b in (low, high))
+        low_lit, high_lit = bounds
+        v = exp.Paren(this=exp.Case(ifs=[
+            exp.If(this=exp.LT(this=v.copy(), expression=low_lit.copy()), true=low_lit),
+            exp.If(this=exp.GT(this=v.copy(), expression=high_lit.copy()), true=high_lit),
+        ], default=v))  # fmt: skip
+    return _built_total(v)
 
 
 def _quantities(stat: Statistic) -> list[exp.Expression]:
@@ -158,13 +197,17 @@ def _quantities(stat: Statistic) -> list[exp.Expression]:
         return [_with_filter(exp.Count(this=inner), stat.filter)]
     if arg is None:
         raise InternalError(f"statistic {stat.label!r} has no argument")
+    # real values are summed exactly in fixed point (fixed_point); integers as they are
+    exact = arg if sum_exponent(stat) == 0 and stat.kind != "sumsq_centered" else None
     if stat.kind == "sum":
-        return [_with_filter(exp.Sum(this=arg), stat.filter)]
-    if stat.kind == "sum_centered" and _summed_whole(stat):
-        # a sum and a count, centred exactly with fractions afterwards (session._raw)
-        return [_with_filter(exp.Sum(this=arg), stat.filter), _with_filter(exp.Count(this=arg.copy()), stat.filter)]
-    if stat.kind in ("sum_centered", "sumsq_centered"):
-        return [_with_filter(exp.Sum(this=_centred(stat, stat.kind == "sumsq_centered")), stat.filter)]
+        summed = exact if exact is not None else _fixed(make_total(arg), stat)
+        return [_with_filter(exp.Sum(this=summed), stat.filter)]
+    if stat.kind == "sum_centered":
+        # the uncentred sum and the count, centred exactly afterwards (session._raw)
+        summed = exact if exact is not None else _fixed(make_total(arg), stat)
+        return [_with_filter(exp.Sum(this=summed), stat.filter), _with_filter(exp.Count(this=arg.copy()), stat.filter)]
+    if stat.kind == "sumsq_centered":
+        return [_with_filter(exp.Sum(this=_fixed(_centred_square(stat), stat)), stat.filter)]
     raise InternalError(f"no raw quantity for statistic kind {stat.kind!r}")
 
 

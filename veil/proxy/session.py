@@ -20,8 +20,8 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from fractions import Fraction
+from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
@@ -38,7 +38,7 @@ from veil.engines.neutral import duckdb_text
 from veil.errors import InternalError, QueryRejected, UnknownTable, Unsupported
 from veil.mechanisms.budget import as_epsilon, format_epsilon
 from veil.policy import Policy, load_policy
-from veil.proxy import bounding, pipeline
+from veil.proxy import bounding, fixed_point, pipeline
 from veil.proxy.add_noise import PRODUCTION, NoiseSource
 from veil.proxy.answer import Answer, BudgetStatus, Explanation, OutputColumn, explanation
 from veil.proxy.catalog import Catalog, build_catalog, public_types
@@ -47,7 +47,7 @@ from veil.proxy.multiplicity import Probe
 from veil.proxy.parse import DEFAULT_LIMITS, Limits
 from veil.proxy.plan import MAX_PUBLIC_GROUPS, QueryPlan
 from veil.proxy.postprocess import FRAME, PostProcess, aggregate_types, finalize_aggregates
-from veil.proxy.rewrite import EngineQueries, rewrite
+from veil.proxy.rewrite import EngineQueries, rewrite, row_bound, sum_exponent
 from veil.store.ledger import Ledger, Reservation
 from veil.store.records import ReleasedStatistic
 from veil.store.releases import published_tables
@@ -77,13 +77,6 @@ def _int(v: Any) -> int:
         return int(v) if v is not None else 0
     except (TypeError, ValueError, OverflowError):
         return 0
-
-
-def _exact(v: Any) -> Fraction:
-    """A sum from the engine (a Python int, a DECIMAL(38, 0) as a Decimal, a finite float) as an exact fraction."""
-    if isinstance(v, Decimal) and v.is_finite():
-        return Fraction(v)
-    return Fraction(_num(v))
 
 
 def _num(v: Any) -> Any:
@@ -220,10 +213,16 @@ class Env:
 
     def refresh_policy(self) -> Policy:
         """The current policy (re-read when its file changed), once per query; the catalog of public tables is
-        forgotten when the policy changed or a publication or retraction was recorded since it was built (a
-        retracted name may hold raw rows again: Spark has no public mirror to drop it from, red team s17 A4)."""
+        forgotten when the policy changed or a publication, a retraction or a curator's table write was recorded
+        since it was built (a retracted name may hold raw rows again: Spark has no public mirror to drop it from,
+        red team s17 A4; a public table rewritten from another process has other join multiplicities, s19 A3).
+        A policy that names another ledger file is charged from the next query on (s19 A5)."""
         policy, changed = self._watch.current()
-        published = self.ledger.publication_generation()
+        if changed and self._ledger is not None and Path(policy.ledger_path) != self._ledger.path:
+            # the policy names another ledger: charge that one, as a new session would (red team s19, A5)
+            self._ledger.close()
+            self._ledger = None
+        published = self.ledger.catalog_generation()
         if published != self._catalog_publications and self._catalog_publications >= 0:
             self._forget_public_data(policy)
         if changed or published != self._catalog_publications:
@@ -245,12 +244,12 @@ class Env:
         return self._ledger
 
     def _forget_public_data(self, policy: Policy) -> None:
-        """After a publication or retraction: join multiplicities and key domains measured on public tables are
-        measured again (on Spark they were kept until the engine's generation moved, up to a minute: red team s18,
-        A2), and an engine that caches tables' file lists re-reads them (A3)."""
+        """After a publication, a retraction or a curator's table write: join multiplicities and key domains
+        measured on public tables are measured again (on Spark they were kept until the engine's generation moved,
+        up to a minute: red team s18, A2), and an engine that caches tables' file lists re-reads them (A3)."""
         self._probes.clear()
         self._domains.clear()
-        names = sorted(published_tables(policy))
+        names = sorted(set(published_tables(policy)) | set(policy.tables))
         for engine in (self.engine, self._public_engine):
             if engine is not None:
                 engine.refresh_tables(names)
@@ -486,16 +485,16 @@ class Env:
             if stat.kind == "grid":
                 continue
             idx = queries.stat_inputs[stat.id]
-            col = [_num(r[idx[0]]) for r in qvals]
-            if stat.kind == "sum_centered" and len(idx) == 2:  # summed whole (rewrite._summed_whole): centred exactly
-                cnt = [_int(r[idx[1]]) for r in qvals]
-                c = stat.center
-                sums = [_exact(r[idx[0]]) for r in qvals]
-                raw[stat.id] = np.array([float(s - c * k) for s, k in zip(sums, cnt, strict=True)], dtype=np.float64)
-            elif stat.mechanism == "discrete_laplace":
+            if stat.mechanism == "discrete_laplace":
+                col = [_num(r[idx[0]]) for r in qvals]
                 raw[stat.id] = np.array([v if isinstance(v, int) else round(v) for v in col], dtype=object)
-            else:
-                raw[stat.id] = np.array([float(v) for v in col], dtype=np.float64)
+                continue
+            # an exact fixed-point sum (rewrite._fixed), centred with its count, rounded once (fixed_point)
+            k, bound = sum_exponent(stat), row_bound(stat)
+            counts = [r[idx[1]] for r in qvals] if len(idx) == 2 else None
+            center = stat.center if len(idx) == 2 else Fraction(0)
+            totals = [r[idx[0]] for r in qvals]
+            raw[stat.id] = np.array(fixed_point.to_doubles(totals, k, center, counts, bound=bound), dtype=np.float64)
         return raw
 
     def _grids(

@@ -80,6 +80,7 @@ CREATE INDEX IF NOT EXISTS releases_cache ON releases(actor, cache_key);
 CREATE INDEX IF NOT EXISTS releases_kind ON releases(kind);
 CREATE TABLE IF NOT EXISTS bounded_copies(
     identity TEXT PRIMARY KEY, source TEXT NOT NULL, name TEXT NOT NULL, salt TEXT NOT NULL, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS table_writes(id INTEGER PRIMARY KEY AUTOINCREMENT, table_name TEXT NOT NULL, at TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS statistics(
     release_id TEXT NOT NULL, idx INTEGER NOT NULL, name TEXT NOT NULL, mechanism TEXT NOT NULL,
     epsilon TEXT NOT NULL, sensitivity REAL, scale REAL, value TEXT, ci95 REAL, grp TEXT,
@@ -418,14 +419,22 @@ class Ledger:
             ],
         )
 
-    def publication_generation(self) -> int:
-        """Changes whenever a publication or a retraction is recorded (the row id of the latest one): a
-        session's catalog of public tables is stale once it moves."""
+    def catalog_generation(self) -> int:
+        """Grows whenever a publication or a retraction is recorded, or the curator writes a table through Veil
+        (:meth:`record_table_write`; the sum of the latest row ids, each of which only grows): a session's catalog
+        of public tables, and what it measured on them, is stale once it moves."""
         with self._lock:
             row = self._db.execute(
-                "SELECT COALESCE(MAX(rowid), 0) FROM releases WHERE kind IN ('publication', 'retraction')"
+                "SELECT (SELECT COALESCE(MAX(rowid), 0) FROM releases WHERE kind IN ('publication', 'retraction'))"
+                " + (SELECT COALESCE(MAX(id), 0) FROM table_writes)"
             ).fetchone()
         return int(row[0]) if row else 0
+
+    def record_table_write(self, table: str) -> None:
+        """Note that ``table`` was (re)written in the warehouse: open sessions re-read the catalog and measure
+        public tables again (:meth:`catalog_generation`)."""
+        with self._transaction() as db:
+            db.execute("INSERT INTO table_writes(table_name, at) VALUES (?, ?)", (table, _now()))
 
     def cached_answer(self, actor: str, cache_key: str) -> dict[str, Any] | None:
         """The logged answer of an identical canonical query by the same analyst, if any."""

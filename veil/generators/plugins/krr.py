@@ -1,9 +1,10 @@
 """``veil publish krr``: k-ary randomised response on chosen columns (:mod:`veil.generators.krr`).
 
 Request keys: ``table``, ``columns`` (list), ``epsilon`` (per attribute), ``output``, ``replace``.
-The release is the perturbed columns only (rows shuffled), ε = m·ε per row for m columns, plus ε for
+The release is the perturbed columns only (rows shuffled), ε = m·ε per row for m columns, plus ε_c for
 the number of rows (a discrete-Laplace count: the exact count would say whether one person is in the
-table, red team s16 A5), so (m + 1)·ε charged to the source table's budget.
+table, red team s16 A5), so m·ε + ε_c charged to the source table's budget, with ε_c = min(ε, 2.94): the count
+is exact with probability tanh(ε_c/2) ≤ 0.9, the gate's bound for a kept value (red team s20, A1).
 
 Every column's domain must be declared in the policy (:func:`veil.generators.krr.declared_domain`;
 checked before any data is read), and the plan records the largest keep probability
@@ -27,6 +28,10 @@ from veil.generators.publication import ColumnProtection, Plan, Publication
 from veil.generators.registry import PublishPlugin, RunEnv, register_plugin
 from veil.policy import normalise_name
 
+#: The largest ε the row count takes: its discrete-Laplace noise is 0 with probability tanh(ε/2) ≈ 0.8996 here, within
+#: the gate's MAX_KEEP_PROBABILITY (0.9) for kept values.
+COUNT_EPSILON_MAX = 2.94
+
 
 def exact(value: float) -> Fraction:
     """The decimal a curator typed, exactly (``0.1`` → 1/10, not the binary float)."""
@@ -42,7 +47,9 @@ class KRRPlugin(PublishPlugin):
     sweep_values = (0.5, 1.0, 2.0, 4.0)
 
     def plan(self, policy: Any, request: Mapping[str, Any]) -> Plan:
-        columns = tuple(request.get("columns") or ())
+        # the names as the policy and the source frame spell them: a refusal for a spelling comes before the
+        # reservation (red team s20, A6)
+        columns = tuple(normalise_name(str(c)) for c in request.get("columns") or ())
         if not columns:
             raise InputError(
                 "no columns to perturb", hint="Pass --columns, e.g. the implicit attributes from `veil audit implicit`"
@@ -63,15 +70,22 @@ class KRRPlugin(PublishPlugin):
                 keep.append(keep_probability(eps, len(domain)))
         if keep:
             checks["keep_probability"] = max(keep)
+        # the row count's ε: the attributes' ε, but never so large that the count is exact more often than the
+        # gate allows a value to be kept (P(noise = 0) = tanh(ε/2); red team s20, A1)
+        count_eps = min(eps, COUNT_EPSILON_MAX) if math.isfinite(eps) else eps
+        count = exact(count_eps) if math.isfinite(count_eps) else Fraction(0)
+        checks["count_epsilon"] = count_eps
+        if math.isfinite(count_eps) and count_eps > 0:
+            checks["count_keep_probability"] = math.tanh(count_eps / 2)
         return Plan(
             kind=self.kind,
             method="krr",
             source=request["table"],
             output=request["output"],
             replace=bool(request.get("replace")),
-            params={"columns": list(columns), "epsilon_per_attribute": eps, "count_epsilon": eps},
+            params={"columns": list(columns), "epsilon_per_attribute": eps, "count_epsilon": count_eps},
             checks=checks,
-            epsilon=per * (len(columns) + 1),
+            epsilon=per * len(columns) + count,
             delta=Fraction(0),
             columns=None,
         )

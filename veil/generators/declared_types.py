@@ -1,0 +1,68 @@
+"""Published columns take their type from the policy, never from the data they were made from.
+
+A source column's pandas dtype says things about its rows: an integer column holding one missing value is a
+float, an all-missing one an object. A generated column that kept that dtype (kRR: red team s16 A1; synthetic
+tables: red team s20 A4) published whether one person's value was missing, whatever the model learnt. Every
+generated column is therefore cast to a type fixed by its declared Veil type alone (values that do not convert
+become missing, the same way whatever the rows).
+
+>>> import pandas as pd
+>>> as_declared(pd.Series([1.0, None, 3.0]), "int").dtype, as_declared(pd.Series([1, 2]), "float").dtype
+(Int64Dtype(), Float64Dtype())
+>>> as_declared(pd.Series([1, None]), "category").tolist()  # a float series: 1.0
+['1', <NA>]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["as_declared"]
+
+
+_INT64_END = 2.0**63
+
+
+def _numbers(series: pd.Series) -> pd.Series:
+    """``series`` as float64 (NaN for what is not a number, booleans as 0/1)."""
+    return pd.to_numeric(series.astype(object), errors="coerce").astype("float64")
+
+
+def _bool(v: Any) -> Any:
+    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+        return pd.NA
+    if isinstance(v, str):
+        low = v.strip().lower()
+        return True if low in ("true", "t", "1", "yes") else False if low in ("false", "f", "0", "no") else pd.NA
+    try:
+        return bool(v)
+    except (TypeError, ValueError):
+        return pd.NA
+
+
+def as_declared(series: pd.Series, veil_type: str | None) -> pd.Series:
+    """``series`` in the pandas type of ``veil_type`` (int → Int64, float → Float64, bool → boolean, category →
+    string, date → datetime64[s]); a column with no declared type is left as objects."""
+    if veil_type == "int":
+        numbers = _numbers(series).round()
+        return numbers.where(numbers.abs() < _INT64_END).astype("Int64")  # beyond BIGINT: missing, as unconvertible
+    if veil_type == "float":
+        return _numbers(series).astype("Float64")
+    if veil_type == "bool":
+        return series.astype(object).map(_bool).astype("boolean")
+    if veil_type == "date":
+        return pd.to_datetime(series.astype(object), errors="coerce", format="mixed").astype("datetime64[s]")
+    if veil_type == "category":
+        return series.astype(object).map(_text).astype("string")
+    return series.astype(object)  # no declared type (not a policy column): as it is
+
+
+def _text(v: Any) -> Any:
+    """A category's text: a whole float as its integer (a missing value makes an int column a float one)."""
+    if v is None or v is pd.NA or (isinstance(v, float) and v != v):
+        return pd.NA
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)

@@ -1,0 +1,115 @@
+"""Exact sums: real values are summed in fixed point, and only the finished sum is rounded to a double.
+
+A DOUBLE ``SUM`` rounds after every row, so its result depends on the order and magnitude of the other
+rows: one person's row can move it by more than the sensitivity, up to ~n²·2⁻⁵³ of Δ in the worst case
+(Casacuberta et al., CCS 2022; red team s17 A2). Veil therefore sums each row's clamped value as a
+BIGINT on a grid of ``2**-k``: ``CAST(FLOOR(value * 2**k) AS BIGINT)``, with ``k`` chosen from the
+row's bounds alone so that every row fits in ±2⁶². The engine adds BIGINTs exactly (DuckDB into a
+HUGEINT, other engines into ``DECIMAL(38, 0)``: no overflow below 2⁶⁴ rows), so the sum is exact, and
+each row's grid value stays within the row's bounds (``FLOOR`` keeps the upper bound; the lower bound is
+on the grid, or the grid value is clamped to it). Centring (AVG, VARIANCE) subtracts ``center · count``
+from the exact sum with integers.
+
+One rounding is left: the exact sum (a rational) becomes the double the noise is added to. It moves by
+at most 2⁻⁵³ of its magnitude, and the magnitude of each group's sum is clamped (1-Lipschitz, data-
+independent) to ``2**CLAMP_BITS`` rows at the row bound, so two neighbouring databases' doubles differ
+by at most ``Δ·(1 + CONVERSION_SLACK)``; the Laplace scale is raised by ``SCALE_RAISE`` > that slack
+(``Statistic.scale``), so the privacy loss stays within ε.
+
+>>> from fractions import Fraction
+>>> exponent(Fraction(-10), Fraction(10))
+58
+>>> to_double(37, 2, Fraction(1, 2), 3, bound=Fraction(10))  # 37/4 − 3·(1/2)
+7.75
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+from fractions import Fraction
+
+__all__ = ["CLAMP_BITS", "CONVERSION_SLACK", "GRID_BITS", "SCALE_RAISE", "exponent", "on_grid", "to_double", "to_doubles"]
+
+#: Each row's grid value fits in ±2**GRID_BITS (a BIGINT holds ±2⁶³).
+GRID_BITS = 62
+#: A group's exact sum is clamped to ±2**CLAMP_BITS times the row bound before it becomes a double.
+CLAMP_BITS = 36
+#: The most the doubles of two neighbouring sums can differ beyond Δ, relative to Δ: each changed group's
+#: rounding is at most 2⁻⁵³ · 2³⁶ of its row bound, twice (both neighbours).
+CONVERSION_SLACK = 2.0 ** (CLAMP_BITS - 52)
+#: The Laplace scale of real statistics is raised by this much (relative), more than the slack above plus the
+#: noise lattice's own (``veil.mechanisms.noise``), so the loss at Δ stays within ε.
+SCALE_RAISE = 2.0 ** (CLAMP_BITS - 51)
+
+_MAX_EXPONENT = sys.float_info.max_exp - 1  # 2**1023 is the largest power of two a double holds
+_MAX_DOUBLE = int(sys.float_info.max)
+
+
+def exponent(lo: Fraction, hi: Fraction) -> int:
+    """The grid exponent ``k`` for row values within ``[lo, hi]``: the largest with ``max(|lo|, |hi|)·2**k ≤ 2**62``.
+
+    It depends on the bounds only (never on the data); a zero range takes ``k = 0``.
+    """
+    b = max(abs(lo), abs(hi))
+    if b == 0:
+        return 0
+    e = b.numerator.bit_length() - b.denominator.bit_length()  # 2**(e-1) < b ≤ 2**e, after the two loops
+    while Fraction(2) ** e < b:
+        e += 1
+    while Fraction(2) ** (e - 1) >= b:
+        e -= 1
+    return min(GRID_BITS - e, _MAX_EXPONENT)
+
+
+def on_grid(lo: Fraction, hi: Fraction, k: int) -> tuple[int, int]:
+    """The smallest and largest grid values (in units of ``2**-k``) within ``[lo, hi]``."""
+    scale = Fraction(2) ** k
+    return math.ceil(lo * scale), math.floor(hi * scale)
+
+
+def _whole(v: object) -> int:
+    """A SUM or COUNT from the engine (a Python int, a ``DECIMAL(38, 0)`` as a Decimal; NULL: 0) as an int."""
+    if v is None or isinstance(v, bool):
+        return 0
+    try:
+        return int(v)  # type: ignore[call-overload]
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+def to_doubles(
+    totals: Sequence[object], k: int, center: Fraction, counts: Sequence[object] | None, *, bound: Fraction
+) -> list[float]:
+    """Each ``total · 2**-k − center · count`` (exact), clamped to ±``2**CLAMP_BITS · bound``, as the nearest double.
+
+    Integer arithmetic only (a query may release a million groups): each value is ``num / den`` with
+    ``den = center.denominator · 2**max(k, 0)``, and Python rounds an int quotient correctly. ``counts`` is
+    None for a sum that is not centred.
+    """
+    p, q = center.numerator, center.denominator
+    den = q << k if k >= 0 else q
+    lim = (bound.numerator << CLAMP_BITS) * den  # |num/den| ≤ limit  ⟺  |num| · bound.denominator ≤ lim
+    bden = bound.denominator
+    big = _MAX_DOUBLE * den
+    out = []
+    for i, total in enumerate(totals):
+        t = total if type(total) is int else _whole(total)
+        n = 0 if counts is None else (c if type(c := counts[i]) is int else _whole(c))
+        num = t * q - ((p * n) << k) if k >= 0 else (t * q << -k) - p * n
+        if abs(num) * bden > lim:  # clamped: num/den = ±bound·2**CLAMP_BITS
+            out.append(_ratio(lim if num > 0 else -lim, den * bden, big * bden))
+        else:
+            out.append(_ratio(num, den, big))
+    return out
+
+
+def _ratio(num: int, den: int, big: int) -> float:
+    """``num / den`` correctly rounded, the largest finite double beyond it (``big = max double · den``)."""
+    return num / den if abs(num) <= big else (sys.float_info.max if num > 0 else -sys.float_info.max)
+
+
+def to_double(total: object, k: int, center: Fraction, count: object, *, bound: Fraction) -> float:
+    """One value of :func:`to_doubles`."""
+    return to_doubles([total], k, center, [count], bound=bound)[0]
