@@ -246,6 +246,7 @@ def _executor_start_delay(size: int, flooders: int) -> tuple[float, int]:
         pool.shutdown()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("size", "flooders"), [(2, 1), (4, 1), (4, 2), (3, 3)])
 def test_the_analyst_pool_serves_another_owner_within_one_job(size: int, flooders: int) -> None:
     delay, most = _executor_start_delay(size, flooders)
