@@ -323,6 +323,47 @@ def test_pathological_catalog_query_does_not_delay_others(served: int) -> None:
     assert latencies and max(latencies) < 1.0, latencies  # shared 2-core machine: generous bound
 
 
+HEAVY_CATALOG = "SELECT COUNT(*) FROM pg_catalog.pg_type a, pg_type b, pg_type c, pg_type d"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flooding_connections", [2, 8])
+def test_one_analyst_cannot_starve_the_catalog_for_another(policy: Path, flooding_connections: int) -> None:
+    """Red team s20 A8: bob keeps several connections each sending a pathological catalog query
+    (stopped at --catalog-timeout, then sent again); alice's cheap catalog queries still answer at
+    once: bob holds at most all catalog threads but one (before: his queries held both threads and
+    alice's waited out her own timeout, 57014)."""
+    from tests.support.server import BOB_PASSWORD
+
+    with running_server(policy, limits=_limits(catalog_timeout=1.0)) as st:
+        port = st.port  # type: ignore[attr-defined]
+        stop = threading.Event()
+
+        def flood() -> None:
+            with psycopg.connect(dsn(port, user="bob", password=BOB_PASSWORD), autocommit=True) as conn:
+                while not stop.is_set():
+                    _sqlstate(conn, HEAVY_CATALOG)
+
+        threads = [threading.Thread(target=flood, daemon=True) for _ in range(flooding_connections)]
+        for t in threads:
+            t.start()
+        outcomes = []
+        try:
+            time.sleep(1.5)
+            with psycopg.connect(dsn(port), autocommit=True) as alice:
+                for _ in range(5):
+                    t0 = time.monotonic()
+                    state = _sqlstate(alice, "SELECT relname FROM pg_catalog.pg_class")
+                    outcomes.append((state, round(time.monotonic() - t0, 2)))
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=10)
+    assert all(state is None for state, _ in outcomes), outcomes
+    median = sorted(seconds for _, seconds in outcomes)[len(outcomes) // 2]
+    assert median < 0.6, outcomes  # shared 2-core host: generous (alone: ~0.05 s)
+
+
 @pytest.mark.slow
 def test_descriptor_exhaustion_logs_one_line_and_recovers(policy: Path, tmp_path: Path) -> None:
     """At the process's descriptor limit, accept() fails: the log gets one line per failure (no

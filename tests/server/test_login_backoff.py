@@ -42,6 +42,21 @@ def _shared_state() -> Iterator[SharedState]:
     state.close_lock()
 
 
+@pytest.fixture(scope="module")
+def _tiny_state() -> Iterator[SharedState]:
+    """Shared tables of 8 slots (2 buckets): nearly every new key forgets another."""
+    state = SharedState(multiprocessing.get_context("spawn"), ServerLimits(), throttle_slots=8)
+    yield state
+    state.close_lock()
+
+
+@pytest.fixture(scope="module")
+def _small_state() -> Iterator[SharedState]:
+    state = SharedState(multiprocessing.get_context("spawn"), ServerLimits(), throttle_slots=256)
+    yield state
+    state.close_lock()
+
+
 @pytest.fixture(params=["process", "shared"])
 def make(request: pytest.FixtureRequest, _shared_state: SharedState) -> Make:
     """A fresh throttle of either store (the shared one's table is wiped each time)."""
@@ -49,12 +64,16 @@ def make(request: pytest.FixtureRequest, _shared_state: SharedState) -> Make:
     def build(**kwargs: float) -> LoginBackoff:
         if request.param == "process":
             return LoginThrottle(**kwargs)  # type: ignore[arg-type]
-        table = _shared_state.failures
-        ctypes.memset(ctypes.addressof(table), 0, ctypes.sizeof(table))
+        _wipe(_shared_state)
         kwargs.pop("capacity", None)
         return SharedLoginThrottle(_shared_state, **kwargs)  # type: ignore[arg-type]
 
     return build
+
+
+def _wipe(state: SharedState) -> None:
+    for table in (state.failures, state.trusted, state.overflow):
+        ctypes.memset(ctypes.addressof(table), 0, ctypes.sizeof(table))
 
 
 def _fail(throttle: LoginBackoff, address: str, user: str, now: float) -> int:
@@ -183,14 +202,83 @@ def test_failures_are_forgotten_after_a_quiet_period(make: Make) -> None:
     assert stuck.delay("a", "carol", now=61.0) == 0 and stuck.try_admit("a", "carol", now=61.0)[1] is not None
 
 
-def test_memory_is_bounded_and_keeps_the_most_recent() -> None:
-    throttle = LoginThrottle(base=1.0, maximum=30.0, capacity=60)
-    for i in range(1000):  # 1000 pairs, users and addresses, 3 keys each
-        _fail(throttle, f"10.0.{i // 256}.{i % 256}", f"user{i}", now=float(i))
-        _fail(throttle, f"10.0.{i // 256}.{i % 256}", f"user{i}", now=float(i))
+def test_memory_is_bounded_and_forgetting_keeps_the_penalty() -> None:
+    """1000 (address, user) pairs failing twice each in a table of 60 keys: the table stays at 60
+    and the first pair, long forgotten, still waits as much as the last (its penalty went to the
+    overflow slots); only the quiet period (900 s) clears it."""
+    throttle = LoginThrottle(base=1.0, maximum=30.0, capacity=60, forget_after=1e6)
+    for i in range(1000):  # 1000 pairs, users and addresses, 3 keys each; far enough apart that a key
+        # sharing an overflow slot with an earlier one (it waits as long as that one would) is admitted
+        _fail(throttle, f"10.0.{i // 256}.{i % 256}", f"user{i}", now=40.0 * i)
+        _fail(throttle, f"10.0.{i // 256}.{i % 256}", f"user{i}", now=40.0 * i + 20)
     assert len(throttle) <= 60
-    assert throttle.delay("10.0.3.231", "user999", now=999.0) == 1.0  # the last one is remembered
-    assert throttle.delay("10.0.0.0", "user0", now=999.0) == 0  # the first is forgotten
+    end = 40.0 * 999 + 20
+    assert throttle.delay("10.0.3.231", "user999", now=end) == 1.0  # the last one, in the table
+    assert throttle.delay("10.0.0.0", "user0", now=20.5) >= 0.5  # the first: forgotten, not forgiven
+    assert throttle.delay("10.0.0.0", "user0", now=end + 1e6 + 1) == 0  # after the quiet period
+
+
+# --- red team s20 A7: a flood of fresh keys must not reset anyone's wait -----------------------------
+
+#: the victims a flood could try to reset: a user guessed at from many addresses (the user key), an
+#: address guessing many users (the address key), one (address, user) pair, and a trusted pair
+#: guessed at from its own address (its failures count on the pair only)
+VICTIMS = ["user", "address", "pair", "trusted pair"]
+
+
+def _penalise(throttle: LoginBackoff, victim: str, now: float) -> tuple[str, str, float]:
+    """Make ``victim`` wait ~30 s; returns the (address, user) probe and the time."""
+    for i in range(12):
+        address, user = {
+            "user": (f"198.51.100.{i + 1}", "alice"),
+            "address": ("203.0.113.9", f"user{i}"),
+            "pair": ("203.0.113.10", "alice"),
+            "trusted pair": ("203.0.113.11", "alice"),
+        }[victim]
+        if victim == "trusted pair" and i == 0:
+            _ok(throttle, address, user, now=now)
+        now += throttle.delay(address, user, now=now)
+        _fail(throttle, address, user, now=now)
+    probe = {
+        "user": ("2001:db8:ffff:1::1", "alice"),
+        "address": ("203.0.113.9", "someone-new"),
+        "pair": ("203.0.113.10", "alice"),
+        "trusted pair": ("203.0.113.11", "alice"),
+    }[victim]
+    return probe[0], probe[1], now
+
+
+@pytest.mark.parametrize("store", ["process", "shared"])
+@pytest.mark.parametrize("victim", VICTIMS)
+@pytest.mark.parametrize("flood", ["fresh /64s and names", "one /48, one name each", "fresh names from one /64"])
+def test_a_flood_of_fresh_keys_never_shortens_a_wait(store: str, victim: str, flood: str, _small_state: SharedState) -> None:
+    """Red team s20 A7: junk attempts with fresh keys (each fails once) fill the bounded table
+    (here 300 keys in one process, 256 shared slots; the red team's test floods the real sizes)
+    many times over. The victim's wait before
+    the flood never gets shorter; a trusted pair stays trusted (bob logs in at once from his
+    address, whatever his user key counts)."""
+    if store == "process":
+        throttle: LoginBackoff = LoginThrottle(base=0.25, maximum=30.0, capacity=300)
+    else:
+        _wipe(_small_state)
+        throttle = SharedLoginThrottle(_small_state, base=0.25, maximum=30.0)
+    _ok(throttle, "192.0.2.1", "bob", now=0.0)
+    for i in range(6):  # bob's name is guessed at from elsewhere: his user key waits
+        _fail(throttle, f"192.0.2.{100 + i}", "bob", now=float(i * 40))
+    address, user, now = _penalise(throttle, victim, 1_000.0)
+    before = throttle.delay(address, user, now=now)
+    assert before >= 25.0, before
+    for i in range(3_000):
+        junk_address, junk_user = {
+            "fresh /64s and names": (f"2001:db8:{i >> 16:x}:{i & 0xFFFF:x}::1", f"x{i}"),
+            "one /48, one name each": (f"2001:db8:7:{i:x}::1", f"x{i % 5000}"),
+            "fresh names from one /64": ("2001:db8:8:1::1", f"x{i}"),
+        }[flood]
+        _wait, ticket = throttle.try_admit(junk_address, junk_user, now=now)
+        if ticket is not None:
+            throttle.finish(ticket, Outcome.FAILED, now=now)
+    assert throttle.delay(address, user, now=now) >= before
+    assert throttle.delay("192.0.2.1", "bob", now=now) == 0  # trust is never pushed out by failures
 
 
 # Hypothesis: whatever a crowd does (many addresses, attempts in parallel, other users logging in
@@ -199,24 +287,29 @@ def test_memory_is_bounded_and_keeps_the_most_recent() -> None:
 
 _ADDRESSES = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"]
 _event = st.one_of(
-    st.tuples(st.just("arrive"), st.sampled_from(_ADDRESSES), st.sampled_from(["carol", "bob", "dave"])),
+    st.tuples(st.just("arrive"), st.sampled_from(_ADDRESSES), st.sampled_from(["carol", "bob", "dave", "x1", "x2", "x3"])),
     st.tuples(st.just("end"), st.integers(0, 50), st.sampled_from(list(Outcome))),
     st.tuples(st.just("tick"), st.floats(0.0, 3.0), st.just(None)),
 )
 
 
-@pytest.mark.parametrize("kind", ["process", "shared"])
+@pytest.mark.parametrize("kind", ["process", "shared", "process, 4 keys", "shared, 8 slots"])
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=st.lists(_event, max_size=120))
 def test_carols_guesses_are_spaced_whatever_the_crowd_does(
-    kind: str, events: list[tuple[str, object, object]], _shared_state: SharedState
+    kind: str, events: list[tuple[str, object, object]], _shared_state: SharedState, _tiny_state: SharedState
 ) -> None:
     base, maximum = 0.25, 2.0
     if kind == "process":
         throttle: LoginBackoff = LoginThrottle(base=base, maximum=maximum)
-    else:
-        ctypes.memset(ctypes.addressof(_shared_state.failures), 0, ctypes.sizeof(_shared_state.failures))
+    elif kind == "process, 4 keys":  # every new key forgets another (red team s20 A7)
+        throttle = LoginThrottle(base=base, maximum=maximum, capacity=4)
+    elif kind == "shared":
+        _wipe(_shared_state)
         throttle = SharedLoginThrottle(_shared_state, base=base, maximum=maximum)
+    else:
+        _wipe(_tiny_state)
+        throttle = SharedLoginThrottle(_tiny_state, base=base, maximum=maximum)
     now = 0.0
     waiting: list[tuple[str, LoginTicket, float]] = []
     guesses: list[float] = []  # when each of carol's checked passwords was admitted

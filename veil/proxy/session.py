@@ -4,7 +4,8 @@
 ledger handle (not shareable across threads). ``.execute(sql, epsilon=None) -> Answer`` runs every
 pass of :data:`veil.proxy.pipeline.PASSES`; ``.explain(sql)`` stops after ``plan`` (spends nothing);
 ``.describe(sql)`` after ``prepare`` (column names and types, nothing run on data, nothing spent);
-``.budget()``; ``.cancel()`` interrupts the running statement from another thread; ``.close()``.
+``.budget()``; ``.cancel()`` interrupts the running statement from another thread (``.cancel_public()`` only
+its work on public data); ``.close()``.
 
 The policy is re-read whenever its file changes, before each query: a curator's lowered budget or
 changed bounds apply to open sessions at once. Test-only noise sources are reachable only through
@@ -727,6 +728,13 @@ class QuerySession:
     def cancel(self) -> None:
         """Interrupt the statement this session is running (safe to call from another thread)."""
         self._env.engine.cancel()
+        if self._env._public_engine is not None:
+            self._env._public_engine.cancel()
+
+    def cancel_public(self) -> None:
+        """Interrupt only work on public data (a public-only query, or a private query's planning probes and
+        public group domains, all before its reservation): never a charged private query's engine run, which
+        runs on the warehouse engine (safe to call from another thread, also when nothing runs)."""
         if self._env._public_engine is not None:
             self._env._public_engine.cancel()
 

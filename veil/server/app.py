@@ -28,6 +28,7 @@ import socket
 import ssl
 import struct
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from pg_mimic.stream import ConnectionClosed
 from veil.errors import InvalidEncoding, PlaintextRefused, ProtocolViolation, TooManyConnections
 from veil.policy import Policy
 from veil.proxy import bounding
+from veil.server.admission import PreLogin, Waiting
 from veil.server.auth import VerifierScramAuth
 from veil.server.connection import BufferedStream, VeilConnection, fatal, negotiate
 from veil.server.limits import ConnectionSlots, LoginThrottle, ServerLimits
@@ -95,6 +97,7 @@ class VeilServer(PgServer):
         self.limits = limits or ServerLimits()
         self.pools = WorkerPools(analyst_workers=self.limits.workers, catalog_workers=self.limits.catalog_workers)
         self.share = share
+        self.prelogin = PreLogin()  # this process's connections not logged in (fair share of slots)
         self.slots: ConnectionSlots | SharedConnectionSlots
         self.throttle: LoginThrottle | SharedLoginThrottle
         base, maximum = self.limits.login_backoff_base, self.limits.login_backoff_max
@@ -171,21 +174,46 @@ class VeilServer(PgServer):
                 orphaned()
                 return
 
+    def _take_slot(self, peer: str) -> None:
+        """A slot for a new socket: a free one, else (:mod:`~veil.server.admission`) the slot of a
+        connection not logged in of a network holding more than its share; else 53300."""
+        try:
+            self.slots.reserve()
+        except TooManyConnections:
+            now = time.monotonic()
+            victim = self.prelogin.victim(peer, now=now)
+            if victim is None:
+                raise
+            held = self.prelogin.held_by(victim.network)
+            self.prelogin.evict(victim)
+            logger.warning(
+                "all %d connection slots taken: closed a connection from %s not logged in after %.1f s "
+                "(its network held %d of them) to make room for %s",
+                self.limits.max_connections,
+                victim.network,
+                now - victim.since,
+                held,
+                peer,
+            )
+
     async def _handle_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         stream = BufferedStream(reader, writer)
         peer = _peer_address(writer)
         try:
-            self.slots.reserve()
+            self._take_slot(peer)
         except TooManyConnections as exc:
             logger.warning("refused a connection from %s: %s", peer, exc.message)
             await fatal(stream, exc.sqlstate, exc.message, exc.hint)
             return
+        waiting = self.prelogin.add(peer, handle=asyncio.current_task(), now=time.monotonic())
         try:
-            await self._serve_client(stream, writer, peer)
+            await self._serve_client(stream, writer, peer, waiting)
         finally:
-            self.slots.release()
+            self.prelogin.remove(waiting)
+            if not waiting.evicted:  # an evicted connection's slot went to the newcomer
+                self.slots.release()
 
-    async def _serve_client(self, stream: BufferedStream, writer: asyncio.StreamWriter, peer: str) -> None:
+    async def _serve_client(self, stream: BufferedStream, writer: asyncio.StreamWriter, peer: str, waiting: Waiting) -> None:
         try:
             startup = await asyncio.wait_for(negotiate(self, stream), self.limits.auth_timeout or None)
         except TimeoutError:
@@ -213,6 +241,7 @@ class VeilServer(PgServer):
         pid = self._allocate_pid()
         secret = struct.unpack("!i", os.urandom(4))[0]
         connection = VeilConnection(stream, session, self, pid, secret, startup, peer)
+        connection.on_login = lambda: self.prelogin.remove(waiting)
         self._connections[pid] = connection
         try:
             await connection.run()

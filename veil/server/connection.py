@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pg_mimic import messages as pg_messages
@@ -169,6 +170,10 @@ async def negotiate(server: VeilServer, stream: BufferedStream) -> Startup | Non
     return Startup(params, tls_on)
 
 
+def _nothing() -> None:
+    return None
+
+
 def _ends_tx(r: Route) -> bool:
     return r.kind == "tx" and r.tokens[0].text.upper() in ("COMMIT", "END", "ROLLBACK", "ABORT")
 
@@ -209,6 +214,7 @@ class VeilConnection(Connection):
         self.tls = startup.tls
         self.peer = peer
         self.logged_in = False
+        self.on_login: Callable[[], None] = _nothing  # the server stops counting it as not logged in
 
     async def run(self) -> None:
         try:
@@ -279,6 +285,7 @@ class VeilConnection(Connection):
             await fatal(self.stream, exc.sqlstate, exc.message, exc.hint)
             return False
         self.logged_in = True
+        self.on_login()
         logger.info("login: %r from %s%s", self.username, self.peer, " (TLS)" if self.tls else "")
         self.stream.write(pg_messages.make_authentication_ok())
         return True

@@ -19,7 +19,9 @@ import abc
 import asyncio
 import contextlib
 import enum
+import hashlib
 import ipaddress
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -30,15 +32,20 @@ from veil.proxy.parse import Limits
 
 __all__ = [
     "MAX_STARTUP_PACKET",
+    "OVERFLOW_SLOTS",
     "ConnectionSlots",
     "LoginBackoff",
     "LoginThrottle",
     "LoginTicket",
     "Outcome",
+    "OverflowSlot",
     "ServerLimits",
     "ThrottleEntry",
     "client_network",
 ]
+
+#: Overflow slots of the login backoff: what it keeps of keys it forgot to make room (bounded memory).
+OVERFLOW_SLOTS = 1 << 16
 
 #: PostgreSQL's own cap on a startup packet (``MAX_STARTUP_PACKET_LENGTH``).
 MAX_STARTUP_PACKET = 10_000
@@ -55,6 +62,7 @@ class ServerLimits:
     max_connections: int = 100
     max_connections_per_analyst: int | None = None  # None: only max_connections applies
     statement_timeout: float = 0.0
+    public_query_timeout: float = 120.0  # work on public data (never a charged private run), whatever the above
     max_query_bytes: int = 1 << 20
     max_query_depth: int = 64
     max_query_tokens: int = 4_000
@@ -63,12 +71,12 @@ class ServerLimits:
     catalog_timeout: float = 5.0
     max_message_bytes: int = 4 << 20  # one protocol message after login (a query plus framing)
     workers: int = 8
-    catalog_workers: int = 2
+    catalog_workers: int = 3  # one analyst holds at most all but one (veil.server.pool)
     login_backoff_base: float = 0.25  # seconds after the 2nd failure on a pair, user or address, doubling
     login_backoff_max: float = 30.0
 
     def __post_init__(self) -> None:
-        for name in ("auth_timeout", "statement_timeout", "max_planning_seconds", "catalog_timeout"):
+        for name in ("auth_timeout", "statement_timeout", "public_query_timeout", "max_planning_seconds", "catalog_timeout"):
             value = getattr(self, name)
             if not value >= 0:  # also refuses NaN
                 raise InputError(f"{name} must be >= 0 seconds, got {value}", hint="Use 0 to turn the limit off")
@@ -164,6 +172,7 @@ class ThrottleEntry:
     """What the throttle remembers of one key (an (address, user) pair, a user, or an address)."""
 
     failures: int = 0  # failed logins on this key in a row (forgotten after ``forget_after`` quiet seconds)
+    floor: int = 0  # the count its overflow slot held when it was (re)loaded: it never counts less (see _fold)
     pending: int = 0  # attempts admitted and not yet answered: each counts as a failure until it ends
     last: float = 0.0  # the last admission or failure: the wait runs from here
     failed_at: float = 0.0  # the last failure
@@ -171,7 +180,26 @@ class ThrottleEntry:
 
     @property
     def empty(self) -> bool:
-        return not (self.failures or self.pending or self.trusted)
+        return not (self.failures or self.pending or self.trusted or self.floor)
+
+    @property
+    def count(self) -> int:
+        """``v``: failures (never fewer than the floor) and attempts in flight."""
+        return max(self.floor, self.failures) + self.pending
+
+
+@dataclass(frozen=True)
+class OverflowSlot:
+    """What the login backoff keeps of the keys it forgot that hash to one slot (see ``_fold``)."""
+
+    fingerprint: int = 0  # the most penalised key's (0: none)
+    top: int = 0  # its count
+    rest: int = 0  # the largest count of the other keys folded here
+    last: float = 0.0
+    failed_at: float = 0.0
+
+
+_NO_SLOT = OverflowSlot()
 
 
 @dataclass(frozen=True)
@@ -260,25 +288,77 @@ class LoginBackoff(abc.ABC):
         """(Subclasses) the lock every read and write of entries happens under."""
 
     @abc.abstractmethod
-    def _get(self, key: str) -> ThrottleEntry:
-        """(Subclasses) the entry of a key (empty if none)."""
+    def _lookup(self, key: str) -> ThrottleEntry | None:
+        """(Subclasses) the entry of a key the bounded table holds, else None."""
 
     @abc.abstractmethod
     def _put(self, key: str, entry: ThrottleEntry, now: float) -> None:
-        """(Subclasses) store an entry (an empty one: forget the key)."""
+        """(Subclasses) store an entry (an empty one: forget the key). A key forgotten to make room
+        for another is handed to :meth:`_fold` first."""
+
+    @abc.abstractmethod
+    def _overflow_index(self, key: str) -> tuple[int, int]:
+        """(Subclasses) a key's overflow slot (in ``range(OVERFLOW_SLOTS)``) and fingerprint (not 0),
+        both from one keyed hash."""
+
+    @abc.abstractmethod
+    def _overflow_get(self, index: int) -> OverflowSlot:
+        """(Subclasses) an overflow slot (empty if never written)."""
+
+    @abc.abstractmethod
+    def _overflow_put(self, index: int, slot: OverflowSlot) -> None:
+        """(Subclasses) write an overflow slot."""
 
     # --- rules -----------------------------------------------------------------------------------
 
-    def _load(self, key: str, now: float) -> ThrottleEntry:
-        entry = self._get(key)
-        if entry.failures and now - entry.failed_at > self._forget_after:
-            entry = replace(entry, failures=0)
+    def _get(self, key: str) -> ThrottleEntry:
+        """A key's entry: the bounded table's, else what its overflow slot keeps of it."""
+        entry = self._lookup(key)
+        if entry is not None:
+            return entry
+        index, fingerprint = self._overflow_index(key)
+        slot = self._overflow_get(index)
+        if slot.fingerprint == fingerprint and slot.top:  # its own count: it goes on from there
+            return ThrottleEntry(failures=slot.top, last=slot.last, failed_at=slot.failed_at)
+        return ThrottleEntry(floor=slot.rest, last=slot.last, failed_at=slot.failed_at) if slot.rest else _EMPTY
+
+    def _fold(self, key: tuple[int, int], entry: ThrottleEntry, now: float) -> None:
+        """A key forgotten to make room keeps its count in its overflow slot, which every key that
+        hashes there shares: the slot keeps the most penalised key's count (with its fingerprint)
+        and the largest count of the others. A key loaded from it goes on from the top count if its
+        fingerprint is the top's (its own); else its failures count at least the others' largest
+        (its ``floor``, a minimum, not a start: keys sharing a slot do not add up). So forgetting a
+        key never shortens its wait; another key of the slot may wait as long as the most penalised
+        of the others (never shorter than its own count asks), and a flood of fresh keys that fail
+        once each leaves its slots at 1 and slows nobody. Trust is never kept."""
+        v = entry.count
+        if not v:
+            return
+        index, fingerprint = key
+        failed_at = max(entry.failed_at, entry.last) if entry.pending else entry.failed_at
+        old = self._overflow_get(index)
+        if old.top and now - old.failed_at > self._forget_after:
+            old = _NO_SLOT
+        if old.fingerprint == fingerprint:
+            top, rest, fp = max(old.top, v), old.rest, fingerprint
+        elif v > old.top:
+            top, rest, fp = v, max(old.rest, old.top), fingerprint
+        else:
+            top, rest, fp = old.top, max(old.rest, v), old.fingerprint
+        self._overflow_put(index, OverflowSlot(fp, top, rest, max(old.last, entry.last), max(old.failed_at, failed_at)))
+
+    def _expire(self, entry: ThrottleEntry, now: float) -> ThrottleEntry:
+        if (entry.failures or entry.floor) and now - entry.failed_at > self._forget_after:
+            entry = replace(entry, failures=0, floor=0)
         if entry.pending and now - entry.last > self._forget_after:  # left by a worker that died
             entry = replace(entry, pending=0)
         return entry
 
+    def _load(self, key: str, now: float) -> ThrottleEntry:
+        return self._expire(self._get(key), now)
+
     def _wait(self, entry: ThrottleEntry, now: float) -> float:
-        v = entry.failures + entry.pending
+        v = entry.count
         if v < 2:
             return 0.0
         gap = min(self._max, self._base * 2.0 ** min(v - 2, 64))
@@ -354,7 +434,7 @@ class LoginBackoff(abc.ABC):
                 if outcome is Outcome.FAILED:
                     entry = replace(entry, failures=entry.failures + 1, last=now, failed_at=now)
                 elif outcome is Outcome.OK and i == 0:
-                    entry = replace(entry, failures=0, trusted=True)
+                    entry = replace(entry, failures=0, floor=0, trusted=True)
                 self._put(key, entry, now)
                 if i == 0:
                     pair_failures = entry.failures
@@ -364,7 +444,10 @@ class LoginBackoff(abc.ABC):
 
 class LoginThrottle(LoginBackoff):
     """:class:`LoginBackoff` in this process (thread-safe). Memory is bounded: beyond ``capacity``
-    keys, the least recently used is forgotten."""
+    keys, the least recently used is forgotten, its penalty kept in one of
+    :data:`OVERFLOW_SLOTS` overflow slots (:meth:`LoginBackoff._fold`). Trusted pairs, which only
+    a successful login makes, have a table of their own (``capacity`` too), so failed attempts,
+    however many, never push them out."""
 
     def __init__(
         self, *, base: float, maximum: float, capacity: int = 10_000, forget_after: float = 900.0, poll: float = 0.05
@@ -373,23 +456,45 @@ class LoginThrottle(LoginBackoff):
         self._capacity = capacity
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, ThrottleEntry] = OrderedDict()
+        self._trusted: OrderedDict[str, ThrottleEntry] = OrderedDict()
+        self._overflow: dict[int, OverflowSlot] = {}
+        self._salt = os.urandom(16)  # overflow slots: no client can aim a key at another's slot
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._entries) + len(self._trusted)
 
     def _locked(self) -> contextlib.AbstractContextManager[object]:
         return self._lock
 
-    def _get(self, key: str) -> ThrottleEntry:
-        return self._entries.get(key, _EMPTY)
+    def _lookup(self, key: str) -> ThrottleEntry | None:
+        entry = self._trusted.get(key)
+        return entry if entry is not None else self._entries.get(key)
 
     def _put(self, key: str, entry: ThrottleEntry, now: float) -> None:
         self._entries.pop(key, None)
+        self._trusted.pop(key, None)
         if entry.empty:
             return
-        self._entries[key] = entry
-        while len(self._entries) > self._capacity:
-            self._entries.popitem(last=False)
+        table = self._trusted if entry.trusted else self._entries
+        table[key] = entry
+        while len(table) > self._capacity:
+            old_key, old = table.popitem(last=False)
+            self._fold(self._overflow_index(old_key), old, now)
+
+    def _overflow_index(self, key: str) -> tuple[int, int]:
+        digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16, key=self._salt).digest()
+        return overflow_slot(digest)
+
+    def _overflow_get(self, index: int) -> OverflowSlot:
+        return self._overflow.get(index, _NO_SLOT)
+
+    def _overflow_put(self, index: int, slot: OverflowSlot) -> None:
+        self._overflow[index] = slot
+
+
+def overflow_slot(digest: bytes) -> tuple[int, int]:
+    """(index, fingerprint) of a 16-byte keyed digest."""
+    return int.from_bytes(digest[8:16], "little") % OVERFLOW_SLOTS, int.from_bytes(digest[:8], "little") or 1
 
 
 _EMPTY = ThrottleEntry()

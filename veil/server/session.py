@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from pg_mimic import ResultColumn
 from pg_mimic.session import BaseSession, Portal, Statement
 
+from veil.engines.base import EngineError
 from veil.errors import ParseError, QueryCancelled, QueryTooComplex, QueryTooLarge, VeilError
 from veil.proxy.catalog import Catalog
 from veil.server import catalog, drivers, results, system
@@ -58,6 +59,35 @@ def _consume(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
+class _PublicWatchdog:
+    """Interrupts a call's work on public data once it has run ``seconds`` (never a charged private
+    query's engine run: :meth:`~veil.proxy.session.QuerySession.cancel_public`)."""
+
+    def __init__(self, session: VeilSession, future: concurrent.futures.Future[Any], seconds: float) -> None:
+        self._session = session
+        self._future = future
+        self.fired = False
+        self._handle: asyncio.TimerHandle | None = asyncio.get_running_loop().call_later(seconds, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        if not self._future.done():
+            self.fired = True
+            logger.warning(
+                "%s@%s: work on public data ran past the public query limit; interrupting it",
+                self._session.analyst,
+                self._session._peer(),
+            )
+            self._session._interrupt_until_done(self._future, public_only=True)
+
+    def disarm(self) -> None:
+        """The caller stopped waiting (answered, failed, cancelled): a call still running keeps its
+        watchdog only if it was abandoned (its interrupter then runs on its own)."""
+        if self._handle is not None and self._future.done():
+            self._handle.cancel()
+            self._handle = None
+
+
 class VeilSession(BaseSession):
     """One client connection: its analyst, query session, and settings."""
 
@@ -83,7 +113,7 @@ class VeilSession(BaseSession):
             with self._lock:
                 return fn(*args, **kwargs)
 
-        future = self.server.pools.analyst.submit(call)
+        future = self.server.pools.analyst.submit(call, owner=self.analyst or "")
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
         return future
@@ -99,18 +129,22 @@ class VeilSession(BaseSession):
         self, fn: Callable[..., Any], *args: Any, planning: bool = False, interruptible: bool = True, **kwargs: Any
     ) -> Any:
         """Run a query-session call under the statement timeout (and the planning limit).
-        ``interruptible=False``: no time limit, and a cancel request stops it only if it has not
-        started yet (a charged private query always runs to its end)."""
+        ``interruptible=False``: no statement timeout, and a cancel request interrupts only its
+        work on public data (a charged private query always runs to its end; a public query, or a
+        private one's planning, stops). Either way its work on public data stops at
+        ``public_query_timeout`` (57014)."""
         timeout = self._timeout() if interruptible else 0.0
         plan_limit = self.server.limits.max_planning_seconds if planning else 0.0
         planning_bound = plan_limit > 0 and (timeout == 0 or plan_limit < timeout)
         limit = plan_limit if planning_bound else timeout
         future = self._submit(fn, *args, **kwargs)
         waited = asyncio.wrap_future(future)
+        public_limit = self.server.limits.public_query_timeout
+        watchdog = _PublicWatchdog(self, future, public_limit) if public_limit > 0 else None
         try:
             return await asyncio.wait_for(asyncio.shield(waited), limit or None)
         except TimeoutError:
-            self._abandon(future, waited, interrupt=True)
+            self._abandon(future, waited, interrupt="all")
             if planning_bound:
                 raise QueryTooComplex(
                     f"planning the query took more than {plan_limit:g} s",
@@ -121,25 +155,39 @@ class VeilSession(BaseSession):
                 hint="A cancelled query releases nothing; raise the limit with SET statement_timeout (capped by the server)",
             ) from None
         except asyncio.CancelledError:  # the client's CancelRequest
-            self._abandon(future, waited, interrupt=interruptible)
+            self._abandon(future, waited, interrupt="all" if interruptible else "public")
             raise
+        except EngineError:  # the engine's own error: public work interrupted (or a refused bind)
+            if watchdog is not None and watchdog.fired:
+                raise QueryCancelled(
+                    f"canceling statement: its work on public data ran for more than {public_limit:g} s",
+                    hint="Ask for less (fewer joined rows), or ask the curator to raise the public query limit",
+                ) from None
+            raise
+        finally:
+            if watchdog is not None:
+                watchdog.disarm()
 
-    def _abandon(self, future: concurrent.futures.Future[Any], waited: asyncio.Future[Any], *, interrupt: bool) -> None:
+    def _abandon(self, future: concurrent.futures.Future[Any], waited: asyncio.Future[Any], *, interrupt: str) -> None:
         """Stop a call the client no longer waits for: one still queued for a worker is never run
-        (and costs nothing); one already running is interrupted until it returns (``interrupt``)
-        or left to finish."""
+        (and costs nothing); one already running is interrupted until it returns: all of it
+        (``interrupt="all"``) or only its work on public data (``"public"``)."""
         waited.add_done_callback(_consume)  # its outcome has no reader any more
-        if not future.cancel() and interrupt:
-            self._cancelling.add(asyncio.ensure_future(self._cancel_until_done(future)))
+        if not future.cancel():
+            self._interrupt_until_done(future, public_only=interrupt == "public")
 
-    async def _cancel_until_done(self, future: concurrent.futures.Future[Any]) -> None:
+    def _interrupt_until_done(self, future: concurrent.futures.Future[Any], *, public_only: bool) -> None:
+        self._cancelling.add(asyncio.ensure_future(self._cancel_until_done(future, public_only=public_only)))
+
+    async def _cancel_until_done(self, future: concurrent.futures.Future[Any], *, public_only: bool = False) -> None:
         """Interrupt the query session until the abandoned call has returned (a statement the
-        engine starts after the first interrupt is interrupted too)."""
+        engine starts after the first interrupt is interrupted too). ``public_only``: only its
+        work on public data (:meth:`~veil.proxy.session.QuerySession.cancel_public`)."""
         qs = self.query_session
         while not future.done():
             if qs is not None:
                 try:
-                    qs.cancel()
+                    qs.cancel_public() if public_only else qs.cancel()
                 except Exception:  # cancelling is best effort; the call still ends by itself
                     logger.debug("cancel failed", exc_info=True)
             await asyncio.sleep(_CANCEL_EVERY)
@@ -150,7 +198,9 @@ class VeilSession(BaseSession):
         self.connection = connection
         self.analyst = connection.username
         self.settings = SessionSettings(values=connection.session_vars)
-        policy = await asyncio.wrap_future(self.server.pools.analyst.submit(self.server.live_policy.current))
+        policy = await asyncio.wrap_future(
+            self.server.pools.analyst.submit(self.server.live_policy.current, owner=self.analyst or "")
+        )
         factory = self.server.query_session_factory
         self.query_session = await self._in_worker(factory, policy, self.analyst, limits=self.server.limits.query_limits)
         await self._refresh_catalog()
@@ -196,7 +246,9 @@ class VeilSession(BaseSession):
         self._check_size(sql)
         limits = self.server.limits
         if len(sql) > _OFF_LOOP_BYTES:
-            return await asyncio.wrap_future(self.server.pools.analyst.submit(fn, sql, self._names, limits))
+            return await asyncio.wrap_future(
+                self.server.pools.analyst.submit(fn, sql, self._names, limits, owner=self.analyst or "")
+            )
         return fn(sql, self._names, limits)
 
     async def prepare(self, sql: str, param_oids: list[int | None]) -> Statement:
@@ -381,7 +433,8 @@ class VeilSession(BaseSession):
         budget = await self._in_worker(self.query_session.budget) if "veil" in lowered else None
         version = (self.server.parameter_status.get("server_version") or "16.0").split()[0]
         query = system.SystemQuery(sql, self.connection, cat, budget, version)
-        return await self.server.pools.catalog.run(self.server.limits.catalog_timeout, system.answer, query)
+        timeout = self.server.limits.catalog_timeout
+        return await self.server.pools.catalog.run(timeout, system.answer, query, owner=self.analyst or "")
 
 
 class VeilStatement(Statement):

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from veil.errors import InternalError, TooManyConnections
-from veil.server.limits import LoginBackoff, ServerLimits, ThrottleEntry
+from veil.server.limits import OVERFLOW_SLOTS, LoginBackoff, OverflowSlot, ServerLimits, ThrottleEntry, overflow_slot
 
 __all__ = ["CancelMailbox", "ProcessShare", "SharedConnectionSlots", "SharedLoginThrottle", "SharedState"]
 
@@ -58,11 +58,23 @@ class _Failure(ctypes.Structure):
         ("key", ctypes.c_ubyte * _DIGEST),
         ("used", ctypes.c_int64),
         ("failures", ctypes.c_int64),
+        ("floor", ctypes.c_int64),
         ("pending", ctypes.c_int64),
         ("trusted", ctypes.c_int64),
         ("last", ctypes.c_double),
         ("failed_at", ctypes.c_double),
         ("touched", ctypes.c_double),
+    )
+
+
+class _Overflow(ctypes.Structure):
+    # what the login backoff keeps of keys it forgot (veil.server.limits.LoginBackoff._fold)
+    _fields_ = (
+        ("fingerprint", ctypes.c_uint64),
+        ("top", ctypes.c_int64),
+        ("rest", ctypes.c_int64),
+        ("last", ctypes.c_double),
+        ("failed_at", ctypes.c_double),
     )
 
 
@@ -109,7 +121,7 @@ class SharedState:
     Picklable only while the workers are being started (multiprocessing passes the shared memory
     to them then)."""
 
-    def __init__(self, ctx: Any, limits: ServerLimits) -> None:
+    def __init__(self, ctx: Any, limits: ServerLimits, *, throttle_slots: int = _THROTTLE_SLOTS) -> None:
         fd, path = tempfile.mkstemp(prefix="veil-serve-", suffix=".lock")
         os.close(fd)
         self.lock = _ProcessLock(path)
@@ -117,7 +129,11 @@ class SharedState:
         # an analyst holds a slot while it has open connections; slots of analysts with none are
         # reused, so this never fills while connections ≤ max_connections
         self.analysts = ctx.RawArray(_Count, max(64, 2 * limits.max_connections))
-        self.failures = ctx.RawArray(_Failure, _THROTTLE_SLOTS)
+        if throttle_slots < _WAYS or throttle_slots % _WAYS:
+            raise InternalError(f"throttle_slots must be a multiple of {_WAYS}, got {throttle_slots}")
+        self.failures = ctx.RawArray(_Failure, throttle_slots)
+        self.trusted = ctx.RawArray(_Failure, throttle_slots)  # trusted pairs: only logins fill it
+        self.overflow = ctx.RawArray(_Overflow, OVERFLOW_SLOTS)  # penalties of forgotten keys
         self.cancels = ctx.RawArray(_Cancel, _MAILBOX_SLOTS)
         self.posted = ctx.RawValue(ctypes.c_int64, 0)  # requests in the mailbox (read without the lock)
         self.salt = os.urandom(16)
@@ -241,7 +257,9 @@ class SharedLoginThrottle(LoginBackoff):
     """:class:`~veil.server.limits.LoginBackoff` over every worker process: the same rules, its
     entries in shared memory, under the state's lock. Memory is a fixed table of 16,384 keys in
     buckets of 4: a new key forgets the least recently used one of its bucket (buckets come from a
-    keyed hash, so no client chooses whom it evicts)."""
+    keyed hash, so no client chooses whom it evicts), keeping its penalty in one of 65,536 overflow
+    slots (:meth:`~veil.server.limits.LoginBackoff._fold`). Trusted pairs have a table of their own,
+    which only successful logins fill."""
 
     def __init__(
         self, state: SharedState, *, base: float, maximum: float, forget_after: float = 900.0, poll: float = 0.05
@@ -252,23 +270,24 @@ class SharedLoginThrottle(LoginBackoff):
     def _locked(self) -> contextlib.AbstractContextManager[object]:
         return self._state.lock
 
-    def _bucket(self, key: bytes) -> list[_Failure]:
-        table = self._state.failures
+    def _bucket(self, table: Any, key: bytes) -> list[_Failure]:
         first = (int.from_bytes(key[:8], "little") % (len(table) // _WAYS)) * _WAYS
         return [table[first + i] for i in range(_WAYS)]
 
     def _find(self, key: bytes) -> _Failure | None:
-        for slot in self._bucket(key):
-            if slot.used and bytes(slot.key) == key:
-                return slot
+        for table in (self._state.trusted, self._state.failures):
+            for slot in self._bucket(table, key):
+                if slot.used and bytes(slot.key) == key:
+                    return slot
         return None
 
-    def _get(self, key: str) -> ThrottleEntry:
+    def _lookup(self, key: str) -> ThrottleEntry | None:
         slot = self._find(self._state.digest(key))
         if slot is None:
-            return ThrottleEntry()
+            return None
         return ThrottleEntry(
             failures=int(slot.failures),
+            floor=int(slot.floor),
             pending=int(slot.pending),
             last=float(slot.last),
             failed_at=float(slot.failed_at),
@@ -278,16 +297,38 @@ class SharedLoginThrottle(LoginBackoff):
     def _put(self, key: str, entry: ThrottleEntry, now: float) -> None:
         digest = self._state.digest(key)
         slot = self._find(digest)
+        if slot is not None and (entry.empty or bool(slot.trusted) != entry.trusted):
+            ctypes.memset(ctypes.addressof(slot), 0, ctypes.sizeof(_Failure))  # gone, or moves to the other table
+            slot = None
         if entry.empty:
-            if slot is not None:
-                ctypes.memset(ctypes.addressof(slot), 0, ctypes.sizeof(_Failure))
             return
         if slot is None:
-            slot = min(self._bucket(digest), key=lambda s: (s.used != 0, s.touched))  # an empty one, else the oldest
+            table = self._state.trusted if entry.trusted else self._state.failures
+            slot = min(self._bucket(table, digest), key=lambda s: (s.used != 0, s.touched))  # an empty one, else the oldest
+            if slot.used:
+                forgotten = ThrottleEntry(
+                    failures=int(slot.failures),
+                    floor=int(slot.floor),
+                    pending=int(slot.pending),
+                    last=float(slot.last),
+                    failed_at=float(slot.failed_at),
+                )
+                self._fold(overflow_slot(bytes(slot.key)), forgotten, now)
             ctypes.memmove(slot.key, digest, _DIGEST)
             slot.used = 1
-        slot.failures, slot.pending, slot.trusted = entry.failures, entry.pending, int(entry.trusted)
+        slot.failures, slot.floor, slot.pending, slot.trusted = entry.failures, entry.floor, entry.pending, int(entry.trusted)
         slot.last, slot.failed_at, slot.touched = entry.last, entry.failed_at, now
+
+    def _overflow_index(self, key: str) -> tuple[int, int]:
+        return overflow_slot(self._state.digest(key))
+
+    def _overflow_get(self, index: int) -> OverflowSlot:
+        s = self._state.overflow[index]
+        return OverflowSlot(int(s.fingerprint), int(s.top), int(s.rest), float(s.last), float(s.failed_at))
+
+    def _overflow_put(self, index: int, slot: OverflowSlot) -> None:
+        s = self._state.overflow[index]
+        s.fingerprint, s.top, s.rest, s.last, s.failed_at = slot.fingerprint, slot.top, slot.rest, slot.last, slot.failed_at
 
 
 class CancelMailbox:

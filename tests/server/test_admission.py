@@ -1,0 +1,221 @@
+"""Connection slots before login (red team s20, A3): one address that opens every slot and never
+logs in must not keep other addresses out. When all slots are taken, a newcomer takes the slot of
+the oldest connection not logged in of the network holding the most of them, when that is fairer
+(:mod:`veil.server.admission`); logged-in connections and the newcomer's own network are never cut.
+
+The rule first (hypothesis), then the server with real clients: psycopg logging in from 127.0.0.1
+while raw sockets from other loopback addresses hold the slots at each stage of a login.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.support.server import FAST_BACKOFF, build_policy, dsn, read_message, running_server, startup_packet
+from veil.server.admission import GRACE_S, PreLogin
+from veil.server.limits import ServerLimits, client_network
+
+# --- the rule ----------------------------------------------------------------------------------
+
+_NETS = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "2001:db8:0:1::5", "2001:db8:0:1::6", "2001:db8:0:2::1"]
+
+
+@given(
+    arrivals=st.lists(st.tuples(st.sampled_from(_NETS), st.floats(0, 5)), max_size=40),
+    newcomer=st.sampled_from(_NETS),
+    later=st.floats(0, 10),
+)
+def test_a_victim_is_always_from_a_network_holding_more(arrivals: list[tuple[str, float]], newcomer: str, later: float) -> None:
+    """Whatever is waiting, the connection that gives way is the oldest of another network holding
+    two more than the newcomer's, or one more past the grace; a network holding two more always
+    gives one."""
+    pre = PreLogin(grace=GRACE_S)
+    since: dict[str, list[float]] = {}
+    now = 0.0
+    for address, dt in arrivals:
+        now += dt
+        pre.add(address, handle=None, now=now)
+        since.setdefault(client_network(address), []).append(now)
+    now += later
+    mine = client_network(newcomer)
+    have = len(since.get(mine, []))
+    victim = pre.victim(newcomer, now=now)
+    if victim is None:
+        assert all(len(v) < have + 2 for net, v in since.items() if net != mine)
+        return
+    held = len(since[victim.network])
+    assert victim.network != mine and victim.since == min(since[victim.network])
+    assert held >= have + 2 or (held == have + 1 and now - victim.since > GRACE_S)
+
+
+def test_the_hog_loses_its_oldest_and_cannot_win_it_back() -> None:
+    pre = PreLogin(grace=GRACE_S)
+    hog = [pre.add("10.0.0.9", handle=None, now=float(i)) for i in range(4)]
+    victim = pre.victim("10.0.0.7", now=4.0)
+    assert victim is hog[0]
+    pre.evict(victim)
+    assert victim.evicted and pre.held_by("10.0.0.9") == 3
+    assert pre.victim("10.0.0.9", now=100.0) is None  # its own: never
+    pre.add("10.0.0.7", handle=None, now=4.0)
+    assert pre.victim("10.0.0.7", now=4.0) is hog[1]  # 3 ≥ 1 + 2
+    assert pre.victim("10.0.0.8", now=4.0) is hog[1]
+    one_each = PreLogin(grace=GRACE_S)
+    first = one_each.add("10.0.0.1", handle=None, now=0.0)
+    one_each.add("10.0.0.2", handle=None, now=1.0)
+    assert one_each.victim("10.0.0.3", now=GRACE_S) is None  # equal shares, nobody stale yet
+    assert one_each.victim("10.0.0.3", now=GRACE_S + 0.5) is first
+
+
+def test_an_ipv6_network_counts_as_its_64() -> None:
+    pre = PreLogin()
+    for i in range(3):
+        pre.add(f"2001:db8:0:1::{i + 1}", handle=None, now=0.0)  # three addresses, one /64
+    assert pre.held_by("2001:db8:0:1::ff") == 3
+    assert pre.victim("2001:db8:0:1::77", now=0.0) is None  # the same /64: its own
+    assert pre.victim("2001:db8:0:2::1", now=0.0) is not None
+
+
+# --- the server, with real clients ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    return build_policy(tmp_path_factory.mktemp("admission"), request.getfixturevalue("shared_data"), rows=100)
+
+
+def _limits(**kwargs: object) -> ServerLimits:
+    return ServerLimits(**{**FAST_BACKOFF, **kwargs})  # type: ignore[arg-type]
+
+
+def _scram_first(user: str) -> bytes:
+    first = b"n,,n=,r=" + b"x" * 24
+    body = b"SCRAM-SHA-256\x00" + struct.pack("!i", len(first)) + first
+    return b"p" + struct.pack("!i", len(body) + 4) + body
+
+
+#: what an idle socket has sent when it stops: each stage of a login the server waits in
+STAGES = {
+    "nothing": b"",
+    "half a header": b"\x00\x00\x00",
+    "SSLRequest": struct.pack("!ii", 8, 80877103),
+    "startup": startup_packet("alice"),
+    "SCRAM first message": startup_packet("alice") + _scram_first("alice"),
+}
+
+
+def _hold(port: int, source: str, count: int, stage: bytes) -> list[socket.socket]:
+    held = []
+    for _ in range(count):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0))
+        if stage:
+            s.sendall(stage)
+        held.append(s)
+    time.sleep(0.3)  # the server has accepted them all
+    return held
+
+
+def _closed_by_server(sockets: list[socket.socket]) -> int:
+    """How many of ``sockets`` the server has closed (it may have sent replies before)."""
+    closed = 0
+    for s in sockets:
+        s.setblocking(False)
+        try:
+            while True:
+                data = s.recv(65536)
+                if not data:
+                    closed += 1
+                    break
+        except BlockingIOError:
+            pass
+        except OSError:
+            closed += 1
+    return closed
+
+
+def _login(port: int) -> str:
+    try:
+        with psycopg.connect(dsn(port), autocommit=True) as conn:
+            return "ok" if conn.execute("SELECT 1").fetchone() == (1,) else "wrong answer"
+    except psycopg.OperationalError as exc:
+        return str(exc).strip()
+
+
+@pytest.fixture
+def served(policy: Path) -> Iterator[object]:
+    with running_server(policy, limits=_limits(max_connections=12, auth_timeout=60)) as st:
+        yield st
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_one_address_holding_every_slot_does_not_keep_others_out(served: object, stage: str) -> None:
+    port, server = served.port, served.server  # type: ignore[attr-defined]
+    hog = _hold(port, "127.0.0.2", 12, STAGES[stage])
+    try:
+        assert server.slots.total == 12
+        extra = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.2", 0))
+        tag, payload = read_message(extra)  # the hog's next socket: refused, it cannot win a slot back
+        extra.close()
+        assert tag == b"E" and b"53300" in payload
+        for _ in range(3):  # alice logs in (from 127.0.0.1), again and again
+            assert _login(port) == "ok"
+        assert server.slots.total <= 12
+        time.sleep(0.2)
+        assert 1 <= _closed_by_server(hog) <= 3  # at most one of the hog's per login of alice (none once one is free)
+    finally:
+        for s in hog:
+            s.close()
+
+
+def test_the_default_limits_hold_against_100_idle_sockets(policy: Path) -> None:
+    with running_server(policy, limits=_limits()) as st:
+        port = st.port  # type: ignore[attr-defined]
+        assert _login(port) == "ok"
+        hog = _hold(port, "127.0.0.2", 100, b"")
+        try:
+            assert _login(port) == "ok"
+        finally:
+            for s in hog:
+                s.close()
+
+
+def test_logged_in_connections_are_never_cut(policy: Path) -> None:
+    with running_server(policy, limits=_limits(max_connections=3)) as st:
+        port = st.port  # type: ignore[attr-defined]
+        conns = [psycopg.connect(dsn(port), autocommit=True) for _ in range(3)]
+        try:
+            newcomer = socket.create_connection(("127.0.0.1", port), timeout=5, source_address=("127.0.0.2", 0))
+            tag, payload = read_message(newcomer)
+            assert tag == b"E" and b"53300" in payload
+            newcomer.close()
+            assert [c.execute("SELECT 1").fetchone() for c in conns] == [(1,)] * 3
+        finally:
+            for c in conns:
+                c.close()
+
+
+@pytest.mark.slow
+def test_equal_shares_give_way_only_after_the_grace(policy: Path) -> None:
+    """Three addresses with one idle socket each: a newcomer is refused while they are fresh (a
+    login in progress is never cut) and takes the stalest one's slot past the grace."""
+    with running_server(policy, limits=_limits(max_connections=3)) as st:
+        port = st.port  # type: ignore[attr-defined]
+        idle = [_hold(port, f"127.0.0.{i}", 1, b"")[0] for i in (2, 3, 4)]
+        try:
+            assert "too many clients" in _login(port)
+            time.sleep(GRACE_S + 0.2)
+            assert _login(port) == "ok"
+            time.sleep(0.2)
+            assert _closed_by_server(idle) == 1
+            assert _closed_by_server(idle[:1]) == 1  # the oldest
+        finally:
+            for s in idle:
+                s.close()
