@@ -104,6 +104,10 @@ def _asyncpg_timeout(port: int, sql: str, params: tuple[object, ...] | None) -> 
             return time.monotonic() - started - 0.7, how
         finally:
             await conn.close()
+            # asyncpg sends its CancelRequest on a connection of its own, in the background: let the server
+            # finish with it before the test stops the server (else its handler task is destroyed pending, and
+            # the unclosed socket's ResourceWarning fails whichever test comes next)
+            await asyncio.sleep(0.5)
 
     return asyncio.run(scenario())
 

@@ -60,6 +60,14 @@ def _is_loopback_host(host: str) -> bool:
 @click.option(
     "--statement-timeout", type=_SECONDS, default=0, show_default=True, callback=_finite, help="Seconds per statement (0: none)."
 )
+@click.option(
+    "--public-query-timeout",
+    type=_SECONDS,
+    default=120,
+    show_default=True,
+    callback=_finite,
+    help="Seconds of work on public data per statement, whatever --statement-timeout (0: none; never cuts a charged query).",
+)
 @click.option("--max-query-bytes", type=click.IntRange(1), default=1 << 20, show_default=True, help="Longest statement.")
 @click.option("--max-query-tokens", type=click.IntRange(1), default=4000, show_default=True, help="Most tokens in a statement.")
 @click.option("--max-query-depth", type=click.IntRange(1), default=64, show_default=True, help="Deepest bracket nesting.")
@@ -94,6 +102,7 @@ def serve_command(
     max_connections: int,
     max_connections_per_analyst: int | None,
     statement_timeout: float,
+    public_query_timeout: float,
     max_query_bytes: int,
     max_query_tokens: int,
     max_query_depth: int,
@@ -116,6 +125,7 @@ def serve_command(
         max_connections=max_connections,
         max_connections_per_analyst=max_connections_per_analyst,
         statement_timeout=statement_timeout,
+        public_query_timeout=public_query_timeout,
         max_query_bytes=max_query_bytes,
         max_query_tokens=max_query_tokens,
         max_query_depth=max_query_depth,

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from veil import mechanisms
+from veil.proxy import fixed_point
 from veil.proxy.plan import QueryPlan, Statistic
+from veil.proxy.rewrite import row_bound, sum_exponent
 
 __all__ = ["FLOAT_LIMIT", "INT_LIMIT", "NoiseSource", "clamp_raw", "grid_row", "grid_scores", "noisy_statistics"]
 
@@ -41,9 +43,16 @@ PRODUCTION = NoiseSource()
 
 
 def clamp_raw(stat: Statistic, values: np.ndarray) -> np.ndarray:
-    """Exact values of one statistic in a data-independent range (NaN → 0)."""
+    """Exact values of one statistic in a data-independent range (NaN → 0). Exact real sums
+    (:func:`veil.proxy.fixed_point.exact_sums`) are rounded to doubles here, so only for the groups asked for."""
     if stat.mechanism == "discrete_laplace":
         return np.array([max(-INT_LIMIT, min(INT_LIMIT, int(v))) for v in values.tolist()], dtype=np.int64)
+    if values.dtype == object:
+        pairs = values.tolist()
+        doubles = fixed_point.to_doubles(
+            [p[0] for p in pairs], sum_exponent(stat), stat.center, [p[1] for p in pairs], bound=row_bound(stat)
+        )
+        values = np.array(doubles, dtype=np.float64)
     arr = np.nan_to_num(values.astype(np.float64), nan=0.0, posinf=FLOAT_LIMIT, neginf=-FLOAT_LIMIT)
     return np.clip(arr, -FLOAT_LIMIT, FLOAT_LIMIT)
 

@@ -30,7 +30,12 @@ import sys
 from collections.abc import Sequence
 from fractions import Fraction
 
-__all__ = ["CLAMP_BITS", "CONVERSION_SLACK", "GRID_BITS", "SCALE_RAISE", "exponent", "on_grid", "to_double", "to_doubles"]
+import numpy as np
+
+__all__ = [
+    "CLAMP_BITS", "CONVERSION_SLACK", "GRID_BITS", "SCALE_RAISE", "exact_sums", "exponent", "on_grid", "to_double",
+    "to_doubles",
+]  # fmt: skip
 
 #: Each row's grid value fits in ±2**GRID_BITS (a BIGINT holds ±2⁶³).
 GRID_BITS = 62
@@ -108,6 +113,15 @@ def to_doubles(
 def _ratio(num: int, den: int, big: int) -> float:
     """``num / den`` correctly rounded, the largest finite double beyond it (``big = max double · den``)."""
     return num / den if abs(num) <= big else (sys.float_info.max if num > 0 else -sys.float_info.max)
+
+
+def exact_sums(totals: Sequence[object], counts: Sequence[object] | None) -> np.ndarray:
+    """Exact sums as the engine returned them, one ``(total, count)`` pair per group (count None: not centred),
+    in an object array: they become doubles (:func:`to_doubles`) only for the groups that are released."""
+    out = np.empty(len(totals), dtype=object)
+    for i, total in enumerate(totals):
+        out[i] = (total, None if counts is None else counts[i])
+    return out
 
 
 def to_double(total: object, k: int, center: Fraction, count: object, *, bound: Fraction) -> float:

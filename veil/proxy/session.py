@@ -47,7 +47,7 @@ from veil.proxy.multiplicity import Probe
 from veil.proxy.parse import DEFAULT_LIMITS, Limits
 from veil.proxy.plan import MAX_PUBLIC_GROUPS, QueryPlan
 from veil.proxy.postprocess import FRAME, PostProcess, aggregate_types, finalize_aggregates
-from veil.proxy.rewrite import EngineQueries, rewrite, row_bound, sum_exponent
+from veil.proxy.rewrite import EngineQueries, rewrite
 from veil.store.ledger import Ledger, Reservation
 from veil.store.records import ReleasedStatistic
 from veil.store.releases import published_tables
@@ -497,12 +497,10 @@ class Env:
                 col = [_num(r[idx[0]]) for r in qvals]
                 raw[stat.id] = np.array([v if isinstance(v, int) else round(v) for v in col], dtype=object)
                 continue
-            # an exact fixed-point sum (rewrite._fixed), centred with its count, rounded once (fixed_point)
-            k, bound = sum_exponent(stat), row_bound(stat)
+            # an exact fixed-point sum (rewrite._fixed) and its count, kept exact: the noise pass rounds only the
+            # groups it releases (add_noise.clamp_raw), so one person's unreleased groups cost O(1) each (s8 A1)
             counts = [r[idx[1]] for r in qvals] if len(idx) == 2 else None
-            center = stat.center if len(idx) == 2 else Fraction(0)
-            totals = [r[idx[0]] for r in qvals]
-            raw[stat.id] = np.array(fixed_point.to_doubles(totals, k, center, counts, bound=bound), dtype=np.float64)
+            raw[stat.id] = fixed_point.exact_sums([r[idx[0]] for r in qvals], counts)
         return raw
 
     def _grids(
