@@ -32,7 +32,7 @@ WRAPPER = textwrap.dedent(
         def wrapped(*a, **k):
             if name == point:
                 print("READY", file=sys.stderr, flush=True)
-                time.sleep(20)
+                time.sleep(3)  # the test signals at once; a held signal waits it out
             return orig(*a, **k)
         setattr(module, name, wrapped)
 

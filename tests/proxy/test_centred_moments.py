@@ -74,7 +74,7 @@ OFFSETS = st.one_of(
 SCALES = st.sampled_from(["1", "3", "0.5", "1.0000001", "7"])
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(offset=OFFSETS, scale=SCALES, column=st.sampled_from(["x", "y"]), half=st.booleans())
 @example(offset="1e17", scale="1", column="x", half=False)  # red team s15 A2a: one row 16 off against hw = 10
 @example(offset=1600740000000026, scale="1", column="x", half=True)  # A2b: a half-integer centre, integers only
