@@ -29,6 +29,7 @@ import math
 import sys
 from collections.abc import Sequence
 from fractions import Fraction
+from functools import lru_cache
 
 import numpy as np
 
@@ -52,6 +53,7 @@ _MAX_EXPONENT = sys.float_info.max_exp - 1  # 2**1023 is the largest power of tw
 _MAX_DOUBLE = int(sys.float_info.max)
 
 
+@lru_cache(maxsize=4096)
 def exponent(lo: Fraction, hi: Fraction) -> int:
     """The grid exponent ``k`` for row values within ``[lo, hi]``: the largest with ``max(|lo|, |hi|)·2**k ≤ 2**62``.
 
@@ -68,6 +70,7 @@ def exponent(lo: Fraction, hi: Fraction) -> int:
     return min(GRID_BITS - e, _MAX_EXPONENT)
 
 
+@lru_cache(maxsize=4096)
 def on_grid(lo: Fraction, hi: Fraction, k: int) -> tuple[int, int]:
     """The smallest and largest grid values (in units of ``2**-k``) within ``[lo, hi]``."""
     scale = Fraction(2) ** k
