@@ -228,6 +228,27 @@ def raw_statistics(session: Any, sql: str, epsilon: Fraction) -> dict[str, tuple
     return out
 
 
+def neighbour_worlds(tmp_path_factory: pytest.TempPathFactory, name: str) -> Worlds:
+    """D and the three neighbours later rounds use: the target's x at 10 or 3 (y ∓ 1.5), and all its values NULL."""
+    from tests.adversarial.test_redteam_s4 import TARGET_ROW
+
+    return Worlds(
+        tmp_path_factory.mktemp(name),
+        {
+            "d": None,
+            "x10": dict(TARGET_ROW, x=10, y=-1.5),
+            "x3": dict(TARGET_ROW, x=3, y=1.5),
+            "nulls": dict(TARGET_ROW, x=None, y=float("nan"), s=None, k=None, b=None),
+        },
+    )
+
+
+def fresh_epsilon(worlds: Worlds) -> Fraction:
+    """A new ε each time (5 plus a millionth per question), so the answer cache never answers."""
+    worlds.asked += 1
+    return Fraction(5) + Fraction(worlds.asked, 10**6)
+
+
 def moves_beyond_sensitivity(worlds: dict[str, Any], sql: str, epsilon: Fraction, slack: float = 0.0) -> list[str]:
     """Statistics of ``sql`` that move between D (``d``) and a neighbour by more than their sensitivity (L1), or by
     more than ``sensitivity · (1 + slack)`` (a slack the mechanism pays for)."""

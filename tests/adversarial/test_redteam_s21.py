@@ -53,29 +53,18 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tests.adversarial.test_redteam_s4 import TARGET_ROW
-from tests.adversarial.test_redteam_s15 import Worlds, moves_beyond_sensitivity
+from tests.adversarial.test_redteam_s15 import Worlds, fresh_epsilon, moves_beyond_sensitivity, neighbour_worlds
 from veil.errors import VeilError
 
 
 @pytest.fixture(scope="module")
 def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
-    w = Worlds(
-        tmp_path_factory.mktemp("s21"),
-        {
-            "d": None,
-            "x10": dict(TARGET_ROW, x=10, y=-1.5),
-            "x3": dict(TARGET_ROW, x=3, y=1.5),
-            "nulls": dict(TARGET_ROW, x=None, y=float("nan"), s=None, k=None, b=None),
-        },
-    )
+    w = neighbour_worlds(tmp_path_factory, "s21")
     yield w
     w.close()
 
 
-def _fresh(worlds: Worlds) -> Fraction:
-    worlds.asked += 1
-    return Fraction(5) + Fraction(worlds.asked, 10**6)
+_fresh = fresh_epsilon
 
 
 # --- Part A: fixed-point sums ------------------------------------------------------------------------------------
