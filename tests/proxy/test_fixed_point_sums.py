@@ -158,4 +158,4 @@ def test_the_exact_sum_is_rounded_once_after_its_clamp(
     clamped = max(-limit, min(limit, exact))
     top = Fraction(sys.float_info.max)
     want = float(clamped) if abs(clamped) <= top else (sys.float_info.max if clamped > 0 else -sys.float_info.max)
-    assert fixed_point.to_double(total, k, center, count, bound=bound) == want
+    assert fixed_point.to_doubles([total], k, center, [count], bound=bound) == [want]

@@ -28,6 +28,7 @@ def test_veil_serve_subprocess_answers_psql(tmp_path: Path, shared_data: Path) -
             *(sys.executable, "-m", "veil.cli.main", "serve", "--policy", str(policy), "--port", "0"),
             *("--statement-timeout", "30", "--max-connections", "10", "--max-connections-per-analyst", "3"),
             *("--auth-timeout", "20", "--max-query-tokens", "3000", "--catalog-timeout", "4", "--workers", "4"),
+            *("--public-query-timeout", "60"),
         ],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
@@ -85,7 +86,13 @@ def test_help(args: list[str]) -> None:
 
 @pytest.mark.parametrize(
     "flags",
-    [("--auth-timeout", "-1"), ("--max-connections", "0"), ("--statement-timeout", "nan"), ("--max-query-bytes", "0")],
+    [
+        ("--auth-timeout", "-1"),
+        ("--max-connections", "0"),
+        ("--statement-timeout", "nan"),
+        ("--max-query-bytes", "0"),
+        ("--public-query-timeout", "-5"),
+    ],
 )
 def test_serve_refuses_bad_limits(tmp_path: Path, flags: tuple[str, str]) -> None:
     from veil.cli.main import cli

@@ -59,7 +59,7 @@ _LARGEST = Fraction(sys.float_info.max)
 #: s21, A1), and ``Fraction`` also reads underscores and non-ASCII digits (``1e-10_000_000``: s22, A1). So ε text
 #: must be a plain ASCII decimal (``0.5``, ``.5``, ``5e-3``, an exponent of at most 3 digits) or a fraction of two
 #: ASCII integers (``1/3``), checked before any Fraction is built.
-_NUMBER_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?|[+-]?[0-9]+\s*/\s*[0-9]+")
+_NUMBER_TEXT = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?|[+-]?[0-9]+/[0-9]+")
 _MAX_TEXT = 400
 #: An ε whose exact form needs more bits than this is refused: the ledger adds every charge exactly, and a handful of
 #: long denominators would make its sums unwritable (red team s22, A2).
@@ -117,8 +117,8 @@ def format_epsilon(value: Fraction) -> str:
     ('0.5', '0.333333')
     """
     if abs(value) > _LARGEST:  # float() would overflow (red team s21, A3)
-        digits = len(str(abs(value.numerator) // value.denominator)) if value.numerator.bit_length() < 14000 else 4300
-        return f"{'-' if value < 0 else ''}~1e{digits - 1}"
+        exponent = int((abs(value.numerator) // value.denominator).bit_length() * math.log10(2))
+        return f"{'-' if value < 0 else ''}~1e{exponent}"
     as_float = float(value)
     text = repr(as_float)
     if Fraction(text) == value and len(text) <= 12:

@@ -19,8 +19,8 @@ by at most ``Δ·(1 + CONVERSION_SLACK)``; the Laplace scale is raised by ``SCAL
 >>> from fractions import Fraction
 >>> exponent(Fraction(-10), Fraction(10))
 58
->>> to_double(37, 2, Fraction(1, 2), 3, bound=Fraction(10))  # 37/4 − 3·(1/2)
-7.75
+>>> to_doubles([37], 2, Fraction(1, 2), [3], bound=Fraction(10))  # 37/4 − 3·(1/2)
+[7.75]
 """
 
 from __future__ import annotations
@@ -34,8 +34,7 @@ from functools import lru_cache
 import numpy as np
 
 __all__ = [
-    "CLAMP_BITS", "CONVERSION_SLACK", "GRID_BITS", "SCALE_RAISE", "exact_sums", "exponent", "on_grid", "to_double",
-    "to_doubles",
+    "CLAMP_BITS", "CONVERSION_SLACK", "GRID_BITS", "SCALE_RAISE", "exact_sums", "exponent", "on_grid", "to_doubles",
 ]  # fmt: skip
 
 #: Each row's grid value fits in ±2**GRID_BITS (a BIGINT holds ±2⁶³).
@@ -125,8 +124,3 @@ def exact_sums(totals: Sequence[object], counts: Sequence[object] | None) -> np.
     for i, total in enumerate(totals):
         out[i] = (total, None if counts is None else counts[i])
     return out
-
-
-def to_double(total: object, k: int, center: Fraction, count: object, *, bound: Fraction) -> float:
-    """One value of :func:`to_doubles`."""
-    return to_doubles([total], k, center, [count], bound=bound)[0]
