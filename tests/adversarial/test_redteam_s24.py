@@ -1,0 +1,171 @@
+"""Red team, session 24: publications (the gate, `transaction._finalise`, k-anonymity, PATE), the ledger/budget, and
+``veil serve``.
+
+Part A holds attacks that succeed on 2026-11-26 (main at 62e85ae): each test FAILS today and passes once fixed.
+Part B holds probes of defences that held (they pass, and fail if the defence breaks). Helpers come from the earlier
+rounds (:mod:`tests.adversarial.test_redteam_s16`, :mod:`tests.adversarial.test_redteam_s20`,
+:mod:`tests.publish_support`, :mod:`tests.support.attack`). Findings (details in each test's docstring):
+
+* A1 (MEDIUM) a k-anonymous table's *sensitive* int column is published as DOUBLE or BIGINT depending on whether a
+  person who is not in the table (dropped for a missing value) had that value missing: `_finalise` types only
+  perturbed/synthesised/randomised columns from the policy.
+* A2 (MEDIUM) PATE with the student's records held out of the private source: ``rho=None`` (no local noise) or a
+  vacuous ρ passes the gate, and the charge counts the teachers' ε only: the held-out people's records train the
+  published student with no (or a vacuous) guarantee and nothing charged for them.
+* A3 (MEDIUM, availability) with the default ``--max-connections-per-analyst`` (none), one analyst's logged-in
+  connections take every slot and every other analyst gets 53300 (admission never evicts logged-in connections).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.adversarial.test_redteam_s16 import _publish, _published, _warehouse
+from tests.publish_support import people
+
+# ==================================================================================================
+# Part A — attacks that succeed today
+# ==================================================================================================
+
+# --- A1. A k-anonymous table's sensitive column type says whether a dropped person's value was missing ----------
+
+
+def _types(policy: Any, table: str) -> dict[str, str]:
+    sql = f"SELECT column_name, data_type FROM information_schema.columns WHERE table_name = '{table}'"
+    return dict(_published(policy, sql))
+
+
+def _rows(policy: Any, table: str) -> list[tuple[Any, ...]]:
+    return sorted(_published(policy, f'SELECT * FROM "{table}"'), key=repr)
+
+
+@pytest.mark.slow
+def test_A1_kanon_sensitive_column_type_does_not_say_which_value_of_a_dropped_person_was_missing(tmp_path: Path) -> None:
+    """MEDIUM (deterministic, one bit per sensitive column, about a person who is not even in the table) — interface:
+    ``veil publish kanon --sensitive hours`` (default ``--missing drop``), then any analyst's catalog
+    (``information_schema.columns``, psql ``\\d``) or a typed fetch.
+
+    Mechanism: rows with a missing QI or sensitive value are dropped before anonymising (`anonymisation._clean`,
+    ``dropna``). A source BIGINT column with one NULL reaches pandas as ``float64`` and stays so after the row is
+    dropped; `anonymise` copies the sensitive column as it is (``clean[col].to_numpy()``) and
+    `transaction._finalise` gives the declared type only to perturbed/synthesised/randomised columns (the s20 A4
+    fix), not to ``sensitive`` (nor ``generalised``) ones. D: person 7's ``age`` (a QI) is NULL; D′: person 7's
+    ``hours`` (the sensitive column) is NULL. Person 7 is dropped in both, the remaining rows are identical, and
+    Mondrian is deterministic on them: both tables hold exactly the same multiset of rows (59), yet ``hours`` is
+    BIGINT in D and DOUBLE in D′ (measured: ``{'hours': 'BIGINT'}`` vs ``{'hours': 'DOUBLE'}``). So the published
+    table says which of a dropped person's values was missing. Sound: every published column of a policy column
+    typed from the policy (``as_declared``), whatever its protection."""
+    worlds = {}
+    for world, column in (("d", "age"), ("d_prime", "hours")):
+        frame = people(60)
+        frame[column] = frame[column].astype(object)
+        frame.loc[7, column] = None
+        policy = _warehouse(tmp_path / world, frame)
+        _publish(policy, "kanon", {"table": "people", "qi": ["age", "sex"], "sensitive": ["hours"], "k": 5,
+                                   "algorithm": "mondrian", "output": "pk"})  # fmt: skip
+        worlds[world] = (_types(policy, "pk"), _rows(policy, "pk"))
+    (types_d, rows_d), (types_dp, rows_dp) = worlds["d"], worlds["d_prime"]
+    assert [tuple(map(str, r)) for r in rows_d] == [tuple(str(v).removesuffix(".0") for v in r) for r in rows_dp], (
+        "precondition: the two tables hold the same rows"
+    )
+    assert types_d == types_dp, f"the published column types differ: D {types_d} vs D′ {types_dp}"
+
+
+# --- A2. PATE's held-out student records: no local noise passes the gate, and their ε is never charged ----------
+
+
+def _pate_plan(policy: Any, tmp_path: Path, rho: float | None) -> Any:
+    from veil.generators.pate import PateConfig
+    from veil.generators.registry import get_plugin
+
+    config = PateConfig(teachers=20, queries=100, rho=rho, seed=1)
+    request = {"table": "people", "label": "income", "config": config, "output_model": str(tmp_path / "student.pt")}
+    return get_plugin("pate").plan(policy, request)
+
+
+@pytest.mark.parametrize("rho", [None, 1000.0])
+def test_A2_pate_student_held_out_of_the_source_is_protected_and_charged(tmp_path: Path, rho: float | None) -> None:
+    """MEDIUM — interface: ``veil publish pate --no-student-noise`` (or ``--student-rho 1000``) without
+    ``--student-table``; the student model file is published.
+
+    Mechanism: without ``--student-table`` the student's records are rows held out of the private source
+    (`plugins/pate.py::sanitise`, ``s_idx``); each is sent to the teachers and trained on as
+    ``privatise_records(Xs, rho)``, i.e. with local noise Lap(1/ρ) — or raw with ``rho=None``. The published
+    student (an MLP/logistic model and its ROC threshold) is then a deterministic function of those people's raw
+    feature vectors, and the guarantee only covers the teachers' rows. The gate checks ρ for nothing (`check_plan`
+    sees only the teachers' data-independent ε) and the reservation is that ε alone (`plan.epsilon`): the held-out
+    people's local ε (``ldp_guarantee(...)["per_record"]``: ∞ without noise, 2·ρ·features with ``rho=1000``) is
+    neither refused as vacuous nor charged to ``table:people``. Measured: both plans pass ``check_plan`` and reserve
+    ε ≈ the teachers' bound only. Sound: refuse a student held out of the source without local noise (and a local ε
+    above the gate's maximum), or charge the table max(teachers' ε, the student records' local ε) (parallel
+    composition over disjoint people)."""
+    from veil.errors import InputError, PublicationRefused
+    from veil.generators import gate
+    from veil.generators.pate import FeatureEncoder, ldp_guarantee
+
+    policy = _warehouse(tmp_path / "d", people(80))
+    try:
+        plan = _pate_plan(policy, tmp_path, rho)
+        gate.check_plan(plan, float(policy.defaults.min_epsilon_per_query))
+    except (PublicationRefused, InputError):
+        return  # refused, free: sound
+    spec = policy.tables["people"]
+    encoder = FeatureEncoder.from_columns(spec.columns, plan.params["features"])
+    local = ldp_guarantee(encoder, rho)["per_record"]
+    local_eps = float("inf") if local is None else float(local)
+    assert float(plan.epsilon) >= local_eps, (
+        f"PATE with the student held out of the source at rho={rho}: the gate passed it and it reserves ε = "
+        f"{float(plan.epsilon):.4g} (the teachers' bound), while each held-out student record is published at local "
+        f"ε = {local_eps:g}"
+    )
+
+
+# --- A3. One analyst's logged-in connections lock every other analyst out (MEDIUM, availability) ----------------
+
+
+@pytest.fixture
+def two_logins(tmp_path: Path) -> Path:
+    from tests.publish_support import make_warehouse
+    from tests.support.attack import set_password
+
+    policy = make_warehouse(tmp_path, n=60)
+    set_password(policy, "bob")
+    set_password(policy, "carol")
+    return policy
+
+
+@pytest.mark.slow
+def test_A3_one_analyst_cannot_hold_every_connection_slot_after_login(two_logins: Path) -> None:
+    """MEDIUM (availability; insider) — interface: ``veil serve`` with its default limits (here
+    ``--max-connections 6`` to keep it quick; the same with the default 100 and 100 connections).
+
+    Mechanism: ``--max-connections-per-analyst`` defaults to none (`limits.ServerLimits`), and the fair share of
+    `admission.py` evicts only connections that have not logged in ("logged-in connections … are never cut"). So
+    bob, an analyst with a password, opens ``--max-connections`` connections (a pool, or a loop; 6 in 0.23 s) and
+    holds them idle: carol, with her own password, gets ``53300 sorry, too many clients already`` for as long as bob
+    keeps them — one analyst takes the server down for the others, which docs/server.md says cannot happen ("every
+    limit below holds before and after login"). Sound: a default per-analyst cap below ``--max-connections`` (or a
+    share of slots kept for analysts holding none, or evicting the idlest connection of the analyst holding the
+    most)."""
+    import psycopg
+
+    from tests.adversarial.test_redteam_s20 import _login, _serve
+    from tests.support.attack import PASSWORD
+
+    dsn = "host=127.0.0.1 port={port} user=bob password={pw} dbname=veil sslmode=disable connect_timeout=10"
+    with _serve(two_logins, max_connections=6) as st:
+        held = []
+        try:
+            for _ in range(6):
+                try:
+                    held.append(psycopg.connect(dsn.format(port=st.port, pw=PASSWORD), autocommit=True))
+                except psycopg.OperationalError:
+                    break  # a per-analyst cap: sound
+            outcome = _login(st.port, "carol", PASSWORD)
+        finally:
+            for conn in held:
+                conn.close()
+    assert outcome == "ok", f"while bob held {len(held)} logged-in connections, carol's login ended: {outcome!r}"
