@@ -169,3 +169,40 @@ def test_A3_one_analyst_cannot_hold_every_connection_slot_after_login(two_logins
             for conn in held:
                 conn.close()
     assert outcome == "ok", f"while bob held {len(held)} logged-in connections, carol's login ended: {outcome!r}"
+
+
+# --- A4. A synthetic table's row count is the private table's exact size (MEDIUM) -------------------------------
+
+SIZE_REQUESTS = {
+    "imposter": ("synth", {"method": "imposter", "sensitive": "sex", "label": "income", "columns": ["job"], "epochs": 1,
+                           "batch_size": 64}),
+    "ml_copy": ("sdc", {"method": "ml_copy", "columns": ["age", "hours"], "target": "sex"}),
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", sorted(SIZE_REQUESTS))
+def test_A4_synthetic_table_row_count_does_not_say_whether_one_person_is_in_the_source(tmp_path: Path, method: str) -> None:
+    """MEDIUM (membership at ε = 0) — interface: ``veil publish synth`` (IMPOSTER) or ``veil publish sdc --method
+    ml_copy``, then any analyst's ``SELECT COUNT(*) FROM <published>`` (exact, free: the table is public).
+
+    Mechanism: IMPOSTER samples ``rows=env.source_rows`` rows (`plugins/synth.py`: the private table's exact size
+    N), ML copy ``n_out = len(data)`` (`mlcopy.py`: the training part, N − round(0.2·N)). The synthetic rows carry
+    no one's values, but their *number* is a deterministic function of the source's size, so whether person 7 is in
+    the private table is read off the public table at no cost, whereas the same count asked of the private table
+    costs ε and comes with noise. Measured: D (60 people) → IMPOSTER 60 rows, ML copy 48; D′ (D without person 7,
+    59) → 59 and 47 (every run). kRR's count was made DP for exactly this (red team s16 A5); synthetic tables were
+    left out. Sound: a synthetic table's size chosen by the curator (a parameter, data-independent) or a DP count
+    charged to the table; the test asks the published sizes of D and D′ to be equal."""
+    from tests.adversarial.test_redteam_s20 import _publish_until_it_passes_the_gate
+
+    kind, request = SIZE_REQUESTS[method]
+    counts = {}
+    for world, drop in (("d", []), ("d_prime", [7])):
+        frame = people(60).drop(index=drop).reset_index(drop=True)
+        policy = _warehouse(tmp_path / world, frame)
+        _publish_until_it_passes_the_gate(policy, kind, {**request, "table": "people", "output": "synthetic"})
+        counts[world] = _published(policy, "SELECT COUNT(*) FROM synthetic")[0][0]
+    assert counts["d"] == counts["d_prime"], (
+        f"{method}: the published table has {counts['d']} rows with person 7 in the source and {counts['d_prime']} without"
+    )
