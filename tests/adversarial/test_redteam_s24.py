@@ -206,3 +206,58 @@ def test_A4_synthetic_table_row_count_does_not_say_whether_one_person_is_in_the_
     assert counts["d"] == counts["d_prime"], (
         f"{method}: the published table has {counts['d']} rows with person 7 in the source and {counts['d_prime']} without"
     )
+
+
+# --- A5. A concurrent `veil tables` (any recovery) rolls back an in-flight publication, which is then recorded ---
+
+
+def test_A5_recovery_in_another_process_never_leaves_a_recorded_publication_without_its_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MEDIUM (ledger ↔ warehouse desync; charged without release) — interface: two curator processes, e.g. a
+    long ``veil publish`` and ``veil tables`` (or another ``veil publish`` / ``veil retract``) started meanwhile.
+
+    Mechanism: every publish, ``veil tables`` and ``veil retract`` first runs `transaction.recover`, which rolls
+    back every journal row whose token is not in the release log — it cannot tell a publication that crashed from
+    one that is running in another process between `warehouse.stage_publication` (journal row + staged table
+    committed) and `ledger.record`. The running publication then records its release (the reservation is marked
+    released, the table account charged), `commit_publication` finds no journal row and returns silently, and so
+    does `finish_publication`: ``publish`` reports success (release id, rows, ε) while the table exists neither in
+    the warehouse nor in the public mirror, and ``veil tables`` lists it as published. With ``--replace`` the old
+    table stays under the name the ledger now attributes to the new release; on Spark, whose analysts read the
+    output name itself once no journal row is pending (`session._readable_published`), the name keeps whatever
+    it held — raw rows when it replaced an undeclared table (red team s16 A8). Reproduced deterministically by
+    running the other process's recovery right after staging (the real `recover`, interleaved). Measured: kRR at
+    ε = 1 → ``recover`` said ``['rolled back p_sex']``; publish returned release ``p…`` with 60 rows and ε = 2
+    charged to ``table:people``; ``published_tables`` lists ``p_sex``; the mirror has no such table. Sound:
+    recovery leaves a journal row whose publication is alive (a lease or lock per token), and a commit whose
+    journal row is gone fails before the release is recorded (or the release records only what was written)."""
+    from veil.errors import VeilError
+    from veil.generators import transaction
+    from veil.store import warehouse
+    from veil.store.publications import published_tables
+
+    policy = _warehouse(tmp_path / "d", people(60))
+    stage = warehouse.stage_publication
+    recovered: list[str] = []
+
+    def staged_then_another_curator_process_recovers(pol: Any, *args: Any, **kwargs: Any) -> None:
+        stage(pol, *args, **kwargs)
+        recovered.extend(transaction.recover(pol))  # what `veil tables` in another process does first
+
+    monkeypatch.setattr(warehouse, "stage_publication", staged_then_another_curator_process_recovers)
+    try:
+        result = _publish(policy, "krr", {"table": "people", "columns": ["sex"], "epsilon": 1.0, "output": "p_sex"})
+    except VeilError:
+        assert "p_sex" not in published_tables(policy), "a failed publication was recorded as published"
+        return
+    monkeypatch.undo()
+    try:
+        rows = _published(policy, "SELECT COUNT(*) FROM p_sex")[0][0]
+    except Exception as exc:
+        rows = f"missing ({type(exc).__name__})"
+    assert rows == result.rows, (
+        f"recovery in another process did {recovered}; publish then returned {result.release_id} with {result.rows} "
+        f"rows (ε = {result.epsilon} charged) and the ledger lists {sorted(published_tables(policy))} as published, "
+        f"but the public table p_sex is {rows}"
+    )
