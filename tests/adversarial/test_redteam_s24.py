@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from tests.adversarial.test_redteam_s16 import _publish, _published, _warehouse
-from tests.publish_support import people
+from tests.publish_support import POLICY, people
 
 # ==================================================================================================
 # Part A — attacks that succeed today
@@ -260,4 +260,86 @@ def test_A5_recovery_in_another_process_never_leaves_a_recorded_publication_with
         f"recovery in another process did {recovered}; publish then returned {result.release_id} with {result.rows} "
         f"rows (ε = {result.epsilon} charged) and the ledger lists {sorted(published_tables(policy))} as published, "
         f"but the public table p_sex is {rows}"
+    )
+
+
+# --- A6. A table account whose δ adds up to 1 bricks the table for everyone (MEDIUM, availability) --------------
+
+DELTA_POLICY = (
+    POLICY.replace('job = {{ type = "category", values = ["nurse", "smith", "clerk"] }}', 'job = {{ type = "category" }}')
+    .replace("[tables.people]", "[defaults]\npartition_delta = 0.25\n\n[tables.people]")
+    .replace("[analysts.bob]\nepsilon = 2.0", "[analysts.bob]\nepsilon = 2.0\ndelta = 0.6")
+    .replace("[analysts.carol]\nepsilon = 100.0", "[analysts.carol]\nepsilon = 100.0\ndelta = 0.6")
+)
+
+
+def test_A6_the_tables_delta_adding_up_to_one_never_breaks_its_ledger(tmp_path: Path) -> None:
+    """MEDIUM (availability for every analyst, permanent; a ledger invariant) — interface: the Python API
+    (``veil.connect(...).sql``), the CLI and ``veil serve`` alike (XX000 "internal error" on the wire).
+
+    Mechanism: every query on a table also charges the table's account ``table:NAME``, capped or not (red team
+    s16 A3), so an uncapped table's δ is the sum of every analyst's δ on it. Each analyst's δ is capped (< 1), the
+    table's sum is not, and `Ledger._spent` rebuilds it as ``Cost(ε, δ)``, whose constructor raises
+    ``InternalError("Cost out of range")`` for δ ≥ 1. Policy (valid: every figure < 1): ``partition_delta = 0.25``,
+    bob and carol with ``delta = 0.6``; ``job`` without declared values (private keys). bob and carol each run two
+    private-key GROUP BYs (δ = 0.25 each, within their own budgets): the fourth reservation stores
+    ``table:people`` δ = 1, and from then on *every* query on ``people`` by anyone — ``SELECT COUNT(*)``, which
+    charges no δ — fails with ``InternalError: Cost out of range: ε = 2/5, δ = 1`` (measured), and so does every
+    publication from it; declaring ``delta_total`` later does not help (the read fails first). Only editing the
+    ledger by hand repairs it. The same sum is reached by DP publications: PATE's δ (any value < 1; the gate checks
+    no δ for vacuity) charges the table too. Sound: a charge that would bring an account's δ to 1 or beyond is
+    refused (typed, ``BudgetExhausted``) or the stored sums are read without Cost's range check; either way the
+    next query ends typed (answered or refused), never with InternalError."""
+    import veil
+    from veil.errors import InternalError, VeilError
+
+    policy = _warehouse(tmp_path / "d", people(200), policy_text=DELTA_POLICY)
+    for analyst in ("bob", "carol"):
+        with veil.connect(policy.path, analyst=analyst) as db:
+            for i in range(2):
+                try:
+                    db.sql(f"SELECT job, COUNT(*) FROM people WHERE age > {20 + i} GROUP BY job", epsilon=0.1)
+                except VeilError:
+                    pass  # a typed refusal of one of these is sound too
+    with veil.connect(policy.path, analyst="carol") as db:
+        try:
+            db.sql("SELECT COUNT(*) FROM people", epsilon=0.1)
+            outcome = "answered"
+        except InternalError as exc:
+            outcome = f"InternalError: {exc}"
+        except VeilError:
+            outcome = "refused, typed"
+    assert not outcome.startswith("InternalError"), f"after four private-key GROUP BYs carol's COUNT(*) ended: {outcome}"
+
+
+# --- A7. PATE's δ is never checked for vacuity: δ = 0.999 passes the gate and lowers the ε charged (LOW) ---------
+
+
+@pytest.mark.parametrize("delta", [0.5, 0.999])
+def test_A7_pate_with_a_vacuous_delta_is_refused_before_anything_is_charged(tmp_path: Path, delta: float) -> None:
+    """LOW (a vacuous guarantee published as DP; curator-side) — interface: ``veil publish pate --delta 0.999``
+    (the CLI accepts any δ in (0, 1)).
+
+    Mechanism: the gate refuses vacuous ε (≤ 0, > 50, below the policy's minimum) and vacuous k, noise and keep
+    probabilities, but checks no δ (`gate.check_plan`). PATE's data-independent bound trades δ for ε, so a larger δ
+    *lowers* the ε charged: with γ = 0.05 and 100 queries, δ = 1e-5 → ε = 5.30, δ = 0.5 → 1.68, δ = 0.999 → 0.54
+    (measured, `pate_accounting.data_independent_epsilon`). A δ of 0.999 allows publishing every teacher's labels
+    as they are with probability 0.999; the release is recorded and reported as "(ε = 0.545, δ = 0.999)-DP" and
+    charges the table ε = 0.54 (and δ, which then feeds A6). Sound: the gate refuses δ above a fixed maximum (as it
+    does ε above 50), from the parameters only, before anything is charged."""
+    from veil.errors import InputError, PublicationRefused
+    from veil.generators import gate
+    from veil.generators.pate import PateConfig
+    from veil.generators.registry import get_plugin
+
+    policy = _warehouse(tmp_path / "d", people(80))
+    config = PateConfig(teachers=20, queries=100, rho=0.5, delta=delta, seed=1)
+    request = {"table": "people", "label": "income", "config": config, "output_model": str(tmp_path / "student.pt")}
+    try:
+        plan = get_plugin("pate").plan(policy, request)
+        gate.check_plan(plan, float(policy.defaults.min_epsilon_per_query))
+    except (PublicationRefused, InputError):
+        return
+    raise AssertionError(
+        f"PATE at δ = {delta} passed the gate: it would charge ε = {float(plan.epsilon):.3g}, δ = {float(plan.delta):g}"
     )
