@@ -343,3 +343,40 @@ def test_A7_pate_with_a_vacuous_delta_is_refused_before_anything_is_charged(tmp_
     raise AssertionError(
         f"PATE at δ = {delta} passed the gate: it would charge ε = {float(plan.epsilon):.3g}, δ = {float(plan.delta):g}"
     )
+
+
+# --- A8. DBSCAN microaggregation publishes a lone outlier's exact values (HIGH) ----------------------------------
+
+
+def test_A8_dbscan_microaggregation_never_publishes_one_persons_values_alone(tmp_path: Path) -> None:
+    """HIGH (a published row is one person's raw values) — interface: ``veil publish sdc --method microagg_dbscan
+    --columns age,hours --param eps=1.0 --param min_samples=10`` (eps = 1.0 is on the method's own sweep grid),
+    then any analyst's ``SELECT * FROM mdb`` (public, free).
+
+    Mechanism: DBSCAN's clusters hold at least ``min_samples`` rows, and its noise points are "averaged together
+    as one group, as in the paper's code" (`sdc.replace_by_centroids`: label −1 is one group). When a single
+    person is noise — the outlier, i.e. the most identifiable person — that group has one member and its
+    "centroid" is their exact record. The gate has no group check for DBSCAN (`plugins/sdc.py` sets
+    ``group_columns`` only for a ``k`` parameter) and refuses a perturbed column only when *every* row equals its
+    source; the record's ``min_group_size`` (1) is not checked. Data: the publication tests' 200 people with
+    person 7 moved to age 89, 58 hours a week above everyone else (hours 97): the release has 199 rows at the
+    centroid (50, 40) and one row (89, 97) — person 7, exactly (measured; unchanged share 0.03 / 0.06, so the
+    gate passed). The same class as rank swapping's published extremes (red team s16 A9). Sound: a noise group
+    smaller than ``min_samples`` is merged into the nearest cluster (or the release refused), so every published
+    value is shared by at least ``min_samples`` rows."""
+    from veil.errors import PublicationRefused
+
+    frame = people(200)
+    frame.loc[7, ["age", "hours"]] = [89, 97]
+    policy = _warehouse(tmp_path / "d", frame)
+    request = {"table": "people", "method": "microagg_dbscan", "columns": ["age", "hours"],
+               "params": ["eps=1.0", "min_samples=10"], "output": "mdb"}  # fmt: skip
+    try:
+        _publish(policy, "sdc", request)
+    except PublicationRefused:
+        return
+    groups = _published(policy, "SELECT age, hours, COUNT(*) AS n FROM mdb GROUP BY age, hours ORDER BY n LIMIT 3")
+    assert groups[0][2] >= 10, (
+        f"the published DBSCAN microaggregation holds {groups[0][:2]} in {groups[0][2]} row(s): person 7's raw "
+        f"values are (89, 97); smallest groups {groups}"
+    )
