@@ -14,10 +14,30 @@ rounds (:mod:`tests.adversarial.test_redteam_s16`, :mod:`tests.adversarial.test_
   published student with no (or a vacuous) guarantee and nothing charged for them.
 * A3 (MEDIUM, availability) with the default ``--max-connections-per-analyst`` (none), one analyst's logged-in
   connections take every slot and every other analyst gets 53300 (admission never evicts logged-in connections).
+* A4 (MEDIUM) a synthetic table's row count is a deterministic function of the private table's size (IMPOSTER: N,
+  ML copy: N − round(0.2·N)): whether one person is in the source is read by ``COUNT(*)`` on a public table, free.
+* A5 (MEDIUM) `transaction.recover` in another curator process (``veil tables``, ``veil publish``, ``veil retract``)
+  rolls back a publication that is between staging and recording; the publication is then recorded and charged,
+  reports success, and no table exists (on Spark the output name keeps its old, possibly raw, contents).
+* A6 (MEDIUM, availability) an uncapped table's δ is the sum of every analyst's δ; once it reaches 1 (e.g.
+  ``partition_delta = 0.25``, two analysts with δ budgets of 0.6, four private-key GROUP BYs) `Ledger._spent` raises
+  InternalError for every later query and publication on the table, permanently.
+* A7 (LOW) PATE's δ is never checked for vacuity (δ = 0.999 passes the gate and *lowers* the ε charged to 0.54).
+* A8 (HIGH) DBSCAN microaggregation publishes a lone noise point (the outlier) as its own group: their exact values.
+* Held (Part B, and by hand): concurrent reservations on one capped table from several handles; SPEND_GRID
+  rounding never refunds more than was charged; refused outputs and sub-minimum ε charge nothing; a live wire
+  session follows the policy (analyst removed → F0000 for every statement, none charged; SET veil.epsilon below
+  the minimum refused free); a retracted table is unknown to an open session, free. By hand: multi-statement
+  batches (a later statement's refusal leaves the earlier answer in the cache, re-asked free), prepared statements
+  with int/float/text parameters (one cache entry per value), COPY and ``veil.budget`` of another analyst refused
+  or empty, a private table joined with a self cross join of a published table refused above 10,000 rows per
+  person, kRR's and the DP grid's domains and row counts, MDAV/DP-MDAV group sizes, k-anonymous QI labels (the same
+  on D and D′ of A1).
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -348,6 +368,7 @@ def test_A7_pate_with_a_vacuous_delta_is_refused_before_anything_is_charged(tmp_
 # --- A8. DBSCAN microaggregation publishes a lone outlier's exact values (HIGH) ----------------------------------
 
 
+@pytest.mark.slow
 def test_A8_dbscan_microaggregation_never_publishes_one_persons_values_alone(tmp_path: Path) -> None:
     """HIGH (a published row is one person's raw values) — interface: ``veil publish sdc --method microagg_dbscan
     --columns age,hours --param eps=1.0 --param min_samples=10`` (eps = 1.0 is on the method's own sweep grid),
@@ -359,7 +380,7 @@ def test_A8_dbscan_microaggregation_never_publishes_one_persons_values_alone(tmp
     "centroid" is their exact record. The gate has no group check for DBSCAN (`plugins/sdc.py` sets
     ``group_columns`` only for a ``k`` parameter) and refuses a perturbed column only when *every* row equals its
     source; the record's ``min_group_size`` (1) is not checked. Data: the publication tests' 200 people with
-    person 7 moved to age 89, 58 hours a week above everyone else (hours 97): the release has 199 rows at the
+    person 7 moved to age 89 and 97 hours a week (everyone else has 18–79 and hours near 40): the release has 199 rows at the
     centroid (50, 40) and one row (89, 97) — person 7, exactly (measured; unchanged share 0.03 / 0.06, so the
     gate passed). The same class as rank swapping's published extremes (red team s16 A9). Sound: a noise group
     smaller than ``min_samples`` is merged into the nearest cluster (or the release refused), so every published
@@ -380,3 +401,148 @@ def test_A8_dbscan_microaggregation_never_publishes_one_persons_values_alone(tmp
         f"the published DBSCAN microaggregation holds {groups[0][:2]} in {groups[0][2]} row(s): person 7's raw "
         f"values are (89, 97); smallest groups {groups}"
     )
+
+
+# ==================================================================================================
+# Part B — probes of defences that held (they pass today, and fail if the defence breaks)
+# ==================================================================================================
+
+
+def test_B1_concurrent_reservations_never_overspend_a_capped_table() -> None:
+    """Four threads, each with its own ledger handle (as `veil serve --processes` workers have), race 25
+    reservations of ε = 1/3 each on one table capped at ε = 10 plus their own analyst accounts: exactly 30 are
+    granted, the rest refused with BudgetExhausted, and the stored spend is exactly 10 (SQLite's BEGIN IMMEDIATE
+    serialises the read-check-write)."""
+    import tempfile
+    import threading
+    from fractions import Fraction
+
+    from veil.errors import BudgetExhausted
+    from veil.store.ledger import Account, Cost, Ledger
+
+    path = Path(tempfile.mkdtemp()) / "ledger.sqlite"
+    Ledger(path).close()
+    table = Account.table("people", Fraction(10), None)
+    granted: list[int] = []
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        with Ledger(path) as led:
+            me = Account.analyst(f"a{i}", Fraction(100), Fraction(1, 10**5))
+            for _ in range(25):
+                try:
+                    led.reserve(Cost(Fraction(1, 3)), [me, table], actor=f"a{i}")
+                    granted.append(i)
+                except BudgetExhausted:
+                    pass
+                except BaseException as exc:
+                    errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with Ledger(path) as led:
+        spent = led.spent("table:people").epsilon
+        per_analyst = sum(led.spent(f"analyst:a{i}").epsilon for i in range(4))
+    assert not errors, errors
+    assert len(granted) == 30 and spent == 10 and per_analyst == 10, (len(granted), spent, per_analyst)
+
+
+def test_B2_spend_rounding_never_refunds_more_than_was_charged() -> None:
+    """Charges with coprime ~40-digit denominators (beyond SPEND_GRID) and refunds of half of them: the stored
+    spend stays at or above the exact sum of what is still charged, and within 1e-25 of it."""
+    import random
+    import tempfile
+    from fractions import Fraction
+
+    from veil.store.ledger import Account, Cost, Ledger
+
+    rnd = random.Random(24)
+    with Ledger(Path(tempfile.mkdtemp()) / "l.sqlite") as led:
+        acct = Account.analyst("bob", Fraction(1000), Fraction(1, 10**5))
+        exact = Fraction(0)
+        for i in range(60):
+            q = rnd.randrange(10**39, 10**40) | 1
+            cost = Cost(Fraction(rnd.randrange(1, q // 100), q))
+            r = led.reserve(cost, [acct], actor="bob")
+            if i % 2:
+                led.cancel(r)
+            else:
+                exact += cost.epsilon
+        stored = led.spent(acct.key).epsilon
+    assert exact <= stored <= exact + Fraction(1, 10**25), (float(stored - exact), stored.denominator)
+
+
+def test_B3_a_refused_output_charges_nothing(tmp_path: Path) -> None:
+    """A kRR publication whose --output exists (no --replace), names the source, a private table or ``_veil*``, or
+    asks ε below the policy's minimum, is refused before the reservation: ``table:people`` stays at 0."""
+    from veil.errors import PublicationRefused, VeilError
+    from veil.store.ledger import Ledger
+
+    policy = _warehouse(tmp_path / "d", people(60))
+    _publish(policy, "krr", {"table": "people", "columns": ["sex"], "epsilon": 1.0, "output": "p_sex"})
+    with Ledger.for_policy(policy) as led:
+        before = led.spent("table:people")
+    for output, eps in (("p_sex", 1.0), ("people", 1.0), ("_veil_x", 1.0), ("P_Sex", 1.0), ("p_other", 1e-4)):
+        with pytest.raises((VeilError, PublicationRefused)):
+            _publish(policy, "krr", {"table": "people", "columns": ["sex"], "epsilon": eps, "output": output})
+    with Ledger.for_policy(policy) as led:
+        assert led.spent("table:people") == before
+
+
+@pytest.mark.slow
+def test_B4_a_live_wire_session_follows_the_policy(two_logins: Path) -> None:
+    """bob's open connection: ``SET veil.epsilon`` below the minimum is refused at the query (free); after the
+    curator removes ``[analysts.bob]`` from the policy, every statement of bob's live session — a fresh query, one
+    whose answer is cached, ``SHOW veil.budget``, EXPLAIN — is refused with F0000, none charged; carol is served."""
+    import psycopg
+
+    from tests.adversarial.test_redteam_s20 import _serve
+    from tests.support.attack import PASSWORD
+    from veil.policy import load_policy
+    from veil.store.ledger import Ledger
+
+    def spent(who: str) -> Any:
+        with Ledger(load_policy(two_logins).ledger_path) as led:
+            return led.spent(f"analyst:{who}").epsilon
+
+    dsn = "host=127.0.0.1 port={port} user={who} password={pw} dbname=veil sslmode=disable connect_timeout=10"
+    with _serve(two_logins) as st:
+        with psycopg.connect(dsn.format(port=st.port, who="bob", pw=PASSWORD), autocommit=True) as bob:
+            bob.execute("SET veil.epsilon = 0.0005")
+            with pytest.raises(psycopg.Error):
+                bob.execute("SELECT COUNT(*) FROM people").fetchall()
+            assert spent("bob") == 0
+            bob.execute("RESET veil.epsilon")
+            bob.execute("SELECT COUNT(*) FROM people WHERE age > 20").fetchall()
+            charged = spent("bob")
+            time.sleep(0.05)
+            two_logins.write_text(two_logins.read_text().replace("[analysts.bob]\nepsilon = 2.0\n", ""))
+            for sql in ("SELECT COUNT(*) FROM people WHERE age > 21", "SELECT COUNT(*) FROM people WHERE age > 20",
+                        "SHOW veil.budget", "EXPLAIN SELECT COUNT(*) FROM people"):  # fmt: skip
+                with pytest.raises(psycopg.Error) as err:
+                    bob.execute(sql).fetchall()
+                assert err.value.sqlstate == "F0000", (sql, err.value.sqlstate)
+            assert spent("bob") == charged
+        with psycopg.connect(dsn.format(port=st.port, who="carol", pw=PASSWORD), autocommit=True) as carol:
+            assert carol.execute("SELECT COUNT(*) FROM people").fetchone() is not None
+
+
+def test_B5_a_retracted_table_is_unknown_to_an_open_session(tmp_path: Path) -> None:
+    """An analyst session opened while ``p_sex`` is published reads it; after ``retract`` (another handle, as
+    another process would) the same session's next query on it is refused as an unknown table, free."""
+    import veil
+    from veil.errors import VeilError
+    from veil.store.catalog import retract
+
+    policy = _warehouse(tmp_path / "d", people(60))
+    _publish(policy, "krr", {"table": "people", "columns": ["sex"], "epsilon": 1.0, "output": "p_sex"})
+    with veil.connect(policy.path, analyst="carol") as db:
+        assert len(db.sql("SELECT sex, COUNT(*) FROM p_sex GROUP BY sex")) >= 1
+        retract(policy, "p_sex", reason="probe")
+        before = db.budget().spent
+        with pytest.raises(VeilError):
+            db.sql("SELECT sex, COUNT(*) FROM p_sex GROUP BY sex")
+        assert db.budget().spent == before
