@@ -24,6 +24,8 @@ rounds (:mod:`tests.adversarial.test_redteam_s16`, :mod:`tests.adversarial.test_
   InternalError for every later query and publication on the table, permanently.
 * A7 (LOW) PATE's δ is never checked for vacuity (δ = 0.999 passes the gate and *lowers* the ε charged to 0.54).
 * A8 (HIGH) DBSCAN microaggregation publishes a lone noise point (the outlier) as its own group: their exact values.
+* A9 (MEDIUM, availability) a connection's named prepared statements (and portals, cursors) are kept without any
+  bound: 150 Parse messages of 1 MiB grow the one server process by ~300 MiB; an analyst exhausts its memory.
 * Held (Part B, and by hand): concurrent reservations on one capped table from several handles; SPEND_GRID
   rounding never refunds more than was charged; refused outputs and sub-minimum ε charge nothing; a live wire
   session follows the policy (analyst removed → F0000 for every statement, none charged; SET veil.epsilon below
@@ -546,3 +548,51 @@ def test_B5_a_retracted_table_is_unknown_to_an_open_session(tmp_path: Path) -> N
         with pytest.raises(VeilError):
             db.sql("SELECT sex, COUNT(*) FROM p_sex GROUP BY sex")
         assert db.budget().spent == before
+
+
+# --- A9. One connection's prepared statements grow the server's memory without bound (MEDIUM, availability) ----
+
+
+def _rss_mib() -> float:
+    import os
+
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@pytest.mark.slow
+def test_A9_prepared_statements_of_one_connection_are_bounded(two_logins: Path) -> None:
+    """MEDIUM (availability; any analyst after login) — interface: ``veil serve``, the extended protocol (psycopg's
+    ``pgconn.prepare``; any driver's named statements).
+
+    Mechanism: every Parse of a named statement is kept in the connection's ``statements`` dict (pg-mimic's
+    `_handle_parse`), with its routed token list, until the connection closes or the client closes it; nothing
+    bounds their number or total size — only each statement's text (``--max-query-bytes``, 1 MiB) and token count.
+    bob parses 150 named statements of 1 MiB each (a long string literal: few tokens) without executing any
+    (nothing is charged): the server process grows by ~2 MiB per statement (measured: 200 statements in 1.2 s,
+    +402 MiB RSS), and the connection answers on. Repeated on a few connections (no per-analyst cap, A3), one
+    analyst exhausts the server's memory within minutes and the one process serving everyone is killed. The same
+    holds for named portals and DECLAREd cursors (each holds its whole answer). Sound: a per-connection cap on
+    prepared statements / portals / cursors and on their total bytes (refused with 54000 or 53400), so one
+    connection's protocol state is bounded. Checked: within 150 × 1 MiB statements the server refuses one, or its
+    resident memory grows by less than 100 MiB."""
+    import psycopg
+
+    from tests.adversarial.test_redteam_s20 import _serve
+    from tests.support.attack import PASSWORD
+
+    pad = "x" * (1000 * 1024)
+    refused = ""
+    with _serve(two_logins) as st:
+        dsn = f"host=127.0.0.1 port={st.port} user=bob password={PASSWORD} dbname=veil sslmode=disable"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT 1").fetchall()
+            start = _rss_mib()
+            for i in range(150):
+                sql = f"SELECT COUNT(*) FROM people WHERE job = '{pad}{i}'"
+                res = conn.pgconn.prepare(f"s{i}".encode(), sql.encode())
+                if res.status != psycopg.pq.ExecStatus.COMMAND_OK:
+                    refused = f"statement {i}: {(res.error_message or b'').decode(errors='replace')[:120]}"
+                    break
+            grown = _rss_mib() - start
+    assert refused or grown < 100, f"150 prepared statements of 1 MiB each were all kept: the server grew {grown:.0f} MiB"
