@@ -26,6 +26,8 @@ rounds (:mod:`tests.adversarial.test_redteam_s16`, :mod:`tests.adversarial.test_
 * A8 (HIGH) DBSCAN microaggregation publishes a lone noise point (the outlier) as its own group: their exact values.
 * A9 (MEDIUM, availability) a connection's named prepared statements (and portals, cursors) are kept without any
   bound: 150 Parse messages of 1 MiB grow the one server process by ~300 MiB; an analyst exhausts its memory.
+* A10 (LOW) DP publications refused for their parameters or schema inside ``sanitise`` (DP grid cell count, unknown
+  or non-numeric column, PATE's too-few-rows) stay charged: ε = 1 (or PATE's 5.3) per refusal, nothing released.
 * Held (Part B, and by hand): concurrent reservations on one capped table from several handles; SPEND_GRID
   rounding never refunds more than was charged; refused outputs and sub-minimum ε charge nothing; a live wire
   session follows the policy (analyst removed → F0000 for every statement, none charged; SET veil.epsilon below
@@ -596,3 +598,50 @@ def test_A9_prepared_statements_of_one_connection_are_bounded(two_logins: Path) 
                     break
             grown = _rss_mib() - start
     assert refused or grown < 100, f"150 prepared statements of 1 MiB each were all kept: the server grew {grown:.0f} MiB"
+
+
+# --- A10. DP publications refused for their parameters or the schema are charged (LOW) --------------------------
+
+REFUSED_AFTER_CHARGE = {
+    "dp_grid_too_many_cells": ("sdc", {"method": "dp_microagg_laplace", "columns": ["age", "hours", "gain"],
+                                       "params": ["epsilon=1.0", "bins=100"], "output": "dpm"}),
+    "dp_grid_unknown_column": ("sdc", {"method": "dp_microagg_laplace", "columns": ["age", "nonexistent"],
+                                       "params": ["epsilon=1.0"], "output": "dpm"}),
+    "dp_grid_category_column": ("sdc", {"method": "dp_microagg_laplace", "columns": ["age", "sex"],
+                                        "params": ["epsilon=1.0"], "output": "dpm"}),
+    "pate_too_few_rows": ("pate", {"label": "income"}),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "case",
+    [pytest.param(c, marks=pytest.mark.slow) if c.startswith("pate") else c for c in sorted(REFUSED_AFTER_CHARGE)],
+)
+def test_A10_a_dp_publication_refused_before_any_noise_charges_nothing(tmp_path: Path, case: str) -> None:
+    """LOW (budget lost on a refusal; the table's cap is shared with every analyst) — interface: ``veil publish sdc
+    --method dp_microagg_laplace …`` and ``veil publish pate …``.
+
+    Mechanism: `transaction.publish` reserves the DP cost, then calls the plug-in's ``sanitise``, and never
+    refunds once it ran ("noise may have been drawn"). But these refusals come from the parameters, the policy or
+    the table's schema alone, inside ``sanitise`` before any noise: the DP grid's cell count (``bins``^d >
+    250,000, `sdc.dp_grid_microaggregation`), a column not in the table or not numeric (`plugins/sdc.context`,
+    `sdc._numeric`), PATE's "too few rows for the student and teachers" (the source's size, known before the
+    reservation). Measured: each ends InputError and leaves ``table:people`` charged ε = 1 (DP grid; 3 refusals →
+    ε = 3) or ε = 5.30, δ = 1e-5 (PATE), with a ``reserved`` reservation and no release. s20 A6 fixed the same class
+    for kRR's column spellings only. Sound: every check that needs no noise runs before the reservation (or a
+    plug-in refusal before its first draw refunds it)."""
+    from veil.errors import VeilError
+    from veil.store.ledger import Ledger
+
+    policy = _warehouse(tmp_path / "d", people(80))
+    kind, request = REFUSED_AFTER_CHARGE[case]
+    request = {"table": "people", **request}
+    if kind == "pate":
+        from veil.generators.pate import PateConfig
+
+        request |= {"config": PateConfig(teachers=20, queries=100, rho=0.5, seed=1), "output_model": str(tmp_path / "s.pt")}
+    with pytest.raises(VeilError):
+        _publish(policy, kind, request)
+    with Ledger.for_policy(policy) as led:
+        spent = led.spent("table:people")
+    assert spent.epsilon == 0 and spent.delta == 0, f"{case}: refused, and table:people was charged {spent}"
