@@ -28,6 +28,8 @@ rounds (:mod:`tests.adversarial.test_redteam_s16`, :mod:`tests.adversarial.test_
   bound: 150 Parse messages of 1 MiB grow the one server process by ~300 MiB; an analyst exhausts its memory.
 * A10 (LOW) DP publications refused for their parameters or schema inside ``sanitise`` (DP grid cell count, unknown
   or non-numeric column, PATE's too-few-rows) stay charged: ε = 1 (or PATE's 5.3) per refusal, nothing released.
+* A11 (LOW) a model publication's ``--output-model … --replace`` may name the ledger (or warehouse, mirror, policy):
+  the model file is moved over it and every budget, charge and password is gone.
 * Held (Part B, and by hand): concurrent reservations on one capped table from several handles; SPEND_GRID
   rounding never refunds more than was charged; refused outputs and sub-minimum ε charge nothing; a live wire
   session follows the policy (analyst removed → F0000 for every statement, none charged; SET veil.epsilon below
@@ -645,3 +647,35 @@ def test_A10_a_dp_publication_refused_before_any_noise_charges_nothing(tmp_path:
     with Ledger.for_policy(policy) as led:
         spent = led.spent("table:people")
     assert spent.epsilon == 0 and spent.delta == 0, f"{case}: refused, and table:people was charged {spent}"
+
+
+# --- A11. A model publication may replace the ledger, the warehouse, the mirror or the policy file (LOW) ---------
+
+
+@pytest.mark.parametrize("target", ["ledger", "warehouse", "mirror", "policy"])
+def test_A11_a_model_output_never_replaces_veils_own_files(tmp_path: Path, target: str) -> None:
+    """LOW (a careless curator; destroys the accounting) — interface: ``veil publish pate --output-model
+    ledger.sqlite --replace`` (any model artifact).
+
+    Mechanism: `transaction.check_output` protects *tables* (never the source, a private table or ``_veil*``), but
+    for a model artifact only asks ``--replace`` when the file exists. So ``--output-model`` may name the policy's
+    ledger, warehouse, public mirror or policy file: the model is staged, the release recorded, and
+    `warehouse.commit_publication` moves the model file over it. Measured with the ledger: bob had spent ε = 3/2;
+    the PATE publication "succeeded" (release ``p…``, model ``…/ledger.sqlite``); the next ``veil.connect`` fails
+    with sqlite3's untyped ``DatabaseError: file is not a database`` — every budget, charge, release and password
+    is gone, and a ledger re-created in its place starts every analyst at zero spend. Sound: a model output is
+    refused (free, before any charge) when it resolves to one of Veil's own files (ledger and its -wal/-shm,
+    warehouse, mirror, policy), whatever ``--replace`` says."""
+    from veil.errors import VeilError
+    from veil.generators.pate import PateConfig
+    from veil.generators.registry import get_plugin
+    from veil.generators.transaction import check_output
+    from veil.store.warehouse import public_path
+
+    policy = _warehouse(tmp_path / "d", people(80))
+    path = {"ledger": policy.ledger_path, "warehouse": policy.database_path, "mirror": public_path(policy),
+            "policy": policy.path}[target]  # fmt: skip
+    config = PateConfig(teachers=20, queries=100, rho=0.5, seed=1)
+    request = {"table": "people", "label": "income", "config": config, "output_model": str(path), "replace": True}
+    with pytest.raises(VeilError):
+        check_output(policy, get_plugin("pate").plan(policy, request))
