@@ -30,10 +30,13 @@ rounds (:mod:`tests.adversarial.test_redteam_s16`, :mod:`tests.adversarial.test_
   or non-numeric column, PATE's too-few-rows) stay charged: ε = 1 (or PATE's 5.3) per refusal, nothing released.
 * A11 (LOW) a model publication's ``--output-model … --replace`` may name the ledger (or warehouse, mirror, policy):
   the model file is moved over it and every budget, charge and password is gone.
+* A12 (LOW) an integer generator parameter beyond int64 (``bins=10**20``) escapes the plan as an untyped TypeError.
 * Held (Part B, and by hand): concurrent reservations on one capped table from several handles; SPEND_GRID
   rounding never refunds more than was charged; refused outputs and sub-minimum ε charge nothing; a live wire
   session follows the policy (analyst removed → F0000 for every statement, none charged; SET veil.epsilon below
-  the minimum refused free); a retracted table is unknown to an open session, free. By hand: multi-statement
+  the minimum refused free); a retracted table is unknown to an open session, free; bound parameters in catalog,
+  ``veil.budget`` and table-less queries stay literals. By hand: catalog queries give no sizes or statistics
+  (``reltuples`` −1, ``pg_stats`` empty, size functions refused); multi-statement
   batches (a later statement's refusal leaves the earlier answer in the cache, re-asked free), prepared statements
   with int/float/text parameters (one cache entry per value), COPY and ``veil.budget`` of another analyst refused
   or empty, a private table joined with a self cross join of a published table refused above 10,000 rows per
@@ -679,3 +682,56 @@ def test_A11_a_model_output_never_replaces_veils_own_files(tmp_path: Path, targe
     request = {"table": "people", "label": "income", "config": config, "output_model": str(path), "replace": True}
     with pytest.raises(VeilError):
         check_output(policy, get_plugin("pate").plan(policy, request))
+
+
+# --- A12. A huge integer generator parameter escapes as an untyped TypeError (LOW) ------------------------------
+
+
+@pytest.mark.parametrize("param", ["bins=100000000000000000000", "candidates=100000000000000000000"])
+def test_A12_a_huge_integer_parameter_is_a_typed_refusal(tmp_path: Path, param: str) -> None:
+    """LOW (bad input, untyped) — interface: ``veil publish sdc --method dp_microagg_laplace --param
+    bins=100000000000000000000`` (the CLI prints a traceback instead of exit 2).
+
+    Mechanism: `base.parse_param_args` turns the text into a Python int beyond int64, and the parameter check calls
+    ``numpy.isfinite`` on it: ``TypeError: ufunc 'isfinite' not supported for the input types`` escapes the plan
+    (measured), not an ``InputError`` naming the parameter. Nothing is charged (the plan comes first). Sound: a
+    typed ``InputError`` ("bins must be at most …")."""
+    from veil.errors import VeilError
+    from veil.generators.registry import get_plugin
+
+    policy = _warehouse(tmp_path / "d", people(40))
+    request = {"table": "people", "method": "dp_microagg_laplace", "columns": ["age"], "params": [param], "output": "o"}
+    try:
+        get_plugin("sdc").plan(policy, request)
+    except VeilError:
+        return
+    except Exception as exc:
+        raise AssertionError(f"{param}: {type(exc).__name__}: {exc}") from None
+
+
+@pytest.mark.slow
+def test_B6_bound_parameters_in_catalog_and_budget_queries_stay_literals(two_logins: Path) -> None:
+    """Catalog, ``veil.budget`` and table-less queries with server-side parameters holding quotes, backslashes,
+    newlines, format markers and Python source: every answer is empty or echoes the parameter as a value (the
+    parameter never becomes SQL or Python; sqlglot's executor compiles expressions to Python source)."""
+    import psycopg
+
+    from tests.adversarial.test_redteam_s20 import _serve
+    from tests.support.attack import PASSWORD
+
+    marker = two_logins.parent / "pwned"
+    payloads = ["x'", "x\\", "x\\'", "'''", 'x"""', "a\nb", "{0}", "%s", "x' || 'y", "') or ('1'='1",
+                f"__import__('os').system('touch {marker}')", "x\\' OR 1=1 --"]  # fmt: skip
+    queries = ["SELECT relname FROM pg_class WHERE relname = %s",
+               "SELECT table_name FROM information_schema.tables WHERE table_name = %s",
+               "SELECT %s::text AS v", "SELECT * FROM veil.budget WHERE analyst = %s"]  # fmt: skip
+    odd = []
+    with _serve(two_logins) as st:
+        dsn = f"host=127.0.0.1 port={st.port} user=bob password={PASSWORD} dbname=veil sslmode=disable"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for p in payloads:
+                for sql in queries:
+                    rows = conn.execute(sql, (p,)).fetchall()
+                    if rows and rows != [(p,)]:
+                        odd.append((p, sql, rows))
+    assert not odd and not marker.exists(), odd
