@@ -31,6 +31,8 @@ rounds (:mod:`tests.adversarial.test_redteam_s16`, :mod:`tests.adversarial.test_
 * A11 (LOW) a model publication's ``--output-model … --replace`` may name the ledger (or warehouse, mirror, policy):
   the model file is moved over it and every budget, charge and password is gone.
 * A12 (LOW) an integer generator parameter beyond int64 (``bins=10**20``) escapes the plan as an untyped TypeError.
+* A13 (LOW) `published_tables` replays the release log in wall-clock order: a retraction stamped earlier than its
+  publication (the clock stepped back) is undone and the table counts as published again.
 * Held (Part B, and by hand): concurrent reservations on one capped table from several handles; SPEND_GRID
   rounding never refunds more than was charged; refused outputs and sub-minimum ε charge nothing; a live wire
   session follows the policy (analyst removed → F0000 for every statement, none charged; SET veil.epsilon below
@@ -735,3 +737,32 @@ def test_B6_bound_parameters_in_catalog_and_budget_queries_stay_literals(two_log
                     if rows and rows != [(p,)]:
                         odd.append((p, sql, rows))
     assert not odd and not marker.exists(), odd
+
+
+# --- A13. Release order follows the wall clock: a retraction stamped before its publication is undone (LOW) -----
+
+
+def test_A13_a_retraction_holds_whatever_the_wall_clock_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """LOW (needs the system clock to step back, e.g. an NTP correction, between publishing and retracting) —
+    interface: ``veil retract``, then ``veil tables`` / every analyst session (and on Spark the table itself).
+
+    Mechanism: `publications.published_tables` replays the release log ``ORDER BY created_at, id`` — wall-clock
+    ISO stamps (`ledger._now`), not the insertion order (the rowid, which `catalog_generation` already uses). A
+    retraction recorded while the clock reads earlier than the publication's stamp sorts *before* it, so the table
+    counts as published again: ``veil tables`` says published, sessions put it back in their catalog (on DuckDB it
+    is unreadable only because `retract` dropped the mirror copy; on Spark, which has no mirror, analysts read it),
+    and ``veil ingest`` refuses the name as published. Reproduced by stamping the retraction one second earlier
+    (the clock stepped back by 1 s). Sound: replay the log in insertion order (rowid)."""
+    from datetime import UTC, datetime, timedelta
+
+    from veil.store import ledger as ledger_module
+    from veil.store.catalog import retract
+    from veil.store.publications import published_tables
+
+    policy = _warehouse(tmp_path / "d", people(60))
+    _publish(policy, "krr", {"table": "people", "columns": ["sex"], "epsilon": 1.0, "output": "p_sex"})
+    earlier = (datetime.now(UTC) - timedelta(seconds=1)).isoformat(timespec="microseconds")
+    monkeypatch.setattr(ledger_module, "_now", lambda: earlier)  # the clock stepped back by one second
+    retract(policy, "p_sex", reason="withdrawn")
+    monkeypatch.undo()
+    assert "p_sex" not in published_tables(policy), "a recorded retraction is undone by the order of wall-clock stamps"
