@@ -37,7 +37,8 @@ rounds (:mod:`tests.adversarial.test_redteam_s16`, :mod:`tests.adversarial.test_
   rounding never refunds more than was charged; refused outputs and sub-minimum ε charge nothing; a live wire
   session follows the policy (analyst removed → F0000 for every statement, none charged; SET veil.epsilon below
   the minimum refused free); a retracted table is unknown to an open session, free; bound parameters in catalog,
-  ``veil.budget`` and table-less queries stay literals. By hand: catalog queries give no sizes or statistics
+  ``veil.budget`` and table-less queries stay literals; a pipeline skips, uncharged, what follows a refused
+  statement. By hand: catalog queries give no sizes or statistics
   (``reltuples`` −1, ``pg_stats`` empty, size functions refused); multi-statement
   batches (a later statement's refusal leaves the earlier answer in the cache, re-asked free), prepared statements
   with int/float/text parameters (one cache entry per value), COPY and ``veil.budget`` of another analyst refused
@@ -766,3 +767,27 @@ def test_A13_a_retraction_holds_whatever_the_wall_clock_says(tmp_path: Path, mon
     retract(policy, "p_sex", reason="withdrawn")
     monkeypatch.undo()
     assert "p_sex" not in published_tables(policy), "a recorded retraction is undone by the order of wall-clock stamps"
+
+
+@pytest.mark.slow
+def test_B7_a_pipeline_skips_what_follows_an_error_uncharged(two_logins: Path) -> None:
+    """psycopg's pipeline mode (Parse/Bind/Execute ×3, one Sync): the query after a refused one is skipped until
+    the Sync, as PostgreSQL does, and not charged; only the first query is reserved and released."""
+    import psycopg
+
+    from tests.adversarial.test_redteam_s20 import _serve
+    from tests.support.attack import PASSWORD
+    from veil.policy import load_policy
+    from veil.store.ledger import Ledger
+
+    with _serve(two_logins) as st:
+        dsn = f"host=127.0.0.1 port={st.port} user=carol password={PASSWORD} dbname=veil sslmode=disable"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            with pytest.raises(psycopg.Error), conn.pipeline() as pipe:
+                conn.execute("SELECT COUNT(*) FROM people WHERE age > %s", (40,))
+                conn.execute("SELECT nonsense FROM people WHERE age > %s", (41,))
+                conn.execute("SELECT COUNT(*) FROM people WHERE age > %s", (42,))
+                pipe.sync()
+    with Ledger(load_policy(two_logins).ledger_path) as led:
+        rows = led.reservations("carol")
+    assert [r["status"] for r in rows] == ["released"] and "40" in rows[0]["canonical_sql"], rows
