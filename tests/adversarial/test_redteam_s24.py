@@ -225,9 +225,10 @@ def test_A4_synthetic_table_row_count_does_not_say_whether_one_person_is_in_the_
     no one's values, but their *number* is a deterministic function of the source's size, so whether person 7 is in
     the private table is read off the public table at no cost, whereas the same count asked of the private table
     costs ε and comes with noise. Measured: D (60 people) → IMPOSTER 60 rows, ML copy 48; D′ (D without person 7,
-    59) → 59 and 47 (every run). kRR's count was made DP for exactly this (red team s16 A5); synthetic tables were
-    left out. Sound: a synthetic table's size chosen by the curator (a parameter, data-independent) or a DP count
-    charged to the table; the test asks the published sizes of D and D′ to be equal."""
+    59) → 59 and 47 (every run); the SDC GAN likewise samples one row per training row inside the declared domains
+    (`gan.train_gan`, ``n_out`` None; by reading, not run: slow). kRR's count was made DP for exactly this (red
+    team s16 A5); synthetic tables were left out. Sound: a synthetic table's size chosen by the curator (a parameter,
+    data-independent) or a DP count charged to the table; the test asks the published sizes of D and D′ to be equal."""
     from tests.adversarial.test_redteam_s20 import _publish_until_it_passes_the_gate
 
     kind, request = SIZE_REQUESTS[method]
