@@ -277,8 +277,8 @@ def _stamp_sidecar(staging_file: str, release_id: str) -> None:
 
 
 def _finalise(pub: Publication, spec: Any, generator: np.random.Generator) -> Publication:
-    """Drop columns the sanitiser did not produce, clamp numbers to declared bounds, give generated columns their
-    declared types, shuffle rows."""
+    """Drop columns the sanitiser did not produce, clamp generated numbers to declared bounds, give every column its
+    declared type (generalised ones: text), shuffle rows."""
     frame = pub.frame
     if frame is None:
         return pub
@@ -289,11 +289,16 @@ def _finalise(pub: Publication, spec: Any, generator: np.random.Generator) -> Pu
     for name in keep:
         col = cols.get(name)
         prot = pub.protection(str(name))
-        if col is None or prot is None or prot.how not in ("perturbed", "synthesised", "randomised"):
+        if col is None or prot is None:
             continue
-        if getattr(col, "lower", None) is not None and pd.api.types.is_numeric_dtype(frame[name]):
-            frame[name] = frame[name].astype(float).clip(float(col.lower), float(col.upper))
-        # the declared type, never the generated frame's dtype (it followed the source's: red team s20 A4)
+        # every published column's type comes from the policy alone, never from the frame's dtype, which follows the
+        # source's (a NULL in one person's row, dropped or not, made an int column DOUBLE: red team s20 A4, s24 A1)
+        if prot.how == "generalised":
+            frame[name] = as_declared(frame[name], "category")  # labels and values alike, as text
+            continue
+        if prot.how in ("perturbed", "synthesised", "randomised"):
+            if getattr(col, "lower", None) is not None and pd.api.types.is_numeric_dtype(frame[name]):
+                frame[name] = frame[name].astype(float).clip(float(col.lower), float(col.upper))
         frame[name] = as_declared(frame[name], getattr(col, "type", None))
     order = generator.permutation(len(frame))
     frame = frame.iloc[order].reset_index(drop=True)
