@@ -26,6 +26,7 @@ then says ``interrupted=True``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -240,6 +241,8 @@ def recover(policy: Any) -> list[str]:
     try:
         for row in pending:
             token = str(row["token"])
+            if warehouse.publication_in_flight(policy, token):
+                continue  # another process (or thread) is running it: not ours to finish or undo
             if row["state"] == "committed":
                 warehouse.finish_publication(policy, token)
                 done.append(f"finished {row['output']}")
@@ -358,6 +361,7 @@ def publish(
         train, holdout = _split(data, plan.holdout, generator)
         reservation = None
         ledger = Ledger.for_policy(policy)
+        held_lock = contextlib.ExitStack()
         try:
             if plan.epsilon is not None:
                 cost = Cost(Fraction(plan.epsilon), Fraction(plan.delta or 0))
@@ -379,6 +383,7 @@ def publish(
             pub = _finalise(plugin.sanitise(plan, train, env), spec, generator)
             report = gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=generator)
             token = secrets.token_hex(8)
+            held_lock.enter_context(warehouse.publication_lock(policy, token))  # until finished: recovery leaves it
             plain = {k: v for k, v in plan.params.items() if not k.startswith("_")}
             params = {**plain, **pub.params, "source_table": plan.source, "publication_token": token}
             metrics = {
@@ -419,11 +424,12 @@ def publish(
                 )
                 if staging_file:
                     _stamp_sidecar(staging_file, rid)
-                warehouse.commit_publication(policy, token, rid)
+                warehouse.commit_publication(policy, token, rid, strict=True)
                 warehouse.finish_publication(policy, token)
             finally:
                 interrupted = _release_signals(held)
         finally:
+            held_lock.close()
             ledger.close()
     return PublishResult(
         release_id=rid,
