@@ -74,6 +74,12 @@ class ServerLimits:
     catalog_workers: int = 3  # one analyst holds at most all but one (veil.server.pool)
     login_backoff_base: float = 0.25  # seconds after the 2nd failure on a pair, user or address, doubling
     login_backoff_max: float = 30.0
+    # what one connection holds between messages (veil.server.held; 53400 beyond, free)
+    max_prepared_statements: int = 1_000  # named prepared statements
+    max_statement_bytes: int = 16 << 20  # their texts and tokens, as estimated by held.statement_bytes
+    max_portals: int = 100  # named portals (they end with their transaction)
+    max_cursors: int = 100  # DECLAREd cursors
+    max_held_bytes: int = 64 << 20  # named portals' parameters and answers and cursors' answers
 
     def __post_init__(self) -> None:
         for name in ("auth_timeout", "statement_timeout", "public_query_timeout", "max_planning_seconds", "catalog_timeout"):
@@ -88,6 +94,11 @@ class ServerLimits:
             "max_operator_chain",
             "workers",
             "catalog_workers",
+            "max_prepared_statements",
+            "max_statement_bytes",
+            "max_portals",
+            "max_cursors",
+            "max_held_bytes",
         ):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
