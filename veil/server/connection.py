@@ -416,14 +416,17 @@ class VeilConnection(Connection):
         held.check_statement_count(limits, self.statements, name)
         param_oids: list[int | None] = [oid if oid != 0 else None for oid in parsed.param_oids]
         statement = await self.session.prepare(parsed.sql, param_oids)
-        held.check_statement_bytes(limits, self.statements, name, int(getattr(statement, "held_bytes", 0)))
+        if name:  # the unnamed statement is not counted (sized only when named: no work on the common path)
+            held.check_statement_bytes(limits, self.statements, name, int(getattr(statement, "held_bytes", 0)))
         self.statements[name] = statement
         self.stream.write(pg_messages.make_parse_complete())
 
     async def _handle_bind(self, parsed: Any) -> None:
         statement = self._get_statement(parsed.statement_name)
         param_bytes = sum(len(value) for value in parsed.params if value is not None)
-        held.check_portal(self.server.limits, self.portals, self.session.cursors.held_bytes(), parsed.portal_name, param_bytes)
+        if parsed.portal_name:  # the unnamed portal is not counted
+            cursor_bytes = self.session.cursors.held_bytes()
+            held.check_portal(self.server.limits, self.portals, cursor_bytes, parsed.portal_name, param_bytes)
         param_oids = getattr(statement, "param_oids", [])
         params = [
             self._decode_param(value, _format_code(parsed.param_format_codes, i), param_oids, i)
