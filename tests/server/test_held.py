@@ -270,3 +270,44 @@ def test_held_answers_are_bounded_before_the_next_query_runs(policy: Path) -> No
             assert _spent(port) == pytest.approx(before)
         finally:
             sock.close()
+
+
+# --- what else a connection remembers: SET parameters, the Describe cache -----------------------
+
+
+@given(keys=st.lists(st.text(max_size=40), max_size=60), entries=st.integers(1, 8), chars=st.integers(1, 100))
+def test_the_describe_cache_never_holds_more_than_its_bounds(keys: list[str], entries: int, chars: int) -> None:
+    cache = held.TextCache[int](entries=entries, chars=chars)
+    for i, key in enumerate(keys):
+        cache.put(key, i)
+        assert len(cache) <= entries and cache.chars <= chars
+        assert cache.get(key) == (i if len(key) <= chars else None)
+
+
+def test_set_parameters_are_bounded(limited: int) -> None:
+    """Any ``SET name = value`` is remembered for SHOW; one connection keeps at most
+    ``held.MAX_SETTINGS`` of them and ``held.MAX_SETTINGS_CHARS`` characters (53400 beyond, the
+    connection answers on; RESET frees room)."""
+    big = "y" * (600 * 1024)
+    with psycopg.connect(dsn(limited), autocommit=True) as conn:
+        conn.execute(f"SET myapp.big = '{big}'")
+        with pytest.raises(psycopg.Error) as info:
+            conn.execute(f"SET myapp.other = '{big}'")
+        assert info.value.sqlstate == "53400"
+        conn.execute(f"SET myapp.big = '{big}!'")  # replacing one is not one more
+        assert conn.execute("SHOW myapp.big").fetchone() == (big + "!",)
+        conn.execute("RESET myapp.big")
+        conn.execute(f"SET myapp.other = '{big}'")
+        conn.execute("RESET ALL")
+        refused = None
+        for i in range(held.MAX_SETTINGS + 1):
+            try:
+                conn.execute(f"SET myapp.p{i} = 'v'")
+            except psycopg.Error as exc:
+                refused = (i, exc.sqlstate)
+                break
+        assert refused is not None and refused[1] == "53400"
+        assert held.MAX_SETTINGS - 20 <= refused[0] <= held.MAX_SETTINGS  # (the client's own SETs count too)
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+        conn.execute("RESET ALL")
+        conn.execute("SET myapp.p0 = 'v'")

@@ -35,18 +35,22 @@ veil.server.held.HeldStateLimit: too many prepared statements on this connection
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from veil.errors import VeilError
 from veil.server.limits import ServerLimits
 
 __all__ = [
+    "MAX_SETTINGS",
+    "MAX_SETTINGS_CHARS",
     "TOKEN_BYTES",
     "HeldStateLimit",
+    "TextCache",
     "answer_bytes",
     "check_answer",
     "check_cursor",
     "check_portal",
+    "check_setting",
     "check_statement_bytes",
     "check_statement_count",
     "statement_bytes",
@@ -54,6 +58,10 @@ __all__ = [
 
 #: Bytes one token of a prepared statement holds (measured: ~160 with its position and type).
 TOKEN_BYTES = 160
+#: ``SET`` parameters one connection may hold (Veil's own and any other name, remembered for SHOW).
+MAX_SETTINGS = 256
+#: Characters of their names and values, in all.
+MAX_SETTINGS_CHARS = 1 << 20
 _CELL = 8  # a number, date or NULL, counted as one machine word
 _ROW = 48  # a tuple's own header, roughly
 
@@ -162,3 +170,62 @@ def check_cursor(limits: ServerLimits, open_cursors: int, portals: Mapping[str, 
             hint="CLOSE cursors the client no longer uses (they also end with their transaction)",
         )
     check_answer(limits, portals, cursor_bytes, None)
+
+
+def check_setting(values: Mapping[str, str], name: str, value: str) -> None:
+    """Refuse a ``SET`` that would bring the parameters remembered for ``SHOW`` past
+    :data:`MAX_SETTINGS` names or :data:`MAX_SETTINGS_CHARS` characters (replacing one is not one more)."""
+    others = {k: v for k, v in values.items() if k != name}
+    if len(others) >= MAX_SETTINGS:
+        raise HeldStateLimit(
+            f"too many parameters set on this connection ({len(others)}, the limit is {MAX_SETTINGS})",
+            hint="RESET parameters the client no longer needs (or RESET ALL)",
+        )
+    chars = sum(len(k) + len(v) for k, v in others.items()) + len(name) + len(value)
+    if chars > MAX_SETTINGS_CHARS:
+        raise HeldStateLimit(
+            f"the parameters set on this connection would hold {chars} characters, the limit is {MAX_SETTINGS_CHARS}",
+            hint="Set shorter values, or RESET parameters the client no longer needs",
+        )
+
+
+_V = TypeVar("_V")
+
+
+class TextCache(Generic[_V]):
+    """A cache keyed by statement text that holds at most ``entries`` keys and ``chars`` characters
+    of them: when one more would pass either, it starts over (a statement's text may be 1 MiB).
+
+    >>> cache = TextCache[int](entries=2, chars=10)
+    >>> cache.put("abcdef", 1); cache.put("ghij", 2); cache.get("abcdef")
+    1
+    >>> cache.put("k", 3); cache.get("abcdef") is None, cache.get("k")  # 11 characters: started over
+    (True, 3)
+    """
+
+    def __init__(self, *, entries: int, chars: int) -> None:
+        self._entries, self._chars = entries, chars
+        self._items: dict[str, _V] = {}
+        self._held = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def chars(self) -> int:
+        return self._held
+
+    def get(self, key: str) -> _V | None:
+        return self._items.get(key)
+
+    def put(self, key: str, value: _V) -> None:
+        if key in self._items:
+            self._items[key] = value
+            return
+        if len(self._items) >= self._entries or self._held + len(key) > self._chars:
+            self._items.clear()
+            self._held = 0
+        if len(key) > self._chars:
+            return  # never kept
+        self._items[key] = value
+        self._held += len(key)
