@@ -311,3 +311,34 @@ def test_set_parameters_are_bounded(limited: int) -> None:
         assert conn.execute("SELECT 1").fetchone() == (1,)
         conn.execute("RESET ALL")
         conn.execute("SET myapp.p0 = 'v'")
+
+
+def _rss_mib() -> float:
+    import os
+
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@pytest.mark.slow
+def test_unread_replies_hold_the_connection_not_the_server_memory(default: int) -> None:
+    """A client that pipelines 2,000 Bind/Execute of a 100 kB literal (60 kB of messages) and never
+    reads: the server stops reading its messages once 1 MiB of replies wait (as PostgreSQL blocks
+    on a full socket) instead of holding all 200 MB of them."""
+    import time
+
+    sock, err = raw_login(default, "alice", PASSWORD)
+    assert sock is not None, err
+    try:
+        sock.sendall(parse_msg(f"SELECT '{'z' * 100_000}' AS v"))
+        start = _rss_mib()
+        sock.settimeout(2)
+        try:
+            sock.sendall((bind_msg() + execute_msg()) * 2_000 + SYNC)
+        except TimeoutError:
+            pass  # the server has stopped reading: sound
+        time.sleep(2)
+        grown = _rss_mib() - start
+    finally:
+        sock.close()
+    assert grown < 60, f"2,000 unread replies of 100 kB grew the server by {grown:.0f} MiB"
