@@ -29,6 +29,7 @@ from veil.errors import (
     VeilError,
 )
 from veil.server import catalog
+from veil.server.held import HeldStateLimit
 
 __all__ = ["EXPLAIN_COLUMNS", "Result", "answer_rows", "explain_rows", "output_columns", "to_pg_error"]
 
@@ -36,7 +37,16 @@ logger = logging.getLogger("veil.server")
 
 #: Errors that mean "this client asked for too much": logged in one line, never with a traceback.
 _ONE_LINE = frozenset(
-    c.sqlstate for c in (TooManyConnections, QueryTooLarge, QueryTooComplex, QueryCancelled, ProtocolViolation, InvalidEncoding)
+    c.sqlstate
+    for c in (
+        TooManyConnections,
+        HeldStateLimit,
+        QueryTooLarge,
+        QueryTooComplex,
+        QueryCancelled,
+        ProtocolViolation,
+        InvalidEncoding,
+    )
 )
 
 
