@@ -26,6 +26,11 @@ from veil.mechanisms.pate_accounting import (
 # --------------------------------------------------------------------------- end to end
 
 
+#: Most hidden units of the student: more is no model a few thousand noisy labels can train, and a huge
+#: value would fail in torch after the publication was charged (red team s24, A12).
+MAX_STUDENT_HIDDEN = 4096
+
+
 @dataclass(frozen=True)
 class PateConfig:
     """Parameters of one PATE publication. ``rho=None``: the student's records are sent without noise."""
@@ -56,6 +61,13 @@ class PateConfig:
             check_rho(self.rho)
         if not (isinstance(self.delta, float) and 0 < self.delta < 1):
             raise InputError(f"delta must be in (0, 1), got {self.delta!r}")
+        if isinstance(self.student_hidden, bool) or not isinstance(self.student_hidden, int):
+            raise InputError(f"student_hidden must be an integer, got {self.student_hidden!r}")
+        if not 0 <= self.student_hidden <= MAX_STUDENT_HIDDEN:
+            raise InputError(
+                f"student_hidden must be between 0 and {MAX_STUDENT_HIDDEN}, got {self.student_hidden}",
+                hint="Use 0 (logistic regression) or a few dozen hidden units",
+            )
         if self.ldp_encoding not in ("box", "l1"):
             raise InputError(f"ldp_encoding must be 'box' or 'l1', got {self.ldp_encoding!r}")
         if self.threshold not in ("roc", "argmax"):
