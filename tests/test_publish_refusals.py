@@ -373,3 +373,15 @@ def test_mdav_unchanged_values_stay_covered_by_its_groups(tmp_path: Path) -> Non
     request = {"table": "people", "method": "microagg_mdav", "columns": ["hours"], "params": ["k=5"], "output": "mk"}
     result = _publish(policy, "sdc", request)
     assert result.gate["unchanged_share"]["hours"] > 0.9 and result.gate["min_group"] >= 5
+
+
+def test_a_krr_column_declared_but_not_stored_charges_nothing(tmp_path: Path) -> None:
+    """kRR's domains come from the policy (checked in the plan); a declared column the stored table lacks is a
+    schema refusal, before the charge."""
+    text = POLICY.replace(
+        'income = {{ type = "category"', 'tier = {{ type = "category", values = ["a", "b"] }}\nincome = {{ type = "category"'
+    )
+    policy = _warehouse(tmp_path, people(60), text)
+    with pytest.raises(InputError, match="'tier' is not in the table"):
+        _publish(policy, "krr", {"table": "people", "columns": ["sex", "tier"], "epsilon": 1.0, "output": "k"})
+    assert _spent(policy) == (0.0, 0.0, [])
