@@ -111,7 +111,7 @@ def test_a_chain_joining_many_column_values_into_text_is_refused_free(session: o
     Past 256 links the parse pass refuses the operator chain itself (red team s23, A2), before any resolve."""
     sql = f"SELECT COUNT(*) FROM t WHERE LENGTH({' || '.join(['s'] * copies)}) > 0"
     before = session.budget().spent  # type: ignore[attr-defined]
-    with pytest.raises(Unsupported if copies <= 256 else QueryTooComplex, match="column values into text|chains more than"):
+    with pytest.raises(Unsupported if copies <= 256 else QueryTooComplex, match=r"column values into text|chains more than"):
         session.execute(sql, epsilon=1)  # type: ignore[attr-defined]
     assert session.budget().spent == before  # type: ignore[attr-defined]
 

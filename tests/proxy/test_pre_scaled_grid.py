@@ -77,8 +77,18 @@ BOUNDS = st.one_of(
     st.tuples(st.floats(-5e14, 5e14, allow_nan=False), st.floats(0, 5e14, allow_nan=False)).map(
         lambda p: (repr(p[0]), repr(p[0] + p[1]))
     ),
-    st.sampled_from([("0.1", "0.3"), ("-0.7", "0.1"), ("1e-300", "3e-300"), ("1000000", "1000000.1"),
-                     ("-1e15", "1e15"), ("0", "0"), ("123456789.123", "123456789.9"), ("-5e-324", "5e-324")]),  # fmt: skip
+    st.sampled_from(
+        [
+            ("0.1", "0.3"),
+            ("-0.7", "0.1"),
+            ("1e-300", "3e-300"),
+            ("1000000", "1000000.1"),
+            ("-1e15", "1e15"),
+            ("0", "0"),
+            ("123456789.123", "123456789.9"),
+            ("-5e-324", "5e-324"),
+        ]
+    ),
 )
 
 
@@ -104,7 +114,9 @@ def _grid_copy_checks(session: Any) -> None:
 @example(bounds=("0.1", "0.3"), user_level=False)  # no bound a double: the integer clamp stays around the column
 @example(bounds=("1e-300", "3e-300"), user_level=True)  # a grid finer than any double's spacing near 0
 @example(bounds=("-1e15", "1e15"), user_level=False)
-def test_grid_column_is_the_rewrites_value_on_every_row(tmp_path_factory: pytest.TempPathFactory, bounds: Any, user_level: bool) -> None:
+def test_grid_column_is_the_rewrites_value_on_every_row(
+    tmp_path_factory: pytest.TempPathFactory, bounds: Any, user_level: bool
+) -> None:
     lo, hi = bounds
     session = _session(tmp_path_factory.mktemp("grid") / "w", lo, hi, user_level=user_level)
     try:
@@ -137,7 +149,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     "sql",
     [
         'SELECT SUM("__veil_grid_0") FROM t',
-        'SELECT SUM(__veil_grid_2) FROM t',
+        "SELECT SUM(__veil_grid_2) FROM t",
         'SELECT SUM(t."__veil_grid_2") FROM t',
         'SELECT COUNT(*) FROM t WHERE "__veil_grid_2" > 0',
         'WITH c AS (SELECT * FROM t) SELECT SUM("__veil_grid_2") FROM c',
