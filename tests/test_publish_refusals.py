@@ -191,7 +191,7 @@ def _own_files(policy: Any) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("target", ["policy", "ledger", "ledger-wal", "warehouse", "warehouse-wal", "mirror"])
-@pytest.mark.parametrize("spelling", ["absolute", "dotdot", "symlink"])
+@pytest.mark.parametrize("spelling", ["absolute", "dotdot", "symlink", "hardlink"])
 def test_a_model_output_naming_one_of_veils_files_is_refused_whatever_the_spelling(
     tmp_path: Path, target: str, spelling: str
 ) -> None:
@@ -206,6 +206,11 @@ def test_a_model_output_naming_one_of_veils_files_is_refused_whatever_the_spelli
         link = tmp_path / "link"
         link.symlink_to(path.parent, target_is_directory=True)
         path = link / path.name
+    elif spelling == "hardlink":
+        path.touch()  # a -wal file may not exist yet
+        link = tmp_path / "other-name"
+        link.hardlink_to(path)
+        path = link
     request = {"table": "people", "label": "income", "config": _pate(), "output_model": str(path), "replace": True}
     with pytest.raises(InputError, match="Veil's own files"):
         check_output(policy, get_plugin("pate").plan(policy, request))
@@ -385,3 +390,19 @@ def test_a_krr_column_declared_but_not_stored_charges_nothing(tmp_path: Path) ->
     with pytest.raises(InputError, match="'tier' is not in the table"):
         _publish(policy, "krr", {"table": "people", "columns": ["sex", "tier"], "epsilon": 1.0, "output": "k"})
     assert _spent(policy) == (0.0, 0.0, [])
+
+
+@pytest.mark.parametrize("seed", [-5, 2**32, 10**20])
+def test_a_seed_no_library_takes_is_refused_before_the_charge(tmp_path: Path, seed: int) -> None:
+    """numpy refuses a negative seed, scikit-learn one beyond 32 bits (the DR metric with a target): both ran after
+    the charge."""
+    from veil.generators.pate import PateConfig
+
+    policy = _warehouse(tmp_path, people(60))
+    request = {"table": "people", "method": "dp_microagg_laplace", "columns": ["age"], "params": ["epsilon=1.0"],
+               "target": "income", "seed": seed, "output": "o"}  # fmt: skip
+    with pytest.raises(InputError, match="--seed"):
+        _publish(policy, "sdc", request)
+    assert _spent(policy) == (0.0, 0.0, [])
+    with pytest.raises(InputError, match="seed"):
+        PateConfig(seed=seed)

@@ -40,6 +40,7 @@ __all__ = [
     "Generator",
     "Output",
     "Param",
+    "check_seed",
     "generator_names",
     "get_generator",
     "grid_points",
@@ -100,6 +101,26 @@ class Param:
             if self.upper is not None and out > self.upper:
                 raise InputError(f"{where} must be ≤ {self.upper}, got {out!r}")
         return out
+
+
+#: Largest seed of non-DP randomness: scikit-learn's ``random_state`` (the SDC metrics, ML copies) takes 32 bits.
+MAX_SEED = 2**32 - 1
+
+
+def check_seed(seed: Any, option: str = "--seed") -> int | None:
+    """A curator's seed (None: fresh randomness), refused typed unless an integer in [0, :data:`MAX_SEED`].
+
+    Checked in the plan: a seed numpy, torch or scikit-learn refuses would otherwise fail after the charge (red
+    team s24, A12).
+
+    >>> check_seed(7), check_seed(None)
+    (7, None)
+    """
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= int(seed) <= MAX_SEED:
+        raise InputError(f"{option} must be an integer between 0 and {MAX_SEED}, got {seed!r}", hint=f"Use e.g. {option} 0")
+    return int(seed)
 
 
 @dataclass(frozen=True)

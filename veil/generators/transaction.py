@@ -199,7 +199,10 @@ def veil_files(policy: Any) -> list[Path]:
 def refuse_veil_file(policy: Any, path: Path, option: str) -> None:
     """Refuse ``path`` (an output file) when it resolves to one of :func:`veil_files` or lies in the Spark warehouse."""
     target = path.expanduser().resolve()
-    if target in veil_files(policy):
+    own = veil_files(policy)
+    # by name, and by inode: a hard link to the ledger is the ledger to a file written in place (--save-votes)
+    same = target.exists() and any(f.exists() and os.path.samefile(f, target) for f in own)
+    if target in own or same:
         raise InputError(
             f"{option} {str(path)!r} is one of Veil's own files ({target}): writing it would destroy the policy, the "
             "ledger or the warehouse",

@@ -116,7 +116,7 @@ class SDCPlugin(PublishPlugin):
     summary = "statistical disclosure control: noise, microaggregation, rank swapping, DP microaggregation, GAN, ML copy"
 
     def plan(self, policy: Any, request: Mapping[str, Any]) -> Plan:
-        from veil.generators.base import get_generator, parse_param_args
+        from veil.generators.base import check_seed, get_generator, parse_param_args
 
         cls = get_generator(request["method"])
         gen = cls(**parse_param_args(cls, request.get("params") or ()))
@@ -124,6 +124,7 @@ class SDCPlugin(PublishPlugin):
         columns = list(request.get("columns") or [])
         target = request.get("target")
         table = request["table"]
+        check_seed(request.get("seed"))
         spec = policy.table(table)  # unknown tables fail here
         check_policy_columns(cls, values, spec, [normalise_name(c) for c in columns], normalise_name(target) if target else None)
         eps = Fraction(repr(float(values["epsilon"]))) if cls.is_dp else None
