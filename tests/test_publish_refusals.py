@@ -406,3 +406,16 @@ def test_a_seed_no_library_takes_is_refused_before_the_charge(tmp_path: Path, se
     assert _spent(policy) == (0.0, 0.0, [])
     with pytest.raises(InputError, match="seed"):
         PateConfig(seed=seed)
+
+
+@pytest.mark.parametrize("method", ["dp_microagg_laplace", "dp_microagg_exponential"])
+def test_dp_mdav_groups_larger_than_the_table_charge_nothing(tmp_path: Path, method: str) -> None:
+    """The MDAV partition's k against the number of complete rows: a size check, before the charge."""
+    policy = _warehouse(tmp_path, people(40))
+    request = {"table": "people", "method": method, "columns": ["age"], "output": "o",
+               "params": ["epsilon=1.0", "partition=mdav", "k=50"]}  # fmt: skip
+    with pytest.raises(VeilError, match="k"):
+        _publish(policy, "sdc", request)
+    assert _spent(policy) == (0.0, 0.0, [])
+    _publish(policy, "sdc", {**request, "params": ["epsilon=1.0", "partition=mdav", "k=10"]})
+    assert _spent(policy)[0] == 1.0

@@ -150,7 +150,19 @@ class SDCPlugin(PublishPlugin):
         p = dict(plan.params)
         cls = get_generator(p.pop("method"))
         columns, target, seed = p.pop("columns"), p.pop("target"), p.pop("seed")
-        cls(**p).check_context(context(env.policy, plan.source, columns, target, seed, data.columns), data)
+        ctx = context(env.policy, plan.source, columns, target, seed, data.columns)
+        cls(**p).check_context(ctx, data)
+        # the number of complete rows the generator will see: too few for any release, or for MDAV's k
+        complete = int(data[[*ctx.columns, *([ctx.target] if ctx.target else [])]].notna().all(axis=1).sum())
+        if complete < 2:
+            raise InputError(f"method {cls.name!r} needs at least 2 complete rows, got {complete}")
+        if "k" in plan.checks and complete < int(p["k"]):
+            from veil.generators.sdc import refuse_vacuous
+
+            raise refuse_vacuous(
+                "k", p["k"], f"cannot be met: the table has {complete} complete rows, fewer than k (use a smaller k)",
+                method=cls.name,
+            )  # fmt: skip
 
     def sanitise(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> Publication:
         from veil.generators.base import get_generator
