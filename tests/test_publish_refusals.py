@@ -121,7 +121,7 @@ def test_a_pate_student_table_missing_features_charges_nothing(tmp_path: Path) -
     text = POLICY + '\n[tables.staff]\npublic = true\n[tables.staff.columns]\nage = {{ type = "int", lower = 17, upper = 90 }}\n'
     policy = _warehouse(tmp_path, people(200), text)
     csv = tmp_path / "staff.csv"
-    people(150, seed=3)[["age"]].to_csv(csv, index=False)
+    people(150, seed=3)[["age", "sex"]].to_csv(csv, index=False)  # one column alone: DuckDB sniffs "g" as the delimiter
     ingest_file(policy, "staff", csv)
     request = {"table": "people", "label": "income", "features": ["age", "hours"], "config": _pate(None, queries=20),
                "student_table": "staff", "validation": 0, "output_model": str(tmp_path / "s.pt")}  # fmt: skip
@@ -419,3 +419,28 @@ def test_dp_mdav_groups_larger_than_the_table_charge_nothing(tmp_path: Path, met
     assert _spent(policy) == (0.0, 0.0, [])
     _publish(policy, "sdc", {**request, "params": ["epsilon=1.0", "partition=mdav", "k=10"]})
     assert _spent(policy)[0] == 1.0
+
+
+def test_a_pate_student_table_smaller_than_the_queries_charges_nothing(tmp_path: Path) -> None:
+    from veil.store.warehouse import ingest_file
+
+    text = POLICY + '\n[tables.staff]\npublic = true\n[tables.staff.columns]\nage = {{ type = "int", lower = 17, upper = 90 }}\n'
+    policy = _warehouse(tmp_path, people(200), text)
+    csv = tmp_path / "staff.csv"
+    people(15, seed=3)[["age", "sex"]].to_csv(csv, index=False)  # one column alone: DuckDB sniffs "g" as the delimiter
+    ingest_file(policy, "staff", csv)
+    request = {"table": "people", "label": "income", "features": ["age"], "config": _pate(None, queries=20),
+               "student_table": "staff", "validation": 0, "output_model": str(tmp_path / "s.pt")}  # fmt: skip
+    with pytest.raises(InputError, match="15 records but 20 queries"):
+        _publish(policy, "pate", request)
+    many = {**request, "config": _pate(None, queries=10, teachers=500)}
+    with pytest.raises(InputError, match="too few for 500 teachers"):
+        _publish(policy, "pate", many)
+    assert _spent(policy) == (0.0, 0.0, [])
+
+
+def test_a_constant_pate_feature_is_refused_in_the_plan(tmp_path: Path) -> None:
+    text = POLICY.replace('gain = {{ type = "int", lower = 0, upper = 5000 }}', 'gain = {{ type = "int", lower = 3, upper = 3 }}')
+    policy = _warehouse(tmp_path, people(40).assign(gain=3), text)
+    with pytest.raises(InputError, match="lower == upper"):
+        _plan(policy, tmp_path, _pate(0.1), features=["age", "gain"])

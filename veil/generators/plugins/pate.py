@@ -109,6 +109,9 @@ class PatePlugin(PublishPlugin):
             raise InputError(f"validation must be an integer ≥ 0, got {validation!r}")
         bound = data_independent_epsilon(gamma=config.gamma, queries=config.queries, delta=config.delta)
         _check_student_table(policy, request.get("student_table"))
+        from veil.generators.pate import FeatureEncoder
+
+        FeatureEncoder.from_columns(spec.columns, features)  # a feature the encoder refuses, refused before the charge
         unit = spec.privacy_unit
         checks: dict[str, float] = {"epsilon": bound.epsilon}
         charged = float(bound.epsilon)
@@ -160,18 +163,30 @@ class PatePlugin(PublishPlugin):
         )
 
     def check_source(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> None:
-        from veil.store.warehouse import table_columns
+        from veil.store.warehouse import read_table, table_columns
 
         p = plan.params
         config = p["_config"]
+        usable = int(data[p["label"]].isin(list(p["classes"])).sum())
         if p["student_table"] is None:
-            usable = int(data[p["label"]].isin(list(p["classes"])).sum())
             _check_enough_rows(plan.source, usable, config, p["validation"])
-        else:
-            names = {name for name, _ in table_columns(env.policy, p["student_table"])}
-            missing = [f for f in p["features"] if f not in names]
-            if missing:
-                raise InputError(f"student table {p['student_table']!r} lacks feature columns {missing}")
+            return
+        if usable < config.teachers:
+            raise InputError(
+                f"table {plan.source!r} has {usable} usable rows: too few for {config.teachers} teachers",
+                hint="Lower --teachers",
+            )
+        student = p["student_table"]
+        names = {name for name, _ in table_columns(env.policy, student)}
+        missing = [f for f in p["features"] if f not in names]
+        if missing:
+            raise InputError(f"student table {student!r} lacks feature columns {missing}")
+        records = len(read_table(env.policy, student, [p["features"][0]]))  # a public table: its size is public
+        if records < config.queries:
+            raise InputError(
+                f"the student table {student!r} has {records} records but {config.queries} queries were asked",
+                hint="Lower --queries or give the student more records",
+            )
 
     def sanitise(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> Publication:
         from veil.generators.pate import FeatureEncoder, run_pate
