@@ -444,3 +444,15 @@ def test_a_constant_pate_feature_is_refused_in_the_plan(tmp_path: Path) -> None:
     policy = _warehouse(tmp_path, people(40).assign(gain=3), text)
     with pytest.raises(InputError, match="lower == upper"):
         _plan(policy, tmp_path, _pate(0.1), features=["age", "gain"])
+
+
+@pytest.mark.slow
+def test_dbscan_microaggregation_groups_are_checked_by_the_gate(tmp_path: Path) -> None:
+    """DBSCAN's groups (min_samples rows at least) are a group guarantee the gate verifies on the output, as MDAV's."""
+    policy = _warehouse(tmp_path, _small_spread(400))
+    request = {"table": "people", "method": "microagg_dbscan", "columns": ["age", "hours"], "output": "db",
+               "params": ["eps=0.5", "min_samples=10"]}  # fmt: skip
+    result = _publish(policy, "sdc", request)
+    assert result.gate["min_group"] >= 10
+    with pytest.raises(VeilError, match="min_samples"):
+        _publish(policy, "sdc", {**request, "params": ["eps=0.5", "min_samples=1000"], "output": "db2"})

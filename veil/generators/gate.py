@@ -342,7 +342,7 @@ def verify(
                             f"column {name!r} of {pub.method!r} equals the source in every row: nothing was protected",
                             hint=_PRIVATE_COPY_HINT,
                         )
-                    # a group guarantee (MDAV) covers its unchanged values: each is shared by its k-group
+                    # a group guarantee (MDAV, DBSCAN) covers its unchanged values: each is shared by its group
                     if not pub.group_columns and unchanged[name] > MAX_KEEP_PROBABILITY:
                         raise PublicationRefused(
                             f"column {name!r} of {pub.method!r} equals the source in {unchanged[name]:.1%} of the rows (at "

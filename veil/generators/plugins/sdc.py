@@ -99,6 +99,10 @@ def guarantee_checks(name: str, values: Mapping[str, Any]) -> dict[str, float]:
     checks: dict[str, float] = {}
     if name == "microagg_mdav" or (values.get("partition") == "mdav" and "k" in values):
         checks["k"] = float(values["k"])
+    if name == "microagg_dbscan":
+        # its groups (clusters, noise points and small groups merged) hold at least min_samples rows each: the gate
+        # checks it on the output, and the unchanged values they share are covered as MDAV's are (red team s24 A14)
+        checks["k"] = float(values["min_samples"])
     if name == "noise_addition":
         checks["noise"] = float(values["a"])
         checks["noise_a"] = float(values["a"])
@@ -156,11 +160,12 @@ class SDCPlugin(PublishPlugin):
         complete = int(data[[*ctx.columns, *([ctx.target] if ctx.target else [])]].notna().all(axis=1).sum())
         if complete < 2:
             raise InputError(f"method {cls.name!r} needs at least 2 complete rows, got {complete}")
-        if "k" in plan.checks and complete < int(p["k"]):
+        if "k" in plan.checks and complete < int(plan.checks["k"]):
             from veil.generators.sdc import refuse_vacuous
 
             raise refuse_vacuous(
-                "k", p["k"], f"cannot be met: the table has {complete} complete rows, fewer than k (use a smaller k)",
+                "min_samples" if "min_samples" in p else "k", int(plan.checks["k"]),
+                f"cannot be met: the table has {complete} complete rows, fewer than that (use a smaller value)",
                 method=cls.name,
             )  # fmt: skip
 
