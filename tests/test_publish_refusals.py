@@ -456,3 +456,15 @@ def test_dbscan_microaggregation_groups_are_checked_by_the_gate(tmp_path: Path) 
     assert result.gate["min_group"] >= 10
     with pytest.raises(VeilError, match="min_samples"):
         _publish(policy, "sdc", {**request, "params": ["eps=0.5", "min_samples=1000"], "output": "db2"})
+
+
+def test_a_kanon_export_naming_one_of_veils_files_is_refused_before_publishing(tmp_path: Path) -> None:
+    from veil.generators.kanon.publish import publish_kanon
+
+    text = POLICY.replace('path = "ledger.sqlite"', 'path = "ledger.csv"')
+    policy = _warehouse(tmp_path, people(60), text)
+    before = policy.ledger_path.read_bytes() if policy.ledger_path.exists() else None
+    with pytest.raises(InputError, match="Veil's own files"):
+        publish_kanon(policy, table="people", output="pk", algorithm="mondrian", qi=["age", "sex"], k=5,
+                      export=policy.ledger_path, replace=True, progress=False)  # fmt: skip
+    assert (policy.ledger_path.read_bytes() if policy.ledger_path.exists() else None) == before
