@@ -96,6 +96,7 @@ class PatePlugin(PublishPlugin):
     artifact = "model"
 
     def plan(self, policy: Any, request: Mapping[str, Any]) -> Plan:
+        from veil.generators.pate import FeatureEncoder
         from veil.generators.pate.release import _label_classes
         from veil.mechanisms.pate_accounting import data_independent_epsilon
 
@@ -109,8 +110,6 @@ class PatePlugin(PublishPlugin):
             raise InputError(f"validation must be an integer ≥ 0, got {validation!r}")
         bound = data_independent_epsilon(gamma=config.gamma, queries=config.queries, delta=config.delta)
         _check_student_table(policy, request.get("student_table"))
-        from veil.generators.pate import FeatureEncoder
-
         FeatureEncoder.from_columns(spec.columns, features)  # a feature the encoder refuses, refused before the charge
         unit = spec.privacy_unit
         checks: dict[str, float] = {"epsilon": bound.epsilon}
