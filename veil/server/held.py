@@ -26,7 +26,7 @@ at ``COMMIT``/``ROLLBACK``.
 >>> check_statement_count(limits, {"s1": object()}, "s2")
 Traceback (most recent call last):
 ...
-veil.server.held.HeldStateLimit: too many prepared statements on this connection (1 held, the limit is 1). ...
+veil.errors.HeldStateLimit: too many prepared statements on this connection (1 held, the limit is 1). ...
 >>> check_statement_count(limits, {"s1": object()}, "s1")  # replacing one is not one more
 >>> answer_bytes([("ab", 1), (None, b"xyz")])
 117
@@ -37,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
-from veil.errors import VeilError
+from veil.errors import HeldStateLimit
 from veil.server.limits import ServerLimits
 
 __all__ = [
@@ -64,13 +64,6 @@ MAX_SETTINGS = 256
 MAX_SETTINGS_CHARS = 1 << 20
 _CELL = 8  # a number, date or NULL, counted as one machine word
 _ROW = 48  # a tuple's own header, roughly
-
-
-class HeldStateLimit(VeilError):
-    """One connection holds as many prepared statements, portals or cursors (or bytes of them) as
-    the server allows."""
-
-    sqlstate = "53400"
 
 
 def answer_bytes(rows: Iterable[Sequence[Any]]) -> int:

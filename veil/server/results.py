@@ -19,6 +19,7 @@ from pg_mimic import ResultColumn
 from pg_mimic.errors import PgError
 
 from veil.errors import (
+    HeldStateLimit,
     InternalError,
     InvalidEncoding,
     ProtocolViolation,
@@ -29,7 +30,6 @@ from veil.errors import (
     VeilError,
 )
 from veil.server import catalog
-from veil.server.held import HeldStateLimit
 
 __all__ = ["EXPLAIN_COLUMNS", "Result", "answer_rows", "explain_rows", "output_columns", "to_pg_error"]
 
