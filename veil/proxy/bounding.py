@@ -150,7 +150,9 @@ def _grid_columns(spec: TableSpec) -> Mapping[str, GridColumn]:
 
 
 def grid_value_sql(column_sql: str, k: int) -> str:
-    """One row's value on the grid of ``2**-k`` as a BIGINT: the text both the copy and the rewrite compute."""
+    """One row's value on the grid of ``2**-k`` as a BIGINT, as the copy stores it. The rewrite builds the same
+    expression as a tree (``rewrite._fixed``, no text parsed per query); ``tests/proxy/test_pre_scaled_grid.py``
+    checks the two agree row by row."""
     return f"CAST(FLOOR(CAST(({column_sql}) AS DOUBLE) * CAST({math.ldexp(1.0, k)!r} AS DOUBLE)) AS BIGINT)"
 
 
