@@ -7,7 +7,8 @@ classes at the bottom wrap them in the :mod:`veil.generators.base` interface and
 =========================  ===================================================================
 ``noise_addition``         x' = x + a·σ·c, c ~ N(0,1) per value (σ: the column's std)
 ``microagg_mdav``          MDAV groups of ≥ k records (standardised distance), values → centroid
-``microagg_dbscan``        DBSCAN clusters (eps in standard deviations, min_samples) → centroid
+``microagg_dbscan``        DBSCAN clusters (eps in standard deviations, min_samples; noise points and groups under
+                          min_samples merged into the nearest group) → centroid
 ``rank_swapping``          per column, swap each value with one ≤ p % of the ranks away
 ``dp_microagg_laplace``    microaggregation with centroids released by the Laplace mechanism
 ``dp_microagg_exponential`` the same with centroid coordinates chosen by the exponential mechanism
@@ -340,6 +341,24 @@ def dp_centroids(
 MAX_GRID_CELLS = 250_000
 
 
+def check_grid_cells(bins: int, d: int, n_classes: int, *, labelled: bool) -> int:
+    """The DP grid's cell count ``bins^d × classes``, refused above :data:`MAX_GRID_CELLS`.
+
+    From the parameters and the policy alone: the publish plan calls it before anything is charged.
+
+    >>> check_grid_cells(4, 2, 2, labelled=True)
+    32
+    """
+    n_cells = bins**d * max(n_classes, 1)
+    if n_cells > MAX_GRID_CELLS:
+        raise InputError(
+            f"the DP grid would have {n_cells:,} cells ({bins} bins over {d} columns"
+            f"{f' × {n_classes} classes' if labelled else ''}); at most {MAX_GRID_CELLS:,} are supported",
+            hint="Lower bins or protect fewer columns at once",
+        )
+    return n_cells
+
+
 def dp_grid_microaggregation(
     x: np.ndarray,
     y: np.ndarray | None,
@@ -371,13 +390,7 @@ def dp_grid_microaggregation(
     n, d = x.shape
     x = np.clip(x, lower, upper)
     width = (upper - lower) / bins
-    n_cells = bins**d * max(n_classes, 1)
-    if n_cells > MAX_GRID_CELLS:
-        raise InputError(
-            f"the DP grid would have {n_cells:,} cells ({bins} bins over {d} columns"
-            f"{f' × {n_classes} classes' if y is not None else ''}); at most {MAX_GRID_CELLS:,} are supported",
-            hint="Lower bins or protect fewer columns at once",
-        )
+    n_cells = check_grid_cells(bins, d, n_classes, labelled=y is not None)
     safe_w = np.where(width > 0, width, 1.0)
     b = np.clip(np.floor((x - lower) / safe_w).astype(np.int64), 0, bins - 1)
     dims = (bins,) * d
@@ -594,21 +607,34 @@ class MicroaggDBSCAN(_Refusing):
 
     def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
         x = _numeric(data, ctx)
-        labels = dbscan_groups(standardise(x), self["eps"], self["min_samples"])
-        sizes = np.bincount(labels[labels >= 0]) if (labels >= 0).any() else np.array([0])
+        z = standardise(x)
+        labels = dbscan_groups(z, self["eps"], self["min_samples"])
+        if len(labels) < self["min_samples"]:
+            raise InputError(
+                f"the table holds fewer than min_samples = {self['min_samples']} rows: no group of that size can form",
+                hint="Lower min_samples, or publish a larger table",
+            )
+        # DBSCAN leaves its noise points as one group of any size (a lone outlier's centroid is that person's record:
+        # red team s24, A8) and a cluster can lose border points to another: every group under min_samples is merged
+        groups = merge_small_groups(z, labels, self["min_samples"])
+        sizes = _group_sizes(groups)
+        if int(sizes.min()) < self["min_samples"]:
+            raise InternalError(f"DBSCAN microaggregation left a group of {int(sizes.min())} rows")
         return _release(
             data,
             ctx,
-            replace_by_centroids(x, labels),
-            min_group_size=int(_group_sizes(labels).min()),
+            replace_by_centroids(x, groups),
+            min_group_size=int(sizes.min()),
             guarantee=(
-                "no formal guarantee: DBSCAN clusters (noise points averaged together as one group, as in the "
-                f"paper's code) replaced by their means; clusters may be small; {_PASS_TARGET}"
+                "no formal guarantee beyond groups: DBSCAN clusters replaced by their means, its noise points and any "
+                f"group under min_samples = {self['min_samples']} rows merged into the nearest group first, so every "
+                f"published value is shared by at least min_samples rows; {_PASS_TARGET}"
             ),
             info={
                 "clusters": int(labels.max() + 1),
                 "noise_points": int((labels < 0).sum()),
-                "smallest_cluster": int(sizes[sizes > 0].min()) if (sizes > 0).any() else 0,
+                "groups": len(sizes),
+                "smallest_group": int(sizes.min()),
             },
         )
 
@@ -649,7 +675,7 @@ class _DPMicroagg(_Refusing):
         ),
         Param("bins", int, 4, grid=(2, 4, 8), help="grid partition: intervals per column", lower=1),
         Param("k", int, 50, grid=(50,), help="mdav partition: minimum group size, ≥ 2"),
-        Param("candidates", int, 32, help="exponential mechanism: candidate values per coordinate", lower=2),
+        Param("candidates", int, 32, help="exponential mechanism: candidate values per coordinate", lower=2, upper=4096),
     )
     vacuous: ClassVar[Mapping[str, tuple[Any, str]]] = {"epsilon": _EPS_RULE, "k": _K_RULE}
 

@@ -6,10 +6,12 @@
 2. **plan** (the plug-in checks its request; the gate refuses vacuous parameters) and protect the
    warehouse: the output may never be the source, a private table of the policy or an internal
    name, and an existing table is replaced only with ``replace`` (:func:`check_output`);
-3. **reserve** the DP cost, if any, on the source table's account (``table:NAME``, capped by
-   ``[tables.NAME] epsilon_total``/``delta_total``) and on the actor's analyst account when the
-   actor is an analyst of the policy — all or none, before any randomness is drawn;
-4. **read** the source; synthetic methods train on a random part and keep a holdout;
+3. **read** the source; synthetic methods train on a random part and keep a holdout;
+4. **check the source** (the plug-in's ``check_source``: its schema and size, never its values; a
+   refusal here costs nothing) and **reserve** the DP cost, if any, on the source table's account
+   (``table:NAME``, capped by ``[tables.NAME] epsilon_total``/``delta_total``) and on the actor's
+   analyst account when the actor is an analyst of the policy — all or none, before any randomness
+   is drawn;
 5. **sanitise** (the plug-in), then **finalise**: columns the sanitiser did not produce are dropped,
    numbers are clamped to the policy's declared bounds, rows are shuffled with a CSPRNG;
 6. **verify** with the gate (:mod:`veil.generators.gate`): refused → nothing is written;
@@ -26,6 +28,7 @@ then says ``interrupted=True``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -47,7 +50,7 @@ from veil.generators.publication import COPIED, Plan, Publication
 from veil.generators.registry import RunEnv, get_plugin
 from veil.policy import normalise_name
 
-__all__ = ["PublishResult", "check_output", "csprng", "evaluate", "publish", "recover"]
+__all__ = ["PublishResult", "check_output", "csprng", "evaluate", "publish", "recover", "refuse_veil_file", "veil_files"]
 
 
 @dataclass(frozen=True)
@@ -180,14 +183,49 @@ def _without_exact_sizes(record: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in EXACT_SIZES}
 
 
+def veil_files(policy: Any) -> list[Path]:
+    """Veil's own files for ``policy`` (resolved): the policy, the ledger and the warehouse, their journals, the
+    public mirror. A publication's output file is never one of them (red team s24, A11)."""
+    from veil.store.warehouse import public_path
+
+    files = [Path(policy.path)]
+    ledger = Path(policy.ledger_path)
+    files += [ledger, *(Path(f"{ledger}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
+    for db in (Path(policy.database_path), public_path(policy)):
+        files += [db, Path(f"{db}.wal"), Path(f"{db}.tmp")]
+    return [f.resolve() for f in files]
+
+
+def refuse_veil_file(policy: Any, path: Path, option: str) -> None:
+    """Refuse ``path`` (an output file) when it resolves to one of :func:`veil_files` or lies in the Spark warehouse."""
+    target = path.expanduser().resolve()
+    own = veil_files(policy)
+    # by name, and by inode: a hard link to the ledger is the ledger to a file written in place (--save-votes)
+    same = target.exists() and any(f.exists() and os.path.samefile(f, target) for f in own)
+    if target in own or same:
+        raise InputError(
+            f"{option} {str(path)!r} is one of Veil's own files ({target}): writing it would destroy the policy, the "
+            "ledger or the warehouse",
+            hint=f"Choose another {option} path",
+        )
+    spark = getattr(getattr(policy, "engine", None), "warehouse", None)
+    if spark is not None and target.is_relative_to(Path(spark).resolve()):
+        raise InputError(
+            f"{option} {str(path)!r} lies in the Spark warehouse {str(spark)!r}", hint=f"Choose another {option} path"
+        )
+
+
 def check_output(policy: Any, plan: Plan) -> None:
-    """Refuse outputs that would overwrite private data or a table without ``replace``."""
+    """Refuse outputs that would overwrite private data, Veil's own files, or a table without ``replace``."""
     from veil.store.publications import published_tables
     from veil.store.warehouse import table_names
 
     _check_source(policy, plan)
     if plan.artifact == "model":
         path = Path(plan.output)
+        # the model and its JSON sidecar, whatever --replace says
+        refuse_veil_file(policy, path, "--output-model")
+        refuse_veil_file(policy, Path(f"{path}.json"), "--output-model (its sidecar .json)")
         if path.exists() and not plan.replace:
             raise InputError(f"model file {str(path)!r} already exists", hint="Choose another --output-model or pass --replace")
         return
@@ -240,6 +278,8 @@ def recover(policy: Any) -> list[str]:
     try:
         for row in pending:
             token = str(row["token"])
+            if warehouse.publication_in_flight(policy, token):
+                continue  # another process (or thread) is running it: not ours to finish or undo
             if row["state"] == "committed":
                 warehouse.finish_publication(policy, token)
                 done.append(f"finished {row['output']}")
@@ -277,8 +317,8 @@ def _stamp_sidecar(staging_file: str, release_id: str) -> None:
 
 
 def _finalise(pub: Publication, spec: Any, generator: np.random.Generator) -> Publication:
-    """Drop columns the sanitiser did not produce, clamp numbers to declared bounds, give generated columns their
-    declared types, shuffle rows."""
+    """Drop columns the sanitiser did not produce, clamp generated numbers to declared bounds, give every column its
+    declared type (generalised ones: text), shuffle rows."""
     frame = pub.frame
     if frame is None:
         return pub
@@ -289,11 +329,16 @@ def _finalise(pub: Publication, spec: Any, generator: np.random.Generator) -> Pu
     for name in keep:
         col = cols.get(name)
         prot = pub.protection(str(name))
-        if col is None or prot is None or prot.how not in ("perturbed", "synthesised", "randomised"):
+        if col is None or prot is None:
             continue
-        if getattr(col, "lower", None) is not None and pd.api.types.is_numeric_dtype(frame[name]):
-            frame[name] = frame[name].astype(float).clip(float(col.lower), float(col.upper))
-        # the declared type, never the generated frame's dtype (it followed the source's: red team s20 A4)
+        # every published column's type comes from the policy alone, never from the frame's dtype, which follows the
+        # source's (a NULL in one person's row, dropped or not, made an int column DOUBLE: red team s20 A4, s24 A1)
+        if prot.how == "generalised":
+            frame[name] = as_declared(frame[name], "category")  # labels and values alike, as text
+            continue
+        if prot.how in ("perturbed", "synthesised", "randomised"):
+            if getattr(col, "lower", None) is not None and pd.api.types.is_numeric_dtype(frame[name]):
+                frame[name] = frame[name].astype(float).clip(float(col.lower), float(col.upper))
         frame[name] = as_declared(frame[name], getattr(col, "type", None))
     order = generator.permutation(len(frame))
     frame = frame.iloc[order].reset_index(drop=True)
@@ -351,8 +396,20 @@ def publish(
         generator = csprng()
         data = warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None)
         train, holdout = _split(data, plan.holdout, generator)
+        env = RunEnv(
+            policy=policy,
+            spec=spec,
+            generator=generator,
+            rng=rng,
+            progress=progress,
+            seed=request.get("seed"),
+            source_rows=len(data),
+        )
+        # refusals from the source's schema or size come before the charge (red team s24, A10)
+        plugin.check_source(plan, train, env)
         reservation = None
         ledger = Ledger.for_policy(policy)
+        held_lock = contextlib.ExitStack()
         try:
             if plan.epsilon is not None:
                 cost = Cost(Fraction(plan.epsilon), Fraction(plan.delta or 0))
@@ -362,18 +419,10 @@ def publish(
                     actor=actor,
                     what=f"publication {plan.method!r} of table {plan.source!r}",
                 )
-            env = RunEnv(
-                policy=policy,
-                spec=spec,
-                generator=generator,
-                rng=rng,
-                progress=progress,
-                seed=request.get("seed"),
-                source_rows=len(data),
-            )
             pub = _finalise(plugin.sanitise(plan, train, env), spec, generator)
             report = gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=generator)
             token = secrets.token_hex(8)
+            held_lock.enter_context(warehouse.publication_lock(policy, token))  # until finished: recovery leaves it
             plain = {k: v for k, v in plan.params.items() if not k.startswith("_")}
             params = {**plain, **pub.params, "source_table": plan.source, "publication_token": token}
             metrics = {
@@ -414,11 +463,12 @@ def publish(
                 )
                 if staging_file:
                     _stamp_sidecar(staging_file, rid)
-                warehouse.commit_publication(policy, token, rid)
+                warehouse.commit_publication(policy, token, rid, strict=True)
                 warehouse.finish_publication(policy, token)
             finally:
                 interrupted = _release_signals(held)
         finally:
+            held_lock.close()
             ledger.close()
     return PublishResult(
         release_id=rid,
@@ -456,6 +506,7 @@ def evaluate(policy: Any, kind: str, request: Mapping[str, Any], *, rng: np.rand
         train, holdout = _split(data, plan.holdout, generator)
         env = RunEnv(policy=policy, spec=spec, generator=generator, rng=rng, progress=False, seed=request.get("seed"),
                      source_rows=len(data))  # fmt: skip
+        plugin.check_source(plan, train, env)
         pub = _finalise(plugin.sanitise(plan, train, env), spec, generator)
         report = gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=generator).as_dict()
         row.update(gate="passed", rows=None if pub.frame is None else len(pub.frame), **plugin.summary_of(plan, pub))

@@ -15,6 +15,14 @@ reads the same on every engine, so DuckDB and Spark keep the same rows. Category
 to the column's ``text_cap`` characters (policy ``max_length``, default 1,024), so the work one person's
 text can cause in any query is bounded too.
 
+Each bounded real column also gets its **pre-scaled grid copy** (:func:`grid_columns`):
+``CAST(FLOOR(CAST(c AS DOUBLE) · 2^k) AS BIGINT)`` of the copy's own clamped value, with ``k`` the fixed-point
+exponent of the column's bounds (:func:`veil.proxy.fixed_point.exponent`). It is the very value the rewrite puts on
+the grid for a real SUM/AVG of the bare column (:func:`veil.proxy.rewrite._fixed`), computed once per table version
+instead of on every query; the rewrite reads it only where its exponent is the column's. Its name starts with an
+underscore, which no declared column can (:func:`veil.policy.normalise_name`), and the catalog never lists it, so
+no analyst query can name it.
+
 A changed bound, type, unit column or contribution bound changes the identity, so no query ever reads
 a copy built for another policy. Salts and identities live in the ledger, not the warehouse.
 """
@@ -23,9 +31,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import secrets
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import TypeVar
 
 import sqlglot
 from sqlglot import exp
@@ -34,13 +46,19 @@ from veil.engines import open_engine
 from veil.engines.base import Engine
 from veil.errors import InternalError, PolicyError, VeilError
 from veil.policy import ColumnSpec, Policy, TableSpec
+from veil.proxy import fixed_point
 from veil.proxy.catalog import SQL_TYPES  # the copy holds each column as the catalog types it
 from veil.store.ledger import Ledger
 
-__all__ = ["ALGORITHM", "BoundedCopies", "build_sql", "build_tree", "engine_generation", "prepare", "spec_identity"]
+__all__ = [
+    "ALGORITHM", "BoundedCopies", "GridColumn", "build_sql", "build_tree", "engine_generation", "grid_columns",
+    "grid_value_sql", "prepare", "spec_identity",
+]  # fmt: skip
+
+T = TypeVar("T")
 
 #: Changes whenever the copy's construction changes, so old copies are never reused.
-ALGORITHM = "veil-bounded-copy/4"
+ALGORITHM = "veil-bounded-copy/7"
 
 
 def _q(name: str) -> str:
@@ -51,8 +69,32 @@ def _lit(v: object) -> str:
     return repr(float(v)) if isinstance(v, float) else str(int(v))  # type: ignore[call-overload]
 
 
+_SPEC_FACTS: dict[tuple[int, str], tuple[TableSpec, object]] = {}
+_SPEC_FACTS_LOCK = threading.Lock()
+
+
+def _per_spec(spec: TableSpec, what: str, compute: Callable[[TableSpec], T]) -> T:
+    """``compute(spec)``, computed once per spec object (a frozen policy value; every query of a session asks again).
+    The cache holds the spec itself, so its id cannot be reused while the entry lives."""
+    key = (id(spec), what)
+    with _SPEC_FACTS_LOCK:
+        hit = _SPEC_FACTS.get(key)
+    if hit is not None and hit[0] is spec:
+        return hit[1]  # type: ignore[return-value]
+    value = compute(spec)
+    with _SPEC_FACTS_LOCK:
+        if len(_SPEC_FACTS) > 1024:
+            _SPEC_FACTS.clear()
+        _SPEC_FACTS[key] = (spec, value)
+    return value
+
+
 def spec_identity(spec: TableSpec) -> str:
     """A stable text naming everything in the spec that shapes the copy (and nothing else)."""
+    return _per_spec(spec, "identity", _spec_identity)
+
+
+def _spec_identity(spec: TableSpec) -> str:
     cols = [
         [c.name, c.type, None if c.lower is None else str(c.lower), None if c.upper is None else str(c.upper),
          None if c.values is None else [repr(v) for v in c.values], c.text_cap if c.type == "category" else None]
@@ -75,11 +117,53 @@ def _typed(col: ColumnSpec) -> str:
     if col.type == "float":
         v = f"(CASE WHEN isnan({v}) THEN NULL ELSE {v} END)"
     if col.type == "category":
-        v = f"left({v}, {int(col.text_cap)})"
+        # decode(encode(…)): the text without the column's collation (a NOCASE column compared 'alice' and 'ALICE'
+        # as one value in every query, and in the partition of units: red team s25, A1/A3/A4)
+        v = f"left(decode(encode({v})), {int(col.text_cap)})"
     if col.type in ("int", "float") and col.bounded:
         lo, hi = (f"CAST({_lit(b)} AS {SQL_TYPES[col.type]})" for b in (col.lower, col.upper))
         v = f"(CASE WHEN {v} < {lo} THEN {lo} WHEN {v} > {hi} THEN {hi} ELSE {v} END)"
     return f"{v} AS {q}"
+
+
+@dataclass(frozen=True)
+class GridColumn:
+    """The bounded copy's pre-scaled grid copy of a real column: its name in the copy and its exponent ``k``."""
+
+    name: str
+    exponent: int
+
+
+def grid_columns(spec: TableSpec) -> Mapping[str, GridColumn]:
+    """Each bounded real column of ``spec`` → its pre-scaled grid column in the bounded copy (a function of the
+    spec alone: the copy's identity covers it)."""
+    return _per_spec(spec, "grids", _grid_columns)
+
+
+def _grid_columns(spec: TableSpec) -> Mapping[str, GridColumn]:
+    out = {}
+    for i, col in enumerate(spec.columns.values()):
+        if col.type == "float" and col.bounded:
+            k = fixed_point.exponent(Fraction(col.lower), Fraction(col.upper))  # type: ignore[arg-type]
+            out[col.name] = GridColumn(f"__veil_grid_{i}", k)
+    return out
+
+
+def grid_value_sql(column_sql: str, k: int) -> str:
+    """One row's value on the grid of ``2**-k`` as a BIGINT, as the copy stores it. The rewrite builds the same
+    expression as a tree (``rewrite._fixed``, no text parsed per query); ``tests/proxy/test_pre_scaled_grid.py``
+    checks the two agree row by row."""
+    return f"CAST(FLOOR(CAST(({column_sql}) AS DOUBLE) * CAST({math.ldexp(1.0, k)!r} AS DOUBLE)) AS BIGINT)"
+
+
+def _with_grids(select: str, spec: TableSpec) -> str:
+    """``select`` (the copy's declared columns) with each bounded real column's pre-scaled grid copy."""
+    grids = grid_columns(spec)
+    if not grids:
+        return select
+    cols = [_q(c) for c in spec.columns]
+    cols += [f"{grid_value_sql(_q(c), g.exponent)} AS {_q(g.name)}" for c, g in grids.items()]
+    return f"SELECT {', '.join(cols)} FROM ({select}) AS __veil_clamped"
 
 
 def _row_text(columns: list[str]) -> str:
@@ -104,17 +188,21 @@ def build_tree(spec: TableSpec, salt: str) -> exp.Select:
     else:
         # rows are bounded per *stored* unit value, never per its typed or clamped copy: a bound or a cast
         # would merge different people into one unit (ids 10, 11, … clamped to 10; '10' and '010' read as one
-        # number), and a newcomer would then displace other people's rows instead of adding its own
+        # number), and a newcomer would then displace other people's rows instead of adding its own. The
+        # partition is the stored value's text without any collation, which tells apart what the engine's
+        # equality merges (stored DOUBLE ids 0.0 and -0.0: red team s23, A4; ids 'alice' and 'ALICE' in a NOCASE
+        # column: s25, A1)
         unit = _q(spec.privacy_unit)
         key = f"sha256('{salt}' || '|' || {_row_text(list(spec.columns))})"
         cols = ", ".join(_q(c) for c in spec.columns)
         sql = (
-            f"SELECT {cols} FROM (SELECT {cols}, row_number() OVER (PARTITION BY __veil_unit ORDER BY {key}) AS __veil_rn "
+            f"SELECT {cols} FROM (SELECT {cols}, row_number() OVER (PARTITION BY decode(encode(CAST(__veil_unit AS VARCHAR))) "
+            f"ORDER BY {key}) AS __veil_rn "
             f"FROM (SELECT {typed}, {unit} AS __veil_unit FROM {_q(spec.name)}) AS __veil_typed "
             "WHERE __veil_unit IS NOT NULL AND NOT coalesce(isnan(TRY_CAST(__veil_unit AS DOUBLE)), false)) AS __veil_ranked "
             f"WHERE __veil_rn <= {int(spec.max_rows_per_unit)}"
         )
-    tree = sqlglot.parse_one(sql, read="duckdb")
+    tree = sqlglot.parse_one(_with_grids(sql, spec), read="duckdb")
     if not isinstance(tree, exp.Select):
         raise InternalError("the bounded-copy SQL is not a SELECT")
     return tree

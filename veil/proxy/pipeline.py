@@ -39,7 +39,7 @@ from veil.proxy.parse import parse
 from veil.proxy.plan import QueryPlan, plan
 from veil.proxy.postprocess import PostProcess, postprocess_sql
 from veil.proxy.resolve import Resolved, resolve
-from veil.proxy.rewrite import EngineQueries, public_query, rewrite
+from veil.proxy.rewrite import EngineQueries, check_generated_size, public_query, rewrite
 from veil.proxy.totality import CANNOT_RAISE
 from veil.proxy.validate import Analysis, validate
 from veil.store.ledger import Cost, Reservation, accounts_for
@@ -125,6 +125,8 @@ def _parse(s: QueryState, env: Env) -> QueryState:
 def _resolve(s: QueryState, env: Env) -> QueryState:
     if s.tree is None:
         raise InternalError("resolve before parse")
+    # every spelling a table name may resolve to (unquoted names fold to lower case in resolve)
+    env.sync_public({n for t in s.tree.find_all(exp.Table) for n in (t.name, t.name.lower())})
     return replace(s, resolved=env.with_catalog(lambda cat: resolve(s.tree, cat, sql=s.sql)))
 
 
@@ -150,6 +152,7 @@ def _plan(s: QueryState, env: Env) -> QueryState:
     # the plan copies the analyst's expressions into its statistics
     mark_arithmetic_that_cannot_raise(a.tree, catalog, CANNOT_RAISE)
     p = plan(a, catalog, epsilon=s.epsilon, contribution=c, partition_delta=env.policy.defaults.partition_delta)
+    check_generated_size(p)
     multiplicity.check_grouped_contribution(p.contribution, len(p.keys), len(p.statistics))
     # every engine statement (the main one, one per quantile grid) repeats the per-row work over one person's rows
     grids = sum(1 for st in p.statistics if st.kind == "grid")
@@ -163,8 +166,8 @@ def _rewrite(s: QueryState, env: Env) -> QueryState:
         raise InternalError("rewrite before validate")
     if s.plan is None:
         return replace(s, public_sql=env.public_engine.render(public_query(s.analysis.tree)))
-    source = env.bounded_table(s.plan.analysis.private_table or "")
-    queries = rewrite(s.plan, source, public_types(env.catalog(), s.plan.analysis.tables))
+    source, grids = env.bounded_copy(s.plan.analysis.private_table or "")
+    queries = rewrite(s.plan, source, public_types(env.catalog(), s.plan.analysis.tables), grids)
     check_raising_work(s.plan, queries)
     render = env.engine.render
     rendered = Rendered(

@@ -39,10 +39,10 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
 from veil.engines.neutral import CANNOT_RAISE, duckdb_text, is_integral, neutralise
-from veil.errors import InternalError, QueryRejected, Unbounded, Unsupported
+from veil.errors import InternalError, QueryRejected, QueryTooComplex, Unbounded, Unsupported
 from veil.proxy import fixed_point
 from veil.proxy.bounds import IntegralRange, Interval, expression_interval, in_doubles, resolve_column
-from veil.proxy.catalog import Catalog
+from veil.proxy.catalog import SQL_TYPES, Catalog
 from veil.proxy.totality import make_total
 from veil.proxy.validate import Analysis, aggregate_name
 
@@ -73,6 +73,9 @@ class Statistic:
     integral: bool = False  # centred sums: the argument is a BIGINT (summed and centred exactly)
     lower: Fraction | None = None  # feasible range of one row's value (sums: released values are post-processed into it)
     upper: Fraction | None = None
+    # sums of a bare real column of the private table read straight from its bounded copy (not through a CTE or a
+    # derived table): that column's name, so the rewrite may read the copy's pre-scaled grid column for it
+    copy_column: str | None = None
     # grid statistics (exponential mechanism)
     grid_lo: Fraction = Fraction(0)
     grid_step: Fraction = Fraction(1)
@@ -351,6 +354,18 @@ def _is_bounded_base_column(arg: exp.Expression, scope: Scope, catalog: Catalog,
     return col.type in ("int", "float") and col.bounded
 
 
+def _copy_column(arg: exp.Expression, ctx: _Context) -> str | None:
+    """The private table's column ``arg`` is, when it is exactly a bounded real column read straight from the
+    bounded copy in this scope (no CTE, no derived table, no parentheses); None otherwise."""
+    if not isinstance(arg, exp.Column) or not _is_bounded_base_column(arg, ctx.scope, ctx.catalog, ctx.table):
+        return None
+    kind, _, _, table = resolve_column(arg, ctx.scope)
+    spec = ctx.catalog.tables[ctx.table].spec
+    if kind != "table" or table != ctx.table or spec is None or spec.columns[arg.name].type != "float":
+        return None
+    return arg.name
+
+
 def _declared_values(key: exp.Expression, scope: Scope, catalog: Catalog) -> tuple[object, ...] | None:
     """The declared values of a key that is (through CTEs) exactly a declared private column."""
     if not isinstance(key, exp.Column):
@@ -385,7 +400,9 @@ def _domain_sql(key: exp.Expression, scope: Scope, catalog: Catalog) -> str | No
                 t = catalog.tables[str(table)]
                 alias = f"d_{table}_{col.name}"
                 if t.public:
-                    sources[alias] = f'(SELECT DISTINCT "{col.name}" AS v FROM "{table}") AS {alias}'
+                    # read as the catalog types it, like the generated query and its probes (veil.proxy.public_reads)
+                    sql_type = SQL_TYPES[t.columns[col.name]]
+                    sources[alias] = f'(SELECT DISTINCT TRY_CAST("{col.name}" AS {sql_type}) AS v FROM "{table}") AS {alias}'
                 else:
                     cs = t.spec.columns.get(col.name) if t.spec else None
                     if cs is None or cs.values is None:
@@ -456,7 +473,7 @@ def _plan_moments(
         ("sum_c", _sql(arg_c), fs), kind="sum_centered", label=f"sum({a_label} - {_sql(_num(iv.mid))})",
         arg=arg_c, filter=filt, distinct=False, mechanism="laplace", sensitivity=c * iv.half_width,
         hidden=True, center=iv.mid, half_width=iv.half_width, integral=iv.integral, lower=iv.lo - iv.mid,
-        upper=iv.hi - iv.mid,
+        upper=iv.hi - iv.mid, copy_column=_copy_column(arg, ctx),
     )  # fmt: skip
     ids: tuple[int, ...] = (n_id, s_id)
     if name != "avg":
@@ -525,13 +542,37 @@ def _plan_aggregate(b: _Builder, idx: int, node: exp.Expression, ctx: _Context) 
             ("sum", _sql(arg_c), None if filt is None else _sql(filt)), kind="sum",
             label=f"sum({duckdb_text(arg)})", arg=arg_c, filter=filt, distinct=False,
             mechanism="discrete_laplace" if iv.integral else "laplace", sensitivity=ctx.c * iv.magnitude,
-            hidden=False, lower=iv.lo, upper=iv.hi,
+            hidden=False, lower=iv.lo, upper=iv.hi, copy_column=_copy_column(arg, ctx),
         )  # fmt: skip
         label = _sql(node)
         return AggregateSpec(idx, "sum", label, label, (sid,), iv, None, iv.integral)
     if name in ("avg", "var_samp", "var_pop", "stddev_samp", "stddev_pop"):
         return _plan_moments(b, idx, name, node, arg, arg_c, filt, iv, ctx)
     return _plan_grid(b, idx, name, node, arg_c, filt, q, iv, ctx)
+
+
+#: The plan clamps each aggregate's argument: four copies in a CASE, sixteen for an integral argument that is not
+#: integer-typed (``ROUND(…)``, clamped in DOUBLE then in BIGINT); a count's is never clamped. The rewrite's copies
+#: are priced by :func:`veil.proxy.rewrite.check_generated_size` once the plan is built (red team s23, A2).
+_CLAMP_COPIES = 16
+#: The most argument nodes the plan's clamps may hold (well under a second of copying on a loaded 2-core host).
+MAX_CLAMPED_NODES = 8_000
+
+
+def _check_argument_copies(aggregates: list[exp.Expression]) -> None:
+    """Before any clamp is built: refuse (QueryTooComplex, free) aggregate arguments whose clamps alone would hold
+    more than :data:`MAX_CLAMPED_NODES` nodes (one linear count)."""
+    work = 0
+    for node in aggregates:
+        call = node.this if isinstance(node, exp.Filter) else node
+        copies = 1 if aggregate_name(call) == "count" else _CLAMP_COPIES
+        work += sum(1 for _ in node.walk()) * copies
+    if work > MAX_CLAMPED_NODES:
+        raise QueryTooComplex(
+            f"the query's aggregate arguments are too large to plan: their clamps would hold {work:,} nodes, more "
+            f"than the limit of {MAX_CLAMPED_NODES:,}",
+            hint="Simplify the arguments (e.g. fewer CASE branches; several simpler aggregates instead of one)",
+        )
 
 
 def _allocate(specs: list[dict[str, object]], epsilon: Fraction, partition: int | None) -> tuple[Statistic, ...]:
@@ -571,6 +612,7 @@ def plan(
         raise Unsupported("SELECT DISTINCT over a private table is not supported", hint="Use GROUP BY")
     keys = _group_keys(tree, scope, catalog)
     public_keys = bool(keys) and all(k.public for k in keys)
+    _check_argument_copies(_outer_aggregates(tree))
     ctx = _Context(scope, catalog, table, contribution, bool(keys))
     b = _Builder()
     aggs = [_plan_aggregate(b, idx, node, ctx) for idx, node in enumerate(_outer_aggregates(tree))]

@@ -33,16 +33,21 @@ from typing import TypeVar
 from sqlglot import exp
 
 from veil.engines.neutral import duckdb_text, neutralise
-from veil.errors import InternalError
+from veil.errors import InternalError, QueryTooComplex
 from veil.proxy import fixed_point
+from veil.proxy.bounding import GridColumn
 from veil.proxy.plan import QueryPlan, Statistic
+from veil.proxy.public_reads import typed_read
 from veil.proxy.totality import BUILT_TOTAL, CANNOT_RAISE, make_total
 
 E = TypeVar("E", bound=exp.Expression)
 
 __all__ = [
     "EngineQueries",
+    "argument_copies",
     "centred_in_sql",
+    "check_generated_size",
+    "generated_size_bound",
     "public_query",
     "rewrite",
     "row_bound",
@@ -85,11 +90,6 @@ def _built_total(node: E) -> E:
     """``node``, built total by Veil from operands already total: :func:`make_total` leaves it as it is."""
     node.meta[BUILT_TOTAL] = True
     return node
-
-
-def _public_cast(column: str, sql_type: str) -> exp.TryCast:
-    """A public column read as its catalog type (public data only decides whether it fails: not priced)."""
-    return _cannot_raise(exp.TryCast(this=exp.column(exp.to_identifier(column, quoted=True)), to=exp.DataType.build(sql_type)))
 
 
 def _below(v: Fraction) -> float:
@@ -141,14 +141,21 @@ def _centred(stat: Statistic, square: bool) -> exp.Expression:
     arg = make_total(stat.arg)
     as_double = _cannot_raise(exp.cast(exp.Paren(this=arg), exp.DataType.build("DOUBLE")))
     d: exp.Expression = exp.Paren(this=_cannot_raise(exp.Sub(this=as_double, expression=_double(float(stat.center)))))
-    exact = _exact_interval(stat)
-    if not exact:
+    clamp_centred, clamp_square = _centred_clamps(stat)
+    if clamp_centred:
         d = _at_most(d, _below(half), below=True)
     if square:
         d = _cannot_raise(exp.Mul(this=d, expression=d.copy()))
-        if not (exact and Fraction(_below(half) * _below(half)) <= stat.upper):
+        if clamp_square:
             d = _at_most(d, _below(stat.upper), below=False)
     return _built_total(d)
+
+
+def _centred_clamps(stat: Statistic) -> tuple[bool, bool]:
+    """Whether :func:`_centred` clamps the centred value, and its square (see there)."""
+    exact = _exact_interval(stat)
+    upper = stat.upper if stat.upper is not None else Fraction(0)
+    return not exact, not (exact and Fraction(_below(stat.half_width) * _below(stat.half_width)) <= upper)
 
 
 def summed_as_integers(stat: Statistic) -> bool:
@@ -192,22 +199,44 @@ def sum_exponent(stat: Statistic) -> int:
     return fixed_point.exponent(*row_range(stat))
 
 
-def _fixed(value: exp.Expression, stat: Statistic) -> exp.Expression:
+def _pre_scaled(stat: Statistic, grids: Mapping[str, GridColumn]) -> exp.Column | None:
+    """The bounded copy's pre-scaled grid column holding ``_fixed``'s inner value for ``stat``'s argument, if any.
+
+    Only for a bare real column read straight from the copy (``stat.copy_column``, set by the plan) and only when
+    the copy's exponent is the statistic's: the copy then holds, row by row, exactly
+    ``CAST(FLOOR(CAST(arg AS DOUBLE) · 2^k) AS BIGINT)`` of the same stored value (:mod:`veil.proxy.bounding`)."""
+    if stat.copy_column is None or not isinstance(stat.arg, exp.Column):
+        return None
+    grid = grids.get(stat.copy_column)
+    if grid is None or grid.exponent != sum_exponent(stat) or stat.arg.name != stat.copy_column:
+        return None
+    table = stat.arg.args.get("table")
+    column = exp.Column(this=exp.to_identifier(grid.name, quoted=True), table=None if table is None else table.copy())
+    column.type = exp.DataType.build("BIGINT")  # an integer sum: every engine widens it (veil.engines.neutral)
+    return column
+
+
+def _fixed(value: exp.Expression, stat: Statistic, pre_scaled: exp.Column | None = None) -> exp.Expression:
     """One row's ``value`` (within :func:`row_range`) on the grid of ``2**-k``, as a BIGINT within the range.
 
     ``FLOOR`` keeps a value at or below an upper bound that is an exact double; the grid value is clamped to
     the range only when a bound is no double or the lower bound is off the grid (then ``FLOOR`` could step
     below it). The range holds 0, so it holds a grid point. Every node is built total: the value is a finite
-    clamped double and ``|value·2**k| ≤ 2⁶²``."""
+    clamped double and ``|value·2**k| ≤ 2⁶²``. ``pre_scaled`` (:func:`_pre_scaled`) is the bounded copy's column
+    already holding ``CAST(FLOOR(CAST(value AS DOUBLE) · 2^k) AS BIGINT)``: read instead of computing it."""
     k = sum_exponent(stat)
     lo, hi = row_range(stat)
     low, high = fixed_point.on_grid(lo, hi, k)
     if not low <= 0 <= high:
         raise InternalError(f"the fixed-point range of {stat.label!r} holds no grid point: [{lo}, {hi}] at k = {k}")
-    as_double = _cannot_raise(exp.cast(exp.Paren(this=value), exp.DataType.build("DOUBLE")))
-    scaled = _cannot_raise(exp.Mul(this=as_double, expression=_double(math.ldexp(1.0, k))))
-    v: exp.Expression = _cannot_raise(exp.cast(_cannot_raise(exp.Floor(this=scaled)), exp.DataType.build("BIGINT")))
-    if not (_exact_double(lo) and _exact_double(hi) and low == lo * Fraction(2) ** k):
+    v: exp.Expression
+    if pre_scaled is not None:
+        v = pre_scaled
+    else:
+        as_double = _cannot_raise(exp.cast(exp.Paren(this=value), exp.DataType.build("DOUBLE")))
+        scaled = _cannot_raise(exp.Mul(this=as_double, expression=_double(math.ldexp(1.0, k))))
+        v = _cannot_raise(exp.cast(_cannot_raise(exp.Floor(this=scaled)), exp.DataType.build("BIGINT")))
+    if _fixed_clamped(stat):
         bounds = (exp.Literal.number(abs(b)) if b >= 0 else exp.Neg(this=exp.Literal.number(-b)) for b in (low, high))
         low_lit, high_lit = bounds
         v = exp.Paren(this=exp.Case(ifs=[
@@ -217,7 +246,66 @@ def _fixed(value: exp.Expression, stat: Statistic) -> exp.Expression:
     return _built_total(v)
 
 
-def _quantities(stat: Statistic) -> list[exp.Expression]:
+def _fixed_clamped(stat: Statistic) -> bool:
+    """Whether :func:`_fixed` clamps the grid value (a bound is no double, or the lower bound is off the grid)."""
+    k = sum_exponent(stat)
+    lo, hi = row_range(stat)
+    low, _ = fixed_point.on_grid(lo, hi, k)
+    return not (_exact_double(lo) and _exact_double(hi) and low == lo * Fraction(2) ** k)
+
+
+def argument_copies(stat: Statistic) -> int:
+    """How many copies of ``stat.arg`` (and of its FILTER) the generated statements hold — what :func:`_quantities`
+    (or :func:`_grid`) builds, counted without building it."""
+    if stat.kind == "count":
+        return 1
+    if stat.kind == "grid":
+        return 4  # the offset, the NOT NULL test, the bucket grouped and selected
+    fixed = 3 if _fixed_clamped(stat) else 1
+    if stat.kind == "sum":
+        return 1 if summed_as_integers(stat) else fixed
+    clamp_centred, clamp_square = _centred_clamps(stat)
+    centred = 3 if clamp_centred else 1
+    if stat.kind == "sum_centered":
+        if centred_in_sql(stat):
+            return centred * fixed + 1
+        return (1 if summed_as_integers(stat) else fixed) + 1
+    if stat.kind == "sumsq_centered":
+        return centred * 2 * (3 if clamp_square else 1) * fixed
+    raise InternalError(f"no raw quantity for statistic kind {stat.kind!r}")
+
+
+#: The most nodes the generated statements' copies of the statistics' arguments may hold (around a second of
+#: planning and generating on a loaded 2-core host): VARIANCE of a 160-branch CASE generated 33,000 nodes and took
+#: 5 s to explain, free (red team s23, A2).
+MAX_GENERATED_NODES = 20_000
+#: Nodes each copy adds around the argument (casts, clamp bounds, CASE branches, the grid scale, TRY).
+_COPY_NODES = 40
+
+
+def generated_size_bound(p: QueryPlan) -> int:
+    """An upper bound on the nodes the generated statements hold for ``p``'s statistics' arguments and filters."""
+    work = 0
+    for st in p.statistics:
+        size = sum(1 for part in (st.arg, st.filter) if part is not None for _ in part.walk())
+        work += (size * 5 // 4 + _COPY_NODES) * argument_copies(st)  # neutralise and make_total wrap some nodes
+    return work
+
+
+def check_generated_size(p: QueryPlan) -> None:
+    """Before anything is generated: refuse (QueryTooComplex, free) a plan whose statistics' arguments, times the
+    copies the generated statements make of them (:func:`argument_copies`), hold more than
+    :data:`MAX_GENERATED_NODES` nodes."""
+    work = generated_size_bound(p)
+    if work > MAX_GENERATED_NODES:
+        raise QueryTooComplex(
+            f"the query's aggregate arguments are too large to plan: the generated statements would hold {work:,} "
+            f"nodes of them (clamped, centred and once per statistic), more than the limit of {MAX_GENERATED_NODES:,}",
+            hint="Simplify the arguments (e.g. fewer CASE branches; several simpler aggregates instead of one)",
+        )
+
+
+def _quantities(stat: Statistic, grids: Mapping[str, GridColumn]) -> list[exp.Expression]:
     arg = None if stat.arg is None else stat.arg.copy()
     if stat.kind == "count":
         if arg is None:
@@ -228,33 +316,17 @@ def _quantities(stat: Statistic) -> list[exp.Expression]:
         raise InternalError(f"statistic {stat.label!r} has no argument")
     # real values are summed exactly in fixed point (fixed_point); integers as they are
     if stat.kind == "sum":
-        summed = arg if summed_as_integers(stat) else _fixed(make_total(arg), stat)
+        summed = arg if summed_as_integers(stat) else _fixed(make_total(arg), stat, _pre_scaled(stat, grids))
         return [_with_filter(exp.Sum(this=summed), stat.filter)]
     if stat.kind == "sum_centered" and centred_in_sql(stat):
         return [_with_filter(exp.Sum(this=_fixed(_centred(stat, False), stat)), stat.filter)]
     if stat.kind == "sum_centered":
         # the uncentred sum and the count, centred exactly afterwards (session._raw)
-        summed = arg if summed_as_integers(stat) else _fixed(make_total(arg), stat)
+        summed = arg if summed_as_integers(stat) else _fixed(make_total(arg), stat, _pre_scaled(stat, grids))
         return [_with_filter(exp.Sum(this=summed), stat.filter), _with_filter(exp.Count(this=arg.copy()), stat.filter)]
     if stat.kind == "sumsq_centered":
         return [_with_filter(exp.Sum(this=_fixed(_centred(stat, True), stat)), stat.filter)]
     raise InternalError(f"no raw quantity for statistic kind {stat.kind!r}")
-
-
-def _typed(t: exp.Table, columns: Mapping[str, str]) -> exp.Subquery:
-    """A public table read as the catalog types it: ``(SELECT TRY_CAST(c AS type) AS c, … FROM t) AS alias``.
-
-    The analysis typed each public column from the public mirror; the engine reads the stored table,
-    whose type may differ (a DECIMAL(38, 37), a HUGEINT, a TIMESTAMP read as text) and would make it
-    cast a private column to that type row by row — a cast that fails on some values only. A cast to
-    the type a column already has costs nothing."""
-    select = exp.select(
-        *(
-            exp.alias_(_public_cast(c, sql_type), exp.to_identifier(c, quoted=True), copy=False)
-            for c, sql_type in columns.items()
-        )
-    ).from_(exp.Table(this=exp.to_identifier(t.name)))  # fmt: skip
-    return exp.Subquery(this=select, alias=exp.TableAlias(this=exp.to_identifier(t.alias_or_name)))
 
 
 def _template(p: QueryPlan, source: str, public: Mapping[str, Mapping[str, str]]) -> exp.Select:
@@ -270,7 +342,7 @@ def _template(p: QueryPlan, source: str, public: Mapping[str, Mapping[str, str]]
             t.set("this", exp.to_identifier(source))
             replaced += 1
         elif t.name in public:
-            t.replace(_typed(t, public[t.name]))
+            t.replace(typed_read(t, public[t.name]))
     if replaced != 1:
         raise InternalError(f"the private table is referenced {replaced} times in a validated query")
     tree.set("expressions", [exp.Null()])
@@ -286,9 +358,15 @@ def _finish(tree: exp.Select, columns: list[exp.Expression]) -> exp.Select:
     return out
 
 
-def rewrite(p: QueryPlan, source: str, public: Mapping[str, Mapping[str, str]]) -> EngineQueries:
-    """Engine SQL trees for ``p``, reading the private table from ``source`` (its bounded copy) and each
-    public table of ``public`` (table → column → SQL type) as those types."""
+def rewrite(
+    p: QueryPlan,
+    source: str,
+    public: Mapping[str, Mapping[str, str]],
+    grid_columns: Mapping[str, GridColumn] | None = None,
+) -> EngineQueries:
+    """Engine SQL trees for ``p``, reading the private table from ``source`` (its bounded copy, whose pre-scaled
+    grid columns are ``grid_columns``: :func:`veil.proxy.bounding.grid_columns`) and each public table of ``public``
+    (table → column → SQL type) as those types."""
     template = _template(p, source, public)
     quantities: list[exp.Expression] = []
     texts: list[str] = []
@@ -300,7 +378,7 @@ def rewrite(p: QueryPlan, source: str, public: Mapping[str, Mapping[str, str]]) 
             grids.append((stat.id, _grid(p, template, stat)))
             continue
         idx = []
-        for q in _quantities(stat):
+        for q in _quantities(stat, grid_columns or {}):
             text = duckdb_text(q)
             if text not in texts:
                 texts.append(text)

@@ -18,7 +18,7 @@ import datetime as dt
 import math
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -199,6 +199,7 @@ class Env:
         self.engine: Engine = engine if engine is not None else open_engine(policy)
         self.own_engine = engine is None
         self._public_engine: Engine | None = None
+        self._measure_engine: Engine | None = None
         self._ledger: Ledger | None = None
         self._catalog: Catalog | None = None
         self._catalog_publications = -1
@@ -246,6 +247,21 @@ class Env:
         return self._public_engine
 
     @property
+    def measure_engine(self) -> Engine:
+        """Where a private query's public tables are measured (join multiplicities, key domains, text lengths): the
+        very rows its statements join. On DuckDB that is the warehouse's copy, not the public mirror (red team s23,
+        A1/A1b: the mirror could hold other rows — a table edited in place by another tool keeps its version — and
+        one person then moved a join count by 1,000 against a sensitivity of 1); its own cursor of the sandboxed
+        warehouse reader, so cancelling work on public data never cuts a charged private run. It runs only SQL Veil
+        generates over public tables. Other engines read public and private tables from one database."""
+        if self._measure_engine is None:
+            if isinstance(self.engine, DuckDBEngine) and self.engine.policy is not None:
+                self._measure_engine = open_engine(self.policy)
+            else:
+                self._measure_engine = self.public_engine
+        return self._measure_engine
+
+    @property
     def ledger(self) -> Ledger:
         if self._ledger is None:
             self._ledger = Ledger.for_policy(self.policy)
@@ -258,7 +274,7 @@ class Env:
         self._probes.clear()
         self._domains.clear()
         names = sorted(set(published_tables(policy)) | set(policy.tables))
-        for engine in (self.engine, self._public_engine):
+        for engine in (self.engine, self._public_engine, self._measure_engine):
             if engine is not None:
                 engine.refresh_tables(names)
 
@@ -274,16 +290,46 @@ class Env:
             # the mirror) is copied into it; a *published* table never is: only the publish transaction
             # (and its recovery) puts one there, so a half-done publication can never expose the table
             # its output name still holds in the warehouse
-            declared = {n for n, t in policy.tables.items() if t.public}
-            missing = [n for n, cols in public.items() if not cols and n in declared and self.engine.table_exists(n)]
-            if missing and isinstance(self.public_engine, DuckDBEngine):
-                from veil.store import warehouse
-
-                for n in missing:
-                    warehouse.copy_to_public(policy, n)
-                public.update({n: dict(self.public_engine.table_columns(n)) for n in missing})
+            declared = [n for n, t in policy.tables.items() if t.public]
+            if self._copy_stale_public(declared):
+                public.update({n: dict(self.public_engine.table_columns(n)) for n in declared})
             self._catalog = build_catalog(policy, {n: c for n, c in public.items() if c})
         return self._catalog
+
+    def sync_public(self, tables: Iterable[str]) -> None:
+        """Before a query naming ``tables`` is resolved: the mirror's copy of each one the policy declares public
+        is the warehouse's current version (else copied again, and the catalog rebuilt)."""
+        if self._copy_stale_public([t for t in tables if (spec := self.policy.tables.get(t)) is not None and spec.public]):
+            self._catalog = None
+
+    def _copy_stale_public(self, tables: Sequence[str]) -> bool:
+        """Copy into the public mirror each of ``tables`` (declared public) whose mirror copy is absent or is not
+        the warehouse's current version; True if any was copied.
+
+        A private query joins a public table as the warehouse holds it, while its join multiplicities, key domains
+        and text lengths are measured on the mirror: the two must hold the same rows (red team s23, A1: a table
+        reloaded while private, or by another tool, kept its old mirror copy, and one person moved a join count
+        by 1,000 against a sensitivity of 1). The mirror's copy carries the warehouse version it was copied from
+        (:func:`veil.store.warehouse.copy_to_public`); both are read off the catalogs, no row is read. A
+        *published* table never comes here: only the publish transaction (and its recovery) puts one in the
+        mirror, so a half-done publication can never expose the table its output name still holds."""
+        if not tables:
+            return False  # no public table named: the public engine is not even opened
+        public, engine = self.public_engine, self.engine
+        if not (isinstance(public, DuckDBEngine) and isinstance(engine, DuckDBEngine)):
+            return False  # Spark: public tables are read from the same database the queries run on
+        from veil.store import warehouse
+
+        copied = False
+        for n in tables:
+            if not engine.table_exists(n):
+                continue
+            version = engine.table_version(n, [])  # a table another tool wrote gets its version now
+            if public.table_exists(n) and f"written.{public.written_version(n)}" == version:
+                continue
+            warehouse.copy_to_public(self.policy, n)
+            copied = True
+        return copied
 
     def with_catalog(self, fn: Callable[[Catalog], T]) -> T:
         """``fn(catalog)``; once more with a fresh catalog when a table is unknown (published since)."""
@@ -298,9 +344,10 @@ class Env:
 
     def probe(self, probe: Probe) -> int:
         """A public-join multiplicity factor (≥ 1), run on the public connection, cached per generation."""
-        key = (probe.sql, self._generation(self.public_engine))
+        engine = self.measure_engine
+        key = (probe.sql, self._generation(engine))
         if key not in self._probes:
-            rows = self.public_engine.execute(self._native(probe.sql)).rows
+            rows = engine.execute(self._native(probe.sql, engine)).rows
             self._probes[key] = max(_int(rows[0][0]) if rows else 0, 1)
         return self._probes[key]
 
@@ -316,25 +363,31 @@ class Env:
             spec = t.spec.columns.get(column) if t.spec is not None else None
             return SCALAR_TEXT_BYTES if spec is None else 4 * spec.text_cap
         sql = f'SELECT COALESCE(MAX(LENGTH(CAST("{column}" AS VARCHAR))), 0) FROM "{table}"'
-        key = (sql, self._generation(self.public_engine))
+        engine = self.measure_engine
+        key = (sql, self._generation(engine))
         if key not in self._probes:
-            rows = self.public_engine.execute(self._native(sql)).rows
+            rows = engine.execute(self._native(sql, engine)).rows
             self._probes[key] = _int(rows[0][0]) if rows else 0
         return max(4 * self._probes[key], SCALAR_TEXT_BYTES)
 
-    def _native(self, sql: str) -> str:
-        """Veil-generated DuckDB SQL text (probes, public domains) in the public engine's dialect."""
-        engine = self.public_engine
+    @staticmethod
+    def _native(sql: str, engine: Engine) -> str:
+        """Veil-generated DuckDB SQL text (probes, public domains) in ``engine``'s dialect."""
         if engine.dialect == "duckdb":
             return sql
         return engine.render(sqlglot.parse_one(sql, read="duckdb"))
 
     def bounded_table(self, table: str) -> str:
+        return self.bounded_copy(table)[0]
+
+    def bounded_copy(self, table: str) -> tuple[str, Mapping[str, bounding.GridColumn]]:
+        """The bounded copy of ``table`` (built if needed) and its pre-scaled grid columns, from one policy spec."""
         spec = self.policy.table(table)
-        return bounding.COPIES.table(
+        name = bounding.COPIES.table(
             spec, self.engine, self.ledger, scope=str(self.policy.database_path),
             generation=lambda: self._generation(self.engine),
         )  # fmt: skip
+        return name, bounding.grid_columns(spec)
 
     def cache_salt(self) -> str:
         """Answers of test-only noise sources live under their own cache keys: a real session never sees one."""
@@ -352,9 +405,10 @@ class Env:
             if k.domain_values is not None:
                 values = list(dict.fromkeys(k.domain_values))
             elif k.domain_sql is not None:
-                key = (k.domain_sql, self._generation(self.public_engine))
+                engine = self.measure_engine
+                key = (k.domain_sql, self._generation(engine))
                 if key not in self._domains:
-                    res = self.public_engine.execute(self._native(k.domain_sql))
+                    res = engine.execute(self._native(k.domain_sql, engine))
                     exact = exact_keys(res.types[:1])
                     # each value as the engine's groups are keyed (exact_keys), once: two engine values that
                     # meet in one Python value (DATE 'infinity' and 9999-12-31) are one group, released once
@@ -633,6 +687,9 @@ class Env:
     def close(self) -> None:
         if self.own_engine:
             self.engine.close()
+        if self._measure_engine is not None and self._measure_engine is not self._public_engine:
+            self._measure_engine.close()
+        self._measure_engine = None
         if self._public_engine is not None:
             self._public_engine.close()
             self._public_engine = None
@@ -726,15 +783,14 @@ class QuerySession:
     def cancel(self) -> None:
         """Interrupt the statement this session is running (safe to call from another thread)."""
         self._env.engine.cancel()
-        if self._env._public_engine is not None:
-            self._env._public_engine.cancel()
+        self.cancel_public()
 
     def cancel_public(self) -> None:
         """Interrupt only work on public data (a public-only query, or a private query's planning probes and
         public group domains, all before its reservation): never a charged private query's engine run, which
-        runs on the warehouse engine (safe to call from another thread, also when nothing runs)."""
-        if self._env._public_engine is not None:
-            self._env._public_engine.cancel()
+        runs on the warehouse engine's own cursor (safe to call from another thread, also when nothing runs)."""
+        for engine in {id(e): e for e in (self._env._public_engine, self._env._measure_engine) if e is not None}.values():
+            engine.cancel()
 
     def close(self) -> None:
         self._env.close()

@@ -14,8 +14,10 @@ connection to a warehouse file in the process:
 
 from __future__ import annotations
 
+import os
 import secrets
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
@@ -278,13 +280,17 @@ def _refuse_published(policy: Policy, table: str) -> None:
 def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool = False, public: bool = False) -> None:
     """Store ``df`` as ``table`` (atomically: the old table, if replaced, stays until the new one is complete).
 
-    ``public``: the table is public (or published) and is written to the public mirror too.
+    ``public``: the table is public (or published) and is written to the public mirror too. A table the policy
+    declares public always is, whatever the flag: a private query joins the warehouse's copy while its join
+    multiplicity is measured on the mirror's, so the two must never differ (red team s23, A1).
     """
     if table.startswith("_veil"):
         raise InputError(f"table name {table!r} is reserved for Veil's internal tables", hint="Choose another name")
     if normalise_name(table) != table:
         raise InputError(f"table name {table!r} is not a plain SQL name", hint=f"Use {normalise_name(table)!r}")
     _refuse_published(policy, table)
+    spec = policy.tables.get(table)
+    public = public or (spec is not None and spec.public)
     if policy.engine.kind == "spark":
         _spark().write_table(policy, table, df, replace=replace)
     else:
@@ -313,18 +319,22 @@ def _record_write(policy: Policy, table: str) -> None:
 VERSION_COMMENT = "veil-version:"
 
 
-def _replace_from_frame(con: duckdb.DuckDBPyConnection, table: str, df: pd.DataFrame) -> None:
+def _replace_from_frame(con: duckdb.DuckDBPyConnection, table: str, df: pd.DataFrame, version: str | None = None) -> None:
     """``CREATE OR REPLACE`` ``table`` with ``df``'s rows, in one transaction (all or nothing).
 
-    The new table's comment names a fresh random version of its rows, committed with them: the query
-    path identifies the table's data by it (:func:`written_version`) instead of reading every row, so no
-    analyst's query spends time that grows with the raw table (one person's rows included)."""
+    The new table's comment names a version of its rows (``version``, else a fresh random one), committed with
+    them: the query path identifies the table's data by it (:func:`written_version`) instead of reading every
+    row, so no analyst's query spends time that grows with the raw table (one person's rows included). The
+    public mirror's copy of a table carries the version of the warehouse's rows it was copied from."""
+    token = secrets.token_hex(16) if version is None else version
+    if not token.isalnum():
+        raise InternalError(f"a table version must be alphanumeric, got {token!r}")
     con.execute("BEGIN TRANSACTION")
     try:
         con.register("_veil_incoming", df)
         con.execute(f'CREATE OR REPLACE TABLE "{table}" AS SELECT * FROM _veil_incoming')
         con.unregister("_veil_incoming")
-        con.execute(f"COMMENT ON TABLE \"{table}\" IS '{VERSION_COMMENT}{secrets.token_hex(16)}'")
+        con.execute(f"COMMENT ON TABLE \"{table}\" IS '{VERSION_COMMENT}{token}'")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -443,14 +453,17 @@ def public_path(policy: Policy) -> Path:
 
 
 def copy_to_public(policy: Policy, table: str, df: pd.DataFrame | None = None) -> None:
-    """Write ``table`` (``df``, or the warehouse's copy) into the public mirror, replacing an older copy."""
+    """Write ``table`` (``df``, the rows just written to the warehouse, or the warehouse's copy) into the public
+    mirror, replacing an older copy; the mirror's copy carries the warehouse's version of the table, so a session
+    can tell a stale mirror copy from a current one without reading a row."""
     if policy.engine.kind == "spark":
         return  # public tables are read from the Spark database itself
     if table.startswith("_veil"):
         raise InputError(f"table name {table!r} is reserved for Veil's internal tables", hint="Choose another name")
+    version = stamp_version(policy, table)
     frame = read_table(policy, table) if df is None else df
     with writer(public_path(policy)) as con:
-        _replace_from_frame(con, table, frame)
+        _replace_from_frame(con, table, frame, version)
 
 
 def drop_public(policy: Policy, table: str) -> None:
@@ -490,11 +503,19 @@ def public_reader_cursor(policy: Policy) -> tuple[duckdb.DuckDBPyConnection, int
 
 
 def ensure_public(policy: Policy) -> None:
-    """Create the (empty) public mirror if the warehouse has none yet."""
+    """Create the (empty) public mirror if the warehouse has none yet. Processes starting at once may race to create
+    it: one that finds the file locked by another's creation waits until the file exists."""
     path = public_path(policy)
+    for _ in range(200):
+        if path.exists():
+            return
+        try:
+            with writer(path):
+                return
+        except PolicyError:
+            time.sleep(0.05)  # another process is creating it (DuckDB holds the file's lock meanwhile)
     if not path.exists():
-        with writer(path):
-            pass
+        raise PolicyError(f"cannot create the public mirror {str(path)!r}", hint="Another process holds it; retry")
 
 
 def public_reader_generation(policy: Policy) -> int:
@@ -518,6 +539,51 @@ _JOURNAL_DDL = (
 
 def staging_name(token: str) -> str:
     return f"_veil_stage_{token}"
+
+
+def _lock_path(policy: Policy, token: str) -> Path:
+    if not token.isalnum():
+        raise InternalError(f"a publication token must be alphanumeric, got {token!r}")
+    return policy.ledger_path.with_name(f"{policy.ledger_path.name}.publish-{token}.lock")
+
+
+@contextmanager
+def publication_lock(policy: Policy, token: str) -> Iterator[None]:
+    """Held by the process running publication ``token`` from before it stages until it finished: an OS file lock,
+    released by the OS if the process dies, so another process's recovery can tell a publication in flight from
+    one a crash left behind (:func:`publication_in_flight`; red team s24, A5: a concurrent `veil tables` rolled back
+    a running publication, which then recorded its release anyway, its table gone)."""
+    import fcntl
+
+    path = _lock_path(policy, token)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        path.unlink(missing_ok=True)
+        os.close(fd)
+
+
+def publication_in_flight(policy: Policy, token: str) -> bool:
+    """Is publication ``token`` still running in some process (its :func:`publication_lock` held)?"""
+    import fcntl
+
+    path = _lock_path(policy, token)
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
 
 
 def stage_publication(policy: Policy, token: str, output: str, frame: pd.DataFrame | None, *, staging_file: str = "") -> None:
@@ -563,14 +629,17 @@ def pending_publications(policy: Policy) -> list[dict[str, str | None]]:
     return [dict(zip(keys, r, strict=True)) for r in rows]
 
 
-def commit_publication(policy: Policy, token: str, release_id: str) -> None:
+def commit_publication(policy: Policy, token: str, release_id: str, *, strict: bool = False) -> None:
     """Rename the staged table over its output (or move the staged model file) and mark the journal row
-    committed. Idempotent: a row already committed is left as it is."""
+    committed. Idempotent: a row already committed is left as it is. ``strict`` (the publishing process itself):
+    a journal row that is gone is an error, never a silent success."""
     if policy.engine.kind == "spark":
         _spark_publish().commit(policy, token, release_id)
         return
     with writer(policy) as con:
         row = con.execute(f"SELECT output, staging, artifact, state FROM {JOURNAL} WHERE token = ?", [token]).fetchone()
+        if row is None and strict:
+            raise InternalError(f"publication {token} lost its staged output before its commit (release {release_id})")
         if row is None or row[3] == "committed":
             return
         output, staging, artifact, _ = row
