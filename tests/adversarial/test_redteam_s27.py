@@ -77,3 +77,74 @@ def test_A1_synthetic_table_columns_do_not_depend_on_one_person(tmp_path: Path) 
     assert published["d"] == published["d_prime"], (
         f"the synthetic table's columns are {published['d']} with person 7 and {published['d_prime']} without"
     )
+
+
+# --- A2. ``SELECT set_config(...)`` keeps any number of settings of any size: SET's bound is bypassed -------------
+
+
+@pytest.fixture
+def two_logins(tmp_path: Path) -> Path:
+    from tests.publish_support import make_warehouse
+    from tests.support.attack import set_password
+
+    policy = make_warehouse(tmp_path, n=60)
+    set_password(policy, "bob")
+    set_password(policy, "carol")
+    return policy
+
+
+def _bob(st: Any) -> Any:
+    import psycopg
+
+    from tests.support.attack import PASSWORD
+
+    dsn = f"host=127.0.0.1 port={st.port} user=bob password={PASSWORD} dbname=veil sslmode=disable connect_timeout=10"
+    return psycopg.connect(dsn, autocommit=True)
+
+
+def _outcome(conn: Any, sql: str, params: Any = None) -> Any:
+    """Rows, or ``"SQLSTATE: message"`` for an error (the connection stays usable in autocommit)."""
+    import psycopg
+
+    try:
+        return conn.execute(sql, params).fetchall()
+    except psycopg.Error as exc:
+        return f"{exc.sqlstate}: {str(exc).splitlines()[0][:160]}"
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s27 A2: set_config() bypasses the per-connection SET bound (held.check_setting)")
+def test_A2_set_config_is_bounded_like_set(two_logins: Path) -> None:
+    """MEDIUM (availability: one analyst grows the server without bound) — interface: ``veil serve``, any client:
+    ``SELECT set_config('k1', '<1 MB literal>', false)``, ``… 'k2' …``, … (a table-less SELECT).
+
+    Mechanism: s24 A9 bounded what ``SET`` remembers (`settings.SessionSettings.set` → `held.check_setting`: 256
+    names, 1 Mi characters, 53400 beyond). But a table-less SELECT is answered by `system._emulated`, which hands it
+    to pg-mimic's `middleware.static_select`; its `_substitute_session_functions` applies ``set_config(key, value)``
+    straight into ``connection.session_vars`` — the very dict `SessionSettings.values` is — with no check. Measured
+    (psycopg, one connection): 300 × ``set_config('k<i>', '<1,000,000 × x>', false)`` were all answered and the
+    server process grew by 452 MiB in 26 s; the next plain ``SET foo = 1`` then got 53400 "too many parameters set on
+    this connection (301, the limit is 256)" — the bound was already 45 over. Each statement is within
+    ``--max-query-bytes``; nothing bounds their number. (Also: ``set_config('veil.epsilon', '1e-300', false)`` is
+    accepted and ``current_setting('veil.epsilon')`` then reads ``1e-300`` while queries still use ε = 0.5 —
+    misleading, not a bypass: ``SHOW veil.epsilon`` says 0.5.) Sound: route ``set_config`` through
+    `SessionSettings.set` (the same parser, bounds and veil.* rules as SET), or refuse it. Checked with small values:
+    the 257th distinct name is refused (53400), as SET's is."""
+    from veil.server import held
+
+    with _serve_fast(two_logins) as st, _bob(st) as conn:
+        outcome = None
+        for i in range(held.MAX_SETTINGS + 2):
+            outcome = _outcome(conn, f"SELECT set_config('red_team_{i}', 'v', false)")
+            if isinstance(outcome, str):
+                break
+    assert isinstance(outcome, str) and outcome.startswith("53400"), (
+        f"{held.MAX_SETTINGS + 2} set_config() calls of distinct names were all kept (last answer {outcome!r}); SET "
+        f"refuses the {held.MAX_SETTINGS + 1}th"
+    )
+
+
+def _serve_fast(policy: Path, **limits: Any) -> Any:
+    from tests.adversarial.test_redteam_s20 import _serve
+
+    return _serve(policy, **limits)
