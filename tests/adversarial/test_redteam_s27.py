@@ -148,3 +148,41 @@ def _serve_fast(policy: Path, **limits: Any) -> Any:
     from tests.adversarial.test_redteam_s20 import _serve
 
     return _serve(policy, **limits)
+
+
+# --- A3. k-anonymity refuses a table (naming the value) when one person's QI category has stray whitespace ----------
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s27 A3: kanon's flat hierarchy strips leaves but encodes raw values")
+@pytest.mark.parametrize("odd", ["F ", "M  "])
+def test_A3_kanon_outcome_does_not_depend_on_one_persons_spelling_of_a_category(tmp_path: Path, odd: str) -> None:
+    """LOW (a data-dependent refusal that prints one person's value; availability for real data) — interface:
+    ``veil publish kanon --qi age,sex --sensitive income --k 5`` on a table where person 9's ``sex`` is ``'F '``
+    (trailing blanks, common in fixed-width and CSV exports).
+
+    Mechanism: a QI column without a hierarchy file gets a flat tree built from the data's own values
+    (`generalise.QISpace`: ``Hierarchy.flat(series.astype(str).unique())``), and `Hierarchy.from_paths` strips every
+    leaf (``p.strip()``) and skips empty ones, but `Hierarchy.encode` then looks up the *raw* values: ``'F '`` is no
+    leaf. Measured: ``InputError: value 'F ' of column 'sex' is not a leaf of its hierarchy (flat). Did you mean
+    'F'?`` — the publication of 60 rows is refused because of one person's spelling, and the message prints it;
+    D′ (person 9's ``sex`` = ``'F'``) publishes. A value outside the declared ``values`` should be handled the same
+    way whatever it is (as kRR reads it as NA, s16 A12; or the row dropped as a missing one), not refused by
+    accident of its whitespace. Sound: encode with the same normalisation the leaves get (or read an undeclared
+    value as missing), so D and D′ end the same way."""
+    from veil.errors import VeilError
+
+    outcomes = {}
+    for world, value in (("d", odd), ("d_prime", odd.strip() or "F")):
+        frame = people(60)
+        frame.loc[9, "sex"] = value
+        policy = _warehouse(tmp_path / world, frame)
+        try:
+            _publish(policy, "kanon", {"table": "people", "qi": ["age", "sex"], "sensitive": ["income"], "k": 5,
+                                       "algorithm": "mondrian", "output": "pk"})  # fmt: skip
+            outcomes[world] = "published"
+        except VeilError as exc:
+            outcomes[world] = f"{type(exc).__name__}: {exc}"
+    assert outcomes["d"] == outcomes["d_prime"], (
+        f"person 9's sex {odd!r}: {outcomes['d']!r}; spelled plainly: {outcomes['d_prime']!r}"
+    )
