@@ -14,14 +14,16 @@ defence breaks). Helpers come from the earlier rounds (:mod:`tests.adversarial.t
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.adversarial.test_redteam_s16 import _publish, _published, _warehouse
-from tests.publish_support import POLICY, people
+from tests.adversarial.test_redteam_s16 import _publish, _warehouse
+from tests.publish_support import people
 
 # ==================================================================================================
 # Part A — attacks that succeed today
@@ -186,3 +188,119 @@ def test_A3_kanon_outcome_does_not_depend_on_one_persons_spelling_of_a_category(
     assert outcomes["d"] == outcomes["d_prime"], (
         f"person 9's sex {odd!r}: {outcomes['d']!r}; spelled plainly: {outcomes['d_prime']!r}"
     )
+
+
+# --- A4. One table-less ``SELECT 3 ^ 30000000`` holds the GIL: every client of the server waits (availability) ------
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s27 A4: table-less exponentiation runs unbounded big-int pow under the GIL")
+def test_A4_a_table_less_power_does_not_freeze_the_server(two_logins: Path) -> None:
+    """MEDIUM (availability: one analyst stalls every connection of the server, repeatably) — interface: ``veil
+    serve``, any client after login: ``SELECT 3 ^ 30000000`` (or ``power(3, …)``; 19 bytes).
+
+    Mechanism: a table-less SELECT is a "system" statement (`system.answer` → `_emulated` → pg-mimic's
+    `static_select`), evaluated by sqlglot's Python executor on a catalog thread. ``^`` becomes Python's ``**`` on
+    ints: an exact big-integer power, one C call that holds the GIL for its whole run (3 ** 10⁷: 3.4 s; 3 ** (3·10⁷):
+    ~15 s; 3 ** 10⁸: minutes and ~20 MB per number). The catalog timeout's trace function (`--catalog-timeout`, 5 s)
+    only runs between Python calls, so it fires after the power ends; meanwhile no other thread — the event loop
+    included — runs. Measured (psycopg, ``--catalog-timeout 5``): bob's ``SELECT 3 ^ 30000000`` ended 57014 after 15.2
+    s, and carol's ``SELECT 1`` (answered on the event loop), sent 0.4 s after it, came back at 15.2 s; every client
+    waits likewise. (When the power finishes in time, encoding the result raises Python's 4,300-digit limit:
+    XX000, see A5.) Sound: evaluate table-less arithmetic with bounded numbers (DOUBLE/NUMERIC semantics, as
+    PostgreSQL: ``3 ^ 30000000`` is 22003 "value out of range"), or refuse ``^``/``power`` with an exponent beyond a
+    bound before evaluating, or run the evaluator in a process that can be killed. Checked: every ``SELECT 1``
+    carol sends while bob's power runs is answered within 1.5 s."""
+    import threading
+
+    import psycopg
+
+    from tests.support.attack import PASSWORD
+
+    ended: dict[str, Any] = {}
+    with _serve_subprocess(two_logins, "--catalog-timeout", "2") as port:
+        dsn = "host=127.0.0.1 port={port} user={user} password={pw} dbname=veil sslmode=disable connect_timeout=10"
+        with (
+            psycopg.connect(dsn.format(port=port, user="bob", pw=PASSWORD), autocommit=True) as bob,
+            psycopg.connect(dsn.format(port=port, user="carol", pw=PASSWORD), autocommit=True) as carol,
+        ):
+            carol.execute("SELECT 1").fetchall()
+
+            def power() -> None:
+                started = time.monotonic()
+                ended["outcome"] = _outcome(bob, "SELECT 3 ^ 20000000 AS v")
+                ended["seconds"] = time.monotonic() - started
+
+            thread = threading.Thread(target=power)
+            thread.start()
+            waited = 0.0
+            while thread.is_alive():  # carol pings while bob's power runs: the longest wait counts
+                started = time.monotonic()
+                carol.execute("SELECT 1").fetchall()
+                waited = max(waited, time.monotonic() - started)
+                time.sleep(0.1)
+            thread.join()
+    assert waited < 1.5, (
+        f"carol's SELECT 1 waited {waited:.1f} s while bob's SELECT 3 ^ 20000000 ran ({ended.get('seconds', 0):.1f} s, "
+        f"ended {str(ended.get('outcome'))[:60]!r})"
+    )
+
+
+@contextlib.contextmanager
+def _serve_subprocess(policy: Path, *flags: str) -> Iterator[int]:
+    """``veil serve`` in its own process (a server thread in the test process would stall the client with it)."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    log = policy.parent / "serve.log"
+    with log.open("w") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "veil.cli.main", "serve", "--policy", str(policy), "--port", "0", *flags],
+            stderr=sink,
+            stdout=subprocess.DEVNULL,
+            env={**os.environ, "VEIL_PROGRESS": "0"},
+        )
+    try:
+        deadline = time.monotonic() + 60
+        port = None
+        while port is None and time.monotonic() < deadline and proc.poll() is None:
+            match = re.search(r"listening on 127\.0\.0\.1:(\d+)", log.read_text())
+            port = int(match.group(1)) if match else None
+            time.sleep(0.1)
+        assert port is not None, log.read_text()[-2000:]
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+# --- A5. Table-less arithmetic: XX000 for a large result, out-of-range and division by zero answered (LOW) ---------
+
+TABLE_LESS_ERRORS = {
+    "big_power": "SELECT 2 ^ 100000 AS v",  # PostgreSQL: 22003; Veil: XX000 "internal error" (int → str limit)
+    "bigint_overflow": "SELECT CAST(POWER(2, 64) AS BIGINT) AS v",  # PostgreSQL: 22003; Veil: 18446744073709551616
+    "division_by_zero": "SELECT 1 / 0 AS v",  # PostgreSQL: 22012; Veil: NULL
+}
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s27 A5: table-less arithmetic is untyped (XX000) or answered out of range")
+def test_A5_table_less_arithmetic_errors_are_typed(two_logins: Path) -> None:
+    """LOW (typed errors; a client sees a server bug, or a wrong answer) — interface: ``veil serve``, any client.
+
+    Mechanism: table-less SELECTs run on sqlglot's Python executor (see A4) with Python semantics: an int result
+    beyond 4,300 digits fails in pg-mimic's encoder (``ValueError: Exceeds the limit (4300 digits) for integer
+    string conversion``, logged with a traceback) and reaches the client as ``XX000 internal error in Veil`` (the
+    docs: XX000 means a bug); ``CAST(POWER(2, 64) AS BIGINT)`` is answered 18446744073709551616, not a bigint;
+    ``1 / 0`` is answered NULL. PostgreSQL answers 22003 (numeric value out of range) and 22012 (division by zero).
+    Measured with psycopg: ``{'big_power': 'XX000', 'bigint_overflow': [(18446744073709551616,)],
+    'division_by_zero': [(None,)]}``. Sound: every failure typed (never XX000), results within their type."""
+    outcomes = {}
+    with _serve_fast(two_logins) as st, _bob(st) as conn:
+        for name, sql in TABLE_LESS_ERRORS.items():
+            outcome = _outcome(conn, sql)
+            outcomes[name] = outcome[:5] if isinstance(outcome, str) else outcome
+    wrong = {k: v for k, v in outcomes.items() if not (isinstance(v, str) and v != "XX000")}
+    assert not wrong, f"table-less arithmetic: {wrong} (a typed SQLSTATE expected for each)"
