@@ -304,3 +304,27 @@ def test_A5_table_less_arithmetic_errors_are_typed(two_logins: Path) -> None:
             outcomes[name] = outcome[:5] if isinstance(outcome, str) else outcome
     wrong = {k: v for k, v in outcomes.items() if not (isinstance(v, str) and v != "XX000")}
     assert not wrong, f"table-less arithmetic: {wrong} (a typed SQLSTATE expected for each)"
+
+
+# --- A6. ``SELECT 'x' * 2000000000``: the table-less evaluator repeats strings without bound (memory) -----------------
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s27 A6: table-less 'text' * n is Python string repetition, unbounded")
+@pytest.mark.parametrize("sql", ["SELECT LENGTH('x' * 5000000) AS v", "SELECT 'ab' * 3 AS v"])
+def test_A6_table_less_string_times_integer_is_refused(two_logins: Path, sql: str) -> None:
+    """MEDIUM (availability: one 35-byte statement makes the server allocate gigabytes; an OOM kill ends every
+    session) — interface: ``veil serve``, any client after login: ``SELECT 'x' * 2000000000``.
+
+    Mechanism: the same table-less evaluator as A4 (sqlglot's Python executor) maps ``*`` to Python's ``*``, which on
+    a str and an int is repetition: ``SELECT 'ab' * 3`` is answered ``'ababab'`` (PostgreSQL: 42883, no operator
+    text * integer). Nothing bounds the result: ``--max-query-bytes`` bounds the statement, `held.py` what a
+    connection keeps, but not what one answer builds. Measured (server thread and psycopg in one process):
+    ``SELECT 'x' * 50000000`` grew the process's peak RSS by 289 MB in 0.75 s (the string, its UTF-8 encoding, the
+    DataRow and the client's copy), ``SELECT LENGTH('x' * 50000000)`` by 54 MB for a one-row answer; 2·10⁹
+    asks for tens of GB (not run here: it would take the shared test host down). Same root cause as A4: Python
+    semantics for SQL operators on unbounded values. Sound: refuse operators on mismatched types as PostgreSQL
+    does (typed, 42883), or bound every value the evaluator builds. Checked: the statement is refused, typed."""
+    with _serve_fast(two_logins) as st, _bob(st) as conn:
+        outcome = _outcome(conn, sql)
+    assert isinstance(outcome, str) and not outcome.startswith("XX000"), f"{sql} was answered {str(outcome)[:80]}"
