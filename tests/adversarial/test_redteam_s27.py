@@ -328,3 +328,52 @@ def test_A6_table_less_string_times_integer_is_refused(two_logins: Path, sql: st
     with _serve_fast(two_logins) as st, _bob(st) as conn:
         outcome = _outcome(conn, sql)
     assert isinstance(outcome, str) and not outcome.startswith("XX000"), f"{sql} was answered {str(outcome)[:80]}"
+
+
+# --- A7. Two publications to one new output without --replace: both succeed, the first is silently replaced ------------
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s27 A7: nothing claims a publication's output name between check and commit")
+def test_A7_concurrent_publications_never_replace_an_output_without_replace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LOW (ledger ↔ warehouse integrity; careless curators, two terminals or a script in parallel) — interface: two
+    ``veil publish … --output out`` (no ``--replace``) in two processes at once.
+
+    Mechanism: `transaction.check_output` refuses an existing output without ``--replace`` when the plan is made,
+    but nothing holds the name until the commit: publication A stages under ``_veil_stage_<token>``, and B (started
+    meanwhile; A's journal row is skipped by B's recovery, as it should, since A holds its lock) finds no table
+    ``out``, stages, records and commits; then A records and `warehouse.commit_publication` runs ``DROP TABLE IF
+    EXISTS "out"`` and renames its staging table over it. Reproduced by running B inside A's staging step (the real
+    `publish`, interleaved). Measured (kRR, ε = 1 each): both returned release ids (``p51e9…`` with column ``job``,
+    ``p00d5…`` with ``sex``), both charged ε = 2 to ``table:people``, the release log lists both as publishing
+    ``out``, and ``out`` holds ``sex`` only: B's table, reported published, was replaced without ``--replace``
+    (analysts who read it meanwhile read a table whose release is now superseded). Sound: the output name is
+    claimed (journal row per output, or a lock on it) from the check to the commit, and a second claim without
+    ``--replace`` is refused before its charge; or the commit refuses an output created since the check."""
+    from veil.errors import VeilError
+    from veil.store import warehouse
+    from veil.store.releases import list_releases
+
+    policy = _warehouse(tmp_path / "d", people(60))
+    stage = warehouse.stage_publication
+    outcomes: list[str] = []
+
+    def staged_then_another_publication(pol: Any, *args: Any, **kwargs: Any) -> None:
+        stage(pol, *args, **kwargs)
+        monkeypatch.setattr(warehouse, "stage_publication", stage)
+        try:
+            _publish(policy, "krr", {"table": "people", "columns": ["job"], "epsilon": 1.0, "output": "out"})
+            outcomes.append("B published")
+        except VeilError as exc:
+            outcomes.append(f"B refused: {exc}")
+
+    monkeypatch.setattr(warehouse, "stage_publication", staged_then_another_publication)
+    try:
+        _publish(policy, "krr", {"table": "people", "columns": ["sex"], "epsilon": 1.0, "output": "out"})
+        outcomes.append("A published")
+    except VeilError as exc:
+        outcomes.append(f"A refused: {exc}")
+    published = [r.params.get("columns") for r in list_releases(policy, kind="publication") if r.table == "out"]
+    assert len(published) <= 1, f"{outcomes}: the release log holds {len(published)} publications of 'out' {published}"
