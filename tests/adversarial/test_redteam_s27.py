@@ -377,3 +377,143 @@ def test_A7_concurrent_publications_never_replace_an_output_without_replace(
         outcomes.append(f"A refused: {exc}")
     published = [r.params.get("columns") for r in list_releases(policy, kind="publication") if r.table == "out"]
     assert len(published) <= 1, f"{outcomes}: the release log holds {len(published)} publications of 'out' {published}"
+
+
+# ==================================================================================================
+# Part B — probes of defences that held (they pass today, and fail if the defence breaks)
+# ==================================================================================================
+
+
+@pytest.mark.slow
+def test_B1_session_statements_never_change_who_is_charged(two_logins: Path) -> None:
+    """bob connects with ``application_name=carol`` and ``options=-c role=carol``, then sends ``SET ROLE carol``,
+    ``SET SESSION AUTHORIZATION carol``, ``SET veil.analyst = carol`` (42704) and ``SELECT set_config('veil.epsilon',
+    '1e-300', false)``: ``current_user``/``session_user`` stay bob, ``veil.budget`` is bob's, and a private query is
+    charged to ``analyst:bob`` at the policy's default ε (1/2), never to carol and never at the set_config value."""
+    from fractions import Fraction
+
+    import psycopg
+
+    from tests.support.attack import PASSWORD
+    from veil.policy import load_policy
+    from veil.store.ledger import Ledger
+
+    with _serve_fast(two_logins) as st:
+        dsn = (
+            f"host=127.0.0.1 port={st.port} user=bob password={PASSWORD} dbname=carol sslmode=disable "
+            "application_name=carol options='-c role=carol'"
+        )
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for sql in ("SET ROLE carol", "SET SESSION AUTHORIZATION carol"):
+                conn.execute(sql)
+            assert str(_outcome(conn, "SET veil.analyst = carol")).startswith("42704")
+            conn.execute("SELECT set_config('veil.epsilon', '1e-300', false)").fetchall()
+            assert conn.execute("SELECT current_user, session_user").fetchone() == ("bob", "bob")
+            assert conn.execute("SELECT analyst FROM veil.budget").fetchall() == [("bob",)]
+            conn.execute("SELECT COUNT(*) FROM people WHERE age > 30").fetchall()
+    with Ledger(load_policy(two_logins).ledger_path) as led:
+        assert led.spent("analyst:bob").epsilon == Fraction(1, 2)
+        assert led.spent("analyst:carol").epsilon == 0
+        assert [r["actor"] for r in led.reservations()] == ["bob"]
+
+
+#: Extended-protocol messages a client may send out of place: each gets a typed error, and the connection answers on.
+ODD_MESSAGES = {
+    "function_call": (b"F", b"\x00\x00\x04\xd2\x00\x00\x00\x00\x00\x00"),
+    "copy_data": (b"d", b"hello"),
+    "copy_done": (b"c", b""),
+    "copy_fail": (b"f", b"x\x00"),
+    "unknown_tag": (b"@", b""),
+    "describe_bad_kind": (b"D", b"Zx\x00"),
+    "bind_unknown_statement": (b"B", b"\x00nosuch\x00\x00\x00\x00\x00\x00\x00"),
+    "execute_unknown_portal": (b"E", b"nosuch\x00\x00\x00\x00\x00"),
+}
+
+
+@pytest.mark.slow
+def test_B2_out_of_place_protocol_messages_get_typed_errors(two_logins: Path) -> None:
+    """FunctionCall, CopyData/CopyDone/CopyFail outside COPY, an unknown message type, Describe of an unknown kind,
+    Bind/Execute of unknown names — each followed by Sync — get a typed ErrorResponse (08P01 or 26000, never XX000)
+    and ReadyForQuery, and the same connection then answers ``SELECT 1``."""
+    from tests.support.attack import PASSWORD
+    from tests.support.server import SYNC, error_code, message, raw_login, read_message
+
+    codes = {}
+    with _serve_fast(two_logins) as st:
+        for name, (tag, payload) in ODD_MESSAGES.items():
+            sock, err = raw_login(st.port, "bob", PASSWORD)
+            assert sock is not None, err
+            try:
+                sock.settimeout(10)
+                sock.sendall(message(tag, payload) + SYNC)
+                replies = []
+                while not replies or replies[-1][0] != b"Z":
+                    replies.append(read_message(sock))
+                codes[name] = [error_code(p) for t, p in replies if t == b"E"]
+                sock.sendall(message(b"Q", b"SELECT 1\x00"))
+                answer = []
+                while not answer or answer[-1][0] != b"Z":
+                    answer.append(read_message(sock))
+                assert [t for t, _ in answer] == [b"T", b"D", b"C", b"Z"], (name, answer)
+            finally:
+                sock.close()
+    assert all(c and all(x in ("08P01", "26000") for x in c) for c in codes.values()), codes
+
+
+def _delta_at_one(led: Any, table: Any) -> None:
+    """Two charges whose exact δ sum is 1 − 2/(3·10³⁰) < 1 (each passes the "δ never reaches 1" check), stored
+    rounded *up* on the 10⁻³⁰ grid: the stored sum is 1."""
+    from fractions import Fraction
+
+    from veil.store.ledger import SPEND_GRID, Cost
+
+    led.reserve(Cost(Fraction(1), 1 - Fraction(4, 3 * SPEND_GRID)), [table], actor="a")
+    led.reserve(Cost(Fraction(1), Fraction(1, 3 * SPEND_GRID)), [table], actor="a")
+
+
+def test_B3_a_delta_sum_rounded_up_to_one_reads_back_and_refuses_delta(tmp_path: Path) -> None:
+    """An uncapped table's δ sum whose exact value is below 1 but whose stored value is rounded up to 1: the account
+    still reads back (δ < 1, no InternalError), a δ = 0 charge goes on, and a δ = 10⁻⁹ charge is refused typed."""
+    from fractions import Fraction
+
+    from veil.errors import BudgetExhausted
+    from veil.store.ledger import Account, Cost, Ledger
+
+    table = Account.table("t", None, None)
+    with Ledger(tmp_path / "ledger.sqlite") as led:
+        _delta_at_one(led, table)
+        assert led.spent("table:t").delta < 1
+        led.reserve(Cost(Fraction(1), Fraction(0)), [table], actor="a")
+        with pytest.raises(BudgetExhausted):
+            led.reserve(Cost(Fraction(1), Fraction(1, 10**9)), [table], actor="a")
+        assert led.spent("table:t").epsilon == 3
+
+
+@pytest.mark.xfail(strict=True, reason="s27 A8: δ below 10⁻³⁰ still charges an account whose δ is stored at 1")
+def test_A8_an_account_whose_delta_is_stored_at_one_refuses_every_delta(tmp_path: Path) -> None:
+    """LOW (a ledger invariant; needs δ charges with denominators beyond 10³⁰, e.g. ``partition_delta = 1e-31``) —
+    interface: any charge (query or publication) on an uncapped table.
+
+    Mechanism: `Ledger._reserve` refuses a δ charge when ``spent.delta + cost.delta >= 1`` on the *read* spend, and
+    `Ledger._spent` reads a stored sum of 1 as 1 − 10⁻³⁰ ("so … any δ is refused", its comment; docs/ledger.md: "a
+    sum at 1 … reads as exhausted"). But a charge of δ < 10⁻³⁰ passes that check (1 − 10⁻³⁰ + 10⁻³¹ < 1), and
+    `_add_spent` rounds the new sum up to the grid: 1 again. So once the stored δ is 1 (reached by rounding, see
+    B3), every δ below 10⁻³⁰ is accepted, without bound: measured, 1,000 charges of δ = 10⁻³¹ all reserved, the
+    account still reads δ = 1 − 10⁻³⁰ (their exact total would be 10⁻²⁸ beyond). Sound: compare the *stored* sum
+    (or the rounded-up new sum) with 1, or refuse any δ > 0 once the stored sum is 1."""
+    from fractions import Fraction
+
+    from veil.errors import BudgetExhausted
+    from veil.store.ledger import Account, Cost, Ledger
+
+    table = Account.table("t", None, None)
+    granted = 0
+    with Ledger(tmp_path / "ledger.sqlite") as led:
+        _delta_at_one(led, table)
+        for _ in range(100):
+            try:
+                led.reserve(Cost(Fraction(1), Fraction(1, 10**31)), [table], actor="a")
+                granted += 1
+            except BudgetExhausted:
+                break
+    assert granted == 0, f"{granted} charges of δ = 1e-31 were reserved on an account whose δ is stored at 1"
