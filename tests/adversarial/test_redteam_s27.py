@@ -211,6 +211,16 @@ def test_A4_a_table_less_power_does_not_freeze_the_server(two_logins: Path) -> N
     PostgreSQL: ``3 ^ 30000000`` is 22003 "value out of range"), or refuse ``^``/``power`` with an exponent beyond a
     bound before evaluating, or run the evaluator in a process that can be killed. Checked: every ``SELECT 1``
     carol sends while bob's power runs is answered within 1.5 s."""
+    waited, ended = _longest_wait_while(two_logins, "SELECT 3 ^ 20000000 AS v")
+    assert waited < 1.5, (
+        f"carol's SELECT 1 waited {waited:.1f} s while bob's SELECT 3 ^ 20000000 ran ({ended.get('seconds', 0):.1f} s, "
+        f"ended {str(ended.get('outcome'))[:60]!r})"
+    )
+
+
+def _longest_wait_while(policy: Path, attack: str) -> tuple[float, dict[str, Any]]:
+    """``veil serve`` in its own process (``--catalog-timeout 2``): bob sends ``attack`` while carol pings with
+    ``SELECT 1`` every 0.1 s; returns carol's longest wait and how bob's statement ended."""
     import threading
 
     import psycopg
@@ -218,7 +228,7 @@ def test_A4_a_table_less_power_does_not_freeze_the_server(two_logins: Path) -> N
     from tests.support.attack import PASSWORD
 
     ended: dict[str, Any] = {}
-    with _serve_subprocess(two_logins, "--catalog-timeout", "2") as port:
+    with _serve_subprocess(policy, "--catalog-timeout", "2") as port:
         dsn = "host=127.0.0.1 port={port} user={user} password={pw} dbname=veil sslmode=disable connect_timeout=10"
         with (
             psycopg.connect(dsn.format(port=port, user="bob", pw=PASSWORD), autocommit=True) as bob,
@@ -226,24 +236,21 @@ def test_A4_a_table_less_power_does_not_freeze_the_server(two_logins: Path) -> N
         ):
             carol.execute("SELECT 1").fetchall()
 
-            def power() -> None:
+            def run() -> None:
                 started = time.monotonic()
-                ended["outcome"] = _outcome(bob, "SELECT 3 ^ 20000000 AS v")
+                ended["outcome"] = _outcome(bob, attack)
                 ended["seconds"] = time.monotonic() - started
 
-            thread = threading.Thread(target=power)
+            thread = threading.Thread(target=run)
             thread.start()
             waited = 0.0
-            while thread.is_alive():  # carol pings while bob's power runs: the longest wait counts
+            while thread.is_alive():  # carol pings while bob's statement runs: the longest wait counts
                 started = time.monotonic()
                 carol.execute("SELECT 1").fetchall()
                 waited = max(waited, time.monotonic() - started)
                 time.sleep(0.1)
             thread.join()
-    assert waited < 1.5, (
-        f"carol's SELECT 1 waited {waited:.1f} s while bob's SELECT 3 ^ 20000000 ran ({ended.get('seconds', 0):.1f} s, "
-        f"ended {str(ended.get('outcome'))[:60]!r})"
-    )
+    return waited, ended
 
 
 @contextlib.contextmanager
@@ -528,6 +535,7 @@ UNTYPED_PUBLISH = {
 }  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="s27 A9: kanon and synth do not check --seed (check_seed) before use")
 @pytest.mark.parametrize("case", sorted(UNTYPED_PUBLISH))
 def test_A9_publish_options_are_refused_typed(tmp_path: Path, case: str) -> None:
@@ -549,3 +557,32 @@ def test_A9_publish_options_are_refused_typed(tmp_path: Path, case: str) -> None
     kind, *args = UNTYPED_PUBLISH[case]
     res = veil("publish", kind, "--policy", policy, "--table", "people", *args)
     assert res.exit_code == 2, f"{case}: exit {res.exit_code}, {type(res.exception).__name__}: {res.exception}"
+
+
+# --- A10. ``SELECT 'aaa…' LIKE '%a%a%a%a%a%a%a%a%b'``: exponential backtracking under the GIL, beyond every timeout --
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s27 A10: table-less/catalog LIKE and ~ run Python re (backtracking, GIL held)")
+def test_A10_a_table_less_like_pattern_does_not_freeze_the_server(two_logins: Path) -> None:
+    """MEDIUM (availability: one analyst freezes the whole server process for minutes to forever with one ~80-byte
+    statement; no timeout, cancel or SIGTERM can stop it) — interface: ``veil serve``, any client after login:
+    ``SELECT '<56 × a>' LIKE '%a%a%a%a%a%a%a%a%b'`` (table-less), or the same pattern in a catalog query
+    (``… FROM pg_class WHERE relname LIKE …``), or a regular expression (``~ '(a+)+$'``).
+
+    Mechanism: table-less and catalog queries run on sqlglot's Python executor (A4), which turns ``LIKE`` into a
+    Python regular expression (``.*a.*a…b``) and ``~`` into ``re.search``; Python's ``re`` backtracks, in C, holding
+    the GIL for the whole match. Measured with sqlglot's executor alone: 8 ``%a`` on 40 a's 1.8 s, on 48 a's 6.8 s,
+    on 56 a's 21.7 s; 9 on 45 a's 20 s, 10 on 50 a's 249 s, and each further ``%a`` multiplies it — 14 on 70 a's did
+    not end within the 300 s the probe ran (the server answered nobody meanwhile). `--catalog-timeout`'s trace
+    function and the statement timeout run only between Python calls, so they fire after the match; SIGTERM's handler
+    waits for the GIL too. Sound: evaluate LIKE without backtracking (a linear-time matcher, as PostgreSQL's), bound
+    the pattern (wildcards, length) before matching, or refuse LIKE/``~`` in catalog and table-less queries (psql's
+    ``\\d pattern`` sends ``~ '^(name)$'`` with the client's pattern: keep those to a safe anchored subset).
+    Checked: every ``SELECT 1`` carol sends while bob's 8-wildcard pattern runs over 48 a's is answered within 1.5 s."""
+    attack = "SELECT '" + "a" * 48 + "' LIKE '" + "%a" * 8 + "%b' AS v"
+    waited, ended = _longest_wait_while(two_logins, attack)
+    assert waited < 1.5, (
+        f"carol's SELECT 1 waited {waited:.1f} s while bob's LIKE ran ({ended.get('seconds', 0):.1f} s, "
+        f"ended {str(ended.get('outcome'))[:60]!r})"
+    )
