@@ -10,6 +10,37 @@ defence breaks). Helpers come from the earlier rounds (:mod:`tests.adversarial.t
 * A1 (MEDIUM) ``veil publish synth`` without ``--columns`` publishes the columns that implicit-attribute detection
   picks *on the private rows*: whether a column is in the public table (its schema, free to every analyst) says
   whether one person's value differs from everyone else's.
+* A2 (MEDIUM, availability) ``SELECT set_config('k<i>', '<1 MB>', false)`` is applied by pg-mimic straight into the
+  session's settings dict: SET's bound (256 names, 1 Mi characters; s24 A9) is bypassed, 300 MB kept by one
+  connection.
+* A3 (LOW) k-anonymity refuses a table, printing the value, when one person's QI category has trailing blanks (the
+  flat hierarchy strips its leaves, the encoder looks the raw value up): the outcome depends on one person.
+* A4 (MEDIUM, availability) table-less ``SELECT 3 ^ 30000000`` is an exact Python big-integer power on a catalog
+  thread: the GIL is held for its whole run, the server answers nobody (15 s measured), no timeout interrupts it.
+* A5 (LOW) table-less arithmetic with Python semantics: XX000 "internal error" for a result over 4,300 digits,
+  ``CAST(POWER(2, 64) AS BIGINT)`` answered 18446744073709551616, ``1 / 0`` answered NULL.
+* A6 (MEDIUM, availability) table-less ``'x' * n`` is Python string repetition: one short statement builds a
+  string of any size (50 MB → +289 MB peak RSS; 2·10⁹ would take the host down).
+* A7 (LOW) two concurrent publications to one new output without ``--replace`` both succeed: the first is replaced
+  silently, both are charged and recorded as publishing the name.
+* A8 (LOW) once an account's δ is stored at 1 (reached by rounding up on the 10⁻³⁰ grid), charges of δ < 10⁻³⁰ are
+  still accepted, without bound.
+* A9 (LOW) ``veil publish kanon|synth --seed -5`` end in tracebacks (no `check_seed`); ``--threads 100000`` and
+  huge ``--som-neurons`` likewise (by hand).
+* A10 (MEDIUM, availability) table-less (and catalog) ``LIKE '%a%a%a%a%a%a%a%a%b'`` over a long literal: Python
+  ``re`` backtracks exponentially in C, holding the GIL: minutes to forever for one ~80-byte statement, beyond every
+  timeout, cancel and SIGTERM.
+* Held (Part B, and by hand): identity cannot be changed after login (``SET ROLE``, ``SET SESSION AUTHORIZATION``,
+  ``application_name``, ``options=-c role=…``, ``SET veil.analyst``; ``set_config('veil.epsilon', …)`` changes no
+  charge); out-of-place protocol messages (FunctionCall, Copy*, unknown type, bad Describe kind, unknown
+  statement/portal, negative parameter length) are typed and the connection answers on; a δ sum rounded up to 1
+  reads back and refuses δ ≥ 10⁻³⁰. By hand: SCRAM binds the startup user (the ``n=``/``a=`` of client-first are
+  ignored, verifier looked up by exact name); ``COPY`` refused 42501; ``veil.budget`` shows only the caller; the
+  per-connection prepared-statement bound matches real memory (16 MiB counted ≈ 16–19 MiB RSS); DBSCAN's outlier is
+  merged (s24 A8 now passes); k-anonymity hides out-of-bound outliers behind open ranges and an undeclared rare
+  category behind ``*``; kRR and the DP grid publish only declared values, with declared types, DP row counts;
+  PATE's ROC threshold uses the noisy labels only; the publication lock survives concurrent recovery orderings
+  (read by hand: finish before unlock, re-read journal rows in abort/commit).
 """
 
 from __future__ import annotations
