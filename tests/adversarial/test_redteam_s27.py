@@ -30,6 +30,9 @@ defence breaks). Helpers come from the earlier rounds (:mod:`tests.adversarial.t
 * A10 (MEDIUM, availability) table-less (and catalog) ``LIKE '%a%a%a%a%a%a%a%a%b'`` over a long literal: Python
   ``re`` backtracks exponentially in C, holding the GIL: minutes to forever for one ~80-byte statement, beyond every
   timeout, cancel and SIGTERM.
+* A11 (LOW) ``kanon --missing leaf``: the gate refuses the ``?`` leaf the method itself produces, once a class's
+  QI is all missing (8 missing jobs of 200: refused; 7: published): a documented option fails, and one person's
+  missing value decides.
 * Held (Part B, and by hand): identity cannot be changed after login (``SET ROLE``, ``SET SESSION AUTHORIZATION``,
   ``application_name``, ``options=-c role=…``, ``SET veil.analyst``; ``set_config('veil.epsilon', …)`` changes no
   charge); out-of-place protocol messages (FunctionCall, Copy*, unknown type, bad Describe kind, unknown
@@ -617,3 +620,39 @@ def test_A10_a_table_less_like_pattern_does_not_freeze_the_server(two_logins: Pa
         f"carol's SELECT 1 waited {waited:.1f} s while bob's LIKE ran ({ended.get('seconds', 0):.1f} s, "
         f"ended {str(ended.get('outcome'))[:60]!r})"
     )
+
+
+# --- A11. ``kanon --missing leaf``: the gate refuses the "?" leaf it produces, once enough people lack a value -------
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s27 A11: the gate refuses kanon's own missing-value leaf '?' as out of domain")
+def test_A11_kanon_missing_leaf_outcome_does_not_depend_on_one_persons_missing_value(tmp_path: Path) -> None:
+    """LOW (a documented option fails on real data, and whether it fails depends on one person) — interface: ``veil
+    publish kanon --qi job,sex --sensitive income --k 5 --missing leaf`` (the option docs/kanon.md offers to keep rows
+    with missing QIs).
+
+    Mechanism: with ``--missing leaf`` a missing categorical QI becomes the leaf ``?`` (`anonymisation.MISSING_LEAF`,
+    added to every hierarchy). Once a class's ``job`` values are all missing, the generalised label is ``?`` itself —
+    but the gate's domain check accepts in a generalised column only declared values and range/set/``*`` labels
+    (`gate._is_generalised_label`), so it refuses: "column 'job' has value '?' outside the declared values". D′: 200
+    people, 7 with no ``job`` → published (their jobs generalised to ``*``, 21 rows); D: person 7's job missing too
+    (8) → refused (measured; 8 to 20 missing: all refused). So the publication exists or not depending on one
+    person's missing value, and ``--missing leaf`` cannot publish a table with a column where k or more people lack a
+    value (Mondrian forms their class). Sound: the gate accepts the missing leaf in a generalised column (it is a
+    label of the method, like ``*``), or the generator generalises a ``?``-only class to ``*``."""
+    from veil.errors import VeilError
+
+    outcomes = {}
+    for world, missing in (("d", 8), ("d_prime", 7)):
+        frame = people(200)
+        frame["job"] = frame["job"].astype(object)
+        frame.loc[0 : missing - 1, "job"] = None
+        policy = _warehouse(tmp_path / world, frame)
+        try:
+            _publish(policy, "kanon", {"table": "people", "qi": ["job", "sex"], "sensitive": ["income"], "k": 5,
+                                       "algorithm": "mondrian", "missing": "leaf", "output": "pk"})  # fmt: skip
+            outcomes[world] = "published"
+        except VeilError as exc:
+            outcomes[world] = f"{type(exc).__name__}: {str(exc)[:100]}"
+    assert outcomes["d"] == outcomes["d_prime"], f"8 missing jobs: {outcomes['d']!r}; 7: {outcomes['d_prime']!r}"
