@@ -33,6 +33,8 @@ defence breaks). Helpers come from the earlier rounds (:mod:`tests.adversarial.t
 * A11 (LOW) ``kanon --missing leaf``: the gate refuses the ``?`` leaf the method itself produces, once a class's
   QI is all missing (8 missing jobs of 200: refused; 7: published): a documented option fails, and one person's
   missing value decides.
+* A12 (LOW) ``kanon --hierarchies``: the gate refuses a hierarchy's inner node (``manual``) in a column whose values
+  the policy declares (Mondrian, K-Member); only ranges, sets and ``*`` count as labels.
 * Held (Part B, and by hand): identity cannot be changed after login (``SET ROLE``, ``SET SESSION AUTHORIZATION``,
   ``application_name``, ``options=-c role=…``, ``SET veil.analyst``; ``set_config('veil.epsilon', …)`` changes no
   charge); out-of-place protocol messages (FunctionCall, Copy*, unknown type, bad Describe kind, unknown
@@ -656,3 +658,26 @@ def test_A11_kanon_missing_leaf_outcome_does_not_depend_on_one_persons_missing_v
         except VeilError as exc:
             outcomes[world] = f"{type(exc).__name__}: {str(exc)[:100]}"
     assert outcomes["d"] == outcomes["d_prime"], f"8 missing jobs: {outcomes['d']!r}; 7: {outcomes['d_prime']!r}"
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s27 A12: the gate refuses hierarchy node labels in a declared category column")
+def test_A12_kanon_hierarchy_labels_of_a_declared_category_pass_the_gate(tmp_path: Path) -> None:
+    """LOW (a documented feature fails whenever the policy declares the column's values) — interface: ``veil
+    publish kanon --qi job,age,sex --hierarchies DIR`` with ``DIR/job.csv`` = ``nurse;care;*``, ``smith;manual;*``,
+    ``clerk;manual;*`` (ARX format) and ``job`` declared ``values = ["nurse", "smith", "clerk"]``.
+
+    Mechanism: the same narrow label test as A11: in a generalised column the gate accepts declared values and
+    range/set/``*`` labels only (`gate._out_of_domain` → `_is_label_of`), so a class generalised to the hierarchy's
+    node ``manual`` is "outside the declared values". Measured on 200 people: Mondrian and K-Member refused
+    ("column 'job' has value 'manual' outside the declared values"), OKA published (it happened to use ``*``); the
+    Adult tests pass only because their policy declares no values for the hierarchy columns. Sound: a generalised
+    column may hold its hierarchy's inner nodes (known from the hierarchy file, a public input), checked as such."""
+    frame = people(200)
+    policy = _warehouse(tmp_path / "d", frame)
+    folder = tmp_path / "hierarchies"
+    folder.mkdir()
+    (folder / "job.csv").write_text("nurse;care;*\nsmith;manual;*\nclerk;manual;*\n", encoding="utf-8")
+    result = _publish(policy, "kanon", {"table": "people", "qi": ["job", "age", "sex"], "sensitive": ["income"], "k": 5,
+                                        "algorithm": "mondrian", "hierarchies": str(folder), "output": "pk"})  # fmt: skip
+    assert result.rows == 200
