@@ -35,6 +35,8 @@ defence breaks). Helpers come from the earlier rounds (:mod:`tests.adversarial.t
   missing value decides.
 * A12 (LOW) ``kanon --hierarchies``: the gate refuses a hierarchy's inner node (``manual``) in a column whose values
   the policy declares (Mondrian, K-Member); only ranges, sets and ``*`` count as labels.
+* A13 (LOW) ``[ledger] path`` naming the policy, the warehouse or a CSV ends in ``sqlite3.DatabaseError`` (exit 1);
+  naming the not-yet-created public mirror is accepted and squats the mirror's file.
 * Held (Part B, and by hand): identity cannot be changed after login (``SET ROLE``, ``SET SESSION AUTHORIZATION``,
   ``application_name``, ``options=-c role=…``, ``SET veil.analyst``; ``set_config('veil.epsilon', …)`` changes no
   charge); out-of-place protocol messages (FunctionCall, Copy*, unknown type, bad Describe kind, unknown
@@ -681,3 +683,34 @@ def test_A12_kanon_hierarchy_labels_of_a_declared_category_pass_the_gate(tmp_pat
     result = _publish(policy, "kanon", {"table": "people", "qi": ["job", "age", "sex"], "sensitive": ["income"], "k": 5,
                                         "algorithm": "mondrian", "hierarchies": str(folder), "output": "pk"})  # fmt: skip
     assert result.rows == 200
+
+
+# --- A13. ``[ledger] path`` naming another of Veil's files: untyped sqlite3 errors, or a ledger where the mirror goes ---
+
+LEDGER_TARGETS = {"policy": "policy2.toml", "warehouse": "warehouse.duckdb", "source_csv": "people.csv"}
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s27 A13: a ledger path that is not a ledger ends in sqlite3.DatabaseError")
+@pytest.mark.parametrize("target", sorted(LEDGER_TARGETS))
+def test_A13_a_ledger_path_on_another_file_is_a_typed_policy_error(tmp_path: Path, target: str) -> None:
+    """LOW (a careless curator; untyped traceback, exit 1) — interface: a policy whose ``[ledger] path`` names the
+    policy file itself, the warehouse or any file that is not an SQLite ledger; then ``veil query`` (or ``veil
+    budget``, ``veil publish``, ``veil serve``).
+
+    Mechanism: `Ledger.__init__` opens whatever the path names with SQLite (`store/_sqlite.connect_sqlite`, then
+    ``PRAGMA journal_mode=WAL`` and the schema), and nothing checks that it is a ledger or that it is not one of
+    Veil's other files (the policy validation compares no paths; s24 A11 protected these files from model outputs
+    only). Measured (CliRunner, ``veil query``): ``sqlite3.DatabaseError: file is not a database`` for the policy, the
+    warehouse and the CSV; ``OperationalError: unable to open database file`` for ``path = "."``. And ``path =
+    "warehouse.public.duckdb"`` (the public mirror's name, before the mirror exists) is *accepted*: the query is
+    answered and an SQLite ledger now sits where DuckDB's mirror goes, so every later public query and publication
+    mirror step fails. Sound: refuse, typed (PolicyError at load), a ledger path equal to the policy, the warehouse or
+    its mirror (and their journals), and report a file that is not a ledger as a PolicyError naming it."""
+    from tests.publish_support import make_warehouse, veil
+
+    policy = make_warehouse(tmp_path, n=60)
+    other = tmp_path / "policy2.toml"
+    other.write_text(policy.read_text().replace('path = "ledger.sqlite"', f'path = "{LEDGER_TARGETS[target]}"'))
+    res = veil("query", "--policy", other, "--analyst", "bob", "SELECT COUNT(*) FROM people")
+    assert res.exit_code == 2, f"ledger = {target}: exit {res.exit_code}, {type(res.exception).__name__}: {res.exception}"
