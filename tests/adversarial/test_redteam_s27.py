@@ -37,6 +37,9 @@ defence breaks). Helpers come from the earlier rounds (:mod:`tests.adversarial.t
   the policy declares (Mondrian, K-Member); only ranges, sets and ``*`` count as labels.
 * A13 (LOW) ``[ledger] path`` naming the policy, the warehouse or a CSV ends in ``sqlite3.DatabaseError`` (exit 1);
   naming the not-yet-created public mirror is accepted and squats the mirror's file.
+* A14 (MEDIUM, availability) s24 A3's per-analyst cap is bypassed when analysts share an address: bob's 3 logins
+  (the cap of 6) plus 3 idle pre-login sockets fill the server, and carol (same address) gets 53300: admission never
+  evicts the newcomer's own network.
 * Held (Part B, and by hand): identity cannot be changed after login (``SET ROLE``, ``SET SESSION AUTHORIZATION``,
   ``application_name``, ``options=-c role=…``, ``SET veil.analyst``; ``set_config('veil.epsilon', …)`` changes no
   charge); out-of-place protocol messages (FunctionCall, Copy*, unknown type, bad Describe kind, unknown
@@ -714,3 +717,48 @@ def test_A13_a_ledger_path_on_another_file_is_a_typed_policy_error(tmp_path: Pat
     other.write_text(policy.read_text().replace('path = "ledger.sqlite"', f'path = "{LEDGER_TARGETS[target]}"'))
     res = veil("query", "--policy", other, "--analyst", "bob", "SELECT COUNT(*) FROM people")
     assert res.exit_code == 2, f"ledger = {target}: exit {res.exit_code}, {type(res.exception).__name__}: {res.exception}"
+
+
+# --- A14. The per-analyst cap (s24 A3) is bypassed with idle pre-login sockets from the analysts' shared address ---
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s27 A14: admission never evicts a pre-login socket of the newcomer's own network")
+def test_A14_one_analyst_and_idle_sockets_cannot_lock_out_another_analyst_of_the_same_host(two_logins: Path) -> None:
+    """MEDIUM (availability; s24 A3 again, through the pre-login slots) — interface: ``veil serve`` on a host whose
+    analysts connect from one address (loopback, a jump host, a notebook server, a NAT): here ``--max-connections 6``
+    (the same with 100).
+
+    Mechanism: s24 A3 capped one analyst's logged-in connections at half of ``--max-connections`` (3 of 6). The
+    other half is free for others — unless someone fills it with sockets that never log in: bob (or any local user,
+    no login needed) opens 3 TCP connections and sends nothing. Slots count open sockets, logged in or not; when
+    carol connects, `admission.py` may evict a pre-login socket only of *another* network than the newcomer's
+    ("the newcomer's own network [is] never cut"), and all of them are on 127.0.0.1. Measured: bob's 4th login got
+    53300 (the cap), his 3 idle sockets were accepted, and carol's login 3 s later got ``53300 sorry, too many clients
+    already (6 connections open, the limit is 6)``; the idle sockets last ``--auth-timeout`` (60 s) and are reopened
+    at will. Sound: a pre-login socket that has waited more than a few seconds may be evicted for any newcomer, own
+    network included (it made no progress; the newcomer may be a real login), or pre-login sockets get a share of
+    the slots of their own."""
+    import socket
+
+    from tests.adversarial.test_redteam_s20 import _login
+    from tests.support.attack import PASSWORD
+
+    with _serve_fast(two_logins, max_connections=6) as st:
+        held, idle = [], []
+        try:
+            for _ in range(6):
+                try:
+                    held.append(_bob(st))
+                except Exception:  # the per-analyst cap (53300): expected after 3
+                    break
+            for _ in range(6 - len(held)):
+                idle.append(socket.create_connection(("127.0.0.1", st.port), timeout=10))
+            time.sleep(2.5)  # older than the admission's 2 s
+            outcome = _login(st.port, "carol", PASSWORD)
+        finally:
+            for sock in idle:
+                sock.close()
+            for conn in held:
+                conn.close()
+    assert outcome == "ok", f"bob holds {len(held)} logins and {len(idle)} idle sockets; carol's login ended {outcome!r}"
