@@ -14,7 +14,8 @@ defence breaks). Helpers come from the earlier rounds (:mod:`tests.adversarial.t
   session's settings dict: SET's bound (256 names, 1 Mi characters; s24 A9) is bypassed, 300 MB kept by one
   connection.
 * A3 (LOW) k-anonymity refuses a table, printing the value, when one person's QI category has trailing blanks (the
-  flat hierarchy strips its leaves, the encoder looks the raw value up): the outcome depends on one person.
+  flat hierarchy strips its leaves, the encoder looks the raw value up): the outcome depends on one person. A3b: the
+  same for one undeclared value (``'HIGH'``) of a sensitive column (the gate refuses it; kRR would read it as NA).
 * A4 (MEDIUM, availability) table-less ``SELECT 3 ^ 30000000`` is an exact Python big-integer power on a catalog
   thread: the GIL is held for its whole run, the server answers nobody (15 s measured), no timeout interrupts it.
 * A5 (LOW) table-less arithmetic with Python semantics: XX000 "internal error" for a result over 4,300 digits,
@@ -229,6 +230,33 @@ def test_A3_kanon_outcome_does_not_depend_on_one_persons_spelling_of_a_category(
     assert outcomes["d"] == outcomes["d_prime"], (
         f"person 9's sex {odd!r}: {outcomes['d']!r}; spelled plainly: {outcomes['d_prime']!r}"
     )
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s27 A3b: the gate refuses a k-anonymous table for one undeclared sensitive value")
+def test_A3b_kanon_outcome_does_not_depend_on_one_persons_undeclared_sensitive_value(tmp_path: Path) -> None:
+    """LOW (the same class as A3, for a sensitive column) — interface: ``veil publish kanon --qi age,sex --sensitive
+    income --k 5`` where person 9's ``income`` is ``'HIGH'`` (declared: ``low``, ``high``).
+
+    Mechanism: sensitive columns are published unchanged, and the gate's domain check refuses any value outside the
+    declared ``values`` (`gate._out_of_domain`). So D (person 9: ``'HIGH'``) is refused — "column 'income' has value
+    'HIGH' outside the declared values", printing it — and D′ (``'high'``) is published (measured). kRR reads such a
+    value as NA, data-independently, instead (s16 A12: "a refusal would then depend on one row"). Sound: treat an
+    undeclared value of a published column as missing (drop the row or publish NA), whatever it is."""
+    from veil.errors import VeilError
+
+    outcomes = {}
+    for world, value in (("d", "HIGH"), ("d_prime", "high")):
+        frame = people(60)
+        frame.loc[9, "income"] = value
+        policy = _warehouse(tmp_path / world, frame)
+        try:
+            _publish(policy, "kanon", {"table": "people", "qi": ["age", "sex"], "sensitive": ["income"], "k": 5,
+                                       "algorithm": "mondrian", "output": "pk"})  # fmt: skip
+            outcomes[world] = "published"
+        except VeilError as exc:
+            outcomes[world] = f"{type(exc).__name__}: {exc}"
+    assert outcomes["d"] == outcomes["d_prime"], f"income 'HIGH': {outcomes['d']!r}; 'high': {outcomes['d_prime']!r}"
 
 
 # --- A4. One table-less ``SELECT 3 ^ 30000000`` holds the GIL: every client of the server waits (availability) ------
