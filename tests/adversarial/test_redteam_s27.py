@@ -45,7 +45,9 @@ defence breaks). Helpers come from the earlier rounds (:mod:`tests.adversarial.t
   ``application_name``, ``options=-c role=…``, ``SET veil.analyst``; ``set_config('veil.epsilon', …)`` changes no
   charge); out-of-place protocol messages (FunctionCall, Copy*, unknown type, bad Describe kind, unknown
   statement/portal, negative parameter length) are typed and the connection answers on; a δ sum rounded up to 1
-  reads back and refuses δ ≥ 10⁻³⁰. By hand: SCRAM binds the startup user (the ``n=``/``a=`` of client-first are
+  reads back and refuses δ ≥ 10⁻³⁰; a 5,000-statement batch is refused whole (54001); recovery in another process
+  leaves a publication whose lock a live process holds (s24 A5), and rolls it back once that process is killed. By
+  hand: SCRAM binds the startup user (the ``n=``/``a=`` of client-first are
   ignored, verifier looked up by exact name); ``COPY`` refused 42501; ``veil.budget`` shows only the caller; the
   per-connection prepared-statement bound matches real memory (16 MiB counted ≈ 16–19 MiB RSS); DBSCAN's outlier is
   merged (s24 A8 now passes); k-anonymity hides out-of-bound outliers behind open ranges and an undeclared rare
@@ -790,3 +792,64 @@ def test_A14_one_analyst_and_idle_sockets_cannot_lock_out_another_analyst_of_the
             for conn in held:
                 conn.close()
     assert outcome == "ok", f"bob holds {len(held)} logins and {len(idle)} idle sockets; carol's login ended {outcome!r}"
+
+
+@pytest.mark.slow
+def test_B4_a_batch_of_many_statements_is_bounded_as_one(two_logins: Path) -> None:
+    """A simple-query message of 5,000 × ``SELECT 1;`` (45 KB, each statement answered on the event loop if split) is
+    refused as a whole, typed (54001, its 15,000 tokens over the limit of 4,000), before any statement runs."""
+    from tests.support.attack import PASSWORD
+    from tests.support.server import error_code, message, raw_login, read_message
+
+    with _serve_fast(two_logins) as st:
+        sock, err = raw_login(st.port, "bob", PASSWORD)
+        assert sock is not None, err
+        try:
+            sock.settimeout(30)
+            sock.sendall(message(b"Q", ("SELECT 1;" * 5000).encode() + b"\x00"))
+            replies = []
+            while not replies or replies[-1][0] != b"Z":
+                replies.append(read_message(sock))
+        finally:
+            sock.close()
+    assert [(t, error_code(p) if t == b"E" else None) for t, p in replies] == [(b"E", "54001"), (b"Z", None)]
+
+
+_HOLD_LOCK = """
+import sys, time
+from veil.policy import load_policy
+from veil.store import warehouse
+with warehouse.publication_lock(load_policy(sys.argv[1]), sys.argv[2]):
+    print("locked", flush=True)
+    time.sleep(120)
+"""
+
+
+@pytest.mark.slow
+def test_B5_recovery_in_another_process_leaves_an_in_flight_publication_alone(tmp_path: Path) -> None:
+    """s24 A5's fix across real processes: a child process holds publication ``token``'s lock (as a running
+    ``veil publish`` does from staging to finish) while its table is staged; the parent's `transaction.recover` (what
+    ``veil tables`` runs first) skips it and the staged table stays. Once the child is killed (SIGKILL: the OS frees
+    the lock), the next recovery rolls it back (no release recorded)."""
+    import signal
+    import subprocess
+    import sys
+
+    from veil.generators import transaction
+    from veil.store import warehouse
+
+    policy = _warehouse(tmp_path / "d", people(30))
+    token = "b5token0"
+    child = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, str(policy.path), token], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "locked"
+        warehouse.stage_publication(policy, token, "out", people(5)[["age"]])
+        assert transaction.recover(policy) == []
+        assert [r["token"] for r in warehouse.pending_publications(policy)] == [token]
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+        if child.stdout is not None:
+            child.stdout.close()
+    assert transaction.recover(policy) == ["rolled back out"]
+    assert warehouse.pending_publications(policy) == []
