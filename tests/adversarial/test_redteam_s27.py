@@ -853,3 +853,24 @@ def test_B5_recovery_in_another_process_leaves_an_in_flight_publication_alone(tm
             child.stdout.close()
     assert transaction.recover(policy) == ["rolled back out"]
     assert warehouse.pending_publications(policy) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["mondrian", "oka", "kma"])
+def test_B6_kanon_hides_one_persons_outlier_and_rare_category(tmp_path: Path, algorithm: str) -> None:
+    """Person 7 alone has the undeclared job ``astronaut`` and person 8 the out-of-bounds age 150: the k-anonymous
+    table (QIs age, job, sex; k = 5) never shows either value — the age sits in an open range (``[74, inf)``) and the
+    job under ``*`` — and its column types are the declared ones (generalised QIs as text)."""
+    from tests.adversarial.test_redteam_s16 import _published
+
+    frame = people(60)
+    frame.loc[7, "job"] = "astronaut"
+    frame.loc[8, "age"] = 150
+    policy = _warehouse(tmp_path / "d", frame)
+    _publish(policy, "kanon", {"table": "people", "qi": ["age", "job", "sex"], "sensitive": ["income"], "k": 5,
+                               "algorithm": algorithm, "output": "pk"})  # fmt: skip
+    rows = _published(policy, "SELECT age, job, sex, income FROM pk")
+    shown = [r for r in rows if any("150" in str(v) or "astronaut" in str(v) for v in r)]
+    assert len(rows) == 60 and not shown, shown[:3]
+    types = dict(_published(policy, "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'pk'"))
+    assert types == {"age": "VARCHAR", "job": "VARCHAR", "sex": "VARCHAR", "income": "VARCHAR"}, types
