@@ -41,6 +41,8 @@ defence breaks). Helpers come from the earlier rounds (:mod:`tests.adversarial.t
 * A14 (MEDIUM, availability) s24 A3's per-analyst cap is bypassed when analysts share an address: bob's 3 logins
   (the cap of 6) plus 3 idle pre-login sockets fill the server, and carol (same address) gets 53300: admission never
   evicts the newcomer's own network.
+* A15 (MEDIUM, availability) a public query's whole answer is materialised in the server: a free 4-way cross join
+  of a 60-row published table (13 M rows) needs ~7 GB; 1.5 M rows measured +810 MB peak.
 * Held (Part B, and by hand): identity cannot be changed after login (``SET ROLE``, ``SET SESSION AUTHORIZATION``,
   ``application_name``, ``options=-c role=…``, ``SET veil.analyst``; ``set_config('veil.epsilon', …)`` changes no
   charge); out-of-place protocol messages (FunctionCall, Copy*, unknown type, bad Describe kind, unknown
@@ -299,7 +301,7 @@ def _longest_wait_while(policy: Path, attack: str) -> tuple[float, dict[str, Any
     from tests.support.attack import PASSWORD
 
     ended: dict[str, Any] = {}
-    with _serve_subprocess(policy, "--catalog-timeout", "2") as port:
+    with _serve_subprocess(policy, "--catalog-timeout", "2") as (port, _):
         dsn = "host=127.0.0.1 port={port} user={user} password={pw} dbname=veil sslmode=disable connect_timeout=10"
         with (
             psycopg.connect(dsn.format(port=port, user="bob", pw=PASSWORD), autocommit=True) as bob,
@@ -325,7 +327,7 @@ def _longest_wait_while(policy: Path, attack: str) -> tuple[float, dict[str, Any
 
 
 @contextlib.contextmanager
-def _serve_subprocess(policy: Path, *flags: str) -> Iterator[int]:
+def _serve_subprocess(policy: Path, *flags: str) -> Iterator[tuple[int, int]]:
     """``veil serve`` in its own process (a server thread in the test process would stall the client with it)."""
     import os
     import re
@@ -348,7 +350,7 @@ def _serve_subprocess(policy: Path, *flags: str) -> Iterator[int]:
             port = int(match.group(1)) if match else None
             time.sleep(0.1)
         assert port is not None, log.read_text()[-2000:]
-        yield port
+        yield port, proc.pid
     finally:
         proc.terminate()
         proc.wait(30)
@@ -874,3 +876,53 @@ def test_B6_kanon_hides_one_persons_outlier_and_rare_category(tmp_path: Path, al
     assert len(rows) == 60 and not shown, shown[:3]
     types = dict(_published(policy, "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'pk'"))
     assert types == {"age": "VARCHAR", "job": "VARCHAR", "sex": "VARCHAR", "income": "VARCHAR"}, types
+
+
+# --- A15. A public query's answer is unbounded: one analyst's free cross join of a published table OOMs the server ---
+
+
+def _peak_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s27 A15: a public query's whole answer is materialised in the server, unbounded")
+def test_A15_a_public_cross_join_does_not_grow_the_server_without_bound(tmp_path: Path) -> None:
+    """MEDIUM (availability: one analyst, free, takes the whole server down) — interface: ``veil serve``, any client:
+    ``SELECT a.age, b.age, c.age, d.sex FROM pk a, pk b, pk c, pk d`` on a published (public) table ``pk`` of 60
+    rows: 60⁴ ≈ 13 M rows; a 5-way join, 778 M.
+
+    Mechanism: a public-only query runs on the public engine and its whole answer is fetched into Python
+    (`pipeline` → ``env.public_engine.execute(public_sql)`` → ``public_answer``) before the first row is sent; the
+    per-connection bounds (`held.py`) count portals and cursors, and docs/server.md allows "at most that plus one
+    answer … however large"; ``--public-query-timeout`` (120 s) bounds the engine's time, not the answer's size, and
+    DuckDB makes millions of joined rows per second. Public queries cost nothing, so nothing else bounds them.
+    Measured on a ``veil serve`` process (4-way join restricted to ``d.age = a.age``, 1,519,200 rows of 4 short
+    columns): peak RSS 212 → 1,022 MB (+810 MB, 16 s); the full 4-way join would need ~7 GB, the 5-way far more —
+    the kernel's OOM killer ends the server and every analyst's session (not run: it would take the shared test host
+    down). Sound: stream public answers to the client (fetch in chunks under the unread-replies bound), or refuse
+    (typed, 54000/53400) an answer beyond a row/byte limit before materialising it. Checked: a 4-way join restricted
+    to 626,400 rows (+348 MB today) grows the server's peak RSS by less than 150 MB."""
+    from tests.support.attack import PASSWORD, set_password
+    from tests.support.server import message, raw_login, read_message
+
+    policy = _warehouse(tmp_path / "d", people(60))
+    _publish(policy, "kanon", {"table": "people", "qi": ["age", "sex"], "sensitive": ["income"], "k": 5,
+                               "algorithm": "mondrian", "output": "pk"})  # fmt: skip
+    set_password(policy.path, "bob")
+    sql = "SELECT a.age, b.age, c.age, d.sex FROM pk a, pk b, pk c, pk d WHERE d.age = a.age AND d.sex = 'F'"
+    with _serve_subprocess(policy.path) as (port, pid):
+        sock, err = raw_login(port, "bob", PASSWORD)
+        assert sock is not None, err
+        try:
+            before = _peak_kib(pid)
+            sock.settimeout(300)
+            sock.sendall(message(b"Q", sql.encode() + b"\x00"))
+            rows = 0
+            while (tag := read_message(sock)[0]) != b"Z":
+                rows += tag == b"D"
+            grown = (_peak_kib(pid) - before) / 1024
+        finally:
+            sock.close()
+    assert grown < 150, f"a public answer of {rows:,} rows grew the server's peak RSS by {grown:.0f} MB"
