@@ -90,7 +90,8 @@ def _row_ids(frame: pd.DataFrame) -> list[bytes]:
     return identities(_encoder().transform(frame), frame["income"].to_numpy())
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.slow
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pair=neighbouring_tables(), teachers=st.integers(1, 60), share=st.sampled_from([0.05, 0.1, 0.5, 0.9]))
 def test_every_other_row_keeps_its_teacher_and_its_role(pair: Any, teachers: int, share: float) -> None:
     d, d2, where = pair
@@ -121,7 +122,8 @@ def _shard_of(shards: list[np.ndarray], n: int) -> np.ndarray:
     return owner
 
 
-@settings(max_examples=40, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=30, deadline=None)
 @given(
     units=st.lists(st.integers(0, 10**6), min_size=0, max_size=30, unique=True),
     new_unit=st.one_of(st.integers(0, 10**6), st.text(max_size=5), st.none()),
