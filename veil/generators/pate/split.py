@@ -22,7 +22,7 @@ is about what one person's presence changes, not about hiding the assignment.
 >>> ids = identities(np.array([[0.0, 1.0], [0.5, 0.5], [0.0, 1.0]]), np.array([1, 0, 1]))
 >>> ids[0] == ids[2] != ids[1]
 True
->>> [len(s) for s in partition_shards(ids, 2, seed=0)] in ([0, 3], [1, 2], [2, 1], [3, 0])
+>>> any({0, 2} <= set(s.tolist()) for s in partition_shards(ids, 2, seed=0))  # identical rows: one teacher
 True
 """
 
