@@ -647,7 +647,7 @@ def test_A10_a_table_less_like_pattern_does_not_freeze_the_server(two_logins: Pa
     Python regular expression (``.*a.*a…b``) and ``~`` into ``re.search``; Python's ``re`` backtracks, in C, holding
     the GIL for the whole match. Measured with sqlglot's executor alone: 8 ``%a`` on 40 a's 1.8 s, on 48 a's 6.8 s,
     on 56 a's 21.7 s; 9 on 45 a's 20 s, 10 on 50 a's 249 s, and each further ``%a`` multiplies it — 14 on 70 a's did
-    not end within the 300 s the probe ran (the server answered nobody meanwhile). `--catalog-timeout`'s trace
+    not end within the 300 s the probe ran (server thread and client in one process). `--catalog-timeout`'s trace
     function and the statement timeout run only between Python calls, so they fire after the match; SIGTERM's handler
     waits for the GIL too. Sound: evaluate LIKE without backtracking (a linear-time matcher, as PostgreSQL's), bound
     the pattern (wildcards, length) before matching, or refuse LIKE/``~`` in catalog and table-less queries (psql's
