@@ -43,6 +43,8 @@ defence breaks). Helpers come from the earlier rounds (:mod:`tests.adversarial.t
   evicts the newcomer's own network.
 * A15 (MEDIUM, availability) a public query's whole answer is materialised in the server: a free 4-way cross join
   of a 60-row published table (13 M rows) needs ~7 GB; 1.5 M rows measured +810 MB peak.
+* A16 (LOW) ``veil publish sdc --columns age,AGE`` (a column twice after normalisation, or the target among the
+  columns) passes the plan and crashes untyped in ``sanitise``: a DP grid is charged ε = 1 first (s24 A10's class).
 * Held (Part B, and by hand): identity cannot be changed after login (``SET ROLE``, ``SET SESSION AUTHORIZATION``,
   ``application_name``, ``options=-c role=…``, ``SET veil.analyst``; ``set_config('veil.epsilon', …)`` changes no
   charge); out-of-place protocol messages (FunctionCall, Copy*, unknown type, bad Describe kind, unknown
@@ -926,3 +928,46 @@ def test_A15_a_public_cross_join_does_not_grow_the_server_without_bound(tmp_path
         finally:
             sock.close()
     assert grown < 150, f"a public answer of {rows:,} rows grew the server's peak RSS by {grown:.0f} MB"
+
+
+# --- A16. ``--columns age,AGE`` (a column twice after normalisation): a DP publication is charged, then crashes ------
+
+REPEATED_COLUMNS = {
+    "dp_grid_spellings": ("dp_microagg_laplace", ["age", "AGE"], None, ["epsilon=1.0"]),
+    "dp_grid_repeated": ("dp_microagg_laplace", ["age", "age"], None, ["epsilon=1.0"]),
+    "mdav_target_in_columns": ("microagg_mdav", ["hours", "age"], "age", ["k=5"]),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s27 A16: repeated columns pass the plan and crash in sanitise (charged, untyped)")
+@pytest.mark.parametrize("case", sorted(REPEATED_COLUMNS))
+def test_A16_repeated_columns_are_refused_typed_before_the_charge(tmp_path: Path, case: str) -> None:
+    """LOW (budget lost on a typo, untyped traceback; s24 A10's class) — interface: ``veil publish sdc --method
+    dp_microagg_laplace --columns age,AGE --param epsilon=1`` (or ``age,age``; or ``--columns hours,age --target age``
+    for any SDC method).
+
+    Mechanism: the SDC plan normalises the names (`normalise_name`: ``AGE`` → ``age``) but never checks that they are
+    distinct, nor that the target is not also a protected column (kRR's plan refuses repeats, s20 A6). `check_source`
+    runs the generator's `check_context` on the source frame, whose single ``age`` column passes; then, after the
+    reservation, `sdc.clean_input` selects ``data[['age', 'age']]`` — a frame with two ``age`` columns — and
+    `check_context` (``clean[c].dtype`` on a DataFrame) raises ``AttributeError: 'DataFrame' object has no attribute
+    'dtype'``. Measured: ``table:people`` charged ε = 1 with the reservation left ``reserved`` (nothing released), the
+    CLI prints a traceback (exit 1). Sound: the plan refuses a column named twice (after normalisation) and a target
+    among the columns, typed (InputError), before anything is charged."""
+    from veil.errors import VeilError
+    from veil.store.ledger import Ledger
+
+    method, columns, target, params = REPEATED_COLUMNS[case]
+    policy = _warehouse(tmp_path / "d", people(80))
+    request = {"table": "people", "method": method, "columns": columns, "target": target, "params": params, "output": "o"}
+    try:
+        _publish(policy, "sdc", request)
+        outcome = "published"
+    except VeilError as exc:
+        outcome = f"typed: {type(exc).__name__}"
+    except Exception as exc:  # the bug: an untyped crash
+        outcome = f"untyped: {type(exc).__name__}: {exc}"
+    with Ledger.for_policy(policy) as led:
+        spent = led.spent("table:people").epsilon
+    assert outcome.startswith("typed") and spent == 0, f"{case}: {outcome}; table:people charged ε = {spent}"
