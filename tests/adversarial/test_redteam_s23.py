@@ -1,0 +1,131 @@
+"""Red team, session 23: the query path after the seventh round — public tables read by the engine against their
+measured join multiplicity, exact fixed-point sums, ε text, and the catalog generation.
+
+Same harness as sessions 4–22 (:mod:`tests.adversarial.test_redteam_s15`): D and D′ differ in one person (the
+target, unit 7) or in one of their values; with noise off (``veil.proxy._testing.exact_session``) every released
+statistic must move by at most its planned sensitivity (times ``1 + fixed_point.CONVERSION_SLACK`` for real sums).
+
+Part A holds attacks that succeed on 2026-11-26 (main at 62e85ae): each test FAILS today. Part B holds probes of
+defences that held (they pass, and fail if the defence breaks).
+
+* A1 (HIGH, guarantee; every interface) the join multiplicity of a public table is measured on the *public
+  mirror* (`Env.probe` on `public_engine`), but the generated SQL joins the *warehouse's* copy of the table
+  (`rewrite._typed`: ``FROM pub`` on the warehouse connection). Nothing keeps the two equal: a table the policy
+  declares public is written to the mirror only when the writer passes ``public=True`` (`warehouse.write_table`'s
+  default is False, and `Warehouse.write` the same), and `veil ingest` writes the mirror only while the policy
+  says public — a table reloaded while the policy had it private, then declared public again, keeps its old
+  mirror copy (`Env.catalog` copies a public table into the mirror only when it is *absent*). The plan then
+  pins ``pub.pk`` as unique (×1) while the engine joins the target's row with 1,000 rows: ``SELECT COUNT(*)
+  FROM t JOIN pub ON pub.pk = t.x`` moves by 1,000 with its sensitivity 1 (public queries meanwhile answer from
+  the stale mirror: 3 rows instead of 1,003).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tests.adversarial.test_redteam_s4 import POLICY, PUB, TARGET_ROW, _base_rows, _frame
+from tests.adversarial.test_redteam_s15 import Worlds, fresh_epsilon, moves_beyond_sensitivity, neighbour_worlds
+from veil.errors import VeilError
+
+#: A public table whose key 5 (the target's x) now repeats 1,000 times.
+DUPLICATED_PUB = pd.DataFrame({"pk": pd.array([1, 2, 3] + [5] * 1000, dtype="Int64"), "pn": ["p", "q", "r"] + ["z"] * 1000})
+JOIN_COUNT = "SELECT COUNT(*) AS n FROM t JOIN pub ON pub.pk = t.x"
+
+
+@pytest.fixture(scope="module")
+def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
+    w = neighbour_worlds(tmp_path_factory, "s23")
+    yield w
+    w.close()
+
+
+_fresh = fresh_epsilon
+
+
+def _exact_pair(base: Path, policy_text: str = POLICY) -> dict[str, Any]:
+    """D (the base rows) and D′ (plus the target with x = 5), each in its own folder with ``policy_text``."""
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    out = {}
+    for name, rows in (("d", _base_rows()), ("x5", [*_base_rows(), dict(TARGET_ROW, x=5)])):
+        folder = base / name
+        folder.mkdir()
+        (folder / "policy.toml").write_text(policy_text, encoding="utf-8")
+        policy = load_policy(folder / "policy.toml")
+        write_table(policy, "t", _frame(rows), replace=True)
+        out[name] = folder / "policy.toml"
+    return out
+
+
+def _counts(paths: dict[str, Path], sql: str, epsilon: Fraction) -> tuple[dict[str, int], int]:
+    """Each world's exact answer to ``sql`` (one count) through a fresh exact session, and the plan's c."""
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session, plan_of
+
+    counts, contribution = {}, 0
+    for name, path in paths.items():
+        with exact_session(load_policy(path), "a") as s:
+            counts[name] = int(s.execute(sql, epsilon=epsilon).rows[0][0])
+            p = plan_of(s, sql, epsilon)
+            contribution = p.contribution if p is not None else 0
+    return counts, contribution
+
+
+# ==================================================================================================
+# Part A — attacks that succeed today
+# ==================================================================================================
+
+# --- A1. The engine joins the warehouse's public table, the plan measured the mirror's ----------------------
+
+
+def test_A1_a_public_table_written_without_the_flag_is_joined_at_its_measured_multiplicity(tmp_path: Path) -> None:
+    """HIGH (guarantee; API, CLI, wire: all plan the same way). `warehouse.write_table(policy, "pub", df,
+    replace=True)` on a table the policy declares public writes the warehouse only (``public`` defaults to False);
+    the ledger's catalog generation moves, sessions measure ``pub`` again — on the mirror, which still holds the
+    3 unique keys. Measured: the target (x = 5) moves ``COUNT(*) … JOIN pub ON pub.pk = t.x`` by 1,000 while the
+    plan's c (and so the sensitivity) is 1; ``SELECT COUNT(*) FROM pub`` answers 3, the engine joins 1,003 rows.
+    Fix class: read public tables in the generated SQL from the same copy the multiplicity was measured on (or
+    keep the mirror a function of the warehouse: write it whenever the policy declares the table public, and
+    refresh a mirror copy whose source changed), never two copies that can diverge."""
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    paths = _exact_pair(tmp_path)
+    for path in paths.values():
+        policy = load_policy(path)
+        write_table(policy, "pub", PUB, replace=True, public=True)
+        write_table(policy, "pub", DUPLICATED_PUB, replace=True)  # a curator's reload, flag left at its default
+    counts, c = _counts(paths, JOIN_COUNT, Fraction(1))
+    moved = abs(counts["x5"] - counts["d"])
+    assert moved <= c, f"one person moved the count by {moved}, sensitivity {c}: {counts}"
+
+
+def test_A1_a_table_reloaded_while_private_then_declared_public_again(tmp_path: Path) -> None:
+    """The same with `veil ingest` only (`warehouse.ingest_file`) and policy edits, no API flag: ``pub`` is public and
+    ingested (mirror written); the curator makes it private, reloads it with 1,000 rows of key 5 (warehouse only),
+    and declares it public again. `Env.catalog` copies a public table into the mirror only when it is absent, so the
+    mirror keeps the 3 old rows: measured, the target moves the join count by 1,000 against a sensitivity of 1."""
+    from veil.policy import load_policy
+    from veil.store.warehouse import ingest_file
+
+    private_pub = POLICY.replace("[tables.pub]\npublic = true\n", "[tables.pub]\n")
+    assert private_pub != POLICY
+    PUB.to_csv(tmp_path / "pub.csv", index=False)
+    DUPLICATED_PUB.to_csv(tmp_path / "big.csv", index=False)
+    paths = _exact_pair(tmp_path)
+    for path in paths.values():
+        ingest_file(load_policy(path), "pub", tmp_path / "pub.csv", replace=True)
+        path.write_text(private_pub, encoding="utf-8")
+        ingest_file(load_policy(path), "pub", tmp_path / "big.csv", replace=True)
+        path.write_text(POLICY, encoding="utf-8")
+    counts, c = _counts(paths, JOIN_COUNT, Fraction(1))
+    moved = abs(counts["x5"] - counts["d"])
+    assert moved <= c, f"one person moved the count by {moved}, sensitivity {c}: {counts}"
