@@ -18,6 +18,12 @@ defences that held (they pass, and fail if the defence breaks).
   pins ``pub.pk`` as unique (×1) while the engine joins the target's row with 1,000 rows: ``SELECT COUNT(*)
   FROM t JOIN pub ON pub.pk = t.x`` moves by 1,000 with its sensitivity 1 (public queries meanwhile answer from
   the stale mirror: 3 rows instead of 1,003).
+* A2 (MEDIUM, availability; every interface, free) a long chain of ``OR`` (or ``AND``) terms parses (no brackets, so
+  the depth limit of 64 does not see it) and goes to `resolve._qualify`, where sqlglot's ``qualify`` takes time
+  quadratic in the chain's length before `validate` refuses the query as too deeply nested (QueryTooComplex, free).
+  Measured (this machine, shared): 1,250 terms (14 KB) 1.1 s, 2,500 (29 KB) 2.7 s, 5,000 (59 KB) 8.4 s, 20,000
+  (289 KB) 135 s; a 783 KB query (87,000 terms) parses in 3 s and would hold a worker for ~40 min, at no ε. The
+  same length of ``+`` chain is refused in 0.06 s.
 """
 
 from __future__ import annotations
@@ -129,3 +135,31 @@ def test_A1_a_table_reloaded_while_private_then_declared_public_again(tmp_path: 
     counts, c = _counts(paths, JOIN_COUNT, Fraction(1))
     moved = abs(counts["x5"] - counts["d"])
     assert moved <= c, f"one person moved the count by {moved}, sensitivity {c}: {counts}"
+
+
+# --- A2. A long OR chain is refused only after a quadratic resolve --------------------------------------------
+
+
+def _or_chain(n: int) -> str:
+    return "SELECT COUNT(*) FROM t WHERE " + " OR ".join(f"x = {i % 10}" for i in range(n))
+
+
+@pytest.mark.slow
+def test_A2_a_long_or_chain_is_refused_cheaply(worlds: Worlds) -> None:
+    """MEDIUM (availability, free; API ``explain``/``execute``, CLI, wire). 2,500 ``x = i`` terms joined by ``OR``
+    (29 KB, far below the 1 MiB limit) spend ~2.7 s in sqlglot's ``qualify`` (`resolve._qualify`) before
+    `validate` refuses the nesting (QueryTooComplex); the time grows with the square of the length (20,000 terms:
+    135 s). Fix class: bound the operator-chain depth (or node count) with a linear check before any pass that
+    walks ancestors, as parse bounds brackets; refuse (free) what would be refused later anyway."""
+    import time
+
+    from veil.errors import QueryTooComplex
+
+    s = worlds.sessions["d"]
+    start = time.perf_counter()
+    try:
+        s.explain(_or_chain(2500), epsilon=Fraction(1))
+    except QueryTooComplex:
+        pass
+    took = time.perf_counter() - start
+    assert took < 0.5, f"a 29 KB query took {took:.2f} s of CPU before it was refused (free)"
