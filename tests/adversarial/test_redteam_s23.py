@@ -24,6 +24,15 @@ defences that held (they pass, and fail if the defence breaks).
   Measured (this machine, shared): 1,250 terms (14 KB) 1.1 s, 2,500 (29 KB) 2.7 s, 5,000 (59 KB) 8.4 s, 20,000
   (289 KB) 135 s; a 783 KB query (87,000 terms) parses in 3 s and would hold a worker for ~40 min, at no ε. The
   same length of ``+`` chain is refused in 0.06 s.
+* A3 (HIGH, guarantee; every interface) a join pin is accepted when sqlglot's *type annotation* of the two columns
+  agrees (`multiplicity._type_key`), but sqlglot types ``a / b`` of integers as an integer (PostgreSQL's integer
+  division) while the engine divides in DOUBLE (docs/sql.md: "the PostgreSQL ``/`` between integers is DuckDB's
+  ``/``"). A derived column ``x * 2^57 / 1`` therefore pins ``pub.pk`` (BIGINT, unique: factor 1), and the engine
+  compares ``pub.pk = z.v`` in DOUBLE, where every 64-bit key within half an ulp of 2⁶⁰ (256) equals the target's
+  value: ``SELECT COUNT(*) FROM (SELECT x * 144115188075855872 / 1 AS v FROM t) AS z JOIN pub ON pub.pk = z.v``
+  moves by 193 with the target (x = 8) against a planned sensitivity of 1; a SUM of its y by 289.5 against 5.
+  A public table of 64-bit identifiers (snowflake ids, hashes) is all it needs. The class of s4/s13 (implicit casts
+  in join keys), through a derived column's annotated type.
 """
 
 from __future__ import annotations
@@ -163,3 +172,57 @@ def test_A2_a_long_or_chain_is_refused_cheaply(worlds: Worlds) -> None:
         pass
     took = time.perf_counter() - start
     assert took < 0.5, f"a 29 KB query took {took:.2f} s of CPU before it was refused (free)"
+
+
+# --- A3. A pin typed by sqlglot's annotation, compared by the engine in DOUBLE ---------------------------------
+
+#: 64-bit keys around 2⁶⁰: the doubles there are 256 apart, so up to ~193 of these BIGINTs equal one DOUBLE.
+WIDE_KEYS = 2**60
+BIG_ID_PUB = pd.DataFrame({"pk": pd.array([1, 2, 3] + [WIDE_KEYS + j for j in range(-128, 129)], dtype="Int64"), "pn": "p"})
+INTEGER_DIVISION_PINS = [
+    f"SELECT COUNT(*) AS n FROM (SELECT x * {2**57} / 1 AS v FROM t) AS z JOIN pub ON pub.pk = z.v",
+    f"SELECT COUNT(*) AS n FROM (SELECT x * {2**57} / 1 AS v FROM t) AS z, pub WHERE pub.pk = z.v",
+    f"WITH z AS (SELECT x * {2**58} / 2 AS v FROM t) SELECT COUNT(*) AS n FROM z JOIN pub ON z.v = pub.pk",
+]
+
+
+@pytest.fixture(scope="module")
+def big_id_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """D and D′ (the target with x = 8, so ``x · 2⁵⁷ = 2⁶⁰``) next to a public table of 64-bit ids."""
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    base = tmp_path_factory.mktemp("s23-ids")
+    sessions = {}
+    for name, rows in (("d", _base_rows()), ("x8", [*_base_rows(), dict(TARGET_ROW, x=8)])):
+        folder = base / name
+        folder.mkdir()
+        (folder / "policy.toml").write_text(POLICY, encoding="utf-8")
+        policy = load_policy(folder / "policy.toml")
+        write_table(policy, "pub", BIG_ID_PUB, replace=True, public=True)
+        write_table(policy, "t", _frame(rows), replace=True)
+        sessions[name] = exact_session(policy, "a")
+    yield sessions
+    for s in sessions.values():
+        s.close()
+
+
+@pytest.mark.parametrize("sql", INTEGER_DIVISION_PINS)
+def test_A3_a_pin_through_integer_division_bounds_the_rows_one_person_joins(big_id_pair: dict[str, Any], sql: str) -> None:
+    """HIGH (guarantee). `multiplicity._pins` accepts ``pub.pk = z.v`` because sqlglot annotates ``x * 2⁵⁷ / 1`` as an
+    integer; the engine computes it as a DOUBLE and casts ``pub.pk`` to DOUBLE to compare, so the target's one row
+    joins every id that rounds to 2⁶⁰. Measured: COUNT moves 0 → 193 with the target, planned c = 1 (and SUM(y)
+    by 289.5 against 5). Fix class: type a pin's columns as the engine will (Veil's neutral semantics: ``/`` is
+    real division; trace derived columns to base columns), or make the generated SQL compare in the pin's type
+    (an explicit cast on the private side, so the engine cannot widen the public key)."""
+    from veil.proxy._testing import plan_of
+
+    eps = Fraction(1) + Fraction(len(sql), 10**6)
+    counts, c = {}, 0
+    for name, s in big_id_pair.items():
+        counts[name] = int(s.execute(sql, epsilon=eps).rows[0][0])
+        p = plan_of(s, sql, eps)
+        c = p.contribution if p is not None else 0
+    moved = abs(counts["x8"] - counts["d"])
+    assert moved <= c, f"one person moved the count by {moved}, sensitivity {c}: {counts}\n  SQL: {sql}"
