@@ -31,8 +31,9 @@ defences that held (they pass, and fail if the defence breaks).
   compares ``pub.pk = z.v`` in DOUBLE, where every 64-bit key within half an ulp of 2⁶⁰ (256) equals the target's
   value: ``SELECT COUNT(*) FROM (SELECT x * 144115188075855872 / 1 AS v FROM t) AS z JOIN pub ON pub.pk = z.v``
   moves by 193 with the target (x = 8) against a planned sensitivity of 1; a SUM of its y by 289.5 against 5.
-  A public table of 64-bit identifiers (snowflake ids, hashes) is all it needs. The class of s4/s13 (implicit casts
-  in join keys), through a derived column's annotated type.
+  A public table of 64-bit identifiers (snowflake ids, hashes) is all it needs. Integer literals beyond 64 bits do
+  the same without a division (``x * 2^57 % 10^20``: a DOUBLE to the engine, an integer to sqlglot). The class of
+  s4/s13 (implicit casts in join keys), through a derived column's annotated type.
 """
 
 from __future__ import annotations
@@ -183,6 +184,10 @@ INTEGER_DIVISION_PINS = [
     f"SELECT COUNT(*) AS n FROM (SELECT x * {2**57} / 1 AS v FROM t) AS z JOIN pub ON pub.pk = z.v",
     f"SELECT COUNT(*) AS n FROM (SELECT x * {2**57} / 1 AS v FROM t) AS z, pub WHERE pub.pk = z.v",
     f"WITH z AS (SELECT x * {2**58} / 2 AS v FROM t) SELECT COUNT(*) AS n FROM z JOIN pub ON z.v = pub.pk",
+    f"SELECT COUNT(*) AS n FROM (SELECT ABS(x * {2**57} / 1) AS v FROM t) AS z JOIN pub ON pub.pk = z.v",
+    # no division: an integer literal beyond 64 bits is a DOUBLE to the engine, an integer to sqlglot
+    f"SELECT COUNT(*) AS n FROM (SELECT x * {2**57} % {10**20} AS v FROM t) AS z JOIN pub ON pub.pk = z.v",
+    f"SELECT COUNT(*) AS n FROM (SELECT x * {2**64} / 128 AS v FROM t) AS z JOIN pub ON pub.pk = z.v",
 ]
 
 
