@@ -48,7 +48,6 @@ import pytest
 
 from tests.adversarial.test_redteam_s4 import POLICY, PUB, TARGET_ROW, _base_rows, _frame
 from tests.adversarial.test_redteam_s15 import Worlds, fresh_epsilon, moves_beyond_sensitivity, neighbour_worlds
-from veil.errors import VeilError
 
 #: A public table whose key 5 (the target's x) now repeats 1,000 times.
 DUPLICATED_PUB = pd.DataFrame({"pk": pd.array([1, 2, 3] + [5] * 1000, dtype="Int64"), "pn": ["p", "q", "r"] + ["z"] * 1000})
@@ -102,6 +101,7 @@ def _counts(paths: dict[str, Path], sql: str, epsilon: Fraction) -> tuple[dict[s
 # --- A1. The engine joins the warehouse's public table, the plan measured the mirror's ----------------------
 
 
+@pytest.mark.slow
 def test_A1_a_public_table_written_without_the_flag_is_joined_at_its_measured_multiplicity(tmp_path: Path) -> None:
     """HIGH (guarantee; API, CLI, wire: all plan the same way). `warehouse.write_table(policy, "pub", df,
     replace=True)` on a table the policy declares public writes the warehouse only (``public`` defaults to False);
@@ -124,6 +124,7 @@ def test_A1_a_public_table_written_without_the_flag_is_joined_at_its_measured_mu
     assert moved <= c, f"one person moved the count by {moved}, sensitivity {c}: {counts}"
 
 
+@pytest.mark.slow
 def test_A1_a_table_reloaded_while_private_then_declared_public_again(tmp_path: Path) -> None:
     """The same with `veil ingest` only (`warehouse.ingest_file`) and policy edits, no API flag: ``pub`` is public and
     ingested (mirror written); the curator makes it private, reloads it with 1,000 rows of key 5 (warehouse only),
@@ -231,3 +232,108 @@ def test_A3_a_pin_through_integer_division_bounds_the_rows_one_person_joins(big_
         c = p.contribution if p is not None else 0
     moved = abs(counts["x8"] - counts["d"])
     assert moved <= c, f"one person moved the count by {moved}, sensitivity {c}: {counts}\n  SQL: {sql}"
+
+
+# ==================================================================================================
+# Part B — probes that held (these pass today; each fails if its defence breaks)
+# ==================================================================================================
+
+# --- B1. Odd types, overflow and far magnitudes in aggregated arguments move within their sensitivity ----------
+
+HELD_ARGUMENTS = [
+    "SELECT SUM(CAST(y AS REAL) * 1e30) AS v FROM t",
+    "SELECT SUM(CAST(x AS TINYINT) * CAST(x AS TINYINT) * CAST(x AS TINYINT)) AS v FROM t",
+    "SELECT AVG(CAST(x AS DECIMAL(38, 37))) AS v FROM t",
+    "SELECT SUM(ROUND(y, 400)) AS a, SUM(ROUND(y, -400)) AS b FROM t",
+    "SELECT SUM(b) AS a, AVG(b AND x > 3) AS c FROM t",
+    "SELECT SUM(x % 3) AS a, SUM(y % 1.5) AS b FROM t",
+    "SELECT VAR_POP(y * 1e149) AS a, STDDEV(y * 1e149) AS b FROM t",
+    "SELECT AVG(CAST(y * 1e18 AS BIGINT)) AS v FROM t",
+    "SELECT AVG(x + 9223372036854775807) AS v FROM t",
+    "SELECT VARIANCE(x * 461168601842738790) AS v FROM t",
+    "SELECT SUM(x * 144115188075855871 % 100000000000000000000) AS v FROM t",
+    "SELECT SUM(GREATEST(y, -0.0)) AS a, SUM(LEAST(y * 0, 0.0)) AS b FROM t",
+    "SELECT SUM(y * 5e-324) AS a, VARIANCE(y * 2.2250738585072014e-308) AS b FROM t",
+    "SELECT ROUND(y) AS g, SUM(y) AS a, VARIANCE(x) AS b FROM t GROUP BY 1",
+    "SELECT CAST(y AS REAL) AS g, AVG(x) AS a FROM t GROUP BY 1",
+]
+
+
+@pytest.mark.slow
+def test_b1_odd_arguments_move_within_their_sensitivity(worlds: Worlds) -> None:
+    """Noise off, D against three neighbours: every statistic of each query, summed over every group, moves by at
+    most its sensitivity (``1 + CONVERSION_SLACK`` for real sums), and each query ends the same way on every world."""
+    from veil.proxy.fixed_point import CONVERSION_SLACK
+
+    bad = []
+    for sql in HELD_ARGUMENTS:
+        out = worlds.run(sql)
+        kinds = {name: a if isinstance(a, str) else "ok" for name, a in out.items()}
+        if len(set(kinds.values())) != 1:
+            bad.append(f"{sql}: {kinds}")
+        elif kinds["d"] == "ok":
+            bad += moves_beyond_sensitivity(worlds.sessions, sql, _fresh(worlds), CONVERSION_SLACK)
+    assert bad == []
+
+
+# --- B2. Pins the engine computes as the probe does -------------------------------------------------------------
+
+HELD_PINS = [
+    # a null-safe equality never pins (the NULL keys all match a NULL private value)
+    "SELECT COUNT(*) AS n FROM t JOIN pub ON pub.pk IS NOT DISTINCT FROM t.x",
+    # the division on the *public* side is what the probe groups by: 193 ids per double, measured as such
+    "SELECT COUNT(*) AS n FROM t JOIN (SELECT pk / 1 AS pk FROM pub) AS p ON p.pk = t.x",
+    # the private side a DOUBLE that sqlglot also calls a DOUBLE: never pinned to the BIGINT key
+    f"SELECT COUNT(*) AS n FROM (SELECT x * {2**57} * 1.0 AS v FROM t) AS z JOIN pub ON pub.pk = z.v",
+]
+
+
+@pytest.mark.parametrize("sql", HELD_PINS)
+def test_b2_pins_bound_the_rows_one_person_joins(big_id_pair: dict[str, Any], sql: str) -> None:
+    from veil.proxy._testing import plan_of
+
+    eps = Fraction(1) + Fraction(len(sql), 10**6)
+    counts, c = {}, 0
+    for name, s in big_id_pair.items():
+        counts[name] = int(s.execute(sql, epsilon=eps).rows[0][0])
+        p = plan_of(s, sql, eps)
+        c = p.contribution if p is not None else 0
+    assert abs(counts["x8"] - counts["d"]) <= c, f"{counts}, c = {c}"
+
+
+# --- B3. Public tables written with the flag (or ingested while public) stay one copy --------------------------
+
+
+@pytest.mark.slow
+def test_b3_a_public_reload_through_the_flag_is_measured_again(tmp_path: Path) -> None:
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    paths = _exact_pair(tmp_path)
+    for path in paths.values():
+        policy = load_policy(path)
+        write_table(policy, "pub", PUB, replace=True, public=True)
+        write_table(policy, "pub", DUPLICATED_PUB, replace=True, public=True)
+    counts, c = _counts(paths, JOIN_COUNT, Fraction(1))
+    assert c >= 1000 and abs(counts["x5"] - counts["d"]) <= c, (counts, c)
+
+
+# --- B4. ε text: every odd spelling refused at once, typed ----------------------------------------------------
+
+ODD_EPSILON_TEXT = [
+    "1e-1_000", "\uff11", "0.5\u0660", "1/0", "0/7", "-0.5", "1e-999", "1e9999", "9" * 401, "1/" + "7" * 399, "0x10",
+    "nan", "inf", "1e", ".e1", "1..2", "1 / 3", "½", "1e+-3",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", ODD_EPSILON_TEXT)
+def test_b4_odd_epsilon_text_is_a_typed_refusal(text: str) -> None:
+    import time
+
+    from veil.errors import InputError
+    from veil.mechanisms.budget import as_epsilon
+
+    start = time.perf_counter()
+    with pytest.raises(InputError):
+        as_epsilon(text)
+    assert time.perf_counter() - start < 0.05
