@@ -23,7 +23,10 @@ defences that held (they pass, and fail if the defence breaks).
   quadratic in the chain's length before `validate` refuses the query as too deeply nested (QueryTooComplex, free).
   Measured (this machine, shared): 1,250 terms (14 KB) 1.1 s, 2,500 (29 KB) 2.7 s, 5,000 (59 KB) 8.4 s, 20,000
   (289 KB) 135 s; a 783 KB query (87,000 terms) parses in 3 s and would hold a worker for ~40 min, at no ε. The
-  same length of ``+`` chain is refused in 0.06 s.
+  same length of ``+`` chain is refused in 0.06 s. Accepted shapes cost about as much per byte: ``EXPLAIN`` (free)
+  of ``SUM(CASE WHEN x = 0 THEN 0 WHEN … END)`` with 625 branches (11 KB) takes 2.4–3.3 s, with 40,000 branches
+  (720 KB) 208 s — the plan copies the argument into each clamp branch (`plan._clamp`: six copies) and every
+  statistic, and each copy is deep-copied, generated and walked again; a 1 MiB IN list ~50 s.
 * A3 (HIGH, guarantee; every interface) a join pin is accepted when sqlglot's *type annotation* of the two columns
   agrees (`multiplicity._type_key`), but sqlglot types ``a / b`` of integers as an integer (PostgreSQL's integer
   division) while the engine divides in DOUBLE (docs/sql.md: "the PostgreSQL ``/`` between integers is DuckDB's
@@ -48,6 +51,7 @@ import pytest
 
 from tests.adversarial.test_redteam_s4 import POLICY, PUB, TARGET_ROW, _base_rows, _frame
 from tests.adversarial.test_redteam_s15 import Worlds, fresh_epsilon, moves_beyond_sensitivity, neighbour_worlds
+from veil.errors import VeilError
 
 #: A public table whose key 5 (the target's x) now repeats 1,000 times.
 DUPLICATED_PUB = pd.DataFrame({"pk": pd.array([1, 2, 3] + [5] * 1000, dtype="Int64"), "pn": ["p", "q", "r"] + ["z"] * 1000})
@@ -174,6 +178,25 @@ def test_A2_a_long_or_chain_is_refused_cheaply(worlds: Worlds) -> None:
         pass
     took = time.perf_counter() - start
     assert took < 0.5, f"a 29 KB query took {took:.2f} s of CPU before it was refused (free)"
+
+
+@pytest.mark.slow
+def test_A2_explaining_a_long_case_costs_little_per_byte(worlds: Worlds) -> None:
+    """MEDIUM (availability, free: ``explain``; ``execute`` charges only if it is answered). A SUM over a CASE of 625
+    branches (11 KB) takes 2.4–3.3 s to plan and rewrite; the time grows at least linearly (40,000 branches, 720 KB:
+    208 s, one worker held, no ε spent). Fix class: a planning budget per query (nodes after the clamp and the
+    statistics' copies, not bytes typed), or plan over shared subtrees instead of deep copies of the argument."""
+    import time
+
+    sql = "SELECT SUM(CASE " + " ".join(f"WHEN x = {i % 10} THEN {i % 10}" for i in range(625)) + " END) AS v FROM t"
+    s = worlds.sessions["d"]
+    start = time.perf_counter()
+    try:
+        s.explain(sql, epsilon=Fraction(1))
+    except VeilError:
+        pass  # a free refusal is a fine answer, if it comes fast
+    took = time.perf_counter() - start
+    assert took < 0.5, f"an 11 KB query took {took:.2f} s to explain (free)"
 
 
 # --- A3. A pin typed by sqlglot's annotation, compared by the engine in DOUBLE ---------------------------------
