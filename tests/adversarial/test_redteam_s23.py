@@ -37,6 +37,12 @@ defences that held (they pass, and fail if the defence breaks).
   A public table of 64-bit identifiers (snowflake ids, hashes) is all it needs. Integer literals beyond 64 bits do
   the same without a division (``x * 2^57 % 10^20``: a DOUBLE to the engine, an integer to sqlglot). The class of
   s4/s13 (implicit casts in join keys), through a derived column's annotated type.
+* A4 (LOW, guarantee; every interface) contribution bounding partitions rows by the *stored* unit value (docs: "per
+  stored unit value, never its typed … copy"), but DuckDB's ``PARTITION BY`` treats the stored DOUBLEs ``0.0`` and
+  ``-0.0`` as one value: a newcomer with unit ``-0.0`` competes with the person ``0.0`` for ``max_rows_per_unit``
+  rows and displaces them. Measured (``max_rows_per_unit = 1``): the newcomer's 1,000 rows (x = −10) move
+  ``SUM(x)`` from 70 to 50 (by 20, sensitivity 10) and leave ``COUNT(*)`` at 31. An id column stored as DOUBLE is
+  common (pandas reads an integer id column with gaps as float64); ``-0.0`` as an id is rare, hence LOW.
 """
 
 from __future__ import annotations
@@ -255,6 +261,53 @@ def test_A3_a_pin_through_integer_division_bounds_the_rows_one_person_joins(big_
         c = p.contribution if p is not None else 0
     moved = abs(counts["x8"] - counts["d"])
     assert moved <= c, f"one person moved the count by {moved}, sensitivity {c}: {counts}\n  SQL: {sql}"
+
+
+# --- A4. Stored units 0.0 and -0.0 share one contribution bound -------------------------------------------------
+
+SIGNED_ZERO_UNITS = """\
+[database]
+path = "w.duckdb"
+[ledger]
+path = "l.sqlite"
+[tables.t]
+privacy_unit = "u"
+max_rows_per_unit = 1
+[tables.t.columns]
+u = { type = "int", lower = -1000, upper = 1000 }
+x = { type = "int", lower = -10, upper = 10 }
+s = { type = "category" }
+[analysts.a]
+epsilon = 1000
+delta = 0.5
+"""
+
+
+@pytest.mark.slow
+def test_A4_a_newcomer_with_unit_minus_zero_does_not_displace_unit_zero(tmp_path: Path) -> None:
+    """LOW (guarantee). The ids are stored as DOUBLE (a pandas id column); person 0.0 has one row (x = 10). D′ adds
+    the person -0.0 with 1,000 distinct rows (x = −10). `bounding.build_tree` ranks rows ``PARTITION BY`` the stored
+    unit, which DuckDB compares as numbers (0.0 = -0.0), and keeps one row for both: almost surely a newcomer's
+    (1,000 of 1,001 hash ranks). Measured: SUM(x) 70 → 50 (moved 20, sensitivity 10), COUNT(*) 31 → 31. Fix class:
+    partition by a spelling of the stored value that is injective (its text, or its bits), as the docs promise."""
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session, plan_of
+    from veil.store.warehouse import write_table
+
+    rows = [(float(i), i % 5, "b") for i in range(1, 31)] + [(0.0, 10, "a")]
+    newcomer = [(-0.0, -10, f"r{j}") for j in range(1000)]
+    sums, sensitivity = {}, Fraction(0)
+    for name, data in (("d", rows), ("minus_zero", rows + newcomer)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "policy.toml").write_text(SIGNED_ZERO_UNITS, encoding="utf-8")
+        policy = load_policy(tmp_path / name / "policy.toml")
+        write_table(policy, "t", pd.DataFrame(data, columns=["u", "x", "s"]), replace=True)
+        with exact_session(policy, "a") as s:
+            sums[name] = int(s.execute("SELECT SUM(x) AS v FROM t", epsilon=Fraction(1)).rows[0][0])
+            p = plan_of(s, "SELECT SUM(x) AS v FROM t", Fraction(1))
+            sensitivity = p.statistics[0].sensitivity if p is not None else Fraction(0)
+    moved = abs(sums["minus_zero"] - sums["d"])
+    assert moved <= sensitivity, f"a newcomer moved SUM(x) by {moved}, sensitivity {sensitivity}: {sums}"
 
 
 # ==================================================================================================
