@@ -238,9 +238,11 @@ def big_id_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
         write_table(policy, "pub", BIG_ID_PUB, replace=True, public=True)
         write_table(policy, "t", _frame(rows), replace=True)
         sessions[name] = exact_session(policy, "a")
+        sessions[f"{name}.path"] = folder / "policy.toml"
     yield sessions
-    for s in sessions.values():
-        s.close()
+    for name, s in sessions.items():
+        if not name.endswith(".path"):
+            s.close()
 
 
 @pytest.mark.parametrize("sql", INTEGER_DIVISION_PINS)
@@ -255,12 +257,57 @@ def test_A3_a_pin_through_integer_division_bounds_the_rows_one_person_joins(big_
 
     eps = Fraction(1) + Fraction(len(sql), 10**6)
     counts, c = {}, 0
-    for name, s in big_id_pair.items():
+    for name in ("d", "x8"):
+        s = big_id_pair[name]
         counts[name] = int(s.execute(sql, epsilon=eps).rows[0][0])
         p = plan_of(s, sql, eps)
         c = p.contribution if p is not None else 0
     moved = abs(counts["x8"] - counts["d"])
     assert moved <= c, f"one person moved the count by {moved}, sensitivity {c}: {counts}\n  SQL: {sql}"
+
+
+def _noisy_gap(answers: dict[str, Any], sql: str) -> None:
+    """Two production-noise answers (ε = 1, plan c = 1: discrete Laplace of scale 1 each) differ by at most
+    c + 2·ln(2/α) with probability ≥ 1 − STAT_ALPHA when the sensitivity holds; today the gap is ~193."""
+    import math
+
+    from tests.conftest import STAT_ALPHA
+
+    values = {name: int(o.rows[0][0]) if o.ok else o for name, o in answers.items()}
+    assert all(isinstance(v, int) for v in values.values()), values
+    bound = 1 + 2 * math.log(2 / STAT_ALPHA)
+    gap = abs(values["x8"] - values["d"])
+    assert gap <= bound, f"noisy answers {values} differ by {gap} (> {bound:.1f}, sensitivity 1, ε = 1)\n  SQL: {sql}"
+
+
+def test_A3_through_the_cli_with_production_noise(big_id_pair: dict[str, Any]) -> None:
+    """`veil query --format json` (real noise, ε = 1): the target's presence shows as a jump of ~193."""
+    from tests.support.attack import CliInterface
+
+    sql = INTEGER_DIVISION_PINS[0]
+    _noisy_gap({n: CliInterface(big_id_pair[f"{n}.path"], "b").query(sql, 1.0) for n in ("d", "x8")}, sql)
+
+
+@pytest.mark.slow
+def test_A3_over_the_wire_with_production_noise(big_id_pair: dict[str, Any]) -> None:
+    """A real PostgreSQL client (psycopg) against `veil serve` on each world (real noise, ε = 1)."""
+    from tests.support.attack import Server, WireInterface, set_password
+
+    sql = INTEGER_DIVISION_PINS[0]
+    answers = {}
+    for name in ("d", "x8"):
+        path = big_id_pair[f"{name}.path"]
+        set_password(path, "b")
+        srv = Server(path, path.parent / "serve.log")
+        try:
+            wire = WireInterface(srv.port, "b")
+            try:
+                answers[name] = wire.query(sql, 1.000001)  # not the CLI test's ε: no cached answer
+            finally:
+                wire.close()
+        finally:
+            srv.stop()
+    _noisy_gap(answers, sql)
 
 
 # --- A4. Stored units 0.0 and -0.0 share one contribution bound -------------------------------------------------
@@ -370,7 +417,8 @@ def test_b2_pins_bound_the_rows_one_person_joins(big_id_pair: dict[str, Any], sq
 
     eps = Fraction(1) + Fraction(len(sql), 10**6)
     counts, c = {}, 0
-    for name, s in big_id_pair.items():
+    for name in ("d", "x8"):
+        s = big_id_pair[name]
         counts[name] = int(s.execute(sql, epsilon=eps).rows[0][0])
         p = plan_of(s, sql, eps)
         c = p.contribution if p is not None else 0
