@@ -147,3 +147,39 @@ def test_text_cannot_grow_faster_than_the_query(sql: str, ok: bool) -> None:
     else:
         with pytest.raises(Unsupported, match="REPLACE"):
             _validate(sql)
+
+
+def _nested_chains(levels: int, links: int) -> str:
+    """``levels`` brackets nested in one another, each opening a run of ``links`` OR terms (left-deep: each run
+    stands on the one inside it)."""
+    inner = "age = 0"
+    for _ in range(levels):
+        inner = "(" + inner + " OR " + " OR ".join(["age = 1"] * links) + ")"
+    return "SELECT COUNT(*) FROM t WHERE " + inner
+
+
+@pytest.mark.parametrize(
+    ("sql", "fits"),
+    [
+        ("SELECT COUNT(*) FROM t WHERE " + " OR ".join(["age = 1"] * 2_500), False),  # one run of 2,500 (s23 A2)
+        ("SELECT COUNT(*) FROM t WHERE " + " OR ".join(["age = 1"] * 256), True),
+        ("SELECT COUNT(*) FROM t WHERE age = " + " + ".join(["1"] * 300), False),  # arithmetic runs count too
+        ("SELECT COUNT(*) FROM t WHERE " + " AND ".join(f"age <> {i}" for i in range(200)), True),
+        (_nested_chains(40, 200), False),  # every run short, the tree 8,000 deep
+        (_nested_chains(3, 60), True),
+    ],
+)
+def test_operator_chains_are_refused_before_resolving(sql: str, fits: bool) -> None:
+    """Resolving (sqlglot's qualify walks each column's ancestors) grows with the square of an operator chain's
+    length: 2,500 ``OR`` terms took 2.7 s before validate refused them (red team s23, A2). The parse pass bounds
+    each run of operators at one bracket level, and the parsed tree's depth (runs nested in brackets add up), in
+    linear time: refused long shapes cost milliseconds, whatever their length."""
+    import time
+
+    start = time.perf_counter()
+    if fits:
+        _validate(sql)
+        return
+    with pytest.raises(QueryTooComplex, match=r"chains more than|nest more than"):
+        _validate(sql)
+    assert time.perf_counter() - start < 0.5

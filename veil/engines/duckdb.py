@@ -142,6 +142,13 @@ class DuckDBEngine:
         )
         return bool(res.rows[0][0])
 
+    def written_version(self, table: str) -> str | None:
+        """The version Veil wrote with ``table``'s rows (its catalog comment), or None; never stamps, never hashes."""
+        path = self._path()
+        gate = warehouse.reading(path) if path is not None else contextlib.nullcontext()  # type: ignore[arg-type]
+        with gate:
+            return warehouse.written_version(self._cur(), table)
+
     def table_version(self, table: str, columns: Sequence[str]) -> str:
         """The version Veil wrote with the table's rows (:func:`warehouse.written_version`: read off the catalog,
         so the time does not grow with the table); a table another tool wrote is given one on first use

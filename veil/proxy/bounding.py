@@ -15,6 +15,14 @@ reads the same on every engine, so DuckDB and Spark keep the same rows. Category
 to the column's ``text_cap`` characters (policy ``max_length``, default 1,024), so the work one person's
 text can cause in any query is bounded too.
 
+Each bounded real column also gets its **pre-scaled grid copy** (:func:`grid_columns`):
+``CAST(FLOOR(CAST(c AS DOUBLE) · 2^k) AS BIGINT)`` of the copy's own clamped value, with ``k`` the fixed-point
+exponent of the column's bounds (:func:`veil.proxy.fixed_point.exponent`). It is the very value the rewrite puts on
+the grid for a real SUM/AVG of the bare column (:func:`veil.proxy.rewrite._fixed`), computed once per table version
+instead of on every query; the rewrite reads it only where its exponent is the column's. Its name starts with an
+underscore, which no declared column can (:func:`veil.policy.normalise_name`), and the catalog never lists it, so
+no analyst query can name it.
+
 A changed bound, type, unit column or contribution bound changes the identity, so no query ever reads
 a copy built for another policy. Salts and identities live in the ledger, not the warehouse.
 """
@@ -23,9 +31,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import secrets
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
 
 import sqlglot
 from sqlglot import exp
@@ -34,13 +45,17 @@ from veil.engines import open_engine
 from veil.engines.base import Engine
 from veil.errors import InternalError, PolicyError, VeilError
 from veil.policy import ColumnSpec, Policy, TableSpec
+from veil.proxy import fixed_point
 from veil.proxy.catalog import SQL_TYPES  # the copy holds each column as the catalog types it
 from veil.store.ledger import Ledger
 
-__all__ = ["ALGORITHM", "BoundedCopies", "build_sql", "build_tree", "engine_generation", "prepare", "spec_identity"]
+__all__ = [
+    "ALGORITHM", "BoundedCopies", "GridColumn", "build_sql", "build_tree", "engine_generation", "grid_columns",
+    "grid_value_sql", "prepare", "spec_identity",
+]  # fmt: skip
 
 #: Changes whenever the copy's construction changes, so old copies are never reused.
-ALGORITHM = "veil-bounded-copy/4"
+ALGORITHM = "veil-bounded-copy/5"
 
 
 def _q(name: str) -> str:
@@ -82,6 +97,40 @@ def _typed(col: ColumnSpec) -> str:
     return f"{v} AS {q}"
 
 
+@dataclass(frozen=True)
+class GridColumn:
+    """The bounded copy's pre-scaled grid copy of a real column: its name in the copy and its exponent ``k``."""
+
+    name: str
+    exponent: int
+
+
+def grid_columns(spec: TableSpec) -> Mapping[str, GridColumn]:
+    """Each bounded real column of ``spec`` → its pre-scaled grid column in the bounded copy (a function of the
+    spec alone: the copy's identity covers it)."""
+    out = {}
+    for i, col in enumerate(spec.columns.values()):
+        if col.type == "float" and col.bounded:
+            k = fixed_point.exponent(Fraction(col.lower), Fraction(col.upper))  # type: ignore[arg-type]
+            out[col.name] = GridColumn(f"__veil_grid_{i}", k)
+    return out
+
+
+def grid_value_sql(column_sql: str, k: int) -> str:
+    """One row's value on the grid of ``2**-k`` as a BIGINT: the text both the copy and the rewrite compute."""
+    return f"CAST(FLOOR(CAST(({column_sql}) AS DOUBLE) * CAST({math.ldexp(1.0, k)!r} AS DOUBLE)) AS BIGINT)"
+
+
+def _with_grids(select: str, spec: TableSpec) -> str:
+    """``select`` (the copy's declared columns) with each bounded real column's pre-scaled grid copy."""
+    grids = grid_columns(spec)
+    if not grids:
+        return select
+    cols = [_q(c) for c in spec.columns]
+    cols += [f"{grid_value_sql(_q(c), g.exponent)} AS {_q(g.name)}" for c, g in grids.items()]
+    return f"SELECT {', '.join(cols)} FROM ({select}) AS __veil_clamped"
+
+
 def _row_text(columns: list[str]) -> str:
     """An engine-independent text of a typed row: each value as ``length:text`` (``N`` for NULL), ``|``-joined."""
     parts = [
@@ -114,7 +163,7 @@ def build_tree(spec: TableSpec, salt: str) -> exp.Select:
             "WHERE __veil_unit IS NOT NULL AND NOT coalesce(isnan(TRY_CAST(__veil_unit AS DOUBLE)), false)) AS __veil_ranked "
             f"WHERE __veil_rn <= {int(spec.max_rows_per_unit)}"
         )
-    tree = sqlglot.parse_one(sql, read="duckdb")
+    tree = sqlglot.parse_one(_with_grids(sql, spec), read="duckdb")
     if not isinstance(tree, exp.Select):
         raise InternalError("the bounded-copy SQL is not a SELECT")
     return tree

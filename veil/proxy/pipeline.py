@@ -125,6 +125,7 @@ def _parse(s: QueryState, env: Env) -> QueryState:
 def _resolve(s: QueryState, env: Env) -> QueryState:
     if s.tree is None:
         raise InternalError("resolve before parse")
+    env.sync_public({t.name for t in s.tree.find_all(exp.Table)})
     return replace(s, resolved=env.with_catalog(lambda cat: resolve(s.tree, cat, sql=s.sql)))
 
 
@@ -163,8 +164,8 @@ def _rewrite(s: QueryState, env: Env) -> QueryState:
         raise InternalError("rewrite before validate")
     if s.plan is None:
         return replace(s, public_sql=env.public_engine.render(public_query(s.analysis.tree)))
-    source = env.bounded_table(s.plan.analysis.private_table or "")
-    queries = rewrite(s.plan, source, public_types(env.catalog(), s.plan.analysis.tables))
+    source, grids = env.bounded_copy(s.plan.analysis.private_table or "")
+    queries = rewrite(s.plan, source, public_types(env.catalog(), s.plan.analysis.tables), grids)
     check_raising_work(s.plan, queries)
     render = env.engine.render
     rendered = Rendered(

@@ -73,6 +73,9 @@ class Statistic:
     integral: bool = False  # centred sums: the argument is a BIGINT (summed and centred exactly)
     lower: Fraction | None = None  # feasible range of one row's value (sums: released values are post-processed into it)
     upper: Fraction | None = None
+    # sums of a bare real column of the private table read straight from its bounded copy (not through a CTE or a
+    # derived table): that column's name, so the rewrite may read the copy's pre-scaled grid column for it
+    copy_column: str | None = None
     # grid statistics (exponential mechanism)
     grid_lo: Fraction = Fraction(0)
     grid_step: Fraction = Fraction(1)
@@ -351,6 +354,18 @@ def _is_bounded_base_column(arg: exp.Expression, scope: Scope, catalog: Catalog,
     return col.type in ("int", "float") and col.bounded
 
 
+def _copy_column(arg: exp.Expression, ctx: _Context) -> str | None:
+    """The private table's column ``arg`` is, when it is exactly a bounded real column read straight from the
+    bounded copy in this scope (no CTE, no derived table, no parentheses); None otherwise."""
+    if not isinstance(arg, exp.Column) or not _is_bounded_base_column(arg, ctx.scope, ctx.catalog, ctx.table):
+        return None
+    kind, _, _, table = resolve_column(arg, ctx.scope)
+    spec = ctx.catalog.tables[ctx.table].spec
+    if kind != "table" or table != ctx.table or spec is None or spec.columns[arg.name].type != "float":
+        return None
+    return arg.name
+
+
 def _declared_values(key: exp.Expression, scope: Scope, catalog: Catalog) -> tuple[object, ...] | None:
     """The declared values of a key that is (through CTEs) exactly a declared private column."""
     if not isinstance(key, exp.Column):
@@ -456,7 +471,7 @@ def _plan_moments(
         ("sum_c", _sql(arg_c), fs), kind="sum_centered", label=f"sum({a_label} - {_sql(_num(iv.mid))})",
         arg=arg_c, filter=filt, distinct=False, mechanism="laplace", sensitivity=c * iv.half_width,
         hidden=True, center=iv.mid, half_width=iv.half_width, integral=iv.integral, lower=iv.lo - iv.mid,
-        upper=iv.hi - iv.mid,
+        upper=iv.hi - iv.mid, copy_column=_copy_column(arg, ctx),
     )  # fmt: skip
     ids: tuple[int, ...] = (n_id, s_id)
     if name != "avg":
@@ -525,7 +540,7 @@ def _plan_aggregate(b: _Builder, idx: int, node: exp.Expression, ctx: _Context) 
             ("sum", _sql(arg_c), None if filt is None else _sql(filt)), kind="sum",
             label=f"sum({duckdb_text(arg)})", arg=arg_c, filter=filt, distinct=False,
             mechanism="discrete_laplace" if iv.integral else "laplace", sensitivity=ctx.c * iv.magnitude,
-            hidden=False, lower=iv.lo, upper=iv.hi,
+            hidden=False, lower=iv.lo, upper=iv.hi, copy_column=_copy_column(arg, ctx),
         )  # fmt: skip
         label = _sql(node)
         return AggregateSpec(idx, "sum", label, label, (sid,), iv, None, iv.integral)

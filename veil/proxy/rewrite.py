@@ -35,6 +35,7 @@ from sqlglot import exp
 from veil.engines.neutral import duckdb_text, neutralise
 from veil.errors import InternalError
 from veil.proxy import fixed_point
+from veil.proxy.bounding import GridColumn
 from veil.proxy.plan import QueryPlan, Statistic
 from veil.proxy.totality import BUILT_TOTAL, CANNOT_RAISE, make_total
 
@@ -192,21 +193,43 @@ def sum_exponent(stat: Statistic) -> int:
     return fixed_point.exponent(*row_range(stat))
 
 
-def _fixed(value: exp.Expression, stat: Statistic) -> exp.Expression:
+def _pre_scaled(stat: Statistic, grids: Mapping[str, GridColumn]) -> exp.Column | None:
+    """The bounded copy's pre-scaled grid column holding ``_fixed``'s inner value for ``stat``'s argument, if any.
+
+    Only for a bare real column read straight from the copy (``stat.copy_column``, set by the plan) and only when
+    the copy's exponent is the statistic's: the copy then holds, row by row, exactly
+    ``CAST(FLOOR(CAST(arg AS DOUBLE) · 2^k) AS BIGINT)`` of the same stored value (:mod:`veil.proxy.bounding`)."""
+    if stat.copy_column is None or not isinstance(stat.arg, exp.Column):
+        return None
+    grid = grids.get(stat.copy_column)
+    if grid is None or grid.exponent != sum_exponent(stat) or stat.arg.name != stat.copy_column:
+        return None
+    table = stat.arg.args.get("table")
+    column = exp.Column(this=exp.to_identifier(grid.name, quoted=True), table=None if table is None else table.copy())
+    column.type = exp.DataType.build("BIGINT")  # an integer sum: every engine widens it (veil.engines.neutral)
+    return column
+
+
+def _fixed(value: exp.Expression, stat: Statistic, pre_scaled: exp.Column | None = None) -> exp.Expression:
     """One row's ``value`` (within :func:`row_range`) on the grid of ``2**-k``, as a BIGINT within the range.
 
     ``FLOOR`` keeps a value at or below an upper bound that is an exact double; the grid value is clamped to
     the range only when a bound is no double or the lower bound is off the grid (then ``FLOOR`` could step
     below it). The range holds 0, so it holds a grid point. Every node is built total: the value is a finite
-    clamped double and ``|value·2**k| ≤ 2⁶²``."""
+    clamped double and ``|value·2**k| ≤ 2⁶²``. ``pre_scaled`` (:func:`_pre_scaled`) is the bounded copy's column
+    already holding ``CAST(FLOOR(CAST(value AS DOUBLE) · 2^k) AS BIGINT)``: read instead of computing it."""
     k = sum_exponent(stat)
     lo, hi = row_range(stat)
     low, high = fixed_point.on_grid(lo, hi, k)
     if not low <= 0 <= high:
         raise InternalError(f"the fixed-point range of {stat.label!r} holds no grid point: [{lo}, {hi}] at k = {k}")
-    as_double = _cannot_raise(exp.cast(exp.Paren(this=value), exp.DataType.build("DOUBLE")))
-    scaled = _cannot_raise(exp.Mul(this=as_double, expression=_double(math.ldexp(1.0, k))))
-    v: exp.Expression = _cannot_raise(exp.cast(_cannot_raise(exp.Floor(this=scaled)), exp.DataType.build("BIGINT")))
+    v: exp.Expression
+    if pre_scaled is not None:
+        v = pre_scaled
+    else:
+        as_double = _cannot_raise(exp.cast(exp.Paren(this=value), exp.DataType.build("DOUBLE")))
+        scaled = _cannot_raise(exp.Mul(this=as_double, expression=_double(math.ldexp(1.0, k))))
+        v = _cannot_raise(exp.cast(_cannot_raise(exp.Floor(this=scaled)), exp.DataType.build("BIGINT")))
     if not (_exact_double(lo) and _exact_double(hi) and low == lo * Fraction(2) ** k):
         bounds = (exp.Literal.number(abs(b)) if b >= 0 else exp.Neg(this=exp.Literal.number(-b)) for b in (low, high))
         low_lit, high_lit = bounds
@@ -217,7 +240,7 @@ def _fixed(value: exp.Expression, stat: Statistic) -> exp.Expression:
     return _built_total(v)
 
 
-def _quantities(stat: Statistic) -> list[exp.Expression]:
+def _quantities(stat: Statistic, grids: Mapping[str, GridColumn]) -> list[exp.Expression]:
     arg = None if stat.arg is None else stat.arg.copy()
     if stat.kind == "count":
         if arg is None:
@@ -228,13 +251,13 @@ def _quantities(stat: Statistic) -> list[exp.Expression]:
         raise InternalError(f"statistic {stat.label!r} has no argument")
     # real values are summed exactly in fixed point (fixed_point); integers as they are
     if stat.kind == "sum":
-        summed = arg if summed_as_integers(stat) else _fixed(make_total(arg), stat)
+        summed = arg if summed_as_integers(stat) else _fixed(make_total(arg), stat, _pre_scaled(stat, grids))
         return [_with_filter(exp.Sum(this=summed), stat.filter)]
     if stat.kind == "sum_centered" and centred_in_sql(stat):
         return [_with_filter(exp.Sum(this=_fixed(_centred(stat, False), stat)), stat.filter)]
     if stat.kind == "sum_centered":
         # the uncentred sum and the count, centred exactly afterwards (session._raw)
-        summed = arg if summed_as_integers(stat) else _fixed(make_total(arg), stat)
+        summed = arg if summed_as_integers(stat) else _fixed(make_total(arg), stat, _pre_scaled(stat, grids))
         return [_with_filter(exp.Sum(this=summed), stat.filter), _with_filter(exp.Count(this=arg.copy()), stat.filter)]
     if stat.kind == "sumsq_centered":
         return [_with_filter(exp.Sum(this=_fixed(_centred(stat, True), stat)), stat.filter)]
@@ -286,9 +309,15 @@ def _finish(tree: exp.Select, columns: list[exp.Expression]) -> exp.Select:
     return out
 
 
-def rewrite(p: QueryPlan, source: str, public: Mapping[str, Mapping[str, str]]) -> EngineQueries:
-    """Engine SQL trees for ``p``, reading the private table from ``source`` (its bounded copy) and each
-    public table of ``public`` (table → column → SQL type) as those types."""
+def rewrite(
+    p: QueryPlan,
+    source: str,
+    public: Mapping[str, Mapping[str, str]],
+    grid_columns: Mapping[str, GridColumn] | None = None,
+) -> EngineQueries:
+    """Engine SQL trees for ``p``, reading the private table from ``source`` (its bounded copy, whose pre-scaled
+    grid columns are ``grid_columns``: :func:`veil.proxy.bounding.grid_columns`) and each public table of ``public``
+    (table → column → SQL type) as those types."""
     template = _template(p, source, public)
     quantities: list[exp.Expression] = []
     texts: list[str] = []
@@ -300,7 +329,7 @@ def rewrite(p: QueryPlan, source: str, public: Mapping[str, Mapping[str, str]]) 
             grids.append((stat.id, _grid(p, template, stat)))
             continue
         idx = []
-        for q in _quantities(stat):
+        for q in _quantities(stat, grid_columns or {}):
             text = duckdb_text(q)
             if text not in texts:
                 texts.append(text)

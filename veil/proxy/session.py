@@ -18,7 +18,7 @@ import datetime as dt
 import math
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -274,16 +274,44 @@ class Env:
             # the mirror) is copied into it; a *published* table never is: only the publish transaction
             # (and its recovery) puts one there, so a half-done publication can never expose the table
             # its output name still holds in the warehouse
-            declared = {n for n, t in policy.tables.items() if t.public}
-            missing = [n for n, cols in public.items() if not cols and n in declared and self.engine.table_exists(n)]
-            if missing and isinstance(self.public_engine, DuckDBEngine):
-                from veil.store import warehouse
-
-                for n in missing:
-                    warehouse.copy_to_public(policy, n)
-                public.update({n: dict(self.public_engine.table_columns(n)) for n in missing})
+            declared = [n for n, t in policy.tables.items() if t.public]
+            if self._copy_stale_public(declared):
+                public.update({n: dict(self.public_engine.table_columns(n)) for n in declared})
             self._catalog = build_catalog(policy, {n: c for n, c in public.items() if c})
         return self._catalog
+
+    def sync_public(self, tables: Iterable[str]) -> None:
+        """Before a query naming ``tables`` is resolved: the mirror's copy of each one the policy declares public
+        is the warehouse's current version (else copied again, and the catalog rebuilt)."""
+        if self._copy_stale_public([t for t in tables if (spec := self.policy.tables.get(t)) is not None and spec.public]):
+            self._catalog = None
+
+    def _copy_stale_public(self, tables: Sequence[str]) -> bool:
+        """Copy into the public mirror each of ``tables`` (declared public) whose mirror copy is absent or is not
+        the warehouse's current version; True if any was copied.
+
+        A private query joins a public table as the warehouse holds it, while its join multiplicities, key domains
+        and text lengths are measured on the mirror: the two must hold the same rows (red team s23, A1: a table
+        reloaded while private, or by another tool, kept its old mirror copy, and one person moved a join count
+        by 1,000 against a sensitivity of 1). The mirror's copy carries the warehouse version it was copied from
+        (:func:`veil.store.warehouse.copy_to_public`); both are read off the catalogs, no row is read. A
+        *published* table never comes here: only the publish transaction (and its recovery) puts one in the
+        mirror, so a half-done publication can never expose the table its output name still holds."""
+        public, engine = self.public_engine, self.engine
+        if not (isinstance(public, DuckDBEngine) and isinstance(engine, DuckDBEngine)):
+            return False  # Spark: public tables are read from the same database the queries run on
+        from veil.store import warehouse
+
+        copied = False
+        for n in tables:
+            if not engine.table_exists(n):
+                continue
+            version = engine.table_version(n, [])  # a table another tool wrote gets its version now
+            if public.table_exists(n) and f"written.{public.written_version(n)}" == version:
+                continue
+            warehouse.copy_to_public(self.policy, n)
+            copied = True
+        return copied
 
     def with_catalog(self, fn: Callable[[Catalog], T]) -> T:
         """``fn(catalog)``; once more with a fresh catalog when a table is unknown (published since)."""
@@ -330,11 +358,16 @@ class Env:
         return engine.render(sqlglot.parse_one(sql, read="duckdb"))
 
     def bounded_table(self, table: str) -> str:
+        return self.bounded_copy(table)[0]
+
+    def bounded_copy(self, table: str) -> tuple[str, Mapping[str, bounding.GridColumn]]:
+        """The bounded copy of ``table`` (built if needed) and its pre-scaled grid columns, from one policy spec."""
         spec = self.policy.table(table)
-        return bounding.COPIES.table(
+        name = bounding.COPIES.table(
             spec, self.engine, self.ledger, scope=str(self.policy.database_path),
             generation=lambda: self._generation(self.engine),
         )  # fmt: skip
+        return name, bounding.grid_columns(spec)
 
     def cache_salt(self) -> str:
         """Answers of test-only noise sources live under their own cache keys: a real session never sees one."""

@@ -98,7 +98,12 @@ class ServerLimits:
     @property
     def query_limits(self) -> Limits:
         """The pre-parse limits handed to each analyst's query session."""
-        return Limits(max_bytes=self.max_query_bytes, max_depth=self.max_query_depth)
+        return Limits(
+            max_bytes=self.max_query_bytes,
+            max_depth=self.max_query_depth,
+            max_tokens=self.max_query_tokens,
+            max_operator_chain=self.max_operator_chain,
+        )
 
 
 class ConnectionSlots:

@@ -27,7 +27,9 @@ from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import TokenError
 from sqlglot.tokens import Token, TokenType
 
-from veil.errors import InputError, ParseError, QueryTooComplex, Unsupported
+from veil.errors import InputError, ParseError, Unsupported
+from veil.proxy.parse import Limits
+from veil.proxy.parse import check_tokens as check_query_tokens
 
 __all__ = ["Route", "bind_parameters", "check_tokens", "route", "split"]
 
@@ -145,89 +147,13 @@ class TokenLimits(Protocol):
     max_operator_chain: int
 
 
-#: Binary operators by precedence class: a run of one class at one bracket level parses into a tree
-#: as deep as the run is long (a looser operator starts the tighter classes' runs again).
-_LOGICAL = {TokenType.AND, TokenType.OR}
-_COMPARISON_OPS = {TokenType.EQ, TokenType.NEQ, TokenType.LT, TokenType.LTE, TokenType.GT, TokenType.GTE}
-_ARITHMETIC = {
-    TokenType.PLUS,
-    TokenType.DASH,
-    TokenType.STAR,
-    TokenType.SLASH,
-    TokenType.MOD,
-    TokenType.DPIPE,
-    TokenType.CARET,
-    TokenType.AMP,
-    TokenType.PIPE,
-}
-#: Tokens that end an expression (a run of operators starts again after them).
-_EXPRESSION_ENDS = {
-    TokenType.COMMA,
-    TokenType.SELECT,
-    TokenType.FROM,
-    TokenType.WHERE,
-    TokenType.GROUP_BY,
-    TokenType.HAVING,
-    TokenType.ORDER_BY,
-    TokenType.LIMIT,
-    TokenType.OFFSET,
-    TokenType.WHEN,
-    TokenType.THEN,
-    TokenType.ELSE,
-    TokenType.END,
-    TokenType.CASE,
-    TokenType.ON,
-    TokenType.UNION,
-    TokenType.SEMICOLON,
-}
-
-
 def check_tokens(tokens: Sequence[Token], limits: TokenLimits) -> None:
-    """Refuse (54001) a statement with more tokens or deeper brackets than the limits, before
-    anything parses it: parsing and planning time grow faster than the query's length."""
-    if len(tokens) > limits.max_query_tokens:
-        raise QueryTooComplex(
-            f"the statement has {len(tokens)} tokens, more than the limit of {limits.max_query_tokens}",
-            hint="Shorten it (e.g. GROUP BY a column instead of many OR terms), or ask the curator to raise --max-query-tokens",
-        )
-    depth = deepest = 0
-    chains = [[0, 0, 0]]  # per open bracket: logical, comparison, arithmetic operators in a row
-    for tok in tokens:
-        kind = tok.token_type
-        if kind in _OPEN:
-            depth += 1
-            deepest = max(deepest, depth)
-            chains.append([0, 0, 0])
-        elif kind in _CLOSE:
-            depth -= 1
-            if len(chains) > 1:
-                chains.pop()
-        elif kind in _EXPRESSION_ENDS:
-            chains[-1] = [0, 0, 0]
-        else:
-            run = chains[-1]
-            if kind in _LOGICAL:
-                run[0], run[1], run[2] = run[0] + 1, 0, 0
-            elif kind in _COMPARISON_OPS:
-                run[1], run[2] = run[1] + 1, 0
-            elif kind in _ARITHMETIC:
-                run[2] += 1
-            else:
-                continue
-            if max(run) > limits.max_operator_chain:
-                raise QueryTooComplex(
-                    f"an expression chains more than {limits.max_operator_chain} operators (AND, OR, +, =, …)",
-                    hint="Use IN (...) for many alternatives, or GROUP BY a column instead of listing values",
-                )
-    if deepest > limits.max_query_depth:
-        raise QueryTooComplex(
-            f"the statement nests brackets {deepest} deep, more than the limit of {limits.max_query_depth}",
-            hint="Flatten the expression (e.g. IN (...) or CASE instead of nested brackets)",
-        )
-
-
-_OPEN = {TokenType.L_PAREN, TokenType.L_BRACKET, TokenType.L_BRACE}
-_CLOSE = {TokenType.R_PAREN, TokenType.R_BRACKET, TokenType.R_BRACE}
+    """Refuse (54001) a statement with more tokens, deeper brackets or longer operator chains than the server's
+    limits, before anything parses it (:func:`veil.proxy.parse.check_tokens`; every query session checks the same)."""
+    parse_limits = Limits(
+        max_depth=limits.max_query_depth, max_tokens=limits.max_query_tokens, max_operator_chain=limits.max_operator_chain
+    )
+    check_query_tokens(tokens, parse_limits, hint=", or ask the curator to raise `veil serve`'s limit")
 
 
 def split(sql: str, private_names: frozenset[str] = frozenset(), limits: TokenLimits | None = None) -> list[Route]:

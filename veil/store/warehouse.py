@@ -278,13 +278,17 @@ def _refuse_published(policy: Policy, table: str) -> None:
 def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool = False, public: bool = False) -> None:
     """Store ``df`` as ``table`` (atomically: the old table, if replaced, stays until the new one is complete).
 
-    ``public``: the table is public (or published) and is written to the public mirror too.
+    ``public``: the table is public (or published) and is written to the public mirror too. A table the policy
+    declares public always is, whatever the flag: a private query joins the warehouse's copy while its join
+    multiplicity is measured on the mirror's, so the two must never differ (red team s23, A1).
     """
     if table.startswith("_veil"):
         raise InputError(f"table name {table!r} is reserved for Veil's internal tables", hint="Choose another name")
     if normalise_name(table) != table:
         raise InputError(f"table name {table!r} is not a plain SQL name", hint=f"Use {normalise_name(table)!r}")
     _refuse_published(policy, table)
+    spec = policy.tables.get(table)
+    public = public or (spec is not None and spec.public)
     if policy.engine.kind == "spark":
         _spark().write_table(policy, table, df, replace=replace)
     else:
@@ -313,18 +317,22 @@ def _record_write(policy: Policy, table: str) -> None:
 VERSION_COMMENT = "veil-version:"
 
 
-def _replace_from_frame(con: duckdb.DuckDBPyConnection, table: str, df: pd.DataFrame) -> None:
+def _replace_from_frame(con: duckdb.DuckDBPyConnection, table: str, df: pd.DataFrame, version: str | None = None) -> None:
     """``CREATE OR REPLACE`` ``table`` with ``df``'s rows, in one transaction (all or nothing).
 
-    The new table's comment names a fresh random version of its rows, committed with them: the query
-    path identifies the table's data by it (:func:`written_version`) instead of reading every row, so no
-    analyst's query spends time that grows with the raw table (one person's rows included)."""
+    The new table's comment names a version of its rows (``version``, else a fresh random one), committed with
+    them: the query path identifies the table's data by it (:func:`written_version`) instead of reading every
+    row, so no analyst's query spends time that grows with the raw table (one person's rows included). The
+    public mirror's copy of a table carries the version of the warehouse's rows it was copied from."""
+    token = secrets.token_hex(16) if version is None else version
+    if not token.isalnum():
+        raise InternalError(f"a table version must be alphanumeric, got {token!r}")
     con.execute("BEGIN TRANSACTION")
     try:
         con.register("_veil_incoming", df)
         con.execute(f'CREATE OR REPLACE TABLE "{table}" AS SELECT * FROM _veil_incoming')
         con.unregister("_veil_incoming")
-        con.execute(f"COMMENT ON TABLE \"{table}\" IS '{VERSION_COMMENT}{secrets.token_hex(16)}'")
+        con.execute(f"COMMENT ON TABLE \"{table}\" IS '{VERSION_COMMENT}{token}'")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -443,14 +451,17 @@ def public_path(policy: Policy) -> Path:
 
 
 def copy_to_public(policy: Policy, table: str, df: pd.DataFrame | None = None) -> None:
-    """Write ``table`` (``df``, or the warehouse's copy) into the public mirror, replacing an older copy."""
+    """Write ``table`` (``df``, the rows just written to the warehouse, or the warehouse's copy) into the public
+    mirror, replacing an older copy; the mirror's copy carries the warehouse's version of the table, so a session
+    can tell a stale mirror copy from a current one without reading a row."""
     if policy.engine.kind == "spark":
         return  # public tables are read from the Spark database itself
     if table.startswith("_veil"):
         raise InputError(f"table name {table!r} is reserved for Veil's internal tables", hint="Choose another name")
+    version = stamp_version(policy, table)
     frame = read_table(policy, table) if df is None else df
     with writer(public_path(policy)) as con:
-        _replace_from_frame(con, table, frame)
+        _replace_from_frame(con, table, frame, version)
 
 
 def drop_public(policy: Policy, table: str) -> None:
