@@ -18,6 +18,12 @@ defences that held (they pass, and fail if the defence breaks).
   pins ``pub.pk`` as unique (×1) while the engine joins the target's row with 1,000 rows: ``SELECT COUNT(*)
   FROM t JOIN pub ON pub.pk = t.x`` moves by 1,000 with its sensitivity 1 (public queries meanwhile answer from
   the stale mirror: 3 rows instead of 1,003).
+  Fixed in eb9879a (a policy-public table is always written to the mirror; a mirror copy whose warehouse version
+  differs is copied again before a query resolves) — except for a table *edited in place* by another tool
+  (A1b, still open at eb9879a): ``INSERT INTO pub …`` from the duckdb CLI keeps the table's version comment, so the
+  mirror copy counts as current; measured, the target moves the join count by 1,000 against a sensitivity of 1.
+  For a private table the same edit leaves a stale bounded copy, still bounded (documented); for a public one the
+  engine joins the edited rows at the old copy's multiplicity.
 * A2 (MEDIUM, availability; every interface, free) a long chain of ``OR`` (or ``AND``) terms parses (no brackets, so
   the depth limit of 64 does not see it) and goes to `resolve._qualify`, where sqlglot's ``qualify`` takes time
   quadratic in the chain's length before `validate` refuses the query as too deeply nested (QueryTooComplex, free).
@@ -153,6 +159,35 @@ def test_A1_a_table_reloaded_while_private_then_declared_public_again(tmp_path: 
         path.write_text(private_pub, encoding="utf-8")
         ingest_file(load_policy(path), "pub", tmp_path / "big.csv", replace=True)
         path.write_text(POLICY, encoding="utf-8")
+    counts, c = _counts(paths, JOIN_COUNT, Fraction(1))
+    moved = abs(counts["x5"] - counts["d"])
+    assert moved <= c, f"one person moved the count by {moved}, sensitivity {c}: {counts}"
+
+
+@pytest.mark.slow
+def test_A1b_a_public_table_edited_in_place_by_another_tool(tmp_path: Path) -> None:
+    """HIGH (guarantee), still open after eb9879a. The curator adds 1,000 rows of key 5 to the public table with
+    another tool (a separate process running plain duckdb: ``INSERT INTO pub …``), which keeps the table's version
+    comment: `Env._copy_stale_public` compares versions only, so the mirror keeps the 3 old rows, the plan pins
+    ``pub.pk`` at 1, and the engine joins the warehouse's 1,003. Measured: the target moves the count by 1,000
+    (sensitivity 1); ``SELECT COUNT(*) FROM pub`` answers 3. Fix class: one copy — measure the multiplicity (and
+    domains, text lengths) on the very rows the engine joins, e.g. probes over the warehouse's public tables on the
+    sandboxed reader, or generated SQL that joins the mirror's copy."""
+    import subprocess
+    import sys
+
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    paths = _exact_pair(tmp_path)
+    for path in paths.values():
+        policy = load_policy(path)
+        write_table(policy, "pub", PUB, replace=True, public=True)
+        edit = (
+            f"import duckdb; c = duckdb.connect({str(policy.database_path)!r}); "
+            "c.execute(\"INSERT INTO pub SELECT 5, 'z' FROM range(1000)\"); c.close()"
+        )
+        subprocess.run([sys.executable, "-c", edit], check=True, timeout=60)
     counts, c = _counts(paths, JOIN_COUNT, Fraction(1))
     moved = abs(counts["x5"] - counts["d"])
     assert moved <= c, f"one person moved the count by {moved}, sensitivity {c}: {counts}"
