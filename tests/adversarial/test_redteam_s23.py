@@ -5,8 +5,10 @@ Same harness as sessions 4–22 (:mod:`tests.adversarial.test_redteam_s15`): D a
 target, unit 7) or in one of their values; with noise off (``veil.proxy._testing.exact_session``) every released
 statistic must move by at most its planned sensitivity (times ``1 + fixed_point.CONVERSION_SLACK`` for real sums).
 
-Part A holds attacks that succeed on 2026-11-26 (main at 62e85ae): each test FAILS today. Part B holds probes of
-defences that held (they pass, and fail if the defence breaks).
+Part A holds attacks found on 2026-11-26 (main at 62e85ae). The lead fixed A1 (its first two tests) and A2's operator
+chains in eb9879a: those tests pass now and stay as regressions; every other Part A test FAILS on main at eb9879a
+(A1b, A2's generated-size test, A3 ×9 over API/CLI/wire, A4). Part B holds probes of defences that held (they pass,
+and fail if the defence breaks).
 
 * A1 (HIGH, guarantee; every interface) the join multiplicity of a public table is measured on the *public
   mirror* (`Env.probe` on `public_engine`), but the generated SQL joins the *warehouse's* copy of the table
@@ -32,8 +34,8 @@ defences that held (they pass, and fail if the defence breaks).
   same length of ``+`` chain is refused in 0.06 s. Fixed in eb9879a for chains (token, operator-chain and depth
   limits in the parse pass; `veil serve` allows 4,000 tokens). Still open: accepted shapes whose *generated* SQL
   repeats the argument — ``VARIANCE(CASE WHEN x = 0 THEN y * 0 … END)`` with 160 branches (1,290 tokens, 3.6 KB)
-  takes 5.6 s to explain (free; 280 branches: 8–15 s); the generated SQL is 24× the argument (SUM 6×, AVG 13×). Through the API/CLI
-  (250,000 tokens): 60 bracketed runs of 250 ORs joined by AND (135 KB) 25 s; a SUM over a 40,000-branch CASE
+  takes 5.6 s to explain (free; 280 branches: 8–15 s); the generated SQL is 24× the argument (SUM 6×, AVG 13×).
+  Through the API/CLI (250,000 tokens): 60 bracketed runs of 250 ORs joined by AND (135 KB) 25 s; a SUM over a 40,000-branch CASE
   (720 KB, before the limits) 208 s.
 * A3 (HIGH, guarantee; every interface) a join pin is accepted when sqlglot's *type annotation* of the two columns
   agrees (`multiplicity._type_key`), but sqlglot types ``a / b`` of integers as an integer (PostgreSQL's integer
@@ -51,6 +53,18 @@ defences that held (they pass, and fail if the defence breaks).
   rows and displaces them. Measured (``max_rows_per_unit = 1``): the newcomer's 1,000 rows (x = −10) move
   ``SUM(x)`` from 70 to 50 (by 20, sensitivity 10) and leave ``COUNT(*)`` at 31. An id column stored as DOUBLE is
   common (pandas reads an integer id column with gaps as float64); ``-0.0`` as an id is rare, hence LOW.
+* Held (Part B, and by hand): odd types and magnitudes in aggregated arguments (REAL, TINYINT overflow, DECIMAL(38,37),
+  ROUND to ±400 places, booleans, ``%`` of reals, 1e149 scales and their squares, BIGINT casts beyond 2⁶², int64-max
+  offsets, denormal and 2⁻¹⁰²² scales, ±0.0 in GREATEST/LEAST, REAL and ROUND group keys; 150 random argument trees
+  × {SUM, AVG, VARIANCE, STDDEV_POP, MEDIAN, MAX} × group shapes over D and four neighbours: no move beyond Δ, no
+  outcome difference); interval-typed, date-arithmetic and TIMESTAMP group keys end the same on every world;
+  integer literals beyond 64 bits in an aggregate are refused free; null-safe equality never pins; a division on
+  the *public* side of a pin is measured as the engine computes it; a public reload through the flag is measured
+  again; odd ε text (full-width digits, underscores, 400-digit fractions, ``1e9999``, ``1 / 3``, ``½``) is a typed
+  refusal in under 50 ms; the pre-scaled grid column of eb9879a (``SUM(y)`` reads ``__veil_grid_i``) gives the same
+  exact sums as ``SUM((y))`` on every world, also through an alias swapped with a public table's; Laplace noise of a
+  sensitivity below 2⁻⁸⁸⁴ falls back to OpenDP's default lattice, and the fixed-point grid (k ≤ 1023) zeroes such
+  values, so no zero-scale release carries data; the catalog generation only grows (sum of two monotone maxima).
 """
 
 from __future__ import annotations
@@ -228,11 +242,12 @@ def test_A2_explaining_a_variance_of_a_case_costs_little(worlds: Worlds) -> None
     """MEDIUM (availability, free: ``explain``, or a Parse/Describe on the wire; ``execute`` plans as long before it
     charges), still open after eb9879a's token and chain limits. ``VARIANCE(CASE WHEN x = 0 THEN y * 0 … END)`` with
     160 branches is 1,290 tokens (3.6 KB: well within `veil serve`'s default of 4,000 tokens) and takes 5.6 s to plan
-    and rewrite (280 branches, 2,250 tokens: 8–15 s; shared machine): the generated SQL holds the argument 24 times (`plan._clamp` copies it into four branches, `rewrite.
-    _centred` clamps the centred value and squares it, each statistic repeats it), every copy deep-copied, made total,
-    neutralised and generated again (SUM 6×, AVG 13×); with DuckDB's common-subexpression elimination off, the engine
-    evaluates all 24 per row too. Fix class: a planning budget on the *generated* size (nodes after clamps and
-    statistics), or build the clamp and the centring over one shared argument (a derived column computed once)."""
+    and rewrite (280 branches, 2,250 tokens: 8–15 s; shared machine): the generated SQL holds the argument 24 times
+    (`plan._clamp` copies it into four branches, `rewrite._centred` clamps the centred value and squares it, each
+    statistic repeats it), every copy deep-copied, made total, neutralised and generated again (SUM 6×, AVG 13×);
+    with DuckDB's common-subexpression elimination off, the engine evaluates all 24 per row too. Fix class: a
+    planning budget on the *generated* size (nodes after clamps and statistics), or build the clamp and the centring
+    over one shared argument (a derived column computed once)."""
     import time
 
     arg = "CASE " + " ".join(f"WHEN x = {i % 10} THEN y * {i % 10}" for i in range(160)) + " END"
