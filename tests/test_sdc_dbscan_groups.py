@@ -9,11 +9,9 @@ groups it returns partition the rows (every row keeps exactly one group).
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from veil.errors import InputError
 from veil.generators.sdc import dbscan_groups, merge_small_groups, replace_by_centroids, standardise
 
 
@@ -32,9 +30,7 @@ def test_every_group_holds_min_samples_rows(seed: int, n: int, outliers: int, ep
     z = standardise(x)
     labels = dbscan_groups(z, eps, min_samples)
     if n < min_samples:
-        with pytest.raises(InputError):
-            merge_small_groups(z, labels, min_samples)
-        return
+        return  # MicroaggDBSCAN refuses such a table (InputError) before grouping
     groups = merge_small_groups(z, labels, min_samples)
     assert groups.shape == labels.shape
     assert np.bincount(groups)[np.bincount(groups) > 0].min() >= min_samples

@@ -216,32 +216,6 @@ def dbscan_groups(z: np.ndarray, eps: float, min_samples: int) -> np.ndarray:
     return lab[inverse.ravel()]
 
 
-def merge_small_groups(z: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
-    """``labels`` with every group of fewer than ``k`` rows merged into the group whose centroid (in ``z``) is
-    nearest its own, smallest first, until every group holds ``k`` rows or more (label ``-1``, DBSCAN's noise
-    points, is a group like any other). DBSCAN alone leaves its noise points as one group of any size — a lone
-    outlier's centroid is that person's record (red team s24, A8) — and a cluster can lose border points to
-    another. Raises InputError when the whole table holds fewer than ``k`` rows."""
-    if len(labels) < k:
-        raise InputError(
-            f"the table holds fewer than min_samples = {k} rows: no group of that size can be formed",
-            hint="Lower min_samples, or publish a larger table",
-        )
-    _, out = np.unique(labels, return_inverse=True)
-    out = out.ravel().astype(np.int64)
-    while True:
-        sizes = np.bincount(out)
-        live = np.flatnonzero(sizes)
-        small = [g for g in live if sizes[g] < k]
-        if not small or len(live) == 1:
-            return out
-        g = min(small, key=lambda i: (sizes[i], i))
-        centroids = {i: z[out == i].mean(axis=0) for i in live}
-        others = [i for i in live if i != g]
-        target = min(others, key=lambda i: (float(np.sum((centroids[i] - centroids[g]) ** 2)), i))
-        out[out == g] = target
-
-
 def replace_by_centroids(x: np.ndarray, labels: np.ndarray) -> np.ndarray:
     """Each row replaced by the mean of its group (label ``-1`` is one group, as in the paper's code)."""
     _, inv = np.unique(labels, return_inverse=True)
@@ -623,6 +597,13 @@ class MicroaggDBSCAN(_Refusing):
         x = _numeric(data, ctx)
         z = standardise(x)
         labels = dbscan_groups(z, self["eps"], self["min_samples"])
+        if len(labels) < self["min_samples"]:
+            raise InputError(
+                f"the table holds fewer than min_samples = {self['min_samples']} rows: no group of that size can form",
+                hint="Lower min_samples, or publish a larger table",
+            )
+        # DBSCAN leaves its noise points as one group of any size (a lone outlier's centroid is that person's record:
+        # red team s24, A8) and a cluster can lose border points to another: every group under min_samples is merged
         groups = merge_small_groups(z, labels, self["min_samples"])
         sizes = _group_sizes(groups)
         if int(sizes.min()) < self["min_samples"]:

@@ -26,6 +26,7 @@ then says ``interrupted=True``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import signal
@@ -240,6 +241,8 @@ def recover(policy: Any) -> list[str]:
     try:
         for row in pending:
             token = str(row["token"])
+            if warehouse.publication_in_flight(policy, token):
+                continue  # another process (or thread) is running it: not ours to finish or undo
             if row["state"] == "committed":
                 warehouse.finish_publication(policy, token)
                 done.append(f"finished {row['output']}")
@@ -277,8 +280,8 @@ def _stamp_sidecar(staging_file: str, release_id: str) -> None:
 
 
 def _finalise(pub: Publication, spec: Any, generator: np.random.Generator) -> Publication:
-    """Drop columns the sanitiser did not produce, clamp numbers to declared bounds, give generated columns their
-    declared types, shuffle rows."""
+    """Drop columns the sanitiser did not produce, clamp generated numbers to declared bounds, give every column its
+    declared type (generalised ones: text), shuffle rows."""
     frame = pub.frame
     if frame is None:
         return pub
@@ -289,11 +292,16 @@ def _finalise(pub: Publication, spec: Any, generator: np.random.Generator) -> Pu
     for name in keep:
         col = cols.get(name)
         prot = pub.protection(str(name))
-        if col is None or prot is None or prot.how not in ("perturbed", "synthesised", "randomised"):
+        if col is None or prot is None:
             continue
-        if getattr(col, "lower", None) is not None and pd.api.types.is_numeric_dtype(frame[name]):
-            frame[name] = frame[name].astype(float).clip(float(col.lower), float(col.upper))
-        # the declared type, never the generated frame's dtype (it followed the source's: red team s20 A4)
+        # every published column's type comes from the policy alone, never from the frame's dtype, which follows the
+        # source's (a NULL in one person's row, dropped or not, made an int column DOUBLE: red team s20 A4, s24 A1)
+        if prot.how == "generalised":
+            frame[name] = as_declared(frame[name], "category")  # labels and values alike, as text
+            continue
+        if prot.how in ("perturbed", "synthesised", "randomised"):
+            if getattr(col, "lower", None) is not None and pd.api.types.is_numeric_dtype(frame[name]):
+                frame[name] = frame[name].astype(float).clip(float(col.lower), float(col.upper))
         frame[name] = as_declared(frame[name], getattr(col, "type", None))
     order = generator.permutation(len(frame))
     frame = frame.iloc[order].reset_index(drop=True)
@@ -353,6 +361,7 @@ def publish(
         train, holdout = _split(data, plan.holdout, generator)
         reservation = None
         ledger = Ledger.for_policy(policy)
+        held_lock = contextlib.ExitStack()
         try:
             if plan.epsilon is not None:
                 cost = Cost(Fraction(plan.epsilon), Fraction(plan.delta or 0))
@@ -374,6 +383,7 @@ def publish(
             pub = _finalise(plugin.sanitise(plan, train, env), spec, generator)
             report = gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=generator)
             token = secrets.token_hex(8)
+            held_lock.enter_context(warehouse.publication_lock(policy, token))  # until finished: recovery leaves it
             plain = {k: v for k, v in plan.params.items() if not k.startswith("_")}
             params = {**plain, **pub.params, "source_table": plan.source, "publication_token": token}
             metrics = {
@@ -414,11 +424,12 @@ def publish(
                 )
                 if staging_file:
                     _stamp_sidecar(staging_file, rid)
-                warehouse.commit_publication(policy, token, rid)
+                warehouse.commit_publication(policy, token, rid, strict=True)
                 warehouse.finish_publication(policy, token)
             finally:
                 interrupted = _release_signals(held)
         finally:
+            held_lock.close()
             ledger.close()
     return PublishResult(
         release_id=rid,

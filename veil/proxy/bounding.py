@@ -37,6 +37,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import TypeVar
 
 import sqlglot
 from sqlglot import exp
@@ -54,6 +55,8 @@ __all__ = [
     "grid_value_sql", "prepare", "spec_identity",
 ]  # fmt: skip
 
+T = TypeVar("T")
+
 #: Changes whenever the copy's construction changes, so old copies are never reused.
 ALGORITHM = "veil-bounded-copy/5"
 
@@ -66,8 +69,32 @@ def _lit(v: object) -> str:
     return repr(float(v)) if isinstance(v, float) else str(int(v))  # type: ignore[call-overload]
 
 
+_SPEC_FACTS: dict[tuple[int, str], tuple[TableSpec, object]] = {}
+_SPEC_FACTS_LOCK = threading.Lock()
+
+
+def _per_spec(spec: TableSpec, what: str, compute: Callable[[TableSpec], T]) -> T:
+    """``compute(spec)``, computed once per spec object (a frozen policy value; every query of a session asks again).
+    The cache holds the spec itself, so its id cannot be reused while the entry lives."""
+    key = (id(spec), what)
+    with _SPEC_FACTS_LOCK:
+        hit = _SPEC_FACTS.get(key)
+    if hit is not None and hit[0] is spec:
+        return hit[1]  # type: ignore[return-value]
+    value = compute(spec)
+    with _SPEC_FACTS_LOCK:
+        if len(_SPEC_FACTS) > 1024:
+            _SPEC_FACTS.clear()
+        _SPEC_FACTS[key] = (spec, value)
+    return value
+
+
 def spec_identity(spec: TableSpec) -> str:
     """A stable text naming everything in the spec that shapes the copy (and nothing else)."""
+    return _per_spec(spec, "identity", _spec_identity)
+
+
+def _spec_identity(spec: TableSpec) -> str:
     cols = [
         [c.name, c.type, None if c.lower is None else str(c.lower), None if c.upper is None else str(c.upper),
          None if c.values is None else [repr(v) for v in c.values], c.text_cap if c.type == "category" else None]
@@ -108,6 +135,10 @@ class GridColumn:
 def grid_columns(spec: TableSpec) -> Mapping[str, GridColumn]:
     """Each bounded real column of ``spec`` → its pre-scaled grid column in the bounded copy (a function of the
     spec alone: the copy's identity covers it)."""
+    return _per_spec(spec, "grids", _grid_columns)
+
+
+def _grid_columns(spec: TableSpec) -> Mapping[str, GridColumn]:
     out = {}
     for i, col in enumerate(spec.columns.values()):
         if col.type == "float" and col.bounded:

@@ -125,7 +125,8 @@ def _parse(s: QueryState, env: Env) -> QueryState:
 def _resolve(s: QueryState, env: Env) -> QueryState:
     if s.tree is None:
         raise InternalError("resolve before parse")
-    env.sync_public({t.name for t in s.tree.find_all(exp.Table)})
+    # every spelling a table name may resolve to (unquoted names fold to lower case in resolve)
+    env.sync_public({n for t in s.tree.find_all(exp.Table) for n in (t.name, t.name.lower())})
     return replace(s, resolved=env.with_catalog(lambda cat: resolve(s.tree, cat, sql=s.sql)))
 
 

@@ -154,6 +154,8 @@ class Cost:
 
 
 ZERO = Cost(Fraction(0), Fraction(0))
+#: δ read back from a stored sum at or above 1 is taken as 1 − this (any δ charge is then refused).
+_DELTA_EPSILON = Fraction(1, 10**30)
 
 
 @dataclass(frozen=True)
@@ -287,7 +289,12 @@ class Ledger:
     @staticmethod
     def _spent(db: sqlite3.Connection, account: str) -> Cost:
         row = db.execute("SELECT epsilon_spent, delta_spent FROM accounts WHERE account = ?", (account,)).fetchone()
-        return Cost(Fraction(row[0]), Fraction(row[1])) if row else ZERO
+        if not row:
+            return ZERO
+        # a ledger written before δ sums were bounded may hold δ ≥ 1: read as the largest δ an account can hold, so
+        # charges without δ go on and any δ is refused (see _reserve)
+        delta = min(Fraction(row[1]), 1 - _DELTA_EPSILON)
+        return Cost(Fraction(row[0]), delta)
 
     def _add_spent(self, db: sqlite3.Connection, account: str, eps: Fraction, delta: Fraction) -> None:
         old = self._spent(db, account)
@@ -345,6 +352,16 @@ class Ledger:
                 over_delta = acct.delta_total is not None and spent.delta + cost.delta > acct.delta_total
                 if over_eps or over_delta:
                     raise _refusal(what, acct, cost, spent)
+                if cost.delta and spent.delta + cost.delta >= 1:
+                    # an uncapped table adds up every analyst's δ: at 1 its guarantee would be vacuous, and no (ε, δ)
+                    # account may hold δ ≥ 1 (red team s24, A6: the stored sum reached 1 and every later query on the
+                    # table failed); charges of δ = 0 go on
+                    raise BudgetExhausted(
+                        f"{what} needs δ = {format_delta(cost.delta)} but {acct.label} has spent δ = "
+                        f"{format_delta(spent.delta)}: together they would reach 1, a vacuous guarantee",
+                        hint="Ask without δ (e.g. GROUP BY columns with declared values), or ask the curator to set the "
+                        "table's delta_total in the policy",
+                    )
             rid = _new_id("q")
             db.execute(
                 "INSERT INTO reservations(id, actor, epsilon, delta, accounts, status, canonical_sql, cache_key, "
@@ -572,13 +589,13 @@ class Ledger:
             return self._row_to_release(row)
 
     def list_releases(self, kind: str | None = None) -> list[Release]:
+        """Releases in the order they were committed (SQLite's rowid), never by their wall-clock stamps: a clock
+        stepping back must not put a retraction before its publication (red team s24, A13)."""
         with self._lock:
             if kind is None:
-                rows = self._db.execute(f"SELECT {self._COLS} FROM releases ORDER BY created_at, id").fetchall()
+                rows = self._db.execute(f"SELECT {self._COLS} FROM releases ORDER BY rowid").fetchall()
             else:
-                rows = self._db.execute(
-                    f"SELECT {self._COLS} FROM releases WHERE kind = ? ORDER BY created_at, id", (kind,)
-                ).fetchall()
+                rows = self._db.execute(f"SELECT {self._COLS} FROM releases WHERE kind = ? ORDER BY rowid", (kind,)).fetchall()
             return [self._row_to_release(r) for r in rows]
 
     def reservations(self, actor: str | None = None) -> list[dict[str, Any]]:
