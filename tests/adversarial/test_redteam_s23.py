@@ -33,8 +33,9 @@ and fail if the defence breaks).
   (289 KB) 135 s; a 783 KB query (87,000 terms) parses in 3 s and would hold a worker for ~40 min, at no ε. The
   same length of ``+`` chain is refused in 0.06 s. Fixed in eb9879a for chains (token, operator-chain and depth
   limits in the parse pass; `veil serve` allows 4,000 tokens). Still open: accepted shapes whose *generated* SQL
-  repeats the argument — ``VARIANCE(CASE WHEN x = 0 THEN y * 0 … END)`` with 160 branches (1,290 tokens, 3.6 KB)
-  takes 5.6 s to explain (free; 280 branches: 8–15 s); the generated SQL is 24× the argument (SUM 6×, AVG 13×).
+  repeats the argument — ``VARIANCE(ROUND(CASE WHEN x = 0 THEN y * 0 … END))``: the generated SQL is 101× the
+  argument; 50 branches (1.1 KB, 413 tokens) take 5.3 s to explain (free), 200 branches (4.4 KB, 1,613 tokens,
+  within `veil serve`'s 4,000) 31.7 s.
   Through the API/CLI (250,000 tokens): 60 bracketed runs of 250 ORs joined by AND (135 KB) 25 s; a SUM over a 40,000-branch CASE
   (720 KB, before the limits) 208 s.
 * A3 (HIGH, guarantee; every interface) a join pin is accepted when sqlglot's *type annotation* of the two columns
@@ -238,19 +239,20 @@ def test_A2_a_long_or_chain_is_refused_cheaply(worlds: Worlds) -> None:
 
 
 @pytest.mark.slow
-def test_A2_explaining_a_variance_of_a_case_costs_little(worlds: Worlds) -> None:
+def test_A2_explaining_a_variance_of_a_rounded_case_costs_little(worlds: Worlds) -> None:
     """MEDIUM (availability, free: ``explain``, or a Parse/Describe on the wire; ``execute`` plans as long before it
-    charges), still open after eb9879a's token and chain limits. ``VARIANCE(CASE WHEN x = 0 THEN y * 0 … END)`` with
-    160 branches is 1,290 tokens (3.6 KB: well within `veil serve`'s default of 4,000 tokens) and takes 5.6 s to plan
-    and rewrite (280 branches, 2,250 tokens: 8–15 s; shared machine): the generated SQL holds the argument 24 times
-    (`plan._clamp` copies it into four branches, `rewrite._centred` clamps the centred value and squares it, each
-    statistic repeats it), every copy deep-copied, made total, neutralised and generated again (SUM 6×, AVG 13×);
-    with DuckDB's common-subexpression elimination off, the engine evaluates all 24 per row too. Fix class: a
-    planning budget on the *generated* size (nodes after clamps and statistics), or build the clamp and the centring
-    over one shared argument (a derived column computed once)."""
+    charges), still open after eb9879a's token and chain limits. The generated SQL repeats the argument: `plan._clamp`
+    copies it into four CASE branches, an integral argument that is not integer-typed (``ROUND(…)``) is clamped twice
+    (16 copies), `rewrite._centred` squares and clamps the centred value, and each statistic repeats it — 101× the
+    argument for VARIANCE (SUM 25×, MEDIAN 75×; 6×, 27×, 19× without the ROUND), every copy deep-copied, made total,
+    neutralised and generated again, and evaluated per row by the engine (DuckDB's common-subexpression elimination
+    is off). Measured (shared machine): ``VARIANCE(ROUND(CASE WHEN x = 0 THEN y * 0 … END))`` with 50 branches
+    (1.1 KB, 413 tokens) 5.3 s to explain; 100 branches (813 tokens) 14.5 s; 200 branches (4.4 KB, 1,613 tokens,
+    within `veil serve`'s default of 4,000) 31.7 s. Fix class: a planning budget on the *generated* size (nodes
+    after clamps and statistics, refused free), or clamp and centre one shared argument (computed once per row)."""
     import time
 
-    arg = "CASE " + " ".join(f"WHEN x = {i % 10} THEN y * {i % 10}" for i in range(160)) + " END"
+    arg = "ROUND(CASE " + " ".join(f"WHEN x = {i % 10} THEN y * {i % 10}" for i in range(50)) + " END)"
     s = worlds.sessions["d"]
     start = time.perf_counter()
     try:
@@ -258,7 +260,7 @@ def test_A2_explaining_a_variance_of_a_case_costs_little(worlds: Worlds) -> None
     except VeilError:
         pass  # a free refusal is a fine answer, if it comes fast
     took = time.perf_counter() - start
-    assert took < 1.0, f"a 3.6 KB query of 1,290 tokens took {took:.2f} s to explain (free)"
+    assert took < 1.0, f"a 1.1 KB query of 413 tokens took {took:.2f} s to explain (free)"
 
 
 # --- A3. A pin typed by sqlglot's annotation, compared by the engine in DOUBLE ---------------------------------
