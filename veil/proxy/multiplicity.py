@@ -7,8 +7,10 @@ the private table, every other source of each scope (a public table, or a derive
 reads only public tables — at any depth) contributes a factor:
 
 * the largest number of its rows that share one value of its **pins** — the columns it is equated
-  to, by a top-level conjunct of WHERE or ON, with a column of the private row's source of the same
-  type (an implicit cast could make '1', '01' and ' 1' all match one integer, so those never pin);
+  to, by a top-level conjunct of WHERE or ON, with a column of the private row's source, both bare base-table
+  columns (through bare projections of derived tables and CTEs) of the same catalog type, so the engine compares
+  them as they are (an implicit cast could make '1', '01' and ' 1' all match one integer, and an expression the
+  engine computes as a DOUBLE widens an integer key: those never pin);
 * or its row count when nothing pins it (public-to-public equalities never pin: each public alias is
   bounded on its own, so chains of public joins are bounded by the product).
 
@@ -37,7 +39,8 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
 from veil.engines.neutral import duckdb_text, neutralise
-from veil.errors import InternalError, Unsupported
+from veil.errors import InternalError, Unbounded, Unsupported
+from veil.proxy.bounds import resolve_column
 from veil.proxy.catalog import Catalog
 from veil.proxy.resolve import CTE_PREFIX
 from veil.proxy.totality import make_total
@@ -218,15 +221,27 @@ def private_path(root: Scope, catalog: Catalog) -> list[tuple[Scope, str]]:
     return []
 
 
-def _type_key(col: exp.Column) -> tuple[str, bool] | None:
-    t = col.type
-    if t is None or t.this in (exp.DataType.Type.UNKNOWN, exp.DataType.Type.NULL):
-        return None
-    if t.is_type(*exp.DataType.INTEGER_TYPES):
-        return ("number", True)
-    if t.is_type(*exp.DataType.REAL_TYPES):
-        return ("number", False)
-    return (t.this.value, False)
+def _base_type(col: exp.Column, scope: Scope, catalog: Catalog) -> str | None:
+    """The catalog type of the base-table column ``col`` is, through derived tables and CTEs that project it bare
+    (no expression, no parentheses); None for anything else.
+
+    Both sides of a pin are read as their catalog types (the bounded copy, and public tables through their
+    catalog-typed reads), so two base columns of one type are compared as they are. An expression's type is
+    never inferred for a pin: sqlglot types ``x * 2**57 / 1`` as an integer where the engine computes a DOUBLE and
+    widens the public key to compare, so 193 public ids that round to one double matched one person's row against a
+    planned multiplicity of 1 (red team s23, A3)."""
+    for _ in range(64):  # bracket depth bounds the nesting of derived tables
+        try:
+            kind, inner, inner_scope, table = resolve_column(col, scope)
+        except Unbounded:
+            return None
+        if kind == "table":
+            t = catalog.tables.get(str(table))
+            return None if t is None else t.columns.get(col.name)
+        if not isinstance(inner, exp.Column) or inner_scope is None:
+            return None
+        col, scope = inner, inner_scope
+    return None
 
 
 def _pin_conditions(sel: exp.Expression, public_alias: str) -> list[exp.Expression | None]:
@@ -243,7 +258,7 @@ def _pin_conditions(sel: exp.Expression, public_alias: str) -> list[exp.Expressi
     return conds
 
 
-def _pins(scope: Scope, public_alias: str, private_alias: str) -> list[str]:
+def _pins(scope: Scope, public_alias: str, private_alias: str, catalog: Catalog) -> list[str]:
     sel = scope.expression
     conds = _pin_conditions(sel, public_alias)
     pins: list[str] = []
@@ -258,8 +273,8 @@ def _pins(scope: Scope, public_alias: str, private_alias: str) -> list[str]:
                     and isinstance(y, exp.Column)
                     and x.table == public_alias
                     and y.table == private_alias
-                    and _type_key(x) is not None
-                    and _type_key(x) == _type_key(y)
+                    and (kind := _base_type(x, scope, catalog)) is not None
+                    and kind == _base_type(y, scope, catalog)
                 ):
                     pins.append(x.name)
     return sorted(set(pins))
@@ -316,7 +331,7 @@ def probes(analysis: Analysis, catalog: Catalog) -> list[Probe]:
             if _reads_private(source, catalog):
                 raise InternalError("two sources of one scope read private data")
             src = _source_select(node, source, ctes)
-            pins = _pins(scope, alias, private_alias)
+            pins = _pins(scope, alias, private_alias, catalog)
             if pins:
                 cols = [exp.column(p, table="__veil_src") for p in pins]
                 inner = (

@@ -199,6 +199,7 @@ class Env:
         self.engine: Engine = engine if engine is not None else open_engine(policy)
         self.own_engine = engine is None
         self._public_engine: Engine | None = None
+        self._measure_engine: Engine | None = None
         self._ledger: Ledger | None = None
         self._catalog: Catalog | None = None
         self._catalog_publications = -1
@@ -246,6 +247,21 @@ class Env:
         return self._public_engine
 
     @property
+    def measure_engine(self) -> Engine:
+        """Where a private query's public tables are measured (join multiplicities, key domains, text lengths): the
+        very rows its statements join. On DuckDB that is the warehouse's copy, not the public mirror (red team s23,
+        A1/A1b: the mirror could hold other rows — a table edited in place by another tool keeps its version — and
+        one person then moved a join count by 1,000 against a sensitivity of 1); its own cursor of the sandboxed
+        warehouse reader, so cancelling work on public data never cuts a charged private run. It runs only SQL Veil
+        generates over public tables. Other engines read public and private tables from one database."""
+        if self._measure_engine is None:
+            if isinstance(self.engine, DuckDBEngine) and self.engine.policy is not None:
+                self._measure_engine = open_engine(self.policy)
+            else:
+                self._measure_engine = self.public_engine
+        return self._measure_engine
+
+    @property
     def ledger(self) -> Ledger:
         if self._ledger is None:
             self._ledger = Ledger.for_policy(self.policy)
@@ -258,7 +274,7 @@ class Env:
         self._probes.clear()
         self._domains.clear()
         names = sorted(set(published_tables(policy)) | set(policy.tables))
-        for engine in (self.engine, self._public_engine):
+        for engine in (self.engine, self._public_engine, self._measure_engine):
             if engine is not None:
                 engine.refresh_tables(names)
 
@@ -326,9 +342,10 @@ class Env:
 
     def probe(self, probe: Probe) -> int:
         """A public-join multiplicity factor (≥ 1), run on the public connection, cached per generation."""
-        key = (probe.sql, self._generation(self.public_engine))
+        engine = self.measure_engine
+        key = (probe.sql, self._generation(engine))
         if key not in self._probes:
-            rows = self.public_engine.execute(self._native(probe.sql)).rows
+            rows = engine.execute(self._native(probe.sql, engine)).rows
             self._probes[key] = max(_int(rows[0][0]) if rows else 0, 1)
         return self._probes[key]
 
@@ -344,15 +361,16 @@ class Env:
             spec = t.spec.columns.get(column) if t.spec is not None else None
             return SCALAR_TEXT_BYTES if spec is None else 4 * spec.text_cap
         sql = f'SELECT COALESCE(MAX(LENGTH(CAST("{column}" AS VARCHAR))), 0) FROM "{table}"'
-        key = (sql, self._generation(self.public_engine))
+        engine = self.measure_engine
+        key = (sql, self._generation(engine))
         if key not in self._probes:
-            rows = self.public_engine.execute(self._native(sql)).rows
+            rows = engine.execute(self._native(sql, engine)).rows
             self._probes[key] = _int(rows[0][0]) if rows else 0
         return max(4 * self._probes[key], SCALAR_TEXT_BYTES)
 
-    def _native(self, sql: str) -> str:
-        """Veil-generated DuckDB SQL text (probes, public domains) in the public engine's dialect."""
-        engine = self.public_engine
+    @staticmethod
+    def _native(sql: str, engine: Engine) -> str:
+        """Veil-generated DuckDB SQL text (probes, public domains) in ``engine``'s dialect."""
         if engine.dialect == "duckdb":
             return sql
         return engine.render(sqlglot.parse_one(sql, read="duckdb"))
@@ -385,9 +403,10 @@ class Env:
             if k.domain_values is not None:
                 values = list(dict.fromkeys(k.domain_values))
             elif k.domain_sql is not None:
-                key = (k.domain_sql, self._generation(self.public_engine))
+                engine = self.measure_engine
+                key = (k.domain_sql, self._generation(engine))
                 if key not in self._domains:
-                    res = self.public_engine.execute(self._native(k.domain_sql))
+                    res = engine.execute(self._native(k.domain_sql, engine))
                     exact = exact_keys(res.types[:1])
                     # each value as the engine's groups are keyed (exact_keys), once: two engine values that
                     # meet in one Python value (DATE 'infinity' and 9999-12-31) are one group, released once
@@ -666,6 +685,9 @@ class Env:
     def close(self) -> None:
         if self.own_engine:
             self.engine.close()
+        if self._measure_engine is not None and self._measure_engine is not self._public_engine:
+            self._measure_engine.close()
+        self._measure_engine = None
         if self._public_engine is not None:
             self._public_engine.close()
             self._public_engine = None
@@ -759,15 +781,14 @@ class QuerySession:
     def cancel(self) -> None:
         """Interrupt the statement this session is running (safe to call from another thread)."""
         self._env.engine.cancel()
-        if self._env._public_engine is not None:
-            self._env._public_engine.cancel()
+        self.cancel_public()
 
     def cancel_public(self) -> None:
         """Interrupt only work on public data (a public-only query, or a private query's planning probes and
         public group domains, all before its reservation): never a charged private query's engine run, which
-        runs on the warehouse engine (safe to call from another thread, also when nothing runs)."""
-        if self._env._public_engine is not None:
-            self._env._public_engine.cancel()
+        runs on the warehouse engine's own cursor (safe to call from another thread, also when nothing runs)."""
+        for engine in {id(e): e for e in (self._env._public_engine, self._env._measure_engine) if e is not None}.values():
+            engine.cancel()
 
     def close(self) -> None:
         self._env.close()
