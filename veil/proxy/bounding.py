@@ -58,7 +58,7 @@ __all__ = [
 T = TypeVar("T")
 
 #: Changes whenever the copy's construction changes, so old copies are never reused.
-ALGORITHM = "veil-bounded-copy/5"
+ALGORITHM = "veil-bounded-copy/6"
 
 
 def _q(name: str) -> str:
@@ -184,12 +184,15 @@ def build_tree(spec: TableSpec, salt: str) -> exp.Select:
     else:
         # rows are bounded per *stored* unit value, never per its typed or clamped copy: a bound or a cast
         # would merge different people into one unit (ids 10, 11, … clamped to 10; '10' and '010' read as one
-        # number), and a newcomer would then displace other people's rows instead of adding its own
+        # number), and a newcomer would then displace other people's rows instead of adding its own. The
+        # partition is the stored value's text, which tells apart what the engine's equality merges (stored
+        # DOUBLE ids 0.0 and -0.0: red team s23, A4)
         unit = _q(spec.privacy_unit)
         key = f"sha256('{salt}' || '|' || {_row_text(list(spec.columns))})"
         cols = ", ".join(_q(c) for c in spec.columns)
         sql = (
-            f"SELECT {cols} FROM (SELECT {cols}, row_number() OVER (PARTITION BY __veil_unit ORDER BY {key}) AS __veil_rn "
+            f"SELECT {cols} FROM (SELECT {cols}, row_number() OVER (PARTITION BY CAST(__veil_unit AS VARCHAR) "
+            f"ORDER BY {key}) AS __veil_rn "
             f"FROM (SELECT {typed}, {unit} AS __veil_unit FROM {_q(spec.name)}) AS __veil_typed "
             "WHERE __veil_unit IS NOT NULL AND NOT coalesce(isnan(TRY_CAST(__veil_unit AS DOUBLE)), false)) AS __veil_ranked "
             f"WHERE __veil_rn <= {int(spec.max_rows_per_unit)}"
