@@ -7,9 +7,9 @@ statistic must move by at most its planned sensitivity (times ``1 + fixed_point.
 
 Part A holds attacks found on 2026-11-26 (main at 62e85ae). Fixed the same day, their tests now passing as
 regressions: A1 and A2's operator chains (eb9879a, 88bfe82), A1b (3c02bce: public tables measured on the warehouse's
-rows), A3 (97dd508: pins only between bare base columns of one catalog type). Still FAILING on main at e2e03eb:
-A2's generated-size test and A4. Part B holds probes of defences that held (they pass, and fail if the defence
-breaks).
+rows), A3 (97dd508: pins only between bare base columns of one catalog type), A4 (2f544a8: units partitioned by
+their stored text). Still FAILING on main at 2f544a8: A2's generated-size test only. Part B holds probes of defences
+that held (they pass, and fail if the defence breaks).
 
 * A1 (HIGH, guarantee; every interface) the join multiplicity of a public table is measured on the *public
   mirror* (`Env.probe` on `public_engine`), but the generated SQL joins the *warehouse's* copy of the table
