@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from veil.cli.main import cli
+from veil.generators.synthetic_size import DEFAULT_ROWS
 
 POLICY = """\
 [database]
@@ -101,7 +102,11 @@ def test_publish_synth_imposter_gan_and_krr(policy: Path) -> None:
     imp = _json(
         runner.invoke(cli, ["publish", "synth", *common, "--method", "imposter", "--lambda", "1.0", "--output", "adult_imposter"])
     )
-    gan = _json(runner.invoke(cli, ["publish", "synth", *common, "--method", "gan", "--threads", "1", "--output", "adult_gan"]))
+    gan = _json(
+        runner.invoke(
+            cli, ["publish", "synth", *common, "--method", "gan", "--threads", "1", "--rows", "777", "--output", "adult_gan"]
+        )
+    )
     assert imp["lambda"] == 1.0 and gan["lambda"] == 0.0 and "relationship" in imp["implicit"]
     krr = _json(
         runner.invoke(
@@ -128,12 +133,15 @@ def test_publish_synth_imposter_gan_and_krr(policy: Path) -> None:
     pol = load_policy(policy)
     src, out = read_table(pol, "adult"), read_table(pol, "adult_imposter")
     # a synthetic table: the sensitive column, the label and the implicit attributes only, nothing copied
-    assert set(out.columns) == {"sex", "income", *imp["implicit"]} and len(out) == len(src)
+    # ... of the public default size (never the source's), or the size asked for with --rows
+    assert set(out.columns) == {"sex", "income", *imp["implicit"]} and len(out) == DEFAULT_ROWS != len(src)
+    assert len(read_table(pol, "adult_gan")) == 777
     assert not out["sex"].equals(src["sex"]) and not out["income"].equals(src["income"])
     assert set(out["relationship"]) <= set(src["relationship"])
     recs = {r.method: r for r in list_releases(pol, kind="publication")}
     assert set(recs) == {"imposter", "gan", "krr"}
     assert recs["imposter"].table == "adult_imposter" and recs["imposter"].params["theta"] == 0.01
+    assert recs["imposter"].params["rows"] == DEFAULT_ROWS and recs["gan"].params["rows"] == 777
     assert recs["imposter"].params["epochs"] == 2 and "sensitive_accuracy_after" in recs["imposter"].metrics
     assert float(recs["krr"].epsilon) == 6.0 and recs["imposter"].epsilon is None
     again = runner.invoke(cli, ["publish", "synth", *common, "--output", "adult_gan"])

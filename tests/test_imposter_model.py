@@ -9,6 +9,7 @@ import torch
 
 from veil.errors import InputError
 from veil.generators.imposter import Imposter
+from veil.generators.synthetic_size import DEFAULT_ROWS
 
 
 def _toy(n: int, seed: int) -> pd.DataFrame:
@@ -41,7 +42,7 @@ def test_released_rows_are_synthetic_in_every_column_with_valid_values(toy: pd.D
     model = Imposter(implicit=["colour", "size"], sensitive="s", label="y", lam=1.0, epochs=2, batch_size=200, seed=1)
     out = model.fit(toy).publish(toy, seed=2)
     # only the conditions and the implicit attributes, none copied from a row ("keep" is dropped)
-    assert list(out.columns) == ["s", "y", "colour", "size"] and len(out) == len(toy)
+    assert list(out.columns) == ["s", "y", "colour", "size"] and len(out) == DEFAULT_ROWS  # public, never len(toy)
     for col in ("s", "y"):
         assert not out[col].equals(toy[col])
         assert abs(out[col].value_counts(normalize=True) - toy[col].value_counts(normalize=True)).max() < 0.05

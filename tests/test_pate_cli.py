@@ -108,7 +108,12 @@ def test_audit_pate_paper_figure_table_output() -> None:
         ([], "--student-rho"),  # neither --student-rho nor --no-student-noise
         (["--student-rho", "0.5", "--no-student-noise"], "--student-rho"),
         (["--no-student-noise", "--features", "workclass"], "declared"),  # category without declared values
-        (["--no-student-noise", "--queries", "5000", "--gamma", "0.01"], "--queries"),  # a non-vacuous ε
+        (["--student-rho", "0.01", "--queries", "5000", "--gamma", "0.01"], "--queries"),  # a non-vacuous ε
+        # a student held out of the source is people of the table: never without local noise (red team s24, A2)
+        (["--no-student-noise"], "no local noise"),
+        (["--student-rho", "1000"], "too little local noise"),
+        # a vacuous δ is refused before anything is charged (red team s24, A7)
+        (["--student-rho", "0.05", "--delta", "0.5"], "δ = 0.5"),
         # the student learns from public records only (red team s16, A11): never a private or internal table
         (["--no-student-noise", "--student-table", "adult"], "is private"),
         (["--student-rho", "0.5", "--student-table", "adult"], "is private"),
@@ -120,6 +125,9 @@ def test_audit_pate_paper_figure_table_output() -> None:
         "both-rho-choices",
         "undeclared-category",
         "too-many-queries",
+        "held-out-student-without-noise",
+        "held-out-student-vacuous-rho",
+        "vacuous-delta",
         "private-student",
         "private-student-with-noise",
         "internal-student",

@@ -180,7 +180,7 @@ def test_pate_is_charged_to_the_table_budget_and_refused_before_training_when_sh
     model = tmp_path / "student.pt"
     args = [
         "publish", "pate", "--policy", policy, "--table", "people", "--label", "income", "--features", "age,hours,sex",
-        "--teachers", "5", "--queries", "50", "--validation", "0", "--no-student-noise", "--format", "json",
+        "--teachers", "5", "--queries", "50", "--validation", "0", "--student-rho", "0.5", "--format", "json",
     ]  # fmt: skip
     body = ok_json(veil(*args, "--output-model", model))
     rel = publications(policy)[-1]

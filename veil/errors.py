@@ -18,6 +18,7 @@ from collections.abc import Iterable
 __all__ = [
     "AuthError",
     "BudgetExhausted",
+    "HeldStateLimit",
     "InputError",
     "InternalError",
     "InvalidEncoding",
@@ -161,6 +162,13 @@ class QueryTooComplex(QueryRejected):
     """The query nests deeper than the configured limit (checked before parsing)."""
 
     sqlstate = "54001"
+
+
+class HeldStateLimit(VeilError):
+    """One server connection holds as many prepared statements, portals or cursors (or bytes of them) as the server
+    allows (``veil serve``; refused before anything is kept or run)."""
+
+    sqlstate = "53400"
 
 
 class QueryFailed(VeilError):

@@ -188,7 +188,7 @@ def test_the_default_limits_hold_against_100_idle_sockets(policy: Path) -> None:
 
 
 def test_logged_in_connections_are_never_cut(policy: Path) -> None:
-    with running_server(policy, limits=_limits(max_connections=3)) as st:
+    with running_server(policy, limits=_limits(max_connections=3, max_connections_per_analyst=3)) as st:
         port = st.port  # type: ignore[attr-defined]
         conns = [psycopg.connect(dsn(port), autocommit=True) for _ in range(3)]
         try:
@@ -219,3 +219,58 @@ def test_equal_shares_give_way_only_after_the_grace(policy: Path) -> None:
         finally:
             for s in idle:
                 s.close()
+
+
+# --- after login: one analyst never holds every slot (red team s24 A3) -------------------------
+
+
+@given(total=st.integers(1, 500), per=st.one_of(st.none(), st.integers(1, 600)), analysts=st.integers(1, 4))
+def test_by_default_one_analyst_leaves_slots_for_the_others(total: int, per: int | None, analysts: int) -> None:
+    """Each analyst logs in until refused, in turn: with the default per-analyst cap (half, at least
+    one) the first never fills a server of two or more slots, and the second always gets in; an
+    explicit cap is exactly what is allowed."""
+    from veil.errors import TooManyConnections
+    from veil.server.limits import ConnectionSlots
+
+    limits = ServerLimits(max_connections=total, max_connections_per_analyst=per)
+    slots = ConnectionSlots(limits)
+    held = []
+    for who in range(analysts):
+        n = 0
+        while True:
+            try:
+                slots.acquire(f"analyst{who}")
+            except TooManyConnections:
+                break
+            n += 1
+        held.append(n)
+    cap = per if per is not None else max(1, total // 2)
+    assert held[0] == min(cap, total)
+    assert sum(held) == min(total, cap * analysts)
+    if per is None and total >= 2:
+        assert held[0] < total
+        if analysts > 1:
+            assert held[1] >= 1
+
+
+@pytest.mark.parametrize("total", [2, 5, 6])
+def test_one_analysts_logged_in_connections_leave_room_for_another(policy: Path, total: int) -> None:
+    """alice opens connections (a pool, a loop) until the server refuses one, and keeps them: bob
+    still logs in and is answered; alice's refusal (53300) names the per-analyst limit."""
+    from tests.support.server import BOB_PASSWORD
+
+    with running_server(policy, limits=_limits(max_connections=total)) as st:
+        port = st.port  # type: ignore[attr-defined]
+        held: list[psycopg.Connection] = []
+        try:
+            with pytest.raises(psycopg.OperationalError, match="too many connections for analyst 'alice'") as info:
+                for _ in range(total):
+                    held.append(psycopg.connect(dsn(port), autocommit=True))
+            assert "max-connections-per-analyst" in str(info.value)  # the hint names the flag
+            assert len(held) == max(1, total // 2)
+            with psycopg.connect(dsn(port, user="bob", password=BOB_PASSWORD), autocommit=True) as bob:
+                assert bob.execute("SELECT 1").fetchone() == (1,)
+            assert [c.execute("SELECT 1").fetchone() for c in held] == [(1,)] * len(held)
+        finally:
+            for c in held:
+                c.close()

@@ -324,7 +324,7 @@ def test_a_killed_worker_is_restarted_and_its_connections_forgotten(tmp_path: Pa
     import signal
 
     policy = build_policy(tmp_path, shared_data, rows=300)
-    proc, port, log = start_serve(policy, "--max-connections", "6")
+    proc, port, log = start_serve(policy, "--max-connections", "6", "--max-connections-per-analyst", "6")
     conns: list[psycopg.Connection] = []
     try:
         first = _worker_pids(log)

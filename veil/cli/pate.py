@@ -38,7 +38,7 @@ _DELTA = click.FloatRange(min=0, max=1, min_open=True, max_open=True)
     "--no-student-noise",
     is_flag=True,
     default=False,
-    help="Send the student's records without local noise (no guarantee for the student).",
+    help="Send the student's records without local noise (no guarantee for the student: only with --student-table).",
 )
 @click.option(
     "--ldp-encoding",
@@ -47,7 +47,9 @@ _DELTA = click.FloatRange(min=0, max=1, min_open=True, max_open=True)
     show_default=True,
     help="box: noise each [0,1]-scaled feature; l1: L1-normalise each record first (paper's 2ρ-LDP).",
 )
-@click.option("--delta", type=_DELTA, default=1e-5, show_default=True, help="δ of the (ε, δ) guarantee.")
+@click.option(
+    "--delta", type=_DELTA, default=1e-5, show_default=True, help="δ of the (ε, δ) guarantee (the gate refuses δ above 1e-5)."
+)
 @click.option("--student-table", default=None, help="Public table of student records (default: hold rows out of --table).")
 @click.option(
     "--validation",

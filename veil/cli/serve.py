@@ -56,7 +56,13 @@ def _is_loopback_host(host: str) -> bool:
     help="Seconds a client has to log in (0: no limit).",
 )
 @click.option("--max-connections", type=click.IntRange(1), default=100, show_default=True, help="Open connections, in all.")
-@click.option("--max-connections-per-analyst", type=click.IntRange(1), default=None, help="Open connections per analyst.")
+@click.option(
+    "--max-connections-per-analyst",
+    type=click.IntRange(1),
+    default=None,
+    help="Logged-in connections per analyst [default: half of --max-connections, at least 1, so one analyst "
+    "never holds every slot].",
+)
 @click.option(
     "--statement-timeout", type=_SECONDS, default=0, show_default=True, callback=_finite, help="Seconds per statement (0: none)."
 )

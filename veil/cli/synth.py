@@ -147,6 +147,12 @@ def audit_implicit_command(
 @click.option(
     "--columns", default=None, help="Comma-separated implicit attributes to regenerate (default: detect them with θ and β)."
 )
+@click.option(
+    "--rows",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Rows of the synthetic table (public; default 10,000, never the source's size).",
+)
 @click.option("--seed", type=int, default=None, help="Seed of training and sampling (default: fresh randomness).")
 @click.option("--output", required=True, help="Name of the published table.")
 @click.option("--replace", is_flag=True, default=False, help="Replace --output if it exists.")
@@ -170,6 +176,7 @@ def publish_synth_command(
     theta: float,
     beta: float,
     columns: str | None,
+    rows: int | None,
     seed: int | None,
     output: str,
     replace: bool,
@@ -203,6 +210,7 @@ def publish_synth_command(
         "theta": theta,
         "beta": beta,
         "columns": _split(columns),
+        "rows": rows,
         "seed": seed,
         "output": output,
         "replace": replace,

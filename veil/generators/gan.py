@@ -23,7 +23,9 @@ training.
 Training runs with ``threads`` torch and BLAS threads (default 1: fastest for these small models on a
 shared host) and restores the previous settings. Library code never seeds global torch state: a
 private ``torch.Generator`` seeded from ``seed`` drives initialisation, shuffling, noise and the
-Gumbel draws. The release is ``n`` samples from the trained generator, never the model. No formal
+Gumbel draws. The release is ``rows`` samples from the trained generator, never the model: a public
+parameter (default :data:`~veil.generators.synthetic_size.DEFAULT_ROWS`), never the number of training
+rows — the size of a synthetic table is public; choose it with ``--param rows``. No formal
 guarantee: the generator is fitted to the raw data without noise and can reproduce rare records.
 """
 
@@ -41,6 +43,7 @@ from veil.errors import InputError, did_you_mean
 from veil.generators._threads import DEFAULT_THREADS, limited_threads
 from veil.generators.base import Context, Generator, Output, Param, register
 from veil.generators.domain import clip_into, column_domain
+from veil.generators.synthetic_size import DEFAULT_ROWS, ROWS_PARAM, check_rows
 
 __all__ = ["ARCHITECTURES", "GAN", "train_gan"]
 
@@ -121,7 +124,7 @@ def train_gan(
     batch_size: int = 64,
     noise_dim: int = 100,
     lr: float = 1e-4,
-    n_out: int | None = None,
+    n_out: int = DEFAULT_ROWS,
     seed: int | None = None,
     progress: bool = False,
     spans: Sequence[tuple[int, int]] = (),
@@ -133,12 +136,13 @@ def train_gan(
 
     ``spans``: ``(start, end)`` of each one-hot block (Gumbel-softmax in training, softmax
     probabilities in the samples); ``pac``: samples per discriminator decision (PacGAN; the batch
-    is rounded down to a multiple of it).
+    is rounded down to a multiple of it); ``n_out``: samples returned (public; never ``len(z)``).
     """
     if architecture not in ARCHITECTURES:
         raise InputError(f"architecture must be one of 1-7, got {architecture!r}")
     if pac < 1:
         raise InputError(f"pac must be ≥ 1, got {pac!r}", hint="Use pac=10 (PacGAN) or 1 (plain GAN)")
+    n_out = check_rows(n_out, "gan")
     with limited_threads(threads):
         return _train(z, architecture, epochs, batch_size, noise_dim, lr, n_out, seed, progress, spans, pac, tau, threads)
 
@@ -150,7 +154,7 @@ def _train(
     batch_size: int,
     noise_dim: int,
     lr: float,
-    n_out: int | None,
+    n_out: int,
     seed: int | None,
     progress: bool,
     spans: Sequence[tuple[int, int]],
@@ -198,8 +202,7 @@ def _train(
             bar.update(1)
     netg.eval()
     with torch.no_grad():
-        m = n if n_out is None else n_out
-        raw = netg(torch.randn(m, noise_dim, generator=gen))
+        raw = netg(torch.randn(n_out, noise_dim, generator=gen))
         samples = _activate(raw, spans, tau=tau, gen=gen, gumbel=False).numpy().astype(np.float64)
     info = {
         "train_seconds": round(time.perf_counter() - t0, 2),
@@ -226,6 +229,7 @@ class GAN(Generator):
         Param("pac", int, 2, help="PacGAN: samples per discriminator decision (1 = plain GAN)", lower=1),
         Param("tau", float, 0.2, help="Gumbel-softmax temperature for categorical columns", lower=1e-3),
         Param("threads", int, DEFAULT_THREADS, help="torch and BLAS threads while training", lower=1),
+        ROWS_PARAM,
     )
 
     @classmethod
@@ -264,6 +268,7 @@ class GAN(Generator):
             batch_size=self["batch_size"],
             noise_dim=self["noise_dim"],
             lr=self["lr"],
+            n_out=self["rows"],
             seed=ctx.seed,
             progress=ctx.progress,
             spans=enc.softmax_spans(),

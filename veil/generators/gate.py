@@ -6,8 +6,9 @@ at the CLI) and the transaction writes nothing. The checks:
 
 * **vacuous parameters** (:func:`check_plan`, from the parameters only, never the data): ``k`` < 2,
   ``noise`` ≤ 0, noise addition's ``a`` < :data:`MIN_NOISE_A`, rank swapping's ``p`` <
-  :data:`MIN_SWAP_P`, ``epsilon`` ≤ 0, ∞ or above :data:`MAX_EPSILON`, a kRR keep probability above
-  :data:`MAX_KEEP_PROBABILITY`;
+  :data:`MIN_SWAP_P`, ``epsilon`` ≤ 0, ∞ or above :data:`MAX_EPSILON`, ``delta`` above
+  :data:`MAX_DELTA`, a kRR keep probability above :data:`MAX_KEEP_PROBABILITY`, a PATE student held
+  out of the source with a local ε that is ∞ (no noise) or above :data:`MAX_EPSILON`;
 * **column provenance**: every column of the table has a recorded protection among
   :data:`~veil.generators.publication.PROTECTIONS` (the transaction has already dropped copied
   columns); a ``sensitive`` column is allowed only in a table with a group guarantee, and its
@@ -18,7 +19,9 @@ at the CLI) and the transaction writes nothing. The checks:
 * **domains**: numbers within the policy's declared bounds, categories among declared values;
 * for methods **without** a DP guarantee only (a data-dependent refusal of a DP release would
   itself leak): a row-aligned ``perturbed``/``randomised`` column may not equal its source in
-  every row, and a ``synthetic`` table must pass the distance-to-closest-record check against the
+  every row, nor — outside a group guarantee (MDAV's k-groups cover their shared values) — in more
+  than :data:`MAX_KEEP_PROBABILITY` of the rows (noise rounded away on an integer column, red team
+  s24 A14), and a ``synthetic`` table must pass the distance-to-closest-record check against the
   holdout (:func:`veil.metrics.dcr.dcr_check`).
 
 >>> try:
@@ -50,6 +53,11 @@ MAX_EPSILON = 50.0
 #: Largest keep probability e^ε/(e^ε + k − 1) of a kRR column (from ε and the declared k only): above,
 #: nine values in ten or more are published as they are, and a few columns single people out.
 MAX_KEEP_PROBABILITY = 0.9
+
+#: Largest δ the gate accepts for one publication: the project's default δ budget of an analyst (a whole
+#: budget on one release), and the scale below which "δ: everything may leak" stays negligible. A larger δ
+#: is vacuous and, in PATE's bound, even *lowers* the ε charged (red team s24, A7).
+MAX_DELTA = 1e-5
 
 #: Smallest noise level ``a`` of noise addition (noise σ = a · the column's standard deviation): below,
 #: rounding or averaging a few values undoes the noise.
@@ -125,6 +133,21 @@ def check_plan_values(checks: Mapping[str, float]) -> None:
                 f"{MAX_KEEP_PROBABILITY:g}: above, almost every value is published as it is)",
                 hint="Lower --epsilon: the keep probability is e^ε/(e^ε + k − 1) for a column of k declared values",
             )
+        if name == "student_local_epsilon" and not (v > 0 and math.isfinite(v) and v <= MAX_EPSILON):
+            raise PublicationRefused(
+                f"vacuous guarantee for the student's records: each record held out of the source would be published "
+                f"at local ε = {value} (it must be finite and at most {MAX_EPSILON:g}: "
+                + ("no local noise" if not math.isfinite(v) else "too little local noise")
+                + "), and those people are in the table",
+                hint="Pass --student-rho with a smaller ρ (local noise Lap(1/ρ)), or train the student on a public "
+                "table (--student-table)",
+            )
+        if name == "delta" and not (0 <= v <= MAX_DELTA):
+            raise PublicationRefused(
+                f"vacuous parameter: δ = {value} (it must be at most {MAX_DELTA:g}: δ is the probability that the "
+                "guarantee fails, and a large δ even lowers the ε charged)",
+                hint=f"Use δ ≤ {MAX_DELTA:g}, e.g. --delta 1e-6",
+            )
         if name == "epsilon" and not (v > 0 and math.isfinite(v) and v <= MAX_EPSILON):
             raise PublicationRefused(
                 f"vacuous parameter: ε = {value} (it must be > 0 and at most {MAX_EPSILON:g}: beyond, e^ε makes the "
@@ -141,6 +164,8 @@ def check_plan(plan: Plan, min_epsilon: float | None = None) -> None:
     check_plan_values(plan.checks)
     if plan.epsilon is not None:
         check_plan_values({"epsilon": float(plan.epsilon)})
+    if plan.delta is not None:
+        check_plan_values({"delta": float(plan.delta)})
     if min_epsilon is not None:
         for name in ("epsilon", "count_epsilon"):
             v = plan.checks.get(name)
@@ -316,6 +341,15 @@ def verify(
                         raise PublicationRefused(
                             f"column {name!r} of {pub.method!r} equals the source in every row: nothing was protected",
                             hint=_PRIVATE_COPY_HINT,
+                        )
+                    # a group guarantee (MDAV, DBSCAN) covers its unchanged values: each is shared by its group
+                    if not pub.group_columns and unchanged[name] > MAX_KEEP_PROBABILITY:
+                        raise PublicationRefused(
+                            f"column {name!r} of {pub.method!r} equals the source in {unchanged[name]:.1%} of the rows (at "
+                            f"most {MAX_KEEP_PROBABILITY:.0%}: the perturbation, once rounded to the column's declared "
+                            "type, leaves almost every value as it is)",
+                            hint="Use more noise (a larger a or p): for an integer column of small spread, noise much "
+                            "below one unit is rounded away",
                         )
         if pub.synthetic:
             if holdout is None or len(holdout) < 10:

@@ -37,7 +37,8 @@ decide what the output may contain. Training rows outside the domains (an undecl
 NA) are left out; numbers are clamped into their bounds. Without ``domains`` (library use on public
 data, the benchmarks) they are the observed ones.
 
-**Released rows.** :meth:`Imposter.publish` returns a fully synthetic table with ``rows`` rows and
+**Released rows.** :meth:`Imposter.publish` returns a fully synthetic table with ``rows`` rows (a public
+parameter, default :data:`~veil.generators.synthetic_size.DEFAULT_ROWS`, never the source's size) and
 only the columns ``sensitive``, ``label`` (if set) and the implicit attributes: each row's
 condition ``c_i`` (sensitive value and label) is drawn *uniformly* over the product of their
 domains (no frequency of the training rows is used: a (sensitive, label) pair one person alone has
@@ -70,6 +71,7 @@ import numpy as np
 import pandas as pd
 
 from veil.errors import InputError, InternalError, PolicyError, did_you_mean
+from veil.generators.synthetic_size import DEFAULT_ROWS, check_rows
 from veil.generators.tabular_encoding import ColumnDomain, TabularEncoder
 
 __all__ = ["EpochStats", "Imposter"]
@@ -95,9 +97,9 @@ class Imposter:
     >>> import pandas as pd
     >>> df = pd.DataFrame({"s": ["a", "b"] * 40, "x": ["p", "q"] * 40, "y": [0, 0, 1, 1] * 20})
     >>> model = Imposter(implicit=["x"], sensitive="s", label="y", epochs=2, seed=0).fit(df)
-    >>> out = model.publish(df, seed=1)
-    >>> list(out.columns), set(out["x"]) <= {"p", "q"}, len(out) == len(df)
-    (['s', 'y', 'x'], True, True)
+    >>> out = model.publish(df, seed=1, rows=50)
+    >>> list(out.columns), set(out["x"]) <= {"p", "q"}, len(out)
+    (['s', 'y', 'x'], True, 50)
     """
 
     implicit: Sequence[str]
@@ -338,16 +340,17 @@ class Imposter:
         out.index = conditions.index
         return out
 
-    def publish(self, df: pd.DataFrame, *, seed: int | None = None, rows: int | None = None) -> pd.DataFrame:
-        """A fully synthetic table of ``rows`` rows (default ``len(df)``; see module docstring): no column
-        of ``df`` is copied, and no frequency of it is used: the conditions are uniform over the product
-        of the sensitive and label domains. ``df`` gives the row count and the column types only."""
+    def publish(self, df: pd.DataFrame, *, seed: int | None = None, rows: int = DEFAULT_ROWS) -> pd.DataFrame:
+        """A fully synthetic table of ``rows`` rows (public, never ``len(df)``: the size of a synthetic table
+        would otherwise say whether one person is in the source; see module docstring): no column of ``df`` is
+        copied, and no frequency of it is used: the conditions are uniform over the product of the sensitive
+        and label domains. ``df`` gives the column types only."""
         if not self.fitted:
             raise InputError("the IMPOSTER model is not trained", hint="Call fit() first (or let training finish)")
         self._check_frame(df, need_implicit=False)
         cond_cols = [self.sensitive] + ([self.label] if self.label else [])
         rng = np.random.default_rng(_seed_from(seed))
-        n = len(df) if rows is None else rows
+        n = check_rows(rows, "imposter")
         conditions = pd.DataFrame(
             {self.sensitive: np.array(self._s_values, dtype=object)[rng.integers(len(self._s_values), size=n)]}
         )

@@ -25,8 +25,12 @@ neither a predicted label nor a point mass on their row.
 >>> xs.shape, sorted(set(ys.tolist()))
 ((50, 2), [0, 1])
 >>> xu, _ = ml_copy(x, y, sampling="uniform", lower=np.array([-9.0, -9.0]), upper=np.array([9.0, 9.0]), seed=1)
->>> bool(xu.min() >= -9 and xu.max() <= 9)
-True
+>>> bool(xu.min() >= -9 and xu.max() <= 9), len(xu) == DEFAULT_ROWS
+(True, True)
+
+Size: the copy has ``n_out`` rows (the generator's ``rows`` parameter, default
+:data:`~veil.generators.synthetic_size.DEFAULT_ROWS`), never the source's size: the size of a synthetic
+table is public; choose it with ``--param rows``.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import pandas as pd
 from veil.errors import InputError, InternalError, PolicyError
 from veil.generators.base import Context, Generator, Output, Param, register
 from veil.generators.domain import clip_into
+from veil.generators.synthetic_size import DEFAULT_ROWS, ROWS_PARAM, check_rows
 
 __all__ = ["MLCopy", "ml_copy"]
 
@@ -60,7 +65,7 @@ def ml_copy(
     *,
     sampling: str = "normal",
     criterion: str = "gini",
-    n_out: int | None = None,
+    n_out: int = DEFAULT_ROWS,
     balanced: bool = False,
     seed: int | None = None,
     lower: np.ndarray | None = None,
@@ -69,7 +74,7 @@ def ml_copy(
     """Return ``(x_synthetic, labels_from_tree)``; ``x`` is sampled in the original units.
 
     ``sampling="uniform"`` draws every row uniformly over ``[lower, upper]`` (per column; required:
-    the declared domain, never the rows' range).
+    the declared domain, never the rows' range). ``n_out``: rows drawn (public; never ``len(x)``).
     """
     from sklearn.tree import DecisionTreeClassifier
 
@@ -83,6 +88,7 @@ def ml_copy(
         if lower.shape != (x.shape[1],) or upper.shape != (x.shape[1],) or not np.all(lower <= upper):
             raise InputError(f"lower/upper must be {x.shape[1]} bounds with lower ≤ upper, got {lower}, {upper}")
 
+    n_out = check_rows(n_out, "ml_copy")
     rng = np.random.default_rng(seed)
     mu, sd = x.mean(axis=0), x.std(axis=0)
     sd = np.where(sd > 0, sd, 1.0)
@@ -93,7 +99,6 @@ def ml_copy(
     )
     tree.fit(z, y)
     classes, counts = np.unique(y, return_counts=True)
-    n_out = len(x) if n_out is None else n_out
     share = np.full(len(classes), 1.0 / len(classes)) if balanced else counts / counts.sum()
     per = np.floor(share * n_out).astype(int)
     per[: n_out - per.sum()] += 1
@@ -139,13 +144,13 @@ class MLCopy(Generator):
             help="CART split criterion (Table 9 depth/min-split settings)",
         ),
         Param("balanced", bool, False, help="sample classes equally instead of in their original shares"),
+        ROWS_PARAM,
     )
 
     def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
         if ctx.target is None:
             raise InternalError("mlcopy generate() called without a target (validate() requires one)")
         lower, upper, classes = declared_inputs(ctx)
-        n_out = len(data)
         data = data[data[ctx.target].isin(list(classes))]  # undeclared labels are left out, never refused
         if data[ctx.target].nunique() < 1 or len(data) < 2:
             raise InputError(
@@ -161,7 +166,7 @@ class MLCopy(Generator):
             criterion=self["criterion"],
             balanced=self["balanced"],
             seed=ctx.seed,
-            n_out=n_out,
+            n_out=self["rows"],
             lower=lower,
             upper=upper,
         )

@@ -5,10 +5,14 @@ The registry imports none of the plug-ins: it loads the modules named in :data:`
 ``veil compare`` go through :func:`get_plugin` and the one transaction in
 :mod:`veil.generators.transaction`, so built-in and added kinds are treated alike.
 
-A plug-in implements two steps:
+A plug-in implements two steps, and may add a third between them:
 
 * :meth:`PublishPlugin.plan` — validate the request and say what will be read and written and
-  what it costs (:class:`~veil.generators.publication.Plan`); reads no data.
+  what it costs (:class:`~veil.generators.publication.Plan`); reads no data. Every refusal that
+  follows from the parameters and the policy alone belongs here.
+* :meth:`PublishPlugin.check_source` (optional) — refusals that follow from the source's schema
+  (column names and types) or size, run after the read and *before* the DP cost is reserved, so a
+  refused publication costs nothing (red team s24, A10).
 * :meth:`PublishPlugin.sanitise` — turn the source rows into a
   :class:`~veil.generators.publication.Publication` (table or model, with each column's protection).
 
@@ -75,6 +79,14 @@ class PublishPlugin(ABC):
     @abstractmethod
     def plan(self, policy: Any, request: Mapping[str, Any]) -> Plan:
         """Check ``request`` (the command's options) and return the plan; reads no data."""
+
+    def check_source(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> None:
+        """Refuse, before anything is charged, what the source's schema or size rules out (default: nothing).
+
+        Runs after the read and before the reservation: it may look at column names, dtypes and the
+        number of usable rows, never at values beyond that (the actor is the curator, who reads the
+        table anyway). ``sanitise``'s own refusals come after the charge."""
+        return None
 
     @abstractmethod
     def sanitise(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> Publication:

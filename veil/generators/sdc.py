@@ -341,6 +341,24 @@ def dp_centroids(
 MAX_GRID_CELLS = 250_000
 
 
+def check_grid_cells(bins: int, d: int, n_classes: int, *, labelled: bool) -> int:
+    """The DP grid's cell count ``bins^d × classes``, refused above :data:`MAX_GRID_CELLS`.
+
+    From the parameters and the policy alone: the publish plan calls it before anything is charged.
+
+    >>> check_grid_cells(4, 2, 2, labelled=True)
+    32
+    """
+    n_cells = bins**d * max(n_classes, 1)
+    if n_cells > MAX_GRID_CELLS:
+        raise InputError(
+            f"the DP grid would have {n_cells:,} cells ({bins} bins over {d} columns"
+            f"{f' × {n_classes} classes' if labelled else ''}); at most {MAX_GRID_CELLS:,} are supported",
+            hint="Lower bins or protect fewer columns at once",
+        )
+    return n_cells
+
+
 def dp_grid_microaggregation(
     x: np.ndarray,
     y: np.ndarray | None,
@@ -372,13 +390,7 @@ def dp_grid_microaggregation(
     n, d = x.shape
     x = np.clip(x, lower, upper)
     width = (upper - lower) / bins
-    n_cells = bins**d * max(n_classes, 1)
-    if n_cells > MAX_GRID_CELLS:
-        raise InputError(
-            f"the DP grid would have {n_cells:,} cells ({bins} bins over {d} columns"
-            f"{f' × {n_classes} classes' if y is not None else ''}); at most {MAX_GRID_CELLS:,} are supported",
-            hint="Lower bins or protect fewer columns at once",
-        )
+    n_cells = check_grid_cells(bins, d, n_classes, labelled=y is not None)
     safe_w = np.where(width > 0, width, 1.0)
     b = np.clip(np.floor((x - lower) / safe_w).astype(np.int64), 0, bins - 1)
     dims = (bins,) * d
@@ -663,7 +675,7 @@ class _DPMicroagg(_Refusing):
         ),
         Param("bins", int, 4, grid=(2, 4, 8), help="grid partition: intervals per column", lower=1),
         Param("k", int, 50, grid=(50,), help="mdav partition: minimum group size, ≥ 2"),
-        Param("candidates", int, 32, help="exponential mechanism: candidate values per coordinate", lower=2),
+        Param("candidates", int, 32, help="exponential mechanism: candidate values per coordinate", lower=2, upper=4096),
     )
     vacuous: ClassVar[Mapping[str, tuple[Any, str]]] = {"epsilon": _EPS_RULE, "k": _K_RULE}
 

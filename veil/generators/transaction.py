@@ -6,10 +6,12 @@
 2. **plan** (the plug-in checks its request; the gate refuses vacuous parameters) and protect the
    warehouse: the output may never be the source, a private table of the policy or an internal
    name, and an existing table is replaced only with ``replace`` (:func:`check_output`);
-3. **reserve** the DP cost, if any, on the source table's account (``table:NAME``, capped by
-   ``[tables.NAME] epsilon_total``/``delta_total``) and on the actor's analyst account when the
-   actor is an analyst of the policy — all or none, before any randomness is drawn;
-4. **read** the source; synthetic methods train on a random part and keep a holdout;
+3. **read** the source; synthetic methods train on a random part and keep a holdout;
+4. **check the source** (the plug-in's ``check_source``: its schema and size, never its values; a
+   refusal here costs nothing) and **reserve** the DP cost, if any, on the source table's account
+   (``table:NAME``, capped by ``[tables.NAME] epsilon_total``/``delta_total``) and on the actor's
+   analyst account when the actor is an analyst of the policy — all or none, before any randomness
+   is drawn;
 5. **sanitise** (the plug-in), then **finalise**: columns the sanitiser did not produce are dropped,
    numbers are clamped to the policy's declared bounds, rows are shuffled with a CSPRNG;
 6. **verify** with the gate (:mod:`veil.generators.gate`): refused → nothing is written;
@@ -48,7 +50,7 @@ from veil.generators.publication import COPIED, Plan, Publication
 from veil.generators.registry import RunEnv, get_plugin
 from veil.policy import normalise_name
 
-__all__ = ["PublishResult", "check_output", "csprng", "evaluate", "publish", "recover"]
+__all__ = ["PublishResult", "check_output", "csprng", "evaluate", "publish", "recover", "refuse_veil_file", "veil_files"]
 
 
 @dataclass(frozen=True)
@@ -181,14 +183,49 @@ def _without_exact_sizes(record: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in EXACT_SIZES}
 
 
+def veil_files(policy: Any) -> list[Path]:
+    """Veil's own files for ``policy`` (resolved): the policy, the ledger and the warehouse, their journals, the
+    public mirror. A publication's output file is never one of them (red team s24, A11)."""
+    from veil.store.warehouse import public_path
+
+    files = [Path(policy.path)]
+    ledger = Path(policy.ledger_path)
+    files += [ledger, *(Path(f"{ledger}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
+    for db in (Path(policy.database_path), public_path(policy)):
+        files += [db, Path(f"{db}.wal"), Path(f"{db}.tmp")]
+    return [f.resolve() for f in files]
+
+
+def refuse_veil_file(policy: Any, path: Path, option: str) -> None:
+    """Refuse ``path`` (an output file) when it resolves to one of :func:`veil_files` or lies in the Spark warehouse."""
+    target = path.expanduser().resolve()
+    own = veil_files(policy)
+    # by name, and by inode: a hard link to the ledger is the ledger to a file written in place (--save-votes)
+    same = target.exists() and any(f.exists() and os.path.samefile(f, target) for f in own)
+    if target in own or same:
+        raise InputError(
+            f"{option} {str(path)!r} is one of Veil's own files ({target}): writing it would destroy the policy, the "
+            "ledger or the warehouse",
+            hint=f"Choose another {option} path",
+        )
+    spark = getattr(getattr(policy, "engine", None), "warehouse", None)
+    if spark is not None and target.is_relative_to(Path(spark).resolve()):
+        raise InputError(
+            f"{option} {str(path)!r} lies in the Spark warehouse {str(spark)!r}", hint=f"Choose another {option} path"
+        )
+
+
 def check_output(policy: Any, plan: Plan) -> None:
-    """Refuse outputs that would overwrite private data or a table without ``replace``."""
+    """Refuse outputs that would overwrite private data, Veil's own files, or a table without ``replace``."""
     from veil.store.publications import published_tables
     from veil.store.warehouse import table_names
 
     _check_source(policy, plan)
     if plan.artifact == "model":
         path = Path(plan.output)
+        # the model and its JSON sidecar, whatever --replace says
+        refuse_veil_file(policy, path, "--output-model")
+        refuse_veil_file(policy, Path(f"{path}.json"), "--output-model (its sidecar .json)")
         if path.exists() and not plan.replace:
             raise InputError(f"model file {str(path)!r} already exists", hint="Choose another --output-model or pass --replace")
         return
@@ -359,6 +396,17 @@ def publish(
         generator = csprng()
         data = warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None)
         train, holdout = _split(data, plan.holdout, generator)
+        env = RunEnv(
+            policy=policy,
+            spec=spec,
+            generator=generator,
+            rng=rng,
+            progress=progress,
+            seed=request.get("seed"),
+            source_rows=len(data),
+        )
+        # refusals from the source's schema or size come before the charge (red team s24, A10)
+        plugin.check_source(plan, train, env)
         reservation = None
         ledger = Ledger.for_policy(policy)
         held_lock = contextlib.ExitStack()
@@ -371,15 +419,6 @@ def publish(
                     actor=actor,
                     what=f"publication {plan.method!r} of table {plan.source!r}",
                 )
-            env = RunEnv(
-                policy=policy,
-                spec=spec,
-                generator=generator,
-                rng=rng,
-                progress=progress,
-                seed=request.get("seed"),
-                source_rows=len(data),
-            )
             pub = _finalise(plugin.sanitise(plan, train, env), spec, generator)
             report = gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=generator)
             token = secrets.token_hex(8)
@@ -467,6 +506,7 @@ def evaluate(policy: Any, kind: str, request: Mapping[str, Any], *, rng: np.rand
         train, holdout = _split(data, plan.holdout, generator)
         env = RunEnv(policy=policy, spec=spec, generator=generator, rng=rng, progress=False, seed=request.get("seed"),
                      source_rows=len(data))  # fmt: skip
+        plugin.check_source(plan, train, env)
         pub = _finalise(plugin.sanitise(plan, train, env), spec, generator)
         report = gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=generator).as_dict()
         row.update(gate="passed", rows=None if pub.frame is None else len(pub.frame), **plugin.summary_of(plan, pub))

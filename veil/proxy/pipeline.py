@@ -39,7 +39,7 @@ from veil.proxy.parse import parse
 from veil.proxy.plan import QueryPlan, plan
 from veil.proxy.postprocess import PostProcess, postprocess_sql
 from veil.proxy.resolve import Resolved, resolve
-from veil.proxy.rewrite import EngineQueries, public_query, rewrite
+from veil.proxy.rewrite import EngineQueries, check_generated_size, public_query, rewrite
 from veil.proxy.totality import CANNOT_RAISE
 from veil.proxy.validate import Analysis, validate
 from veil.store.ledger import Cost, Reservation, accounts_for
@@ -152,6 +152,7 @@ def _plan(s: QueryState, env: Env) -> QueryState:
     # the plan copies the analyst's expressions into its statistics
     mark_arithmetic_that_cannot_raise(a.tree, catalog, CANNOT_RAISE)
     p = plan(a, catalog, epsilon=s.epsilon, contribution=c, partition_delta=env.policy.defaults.partition_delta)
+    check_generated_size(p)
     multiplicity.check_grouped_contribution(p.contribution, len(p.keys), len(p.statistics))
     # every engine statement (the main one, one per quantile grid) repeats the per-row work over one person's rows
     grids = sum(1 for st in p.statistics if st.kind == "grid")

@@ -39,7 +39,7 @@ from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
 from veil.engines.neutral import CANNOT_RAISE, duckdb_text, is_integral, neutralise
-from veil.errors import InternalError, QueryRejected, Unbounded, Unsupported
+from veil.errors import InternalError, QueryRejected, QueryTooComplex, Unbounded, Unsupported
 from veil.proxy import fixed_point
 from veil.proxy.bounds import IntegralRange, Interval, expression_interval, in_doubles, resolve_column
 from veil.proxy.catalog import Catalog
@@ -549,6 +549,30 @@ def _plan_aggregate(b: _Builder, idx: int, node: exp.Expression, ctx: _Context) 
     return _plan_grid(b, idx, name, node, arg_c, filt, q, iv, ctx)
 
 
+#: The plan clamps each aggregate's argument: four copies in a CASE, sixteen for an integral argument that is not
+#: integer-typed (``ROUND(…)``, clamped in DOUBLE then in BIGINT); a count's is never clamped. The rewrite's copies
+#: are priced by :func:`veil.proxy.rewrite.check_generated_size` once the plan is built (red team s23, A2).
+_CLAMP_COPIES = 16
+#: The most argument nodes the plan's clamps may hold (well under a second of copying on a loaded 2-core host).
+MAX_CLAMPED_NODES = 8_000
+
+
+def _check_argument_copies(aggregates: list[exp.Expression]) -> None:
+    """Before any clamp is built: refuse (QueryTooComplex, free) aggregate arguments whose clamps alone would hold
+    more than :data:`MAX_CLAMPED_NODES` nodes (one linear count)."""
+    work = 0
+    for node in aggregates:
+        call = node.this if isinstance(node, exp.Filter) else node
+        copies = 1 if aggregate_name(call) == "count" else _CLAMP_COPIES
+        work += sum(1 for _ in node.walk()) * copies
+    if work > MAX_CLAMPED_NODES:
+        raise QueryTooComplex(
+            f"the query's aggregate arguments are too large to plan: their clamps would hold {work:,} nodes, more "
+            f"than the limit of {MAX_CLAMPED_NODES:,}",
+            hint="Simplify the arguments (e.g. fewer CASE branches; several simpler aggregates instead of one)",
+        )
+
+
 def _allocate(specs: list[dict[str, object]], epsilon: Fraction, partition: int | None) -> tuple[Statistic, ...]:
     """ε shares: partition selection gets half (all if alone), the others split the rest equally."""
     k = len(specs)
@@ -586,6 +610,7 @@ def plan(
         raise Unsupported("SELECT DISTINCT over a private table is not supported", hint="Use GROUP BY")
     keys = _group_keys(tree, scope, catalog)
     public_keys = bool(keys) and all(k.public for k in keys)
+    _check_argument_copies(_outer_aggregates(tree))
     ctx = _Context(scope, catalog, table, contribution, bool(keys))
     b = _Builder()
     aggs = [_plan_aggregate(b, idx, node, ctx) for idx, node in enumerate(_outer_aggregates(tree))]

@@ -33,7 +33,7 @@ from typing import TypeVar
 from sqlglot import exp
 
 from veil.engines.neutral import duckdb_text, neutralise
-from veil.errors import InternalError
+from veil.errors import InternalError, QueryTooComplex
 from veil.proxy import fixed_point
 from veil.proxy.bounding import GridColumn
 from veil.proxy.plan import QueryPlan, Statistic
@@ -43,7 +43,10 @@ E = TypeVar("E", bound=exp.Expression)
 
 __all__ = [
     "EngineQueries",
+    "argument_copies",
     "centred_in_sql",
+    "check_generated_size",
+    "generated_size_bound",
     "public_query",
     "rewrite",
     "row_bound",
@@ -142,14 +145,21 @@ def _centred(stat: Statistic, square: bool) -> exp.Expression:
     arg = make_total(stat.arg)
     as_double = _cannot_raise(exp.cast(exp.Paren(this=arg), exp.DataType.build("DOUBLE")))
     d: exp.Expression = exp.Paren(this=_cannot_raise(exp.Sub(this=as_double, expression=_double(float(stat.center)))))
-    exact = _exact_interval(stat)
-    if not exact:
+    clamp_centred, clamp_square = _centred_clamps(stat)
+    if clamp_centred:
         d = _at_most(d, _below(half), below=True)
     if square:
         d = _cannot_raise(exp.Mul(this=d, expression=d.copy()))
-        if not (exact and Fraction(_below(half) * _below(half)) <= stat.upper):
+        if clamp_square:
             d = _at_most(d, _below(stat.upper), below=False)
     return _built_total(d)
+
+
+def _centred_clamps(stat: Statistic) -> tuple[bool, bool]:
+    """Whether :func:`_centred` clamps the centred value, and its square (see there)."""
+    exact = _exact_interval(stat)
+    upper = stat.upper if stat.upper is not None else Fraction(0)
+    return not exact, not (exact and Fraction(_below(stat.half_width) * _below(stat.half_width)) <= upper)
 
 
 def summed_as_integers(stat: Statistic) -> bool:
@@ -230,7 +240,7 @@ def _fixed(value: exp.Expression, stat: Statistic, pre_scaled: exp.Column | None
         as_double = _cannot_raise(exp.cast(exp.Paren(this=value), exp.DataType.build("DOUBLE")))
         scaled = _cannot_raise(exp.Mul(this=as_double, expression=_double(math.ldexp(1.0, k))))
         v = _cannot_raise(exp.cast(_cannot_raise(exp.Floor(this=scaled)), exp.DataType.build("BIGINT")))
-    if not (_exact_double(lo) and _exact_double(hi) and low == lo * Fraction(2) ** k):
+    if _fixed_clamped(stat):
         bounds = (exp.Literal.number(abs(b)) if b >= 0 else exp.Neg(this=exp.Literal.number(-b)) for b in (low, high))
         low_lit, high_lit = bounds
         v = exp.Paren(this=exp.Case(ifs=[
@@ -238,6 +248,65 @@ def _fixed(value: exp.Expression, stat: Statistic, pre_scaled: exp.Column | None
             exp.If(this=exp.GT(this=v.copy(), expression=high_lit.copy()), true=high_lit),
         ], default=v))  # fmt: skip
     return _built_total(v)
+
+
+def _fixed_clamped(stat: Statistic) -> bool:
+    """Whether :func:`_fixed` clamps the grid value (a bound is no double, or the lower bound is off the grid)."""
+    k = sum_exponent(stat)
+    lo, hi = row_range(stat)
+    low, _ = fixed_point.on_grid(lo, hi, k)
+    return not (_exact_double(lo) and _exact_double(hi) and low == lo * Fraction(2) ** k)
+
+
+def argument_copies(stat: Statistic) -> int:
+    """How many copies of ``stat.arg`` (and of its FILTER) the generated statements hold — what :func:`_quantities`
+    (or :func:`_grid`) builds, counted without building it."""
+    if stat.kind == "count":
+        return 1
+    if stat.kind == "grid":
+        return 4  # the offset, the NOT NULL test, the bucket grouped and selected
+    fixed = 3 if _fixed_clamped(stat) else 1
+    if stat.kind == "sum":
+        return 1 if summed_as_integers(stat) else fixed
+    clamp_centred, clamp_square = _centred_clamps(stat)
+    centred = 3 if clamp_centred else 1
+    if stat.kind == "sum_centered":
+        if centred_in_sql(stat):
+            return centred * fixed + 1
+        return (1 if summed_as_integers(stat) else fixed) + 1
+    if stat.kind == "sumsq_centered":
+        return centred * 2 * (3 if clamp_square else 1) * fixed
+    raise InternalError(f"no raw quantity for statistic kind {stat.kind!r}")
+
+
+#: The most nodes the generated statements' copies of the statistics' arguments may hold (around a second of
+#: planning and generating on a loaded 2-core host): VARIANCE of a 160-branch CASE generated 33,000 nodes and took
+#: 5 s to explain, free (red team s23, A2).
+MAX_GENERATED_NODES = 20_000
+#: Nodes each copy adds around the argument (casts, clamp bounds, CASE branches, the grid scale, TRY).
+_COPY_NODES = 40
+
+
+def generated_size_bound(p: QueryPlan) -> int:
+    """An upper bound on the nodes the generated statements hold for ``p``'s statistics' arguments and filters."""
+    work = 0
+    for st in p.statistics:
+        size = sum(1 for part in (st.arg, st.filter) if part is not None for _ in part.walk())
+        work += (size * 5 // 4 + _COPY_NODES) * argument_copies(st)  # neutralise and make_total wrap some nodes
+    return work
+
+
+def check_generated_size(p: QueryPlan) -> None:
+    """Before anything is generated: refuse (QueryTooComplex, free) a plan whose statistics' arguments, times the
+    copies the generated statements make of them (:func:`argument_copies`), hold more than
+    :data:`MAX_GENERATED_NODES` nodes."""
+    work = generated_size_bound(p)
+    if work > MAX_GENERATED_NODES:
+        raise QueryTooComplex(
+            f"the query's aggregate arguments are too large to plan: the generated statements would hold {work:,} "
+            f"nodes of them (clamped, centred and once per statistic), more than the limit of {MAX_GENERATED_NODES:,}",
+            hint="Simplify the arguments (e.g. fewer CASE branches; several simpler aggregates instead of one)",
+        )
 
 
 def _quantities(stat: Statistic, grids: Mapping[str, GridColumn]) -> list[exp.Expression]:

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from veil.errors import ParseError, UnknownCursor, Unsupported
+from veil.server.held import answer_bytes
 from veil.server.results import Result
 
 __all__ = ["Cursors", "parse_declare", "parse_fetch"]
@@ -68,6 +69,7 @@ def parse_fetch(sql: str) -> tuple[str, int | None]:
 class _Cursor:
     result: Result
     offset: int = 0
+    size: int | None = None  # bytes of its answer (held.answer_bytes), once asked
 
 
 class Cursors:
@@ -76,11 +78,27 @@ class Cursors:
     def __init__(self) -> None:
         self._open: dict[str, _Cursor] = {}
 
-    def declare(self, name: str, result: Result) -> Result:
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def check_new(self, name: str) -> None:
+        """Refuse a name already open (before the cursor's query runs)."""
         if name in self._open:
             raise Unsupported(f'cursor "{name}" already exists', hint=f"CLOSE {name} first")
+
+    def declare(self, name: str, result: Result) -> Result:
+        self.check_new(name)
         self._open[name] = _Cursor(result)
         return Result(None, [], "DECLARE CURSOR")
+
+    def held_bytes(self) -> int:
+        """Bytes of the open cursors' answers (each sized once)."""
+        total = 0
+        for cursor in self._open.values():
+            if cursor.size is None:
+                cursor.size = answer_bytes(cursor.result.rows)
+            total += cursor.size
+        return total
 
     def is_open(self, name: str) -> bool:
         return name in self._open

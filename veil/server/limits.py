@@ -60,7 +60,7 @@ class ServerLimits:
 
     auth_timeout: float = 60.0
     max_connections: int = 100
-    max_connections_per_analyst: int | None = None  # None: only max_connections applies
+    max_connections_per_analyst: int | None = None  # None: half of max_connections (analyst_cap)
     statement_timeout: float = 0.0
     public_query_timeout: float = 120.0  # work on public data (never a charged private run), whatever the above
     max_query_bytes: int = 1 << 20
@@ -74,6 +74,12 @@ class ServerLimits:
     catalog_workers: int = 3  # one analyst holds at most all but one (veil.server.pool)
     login_backoff_base: float = 0.25  # seconds after the 2nd failure on a pair, user or address, doubling
     login_backoff_max: float = 30.0
+    # what one connection holds between messages (veil.server.held; 53400 beyond, free)
+    max_prepared_statements: int = 1_000  # named prepared statements
+    max_statement_bytes: int = 16 << 20  # their texts and tokens, as estimated by held.statement_bytes
+    max_portals: int = 100  # named portals (they end with their transaction)
+    max_cursors: int = 100  # DECLAREd cursors
+    max_held_bytes: int = 64 << 20  # named portals' parameters and answers and cursors' answers
 
     def __post_init__(self) -> None:
         for name in ("auth_timeout", "statement_timeout", "public_query_timeout", "max_planning_seconds", "catalog_timeout"):
@@ -88,12 +94,31 @@ class ServerLimits:
             "max_operator_chain",
             "workers",
             "catalog_workers",
+            "max_prepared_statements",
+            "max_statement_bytes",
+            "max_portals",
+            "max_cursors",
+            "max_held_bytes",
         ):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
         per = self.max_connections_per_analyst
         if per is not None and per < 1:
             raise InputError(f"max_connections_per_analyst must be at least 1, got {per}")
+
+    @property
+    def analyst_cap(self) -> int:
+        """Logged-in connections one analyst may hold: ``max_connections_per_analyst`` where set, else
+        half of ``max_connections`` (at least 1), so one analyst never holds every slot while there are
+        two or more (red team s24 A3).
+
+        >>> ServerLimits().analyst_cap, ServerLimits(max_connections=7).analyst_cap, ServerLimits(max_connections=1).analyst_cap
+        (50, 3, 1)
+        >>> ServerLimits(max_connections=7, max_connections_per_analyst=7).analyst_cap
+        7
+        """
+        per = self.max_connections_per_analyst
+        return per if per is not None else max(1, self.max_connections // 2)
 
     @property
     def query_limits(self) -> Limits:
@@ -136,10 +161,10 @@ class ConnectionSlots:
 
     def login(self, analyst: str) -> None:
         """Count a logged-in connection against its analyst (after :meth:`reserve`)."""
-        per = self._limits.max_connections_per_analyst
+        per = self._limits.analyst_cap
         with self._lock:
             have = self._per.get(analyst, 0)
-            if per is not None and have >= per:
+            if have >= per:
                 raise TooManyConnections(
                     f"too many connections for analyst {analyst!r} ({have} open, the limit is {per})",
                     hint="Close another connection, or ask the curator to raise --max-connections-per-analyst",

@@ -19,6 +19,7 @@ from pg_mimic import ResultColumn
 from pg_mimic.errors import PgError
 
 from veil.errors import (
+    HeldStateLimit,
     InternalError,
     InvalidEncoding,
     ProtocolViolation,
@@ -36,7 +37,16 @@ logger = logging.getLogger("veil.server")
 
 #: Errors that mean "this client asked for too much": logged in one line, never with a traceback.
 _ONE_LINE = frozenset(
-    c.sqlstate for c in (TooManyConnections, QueryTooLarge, QueryTooComplex, QueryCancelled, ProtocolViolation, InvalidEncoding)
+    c.sqlstate
+    for c in (
+        TooManyConnections,
+        HeldStateLimit,
+        QueryTooLarge,
+        QueryTooComplex,
+        QueryCancelled,
+        ProtocolViolation,
+        InvalidEncoding,
+    )
 )
 
 

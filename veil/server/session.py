@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -27,7 +28,7 @@ from pg_mimic.session import BaseSession, Portal, Statement
 from veil.engines.base import EngineError
 from veil.errors import ParseError, QueryCancelled, QueryTooComplex, QueryTooLarge, VeilError
 from veil.proxy.catalog import Catalog
-from veil.server import catalog, drivers, results, system
+from veil.server import catalog, drivers, held, results, system
 from veil.server.cursors import Cursors, parse_declare
 from veil.server.results import Result, to_pg_error
 from veil.server.routing import Route, bind_parameters, route, split
@@ -99,7 +100,8 @@ class VeilSession(BaseSession):
         self.settings = SessionSettings(values={})
         self._lock = threading.Lock()  # one query-session call at a time
         self._pending: set[concurrent.futures.Future[Any]] = set()
-        self._describe_cache: dict[str, Sequence[Any]] = {}
+        # column types per statement text: 256 texts, 4 Mi characters (red team s24 A9: a text may be 1 MiB)
+        self._describe_cache = held.TextCache[Sequence[Any]](entries=256, chars=4 << 20)
         self._catalog: Catalog | None = None
         self._names: frozenset[str] = frozenset()
         self._numeric: frozenset[str] = frozenset()
@@ -345,9 +347,7 @@ class VeilSession(BaseSession):
             if template == sql or isinstance(exc, (QueryCancelled, QueryTooLarge, QueryTooComplex)):
                 raise
             cols = await self._timed(qs.describe, sql, planning=True)  # NULLs did not type-check: use the values
-        if len(self._describe_cache) >= 256:
-            self._describe_cache.clear()
-        self._describe_cache[r.sql] = cols
+        self._describe_cache.put(r.sql, cols)
         return cols
 
     async def _cursor(self, r: Route, params: list[Any] | None, oids: Sequence[int | None], describe: bool) -> Result:
@@ -360,6 +360,9 @@ class VeilSession(BaseSession):
         name, inner = parse_declare(r.sql)
         if describe:
             return Result(None, [], "DECLARE CURSOR")
+        self.cursors.check_new(name)  # before its query runs: a refusal is free
+        portals = self.connection.portals if self.connection is not None else {}
+        held.check_cursor(self.server.limits, len(self.cursors), portals, self.cursors.held_bytes())
         inner_route = await self._route(route, inner)
         if inner_route.kind in ("declare", "fetch", "close", "unlisten"):
             raise ParseError("a cursor is declared for a query", hint="Write DECLARE name CURSOR FOR SELECT …")
@@ -376,6 +379,7 @@ class VeilSession(BaseSession):
                     tag = "ROLLBACK"
                 conn.tx_status = b"I"
                 self.cursors.clear()  # cursors end with their transaction (no WITH HOLD)
+                conn.portals.clear()  # and so do portals (as in PostgreSQL)
         return Result(None, [], tag)
 
     def _discard(self, r: Route, describe: bool) -> Result:
@@ -452,17 +456,24 @@ class VeilStatement(Statement):
             self._columns, self._described = result.columns, True
         return self._columns
 
-    def bind(self, params: list[Any]) -> VeilPortal:
-        return VeilPortal(self, list(params))
+    @functools.cached_property
+    def held_bytes(self) -> int:
+        """What this statement holds while it is kept (:func:`~veil.server.held.statement_bytes`)."""
+        return held.statement_bytes(self.sql, len(self.route.tokens))
+
+    def bind(self, params: list[Any], param_bytes: int = 0) -> VeilPortal:
+        return VeilPortal(self, list(params), param_bytes)
 
 
 class VeilPortal(Portal):
     """A bound statement. Its first ``execute`` runs the query once; later calls only drain rows."""
 
-    def __init__(self, statement: VeilStatement, params: list[Any]) -> None:
+    def __init__(self, statement: VeilStatement, params: list[Any], param_bytes: int = 0) -> None:
         self.statement = statement
         self.params = params
+        self.param_bytes = param_bytes  # the bound values as sent
         self.result: Result | None = None
+        self._answer_bytes: int | None = None
         self.described: list[ResultColumn] | None = None
         self._described = False
         self._offset = 0
@@ -487,6 +498,15 @@ class VeilPortal(Portal):
 
     def tag(self) -> str:
         return self.result.tag if self.result is not None else "SELECT 0"
+
+    @property
+    def held_bytes(self) -> int:
+        """Its parameters and, once it ran, its answer (sized once, when first asked)."""
+        if self.result is None:
+            return self.param_bytes
+        if self._answer_bytes is None:
+            self._answer_bytes = held.answer_bytes(self.result.rows)
+        return self.param_bytes + self._answer_bytes
 
     async def execute(self, max_rows: int) -> tuple[list[tuple[Any, ...]], bool]:
         if self.result is None:

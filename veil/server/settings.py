@@ -24,7 +24,7 @@ from pg_mimic import ResultColumn
 
 from veil.errors import InputError, ParseError, UnknownSetting, did_you_mean
 from veil.mechanisms.budget import as_epsilon, format_epsilon
-from veil.server import catalog
+from veil.server import catalog, held
 from veil.server.results import Result
 
 __all__ = ["SHOW_DEFAULTS", "SessionSettings", "parse_duration"]
@@ -136,6 +136,7 @@ class SessionSettings:
             if apply:
                 self.statement_timeout = seconds
         if apply:
+            held.check_setting(self.values, name, value)  # red team s24 A9: any name, any value, remembered
             self.values[name] = value
 
     def reset(self, name: str) -> None:

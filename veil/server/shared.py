@@ -223,14 +223,14 @@ class SharedConnectionSlots:
         return target
 
     def login(self, analyst: str) -> None:
-        per = self._limits.max_connections_per_analyst
+        per = self._limits.analyst_cap
         key = self._state.digest(analyst)
         with self._state.lock:
             slot = self._slot(key, create=True)
             if slot is None:  # pragma: no cover - create=True always gives a slot
                 raise InternalError("no slot for an analyst")
             have = sum(slot.counts)
-            if per is not None and have >= per:
+            if have >= per:
                 raise TooManyConnections(
                     f"too many connections for analyst {analyst!r} ({have} open, the limit is {per})",
                     hint="Close another connection, or ask the curator to raise --max-connections-per-analyst",

@@ -66,12 +66,13 @@ def publish_kanon(
     """Anonymise ``table`` into ``output`` through the publish transaction (plug-in
     :mod:`veil.generators.plugins.kanon`); returns a summary dict. ``export`` also writes the
     published table to a .csv/.parquet file (never over an existing file unless ``replace``)."""
-    from veil.generators.transaction import publish
+    from veil.generators.transaction import publish, refuse_veil_file
     from veil.store.warehouse import export_frame, read_table
 
     if export is not None:
         if Path(export).suffix.lower() not in (".csv", ".parquet"):
             raise InputError(f"cannot export to {str(export)!r}", hint="Use a .csv or .parquet file name")
+        refuse_veil_file(policy, Path(export), "--export")  # never the ledger, warehouse or policy (red team s24, A11)
         if Path(export).exists() and not replace:
             raise InputError(f"file {str(export)!r} already exists", hint="Choose another --export path or pass --replace")
     started = time.perf_counter()

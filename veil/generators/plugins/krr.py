@@ -90,6 +90,15 @@ class KRRPlugin(PublishPlugin):
             columns=None,
         )
 
+    def check_source(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> None:
+        """A declared column missing from the stored table is refused before the charge (red team s24, A10)."""
+        for name in plan.params["columns"]:
+            if name not in data.columns:
+                raise InputError(
+                    f"column {name!r} is not in the table {plan.source!r}",
+                    hint=did_you_mean(name, data.columns) or f"Columns: {list(data.columns)}",
+                )
+
     def sanitise(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> Publication:
         from veil.generators.krr import krr_publish
 

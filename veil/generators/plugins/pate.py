@@ -4,11 +4,20 @@ Request keys: ``table``, ``label``, ``features`` (or None), ``config`` (a
 :class:`~veil.generators.pate.PateConfig`), ``student_table``, ``validation``, ``save_votes``,
 ``output_model``, ``replace``. The data-independent ``(ε, δ)`` bound is known from γ, the number
 of queries and δ alone: it is reserved on the source table's budget before training.
+
+Without ``student_table`` the student's records are rows held out of the source: people of the table,
+disjoint from the teachers' shards, each sent to the teachers (and trained on) with curator B's local
+noise, ε_local-LDP per record (:func:`~veil.generators.pate.ldp_guarantee`). The table is then charged
+``max(ε_teachers, ε_local)`` (parallel composition over the two disjoint groups of people), and the gate
+refuses a held-out student without local noise (``rho=None``: ε_local = ∞) or with a vacuous ε_local
+(red team s24, A2). Every refusal that follows from the parameters, the policy or the source's size
+(too few rows for the student and the teachers) comes before anything is charged (A10).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from fractions import Fraction
 from pathlib import Path
@@ -61,6 +70,25 @@ def _features(spec: Any, label: str, features: list[str] | None) -> list[str]:
     return features
 
 
+def student_local_epsilon(spec: Any, features: list[str], config: Any) -> float:
+    """The local ε of each student record held out of the source (∞ without local noise)."""
+    from veil.generators.pate import FeatureEncoder, ldp_guarantee
+
+    encoder = FeatureEncoder.from_columns(spec.columns, features)
+    per_record = ldp_guarantee(encoder, config.rho, config.ldp_encoding)["per_record"]
+    return math.inf if per_record is None else float(per_record)
+
+
+def _check_enough_rows(table: str, usable: int, config: Any, validation: int) -> None:
+    """The held-out student takes ``queries + validation`` rows; the teachers need one row each at least."""
+    need = config.queries + validation
+    if usable - min(need, usable) < config.teachers:
+        raise InputError(
+            f"table {table!r} has {usable} usable rows: too few for {need} student rows and {config.teachers} teachers",
+            hint="Lower --queries, --validation or --teachers",
+        )
+
+
 @register_plugin
 class PatePlugin(PublishPlugin):
     kind = "pate"
@@ -68,6 +96,7 @@ class PatePlugin(PublishPlugin):
     artifact = "model"
 
     def plan(self, policy: Any, request: Mapping[str, Any]) -> Plan:
+        from veil.generators.pate import FeatureEncoder
         from veil.generators.pate.release import _label_classes
         from veil.mechanisms.pate_accounting import data_independent_epsilon
 
@@ -81,7 +110,22 @@ class PatePlugin(PublishPlugin):
             raise InputError(f"validation must be an integer ≥ 0, got {validation!r}")
         bound = data_independent_epsilon(gamma=config.gamma, queries=config.queries, delta=config.delta)
         _check_student_table(policy, request.get("student_table"))
+        FeatureEncoder.from_columns(spec.columns, features)  # a feature the encoder refuses, refused before the charge
         unit = spec.privacy_unit
+        checks: dict[str, float] = {"epsilon": bound.epsilon}
+        charged = float(bound.epsilon)
+        if request.get("student_table") is None:
+            # the student's records are people of the table: their local ε is charged too (red team s24, A2)
+            local = student_local_epsilon(spec, features, config)
+            checks["student_local_epsilon"] = local
+            if math.isfinite(local):
+                charged = max(charged, local)
+        save_votes = request.get("save_votes")
+        if save_votes is not None:
+            from veil.generators.transaction import refuse_veil_file
+
+            votes = Path(save_votes)
+            refuse_veil_file(policy, votes if votes.suffix == ".npy" else Path(f"{votes}.npy"), "--save-votes")
         return Plan(
             kind=self.kind,
             method="pate",
@@ -111,11 +155,37 @@ class PatePlugin(PublishPlugin):
                 "save_votes": None if request.get("save_votes") is None else str(request["save_votes"]),
                 "_config": config,
             },
-            checks={"epsilon": bound.epsilon},
-            epsilon=Fraction(repr(float(bound.epsilon))),
+            checks=checks,
+            epsilon=Fraction(repr(charged)),
             delta=Fraction(repr(float(config.delta))),
             columns=tuple(features + [label] + ([unit] if unit else [])),
         )
+
+    def check_source(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> None:
+        from veil.store.warehouse import read_table, table_columns
+
+        p = plan.params
+        config = p["_config"]
+        usable = int(data[p["label"]].isin(list(p["classes"])).sum())
+        if p["student_table"] is None:
+            _check_enough_rows(plan.source, usable, config, p["validation"])
+            return
+        if usable < config.teachers:
+            raise InputError(
+                f"table {plan.source!r} has {usable} usable rows: too few for {config.teachers} teachers",
+                hint="Lower --teachers",
+            )
+        student = p["student_table"]
+        names = {name for name, _ in table_columns(env.policy, student)}
+        missing = [f for f in p["features"] if f not in names]
+        if missing:
+            raise InputError(f"student table {student!r} lacks feature columns {missing}")
+        records = len(read_table(env.policy, student, [p["features"][0]]))  # a public table: its size is public
+        if records < config.queries:
+            raise InputError(
+                f"the student table {student!r} has {records} records but {config.queries} queries were asked",
+                hint="Lower --queries or give the student more records",
+            )
 
     def sanitise(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> Publication:
         from veil.generators.pate import FeatureEncoder, run_pate
@@ -147,7 +217,7 @@ class PatePlugin(PublishPlugin):
                 chosen.append(u)
                 taken += int(sizes[u])
             mask = np.isin(groups, np.array(chosen))
-            if (~mask).sum() < config.teachers:
+            if (~mask).sum() < config.teachers:  # check_source refuses this before the charge (one row per person)
                 raise InputError(
                     f"table {plan.source!r} has {len(df)} usable rows: too few for {need} student rows and "
                     f"{config.teachers} teachers",
@@ -234,7 +304,14 @@ class PatePlugin(PublishPlugin):
             method="pate",
             guarantee=(
                 f"(ε = {result.epsilon_independent.epsilon:.4g}, δ = {config.delta:g})-DP for the teachers' table "
-                "(data-independent moments bound); the model holds no training rows"
+                "(data-independent moments bound)"
+                + (
+                    f"; each held-out student record {plan.checks['student_local_epsilon']:.4g}-local-DP "
+                    f"(ε = {float(plan.epsilon or 0):.4g} charged to the table)"
+                    if "student_local_epsilon" in plan.checks
+                    else ""
+                )
+                + "; the model holds no training rows"
             ),
             model=ModelArtifact(write=write, description=description),
             params=params,

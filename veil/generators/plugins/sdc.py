@@ -22,6 +22,7 @@ import pandas as pd
 from veil.errors import InputError, did_you_mean
 from veil.generators.publication import COPIED, PROTECTIONS, ColumnProtection, Plan, Publication
 from veil.generators.registry import PublishPlugin, RunEnv, register_plugin
+from veil.policy import normalise_name
 
 #: Generators whose rows are synthetic (trained models): they get a holdout for the DCR check.
 SYNTHETIC_METHODS = frozenset({"gan", "ml_copy"})
@@ -49,11 +50,59 @@ def context(policy: Any, table: str, columns: list[str], target: str | None, see
     return Context(columns=tuple(cols), target=tgt, bounds=bounds, seed=seed, progress=True, categories=categories)
 
 
+def check_policy_columns(cls: Any, values: Mapping[str, Any], spec: Any, columns: list[str], target: str | None) -> None:
+    """Refuse, from the parameters and the policy alone, what a method that needs declared bounds (every DP
+    method) cannot run on: an undeclared or non-numeric column, a column without bounds, an undeclared label
+    (or, for the DP grid, one without declared values) and a grid of too many cells.
+
+    The plan calls it, so these refusals come before anything is charged (red team s24, A10)."""
+    from veil.generators.sdc import check_grid_cells
+
+    if not (cls.is_dp or cls.needs_bounds):
+        return
+    if not columns:
+        raise InputError(f"method {cls.name!r} needs at least one column", hint="Pass --columns a,b,c")
+    declared = spec.columns
+    for c in [*columns, *([target] if target else [])]:
+        if c not in declared:
+            raise InputError(
+                f"column {c!r} is not declared in the policy's table {spec.name!r}: {cls.name!r} needs its public domain",
+                hint=did_you_mean(c, declared) or "Declare it in [tables.<table>.columns], or choose a declared column",
+            )
+    for c in columns:
+        col = declared[c]
+        if not col.is_numeric:
+            raise InputError(
+                f"column {c!r} is declared {col.type!r}, not a number: {cls.name!r} protects numbers",
+                hint="Choose int or float columns (a category column can be the --target)",
+            )
+        if not col.bounded:
+            raise InputError(
+                f"method {cls.name!r} needs public bounds for column {c!r}", hint="Declare lower and upper for it in the policy"
+            )
+    if cls.is_dp and values.get("partition", "grid") == "grid":
+        classes = 0
+        if target:
+            labels = declared[target].values
+            if not labels:
+                raise InputError(
+                    f"label {target!r} has no declared values in the policy: a DP release may not publish a value "
+                    "set read from the private data",
+                    hint=f"Declare values = [...] for {target!r} in the policy, or drop --target",
+                )
+            classes = len(labels)
+        check_grid_cells(int(values["bins"]), len(columns), classes, labelled=target is not None)
+
+
 def guarantee_checks(name: str, values: Mapping[str, Any]) -> dict[str, float]:
     """The parameters of generator ``name`` that the gate refuses when vacuous."""
     checks: dict[str, float] = {}
     if name == "microagg_mdav" or (values.get("partition") == "mdav" and "k" in values):
         checks["k"] = float(values["k"])
+    if name == "microagg_dbscan":
+        # its groups (clusters, noise points and small groups merged) hold at least min_samples rows each: the gate
+        # checks it on the output, and the unchanged values they share are covered as MDAV's are (red team s24 A14)
+        checks["k"] = float(values["min_samples"])
     if name == "noise_addition":
         checks["noise"] = float(values["a"])
         checks["noise_a"] = float(values["a"])
@@ -71,7 +120,7 @@ class SDCPlugin(PublishPlugin):
     summary = "statistical disclosure control: noise, microaggregation, rank swapping, DP microaggregation, GAN, ML copy"
 
     def plan(self, policy: Any, request: Mapping[str, Any]) -> Plan:
-        from veil.generators.base import get_generator, parse_param_args
+        from veil.generators.base import check_seed, get_generator, parse_param_args
 
         cls = get_generator(request["method"])
         gen = cls(**parse_param_args(cls, request.get("params") or ()))
@@ -79,7 +128,9 @@ class SDCPlugin(PublishPlugin):
         columns = list(request.get("columns") or [])
         target = request.get("target")
         table = request["table"]
-        policy.table(table)  # unknown tables fail here
+        check_seed(request.get("seed"))
+        spec = policy.table(table)  # unknown tables fail here
+        check_policy_columns(cls, values, spec, [normalise_name(c) for c in columns], normalise_name(target) if target else None)
         eps = Fraction(repr(float(values["epsilon"]))) if cls.is_dp else None
         return Plan(
             kind=self.kind,
@@ -94,6 +145,29 @@ class SDCPlugin(PublishPlugin):
             dp=bool(cls.is_dp and values.get("partition", "grid") != "mdav"),
             holdout=0.2 if cls.name in SYNTHETIC_METHODS else 0.0,
         )
+
+    def check_source(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> None:
+        """The generator's own schema check (columns present, numeric where it needs numbers, bounds declared),
+        before anything is charged (red team s24, A10)."""
+        from veil.generators.base import get_generator
+
+        p = dict(plan.params)
+        cls = get_generator(p.pop("method"))
+        columns, target, seed = p.pop("columns"), p.pop("target"), p.pop("seed")
+        ctx = context(env.policy, plan.source, columns, target, seed, data.columns)
+        cls(**p).check_context(ctx, data)
+        # the number of complete rows the generator will see: too few for any release, or for MDAV's k
+        complete = int(data[[*ctx.columns, *([ctx.target] if ctx.target else [])]].notna().all(axis=1).sum())
+        if complete < 2:
+            raise InputError(f"method {cls.name!r} needs at least 2 complete rows, got {complete}")
+        if "k" in plan.checks and complete < int(plan.checks["k"]):
+            from veil.generators.sdc import refuse_vacuous
+
+            raise refuse_vacuous(
+                "min_samples" if "min_samples" in p else "k", int(plan.checks["k"]),
+                f"cannot be met: the table has {complete} complete rows, fewer than that (use a smaller value)",
+                method=cls.name,
+            )  # fmt: skip
 
     def sanitise(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> Publication:
         from veil.generators.base import get_generator

@@ -2,9 +2,14 @@
 
 Request keys: ``table``, ``method`` ("imposter" | "gan"), ``sensitive``, ``label``, ``lam``,
 ``epochs``, ``batch_size``, ``theta``, ``beta``, ``columns`` (implicit attributes, or None to detect
-them), ``seed``, ``output``, ``replace``. The model trains on 80 % of the rows; the release (the
+them), ``rows``, ``seed``, ``output``, ``replace``. The model trains on 80 % of the rows; the release (the
 sensitive column, the label and the implicit attributes, all synthetic) is checked against the
 other 20 % (distance to closest record) by the gate.
+
+The release has exactly ``rows`` rows (default :data:`~veil.generators.synthetic_size.DEFAULT_ROWS`),
+validated in :meth:`SynthPlugin.plan`: the size of a synthetic table is public and never the source's
+(which would say whether one person is in it); choose it with ``--rows`` (``--param rows`` in ``veil
+compare``).
 
 Every published column needs a declared domain (``values`` for categories, ``lower``/``upper`` for
 numbers; :func:`veil.generators.tabular_encoding.declared_domains`): the release holds declared
@@ -25,6 +30,7 @@ import pandas as pd
 from veil.errors import InputError, PolicyError
 from veil.generators.publication import ColumnProtection, Plan, Publication
 from veil.generators.registry import PublishPlugin, RunEnv, register_plugin
+from veil.generators.synthetic_size import DEFAULT_ROWS, check_rows
 
 HOLDOUT = 0.2
 
@@ -52,6 +58,7 @@ class SynthPlugin(PublishPlugin):
             "theta": float(request.get("theta", 0.01)),
             "beta": float(request.get("beta", 0.7)),
             "columns": list(request.get("columns") or []),
+            "rows": check_rows(DEFAULT_ROWS if request.get("rows") is None else request["rows"], "synth"),
             "seed": request.get("seed"),
         }
         spec = policy.table(request["table"])
@@ -126,7 +133,7 @@ class SynthPlugin(PublishPlugin):
         t0 = time.perf_counter()
         model.fit(data)
         seconds = time.perf_counter() - t0
-        released = model.publish(data, seed=int(env.generator.integers(2**62)), rows=env.source_rows or len(data))
+        released = model.publish(data, seed=int(env.generator.integers(2**62)), rows=p["rows"])
         after = detect_implicit(released, sensitive, theta=0.0, beta=p["beta"], columns=implicit, seed=seed)
         how = "G(z | s" + (", y)" if label else ")") + f", λ = {p['lambda']}"
         columns = [
@@ -155,7 +162,7 @@ class SynthPlugin(PublishPlugin):
                 "attributes generated within their declared domains); checked against a holdout for reproduced "
                 "training rows; other columns dropped"
             ),
-            params={**model.params(), "implicit_from": "columns" if p["columns"] else "detection"},
+            params={**model.params(), "rows": p["rows"], "implicit_from": "columns" if p["columns"] else "detection"},
             metrics=metrics,
             extra={**model.params(), "implicit": implicit, **metrics},
         )
