@@ -1,0 +1,208 @@
+"""Red team, session 25: attacks on the eighth round's fixes (main at ecb5b6f, 2026-11-26) — the bounded copy's
+pre-scaled grid columns, public tables measured on the warehouse, pins between bare base columns of one catalog
+type, parse/plan size limits, and the partition of rows by the unit's text.
+
+Same harness as sessions 4–23 (:mod:`tests.adversarial.test_redteam_s15`, :mod:`tests.adversarial.test_redteam_s23`):
+D and D′ differ in one person; with noise off (``veil.proxy._testing.exact_session``) every released statistic must
+move by at most its planned sensitivity.
+
+Part A holds attacks that succeed on main at ecb5b6f (each test FAILS there). Part B holds probes of defences that
+held (they pass, and fail if the defence breaks).
+
+* A1 (LOW–MEDIUM, guarantee; every interface) `bounding.build_tree` partitions rows ``PARTITION BY
+  CAST(__veil_unit AS VARCHAR)`` (2f544a8, "the stored value's text, which tells apart what the engine's equality
+  merges"). A DuckDB cast to VARCHAR keeps the column's *collation*: a unit column stored as ``VARCHAR COLLATE
+  NOCASE`` (a table made or altered by another tool: ``ALTER TABLE t ALTER u SET DATA TYPE VARCHAR COLLATE NOCASE``
+  keeps Veil's version comment) partitions ``'alice'`` and ``'ALICE'`` as one unit — checked in plain DuckDB 2.0:
+  ``row_number() OVER (PARTITION BY CAST(u AS VARCHAR))`` numbers them 1, 2 while ``GROUP BY CAST(u AS VARCHAR)``
+  keeps them apart. A newcomer ``'ALICE'`` with 1,000 rows then displaces the person ``'alice'``'s row
+  (``max_rows_per_unit = 1``). Measured: SUM(x) 70 → 50 (moved 20, sensitivity 10), COUNT(*) 31 → 31 (moved 0 for
+  a new person). The same class as s23 A4 (an equality that merges two stored units), through a collation instead of
+  signed zero. Fix class: partition by a collation-free spelling (``CAST(u AS VARCHAR) COLLATE binary``, or the
+  bytes / a hash of the text), and test every stored type the unit can have, collated ones included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.adversarial.test_redteam_s4 import TARGET_ROW
+from tests.adversarial.test_redteam_s15 import Worlds, moves_beyond_sensitivity, raw_statistics
+
+UNIT_TEXT_POLICY = """\
+[database]
+path = "w.duckdb"
+[ledger]
+path = "l.sqlite"
+[tables.t]
+privacy_unit = "u"
+max_rows_per_unit = 1
+[tables.t.columns]
+u = { type = "category" }
+x = { type = "int", lower = -10, upper = 10 }
+s = { type = "category" }
+[tables.pub]
+public = true
+[tables.pub.columns]
+pn = { type = "category" }
+[analysts.a]
+epsilon = 1000
+delta = 0.5
+"""
+
+
+def _alter(database: Path, sql: str) -> None:
+    """Another tool's edit of the warehouse (a plain duckdb connection, closed before Veil opens it)."""
+    import duckdb
+
+    con = duckdb.connect(str(database))
+    try:
+        con.execute(sql)
+    finally:
+        con.close()
+
+
+# ==================================================================================================
+# Part A — attacks that succeed today
+# ==================================================================================================
+
+
+@pytest.mark.slow
+def test_A1_a_newcomer_whose_unit_differs_only_in_case_does_not_displace_a_person(tmp_path: Path) -> None:
+    """LOW–MEDIUM (guarantee). The unit column is stored ``VARCHAR COLLATE NOCASE``; person ``'alice'`` has one row
+    (x = 10). D′ adds the person ``'ALICE'`` with 1,000 distinct rows (x = −10). `bounding.build_tree` partitions by
+    ``CAST(u AS VARCHAR)``, which keeps the NOCASE collation, so both people share one partition and
+    ``max_rows_per_unit = 1`` keeps one row of the 1,001 (almost surely the newcomer's). Measured: SUM(x) 70 → 50
+    (moved 20, sensitivity 10), COUNT(*) 31 → 31."""
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session, plan_of
+    from veil.store.warehouse import write_table
+
+    rows = [(f"p{i}", i % 5, "b") for i in range(1, 31)] + [("alice", 10, "a")]
+    newcomer = [("ALICE", -10, f"r{j}") for j in range(1000)]
+    sums, sensitivity = {}, Fraction(0)
+    for name, data in (("d", rows), ("case", rows + newcomer)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "policy.toml").write_text(UNIT_TEXT_POLICY, encoding="utf-8")
+        policy = load_policy(tmp_path / name / "policy.toml")
+        write_table(policy, "t", pd.DataFrame(data, columns=["u", "x", "s"]), replace=True)
+        _alter(policy.database_path, "ALTER TABLE t ALTER u SET DATA TYPE VARCHAR COLLATE NOCASE")
+        with exact_session(policy, "a") as s:
+            sums[name] = int(s.execute("SELECT SUM(x) AS v FROM t", epsilon=Fraction(1)).rows[0][0])
+            p = plan_of(s, "SELECT SUM(x) AS v FROM t", Fraction(1))
+            sensitivity = p.statistics[0].sensitivity if p is not None else Fraction(0)
+    moved = abs(sums["case"] - sums["d"])
+    assert moved <= sensitivity, f"a newcomer moved SUM(x) by {moved}, sensitivity {sensitivity}: {sums}"
+
+
+# ==================================================================================================
+# Part B — probes that held (these pass today; each fails if its defence breaks)
+# ==================================================================================================
+
+# --- B1. A collated public key: the probe on the warehouse groups as the engine joins -------------------------
+
+
+@pytest.mark.slow
+def test_b1_a_nocase_public_key_is_measured_as_the_engine_joins_it(tmp_path: Path) -> None:
+    """``pub.pn`` altered to ``VARCHAR COLLATE NOCASE`` by another tool holds the 1,024 case variants of
+    ``abcdefghij``; the target's s is ``abcdefghij``. The pin ``pub.pn = t.s`` (both category) is measured on the
+    warehouse with the collation: c = 1,024, and the join count moves by 1,024 ≤ c."""
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session, plan_of
+    from veil.store.warehouse import write_table
+
+    word = "abcdefghij"
+    variants = ["".join(ch.upper() if (m >> i) & 1 else ch for i, ch in enumerate(word)) for m in range(1024)]
+    rows = [(f"p{i}", i % 5, f"s{i % 3}") for i in range(1, 31)]
+    sql = "SELECT COUNT(*) AS n FROM t JOIN pub ON pub.pn = t.s"
+    counts, c = {}, 0
+    for name, data in (("d", rows), ("x", [*rows, ("target", 1, word)])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "policy.toml").write_text(UNIT_TEXT_POLICY, encoding="utf-8")
+        policy = load_policy(tmp_path / name / "policy.toml")
+        write_table(policy, "pub", pd.DataFrame({"pn": variants}), replace=True, public=True)
+        write_table(policy, "t", pd.DataFrame(data, columns=["u", "x", "s"]), replace=True)
+        _alter(policy.database_path, "ALTER TABLE pub ALTER pn SET DATA TYPE VARCHAR COLLATE NOCASE")
+        with exact_session(policy, "a") as s:
+            counts[name] = int(s.execute(sql, epsilon=Fraction(1)).rows[0][0])
+            p = plan_of(s, sql, Fraction(1))
+            c = max(c, p.contribution if p is not None else 0)
+    assert abs(counts["x"] - counts["d"]) <= c, (counts, c)
+
+
+# --- B2. The pre-scaled grid column holds what the rewrite would compute, on adversarial stored values ---------
+
+GRID_TARGETS = {
+    "d": None,
+    "nan": dict(TARGET_ROW, y=float("nan")),
+    "inf": dict(TARGET_ROW, y=float("inf")),
+    "minf": dict(TARGET_ROW, y=float("-inf")),
+    "huge": dict(TARGET_ROW, y=1e300),
+    "mzero": dict(TARGET_ROW, y=-0.0),
+    "denormal": dict(TARGET_ROW, y=5e-324),
+    "below_top": dict(TARGET_ROW, y=4.999999999999999),
+    "above_top": dict(TARGET_ROW, y=5.000000000000001),
+    "bottom": dict(TARGET_ROW, y=-5.0),
+}
+
+
+@pytest.fixture(scope="module")
+def grid_worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
+    w = Worlds(tmp_path_factory.mktemp("s25-grid"), GRID_TARGETS)
+    yield w
+    w.close()
+
+
+GRID_QUERIES = [
+    ("SELECT SUM(y) AS v FROM t", "SELECT SUM((y)) AS v FROM t"),
+    ("SELECT k, AVG(y) AS v FROM t GROUP BY k", "SELECT k, AVG((y)) AS v FROM t GROUP BY k"),
+    ("SELECT SUM(t.y) AS v FROM t JOIN pub ON pub.pk = t.x", "SELECT SUM((t.y)) AS v FROM t JOIN pub ON pub.pk = t.x"),
+    ("SELECT SUM(pub.y) AS v FROM t AS pub", "SELECT SUM((pub.y)) AS v FROM t AS pub"),
+    ("SELECT SUM(y) FILTER (WHERE x > 0) AS v FROM t", "SELECT SUM((y)) FILTER (WHERE x > 0) AS v FROM t"),
+]
+
+
+@pytest.mark.slow
+def test_b2_the_grid_column_equals_the_computed_grid_and_moves_within_its_sensitivity(grid_worlds: Worlds) -> None:
+    """Each world's exact statistics of ``SUM(y)`` (read from ``__veil_grid_*``) equal those of ``SUM((y))`` (the
+    grid computed in the statement), and move from D by at most their sensitivity (times the conversion slack)."""
+    from veil.proxy.fixed_point import CONVERSION_SLACK
+
+    bad = []
+    n = 0
+    for grid_sql, computed_sql in GRID_QUERIES:
+        for name, s in grid_worlds.sessions.items():
+            n += 1
+            eps = Fraction(5) + Fraction(n, 10**6)
+            a = {k: v[1] for k, v in raw_statistics(s, grid_sql, eps).items()}
+            b = {k: v[1] for k, v in raw_statistics(s, computed_sql, eps).items()}
+            if list(a.values()) != list(b.values()):
+                bad.append(f"{name}: {grid_sql} → {a}, {computed_sql} → {b}")
+        n += 1
+        bad += moves_beyond_sensitivity(grid_worlds.sessions, grid_sql, Fraction(5) + Fraction(n, 10**6), CONVERSION_SLACK)
+    assert bad == []
+
+
+# --- B3. Expressions that grow through CTE/derived references are refused at once ------------------------------
+
+
+@pytest.mark.parametrize("depth", [12, 16, 40])
+def test_b3_doubling_chains_of_ctes_are_refused_fast(grid_worlds: Worlds, depth: int) -> None:
+    import time
+
+    from veil.errors import VeilError
+
+    sql = (
+        "WITH c0 AS (SELECT y AS v, k FROM t), "
+        + ", ".join(f"c{i} AS (SELECT v + v AS v, k FROM c{i - 1})" for i in range(1, depth + 1))
+        + f" SELECT SUM(v) FROM c{depth}"
+    )
+    start = time.perf_counter()
+    with pytest.raises(VeilError):
+        grid_worlds.sessions["d"].explain(sql, epsilon=Fraction(1))
+    assert time.perf_counter() - start < 1.0
