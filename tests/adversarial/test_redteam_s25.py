@@ -20,6 +20,18 @@ held (they pass, and fail if the defence breaks).
   a new person). The same class as s23 A4 (an equality that merges two stored units), through a collation instead of
   signed zero. Fix class: partition by a collation-free spelling (``CAST(u AS VARCHAR) COLLATE binary``, or the
   bytes / a hash of the text), and test every stored type the unit can have, collated ones included.
+* A2 (HIGH, guarantee; every interface) the fix for s23 A1b (3c02bce) measures a pin's multiplicity on the
+  warehouse's *raw* column (`multiplicity.probes`: ``SELECT … FROM pub AS __veil_src GROUP BY pk``), while the
+  engine joins the *typed* column the catalog gives it (`rewrite._typed`: ``TRY_CAST("pk" AS BIGINT)``), and the
+  catalog's types still come from the *mirror* (`Env.catalog`: ``public_engine.table_columns``). A public table
+  edited in place by another tool — ``ALTER TABLE pub ALTER pk SET DATA TYPE DOUBLE`` (or VARCHAR) then an INSERT —
+  keeps Veil's version comment, so the mirror copy counts as current (BIGINT → catalog ``int``, a pin with the
+  private int ``t.x``); the probe groups 801 distinct doubles 4.601 … 5.4 (factor 1), and the engine's
+  ``TRY_CAST(pk AS BIGINT)`` rounds all of them to 5. Measured: ``SELECT COUNT(*) … JOIN pub ON pub.pk = t.x`` moves
+  12 → 812 with the target (x = 5), planned c = 1; with VARCHAR keys ``'05'``, ``'005'``, … 12 → 511. The very
+  threat of s23 A1b (a public table edited in place), through the column's type instead of its rows. Fix class:
+  probe (and take domains and text lengths from) the typed rows the engine joins — the same ``_typed`` subquery —
+  and take the catalog's types from the warehouse table the engine reads, not from the mirror.
 """
 
 from __future__ import annotations
@@ -31,8 +43,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.adversarial.test_redteam_s4 import TARGET_ROW
+from tests.adversarial.test_redteam_s4 import PUB, TARGET_ROW
 from tests.adversarial.test_redteam_s15 import Worlds, moves_beyond_sensitivity, raw_statistics
+from tests.adversarial.test_redteam_s23 import JOIN_COUNT, _assert_within, _counts, _exact_pair
 
 UNIT_TEXT_POLICY = """\
 [database]
@@ -98,6 +111,39 @@ def test_A1_a_newcomer_whose_unit_differs_only_in_case_does_not_displace_a_perso
             sensitivity = p.statistics[0].sensitivity if p is not None else Fraction(0)
     moved = abs(sums["case"] - sums["d"])
     assert moved <= sensitivity, f"a newcomer moved SUM(x) by {moved}, sensitivity {sensitivity}: {sums}"
+
+
+#: (the DDL another tool runs on the warehouse's public table, then the rows it adds): each keeps the version comment
+TYPE_EDITS = {
+    "double": (
+        "ALTER TABLE pub ALTER pk SET DATA TYPE DOUBLE",
+        "INSERT INTO pub SELECT 5 + (i - 400) / 1000.0, 'z' FROM range(801) AS r(i) WHERE i <> 400",
+    ),
+    "varchar": (
+        "ALTER TABLE pub ALTER pk SET DATA TYPE VARCHAR",
+        "INSERT INTO pub SELECT repeat('0', i::INTEGER) || '5', 'z' FROM range(1, 500) AS r(i)",
+    ),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("edit", sorted(TYPE_EDITS))
+def test_A2_a_public_key_retyped_in_place_is_measured_as_the_engine_joins_it(tmp_path: Path, edit: str) -> None:
+    """HIGH (guarantee). Another tool retypes ``pub.pk`` in the warehouse (BIGINT → DOUBLE or VARCHAR; the version
+    comment stays, so the mirror keeps BIGINT and the catalog says ``int``) and adds keys that are distinct as stored
+    but equal 5 once the engine reads them as ``TRY_CAST(pk AS BIGINT)``. The probe groups the stored values (c = 1).
+    Measured: the join count moves by 800 (DOUBLE) or 499 (VARCHAR) with the target (x = 5), sensitivity 1."""
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    paths = _exact_pair(tmp_path)
+    for path in paths.values():
+        policy = load_policy(path)
+        write_table(policy, "pub", PUB, replace=True, public=True)
+        for sql in TYPE_EDITS[edit]:
+            _alter(policy.database_path, sql)
+    counts, c = _counts(paths, JOIN_COUNT, Fraction(1))
+    _assert_within({"d": counts["d"], "x": counts["x5"]}, c, JOIN_COUNT)
 
 
 # ==================================================================================================
