@@ -15,9 +15,10 @@ held (they pass, and fail if the defence breaks).
   NOCASE`` (a table made or altered by another tool: ``ALTER TABLE t ALTER u SET DATA TYPE VARCHAR COLLATE NOCASE``
   keeps Veil's version comment) partitions ``'alice'`` and ``'ALICE'`` as one unit — checked in plain DuckDB 2.0:
   ``row_number() OVER (PARTITION BY CAST(u AS VARCHAR))`` numbers them 1, 2 while ``GROUP BY CAST(u AS VARCHAR)``
-  keeps them apart. A newcomer ``'ALICE'`` with 1,000 rows then displaces the person ``'alice'``'s row
-  (``max_rows_per_unit = 1``). Measured: SUM(x) 70 → 50 (moved 20, sensitivity 10), COUNT(*) 31 → 31 (moved 0 for
-  a new person). The same class as s23 A4 (an equality that merges two stored units), through a collation instead of
+  keeps them apart; NOACCENT (``'jose'``/``'josé'``) and NFC (composed/decomposed é) merge the same way. A
+  newcomer ``'ALICE'`` with 1,000 rows then displaces the person ``'alice'``'s row (``max_rows_per_unit = 1``).
+  Measured: SUM(x) 70 → 50 (moved 20, sensitivity 10), COUNT(*) 31 → 31 (moved 0 for a new person). The same
+  class as s23 A4 (an equality that merges two stored units), through a collation instead of
   signed zero. Fix class: partition by a collation-free spelling (``CAST(u AS VARCHAR) COLLATE binary``, or the
   bytes / a hash of the text), and test every stored type the unit can have, collated ones included.
 * A2 (HIGH, guarantee; every interface) the fix for s23 A1b (3c02bce) measures a pin's multiplicity on the
@@ -85,10 +86,20 @@ def _alter(database: Path, sql: str) -> None:
 # ==================================================================================================
 
 
+#: (the unit column's collation, the person's stored id, the newcomer's): two stored texts the collation equates
+COLLATED_UNITS = {
+    "nocase": ("NOCASE", "alice", "ALICE"),
+    "noaccent": ("NOACCENT", "jose", "jos\u00e9"),
+    "nfc": ("NFC", "jos\u00e9", "jose\u0301"),  # composed and decomposed é
+}
+
+
 @pytest.mark.slow
-def test_A1_a_newcomer_whose_unit_differs_only_in_case_does_not_displace_a_person(tmp_path: Path) -> None:
+@pytest.mark.parametrize("case", sorted(COLLATED_UNITS))
+def test_A1_a_newcomer_whose_unit_differs_only_in_case_does_not_displace_a_person(tmp_path: Path, case: str) -> None:
     """LOW–MEDIUM (guarantee). The unit column is stored ``VARCHAR COLLATE NOCASE``; person ``'alice'`` has one row
-    (x = 10). D′ adds the person ``'ALICE'`` with 1,000 distinct rows (x = −10). `bounding.build_tree` partitions by
+    (x = 10). D′ adds the person ``'ALICE'`` with 1,000 distinct rows (x = −10); the same with NOACCENT
+    (``'jose'``, ``'josé'``) and NFC (composed and decomposed ``é``). `bounding.build_tree` partitions by
     ``CAST(u AS VARCHAR)``, which keeps the NOCASE collation, so both people share one partition and
     ``max_rows_per_unit = 1`` keeps one row of the 1,001 (almost surely the newcomer's). Measured: SUM(x) 70 → 50
     (moved 20, sensitivity 10), COUNT(*) 31 → 31."""
@@ -96,15 +107,16 @@ def test_A1_a_newcomer_whose_unit_differs_only_in_case_does_not_displace_a_perso
     from veil.proxy._testing import exact_session, plan_of
     from veil.store.warehouse import write_table
 
-    rows = [(f"p{i}", i % 5, "b") for i in range(1, 31)] + [("alice", 10, "a")]
-    newcomer = [("ALICE", -10, f"r{j}") for j in range(1000)]
+    collation, person, other = COLLATED_UNITS[case]
+    rows = [(f"p{i}", i % 5, "b") for i in range(1, 31)] + [(person, 10, "a")]
+    newcomer = [(other, -10, f"r{j}") for j in range(1000)]
     sums, sensitivity = {}, Fraction(0)
     for name, data in (("d", rows), ("case", rows + newcomer)):
         (tmp_path / name).mkdir()
         (tmp_path / name / "policy.toml").write_text(UNIT_TEXT_POLICY, encoding="utf-8")
         policy = load_policy(tmp_path / name / "policy.toml")
         write_table(policy, "t", pd.DataFrame(data, columns=["u", "x", "s"]), replace=True)
-        _alter(policy.database_path, "ALTER TABLE t ALTER u SET DATA TYPE VARCHAR COLLATE NOCASE")
+        _alter(policy.database_path, f"ALTER TABLE t ALTER u SET DATA TYPE VARCHAR COLLATE {collation}")
         with exact_session(policy, "a") as s:
             sums[name] = int(s.execute("SELECT SUM(x) AS v FROM t", epsilon=Fraction(1)).rows[0][0])
             p = plan_of(s, "SELECT SUM(x) AS v FROM t", Fraction(1))
