@@ -33,6 +33,15 @@ held (they pass, and fail if the defence breaks).
   threat of s23 A1b (a public table edited in place), through the column's type instead of its rows. Fix class:
   probe (and take domains and text lengths from) the typed rows the engine joins — the same ``_typed`` subquery —
   and take the catalog's types from the warehouse table the engine reads, not from the mirror.
+* A3 (HIGH, guarantee; every interface) the bounded copy keeps a private text column's *collation*
+  (`bounding._typed`'s ``CAST(s AS VARCHAR)`` keeps it, as in A1), and the engine then compares ``t.s = pub.pn`` under
+  it, while the pin's probe groups the public column with plain (binary) equality. A private column stored as
+  ``VARCHAR COLLATE NOCASE`` (the curator's own DDL, or another tool's ``ALTER``) joined with a public table holding
+  the 1,024 case variants of ``abcdefghij``: `multiplicity` pins ``pub.pn`` (both category, bare base columns) at
+  factor 1, the engine joins the target's row with all 1,024. Measured: ``SELECT COUNT(*) FROM t JOIN pub ON pub.pn
+  = t.s`` moves 0 → 1,024 with the target (s = ``abcdefghij``), planned c = 1. Fix class: the bounded copy's text
+  columns without collation (``COLLATE binary`` / a cast that drops it, also for group keys and the unit), or a
+  pin only between columns whose stored collations are both binary; test collated columns on both sides.
 """
 
 from __future__ import annotations
@@ -158,6 +167,39 @@ def test_A2_a_public_key_retyped_in_place_is_measured_as_the_engine_joins_it(tmp
     _assert_within({"d": counts["d"], "x": counts["x5"]}, c, JOIN_COUNT)
 
 
+def _case_variants(word: str) -> list[str]:
+    return ["".join(ch.upper() if (m >> i) & 1 else ch for i, ch in enumerate(word)) for m in range(2 ** len(word))]
+
+
+@pytest.mark.slow
+def test_A3_a_collated_private_key_joins_no_more_public_rows_than_the_probe_measured(tmp_path: Path) -> None:
+    """HIGH (guarantee). ``t.s`` is stored ``VARCHAR COLLATE NOCASE``; ``pub.pn`` (plain VARCHAR) holds the 1,024 case
+    variants of ``abcdefghij``, each once. The probe groups ``pub.pn`` binary: factor 1. The bounded copy's
+    ``CAST(s AS VARCHAR)`` keeps NOCASE, so the engine joins the target's row with every variant. Measured: COUNT(*)
+    0 → 1,024 (D → D′, the target's s = ``abcdefghij``), planned c = 1."""
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session, plan_of
+    from veil.store.warehouse import write_table
+
+    word = "abcdefghij"
+    rows = [(f"p{i}", i % 5, f"s{i % 3}") for i in range(1, 31)]
+    sql = "SELECT COUNT(*) AS n FROM t JOIN pub ON pub.pn = t.s"
+    counts, c = {}, 0
+    for name, data in (("d", rows), ("x", [*rows, ("target", 1, word)])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "policy.toml").write_text(UNIT_TEXT_POLICY, encoding="utf-8")
+        policy = load_policy(tmp_path / name / "policy.toml")
+        write_table(policy, "pub", pd.DataFrame({"pn": _case_variants(word)}), replace=True, public=True)
+        write_table(policy, "t", pd.DataFrame(data, columns=["u", "x", "s"]), replace=True)
+        _alter(policy.database_path, "ALTER TABLE t ALTER s SET DATA TYPE VARCHAR COLLATE NOCASE")
+        with exact_session(policy, "a") as s:
+            counts[name] = int(s.execute(sql, epsilon=Fraction(1)).rows[0][0])
+            p = plan_of(s, sql, Fraction(1))
+            c = max(c, p.contribution if p is not None else 0)
+    moved = abs(counts["x"] - counts["d"])
+    assert moved <= c, f"one person moved the join count by {moved}, sensitivity {c}: {counts}"
+
+
 # ==================================================================================================
 # Part B — probes that held (these pass today; each fails if its defence breaks)
 # ==================================================================================================
@@ -175,7 +217,7 @@ def test_b1_a_nocase_public_key_is_measured_as_the_engine_joins_it(tmp_path: Pat
     from veil.store.warehouse import write_table
 
     word = "abcdefghij"
-    variants = ["".join(ch.upper() if (m >> i) & 1 else ch for i, ch in enumerate(word)) for m in range(1024)]
+    variants = _case_variants(word)
     rows = [(f"p{i}", i % 5, f"s{i % 3}") for i in range(1, 31)]
     sql = "SELECT COUNT(*) AS n FROM t JOIN pub ON pub.pn = t.s"
     counts, c = {}, 0
