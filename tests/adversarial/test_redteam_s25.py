@@ -42,6 +42,12 @@ held (they pass, and fail if the defence breaks).
   = t.s`` moves 0 → 1,024 with the target (s = ``abcdefghij``), planned c = 1. Fix class: the bounded copy's text
   columns without collation (``COLLATE binary`` / a cast that drops it, also for group keys and the unit), or a
   pin only between columns whose stored collations are both binary; test collated columns on both sides.
+* A4 (MEDIUM, guarantee; every interface) the same kept collation names the released groups: ``GROUP BY s`` over a
+  private category column (no declared values) stored ``VARCHAR COLLATE NOCASE`` groups ``'s1'`` and ``'S1'`` together
+  and releases whichever spelling the engine met first. With the target's row (s = ``'S1'``) stored first, the
+  group of 10 people released as ``'s1'`` on D is released as ``'S1'`` on D′ (and ``'s1'`` vanishes): measured
+  ``(('s0', 10), ('s1', 9), ('s2', 10))`` → ``(('S1', 10), ('s0', 10), ('s2', 10))``, a label no noise covers,
+  naming the target's own value. Fix class: as A3 (no collation in the bounded copy's text columns).
 """
 
 from __future__ import annotations
@@ -198,6 +204,31 @@ def test_A3_a_collated_private_key_joins_no_more_public_rows_than_the_probe_meas
             c = max(c, p.contribution if p is not None else 0)
     moved = abs(counts["x"] - counts["d"])
     assert moved <= c, f"one person moved the join count by {moved}, sensitivity {c}: {counts}"
+
+
+@pytest.mark.slow
+def test_A4_a_large_groups_label_never_becomes_one_persons_spelling(tmp_path: Path) -> None:
+    """MEDIUM (guarantee). ``t.s`` (category, no declared values) is stored ``VARCHAR COLLATE NOCASE``; D′ adds the
+    target (stored first) with s = ``'S1'``. Measured: the released groups go from ``s0, s1, s2`` (10, 9, 10 rows) to
+    ``S1, s0, s2``: a group of 10 people is released under the one person's spelling. A label released on D′ for a
+    group of more than one person must be one D releases too."""
+    from tests.adversarial.test_redteam_s4 import POLICY, _base_rows, _frame
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    sql = "SELECT s, COUNT(*) AS n FROM t GROUP BY s"
+    released = {}
+    for name, rows in (("d", _base_rows()), ("S1", [dict(TARGET_ROW, s="S1"), *_base_rows()])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "policy.toml").write_text(POLICY, encoding="utf-8")
+        policy = load_policy(tmp_path / name / "policy.toml")
+        write_table(policy, "t", _frame(rows), replace=True)
+        _alter(policy.database_path, "ALTER TABLE t ALTER s SET DATA TYPE VARCHAR COLLATE NOCASE")
+        with exact_session(policy, "a") as s:
+            released[name] = {str(r[0]): int(r[1]) for r in s.execute(sql, epsilon=Fraction(10)).rows}
+    new = {k: n for k, n in released["S1"].items() if k not in released["d"] and n > 1}
+    assert new == {}, f"groups of several people released under a new label on D′: {new} ({released})"
 
 
 # ==================================================================================================
