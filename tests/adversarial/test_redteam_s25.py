@@ -55,6 +55,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -337,3 +338,53 @@ def test_b3_doubling_chains_of_ctes_are_refused_fast(grid_worlds: Worlds, depth:
     with pytest.raises(VeilError):
         grid_worlds.sessions["d"].explain(sql, epsilon=Fraction(1))
     assert time.perf_counter() - start < 1.0
+
+
+# --- B4. Pins through USING, booleans, OR, LEFT JOIN and derived DISTINCT/GROUP BY bound the rows joined ------
+
+PIN_POLICY_EXTRA = 'pn = { type = "category" }\nx = { type = "int" }\nb = { type = "bool" }\n'
+PIN_PUB = pd.DataFrame({
+    "pk": pd.array([1, 2, 3] + [9] * 1000, dtype="Int64"), "pn": ["p", "q", "r"] + ["z"] * 1000,
+    "x": pd.array([1, 2, 3] + [5] * 1000, dtype="Int64"), "b": [False] * 3 + [True] * 1000,
+})  # fmt: skip
+HELD_PIN_SHAPES = [
+    "SELECT COUNT(*) AS n FROM t JOIN pub USING (x)",
+    "SELECT COUNT(*) AS n FROM t JOIN pub ON pub.b = t.b",
+    "SELECT COUNT(*) AS n FROM t JOIN pub ON pub.x = t.x AND pub.b = t.b",
+    "SELECT COUNT(*) AS n FROM t JOIN pub ON pub.b = (t.x = 5)",
+    "SELECT COUNT(*) AS n FROM t JOIN pub ON pub.x = t.x OR pub.pk = t.x",
+    "SELECT COUNT(*) AS n FROM t, pub WHERE pub.x = t.x AND pub.x = 5",
+    "SELECT COUNT(*) AS n FROM t JOIN (SELECT x FROM pub GROUP BY x) AS p ON p.x = t.x",
+    "SELECT COUNT(*) AS n FROM t JOIN (SELECT DISTINCT x, pn FROM pub) AS p ON p.x = t.x",
+    "SELECT COUNT(*) AS n FROM t LEFT JOIN pub ON pub.x = t.x",
+]
+
+
+@pytest.fixture(scope="module")
+def pin_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    from tests.adversarial.test_redteam_s4 import POLICY, _base_rows, _frame
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    base = tmp_path_factory.mktemp("s25-pins")
+    sessions = {}
+    for name, rows in (("d", _base_rows()), ("x5", [*_base_rows(), dict(TARGET_ROW, x=5, b=True)])):
+        folder = base / name
+        folder.mkdir()
+        (folder / "policy.toml").write_text(POLICY.replace('pn = { type = "category" }\n', PIN_POLICY_EXTRA), encoding="utf-8")
+        policy = load_policy(folder / "policy.toml")
+        write_table(policy, "pub", PIN_PUB, replace=True, public=True)
+        write_table(policy, "t", _frame(rows), replace=True)
+        sessions[name] = exact_session(policy, "a")
+    yield sessions
+    for s in sessions.values():
+        s.close()
+
+
+@pytest.mark.parametrize("sql", HELD_PIN_SHAPES)
+def test_b4_join_shapes_bound_the_rows_one_person_joins(pin_pair: dict[str, Any], sql: str) -> None:
+    from tests.adversarial.test_redteam_s23 import _count_and_c
+
+    (d, c_d), (x, c_x) = (_count_and_c(pin_pair[name], sql, Fraction(1)) for name in ("d", "x5"))
+    _assert_within({"d": d, "x": x}, max(c_d, c_x), sql)
