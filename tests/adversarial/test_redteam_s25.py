@@ -48,6 +48,11 @@ held (they pass, and fail if the defence breaks).
   group of 10 people released as ``'s1'`` on D is released as ``'S1'`` on D′ (and ``'s1'`` vanishes): measured
   ``(('s0', 10), ('s1', 9), ('s2', 10))`` → ``(('S1', 10), ('s0', 10), ('s2', 10))``, a label no noise covers,
   naming the target's own value. Fix class: as A3 (no collation in the bounded copy's text columns).
+* A5 (LOW, a legit query wrongly refused; every interface) `parse.check_tokens` counts the ``AND`` inside
+  ``x BETWEEN a AND b`` as a logical operator of the enclosing chain: ``WHERE x BETWEEN 0 AND 1 OR x BETWEEN 1 AND 2
+  OR …`` is refused (QueryTooComplex, "chains more than 256 operators") from 129 terms (a real chain of 128 ORs), while
+  250 ``x = i`` terms joined by OR pass. Fix class: a ``BETWEEN``'s ``AND`` closes its own operand (track it as
+  part of the BETWEEN, not as a chain link).
 """
 
 from __future__ import annotations
@@ -230,6 +235,19 @@ def test_A4_a_large_groups_label_never_becomes_one_persons_spelling(tmp_path: Pa
             released[name] = {str(r[0]): int(r[1]) for r in s.execute(sql, epsilon=Fraction(10)).rows}
     new = {k: n for k, n in released["S1"].items() if k not in released["d"] and n > 1}
     assert new == {}, f"groups of several people released under a new label on D′: {new} ({released})"
+
+
+def test_A5_ranges_joined_by_or_are_counted_by_their_real_chain() -> None:
+    """LOW (availability of legit queries). 200 ``x BETWEEN i AND i + 1`` terms joined by ``OR`` (a chain of 199
+    ORs, below the limit of 256, and 2,600 tokens, below `veil serve`'s 4,000) are refused as "more than 256
+    operators" — the BETWEENs' ANDs are counted as links of the OR chain — while 250 ``x = i`` terms pass."""
+    from veil.proxy.parse import Limits, parse
+
+    ranges = "SELECT COUNT(*) AS n FROM t WHERE " + " OR ".join(f"x BETWEEN {i} AND {i + 1}" for i in range(200))
+    equalities = "SELECT COUNT(*) AS n FROM t WHERE " + " OR ".join(f"x = {i}" for i in range(250))
+    serve = Limits(max_tokens=4000)
+    parse(equalities, limits=serve)
+    parse(ranges, limits=serve)
 
 
 # ==================================================================================================
