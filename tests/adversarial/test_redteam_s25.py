@@ -53,6 +53,18 @@ held (they pass, and fail if the defence breaks).
   OR …`` is refused (QueryTooComplex, "chains more than 256 operators") from 129 terms (a real chain of 128 ORs), while
   250 ``x = i`` terms joined by OR pass. Fix class: a ``BETWEEN``'s ``AND`` closes its own operand (track it as
   part of the BETWEEN, not as a chain link).
+* Held (Part B, and by hand): the pre-scaled grid column (``SUM(y)`` reads ``__veil_grid_*``) equals the computed
+  grid (``SUM((y))``) on worlds whose target holds NaN, ±inf, 1e300, -0.0, 5e-324 and values at or beyond the bounds,
+  also through a join, an alias named like the public table, a FILTER and AVG; CTEs and derived tables named like
+  the table never read it (the grid is computed there); USING on a shared real column is refused (COALESCE
+  unbounded), NATURAL/FULL/RIGHT joins and WITH RECURSIVE refused. Pins: USING, booleans, OR, a pin plus a WHERE,
+  LEFT JOIN, derived DISTINCT/GROUP BY and a public key stored NOCASE are measured as the engine joins them;
+  public columns written as DOUBLE or via CSV keep one type in both copies. Expressions doubling through 12–40
+  CTEs are refused in milliseconds. Within `veil serve`'s 4,000 tokens no shape found takes over ~1.5 s to explain
+  (STDDEV of ROUND(CASE) at 20 branches; GROUP BY/WHERE/JOIN ON/HAVING of 480-branch CASEs or 4×240 ORs ~1 s; the
+  API's 250,000 tokens still allow 12 s for 60×250 bracketed ORs, 135 KB, known from s23). Publications refuse a
+  table whose unit is not the row, so PATE's held-out count is exact. Not tested (time): Spark, cancel races on the
+  measure cursor, a public answer's unbounded size (documented in docs/server.md as "plus one answer").
 """
 
 from __future__ import annotations
