@@ -230,7 +230,7 @@ def veil_gan(train: pd.DataFrame, epochs: int, seed: int, **params: Any) -> tupl
         categories=ADULT_CATEGORIES,
         seed=seed,
     )
-    out = get_generator("gan")(epochs=epochs, **params).run(train, ctx)
+    out = get_generator("gan")(epochs=epochs, rows=len(train), **params).run(train, ctx)  # as many rows as SDV's
     return out.frame, COLUMNS
 
 
@@ -240,7 +240,7 @@ def veil_ml_copy(train: pd.DataFrame, seed: int) -> tuple[pd.DataFrame, list[str
     ctx = Context(
         columns=tuple(NUMERIC), target="income", bounds=BOUNDS, categories={"income": ADULT_CATEGORIES["income"]}, seed=seed
     )
-    out = get_generator("ml_copy")().run(train, ctx)
+    out = get_generator("ml_copy")(rows=len(train)).run(train, ctx)  # the training size is public here (Adult)
     return out.frame, [*NUMERIC, "income"]
 
 
@@ -252,7 +252,7 @@ def veil_imposter(train: pd.DataFrame, seed: int, epochs: int) -> tuple[pd.DataF
         implicit=IMPLICIT, sensitive="sex", label="income", epochs=epochs, seed=seed, domains=adult_domains(columns)
     ).fit(train)
     # as ``veil publish synth`` publishes: conditions uniform over the declared (sex, income) pairs
-    return model.publish(train, seed=seed + 1), columns
+    return model.publish(train, seed=seed + 1, rows=len(train)), columns
 
 
 def sdv(model: str, train: pd.DataFrame, seed: int, epochs: int) -> tuple[pd.DataFrame, list[str]] | None:

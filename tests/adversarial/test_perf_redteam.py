@@ -471,10 +471,10 @@ def test_rewrite_shares_no_subtree_and_leaves_the_plan_alone(tmp_path: Path, sql
         analysis_before = p.analysis.tree.sql(dialect="duckdb")
         stats_before = [(st_.arg and st_.arg.sql(), st_.filter and st_.filter.sql()) for st_ in p.statistics]
         keys_before = [k.expr.sql() for k in p.keys]
-        source = s._env.bounded_table(p.analysis.private_table or "")
+        source, grids = s._env.bounded_copy(p.analysis.private_table or "")
         public = public_types(s._env.catalog(), p.analysis.tables)
-        q1 = rewrite(p, source, public)
-        q2 = rewrite(p, source, public)
+        q1 = rewrite(p, source, public, grids)
+        q2 = rewrite(p, source, public, grids)
         render = s._env.engine.render
         texts1 = [render(q) for q in ([q1.main] if q1.main is not None else []) + [g for _i, g in q1.grids]]
         texts2 = [render(q) for q in ([q2.main] if q2.main is not None else []) + [g for _i, g in q2.grids]]

@@ -166,6 +166,9 @@ def _nested_chains(levels: int, links: int) -> str:
         ("SELECT COUNT(*) FROM t WHERE age = " + " + ".join(["1"] * 300), False),  # arithmetic runs count too
         ("SELECT COUNT(*) FROM t WHERE " + " AND ".join(f"age <> {i}" for i in range(200)), True),
         (_nested_chains(20, 20), False),  # every run short, the tree ~440 deep
+        # a BETWEEN's AND joins its bounds, no link of the chain (red team s25, A5)
+        ("SELECT COUNT(*) FROM t WHERE " + " OR ".join(f"age BETWEEN {i} AND {i + 1}" for i in range(200)), True),
+        ("SELECT COUNT(*) FROM t WHERE " + " AND ".join(f"age NOT BETWEEN {i} AND {i + 1}" for i in range(200)), True),
         (_nested_chains(3, 60), True),
     ],
 )

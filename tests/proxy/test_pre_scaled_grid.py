@@ -109,7 +109,7 @@ def _grid_copy_checks(session: Any) -> None:
     assert read >= 1  # a bare real column is read from its grid copy
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(bounds=BOUNDS, user_level=st.booleans())
 @example(bounds=("0.1", "0.3"), user_level=False)  # no bound a double: the integer clamp stays around the column
 @example(bounds=("1e-300", "3e-300"), user_level=True)  # a grid finer than any double's spacing near 0

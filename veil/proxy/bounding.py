@@ -58,7 +58,7 @@ __all__ = [
 T = TypeVar("T")
 
 #: Changes whenever the copy's construction changes, so old copies are never reused.
-ALGORITHM = "veil-bounded-copy/6"
+ALGORITHM = "veil-bounded-copy/7"
 
 
 def _q(name: str) -> str:
@@ -117,7 +117,9 @@ def _typed(col: ColumnSpec) -> str:
     if col.type == "float":
         v = f"(CASE WHEN isnan({v}) THEN NULL ELSE {v} END)"
     if col.type == "category":
-        v = f"left({v}, {int(col.text_cap)})"
+        # decode(encode(…)): the text without the column's collation (a NOCASE column compared 'alice' and 'ALICE'
+        # as one value in every query, and in the partition of units: red team s25, A1/A3/A4)
+        v = f"left(decode(encode({v})), {int(col.text_cap)})"
     if col.type in ("int", "float") and col.bounded:
         lo, hi = (f"CAST({_lit(b)} AS {SQL_TYPES[col.type]})" for b in (col.lower, col.upper))
         v = f"(CASE WHEN {v} < {lo} THEN {lo} WHEN {v} > {hi} THEN {hi} ELSE {v} END)"
@@ -148,7 +150,9 @@ def _grid_columns(spec: TableSpec) -> Mapping[str, GridColumn]:
 
 
 def grid_value_sql(column_sql: str, k: int) -> str:
-    """One row's value on the grid of ``2**-k`` as a BIGINT: the text both the copy and the rewrite compute."""
+    """One row's value on the grid of ``2**-k`` as a BIGINT, as the copy stores it. The rewrite builds the same
+    expression as a tree (``rewrite._fixed``, no text parsed per query); ``tests/proxy/test_pre_scaled_grid.py``
+    checks the two agree row by row."""
     return f"CAST(FLOOR(CAST(({column_sql}) AS DOUBLE) * CAST({math.ldexp(1.0, k)!r} AS DOUBLE)) AS BIGINT)"
 
 
@@ -185,13 +189,14 @@ def build_tree(spec: TableSpec, salt: str) -> exp.Select:
         # rows are bounded per *stored* unit value, never per its typed or clamped copy: a bound or a cast
         # would merge different people into one unit (ids 10, 11, … clamped to 10; '10' and '010' read as one
         # number), and a newcomer would then displace other people's rows instead of adding its own. The
-        # partition is the stored value's text, which tells apart what the engine's equality merges (stored
-        # DOUBLE ids 0.0 and -0.0: red team s23, A4)
+        # partition is the stored value's text without any collation, which tells apart what the engine's
+        # equality merges (stored DOUBLE ids 0.0 and -0.0: red team s23, A4; ids 'alice' and 'ALICE' in a NOCASE
+        # column: s25, A1)
         unit = _q(spec.privacy_unit)
         key = f"sha256('{salt}' || '|' || {_row_text(list(spec.columns))})"
         cols = ", ".join(_q(c) for c in spec.columns)
         sql = (
-            f"SELECT {cols} FROM (SELECT {cols}, row_number() OVER (PARTITION BY CAST(__veil_unit AS VARCHAR) "
+            f"SELECT {cols} FROM (SELECT {cols}, row_number() OVER (PARTITION BY decode(encode(CAST(__veil_unit AS VARCHAR))) "
             f"ORDER BY {key}) AS __veil_rn "
             f"FROM (SELECT {typed}, {unit} AS __veil_unit FROM {_q(spec.name)}) AS __veil_typed "
             "WHERE __veil_unit IS NOT NULL AND NOT coalesce(isnan(TRY_CAST(__veil_unit AS DOUBLE)), false)) AS __veil_ranked "

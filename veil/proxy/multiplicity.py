@@ -26,9 +26,9 @@ the session (a derived source is rendered with the CTE definitions it needs). A 
 >>> q = "SELECT COUNT(*) FROM p, (SELECT rid FROM r) r1 JOIN r r2 ON r2.rid = p.id"
 >>> for pr in probes(validate(resolve(parse(q), cat), cat), cat):
 ...     print(pr.source, "|", pr.sql)
-r1 | SELECT COUNT(*) FROM (SELECT r.rid AS rid FROM r AS r) AS __veil_src
-r2 | SELECT COALESCE(MAX(__veil_n), 0) FROM (SELECT COUNT(*) AS __veil_n FROM r AS __veil_src \
-WHERE NOT __veil_src.rid IS NULL GROUP BY __veil_src.rid) AS __veil_groups
+r1 | SELECT COUNT(*) FROM (SELECT r.rid AS rid FROM (SELECT TRY_CAST("rid" AS BIGINT) AS "rid" FROM r) AS r) AS __veil_src
+r2 | SELECT COALESCE(MAX(__veil_n), 0) FROM (SELECT COUNT(*) AS __veil_n FROM (SELECT TRY_CAST("rid" AS BIGINT) AS "rid" \
+FROM r) AS __veil_src WHERE NOT __veil_src.rid IS NULL GROUP BY __veil_src.rid) AS __veil_groups
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ from sqlglot.optimizer.scope import Scope, build_scope
 from veil.engines.neutral import duckdb_text, neutralise
 from veil.errors import InternalError, Unbounded, Unsupported
 from veil.proxy.bounds import resolve_column
-from veil.proxy.catalog import Catalog
+from veil.proxy.catalog import Catalog, public_types
+from veil.proxy.public_reads import read_public_typed
 from veil.proxy.resolve import CTE_PREFIX
 from veil.proxy.totality import make_total
 from veil.proxy.validate import Analysis
@@ -323,6 +324,7 @@ def probes(analysis: Analysis, catalog: Catalog) -> list[Probe]:
     if root is None:
         raise InternalError("a validated query has no scope")
     ctes = _cte_definitions(analysis.tree)
+    public = public_types(catalog, analysis.tables)
     out: list[Probe] = []
     for scope, private_alias in private_path(root, catalog):
         for alias, (node, source) in scope.selected_sources.items():
@@ -343,8 +345,10 @@ def probes(analysis: Analysis, catalog: Catalog) -> list[Probe]:
                 probe = exp.select("COALESCE(MAX(__veil_n), 0)").from_(inner.subquery("__veil_groups"))
             else:
                 probe = exp.select(exp.Count(this=exp.Star())).from_(src)
-            # the public source as the engine computes it inside the generated query: total and neutral
-            # (DOUBLE literals, TRY, explicit casts), so a pin matches the rows the engine will join
+            # the public source as the engine computes it inside the generated query: each public table read as
+            # its catalog types (public_reads), total and neutral (DOUBLE literals, TRY, explicit casts), so a pin
+            # matches the rows the engine will join
+            read_public_typed(probe, public)
             sql = duckdb_text(neutralise(make_total(probe, copy=False)))
             out.append(Probe(alias, sql))
     return out

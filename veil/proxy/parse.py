@@ -119,18 +119,26 @@ def check_tokens(tokens: Sequence[Token], limits: Limits, *, hint: str = "") -> 
         )
     depth = deepest = 0
     chains = [[0, 0, 0]]  # per open bracket: logical, comparison, arithmetic operators in a row
+    between = [0]  # per open bracket: BETWEENs whose AND is still to come (it joins their bounds, not conditions)
     for tok in tokens:
         kind = tok.token_type
         if kind in _OPEN:
             depth += 1
             deepest = max(deepest, depth)
             chains.append([0, 0, 0])
+            between.append(0)
         elif kind in _CLOSE:
             depth -= 1
             if len(chains) > 1:
                 chains.pop()
+                between.pop()
         elif kind in _EXPRESSION_ENDS:
             chains[-1] = [0, 0, 0]
+            between[-1] = 0
+        elif kind == TokenType.BETWEEN:
+            between[-1] += 1
+        elif kind == TokenType.AND and between[-1]:
+            between[-1] -= 1  # x BETWEEN a AND b: no link of the chain it stands in (red team s25, A5)
         else:
             run = chains[-1]
             if kind in _LOGICAL:

@@ -42,7 +42,7 @@ from veil.engines.neutral import CANNOT_RAISE, duckdb_text, is_integral, neutral
 from veil.errors import InternalError, QueryRejected, QueryTooComplex, Unbounded, Unsupported
 from veil.proxy import fixed_point
 from veil.proxy.bounds import IntegralRange, Interval, expression_interval, in_doubles, resolve_column
-from veil.proxy.catalog import Catalog
+from veil.proxy.catalog import SQL_TYPES, Catalog
 from veil.proxy.totality import make_total
 from veil.proxy.validate import Analysis, aggregate_name
 
@@ -400,7 +400,9 @@ def _domain_sql(key: exp.Expression, scope: Scope, catalog: Catalog) -> str | No
                 t = catalog.tables[str(table)]
                 alias = f"d_{table}_{col.name}"
                 if t.public:
-                    sources[alias] = f'(SELECT DISTINCT "{col.name}" AS v FROM "{table}") AS {alias}'
+                    # read as the catalog types it, like the generated query and its probes (veil.proxy.public_reads)
+                    sql_type = SQL_TYPES[t.columns[col.name]]
+                    sources[alias] = f'(SELECT DISTINCT TRY_CAST("{col.name}" AS {sql_type}) AS v FROM "{table}") AS {alias}'
                 else:
                     cs = t.spec.columns.get(col.name) if t.spec else None
                     if cs is None or cs.values is None:

@@ -37,6 +37,7 @@ from veil.errors import InternalError, QueryTooComplex
 from veil.proxy import fixed_point
 from veil.proxy.bounding import GridColumn
 from veil.proxy.plan import QueryPlan, Statistic
+from veil.proxy.public_reads import typed_read
 from veil.proxy.totality import BUILT_TOTAL, CANNOT_RAISE, make_total
 
 E = TypeVar("E", bound=exp.Expression)
@@ -89,11 +90,6 @@ def _built_total(node: E) -> E:
     """``node``, built total by Veil from operands already total: :func:`make_total` leaves it as it is."""
     node.meta[BUILT_TOTAL] = True
     return node
-
-
-def _public_cast(column: str, sql_type: str) -> exp.TryCast:
-    """A public column read as its catalog type (public data only decides whether it fails: not priced)."""
-    return _cannot_raise(exp.TryCast(this=exp.column(exp.to_identifier(column, quoted=True)), to=exp.DataType.build(sql_type)))
 
 
 def _below(v: Fraction) -> float:
@@ -333,22 +329,6 @@ def _quantities(stat: Statistic, grids: Mapping[str, GridColumn]) -> list[exp.Ex
     raise InternalError(f"no raw quantity for statistic kind {stat.kind!r}")
 
 
-def _typed(t: exp.Table, columns: Mapping[str, str]) -> exp.Subquery:
-    """A public table read as the catalog types it: ``(SELECT TRY_CAST(c AS type) AS c, … FROM t) AS alias``.
-
-    The analysis typed each public column from the public mirror; the engine reads the stored table,
-    whose type may differ (a DECIMAL(38, 37), a HUGEINT, a TIMESTAMP read as text) and would make it
-    cast a private column to that type row by row — a cast that fails on some values only. A cast to
-    the type a column already has costs nothing."""
-    select = exp.select(
-        *(
-            exp.alias_(_public_cast(c, sql_type), exp.to_identifier(c, quoted=True), copy=False)
-            for c, sql_type in columns.items()
-        )
-    ).from_(exp.Table(this=exp.to_identifier(t.name)))  # fmt: skip
-    return exp.Subquery(this=select, alias=exp.TableAlias(this=exp.to_identifier(t.alias_or_name)))
-
-
 def _template(p: QueryPlan, source: str, public: Mapping[str, Mapping[str, str]]) -> exp.Select:
     """The query's FROM/WHERE/GROUP BY over the bounded copy (and public tables read as their catalog
     types, see :func:`_typed`), total, with no select list yet."""
@@ -362,7 +342,7 @@ def _template(p: QueryPlan, source: str, public: Mapping[str, Mapping[str, str]]
             t.set("this", exp.to_identifier(source))
             replaced += 1
         elif t.name in public:
-            t.replace(_typed(t, public[t.name]))
+            t.replace(typed_read(t, public[t.name]))
     if replaced != 1:
         raise InternalError(f"the private table is referenced {replaced} times in a validated query")
     tree.set("expressions", [exp.Null()])

@@ -313,6 +313,8 @@ class Env:
         (:func:`veil.store.warehouse.copy_to_public`); both are read off the catalogs, no row is read. A
         *published* table never comes here: only the publish transaction (and its recovery) puts one in the
         mirror, so a half-done publication can never expose the table its output name still holds."""
+        if not tables:
+            return False  # no public table named: the public engine is not even opened
         public, engine = self.public_engine, self.engine
         if not (isinstance(public, DuckDBEngine) and isinstance(engine, DuckDBEngine)):
             return False  # Spark: public tables are read from the same database the queries run on

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import secrets
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
@@ -502,11 +503,19 @@ def public_reader_cursor(policy: Policy) -> tuple[duckdb.DuckDBPyConnection, int
 
 
 def ensure_public(policy: Policy) -> None:
-    """Create the (empty) public mirror if the warehouse has none yet."""
+    """Create the (empty) public mirror if the warehouse has none yet. Processes starting at once may race to create
+    it: one that finds the file locked by another's creation waits until the file exists."""
     path = public_path(policy)
+    for _ in range(200):
+        if path.exists():
+            return
+        try:
+            with writer(path):
+                return
+        except PolicyError:
+            time.sleep(0.05)  # another process is creating it (DuckDB holds the file's lock meanwhile)
     if not path.exists():
-        with writer(path):
-            pass
+        raise PolicyError(f"cannot create the public mirror {str(path)!r}", hint="Another process holds it; retry")
 
 
 def public_reader_generation(policy: Policy) -> int:

@@ -1,0 +1,42 @@
+"""Public tables as Veil's generated SQL reads them: each column cast to the type the catalog gave it.
+
+The analysis typed each public column from the public mirror; the engine reads the stored table, whose type may
+differ (a DECIMAL(38, 37), a HUGEINT, a TIMESTAMP read as text, a column retyped in place by another tool) and would
+make it cast a private column to that type row by row — a cast that fails on some values only — or compare keys in
+another type. Every statement Veil runs over a public table, the generated query and the join-multiplicity probes
+alike, reads it through :func:`typed_read`, so the rows the probes measure are the rows the query joins (red team
+s25, A2: a key retyped to DOUBLE in place was probed as 801 distinct values and joined as one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sqlglot import exp
+
+from veil.engines.neutral import CANNOT_RAISE
+
+__all__ = ["read_public_typed", "typed_read"]
+
+
+def _public_cast(column: str, sql_type: str) -> exp.TryCast:
+    """A public column read as its catalog type (public data only decides whether it fails: not priced)."""
+    cast = exp.TryCast(this=exp.column(exp.to_identifier(column, quoted=True)), to=exp.DataType.build(sql_type))
+    cast.meta[CANNOT_RAISE] = True
+    return cast
+
+
+def typed_read(t: exp.Table, columns: Mapping[str, str]) -> exp.Subquery:
+    """``t`` read as the catalog types: ``(SELECT TRY_CAST(c AS type) AS c, … FROM t) AS alias``."""
+    select = exp.select(
+        *(exp.alias_(_public_cast(c, sql_type), exp.to_identifier(c, quoted=True), copy=False) for c, sql_type in columns.items())
+    ).from_(exp.Table(this=exp.to_identifier(t.name)))
+    return exp.Subquery(this=select, alias=exp.TableAlias(this=exp.to_identifier(t.alias_or_name)))
+
+
+def read_public_typed(tree: exp.Expression, public: Mapping[str, Mapping[str, str]]) -> None:
+    """Replace, in place, every reference to a public table of ``public`` (table → column → SQL type) in ``tree``
+    by its :func:`typed_read`."""
+    for t in list(tree.find_all(exp.Table)):
+        if t.name in public and not t.args.get("db"):
+            t.replace(typed_read(t, public[t.name]))
