@@ -1,0 +1,96 @@
+"""Red team, session 26: the query path after the eighth round's fixes (main at 658a445, 2026-11-26) — the bounded
+copy's pre-scaled grid columns and collation-free text, public tables measured through catalog-typed reads, pins
+between bare base columns of one catalog type, parse and argument-copy limits, and the generic classes (outcomes,
+charges and sensitivities that depend on one person's data).
+
+Same harness as sessions 4–25 (:mod:`tests.adversarial.test_redteam_s15`, :mod:`tests.adversarial.test_redteam_s23`):
+D and D′ differ in one person; with noise off (``veil.proxy._testing.exact_session``) every released statistic must
+move by at most its planned sensitivity, and both worlds must end the same way.
+
+Part A holds attacks that succeed on main at 658a445 (each test FAILS there; marked ``xfail(strict=True)`` so the
+suite stays green until the lead fixes it). Part B holds probes of defences that held (they pass, and fail if the
+defence breaks).
+
+Findings (details in each test's docstring):
+
+* A1 (MEDIUM, availability; every interface) a private query with many pinned equi-joins of a public table is
+  cheap to write (200 × ``JOIN pub pI ON pI.pk = t.x``, 2,200 tokens, within `veil serve`'s 4,000) and costs the
+  engine seconds to minutes of planning once charged: measured (shared 2-core host, noisy) 50 joins 0.4 s,
+  100 joins 1.0 s, 150 joins 3.9 s, 200 joins 17 s, 250 joins 44 s of `execute` at the minimum ε, while
+  `explain` (free) takes 0.8 s. DuckDB's own binder/optimizer is superlinear in the number of equi-joined
+  relations (plain DuckDB: 200 joins, ``EXPLAIN`` alone 16 s; 10 s with the join-order optimizer off). A charged
+  private query is never cut by the statement timeout (docs/server.md), so eight such queries hold every
+  worker of a server for minutes each for 0.008 ε. Nothing bounds the number of FROM sources (parse limits count
+  tokens, brackets and operator chains; the plan prices argument copies and per-person evaluations, not joins).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tests.adversarial.test_redteam_s4 import PUB, TARGET_ROW
+from tests.adversarial.test_redteam_s15 import Worlds, moves_beyond_sensitivity, raw_statistics
+from veil.errors import VeilError
+
+
+@pytest.fixture(scope="module")
+def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
+    w = Worlds(
+        tmp_path_factory.mktemp("s26"),
+        {
+            "d": None,
+            "x10": dict(TARGET_ROW, x=10, y=-1.5),
+            "x3": dict(TARGET_ROW, x=3, y=1.5),
+            "nulls": dict(TARGET_ROW, x=None, y=float("nan"), s=None, k=None, b=None),
+            "wide": dict(TARGET_ROW, x=10**12, y=1e300, s="z" * 5000, k="zz"),
+            "mzero": dict(TARGET_ROW, y=-0.0, s="S1 ", d="9999-12-31"),
+        },
+    )
+    yield w
+    w.close()
+
+
+def _fresh(worlds: Worlds) -> Fraction:
+    worlds.asked += 1
+    return Fraction(5) + Fraction(worlds.asked, 10**6)
+
+
+# ==================================================================================================
+# Part A — attacks that succeed today
+# ==================================================================================================
+
+# --- A1. Many pinned equi-joins: a short query, minutes of charged engine time -----------------------------
+
+MANY_JOINS = 200
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s26 A1: the number of joined sources is unbounded; DuckDB plans them superlinearly")
+def test_A1_many_pinned_joins_are_refused_free_or_answered_fast(worlds: Worlds) -> None:
+    """MEDIUM (availability). ``SELECT COUNT(*) FROM t JOIN pub p0 ON p0.pk = t.x JOIN pub p1 ON p1.pk = t.x …``
+    with 200 joins: every join is pinned (factor 1), the query is 2,200 tokens (within `veil serve`'s 4,000), and
+    `explain` accepts it in under a second. Executing it — charged, never cut by a statement timeout — took 17 s on
+    the shared 2-core host (250 joins: 44 s). A fix refuses it free (a cap on the sources joined, priced before the
+    reservation), or makes it cheap."""
+    from veil.proxy.parse import Limits, parse
+
+    s = worlds.sessions["d"]
+    sql = "SELECT COUNT(*) AS n FROM t " + " ".join(f"JOIN pub p{i} ON p{i}.pk = t.x" for i in range(MANY_JOINS))
+    parse(sql, limits=Limits(max_tokens=4000))  # within `veil serve`'s token limit
+    before = s.budget().spent
+    try:
+        s.explain(sql, epsilon=Fraction(1, 1000))
+    except VeilError:
+        assert s.budget().spent == before  # refused before anything is charged: a fine fix
+        return
+    start = time.perf_counter()
+    s.execute(sql, epsilon=Fraction(1, 1000))
+    elapsed = time.perf_counter() - start
+    assert elapsed < 5.0, f"a {len(sql):,}-byte query held the engine {elapsed:.1f} s after its charge"
