@@ -158,3 +158,22 @@ def test_A2_a_free_explain_of_a_short_query_takes_little_time(tmp_path: Path, pl
     if "QueryTooComplex" in stderr or "54001" in stderr:
         return  # refused, free: a fine fix
     assert seconds < 6.0, f"`veil explain` of a {len(sql):,}-byte query took {seconds:.1f} s ({stderr[-200:]})"
+
+
+# --- A3. Two aliases of one public table share one domain variable ---------------------------------------
+
+
+@pytest.mark.xfail(strict=True, reason="s26 A3: _domain_sql names a key's domain source by table, not by FROM alias")
+def test_A3_a_public_key_over_two_aliases_of_one_table_has_their_cross_product_as_domain(worlds: Worlds) -> None:
+    """LOW (wrong answers, no leak). ``SELECT p1.pk - p2.pk AS g, COUNT(*) FROM t CROSS JOIN pub p1 CROSS JOIN pub p2
+    GROUP BY 1`` (pub.pk = 1, 2, 3): the key is public, so its domain is read from the public table — but
+    `plan._domain_sql` names each column's source ``d_<table>_<column>``, so ``p1.pk`` and ``p2.pk`` become one
+    variable and the domain is the diagonal {0}: the answer is ``((0, 87),)`` where the groups are −2…2 with 29, 58,
+    87, 58, 29 rows (noise off). ``p1.pk * 10 + p2.pk`` releases 11, 22, 33 of its nine groups. Rows whose key is
+    outside the domain are dropped silently, so the released set stays public (no leak), but the answer is wrong
+    and says nothing about it."""
+    out = worlds.sessions["d"].execute(
+        "SELECT p1.pk - p2.pk AS g, COUNT(*) AS n FROM t CROSS JOIN pub p1 CROSS JOIN pub p2 GROUP BY 1",
+        epsilon=_fresh(worlds),
+    )
+    assert sorted(r[0] for r in out.rows) == [-2, -1, 0, 1, 2], out.rows
