@@ -177,3 +177,42 @@ def test_A3_a_public_key_over_two_aliases_of_one_table_has_their_cross_product_a
         epsilon=_fresh(worlds),
     )
     assert sorted(r[0] for r in out.rows) == [-2, -1, 0, 1, 2], out.rows
+
+
+# --- A4. A public key's domain is the cross product of its columns' values, fetched whole -----------------
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s26 A4: public domains fetch the cross product of every column's values in full")
+def test_A4_a_public_key_domain_is_bounded_before_it_is_fetched(tmp_path: Path) -> None:
+    """MEDIUM (availability, free; every interface). ``GROUP BY pub.pn || CAST(pub.pk AS VARCHAR)`` over a public
+    table of N rows is a public key: `plan._domain_sql` reads each column's DISTINCT values as its own source and
+    takes their CROSS JOIN (N² rows, though the engine's keys are N), and `Env.public_domain` fetches them all
+    (``fetchall``) before it compares the product with MAX_PUBLIC_GROUPS (100,000). All of it runs in the prepare
+    pass, before the reservation: free, also for an analyst whose budget is spent. Measured (shared host): N = 2,000
+    → 5.2 s and 0.8 GB before the free refusal; N = 3,000 → 13.9 s and 1.8 GB; N = 6,000 → MemoryError (an
+    untyped crash) under an 8 GB address-space limit. A fix bounds the domain before fetching it (``LIMIT
+    100001``; one source per table alias, not per column)."""
+    from tests.adversarial.test_redteam_s4 import POLICY, _base_rows, _frame
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    n = 2000
+    (tmp_path / "policy.toml").write_text(POLICY, encoding="utf-8")
+    policy = load_policy(tmp_path / "policy.toml")
+    wide = pd.DataFrame({"pk": pd.array(range(n), dtype="Int64"), "pn": [f"p{i}" for i in range(n)]})
+    write_table(policy, "pub", wide, replace=True, public=True)
+    write_table(policy, "t", _frame(_base_rows()), replace=True)
+    sql = "SELECT pub.pn || CAST(pub.pk AS VARCHAR) AS g, COUNT(*) AS n FROM t JOIN pub ON pub.pk = t.x GROUP BY 1"
+    with exact_session(policy, "a") as s:
+        s.explain("SELECT COUNT(*) AS n FROM t")  # the session's catalog and mirror, outside the timing
+        before = s.budget().spent
+        start = time.perf_counter()
+        try:
+            s.execute(sql, epsilon=Fraction(1))
+        except VeilError:
+            pass
+        elapsed = time.perf_counter() - start
+        assert s.budget().spent == before or elapsed < 2.0
+    assert elapsed < 2.0, f"a public key over a {n:,}-row public table took {elapsed:.1f} s before its (free) refusal"
