@@ -34,8 +34,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tests.adversarial.test_redteam_s4 import PUB, TARGET_ROW
-from tests.adversarial.test_redteam_s15 import Worlds
+from tests.adversarial.test_redteam_s4 import TARGET_ROW
+from tests.adversarial.test_redteam_s15 import Worlds, moves_beyond_sensitivity
 from veil.errors import VeilError
 
 
@@ -104,7 +104,7 @@ def test_A1_many_pinned_joins_are_refused_free_or_answered_fast(worlds: Worlds) 
 
 def _one_world(base: Path) -> Path:
     """D alone, in its own folder, with no session of this process holding it (a subprocess reads it)."""
-    from tests.adversarial.test_redteam_s4 import POLICY, _base_rows, _frame
+    from tests.adversarial.test_redteam_s4 import POLICY, PUB, _base_rows, _frame
     from veil.policy import load_policy
     from veil.store.warehouse import write_table
 
@@ -267,3 +267,142 @@ def test_A5_one_cheap_query_does_not_grow_the_ledger_by_megabytes(tmp_path: Path
         finally:
             grown = _ledger_bytes(policy) - before
     assert grown < 5 << 20, f"one {len(sql)}-byte query at ε = 0.001 grew the ledger by {grown / 2**20:.0f} MiB"
+
+
+# ==================================================================================================
+# Part B — probes that held (these pass today; each fails if its defence breaks)
+# ==================================================================================================
+
+
+def _ending(worlds: Worlds, sql: str) -> dict[str, str]:
+    """How each world ends ``sql`` (exact session, one fresh ε): ``ok`` with the row count, or the error's class and
+    SQLSTATE."""
+    out = {}
+    eps = _fresh(worlds)
+    for name, s in worlds.sessions.items():
+        try:
+            out[name] = f"ok/{len(s.execute(sql, epsilon=eps).rows)}"
+        except VeilError as exc:
+            out[name] = f"{type(exc).__name__}/{exc.sqlstate}"
+    return out
+
+
+# --- B1. CTE and derived-table column lists that rename or swap columns -------------------------------------
+
+RENAMED_COLUMNS = [
+    # the column list renames: c.y is t.u (0…100), c.u is t.y (±5); the bare-column path must follow the list
+    "WITH c(y, u) AS (SELECT u, y FROM t) SELECT SUM(y) AS v FROM c",
+    "SELECT SUM(d.y) AS v FROM (SELECT u, y FROM t) AS d(y, u)",
+    "SELECT AVG(d.y) AS v FROM (SELECT u, y FROM t) AS d(y, u)",
+    "SELECT SUM(d.u) AS v FROM (SELECT u, y FROM t) AS d(y, u)",
+    "WITH c(y) AS (SELECT x FROM t) SELECT SUM(y) AS v, AVG(y) AS a FROM c",
+    "SELECT d.k, SUM(d.y) AS v FROM (SELECT s, k, x FROM t) AS d(k, s, y) GROUP BY d.k",
+]
+
+
+@pytest.mark.slow
+def test_b1_renamed_columns_move_within_their_sensitivity(worlds: Worlds) -> None:
+    """The plan reads a column list (``WITH c(y, u) AS (SELECT u, y …)``) as the engine does: the statistic's
+    bounds, its bare-column status (unclamped, and the pre-scaled grid column) follow the renamed column."""
+    bad = []
+    for sql in RENAMED_COLUMNS:
+        bad += moves_beyond_sensitivity(worlds.sessions, sql, _fresh(worlds), 1e-9)
+    assert bad == []
+
+
+# --- B2. Derived tables that reach into the private row (DuckDB's implicit LATERAL) are refused alike -------
+
+CORRELATED = [
+    "SELECT COUNT(*) AS n FROM t, (SELECT pk FROM pub WHERE pub.pk = t.x) AS p",
+    "SELECT SUM(p.z) AS n FROM t CROSS JOIN (SELECT t.u AS z) AS p",
+    "SELECT p.z, COUNT(*) AS n FROM t CROSS JOIN (SELECT t.s AS z) AS p GROUP BY p.z",
+    "WITH w AS (SELECT t.x AS z) SELECT COUNT(*) AS n FROM t, w",
+    "SELECT COUNT(*) AS n FROM t CROSS JOIN LATERAL (SELECT pk FROM pub WHERE pk = t.x) AS p",
+]
+
+
+@pytest.mark.parametrize("sql", CORRELATED)
+def test_b2_correlated_derived_tables_are_refused_on_every_world(worlds: Worlds, sql: str) -> None:
+    ends = _ending(worlds, sql)
+    assert len(set(ends.values())) == 1 and not ends["d"].startswith("ok"), ends
+
+
+# --- B3. Partial functions with data-dependent arguments end the same on every world ------------------------
+
+PARTIAL = [
+    "SELECT COUNT(*) AS v FROM t WHERE CAST(x AS DECIMAL(38, 36)) * 10 > 50",
+    "SELECT SUM(CAST(x AS DECIMAL(38, 36)) * 10) AS v FROM t",
+    "SELECT COUNT(*) AS v FROM t WHERE CAST(x AS SMALLINT) * CAST(x AS SMALLINT) * 400 > 0",
+    "SELECT COUNT(*) AS v FROM t WHERE x * 922337203685477580 > 0",
+    "SELECT COUNT(*) AS v FROM t WHERE EXTRACT(YEAR FROM d + INTERVAL '1' YEAR * x * 1000000) > 0",
+    "SELECT COUNT(*) AS v FROM t WHERE DATE_TRUNC('year', d) + INTERVAL '290000' YEAR > TIMESTAMP '2000-01-01'",
+    "SELECT COUNT(*) AS v FROM t WHERE SUBSTRING(s, x * 922337203685477580, 2) = 's'",
+    "SELECT COUNT(*) AS v FROM t WHERE RIGHT(s, -x) = 's'",
+    "SELECT COUNT(*) AS v FROM t WHERE (x - 9223372036854775807 - 1) % -1 = 0",
+    "SELECT COUNT(*) AS v FROM t WHERE 10.0 ^ (x * 40) > 0",
+    "SELECT COUNT(*) AS v FROM t WHERE LOG(x - 10) > 0",
+    "SELECT COUNT(*) AS v FROM t WHERE CAST(CAST(x AS VARCHAR) || '0000000000000000000' AS BIGINT) > 0",
+    "SELECT COUNT(*) AS v FROM t WHERE CAST(y * 1e300 * 1e10 AS INTEGER) > 0",
+    "SELECT COUNT(*) AS v FROM t WHERE CAST(EXTRACT(EPOCH FROM d) * x AS BIGINT) > 0",
+    "SELECT COUNT(*) AS v FROM t WHERE CAST(s AS DATE) > DATE '2000-01-01'",
+    "SELECT COUNT(*) AS v FROM t WHERE CAST(CAST(x AS VARCHAR) AS BOOLEAN)",
+    "SELECT COUNT(*) AS v FROM t WHERE ROUND(y, x) > 0",  # refused alike (an engine binder error, refunded)
+    "SELECT CAST(y AS VARCHAR) AS g, COUNT(*) AS n FROM t GROUP BY 1",
+    "SELECT DATE '9999-12-31' + INTERVAL '1' DAY + INTERVAL '1' DAY * x * 0 AS g, COUNT(*) AS n FROM t GROUP BY 1",
+]
+
+
+@pytest.mark.slow
+def test_b3_partial_operations_end_the_same_on_every_world(worlds: Worlds) -> None:
+    """The target's row holds 10, 3, NULLs, 10¹² / 1e300 / 5,000 characters or −0.0 and year 9999: each query ends
+    the same way (answered, or the same refusal) on every world."""
+    differ = {}
+    for sql in PARTIAL:
+        ends = _ending(worlds, sql)
+        if len(set(ends.values())) != 1:
+            differ[sql] = ends
+    assert differ == {}
+
+
+def test_b3_an_engine_binding_refusal_is_free(worlds: Worlds) -> None:
+    s = worlds.sessions["x10"]
+    before = s.budget().spent
+    with pytest.raises(VeilError):
+        s.execute("SELECT COUNT(*) AS v FROM t WHERE ROUND(y, x) > 0", epsilon=_fresh(worlds))
+    assert s.budget().spent == before
+
+
+# --- B4. Sums of expressions that look integral: the clamp keeps every row within the planned bound ----------
+
+ODD_SUMS = [
+    "x / 1", "x % 2.5", "ROUND(y, -1)", "ROUND(y)", "CAST(x / 3 AS DECIMAL(10, 2))", "NULLIF(x, 0.5)",
+    "CASE WHEN x > 0 THEN 0.25 END", "CAST(x AS REAL) / 3", "FLOOR(y / 2)", "SIGN(y) * 0.5", "x ^ 2",
+]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_b4_odd_sums_move_within_their_sensitivity(worlds: Worlds) -> None:
+    bad = []
+    for e in ODD_SUMS:
+        bad += moves_beyond_sensitivity(worlds.sessions, f"SELECT SUM({e}) AS v FROM t", _fresh(worlds), 1e-9)
+    assert bad == []
+
+
+# --- B5. Different post-processing of one statistic is charged and answered on its own ------------------------
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("SELECT COUNT(*) AS n FROM t", "SELECT COUNT(*) * 2 AS n FROM t"),
+        ("SELECT k, COUNT(*) AS n FROM t GROUP BY k", "SELECT k, COUNT(*) AS n FROM t GROUP BY k HAVING COUNT(*) > 1000"),
+    ],
+)
+def test_b5_the_answer_cache_keeps_post_processing_apart(worlds: Worlds, first: str, second: str) -> None:
+    s = worlds.sessions["d"]
+    eps = _fresh(worlds)
+    a = s.execute(first, epsilon=eps)
+    spent = s.budget().spent
+    b = s.execute(second, epsilon=eps)
+    assert s.budget().spent - spent == eps  # a new question: charged
+    assert a.rows != b.rows
