@@ -99,6 +99,26 @@ def test_A1_many_pinned_joins_are_refused_free_or_answered_fast(worlds: Worlds) 
     assert elapsed < 5.0, f"a {len(sql):,}-byte query held the engine {elapsed:.1f} s after its charge"
 
 
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="s26 A1: the joins of a public derived table are unbounded too")
+def test_A1_a_probe_of_a_many_joined_public_source_is_refused_free_or_fast(worlds: Worlds) -> None:
+    """MEDIUM (availability, free). The same planning cost, before anything is charged: a public derived table of
+    150 chained self-joins (``SELECT p0.pk FROM pub p0 JOIN pub p1 ON p1.pk = p0.pk …``, 1,670 tokens) joined to
+    the private table makes `multiplicity.probes` run it on the warehouse to measure the join factor. `explain`
+    (free; also every `execute` and a budget-less analyst's) took 7.7 s; with 250 joins (2,770 tokens) 104 s, just
+    under the public query limit (120 s) that is the only bound."""
+    s = worlds.sessions["d"]
+    inner = "SELECT p0.pk AS pk FROM pub p0 " + " ".join(f"JOIN pub p{i} ON p{i}.pk = p{i - 1}.pk" for i in range(1, 150))
+    sql = f"SELECT COUNT(*) AS n FROM t JOIN ({inner}) AS d ON d.pk = t.x"
+    start = time.perf_counter()
+    try:
+        s.explain(sql, epsilon=Fraction(1, 1000))
+    except VeilError:
+        pass  # refused free: fine, if quickly
+    elapsed = time.perf_counter() - start
+    assert elapsed < 3.0, f"a free explain of a {len(sql):,}-byte query took {elapsed:.1f} s"
+
+
 # --- A2. The statement around the aggregates is copied into every histogram, unpriced ---------------------
 
 
