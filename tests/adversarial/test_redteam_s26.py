@@ -289,6 +289,69 @@ def test_A5_one_cheap_query_does_not_grow_the_ledger_by_megabytes(tmp_path: Path
     assert grown < 5 << 20, f"one {len(sql)}-byte query at ε = 0.001 grew the ledger by {grown / 2**20:.0f} MiB"
 
 
+# --- A6. A collated public key: the engine labels the merged group with one person's row -------------------
+
+#: Public rows whose keys differ only in case: ``'p'``/``'P'`` (pk 1, 2) and ``'q'``/``'Q'`` (pk 3, 4).
+CASED_PUB = pd.DataFrame({"pk": pd.array([1, 2, 3, 4], dtype="Int64"), "pn": ["p", "P", "q", "Q"]})
+CASED_KEY_QUERIES = [
+    "SELECT pub.pn, COUNT(*) AS n FROM t JOIN pub ON pub.pk = t.x GROUP BY pub.pn",
+    "SELECT pub.pn, SUM(x + 10) AS n FROM t JOIN pub ON pub.pk = t.x GROUP BY pub.pn",
+]
+
+
+def _alter(database: Path, sql: str) -> None:
+    """Another tool's edit of the warehouse (a plain duckdb connection, closed before Veil opens it)."""
+    import duckdb
+
+    con = duckdb.connect(str(database))
+    try:
+        con.execute(sql)
+    finally:
+        con.close()
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="s26 A6: a public text key keeps its collation; groups are looked up by the first row's spelling",
+)
+@pytest.mark.parametrize("sql", CASED_KEY_QUERIES)
+def test_A6_a_collated_public_key_releases_each_group_within_its_sensitivity(tmp_path: Path, sql: str) -> None:
+    """HIGH (guarantee; every interface: the group lookup is `Env.run`'s). ``pub.pn`` is stored ``VARCHAR COLLATE
+    NOCASE`` (the curator's DDL, or another tool's ``ALTER``: the catalog still says ``category``) and holds ``'p'``
+    (pk 1) and ``'P'`` (pk 2). ``GROUP BY pub.pn`` is a public key: its domain, ``SELECT DISTINCT TRY_CAST(pn AS
+    TEXT) FROM pub``, keeps the collation and has one value, ``'p'``. The engine groups the joined rows under the
+    same collation and labels the group with the spelling of the first row it meets — a private row's choice —
+    and `Env.run` then looks the domain's ``'p'`` up among the engine's labels in Python, case-sensitively. With the
+    target (x = 2, so it joins ``'P'``) stored first, the engine's label is ``'P'``, the lookup misses, and the
+    released value of ``'p'`` is noise around 0. Measured (noise off): COUNT 8 → 0, SUM(x + 10) 92 → 0 (D → D′),
+    against a sensitivity of 1 (20); with the target at x = 1 instead, 8 → 9. The same class as s25 A4 (fixed for
+    private columns by the bounded copy's collation-free text), on the public side: `public_reads.typed_read`'s
+    ``TRY_CAST(pn AS TEXT)`` keeps the collation. Fix class: read public text collation-free (as the bounded copy
+    does), in the generated query, the probes and the domains alike."""
+    from tests.adversarial.test_redteam_s4 import POLICY, _base_rows, _frame
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session, plan_of
+    from veil.store.warehouse import write_table
+
+    released: dict[str, dict[str, float]] = {}
+    sensitivity = 0.0
+    for name, rows in (("d", _base_rows()), ("x2", [dict(TARGET_ROW, x=2), *_base_rows()])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "policy.toml").write_text(POLICY, encoding="utf-8")
+        policy = load_policy(tmp_path / name / "policy.toml")
+        write_table(policy, "pub", CASED_PUB, replace=True, public=True)
+        write_table(policy, "t", _frame(rows), replace=True)
+        _alter(policy.database_path, "ALTER TABLE pub ALTER pn SET DATA TYPE VARCHAR COLLATE NOCASE")
+        with exact_session(policy, "a") as s:
+            released[name] = {str(r[0]).lower(): float(r[1]) for r in s.execute(sql, epsilon=Fraction(1)).rows}
+            p = plan_of(s, sql, Fraction(1))
+            sensitivity = max(sensitivity, float(p.statistics[0].sensitivity) if p is not None else 0.0)
+    moved = sum(abs(released["x2"].get(k, 0.0) - released["d"].get(k, 0.0)) for k in {*released["d"], *released["x2"]})
+    assert moved <= sensitivity, f"one person moved the released groups by {moved}, sensitivity {sensitivity}: {released}"
+
+
 # ==================================================================================================
 # Part B — probes that held (these pass today; each fails if its defence breaks)
 # ==================================================================================================
