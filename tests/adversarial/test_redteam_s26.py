@@ -296,6 +296,8 @@ CASED_PUB = pd.DataFrame({"pk": pd.array([1, 2, 3, 4], dtype="Int64"), "pn": ["p
 CASED_KEY_QUERIES = [
     "SELECT pub.pn, COUNT(*) AS n FROM t JOIN pub ON pub.pk = t.x GROUP BY pub.pn",
     "SELECT pub.pn, SUM(x + 10) AS n FROM t JOIN pub ON pub.pk = t.x GROUP BY pub.pn",
+    # an expression over the public column and a declared private one is a public key too (D: 'pa' 4 → D′: 0)
+    "SELECT pub.pn || t.k AS g, COUNT(*) AS n FROM t JOIN pub ON pub.pk = t.x GROUP BY 1",
 ]
 
 
