@@ -354,6 +354,46 @@ def test_A6_a_collated_public_key_releases_each_group_within_its_sensitivity(tmp
     assert moved <= sensitivity, f"one person moved the released groups by {moved}, sensitivity {sensitivity}: {released}"
 
 
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="s26 A6: over the wire, with production noise")
+def test_A6_over_the_wire_with_production_noise(tmp_path: Path) -> None:
+    """The same through `veil serve` and psycopg, with real noise at ε = 10 (COUNT's discrete-Laplace scale 0.1):
+    the released count of ``'p'`` is ≈ 8 on D and ≈ 0 on D′. Two draws differ by more than 2·b·ln(2/α) ≈ 3.2
+    with probability below α = 10⁻⁶ when the exact values differ by at most the sensitivity 1, so a gap above
+    1 + 3.2 is the person's presence, not noise."""
+    import math
+
+    from tests.adversarial.test_redteam_s4 import POLICY, _base_rows, _frame
+    from tests.support.attack import Server, WireInterface, set_password
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    sql = CASED_KEY_QUERIES[0]
+    counts = {}
+    for name, rows in (("d", _base_rows()), ("x2", [dict(TARGET_ROW, x=2), *_base_rows()])):
+        (tmp_path / name).mkdir()
+        path = tmp_path / name / "policy.toml"
+        path.write_text(POLICY, encoding="utf-8")
+        policy = load_policy(path)
+        write_table(policy, "pub", CASED_PUB, replace=True, public=True)
+        write_table(policy, "t", _frame(rows), replace=True)
+        _alter(policy.database_path, "ALTER TABLE pub ALTER pn SET DATA TYPE VARCHAR COLLATE NOCASE")
+        set_password(path, "b")
+        srv = Server(path, tmp_path / f"serve-{name}.log")
+        try:
+            wire = WireInterface(srv.port, "b")
+            try:
+                out = wire.query(sql, 10.0)
+            finally:
+                wire.close()
+        finally:
+            srv.stop()
+        assert out.ok, out
+        counts[name] = {str(r[0]).lower(): int(r[1]) for r in out.rows}
+    gap = abs(counts["x2"].get("p", 0) - counts["d"].get("p", 0))
+    assert gap <= 1 + 2 * 0.1 * math.log(2 / 1e-6), f"one person moved the released count by {gap}: {counts}"
+
+
 # ==================================================================================================
 # Part B — probes that held (these pass today; each fails if its defence breaks)
 # ==================================================================================================
