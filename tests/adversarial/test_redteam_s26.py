@@ -386,6 +386,35 @@ def test_A6_a_collated_public_key_releases_each_group_within_its_sensitivity(tmp
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True, raises=AssertionError, reason="s26 A6: a private key over a collated public column takes one row's spelling"
+)
+def test_A6_a_private_key_over_a_collated_public_column_never_takes_one_persons_spelling(tmp_path: Path) -> None:
+    """HIGH (guarantee). With a private column in the key (``GROUP BY pub.pn, t.s``: partition selection), the
+    released label is the engine's first spelling: the group of three people released as ``('p', 's1')`` on D is
+    released as ``('P', 's1')`` on D′, the spelling of the row the target (x = 2, s = 's1', stored first) joins — a
+    label no noise covers. s25 A4 on the public side."""
+    from tests.adversarial.test_redteam_s4 import POLICY, _base_rows, _frame
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    sql = "SELECT pub.pn, t.s, COUNT(*) AS n FROM t JOIN pub ON pub.pk = t.x GROUP BY pub.pn, t.s"
+    released = {}
+    for name, rows in (("d", _base_rows()), ("x2", [dict(TARGET_ROW, x=2, s="s1"), *_base_rows()])):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "policy.toml").write_text(POLICY, encoding="utf-8")
+        policy = load_policy(tmp_path / name / "policy.toml")
+        write_table(policy, "pub", CASED_PUB, replace=True, public=True)
+        write_table(policy, "t", _frame(rows), replace=True)
+        _alter(policy.database_path, "ALTER TABLE pub ALTER pn SET DATA TYPE VARCHAR COLLATE NOCASE")
+        with exact_session(policy, "a") as s:
+            released[name] = {(str(r[0]), str(r[1])): int(r[2]) for r in s.execute(sql, epsilon=Fraction(100)).rows}
+    new = {k: n for k, n in released["x2"].items() if k not in released["d"] and n > 1}
+    assert new == {}, f"groups of several people released under a new label on D′: {new} ({released})"
+
+
+@pytest.mark.slow
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="s26 A6: over the wire, with production noise")
 def test_A6_over_the_wire_with_production_noise(tmp_path: Path) -> None:
     """The same through `veil serve` and psycopg, with real noise at ε = 10 (COUNT's discrete-Laplace scale 0.1):
