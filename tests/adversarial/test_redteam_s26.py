@@ -20,7 +20,9 @@ Findings (details in each test's docstring):
   it joins, and `Env.run` looks the domain's value up among the engine's labels case-sensitively. A person stored
   first whose x joins ``'P'`` makes the lookup miss: ``SELECT pub.pn, COUNT(*) FROM t JOIN pub ON pub.pk = t.x
   GROUP BY pub.pn`` releases 8 → 0 for ``'p'`` (sensitivity 1), ``SUM(x + 10)`` 92 → 0 (20), ``pub.pn || t.k``
-  'pa' 4 → 0; over the wire at ε = 10 the released counts are 8 and 0. The public twin of s25 A3/A4 (fixed on
+  'pa' 4 → 0; over the wire at ε = 10 the released counts are 8 and 0. With a private column in the key
+  (``GROUP BY pub.pn, t.s``) a group of three people released as ``('p', 's1')`` on D is released as
+  ``('P', 's1')`` on D′, the target's spelling. The public twin of s25 A3/A4 (fixed on
   the private side by the bounded copy's collation-free text). Fix class: read public text collation-free
   (``decode(encode(…))``) in the generated query, the probes and the domains alike.
 * A1 (MEDIUM, availability) nothing bounds the number of joined sources: 200 pinned ``JOIN pub pI ON pI.pk =
@@ -591,3 +593,18 @@ def test_b5_the_answer_cache_keeps_post_processing_apart(worlds: Worlds, first: 
     b = s.execute(second, epsilon=eps)
     assert s.budget().spent - spent == eps  # a new question: charged
     assert a.rows != b.rows
+
+
+# --- B6. The analyst cannot put a collation on private text ------------------------------------------------
+
+ANALYST_COLLATIONS = [
+    "SELECT s COLLATE NOCASE AS g, COUNT(*) AS n FROM t GROUP BY 1",
+    "SELECT COUNT(*) AS n FROM t JOIN pub ON pub.pn = t.s COLLATE NOCASE",
+    "SELECT COUNT(*) AS n FROM t WHERE CAST(s AS VARCHAR COLLATE NOCASE) = 'S1'",
+]
+
+
+@pytest.mark.parametrize("sql", ANALYST_COLLATIONS)
+def test_b6_an_analysts_collation_is_refused(worlds: Worlds, sql: str) -> None:
+    ends = _ending(worlds, sql)
+    assert len(set(ends.values())) == 1 and not ends["d"].startswith("ok"), ends
