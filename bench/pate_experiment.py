@@ -28,6 +28,7 @@ from veil.generators.pate import (
     FeatureEncoder,
     FeatureSpec,
     PateConfig,
+    identities,
     partition_shards,
     run_pate,
     train_teachers,
@@ -154,7 +155,7 @@ def _q(values: list[float]) -> tuple[float, float]:
 
 
 def run_dataset(data: dict[str, Any], runs: int, sampler: str) -> tuple[str, dict[str, Any]]:
-    shards = partition_shards(len(data["yt"]), TEACHERS, seed=0)
+    shards = partition_shards(identities(data["Xt"], data["yt"]), TEACHERS, seed=0)
     t0 = time.perf_counter()
     ens = train_teachers(data["Xt"], data["yt"], shards, classes=data["classes"], progress=True)
     train_s = time.perf_counter() - t0
@@ -198,7 +199,7 @@ def run_dataset(data: dict[str, Any], runs: int, sampler: str) -> tuple[str, dic
     m0 = raw[None][0]
     table = "\n".join(
         [
-            f"**{data['name']}** — {data['note']}. {TEACHERS} teachers, {m0['mean_shard_size']:.0f} rows each on "
+            f"**{data['name']}** — {data['note']}. {TEACHERS} teachers, {np.mean(ens.shard_sizes):.0f} rows each on "
             f"average, trained in **{train_s:.1f} s** (one process, torch/BLAS 1 thread); clean-validation "
             f"accuracy of the teacher plurality vote: {m0['ensemble_accuracy_clean_validation']:.3f}.",
             "",

@@ -108,7 +108,10 @@ def test_audit_pate_paper_figure_table_output() -> None:
         ([], "--student-rho"),  # neither --student-rho nor --no-student-noise
         (["--student-rho", "0.5", "--no-student-noise"], "--student-rho"),
         (["--no-student-noise", "--features", "workclass"], "declared"),  # category without declared values
-        (["--student-rho", "0.01", "--queries", "5000", "--gamma", "0.01"], "--queries"),  # a non-vacuous ε
+        # so many queries that the charged ε is vacuous (the table's size never refuses: tests/test_pate_partition.py)
+        (["--student-rho", "0.01", "--queries", "100000"], "vacuous parameter: ε"),
+        (["--student-rho", "0.5", "--student-share", "1.5"], "student share"),
+        (["--student-rho", "0.5", "--student-share", "0.2", "--student-table", "adult"], "--student-share"),
         # a student held out of the source is people of the table: never without local noise (red team s24, A2)
         (["--no-student-noise"], "no local noise"),
         (["--student-rho", "1000"], "too little local noise"),
@@ -124,7 +127,9 @@ def test_audit_pate_paper_figure_table_output() -> None:
         "no-rho-choice",
         "both-rho-choices",
         "undeclared-category",
-        "too-many-queries",
+        "vacuous-queries",
+        "student-share-out-of-range",
+        "student-share-with-student-table",
         "held-out-student-without-noise",
         "held-out-student-vacuous-rho",
         "vacuous-delta",

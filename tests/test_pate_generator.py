@@ -19,6 +19,7 @@ from veil.generators.pate import (
     FeatureSpec,
     PateConfig,
     choose_threshold,
+    identities,
     ldp_guarantee,
     load_student,
     noisy_aggregate,
@@ -109,19 +110,22 @@ def test_encoder_uses_declared_bounds_only() -> None:
 
 
 def test_partition_shards_disjoint_and_units_together() -> None:
-    shards = partition_shards(103, 10, seed=4)
+    X = np.random.default_rng(0).random((103, 2))
+    shards = partition_shards(identities(X), 10, seed=4)
     allrows = np.concatenate(shards)
     assert sorted(allrows.tolist()) == list(range(103))
-    assert {len(s) for s in shards} == {10, 11}
+    assert all(0 < len(s) < 25 for s in shards)  # a keyed hash per row: about 10 each (fixed data and seed)
     groups = np.repeat(np.arange(30), 3)
-    gs = partition_shards(90, 7, seed=1, groups=groups)
+    gs = partition_shards(identities(np.zeros((90, 1)), groups=groups), 7, seed=1)
     owner = {}
     for i, s in enumerate(gs):
         for unit in set(groups[s].tolist()):
             assert owner.setdefault(unit, i) == i
     assert sorted(np.concatenate(gs).tolist()) == list(range(90))
+    few = partition_shards(identities(X[:5]), 6, seed=0)  # fewer rows than teachers: some shards are empty
+    assert sum(len(s) for s in few) == 5 and any(len(s) == 0 for s in few)
     with pytest.raises(InputError):
-        partition_shards(5, 6, seed=0)
+        partition_shards(identities(X), 0, seed=0)
 
 
 def test_teachers_one_class_shard_and_multiclass() -> None:

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import sqlglot
@@ -279,3 +280,29 @@ def test_the_analyst_pool_shuts_down_like_a_thread_pool() -> None:
     time.sleep(0.3)
     assert [f.cancelled() for f in futures] == [False, True, True, True]  # bob held 1 of 2 threads
     assert futures[0].result() == 0
+
+
+@pytest.mark.parametrize("failing_starts", [(0,), (1,), (0, 1, 2)])
+def test_a_thread_that_cannot_start_fails_its_job_and_never_blocks_shutdown(failing_starts: tuple[int, ...]) -> None:
+    """The OS may refuse a new thread ("can't start new thread" under memory or thread limits): the job
+    handed to it fails with that error, the slot is given back, and shutdown(wait=True) still returns
+    (it waited forever for a job that never ran: a whole test run hung on it)."""
+    pool = FairExecutor(2, "test-fair-start")
+    real = pool._executor.submit
+    calls = {"n": 0}
+
+    def flaky(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] - 1 in failing_starts:
+            raise RuntimeError("can't start new thread")
+        return real(fn, *args, **kwargs)
+
+    pool._executor.submit = flaky  # type: ignore[method-assign]
+    futures = [pool.submit(lambda i=i: i, owner=f"o{i}") for i in range(3)]
+    done = threading.Event()
+    stopper = threading.Thread(target=lambda: (pool.shutdown(wait=True), done.set()), daemon=True)
+    stopper.start()
+    assert done.wait(5), "shutdown(wait=True) hung after a thread failed to start"
+    failed = [f for f in futures if f.exception(timeout=1) is not None]
+    assert len(failed) == len(failing_starts) and all("start new thread" in str(f.exception()) for f in failed)
+    assert [f.result() for f in futures if f not in failed] == [i for i, f in enumerate(futures) if f not in failed]

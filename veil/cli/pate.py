@@ -52,6 +52,13 @@ _DELTA = click.FloatRange(min=0, max=1, min_open=True, max_open=True)
 )
 @click.option("--student-table", default=None, help="Public table of student records (default: hold rows out of --table).")
 @click.option(
+    "--student-share",
+    type=float,
+    default=None,
+    help="Without --student-table: share of --table's people held out for the student, each by a keyed hash of "
+    "their own row [default: 0.1].",
+)
+@click.option(
     "--validation",
     type=click.IntRange(min=0),
     default=1000,
@@ -106,6 +113,7 @@ def publish_pate_command(
     ldp_encoding: str,
     delta: float,
     student_table: str | None,
+    student_share: float | None,
     validation: int,
     student_hidden: int,
     threshold: str,
@@ -115,9 +123,15 @@ def publish_pate_command(
     fmt: str,
 ) -> None:
     """Publish a student model trained by PATE from a private table (charged to the ledger as (ε, δ))."""
-    from veil.generators.pate import PateConfig
+    from veil.generators.pate import DEFAULT_STUDENT_SHARE, PateConfig
     from veil.policy import load_policy
 
+    if student_share is not None and student_table is not None:
+        raise InputError(
+            f"--student-share {student_share:g} holds people out of --table, but --student-table {student_table!r} "
+            "gives the student's records",
+            hint="Pass one of --student-share and --student-table",
+        )
     if (student_rho is None) == (not no_student_noise):
         raise InputError("choose the student's local noise", hint="Pass --student-rho RHO, or --no-student-noise")
     config = PateConfig(
@@ -130,6 +144,7 @@ def publish_pate_command(
         student_hidden=student_hidden,
         threshold=threshold,  # type: ignore[arg-type]
         seed=seed,
+        student_share=DEFAULT_STUDENT_SHARE if student_share is None else student_share,
     )
     request = {
         "table": table,

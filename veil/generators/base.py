@@ -197,6 +197,11 @@ class Generator(ABC):
         """The full parameter assignment (defaults filled in)."""
         return dict(self._values)
 
+    def min_rows(self) -> int:
+        """Fewest complete rows this method runs on (refused before the charge below it). A release that is DP
+        as a whole returns 0: a refusal that flips when one person joins is a membership oracle outside its ε."""
+        return 2
+
     def check_context(self, ctx: Context, data: pd.DataFrame) -> None:
         """Validate columns/target/bounds against ``data`` (called by :meth:`run`)."""
         missing = [c for c in (*ctx.columns, *([ctx.target] if ctx.target else [])) if c not in data.columns]
@@ -229,8 +234,8 @@ class Generator(ABC):
         self.check_context(ctx, data)
         used = [*ctx.columns, *([ctx.target] if ctx.target else [])]
         clean = data[used].dropna().reset_index(drop=True)
-        if len(clean) < 2:
-            raise InputError(f"method {self.name!r} needs at least 2 complete rows, got {len(clean)}")
+        if len(clean) < self.min_rows():
+            raise InputError(f"method {self.name!r} needs at least {self.min_rows()} complete rows, got {len(clean)}")
         out = self.generate(clean, ctx)
         frame = out.frame.copy()
         for col in ctx.columns:

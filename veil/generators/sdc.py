@@ -691,6 +691,10 @@ class _DPMicroagg(_Refusing):
             pts.append({"epsilon": eps, "partition": "mdav", "bins": 4, "k": 50, "candidates": 32})
         return pts
 
+    def min_rows(self) -> int:
+        """The grid release is ε-DP whatever the rows, none included: it never refuses on their number."""
+        return 0 if self["partition"] == "grid" else 2
+
     def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
         if ctx.target:
             declared = ctx.categories.get(ctx.target) if ctx.categories else None

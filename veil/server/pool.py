@@ -245,9 +245,26 @@ class FairExecutor:
                 raise RuntimeError("cannot schedule new work after shutdown")
             self._waiting.put(work)
             ready = self._dispatch()
-        for w in ready:
-            self._executor.submit(self._run, w)
+        self._start(ready)
         return work.future
+
+    def _start(self, ready: list[_Work]) -> None:
+        """Hand each of ``ready`` to a thread. When the OS refuses a thread (``can't start new
+        thread``), that work fails with the error and its slot goes to the next waiting work (tried in
+        turn), so nothing is left waiting for a thread that will never run."""
+        pending = list(ready)
+        while pending:
+            w = pending.pop(0)
+            try:
+                self._executor.submit(self._run, w)
+            except RuntimeError as exc:
+                if w.future.set_running_or_notify_cancel():
+                    w.future.set_exception(exc)
+                with self._idle:
+                    self._busy -= 1
+                    self._waiting.finished(w.owner)
+                    pending.extend(self._dispatch())
+                    self._idle.notify_all()
 
     def _dispatch(self) -> list[_Work]:
         """(Under the lock) the work to start now, one per free thread."""
@@ -275,8 +292,7 @@ class FairExecutor:
                 self._waiting.finished(work.owner)
                 ready = self._dispatch()
                 self._idle.notify_all()
-            for w in ready:
-                self._executor.submit(self._run, w)
+            self._start(ready)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Take no new work. ``cancel_futures``: work not started yet is cancelled (else it still

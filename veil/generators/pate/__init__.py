@@ -2,11 +2,12 @@
 
 Two curators:
 
-* **Curator A** holds the private table. It splits it into disjoint teacher shards (all rows of
-  one privacy unit go to the same shard), trains one teacher per shard and answers each student
-  query ``x`` with the noisy plurality ``argmax_c(n_c(x) + Lap(1/γ))`` drawn through
-  :func:`veil.mechanisms.laplace`. One answer is ``(2γ, 0)``-DP for the teachers' data; ``T``
-  answers are ``(ε, δ)``-DP with ε from :mod:`veil.mechanisms.pate_accounting`.
+* **Curator A** holds the private table. It splits it into disjoint teacher shards by a keyed hash
+  of each row's own identity (its privacy unit, else its content: :mod:`~veil.generators.pate.split`;
+  an empty shard's teacher abstains), trains one teacher per shard and answers each student query
+  ``x`` with the noisy plurality ``argmax_c(n_c(x) + Lap(1/γ))`` drawn through
+  :func:`veil.mechanisms.laplace`. One answer is ``(2γ, 0)``-DP for the teachers' data; ``T`` answers
+  are ``(ε, δ)``-DP with ε from :mod:`veil.mechanisms.pate_accounting`.
 * **Curator B** holds the student's records. Before a record leaves it, every encoded feature is
   mapped into ``[0, 1]`` by its *declared* bounds (numbers: ``(v − lower)/(upper − lower)``,
   clipped; categories: one-hot over the declared values) and gets independent ``Lap(1/ρ)`` noise
@@ -27,7 +28,8 @@ local guarantee for the student's records. Metrics computed on labelled validati
 and student accuracies) are not privatised; they are for the curator.
 
 The package has one module per job: :mod:`~veil.generators.pate.encoding` (feature encoding and
-curator B's local DP), :mod:`~veil.generators.pate.teachers` (shards, teachers, votes, noisy
+curator B's local DP), :mod:`~veil.generators.pate.split` (shards, student role and query order by keyed
+hashes of each person's own identity), :mod:`~veil.generators.pate.teachers` (teachers, votes, noisy
 plurality), :mod:`~veil.generators.pate.student` (the student model, its file and threshold),
 :mod:`~veil.generators.pate.run` (``PateConfig`` → ``run_pate`` → ``PateResult``) and
 :mod:`~veil.generators.pate.release` (``publish_pate`` from a policy table). Every public name is
@@ -39,7 +41,7 @@ Example (tiny, with the test-only ``rng``):
 >>> rng = np.random.default_rng(0)
 >>> X = rng.random((600, 3)); y = (X[:, 0] > 0.5).astype(int)
 >>> enc = FeatureEncoder.numeric_box(["a", "b", "c"], 0.0, 1.0)
->>> cfg = PateConfig(teachers=10, queries=100, rho=None, seed=1)
+>>> cfg = PateConfig(teachers=10, gamma=1.0, queries=100, rho=None, seed=1)  # little noise: 10 teachers
 >>> res = run_pate(enc.transform(X[:400]), y[:400], enc.transform(X[400:500]), enc.transform(X[500:]), y[500:],
 ...                encoder=enc, classes=(0, 1), config=cfg, rng=rng, progress=False)
 >>> res.metrics["student_accuracy"] > 0.8
@@ -50,11 +52,21 @@ from __future__ import annotations
 
 from veil.generators.pate.encoding import FeatureEncoder, FeatureSpec, LdpEncoding, ldp_guarantee, privatise_records
 from veil.generators.pate.release import publish_pate
-from veil.generators.pate.run import PateConfig, PateResult, run_pate
+from veil.generators.pate.run import PateConfig, PateResult, run_pate, student_queries
+from veil.generators.pate.split import (
+    DEFAULT_STUDENT_SHARE,
+    check_student_share,
+    identities,
+    partition_shards,
+    query_order,
+    split_student,
+    student_mask,
+)
 from veil.generators.pate.student import SIDECAR_SUFFIX, Student, StudentNet, choose_threshold, load_student, train_student
-from veil.generators.pate.teachers import TeacherEnsemble, noisy_aggregate, partition_shards, train_teachers, vote_counts
+from veil.generators.pate.teachers import TeacherEnsemble, noisy_aggregate, train_teachers, vote_counts
 
 __all__ = [
+    "DEFAULT_STUDENT_SHARE",
     "SIDECAR_SUFFIX",
     "FeatureEncoder",
     "FeatureSpec",
@@ -64,14 +76,20 @@ __all__ = [
     "Student",
     "StudentNet",
     "TeacherEnsemble",
+    "check_student_share",
     "choose_threshold",
+    "identities",
     "ldp_guarantee",
     "load_student",
     "noisy_aggregate",
     "partition_shards",
     "privatise_records",
     "publish_pate",
+    "query_order",
     "run_pate",
+    "split_student",
+    "student_mask",
+    "student_queries",
     "train_student",
     "train_teachers",
     "vote_counts",

@@ -112,6 +112,23 @@ class FeatureEncoder:
     def names(self) -> tuple[str, ...]:
         return tuple(f.name for f in self.features)
 
+    def domain_records(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """``n`` encoded records drawn from the declared domain alone (numbers uniform in ``[0, 1]``, one declared
+        category per block): data-independent fillers, encodings of real records as :meth:`transform` makes them.
+
+        >>> FeatureEncoder.numeric_box(["a", "b"], 0, 10).domain_records(3, np.random.default_rng(0)).shape
+        (3, 2)
+        """
+        blocks = []
+        for f in self.features:
+            if f.kind == "numeric":
+                blocks.append(rng.random((n, 1)))
+            else:
+                onehot = np.zeros((n, f.width))
+                onehot[np.arange(n), rng.integers(0, f.width, size=n)] = 1.0
+                blocks.append(onehot)
+        return np.hstack(blocks).astype(np.float64)
+
     def transform(self, data: pd.DataFrame | np.ndarray) -> np.ndarray:
         """Encode a DataFrame (by column name) or a 2-D array (numeric features, in order).
 
@@ -140,7 +157,7 @@ class FeatureEncoder:
             else:
                 vals = list(f.values or ())
                 index = {v: i for i, v in enumerate(vals)}
-                codes = np.array([index.get(v, -1) if not _isna(v) else -1 for v in col.tolist()])
+                codes = np.array([index.get(v, -1) if not _isna(v) else -1 for v in col.tolist()], dtype=np.int64)
                 onehot = np.zeros((len(codes), len(vals)))
                 ok = codes >= 0
                 onehot[np.flatnonzero(ok), codes[ok]] = 1.0

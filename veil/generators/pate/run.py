@@ -14,9 +14,17 @@ import torch
 from veil.errors import InputError
 from veil.generators._threads import DEFAULT_THREADS, limited_threads
 from veil.generators.base import check_seed
+from veil.generators.domain import csprng_permutation
 from veil.generators.pate.encoding import FeatureEncoder, LdpEncoding, check_rho, ldp_guarantee, privatise_records
+from veil.generators.pate.split import (
+    DEFAULT_STUDENT_SHARE,
+    check_student_share,
+    identities,
+    partition_shards,
+    query_order,
+)
 from veil.generators.pate.student import Student, binary_metrics, choose_threshold, train_student
-from veil.generators.pate.teachers import TeacherEnsemble, noisy_aggregate, partition_shards, train_teachers, vote_counts
+from veil.generators.pate.teachers import TeacherEnsemble, noisy_aggregate, train_teachers, vote_counts
 from veil.mechanisms.pate_accounting import (
     DEFAULT_ORDERS,
     MomentsBound,
@@ -48,7 +56,8 @@ class PateConfig:
     threshold: Literal["roc", "argmax"] = "roc"
     threshold_fraction: float = 0.2
     orders: tuple[float, ...] = DEFAULT_ORDERS
-    seed: int = 0  # non-private algorithmic randomness: shards, query sample, student init
+    seed: int = 0  # public: keys the hashes of shards, roles and query order; student init, fillers
+    student_share: float = DEFAULT_STUDENT_SHARE  # held-out student: share of the source's people (keyed hash)
     threads: int = DEFAULT_THREADS  # torch and BLAS threads while training (restored afterwards)
 
     def __post_init__(self) -> None:
@@ -78,6 +87,7 @@ class PateConfig:
             raise InputError(f"threshold must be 'roc' or 'argmax', got {self.threshold!r}")
         if not 0 < self.threshold_fraction < 1:
             raise InputError(f"threshold_fraction must be in (0, 1), got {self.threshold_fraction!r}")
+        check_student_share(self.student_share)
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
             raise InputError(f"threads must be a positive integer, got {self.threads!r}", hint="Use e.g. threads=1")
 
@@ -114,9 +124,12 @@ def run_pate(
     """Teachers → privatised queries → noisy labels → student → metrics and ε.
 
     Inputs are box-encoded (``encoder.transform``) arrays; labels are class indices into ``classes``.
-    ``X_student`` holds the student's records: ``config.queries`` of them are sampled (seeded) and
-    sent. ``y_student`` (true labels of those records) and ``X_valid``/``y_valid`` only feed metrics.
-    ``ensemble`` reuses already trained teachers. ``rng`` is the test-only noise generator.
+    Teachers' shards are keyed hashes of each row's identity (its ``groups`` id, else its content and
+    label: :mod:`~veil.generators.pate.split`), so one person changes at most one teacher; an empty shard
+    abstains. ``X_student`` holds the student's records: exactly ``config.queries`` are sent whatever its
+    size (:func:`student_queries`). ``y_student`` (true labels of those records) and ``X_valid``/``y_valid``
+    only feed metrics. ``ensemble`` reuses already trained teachers. ``rng`` is the test-only generator
+    (noise and the queries' order).
     """
     with limited_threads(config.threads):
         return _run_pate(
@@ -153,26 +166,20 @@ def _run_pate(
     progress: bool = True,
 ) -> PateResult:
     k = len(classes)
-    Xs = np.asarray(X_student, dtype=np.float64)
-    if Xs.shape[0] < config.queries:
-        raise InputError(
-            f"the student has {Xs.shape[0]} records but {config.queries} queries were asked",
-            hint="Lower --queries or give the student more records",
-        )
     if ensemble is None:
-        shards = partition_shards(len(X_teachers), config.teachers, seed=config.seed, groups=groups)
+        ids = identities(X_teachers, y_teachers, groups=groups)
+        shards = partition_shards(ids, config.teachers, seed=config.seed)
         ensemble = train_teachers(X_teachers, y_teachers, shards, classes=classes, C=config.teacher_C, progress=progress)
-    algo = np.random.default_rng(config.seed + 1)
-    pick = np.sort(algo.choice(Xs.shape[0], size=config.queries, replace=False))
-    Xq = privatise_records(Xs[pick], rho=config.rho, encoding=config.ldp_encoding, rng=rng)
+    Xs, truth = student_queries(X_student, y_student, encoder=encoder, config=config, rng=rng)
+    Xq = privatise_records(Xs, rho=config.rho, encoding=config.ldp_encoding, rng=rng)
     counts = vote_counts(ensemble, Xq)
     labels = noisy_aggregate(counts, gamma=config.gamma, rng=rng)
 
     # student: hold out a fraction of the labelled queries to pick the ROC threshold (binary)
+    # (the queries come in a uniformly random order: the first ones are as random a share as any)
     use_roc = config.threshold == "roc" and k == 2
-    perm = algo.permutation(config.queries)
     n_thr = round(config.threshold_fraction * config.queries) if use_roc else 0
-    thr_idx, fit_idx = perm[:n_thr], perm[n_thr:]
+    thr_idx, fit_idx = np.arange(n_thr), np.arange(n_thr, config.queries)
     net = train_student(
         Xq[fit_idx],
         labels[fit_idx],
@@ -207,7 +214,6 @@ def _run_pate(
     metrics: dict[str, Any] = {
         "teachers": ensemble.n_teachers,
         "teacher_train_seconds": round(ensemble.train_seconds, 3),
-        "mean_shard_size": float(np.mean(ensemble.shard_sizes)),
         "queries": config.queries,
         "label_distribution": {str(c): int(np.sum(labels == i)) for i, c in enumerate(classes)},
         "epsilon_data_independent": eps_ind.epsilon,
@@ -221,15 +227,15 @@ def _run_pate(
         "student_threshold": threshold,
     }
     if y_student is not None:
-        truth = np.asarray(y_student)[pick]
-        metrics["ensemble_accuracy_before_noise"] = float(np.mean(np.argmax(counts, axis=1) == truth))
-        metrics["ensemble_accuracy_after_noise"] = float(np.mean(labels == truth))
+        known = truth >= 0  # fillers have no true label
+        before = np.argmax(counts, axis=1)[known] == truth[known]
+        metrics["ensemble_accuracy_before_noise"] = float(np.mean(before)) if known.any() else None
+        metrics["ensemble_accuracy_after_noise"] = float(np.mean(labels[known] == truth[known])) if known.any() else None
     if X_valid is not None and y_valid is not None and len(y_valid):
         yv = np.asarray(y_valid)
         Xv = np.asarray(X_valid, dtype=np.float64)
         pred = student.predict_index(Xv, encoded=True)
         metrics["student_accuracy"] = float(np.mean(pred == yv))
-        metrics["validation_records"] = len(yv)
         metrics["ensemble_accuracy_clean_validation"] = float(np.mean(np.argmax(vote_counts(ensemble, Xv), 1) == yv))
         if k == 2:
             metrics.update({f"student_{key}": v for key, v in binary_metrics(pred, yv).items()})
@@ -242,3 +248,36 @@ def _run_pate(
         ldp=ldp,
         metrics=metrics,
     )
+
+
+def student_queries(
+    X_student: np.ndarray,
+    y_student: np.ndarray | None,
+    *,
+    encoder: FeatureEncoder,
+    config: PateConfig,
+    rng: np.random.Generator | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``config.queries`` encoded records sent to the teachers, in a uniformly random order, and their true
+    labels (``-1`` where unknown).
+
+    However many student records there are, exactly ``T = config.queries`` are sent, so nothing published
+    counts them: the ``T`` records with the smallest keyed hashes of their own identity
+    (:func:`~veil.generators.pate.split.query_order`; one more record changes the set by one record at
+    most), and when there are fewer, fillers drawn from the declared domain alone
+    (:meth:`FeatureEncoder.domain_records`, seeded by ``config.seed``). Their order is a uniformly random
+    permutation (OS CSPRNG; ``rng`` in tests), so what follows depends on the *set* of records only.
+    """
+    Xs = np.asarray(X_student, dtype=np.float64).reshape(-1, encoder.width)
+    ys = None if y_student is None else np.asarray(y_student).reshape(-1).astype(np.int64)
+    if ys is not None and len(ys) != Xs.shape[0]:
+        raise InputError(f"{len(ys)} student labels for {Xs.shape[0]} student records")
+    chosen = query_order(identities(Xs, ys), seed=config.seed)[: config.queries]
+    X = Xs[chosen]
+    truth = ys[chosen] if ys is not None else np.full(len(chosen), -1, dtype=np.int64)
+    fill = config.queries - len(chosen)
+    if fill:
+        X = np.vstack([X, encoder.domain_records(fill, np.random.default_rng([config.seed, 3]))])
+        truth = np.concatenate([truth, np.full(fill, -1, dtype=np.int64)])
+    order = csprng_permutation(config.queries, rng)
+    return X[order], truth[order]

@@ -1,5 +1,9 @@
-"""Curator A's side of PATE: disjoint teacher shards, teacher training, vote counts and the noisy
-plurality ``argmax_c(n_c(x) + Lap(1/γ))`` drawn through :func:`veil.mechanisms.laplace`.
+"""Curator A's side of PATE: teacher training on disjoint shards (:mod:`~veil.generators.pate.split`), vote
+counts and the noisy plurality ``argmax_c(n_c(x) + Lap(1/γ))`` drawn through :func:`veil.mechanisms.laplace`.
+
+A teacher whose shard is empty *abstains*: it votes for no class. One person joining or leaving then moves
+a query's vote histogram by at most 2 in L1 (one teacher changes its vote) or 1 (a teacher starts or stops
+voting), within the sensitivity the accountant assumes.
 """
 
 from __future__ import annotations
@@ -20,43 +24,12 @@ from veil.mechanisms import laplace
 # --------------------------------------------------------------------------- curator A: teachers
 
 
-def partition_shards(
-    n_rows: int, teachers: int, *, seed: int, groups: Sequence[Any] | np.ndarray | None = None
-) -> list[np.ndarray]:
-    """Split row indices into ``teachers`` disjoint shards of near-equal size.
-
-    With ``groups`` (privacy-unit ids), all rows of one unit land in the same shard, so one unit
-    changes at most one teacher. Shuffling is non-private algorithmic randomness (``seed``).
-
-    >>> [len(s) for s in partition_shards(10, 3, seed=0)]
-    [4, 3, 3]
-    """
-    if isinstance(teachers, bool) or not isinstance(teachers, int) or teachers < 1:
-        raise InputError(f"teachers must be a positive integer, got {teachers!r}")
-    rng = np.random.default_rng(seed)
-    if groups is None:
-        if n_rows < teachers:
-            raise InputError(f"{n_rows} rows cannot feed {teachers} teachers", hint="Use fewer teachers")
-        order = rng.permutation(n_rows)
-        return [np.sort(s) for s in np.array_split(order, teachers)]
-    g = np.asarray(groups)
-    if len(g) != n_rows:
-        raise InputError(f"{len(g)} group ids for {n_rows} rows")
-    uniq, inv = np.unique(g, return_inverse=True)
-    if len(uniq) < teachers:
-        raise InputError(f"{len(uniq)} privacy units cannot feed {teachers} teachers", hint="Use fewer teachers")
-    unit_shard = np.empty(len(uniq), dtype=int)
-    for shard, units in enumerate(np.array_split(rng.permutation(len(uniq)), teachers)):
-        unit_shard[units] = shard
-    row_shard = unit_shard[inv]
-    return [np.flatnonzero(row_shard == s) for s in range(teachers)]
-
-
 @dataclass(frozen=True)
 class TeacherEnsemble:
     """Teachers as stacked linear models: teacher ``i`` votes ``argmax_c (X @ W[i] + b[i])[c]``.
 
-    A teacher whose shard held one class only votes that class (its weights are zero, its bias one-hot).
+    A teacher whose shard held one class only votes that class (its weights are zero, its bias one-hot);
+    a teacher whose shard was empty abstains (``shard_sizes[i] == 0``: it votes for no class).
     """
 
     classes: tuple[Any, ...]
@@ -111,6 +84,8 @@ def _fit_shards(
 ) -> None:
     for i, rows in enumerate(bar):
         present = np.unique(ya[rows])
+        if len(present) == 0:  # an empty shard: the teacher abstains (vote_counts skips it)
+            continue
         if len(present) == 1:
             B[i, present[0]] = 1.0
             continue
@@ -131,11 +106,14 @@ def _fit_shards(
 
 
 def vote_counts(ensemble: TeacherEnsemble, X: np.ndarray) -> np.ndarray:
-    """``n_c(x)``: how many teachers vote for each class, one row per record (int64, rows sum to m)."""
+    """``n_c(x)``: how many teachers vote for each class, one row per record (int64; rows sum to the number
+    of teachers with a non-empty shard: an empty one abstains)."""
     Xa = np.asarray(X, dtype=np.float64)
     k = len(ensemble.classes)
     counts = np.zeros((Xa.shape[0], k), dtype=np.int64)
-    for W, b in zip(ensemble.weights, ensemble.biases, strict=True):
+    for W, b, size in zip(ensemble.weights, ensemble.biases, ensemble.shard_sizes, strict=True):
+        if size == 0:
+            continue
         with np.errstate(invalid="ignore"):
             scores = Xa @ W + b
         votes = np.argmax(scores, axis=1)

@@ -5,13 +5,21 @@ Request keys: ``table``, ``label``, ``features`` (or None), ``config`` (a
 ``output_model``, ``replace``. The data-independent ``(ε, δ)`` bound is known from γ, the number
 of queries and δ alone: it is reserved on the source table's budget before training.
 
-Without ``student_table`` the student's records are rows held out of the source: people of the table,
-disjoint from the teachers' shards, each sent to the teachers (and trained on) with curator B's local
+Without ``student_table`` the student's records are people of the table held out of the teachers: a row
+is the student's iff the keyed hash of its own identity falls below ``config.student_share``
+(:mod:`veil.generators.pate.split`), each sent to the teachers (and trained on) with curator B's local
 noise, ε_local-LDP per record (:func:`~veil.generators.pate.ldp_guarantee`). The table is then charged
-``max(ε_teachers, ε_local)`` (parallel composition over the two disjoint groups of people), and the gate
-refuses a held-out student without local noise (``rho=None``: ε_local = ∞) or with a vacuous ε_local
-(red team s24, A2). Every refusal that follows from the parameters, the policy or the source's size
-(too few rows for the student and the teachers) comes before anything is charged (A10).
+``max(ε_teachers, ε_local)`` (parallel composition over the two disjoint groups of people, valid because
+each person's group is a function of that person alone), and the gate refuses a held-out student without
+local noise (``rho=None``: ε_local = ∞) or with a vacuous ε_local (red team s24, A2).
+
+No outcome depends on the private table except through the noise: every refusal follows from the
+parameters, the policy or the public student table (its schema and size), all before the charge (A10);
+the private table's size never refuses anything (a refusal that flips when one person joins is a free
+membership oracle). Teachers' shards are keyed hashes too (one person changes one teacher; an empty
+shard abstains), exactly ``queries`` records are always sent (domain fillers when the held-out people are
+fewer: :func:`~veil.generators.pate.student_queries`), and the published description states no count
+of private rows.
 """
 
 from __future__ import annotations
@@ -79,16 +87,6 @@ def student_local_epsilon(spec: Any, features: list[str], config: Any) -> float:
     return math.inf if per_record is None else float(per_record)
 
 
-def _check_enough_rows(table: str, usable: int, config: Any, validation: int) -> None:
-    """The held-out student takes ``queries + validation`` rows; the teachers need one row each at least."""
-    need = config.queries + validation
-    if usable - min(need, usable) < config.teachers:
-        raise InputError(
-            f"table {table!r} has {usable} usable rows: too few for {need} student rows and {config.teachers} teachers",
-            hint="Lower --queries, --validation or --teachers",
-        )
-
-
 @register_plugin
 class PatePlugin(PublishPlugin):
     kind = "pate"
@@ -148,6 +146,7 @@ class PatePlugin(PublishPlugin):
                 "student_hidden": config.student_hidden,
                 "threshold": config.threshold,
                 "seed": config.seed,
+                "student_share": config.student_share if request.get("student_table") is None else None,
                 "model_path": str(Path(request["output_model"]).resolve()),
                 "accountant_orders": list(config.orders),
                 "student_table": request.get("student_table"),
@@ -165,16 +164,9 @@ class PatePlugin(PublishPlugin):
         from veil.store.warehouse import read_table, table_columns
 
         p = plan.params
-        config = p["_config"]
-        usable = int(data[p["label"]].isin(list(p["classes"])).sum())
         if p["student_table"] is None:
-            _check_enough_rows(plan.source, usable, config, p["validation"])
-            return
-        if usable < config.teachers:
-            raise InputError(
-                f"table {plan.source!r} has {usable} usable rows: too few for {config.teachers} teachers",
-                hint="Lower --teachers",
-            )
+            return  # nothing here may depend on the private table's size or values (see the module docstring)
+        config = p["_config"]
         student = p["student_table"]
         names = {name for name, _ in table_columns(env.policy, student)}
         missing = [f for f in p["features"] if f not in names]
@@ -188,7 +180,7 @@ class PatePlugin(PublishPlugin):
             )
 
     def sanitise(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> Publication:
-        from veil.generators.pate import FeatureEncoder, run_pate
+        from veil.generators.pate import FeatureEncoder, identities, run_pate, split_student
         from veil.store.warehouse import read_table
 
         p = dict(plan.params)
@@ -201,34 +193,25 @@ class PatePlugin(PublishPlugin):
         dropped = int((~known).sum())
         df = data[known].reset_index(drop=True)
         y_all = np.array([classes.index(v) for v in df[label].tolist()], dtype=int)
-        groups = df[unit].to_numpy() if unit else np.arange(len(df))
+        groups = df[unit].to_numpy() if unit else None
         algo = np.random.default_rng(config.seed)
         validation = p["validation"]
+        x_all = encoder.transform(df)
         if p["student_table"] is None:
-            need = config.queries + validation
-            uniq = np.unique(groups)
-            order = algo.permutation(len(uniq))
-            sizes = dict(zip(*np.unique(groups, return_counts=True), strict=True))
-            chosen: list[Any] = []
-            taken = 0
-            for u in uniq[order]:
-                if taken >= need:
-                    break
-                chosen.append(u)
-                taken += int(sizes[u])
-            mask = np.isin(groups, np.array(chosen))
-            if (~mask).sum() < config.teachers:  # check_source refuses this before the charge (one row per person)
-                raise InputError(
-                    f"table {plan.source!r} has {len(df)} usable rows: too few for {need} student rows and "
-                    f"{config.teachers} teachers",
-                    hint="Lower --queries, --validation or --teachers",
-                )
-            s_idx = np.flatnonzero(mask)
-            s_idx = s_idx[algo.permutation(len(s_idx))]
-            xs_all, ys_all = encoder.transform(df.iloc[s_idx]), y_all[s_idx]
-            teach = np.flatnonzero(~mask)
-            x_t, y_t, g_t = encoder.transform(df.iloc[teach]), y_all[teach], groups[teach]
-            student_source = f"{len(s_idx)} rows held out of {plan.source!r}"
+            # each person's role is a keyed hash of their own row (unit): never of who else is present
+            ids = identities(x_all, y_all, groups=groups)
+            s_idx, teach = split_student(ids, config.student_share, seed=config.seed)  # queried ones first
+            n_q = min(config.queries, len(s_idx))
+            xs_all, ys_all = x_all[s_idx], y_all[s_idx]
+            x_t, y_t, g_t = x_all[teach], y_all[teach], None if groups is None else groups[teach]
+            student_source = (
+                f"the people of {plan.source!r} whose keyed hash of their own row falls below the student share "
+                f"{config.student_share:g} (the others feed the teachers)"
+            )
+            x_pool, y_pool = xs_all[:n_q], ys_all[:n_q]
+            x_val, y_val = xs_all[n_q : n_q + validation], ys_all[n_q : n_q + validation]
+            if not len(y_val):
+                x_val = y_val = None
         else:
             sdf = read_table(env.policy, p["student_table"])
             missing = [f for f in features if f not in sdf.columns]
@@ -240,21 +223,21 @@ class PatePlugin(PublishPlugin):
             if label in sdf.columns:
                 ok = sdf[label].isin(list(classes)).to_numpy()
                 ys_all = np.array([classes.index(v) if k else -1 for v, k in zip(sdf[label], ok, strict=True)])
-            x_t, y_t, g_t = encoder.transform(df), y_all, groups
-            student_source = f"table {p['student_table']!r} ({len(sdf)} rows)"
-        n_val = min(validation, max(0, len(xs_all) - config.queries))
-        x_val = xs_all[:n_val] if ys_all is not None and n_val else None
-        y_val = ys_all[:n_val] if ys_all is not None and n_val else None
-        x_pool = xs_all[n_val:]
-        y_pool = ys_all[n_val:] if ys_all is not None else None
-        if y_val is not None and np.any(y_val < 0):
-            keep = y_val >= 0
-            x_val, y_val = x_val[keep], y_val[keep]  # type: ignore[index]
-        if y_pool is not None and np.any(y_pool < 0):
-            y_pool = None
+            x_t, y_t, g_t = x_all, y_all, groups
+            student_source = f"public table {p['student_table']!r} ({len(sdf)} rows)"  # a public size
+            n_val = min(validation, max(0, len(xs_all) - config.queries))
+            x_val = xs_all[:n_val] if ys_all is not None and n_val else None
+            y_val = ys_all[:n_val] if ys_all is not None and n_val else None
+            x_pool = xs_all[n_val:]
+            y_pool = ys_all[n_val:] if ys_all is not None else None
+            if y_val is not None and np.any(y_val < 0):
+                keep = y_val >= 0
+                x_val, y_val = x_val[keep], y_val[keep]  # type: ignore[index]
+            if y_pool is not None and np.any(y_pool < 0):
+                y_pool = None
         result = run_pate(
             x_t, y_t, x_pool, x_val, y_val, encoder=encoder, classes=classes, config=config,
-            y_student=y_pool, groups=g_t if unit else None, rng=env.rng, progress=env.progress,
+            y_student=y_pool, groups=g_t, rng=env.rng, progress=env.progress,
         )  # fmt: skip
         if p["save_votes"] is not None:
             np.save(Path(p["save_votes"]), result.counts, allow_pickle=False)

@@ -114,6 +114,22 @@ def guarantee_checks(name: str, values: Mapping[str, Any]) -> dict[str, float]:
     return checks
 
 
+def _metrics(plan: Plan, clean: pd.DataFrame, out: Any, ctx: Any, *, seed: int) -> dict[str, Any]:
+    """IL, DR and linkage risk of the release (curator-only figures of the private rows).
+
+    A DP release ends the same way whatever the rows: a metric its rows cannot give (a label of one class for
+    the disclosure risk, an infinite value, too few rows) is recorded as ``None`` with the reason, never raised
+    after the charge (a charged failure that one person's value decides is a deterministic bit outside the ε)."""
+    from veil.generators.sdc import release_metrics
+
+    if not plan.is_dp:
+        return dict(release_metrics(clean, out, ctx, seed=seed))
+    try:
+        return dict(release_metrics(clean, out, ctx, seed=seed))
+    except (InputError, ValueError, FloatingPointError) as exc:
+        return {"il": None, "il_mean": None, "dr": None, "linkage_risk": None, "metrics_unavailable": str(exc)}
+
+
 @register_plugin
 class SDCPlugin(PublishPlugin):
     kind = "sdc"
@@ -155,11 +171,14 @@ class SDCPlugin(PublishPlugin):
         cls = get_generator(p.pop("method"))
         columns, target, seed = p.pop("columns"), p.pop("target"), p.pop("seed")
         ctx = context(env.policy, plan.source, columns, target, seed, data.columns)
-        cls(**p).check_context(ctx, data)
-        # the number of complete rows the generator will see: too few for any release, or for MDAV's k
+        gen = cls(**p)
+        gen.check_context(ctx, data)
+        # the number of complete rows the generator will see: too few for a release that is not DP as a whole, or
+        # for MDAV's k; a DP release refuses on none (its min_rows is 0: a refusal that flips when one person
+        # joins is a membership oracle outside the ε)
         complete = int(data[[*ctx.columns, *([ctx.target] if ctx.target else [])]].notna().all(axis=1).sum())
-        if complete < 2:
-            raise InputError(f"method {cls.name!r} needs at least 2 complete rows, got {complete}")
+        if complete < gen.min_rows():
+            raise InputError(f"method {cls.name!r} needs at least {gen.min_rows()} complete rows, got {complete}")
         if "k" in plan.checks and complete < int(plan.checks["k"]):
             from veil.generators.sdc import refuse_vacuous
 
@@ -171,7 +190,7 @@ class SDCPlugin(PublishPlugin):
 
     def sanitise(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> Publication:
         from veil.generators.base import get_generator
-        from veil.generators.sdc import clean_input, release_metrics
+        from veil.generators.sdc import clean_input
 
         p = dict(plan.params)
         cls = get_generator(p.pop("method"))
@@ -190,7 +209,7 @@ class SDCPlugin(PublishPlugin):
         used = [*ctx.columns, *([ctx.target] if ctx.target else [])]
         kept = np.flatnonzero(data[used].notna().all(axis=1).to_numpy())  # positions of clean's rows in data
         out = gen.run(clean, ctx)
-        metrics: dict[str, Any] = dict(release_metrics(clean, out, ctx, seed=seed or 0))
+        metrics: dict[str, Any] = _metrics(plan, clean, out, ctx, seed=seed or 0)
         metrics.update(rows_in=len(clean), rows_out=len(out.frame), info=dict(out.info))
         stated = out.info.get("columns") if isinstance(out.info.get("columns"), Mapping) else None
         prot: list[ColumnProtection] = []
