@@ -174,12 +174,12 @@ def _cli_explain_seconds(policy: Path, sql: str, limit: float) -> tuple[float, s
     import subprocess
     import sys
 
-    veil = Path(sys.executable).with_name("veil")
     start = time.perf_counter()
     try:
         res = subprocess.run(
-            [str(veil), "explain", "--policy", str(policy), "--analyst", "a", "--format", "json", "--", sql],
-            capture_output=True, text=True, timeout=limit, check=False,
+            [sys.executable, "-m", "veil.cli.main", "explain", "--policy", str(policy), "--analyst", "a", "--format",
+             "json", "--", sql],
+            capture_output=True, text=True, timeout=limit, check=False, cwd=Path(__file__).resolve().parents[2],
         )  # fmt: skip
     except subprocess.TimeoutExpired:
         return float("inf"), ""
