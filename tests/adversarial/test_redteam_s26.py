@@ -68,7 +68,7 @@ import pandas as pd
 import pytest
 
 from tests.adversarial.test_redteam_s4 import TARGET_ROW
-from tests.adversarial.test_redteam_s15 import Worlds, moves_beyond_sensitivity
+from tests.adversarial.test_redteam_s15 import Worlds, moves_beyond_sensitivity, raw_statistics
 from veil.errors import VeilError
 
 
@@ -608,3 +608,75 @@ ANALYST_COLLATIONS = [
 def test_b6_an_analysts_collation_is_refused(worlds: Worlds, sql: str) -> None:
     ends = _ending(worlds, sql)
     assert len(set(ends.values())) == 1 and not ends["d"].startswith("ok"), ends
+
+
+# --- B7. The pre-scaled grid column on a user-level table (rows chosen per unit before the grid is taken) -------
+
+USER_LEVEL_POLICY = """\
+[database]
+path = "w.duckdb"
+[ledger]
+path = "l.sqlite"
+[tables.t]
+privacy_unit = "u"
+max_rows_per_unit = 3
+[tables.t.columns]
+u = { type = "category" }
+x = { type = "int", lower = -10, upper = 10 }
+y = { type = "float", lower = -5, upper = 0.1 }
+k = { type = "category", values = ["a", "b"] }
+[tables.pub]
+public = true
+[tables.pub.columns]
+pk = { type = "int" }
+pn = { type = "category" }
+[analysts.a]
+epsilon = 1000000
+delta = 0.5
+"""
+USER_LEVEL_TARGETS: dict[str, list[tuple[object, ...]]] = {
+    "d": [],
+    "top": [("tgt", 10, 0.1 + 1e-17 * j, "a") for j in range(50)],
+    "odd": [("tgt", -10, v, "b") for v in (float("nan"), float("inf"), -1e300, -0.0, 5e-324, 0.1000000000000001) * 8],
+}
+GRID_PAIRS = [
+    ("SELECT SUM(y) AS v FROM t", "SELECT SUM((y)) AS v FROM t"),
+    ("SELECT k, AVG(y) AS v FROM t GROUP BY k", "SELECT k, AVG((y)) AS v FROM t GROUP BY k"),
+    ("SELECT SUM(t.y) AS v FROM t JOIN pub ON pub.pk = t.x", "SELECT SUM((t.y)) AS v FROM t JOIN pub ON pub.pk = t.x"),
+]
+
+
+@pytest.mark.slow
+def test_b7_the_grid_column_on_a_user_level_table(tmp_path: Path) -> None:
+    """Bounds whose top (0.1) is no double, so the grid value is clamped after the copy's; a unit with 50 rows at or
+    just past the top, or NaN/±inf/−0.0/denormal values: the grid column's sums equal the computed ones, and move
+    from D by at most their sensitivity (times the conversion slack)."""
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.proxy.fixed_point import CONVERSION_SLACK
+    from veil.store.warehouse import write_table
+
+    pub = pd.DataFrame({"pk": pd.array([1, 2, 3, 10, -10], dtype="Int64"), "pn": ["p", "q", "r", "s", "t"]})
+    base = [(f"p{i}", i % 7 - 3, -(i % 5) + 0.1, "ab"[i % 2]) for i in range(60)]
+    sessions = {}
+    try:
+        for name, extra in USER_LEVEL_TARGETS.items():
+            (tmp_path / name).mkdir()
+            (tmp_path / name / "policy.toml").write_text(USER_LEVEL_POLICY, encoding="utf-8")
+            policy = load_policy(tmp_path / name / "policy.toml")
+            write_table(policy, "pub", pub, replace=True, public=True)
+            write_table(policy, "t", pd.DataFrame(base + extra, columns=["u", "x", "y", "k"]), replace=True)
+            sessions[name] = exact_session(policy, "a")
+        bad = []
+        for n, (grid_sql, computed_sql) in enumerate(GRID_PAIRS):
+            eps = Fraction(5) + Fraction(n, 10**6)
+            for name, s in sessions.items():
+                a = [v[1] for v in raw_statistics(s, grid_sql, eps).values()]
+                b = [v[1] for v in raw_statistics(s, computed_sql, eps).values()]
+                if a != b:
+                    bad.append(f"{name}: {grid_sql} → {a}, {computed_sql} → {b}")
+            bad += moves_beyond_sensitivity(sessions, grid_sql, eps, CONVERSION_SLACK)
+    finally:
+        for s in sessions.values():
+            s.close()
+    assert bad == []
