@@ -269,14 +269,12 @@ def test_A4_a_public_key_domain_is_bounded_before_it_is_fetched(tmp_path: Path) 
     sql = "SELECT pub.pn || CAST(pub.pk AS VARCHAR) AS g, COUNT(*) AS n FROM t JOIN pub ON pub.pk = t.x GROUP BY 1"
     with exact_session(policy, "a") as s:
         s.explain("SELECT COUNT(*) AS n FROM t")  # the session's catalog and mirror, outside the timing
-        before = s.budget().spent
         start = time.perf_counter()
         try:
             s.execute(sql, epsilon=Fraction(1))
         except VeilError:
-            pass
+            pass  # today: Unsupported (more than 100,000 groups), free — after the whole cross product was fetched
         elapsed = time.perf_counter() - start
-        assert s.budget().spent == before or elapsed < 2.0
     assert elapsed < 2.0, f"a public key over a {n:,}-row public table took {elapsed:.1f} s before its (free) refusal"
 
 
