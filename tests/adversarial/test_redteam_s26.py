@@ -40,6 +40,9 @@ Findings (details in each test's docstring):
 * A5 (MEDIUM, availability and ledger) public keys release every domain group (≤ 100,000) and nothing bounds
   groups × statistics: 3⁸ groups × 20 filtered COUNTs (434 tokens, ε = 0.001) grow the ledger's release log by
   46 MB in 2.7 s; 3¹⁰ groups: 433 MB and 17.7 s for one query; five MEDIANs over 59,049 groups take 23 s.
+* A7 (MEDIUM, availability; design question) MAX_JOIN_FACTOR bounds one person's joined rows, not the query's:
+  ``SELECT SUM(y) FROM t CROSS JOIN pub WHERE pub.pn || t.s = 'p1s1'`` with a 10,000-row public table does 10,000×
+  the table's work, charged and never cut: 20,000 private rows 4.1 s, 100,000 rows 19.6 s.
 * A3 (LOW, wrong answers, no leak) `plan._domain_sql` names a key's domain source by table and column, not by FROM
   alias: ``GROUP BY p1.pk - p2.pk`` over two aliases of one public table gets the domain {0} (the diagonal) and
   releases ``((0, 87),)`` instead of the groups −2…2.
@@ -318,6 +321,50 @@ def test_A5_one_cheap_query_does_not_grow_the_ledger_by_megabytes(tmp_path: Path
         finally:
             grown = _ledger_bytes(policy) - before
     assert grown < 5 << 20, f"one {len(sql)}-byte query at ε = 0.001 grew the ledger by {grown / 2**20:.0f} MiB"
+
+
+# --- A7. An unpinned join of a 10,000-row public table multiplies the whole table's work ---------------------
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="s26 A7: MAX_JOIN_FACTOR bounds one person's rows, not the query's")
+def test_A7_a_short_query_does_not_multiply_the_tables_work_ten_thousandfold(tmp_path: Path) -> None:
+    """MEDIUM (availability; design question). MAX_JOIN_FACTOR (10,000) bounds the public rows *one* private row
+    joins, so the engine's work for ``SELECT SUM(y) FROM t CROSS JOIN pub WHERE pub.pn || t.s = 'p1s1'`` (75 bytes,
+    a 10,000-row public table) is 10,000 × the private table. Measured (shared host): 20,000 private rows 4.1 s,
+    100,000 rows 19.6 s — charged at any ε ≥ 0.001 and never cut once charged; a 10⁷-row table would hold the
+    engine for about half an hour. A fix prices the join's total rows (public rows × the private table's row count,
+    known without reading a row) before the reservation, or lets a statement timeout cut a charged query whose
+    running time cannot depend on one person (here it does not: every row joins every public row)."""
+    import numpy as np
+
+    from tests.adversarial.test_redteam_s4 import POLICY
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    n, m = 20_000, 10_000
+    (tmp_path / "policy.toml").write_text(POLICY, encoding="utf-8")
+    policy = load_policy(tmp_path / "policy.toml")
+    pub = pd.DataFrame({"pk": pd.array(range(m), dtype="Int64"), "pn": [f"p{i % 10}" for i in range(m)]})
+    write_table(policy, "pub", pub, replace=True, public=True)
+    rng = np.random.default_rng(1)
+    rows = pd.DataFrame({
+        "u": pd.array(rng.integers(0, 100, n), dtype="Int64"), "x": pd.array(rng.integers(-10, 11, n), dtype="Int64"),
+        "y": rng.uniform(-5, 5, n), "k": rng.choice(["a", "b"], n), "s": rng.choice(["s0", "s1"], n),
+        "b": pd.array(rng.random(n) < 0.5, dtype="boolean"), "d": ["2020-01-01"] * n,
+    })  # fmt: skip
+    write_table(policy, "t", rows, replace=True)
+    sql = "SELECT SUM(y) AS v FROM t CROSS JOIN pub WHERE pub.pn || t.s = 'p1s1'"
+    with exact_session(policy, "a") as s:
+        s.execute("SELECT COUNT(*) AS n FROM t", epsilon=Fraction(1))  # the bounded copy, outside the timing
+        start = time.perf_counter()
+        try:
+            s.execute(sql, epsilon=Fraction(1, 1000))
+        except VeilError:
+            pass  # refused, free: a fine fix
+        elapsed = time.perf_counter() - start
+    assert elapsed < 2.0, f"a {len(sql)}-byte query over {n:,} private rows held the engine {elapsed:.1f} s"
 
 
 # --- A6. A collated public key: the engine labels the merged group with one person's row -------------------
