@@ -205,8 +205,9 @@ def _engine_policy(base: Path, engine: str, rows: int) -> str:
     return str(base / "policy.toml")
 
 
-def _publish_p_out(policy: str, epsilon: float, *, other_process: bool) -> None:
-    """kRR of ``sex`` as ``p_out`` (in another process: the curator's CLI while a server runs)."""
+def _publish_p_out(policy: str, epsilon: float, *, other_process: bool) -> Fraction | None:
+    """kRR of ``sex`` as ``p_out`` (in another process: the curator's CLI while a server runs; that process then
+    returns the join's sensitivity planned by a new session of its own, which saw the new table)."""
     import subprocess
     import sys
 
@@ -217,34 +218,27 @@ def _publish_p_out(policy: str, epsilon: float, *, other_process: bool) -> None:
     args += ["--output", "p_out", "--replace", "--format", "json"]
     if not other_process:
         ok_json(run_cli(*args))
-        return
-    script = "import sys; from veil.cli.main import cli; cli(sys.argv[1:])"
+        return None
+    script = (
+        "import sys; from veil.cli.main import cli; cli(sys.argv[1:], standalone_mode=False); "
+        "from veil.proxy._testing import exact_session; "
+        "from tests.adversarial.test_redteam_s18 import JOIN_SQL, _join_sensitivity; "
+        "db = exact_session(sys.argv[4], 'alice'); print('SENS', _join_sensitivity(db, JOIN_SQL)); db.close()"
+    )
     done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+    return Fraction(next(line.split()[1] for line in done.stdout.splitlines() if line.startswith("SENS ")))
 
 
-def _fresh_sensitivity(policy: str, *, other_process: bool) -> Fraction:
-    """The join's sensitivity in a new session (on Spark in a new process: this process's Spark session lists the
-    old files of the rewritten table and fails, see A3)."""
-    import subprocess
-    import sys
-
+def _fresh_sensitivity(policy: str) -> Fraction:
+    """The join's sensitivity in a new session."""
     from veil.proxy._testing import exact_session
 
-    if not other_process:
-        db = exact_session(policy, "alice")
-        try:
-            return _join_sensitivity(db, JOIN_SQL)
-        finally:
-            db.close()
-    script = (
-        "import sys; from veil.proxy._testing import exact_session; "
-        "from tests.adversarial.test_redteam_s18 import JOIN_SQL, _join_sensitivity; "
-        "db = exact_session(sys.argv[1], 'alice'); print('SENS', _join_sensitivity(db, JOIN_SQL)); db.close()"
-    )
-    done = subprocess.run([sys.executable, "-c", script, policy], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
-    return Fraction(next(line.split()[1] for line in done.stdout.splitlines() if line.startswith("SENS ")))
+    db = exact_session(policy, "alice")
+    try:
+        return _join_sensitivity(db, JOIN_SQL)
+    finally:
+        db.close()
 
 
 def _outcome_of(fn: Any) -> str:
@@ -261,8 +255,7 @@ def _republication_scenario(base: Path, engine: str) -> dict[str, Any]:
     """p_out first published at ε = 0.1 (kRR near uniform over Female/Male/Other/NA: ~150 rows per value of 600),
     then republished at ε = 3 (~275 rows for Female; on Spark by another process). What the first session plans and
     runs afterwards, and what a new session (on Spark in a new process) plans."""
-    import time
-
+    import veil.engines.spark
     from tests.adversarial.test_redteam_s15 import raw_statistics
     from tests.publish_support import veil as run_cli
     from veil.proxy._testing import exact_session
@@ -273,15 +266,16 @@ def _republication_scenario(base: Path, engine: str) -> dict[str, Any]:
     db = exact_session(policy, "alice")
     out: dict[str, Any] = {}
     try:
-        if engine == "spark":  # start just after a RECHECK_SECONDS boundary, so the window is the code's, not luck
-            from veil.engines.spark import RECHECK_SECONDS
-
-            _join_sensitivity(db, JOIN_SQL)
-            time.sleep(RECHECK_SECONDS - time.monotonic() % RECHECK_SECONDS + 0.5)
-        out["before"] = _join_sensitivity(db, JOIN_SQL)
-        _publish_p_out(policy, 3.0, other_process=engine == "spark")
-        out["stale"] = _join_sensitivity(db, JOIN_SQL)
-        out["same_session_runs"] = _outcome_of(lambda: raw_statistics(db, JOIN_SQL, Fraction(1)))
+        with pytest.MonkeyPatch.context() as mp:
+            # the engine's periodic re-check never fires in the window (it used to sleep to the next 60-s
+            # boundary), so only the ledger's record of the republication can make the session measure again
+            mp.setattr(veil.engines.spark, "RECHECK_SECONDS", 1e12)
+            if engine == "spark":
+                _join_sensitivity(db, JOIN_SQL)
+            out["before"] = _join_sensitivity(db, JOIN_SQL)
+            fresh = _publish_p_out(policy, 3.0, other_process=engine == "spark")
+            out["stale"] = _join_sensitivity(db, JOIN_SQL)
+            out["same_session_runs"] = _outcome_of(lambda: raw_statistics(db, JOIN_SQL, Fraction(1)))
     finally:
         db.close()
     other = exact_session(policy, "alice")
@@ -289,7 +283,9 @@ def _republication_scenario(base: Path, engine: str) -> dict[str, Any]:
         out["new_session_in_process"] = _outcome_of(lambda: raw_statistics(other, JOIN_SQL, Fraction(1)))
     finally:
         other.close()
-    out["fresh"] = _fresh_sensitivity(policy, other_process=engine == "spark")
+    # on Spark, a new session in a new process (this process's Spark session lists the old files of the rewritten
+    # table, see A3): the republishing process measures it
+    out["fresh"] = fresh if fresh is not None else _fresh_sensitivity(policy)
     return out
 
 
