@@ -607,21 +607,26 @@ UNTYPED_PUBLISH = {
     "kanon_seed": ["kanon", "--qi", "age,sex", "--k", "5", "--seed", "-5", "--output", "o1"],
     "synth_seed": ["synth", "--sensitive", "sex", "--label", "income", "--columns", "job", "--epochs", "1", "--seed",
                    "-5", "--output", "o2"],
+    "synth_repeated_column": ["synth", "--sensitive", "sex", "--label", "income", "--columns", "job,job", "--epochs", "1",
+                              "--output", "o3"],
 }  # fmt: skip
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A9: kanon and synth do not check --seed (check_seed) before use")
+@pytest.mark.xfail(
+    strict=True, reason="s27 A9: kanon and synth do not check --seed (check_seed) or repeated --columns before use"
+)
 @pytest.mark.parametrize("case", sorted(UNTYPED_PUBLISH))
 def test_A9_publish_options_are_refused_typed(tmp_path: Path, case: str) -> None:
     """LOW (bad input, untyped: the CLI prints a traceback, exit 1) — interface: ``veil publish kanon --seed -5``,
-    ``veil publish synth --seed -5``.
+    ``veil publish synth --seed -5``, ``veil publish synth --columns job,job``.
 
     Mechanism: `base.check_seed` (0 ≤ seed < 2³²; InputError otherwise) is called by ``sdc`` and ``pate`` plans, not
     by ``kanon``'s or ``synth``'s: the seed reaches numpy (``ValueError: expected non-negative integer``) or
     scikit-learn (``InvalidParameterError: The 'random_state' parameter of train_test_split …``). Measured with
     CliRunner: exit 1 with those exceptions (sdc and pate: exit 2, ``InputError: --seed must be an integer between 0
-    and 4294967295``). Two more unchecked options, by hand only (each harms the shared test process): ``veil publish
+    and 4294967295``); ``--columns job,job`` ends in ``TypeError: the first argument must be callable``. Two more
+    unchecked options, by hand only (each harms the shared test process): ``veil publish
     synth --threads 100000`` (``RuntimeError: can't start new thread``; torch keeps the setting, so the process's later
     trainings fail too) and ``veil publish kanon --som-neurons 100000000:100000000`` (``MemoryError`` after trying to
     allocate the map). Nothing is charged (non-DP kinds). Sound: the same `check_seed` in every plan, an upper bound
