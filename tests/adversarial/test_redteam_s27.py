@@ -889,7 +889,6 @@ def _peak_kib(pid: int) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A15: a public query's whole answer is materialised in the server, unbounded")
 def test_A15_a_public_cross_join_does_not_grow_the_server_without_bound(tmp_path: Path) -> None:
     """MEDIUM (availability: one analyst, free, takes the whole server down) — interface: ``veil serve``, any client:
     ``SELECT a.age, b.age, c.age, d.sex FROM pk a, pk b, pk c, pk d`` on a published (public) table ``pk`` of 60
