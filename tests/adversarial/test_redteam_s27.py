@@ -757,7 +757,6 @@ def test_A13_a_ledger_path_on_another_file_is_a_typed_policy_error(tmp_path: Pat
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A14: admission never evicts a pre-login socket of the newcomer's own network")
 def test_A14_one_analyst_and_idle_sockets_cannot_lock_out_another_analyst_of_the_same_host(two_logins: Path) -> None:
     """MEDIUM (availability; s24 A3 again, through the pre-login slots) — interface: ``veil serve`` on a host whose
     analysts connect from one address (loopback, a jump host, a notebook server, a NAT): here ``--max-connections 6``
