@@ -124,10 +124,10 @@ def test_like_takes_linear_time(text: str, pattern: str) -> None:
     assert time.monotonic() - started < 0.5
 
 
-@pytest.mark.parametrize("pattern", ["(a+)+$", "(a|aa)+$", "^(a*)*b", "(.*a){12}b"])
+@pytest.mark.parametrize("pattern", ["(a+)+$", "(a|aa)+$", "^(a*)*b", "(.*a){12}b", "(a|a)" * 30 + "b"])
 def test_regular_expressions_take_linear_time(pattern: str) -> None:
     started = time.monotonic()
-    assert bounded.regexp_like("a" * 5_000 + "!", pattern) is ("$" not in pattern and "b" not in pattern)
+    assert bounded.regexp_like("a" * 5_000 + "!", pattern) is False  # none matches: each must end in $ or b
     assert time.monotonic() - started < 1.0
 
 

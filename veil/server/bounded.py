@@ -47,6 +47,9 @@ __all__ = ["MAX_MATCH_WORK", "MAX_TEXT", "check_literal_casts", "check_rows", "i
 MAX_TEXT = 1 << 20
 #: Largest text length × pattern length one ``LIKE`` or ``~`` may match.
 MAX_MATCH_WORK = 10**8
+#: Patterns (and texts) up to this many characters are compiled (matched) once and cached; longer ones each time,
+#: so the caches hold at most a few MB whatever clients send.
+_CACHED_CHARS = 1_000
 
 _INT64 = (-(1 << 63), (1 << 63) - 1)
 _INT_RANGES = {
@@ -131,11 +134,6 @@ def _divide(left: Any, right: Any) -> Any:
         quotient = abs(left) // abs(right)  # PostgreSQL truncates toward zero
         return quotient if (left >= 0) == (right >= 0) else -quotient
     return left / right
-
-
-def _div(left: Any, right: Any) -> Any:
-    # the executor wraps an integer division in INT(): an exact quotient keeps it exact
-    return _divide(left, right)
 
 
 def _mod(left: Any, right: Any) -> Any:
@@ -248,8 +246,18 @@ def _check_work(text: str, pattern: str) -> None:
         )
 
 
-@functools.lru_cache(maxsize=256)
 def _like_segments(pattern: str, flags: int) -> tuple[bool, bool, tuple[tuple[re.Pattern[str], int], ...]]:
+    if len(pattern) <= _CACHED_CHARS:
+        return _cached_like_segments(pattern, flags)
+    return _compile_like(pattern, flags)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_like_segments(pattern: str, flags: int) -> tuple[bool, bool, tuple[tuple[re.Pattern[str], int], ...]]:
+    return _compile_like(pattern, flags)
+
+
+def _compile_like(pattern: str, flags: int) -> tuple[bool, bool, tuple[tuple[re.Pattern[str], int], ...]]:
     """``pattern`` split at its ``%``: (starts with %, ends with %, each segment as a quantifier-free regex and its
     length). ``_`` is any one character; a backslash takes the next character literally (PostgreSQL's default)."""
     segments: list[list[str]] = [[]]
@@ -295,7 +303,9 @@ def like(text: str, pattern: str, flags: int = 0) -> bool:
     return last.fullmatch(text, end) is not None
 
 
-_QUANTIFIERS = re.compile(r"[*+?{]")
+#: Without these a regular expression is a fixed sequence: Python's ``re`` cannot backtrack on it (an alternation
+#: can: ``(a|a)(a|a)…b`` tries every combination).
+_BACKTRACKING = re.compile(r"[*+?{|]")
 _re2 = threading.local()
 
 
@@ -309,8 +319,18 @@ def _duckdb() -> Any:
     return connection
 
 
-@functools.lru_cache(maxsize=4096)
 def _re2_search(text: str, pattern: str) -> bool:
+    if len(text) + len(pattern) <= _CACHED_CHARS:
+        return _cached_re2_search(text, pattern)
+    return _run_re2(text, pattern)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_re2_search(text: str, pattern: str) -> bool:
+    return _run_re2(text, pattern)
+
+
+def _run_re2(text: str, pattern: str) -> bool:
     import duckdb
 
     try:
@@ -323,15 +343,15 @@ def _re2_search(text: str, pattern: str) -> bool:
 
 
 def regexp_like(text: Any, pattern: Any, *_: Any) -> bool | None:
-    """PostgreSQL's ``text ~ pattern`` (a search) in linear time: RE2 (DuckDB), or Python's ``re`` for a pattern
-    without quantifiers (psql's ``^(name)$``), which cannot backtrack."""
+    """PostgreSQL's ``text ~ pattern`` (a search) in linear time: RE2 (DuckDB), or Python's ``re`` for a short
+    pattern without quantifiers or alternation (psql's ``^(name)$``), on which it cannot backtrack."""
     if text is None or pattern is None:
         return None
     text, pattern = str(text), str(pattern)
     _check_work(text, pattern)
-    if _QUANTIFIERS.search(pattern) is None:
+    if len(pattern) <= _CACHED_CHARS and _BACKTRACKING.search(pattern) is None:
         try:
-            return re.search(pattern, text) is not None
+            return re.search(pattern, text) is not None  # re's own cache: 512 patterns of ≤ 1,000 characters
         except re.error:
             pass  # RE2 names the error
     return _re2_search(text, pattern)
@@ -349,7 +369,7 @@ _BOUNDED: dict[str, Callable[..., Any]] = {
     "ADD": _binary("+", lambda a, b: a + b),
     "SUB": _binary("-", lambda a, b: a - b),
     "MUL": _binary("*", lambda a, b: a * b),
-    "DIV": _binary("/", _div),
+    "DIV": _binary("/", _divide),  # the executor wraps an integer division in INT(): the quotient stays exact
     "INTDIV": _binary("/", _divide),
     "MOD": _binary("%", _mod),
     "POW": _binary("^", _power),
