@@ -212,9 +212,11 @@ def _literal_text(node: exp.Expression) -> str | None:
 
 
 def apply_set_config(query: SystemQuery, expr: exp.Expression) -> exp.Expression:
-    """Apply each ``set_config('name', 'value', …)`` with literal arguments as ``SET name = value`` would (its
-    rules for ``veil.*`` and ``statement_timeout``, and the per-connection bound of :func:`held.check_setting`),
-    and put its value in its place; pg-mimic's own version writes the settings dict unchecked (red team s27 A2).
+    """Remember each ``set_config('name', 'value', …)`` with literal arguments for ``current_setting``/``SHOW``,
+    checked as ``SET name = value`` is (its rules for ``veil.*`` and ``statement_timeout``) and within the same
+    per-connection bound (:func:`held.check_setting`), and put its value in its place; pg-mimic's own version
+    wrote the settings dict unchecked (red team s27 A2). As before, only ``SET`` changes what Veil does (ε,
+    ``show_ci``, the statement timeout): ``set_config('veil.epsilon', …)`` never changes a charge (s27 B1).
     A ``set_config`` with other arguments is left alone: the executor does not know it and the statement falls
     through to the query path, which refuses it."""
     calls = [
@@ -229,17 +231,16 @@ def apply_set_config(query: SystemQuery, expr: exp.Expression) -> exp.Expression
         if key is None or (value is None and not isinstance(value_node, exp.Null)):
             continue
         name = key.lower()
-        settings = query.settings
-        if value is None:
-            if settings is not None:
-                settings.reset(name)
+        values: dict[str, str] = query.connection.session_vars
+        if value is not None and query.settings is not None:
+            query.settings.set(name, value, apply=False)  # SET's rules: unknown veil.* 42704, bad values 22023
+        # what Veil acts on changes only by SET, so current_setting keeps saying what is in force
+        if not (name.startswith("veil.") or name == "statement_timeout"):
+            if value is None:
+                values.pop(name, None)
             else:
-                query.connection.session_vars.pop(name, None)
-        elif settings is not None:
-            settings.set(name, value, apply=True)
-        else:
-            held.check_setting(query.connection.session_vars, name, value)
-            query.connection.session_vars[name] = value
+                held.check_setting(values, name, value)  # SET's bound, shared with SET and startup options
+                values[name] = value
         node.replace(exp.Literal.string(value if value is not None else ""))
     return expr
 
