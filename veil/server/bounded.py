@@ -13,7 +13,7 @@ bounded one, with PostgreSQL's errors:
 - casts to integer types within the type's range, to doubles finite (22003);
 - text built by concatenation at most :data:`MAX_TEXT` characters (54000);
 - ``LIKE``/``ILIKE`` without backtracking (fixed-length segments between ``%`` found left to right, in C); ``~``
-  in RE2 (DuckDB's ``regexp_matches``, linear time), or in Python's ``re`` when the pattern has no quantifier;
+  in RE2 (DuckDB's ``regexp_matches``, linear time), or in Python's ``re`` for a short pattern without quantifiers or alternation;
   text × pattern at most :data:`MAX_MATCH_WORK` (54000).
 
 The executor and pg-mimic catch exceptions (a failed catalog query becomes an empty answer), so a refusal is also
