@@ -163,7 +163,6 @@ def _outcome(conn: Any, sql: str, params: Any = None) -> Any:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A2: set_config() bypasses the per-connection SET bound (held.check_setting)")
 def test_A2_set_config_is_bounded_like_set(two_logins: Path) -> None:
     """MEDIUM (availability: one analyst grows the server without bound) — interface: ``veil serve``, any client:
     ``SELECT set_config('k1', '<1 MB literal>', false)``, ``… 'k2' …``, … (a table-less SELECT).
@@ -269,7 +268,6 @@ def test_A3b_kanon_outcome_does_not_depend_on_one_persons_undeclared_sensitive_v
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A4: table-less exponentiation runs unbounded big-int pow under the GIL")
 def test_A4_a_table_less_power_does_not_freeze_the_server(two_logins: Path) -> None:
     """MEDIUM (availability: one analyst stalls every connection of the server, repeatably) — interface: ``veil
     serve``, any client after login: ``SELECT 3 ^ 30000000`` (or ``power(3, …)``; 19 bytes).
@@ -368,7 +366,6 @@ TABLE_LESS_ERRORS = {
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A5: table-less arithmetic is untyped (XX000) or answered out of range")
 def test_A5_table_less_arithmetic_errors_are_typed(two_logins: Path) -> None:
     """LOW (typed errors; a client sees a server bug, or a wrong answer) — interface: ``veil serve``, any client.
 
@@ -392,7 +389,6 @@ def test_A5_table_less_arithmetic_errors_are_typed(two_logins: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A6: table-less 'text' * n is Python string repetition, unbounded")
 @pytest.mark.parametrize("sql", ["SELECT LENGTH('x' * 5000000) AS v", "SELECT 'ab' * 3 AS v"])
 def test_A6_table_less_string_times_integer_is_refused(two_logins: Path, sql: str) -> None:
     """MEDIUM (availability: one 35-byte statement makes the server allocate gigabytes; an OOM kill ends every
@@ -643,7 +639,6 @@ def test_A9_publish_options_are_refused_typed(tmp_path: Path, case: str) -> None
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A10: table-less/catalog LIKE and ~ run Python re (backtracking, GIL held)")
 def test_A10_a_table_less_like_pattern_does_not_freeze_the_server(two_logins: Path) -> None:
     """MEDIUM (availability: one analyst freezes the whole server process for minutes to forever with one ~80-byte
     statement; no timeout, cancel or SIGTERM can stop it) — interface: ``veil serve``, any client after login:
@@ -762,7 +757,6 @@ def test_A13_a_ledger_path_on_another_file_is_a_typed_policy_error(tmp_path: Pat
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A14: admission never evicts a pre-login socket of the newcomer's own network")
 def test_A14_one_analyst_and_idle_sockets_cannot_lock_out_another_analyst_of_the_same_host(two_logins: Path) -> None:
     """MEDIUM (availability; s24 A3 again, through the pre-login slots) — interface: ``veil serve`` on a host whose
     analysts connect from one address (loopback, a jump host, a notebook server, a NAT): here ``--max-connections 6``
@@ -894,7 +888,6 @@ def _peak_kib(pid: int) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A15: a public query's whole answer is materialised in the server, unbounded")
 def test_A15_a_public_cross_join_does_not_grow_the_server_without_bound(tmp_path: Path) -> None:
     """MEDIUM (availability: one analyst, free, takes the whole server down) — interface: ``veil serve``, any client:
     ``SELECT a.age, b.age, c.age, d.sex FROM pk a, pk b, pk c, pk d`` on a published (public) table ``pk`` of 60
