@@ -89,7 +89,6 @@ def _implicit_world(drop: list[int]) -> Any:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A1: synth's published columns come from detection on the private rows")
 def test_A1_synthetic_table_columns_do_not_depend_on_one_person(tmp_path: Path) -> None:
     """MEDIUM (one person decides the public table's schema, at ε = 0) — interface: ``veil publish synth --sensitive
     sex --label income --beta 0.5`` with no ``--columns`` (the documented default: "columns … or None to detect
@@ -613,9 +612,6 @@ UNTYPED_PUBLISH = {
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True, reason="s27 A9: kanon and synth do not check --seed (check_seed) or repeated --columns before use"
-)
 @pytest.mark.parametrize("case", sorted(UNTYPED_PUBLISH))
 def test_A9_publish_options_are_refused_typed(tmp_path: Path, case: str) -> None:
     """LOW (bad input, untyped: the CLI prints a traceback, exit 1) — interface: ``veil publish kanon --seed -5``,
@@ -945,7 +941,6 @@ REPEATED_COLUMNS = {
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A16: repeated columns pass the plan and crash in sanitise (charged, untyped)")
 @pytest.mark.parametrize("case", sorted(REPEATED_COLUMNS))
 def test_A16_repeated_columns_are_refused_typed_before_the_charge(tmp_path: Path, case: str) -> None:
     """LOW (budget lost on a typo, untyped traceback; s24 A10's class) — interface: ``veil publish sdc --method

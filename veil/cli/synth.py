@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from veil.cli._common import audit, emit, format_option, policy_option, publish, publish_and_report, run_guarded
+from veil.generators._threads import MAX_THREADS
 
 __all__ = ["audit_implicit_command", "publish_krr_command", "publish_synth_command"]
 
@@ -158,7 +159,7 @@ def audit_implicit_command(
 @click.option("--replace", is_flag=True, default=False, help="Replace --output if it exists.")
 @click.option(
     "--threads",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_THREADS),
     default=None,
     help="torch CPU threads for training (default: torch's own choice). Use 1 on a shared host.",
 )

@@ -29,10 +29,20 @@ class KAnonPlugin(PublishPlugin):
     sweep_values = (2, 5, 10, 25)
 
     def plan(self, policy: Any, request: Mapping[str, Any]) -> Plan:
+        from veil.generators.base import check_seed
+        from veil.generators.columns import disjoint_roles, distinct_columns
         from veil.generators.kanon import canonical_algorithm
+        from veil.generators.som import neuron_candidates
 
         algorithm = canonical_algorithm(request.get("algorithm", "kma"))
         hier = request.get("hierarchies")
+        qi = distinct_columns(request["qi"], "--qi")
+        sensitive = distinct_columns(request.get("sensitive") or [], "--sensitive")
+        som_columns = distinct_columns(request.get("som_columns") or [], "--som-columns")
+        disjoint_roles({"--qi": qi, "--sensitive": sensitive})
+        som_neurons = [int(v) for v in request.get("som_neurons") or (100, 300, 10)]
+        if som_columns:
+            neuron_candidates(*som_neurons)  # bounded, typed, before the data is read (s27 A9)
         return Plan(
             kind=self.kind,
             method=f"kanon-{algorithm}",
@@ -42,15 +52,15 @@ class KAnonPlugin(PublishPlugin):
             params={
                 "algorithm": algorithm,
                 "k": int(request["k"]),
-                "qi": list(request["qi"]),
-                "sensitive": list(request.get("sensitive") or []),
+                "qi": qi,
+                "sensitive": sensitive,
                 "hierarchy_dir": None if hier is None else str(Path(hier).resolve()),
                 "missing": request.get("missing", "drop"),
                 "mondrian_split": request.get("split", "gain") if algorithm.startswith("mondrian") else None,
-                "seed": request.get("seed"),
-                "som_columns": list(request.get("som_columns") or []),
+                "seed": check_seed(request.get("seed")),
+                "som_columns": som_columns,
                 "som_label": request.get("som_label"),
-                "som_neurons": list(request.get("som_neurons") or (100, 300, 10)),
+                "som_neurons": som_neurons,
                 "som_epochs": int(request.get("som_epochs", 20)),
             },
             checks={"k": float(request["k"])},
