@@ -415,7 +415,6 @@ def test_A6_table_less_string_times_integer_is_refused(two_logins: Path, sql: st
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A7: nothing claims a publication's output name between check and commit")
 def test_A7_concurrent_publications_never_replace_an_output_without_replace(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
