@@ -639,9 +639,7 @@ def stage_publication(
         try:
             con.execute(_JOURNAL_DDL)
             if frame is not None and not replace:
-                taken = con.execute(
-                    "SELECT table_name FROM information_schema.tables WHERE table_name = ?", [output]
-                ).fetchall()
+                taken = con.execute("SELECT table_name FROM information_schema.tables WHERE table_name = ?", [output]).fetchall()
                 claimed = con.execute(f"SELECT token FROM {JOURNAL} WHERE output = ?", [output]).fetchall()
                 if taken or claimed:
                     raise OutputExists(
