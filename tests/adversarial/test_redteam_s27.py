@@ -569,7 +569,6 @@ def test_B3_a_delta_sum_rounded_up_to_one_reads_back_and_refuses_delta(tmp_path:
         assert led.spent("table:t").epsilon == 3
 
 
-@pytest.mark.xfail(strict=True, reason="s27 A8: δ below 10⁻³⁰ still charges an account whose δ is stored at 1")
 def test_A8_an_account_whose_delta_is_stored_at_one_refuses_every_delta(tmp_path: Path) -> None:
     """LOW (a ledger invariant; needs δ charges with denominators beyond 10³⁰, e.g. ``partition_delta = 1e-31``) —
     interface: any charge (query or publication) on an uncapped table.

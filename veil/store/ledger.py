@@ -296,6 +296,14 @@ class Ledger:
         delta = min(Fraction(row[1]), 1 - _DELTA_EPSILON)
         return Cost(Fraction(row[0]), delta)
 
+    @staticmethod
+    def _delta_exhausted(db: sqlite3.Connection, account: str) -> bool:
+        """Is the account's *stored* δ (not the clamped read of :meth:`_spent`) 1 or more? Then its δ cannot grow:
+        every positive δ is refused, however small (red team s27 A8: δ = 1e-31 passed the check against the read
+        1 − 10⁻³⁰ and was rounded up to 1 again, without bound)."""
+        row = db.execute("SELECT delta_spent FROM accounts WHERE account = ?", (account,)).fetchone()
+        return bool(row) and Fraction(row[0]) >= 1
+
     def _add_spent(self, db: sqlite3.Connection, account: str, eps: Fraction, delta: Fraction) -> None:
         old = self._spent(db, account)
         new_eps, new_delta = _rounded_up(old.epsilon + eps), _rounded_up(old.delta + delta)
@@ -352,7 +360,9 @@ class Ledger:
                 over_delta = acct.delta_total is not None and spent.delta + cost.delta > acct.delta_total
                 if over_eps or over_delta:
                     raise _refusal(what, acct, cost, spent)
-                if cost.delta and spent.delta + cost.delta >= 1:
+                # the sum as it will be stored (rounded up on the 10⁻³⁰ grid) must stay below 1, and a stored sum of 1
+                # (an older ledger) refuses every δ (red team s27 A8)
+                if cost.delta and (_rounded_up(spent.delta + cost.delta) >= 1 or self._delta_exhausted(db, acct.key)):
                     # an uncapped table adds up every analyst's δ: at 1 its guarantee would be vacuous, and no (ε, δ)
                     # account may hold δ ≥ 1 (red team s24, A6: the stored sum reached 1 and every later query on the
                     # table failed); charges of δ = 0 go on
