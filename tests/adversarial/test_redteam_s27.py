@@ -203,7 +203,6 @@ def _serve_fast(policy: Path, **limits: Any) -> Any:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A3: kanon's flat hierarchy strips leaves but encodes raw values")
 @pytest.mark.parametrize("odd", ["F ", "M  "])
 def test_A3_kanon_outcome_does_not_depend_on_one_persons_spelling_of_a_category(tmp_path: Path, odd: str) -> None:
     """LOW (a data-dependent refusal that prints one person's value; availability for real data) — interface:
@@ -238,7 +237,6 @@ def test_A3_kanon_outcome_does_not_depend_on_one_persons_spelling_of_a_category(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A3b: the gate refuses a k-anonymous table for one undeclared sensitive value")
 def test_A3b_kanon_outcome_does_not_depend_on_one_persons_undeclared_sensitive_value(tmp_path: Path) -> None:
     """LOW (the same class as A3, for a sensitive column) — interface: ``veil publish kanon --qi age,sex --sensitive
     income --k 5`` where person 9's ``income`` is ``'HIGH'`` (declared: ``low``, ``high``).
@@ -666,7 +664,6 @@ def test_A10_a_table_less_like_pattern_does_not_freeze_the_server(two_logins: Pa
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A11: the gate refuses kanon's own missing-value leaf '?' as out of domain")
 def test_A11_kanon_missing_leaf_outcome_does_not_depend_on_one_persons_missing_value(tmp_path: Path) -> None:
     """LOW (a documented option fails on real data, and whether it fails depends on one person) — interface: ``veil
     publish kanon --qi job,sex --sensitive income --k 5 --missing leaf`` (the option docs/kanon.md offers to keep rows
@@ -699,7 +696,6 @@ def test_A11_kanon_missing_leaf_outcome_does_not_depend_on_one_persons_missing_v
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A12: the gate refuses hierarchy node labels in a declared category column")
 def test_A12_kanon_hierarchy_labels_of_a_declared_category_pass_the_gate(tmp_path: Path) -> None:
     """LOW (a documented feature fails whenever the policy declares the column's values) — interface: ``veil
     publish kanon --qi job,age,sex --hierarchies DIR`` with ``DIR/job.csv`` = ``nurse;care;*``, ``smith;manual;*``,
@@ -727,7 +723,6 @@ LEDGER_TARGETS = {"policy": "policy2.toml", "warehouse": "warehouse.duckdb", "so
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A13: a ledger path that is not a ledger ends in sqlite3.DatabaseError")
 @pytest.mark.parametrize("target", sorted(LEDGER_TARGETS))
 def test_A13_a_ledger_path_on_another_file_is_a_typed_policy_error(tmp_path: Path, target: str) -> None:
     """LOW (a careless curator; untyped traceback, exit 1) — interface: a policy whose ``[ledger] path`` names the

@@ -143,10 +143,17 @@ def audit_implicit_command(
 )
 @click.option("--epochs", type=click.IntRange(min=1), default=30, show_default=True, help="Training epochs.")
 @click.option("--batch-size", type=click.IntRange(min=2), default=500, show_default=True)
-@click.option("--theta", type=_UNIT, default=0.01, show_default=True, help="Detection threshold θ.")
-@click.option("--beta", type=_UNIT, default=0.7, show_default=True, help="Detection threshold β (accuracy).")
 @click.option(
-    "--columns", default=None, help="Comma-separated implicit attributes to regenerate (default: detect them with θ and β)."
+    "--theta", type=_UNIT, default=0.01, show_default=True, help="Detection threshold θ (reported, never decides columns)."
+)
+@click.option(
+    "--beta", type=_UNIT, default=0.7, show_default=True, help="Detection threshold β (reported, never decides columns)."
+)
+@click.option(
+    "--columns",
+    default=None,
+    help="Comma-separated implicit attributes to regenerate (default: every declared column with a domain; "
+    "θ/β detection is only reported, see `veil audit implicit`).",
 )
 @click.option(
     "--rows",

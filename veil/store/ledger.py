@@ -53,7 +53,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from veil.errors import BudgetExhausted, InternalError, ReleaseError
+from veil.errors import BudgetExhausted, InternalError, PolicyError, ReleaseError
 from veil.mechanisms.budget import as_delta, as_epsilon, format_delta, format_epsilon
 from veil.policy import Policy
 from veil.store._sqlite import connect as connect_sqlite
@@ -237,11 +237,26 @@ class Ledger:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._db = connect_sqlite(self.path, check_same_thread=False)
-        use_wal(self._db)
-        self._db.execute("PRAGMA synchronous=FULL")
-        with self._transaction() as db:
-            self._migrate(db)
+        try:
+            self._db = connect_sqlite(self.path, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise PolicyError(
+                f"the ledger {str(self.path)!r} cannot be opened: {exc}",
+                hint="Point [ledger] path at a ledger file, or at a new file Veil may create",
+            ) from exc
+        try:
+            use_wal(self._db)
+            self._db.execute("PRAGMA synchronous=FULL")
+            with self._transaction() as db:
+                self._migrate(db)
+        except sqlite3.DatabaseError as exc:  # not an SQLite file (a policy, a DuckDB file, a CSV; s27 A13)
+            self._db.close()
+            if isinstance(exc, sqlite3.OperationalError):  # e.g. locked: the file is a database
+                raise
+            raise PolicyError(
+                f"the ledger {str(self.path)!r} is not a Veil ledger (SQLite said: {exc})",
+                hint="Point [ledger] path at a ledger file, or at a new file Veil may create",
+            ) from exc
 
     @classmethod
     def for_policy(cls, policy: Policy) -> Ledger:
