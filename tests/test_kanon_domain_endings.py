@@ -102,3 +102,24 @@ def test_the_gate_accepts_a_method_label_only_in_a_generalised_column(tmp_path: 
     assert _out_of_domain(frame, spec, None, {"job": "generalised"}, labels) is None  # type: ignore[arg-type]
     assert _out_of_domain(frame, spec, None, {"job": "sensitive"}, labels) is not None  # type: ignore[arg-type]
     assert _out_of_domain(frame, spec, None, {"job": "generalised"}, {}) is not None  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["mondrian", "oka", "kma"])
+@pytest.mark.parametrize("holders", [1, 5, 10])
+def test_an_undeclared_category_of_a_flat_qi_never_decides_the_ending(tmp_path: Path, algorithm: str, holders: int) -> None:
+    """``holders`` people share the undeclared job ``astronaut`` (a QI without hierarchy file): published as D′
+    (nurses) is, never showing it (OKA formed an ``astronaut`` class of 10 and the gate refused, naming it)."""
+    outcomes, shown = {}, []
+    for world, job in (("d", "astronaut"), ("d_prime", "nurse")):
+        frame = people(60)
+        frame.loc[0 : holders - 1, "job"] = job
+        policy = _warehouse(tmp_path / world, frame)
+        outcomes[world] = _outcome(policy, {"table": "people", "qi": ["job", "sex"], "sensitive": ["income"], "k": 5,
+                                            "algorithm": algorithm, "output": "pk"})  # fmt: skip
+        if outcomes[world] == "published":
+            rows = _published(policy, "SELECT job FROM pk")
+            assert len(rows) == 60
+            shown += [r for r in rows if "astronaut" in r]
+    assert outcomes["d"] == outcomes["d_prime"] == "published", outcomes
+    assert not shown, shown[:3]

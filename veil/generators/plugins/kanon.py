@@ -181,7 +181,7 @@ class KAnonPlugin(PublishPlugin):
             labels={
                 c: frozenset(
                     (set(trees[c].nodes) - set(trees[c].leaves) if c in trees else set())
-                    | ({MISSING_LEAF} if p["missing"] == "leaf" else set())
+                    | ({MISSING_LEAF} if p["missing"] == "leaf" or _declared_flat(env.spec, c, trees) else set())
                 )
                 for c in qi
             },
@@ -212,6 +212,7 @@ def _within_domains(data: pd.DataFrame, qi: list[str], sensitive: list[str], spe
     keeps its declared ``values``, or its declared ``[lower, upper]``. Missing values then follow ``--missing``
     (dropped, or the leaf ``?`` for a categorical QI), as they would for a NULL."""
     from veil.generators.gate import _same_value
+    from veil.generators.kanon import MISSING_LEAF
 
     out = data.copy()
     columns = spec.columns if spec is not None else {}
@@ -225,8 +226,15 @@ def _within_domains(data: pd.DataFrame, qi: list[str], sensitive: list[str], spe
         if name in trees:
             keep &= series.astype(str).isin(set(trees[name].leaves))
         col = columns.get(name)
+        declared = getattr(col, "values", None) if col is not None else None
+        if name in qi and name not in trees and declared and not pd.api.types.is_numeric_dtype(series):
+            # a flat tree is built from the values: an undeclared one becomes the unknown leaf "?" (generalised like
+            # any leaf, accepted by the gate), never a class labelled with it (OKA published k people's
+            # "astronaut" class as such, and the gate refused the table naming it)
+            allowed = {_same_value(v) for v in declared}
+            odd = series.map(lambda v, ok=allowed: not pd.isna(v) and _same_value(v) not in ok).astype(bool)
+            series = series.astype(object).where(~odd, MISSING_LEAF)
         if name in sensitive and col is not None:
-            declared = getattr(col, "values", None)
             if declared:
                 allowed = {_same_value(v) for v in declared}
                 keep &= series.map(lambda v, ok=allowed: not pd.isna(v) and _same_value(v) in ok).astype(bool)
@@ -241,3 +249,9 @@ def _within_domains(data: pd.DataFrame, qi: list[str], sensitive: list[str], spe
         else:
             out[name] = series.astype(object).where(keep, None)
     return out
+
+
+def _declared_flat(spec: Any, column: str, trees: Mapping[str, Any]) -> bool:
+    """A QI with declared values and no hierarchy file: its undeclared values are published as the leaf ``?``."""
+    col = spec.columns.get(column) if spec is not None else None
+    return column not in trees and bool(getattr(col, "values", None))
