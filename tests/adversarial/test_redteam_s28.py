@@ -9,6 +9,11 @@ test's docstring):
   ``ARRAY_CAT``) is left unbounded in the executor's ENV: nested derived tables over a catalog table multiply a
   text ×15 per level. A 520-byte statement built 1.37·10⁹ characters in the server (2 s, measured through psycopg);
   one more level is 2·10¹⁰ (the host's memory). The ``MAX_TEXT`` bound covers ``||``/``CONCAT`` only.
+* A3 (MEDIUM, availability, free) the public answer bound (``bounded_public``: LIMIT 100,001, 54000 beyond) counts
+  rows, not cells: ``SELECT a.pk * 1.5, … (600 times) FROM pub a, pub p0, …, pub p7 LIMIT 100000`` (3,629 tokens,
+  within ``veil serve``'s 4,000) over a 4-row public table is answered with 60 M cells: 27 s and peak RSS 230 MB →
+  3.5 GB (in-process, measured); without the LIMIT it is refused only after 100,001 rows × 600 columns were
+  fetched (200 columns: +800 MB for the refusal).
 * A2 (LOW, availability) table-less ``ROUND(5, -30000000)`` is Python's ``round(int, ndigits)``, which computes
   ``10 ** 30000000`` exactly: the catalog timeout answers 57014 after 5 s but the pool thread runs on (45 s
   measured for -3·10⁷; -10⁹ is hours), so a handful of statements take every catalog thread.
@@ -81,6 +86,52 @@ def test_A2_round_to_huge_negative_digits_is_refused_at_once() -> None:
     else:
         answer = done.stdout.strip() or done.stderr[-300:]
     assert answer in {"22003", "54000", "[(0,)]"}
+
+
+_WIDE_CHILD = """
+import resource, sys, tempfile
+from fractions import Fraction
+from pathlib import Path
+sys.path.insert(0, '.')
+from tests.adversarial.test_redteam_s4 import POLICY, _base_rows, _frame
+from tests.adversarial.test_redteam_s26 import CASED_PUB
+from veil.policy import load_policy
+from veil.proxy._testing import exact_session
+from veil.store.warehouse import write_table
+d = Path(tempfile.mkdtemp())
+(d / 'policy.toml').write_text(POLICY, encoding='utf-8')
+policy = load_policy(d / 'policy.toml')
+write_table(policy, 'pub', CASED_PUB, replace=True, public=True)
+write_table(policy, 't', _frame(_base_rows()), replace=True)
+with exact_session(policy, 'a') as s:
+    s.execute('SELECT a.pk FROM pub a, pub b', epsilon=Fraction(1))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:
+        outcome = len(s.execute(sys.argv[1], epsilon=Fraction(1)).rows)
+    except Exception as exc:
+        outcome = getattr(exc, 'sqlstate', type(exc).__name__)
+    print(outcome, (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="s28 A3: the public answer bound counts rows, not cells")
+def test_A3_a_wide_public_answer_is_bounded_in_cells() -> None:
+    """MEDIUM (availability, free) — interface: every (API, ``veil serve``): a public-only query.
+
+    ``bounded_public`` (``veil/proxy/pipeline.py`` ~171) adds ``LIMIT 100001`` and ``_check_public_rows`` refuses
+    beyond 100,000 rows, but nothing bounds the columns: each select item is one more Python object per row, and
+    only the token limit (4,000 in ``veil serve``) bounds the items. Measured in-process over a 4-row public table
+    cross-joined 9 times: 600 × ``a.pk * 1.5`` with ``LIMIT 100000`` answered, 27 s, peak RSS 230 MB → 3.5 GB; 200
+    columns without LIMIT refused 54000 after +800 MB. The same with s27 A15's published 60-row table over the wire
+    (the answer is also encoded for the client). Sound: bound rows × columns (or bytes) before fetching, from the
+    select list's width. Here (child process): 100 columns × 100,000 rows (10 M cells) must be refused, or cost
+    the process under 150 MB."""
+    cols = ", ".join("a.pk * 1.5" for _ in range(100))
+    sql = f"SELECT {cols} FROM pub a, " + ", ".join(f"pub p{i}" for i in range(8)) + " LIMIT 100000"
+    done = subprocess.run([sys.executable, "-c", _WIDE_CHILD, sql], timeout=240, capture_output=True, text=True, check=False)
+    outcome, grown = done.stdout.split() if done.stdout.strip() else (done.stderr[-300:], "0")
+    assert outcome == "54000" or int(grown) < 150, f"answered {outcome} rows, peak RSS +{grown} MB"
 
 
 # ==================================================================================================
