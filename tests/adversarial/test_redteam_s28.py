@@ -14,6 +14,12 @@ test's docstring):
   within ``veil serve``'s 4,000) over a 4-row public table is answered with 60 M cells: 27 s and peak RSS 230 MB →
   3.5 GB (in-process, measured); without the LIMIT it is refused only after 100,001 rows × 600 columns were
   fetched (200 columns: +800 MB for the refusal).
+* A4 (MEDIUM, availability) admission: an outsider with no credentials, from another address, keeps out any analyst
+  whose login takes longer than the 2 s grace (TLS over a high-latency link: ~6 round trips; a login waiting out
+  the login backoff, which the outsider can itself raise by failing as that user): with the server's slots full
+  of its own fresh idle sockets, each new socket of the outsider evicts the stalest pre-login connection — the
+  analyst's, mid-SCRAM. Measured: bob paused 2.6 s after AuthenticationSASL; the outsider's 4 new sockets
+  (127.0.0.2) closed his connection.
 * A2 (LOW, availability) table-less ``ROUND(5, -30000000)`` is Python's ``round(int, ndigits)``, which computes
   ``10 ** 30000000`` exactly: the catalog timeout answers 57014 after 5 s but the pool thread runs on (45 s
   measured for -3·10⁷; -10⁹ is hours), so a handful of statements take every catalog thread.
@@ -21,9 +27,11 @@ test's docstring):
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -134,9 +142,103 @@ def test_A3_a_wide_public_answer_is_bounded_in_cells() -> None:
     assert outcome == "54000" or int(grown) < 150, f"answered {outcome} rows, peak RSS +{grown} MB"
 
 
+def _slow_login(port: int, user: str, password: str, pause: float) -> str:
+    """A SCRAM login whose client pauses ``pause`` seconds after the server's AuthenticationSASL (a slow link)."""
+    import socket
+    import struct
+
+    from scramp import ScramClient
+
+    from tests.support.server import error_code, message, read_message, startup_packet
+
+    sock = socket.create_connection(("127.0.0.1", port), timeout=15)
+    try:
+        sock.sendall(startup_packet(user))
+        tag, payload = read_message(sock)
+        if tag != b"R":
+            return f"startup: {error_code(payload)}"
+        time.sleep(pause)
+        client = ScramClient(["SCRAM-SHA-256"], user, password)
+        first = client.get_client_first().encode()
+        sock.sendall(message(b"p", b"SCRAM-SHA-256\x00" + struct.pack("!i", len(first)) + first))
+        tag, payload = read_message(sock)
+        if tag != b"R":
+            return f"sasl: {error_code(payload)}"
+        client.set_server_first(payload[4:].decode())
+        sock.sendall(message(b"p", client.get_client_final().encode()))
+        while (tag := read_message(sock)[0]) != b"Z":
+            if tag == b"E":
+                return "final: error"
+        return "ok"
+    except (ConnectionError, OSError) as exc:
+        return f"closed: {type(exc).__name__}"
+    finally:
+        sock.close()
+
+
+def _outsider_and_slow_login(tmp_path: Path, newcomers: int) -> str:
+    """The outsider's idle sockets and newcomers against bob's login paused 2.6 s."""
+    import socket
+    import threading
+
+    from tests.adversarial.test_redteam_s20 import _serve
+    from tests.publish_support import make_warehouse
+    from tests.support.attack import PASSWORD, set_password
+
+    policy = make_warehouse(tmp_path, n=20)
+    set_password(policy, "bob")
+    idle: list[socket.socket] = []
+
+    def outsider(started: float) -> None:
+        time.sleep(max(0.0, started + 2.2 - time.monotonic()))
+        for _ in range(newcomers):
+            with contextlib.suppress(OSError):
+                idle.append(socket.create_connection(("127.0.0.1", st.port), timeout=5, source_address=("127.0.0.2", 0)))
+            time.sleep(0.1)
+
+    with _serve(policy, max_connections=4) as st:
+        try:
+            for _ in range(3):
+                idle.append(socket.create_connection(("127.0.0.1", st.port), timeout=5, source_address=("127.0.0.2", 0)))
+            time.sleep(0.1)
+            churn = threading.Thread(target=outsider, args=(time.monotonic(),))
+            churn.start()
+            outcome = _slow_login(st.port, "bob", PASSWORD, pause=2.6)
+            churn.join()
+        finally:
+            for sock in idle:
+                sock.close()
+    return outcome
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="s28 A4: an outsider evicts a slow login in progress")
+def test_A4_an_outsider_cannot_evict_a_login_in_progress(tmp_path: Path) -> None:
+    """MEDIUM (availability) — interface: ``veil serve`` (``--max-connections 4``; the same at 100).
+
+    The outsider (no credentials, 127.0.0.2) holds 3 idle sockets; bob (127.0.0.1) connects into the last slot and
+    his client pauses 2.6 s after AuthenticationSASL (a satellite or congested link: TLS plus SCRAM are ~6 round
+    trips; or a login held by the login backoff, ``login_backoff_max`` 30 s, which anyone raises by failing as
+    bob). At 2.2 s the outsider opens 4 new sockets, 0.1 s apart: `PreLogin.victim` (``veil/server/admission.py``
+    ~98–113) finds no network with 2 more than the outsider's, then ``_stalest``: the connection of any network
+    waiting longest past the grace — the outsider's own three (swaps), then bob's, mid-login, cancelled. The s27 A14
+    fix ("a login in progress, which takes milliseconds, is never cut") assumes every login is fast; ``_stalest``
+    cannot tell an idle socket (no startup message) from a login in progress. Sound: evict only sockets that have
+    not sent a startup packet (or that sent nothing for the grace), never one that answered the last challenge."""
+    outcome = _outsider_and_slow_login(tmp_path, newcomers=4)
+    assert outcome == "ok", f"bob's login ended {outcome!r}"
+
+
 # ==================================================================================================
 # Part B — defences that held
 # ==================================================================================================
+
+
+@pytest.mark.slow
+def test_B2_a_slow_login_completes_when_no_newcomer_arrives(tmp_path: Path) -> None:
+    """A4's control: the same full server and paused login, no newcomer: bob logs in (the pause is within
+    ``--auth-timeout``)."""
+    assert _outsider_and_slow_login(tmp_path, newcomers=0) == "ok"
 
 
 @pytest.mark.parametrize(
