@@ -20,6 +20,10 @@ test's docstring):
   of its own fresh idle sockets, each new socket of the outsider evicts the stalest pre-login connection — the
   analyst's, mid-SCRAM. Measured: bob paused 2.6 s after AuthenticationSASL; the outsider's 4 new sockets
   (127.0.0.2) closed his connection.
+* A5 (HIGH, guarantee) PATE's held-out student on a table with a privacy unit (``max_rows_per_unit = 5``): a
+  person's rows are all the student's (role keyed by unit) and each is sent as its own ε_local-LDP record (query
+  order by content), but the plan charges one record's ε_local: measured 5 records × ε_local 2 = 10 for the
+  person, charged 7.79.
 * A2 (LOW, availability) table-less ``ROUND(5, -30000000)`` is Python's ``round(int, ndigits)``, which computes
   ``10 ** 30000000`` exactly: the catalog timeout answers 57014 after 5 s but the pool thread runs on (45 s
   measured for -3·10⁷; -10⁹ is hours), so a handful of statements take every catalog thread.
@@ -33,6 +37,8 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 from tests.server.test_bounded_eval import _evaluate
@@ -227,6 +233,83 @@ def test_A4_an_outsider_cannot_evict_a_login_in_progress(tmp_path: Path) -> None
     not sent a startup packet (or that sent nothing for the grace), never one that answered the last challenge."""
     outcome = _outsider_and_slow_login(tmp_path, newcomers=4)
     assert outcome == "ok", f"bob's login ended {outcome!r}"
+
+
+# --- A5. PATE's held-out student: a person with several rows sends several local-DP records, charged as one ----
+
+_UNIT_POLICY = """\
+[database]
+path = "warehouse.duckdb"
+[ledger]
+path = "ledger.sqlite"
+
+[tables.people]
+privacy_unit = "pid"
+max_rows_per_unit = 5
+[tables.people.columns]
+pid = { type = "int", lower = 0, upper = 1000 }
+age = { type = "int", lower = 17, upper = 90 }
+hours = { type = "int", lower = 1, upper = 99 }
+sex = { type = "category", values = ["F", "M"] }
+income = { type = "category", values = ["low", "high"] }
+
+[analysts.bob]
+epsilon = 100.0
+"""
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="s28 A5: PATE charges one record's local ε per person")
+def test_A5_pate_charges_every_student_record_of_one_person(tmp_path: Path) -> None:
+    """HIGH (guarantee; the charge understates one person's loss ×max_rows_per_unit) — interface: ``veil publish pate
+    --table people`` without ``--student-table`` on a table with ``privacy_unit = "pid"``, ``max_rows_per_unit = 5``.
+
+    The held-out student's records are people of the table (s24 A2): the plan charges ``max(ε_teachers, ε_local)``
+    with ``ε_local`` = ``student_local_epsilon`` — the local ε of *one record* (``ldp_guarantee(...)["per_record"]``,
+    ``veil/generators/plugins/pate.py`` ~83–121). The role is keyed by the unit id (all of a person's rows are the
+    student's together), but ``student_queries`` (``veil/generators/pate/run.py`` ~262) then queries records chosen
+    by their *content* hashes: every one of the person's 5 rows is sent to the teachers (privatised independently,
+    each ``ε_local``-LDP), and the student is trained on all 5 — the person's loss is 5·ε_local by composition,
+    charged ε_local. ``max_rows_per_unit`` is read nowhere in ``veil/generators``. Measured (``--queries 200
+    --student-share 0.99 --student-rho 0.5``): the target's 5 rows are all among the 200 queried records, each
+    ε_local = 2; the plan charges 7.79 (the teachers' bound, ≥ ε_local); the person's loss as a student is 10. Sound: charge ``max_rows_per_unit × ε_local`` (the per-record
+    bound composes over a unit's rows), or send at most one record per unit."""
+    from veil.generators.pate import FeatureEncoder, PateConfig, identities, split_student, student_queries
+    from veil.generators.registry import get_plugin
+    from veil.policy import load_policy
+
+    (tmp_path / "policy.toml").write_text(_UNIT_POLICY, encoding="utf-8")
+    policy = load_policy(tmp_path / "policy.toml")
+    features = ["age", "hours", "sex"]
+    config = PateConfig(teachers=2, queries=200, rho=0.5, seed=0, student_share=0.99, student_epochs=1)
+    request = {"table": "people", "label": "income", "features": features, "config": config, "validation": 0,
+               "output_model": str(tmp_path / "m.pt")}  # fmt: skip
+    plan = get_plugin("pate").plan(policy, request)
+    local = float(plan.checks["student_local_epsilon"])
+    # 40 people × 5 rows; person 7's rows are distinct (ages 20..24)
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(
+        {
+            "pid": np.repeat(np.arange(40), 5),
+            "age": rng.integers(30, 80, 200),
+            "hours": rng.integers(1, 99, 200),
+            "sex": rng.choice(["F", "M"], 200),
+            "income": rng.choice(["low", "high"], 200),
+        }
+    )
+    frame.loc[frame.pid == 7, "age"] = np.arange(20, 25)
+    # the plug-in's own path (``sanitise``): roles by unit, then the queried records
+    encoder = FeatureEncoder.from_columns(policy.table("people").columns, features)
+    x_all = encoder.transform(frame)
+    y_all = (frame["income"] == "high").to_numpy().astype(int)
+    s_idx, _ = split_student(identities(x_all, y_all, groups=frame["pid"].to_numpy()), config.student_share, seed=0)
+    pool = s_idx[: min(config.queries, len(s_idx))]
+    sent, _ = student_queries(x_all[pool], y_all[pool], encoder=encoder, config=config, rng=np.random.default_rng(1))
+    target = x_all[frame.index[frame.pid == 7].to_numpy()]
+    rows_sent = sum(bool(np.any(np.all(np.isclose(sent, row), axis=1))) for row in target)
+    assert rows_sent >= 2, "precondition: the person's rows are queried"
+    assert float(plan.epsilon) >= rows_sent * local, (
+        f"person 7 sent {rows_sent} records of ε_local {local:.4g} each; the plan charges {float(plan.epsilon):.4g}"
+    )
 
 
 # ==================================================================================================
