@@ -271,7 +271,8 @@ def test_A5_pate_charges_every_student_record_of_one_person(tmp_path: Path) -> N
     each ``ε_local``-LDP), and the student is trained on all 5 — the person's loss is 5·ε_local by composition,
     charged ε_local. ``max_rows_per_unit`` is read nowhere in ``veil/generators``. Measured (``--queries 200
     --student-share 0.99 --student-rho 0.5``): the target's 5 rows are all among the 200 queried records, each
-    ε_local = 2; the plan charges 7.79 (the teachers' bound, ≥ ε_local); the person's loss as a student is 10. Sound: charge ``max_rows_per_unit × ε_local`` (the per-record
+    ε_local = 2; the plan charges 7.79 (the teachers' bound, ≥ ε_local); the person's loss as a student is 10.
+    Sound: charge ``max_rows_per_unit × ε_local`` (the per-record
     bound composes over a unit's rows), or send at most one record per unit."""
     from veil.generators.pate import FeatureEncoder, PateConfig, identities, split_student, student_queries
     from veil.generators.registry import get_plugin
