@@ -8,7 +8,8 @@ test's docstring):
 * A1 (MEDIUM, availability) table-less/catalog evaluation: ``ARRAY_TO_STRING`` (sqlglot's ``ARRAYTOSTRING``, and
   ``ARRAY_CAT``) is left unbounded in the executor's ENV: nested derived tables over a catalog table multiply a
   text ×15 per level. A 520-byte statement built 1.37·10⁹ characters in the server (2 s, measured through psycopg);
-  one more level is 2·10¹⁰ (the host's memory). The ``MAX_TEXT`` bound covers ``||``/``CONCAT`` only.
+  one more level is 2·10¹⁰ (the host's memory). The ``MAX_TEXT`` bound covers ``||``/``CONCAT`` only. Same for
+  ``ARRAY_CAT`` (×4 per level; an 18-level statement had the evaluating process OOM-killed).
 * A3 (MEDIUM, availability, free) the public answer bound (``bounded_public``: LIMIT 100,001, 54000 beyond) counts
   rows, not cells: ``SELECT a.pk * 1.5, … (600 times) FROM pub a, pub p0, …, pub p7 LIMIT 100000`` (3,629 tokens,
   within ``veil serve``'s 4,000) over a 4-row public table is answered with 60 M cells: 27 s and peak RSS 230 MB →
@@ -76,6 +77,15 @@ def test_A1_array_to_string_cannot_build_text_beyond_the_bound() -> None:
     still Python's). Here in-process (the executor alone, as ``tests/server/test_bounded_eval.py``): 6 levels must be
     refused 54000 (text over ``MAX_TEXT``)."""
     assert _evaluate(_amplified(6)) == "54000"
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="s28 A1: ARRAY_CAT unbounded in table-less evaluation")
+def test_A1_array_cat_cannot_build_arrays_beyond_the_bound() -> None:
+    """A1's twin: ``ARRAY_CAT(ARRAY_CAT(x, x), ARRAY_CAT(x, x))`` per nested derived table multiplies a list ×4 per
+    level (sqlglot's ``ARRAYCONCAT``, Python list concatenation). 10 levels: 4,194,304 elements, built; 18 levels
+    (a 1.4 KB statement) had this test's process killed by the kernel's OOM killer. Must be refused 54000."""
+    sql = _nested("ARRAY_CAT(ARRAY_CAT(x, x), ARRAY_CAT(x, x))", 10, "(SELECT ARRAY[1, 2, 3, 4] AS x) AS t")
+    assert _evaluate(sql.replace("SELECT LENGTH(x) AS n FROM", "SELECT x FROM", 1)) == "54000"
 
 
 @pytest.mark.xfail(strict=True, raises=AssertionError, reason="s28 A2: ROUND(int, -huge) is an exact big power")
