@@ -25,6 +25,9 @@ test's docstring):
   person's rows are all the student's (role keyed by unit) and each is sent as its own ε_local-LDP record (query
   order by content), but the plan charges one record's ε_local: measured 5 records × ε_local 2 = 10 for the
   person, charged 7.79.
+* A6 (LOW, wrong answers) a public key read through a derived table's aggregate (``JOIN (SELECT pk, MAX(pn) AS g
+  FROM pub GROUP BY pk) d … GROUP BY d.g``) gets the aggregate over the whole table as its domain: one group
+  released instead of four (``COUNT(*) AS g``: none).
 * A2 (LOW, availability) table-less ``ROUND(5, -30000000)`` is Python's ``round(int, ndigits)``, which computes
   ``10 ** 30000000`` exactly: the catalog timeout answers 57014 after 5 s but the pool thread runs on (45 s
   measured for -3·10⁷; -10⁹ is hours), so a handful of statements take every catalog thread.
@@ -36,6 +39,7 @@ import contextlib
 import subprocess
 import sys
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -321,6 +325,38 @@ def test_A5_pate_charges_every_student_record_of_one_person(tmp_path: Path) -> N
     assert float(plan.epsilon) >= rows_sent * local, (
         f"person 7 sent {rows_sent} records of ε_local {local:.4g} each; the plan charges {float(plan.epsilon):.4g}"
     )
+
+
+# --- A6. A public key read through a derived table's aggregate gets the aggregate of the whole source as domain ---
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason="s28 A6: a derived aggregate key's domain is one value")
+def test_A6_a_public_key_through_a_derived_aggregate_lists_the_engines_groups(tmp_path: Path) -> None:
+    """LOW (wrong answers, no leak: the domain is public data) — interface: every (the plan's ``_domain_sql``).
+
+    ``SELECT d.g, COUNT(*) FROM t JOIN (SELECT pk, MAX(pn) AS g FROM pub GROUP BY pk) d ON d.pk = t.x GROUP BY 1``
+    is planned as a public key; `plan._domain_sql` (``veil/proxy/plan.py`` ~404–446) inlines the derived column's
+    expression ``MAX(pn)`` into ``SELECT DISTINCT MAX(d0.pn) FROM (SELECT DISTINCT pn FROM pub) AS d0``: one value
+    (``'q'``), the aggregate over the whole table, not per ``pk`` group. Measured (noise off): released
+    ``{'q': 4}`` where ``GROUP BY pub.pn`` releases ``{'p': 4, 'P': 4, 'q': 4, 'Q': 0}`` (the engine's groups are the
+    same); with ``COUNT(*) AS g`` nothing is released at all. Sound: refuse a public key whose derived path holds
+    an aggregate, DISTINCT, LIMIT or GROUP BY (or run the derived table itself as the domain source)."""
+    from tests.adversarial.test_redteam_s4 import POLICY, _base_rows, _frame
+    from tests.adversarial.test_redteam_s26 import CASED_PUB
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    (tmp_path / "policy.toml").write_text(POLICY, encoding="utf-8")
+    policy = load_policy(tmp_path / "policy.toml")
+    write_table(policy, "pub", CASED_PUB, replace=True, public=True)
+    write_table(policy, "t", _frame(_base_rows()), replace=True)
+    direct = "SELECT pub.pn AS g, COUNT(*) AS n FROM t JOIN pub ON pub.pk = t.x GROUP BY 1"
+    derived = "SELECT d.g, COUNT(*) AS n FROM t JOIN (SELECT pk, MAX(pn) AS g FROM pub GROUP BY pk) d ON d.pk = t.x GROUP BY 1"
+    with exact_session(policy, "a") as s:
+        expected = {r[0]: float(r[1]) for r in s.execute(direct, epsilon=Fraction(1)).rows}
+        released = {r[0]: float(r[1]) for r in s.execute(derived, epsilon=Fraction(1)).rows}
+    assert released == expected
 
 
 # ==================================================================================================
