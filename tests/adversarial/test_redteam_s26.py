@@ -193,9 +193,6 @@ TEMPLATE_COPIES = {
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True, raises=AssertionError, reason="s26 A2: the template (WHERE, GROUP BY keys) is copied per histogram, unpriced"
-)
 @pytest.mark.parametrize("place", sorted(TEMPLATE_COPIES))
 def test_A2_a_free_explain_of_a_short_query_takes_little_time(tmp_path: Path, place: str) -> None:
     """MEDIUM (availability, free). ``SELECT CASE <450 branches> END AS g, MEDIAN(x + 0), …, MEDIAN(x + 49) FROM t
