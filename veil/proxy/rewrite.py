@@ -365,28 +365,28 @@ def _argument_nodes(p: QueryPlan) -> int:
     return work
 
 
-def generated_size_bound(p: QueryPlan, public: Mapping[str, Mapping[str, str]] | None = None) -> int:
+def generated_size_bound(p: QueryPlan, public: Mapping[str, Mapping[str, str]]) -> int:
     """An upper bound on the nodes the generated statements hold for ``p``: its statistics' arguments and filters
     (:func:`argument_copies` each), and each statement's copy of the query around them (``public``: table → column
     → SQL type, as :func:`rewrite` reads them)."""
-    return _argument_nodes(p) + _statements(p) * _statement_nodes(p, public or {})
+    return _argument_nodes(p) + _statements(p) * _statement_nodes(p, public)
 
 
-def check_generated_size(p: QueryPlan, public: Mapping[str, Mapping[str, str]] | None = None) -> None:
+def check_generated_size(p: QueryPlan, public: Mapping[str, Mapping[str, str]]) -> None:
     """Before anything is generated: refuse (QueryTooComplex, free) a plan whose statistics' arguments, times the
     copies the generated statements make of them (:func:`argument_copies`), and whose copies of the query around
     them in every statement but the first (one per quantile histogram), hold more than :data:`MAX_GENERATED_NODES`
     nodes. The first statement's copy is the query itself, which the parse limits bound."""
-    statements = _statements(p)
+    further = max(0, _statements(p) - 1)
     arguments = _argument_nodes(p)
-    copies = (statements - 1) * _statement_nodes(p, public or {}) if statements > 1 else 0
+    copies = further * _statement_nodes(p, public) if further else 0
     work = arguments + copies
     if work > MAX_GENERATED_NODES:
+        around = f"; {copies:,} of the query around them, copied into {further} more statements (one per quantile)"
         raise QueryTooComplex(
             f"the query is too large to plan: the generated statements would hold {work:,} nodes of copies "
-            f"({arguments:,} of the aggregates' arguments, clamped, centred and once per statistic; {copies:,} of the "
-            f"query around them, once more for each of {statements - 1} further statements: one per quantile), more "
-            f"than the limit of {MAX_GENERATED_NODES:,}",
+            f"({arguments:,} of the aggregates' arguments, clamped, centred and once per statistic"
+            f"{around if further else ''}), more than the limit of {MAX_GENERATED_NODES:,}",
             hint="Simplify the arguments (e.g. fewer CASE branches; several simpler aggregates instead of one), ask "
             "fewer quantiles per query, or shorten the WHERE, GROUP BY keys and joins around them",
         )
