@@ -161,13 +161,17 @@ def test_the_price_bounds_every_statements_copy_of_the_query(session: object, cl
     ],
     ids=["group_by", "where", "where_partial", "joins"],
 )
-def test_many_copies_of_the_query_are_refused_free_and_fast(session: object, sql: str) -> None:
+def test_many_copies_of_the_query_are_refused_free_and_fast(session: object, sql: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_rewrite(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the rewrite was reached: the copies were being made")
+
+    monkeypatch.setattr(pipeline, "rewrite", no_rewrite)  # refused before the copies are made
     before = session.budget().spent  # type: ignore[attr-defined]
     for run in (session.explain, session.execute):  # type: ignore[attr-defined]
         start = time.perf_counter()
         with pytest.raises(QueryTooComplex, match="too large to plan"):
             run(sql, epsilon=1)
-        assert time.perf_counter() - start < 1.0  # before the copies are made (s26: 450 branches × 50, 21 s)
+        assert time.perf_counter() - start < 3.0  # 0.5 s on an idle 2-core host (s26: 450 branches × 50, 21 s)
     assert session.budget().spent == before  # type: ignore[attr-defined]
 
 
