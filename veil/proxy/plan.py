@@ -43,15 +43,19 @@ from veil.errors import InternalError, QueryRejected, QueryTooComplex, Unbounded
 from veil.proxy import fixed_point
 from veil.proxy.bounds import IntegralRange, Interval, expression_interval, in_doubles, resolve_column
 from veil.proxy.catalog import SQL_TYPES, Catalog
+from veil.proxy.public_reads import public_column
 from veil.proxy.totality import make_total
 from veil.proxy.validate import Analysis, aggregate_name
 
-__all__ = ["MAX_GRID", "MAX_PUBLIC_GROUPS", "AggregateSpec", "GroupKey", "QueryPlan", "Statistic", "plan"]
+__all__ = ["MAX_GRID", "MAX_PUBLIC_GROUPS", "MAX_RELEASED_VALUES", "AggregateSpec", "GroupKey", "QueryPlan", "Statistic", "plan"]
 
 #: Most grid points an exponential-mechanism statistic scores (int columns use every integer up to this).
 MAX_GRID = 1000
 #: Most combinations of public group keys a query may produce.
 MAX_PUBLIC_GROUPS = 100_000
+#: The most values (groups × statistics) one query releases: each is logged in the ledger (~0.35 KB) and noised
+#: in Python, so an unbounded product grew the ledger by 433 MB for one 472-token query (red team s26, A5).
+MAX_RELEASED_VALUES = 100_000
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ class GroupKey:
     label: str
     domain_sql: str | None  # SQL listing the public domain, or None for private keys
     domain_values: tuple[object, ...] | None = None  # the declared values, when the key is a declared column
+    domain_sources: tuple[str, ...] = ()  # the domain's sources (SELECT DISTINCT …), counted before it is built
 
     @property
     def public(self) -> bool:
@@ -381,47 +386,71 @@ def _declared_values(key: exp.Expression, scope: Scope, catalog: Catalog) -> tup
     return t.spec.columns[key.name].values
 
 
-def _domain_sql(key: exp.Expression, scope: Scope, catalog: Catalog) -> str | None:
-    """SQL whose rows are the public domain of a group key, or None if the key is private."""
-    sources: dict[str, str] = {}
+def _domain_sql(key: exp.Expression, scope: Scope, catalog: Catalog) -> tuple[str, tuple[str, ...]] | None:
+    """SQL whose rows are the public domain of a group key, and its sources' SQL (each a ``SELECT DISTINCT``, for
+    counting them before the domain is built), or None if the key is private.
 
-    def inline(e: exp.Expression, sc: Scope) -> exp.Expression | None:
+    One source per table *reference* (the alias in its scope, with the derived tables it is reached through), read
+    as the DISTINCT tuples of the columns the key uses: ``p1.pk - p2.pk`` has two sources (two aliases of one table
+    are two rows, red team s26 A3), ``pub.pn || pub.pk`` one (the pairs that exist, not every name times every key,
+    s26 A4). A private column with declared values is its own source (its values). Public columns are read as the
+    generated query reads them (``veil.proxy.public_reads``: catalog types, text without collation, s26 A6)."""
+    sources: dict[tuple[object, ...], tuple[str, str, dict[str, str]]] = {}  # key → (alias, table, column → type)
+    private: dict[tuple[object, ...], tuple[str, str]] = {}  # key → (alias, VALUES body)
+
+    def source_alias() -> str:
+        return f"d{len(sources) + len(private)}"
+
+    def inline(e: exp.Expression, sc: Scope, path: tuple[str, ...]) -> exp.Expression | None:
         e = e.copy()
         for col in list(e.find_all(exp.Column)):
             kind, inner, inner_scope, table = resolve_column(col, sc)
             if kind == "derived":
                 if inner is None or inner_scope is None:
                     raise InternalError("a derived column without its expression")
-                sub = inline(inner, inner_scope)
+                sub = inline(inner, inner_scope, (*path, col.table))
                 if sub is None:
                     return None
                 repl: exp.Expression = exp.Paren(this=sub)
             else:
                 t = catalog.tables[str(table)]
-                alias = f"d_{table}_{col.name}"
+                ref = (*path, id(sc), col.table, str(table))
                 if t.public:
-                    # read as the catalog types it, like the generated query and its probes (veil.proxy.public_reads)
-                    sql_type = SQL_TYPES[t.columns[col.name]]
-                    sources[alias] = f'(SELECT DISTINCT TRY_CAST("{col.name}" AS {sql_type}) AS v FROM "{table}") AS {alias}'
+                    if ref not in sources:
+                        sources[ref] = (source_alias(), str(table), {})
+                    alias, _, columns = sources[ref]
+                    columns[col.name] = SQL_TYPES[t.columns[col.name]]
+                    repl = exp.column(exp.to_identifier(col.name, quoted=True), table=alias)
                 else:
                     cs = t.spec.columns.get(col.name) if t.spec else None
                     if cs is None or cs.values is None:
                         return None
-                    values = ", ".join(f"({exp.convert(v).sql(dialect='duckdb')})" for v in cs.values)
-                    sources[alias] = f"(VALUES {values}) AS {alias}(v)"
-                repl = exp.column("v", table=alias)
+                    pref = (*ref, col.name)
+                    if pref not in private:
+                        values = ", ".join(f"({exp.convert(v).sql(dialect='duckdb')})" for v in cs.values)
+                        private[pref] = (source_alias(), f"(VALUES {values}) AS v(v)")
+                    repl = exp.column("v", table=private[pref][0])
                 repl.type = col.type  # the key's type, so neutralise treats the value as the column it stands for
             if col is e:
                 return repl
             col.replace(repl)
         return e
 
-    inlined = inline(key, scope)
-    if inlined is None or not sources:
+    inlined = inline(key, scope, ())
+    if inlined is None or not (sources or private):
         return None
+    bodies: list[tuple[str, str]] = []
+    for alias, table, columns in sources.values():
+        cols = ", ".join(
+            exp.alias_(public_column(c, sql_type), exp.to_identifier(c, quoted=True)).sql(dialect="duckdb")
+            for c, sql_type in columns.items()
+        )
+        bodies.append((alias, f'SELECT DISTINCT {cols} FROM "{table}"'))
+    bodies += [(alias, f"SELECT DISTINCT v FROM {values}") for alias, values in private.values()]
     # total and neutral like the engine SQL the key's groups come from (a boolean in arithmetic cast first)
     key_sql = _sql(neutralise(make_total(inlined, copy=False)))
-    return f"SELECT DISTINCT {key_sql} AS k FROM {' CROSS JOIN '.join(sources.values())}"
+    joined = " CROSS JOIN ".join(f"({body}) AS {alias}" for alias, body in bodies)
+    return f"SELECT DISTINCT {key_sql} AS k FROM {joined} LIMIT {MAX_PUBLIC_GROUPS + 1}", tuple(b for _, b in bodies)
 
 
 def _group_keys(tree: exp.Select, scope: Scope, catalog: Catalog) -> list[GroupKey]:
@@ -435,9 +464,10 @@ def _group_keys(tree: exp.Select, scope: Scope, catalog: Catalog) -> list[GroupK
         if any(aggregate_name(n) for n in k.walk()):
             raise Unsupported("aggregates in GROUP BY are not allowed")
         declared = _declared_values(k, scope, catalog)
-        domain_sql = None if declared is not None else _domain_sql(k, scope, catalog)
+        domain = None if declared is not None else _domain_sql(k, scope, catalog)
         text = _sql(k)
-        keys.append(GroupKey(i, k, text, text, domain_sql, declared))
+        domain_sql, sources = (None, ()) if domain is None else domain
+        keys.append(GroupKey(i, k, text, text, domain_sql, declared, sources))
     return keys
 
 

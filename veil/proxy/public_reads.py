@@ -6,6 +6,11 @@ make it cast a private column to that type row by row — a cast that fails on s
 another type. Every statement Veil runs over a public table, the generated query and the join-multiplicity probes
 alike, reads it through :func:`typed_read`, so the rows the probes measure are the rows the query joins (red team
 s25, A2: a key retyped to DOUBLE in place was probed as 801 distinct values and joined as one).
+
+Text is read without the stored column's collation (``decode(encode(…))``, rendered per engine), as the bounded
+copy reads private text: a ``COLLATE NOCASE`` public key held ``'p'`` and ``'P'`` as one DISTINCT domain value
+while the engine grouped the joined rows under whichever spelling it met first — one person's — and the group
+was released as noise around 0 (red team s26, A6).
 """
 
 from __future__ import annotations
@@ -16,21 +21,26 @@ from sqlglot import exp
 
 from veil.engines.neutral import CANNOT_RAISE
 
-__all__ = ["read_public_typed", "typed_read"]
+__all__ = ["public_column", "read_public_typed", "typed_read"]
 
 
-def _public_cast(column: str, sql_type: str) -> exp.TryCast:
-    """A public column read as its catalog type (public data only decides whether it fails: not priced)."""
+def public_column(column: str, sql_type: str) -> exp.Expression:
+    """A public column read as its catalog type, text without collation (public data only decides whether the
+    cast fails: not priced)."""
     cast = exp.TryCast(this=exp.column(exp.to_identifier(column, quoted=True)), to=exp.DataType.build(sql_type))
     cast.meta[CANNOT_RAISE] = True
-    return cast
+    if not cast.to.is_type(*exp.DataType.TEXT_TYPES):
+        return cast
+    encoded = exp.Encode(this=cast, charset=exp.Literal.string("utf-8"))
+    text = exp.Decode(this=encoded, charset=exp.Literal.string("utf-8"))  # valid UTF-8 decoded: cannot fail
+    encoded.meta[CANNOT_RAISE] = text.meta[CANNOT_RAISE] = True
+    return text
 
 
 def typed_read(t: exp.Table, columns: Mapping[str, str]) -> exp.Subquery:
     """``t`` read as the catalog types: ``(SELECT TRY_CAST(c AS type) AS c, … FROM t) AS alias``."""
-    select = exp.select(
-        *(exp.alias_(_public_cast(c, sql_type), exp.to_identifier(c, quoted=True), copy=False) for c, sql_type in columns.items())
-    ).from_(exp.Table(this=exp.to_identifier(t.name)))
+    read = (exp.alias_(public_column(c, ty), exp.to_identifier(c, quoted=True), copy=False) for c, ty in columns.items())
+    select = exp.select(*read).from_(exp.Table(this=exp.to_identifier(t.name)))
     return exp.Subquery(this=select, alias=exp.TableAlias(this=exp.to_identifier(t.alias_or_name)))
 
 

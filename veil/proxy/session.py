@@ -45,7 +45,7 @@ from veil.proxy.catalog import Catalog, build_catalog, public_types
 from veil.proxy.expansion import SCALAR_TEXT_BYTES
 from veil.proxy.multiplicity import Probe
 from veil.proxy.parse import DEFAULT_LIMITS, Limits
-from veil.proxy.plan import MAX_PUBLIC_GROUPS, QueryPlan
+from veil.proxy.plan import MAX_PUBLIC_GROUPS, MAX_RELEASED_VALUES, GroupKey, QueryPlan
 from veil.proxy.postprocess import FRAME, PostProcess, aggregate_types, finalize_aggregates
 from veil.proxy.rewrite import EngineQueries, rewrite
 from veil.store.ledger import Ledger, Reservation
@@ -408,6 +408,7 @@ class Env:
                 engine = self.measure_engine
                 key = (k.domain_sql, self._generation(engine))
                 if key not in self._domains:
+                    self._check_domain_sources(k, engine)
                     res = engine.execute(self._native(k.domain_sql, engine))
                     exact = exact_keys(res.types[:1])
                     # each value as the engine's groups are keyed (exact_keys), once: two engine values that
@@ -422,10 +423,31 @@ class Env:
                 raise Unsupported(
                     f"the declared group keys make more than {MAX_PUBLIC_GROUPS} groups", hint="Group by fewer columns"
                 )
+        if total * len(p.statistics) > MAX_RELEASED_VALUES:
+            raise Unsupported(
+                f"the query would release {total:,} groups × {len(p.statistics)} statistics = "
+                f"{total * len(p.statistics):,} values; Veil releases at most {MAX_RELEASED_VALUES:,} per query",
+                hint="Group by fewer public columns, or ask for fewer statistics per query",
+            )
         out: list[tuple[Any, ...]] = [()]
         for values in domains:
             out = [(*g, v) for g in out for v in values]
         return out
+
+    def _check_domain_sources(self, k: GroupKey, engine: Engine) -> None:
+        """Refuse (free: public data) a public key whose sources combine into more than MAX_PUBLIC_GROUPS rows,
+        before the engine builds their product (red team s26 A4: a 2,000-row table's names × keys, 4·10⁶ rows
+        fetched whole, took 5 s and 0.8 GB; 6,000 rows exhausted memory)."""
+        combinations = 1
+        for source in k.domain_sources:
+            res = engine.execute(self._native(f"SELECT COUNT(*) FROM ({source}) AS s", engine))
+            combinations *= max(int(res.rows[0][0]), 1)
+            if combinations > MAX_PUBLIC_GROUPS:
+                raise Unsupported(
+                    f"the group key {k.label} combines more than {MAX_PUBLIC_GROUPS:,} rows of public tables; "
+                    f"Veil lists at most {MAX_PUBLIC_GROUPS:,} groups",
+                    hint="Group by the public columns themselves (one key each), or by fewer of them",
+                )
 
     def _postconn(self) -> duckdb.DuckDBPyConnection:
         if self._post is None:
