@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -71,7 +72,25 @@ def adult_policy(tmp_path: Path, shared_data: Path) -> Callable[..., Path]:
 SLOW_DOCTESTS = frozenset({"veil/auditor/pu/__init__.py::veil.auditor.pu"})
 
 
+#: A test module that reads a clock to decide (elapsed time, deadlines) is marked ``timing`` at collection:
+#: ``make test`` runs those modules alone, after the rest has run on two workers (pytest-xdist), so a worker
+#: beside them cannot make a timing assertion fail.
+_READS_A_CLOCK = re.compile(r"\b(?:perf_counter|monotonic|process_time|thread_time)\(|\btime\.time\(")
+_clock_modules: dict[str, bool] = {}
+
+
+def _reads_a_clock(path: str) -> bool:
+    if path not in _clock_modules:
+        try:
+            _clock_modules[path] = bool(_READS_A_CLOCK.search(Path(path).read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError):
+            _clock_modules[path] = False
+    return _clock_modules[path]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.nodeid in SLOW_DOCTESTS:
             item.add_marker(pytest.mark.slow)
+        if str(item.path).endswith(".py") and "/tests/" in str(item.path) and _reads_a_clock(str(item.path)):
+            item.add_marker(pytest.mark.timing)

@@ -18,12 +18,15 @@ from collections.abc import Iterable
 __all__ = [
     "AuthError",
     "BudgetExhausted",
+    "DivisionByZero",
     "HeldStateLimit",
     "InputError",
     "InternalError",
     "InvalidEncoding",
+    "InvalidRegularExpression",
     "MissingExtra",
     "NotAllowed",
+    "NumericOutOfRange",
     "ParseError",
     "PlaintextRefused",
     "PolicyError",
@@ -38,12 +41,14 @@ __all__ = [
     "TooManyConnections",
     "TypeMismatch",
     "Unbounded",
+    "UndefinedOperator",
     "UnknownColumn",
     "UnknownCursor",
     "UnknownSetting",
     "UnknownTable",
     "Unsupported",
     "VacuousParameter",
+    "ValueTooLarge",
     "VeilError",
     "did_you_mean",
 ]
@@ -162,6 +167,37 @@ class QueryTooComplex(QueryRejected):
     """The query nests deeper than the configured limit (checked before parsing)."""
 
     sqlstate = "54001"
+
+
+class NumericOutOfRange(QueryRejected):
+    """A catalog or table-less expression's number does not fit its type (PostgreSQL's numeric_value_out_of_range)."""
+
+    sqlstate = "22003"
+
+
+class DivisionByZero(QueryRejected):
+    """Division (or modulo) by zero in a catalog or table-less expression."""
+
+    sqlstate = "22012"
+
+
+class UndefinedOperator(QueryRejected):
+    """An operator applied to types it does not take, e.g. ``'ab' * 3`` (PostgreSQL's undefined_function)."""
+
+    sqlstate = "42883"
+
+
+class InvalidRegularExpression(QueryRejected):
+    """A ``~`` pattern that is not a valid regular expression."""
+
+    sqlstate = "2201B"
+
+
+class ValueTooLarge(QueryRejected):
+    """A value or answer larger than the server builds (PostgreSQL's program_limit_exceeded): a catalog or
+    table-less expression's text, a LIKE or ``~`` match, a public answer's rows."""
+
+    sqlstate = "54000"
 
 
 class HeldStateLimit(VeilError):

@@ -360,6 +360,26 @@ def _parse_table(name: str, raw: Any) -> TableSpec:
     )
 
 
+def _check_ledger_path(ledger: Path, policy: Path, database: Path) -> None:
+    """Refuse a ``[ledger] path`` that is another of Veil's files — the policy, the warehouse, its public mirror (even
+    before it exists: an SQLite file would squat its place) or their journals — or a folder (red team s27 A13)."""
+    mirror = database.with_name(database.stem + ".public.duckdb")
+    others = {
+        policy: "the policy file itself",
+        database: "the warehouse",
+        mirror: "the warehouse's public mirror",
+        Path(f"{database}.wal"): "the warehouse's journal",
+        Path(f"{mirror}.wal"): "the public mirror's journal",
+    }
+    if ledger in others:
+        raise PolicyError(
+            f"[ledger] path {str(ledger)!r} is {others[ledger]}: the ledger must be a file of its own",
+            hint='Use e.g. path = "ledger.sqlite"',
+        )
+    if ledger.is_dir():
+        raise PolicyError(f"[ledger] path {str(ledger)!r} is a folder, not a file", hint='Use e.g. path = "ledger.sqlite"')
+
+
 def parse_policy(data: Mapping[str, Any], path: Path) -> Policy:
     """Validate parsed TOML ``data`` as the policy stored at ``path``."""
     _check_keys(data, _TOP_KEYS, "the policy file")
@@ -370,6 +390,7 @@ def parse_policy(data: Mapping[str, Any], path: Path) -> Policy:
     _check_keys(ledger, {"path"}, "[ledger]")
     db_path = base / str(db.get("path", "warehouse.duckdb"))
     ledger_path = base / str(ledger.get("path", "ledger.sqlite"))
+    _check_ledger_path(ledger_path.resolve(), path.resolve(), db_path.resolve())
     d = _section(data, "defaults", "policy")
     _check_keys(d, _DEFAULT_KEYS, "[defaults]")
     eps = _exact(d.get("epsilon_per_query", 0.5), "[defaults].epsilon_per_query")

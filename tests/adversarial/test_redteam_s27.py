@@ -89,7 +89,6 @@ def _implicit_world(drop: list[int]) -> Any:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A1: synth's published columns come from detection on the private rows")
 def test_A1_synthetic_table_columns_do_not_depend_on_one_person(tmp_path: Path) -> None:
     """MEDIUM (one person decides the public table's schema, at ε = 0) — interface: ``veil publish synth --sensitive
     sex --label income --beta 0.5`` with no ``--columns`` (the documented default: "columns … or None to detect
@@ -163,7 +162,6 @@ def _outcome(conn: Any, sql: str, params: Any = None) -> Any:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A2: set_config() bypasses the per-connection SET bound (held.check_setting)")
 def test_A2_set_config_is_bounded_like_set(two_logins: Path) -> None:
     """MEDIUM (availability: one analyst grows the server without bound) — interface: ``veil serve``, any client:
     ``SELECT set_config('k1', '<1 MB literal>', false)``, ``… 'k2' …``, … (a table-less SELECT).
@@ -204,7 +202,6 @@ def _serve_fast(policy: Path, **limits: Any) -> Any:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A3: kanon's flat hierarchy strips leaves but encodes raw values")
 @pytest.mark.parametrize("odd", ["F ", "M  "])
 def test_A3_kanon_outcome_does_not_depend_on_one_persons_spelling_of_a_category(tmp_path: Path, odd: str) -> None:
     """LOW (a data-dependent refusal that prints one person's value; availability for real data) — interface:
@@ -239,7 +236,6 @@ def test_A3_kanon_outcome_does_not_depend_on_one_persons_spelling_of_a_category(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A3b: the gate refuses a k-anonymous table for one undeclared sensitive value")
 def test_A3b_kanon_outcome_does_not_depend_on_one_persons_undeclared_sensitive_value(tmp_path: Path) -> None:
     """LOW (the same class as A3, for a sensitive column) — interface: ``veil publish kanon --qi age,sex --sensitive
     income --k 5`` where person 9's ``income`` is ``'HIGH'`` (declared: ``low``, ``high``).
@@ -269,7 +265,6 @@ def test_A3b_kanon_outcome_does_not_depend_on_one_persons_undeclared_sensitive_v
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A4: table-less exponentiation runs unbounded big-int pow under the GIL")
 def test_A4_a_table_less_power_does_not_freeze_the_server(two_logins: Path) -> None:
     """MEDIUM (availability: one analyst stalls every connection of the server, repeatably) — interface: ``veil
     serve``, any client after login: ``SELECT 3 ^ 30000000`` (or ``power(3, …)``; 19 bytes).
@@ -368,7 +363,6 @@ TABLE_LESS_ERRORS = {
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A5: table-less arithmetic is untyped (XX000) or answered out of range")
 def test_A5_table_less_arithmetic_errors_are_typed(two_logins: Path) -> None:
     """LOW (typed errors; a client sees a server bug, or a wrong answer) — interface: ``veil serve``, any client.
 
@@ -392,7 +386,6 @@ def test_A5_table_less_arithmetic_errors_are_typed(two_logins: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A6: table-less 'text' * n is Python string repetition, unbounded")
 @pytest.mark.parametrize("sql", ["SELECT LENGTH('x' * 5000000) AS v", "SELECT 'ab' * 3 AS v"])
 def test_A6_table_less_string_times_integer_is_refused(two_logins: Path, sql: str) -> None:
     """MEDIUM (availability: one 35-byte statement makes the server allocate gigabytes; an OOM kill ends every
@@ -416,7 +409,6 @@ def test_A6_table_less_string_times_integer_is_refused(two_logins: Path, sql: st
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A7: nothing claims a publication's output name between check and commit")
 def test_A7_concurrent_publications_never_replace_an_output_without_replace(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -571,7 +563,6 @@ def test_B3_a_delta_sum_rounded_up_to_one_reads_back_and_refuses_delta(tmp_path:
         assert led.spent("table:t").epsilon == 3
 
 
-@pytest.mark.xfail(strict=True, reason="s27 A8: δ below 10⁻³⁰ still charges an account whose δ is stored at 1")
 def test_A8_an_account_whose_delta_is_stored_at_one_refuses_every_delta(tmp_path: Path) -> None:
     """LOW (a ledger invariant; needs δ charges with denominators beyond 10³⁰, e.g. ``partition_delta = 1e-31``) —
     interface: any charge (query or publication) on an uncapped table.
@@ -613,9 +604,6 @@ UNTYPED_PUBLISH = {
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True, reason="s27 A9: kanon and synth do not check --seed (check_seed) or repeated --columns before use"
-)
 @pytest.mark.parametrize("case", sorted(UNTYPED_PUBLISH))
 def test_A9_publish_options_are_refused_typed(tmp_path: Path, case: str) -> None:
     """LOW (bad input, untyped: the CLI prints a traceback, exit 1) — interface: ``veil publish kanon --seed -5``,
@@ -643,7 +631,6 @@ def test_A9_publish_options_are_refused_typed(tmp_path: Path, case: str) -> None
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A10: table-less/catalog LIKE and ~ run Python re (backtracking, GIL held)")
 def test_A10_a_table_less_like_pattern_does_not_freeze_the_server(two_logins: Path) -> None:
     """MEDIUM (availability: one analyst freezes the whole server process for minutes to forever with one ~80-byte
     statement; no timeout, cancel or SIGTERM can stop it) — interface: ``veil serve``, any client after login:
@@ -672,7 +659,6 @@ def test_A10_a_table_less_like_pattern_does_not_freeze_the_server(two_logins: Pa
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A11: the gate refuses kanon's own missing-value leaf '?' as out of domain")
 def test_A11_kanon_missing_leaf_outcome_does_not_depend_on_one_persons_missing_value(tmp_path: Path) -> None:
     """LOW (a documented option fails on real data, and whether it fails depends on one person) — interface: ``veil
     publish kanon --qi job,sex --sensitive income --k 5 --missing leaf`` (the option docs/kanon.md offers to keep rows
@@ -705,7 +691,6 @@ def test_A11_kanon_missing_leaf_outcome_does_not_depend_on_one_persons_missing_v
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A12: the gate refuses hierarchy node labels in a declared category column")
 def test_A12_kanon_hierarchy_labels_of_a_declared_category_pass_the_gate(tmp_path: Path) -> None:
     """LOW (a documented feature fails whenever the policy declares the column's values) — interface: ``veil
     publish kanon --qi job,age,sex --hierarchies DIR`` with ``DIR/job.csv`` = ``nurse;care;*``, ``smith;manual;*``,
@@ -733,7 +718,6 @@ LEDGER_TARGETS = {"policy": "policy2.toml", "warehouse": "warehouse.duckdb", "so
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A13: a ledger path that is not a ledger ends in sqlite3.DatabaseError")
 @pytest.mark.parametrize("target", sorted(LEDGER_TARGETS))
 def test_A13_a_ledger_path_on_another_file_is_a_typed_policy_error(tmp_path: Path, target: str) -> None:
     """LOW (a careless curator; untyped traceback, exit 1) — interface: a policy whose ``[ledger] path`` names the
@@ -762,7 +746,6 @@ def test_A13_a_ledger_path_on_another_file_is_a_typed_policy_error(tmp_path: Pat
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A14: admission never evicts a pre-login socket of the newcomer's own network")
 def test_A14_one_analyst_and_idle_sockets_cannot_lock_out_another_analyst_of_the_same_host(two_logins: Path) -> None:
     """MEDIUM (availability; s24 A3 again, through the pre-login slots) — interface: ``veil serve`` on a host whose
     analysts connect from one address (loopback, a jump host, a notebook server, a NAT): here ``--max-connections 6``
@@ -894,7 +877,6 @@ def _peak_kib(pid: int) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A15: a public query's whole answer is materialised in the server, unbounded")
 def test_A15_a_public_cross_join_does_not_grow_the_server_without_bound(tmp_path: Path) -> None:
     """MEDIUM (availability: one analyst, free, takes the whole server down) — interface: ``veil serve``, any client:
     ``SELECT a.age, b.age, c.age, d.sex FROM pk a, pk b, pk c, pk d`` on a published (public) table ``pk`` of 60
@@ -945,7 +927,6 @@ REPEATED_COLUMNS = {
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s27 A16: repeated columns pass the plan and crash in sanitise (charged, untyped)")
 @pytest.mark.parametrize("case", sorted(REPEATED_COLUMNS))
 def test_A16_repeated_columns_are_refused_typed_before_the_charge(tmp_path: Path, case: str) -> None:
     """LOW (budget lost on a typo, untyped traceback; s24 A10's class) — interface: ``veil publish sdc --method

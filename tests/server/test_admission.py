@@ -1,7 +1,8 @@
 """Connection slots before login (red team s20, A3): one address that opens every slot and never
 logs in must not keep other addresses out. When all slots are taken, a newcomer takes the slot of
 the oldest connection not logged in of the network holding the most of them, when that is fairer
-(:mod:`veil.server.admission`); logged-in connections and the newcomer's own network are never cut.
+(:mod:`veil.server.admission`); logged-in connections are never cut, and the newcomer's own network only
+once its socket has waited past the grace (red team s27 A14).
 
 The rule first (hypothesis), then the server with real clients: psycopg logging in from 127.0.0.1
 while raw sockets from other loopback addresses hold the slots at each stage of a login.
@@ -49,12 +50,15 @@ def test_a_victim_is_always_from_a_network_holding_more(arrivals: list[tuple[str
     mine = client_network(newcomer)
     have = len(since.get(mine, []))
     victim = pre.victim(newcomer, now=now)
+    stalest = min((t for v in since.values() for t in v), default=None)
     if victim is None:
         assert all(len(v) < have + 2 for net, v in since.items() if net != mine)
+        assert stalest is None or now - stalest <= GRACE_S  # nobody stale, of any network
         return
     held = len(since[victim.network])
-    assert victim.network != mine and victim.since == min(since[victim.network])
-    assert held >= have + 2 or (held == have + 1 and now - victim.since > GRACE_S)
+    assert victim.since == min(since[victim.network])
+    fair = victim.network != mine and (held >= have + 2 or (held == have + 1 and now - victim.since > GRACE_S))
+    assert fair or (victim.since == stalest and now - victim.since > GRACE_S)  # else the stalest of all (s27 A14)
 
 
 def test_the_hog_loses_its_oldest_and_cannot_win_it_back() -> None:
@@ -64,7 +68,8 @@ def test_the_hog_loses_its_oldest_and_cannot_win_it_back() -> None:
     assert victim is hog[0]
     pre.evict(victim)
     assert victim.evicted and pre.held_by("10.0.0.9") == 3
-    assert pre.victim("10.0.0.9", now=100.0) is None  # its own: never
+    assert pre.victim("10.0.0.9", now=3.0) is None  # its own fresh ones: never
+    assert pre.victim("10.0.0.9", now=100.0) is hog[1]  # its own stale one: a swap, not one more (s27 A14)
     pre.add("10.0.0.7", handle=None, now=4.0)
     assert pre.victim("10.0.0.7", now=4.0) is hog[1]  # 3 ≥ 1 + 2
     assert pre.victim("10.0.0.8", now=4.0) is hog[1]

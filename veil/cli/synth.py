@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from veil.cli._common import audit, emit, format_option, policy_option, publish, publish_and_report, run_guarded
+from veil.generators._threads import MAX_THREADS
 
 __all__ = ["audit_implicit_command", "publish_krr_command", "publish_synth_command"]
 
@@ -142,10 +143,17 @@ def audit_implicit_command(
 )
 @click.option("--epochs", type=click.IntRange(min=1), default=30, show_default=True, help="Training epochs.")
 @click.option("--batch-size", type=click.IntRange(min=2), default=500, show_default=True)
-@click.option("--theta", type=_UNIT, default=0.01, show_default=True, help="Detection threshold θ.")
-@click.option("--beta", type=_UNIT, default=0.7, show_default=True, help="Detection threshold β (accuracy).")
 @click.option(
-    "--columns", default=None, help="Comma-separated implicit attributes to regenerate (default: detect them with θ and β)."
+    "--theta", type=_UNIT, default=0.01, show_default=True, help="Detection threshold θ (reported, never decides columns)."
+)
+@click.option(
+    "--beta", type=_UNIT, default=0.7, show_default=True, help="Detection threshold β (reported, never decides columns)."
+)
+@click.option(
+    "--columns",
+    default=None,
+    help="Comma-separated implicit attributes to regenerate (default: every declared column with a domain; "
+    "θ/β detection is only reported, see `veil audit implicit`).",
 )
 @click.option(
     "--rows",
@@ -158,7 +166,7 @@ def audit_implicit_command(
 @click.option("--replace", is_flag=True, default=False, help="Replace --output if it exists.")
 @click.option(
     "--threads",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_THREADS),
     default=None,
     help="torch CPU threads for training (default: torch's own choice). Use 1 on a shared host.",
 )

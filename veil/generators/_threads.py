@@ -11,22 +11,26 @@ leaves global thread state changed.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from veil.errors import InputError
 
-__all__ = ["DEFAULT_THREADS", "limited_threads"]
+__all__ = ["DEFAULT_THREADS", "MAX_THREADS", "limited_threads"]
 
 #: one thread: the fastest setting measured for Veil's small tabular models on a shared host
 DEFAULT_THREADS = 1
+
+#: at most four threads per core (``--threads 100000`` failed to start threads and left torch broken; s27 A9)
+MAX_THREADS = 4 * (os.cpu_count() or 1)
 
 
 @contextmanager
 def limited_threads(threads: int) -> Iterator[None]:
     """Run the block with ``threads`` torch intra-op threads and BLAS/OpenMP threads."""
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise InputError(f"threads must be a positive integer, got {threads!r}", hint="Use e.g. threads=1")
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
+        raise InputError(f"threads must be an integer between 1 and {MAX_THREADS}, got {threads!r}", hint="Use e.g. threads=1")
     import torch
     from threadpoolctl import threadpool_limits
 

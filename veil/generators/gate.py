@@ -185,13 +185,21 @@ def _same_value(v: Any) -> Any:
     return str(v)
 
 
-def _out_of_domain(frame: pd.DataFrame, spec: Any, plan: Plan, protections: Mapping[str, str]) -> str | None:
+def _out_of_domain(
+    frame: pd.DataFrame,
+    spec: Any,
+    plan: Plan,
+    protections: Mapping[str, str],
+    method_labels: Mapping[str, frozenset[str]] | None = None,
+) -> str | None:
     """A published value outside its column's declared ``values`` (of any type) or ``[lower, upper]``.
 
     Only a column the publication *generalises* (k-anonymity) may hold labels that are not domain values
     ("[20-30)", "{a,b}", "*"), and only labels: a raw value that is neither declared nor such a label is
     refused in every column (red team s16, A6: an int column with declared values was never checked, and
-    one label in a column waived the check for all its values)."""
+    one label in a column waived the check for all its values). ``method_labels``: the method's own labels of a
+    generalised column (:attr:`Publication.labels`: a hierarchy's inner nodes, the missing leaf), accepted there."""
+    method_labels = method_labels or {}
     if spec is None:
         return None
     for name in frame.columns:
@@ -203,8 +211,9 @@ def _out_of_domain(frame: pd.DataFrame, spec: Any, plan: Plan, protections: Mapp
         if declared:
             allowed = {_same_value(v) for v in declared}
             labels = protections.get(str(name)) == "generalised"
+            own = method_labels.get(str(name), frozenset()) if labels else frozenset()
             for v in values.unique():
-                if _same_value(v) not in allowed and not (labels and _is_label_of(v, allowed)):
+                if _same_value(v) not in allowed and not (labels and (_is_label_of(v, allowed) or v in own)):
                     return f"column {name!r} has value {v!r} outside the declared values"
         elif getattr(col, "lower", None) is not None and pd.api.types.is_numeric_dtype(values) and len(values):
             lo, hi = float(col.lower), float(col.upper)
@@ -322,7 +331,7 @@ def verify(
                 l_div[s] = int(grouped[s].nunique(dropna=False).min())
         _check_sensitive_combinations(frame, pub, keys, need)
 
-    problem = _out_of_domain(frame, spec, plan, {c: info["protection"] for c, info in columns.items()})
+    problem = _out_of_domain(frame, spec, plan, {c: info["protection"] for c, info in columns.items()}, pub.labels)
     if problem is not None:
         raise PublicationRefused(f"{problem} in the output of {pub.method!r}", hint="Values must stay in the policy's domains")
 

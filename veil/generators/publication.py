@@ -109,7 +109,10 @@ class Publication:
     distance-to-closest-record check applies). ``source_rows``: for row-aligned methods, the input
     row behind each output row. ``group_columns``/``min_group``: the output's rows, grouped on these
     columns, form groups of at least ``min_group`` (k-anonymity, microaggregation). ``sensitive``:
-    unchanged sensitive columns (ℓ-diversity reported)."""
+    unchanged sensitive columns (ℓ-diversity reported). ``labels``: per generalised column, the labels of the
+    method's own that are not domain values and that the gate accepts there — known before the data is read (a
+    hierarchy file's inner nodes, k-anonymity's missing leaf ``?``; red team s27 A11/A12), never values of the
+    rows."""
 
     method: str
     guarantee: str
@@ -124,6 +127,7 @@ class Publication:
     params: Mapping[str, Any] = field(default_factory=_empty)
     metrics: Mapping[str, Any] = field(default_factory=_empty)
     extra: Mapping[str, Any] = field(default_factory=_empty)  # shown in the CLI summary only
+    labels: Mapping[str, frozenset[str]] = field(default_factory=_empty)
 
     def protection(self, column: str) -> ColumnProtection | None:
         return next((c for c in self.columns if c.name == column), None)

@@ -151,16 +151,22 @@ def fit_som(
     return SomModel(mean=mean, scale=scale, weights=w)
 
 
+#: the largest SOM searched (``--som-neurons 100000000:…`` ran out of memory allocating the map; s27 A9)
+MAX_NEURONS = 10_000
+#: the most maps one search trains
+MAX_MAPS = 1_000
+
+
 def neuron_candidates(lower: int, upper: int, step: int) -> list[int]:
     """The neuron counts searched: ``lower, lower+step, …, ≤ upper`` (the paper: 100..300 by 10).
 
     >>> neuron_candidates(100, 130, 10)
     [100, 110, 120, 130]
     """
-    if lower < 2 or upper < lower or step < 1:
+    if lower < 2 or upper < lower or upper > MAX_NEURONS or step < 1 or (upper - lower) // step + 1 > MAX_MAPS:
         raise InputError(
             f"bad SOM neuron bounds: lower={lower}, upper={upper}, step={step}",
-            hint="Need 2 ≤ lower ≤ upper and step ≥ 1",
+            hint=f"Need 2 ≤ lower ≤ upper ≤ {MAX_NEURONS}, step ≥ 1 and at most {MAX_MAPS} counts searched",
         )
     return list(range(lower, upper + 1, step))
 

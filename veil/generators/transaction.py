@@ -391,85 +391,94 @@ def publish(
         recover(policy)
         plan = plugin.plan(policy, request)
         gate.check_plan(plan, _min_epsilon(policy))
-        check_output(policy, plan)
-        spec = policy.tables.get(plan.source)
-        generator = csprng()
-        data = warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None)
-        train, holdout = _split(data, plan.holdout, generator)
-        env = RunEnv(
-            policy=policy,
-            spec=spec,
-            generator=generator,
-            rng=rng,
-            progress=progress,
-            seed=request.get("seed"),
-            source_rows=len(data),
-        )
-        # refusals from the source's schema or size come before the charge (red team s24, A10)
-        plugin.check_source(plan, train, env)
-        reservation = None
-        ledger = Ledger.for_policy(policy)
-        held_lock = contextlib.ExitStack()
-        try:
-            if plan.epsilon is not None:
-                cost = Cost(Fraction(plan.epsilon), Fraction(plan.delta or 0))
-                reservation = ledger.reserve(
-                    cost,
-                    _accounts(policy, plan, actor),
-                    actor=actor,
-                    what=f"publication {plan.method!r} of table {plan.source!r}",
-                )
-            pub = _finalise(plugin.sanitise(plan, train, env), spec, generator)
-            report = gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=generator)
-            token = secrets.token_hex(8)
-            held_lock.enter_context(warehouse.publication_lock(policy, token))  # until finished: recovery leaves it
-            plain = {k: v for k, v in plan.params.items() if not k.startswith("_")}
-            params = {**plain, **pub.params, "source_table": plan.source, "publication_token": token}
-            metrics = {
-                **pub.metrics,
-                "guarantee": pub.guarantee,
-                "gate": report.as_dict(),
-                "rows": None if pub.frame is None else len(pub.frame),
-                "training_rows": len(train),
-                "holdout_rows": 0 if holdout is None else len(holdout),
-            }
-            if plan.is_dp:
-                params, metrics = _without_exact_sizes(params), _without_exact_sizes(metrics)
-            staging_file = ""
-            output = str(Path(plan.output).resolve()) if plan.artifact == "model" else plan.output
+        claimed = str(Path(plan.output).resolve()) if plan.artifact == "model" else plan.output
+        with warehouse.output_claim(policy, claimed):  # no other publication to this output until this one ends
+            check_output(policy, plan)
+            spec = policy.tables.get(plan.source)
+            generator = csprng()
+            data = warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None)
+            train, holdout = _split(data, plan.holdout, generator)
+            env = RunEnv(
+                policy=policy,
+                spec=spec,
+                generator=generator,
+                rng=rng,
+                progress=progress,
+                seed=request.get("seed"),
+                source_rows=len(data),
+            )
+            # refusals from the source's schema or size come before the charge (red team s24, A10)
+            plugin.check_source(plan, train, env)
+            reservation = None
+            ledger = Ledger.for_policy(policy)
+            held_lock = contextlib.ExitStack()
             try:
-                if pub.model is not None:
-                    staging_file = f"{output}.veil-staging-{token}"
-                    pub.model.write(Path(staging_file))
-                frame = pub.frame if plan.artifact == "table" else None
-                warehouse.stage_publication(policy, token, output, frame, staging_file=staging_file)
-            except BaseException:
-                for leftover in (Path(staging_file), Path(staging_file + ".json")) if staging_file else ():
-                    leftover.unlink(missing_ok=True)
-                warehouse.abort_publication(policy, token)
-                raise
-            held = _hold_signals()
-            interrupted = False
-            try:
-                rid = ledger.record(
-                    kind="publication",
-                    method=pub.method,
-                    params=params,
-                    metrics=metrics,
-                    table=plan.output if plan.artifact == "table" else None,
-                    epsilon=None,
-                    actor=actor,
-                    reservation=reservation,
-                )
-                if staging_file:
-                    _stamp_sidecar(staging_file, rid)
-                warehouse.commit_publication(policy, token, rid, strict=True)
-                warehouse.finish_publication(policy, token)
+                if plan.epsilon is not None:
+                    cost = Cost(Fraction(plan.epsilon), Fraction(plan.delta or 0))
+                    reservation = ledger.reserve(
+                        cost,
+                        _accounts(policy, plan, actor),
+                        actor=actor,
+                        what=f"publication {plan.method!r} of table {plan.source!r}",
+                    )
+                pub = _finalise(plugin.sanitise(plan, train, env), spec, generator)
+                report = gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=generator)
+                token = secrets.token_hex(8)
+                held_lock.enter_context(warehouse.publication_lock(policy, token))  # until finished: recovery leaves it
+                plain = {k: v for k, v in plan.params.items() if not k.startswith("_")}
+                params = {**plain, **pub.params, "source_table": plan.source, "publication_token": token}
+                metrics = {
+                    **pub.metrics,
+                    "guarantee": pub.guarantee,
+                    "gate": report.as_dict(),
+                    "rows": None if pub.frame is None else len(pub.frame),
+                    "training_rows": len(train),
+                    "holdout_rows": 0 if holdout is None else len(holdout),
+                }
+                if plan.is_dp:
+                    params, metrics = _without_exact_sizes(params), _without_exact_sizes(metrics)
+                staging_file = ""
+                output = str(Path(plan.output).resolve()) if plan.artifact == "model" else plan.output
+                try:
+                    if pub.model is not None:
+                        staging_file = f"{output}.veil-staging-{token}"
+                        pub.model.write(Path(staging_file))
+                    frame = pub.frame if plan.artifact == "table" else None
+                    warehouse.stage_publication(policy, token, output, frame, staging_file=staging_file, replace=plan.replace)
+                except warehouse.OutputExists:
+                    # refused on the warehouse's names only, before anything was recorded or written: refunded (the
+                    # noise drawn is discarded unseen; s27 A7: the loser of a race was charged for nothing)
+                    warehouse.abort_publication(policy, token)
+                    if reservation is not None:
+                        ledger.cancel(reservation)
+                    raise
+                except BaseException:
+                    for leftover in (Path(staging_file), Path(staging_file + ".json")) if staging_file else ():
+                        leftover.unlink(missing_ok=True)
+                    warehouse.abort_publication(policy, token)
+                    raise
+                held = _hold_signals()
+                interrupted = False
+                try:
+                    rid = ledger.record(
+                        kind="publication",
+                        method=pub.method,
+                        params=params,
+                        metrics=metrics,
+                        table=plan.output if plan.artifact == "table" else None,
+                        epsilon=None,
+                        actor=actor,
+                        reservation=reservation,
+                    )
+                    if staging_file:
+                        _stamp_sidecar(staging_file, rid)
+                    warehouse.commit_publication(policy, token, rid, strict=True)
+                    warehouse.finish_publication(policy, token)
+                finally:
+                    interrupted = _release_signals(held)
             finally:
-                interrupted = _release_signals(held)
-        finally:
-            held_lock.close()
-            ledger.close()
+                held_lock.close()
+                ledger.close()
     return PublishResult(
         release_id=rid,
         kind=kind,

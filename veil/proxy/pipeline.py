@@ -28,7 +28,7 @@ import numpy as np
 from sqlglot import exp
 
 from veil.engines.base import EngineError, check_key_type, output_type
-from veil.errors import InternalError, QueryCancelled, QueryFailed, QueryTooComplex
+from veil.errors import InternalError, QueryCancelled, QueryFailed, QueryTooComplex, ValueTooLarge
 from veil.proxy import multiplicity
 from veil.proxy.add_noise import noisy_statistics
 from veil.proxy.bounds import mark_arithmetic_that_cannot_raise
@@ -161,11 +161,39 @@ def _plan(s: QueryState, env: Env) -> QueryState:
     return replace(s, plan=p)
 
 
+#: Most rows a public answer may have (red team s27 A15). A public query is free, and its answer is built in the
+#: server's memory before the first row is sent (about 0.5 kB per row of a few short columns, measured on the
+#: wire server): the engine runs it with ``LIMIT MAX_PUBLIC_ROWS + 1``, and one row more than this refuses it
+#: (54000), so a cross join of public tables never materialises more than this many rows.
+MAX_PUBLIC_ROWS = 100_000
+
+
+def bounded_public(tree: exp.Select, rows: int = MAX_PUBLIC_ROWS + 1) -> exp.Select:
+    """``tree`` that returns at most ``rows`` rows: its own ``LIMIT`` when that is a number up to ``rows``, else
+    ``LIMIT rows`` (added, or around it as a subquery when it has another limit)."""
+    limit = tree.args.get("limit")
+    if limit is None:
+        return tree.limit(rows)
+    if isinstance(limit, exp.Limit) and isinstance(limit.expression, exp.Literal) and not limit.expression.is_string:
+        text = limit.expression.name
+        if text.isdigit() and int(text) <= rows:
+            return tree
+    return exp.select("*").from_(tree.subquery("veil_public_answer")).limit(rows)
+
+
+def _check_public_rows(count: int) -> None:
+    if count > MAX_PUBLIC_ROWS:
+        raise ValueTooLarge(
+            f"the answer of this public query has more than {MAX_PUBLIC_ROWS:,} rows",
+            hint="Aggregate it, narrow it with WHERE, or add LIMIT (and OFFSET to page through it)",
+        )
+
+
 def _rewrite(s: QueryState, env: Env) -> QueryState:
     if s.analysis is None:
         raise InternalError("rewrite before validate")
     if s.plan is None:
-        return replace(s, public_sql=env.public_engine.render(public_query(s.analysis.tree)))
+        return replace(s, public_sql=env.public_engine.render(bounded_public(public_query(s.analysis.tree))))
     source, grids = env.bounded_copy(s.plan.analysis.private_table or "")
     queries = rewrite(s.plan, source, public_types(env.catalog(), s.plan.analysis.tables), grids)
     check_raising_work(s.plan, queries)
@@ -258,7 +286,9 @@ def _execute(s: QueryState, env: Env) -> QueryState:
     if s.plan is None:
         if s.public_sql is None:
             raise InternalError("execute without a query")
-        return replace(s, answer=env.public_answer(env.public_engine.execute(s.public_sql)))
+        result = env.public_engine.execute(s.public_sql)  # at most MAX_PUBLIC_ROWS + 1 rows (bounded_public)
+        _check_public_rows(len(result.rows))
+        return replace(s, answer=env.public_answer(result))
     if s.queries is None or s.rendered is None or s.reservation is None:
         raise InternalError("execute before reserve")
     try:

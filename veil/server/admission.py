@@ -12,18 +12,27 @@ network that holds the most of them — never one of its own network's, never a 
   address with 100 idle sockets loses one to each other address that connects), or
 - if it holds one more and that connection has waited for a login longer than ``grace`` seconds
   (many addresses with one idle socket each: the stalest gives way; a login in progress, which
-  takes milliseconds, is never cut).
+  takes milliseconds, is never cut);
+- else the connection that has waited longest for its login, of any network, the newcomer's own
+  included, once it has waited longer than ``grace`` (red team s27 A14: analysts who share an
+  address — loopback, a jump host, a NAT — are not kept out by idle sockets of that address; one
+  analyst's logins are capped by ``--max-connections-per-analyst``, and sockets that never log in
+  would otherwise fill the rest).
 
 The evicted connection is closed (its handler is cancelled: an attempt that had sent a password
 counts as a failed login, as when a client hangs up) and its slot passes straight to the newcomer,
-so open sockets never exceed ``--max-connections``. A network cannot win slots back from itself,
-so an address that holds more than its share gets 53300 again on every new socket.
+so open sockets never exceed ``--max-connections``. A network cannot win slots back from itself:
+a newcomer takes its own network's slot only from a connection of it that has waited past the grace
+(a swap, not one more), so an address that holds more than its share gets 53300 again on every new
+socket while its sockets are fresh.
 
 >>> pre = PreLogin(grace=2.0)
 >>> hog = [pre.add("10.0.0.9", handle=None, now=0.0) for _ in range(3)]
 >>> pre.victim("10.0.0.7", now=0.1) is hog[0]  # 3 ≥ 0 + 2: the hog's oldest gives way
 True
->>> pre.victim("10.0.0.9", now=0.1) is None  # never the newcomer's own network
+>>> pre.victim("10.0.0.9", now=0.1) is None  # never a fresh one of the newcomer's own network
+True
+>>> pre.victim("10.0.0.9", now=2.5) is hog[0]  # its own stale one: a swap
 True
 """
 
@@ -93,11 +102,18 @@ class PreLogin:
             rank = (len(conns), -oldest.since)  # most held, then the longest waiting
             if best is None or rank > best:
                 best, chosen = rank, oldest
-        if chosen is None or best is None:
-            return None
-        held = best[0]
-        if held >= have + 2 or (held == have + 1 and now - chosen.since > self._grace):
-            return chosen
+        if chosen is not None and best is not None:
+            held = best[0]
+            if held >= have + 2 or (held == have + 1 and now - chosen.since > self._grace):
+                return chosen
+        return self._stalest(now)
+
+    def _stalest(self, now: float) -> Waiting | None:
+        """The connection of any network, the newcomer's own included, that has waited longest for its
+        login, once that is longer than the grace (red team s27 A14: analysts sharing an address)."""
+        oldest = min((next(iter(c.values())) for c in self._by_network.values() if c), key=lambda w: w.since, default=None)
+        if oldest is not None and now - oldest.since > self._grace:
+            return oldest
         return None
 
     def evict(self, waiting: Waiting) -> None:

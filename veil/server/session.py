@@ -436,7 +436,7 @@ class VeilSession(BaseSession):
         lowered = sql.lower()
         budget = await self._in_worker(self.query_session.budget) if "veil" in lowered else None
         version = (self.server.parameter_status.get("server_version") or "16.0").split()[0]
-        query = system.SystemQuery(sql, self.connection, cat, budget, version)
+        query = system.SystemQuery(sql, self.connection, cat, budget, version, self.settings)
         timeout = self.server.limits.catalog_timeout
         return await self.server.pools.catalog.run(timeout, system.answer, query, owner=self.analyst or "")
 

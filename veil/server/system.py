@@ -11,7 +11,11 @@ only the analyst's query catalog and budget, never data:
 - ``veil.budget`` from the analyst's budget; driver shapes (:mod:`veil.server.drivers`), pgjdbc and
   DBeaver (:mod:`veil.server.jdbc`), then pg-mimic's own emulation for psql and information_schema;
 - sqlglot's Python executor compiles expressions to Python source, so only plain identifiers and
-  type names may reach it (:func:`check_executor_safe`).
+  type names may reach it (:func:`check_executor_safe`), and its operators are bounded ones
+  (:mod:`veil.server.bounded`: numbers within their types, text and pattern matches bounded, no
+  backtracking), whose refusals are raised typed here even where pg-mimic swallows them;
+- ``set_config(name, value, is_local)`` goes through the same rules and bounds as ``SET``
+  (:func:`apply_set_config`, red team s27 A2).
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ from sqlglot import exp
 from sqlglot.executor import execute as sqlglot_execute
 from sqlglot.tokens import Token, TokenType
 
-from veil.errors import NotAllowed, ParseError, Unsupported
+from veil.errors import NotAllowed, ParseError, Unsupported, VeilError
 from veil.proxy.catalog import Catalog
-from veil.server import catalog, drivers, jdbc
+from veil.server import bounded, catalog, drivers, held, jdbc
 from veil.server.results import Result
+
+bounded.install()
 
 __all__ = ["SystemQuery", "answer", "check_catalog_only", "check_executor_safe", "is_catalog_table"]
 
@@ -50,6 +56,7 @@ class SystemQuery:
     catalog: Catalog
     budget: Any  # BudgetStatus, or None when the statement does not name veil.*
     server_version: str = "16.0"
+    settings: Any = None  # the connection's SessionSettings (SET's rules and bounds for set_config)
 
 
 def is_catalog_table(table: exp.Table) -> bool:
@@ -196,6 +203,48 @@ async def _emulated(query: SystemQuery, expr: exp.Expression) -> Result | None:
     return None
 
 
+def _literal_text(node: exp.Expression) -> str | None:
+    if isinstance(node, exp.Literal):
+        return str(node.this)
+    if isinstance(node, exp.Boolean):
+        return "on" if node.this else "off"
+    return None
+
+
+def apply_set_config(query: SystemQuery, expr: exp.Expression) -> exp.Expression:
+    """Remember each ``set_config('name', 'value', …)`` with literal arguments for ``current_setting``/``SHOW``,
+    checked as ``SET name = value`` is (its rules for ``veil.*`` and ``statement_timeout``) and within the same
+    per-connection bound (:func:`held.check_setting`), and put its value in its place; pg-mimic's own version
+    wrote the settings dict unchecked (red team s27 A2). As before, only ``SET`` changes what Veil does (ε,
+    ``show_ci``, the statement timeout): ``set_config('veil.epsilon', …)`` never changes a charge (s27 B1).
+    A ``set_config`` with other arguments is left alone: the executor does not know it and the statement falls
+    through to the query path, which refuses it."""
+    calls = [
+        node for node in expr.find_all(exp.Anonymous) if str(node.this).lower() == "set_config" and len(node.expressions) >= 2
+    ]
+    if not calls:
+        return expr
+    for node in calls:
+        key_node, value_node = node.expressions[0], node.expressions[1]
+        key = _literal_text(key_node)
+        value = _literal_text(value_node)
+        if key is None or (value is None and not isinstance(value_node, exp.Null)):
+            continue
+        name = key.lower()
+        values: dict[str, str] = query.connection.session_vars
+        if value is not None and query.settings is not None:
+            query.settings.set(name, value, apply=False)  # SET's rules: unknown veil.* 42704, bad values 22023
+        # what Veil acts on changes only by SET, so current_setting keeps saying what is in force
+        if not (name.startswith("veil.") or name == "statement_timeout"):
+            if value is None:
+                values.pop(name, None)
+            else:
+                held.check_setting(values, name, value)  # SET's bound, shared with SET and startup options
+                values[name] = value
+        node.replace(exp.Literal.string(value if value is not None else ""))
+    return expr
+
+
 def _parse(sql: str) -> exp.Expression:
     try:
         expr = sqlglot.parse_one(sql, dialect="postgres")
@@ -208,10 +257,35 @@ def _parse(sql: str) -> exp.Expression:
 
 def answer(query: SystemQuery) -> Result | None:
     """The answer to a system statement, or None when it is not one (the caller then sends it to
-    the query path, which reports what is wrong). Runs on a catalog worker thread."""
+    the query path, which reports what is wrong). Runs on a catalog worker thread.
+
+    A bounded operator's refusal (:mod:`veil.server.bounded`) is raised typed, also where the
+    executor or pg-mimic caught it (they turn a failed evaluation into an empty answer)."""
+    bounded.take_refusal()  # nothing left over from an earlier statement on this thread
+    try:
+        result = _answer(query)
+    except VeilError:
+        bounded.take_refusal()
+        raise
+    except Exception:
+        refusal = bounded.take_refusal()
+        if refusal is not None:
+            raise refusal from None
+        raise
+    refusal = bounded.take_refusal()
+    if refusal is not None:
+        raise refusal
+    if result is not None:
+        bounded.check_rows(result.rows)
+    return result
+
+
+def _answer(query: SystemQuery) -> Result | None:
     expr = _parse(query.sql)
     check_catalog_only(expr, frozenset(query.catalog.tables))
     check_executor_safe(expr)
+    bounded.check_literal_casts(expr)
+    expr = apply_set_config(query, expr)
     expr = drivers.normalise(expr, server_version=query.server_version)
     constant = constant_select(expr)
     if constant is not None:

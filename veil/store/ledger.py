@@ -53,7 +53,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from veil.errors import BudgetExhausted, InternalError, ReleaseError
+from veil.errors import BudgetExhausted, InternalError, PolicyError, ReleaseError
 from veil.mechanisms.budget import as_delta, as_epsilon, format_delta, format_epsilon
 from veil.policy import Policy
 from veil.store._sqlite import connect as connect_sqlite
@@ -237,11 +237,26 @@ class Ledger:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
-        self._db = connect_sqlite(self.path, check_same_thread=False)
-        use_wal(self._db)
-        self._db.execute("PRAGMA synchronous=FULL")
-        with self._transaction() as db:
-            self._migrate(db)
+        try:
+            self._db = connect_sqlite(self.path, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise PolicyError(
+                f"the ledger {str(self.path)!r} cannot be opened: {exc}",
+                hint="Point [ledger] path at a ledger file, or at a new file Veil may create",
+            ) from exc
+        try:
+            use_wal(self._db)
+            self._db.execute("PRAGMA synchronous=FULL")
+            with self._transaction() as db:
+                self._migrate(db)
+        except sqlite3.DatabaseError as exc:  # not an SQLite file (a policy, a DuckDB file, a CSV; s27 A13)
+            self._db.close()
+            if isinstance(exc, sqlite3.OperationalError):  # e.g. locked: the file is a database
+                raise
+            raise PolicyError(
+                f"the ledger {str(self.path)!r} is not a Veil ledger (SQLite said: {exc})",
+                hint="Point [ledger] path at a ledger file, or at a new file Veil may create",
+            ) from exc
 
     @classmethod
     def for_policy(cls, policy: Policy) -> Ledger:
@@ -295,6 +310,14 @@ class Ledger:
         # charges without δ go on and any δ is refused (see _reserve)
         delta = min(Fraction(row[1]), 1 - _DELTA_EPSILON)
         return Cost(Fraction(row[0]), delta)
+
+    @staticmethod
+    def _delta_exhausted(db: sqlite3.Connection, account: str) -> bool:
+        """Is the account's *stored* δ (not the clamped read of :meth:`_spent`) 1 or more? Then its δ cannot grow:
+        every positive δ is refused, however small (red team s27 A8: δ = 1e-31 passed the check against the read
+        1 − 10⁻³⁰ and was rounded up to 1 again, without bound)."""
+        row = db.execute("SELECT delta_spent FROM accounts WHERE account = ?", (account,)).fetchone()
+        return bool(row) and Fraction(row[0]) >= 1
 
     def _add_spent(self, db: sqlite3.Connection, account: str, eps: Fraction, delta: Fraction) -> None:
         old = self._spent(db, account)
@@ -352,7 +375,9 @@ class Ledger:
                 over_delta = acct.delta_total is not None and spent.delta + cost.delta > acct.delta_total
                 if over_eps or over_delta:
                     raise _refusal(what, acct, cost, spent)
-                if cost.delta and spent.delta + cost.delta >= 1:
+                # the sum as it will be stored (rounded up on the 10⁻³⁰ grid) must stay below 1, and a stored sum of 1
+                # (an older ledger) refuses every δ (red team s27 A8)
+                if cost.delta and (_rounded_up(spent.delta + cost.delta) >= 1 or self._delta_exhausted(db, acct.key)):
                     # an uncapped table adds up every analyst's δ: at 1 its guarantee would be vacuous, and no (ε, δ)
                     # account may hold δ ≥ 1 (red team s24, A6: the stored sum reached 1 and every later query on the
                     # table failed); charges of δ = 0 go on

@@ -29,10 +29,20 @@ class KAnonPlugin(PublishPlugin):
     sweep_values = (2, 5, 10, 25)
 
     def plan(self, policy: Any, request: Mapping[str, Any]) -> Plan:
+        from veil.generators.base import check_seed
+        from veil.generators.columns import disjoint_roles, distinct_columns
         from veil.generators.kanon import canonical_algorithm
+        from veil.generators.som import neuron_candidates
 
         algorithm = canonical_algorithm(request.get("algorithm", "kma"))
         hier = request.get("hierarchies")
+        qi = distinct_columns(request["qi"], "--qi")
+        sensitive = distinct_columns(request.get("sensitive") or [], "--sensitive")
+        som_columns = distinct_columns(request.get("som_columns") or [], "--som-columns")
+        disjoint_roles({"--qi": qi, "--sensitive": sensitive})
+        som_neurons = [int(v) for v in request.get("som_neurons") or (100, 300, 10)]
+        if som_columns:
+            neuron_candidates(*som_neurons)  # bounded, typed, before the data is read (s27 A9)
         return Plan(
             kind=self.kind,
             method=f"kanon-{algorithm}",
@@ -42,15 +52,15 @@ class KAnonPlugin(PublishPlugin):
             params={
                 "algorithm": algorithm,
                 "k": int(request["k"]),
-                "qi": list(request["qi"]),
-                "sensitive": list(request.get("sensitive") or []),
+                "qi": qi,
+                "sensitive": sensitive,
                 "hierarchy_dir": None if hier is None else str(Path(hier).resolve()),
                 "missing": request.get("missing", "drop"),
                 "mondrian_split": request.get("split", "gain") if algorithm.startswith("mondrian") else None,
-                "seed": request.get("seed"),
-                "som_columns": list(request.get("som_columns") or []),
+                "seed": check_seed(request.get("seed")),
+                "som_columns": som_columns,
                 "som_label": request.get("som_label"),
-                "som_neurons": list(request.get("som_neurons") or (100, 300, 10)),
+                "som_neurons": som_neurons,
                 "som_epochs": int(request.get("som_epochs", 20)),
             },
             checks={"k": float(request["k"])},
@@ -61,8 +71,8 @@ class KAnonPlugin(PublishPlugin):
 
         from veil._progress import progress as progress_bar
         from veil.auditor.anonymity import audit_anonymity
-        from veil.generators.kanon import SOM_COLUMN, anonymise
-        from veil.generators.kanon.hierarchies import find_hierarchy_files
+        from veil.generators.kanon import MISSING_LEAF, SOM_COLUMN, anonymise
+        from veil.generators.kanon.hierarchies import find_hierarchy_files, load_hierarchy
         from veil.generators.kanon.publish import NCP_DEFINITION, _NoBar, _population
 
         p = plan.params
@@ -83,6 +93,8 @@ class KAnonPlugin(PublishPlugin):
                 raise InputError("SOM neuron search needs a label column", hint="Pass --som-label or --sensitive")
             som_label = sensitive[0]
         hier_files = find_hierarchy_files(hierarchies, qi) if hierarchies is not None else {}
+        trees = {c: load_hierarchy(f) for c, f in hier_files.items()}
+        data = _within_domains(data, qi, sensitive, env.spec, trees)
         neurons = tuple(p["som_neurons"])
         n_maps = len(range(neurons[0], neurons[1] + 1, max(neurons[2], 1))) if som_columns else 0
         seed = p["seed"] if p["seed"] is not None else int(env.generator.integers(2**62))
@@ -165,6 +177,14 @@ class KAnonPlugin(PublishPlugin):
                 "som_label": som_label if som_columns else None,
             },
             metrics=metrics,
+            # the method's own labels (public: the hierarchy files and the option), accepted by the gate (s27 A11/A12)
+            labels={
+                c: frozenset(
+                    (set(trees[c].nodes) - set(trees[c].leaves) if c in trees else set())
+                    | ({MISSING_LEAF} if p["missing"] == "leaf" or _declared_flat(env.spec, c, trees) else set())
+                )
+                for c in qi
+            },
             extra={
                 "k": int(k),
                 "ncp_percent": result.ncp_percent,
@@ -182,3 +202,56 @@ class KAnonPlugin(PublishPlugin):
                 "k_with_som": report.k_with.get(SOM_COLUMN),
             },
         )
+
+
+def _within_domains(data: pd.DataFrame, qi: list[str], sensitive: list[str], spec: Any, trees: Mapping[str, Any]) -> pd.DataFrame:
+    """The rows as k-anonymity reads them: a value outside its declared domain is a missing value, whatever it is
+    (red team s27 A3/A3b: one person's ``'F '`` or undeclared ``'HIGH'`` refused the whole table, naming the value,
+    while ``'F'``/``'high'`` published). Categories are compared without surrounding blanks (as hierarchy leaves
+    are read); a QI with a hierarchy file keeps the file's leaves only; a sensitive column (published unchanged)
+    keeps its declared ``values``, or its declared ``[lower, upper]``. Missing values then follow ``--missing``
+    (dropped, or the leaf ``?`` for a categorical QI), as they would for a NULL."""
+    from veil.generators.gate import _same_value
+    from veil.generators.kanon import MISSING_LEAF
+
+    out = data.copy()
+    columns = spec.columns if spec is not None else {}
+    for name in dict.fromkeys([*qi, *sensitive]):
+        if name not in out.columns:
+            continue
+        series = out[name]
+        if not pd.api.types.is_numeric_dtype(series):
+            series = series.map(lambda v: v.strip() if isinstance(v, str) else v)
+        keep = series.notna()
+        if name in trees:
+            keep &= series.astype(str).isin(set(trees[name].leaves))
+        col = columns.get(name)
+        declared = getattr(col, "values", None) if col is not None else None
+        if name in qi and name not in trees and declared and not pd.api.types.is_numeric_dtype(series):
+            # a flat tree is built from the values: an undeclared one becomes the unknown leaf "?" (generalised like
+            # any leaf, accepted by the gate), never a class labelled with it (OKA published k people's
+            # "astronaut" class as such, and the gate refused the table naming it)
+            allowed = {_same_value(v) for v in declared}
+            odd = series.map(lambda v, ok=allowed: not pd.isna(v) and _same_value(v) not in ok).astype(bool)
+            series = series.astype(object).where(~odd, MISSING_LEAF)
+        if name in sensitive and col is not None:
+            if declared:
+                allowed = {_same_value(v) for v in declared}
+                keep &= series.map(lambda v, ok=allowed: not pd.isna(v) and _same_value(v) in ok).astype(bool)
+            elif getattr(col, "lower", None) is not None and pd.api.types.is_numeric_dtype(series):
+                keep &= series.between(float(col.lower), float(col.upper))
+        if keep.all():
+            out[name] = series
+        elif pd.api.types.is_integer_dtype(series):
+            out[name] = series.astype("Int64").where(keep)
+        elif pd.api.types.is_numeric_dtype(series):
+            out[name] = series.where(keep)
+        else:
+            out[name] = series.astype(object).where(keep, None)
+    return out
+
+
+def _declared_flat(spec: Any, column: str, trees: Mapping[str, Any]) -> bool:
+    """A QI with declared values and no hierarchy file: its undeclared values are published as the leaf ``?``."""
+    col = spec.columns.get(column) if spec is not None else None
+    return column not in trees and bool(getattr(col, "values", None))

@@ -65,7 +65,9 @@ def _features(spec: Any, label: str, features: list[str] | None) -> list[str]:
             for n, c in spec.columns.items()
             if n not in skip and ((c.type in ("int", "float") and c.bounded and c.lower != c.upper) or c.values)
         ]
-    features = list(features)
+    from veil.generators.columns import distinct_columns
+
+    features = distinct_columns(features, "--features")  # a feature named twice: refused before the charge (s27 A16)
     if not features:
         raise InputError(
             f"no usable feature columns in table {spec.name!r}",

@@ -141,12 +141,15 @@ class SDCPlugin(PublishPlugin):
         cls = get_generator(request["method"])
         gen = cls(**parse_param_args(cls, request.get("params") or ()))
         values = gen.params_dict()
-        columns = list(request.get("columns") or [])
-        target = request.get("target")
+        from veil.generators.columns import disjoint_roles, distinct_columns
+
+        columns = distinct_columns(request.get("columns") or [], "--columns")
+        target = normalise_name(str(request["target"])) if request.get("target") else None
+        disjoint_roles({"--columns": columns, "--target": [target] if target else []})  # s27 A16, before the charge
         table = request["table"]
         check_seed(request.get("seed"))
         spec = policy.table(table)  # unknown tables fail here
-        check_policy_columns(cls, values, spec, [normalise_name(c) for c in columns], normalise_name(target) if target else None)
+        check_policy_columns(cls, values, spec, columns, target)
         eps = Fraction(repr(float(values["epsilon"]))) if cls.is_dp else None
         return Plan(
             kind=self.kind,

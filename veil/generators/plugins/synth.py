@@ -1,10 +1,11 @@
 """``veil publish synth``: IMPOSTER (or its λ = 0 GAN ablation) as a fully synthetic table.
 
 Request keys: ``table``, ``method`` ("imposter" | "gan"), ``sensitive``, ``label``, ``lam``,
-``epochs``, ``batch_size``, ``theta``, ``beta``, ``columns`` (implicit attributes, or None to detect
-them), ``rows``, ``seed``, ``output``, ``replace``. The model trains on 80 % of the rows; the release (the
-sensitive column, the label and the implicit attributes, all synthetic) is checked against the
-other 20 % (distance to closest record) by the gate.
+``epochs``, ``batch_size``, ``theta``, ``beta``, ``columns`` (implicit attributes, or None for every
+declared column with a declared domain), ``rows``, ``seed``, ``output``, ``replace``. The model
+trains on 80 % of the rows; the release (the sensitive column, the label and the implicit
+attributes, all synthetic) is checked against the other 20 % (distance to closest record) by the
+gate.
 
 The release has exactly ``rows`` rows (default :data:`~veil.generators.synthetic_size.DEFAULT_ROWS`),
 validated in :meth:`SynthPlugin.plan`: the size of a synthetic table is public and never the source's
@@ -15,7 +16,13 @@ Every published column needs a declared domain (``values`` for categories, ``low
 numbers; :func:`veil.generators.tabular_encoding.declared_domains`): the release holds declared
 values only and its conditions are uniform over them. The sensitive column, the label and the
 columns named in ``columns`` are checked in :meth:`SynthPlugin.plan` (policy only, before any data is
-read); detection only considers columns with a declared domain.
+read).
+
+The published columns are the policy's and the request's only, never the rows' (red team s27 A1): without
+``columns``, every declared column with a declared domain (sensitive and label aside) is synthesised.
+Implicit-privacy detection (NMI, θ, β) still runs on the training rows, as a report recorded in the
+release's metrics for the curator (the ledger), never deciding a column or refusing: a column chosen by an
+NMI one person moves made the public table's schema say what that person holds.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from veil.errors import InputError, PolicyError
+from veil.errors import InputError, PolicyError, VeilError
 from veil.generators.publication import ColumnProtection, Plan, Publication
 from veil.generators.registry import PublishPlugin, RunEnv, register_plugin
 from veil.generators.synthetic_size import DEFAULT_ROWS, check_rows
@@ -57,10 +64,19 @@ class SynthPlugin(PublishPlugin):
             "batch_size": int(request.get("batch_size", 500)),
             "theta": float(request.get("theta", 0.01)),
             "beta": float(request.get("beta", 0.7)),
-            "columns": list(request.get("columns") or []),
+            "columns": _distinct_columns(request.get("columns") or []),
             "rows": check_rows(DEFAULT_ROWS if request.get("rows") is None else request["rows"], "synth"),
             "seed": request.get("seed"),
         }
+        from veil.generators.columns import disjoint_roles
+
+        disjoint_roles(
+            {
+                "--sensitive": [params["sensitive"]],
+                "--label": [params["label"]] if params["label"] else [],
+                "--columns": params["columns"],
+            }
+        )
         spec = policy.table(request["table"])
         if spec is not None:
             from veil.generators.tabular_encoding import declared_domains
@@ -68,6 +84,11 @@ class SynthPlugin(PublishPlugin):
             cond = [params["sensitive"], *([params["label"]] if params["label"] else [])]
             declared_domains(spec, cond, categorical=cond, table=request["table"])  # PolicyError if open
             declared_domains(spec, params["columns"], table=request["table"])
+            if not params["columns"]:
+                params["columns"] = _default_columns(spec, cond, request["table"])
+        from veil.generators.base import check_seed
+
+        params["seed"] = check_seed(params["seed"])
         return Plan(
             kind=self.kind,
             method=method,
@@ -104,21 +125,30 @@ class SynthPlugin(PublishPlugin):
         # columns without a declared domain (open categories, unbounded numbers) can never be published
         open_ = [str(c) for c in data.columns if str(c) not in undeclared and not _has_domain(env.spec, str(c))]
         data = data.dropna(subset=cond).reset_index(drop=True)
-        detection = detect_implicit(
-            data,
-            sensitive,
-            theta=p["theta"],
-            beta=p["beta"],
-            exclude=[*([label] if label else []), *undeclared, *(c for c in open_ if c not in cond)],
-            seed=seed,
-        )
-        implicit = list(p["columns"]) or list(detection.implicit)
-        if not implicit:
-            raise InputError(
-                f"no implicit-privacy attributes for {sensitive!r} at θ = {p['theta']}, β = {p['beta']} "
-                f"(candidates {list(detection.candidates)}, τ = {detection.tau})",
-                hint="Nothing to protect; lower --beta/--theta or name the columns with --columns",
+        implicit = list(p["columns"])
+        if not implicit:  # no spec: the plan could not list the declared columns
+            raise PolicyError(
+                f"no columns to synthesise besides {cond}: table {plan.source!r} has no spec in the policy",
+                hint="Name the implicit attributes with --columns and declare their domains",
             )
+        missing = [c for c in implicit if c not in data.columns]
+        if missing:  # the source's schema only (no synthetic kind is charged)
+            raise InputError(
+                f"columns {missing} are not in table {plan.source!r}",
+                hint="Name existing columns with --columns",
+            )
+        # a report for the curator (recorded in the ledger): it never chooses a column nor refuses (s27 A1)
+        try:
+            detection = detect_implicit(
+                data,
+                sensitive,
+                theta=p["theta"],
+                beta=p["beta"],
+                exclude=[*([label] if label else []), *undeclared, *(c for c in open_ if c not in cond)],
+                seed=seed,
+            )
+        except VeilError:
+            detection = None
         model_seed = seed if seed is not None else int(env.generator.integers(2**62))
         model = Imposter(
             implicit=implicit,
@@ -142,9 +172,11 @@ class SynthPlugin(PublishPlugin):
         ]
         columns += [ColumnProtection(c, "synthesised", how) for c in implicit]
         metrics = {
-            "nmi_before": {a.name: a.nmi for a in detection.scores if a.name in implicit},
+            "nmi_before": {a.name: a.nmi for a in detection.scores} if detection else None,
+            "detected_implicit": list(detection.implicit) if detection else None,
+            "detection_tau": detection.tau if detection else None,
             "nmi_after": {a.name: a.nmi for a in after.scores},
-            "sensitive_accuracy_before": detection.accuracy if not p["columns"] else None,
+            "sensitive_accuracy_before": detection.accuracy if detection else None,
             "sensitive_accuracy_after": after.accuracy,
             "sensitive_f1_after": after.f1,
             "majority_rate": after.majority_rate,
@@ -162,10 +194,28 @@ class SynthPlugin(PublishPlugin):
                 "attributes generated within their declared domains); checked against a holdout for reproduced "
                 "training rows; other columns dropped"
             ),
-            params={**model.params(), "rows": p["rows"], "implicit_from": "columns" if p["columns"] else "detection"},
+            params={**model.params(), "rows": p["rows"]},
             metrics=metrics,
             extra={**model.params(), "implicit": implicit, **metrics},
         )
+
+
+def _distinct_columns(columns: Any) -> list[str]:
+    """``columns`` normalised, refused (InputError, before anything is read) when one is named twice."""
+    from veil.generators.columns import distinct_columns
+
+    return distinct_columns(columns, "--columns")
+
+
+def _default_columns(spec: Any, cond: list[str], table: str) -> list[str]:
+    """Every declared column with a declared domain but the conditions: the policy's choice, never the rows'."""
+    chosen = [str(c) for c in spec.columns if str(c) not in cond and _has_domain(spec, str(c))]
+    if not chosen:
+        raise PolicyError(
+            f"table {table!r} declares no column with a domain besides {cond}: nothing to synthesise",
+            hint="Declare values (categories) or lower/upper (numbers) for the implicit attributes, or name them with --columns",
+        )
+    return chosen
 
 
 def _has_domain(spec: Any, column: str) -> bool:

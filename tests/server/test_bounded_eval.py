@@ -1,0 +1,226 @@
+"""Catalog and table-less queries are evaluated with bounded operators (red team s27 A4, A5, A6, A10), and
+``set_config`` is bounded like ``SET`` (s27 A2).
+
+The operators first (in-process, the executor alone: every family of unbounded Python semantics — powers, integer
+overflow, casts, division, text repetition, shifts, concatenation, LIKE and ``~`` backtracking), then through a real
+server with psycopg: typed SQLSTATEs, PostgreSQL's answers for the ordinary cases, catalog queries too, and
+``set_config`` / ``SET`` / startup options sharing one bound.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+import sqlglot
+from hypothesis import given
+from hypothesis import strategies as st
+from sqlglot.executor import execute
+
+from tests.support.server import FAST_BACKOFF, running_server
+from veil.errors import VeilError
+from veil.server import bounded, held, system  # noqa: F401  (system installs the bounded operators)
+from veil.server.limits import ServerLimits
+
+# --- the operators, in-process -------------------------------------------------------------------
+
+REFUSED = {
+    "SELECT 3 ^ 30000000": "22003",
+    "SELECT power(3, 30000000)": "22003",
+    "SELECT 2 ^ 100000": "22003",
+    "SELECT 2.5 ^ 1e6": "22003",
+    "SELECT CAST(POWER(2, 64) AS BIGINT)": "22003",
+    "SELECT CAST(40000 AS SMALLINT)": "22003",
+    "SELECT CAST(3000000000 AS INT)": "22003",
+    "SELECT 9223372036854775807 + 1": "22003",
+    "SELECT -9223372036854775807 - 2": "22003",
+    "SELECT 4294967296 * 4294967296": "22003",
+    "SELECT 1 << 64": "22003",
+    "SELECT 1 << 100000000": "22003",
+    "SELECT 1 / 0": "22012",
+    "SELECT 1.5 / 0": "22012",
+    "SELECT 5 % 0": "22012",
+    "SELECT 'ab' * 3": "42883",
+    "SELECT 3 * 'ab'": "42883",
+    "SELECT LENGTH('x' * 50000000)": "42883",
+    "SELECT '" + "a" * 20_000 + "' LIKE '%" + "a%" * 5_000 + "b'": "54000",
+}
+
+
+def _evaluate(sql: str) -> object:
+    """The executor's answer, or the SQLSTATE of the bounded operator's refusal."""
+    bounded.take_refusal()
+    expr = sqlglot.parse_one(sql, dialect="postgres")
+    try:
+        bounded.check_literal_casts(expr)
+    except VeilError as exc:
+        return exc.sqlstate
+    try:
+        rows = execute(expr, dialect="postgres").rows
+    except Exception:
+        refusal = bounded.take_refusal()
+        return refusal.sqlstate if refusal is not None else "not evaluated"
+    try:
+        bounded.check_rows(rows)
+    except VeilError as exc:
+        return exc.sqlstate
+    return rows
+
+
+@pytest.mark.parametrize("sql", list(REFUSED), ids=[s[:40] for s in REFUSED])
+def test_unbounded_operations_are_refused_typed_at_once(sql: str) -> None:
+    started = time.monotonic()
+    assert _evaluate(sql) == REFUSED[sql]
+    assert time.monotonic() - started < 1.0
+
+
+ANSWERED = {
+    "SELECT 7 / 2, -7 / 2, 7.0 / 2": [(3, -3, 3.5)],  # integer division truncates toward zero
+    "SELECT -7 % 3, 7 % -3": [(-1, 1)],  # the dividend's sign, as PostgreSQL
+    "SELECT 2 ^ 10, 9223372036854775806 + 1": [(1024.0, 9223372036854775807)],
+    "SELECT 'a' || 'b', CAST('12' AS BIGINT), CAST(7 AS DOUBLE PRECISION)": [("ab", 12, 7.0)],
+    "SELECT 'abc' LIKE 'a%', 'abc' LIKE 'a_c', 'abc' ILIKE 'A%C', 'abc' NOT LIKE '%b'": [(True, True, True, True)],
+    "SELECT 'adult' ~ '^(adult)$', 'adult' ~ '^(a.*)$', 'xadult' ~ '^(adult)$'": [(True, True, False)],
+    "SELECT 1 << 62, 256 >> 4, ABS(-5)": [(1 << 62, 16, 5)],
+}
+
+
+@pytest.mark.parametrize("sql", list(ANSWERED), ids=[s[:40] for s in ANSWERED])
+def test_ordinary_expressions_keep_postgres_answers(sql: str) -> None:
+    assert _evaluate(sql) == ANSWERED[sql]
+
+
+def _like_reference(text: str, pattern: str) -> bool:
+    """LIKE by dynamic programming over (text position, pattern position): slow, obviously right."""
+    n, m = len(text), len(pattern)
+    match = [[False] * (m + 1) for _ in range(n + 1)]
+    match[0][0] = True
+    for j in range(1, m + 1):
+        match[0][j] = match[0][j - 1] and pattern[j - 1] == "%"
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            p = pattern[j - 1]
+            if p == "%":
+                match[i][j] = match[i][j - 1] or match[i - 1][j]
+            else:
+                match[i][j] = match[i - 1][j - 1] and (p == "_" or p == text[i - 1])
+    return match[n][m]
+
+
+@given(st.text("ab", max_size=12), st.text("ab%_", max_size=8))
+def test_like_matches_the_definition(text: str, pattern: str) -> None:
+    assert bounded.like(text, pattern) == _like_reference(text, pattern)
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [("a" * 56, "%a" * 8 + "%b"), ("a" * 5_000, "%a" * 14 + "%b"), ("a" * 5_000, "%" + "_" * 50 + "b%")],
+)
+def test_like_takes_linear_time(text: str, pattern: str) -> None:
+    started = time.monotonic()
+    assert not bounded.like(text, pattern)
+    assert time.monotonic() - started < 0.5
+
+
+@pytest.mark.parametrize("pattern", ["(a+)+$", "(a|aa)+$", "^(a*)*b", "(.*a){12}b", "(a|a)" * 30 + "b"])
+def test_regular_expressions_take_linear_time(pattern: str) -> None:
+    started = time.monotonic()
+    assert bounded.regexp_like("a" * 5_000 + "!", pattern) is False  # none matches: each must end in $ or b
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_text_built_by_concatenation_is_bounded() -> None:
+    part = "x" * (bounded.MAX_TEXT // 2 + 1)
+    bounded.take_refusal()
+    with pytest.raises(Exception):  # noqa: B017 (the executor wraps it; the refusal is kept typed)
+        execute("SELECT t.x || t.x AS y FROM t", tables={"t": [{"x": part}]}, dialect="postgres")
+    refusal = bounded.take_refusal()
+    assert refusal is not None and refusal.sqlstate == "54000"
+
+
+# --- through the server --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    from tests.publish_support import make_warehouse
+    from tests.support.attack import set_password
+
+    policy = make_warehouse(tmp_path_factory.mktemp("bounded"), n=60)
+    set_password(policy, "bob")
+    with running_server(policy, limits=ServerLimits(**FAST_BACKOFF, catalog_timeout=5)) as st:  # type: ignore[arg-type]
+        yield st.port  # type: ignore[attr-defined]
+
+
+def _connect(port: int, **extra: str) -> psycopg.Connection:
+    from tests.support.attack import PASSWORD
+
+    return psycopg.connect(
+        f"host=127.0.0.1 port={port} user=bob password={PASSWORD} dbname=veil sslmode=disable",
+        autocommit=True,
+        **extra,
+    )
+
+
+def _outcome(conn: psycopg.Connection, sql: str) -> object:
+    try:
+        return conn.execute(sql).fetchall()
+    except psycopg.Error as exc:
+        return exc.sqlstate
+
+
+WIRE = {
+    "SELECT 3 ^ 30000000 AS v": "22003",
+    "SELECT CAST(POWER(2, 64) AS BIGINT) AS v": "22003",
+    "SELECT 1 / 0 AS v": "22012",
+    "SELECT 'ab' * 3 AS v": "42883",
+    "SELECT '" + "a" * 48 + "' LIKE '" + "%a" * 8 + "%b' AS v": [(False,)],
+    "SELECT '" + "a" * 5000 + "!' ~ '(a+)+$' AS v": [(False,)],
+    "SELECT 'a' ~ '((' AS v": "2201B",
+    "SELECT relname FROM pg_catalog.pg_class WHERE relname LIKE '%a%a%a%a%a%a%a%a%a%a%a%a%b'": [],
+    "SELECT relname * 3 FROM pg_catalog.pg_class": "42883",
+    "SELECT relname FROM pg_catalog.pg_class WHERE relname ~ '^(people)$'": [("people",)],
+    "SELECT 6 / 4 AS a, 2 ^ 3 AS b": [(1, 8.0)],
+}
+
+
+@pytest.mark.slow
+def test_table_less_and_catalog_queries_are_bounded_and_typed(port: int) -> None:
+    with _connect(port) as conn:
+        outcomes = {sql: _outcome(conn, sql) for sql in WIRE}
+        assert conn.execute("SELECT 1").fetchone() == (1,)  # the connection answers on
+    wrong = {sql[:60]: (got, WIRE[sql]) for sql, got in outcomes.items() if got != WIRE[sql]}
+    assert not wrong
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["set_config", "set", "mixed"])
+def test_set_config_counts_against_the_bound_of_set(port: int, how: str) -> None:
+    """set_config, SET and startup options fill one bound: the (MAX_SETTINGS + 1)th name is refused, 53400."""
+    with _connect(port, options="-c startup_opt=1") as conn:
+        outcomes = []
+        for i in range(held.MAX_SETTINGS + 1):
+            use_set = how == "set" or (how == "mixed" and i % 2)
+            sql = f"SET k{i} = 'v'" if use_set else f"SELECT set_config('k{i}', 'v', false)"
+            outcome = _outcome(conn, sql)
+            outcomes.append(outcome if isinstance(outcome, str) else "ok")
+            if isinstance(outcome, str):
+                break
+        assert outcomes[-1] == "53400" and outcomes.count("ok") <= held.MAX_SETTINGS
+        assert _outcome(conn, "SELECT current_setting('k0')") == [("v",)]
+        conn.execute("RESET ALL")
+        assert _outcome(conn, "SELECT set_config('again', 'v', false)") == [("v",)]
+
+
+@pytest.mark.slow
+def test_set_config_follows_the_rules_of_set(port: int) -> None:
+    big = "x" * (held.MAX_SETTINGS_CHARS // 2 + 1)
+    with _connect(port) as conn:
+        assert _outcome(conn, f"SELECT set_config('a', '{big}', false)") == [(big,)]
+        assert _outcome(conn, f"SELECT set_config('b', '{big}', false)") == "53400"  # characters, not only names
+        assert _outcome(conn, "SELECT set_config('veil.epsilon', 'abc', false)") == "22023"
+        assert _outcome(conn, "SELECT set_config('veil.nope', '1', false)") == "42704"
+        assert _outcome(conn, "SELECT set_config('veil.epsilon', '0.25', false)") == [("0.25",)]
+        assert not conn.execute("SHOW veil.epsilon").fetchone()[0].startswith("0.25")  # only SET changes ε (s27 B1)

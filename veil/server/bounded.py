@@ -1,0 +1,396 @@
+"""Bounded operators for sqlglot's Python executor (catalog and table-less queries; red team s27 A4–A6, A10).
+
+sqlglot's executor compiles every operator and function of a query into a call of a function of its table
+``sqlglot.executor.env.ENV`` (``a * b`` → ``MUL(a, b)``, ``x LIKE p`` → ``LIKE(x, p)``); a name it does not hold
+fails, and the statement falls through (see :mod:`veil.server.system`). Its own functions have Python's semantics:
+``3 ^ 30000000`` an exact big-integer power (one C call holding the GIL for seconds), ``'x' * 50000000`` string
+repetition, ``LIKE`` and ``~`` Python's backtracking ``re`` (minutes for an 80-byte pattern). :func:`install`
+replaces every one of those that can build a value larger than its operands or take more than linear time with a
+bounded one, with PostgreSQL's errors:
+
+- arithmetic only on numbers (42883 otherwise, as PostgreSQL's "operator does not exist"); integer results within
+  bigint, float results finite (22003); division by zero 22012; ``^`` on doubles (as PostgreSQL's ``dpow``);
+- casts to integer types within the type's range, to doubles finite (22003);
+- text built by concatenation at most :data:`MAX_TEXT` characters (54000);
+- ``LIKE``/``ILIKE`` without backtracking (fixed-length segments between ``%`` found left to right, in C); ``~``
+  in RE2 (DuckDB's ``regexp_matches``, linear time), or in Python's ``re`` for a short pattern without quantifiers or alternation;
+  text × pattern at most :data:`MAX_MATCH_WORK` (54000).
+
+The executor and pg-mimic catch exceptions (a failed catalog query becomes an empty answer), so a refusal is also
+kept in a per-thread slot that :func:`take_refusal` hands to the caller, which raises it typed.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlglot import exp
+from sqlglot.executor import env as sqlglot_env
+
+from veil.errors import (
+    DivisionByZero,
+    InvalidRegularExpression,
+    NumericOutOfRange,
+    UndefinedOperator,
+    ValueTooLarge,
+    VeilError,
+)
+
+__all__ = ["MAX_MATCH_WORK", "MAX_TEXT", "check_literal_casts", "check_rows", "install", "like", "regexp_like", "take_refusal"]
+
+#: Longest text a catalog or table-less expression may build by concatenation (characters).
+MAX_TEXT = 1 << 20
+#: Largest text length × pattern length one ``LIKE`` or ``~`` may match.
+MAX_MATCH_WORK = 10**8
+#: Patterns (and texts) up to this many characters are compiled (matched) once and cached; longer ones each time,
+#: so the caches hold at most a few MB whatever clients send.
+_CACHED_CHARS = 1_000
+
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+_INT_RANGES = {
+    exp.DType.SMALLINT: (-(1 << 15), (1 << 15) - 1),
+    exp.DType.INT: (-(1 << 31), (1 << 31) - 1),
+    exp.DType.BIGINT: _INT64,
+}
+_NOT_NUMBERS = (str, bytes, list, tuple, dict, set)
+
+_refusals = threading.local()
+
+
+def _refuse(error: VeilError) -> VeilError:
+    """Keep ``error`` for :func:`take_refusal` (the first one of a statement wins) and return it to raise."""
+    if getattr(_refusals, "error", None) is None:
+        _refusals.error = error
+    return error
+
+
+def take_refusal() -> VeilError | None:
+    """The first refusal raised on this thread since the last call (and forget it)."""
+    error = getattr(_refusals, "error", None)
+    _refusals.error = None
+    return error
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "bigint"
+    if isinstance(value, float):
+        return "double precision"
+    if isinstance(value, str):
+        return "text"
+    return type(value).__name__
+
+
+def _operands(op: str, *values: Any) -> None:
+    if any(isinstance(v, _NOT_NUMBERS) for v in values):
+        types = f" {op} ".join(_type_name(v) for v in values)
+        raise _refuse(
+            UndefinedOperator(
+                f"operator does not exist: {types}",
+                hint="Arithmetic operators take numbers; cast text with CAST(... AS bigint) or use || for text",
+            )
+        )
+
+
+def _checked(result: Any, *operands: Any) -> Any:
+    if isinstance(result, bool):
+        return result
+    if isinstance(result, int) and not _INT64[0] <= result <= _INT64[1]:
+        raise _refuse(NumericOutOfRange("bigint out of range", hint="Keep integer results within ±9.2e18"))
+    if isinstance(result, float) and not math.isfinite(result):
+        if all(not isinstance(v, float) or math.isfinite(v) for v in operands):
+            raise _refuse(NumericOutOfRange("value out of range: overflow"))
+    return result
+
+
+def _nullable(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def wrapped(*args: Any) -> Any:
+        return None if any(a is None for a in args) else fn(*args)
+
+    return wrapped
+
+
+def _binary(op: str, compute: Callable[[Any, Any], Any]) -> Callable[..., Any]:
+    @_nullable
+    def evaluate(left: Any, right: Any) -> Any:
+        _operands(op, left, right)
+        return _checked(compute(left, right), left, right)
+
+    return evaluate
+
+
+def _divide(left: Any, right: Any) -> Any:
+    if right == 0:
+        raise _refuse(DivisionByZero("division by zero"))
+    if isinstance(left, int) and isinstance(right, int):
+        quotient = abs(left) // abs(right)  # PostgreSQL truncates toward zero
+        return quotient if (left >= 0) == (right >= 0) else -quotient
+    return left / right
+
+
+def _mod(left: Any, right: Any) -> Any:
+    if right == 0:
+        raise _refuse(DivisionByZero("division by zero"))
+    if isinstance(left, int) and isinstance(right, int):
+        rest = abs(left) % abs(right)  # the sign of the dividend, as PostgreSQL
+        return -rest if left < 0 else rest
+    return math.fmod(left, right)
+
+
+def _power(base: Any, exponent: Any) -> float:
+    try:
+        return math.pow(float(base), float(exponent))  # PostgreSQL's ^ is double precision
+    except OverflowError:
+        raise _refuse(NumericOutOfRange("value out of range: overflow")) from None
+    except ValueError:
+        raise _refuse(
+            NumericOutOfRange(f"a negative number raised to a non-integer power, or zero to a negative one: {base} ^ {exponent}")
+        ) from None
+
+
+def _shift(left: Any, right: Any, *, to_left: bool) -> int:
+    if not isinstance(left, int) or not isinstance(right, int):
+        _operands("<<" if to_left else ">>", str(left), right)
+    if not 0 <= right < 64:
+        raise _refuse(NumericOutOfRange(f"shift by {right} bits: the shift must be between 0 and 63"))
+    return int(left) << int(right) if to_left else int(left) >> int(right)
+
+
+def _abs(value: Any) -> Any:
+    _operands("@", value)
+    return _checked(abs(value), value)
+
+
+_original_cast = sqlglot_env.ENV["CAST"]
+
+
+def _cast(value: Any, to: Any) -> Any:
+    result = _original_cast(value, to)
+    bounds = _INT_RANGES.get(to)
+    if bounds is not None and isinstance(result, int) and not bounds[0] <= result <= bounds[1]:
+        raise _refuse(NumericOutOfRange(f"{str(to.value).lower()} out of range", hint=f"The value was {value!r:.40}"))
+    if isinstance(result, float) and not math.isfinite(result):
+        if not (
+            isinstance(value, float)
+            or (isinstance(value, str) and value.strip().lower().lstrip("+-") in {"inf", "infinity", "nan"})
+        ):
+            raise _refuse(NumericOutOfRange("value out of range: overflow"))
+    if isinstance(result, str) and len(result) > MAX_TEXT:
+        raise _refuse(_too_long(len(result)))
+    return result
+
+
+def check_literal_casts(expr: exp.Expression) -> None:
+    """Refuse a cast of a number literal out of its integer type's range before evaluating (sqlglot's planner
+    drops a cast of an integer literal to an integer type, so :func:`_cast` never sees it)."""
+    for cast in expr.find_all(exp.Cast):
+        operand, negative = cast.this, False
+        while isinstance(operand, (exp.Neg, exp.Paren)):
+            negative ^= isinstance(operand, exp.Neg)
+            operand = operand.this
+        to = cast.args.get("to")
+        bounds = _INT_RANGES.get(to.this) if isinstance(to, exp.DataType) else None
+        if bounds is None or not isinstance(operand, exp.Literal) or operand.is_string or len(operand.name) > 40:
+            continue
+        try:
+            value = float(operand.name)
+        except ValueError:
+            continue
+        if not bounds[0] <= (-value if negative else value) <= bounds[1]:
+            raise NumericOutOfRange(f"{str(to.this.value).lower()} out of range", hint=f"The value was {operand.name}")
+
+
+def check_rows(rows: Sequence[Sequence[Any]]) -> None:
+    """Refuse an answer holding an integer beyond bigint (sqlglot's planner folds arithmetic on literals before
+    the bounded operators run, in exact Python integers)."""
+    for row in rows:
+        for value in row:
+            if isinstance(value, int) and not isinstance(value, bool) and not _INT64[0] <= value <= _INT64[1]:
+                raise NumericOutOfRange("bigint out of range", hint="Keep integer results within ±9.2e18")
+
+
+def _too_long(length: int) -> ValueTooLarge:
+    return ValueTooLarge(
+        f"a text value of {length} characters in a catalog or table-less query (the limit is {MAX_TEXT})",
+        hint="Build shorter values",
+    )
+
+
+def _concat(*parts: Any) -> str:
+    length = sum(len(str(p)) for p in parts)
+    if length > MAX_TEXT:
+        raise _refuse(_too_long(length))
+    return "".join(str(p) for p in parts)
+
+
+def _concat_ws(separator: Any, *parts: Any) -> str:
+    return _concat(*([str(separator)] * max(len(parts) - 1, 0)), *parts)
+
+
+def _check_work(text: str, pattern: str) -> None:
+    if len(text) * max(len(pattern), 1) > MAX_MATCH_WORK:
+        raise _refuse(
+            ValueTooLarge(
+                f"matching {len(text)} characters against a pattern of {len(pattern)} is too much work "
+                f"(text × pattern at most {MAX_MATCH_WORK})",
+                hint="Match shorter text or a shorter pattern",
+            )
+        )
+
+
+def _like_segments(pattern: str, flags: int) -> tuple[bool, bool, tuple[tuple[re.Pattern[str], int], ...]]:
+    if len(pattern) <= _CACHED_CHARS:
+        return _cached_like_segments(pattern, flags)
+    return _compile_like(pattern, flags)
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_like_segments(pattern: str, flags: int) -> tuple[bool, bool, tuple[tuple[re.Pattern[str], int], ...]]:
+    return _compile_like(pattern, flags)
+
+
+def _compile_like(pattern: str, flags: int) -> tuple[bool, bool, tuple[tuple[re.Pattern[str], int], ...]]:
+    """``pattern`` split at its ``%``: (starts with %, ends with %, each segment as a quantifier-free regex and its
+    length). ``_`` is any one character; a backslash takes the next character literally (PostgreSQL's default)."""
+    segments: list[list[str]] = [[]]
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\" and i + 1 < len(pattern):
+            segments[-1].append(re.escape(pattern[i + 1]))
+            i += 2
+            continue
+        if char == "%":
+            segments.append([])
+        else:
+            segments[-1].append("." if char == "_" else re.escape(char))
+        i += 1
+    compiled = tuple((re.compile("".join(s), re.DOTALL | flags), len(s)) for s in segments)
+    return len(segments) > 1 and not segments[0], len(segments) > 1 and not segments[-1], compiled
+
+
+def like(text: str, pattern: str, flags: int = 0) -> bool:
+    """PostgreSQL's ``text LIKE pattern`` without backtracking: the fixed-length segments between ``%`` are found
+    left to right, each at its first place (which is always right for fixed-length pieces).
+
+    >>> like("a" * 48, "%a" * 8 + "%b"), like("abcab", "a%b"), like("a_c", "a\\\\_c"), like("abc", "a\\\\_c")
+    (False, True, True, False)
+    """
+    text, pattern = str(text), str(pattern)
+    _check_work(text, pattern)
+    _, _, segments = _like_segments(pattern, flags)
+    if len(segments) == 1:
+        return segments[0][0].fullmatch(text) is not None
+    (first, first_len), (last, last_len) = segments[0], segments[-1]
+    if first.match(text, 0) is None:
+        return False
+    position, end = first_len, len(text) - last_len
+    if end < position:
+        return False
+    for middle, length in segments[1:-1]:
+        found = middle.search(text, position, end)
+        if found is None:
+            return False
+        position = found.start() + length
+    return last.fullmatch(text, end) is not None
+
+
+#: Without these a regular expression is a fixed sequence: Python's ``re`` cannot backtrack on it (an alternation
+#: can: ``(a|a)(a|a)…b`` tries every combination).
+_BACKTRACKING = re.compile(r"[*+?{|]")
+_re2 = threading.local()
+
+
+def _duckdb() -> Any:
+    connection = getattr(_re2, "connection", None)
+    if connection is None:
+        import duckdb
+
+        connection = duckdb.connect(":memory:", config={"enable_external_access": False, "threads": 1, "memory_limit": "64MB"})
+        _re2.connection = connection
+    return connection
+
+
+def _re2_search(text: str, pattern: str) -> bool:
+    if len(text) + len(pattern) <= _CACHED_CHARS:
+        return _cached_re2_search(text, pattern)
+    return _run_re2(text, pattern)
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_re2_search(text: str, pattern: str) -> bool:
+    return _run_re2(text, pattern)
+
+
+def _run_re2(text: str, pattern: str) -> bool:
+    import duckdb
+
+    try:
+        row = _duckdb().execute("SELECT regexp_matches(?, ?)", [text, pattern]).fetchone()
+    except duckdb.Error as exc:
+        raise _refuse(
+            InvalidRegularExpression(f"invalid regular expression {pattern[:80]!r}: {str(exc).splitlines()[0][:120]}")
+        ) from None
+    return bool(row and row[0])
+
+
+def regexp_like(text: Any, pattern: Any, *_: Any) -> bool | None:
+    """PostgreSQL's ``text ~ pattern`` (a search) in linear time: RE2 (DuckDB), or Python's ``re`` for a short
+    pattern without quantifiers or alternation (psql's ``^(name)$``), on which it cannot backtrack."""
+    if text is None or pattern is None:
+        return None
+    text, pattern = str(text), str(pattern)
+    _check_work(text, pattern)
+    if len(pattern) <= _CACHED_CHARS and _BACKTRACKING.search(pattern) is None:
+        try:
+            return re.search(pattern, text) is not None  # re's own cache: 512 patterns of ≤ 1,000 characters
+        except re.error:
+            pass  # RE2 names the error
+    return _re2_search(text, pattern)
+
+
+def _like_env(flags: int) -> Callable[..., Any]:
+    @_nullable
+    def evaluate(text: Any, pattern: Any) -> bool:
+        return like(text, pattern, flags)
+
+    return evaluate
+
+
+_BOUNDED: dict[str, Callable[..., Any]] = {
+    "ADD": _binary("+", lambda a, b: a + b),
+    "SUB": _binary("-", lambda a, b: a - b),
+    "MUL": _binary("*", lambda a, b: a * b),
+    "DIV": _binary("/", _divide),  # the executor wraps an integer division in INT(): the quotient stays exact
+    "INTDIV": _binary("/", _divide),
+    "MOD": _binary("%", _mod),
+    "POW": _binary("^", _power),
+    "ABS": _nullable(_abs),
+    "BITWISEAND": _binary("&", lambda a, b: a & b),
+    "BITWISEOR": _binary("|", lambda a, b: a | b),
+    "BITWISEXOR": _binary("#", lambda a, b: a ^ b),
+    "BITWISELEFTSHIFT": _nullable(lambda a, b: _checked(_shift(a, b, to_left=True))),
+    "BITWISERIGHTSHIFT": _nullable(lambda a, b: _shift(a, b, to_left=False)),
+    "CAST": lambda value, to: None if value is None else _cast(value, to),
+    "CONCAT": _nullable(_concat),
+    "SAFECONCAT": _nullable(_concat),
+    "CONCATWS": _nullable(_concat_ws),
+    "LIKE": _like_env(0),
+    "ILIKE": _like_env(re.IGNORECASE),
+    "REGEXPLIKE": regexp_like,
+}
+
+
+def install() -> None:
+    """Put the bounded operators into sqlglot's executor table (idempotent; after pg-mimic adds ``REGEXPLIKE``)."""
+    import pg_mimic.catalog_rewrite  # noqa: F401  (registers its REGEXPLIKE first, so ours replaces it)
+
+    sqlglot_env.ENV.update(_BOUNDED)
