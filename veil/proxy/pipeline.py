@@ -152,7 +152,7 @@ def _plan(s: QueryState, env: Env) -> QueryState:
     # the plan copies the analyst's expressions into its statistics
     mark_arithmetic_that_cannot_raise(a.tree, catalog, CANNOT_RAISE)
     p = plan(a, catalog, epsilon=s.epsilon, contribution=c, partition_delta=env.policy.defaults.partition_delta)
-    check_generated_size(p)
+    check_generated_size(p, public_types(catalog, a.tables))
     multiplicity.check_grouped_contribution(p.contribution, len(p.keys), len(p.statistics))
     # every engine statement (the main one, one per quantile grid) repeats the per-row work over one person's rows
     grids = sum(1 for st in p.statistics if st.kind == "grid")

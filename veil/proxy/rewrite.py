@@ -38,7 +38,7 @@ from veil.proxy import fixed_point
 from veil.proxy.bounding import GridColumn
 from veil.proxy.plan import QueryPlan, Statistic
 from veil.proxy.public_reads import typed_read
-from veil.proxy.totality import BUILT_TOTAL, CANNOT_RAISE, make_total
+from veil.proxy.totality import BUILT_TOTAL, CANNOT_RAISE, COMBINING_NODES, iso_week_value, make_total, needs_try
 
 E = TypeVar("E", bound=exp.Expression)
 
@@ -275,16 +275,89 @@ def argument_copies(stat: Statistic) -> int:
     raise InternalError(f"no raw quantity for statistic kind {stat.kind!r}")
 
 
-#: The most nodes the generated statements' copies of the statistics' arguments may hold (around a second of
-#: planning and generating on a loaded 2-core host): VARIANCE of a 160-branch CASE generated 33,000 nodes and took
-#: 5 s to explain, free (red team s23, A2).
+#: The most nodes the generated statements' copies of the statistics' arguments, and of the statement around them
+#: beyond the query's own first statement, may hold (around a second of planning and generating on a loaded 2-core
+#: host): VARIANCE of a 160-branch CASE generated 33,000 nodes and took 5 s to explain, free (red team s23, A2); a
+#: 450-branch CASE key with 50 MEDIANs, each histogram statement a copy of it, 21 s (red team s26, A2).
 MAX_GENERATED_NODES = 20_000
 #: Nodes each copy adds around the argument (casts, clamp bounds, CASE branches, the grid scale, TRY).
 _COPY_NODES = 40
+#: Nodes a statement adds around its copy of the query (select list, histogram bucket, counts, aliases).
+_STATEMENT_NODES = 40
+#: Nodes whose children make_total may cast (``TRY_CAST(child AS type)``, two nodes more): operands an engine brings
+#: to one type (totality.COMBINING_NODES) and values read as conditions.
+_CASTING_PARENTS = (*COMBINING_NODES, exp.Where, exp.Having, exp.Join, exp.If, exp.Not, exp.And, exp.Or, exp.Is)
+#: An ISO-week field's or unit's guard (totality._guard_iso_week): ``CASE WHEN v BETWEEN lo AND hi THEN v END``
+#: with two date casts, around a second copy of its value.
+_ISO_GUARD_NODES = 11
+_TEMPLATE_LEFT_OUT = frozenset({"expressions", "having", "order", "limit", "offset", "distinct", "group"})
 
 
-def generated_size_bound(p: QueryPlan) -> int:
-    """An upper bound on the nodes the generated statements hold for ``p``'s statistics' arguments and filters."""
+def _grown(node: exp.Expression, cast: bool) -> int:
+    """An upper bound on the nodes make_total and neutralise turn ``node`` itself into (its children aside):
+    itself, a TRY, a TRY_CAST and its type where its parent may cast it (``cast``), a divisor's ``NULLIF(·, 0)``,
+    a DECIMAL cast read as a DOUBLE (or a real cast to an integer rounded), a real literal cast to DOUBLE, a
+    boolean read as a number, ILIKE's two LOWERs, LOG's base."""
+    if isinstance(node, (exp.Identifier, exp.DataType, exp.DataTypeParam)):
+        return 1
+    n = 1 + (1 if needs_try(node) else 0) + (2 if cast else 0)
+    if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod, exp.Cast, exp.ILike)):
+        n += 2
+    elif isinstance(node, exp.Literal) and not node.is_string:
+        n += 2
+    elif isinstance(node, (exp.Predicate, exp.Connector, exp.Not, exp.Boolean)):
+        n += 2
+    elif isinstance(node, exp.Log):
+        n += 1
+    return n
+
+
+def _total_nodes(*parts: exp.Expression | None) -> int:
+    """An upper bound on the nodes of ``parts`` once made total and neutral (one linear walk, no copy; a value
+    under nested ISO-week guards counts once per copy the guards make of it)."""
+    total = 0
+    stack: list[tuple[exp.Expression, int, bool]] = [(part, 1, True) for part in parts if part is not None]
+    while stack:
+        node, copies, cast = stack.pop()
+        total += copies * _grown(node, cast)
+        doubled = iso_week_value(node)
+        if doubled is not None:
+            total += copies * _ISO_GUARD_NODES
+        casts = isinstance(node, _CASTING_PARENTS)
+        for key, value in node.args.items():
+            for child in value if isinstance(value, list) else [value]:
+                if isinstance(child, exp.Expression):
+                    stack.append((child, copies * 2 if key == doubled else copies, casts))
+    return total
+
+
+def _statement_nodes(p: QueryPlan, public: Mapping[str, Mapping[str, str]]) -> int:
+    """An upper bound on the nodes of one statement's copy of the query around its aggregates (:func:`_template`
+    made total: FROM with its joins, derived tables and CTEs, WHERE, each public table read as its catalog types)
+    and of its group keys: the main statement keeps the GROUP BY and selects the keys; a histogram copies the
+    GROUP BY, then groups by the keys and selects them (:func:`_grid`)."""
+    tree = p.analysis.tree
+    parts = [v for k, v in tree.args.items() if k not in _TEMPLATE_LEFT_OUT]
+    nodes = _total_nodes(*(c for part in parts for c in (part if isinstance(part, list) else [part])))
+    for t in tree.find_all(exp.Table):  # typed_read: a subquery of one TRY_CAST per column
+        columns = public.get(t.name)
+        if columns is not None:
+            nodes += 8 + 7 * len(columns)
+    group = tree.args.get("group")
+    grown_group = _total_nodes(group)
+    keys = _total_nodes(*(k.expr for k in p.keys))
+    copied_group = sum(1 for _ in group.walk()) if group is not None else 0
+    return nodes + max(grown_group + keys, copied_group + 2 * keys) + _STATEMENT_NODES
+
+
+def _statements(p: QueryPlan) -> int:
+    """The statements :func:`rewrite` builds for ``p``: one per quantile histogram, and the main one if any
+    statistic is not a histogram."""
+    grids = sum(1 for st in p.statistics if st.kind == "grid")
+    return grids + (1 if grids < len(p.statistics) else 0)
+
+
+def _argument_nodes(p: QueryPlan) -> int:
     work = 0
     for st in p.statistics:
         size = sum(1 for part in (st.arg, st.filter) if part is not None for _ in part.walk())
@@ -292,16 +365,30 @@ def generated_size_bound(p: QueryPlan) -> int:
     return work
 
 
-def check_generated_size(p: QueryPlan) -> None:
+def generated_size_bound(p: QueryPlan, public: Mapping[str, Mapping[str, str]]) -> int:
+    """An upper bound on the nodes the generated statements hold for ``p``: its statistics' arguments and filters
+    (:func:`argument_copies` each), and each statement's copy of the query around them (``public``: table → column
+    → SQL type, as :func:`rewrite` reads them)."""
+    return _argument_nodes(p) + _statements(p) * _statement_nodes(p, public)
+
+
+def check_generated_size(p: QueryPlan, public: Mapping[str, Mapping[str, str]]) -> None:
     """Before anything is generated: refuse (QueryTooComplex, free) a plan whose statistics' arguments, times the
-    copies the generated statements make of them (:func:`argument_copies`), hold more than
-    :data:`MAX_GENERATED_NODES` nodes."""
-    work = generated_size_bound(p)
+    copies the generated statements make of them (:func:`argument_copies`), and whose copies of the query around
+    them in every statement but the first (one per quantile histogram), hold more than :data:`MAX_GENERATED_NODES`
+    nodes. The first statement's copy is the query itself, which the parse limits bound."""
+    further = max(0, _statements(p) - 1)
+    arguments = _argument_nodes(p)
+    copies = further * _statement_nodes(p, public) if further else 0
+    work = arguments + copies
     if work > MAX_GENERATED_NODES:
+        around = f"; {copies:,} of the query around them, copied into {further} more statements (one per quantile)"
         raise QueryTooComplex(
-            f"the query's aggregate arguments are too large to plan: the generated statements would hold {work:,} "
-            f"nodes of them (clamped, centred and once per statistic), more than the limit of {MAX_GENERATED_NODES:,}",
-            hint="Simplify the arguments (e.g. fewer CASE branches; several simpler aggregates instead of one)",
+            f"the query is too large to plan: the generated statements would hold {work:,} nodes of copies "
+            f"({arguments:,} of the aggregates' arguments, clamped, centred and once per statistic"
+            f"{around if further else ''}), more than the limit of {MAX_GENERATED_NODES:,}",
+            hint="Simplify the arguments (e.g. fewer CASE branches; several simpler aggregates instead of one), ask "
+            "fewer quantiles per query, or shorten the WHERE, GROUP BY keys and joins around them",
         )
 
 

@@ -34,7 +34,8 @@ from sqlglot import exp
 from veil.engines.neutral import CANNOT_RAISE, WIDE_SUM, is_boolean
 
 __all__ = [
-    "BUILT_TOTAL", "CANNOT_RAISE", "COMBINING_NODES", "TOTAL_NODES", "converts", "make_total", "needs_try",
+    "BUILT_TOTAL", "CANNOT_RAISE", "COMBINING_NODES", "TOTAL_NODES", "converts", "iso_week_value", "make_total",
+    "needs_try",
     "operand_groups", "raises",
 ]  # fmt: skip
 
@@ -185,17 +186,25 @@ ISO_WEEK_PARTS = frozenset({"WEEK", "WEEKOFYEAR", "YEARWEEK", "ISOYEAR"})
 _ISO_WEEK_RANGE = ("-290000-01-01", "290000-12-31")
 
 
-def _guard_iso_week(node: exp.Expression) -> None:
+def iso_week_value(node: exp.Expression) -> str | None:
+    """The argument key of ``node``'s value when ``node`` is an ISO-week EXTRACT or DATE_TRUNC, whose guard
+    (:func:`_guard_iso_week`) holds that value twice; else None. Nested, they copy the innermost value 2ᵏ times:
+    the validate pass limits the nesting, the rewrite's price counts the copies."""
     if isinstance(node, exp.Extract):
         part, key = node.this, "expression"
     elif isinstance(node, (exp.TimestampTrunc, exp.DateTrunc)):
         part, key = node.args.get("unit"), "this"
     else:
-        return
+        return None
     part = part.unnest() if isinstance(part, exp.Expression) else None
     name = str(part.this).upper() if isinstance(part, (exp.Var, exp.Literal)) else None
-    value = node.args.get(key)
-    if name not in ISO_WEEK_PARTS or not isinstance(value, exp.Expression):
+    return key if name in ISO_WEEK_PARTS else None
+
+
+def _guard_iso_week(node: exp.Expression) -> None:
+    key = iso_week_value(node)
+    value = node.args.get(key) if key is not None else None
+    if not isinstance(value, exp.Expression):
         return
     lo, hi = (exp.cast(exp.Literal.string(d), exp.DataType.build("DATE")) for d in _ISO_WEEK_RANGE)
     inside = exp.Between(this=value.copy(), low=lo, high=hi)

@@ -37,7 +37,7 @@ from veil.proxy.catalog import Catalog
 from veil.proxy.expansion import Expansion, measure
 from veil.proxy.parse import AGGREGATE_NODES, ANONYMOUS_FUNCTIONS, DIALECT
 from veil.proxy.resolve import Resolved
-from veil.proxy.totality import COMBINING_NODES, operand_groups
+from veil.proxy.totality import COMBINING_NODES, iso_week_value, operand_groups
 
 __all__ = ["Analysis", "aggregate_name", "is_aggregate", "validate"]
 
@@ -421,7 +421,29 @@ def date_part_name(node: exp.Expression | None) -> str | None:
     return None
 
 
+#: The most ISO-week fields and units nested in one another's values: each one's guard holds its value twice
+#: (``CASE WHEN v BETWEEN … THEN v END``, :func:`veil.proxy.totality.iso_week_value`), so k nested copy the innermost
+#: value 2ᵏ times — 13 nested ``DATE_TRUNC('week', …)`` took 4.8 s to explain, free, and each one more doubled it.
+MAX_ISO_WEEK_NESTING = 3
+
+
+def _check_iso_week_nesting(tree: exp.Expression) -> None:
+    stack: list[tuple[exp.Expression, int]] = [(tree, 0)]
+    while stack:
+        node, nested = stack.pop()
+        if iso_week_value(node) is not None:
+            nested += 1
+            if nested > MAX_ISO_WEEK_NESTING:
+                raise Unsupported(
+                    f"the query nests ISO-week fields or units (WEEK, YEARWEEK, ISOYEAR) {nested} deep; the limit is "
+                    f"{MAX_ISO_WEEK_NESTING}",
+                    hint="Nest fewer of them (DATE_TRUNC('week', d) is already a week's first day; truncate it once)",
+                )
+        stack.extend((child, nested) for child in node.iter_expressions())
+
+
 def _check_date_parts(tree: exp.Expression) -> None:
+    _check_iso_week_nesting(tree)
     for node in tree.find_all(exp.Extract, exp.TimestampTrunc, exp.DateTrunc):
         extract = isinstance(node, exp.Extract)
         part = node.this if extract else node.args.get("unit")
