@@ -30,7 +30,16 @@ test's docstring):
   released instead of four (``COUNT(*) AS g``: none).
 * A2 (LOW, availability) table-less ``ROUND(5, -30000000)`` is Python's ``round(int, ndigits)``, which computes
   ``10 ** 30000000`` exactly: the catalog timeout answers 57014 after 5 s but the pool thread runs on (45 s
-  measured for -3·10⁷; -10⁹ is hours), so a handful of statements take every catalog thread.
+  measured for -3·10⁷; -10⁹ is hours), so a handful of statements take every catalog thread (other connections
+  were still answered at once: the event loop held).
+* Held (Part B, and by hand): nested ``||`` through derived tables is refused at 1 MiB; float powers and casts
+  beyond bigint are 22003; a slow login completes when no newcomer arrives (A4's control). By hand: public text
+  keys through scalar subqueries, ``IN``/``EXISTS`` subqueries, ``UNION`` in a CTE and a second read of the
+  private table in a derived key source are refused typed (0A000/42501); keys mixing a declared private int with
+  public columns (``pub.pk * 1.1 + t.f``, ``pub.pk + t.f / 3``, ``pub.pn || CAST(t.f * 0.5 AS VARCHAR)``) release
+  the engine's groups; ``REPEAT``/``LPAD``/``STRING_AGG`` are refused on the public path and nested ``||`` is
+  priced (0A000); Sail 0.7.2 evaluates ``DECODE(ENCODE(CAST(… AS STRING), 'utf-8'), 'utf-8')`` and non-ANSI casts
+  to NULL; ``~`` with alternation goes to RE2; the PATE teachers' shard and role are keyed by the unit id.
 """
 
 from __future__ import annotations
