@@ -365,6 +365,96 @@ def _like_env(flags: int) -> Callable[..., Any]:
     return evaluate
 
 
+def _size(value: Any, budget: int) -> int:
+    """The logical size of ``value`` (characters of text, elements of lists, tuples, sets and dicts, nested; 1 for
+    anything else), counted only until it passes ``budget`` (so at most ``budget`` steps, whatever the value:
+    a list holding the same list eight times counts eight times, as its text would)."""
+    total, stack = 0, [value]
+    while stack and total <= budget:
+        item = stack.pop()
+        if isinstance(item, (str, bytes)):
+            total += len(item)
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            total += 1
+            stack.extend(item)
+        elif isinstance(item, dict):
+            total += 1
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        else:
+            total += 1
+    return total
+
+
+def _too_large(size: int) -> ValueTooLarge:
+    return ValueTooLarge(
+        f"a value of more than {size} characters or elements in a catalog or table-less query (the limit is {MAX_TEXT})",
+        hint="Build shorter text and smaller arrays",
+    )
+
+
+def _check_size(value: Any) -> None:
+    size = _size(value, MAX_TEXT)
+    if size > MAX_TEXT:
+        raise _refuse(_too_large(size))
+
+
+def _non_finite(value: Any) -> bool:
+    items = value if isinstance(value, (list, tuple)) else (value,)
+    return any(isinstance(v, float) and not math.isfinite(v) for v in items)
+
+
+def _guarded(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` (an entry of the executor's table) with its inputs and its result bounded: together at most
+    :data:`MAX_TEXT` characters and elements, integers within bigint, floats finite unless an input was not
+    (red team s28 A1: every function is bounded by construction, not only the ones known to grow values)."""
+
+    @functools.wraps(fn)
+    def evaluate(*args: Any, **kwargs: Any) -> Any:
+        _check_size((args, tuple(kwargs.values())))
+        result = fn(*args, **kwargs)
+        _check_size(result)
+        if isinstance(result, int) and not isinstance(result, bool) and not _INT64[0] <= result <= _INT64[1]:
+            raise _refuse(NumericOutOfRange("bigint out of range", hint=f"{name} gave a value beyond ±9.2e18"))
+        if isinstance(result, float) and not math.isfinite(result) and not any(_non_finite(a) for a in args):
+            raise _refuse(NumericOutOfRange("value out of range: overflow"))
+        return result
+
+    evaluate._veil_guarded = True  # type: ignore[attr-defined]
+    return evaluate
+
+
+def _array(*items: Any) -> list[Any]:
+    """``ARRAY[...]`` (the executor writes it as a Python list literal; :func:`install` routes it here)."""
+    return list(items)
+
+
+def _array_to_string(this: Any, separator: Any, null: Any = None) -> Any:
+    """sqlglot's ``ARRAYTOSTRING`` (``separator.join``), its length counted before the text is built."""
+    if this is None or separator is None:
+        return None
+    items = [x for x in (x if x is not None else null for x in this) if x is not None]
+    length = sum(len(x) if isinstance(x, str) else 1 for x in items) + len(str(separator)) * max(len(items) - 1, 0)
+    if length > MAX_TEXT:
+        raise _refuse(_too_long(length))
+    return str(separator).join(items)
+
+
+#: Digits beyond these change nothing for a finite double or a bigint (both are below 10**309); Python's
+#: ``round(int, -n)`` computes ``10 ** n`` exactly (red team s28 A2).
+_ROUND_DIGITS = 400
+
+
+def _round(*args: Any) -> Any:
+    """sqlglot's ``ROUND(this[, decimals[, truncate]])`` (NULL if any argument is), its digits clamped."""
+    if any(a is None for a in args):
+        return None
+    this, decimals = args[0], (args[1] if len(args) > 1 else None)
+    if isinstance(decimals, int) and not isinstance(decimals, bool):
+        decimals = max(-_ROUND_DIGITS, min(_ROUND_DIGITS, decimals))
+    return round(this, ndigits=decimals)
+
+
 _BOUNDED: dict[str, Callable[..., Any]] = {
     "ADD": _binary("+", lambda a, b: a + b),
     "SUB": _binary("-", lambda a, b: a - b),
@@ -386,11 +476,21 @@ _BOUNDED: dict[str, Callable[..., Any]] = {
     "LIKE": _like_env(0),
     "ILIKE": _like_env(re.IGNORECASE),
     "REGEXPLIKE": regexp_like,
+    "ARRAYTOSTRING": _array_to_string,
 }
 
 
 def install() -> None:
     """Put the bounded operators into sqlglot's executor table (idempotent; after pg-mimic adds ``REGEXPLIKE``)."""
     import pg_mimic.catalog_rewrite  # noqa: F401  (registers its REGEXPLIKE first, so ours replaces it)
+    from sqlglot.generators.python import PythonGenerator
 
-    sqlglot_env.ENV.update(_BOUNDED)
+    env = sqlglot_env.ENV
+    env.update(_BOUNDED)
+    env["ARRAY"] = _array
+    env["ROUND"] = _round
+    for name, fn in list(env.items()):
+        if callable(fn) and name != "exp" and name not in _BOUNDED and not getattr(fn, "_veil_guarded", False):
+            env[name] = _guarded(name, fn)
+    # ARRAY[...] is written as a list literal: make it a call of ARRAY, so that arrays are bounded as built.
+    PythonGenerator.TRANSFORMS[exp.Array] = lambda self, e: self.func("ARRAY", *e.expressions)
