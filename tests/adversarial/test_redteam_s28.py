@@ -238,7 +238,6 @@ def _outsider_and_slow_login(tmp_path: Path, newcomers: int) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="s28 A4: an outsider evicts a slow login in progress")
 def test_A4_an_outsider_cannot_evict_a_login_in_progress(tmp_path: Path) -> None:
     """MEDIUM (availability) — interface: ``veil serve`` (``--max-connections 4``; the same at 100).
 

@@ -22,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support.server import FAST_BACKOFF, build_policy, dsn, read_message, running_server, startup_packet
-from veil.server.admission import GRACE_S, PreLogin
+from veil.server.admission import GRACE_S, LOGIN_GRACE_S, PreLogin
 from veil.server.limits import ServerLimits, client_network
 
 # --- the rule ----------------------------------------------------------------------------------
@@ -59,6 +59,58 @@ def test_a_victim_is_always_from_a_network_holding_more(arrivals: list[tuple[str
     assert victim.since == min(since[victim.network])
     fair = victim.network != mine and (held >= have + 2 or (held == have + 1 and now - victim.since > GRACE_S))
     assert fair or (victim.since == stalest and now - victim.since > GRACE_S)  # else the stalest of all (s27 A14)
+
+
+@given(
+    arrivals=st.lists(st.tuples(st.sampled_from(_NETS), st.floats(0, 5), st.booleans()), max_size=40),
+    newcomer=st.sampled_from(_NETS),
+    later=st.floats(0, 20),
+)
+def test_a_login_in_progress_gives_way_only_after_the_login_grace(
+    arrivals: list[tuple[str, float, bool]], newcomer: str, later: float
+) -> None:
+    """Red team s28 A4: a connection that sent its startup message (a login in progress) is evicted only by a
+    newcomer of a network holding two fewer (a hog keeps no more than its share), or by anyone past the login
+    grace — and never while an idle socket of its network could go instead."""
+    pre = PreLogin(grace=GRACE_S, login_grace=LOGIN_GRACE_S)
+    now = 0.0
+    waiting = []
+    for address, dt, started in arrivals:
+        now += dt
+        w = pre.add(address, handle=None, now=now)
+        w.started = started
+        waiting.append(w)
+    now += later
+    have = pre.held_by(newcomer)
+    victim = pre.victim(newcomer, now=now)
+    if victim is None or not victim.started:
+        return
+    held = pre.held_by(victim.network)
+    age = now - victim.since
+    mine = victim.network == client_network(newcomer)
+    assert age > LOGIN_GRACE_S or (not mine and held >= have + 2)
+    same_network = [w for w in waiting if w.network == victim.network]
+    assert not any(not w.started for w in same_network) or age > LOGIN_GRACE_S  # idle ones of its network first
+
+
+def test_a_slow_login_is_not_taken_for_an_idle_socket() -> None:
+    pre = PreLogin(grace=GRACE_S, login_grace=LOGIN_GRACE_S)
+    idle = [pre.add("10.0.0.2", handle=None, now=0.0) for _ in range(3)]
+    bob = pre.add("10.0.0.1", handle=None, now=0.1)
+    bob.started = True
+    assert pre.victim("10.0.0.2", now=2.5) is idle[0]  # the outsider swaps its own idle sockets
+    for w in idle:
+        pre.remove(w)
+        pre.add("10.0.0.2", handle=None, now=2.5)
+    assert pre.victim("10.0.0.2", now=3.0) is None  # its fresh ones, and bob's login in progress: none
+    third = pre.victim("10.0.0.9", now=3.0)
+    assert third is not None and third.network == "10.0.0.2"  # a third network: the hog's, not bob's
+    alone = PreLogin(grace=GRACE_S, login_grace=LOGIN_GRACE_S)
+    carol = alone.add("10.0.0.1", handle=None, now=0.0)
+    carol.started = True
+    assert alone.victim("10.0.0.9", now=GRACE_S + 0.5) is None  # 1 = 0 + 1, but her login is in progress
+    assert alone.victim("10.0.0.1", now=GRACE_S + 0.5) is None
+    assert alone.victim("10.0.0.9", now=LOGIN_GRACE_S + 0.5) is carol  # a login stalled past the login grace
 
 
 def test_the_hog_loses_its_oldest_and_cannot_win_it_back() -> None:

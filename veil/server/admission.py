@@ -11,13 +11,21 @@ network that holds the most of them — never one of its own network's, never a 
 - if that network holds at least two more than the newcomer's (so the shares only get fairer: one
   address with 100 idle sockets loses one to each other address that connects), or
 - if it holds one more and that connection has waited for a login longer than ``grace`` seconds
-  (many addresses with one idle socket each: the stalest gives way; a login in progress, which
-  takes milliseconds, is never cut);
+  (many addresses with one idle socket each: the stalest gives way);
 - else the connection that has waited longest for its login, of any network, the newcomer's own
   included, once it has waited longer than ``grace`` (red team s27 A14: analysts who share an
   address — loopback, a jump host, a NAT — are not kept out by idle sockets of that address; one
   analyst's logins are capped by ``--max-connections-per-analyst``, and sockets that never log in
   would otherwise fill the rest).
+
+A connection that has sent its startup message has a login in progress (:attr:`Waiting.started`):
+within a network the idle ones (nothing or only part of a startup message sent) go first, and in the
+last two rules a login in progress gives way only once it has waited longer than ``login_grace``
+(10 s), not ``grace`` — a login over a slow link or held by the login backoff takes seconds, and
+without this an outsider swapping its own idle sockets reached the stalest connection: the slow
+login (red team s28 A4). Not never: sockets that send a startup message and stall would then hold
+their slots until ``--auth-timeout``, the attack of s20 A3 again. A network holding two more than
+the newcomer's still gives way at once, its logins in progress too (its share is what is fair).
 
 The evicted connection is closed (its handler is cancelled: an attempt that had sent a password
 counts as a failed login, as when a client hangs up) and its slot passes straight to the newcomer,
@@ -39,15 +47,19 @@ True
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from veil.server.limits import client_network
 
-__all__ = ["GRACE_S", "PreLogin", "Waiting"]
+__all__ = ["GRACE_S", "LOGIN_GRACE_S", "PreLogin", "Waiting"]
 
 #: Seconds a connection may wait for its login before an equal share no longer protects it.
 GRACE_S = 2.0
+#: Seconds a connection whose login is in progress (it sent its startup message) is protected from newcomers of
+#: networks holding as many or one more, and from its own network's (red team s28 A4).
+LOGIN_GRACE_S = 10.0
 
 
 @dataclass(eq=False)
@@ -58,14 +70,16 @@ class Waiting:
     since: float
     handle: asyncio.Task[None] | None  # the connection's handler, cancelled to evict it
     evicted: bool = field(default=False)  # its slot was handed to a newcomer: do not release it
+    started: bool = field(default=False)  # it sent its startup message: its login is in progress (s28 A4)
 
 
 class PreLogin:
     """This process's connections that have not logged in, per client network, oldest first.
     Used on the event loop only (no lock)."""
 
-    def __init__(self, *, grace: float = GRACE_S) -> None:
+    def __init__(self, *, grace: float = GRACE_S, login_grace: float = LOGIN_GRACE_S) -> None:
         self._grace = grace
+        self._login_grace = login_grace
         self._by_network: dict[str, OrderedDict[int, Waiting]] = {}
 
     def __len__(self) -> int:
@@ -93,27 +107,46 @@ class PreLogin:
         """The connection that gives its slot to a newcomer from ``address`` (see the module), or None."""
         mine = client_network(address)
         have = len(self._by_network.get(mine, ()))
-        best: tuple[int, float] | None = None
-        chosen: Waiting | None = None
+        best: tuple[tuple[int, float], Waiting] | None = None
         for network, conns in self._by_network.items():
-            if network == mine or not conns:
+            held = len(conns)
+            if network == mine or held < have + 1:
                 continue
-            oldest = next(iter(conns.values()))
-            rank = (len(conns), -oldest.since)  # most held, then the longest waiting
-            if best is None or rank > best:
-                best, chosen = rank, oldest
-        if chosen is not None and best is not None:
-            held = best[0]
-            if held >= have + 2 or (held == have + 1 and now - chosen.since > self._grace):
-                return chosen
+            if held >= have + 2:
+                chosen = self._oldest(conns, now=now, idle_after=-math.inf, login_after=-math.inf)
+            else:
+                chosen = self._oldest(conns, now=now, idle_after=self._grace, login_after=self._login_grace)
+            if chosen is not None and (best is None or (held, -chosen.since) > best[0]):
+                best = ((held, -chosen.since), chosen)
+        if best is not None:
+            return best[1]
         return self._stalest(now)
 
+    @staticmethod
+    def _oldest(conns: OrderedDict[int, Waiting], *, now: float, idle_after: float, login_after: float) -> Waiting | None:
+        """The oldest idle connection of ``conns`` waiting longer than ``idle_after``, else the oldest whose
+        login is in progress once it has waited longer than ``login_after`` (red team s28 A4)."""
+        first_login: Waiting | None = None
+        for waiting in conns.values():  # oldest first
+            if not waiting.started:
+                return waiting if now - waiting.since > idle_after else None
+            if first_login is None:
+                first_login = waiting
+        if first_login is not None and now - first_login.since > login_after:
+            return first_login
+        return None
+
     def _stalest(self, now: float) -> Waiting | None:
-        """The connection of any network, the newcomer's own included, that has waited longest for its
-        login, once that is longer than the grace (red team s27 A14: analysts sharing an address)."""
-        oldest = min((next(iter(c.values())) for c in self._by_network.values() if c), key=lambda w: w.since, default=None)
-        if oldest is not None and now - oldest.since > self._grace:
-            return oldest
+        """The idle connection of any network, the newcomer's own included, that has waited longest, once that is
+        longer than the grace (red team s27 A14: analysts sharing an address); else the login in progress that has
+        waited longest, once that is longer than the login grace (s28 A4: a slow login is not an idle socket)."""
+        waiting = [w for conns in self._by_network.values() for w in conns.values()]
+        idle = min((w for w in waiting if not w.started), key=lambda w: w.since, default=None)
+        if idle is not None and now - idle.since > self._grace:
+            return idle
+        login = min((w for w in waiting if w.started), key=lambda w: w.since, default=None)
+        if login is not None and now - login.since > self._login_grace:
+            return login
         return None
 
     def evict(self, waiting: Waiting) -> None:

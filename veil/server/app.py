@@ -228,6 +228,7 @@ class VeilServer(PgServer):
             return
         if startup is None:  # a CancelRequest, handled
             return
+        waiting.started = True  # a login in progress, no longer an idle socket (admission, red team s28 A4)
         if not startup.tls and not self.allow_plaintext and not is_loopback(writer.get_extra_info("peername")):
             hint = "Connect with sslmode=require" if self.ssl_context else "Start veil serve with --tls-cert/--tls-key"
             await fatal(
