@@ -140,8 +140,9 @@ def test_a_key_over_one_big_public_table_is_listed(policy: Policy, tmp_path: Pat
     ],
 )
 def test_a_key_through_a_derived_aggregate_is_no_public_key(policy: Policy, derived: str) -> None:
-    """An aggregate over a public source is no function of one source row (window functions are refused): its values cannot be listed
-    from the source's rows (red team s28 A6 listed MAX over the whole table, one value); such a key is private."""
+    """An aggregate over a public source is no function of one source row (window functions are refused): its
+    values cannot be listed from the source's rows (red team s28 A6 listed MAX over the whole table, one value);
+    such a key is private."""
     from veil.proxy._testing import plan_of
 
     sql = f"SELECT d.g, COUNT(*) FROM t JOIN {derived} d ON d.pk = t.x GROUP BY 1"
