@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from collections.abc import Callable
@@ -72,18 +73,38 @@ def adult_policy(tmp_path: Path, shared_data: Path) -> Callable[..., Path]:
 SLOW_DOCTESTS = frozenset({"veil/auditor/pu/__init__.py::veil.auditor.pu"})
 
 
-#: A test module that reads a clock to decide (elapsed time, deadlines) is marked ``timing`` at collection:
-#: ``make test`` runs those modules alone, after the rest has run on two workers (pytest-xdist), so a worker
-#: beside them cannot make a timing assertion fail.
+#: A test module that reads a clock to decide (elapsed time, deadlines), itself or through a helper function it
+#: imports from another test module, is marked ``timing`` at collection: ``make test`` runs those modules alone,
+#: after the rest has run on two workers (pytest-xdist), so a worker beside them cannot fail a timing assertion.
 _READS_A_CLOCK = re.compile(r"\b(?:perf_counter|monotonic|process_time|thread_time)\(|\btime\.time\(")
-_clock_modules: dict[str, bool] = {}
+_ROOT = Path(__file__).resolve().parent.parent
+_clock_modules: dict[Path, bool] = {}
 
 
-def _reads_a_clock(path: str) -> bool:
+def _helpers_read_a_clock(tree: ast.Module) -> bool:
+    """Whether a function this module imports from another ``tests`` module reads a clock."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tests.")):
+            continue
+        path = _ROOT.joinpath(*node.module.split(".")).with_suffix(".py")
+        try:
+            source = path.read_text(encoding="utf-8")
+        except OSError:
+            continue
+        names = {a.name for a in node.names}
+        for fn in ast.parse(source).body:
+            if isinstance(fn, ast.FunctionDef) and fn.name in names:
+                if _READS_A_CLOCK.search(ast.get_source_segment(source, fn) or ""):
+                    return True
+    return False
+
+
+def _reads_a_clock(path: Path) -> bool:
     if path not in _clock_modules:
         try:
-            _clock_modules[path] = bool(_READS_A_CLOCK.search(Path(path).read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError):
+            source = path.read_text(encoding="utf-8")
+            _clock_modules[path] = bool(_READS_A_CLOCK.search(source)) or _helpers_read_a_clock(ast.parse(source))
+        except (OSError, UnicodeDecodeError, SyntaxError):
             _clock_modules[path] = False
     return _clock_modules[path]
 
@@ -92,5 +113,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.nodeid in SLOW_DOCTESTS:
             item.add_marker(pytest.mark.slow)
-        if str(item.path).endswith(".py") and "/tests/" in str(item.path) and _reads_a_clock(str(item.path)):
+        if item.path.suffix == ".py" and "tests" in item.path.parts and _reads_a_clock(item.path):
             item.add_marker(pytest.mark.timing)

@@ -302,3 +302,28 @@ def test_a_tiny_table_publishes_through_the_transaction_and_is_charged(tmp_path:
     assert delta == pytest.approx(1e-5) and (tmp_path / "s.pt").exists()
     side = json.loads((tmp_path / "s.pt.json").read_text())
     assert "5" not in side["description"]["student_source"]
+
+
+def test_a_student_person_keeps_one_record_chosen_from_their_own_rows() -> None:
+    """On a table whose privacy unit is a column, the student's side holds one record per person (its local ε is
+    one record's; red team s28 A5), and which record is a function of that person's rows alone."""
+    from veil.generators.pate.split import student_split
+
+    rng = np.random.default_rng(3)
+    units = np.repeat(np.arange(60), 4)
+    X = rng.integers(0, 5, size=(len(units), 3)).astype(float)
+    y = rng.integers(0, 2, size=len(units))
+    student, teach = student_split(X, y, groups=units, share=0.5, seed=7)
+    chosen = units[student]
+    assert len(chosen) == len(set(chosen.tolist())) > 10  # one record per student person
+    assert not set(chosen.tolist()) & set(units[teach].tolist())  # a person is on one side only
+    # one more person (units 60) and a shuffled table: every other person keeps the same record
+    extra = np.full(4, 60)
+    order = rng.permutation(len(units) + 4)
+    X2 = np.vstack([X, rng.integers(0, 5, size=(4, 3)).astype(float)])[order]
+    y2 = np.concatenate([y, rng.integers(0, 2, size=4)])[order]
+    u2 = np.concatenate([units, extra])[order]
+    student2, _ = student_split(X2, y2, groups=u2, share=0.5, seed=7)
+    before = {int(units[i]): (tuple(X[i]), int(y[i])) for i in student}
+    after = {int(u2[i]): (tuple(X2[i]), int(y2[i])) for i in student2 if u2[i] != 60}
+    assert before == after

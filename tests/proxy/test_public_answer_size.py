@@ -42,12 +42,20 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuerySession]:
         "SELECT a.k, b.k, c.k FROM grid a, grid b, grid c",  # 216,000 rows
         "SELECT a.k, b.k, c.k FROM grid a, grid b, grid c ORDER BY a.k LIMIT 200000",
         "SELECT a.k, b.k, c.k, d.k FROM grid a, grid b, grid c, grid d",  # 13 M rows: never built
+        # wide: 3,600 rows × 400 columns = 1.44 M values, under the row bound (red team s28 A3)
+        "SELECT " + ", ".join(f"a.k + {i}" for i in range(400)) + " FROM grid a, grid b",
+        "SELECT " + ", ".join(f"a.k + {i}" for i in range(400)) + " FROM grid a, grid b LIMIT 100000",
     ],
 )
 def test_a_public_answer_over_the_bound_is_refused_typed(session: QuerySession, sql: str) -> None:
     with pytest.raises(ValueTooLarge) as caught:
         session.execute(sql)
     assert caught.value.sqlstate == "54000" and "LIMIT" in (caught.value.hint or "")
+
+
+def test_a_wide_answer_within_the_value_bound_is_answered(session: QuerySession) -> None:
+    cols = ", ".join(f"a.k + {i}" for i in range(250))
+    assert len(session.execute(f"SELECT {cols} FROM grid a, grid b").rows) == 3_600  # 900,000 values
 
 
 def test_a_public_answer_within_the_bound_keeps_limit_and_order(session: QuerySession) -> None:

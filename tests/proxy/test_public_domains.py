@@ -129,3 +129,23 @@ def test_a_key_over_one_big_public_table_is_listed(policy: Policy, tmp_path: Pat
     with exact_session(policy, "a") as s:
         rows = s.execute("SELECT b.pn || '-' AS g, COUNT(*) FROM t CROSS JOIN big b GROUP BY 1", epsilon=1).rows
     assert len(rows) == 400 and {float(r[1]) for r in rows} == {float(ROWS)}
+
+
+@pytest.mark.parametrize(
+    "derived",
+    [
+        "(SELECT pk, MAX(pn) AS g FROM pub GROUP BY pk)",
+        "(SELECT pk, COUNT(*) AS g FROM pub GROUP BY pk)",
+        "(SELECT pk, MIN(pn) AS g FROM pub GROUP BY pk)",
+    ],
+)
+def test_a_key_through_a_derived_aggregate_is_no_public_key(policy: Policy, derived: str) -> None:
+    """An aggregate over a public source is no function of one source row (window functions are refused): its
+    values cannot be listed from the source's rows (red team s28 A6 listed MAX over the whole table, one value);
+    such a key is private."""
+    from veil.proxy._testing import plan_of
+
+    sql = f"SELECT d.g, COUNT(*) FROM t JOIN {derived} d ON d.pk = t.x GROUP BY 1"
+    with exact_session(policy, "a") as s:
+        planned = plan_of(s, sql, 1)
+    assert planned is not None and not planned.keys[0].public

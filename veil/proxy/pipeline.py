@@ -166,11 +166,22 @@ def _plan(s: QueryState, env: Env) -> QueryState:
 #: wire server): the engine runs it with ``LIMIT MAX_PUBLIC_ROWS + 1``, and one row more than this refuses it
 #: (54000), so a cross join of public tables never materialises more than this many rows.
 MAX_PUBLIC_ROWS = 100_000
+#: Most values (rows × columns) a public answer may hold: a 600-column cross join under the row bound held 6·10⁷
+#: values and took the process from 230 MB to 3.5 GB (red team s28 A3); a value costs ~0.15 kB.
+MAX_PUBLIC_VALUES = 1_000_000
 
 
-def bounded_public(tree: exp.Select, rows: int = MAX_PUBLIC_ROWS + 1) -> exp.Select:
+def public_row_bound(tree: exp.Expression) -> int:
+    """The most rows the public answer of ``tree`` may have: MAX_PUBLIC_ROWS, fewer for wide answers."""
+    return min(MAX_PUBLIC_ROWS, MAX_PUBLIC_VALUES // max(1, len(tree.selects)))
+
+
+def bounded_public(tree: exp.Select, rows: int | None = None) -> exp.Select:
     """``tree`` that returns at most ``rows`` rows: its own ``LIMIT`` when that is a number up to ``rows``, else
-    ``LIMIT rows`` (added, or around it as a subquery when it has another limit)."""
+    ``LIMIT rows`` (added, or around it as a subquery when it has another limit); by default one row more than
+    :func:`public_row_bound`."""
+    if rows is None:
+        rows = public_row_bound(tree) + 1
     limit = tree.args.get("limit")
     if limit is None:
         return tree.limit(rows)
@@ -181,11 +192,13 @@ def bounded_public(tree: exp.Select, rows: int = MAX_PUBLIC_ROWS + 1) -> exp.Sel
     return exp.select("*").from_(tree.subquery("veil_public_answer")).limit(rows)
 
 
-def _check_public_rows(count: int) -> None:
-    if count > MAX_PUBLIC_ROWS:
+def _check_public_rows(count: int, columns: int) -> None:
+    bound = min(MAX_PUBLIC_ROWS, MAX_PUBLIC_VALUES // max(1, columns))
+    if count > bound:
         raise ValueTooLarge(
-            f"the answer of this public query has more than {MAX_PUBLIC_ROWS:,} rows",
-            hint="Aggregate it, narrow it with WHERE, or add LIMIT (and OFFSET to page through it)",
+            f"the answer of this public query has more than {bound:,} rows of {columns} columns; Veil answers at "
+            f"most {MAX_PUBLIC_ROWS:,} rows and {MAX_PUBLIC_VALUES:,} values",
+            hint="Aggregate it, select fewer columns, narrow it with WHERE, or add LIMIT (and OFFSET to page through it)",
         )
 
 
@@ -287,7 +300,7 @@ def _execute(s: QueryState, env: Env) -> QueryState:
         if s.public_sql is None:
             raise InternalError("execute without a query")
         result = env.public_engine.execute(s.public_sql)  # at most MAX_PUBLIC_ROWS + 1 rows (bounded_public)
-        _check_public_rows(len(result.rows))
+        _check_public_rows(len(result.rows), len(result.types))
         return replace(s, answer=env.public_answer(result))
     if s.queries is None or s.rendered is None or s.reservation is None:
         raise InternalError("execute before reserve")

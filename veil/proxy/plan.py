@@ -408,6 +408,8 @@ def _domain_sql(key: exp.Expression, scope: Scope, catalog: Catalog) -> tuple[st
             if kind == "derived":
                 if inner is None or inner_scope is None:
                     raise InternalError("a derived column without its expression")
+                if any(isinstance(n, (exp.AggFunc, exp.Window)) for n in inner.walk()):
+                    return None  # not a function of one source row (s28 A6): a private key, partition selection
                 sub = inline(inner, inner_scope, (*path, col.table))
                 if sub is None:
                     return None

@@ -47,6 +47,7 @@ __all__ = [
     "query_order",
     "split_student",
     "student_mask",
+    "student_split",
 ]
 
 #: Share of the source's people held out for the student when no ``--student-table`` is given. A tenth
@@ -165,3 +166,29 @@ def split_student(ids: Sequence[bytes], share: float, *, seed: int) -> tuple[np.
     student = np.flatnonzero(role)
     student = student[query_order([ids[int(i)] for i in student], seed=seed)]
     return student, np.flatnonzero(~role)
+
+
+def student_split(
+    X: np.ndarray, y: np.ndarray, *, groups: Sequence[Any] | np.ndarray | None, share: float, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The held-out student's rows (smallest query hash first) and the teachers' rows of a source.
+
+    Roles are keyed by each person's identity (:func:`identities`: the unit's id, or the row). On a table whose
+    privacy unit is a column, a student person keeps **one** record — the row whose keyed hash of its own content is
+    smallest among that person's rows — so a person's local ε is one record's, whatever their number of rows (red
+    team s28 A5: all 5 rows of a person were queried and trained on, each ε_local-LDP, 5·ε_local against ε_local
+    charged). The person's other rows feed nobody.
+    """
+    ids = identities(X, y, groups=groups)
+    student, teach = split_student(ids, share, seed=seed)
+    if groups is None or not len(student):
+        return student, teach
+    content = keyed_hashes(identities(X[student], y[student]), seed=seed, purpose="unit-row").tolist()
+    best: dict[bytes, int] = {}  # unit identity → position in ``student`` of its row with the smallest content hash
+    for pos, i in enumerate(student.tolist()):
+        unit = ids[i]
+        if unit not in best or content[pos] < content[best[unit]]:
+            best[unit] = pos
+    keep = np.zeros(len(student), dtype=bool)
+    keep[list(best.values())] = True
+    return student[keep], teach

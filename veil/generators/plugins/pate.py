@@ -182,7 +182,8 @@ class PatePlugin(PublishPlugin):
             )
 
     def sanitise(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> Publication:
-        from veil.generators.pate import FeatureEncoder, identities, run_pate, split_student
+        from veil.generators.pate import FeatureEncoder, run_pate
+        from veil.generators.pate.split import student_split
         from veil.store.warehouse import read_table
 
         p = dict(plan.params)
@@ -201,8 +202,8 @@ class PatePlugin(PublishPlugin):
         x_all = encoder.transform(df)
         if p["student_table"] is None:
             # each person's role is a keyed hash of their own row (unit): never of who else is present
-            ids = identities(x_all, y_all, groups=groups)
-            s_idx, teach = split_student(ids, config.student_share, seed=config.seed)  # queried ones first
+            # (one record per person on the student's side: a person's local ε is one record's, s28 A5)
+            s_idx, teach = student_split(x_all, y_all, groups=groups, share=config.student_share, seed=config.seed)
             n_q = min(config.queries, len(s_idx))
             xs_all, ys_all = x_all[s_idx], y_all[s_idx]
             x_t, y_t, g_t = x_all[teach], y_all[teach], None if groups is None else groups[teach]
