@@ -244,11 +244,10 @@ def test_A2_a_long_or_chain_is_refused_cheaply(worlds: Worlds) -> None:
     `validate` refuses the nesting (QueryTooComplex); the time grows with the square of the length (20,000 terms:
     135 s). Fix class: bound the operator-chain depth (or node count) with a linear check before any pass that
     walks ancestors, as parse bounds brackets; refuse (free) what would be refused later anyway."""
+    import gc
     import time
 
     from veil.errors import QueryTooComplex
-
-    import gc
 
     s = worlds.sessions["d"]
     sql = _or_chain(2500)
