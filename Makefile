@@ -24,8 +24,8 @@ demo: $(STAMP)
 	bash scripts/demo_server.sh demo
 
 # The gates (also in .pre-commit-config.yaml), then the whole suite. `.ci/run` calls this.
-# Two passes: every module that does not read a clock on $(WORKERS) pytest-xdist workers (one module per worker at a
-# time), then the modules that do (marked `timing` at collection, tests/conftest.py) alone, so no worker beside them
+# Two passes: every test that does not read a clock on $(WORKERS) pytest-xdist workers (one module per worker at a
+# time), then the tests that do (marked `timing` at collection, tests/conftest.py) alone, so no worker beside them
 # can make a timing assertion fail.
 WORKERS ?= 2
 test: gates

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import ast
+import inspect
 import os
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -73,45 +74,58 @@ def adult_policy(tmp_path: Path, shared_data: Path) -> Callable[..., Path]:
 SLOW_DOCTESTS = frozenset({"veil/auditor/pu/__init__.py::veil.auditor.pu"})
 
 
-#: A test module that reads a clock to decide (elapsed time, deadlines), itself or through a helper function it
-#: imports from another test module, is marked ``timing`` at collection: ``make test`` runs those modules alone,
-#: after the rest has run on two workers (pytest-xdist), so a worker beside them cannot fail a timing assertion.
+#: A test that reads a clock to decide (elapsed time, deadlines) — in its own body, or in a test helper it calls,
+#: up to three calls deep — is marked ``timing`` at collection: ``make test`` runs those tests alone, after the
+#: rest has run on two workers (pytest-xdist), so a worker beside them cannot fail a timing assertion. Where the
+#: source cannot be read the whole module counts (conservative).
 _READS_A_CLOCK = re.compile(r"\b(?:perf_counter|monotonic|process_time|thread_time)\(|\btime\.time\(")
-_ROOT = Path(__file__).resolve().parent.parent
-_clock_modules: dict[Path, bool] = {}
+_CALLED = re.compile(r"\b([A-Za-z_]\w*)\(")
+_clock_functions: dict[object, bool] = {}
 
 
-def _helpers_read_a_clock(tree: ast.Module) -> bool:
-    """Whether a function this module imports from another ``tests`` module reads a clock."""
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("tests.")):
-            continue
-        path = _ROOT.joinpath(*node.module.split(".")).with_suffix(".py")
-        try:
-            source = path.read_text(encoding="utf-8")
-        except OSError:
-            continue
-        names = {a.name for a in node.names}
-        for fn in ast.parse(source).body:
-            if isinstance(fn, ast.FunctionDef) and fn.name in names:
-                if _READS_A_CLOCK.search(ast.get_source_segment(source, fn) or ""):
-                    return True
-    return False
+def _source(obj: object) -> str | None:
+    try:
+        return inspect.getsource(inspect.unwrap(obj))  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return None
 
 
-def _reads_a_clock(path: Path) -> bool:
-    if path not in _clock_modules:
-        try:
-            source = path.read_text(encoding="utf-8")
-            _clock_modules[path] = bool(_READS_A_CLOCK.search(source)) or _helpers_read_a_clock(ast.parse(source))
-        except (OSError, UnicodeDecodeError, SyntaxError):
-            _clock_modules[path] = False
-    return _clock_modules[path]
+def _reads_a_clock(fn: object, names: dict[str, object], depth: int = 3) -> bool:
+    """Whether ``fn`` (a test or a test helper) reads a clock, itself or through the test helpers it calls."""
+    key = (id(fn), depth)
+    if key in _clock_functions:
+        return _clock_functions[key]
+    source = _source(fn)
+    if source is None:
+        found = True
+    elif _READS_A_CLOCK.search(source):
+        found = True
+    else:
+        found = False
+        if depth > 0:
+            for name in set(_CALLED.findall(source)):
+                helper = names.get(name)
+                module = getattr(helper, "__module__", "") or ""
+                if inspect.isfunction(helper) and module.startswith("tests") and helper is not fn:
+                    if _reads_a_clock(helper, vars(sys.modules[module]) if module in sys.modules else names, depth - 1):
+                        found = True
+                        break
+    _clock_functions[key] = found
+    return found
+
+
+def _item_reads_a_clock(item: pytest.Item) -> bool:
+    fn = getattr(item, "function", None)
+    module = getattr(item, "module", None)
+    if fn is None or module is None:
+        return False
+    hypothesis_inner = getattr(getattr(fn, "hypothesis", None), "inner_test", None)
+    return _reads_a_clock(hypothesis_inner or fn, vars(module))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.nodeid in SLOW_DOCTESTS:
             item.add_marker(pytest.mark.slow)
-        if item.path.suffix == ".py" and "tests" in item.path.parts and _reads_a_clock(item.path):
+        if item.path.suffix == ".py" and "tests" in item.path.parts and _item_reads_a_clock(item):
             item.add_marker(pytest.mark.timing)
