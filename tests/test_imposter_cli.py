@@ -154,11 +154,17 @@ def test_publish_synth_imposter_gan_and_krr(policy: Path) -> None:
 def test_a_high_beta_decides_nothing(policy: Path) -> None:
     """Detection on the rows is a report (s27 A1): β = 0.99, which detection cannot meet, neither refuses nor changes
     the columns, which are the declared ones with a domain."""
-    from tests.publish_support import ok_json
+    import json
 
     args = ["publish", "synth", "--policy", str(policy), "--table", "adult", "--sensitive", "sex", "--beta", "0.99",
             "--epochs", "1", "--rows", "100", "--output", "nope", "--format", "json"]  # fmt: skip
-    out = ok_json(CliRunner().invoke(cli, args))
+    res = CliRunner().invoke(cli, args)
+    if res.exit_code != 0:
+        # the distance-to-closest-record gate may refuse a 1-epoch model's random draw (it reads the synthetic rows,
+        # not the detection): any other refusal is detection deciding
+        assert "reproduces its training rows" in res.output, res.output
+        return
+    out = json.loads(res.output)
     assert out["implicit"] == ["age", "relationship", "hours_per_week", "income"]
 
 
