@@ -246,35 +246,51 @@ def _check_work(text: str, pattern: str) -> None:
         )
 
 
-def _like_segments(pattern: str, flags: int) -> tuple[bool, bool, tuple[tuple[re.Pattern[str], int], ...]]:
+_Segments = tuple[tuple[re.Pattern[str], int], ...]
+
+
+def _like_segments(pattern: str, flags: int, longest: int) -> _Segments | None:
+    """``pattern``'s segments, or None when its shortest match holds more than ``longest`` characters (then no
+    text of that length matches, and a long pattern is read no further than the text is long)."""
     if len(pattern) <= _CACHED_CHARS:
-        return _cached_like_segments(pattern, flags)
-    return _compile_like(pattern, flags)
+        segments = _cached_like_segments(pattern, flags)
+        return segments if sum(n for _, n in segments) <= longest else None
+    return _compile_like(pattern, flags, longest)
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_like_segments(pattern: str, flags: int) -> tuple[bool, bool, tuple[tuple[re.Pattern[str], int], ...]]:
-    return _compile_like(pattern, flags)
+def _cached_like_segments(pattern: str, flags: int) -> _Segments:
+    segments = _compile_like(pattern, flags, len(pattern))
+    assert segments is not None  # a pattern matches nothing longer than itself
+    return segments
 
 
-def _compile_like(pattern: str, flags: int) -> tuple[bool, bool, tuple[tuple[re.Pattern[str], int], ...]]:
-    """``pattern`` split at its ``%``: (starts with %, ends with %, each segment as a quantifier-free regex and its
-    length). ``_`` is any one character; a backslash takes the next character literally (PostgreSQL's default)."""
+#: One token of a LIKE pattern: an escaped character, a run of ``%`` (one wildcard, however long), a run of other
+#: characters (``_`` among them), or a backslash that ends the pattern (taken literally).
+_LIKE_TOKEN = re.compile(r"\\(.)|(%+)|([^%\\]+)|\\", re.DOTALL)
+
+
+def _compile_like(pattern: str, flags: int, longest: int) -> _Segments | None:
+    """``pattern`` split at its ``%``: each segment as a quantifier-free regex and the characters it matches, or
+    None as soon as those pass ``longest``. ``_`` is any one character; a backslash takes the next character
+    literally (PostgreSQL's default). Tokenised in C, a run of ``%`` as one token, so the work done is at most
+    about twice ``longest`` tokens whatever the pattern's length."""
     segments: list[list[str]] = [[]]
-    i = 0
-    while i < len(pattern):
-        char = pattern[i]
-        if char == "\\" and i + 1 < len(pattern):
-            segments[-1].append(re.escape(pattern[i + 1]))
-            i += 2
-            continue
-        if char == "%":
+    lengths = [0]
+    total = 0
+    for token in _LIKE_TOKEN.finditer(pattern):
+        escaped, wildcard, literal = token.groups()
+        if wildcard:
             segments.append([])
-        else:
-            segments[-1].append("." if char == "_" else re.escape(char))
-        i += 1
-    compiled = tuple((re.compile("".join(s), re.DOTALL | flags), len(s)) for s in segments)
-    return len(segments) > 1 and not segments[0], len(segments) > 1 and not segments[-1], compiled
+            lengths.append(0)
+            continue
+        text = escaped or literal or "\\"
+        total += len(text)
+        if total > longest:
+            return None
+        segments[-1].append(re.escape(text).replace("_", ".") if literal else re.escape(text))
+        lengths[-1] += len(text)
+    return tuple((re.compile("".join(s), re.DOTALL | flags), n) for s, n in zip(segments, lengths, strict=True))
 
 
 def like(text: str, pattern: str, flags: int = 0) -> bool:
@@ -286,7 +302,9 @@ def like(text: str, pattern: str, flags: int = 0) -> bool:
     """
     text, pattern = str(text), str(pattern)
     _check_work(text, pattern)
-    _, _, segments = _like_segments(pattern, flags)
+    segments = _like_segments(pattern, flags, len(text))
+    if segments is None:
+        return False  # the pattern's shortest match is longer than the text: found reading at most that far
     if len(segments) == 1:
         return segments[0][0].fullmatch(text) is not None
     (first, first_len), (last, last_len) = segments[0], segments[-1]
