@@ -14,7 +14,8 @@ bounded one, with PostgreSQL's errors:
 - text built by concatenation at most :data:`MAX_TEXT` characters (54000);
 - ``LIKE``/``ILIKE`` without backtracking (fixed-length segments between ``%`` found left to right, in C); ``~``
   in RE2 (DuckDB's ``regexp_matches``, linear time), or in Python's ``re`` for a short pattern without quantifiers or alternation;
-  text × pattern at most :data:`MAX_MATCH_WORK` (54000).
+  text × pattern at most :data:`MAX_MATCH_WORK`, a regular expression at most :data:`MAX_PATTERN` characters (54000);
+  a LIKE pattern read no further than its text is long.
 
 The executor and pg-mimic catch exceptions (a failed catalog query becomes an empty answer), so a refusal is also
 kept in a per-thread slot that :func:`take_refusal` hands to the caller, which raises it typed.
@@ -41,12 +42,15 @@ from veil.errors import (
     VeilError,
 )
 
-__all__ = ["MAX_MATCH_WORK", "MAX_TEXT", "check_literal_casts", "check_rows", "install", "like", "regexp_like", "take_refusal"]
+__all__ = ["MAX_MATCH_WORK", "MAX_PATTERN", "MAX_TEXT", "check_literal_casts", "check_rows", "install", "like", "regexp_like", "take_refusal"]
 
 #: Longest text a catalog or table-less expression may build by concatenation (characters).
 MAX_TEXT = 1 << 20
 #: Largest text length × pattern length one ``LIKE`` or ``~`` may match.
 MAX_MATCH_WORK = 10**8
+#: Longest regular expression ``~`` compiles (characters): RE2 compiles in linear time, but a catalog query
+#: compiles its pattern once per row it filters, and half a million characters took 0.5 s each.
+MAX_PATTERN = 10_000
 #: Patterns (and texts) up to this many characters are compiled (matched) once and cached; longer ones each time,
 #: so the caches hold at most a few MB whatever clients send.
 _CACHED_CHARS = 1_000
@@ -366,6 +370,13 @@ def regexp_like(text: Any, pattern: Any, *_: Any) -> bool | None:
     if text is None or pattern is None:
         return None
     text, pattern = str(text), str(pattern)
+    if len(pattern) > MAX_PATTERN:
+        raise _refuse(
+            ValueTooLarge(
+                f"a regular expression of {len(pattern)} characters is too long (at most {MAX_PATTERN})",
+                hint="Match a shorter regular expression, or use LIKE",
+            )
+        )
     _check_work(text, pattern)
     if len(pattern) <= _CACHED_CHARS and _BACKTRACKING.search(pattern) is None:
         try:
