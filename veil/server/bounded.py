@@ -42,7 +42,17 @@ from veil.errors import (
     VeilError,
 )
 
-__all__ = ["MAX_MATCH_WORK", "MAX_PATTERN", "MAX_TEXT", "check_literal_casts", "check_rows", "install", "like", "regexp_like", "take_refusal"]
+__all__ = [
+    "MAX_MATCH_WORK",
+    "MAX_PATTERN",
+    "MAX_TEXT",
+    "check_literal_casts",
+    "check_rows",
+    "install",
+    "like",
+    "regexp_like",
+    "take_refusal",
+]
 
 #: Longest text a catalog or table-less expression may build by concatenation (characters).
 MAX_TEXT = 1 << 20
