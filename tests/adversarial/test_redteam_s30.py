@@ -118,3 +118,74 @@ def test_A1b_startup_messages_from_many_addresses_cannot_lock_out_an_analyst(two
                 with contextlib.suppress(OSError):
                     sock.close()
     assert outcome == "ok", f"4 stalled startup messages from 4 addresses; carol's login ended {outcome!r}"
+
+
+# ==================================================================================================
+# Part B — defences that held (regression tests)
+# ==================================================================================================
+
+
+def _pate_world(tmp_path: Path, frame: Any) -> tuple[str, Any]:
+    """``publish_pate`` (held-out student) on ``frame`` as table ``people``: ("ok", ε charged) or the error's class."""
+    from tests.publish_support import POLICY, veil
+    from veil.generators.pate import PateConfig
+    from veil.generators.pate.release import publish_pate
+    from veil.policy import load_policy
+
+    (tmp_path / "policy.toml").write_text(POLICY.format(table_budget=""), encoding="utf-8")
+    frame.to_csv(tmp_path / "people.csv", index=False)
+    res = veil("ingest", "--policy", tmp_path / "policy.toml", "--table", "people", tmp_path / "people.csv")
+    assert res.exit_code == 0, res.output
+    config = PateConfig(teachers=5, queries=20, rho=0.5, seed=0, student_epochs=2, student_share=0.5)
+    try:
+        done = publish_pate(
+            load_policy(tmp_path / "policy.toml"),
+            table="people",
+            label="income",
+            output_model=tmp_path / "m.pt",
+            features=["age", "hours", "sex"],
+            config=config,
+            validation=10,
+        )
+    except Exception as exc:  # the outcome itself is what is compared
+        return type(exc).__name__, None
+    return "ok", done.epsilon
+
+
+@pytest.mark.parametrize("world", ["one row", "no known label", "one class", "one odd label", "huge ages"])
+def test_B1_pate_outcome_and_charge_do_not_depend_on_the_rows(tmp_path: Path, world: str) -> None:
+    """PATE with a held-out student publishes, and charges the same ε, from 40 ordinary rows, one row, rows whose
+    labels are all NULL or one class, one undeclared label, or ages beyond the declared bound (keyed split, empty
+    teachers abstain, fillers make up ``--queries``): no refusal or error is a membership or value oracle."""
+    from tests.publish_support import people
+
+    base = people(40)
+    frame = {
+        "one row": base.head(1),
+        "no known label": base.assign(income=None),
+        "one class": base.assign(income="low"),
+        "one odd label": base.assign(income=["low"] * 39 + ["HIGH"]),
+        "huge ages": base.assign(age=10**15),
+    }[world]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    assert _pate_world(tmp_path / "a", base) == _pate_world(tmp_path / "b", frame)
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("SELECT ROUND(5, -30000000)", [(0,)]),
+        ("SELECT ROUND(5.5, 9223372036854775807)", [(5.5,)]),
+        ("SELECT CAST('1e400' AS DOUBLE PRECISION)", "22003"),
+        ("SELECT -9223372036854775808 / -1", "22003"),
+        ("SELECT 2 ^ 0.5 ^ 1e300", "22003"),
+    ],
+)
+def test_B2_table_less_numbers_stay_bounded(sql: str, expected: Any) -> None:
+    """The bounded executor (``veil/server/bounded.py``): ROUND's digits clamped, casts and powers typed 22003."""
+    from tests.server.test_bounded_eval import _evaluate
+
+    started = time.monotonic()
+    assert _evaluate(sql) == expected
+    assert time.monotonic() - started < 1.0
