@@ -99,6 +99,17 @@ BRACKETED_LEFT_JOINS = [
     f"LEFT JOIN (t AS z) ON p.pk = z.x AND z.u = {TARGET}",
     f"WITH c AS (SELECT u, x FROM t) SELECT SUM(CASE WHEN c.u IS NULL THEN 1 ELSE -1 END) AS v "
     f"FROM (SELECT pk FROM pub WHERE pk = 2) p LEFT JOIN (c) ON p.pk = c.x AND c.u = {TARGET}",
+    # the same class, found by the lead: any source inside the right side, whatever its brackets or name
+    f"SELECT SUM(CASE WHEN u IS NULL THEN 1 ELSE -1 END) AS v FROM (SELECT pk FROM pub WHERE pk = 2) p "
+    f"LEFT JOIN (SELECT u, x FROM t) ON p.pk = x AND u = {TARGET}",
+    f"SELECT SUM(CASE WHEN z.u IS NULL THEN 1 ELSE -1 END) AS v FROM (SELECT pk FROM pub WHERE pk = 2) p "
+    f"LEFT JOIN ((t)) AS z ON p.pk = z.x AND z.u = {TARGET}",
+    f"SELECT SUM(CASE WHEN t.u IS NULL THEN 1 ELSE -1 END) AS v FROM ((SELECT pk FROM pub WHERE pk = 2) p "
+    f"LEFT JOIN t ON p.pk = t.x AND t.u = {TARGET})",
+    f"SELECT SUM(CASE WHEN t.u IS NULL THEN 1 ELSE -1 END) AS v FROM (SELECT pk FROM pub WHERE pk = 2) p "
+    f"LEFT JOIN (t JOIN pub q ON q.pk = t.x) ON p.pk = t.x AND t.u = {TARGET}",
+    f"SELECT SUM(CASE WHEN t.u IS NULL THEN 1 ELSE -1 END) AS v FROM (SELECT pk FROM pub WHERE pk = 2) p "
+    f"LEFT JOIN (pub q JOIN t ON q.pk = t.x) ON p.pk = t.x AND t.u = {TARGET}",
 ]
 
 

@@ -191,8 +191,8 @@ def table_references(tree: exp.Expression) -> int:
 
 
 def _references(tree: exp.Expression, ctes: dict[str, int]) -> int:
-    """:func:`table_references` with ``ctes`` (lower-case name → references) in scope. Recurses once per bracketed
-    query (at most :attr:`Limits.max_depth` deep), iterates over everything else."""
+    """:func:`table_references` with ``ctes`` (lower-case name → the most references of a CTE so named) in scope.
+    Recurses once per bracketed query (at most :attr:`Limits.max_depth` deep), iterates over everything else."""
     total = 0
     stack = [tree]
     while stack:
@@ -204,8 +204,14 @@ def _references(tree: exp.Expression, ctes: dict[str, int]) -> int:
             total += max(1, _references(node.this, ctes))
         elif isinstance(with_ := node.args.get("with_"), exp.With):  # seen by its later CTEs and the rest of node
             inner = dict(ctes)
+            own: set[str] = set()
             for cte in with_.expressions:
-                inner[cte.alias_or_name.lower()] = _references(cte.this, inner)
+                # an inner WITH shadows an outer CTE of its name; quoted names of one WITH that differ only in case
+                # are two CTEs (red team s29 A2): the name counts as the larger, so no decoy lowers another's count
+                key = cte.alias_or_name.lower()
+                count = _references(cte.this, inner)
+                inner[key] = max(inner[key], count) if key in own else count
+                own.add(key)
             total += sum(_references(child, inner) for child in node.iter_expressions() if child is not with_)
         else:
             stack.extend(node.iter_expressions())
