@@ -27,7 +27,7 @@ Findings (details in each test's docstring):
   (``LEFT JOIN pub q JOIN t ON … ON …``, ``LEFT JOIN t JOIN pub q ON … ON …``), ``LEFT OUTER``, quoted/upper-case
   names, ``(((t)))``, ``(t CROSS JOIN pub q)``, ``(t, pub q)``, a derived ``(SELECT * FROM (t))``, a CTE or
   derived table doing the LEFT JOIN internally, and a bracketed ``(p LEFT JOIN t …)`` joined on, comma-joined or
-  nested; ``OUTER JOIN`` alone is a DuckDB syntax error, ``USING`` onto missing columns and correlated
+  nested; ``USING``, ``NATURAL``, ``RIGHT``, ``FULL`` are refused; ``OUTER JOIN`` alone is a DuckDB syntax error; correlated
   (implicitly LATERAL) derived tables are refused at resolve, ``EXISTS``/``IN (SELECT …)`` refused. On a user-level
   table (3 rows per unit kept; the target with 5 rows, rows at the bounds, ±1e300/inf, 5,000-character text,
   NULLs): COUNT(DISTINCT u) with and without GROUP BY and joins, private and public keys, pinned and cross joins,
@@ -224,6 +224,10 @@ LEFT_JOIN_VARIANTS = [
     f"SELECT {_V} FROM ({_P} LEFT JOIN t ON {_ON}) JOIN pub r ON r.pk = p.pk",
     f"SELECT {_V} FROM pub r JOIN ({_P} LEFT JOIN t ON {_ON}) ON r.pk = p.pk",
     f"SELECT {_V} FROM pub r, ({_P} LEFT JOIN t ON {_ON})",
+    "SELECT SUM(CASE WHEN u IS NULL THEN 1 ELSE -1 END) AS v FROM (SELECT pk AS x FROM pub WHERE pk = 2) p LEFT JOIN t USING (x)",
+    "SELECT SUM(CASE WHEN u IS NULL THEN 1 ELSE -1 END) AS v FROM (SELECT pk AS x FROM pub WHERE pk = 2) p NATURAL LEFT JOIN t",
+    f"SELECT {_V} FROM t RIGHT JOIN {_P} ON p.pk = t.x",
+    f"SELECT {_V} FROM {_P} FULL JOIN t ON p.pk = t.x",
     # a correlated (implicitly LATERAL in DuckDB) derived table, and subqueries outside FROM
     "SELECT COUNT(*) AS n FROM pub p, (SELECT x FROM t WHERE t.x = p.pk) z",
     "SELECT COUNT(*) AS n FROM t, (SELECT pk FROM pub WHERE pk <> t.x) z",
