@@ -4,7 +4,17 @@ the fair analyst pool, k-anonymity outside the declared hierarchy).
 
 Part A holds attacks that succeed on 2026-11-27 (main at 925cb9c): each test FAILS today (the lead fixes the code;
 nothing here is marked xfail). Part B holds probes of defences that held (regression tests). Findings are listed in
-each test's docstring.
+each test's docstring:
+
+* A1 (MEDIUM, availability) a login waiting out a backoff its own (invented) user earned counts as the server's turn:
+  4 startup messages for ``mallory`` from 4 networks hold all 4 slots for 10 s each (carol: 53300).
+* A2 (MEDIUM, availability) the ``slow_logins`` quota goes to the oldest slow login: one stalled startup sent before
+  bob's slow login takes it, and the outsider's newcomers cut bob mid-SCRAM (s28 A4 again).
+* A3 (MEDIUM, availability) catalog statements bound each value (1 Mi chars), not the rows: one statement grew the
+  server by ~0.3 GB (342 rows) / 1.9 GB (3,249 rows, until the 5 s catalog timeout).
+* A4 (LOW, wrong answers) ``LIKE`` with a trailing backslash answers instead of 22025; ``ILIKE`` folds σ/ς/Σ together.
+* Held: bounded LIKE on adversarial patterns, escapes, ``_``; 54000 for long regexes; k-anonymity never prints an
+  out-of-domain value.
 """
 
 from __future__ import annotations
