@@ -121,14 +121,33 @@ def _like_reference(text: str, pattern: str) -> bool:
     return match[n][m]
 
 
+def _ends_in_escape(pattern: str) -> bool:
+    return (len(pattern) - len(pattern.rstrip("\\"))) % 2 == 1
+
+
 @given(st.text("ab%_\\", max_size=12), st.text("ab%_\\", max_size=8))
 def test_like_matches_the_definition(text: str, pattern: str) -> None:
+    """PostgreSQL's LIKE, and its 22025 for a pattern ending in the escape character (red team s32 A4)."""
+    if _ends_in_escape(pattern):
+        with pytest.raises(VeilError) as refused:
+            bounded.like(text, pattern)
+        assert refused.value.sqlstate == "22025"
+        bounded.take_refusal()
+        return
     assert bounded.like(text, pattern) == _like_reference(text, pattern)
 
 
-@given(st.text("aAbB%_\\", max_size=12), st.text("aAbB%_\\", max_size=8))
-def test_ilike_matches_the_definition_on_folded_text(text: str, pattern: str) -> None:
-    assert bounded.like(text, pattern, re.IGNORECASE) == _like_reference(text.lower(), pattern.lower())
+@given(st.text("aAbBσςΣİß%_\\", max_size=12), st.text("aAbBσςΣİß%_\\", max_size=8))
+def test_ilike_matches_the_definition_on_lowered_text(text: str, pattern: str) -> None:
+    """PostgreSQL's ILIKE: both sides through lower() (red team s32 A4: a regex's case folding took σ, ς and Σ for
+    one letter)."""
+    ilike = sqlglot.executor.env.ENV["ILIKE"]
+    if _ends_in_escape(pattern):
+        with pytest.raises(VeilError):
+            ilike(text, pattern)
+        bounded.take_refusal()
+        return
+    assert ilike(text, pattern) == _like_reference(text.lower(), pattern.lower())
 
 
 _LONG = bounded.MAX_TEXT // 2
@@ -136,8 +155,8 @@ _LONG = bounded.MAX_TEXT // 2
 
 @pytest.mark.parametrize(
     "pattern",
-    ["x" * _LONG, "ß" * _LONG, "%" * _LONG, "%x" * (_LONG // 2), "\\%" * (_LONG // 2), "_" * _LONG, "%\\" * (_LONG // 2)],
-    ids=["literal", "sharp-s", "percent-run", "percent-x", "escaped-percent", "underscores", "percent-backslash"],
+    ["x" * _LONG, "ß" * _LONG, "%" * _LONG, "%x" * (_LONG // 2), "\\%" * (_LONG // 2), "_" * _LONG, "%\\\\" * (_LONG // 3)],
+    ids=["literal", "sharp-s", "percent-run", "percent-x", "escaped-percent", "underscores", "percent-escaped-backslash"],
 )
 @pytest.mark.parametrize("flags", [0, re.IGNORECASE], ids=["like", "ilike"])
 def test_a_long_pattern_against_a_short_text_costs_nothing(pattern: str, flags: int) -> None:

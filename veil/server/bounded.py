@@ -35,6 +35,7 @@ from sqlglot.executor import env as sqlglot_env
 
 from veil.errors import (
     DivisionByZero,
+    InvalidEscapeSequence,
     InvalidRegularExpression,
     NumericOutOfRange,
     UndefinedOperator,
@@ -280,7 +281,7 @@ def _cached_like_segments(pattern: str, flags: int) -> _Segments:
 
 
 #: One token of a LIKE pattern: an escaped character, a run of ``%`` (one wildcard, however long), a run of other
-#: characters (``_`` among them), or a backslash that ends the pattern (taken literally).
+#: characters (``_`` among them), or a backslash that ends the pattern (an error, as in PostgreSQL).
 _LIKE_TOKEN = re.compile(r"\\(.)|(%+)|([^%\\]+)|\\", re.DOTALL)
 
 
@@ -298,7 +299,7 @@ def _compile_like(pattern: str, flags: int, longest: int) -> _Segments | None:
             segments.append([])
             lengths.append(0)
             continue
-        text = escaped or literal or "\\"
+        text = escaped or literal or "\\"  # a lone backslash ends the pattern: refused by like() before
         total += len(text)
         if total > longest:
             return None
@@ -315,6 +316,12 @@ def like(text: str, pattern: str, flags: int = 0) -> bool:
     (False, True, True, False)
     """
     text, pattern = str(text), str(pattern)
+    if (len(pattern) - len(pattern.rstrip("\\"))) % 2:
+        raise _refuse(
+            InvalidEscapeSequence(
+                "LIKE pattern must not end with escape character", hint="Write a backslash in a pattern as \\\\"
+            )
+        )
     _check_work(text, pattern)
     segments = _like_segments(pattern, flags, len(text))
     if segments is None:
@@ -399,6 +406,8 @@ def regexp_like(text: Any, pattern: Any, *_: Any) -> bool | None:
 def _like_env(flags: int) -> Callable[..., Any]:
     @_nullable
     def evaluate(text: Any, pattern: Any) -> bool:
+        if flags & re.IGNORECASE:  # PostgreSQL's ILIKE: both sides through lower(), not a regex's case folding
+            return like(str(text).lower(), str(pattern).lower())
         return like(text, pattern, flags)
 
     return evaluate
