@@ -118,7 +118,7 @@ def test_stalled_startup_messages_keep_at_most_their_quota_of_slots(
 
 
 def test_a_login_the_server_holds_is_never_stalled() -> None:
-    """The login backoff or a password check holds the turn: however long, it is not the client keeping the server
+    """A password check holds the turn: however long, it is not the client keeping the server
     waiting, and the login keeps its protection until the login grace."""
     pre = PreLogin(grace=GRACE_S, login_grace=LOGIN_GRACE_S, slow_logins=1)
     logins = [pre.add(f"10.0.0.{i}", handle=None, now=0.0) for i in range(1, 5)]

@@ -19,12 +19,16 @@ network that holds the most of them — never one of its own network's, never a 
   would otherwise fill the rest).
 
 A connection that has sent its startup message has a login in progress while it keeps up: the server holding
-the turn (the login backoff, a password check) never counts against it, but once the server has waited longer
-than ``grace`` for its next message it is a slow login — a congested link, or a startup message sent only to
-hold a slot, which costs no password (red team s30 A1: sockets from one or many addresses that send one and
-stall kept every analyst out for the 10 s below, again and again). Only the oldest slow login of each network,
-of at most ``slow_logins`` networks (a quarter of ``--max-connections``), keeps the protection of a login in
-progress; the others are idle sockets.
+the turn (a password check) never counts against it, but once the server has waited longer than ``grace`` for
+its next message, or the login has waited that long in the login backoff (which its user name and address earn,
+and an outsider raises by failing under them: red team s32 A1), it is a slow login — a congested link, or a
+startup message sent only to hold a slot, which costs no password (red team s30 A1: sockets from one or many
+addresses that send one and stall kept every analyst out for the 10 s below, again and again). Of the slow
+logins only the one of each network that began its wait last, of at most ``slow_logins`` networks (a quarter of
+``--max-connections``), again those that began last, keep the protection of a login in progress; the others are
+idle sockets. Last, not first: a stalled startup message sent before a slow analyst's login would otherwise
+take its place (red team s32 A2); to take it now an outsider must keep opening fresh ones, which any fair share
+of slots by address concedes.
 Within a network the idle ones (nothing or only part of a startup message sent, or stalled) go first, and in the
 last two rules a login in progress gives way only once it has waited longer than ``login_grace``
 (10 s), not ``grace`` — a login over a slow link or held by the login backoff takes seconds, and
@@ -78,8 +82,8 @@ class Waiting:
     handle: asyncio.Task[None] | None  # the connection's handler, cancelled to evict it
     evicted: bool = field(default=False)  # its slot was handed to a newcomer: do not release it
     started: bool = field(default=False)  # it sent its startup message: its login is in progress (s28 A4)
-    #: When the server began waiting for this client's next message, while it waits (None while the server holds
-    #: the turn: the login backoff, a password check, a reply on its way). Red team s30 A1.
+    #: When the login began waiting on its client (its next message, or the login backoff its claims earned), while
+    #: it waits (None while the server holds the turn: a password check, a reply on its way). Red team s30/s32 A1.
     awaiting_client: Callable[[], float | None] = field(default=lambda: None)
 
 
@@ -135,25 +139,26 @@ class PreLogin:
         return self._stalest(busy, now)
 
     def _in_progress(self, now: float) -> set[int]:
-        """The logins in progress (ids): connections that sent their startup message and keep up (the server has
-        not waited for their next message longer than the grace), and of those that keep it waiting — a slow
-        link, or a startup message sent only to hold a slot, which costs no password (red team s30 A1) — the
-        oldest of each network, of at most ``slow_logins`` networks, oldest first."""
+        """The logins in progress (ids): connections that sent their startup message and keep up (they have not
+        kept the server waiting longer than the grace), and of those that do — a slow link, or a startup message
+        sent only to hold a slot, which costs no password (red team s30 A1) — the one of each network whose wait
+        began last, of at most ``slow_logins`` networks, those whose wait began last (s32 A2)."""
         busy: set[int] = set()
-        slow: list[Waiting] = []
+        slow: list[tuple[float, Waiting]] = []
         for conns in self._by_network.values():
-            first_slow: Waiting | None = None
-            for waiting in conns.values():  # oldest first
+            latest: tuple[float, Waiting] | None = None
+            for waiting in conns.values():
                 if not waiting.started:
                     continue
                 since = waiting.awaiting_client()
                 if since is None or now - since <= self._grace:
                     busy.add(id(waiting))
-                elif first_slow is None:
-                    first_slow = waiting
-            if first_slow is not None:
-                slow.append(first_slow)
-        busy.update(id(w) for w in sorted(slow, key=lambda w: w.since)[: self._slow_logins])
+                elif latest is None or since > latest[0]:
+                    latest = (since, waiting)
+            if latest is not None:
+                slow.append(latest)
+        slow.sort(key=lambda pair: pair[0], reverse=True)
+        busy.update(id(w) for _, w in slow[: self._slow_logins])
         return busy
 
     @staticmethod

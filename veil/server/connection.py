@@ -66,8 +66,9 @@ class BufferedStream(PgStream):
         super().__init__(reader, writer)
         self._buffer = bytearray()
         self.max_message = MAX_STARTUP_PACKET  # raised after login
-        #: When a read of the client's next message began, while it is not complete (admission: a login that keeps
-        #: the server waiting is an idle socket, red team s30 A1).
+        #: While the login waits on its client — a read of the client's next message, or the login backoff its
+        #: claims earned — when that wait began (admission: a login that keeps the server waiting past the grace is a
+        #: slow login, red team s30 A1, s32 A1); None while the server holds the turn.
         self.awaiting_since: float | None = None
 
     def write(self, data: bytes) -> None:
@@ -282,7 +283,13 @@ class VeilConnection(Connection):
     async def _login(self) -> bool:
         server = self.server
         plugin = server.auth_plugin_factory(self.username)
-        ticket = await server.throttle.admit(self.peer, self.username)  # waits its own turn
+        # waits its own turn. For admission this wait is the login's own, not the server's: its user name and address
+        # are the client's claims, and failing logins under them is how an outsider raises it (red team s32 A1)
+        self.stream.awaiting_since = time.monotonic()
+        try:
+            ticket = await server.throttle.admit(self.peer, self.username)
+        finally:
+            self.stream.awaiting_since = None
         outcome = Outcome.NO_GUESS
         try:
             try:
