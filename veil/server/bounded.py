@@ -11,7 +11,8 @@ bounded one, with PostgreSQL's errors:
 - arithmetic only on numbers (42883 otherwise, as PostgreSQL's "operator does not exist"); integer results within
   bigint, float results finite (22003); division by zero 22012; ``^`` on doubles (as PostgreSQL's ``dpow``);
 - casts to integer types within the type's range, to doubles finite (22003);
-- text built by concatenation at most :data:`MAX_TEXT` characters (54000);
+- text built by concatenation at most :data:`MAX_TEXT` characters, and all one statement builds at most
+  :data:`MAX_BUILT` (54000);
 - ``LIKE``/``ILIKE`` without backtracking (fixed-length segments between ``%`` found left to right, in C); ``~``
   in RE2 (DuckDB's ``regexp_matches``, linear time), or in Python's ``re`` for a short pattern without quantifiers or alternation;
   text × pattern at most :data:`MAX_MATCH_WORK`, a regular expression at most :data:`MAX_PATTERN` characters (54000);
@@ -44,6 +45,7 @@ from veil.errors import (
 )
 
 __all__ = [
+    "MAX_BUILT",
     "MAX_MATCH_WORK",
     "MAX_PATTERN",
     "MAX_TEXT",
@@ -57,6 +59,10 @@ __all__ = [
 
 #: Longest text a catalog or table-less expression may build by concatenation (characters).
 MAX_TEXT = 1 << 20
+#: Most characters and elements one statement may build in all (every concatenation, cast to text, array and
+#: function result counts its size): the executor holds every intermediate row, so a 1 Mi-character value put on
+#: each of 3,249 rows of a catalog cross join grew the server by 1.9 GB (red team s32 A3).
+MAX_BUILT = 32 << 20
 #: Largest text length × pattern length one ``LIKE`` or ``~`` may match.
 MAX_MATCH_WORK = 10**8
 #: Longest regular expression ``~`` compiles (characters): RE2 compiles in linear time, but a catalog query
@@ -85,10 +91,25 @@ def _refuse(error: VeilError) -> VeilError:
 
 
 def take_refusal() -> VeilError | None:
-    """The first refusal raised on this thread since the last call (and forget it)."""
+    """The first refusal raised on this thread since the last call (and forget it). Called at the start and the
+    end of each statement, it also starts the statement's count of what it built (:data:`MAX_BUILT`)."""
     error = getattr(_refusals, "error", None)
     _refusals.error = None
+    _refusals.built = 0
     return error
+
+
+def _built(size: int) -> None:
+    """Count ``size`` characters or elements built by this thread's statement; refuse past :data:`MAX_BUILT`."""
+    total = getattr(_refusals, "built", 0) + size
+    _refusals.built = total
+    if total > MAX_BUILT:
+        raise _refuse(
+            ValueTooLarge(
+                f"a catalog or table-less query built more than {MAX_BUILT:,} characters and elements in all",
+                hint="Build shorter values, or on fewer rows",
+            )
+        )
 
 
 def _type_name(value: Any) -> str:
@@ -198,8 +219,10 @@ def _cast(value: Any, to: Any) -> Any:
             or (isinstance(value, str) and value.strip().lower().lstrip("+-") in {"inf", "infinity", "nan"})
         ):
             raise _refuse(NumericOutOfRange("value out of range: overflow"))
-    if isinstance(result, str) and len(result) > MAX_TEXT:
-        raise _refuse(_too_long(len(result)))
+    if isinstance(result, str):
+        if len(result) > MAX_TEXT:
+            raise _refuse(_too_long(len(result)))
+        _built(len(result))
     return result
 
 
@@ -243,6 +266,7 @@ def _concat(*parts: Any) -> str:
     length = sum(len(str(p)) for p in parts)
     if length > MAX_TEXT:
         raise _refuse(_too_long(length))
+    _built(length)
     return "".join(str(p) for p in parts)
 
 
@@ -441,10 +465,11 @@ def _too_large(size: int) -> ValueTooLarge:
     )
 
 
-def _check_size(value: Any) -> None:
+def _check_size(value: Any) -> int:
     size = _size(value, MAX_TEXT)
     if size > MAX_TEXT:
         raise _refuse(_too_large(size))
+    return size
 
 
 def _non_finite(value: Any) -> bool:
@@ -461,7 +486,7 @@ def _guarded(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     def evaluate(*args: Any, **kwargs: Any) -> Any:
         _check_size((args, tuple(kwargs.values())))
         result = fn(*args, **kwargs)
-        _check_size(result)
+        _built(_check_size(result))
         if isinstance(result, int) and not isinstance(result, bool) and not _INT64[0] <= result <= _INT64[1]:
             raise _refuse(NumericOutOfRange("bigint out of range", hint=f"{name} gave a value beyond ±9.2e18"))
         if isinstance(result, float) and not math.isfinite(result) and not any(_non_finite(a) for a in args):
@@ -474,6 +499,7 @@ def _guarded(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _array(*items: Any) -> list[Any]:
     """``ARRAY[...]`` (the executor writes it as a Python list literal; :func:`install` routes it here)."""
+    _built(len(items))
     return list(items)
 
 
@@ -485,6 +511,7 @@ def _array_to_string(this: Any, separator: Any, null: Any = None) -> Any:
     length = sum(len(x) if isinstance(x, str) else 1 for x in items) + len(str(separator)) * max(len(items) - 1, 0)
     if length > MAX_TEXT:
         raise _refuse(_too_long(length))
+    _built(length)
     return str(separator).join(items)
 
 
