@@ -84,10 +84,35 @@ _clock_functions: dict[object, bool] = {}
 
 
 def _source(obj: object) -> str | None:
+    """The source of ``obj``; for a function generated without one (a hypothesis ``@st.composite`` strategy is a
+    chain of wrappers made by ``exec``), the source of the function of the same name that the wrappers close over.
+    None where neither can be read."""
     try:
         return inspect.getsource(inspect.unwrap(obj))  # type: ignore[arg-type]
     except (OSError, TypeError):
-        return None
+        pass
+    name = getattr(obj, "__name__", None)
+    seen: set[int] = set()
+    todo = [obj, inspect.unwrap(obj)]  # type: ignore[arg-type]
+    while todo and len(seen) < 16:
+        fn = todo.pop()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        for cell in getattr(fn, "__closure__", None) or ():
+            try:
+                inner = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if not inspect.isfunction(inner):
+                continue
+            if inner.__name__ == name:
+                try:
+                    return inspect.getsource(inner)
+                except (OSError, TypeError):
+                    pass
+            todo.append(inner)
+    return None
 
 
 def _reads_a_clock(fn: object, names: dict[str, object], depth: int = 3) -> bool:
