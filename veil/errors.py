@@ -23,6 +23,7 @@ __all__ = [
     "InputError",
     "InternalError",
     "InvalidEncoding",
+    "InvalidEscapeSequence",
     "InvalidRegularExpression",
     "MissingExtra",
     "NotAllowed",
@@ -191,6 +192,12 @@ class InvalidRegularExpression(QueryRejected):
     """A ``~`` pattern that is not a valid regular expression."""
 
     sqlstate = "2201B"
+
+
+class InvalidEscapeSequence(QueryRejected):
+    """A ``LIKE`` pattern that ends in its escape character (PostgreSQL's invalid_escape_sequence)."""
+
+    sqlstate = "22025"
 
 
 class ValueTooLarge(QueryRejected):

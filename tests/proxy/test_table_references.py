@@ -126,6 +126,9 @@ def test_ctes_that_double_one_another_are_counted_in_full_and_refused_quickly(le
         # an inner WITH shadows the outer CTE of its name, for its own query only
         ("WITH c AS (SELECT 1 FROM a, b, d) SELECT 1 FROM c, (WITH c AS (SELECT 1 FROM a) SELECT 1 FROM c) AS x", 4),
         ("WITH C AS (SELECT 1 FROM a, b) SELECT 1 FROM c, c", 4),  # names fold to lower case
+        # quoted names differing only in case: each reference counts as the larger (red team s29 A2)
+        ('WITH "A" AS (SELECT 1 FROM a, b), "a" AS (SELECT 1) SELECT 1 FROM "A", "A"', 4),
+        ('WITH "a" AS (SELECT 1), "A" AS (SELECT 1 FROM a, b) SELECT 1 FROM "a"', 2),
         ("WITH c AS (SELECT 1 FROM a, b), e AS (SELECT 1 FROM c, c) SELECT 1 FROM e, e", 8),
         ("SELECT (SELECT MAX(pk) FROM pub) FROM t WHERE EXISTS (SELECT 1 FROM pub, pub q)", 4),
     ],

@@ -93,6 +93,41 @@ def test_a_login_in_progress_gives_way_only_after_the_login_grace(
     assert not any(not w.started for w in same_network) or age > LOGIN_GRACE_S  # idle ones of its network first
 
 
+@given(
+    stalls=st.lists(st.tuples(st.sampled_from(_NETS), st.floats(0, 0.3)), min_size=1, max_size=20),
+    quota=st.integers(1, 4),
+    newcomer=st.sampled_from([*_NETS, "10.0.0.99"]),
+)
+def test_stalled_startup_messages_keep_at_most_their_quota_of_slots(
+    stalls: list[tuple[str, float]], quota: int, newcomer: str
+) -> None:
+    """Red team s30 A1: a startup message costs no password, so sockets that send one and then keep the server
+    waiting (from one address or from many) keep the protection of a login in progress for at most ``slow_logins``
+    of them, one a network: past the grace, while more stall, a newcomer of any network finds one to replace."""
+    pre = PreLogin(grace=GRACE_S, login_grace=LOGIN_GRACE_S, slow_logins=quota)
+    now = 0.0
+    for address, dt in stalls:
+        now += dt
+        w = pre.add(address, handle=None, now=now)
+        w.started = True
+        w.awaiting_client = lambda since=now: since  # the server has waited for its next message since then
+    now += GRACE_S + 0.1
+    protected = min(quota, len({client_network(a) for a, _ in stalls}))
+    victim = pre.victim(newcomer, now=now)
+    assert victim is not None or len(stalls) <= protected
+
+
+def test_a_login_the_server_holds_is_never_stalled() -> None:
+    """A password check holds the turn: however long, it is not the client keeping the server
+    waiting, and the login keeps its protection until the login grace."""
+    pre = PreLogin(grace=GRACE_S, login_grace=LOGIN_GRACE_S, slow_logins=1)
+    logins = [pre.add(f"10.0.0.{i}", handle=None, now=0.0) for i in range(1, 5)]
+    for w in logins:
+        w.started = True  # awaiting_client: None, the server's turn
+    assert pre.victim("10.0.0.9", now=LOGIN_GRACE_S - 0.5) is None
+    assert pre.victim("10.0.0.9", now=LOGIN_GRACE_S + 0.5) is logins[0]
+
+
 def test_a_slow_login_is_not_taken_for_an_idle_socket() -> None:
     pre = PreLogin(grace=GRACE_S, login_grace=LOGIN_GRACE_S)
     idle = [pre.add("10.0.0.2", handle=None, now=0.0) for _ in range(3)]

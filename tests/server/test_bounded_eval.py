@@ -9,6 +9,7 @@ server with psycopg: typed SQLSTATEs, PostgreSQL's answers for the ordinary case
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 
@@ -94,25 +95,79 @@ def test_ordinary_expressions_keep_postgres_answers(sql: str) -> None:
 
 
 def _like_reference(text: str, pattern: str) -> bool:
-    """LIKE by dynamic programming over (text position, pattern position): slow, obviously right."""
-    n, m = len(text), len(pattern)
+    """LIKE by dynamic programming over (text position, pattern token): slow, obviously right. A backslash takes
+    the next character literally; one that ends the pattern is itself."""
+    tokens: list[str | None] = []  # None: %, "": _, else the literal character
+    i = 0
+    while i < len(pattern):
+        if pattern[i] == "\\" and i + 1 < len(pattern):
+            tokens.append(pattern[i + 1])
+            i += 2
+            continue
+        tokens.append(None if pattern[i] == "%" else "" if pattern[i] == "_" else pattern[i])
+        i += 1
+    n, m = len(text), len(tokens)
     match = [[False] * (m + 1) for _ in range(n + 1)]
     match[0][0] = True
     for j in range(1, m + 1):
-        match[0][j] = match[0][j - 1] and pattern[j - 1] == "%"
+        match[0][j] = match[0][j - 1] and tokens[j - 1] is None
     for i in range(1, n + 1):
         for j in range(1, m + 1):
-            p = pattern[j - 1]
-            if p == "%":
+            token = tokens[j - 1]
+            if token is None:
                 match[i][j] = match[i][j - 1] or match[i - 1][j]
             else:
-                match[i][j] = match[i - 1][j - 1] and (p == "_" or p == text[i - 1])
+                match[i][j] = match[i - 1][j - 1] and (token in ("", text[i - 1]))
     return match[n][m]
 
 
-@given(st.text("ab", max_size=12), st.text("ab%_", max_size=8))
+def _ends_in_escape(pattern: str) -> bool:
+    return (len(pattern) - len(pattern.rstrip("\\"))) % 2 == 1
+
+
+@given(st.text("ab%_\\", max_size=12), st.text("ab%_\\", max_size=8))
 def test_like_matches_the_definition(text: str, pattern: str) -> None:
+    """PostgreSQL's LIKE, and its 22025 for a pattern ending in the escape character (red team s32 A4)."""
+    if _ends_in_escape(pattern):
+        with pytest.raises(VeilError) as refused:
+            bounded.like(text, pattern)
+        assert refused.value.sqlstate == "22025"
+        bounded.take_refusal()
+        return
     assert bounded.like(text, pattern) == _like_reference(text, pattern)
+
+
+@given(st.text("aAbBσςΣİß%_\\", max_size=12), st.text("aAbBσςΣİß%_\\", max_size=8))
+def test_ilike_matches_the_definition_on_lowered_text(text: str, pattern: str) -> None:
+    """PostgreSQL's ILIKE: both sides through lower() (red team s32 A4: a regex's case folding took σ, ς and Σ for
+    one letter)."""
+    ilike = sqlglot.executor.env.ENV["ILIKE"]
+    if _ends_in_escape(pattern):
+        with pytest.raises(VeilError):
+            ilike(text, pattern)
+        bounded.take_refusal()
+        return
+    assert ilike(text, pattern) == _like_reference(text.lower(), pattern.lower())
+
+
+_LONG = bounded.MAX_TEXT // 2
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    ["x" * _LONG, "ß" * _LONG, "%" * _LONG, "%x" * (_LONG // 2), "\\%" * (_LONG // 2), "_" * _LONG, "%\\\\" * (_LONG // 3)],
+    ids=["literal", "sharp-s", "percent-run", "percent-x", "escaped-percent", "underscores", "percent-escaped-backslash"],
+)
+@pytest.mark.parametrize("flags", [0, re.IGNORECASE], ids=["like", "ilike"])
+def test_a_long_pattern_against_a_short_text_costs_nothing(pattern: str, flags: int) -> None:
+    """A pattern of half a million characters (the CI failure of 2026-11-26: 2.7 s to compile one against ``''``)
+    answers against a short text in well under a second: its shortest match is counted in C before any work, and a
+    run of ``%`` is one token."""
+    for text in ("", "ab", "x" * 100):
+        started = time.monotonic()
+        answer = bounded.like(text, pattern, flags)
+        assert time.monotonic() - started < 0.25, (text[:5], pattern[:5])
+        assert answer == (pattern == "%" * _LONG)
 
 
 @pytest.mark.parametrize(
@@ -130,6 +185,21 @@ def test_regular_expressions_take_linear_time(pattern: str) -> None:
     started = time.monotonic()
     assert bounded.regexp_like("a" * 5_000 + "!", pattern) is False  # none matches: each must end in $ or b
     assert time.monotonic() - started < 1.0
+
+
+@pytest.mark.parametrize("text", ["", "ab", "x" * 100])
+def test_a_long_regular_expression_is_refused_at_once_and_one_at_the_bound_answers(text: str) -> None:
+    """A catalog query compiles its pattern once per row: one of half a million characters took 0.5 s to compile
+    against ``''``; one above :data:`MAX_PATTERN` is refused typed (54000) before any work."""
+    for pattern in ("x" * bounded.MAX_TEXT, "ß" * (bounded.MAX_PATTERN + 1), "(a|b)" * bounded.MAX_PATTERN):
+        started = time.monotonic()
+        with pytest.raises(VeilError) as refused:
+            bounded.regexp_like(text, pattern)
+        assert refused.value.sqlstate == "54000"
+        assert time.monotonic() - started < 0.1
+    started = time.monotonic()
+    assert bounded.regexp_like(text, "y" * bounded.MAX_PATTERN) is False
+    assert time.monotonic() - started < 0.5
 
 
 def test_a_text_built_by_concatenation_is_bounded() -> None:

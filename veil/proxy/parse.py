@@ -190,22 +190,34 @@ def table_references(tree: exp.Expression) -> int:
     return _references(tree, {})
 
 
-def _references(tree: exp.Expression, ctes: dict[str, int]) -> int:
-    """:func:`table_references` with ``ctes`` (lower-case name → references) in scope. Recurses once per bracketed
-    query (at most :attr:`Limits.max_depth` deep), iterates over everything else."""
+def _references(tree: exp.Expression, ctes: dict[str, tuple[str, int]]) -> int:
+    """:func:`table_references` with ``ctes`` in scope: lower-case name → (the name as resolve binds it: unquoted
+    folded to lower case, quoted as written; references). Recurses once per bracketed query (at most
+    :attr:`Limits.max_depth` deep), iterates over everything else."""
     total = 0
     stack = [tree]
     while stack:
         node = stack.pop()
         if isinstance(node, exp.Table):
-            # unquoted names fold to lower case (resolve): a name that may be a CTE counts as the CTE
-            total += max(1, ctes.get(node.name.lower(), 1))
+            # a name that may be a CTE counts as the CTE
+            total += max(1, ctes.get(node.name.lower(), ("", 1))[1])
         elif isinstance(node, exp.Subquery):
             total += max(1, _references(node.this, ctes))
         elif isinstance(with_ := node.args.get("with_"), exp.With):  # seen by its later CTEs and the rest of node
             inner = dict(ctes)
+            own: set[str] = set()
             for cte in with_.expressions:
-                inner[cte.alias_or_name.lower()] = _references(cte.this, inner)
+                # names that differ only in case (quoted) are two CTEs, and each binder may pick either (red team
+                # s29 A2, s31 A1): such a name counts as the larger; only the very same name shadows an outer CTE
+                identifier = cte.args["alias"].this
+                exact = identifier.name if identifier.quoted else identifier.name.lower()
+                key = exact.lower()
+                count = _references(cte.this, inner)
+                earlier = inner.get(key)
+                if earlier is not None and (earlier[0] != exact or key in own):
+                    count = max(count, earlier[1])
+                inner[key] = (exact, count)
+                own.add(key)
             total += sum(_references(child, inner) for child in node.iter_expressions() if child is not with_)
         else:
             stack.extend(node.iter_expressions())

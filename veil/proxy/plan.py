@@ -54,8 +54,12 @@ MAX_GRID = 1000
 #: Most combinations of public group keys a query may produce.
 MAX_PUBLIC_GROUPS = 100_000
 #: The most values (groups × statistics) one query releases: each is logged in the ledger (~0.35 KB) and noised
-#: in Python, so an unbounded product grew the ledger by 433 MB for one 472-token query (red team s26, A5).
+#: in Python, so an unbounded product grew the ledger by 433 MB for one 472-token query (red team s26, A5). A grid
+#: statistic counts as :attr:`Statistic.released_weight` values (it scores its whole grid per group).
 MAX_RELEASED_VALUES = 100_000
+#: Grid points that count as one more released value of a grid statistic (red team s29 A3: a MEDIAN over 59,049
+#: public groups took 21.5 s, a SUM 8.8 s; scoring and drawing 1,000 points a group costs ~10 plain values).
+GRID_POINTS_PER_VALUE = 100
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,14 @@ class Statistic:
     grid_n: int = 0
     target: str = ""  # quantile | min | max
     q: float = 0.5
+
+    @property
+    def released_weight(self) -> int:
+        """What one group's value of this statistic counts toward :data:`MAX_RELEASED_VALUES`: 1, and for a grid
+        statistic one more per :data:`GRID_POINTS_PER_VALUE` grid points (its scoring and draw, per group)."""
+        if self.mechanism == "exponential":
+            return 1 + -(-self.grid_n // GRID_POINTS_PER_VALUE)
+        return 1
 
     @property
     def scale(self) -> float:

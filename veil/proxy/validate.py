@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -95,6 +96,45 @@ def _reads_private(scope: Scope, catalog: Catalog) -> bool:
     return False
 
 
+def _own_joins(sel: exp.Select) -> list[exp.Join]:
+    """Every join of ``sel``'s own FROM clause: its ``joins``, and those of bracketed joins nested in its sources
+    (``FROM (a LEFT JOIN b ON …)``), but not those of subqueries, which are scopes of their own."""
+    found: list[exp.Join] = []
+    stack: list[exp.Expression] = [sel]
+    while stack:
+        node = stack.pop()
+        for child in node.iter_expressions():
+            if isinstance(child, (exp.Select, exp.SetOperation)):
+                continue  # another scope: checked on its own
+            if isinstance(child, exp.Join):
+                found.append(child)
+            stack.append(child)
+    return found
+
+
+def _side_reads_private(side: exp.Expression, scope: Scope, catalog: Catalog) -> bool:
+    """Whether any source of ``scope`` lying inside ``side`` (the right side of a join, however bracketed or
+    named: ``t``, ``(t)``, ``((t)) AS z``, ``(t JOIN pub …)``, an unnamed derived table; red team s29 A1) reads a
+    private table. Found by where each source's node is in the tree, not by the join's name for it."""
+    for _alias, (node, source) in scope.selected_sources.items():
+        if not (node is side or any(parent is side for parent in _ancestors(node))):
+            continue
+        if isinstance(source, exp.Table):
+            t = catalog.tables.get(source.name)
+            if t is None or not t.public:
+                return True
+        elif isinstance(source, Scope) and _reads_private(source, catalog):
+            return True
+    return False
+
+
+def _ancestors(node: exp.Expression) -> Iterator[exp.Expression]:
+    parent = node.parent
+    while parent is not None:
+        yield parent
+        parent = parent.parent
+
+
 def _check_output_names(sel: exp.Select) -> None:
     """A CTE or derived table names each output column once (case-insensitively): DuckDB resolves a
     reference to a repeated name to the first such column, sqlglot's qualification, typing and Veil's
@@ -123,16 +163,12 @@ def _check_scopes(tree: exp.Select, catalog: Catalog) -> None:
                 hint="Join a public table or a derived table in FROM instead",
             )
         private = _reads_private(scope, catalog)
-        for join in sel.args.get("joins") or []:
-            if str(join.args.get("side") or "").upper() == "LEFT":
-                src = scope.sources.get(join.this.alias_or_name)
-                if (isinstance(src, exp.Table) and not catalog.tables[src.name].public) or (
-                    isinstance(src, Scope) and _reads_private(src, catalog)
-                ):
-                    raise Unsupported(
-                        "LEFT JOIN onto a private table is not supported",
-                        hint="Put the private table first: FROM private LEFT JOIN public",
-                    )
+        for join in _own_joins(sel):
+            if str(join.args.get("side") or "").upper() == "LEFT" and _side_reads_private(join.this, scope, catalog):
+                raise Unsupported(
+                    "LEFT JOIN onto a private table is not supported",
+                    hint="Put the private table first: FROM private LEFT JOIN public",
+                )
         if scope.expression is tree or not private:
             continue
         aggs = [n for n in sel.find_all(*AGGREGATE_NODES, exp.Anonymous) if is_aggregate(n)]

@@ -97,7 +97,8 @@ class VeilServer(PgServer):
         self.limits = limits or ServerLimits()
         self.pools = WorkerPools(analyst_workers=self.limits.workers, catalog_workers=self.limits.catalog_workers)
         self.share = share
-        self.prelogin = PreLogin()  # this process's connections not logged in (fair share of slots)
+        # this process's connections not logged in (fair share of slots)
+        self.prelogin = PreLogin(slow_logins=max(1, self.limits.max_connections // 4))
         self.slots: ConnectionSlots | SharedConnectionSlots
         self.throttle: LoginThrottle | SharedLoginThrottle
         base, maximum = self.limits.login_backoff_base, self.limits.login_backoff_max
@@ -229,6 +230,7 @@ class VeilServer(PgServer):
         if startup is None:  # a CancelRequest, handled
             return
         waiting.started = True  # a login in progress, no longer an idle socket (admission, red team s28 A4)
+        waiting.awaiting_client = lambda: stream.awaiting_since  # while it keeps up (s30 A1)
         if not startup.tls and not self.allow_plaintext and not is_loopback(writer.get_extra_info("peername")):
             hint = "Connect with sslmode=require" if self.ssl_context else "Start veil serve with --tls-cert/--tls-key"
             await fatal(

@@ -11,10 +11,12 @@ bounded one, with PostgreSQL's errors:
 - arithmetic only on numbers (42883 otherwise, as PostgreSQL's "operator does not exist"); integer results within
   bigint, float results finite (22003); division by zero 22012; ``^`` on doubles (as PostgreSQL's ``dpow``);
 - casts to integer types within the type's range, to doubles finite (22003);
-- text built by concatenation at most :data:`MAX_TEXT` characters (54000);
+- text built by concatenation at most :data:`MAX_TEXT` characters, and all one statement builds at most
+  :data:`MAX_BUILT` (54000);
 - ``LIKE``/``ILIKE`` without backtracking (fixed-length segments between ``%`` found left to right, in C); ``~``
   in RE2 (DuckDB's ``regexp_matches``, linear time), or in Python's ``re`` for a short pattern without quantifiers or alternation;
-  text × pattern at most :data:`MAX_MATCH_WORK` (54000).
+  text × pattern at most :data:`MAX_MATCH_WORK`, a regular expression at most :data:`MAX_PATTERN` characters (54000);
+  a LIKE pattern read no further than its text is long.
 
 The executor and pg-mimic catch exceptions (a failed catalog query becomes an empty answer), so a refusal is also
 kept in a per-thread slot that :func:`take_refusal` hands to the caller, which raises it typed.
@@ -34,6 +36,7 @@ from sqlglot.executor import env as sqlglot_env
 
 from veil.errors import (
     DivisionByZero,
+    InvalidEscapeSequence,
     InvalidRegularExpression,
     NumericOutOfRange,
     UndefinedOperator,
@@ -41,12 +44,30 @@ from veil.errors import (
     VeilError,
 )
 
-__all__ = ["MAX_MATCH_WORK", "MAX_TEXT", "check_literal_casts", "check_rows", "install", "like", "regexp_like", "take_refusal"]
+__all__ = [
+    "MAX_BUILT",
+    "MAX_MATCH_WORK",
+    "MAX_PATTERN",
+    "MAX_TEXT",
+    "check_literal_casts",
+    "check_rows",
+    "install",
+    "like",
+    "regexp_like",
+    "take_refusal",
+]
 
 #: Longest text a catalog or table-less expression may build by concatenation (characters).
 MAX_TEXT = 1 << 20
+#: Most characters and elements one statement may build in all (every concatenation, cast to text, array and
+#: function result counts its size): the executor holds every intermediate row, so a 1 Mi-character value put on
+#: each of 3,249 rows of a catalog cross join grew the server by 1.9 GB (red team s32 A3).
+MAX_BUILT = 32 << 20
 #: Largest text length × pattern length one ``LIKE`` or ``~`` may match.
 MAX_MATCH_WORK = 10**8
+#: Longest regular expression ``~`` compiles (characters): RE2 compiles in linear time, but a catalog query
+#: compiles its pattern once per row it filters, and half a million characters took 0.5 s each.
+MAX_PATTERN = 10_000
 #: Patterns (and texts) up to this many characters are compiled (matched) once and cached; longer ones each time,
 #: so the caches hold at most a few MB whatever clients send.
 _CACHED_CHARS = 1_000
@@ -70,10 +91,25 @@ def _refuse(error: VeilError) -> VeilError:
 
 
 def take_refusal() -> VeilError | None:
-    """The first refusal raised on this thread since the last call (and forget it)."""
+    """The first refusal raised on this thread since the last call (and forget it). Called at the start and the
+    end of each statement, it also starts the statement's count of what it built (:data:`MAX_BUILT`)."""
     error = getattr(_refusals, "error", None)
     _refusals.error = None
+    _refusals.built = 0
     return error
+
+
+def _built(size: int) -> None:
+    """Count ``size`` characters or elements built by this thread's statement; refuse past :data:`MAX_BUILT`."""
+    total = getattr(_refusals, "built", 0) + size
+    _refusals.built = total
+    if total > MAX_BUILT:
+        raise _refuse(
+            ValueTooLarge(
+                f"a catalog or table-less query built more than {MAX_BUILT:,} characters and elements in all",
+                hint="Build shorter values, or on fewer rows",
+            )
+        )
 
 
 def _type_name(value: Any) -> str:
@@ -183,8 +219,10 @@ def _cast(value: Any, to: Any) -> Any:
             or (isinstance(value, str) and value.strip().lower().lstrip("+-") in {"inf", "infinity", "nan"})
         ):
             raise _refuse(NumericOutOfRange("value out of range: overflow"))
-    if isinstance(result, str) and len(result) > MAX_TEXT:
-        raise _refuse(_too_long(len(result)))
+    if isinstance(result, str):
+        if len(result) > MAX_TEXT:
+            raise _refuse(_too_long(len(result)))
+        _built(len(result))
     return result
 
 
@@ -228,6 +266,7 @@ def _concat(*parts: Any) -> str:
     length = sum(len(str(p)) for p in parts)
     if length > MAX_TEXT:
         raise _refuse(_too_long(length))
+    _built(length)
     return "".join(str(p) for p in parts)
 
 
@@ -246,35 +285,51 @@ def _check_work(text: str, pattern: str) -> None:
         )
 
 
-def _like_segments(pattern: str, flags: int) -> tuple[bool, bool, tuple[tuple[re.Pattern[str], int], ...]]:
+_Segments = tuple[tuple[re.Pattern[str], int], ...]
+
+
+def _like_segments(pattern: str, flags: int, longest: int) -> _Segments | None:
+    """``pattern``'s segments, or None when its shortest match holds more than ``longest`` characters (then no
+    text of that length matches, and a long pattern is read no further than the text is long)."""
     if len(pattern) <= _CACHED_CHARS:
-        return _cached_like_segments(pattern, flags)
-    return _compile_like(pattern, flags)
+        segments = _cached_like_segments(pattern, flags)
+        return segments if sum(n for _, n in segments) <= longest else None
+    return _compile_like(pattern, flags, longest)
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_like_segments(pattern: str, flags: int) -> tuple[bool, bool, tuple[tuple[re.Pattern[str], int], ...]]:
-    return _compile_like(pattern, flags)
+def _cached_like_segments(pattern: str, flags: int) -> _Segments:
+    segments = _compile_like(pattern, flags, len(pattern))
+    assert segments is not None  # a pattern matches nothing longer than itself
+    return segments
 
 
-def _compile_like(pattern: str, flags: int) -> tuple[bool, bool, tuple[tuple[re.Pattern[str], int], ...]]:
-    """``pattern`` split at its ``%``: (starts with %, ends with %, each segment as a quantifier-free regex and its
-    length). ``_`` is any one character; a backslash takes the next character literally (PostgreSQL's default)."""
+#: One token of a LIKE pattern: an escaped character, a run of ``%`` (one wildcard, however long), a run of other
+#: characters (``_`` among them), or a backslash that ends the pattern (an error, as in PostgreSQL).
+_LIKE_TOKEN = re.compile(r"\\(.)|(%+)|([^%\\]+)|\\", re.DOTALL)
+
+
+def _compile_like(pattern: str, flags: int, longest: int) -> _Segments | None:
+    """``pattern`` split at its ``%``: each segment as a quantifier-free regex and the characters it matches, or
+    None as soon as those pass ``longest``. ``_`` is any one character; a backslash takes the next character
+    literally (PostgreSQL's default). Tokenised in C, a run of ``%`` as one token, so the work done is at most
+    about twice ``longest`` tokens whatever the pattern's length."""
     segments: list[list[str]] = [[]]
-    i = 0
-    while i < len(pattern):
-        char = pattern[i]
-        if char == "\\" and i + 1 < len(pattern):
-            segments[-1].append(re.escape(pattern[i + 1]))
-            i += 2
-            continue
-        if char == "%":
+    lengths = [0]
+    total = 0
+    for token in _LIKE_TOKEN.finditer(pattern):
+        escaped, wildcard, literal = token.groups()
+        if wildcard:
             segments.append([])
-        else:
-            segments[-1].append("." if char == "_" else re.escape(char))
-        i += 1
-    compiled = tuple((re.compile("".join(s), re.DOTALL | flags), len(s)) for s in segments)
-    return len(segments) > 1 and not segments[0], len(segments) > 1 and not segments[-1], compiled
+            lengths.append(0)
+            continue
+        text = escaped or literal or "\\"  # a lone backslash ends the pattern: refused by like() before
+        total += len(text)
+        if total > longest:
+            return None
+        segments[-1].append(re.escape(text).replace("_", ".") if literal else re.escape(text))
+        lengths[-1] += len(text)
+    return tuple((re.compile("".join(s), re.DOTALL | flags), n) for s, n in zip(segments, lengths, strict=True))
 
 
 def like(text: str, pattern: str, flags: int = 0) -> bool:
@@ -285,8 +340,16 @@ def like(text: str, pattern: str, flags: int = 0) -> bool:
     (False, True, True, False)
     """
     text, pattern = str(text), str(pattern)
+    if (len(pattern) - len(pattern.rstrip("\\"))) % 2:
+        raise _refuse(
+            InvalidEscapeSequence(
+                "LIKE pattern must not end with escape character", hint="Write a backslash in a pattern as \\\\"
+            )
+        )
     _check_work(text, pattern)
-    _, _, segments = _like_segments(pattern, flags)
+    segments = _like_segments(pattern, flags, len(text))
+    if segments is None:
+        return False  # the pattern's shortest match is longer than the text: found reading at most that far
     if len(segments) == 1:
         return segments[0][0].fullmatch(text) is not None
     (first, first_len), (last, last_len) = segments[0], segments[-1]
@@ -348,6 +411,13 @@ def regexp_like(text: Any, pattern: Any, *_: Any) -> bool | None:
     if text is None or pattern is None:
         return None
     text, pattern = str(text), str(pattern)
+    if len(pattern) > MAX_PATTERN:
+        raise _refuse(
+            ValueTooLarge(
+                f"a regular expression of {len(pattern)} characters is too long (at most {MAX_PATTERN})",
+                hint="Match a shorter regular expression, or use LIKE",
+            )
+        )
     _check_work(text, pattern)
     if len(pattern) <= _CACHED_CHARS and _BACKTRACKING.search(pattern) is None:
         try:
@@ -360,6 +430,8 @@ def regexp_like(text: Any, pattern: Any, *_: Any) -> bool | None:
 def _like_env(flags: int) -> Callable[..., Any]:
     @_nullable
     def evaluate(text: Any, pattern: Any) -> bool:
+        if flags & re.IGNORECASE:  # PostgreSQL's ILIKE: both sides through lower(), not a regex's case folding
+            return like(str(text).lower(), str(pattern).lower())
         return like(text, pattern, flags)
 
     return evaluate
@@ -393,10 +465,11 @@ def _too_large(size: int) -> ValueTooLarge:
     )
 
 
-def _check_size(value: Any) -> None:
+def _check_size(value: Any) -> int:
     size = _size(value, MAX_TEXT)
     if size > MAX_TEXT:
         raise _refuse(_too_large(size))
+    return size
 
 
 def _non_finite(value: Any) -> bool:
@@ -413,7 +486,7 @@ def _guarded(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     def evaluate(*args: Any, **kwargs: Any) -> Any:
         _check_size((args, tuple(kwargs.values())))
         result = fn(*args, **kwargs)
-        _check_size(result)
+        _built(_check_size(result))
         if isinstance(result, int) and not isinstance(result, bool) and not _INT64[0] <= result <= _INT64[1]:
             raise _refuse(NumericOutOfRange("bigint out of range", hint=f"{name} gave a value beyond ±9.2e18"))
         if isinstance(result, float) and not math.isfinite(result) and not any(_non_finite(a) for a in args):
@@ -426,6 +499,7 @@ def _guarded(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _array(*items: Any) -> list[Any]:
     """``ARRAY[...]`` (the executor writes it as a Python list literal; :func:`install` routes it here)."""
+    _built(len(items))
     return list(items)
 
 
@@ -437,6 +511,7 @@ def _array_to_string(this: Any, separator: Any, null: Any = None) -> Any:
     length = sum(len(x) if isinstance(x, str) else 1 for x in items) + len(str(separator)) * max(len(items) - 1, 0)
     if length > MAX_TEXT:
         raise _refuse(_too_long(length))
+    _built(length)
     return str(separator).join(items)
 
 

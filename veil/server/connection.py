@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +66,10 @@ class BufferedStream(PgStream):
         super().__init__(reader, writer)
         self._buffer = bytearray()
         self.max_message = MAX_STARTUP_PACKET  # raised after login
+        #: While the login waits on its client — a read of the client's next message, or the login backoff its
+        #: claims earned — when that wait began (admission: a login that keeps the server waiting past the grace is a
+        #: slow login, red team s30 A1, s32 A1); None while the server holds the turn.
+        self.awaiting_since: float | None = None
 
     def write(self, data: bytes) -> None:
         self._buffer += data
@@ -89,6 +94,20 @@ class BufferedStream(PgStream):
             await self.writer.drain()
 
     async def read_startup_packet(self, first: bytes = b"") -> tuple[int, bytes]:
+        self.awaiting_since = time.monotonic()
+        try:
+            return await self._read_startup_packet(first)
+        finally:
+            self.awaiting_since = None
+
+    async def read_message(self) -> tuple[bytes, bytes]:
+        self.awaiting_since = time.monotonic()
+        try:
+            return await self._read_message()
+        finally:
+            self.awaiting_since = None
+
+    async def _read_startup_packet(self, first: bytes) -> tuple[int, bytes]:
         header = first + await self._read_exactly(8 - len(first))
         length, code = struct.unpack("!ii", header)
         if length < 8 or length > MAX_STARTUP_PACKET:
@@ -96,7 +115,7 @@ class BufferedStream(PgStream):
         payload = await self._read_exactly(length - 8) if length > 8 else b""
         return code, payload
 
-    async def read_message(self) -> tuple[bytes, bytes]:
+    async def _read_message(self) -> tuple[bytes, bytes]:
         header = await self._read_exactly(5)
         tag = header[0:1]
         length = struct.unpack("!i", header[1:])[0]
@@ -264,7 +283,13 @@ class VeilConnection(Connection):
     async def _login(self) -> bool:
         server = self.server
         plugin = server.auth_plugin_factory(self.username)
-        ticket = await server.throttle.admit(self.peer, self.username)  # waits its own turn
+        # waits its own turn. For admission this wait is the login's own, not the server's: its user name and address
+        # are the client's claims, and failing logins under them is how an outsider raises it (red team s32 A1)
+        self.stream.awaiting_since = time.monotonic()
+        try:
+            ticket = await server.throttle.admit(self.peer, self.username)
+        finally:
+            self.stream.awaiting_since = None
         outcome = Outcome.NO_GUESS
         try:
             try:
