@@ -277,7 +277,32 @@ process on a loaded host, the grid column saved 1.7–2.0 ms per AVG at 1M rows.
 on every query (token, operator-chain and tree-depth limits in the parse pass; the argument-copy pricing in plan and
 rewrite; a mirror check for queries naming public tables): COUNT(*) 4.7–5.6× CPU (4.5–5.3×), +4.1–5.6 ms, and
 sex × diagnosis 1.3–1.65× are flat within the run-to-run spread. The targets stay missed; user-level sex × diagnosis
-met its 2× in two of the three runs (1.63×, 1.96×, 2.03×)."""
+met its 2× in two of the three runs (1.63×, 1.96×, 2.03×).
+
+**2026-11-27, ninth round** (`before:` is the code at this round's start, run alternately with it: three before/after
+pairs minutes apart, then the table's run; a heavily loaded host, 1-minute load 6–9 on 2 cores while measuring, so
+every wall time is 2–4× the idle host's and the `release` pass, which holds the one fsync per answer, took 4–8 ms
+instead of 0.9). No check was removed or skipped. Three cuts of pure Python: (1) trees are copied without
+deep-copying each node's inferred type (`veil.engines.neutral.copy_tree`; `Expression.copy` copied every type
+through the `copy` module, ~60% of a copy of an annotated tree) and `duckdb_text` generates from such a copy; (2) a
+cast to a fixed type parses its type name once (`data_type`; `DataType.build` parsed it at every call, 20–60 µs);
+(3) the reservation stores the spend it read for the budget check inside the same transaction instead of reading it
+again, and finishing a reservation is one conditional UPDATE (same transactions, same synchronous=FULL commit of
+the release). Thread CPU per pass, paired batches of the two versions in alternation (same minutes): rewrite −0.17
+ms (COUNT, AVG) to −0.65 ms (state GROUP BY), prepare −0.05 to −0.15 ms, plan up to −0.3 ms, reserve −0.08 ms,
+release −0.03 ms. In the benchmark's own per-pass medians over the three pairs: rewrite 1.59 → 1.42 ms (row COUNT),
+4.56 → 2.38 (row AVG), 6.19 → 3.99 (row state), 7.37 → 3.29 (user state); CPU Veil/raw, before → after: row state
+GROUP BY 2.36–2.44× → 2.26–2.36×, user state 2.34–2.35× → 1.98–2.23×, user AVG 3.07–3.34× → 2.84–3.03×; COUNT
+(5.4–6.7× either way) and sex × diagnosis are flat within the spread. The wall-clock targets stay missed, and on this
+host the run-to-run spread (COUNT +11.8 to +24.4 ms added, either version) is larger than anything measured here.
+What is left, per COUNT on an idle host (the eighth round's table, docs/benchmarks.md at 24f9d13): ~3.8 ms of
+pure-Python passes spread over nine
+of them (none above 0.7 ms: sqlglot parse/qualify/annotate/generate, OpenDP's FFI glue ≈ 0.3 ms per call, the
+ledger's SQLite statements) plus the release pass, 0.9 ms with its fsync. Not done, each needing the lead's decision:
+committing the release with synchronous=NORMAL after an fsync of the reservation overlapped with the engine run
+(the charge would still be durable before the answer leaves, the release log row only after the next sync: it saves
+the fsync on the critical path, 0.5–5 ms here, but weakens the documented durability of the release log); a plan
+cache keyed by the query's shape with literals as parameters (every literal-dependent check redone)."""
 
 
 def _cpu_ratio(r: dict[str, Any]) -> str:

@@ -22,7 +22,7 @@ from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.qualify import qualify
 
-from veil.engines.neutral import is_boolean, is_integral, narrow_sums, neutralise
+from veil.engines.neutral import CANNOT_RAISE, copy_tree, data_type, duckdb_text, is_boolean, is_integral, narrow_sums, neutralise
 from veil.policy import Policy, load_policy
 from veil.proxy._testing import exact_session, generated_sql
 from veil.proxy.totality import make_total
@@ -198,3 +198,27 @@ def test_integer_sum_does_not_overflow(policy: tuple[Policy, pd.DataFrame]) -> N
         (sql,) = generated_sql(s, "SELECT SUM(big) FROM t")
         res = s._env.engine.execute(sql)
     assert int(res.rows[0][0]) == N * 10**15
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(expr=EXPRESSIONS)
+def test_copy_tree_is_a_deep_copy_that_shares_only_inferred_types(expr: str) -> None:
+    """``copy_tree`` gives what ``Expression.copy`` gives (same tree, same text, same types), new nodes
+    throughout, and meta data of its own: a trust mark set on the copy never reaches the original."""
+    tree = qualify(sqlglot.parse_one(f"SELECT {expr} AS v FROM t", read="postgres"), schema=SCHEMA, dialect="postgres")
+    annotate_types(tree, schema=SCHEMA, dialect="postgres")
+    tree.meta["mark"] = True
+    copy = copy_tree(tree)
+    assert copy == tree and duckdb_text(copy) == duckdb_text(tree) == tree.sql(dialect="duckdb")
+    pairs = list(zip(tree.walk(), copy.walk(), strict=True))
+    for a, b in pairs:
+        assert a is not b and type(a) is type(b) and a.type == b.type and a.meta == b.meta
+    for _, b in pairs:
+        b.meta[CANNOT_RAISE] = True
+    assert all(CANNOT_RAISE not in a.meta for a, _ in pairs)
+
+
+def test_data_type_is_a_new_node_equal_to_the_parsed_type() -> None:
+    for text in ("BIGINT", "DOUBLE", "DECIMAL(38, 0)", "VARCHAR", "DATE", "TIMESTAMP", "BOOLEAN", "INT"):
+        a, b = data_type(text), data_type(text)
+        assert a == b == exp.DataType.build(text) and a is not b

@@ -18,7 +18,7 @@ import duckdb
 from sqlglot import exp
 
 from veil.engines.base import EngineError, Result
-from veil.engines.neutral import narrow_sums
+from veil.engines.neutral import copy_tree, narrow_sums
 from veil.errors import InternalError
 from veil.policy import Policy
 from veil.store import warehouse
@@ -87,7 +87,7 @@ class DuckDBEngine:
 
     def render(self, tree: exp.Expression) -> str:
         """DuckDB SQL of a neutral tree (integer sums left to DuckDB's own HUGEINT widening)."""
-        return narrow_sums(tree.copy()).sql(dialect=self.dialect, copy=False)
+        return narrow_sums(copy_tree(tree)).sql(dialect=self.dialect, copy=False)
 
     def _path(self) -> object:
         if self._policy is None:

@@ -25,20 +25,88 @@ meaning. The rewrite pass runs :func:`neutralise` over every generated tree (aft
 
 from __future__ import annotations
 
-from typing import Any
+from functools import lru_cache
+from typing import Any, TypeVar
 
 from sqlglot import exp
 from sqlglot.dialects.dialect import Dialect
 
-__all__ = ["CANNOT_RAISE", "WIDE_SUM", "duckdb_text", "is_boolean", "is_integral", "is_real", "narrow_sums", "neutralise"]
+__all__ = [
+    "CANNOT_RAISE",
+    "WIDE_SUM",
+    "copy_tree",
+    "data_type",
+    "duckdb_text",
+    "is_boolean",
+    "is_integral",
+    "is_real",
+    "narrow_sums",
+    "neutralise",
+]
 
 _DUCKDB = Dialect.get_or_raise("duckdb")
+E = TypeVar("E", bound=exp.Expression)
+
+
+def copy_tree(root: E) -> E:
+    """A deep copy of ``root``, as ``root.copy()`` makes it, except that each node's inferred type (``_type``,
+    set by type annotation, never part of the tree) is shared, not copied.
+
+    ``Expression.copy`` deep-copies every node's type through :mod:`copy`: about 60% of the time of
+    each of the ~10 copies a query's passes make of its trees. Nothing modifies a type in place (sqlglot and
+    Veil only assign a node a new one), so sharing it is equal to copying it. Comments and meta data (Veil's
+    trust marks, whose values are booleans) are copied, so marking the copy never marks the original. A tree
+    whose root has no type (not annotated) is copied by ``Expression.copy``, faster for such trees.
+    """
+    if root._type is None:
+        return root.copy()
+    new_root = root.__class__()
+    stack: list[tuple[exp.Expression, exp.Expression]] = [(root, new_root)]
+    while stack:
+        node, new = stack.pop()
+        if node.comments is not None:
+            new.comments = list(node.comments)
+        if node._type is not None:
+            new._type = node._type
+        if node._meta is not None:
+            new._meta = dict(node._meta)
+        if node._hash is not None:
+            new._hash = node._hash
+        for key, value in node.args.items():
+            if isinstance(value, exp.Expression):
+                child = value.__class__()
+                stack.append((value, child))
+                new.set(key, child)
+            elif type(value) is list:
+                new.args[key] = []
+                for v in value:
+                    if isinstance(v, exp.Expression):
+                        child = v.__class__()
+                        stack.append((v, child))
+                        new.append(key, child)
+                    else:
+                        new.append(key, v)
+            else:
+                new.args[key] = value
+    return new_root
+
+
+@lru_cache(maxsize=128)
+def _parsed_type(text: str) -> exp.DataType:
+    return exp.DataType.build(text)
+
+
+def data_type(text: str) -> exp.DataType:
+    """``exp.DataType.build(text)``, a new node each call, with ``text`` parsed once: ``build`` parses its text
+    through a new parser at every call (0.1–0.5 ms; Veil builds a few casts to fixed types per query)."""
+    return _parsed_type(text).copy()
 
 
 def duckdb_text(node: exp.Expression, **opts: Any) -> str:
     """``node.sql(dialect="duckdb", **opts)`` through one shared dialect (``sql()`` builds a new
-    dialect at every call; the query path generates text ~20 times per query)."""
-    return _DUCKDB.generate(node, **opts)
+    dialect at every call; the query path generates text ~20 times per query), generating from a
+    :func:`copy_tree` of ``node`` (the generator may modify the tree it renders)."""
+    return _DUCKDB.generate(copy_tree(node), copy=False, **opts)
 
 
 #: Marks the cast of an integer SUM's argument to DECIMAL(38,0) (engines that widen natively drop it).
@@ -186,7 +254,7 @@ def _numeric_context(node: exp.Expression) -> bool:
 
 
 def _as_int(node: exp.Expression) -> exp.Expression:
-    cast = exp.Cast(this=node, to=exp.DataType.build("INT"))
+    cast = exp.Cast(this=node, to=data_type("INT"))
     cast.meta[CANNOT_RAISE] = True  # a boolean as 0/1
     return cast
 
@@ -212,7 +280,7 @@ def neutralise(tree: exp.Expression) -> exp.Expression:
     for s in list(tree.find_all(exp.Sum)):
         arg = s.this
         if arg is not None and is_integral(arg):
-            wide = exp.Cast(this=arg, to=exp.DataType.build(_WIDE))
+            wide = exp.Cast(this=arg, to=data_type(_WIDE))
             wide.meta[WIDE_SUM] = True
             s.set("this", wide)
     return tree

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from veil.engines.base import EngineError, Result
-from veil.engines.neutral import is_real
+from veil.engines.neutral import data_type, is_real
 from veil.errors import InternalError
 from veil.policy import Policy
 from veil.store import spark as store
@@ -94,7 +94,7 @@ class SparkEngine:
         for node in list(t.find_all(exp.Floor, exp.Ceil, exp.DateTrunc, exp.TimestampTrunc)):
             if isinstance(node, (exp.Floor, exp.Ceil)):
                 if is_real(node.this):  # Spark's FLOOR/CEIL of a double is a BIGINT; DuckDB's a DOUBLE
-                    node.replace(exp.Cast(this=node.copy(), to=exp.DataType.build("DOUBLE")))
+                    node.replace(exp.Cast(this=node.copy(), to=data_type("DOUBLE")))
             else:  # DuckDB's DATE_TRUNC is a TIMESTAMP without time zone
                 node.replace(exp.Cast(this=node.copy(), to=exp.DataType.build("TIMESTAMP_NTZ", dialect="spark")))
         for node in list(t.find_all(exp.Try, exp.TryCast, exp.DayOfWeek, exp.Extract)):

@@ -20,7 +20,7 @@ from fractions import Fraction
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from veil.engines.neutral import CANNOT_RAISE
+from veil.engines.neutral import CANNOT_RAISE, copy_tree, data_type
 from veil.errors import InternalError, Unbounded
 from veil.proxy.catalog import Catalog
 
@@ -124,7 +124,7 @@ def in_doubles(expr: exp.Expression) -> exp.Expression:
     """``expr`` with every operand of ``+ - * ^`` and unary minus cast to DOUBLE (no 64-bit overflow)."""
 
     def to_double(node: exp.Expression) -> exp.Expression:
-        cast = exp.Cast(this=node, to=exp.DataType.build("DOUBLE"))
+        cast = exp.Cast(this=node, to=data_type("DOUBLE"))
         cast.meta[CANNOT_RAISE] = True  # a number as a DOUBLE cannot fail
         return cast
 
@@ -136,7 +136,7 @@ def in_doubles(expr: exp.Expression) -> exp.Expression:
             node.set("this", to_double(node.this))
         return node
 
-    return expr.copy().transform(visit, copy=False)
+    return copy_tree(expr).transform(visit, copy=False)
 
 
 def _unbounded(node: exp.Expression, whole: exp.Expression, why: str) -> Unbounded:

@@ -38,7 +38,7 @@ from fractions import Fraction
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
 
-from veil.engines.neutral import CANNOT_RAISE, duckdb_text, is_integral, neutralise
+from veil.engines.neutral import CANNOT_RAISE, data_type, duckdb_text, is_integral, neutralise
 from veil.errors import InternalError, QueryRejected, QueryTooComplex, Unbounded, Unsupported
 from veil.proxy import fixed_point
 from veil.proxy.bounds import IntegralRange, Interval, expression_interval, in_doubles, resolve_column
@@ -256,14 +256,14 @@ def _typed(arg: exp.Expression, iv: Interval) -> exp.Expression:
     numbers on every engine. Each aggregated value is therefore one of two types that cannot
     overflow on a clamped value (the engine sums BIGINT into 128 bits).
     """
-    cast = exp.Cast(this=arg, to=exp.DataType.build("BIGINT" if iv.integral else "DOUBLE"))
+    cast = exp.Cast(this=arg, to=data_type("BIGINT" if iv.integral else "DOUBLE"))
     cast.meta[CANNOT_RAISE] = True  # of a value clamped to the interval: it cannot fail
     return cast
 
 
 def _in(arg: exp.Expression, sql_type: str) -> exp.Expression:
     """``arg`` cast to DOUBLE or BIGINT, a cast that cannot fail (of a number to DOUBLE; of a clamped one to BIGINT)."""
-    cast = exp.Cast(this=exp.Paren(this=arg), to=exp.DataType.build(sql_type))
+    cast = exp.Cast(this=exp.Paren(this=arg), to=data_type(sql_type))
     cast.meta[CANNOT_RAISE] = True
     return cast
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from sqlglot import exp
 
-from veil.engines.neutral import duckdb_text
+from veil.engines.neutral import copy_tree, duckdb_text
 from veil.errors import InternalError, Unsupported
 from veil.mechanisms import discrete_laplace_ci_halfwidth
 from veil.proxy.plan import AggregateSpec, QueryPlan, Statistic
@@ -144,7 +144,7 @@ class PostProcess:
         """The post-processing SQL reading ``source`` (a table or subquery) in place of the frame."""
         if self.tree is None:
             raise InternalError("a direct post-processing has no SQL")
-        tree = self.tree.copy()
+        tree = copy_tree(self.tree)
         frames = [t for t in tree.find_all(exp.Table) if t.name == FRAME]
         if len(frames) != 1:
             raise InternalError(f"post-processing reads the frame {len(frames)} times")
@@ -191,7 +191,7 @@ def postprocess_sql(plan: QueryPlan) -> PostProcess:
     agg_index = {f"__a{a.index}": a.index for a in plan.aggregates}
     for proj in tree.expressions:
         body = proj.unalias()
-        new = body.copy().transform(sub)
+        new = copy_tree(body).transform(sub)
         leftover = [c for c in new.find_all(exp.Column) if not c.name.startswith("__")]
         if leftover:
             col = leftover[0]

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 
 from sqlglot import exp
 
-from veil.engines.neutral import CANNOT_RAISE
+from veil.engines.neutral import CANNOT_RAISE, data_type
 
 __all__ = ["public_column", "read_public_typed", "typed_read"]
 
@@ -27,7 +27,7 @@ __all__ = ["public_column", "read_public_typed", "typed_read"]
 def public_column(column: str, sql_type: str) -> exp.Expression:
     """A public column read as its catalog type, text without collation (public data only decides whether the
     cast fails: not priced)."""
-    cast = exp.TryCast(this=exp.column(exp.to_identifier(column, quoted=True)), to=exp.DataType.build(sql_type))
+    cast = exp.TryCast(this=exp.column(exp.to_identifier(column, quoted=True)), to=data_type(sql_type))
     cast.meta[CANNOT_RAISE] = True
     if not cast.to.is_type(*exp.DataType.TEXT_TYPES):
         return cast

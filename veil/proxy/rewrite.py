@@ -32,7 +32,7 @@ from typing import TypeVar
 
 from sqlglot import exp
 
-from veil.engines.neutral import duckdb_text, neutralise
+from veil.engines.neutral import copy_tree, data_type, duckdb_text, neutralise
 from veil.errors import InternalError, QueryTooComplex
 from veil.proxy import fixed_point
 from veil.proxy.bounding import GridColumn
@@ -112,7 +112,7 @@ def _exact_interval(stat: Statistic) -> bool:
 
 
 def _double(v: float) -> exp.Expression:
-    return _cannot_raise(exp.cast(exp.Literal.number(repr(v)), exp.DataType.build("DOUBLE")))
+    return _cannot_raise(exp.cast(exp.Literal.number(repr(v)), data_type("DOUBLE")))
 
 
 def _at_most(value: exp.Expression, bound: float, *, below: bool) -> exp.Expression:
@@ -139,7 +139,7 @@ def _centred(stat: Statistic, square: bool) -> exp.Expression:
         raise InternalError(f"centred statistic {stat.label!r} without its argument or range")
     half = stat.half_width
     arg = make_total(stat.arg)
-    as_double = _cannot_raise(exp.cast(exp.Paren(this=arg), exp.DataType.build("DOUBLE")))
+    as_double = _cannot_raise(exp.cast(exp.Paren(this=arg), data_type("DOUBLE")))
     d: exp.Expression = exp.Paren(this=_cannot_raise(exp.Sub(this=as_double, expression=_double(float(stat.center)))))
     clamp_centred, clamp_square = _centred_clamps(stat)
     if clamp_centred:
@@ -212,7 +212,7 @@ def _pre_scaled(stat: Statistic, grids: Mapping[str, GridColumn]) -> exp.Column 
         return None
     table = stat.arg.args.get("table")
     column = exp.Column(this=exp.to_identifier(grid.name, quoted=True), table=None if table is None else table.copy())
-    column.type = exp.DataType.build("BIGINT")  # an integer sum: every engine widens it (veil.engines.neutral)
+    column.type = data_type("BIGINT")  # an integer sum: every engine widens it (veil.engines.neutral)
     return column
 
 
@@ -233,9 +233,9 @@ def _fixed(value: exp.Expression, stat: Statistic, pre_scaled: exp.Column | None
     if pre_scaled is not None:
         v = pre_scaled
     else:
-        as_double = _cannot_raise(exp.cast(exp.Paren(this=value), exp.DataType.build("DOUBLE")))
+        as_double = _cannot_raise(exp.cast(exp.Paren(this=value), data_type("DOUBLE")))
         scaled = _cannot_raise(exp.Mul(this=as_double, expression=_double(math.ldexp(1.0, k))))
-        v = _cannot_raise(exp.cast(_cannot_raise(exp.Floor(this=scaled)), exp.DataType.build("BIGINT")))
+        v = _cannot_raise(exp.cast(_cannot_raise(exp.Floor(this=scaled)), data_type("BIGINT")))
     if _fixed_clamped(stat):
         bounds = (exp.Literal.number(abs(b)) if b >= 0 else exp.Neg(this=exp.Literal.number(-b)) for b in (low, high))
         low_lit, high_lit = bounds
@@ -393,7 +393,7 @@ def check_generated_size(p: QueryPlan, public: Mapping[str, Mapping[str, str]]) 
 
 
 def _quantities(stat: Statistic, grids: Mapping[str, GridColumn]) -> list[exp.Expression]:
-    arg = None if stat.arg is None else stat.arg.copy()
+    arg = None if stat.arg is None else copy_tree(stat.arg)
     if stat.kind == "count":
         if arg is None:
             return [_with_filter(exp.Count(this=exp.Star()), stat.filter)]
@@ -420,7 +420,7 @@ def _template(p: QueryPlan, source: str, public: Mapping[str, Mapping[str, str]]
     """The query's FROM/WHERE/GROUP BY over the bounded copy (and public tables read as their catalog
     types, see :func:`_typed`), total, with no select list yet."""
     table = p.analysis.private_table
-    tree = p.analysis.tree.copy()
+    tree = copy_tree(p.analysis.tree)
     for key in ("having", "order", "limit", "offset", "distinct"):
         tree.set(key, None)
     replaced = 0
@@ -482,12 +482,12 @@ def rewrite(
 def _grid(p: QueryPlan, template: exp.Select, stat: Statistic) -> exp.Select:
     if stat.arg is None:
         raise InternalError(f"grid statistic {stat.label!r} has no argument")
-    g = template.copy()
+    g = copy_tree(template)
     arg = exp.Paren(this=stat.arg.copy())
     # over the clamped argument: |arg − lo| ≤ the bounds' width (≤ 2·10¹⁵), a non-zero step: nothing can raise
     offset = _cannot_raise(exp.Sub(this=arg, expression=_lit(stat.grid_lo)))
     scaled = _cannot_raise(exp.Div(this=exp.Paren(this=offset), expression=_lit(stat.grid_step)))
-    bucket = _cannot_raise(exp.cast(_cannot_raise(exp.Round(this=scaled)), exp.DataType.build("BIGINT")))
+    bucket = _cannot_raise(exp.cast(_cannot_raise(exp.Round(this=scaled)), data_type("BIGINT")))
     cond: exp.Expression = exp.Not(this=exp.Is(this=arg.copy(), expression=exp.Null()))
     if stat.filter is not None:
         cond = exp.and_(cond, exp.Paren(this=stat.filter.copy()))

@@ -31,7 +31,7 @@ import re
 
 from sqlglot import exp
 
-from veil.engines.neutral import CANNOT_RAISE, WIDE_SUM, is_boolean
+from veil.engines.neutral import CANNOT_RAISE, WIDE_SUM, copy_tree, data_type, is_boolean
 
 __all__ = [
     "BUILT_TOTAL", "CANNOT_RAISE", "COMBINING_NODES", "TOTAL_NODES", "converts", "iso_week_value", "make_total",
@@ -126,14 +126,14 @@ def _cast_targets(node: exp.Expression) -> list[exp.DataType | None]:
         temporal = [t for t in known if t.is_type(*exp.DataType.TEMPORAL_TYPES)]
         if temporal:
             all_dates = len(temporal) == len(values) and all(t.is_type(exp.DataType.Type.DATE) for t in temporal)
-            out.append(exp.DataType.build("DATE" if all_dates else "TIMESTAMP"))
+            out.append(data_type("DATE" if all_dates else "TIMESTAMP"))
         elif any(_is_unknown(t) for t in types) and known:
             if any(t.is_type(*exp.DataType.TEXT_TYPES) for t in known):
-                out.append(exp.DataType.build("VARCHAR"))
+                out.append(data_type("VARCHAR"))
             elif all(t.is_type(exp.DataType.Type.BOOLEAN) for t in known):
-                out.append(exp.DataType.build("BOOLEAN"))
+                out.append(data_type("BOOLEAN"))
             else:
-                out.append(exp.DataType.build("DOUBLE"))
+                out.append(data_type("DOUBLE"))
         else:
             out.append(None)
     return out
@@ -160,14 +160,14 @@ def _total_node(node: exp.Expression) -> exp.Expression:
             out.meta[CANNOT_RAISE] = True
         if isinstance(to, exp.DataType) and to.this in (exp.DataType.Type.DECIMAL, exp.DataType.Type.BIGDECIMAL):
             # rounded and range-checked as the DECIMAL, then used as a DOUBLE (see number literals)
-            return exp.TryCast(this=out, to=exp.DataType.build("DOUBLE"))
+            return exp.TryCast(this=out, to=data_type("DOUBLE"))
         return out
     if isinstance(node, exp.Literal) and not node.is_string and not _is_int64(str(node.this)):
         # a DECIMAL literal makes the arithmetic around it fixed-point, which overflows (even in a
         # comparison, by the common-type cast) at magnitudes that depend on the data; an integer
         # beyond 64 bits is a 128-bit (or unsigned) integer whose common type with a BIGINT column
         # overflows when a row reaches it: use DOUBLE
-        return exp.Cast(this=node, to=exp.DataType.build("DOUBLE"))
+        return exp.Cast(this=node, to=data_type("DOUBLE"))
     if isinstance(node, _DIVISIONS):
         divisor = node.expression
         node.set("expression", exp.Nullif(this=divisor, expression=exp.Literal.number(0)))
@@ -206,7 +206,7 @@ def _guard_iso_week(node: exp.Expression) -> None:
     value = node.args.get(key) if key is not None else None
     if not isinstance(value, exp.Expression):
         return
-    lo, hi = (exp.cast(exp.Literal.string(d), exp.DataType.build("DATE")) for d in _ISO_WEEK_RANGE)
+    lo, hi = (exp.cast(exp.Literal.string(d), data_type("DATE")) for d in _ISO_WEEK_RANGE)
     inside = exp.Between(this=value.copy(), low=lo, high=hi)
     node.set(key, exp.Case(ifs=[exp.If(this=inside, true=value)]))
 
@@ -279,7 +279,7 @@ def _as_condition(value: exp.Expression) -> exp.Expression:
     whether the query fails would depend on one row's text; the TRY_CAST makes it NULL instead."""
     if is_boolean(value) or isinstance(value, exp.Null):
         return value
-    return exp.TryCast(this=value, to=exp.DataType.build("BOOLEAN"))
+    return exp.TryCast(this=value, to=data_type("BOOLEAN"))
 
 
 def _total_conditions(node: exp.Expression) -> None:
@@ -314,4 +314,4 @@ def make_total(tree: exp.Expression, *, copy: bool = True) -> exp.Expression:
             return node
         return _total_node(node)
 
-    return visit(tree.copy() if copy else tree)
+    return visit(copy_tree(tree) if copy else tree)

@@ -33,6 +33,7 @@ from sqlglot import exp
 from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.scope import Scope, build_scope, traverse_scope
 
+from veil.engines.neutral import data_type
 from veil.errors import InternalError, QueryTooComplex, TypeMismatch, Unsupported
 from veil.proxy.catalog import Catalog
 from veil.proxy.expansion import Expansion, measure
@@ -232,11 +233,11 @@ def _convert_literal(lit: exp.Literal, family: str, context: exp.Expression) -> 
     elif family == _TIME:
         try:
             dt.date.fromisoformat(text.strip())
-            return exp.cast(exp.Literal.string(text.strip()), exp.DataType.build("DATE"))
+            return exp.cast(exp.Literal.string(text.strip()), data_type("DATE"))
         except ValueError:
             try:
                 dt.datetime.fromisoformat(text.strip())
-                return exp.cast(exp.Literal.string(text.strip()), exp.DataType.build("TIMESTAMP"))
+                return exp.cast(exp.Literal.string(text.strip()), data_type("TIMESTAMP"))
             except ValueError:
                 pass
     raise TypeMismatch(

@@ -320,7 +320,11 @@ class Ledger:
         return bool(row) and Fraction(row[0]) >= 1
 
     def _add_spent(self, db: sqlite3.Connection, account: str, eps: Fraction, delta: Fraction) -> None:
-        old = self._spent(db, account)
+        self._store_spent(db, account, self._spent(db, account), eps, delta)
+
+    @staticmethod
+    def _store_spent(db: sqlite3.Connection, account: str, old: Cost, eps: Fraction, delta: Fraction) -> None:
+        """Store ``old`` (the account's :meth:`_spent`, read in this transaction) plus (``eps``, ``delta``)."""
         new_eps, new_delta = _rounded_up(old.epsilon + eps), _rounded_up(old.delta + delta)
         if new_eps < 0 or new_delta < 0:
             raise InternalError(f"ledger spend of {account!r} would become negative (ε {new_eps}, δ {new_delta})")
@@ -369,8 +373,10 @@ class Ledger:
         if len(set(keys)) != len(keys):
             raise InternalError(f"an account is charged twice in one reservation: {keys}")
         with self._transaction() as db:
+            spent_now: list[Cost] = []  # each account's spend as read here (the transaction holds the write lock)
             for acct in accounts:
                 spent = self._spent(db, acct.key)
+                spent_now.append(spent)
                 over_eps = acct.epsilon_total is not None and spent.epsilon + cost.epsilon > acct.epsilon_total
                 over_delta = acct.delta_total is not None and spent.delta + cost.delta > acct.delta_total
                 if over_eps or over_delta:
@@ -393,8 +399,8 @@ class Ledger:
                 "created_at) VALUES (?, ?, ?, ?, ?, 'reserved', ?, ?, ?)",
                 (rid, actor, str(cost.epsilon), str(cost.delta), json.dumps(keys), canonical_sql, cache_key, _now()),
             )
-            for key in keys:
-                self._add_spent(db, key, cost.epsilon, cost.delta)
+            for key, spent in zip(keys, spent_now, strict=True):
+                self._store_spent(db, key, spent, cost.epsilon, cost.delta)
         return Reservation(rid, actor, cost, keys, canonical_sql, cache_key)
 
     def cancel(self, reservation: Reservation) -> None:
@@ -406,10 +412,14 @@ class Ledger:
 
     @staticmethod
     def _finish(db: sqlite3.Connection, reservation: Reservation, status: str) -> None:
-        row = db.execute("SELECT status FROM reservations WHERE id = ?", (reservation.id,)).fetchone()
-        if row is None or row[0] != "reserved":
+        """Mark a ``reserved`` reservation ``status`` (one statement); anything else is an InternalError."""
+        done = db.execute(
+            "UPDATE reservations SET status = ?, finished_at = ? WHERE id = ? AND status = 'reserved'",
+            (status, _now(), reservation.id),
+        )
+        if done.rowcount != 1:
+            row = db.execute("SELECT status FROM reservations WHERE id = ?", (reservation.id,)).fetchone()
             raise InternalError(f"cannot mark reservation {reservation.id!r} {status}: it is {row and row[0]!r}")
-        db.execute("UPDATE reservations SET status = ?, finished_at = ? WHERE id = ?", (status, _now(), reservation.id))
 
     def release(
         self,
