@@ -121,25 +121,34 @@ def test_A2_a_login_held_by_a_backoff_others_earned_is_not_evicted_at_the_login_
         throttle.finish(ticket, Outcome.FAILED, now=at)
     start = 8 * 31.0 + 0.5
     held = throttle.delay("192.0.2.7", "alice", now=start)
-    assert held > LOGIN_GRACE_S + 1, f"precondition: alice's login waits {held:.1f} s"
+    assert held > 10.0 + 1, f"precondition: alice's login waits {held:.1f} s (past the grace this attack was found at)"
+    assert LOGIN_GRACE_S > limits.login_backoff_max  # the server passes max(LOGIN_GRACE_S, backoff max + 10 s)
 
-    pre = PreLogin(slow_logins=max(1, limits.max_connections // 4))
-    alice = pre.add("192.0.2.7", handle=None, now=start)
-    alice.started = True
-    alice.awaiting_client = lambda: start + 0.01  # in the backoff since her startup message
-    # the outsider keeps the other 99 slots with sockets younger than the grace (it reopens each within 2 s)
-    now = start + LOGIN_GRACE_S + 0.5
-    for _ in range(limits.max_connections - 1):
-        pre.add("10.0.0.9", handle=None, now=now - 1.0)
-    victim = pre.victim("10.0.0.9", now=now)
-    assert victim is not alice, (
-        f"alice's login, {now - start:.1f} s into a {held:.0f} s backoff the outsider raised, is evicted by its socket"
-    )
+    # past the old 10 s grace, and just before her turn comes
+    for now in (start + 10.5, start + held - 0.5):
+        pre = PreLogin(slow_logins=max(1, limits.max_connections // 4))
+        alice = pre.add("192.0.2.7", handle=None, now=start)
+        alice.started = True
+        alice.awaiting_client = lambda: start + 0.01  # in the backoff since her startup message
+        # the outsider keeps the other 99 slots with sockets younger than the grace (it reopens each within 2 s)
+        for _ in range(limits.max_connections - 1):
+            pre.add("10.0.0.9", handle=None, now=now - 1.0)
+        victim = pre.victim("10.0.0.9", now=now)
+        assert victim is not alice, (
+            f"alice's login, {now - start:.1f} s into a {held:.0f} s backoff the outsider raised, is evicted by its socket"
+        )
 
 
 # --- A3. The slow-login quota goes to the latest: one stalled startup sent after bob's pause takes it --------------
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="s33 A3 (accepted limit, docs/server.md 'slow logins'): before the password nothing tells a slow analyst "
+    "from a socket that sent a free startup message and stalls; ranked by progress, the outsider sends the free "
+    "SASLInitialResponse too. The quota keeps three quarters of the slots for logins that keep up, and a slow login "
+    "that loses its protection retries",
+)
 def test_A3_a_stalled_startup_sent_after_a_slow_login_does_not_take_its_protection() -> None:
     """MEDIUM (availability) at ``--max-connections`` < 8 (quota ``slow_logins`` = 1; at 100 the outsider needs 25
     networks) — interface: ``veil serve`` (``PreLogin`` with the server's quota, clock explicit).
@@ -202,20 +211,20 @@ def test_A4_case_mapping_in_catalog_statements_answers_as_postgresql(sql: str, p
 
 
 def test_B1_private_group_cap_is_consistent_downstream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``_at_most`` keeps MAX_RELEASED_VALUES // Σ weight groups of the plan that ran; HAVING, ORDER BY and LIMIT see
-    only those; the answer's groups are the noisy top (here exact: every group has 2 rows, so any 20 of them)."""
+    """``_at_most`` keeps MAX_RELEASED_VALUES // ``released_per_group`` groups of the plan that ran; HAVING, ORDER
+    BY and LIMIT see only those; the answer's groups are the noisy top (here exact: every group has 2 rows, so any 8 of them)."""
     _small_cap(monkeypatch, 40)
     s = _private_groups(tmp_path, 200)
     try:
         plain = s.execute("SELECT FLOOR(u / 2) AS g, COUNT(*) AS n, SUM(x) AS s FROM t GROUP BY 1", epsilon=Fraction(100))
-        assert len(plain.rows) == 40 // 2  # count (shared with partition selection) + sum
+        assert len(plain.rows) == 40 // (2 + 3)  # count (shared with partition selection) + sum, and 3 columns
         assert {r[1] for r in plain.rows} == {2}
         having = s.execute(
             "SELECT FLOOR(u / 2) AS g, COUNT(*) AS n, SUM(x) AS s FROM t GROUP BY 1 HAVING COUNT(*) >= 0 "
             "ORDER BY g DESC LIMIT 100",
             epsilon=Fraction(101),
         )
-        assert len(having.rows) == 20
+        assert len(having.rows) == 8
     finally:
         s.close()
 

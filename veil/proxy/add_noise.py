@@ -132,14 +132,14 @@ def _noised(
 
 def _at_most(plan: QueryPlan, counts: np.ndarray) -> np.ndarray:
     """The groups partition selection releases: a noisy count at the threshold or above, and of those at most
-    :data:`MAX_RELEASED_VALUES` / (the plan's weight per group), the highest noisy counts (post-processing of the
+    :data:`MAX_RELEASED_VALUES` / :attr:`QueryPlan.released_per_group`, the highest noisy counts (post-processing of the
     noisy counts alone; ties broken by a shuffle from the OS CSPRNG, not by the engine's order of the groups, which
     may follow the data). The others' counts are set below the threshold, so nothing downstream releases them
     (red team s31 A2: 10,000 private groups × 10 quantiles took 28.6 s; public keys are refused at the same bound
     before anything runs)."""
     assert plan.partition_threshold is not None
     released = np.flatnonzero(counts >= plan.partition_threshold)
-    most = max(1, MAX_RELEASED_VALUES // sum(s.released_weight for s in plan.statistics))
+    most = max(1, MAX_RELEASED_VALUES // plan.released_per_group)
     if len(released) <= most:
         return released
     shuffled = released.copy()

@@ -423,13 +423,14 @@ class Env:
                 raise Unsupported(
                     f"the declared group keys make more than {MAX_PUBLIC_GROUPS} groups", hint="Group by fewer columns"
                 )
-        per_group = sum(s.released_weight for s in p.statistics)
+        per_group = p.released_per_group
         if total * per_group > MAX_RELEASED_VALUES:
             grids = sum(s.released_weight - 1 for s in p.statistics)
-            counted = f" (a quantile, MEDIAN, MIN or MAX counts {grids} more for its grid)" if grids else ""
+            counted = f"; a quantile, MEDIAN, MIN or MAX counts {grids} more for its grid" if grids else ""
             raise Unsupported(
-                f"the query would release {total:,} groups × {len(p.statistics)} statistics{counted} = "
-                f"{total * per_group:,} values; Veil releases at most {MAX_RELEASED_VALUES:,} per query",
+                f"the query would release {total:,} groups × {per_group} values ({len(p.statistics)} statistics and "
+                f"{len(p.analysis.tree.expressions)} columns{counted}) = {total * per_group:,} values; Veil releases "
+                f"at most {MAX_RELEASED_VALUES:,} per query",
                 hint="Group by fewer public columns, or ask for fewer statistics (fewer quantiles) per query",
             )
         out: list[tuple[Any, ...]] = [()]

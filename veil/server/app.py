@@ -39,7 +39,7 @@ from pg_mimic.stream import ConnectionClosed
 from veil.errors import InvalidEncoding, PlaintextRefused, ProtocolViolation, TooManyConnections
 from veil.policy import Policy
 from veil.proxy import bounding
-from veil.server.admission import PreLogin, Waiting
+from veil.server.admission import LOGIN_GRACE_S, PreLogin, Waiting
 from veil.server.auth import VerifierScramAuth
 from veil.server.connection import BufferedStream, VeilConnection, fatal, negotiate
 from veil.server.limits import ConnectionSlots, LoginThrottle, ServerLimits
@@ -98,7 +98,10 @@ class VeilServer(PgServer):
         self.pools = WorkerPools(analyst_workers=self.limits.workers, catalog_workers=self.limits.catalog_workers)
         self.share = share
         # this process's connections not logged in (fair share of slots)
-        self.prelogin = PreLogin(slow_logins=max(1, self.limits.max_connections // 4))
+        self.prelogin = PreLogin(
+            slow_logins=max(1, self.limits.max_connections // 4),
+            login_grace=max(LOGIN_GRACE_S, self.limits.login_backoff_max + 10.0),
+        )
         self.slots: ConnectionSlots | SharedConnectionSlots
         self.throttle: LoginThrottle | SharedLoginThrottle
         base, maximum = self.limits.login_backoff_base, self.limits.login_backoff_max

@@ -427,11 +427,29 @@ def regexp_like(text: Any, pattern: Any, *_: Any) -> bool | None:
     return _re2_search(text, pattern)
 
 
+def _one_to_one(text: str, mapping: Callable[[str], str]) -> str:
+    """``mapping`` (``str.lower``/``str.upper``) one character to one, as PostgreSQL's libc provider maps them
+    (towlower/towupper): Python's full case mapping turns ``'İ'`` into two code points and ``'ß'`` into ``'SS'``
+    (red team s33 A4); such characters are left as they are."""
+    _built(len(text))
+    if text.isascii():
+        return mapping(text)
+    return "".join(m if len(m := mapping(c)) == 1 else c for c in text)
+
+
+def _lower(text: Any) -> str:
+    return _one_to_one(str(text), str.lower)
+
+
+def _upper(text: Any) -> str:
+    return _one_to_one(str(text), str.upper)
+
+
 def _like_env(flags: int) -> Callable[..., Any]:
     @_nullable
     def evaluate(text: Any, pattern: Any) -> bool:
         if flags & re.IGNORECASE:  # PostgreSQL's ILIKE: both sides through lower(), not a regex's case folding
-            return like(str(text).lower(), str(pattern).lower())
+            return like(_lower(text), _lower(pattern))
         return like(text, pattern, flags)
 
     return evaluate
@@ -531,6 +549,8 @@ def _round(*args: Any) -> Any:
 
 
 _BOUNDED: dict[str, Callable[..., Any]] = {
+    "LOWER": _nullable(_lower),
+    "UPPER": _nullable(_upper),
     "ADD": _binary("+", lambda a, b: a + b),
     "SUB": _binary("-", lambda a, b: a - b),
     "MUL": _binary("*", lambda a, b: a * b),
