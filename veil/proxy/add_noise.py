@@ -130,15 +130,14 @@ def _noised(
     return out
 
 
-def _at_most(plan: QueryPlan, counts: np.ndarray) -> np.ndarray:
+def _at_most(plan: QueryPlan, threshold: int, counts: np.ndarray) -> np.ndarray:
     """The groups partition selection releases: a noisy count at the threshold or above, and of those at most
     :data:`MAX_RELEASED_VALUES` / :attr:`QueryPlan.released_per_group`, the highest noisy counts (post-processing of the
     noisy counts alone; ties broken by a shuffle from the OS CSPRNG, not by the engine's order of the groups, which
     may follow the data). The others' counts are set below the threshold, so nothing downstream releases them
     (red team s31 A2: 10,000 private groups × 10 quantiles took 28.6 s; public keys are refused at the same bound
     before anything runs)."""
-    assert plan.partition_threshold is not None
-    released = np.flatnonzero(counts >= plan.partition_threshold)
+    released = np.flatnonzero(counts >= threshold)
     most = max(1, MAX_RELEASED_VALUES // plan.released_per_group)
     if len(released) <= most:
         return released
@@ -147,7 +146,7 @@ def _at_most(plan: QueryPlan, counts: np.ndarray) -> np.ndarray:
     order = np.argsort(-counts[shuffled].astype(np.float64), kind="stable")
     kept = np.sort(shuffled[order[:most]])
     dropped = np.setdiff1d(released, kept)
-    counts[dropped] = plan.partition_threshold - 1
+    counts[dropped] = threshold - 1
     return kept
 
 
@@ -172,7 +171,7 @@ def noisy_statistics(
     if plan.partition_stat is not None and plan.partition_threshold is not None:
         # partition selection first: every other statistic is drawn only for the groups it releases
         out.update(_noised(by_id, [plan.partition_stat], raw, noise, None))
-        released = _at_most(plan, out[plan.partition_stat])
+        released = _at_most(plan, plan.partition_threshold, out[plan.partition_stat])
     rest = [s.id for s in plan.statistics if s.kind != "grid" and s.id not in out]
     out.update(_noised(by_id, rest, raw, noise, released))
     for stat in plan.statistics:

@@ -36,6 +36,7 @@ from sqlglot.executor import env as sqlglot_env
 
 from veil.errors import (
     DivisionByZero,
+    InternalError,
     InvalidEscapeSequence,
     InvalidRegularExpression,
     NumericOutOfRange,
@@ -300,7 +301,8 @@ def _like_segments(pattern: str, flags: int, longest: int) -> _Segments | None:
 @functools.lru_cache(maxsize=256)
 def _cached_like_segments(pattern: str, flags: int) -> _Segments:
     segments = _compile_like(pattern, flags, len(pattern))
-    assert segments is not None  # a pattern matches nothing longer than itself
+    if segments is None:
+        raise InternalError(f"a LIKE pattern's shortest match is longer than the pattern {pattern!r}")
     return segments
 
 
