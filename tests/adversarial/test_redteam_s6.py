@@ -256,7 +256,9 @@ def test_a6_select_list_alias_chains_do_not_blow_up(pair: Pair) -> None:
     cols = ["s AS a0"] + [f"a{i - 1} || a{i - 1} || a{i - 1} || a{i - 1} AS a{i}" for i in range(1, 8)]
     sql = f"WITH w AS (SELECT u, {', '.join(cols)} FROM t) SELECT COUNT(*) FROM w WHERE LENGTH(a7) > 0"
     took = _timed(pair, sql)
-    assert max(took) < 3.0, f"a {len(sql)}-byte query took D: {took[0]:.2f} s, D′: {took[1]:.2f} s"
+    # 8 levels expand to 4⁷ references: 2–4 s on the 2-core CI host of 2026-11-27 (older code too); one level more
+    # of blow-up is ×4, so 6 s still fails on it
+    assert max(took) < 6.0, f"a {len(sql)}-byte query took D: {took[0]:.2f} s, D′: {took[1]:.2f} s"
 
 
 # --- A7. CONCAT_WS inserts its separator between every pair of arguments ---------------------------------
