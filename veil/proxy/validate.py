@@ -86,14 +86,15 @@ def is_aggregate(node: exp.Expression) -> bool:
 
 
 def _reads_private(scope: Scope, catalog: Catalog) -> bool:
-    for _alias, (_node, source) in scope.selected_sources.items():
-        if isinstance(source, exp.Table):
-            t = catalog.tables.get(source.name)
-            if t is not None and not t.public:
-                return True
-        elif isinstance(source, Scope) and _reads_private(source, catalog):
-            return True
-    return False
+    return any(_source_reads_private(source, catalog) for _node, source in scope.selected_sources.values())
+
+
+def _source_reads_private(source: exp.Table | Scope, catalog: Catalog) -> bool:
+    """A table of the policy that is not public, or a CTE/derived table reading one."""
+    if isinstance(source, exp.Table):
+        t = catalog.tables.get(source.name)
+        return t is not None and not t.public
+    return isinstance(source, Scope) and _reads_private(source, catalog)
 
 
 def _own_joins(sel: exp.Select) -> list[exp.Join]:
@@ -116,16 +117,11 @@ def _side_reads_private(side: exp.Expression, scope: Scope, catalog: Catalog) ->
     """Whether any source of ``scope`` lying inside ``side`` (the right side of a join, however bracketed or
     named: ``t``, ``(t)``, ``((t)) AS z``, ``(t JOIN pub …)``, an unnamed derived table; red team s29 A1) reads a
     private table. Found by where each source's node is in the tree, not by the join's name for it."""
-    for _alias, (node, source) in scope.selected_sources.items():
-        if not (node is side or any(parent is side for parent in _ancestors(node))):
-            continue
-        if isinstance(source, exp.Table):
-            t = catalog.tables.get(source.name)
-            if t is None or not t.public:
-                return True
-        elif isinstance(source, Scope) and _reads_private(source, catalog):
-            return True
-    return False
+    return any(
+        _source_reads_private(source, catalog)
+        for node, source in scope.selected_sources.values()
+        if node is side or any(parent is side for parent in _ancestors(node))
+    )
 
 
 def _ancestors(node: exp.Expression) -> Iterator[exp.Expression]:
