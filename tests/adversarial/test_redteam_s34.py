@@ -258,7 +258,7 @@ def test_B1_left_join_onto_private_data_is_refused_over_the_cli(worlds: Worlds) 
 def test_B1_left_join_onto_private_data_is_refused_over_the_wire(tmp_path: Path) -> None:
     """A PostgreSQL client on ``veil serve`` (its own warehouse: the server holds the file): refused typed (0A000),
     simple and extended protocol (a bound parameter goes through ``routing.bind_parameters`` before the same query
-    path), nothing charged."""
+    path), a held cursor and EXPLAIN; nothing charged."""
     import psycopg
 
     from tests.support.attack import Server, set_password, wire_connect
@@ -278,10 +278,12 @@ def test_B1_left_join_onto_private_data_is_refused_over_the_wire(tmp_path: Path)
         try:
             with conn.cursor() as cur:
                 cur.execute(b"SET veil.epsilon = 5")
-            for sql in LEFT_JOIN_VARIANTS[:3]:
+            # every wire route to the query path: a plain statement, a held cursor, EXPLAIN (free anyway)
+            routes = [*LEFT_JOIN_VARIANTS[:3], f"DECLARE c CURSOR WITH HOLD FOR {LEFT_JOIN_VARIANTS[0]}"]
+            for sql in [*routes, f"EXPLAIN {LEFT_JOIN_VARIANTS[1]}"]:
                 with conn.cursor() as cur, pytest.raises(psycopg.Error) as err:
                     cur.execute(sql.encode())
-                assert err.value.sqlstate == "0A000", err.value
+                assert err.value.sqlstate == "0A000", (sql, err.value)
             bound = (
                 "SELECT SUM(CASE WHEN t.u IS NULL THEN 1 ELSE -1 END) AS v FROM (SELECT pk FROM pub WHERE pk = %s) p "
                 "LEFT JOIN (t) ON p.pk = t.x AND t.u = %s"
