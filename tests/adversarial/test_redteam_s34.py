@@ -17,16 +17,22 @@ Findings (details in each test's docstring):
   their catalog names: ``SELECT COUNT(*) FROM t AS z(x, u) WHERE z.x = 7`` counted rows with ``t.x = 7`` where
   PostgreSQL (and DuckDB) read ``z.x`` as ``t.u`` (the list renames columns in order). The checks, the plan and the
   engine all read it the same (wrong) way, so sensitivities held; answers were silently not those asked for. Same
-  for a public table (``JOIN pub AS z(pn, pk)``), a public-only query, and a CTE reference (``FROM c AS z(u, x)``).
+  for a public table (``JOIN p2 AS z(b, a)``), a public-only query, and a CTE reference (``FROM c AS z(u, x)``).
   Fixed: refused, free (0A000). A derived table's or a CTE definition's list is honoured and stays allowed.
-* Held (Part B, and by hand; ~1,000 generated queries over five neighbours, no finding): LEFT JOIN onto private data
-  through nested ``WITH`` inside derived tables and CTEs, CTE shadowing at every level, ``USING``, a public CTE named
+* Held (Part B, and by hand; ~1,300 generated queries — joins, keys, aggregates, filters — over five row-level and
+  four user-level neighbours, no finding): LEFT JOIN onto private data through nested ``WITH`` inside derived tables and CTEs, CTE shadowing at every level, ``USING``, a public CTE named
   like the private table — refused at every interface (wire, simple and extended protocol; CLI); pins on a public
   table whose keys repeat (ints, ``0.0``/``-0.0``/NaN floats, text with ``'1'``/``'01'``/``' 1'``, NULL keys), through
   ``DISTINCT``/``GROUP BY``/self-joined/LEFT-joined derived tables and CTE column lists that swap names; ``COUNT(DISTINCT
   unit)`` through derived/CTE column lists that rename another column to the unit's name (planned at c, not 1); dates
   ``±infinity``, year 294247, BC and year 5881580 through every EXTRACT field and DATE_TRUNC unit tried, casts to
   TIMESTAMP and interval arithmetic; aggregates over public columns of a private query (unbounded: refused).
+* Noted, not a leak: ``d - DATE '2000-01-01'`` (an integer of days in DuckDB) is typed as a date by sqlglot, so
+  comparing it with a number is refused (42804, free): an over-refusal.
+
+Harness note: ``raw_statistics`` reads ``state.noisy``, where a non-partition statistic of a group partition selection
+did not release is 0; with noise off a private-key group whose count sits between D's and D′'s threshold crossing
+(τ = c + ⌈b·ln(c/δ)⌉, δ = 1e-7) then looks like a move of the whole statistic. Compare released groups only there.
 """
 
 from __future__ import annotations
