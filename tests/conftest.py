@@ -86,13 +86,42 @@ _CALLED = re.compile(r"\b([A-Za-z_]\w*)\(")
 _clock_functions: dict[object, bool] = {}
 
 
+_function_spans: dict[str, dict[int, int]] = {}
+
+
+def _function_source(fn: object) -> str | None:
+    """``inspect.getsource`` of a function, from one parse of its file (getsource tokenises the file again for
+    every function: seconds per collection over the suite's thousands of tests)."""
+    import ast
+    import linecache
+
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return inspect.getsource(fn)  # type: ignore[arg-type]
+    filename = code.co_filename
+    spans = _function_spans.get(filename)
+    if spans is None:
+        spans = {}
+        lines = linecache.getlines(filename)
+        if lines:
+            for node in ast.walk(ast.parse("".join(lines))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno is not None:
+                    first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+                    spans[first] = node.end_lineno
+        _function_spans[filename] = spans
+    end = spans.get(code.co_firstlineno)
+    if end is None:
+        return inspect.getsource(fn)  # type: ignore[arg-type]
+    return "".join(linecache.getlines(filename)[code.co_firstlineno - 1 : end])
+
+
 def _source(obj: object) -> str | None:
     """The source of ``obj``; for a function generated without one (a hypothesis ``@st.composite`` strategy is a
     chain of wrappers made by ``exec``), the source of the function of the same name that the wrappers close over.
     None where neither can be read."""
     try:
-        return inspect.getsource(inspect.unwrap(obj))  # type: ignore[arg-type]
-    except (OSError, TypeError):
+        return _function_source(inspect.unwrap(obj))  # type: ignore[arg-type]
+    except (OSError, TypeError, SyntaxError):
         pass
     name = getattr(obj, "__name__", None)
     seen: set[int] = set()
@@ -111,8 +140,8 @@ def _source(obj: object) -> str | None:
                 continue
             if inner.__name__ == name:
                 try:
-                    return inspect.getsource(inner)
-                except (OSError, TypeError):
+                    return _function_source(inner)
+                except (OSError, TypeError, SyntaxError):
                     pass
             todo.append(inner)
     return None
