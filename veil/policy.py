@@ -10,7 +10,9 @@ digits and ``_`` becomes one ``_`` (Adult's ``hours-per-week`` → ``hours_per_w
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 import re
 import sys
 import tomllib
@@ -31,6 +33,7 @@ __all__ = [
     "EngineSpec",
     "Policy",
     "TableSpec",
+    "file_stamp",
     "load_policy",
     "normalise_name",
     "parse_policy",
@@ -170,6 +173,11 @@ class Policy:
     tables: Mapping[str, TableSpec] = field(default_factory=lambda: MappingProxyType({}))
     analysts: Mapping[str, AnalystSpec] = field(default_factory=lambda: MappingProxyType({}))
     engine: EngineSpec = field(default_factory=EngineSpec)
+    #: (mtime_ns, size, inode) of the file as :func:`load_policy` found it *before* reading it (None: not read from a
+    #: file). A watch of the file compares against this, never against a stat taken later: a session or server built
+    #: from a policy read before the curator's edit would otherwise take the edited file as the one it holds, and keep
+    #: the old budgets and analysts until the next edit (red team s36 A1).
+    file_stamp: tuple[int, int, int] | None = field(default=None, compare=False)
 
     @property
     def base_dir(self) -> Path:
@@ -475,6 +483,7 @@ def load_policy(path: str | Path) -> Policy:
     """
     p = Path(path).expanduser().resolve()
     try:
+        stamp = file_stamp(p)  # before reading: a write after this moment changes the stamp a watch compares
         raw = p.read_bytes()
     except FileNotFoundError:
         raise PolicyError(f"policy file {str(p)!r} does not exist", hint="Pass --policy with the path to policy.toml") from None
@@ -485,4 +494,10 @@ def load_policy(path: str | Path) -> Policy:
     except ValueError as exc:  # e.g. an integer of more than 4,300 digits (red team s22, A3)
         hint = "Use numbers below 1e308"
         raise PolicyError(f"policy file {str(p)!r} holds a value Veil cannot read: {exc}", hint=hint) from None
-    return parse_policy(data, p)
+    return dataclasses.replace(parse_policy(data, p), file_stamp=stamp)
+
+
+def file_stamp(path: Path) -> tuple[int, int, int]:
+    """What a policy watch compares to see that the file changed: (mtime_ns, size, inode)."""
+    st = os.stat(path)
+    return (st.st_mtime_ns, st.st_size, st.st_ino)

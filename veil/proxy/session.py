@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from veil.engines.duckdb import DuckDBEngine
 from veil.engines.neutral import duckdb_text
 from veil.errors import InternalError, PolicyError, QueryRejected, UnknownTable, Unsupported
 from veil.mechanisms.budget import as_epsilon, format_epsilon
-from veil.policy import Policy, load_policy
+from veil.policy import Policy, file_stamp, load_policy
 from veil.proxy import bounding, fixed_point, pipeline
 from veil.proxy.add_noise import PRODUCTION, NoiseSource
 from veil.proxy.answer import Answer, BudgetStatus, Explanation, OutputColumn, explanation
@@ -164,18 +163,21 @@ class _PostRows:
 
 
 class _PolicyWatch:
-    """The policy, re-read when its file changes (mtime, size or inode)."""
+    """The policy, re-read when its file changes (mtime, size or inode).
+
+    The file is compared with the stamp it had when ``policy`` was read (``Policy.file_stamp``), not when the
+    session was made: a server reads the policy, then builds the session on a worker thread, and an edit in between
+    (a lowered budget, a removed analyst) was taken as already read and never applied (red team s36 A1)."""
 
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
-        self._stamp = self._stat()
+        self._stamp = policy.file_stamp if policy.file_stamp is not None else self._stat()
 
     def _stat(self) -> tuple[int, int, int] | None:
         try:
-            st = os.stat(self.policy.path)
+            return file_stamp(self.policy.path)
         except OSError:
             return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
 
     def current(self) -> tuple[Policy, bool]:
         """The policy as of now, and whether it changed since the last call."""
@@ -183,7 +185,7 @@ class _PolicyWatch:
         if stamp is None or stamp == self._stamp:
             return self.policy, False
         self.policy = load_policy(self.policy.path)
-        self._stamp = stamp
+        self._stamp = self.policy.file_stamp or stamp
         return self.policy, True
 
 

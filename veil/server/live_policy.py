@@ -7,10 +7,9 @@ is at that moment, never against the copy the server started with.
 
 from __future__ import annotations
 
-import os
 import threading
 
-from veil.policy import Policy, load_policy
+from veil.policy import Policy, file_stamp, load_policy
 
 __all__ = ["LivePolicy"]
 
@@ -21,19 +20,20 @@ class LivePolicy:
     def __init__(self, policy: Policy) -> None:
         self._policy = policy
         self._lock = threading.Lock()
-        self._stamp = self._stat()
+        # the stamp the file had when ``policy`` was read: ``veil serve`` builds the bounded copies between reading
+        # the policy and starting the server, and an edit made meanwhile was never applied (red team s36 A1)
+        self._stamp = policy.file_stamp if policy.file_stamp is not None else self._stat()
 
     def _stat(self) -> tuple[int, int, int] | None:
         try:
-            st = os.stat(self._policy.path)
+            return file_stamp(self._policy.path)
         except (OSError, TypeError):
             return None
-        return (st.st_mtime_ns, st.st_size, st.st_ino)
 
     def current(self) -> Policy:
         with self._lock:
             stamp = self._stat()
             if stamp is not None and stamp != self._stamp:
                 self._policy = load_policy(self._policy.path)
-                self._stamp = stamp
+                self._stamp = self._policy.file_stamp or stamp
             return self._policy
