@@ -16,6 +16,9 @@ Findings (details in each test's docstring):
   where it waits while that analyst's threads are busy (the analyst decides how long): an edit made meanwhile is
   ignored for the whole connection. Fixed: ``load_policy`` records the file's stamp *before* reading it
   (``Policy.file_stamp``) and both watches compare against that.
+* A2 (LOW, wrong answers; no privacy loss) the answer cache's key named a public table the query joins by its name
+  only: after the curator rewrote that table, the same query got its old answer back, free (old groups, old joins,
+  noise for the old multiplicity), in every session. Fixed: the key holds each public table's written version.
 * Held (Part B, and by hand over psycopg against a real ``veil serve``): a prepared statement re-executed with new
   parameters is charged once per distinct value (repeats from the cache); Describe and Parse charge nothing;
   ``ROLLBACK`` refunds nothing; ``COPY (SELECT …) TO STDOUT`` is refused free (42501); each statement of a
@@ -202,6 +205,51 @@ def test_A1_a_connection_applies_an_edit_made_while_its_session_was_queued(templ
     with ServerThread(VeilServer(load_policy(path), query_session_factory=factory), port=0) as st:
         assert _psycopg_error(st.port, "a", "SELECT COUNT(*) AS n FROM t") == "VB001", "the lowered budget did not apply"
     assert edited
+
+
+#: Private queries whose answer depends on a public table's rows: its join keys, its multiplicities, its key domain.
+PUBLIC_READS = [
+    "SELECT pub.pn, COUNT(*) AS n FROM t JOIN pub ON pub.pk = t.x GROUP BY pub.pn",
+    "SELECT COUNT(*) AS n FROM t JOIN pub ON pub.pk = t.x",
+    "SELECT COUNT(*) AS n FROM t JOIN (SELECT DISTINCT pk FROM pub WHERE pn <> 'r') AS d ON d.pk = t.x",
+]
+
+
+@pytest.mark.parametrize("sql", PUBLIC_READS)
+def test_A2_the_answer_cache_is_not_reused_after_a_public_table_it_read_was_rewritten(
+    template: Path, tmp_path: Path, sql: str
+) -> None:
+    """LOW (wrong answers; no privacy loss; every interface — the cache is in the ledger).
+
+    Attack: ask a private query that joins a public table, let the curator rewrite that table (``veil ingest`` /
+    ``write_table``: new keys, a key repeated five times), ask again. The answer cache's key held the canonical SQL,
+    the ε and the generated statements — which name the private table's bounded copy (its data version and policy
+    spec) but name a public table only by its name — so the old answer came back at no cost: the old groups (a new
+    key's group missing), counts joined on the old rows, noise scaled for the old multiplicity (sensitivity 1 where
+    the plan now says 5), in this session and in every new one. Asking again cannot reveal more than the logged
+    answer did, so nothing leaks; but docs/ledger.md promises an answer is reused only for the same data. Root
+    cause: ``veil/proxy/pipeline.py`` ``_prepare`` (the cache key). Fixed: the key also holds the written version
+    of every public table the query reads (the ledger's catalog generation where a table has none)."""
+    import pandas as pd
+
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    path = _world(template, tmp_path)
+    policy = load_policy(path)
+    with exact_session(policy, "a") as s:
+        first = s.execute(sql, epsilon=1)
+        assert first.epsilon_charged == 1
+        rewritten = pd.DataFrame(
+            {"pk": pd.array([1, 2, 2, 2, 2, 2, 3, 4], dtype="Int64"), "pn": ["p", "q", "q", "q", "q", "q", "r", "z"]}
+        )
+        write_table(policy, "pub", rewritten, replace=True, public=True)
+        again = s.execute(sql, epsilon=1)
+        assert again.epsilon_charged == 1, f"answered from the cache after pub was rewritten: {again.rows}"
+        with exact_session(load_policy(path), "a") as fresh:
+            assert fresh.execute(sql, epsilon=1).rows == again.rows
+        assert s.execute(sql, epsilon=1).epsilon_charged == 0, "the same query on the same data is cached"
 
 
 # ==================================================================================================

@@ -277,7 +277,10 @@ def _prepare(s: QueryState, env: Env) -> QueryState:
     canonical = canonical_sql(s.plan.analysis)
     # the statements name the bounded copy, whose name holds the table's data version and policy spec: an
     # answer is reused only for the same data under the same policy (a reload asks the engine again)
-    key = cache_key("\x00".join((canonical + env.cache_salt(), *statements)), s.plan.epsilon)
+    # public tables are named by name only: their data versions join the key (red team s36 A2: a rewritten public
+    # table's join got the old answer back, free)
+    salt = env.cache_salt() + env.public_versions(s.plan.analysis)
+    key = cache_key("\x00".join((canonical + salt, *statements)), s.plan.epsilon)
     return replace(s, domain=domain, key_types=key_types, bind_on_run=bind_on_run, canonical=canonical, key=key)
 
 

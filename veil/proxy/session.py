@@ -47,6 +47,7 @@ from veil.proxy.parse import DEFAULT_LIMITS, Limits
 from veil.proxy.plan import MAX_PUBLIC_GROUPS, MAX_RELEASED_VALUES, GroupKey, QueryPlan
 from veil.proxy.postprocess import FRAME, PostProcess, aggregate_types, finalize_aggregates
 from veil.proxy.rewrite import EngineQueries, rewrite
+from veil.proxy.validate import Analysis
 from veil.store.ledger import Ledger, Reservation
 from veil.store.records import ReleasedStatistic
 from veil.store.releases import published_tables
@@ -398,6 +399,19 @@ class Env:
         if self.noise.rng is not None:
             return f"\x00seeded{id(self.noise)}"
         return ""
+
+    def public_versions(self, analysis: Analysis) -> str:
+        """The data versions of the public tables a private query reads, for its answer cache key: each table's
+        written version (read off the catalog, no row read), or the ledger's catalog generation (moved by every
+        curator write, publication and retraction) where a table has none or the engine keeps none."""
+        names = sorted(set(analysis.tables) - {analysis.private_table})
+        if not names:
+            return ""
+        engine = self.measure_engine
+        versions = [engine.written_version(n) if isinstance(engine, DuckDBEngine) else None for n in names]
+        if all(v is not None for v in versions):
+            return "\x00" + "\x00".join(f"{n}@{v}" for n, v in zip(names, versions, strict=True))
+        return f"\x00catalog@{self.ledger.catalog_generation()}"
 
     # -- prepare ----------------------------------------------------------------------------
     def public_domain(self, p: QueryPlan) -> list[tuple[Any, ...]]:
