@@ -19,6 +19,8 @@ Findings (details in each test's docstring):
 * A2 (LOW, wrong answers; no privacy loss) the answer cache's key named a public table the query joins by its name
   only: after the curator rewrote that table, the same query got its old answer back, free (old groups, old joins,
   noise for the old multiplicity), in every session. Fixed: the key holds each public table's written version.
+* A3 (LOW, budget surprise; wire) ``SHOW veil.epsilon`` named the policy default the session read at its last
+  query, not the one its next query is charged after the curator changed ``epsilon_per_query``. Fixed.
 * Held (Part B, and by hand over psycopg against a real ``veil serve``): a prepared statement re-executed with new
   parameters is charged once per distinct value (repeats from the cache); Describe and Parse charge nothing;
   ``ROLLBACK`` refunds nothing; ``COPY (SELECT …) TO STDOUT`` is refused free (42501); each statement of a
@@ -250,6 +252,33 @@ def test_A2_the_answer_cache_is_not_reused_after_a_public_table_it_read_was_rewr
         with exact_session(load_policy(path), "a") as fresh:
             assert fresh.execute(sql, epsilon=1).rows == again.rows
         assert s.execute(sql, epsilon=1).epsilon_charged == 0, "the same query on the same data is cached"
+
+
+def test_A3_show_epsilon_names_the_default_the_next_query_is_charged_after_a_policy_edit(template: Path, tmp_path: Path) -> None:
+    """LOW (a budget surprise; no privacy loss; wire).
+
+    Attack (on the analyst): the curator raises ``epsilon_per_query`` from 0.01 to 0.5 while a connection is open.
+    ``SHOW veil.epsilon`` answered from the policy the session read at its last query (0.01), while the next query
+    re-read the file and was charged 0.5: fifty times what the server had just said. Root cause:
+    ``veil/server/session.py`` ``_show`` (``query_session.policy``, never refreshed). Fixed: SHOW re-reads the policy
+    as a query does (``QuerySession.default_epsilon``)."""
+    from tests.support.attack import wire_connect
+    from veil.policy import load_policy
+    from veil.server.app import ServerThread, VeilServer
+
+    path = _world(template, tmp_path)
+    with ServerThread(VeilServer(load_policy(path)), port=0) as st:
+        conn = wire_connect(st.port, "a")
+        try:
+            conn.execute(b"SELECT COUNT(*) AS n FROM t").fetchall()
+            assert conn.execute(b"SHOW veil.epsilon").fetchone()[0] == "0.01"
+            _edit(path, lambda t: t.replace("epsilon_per_query = 0.01\n", "epsilon_per_query = 0.5\n"))
+            shown = Fraction(conn.execute(b"SHOW veil.epsilon").fetchone()[0])
+            before = _spent(path, "a")
+            conn.execute(b"SELECT SUM(x) AS n FROM t").fetchall()
+            assert (shown, _spent(path, "a") - before) == (Fraction(1, 2), Fraction(1, 2))
+        finally:
+            conn.close()
 
 
 # ==================================================================================================

@@ -782,6 +782,10 @@ class QuerySession:
         self._env.refresh_policy()
         return self._env.budget()
 
+    def default_epsilon(self) -> Fraction:
+        """The ε a query that names none is charged now (the policy re-read when its file changed, as a query does)."""
+        return self._env.refresh_policy().defaults.epsilon_per_query
+
     def explain(self, sql: str, *, epsilon: Fraction | float | None = None) -> Explanation:
         """Mechanisms, sensitivities, noise scales, CI half-widths and the exact (ε, δ) cost; spends nothing."""
         state = pipeline.run(self._state(sql, epsilon), self._env, until="plan")

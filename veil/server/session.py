@@ -402,10 +402,13 @@ class VeilSession(BaseSession):
 
     async def _show(self, r: Route) -> Result:
         name = self.settings.show_name(r.sql)
-        budget = await self._in_worker(self.query_session.budget) if name == "veil.budget" else None
+        qs = self.query_session
+        budget = await self._in_worker(qs.budget) if name == "veil.budget" else None
+        # the default as the next query reads it (red team s36 A3: the policy of the last query was shown)
+        default = await self._in_worker(qs.default_epsilon) if name == "veil.epsilon" else qs.policy.defaults.epsilon_per_query
         return self.settings.show(
             name,
-            default_epsilon=self.query_session.policy.defaults.epsilon_per_query,
+            default_epsilon=default,
             server_version=self.server.parameter_status.get("server_version", ""),
             budget=budget,
         )
