@@ -25,7 +25,9 @@ Findings (details in each test's docstring):
   parameters is charged once per distinct value (repeats from the cache); Describe and Parse charge nothing;
   ``ROLLBACK`` refunds nothing; ``COPY (SELECT …) TO STDOUT`` is refused free (42501); each statement of a
   simple-query batch is charged once; a pipeline whose second statement fails charges the first only (the third is
-  skipped, free); a named (DECLARE) cursor fetched row by row is charged once; ``SET "veil.epsilon"`` and
+  skipped, free); a named (DECLARE) cursor fetched row by row is charged once; asyncpg's ``prepare`` (Parse +
+  Describe) is free, its ``fetch`` charged once per distinct value, and its transaction cursor (Execute with a row
+  limit, the portal suspended between fetches) charged once; ``SET "veil.epsilon"`` and
   ``set_config('veil.epsilon', …)`` change nothing and ``SHOW veil.epsilon`` always names the ε charged; a DuckDB
   interrupt with no statement running does not carry over to the next statement (a cancel of an idle session cannot
   cut the next charged query); the answer cache's key holds the generated statements, so two queries share an entry
