@@ -1,0 +1,173 @@
+"""Red team, session 35: the publication gate and published tables (threat class 5).
+
+Publications run through the real publish transaction (``veil.generators.transaction.publish``, what ``veil
+publish`` calls) on the small generated warehouse of :mod:`tests.publish_support`; what an analyst reads is the
+public mirror (``SELECT … FROM <published>`` at ε = 0). Neighbouring worlds differ in one person (person 7).
+Helpers come from :mod:`tests.adversarial.test_redteam_s16`. Findings (details in each test's docstring):
+
+* A1 (HIGH) a publication read the source with the dtypes the *warehouse* gave its columns, and ``veil ingest``
+  types a CSV column from every value in it: one person's non-numeric text in an ``int`` or ``bool`` column (say
+  ``'x'``) made the whole column VARCHAR. kRR then read every row's value as outside the domain (NA): at ε = 2.5 on
+  a two-value column, 339 of 398 published rows were NULL instead of ~30 — every person's randomised value moved,
+  a one-person bit at a privacy loss of 400·ε for a release charged ε; the DP grid was refused, free, naming the
+  dtype ("column 'gain' is not numeric"), and k-anonymity generalised the numeric QI as a flat category (its
+  labels change from ranges to ``*``). Fixed: the source is read as the policy types it
+  (``veil.generators.declared_types.as_source``): a value of a numeric or boolean column that does not convert is
+  missing, for that person alone, as the query path's typed reads treat it.
+* A2 (HIGH impact, needs a curator write racing a publication) ``write_table``/``veil ingest --replace`` checked
+  "is this name published?" before opening the warehouse, and the publication's last step copies the
+  *warehouse's* table into the public mirror: a raw write landing between the commit (rename) and that copy was
+  published to every analyst, raw rows and identifying columns included; one landing after the publication
+  stayed in the warehouse under the published name (private queries join it, and the next mirror copy reads it).
+  Fixed: the check is repeated inside the writer, refusing a name that is published *or* held by a pending
+  publication's journal row.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.adversarial.test_redteam_s16 import _publish, _published, _warehouse
+from tests.publish_support import POLICY, people
+
+# ==================================================================================================
+# A1. The source's column types come from the warehouse, which one person's value decides
+# ==================================================================================================
+
+_TYPED_POLICY = POLICY.replace(
+    "[analysts.bob]", 'code = {{ type = "int", values = [1, 2] }}\nflag = {{ type = "bool" }}\n[analysts.bob]'
+)
+
+
+def _typed_world(base: Path, odd: Any) -> Any:
+    """400 people with a two-valued ``code`` and a boolean ``flag``; person 7's ``code``, ``flag``, ``age`` and
+    ``gain`` are ``odd`` (None: missing, as the policy reads a non-number)."""
+    frame = people(400, seed=1)
+    frame["code"] = 1 + (np.arange(400) % 2)
+    frame["flag"] = np.arange(400) % 3 == 0
+    for c in ("code", "flag", "age", "gain"):
+        frame[c] = frame[c].astype(object)
+        frame.loc[7, c] = odd
+    return _warehouse(base, frame, policy_text=_TYPED_POLICY)
+
+
+def _outcome(policy: Any, case: str) -> Any:
+    """What an analyst learns from publication ``case`` (a number or a label set), or the refusal's type."""
+    from veil.errors import VeilError
+
+    try:
+        if case in ("krr-int", "krr-bool"):
+            col = "code" if case == "krr-int" else "flag"
+            _publish(policy, "krr", {"table": "people", "columns": [col], "epsilon": 2.5, "output": "pub"})
+            return _published(policy, f"SELECT count(*) FILTER (WHERE {col} IS NULL) FROM pub")[0][0]
+        if case == "dp-grid":
+            _publish(policy, "sdc", {"table": "people", "method": "dp_microagg_laplace", "params": ["epsilon=1"],
+                                     "columns": ["gain"], "output": "pub"})  # fmt: skip
+            return "published"
+        if case == "kanon":
+            _publish(policy, "kanon", {"table": "people", "qi": ["age", "sex"], "sensitive": ["income"], "k": 5,
+                                       "algorithm": "mondrian", "output": "pub"})  # fmt: skip
+            labels = [r[0] for r in _published(policy, "SELECT DISTINCT age FROM pub")]
+            return "ranges" if any(str(v)[:1] in "[(" for v in labels) else f"no ranges: {sorted(map(str, labels))[:4]}"
+    except VeilError as exc:
+        return f"refused: {type(exc).__name__}: {exc}"
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", ["krr-int", "krr-bool", "dp-grid", "kanon"])
+def test_A1_one_persons_text_in_a_typed_column_does_not_retype_the_publication(tmp_path: Path, case: str) -> None:
+    """HIGH — interface: ``veil publish krr|sdc|kanon`` (Python publish API). Worlds: person 7's ``code``/``flag``/
+    ``age``/``gain`` missing (D) or the text ``'x'`` (D′; ``veil ingest`` then stores those columns as VARCHAR).
+    The policy reads ``'x'`` in an ``int``/``bool`` column as missing, so D and D′ are the same table to it: every
+    publication must end the same way and publish from the same distribution. Before the fix kRR's NULL count went
+    from ~30 to ~340 of 400 (every row's value read as NA), the DP grid was refused for D′ only, and Mondrian's
+    numeric QI came out as flat categories."""
+    got = {world: _outcome(_typed_world(tmp_path / world, odd), case) for world, odd in (("d", None), ("d2", "x"))}
+    if case.startswith("krr"):
+        # ε = 2.5 over 3 values (two and NA): a non-missing value turns NULL with probability 0.07 (28 of 400
+        # expected), a missing one stays NULL with probability 0.86: 150 is ~20 standard deviations from either
+        assert all(isinstance(v, int) and v < 150 for v in got.values()), got
+    else:
+        assert got["d"] == got["d2"], got
+
+
+# ==================================================================================================
+# A2. A raw curator write racing a publication reaches the public mirror
+# ==================================================================================================
+
+_PHASES = ("stage_publication", "commit_publication", "finish_publication", "after")
+
+
+def _race(tmp_path: Path, phase: str) -> tuple[Any, list[BaseException]]:
+    """``write_table(policy, "pub", raw, replace=True)`` passes its "published?" check before a kRR publication to
+    ``pub`` starts, and its write lands just before the publication's ``phase`` (or after it ended)."""
+    import veil.store.warehouse as wh
+
+    raw = people(60, seed=5)
+    policy = _warehouse(tmp_path, people(60))
+    checked, proceed = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+    original_check = wh._refuse_published
+    calls = [0]
+
+    def slow_check(pol: Any, table: str) -> None:
+        original_check(pol, table)
+        calls[0] += 1
+        if calls[0] == 1:  # the writer's first check passes, then it is descheduled
+            checked.set()
+            proceed.wait(30)
+
+    def write() -> None:
+        try:
+            wh.write_table(policy, "pub", raw, replace=True)
+        except BaseException as exc:
+            errors.append(exc)
+
+    patches: list[tuple[str, Callable[..., Any]]] = [("_refuse_published", slow_check)]
+    thread = threading.Thread(target=write)
+
+    def let_the_write_land() -> None:
+        proceed.set()
+        thread.join(30)
+
+    if phase != "after":
+        original_step = getattr(wh, phase)
+
+        def step(*args: Any, **kwargs: Any) -> Any:
+            let_the_write_land()
+            return original_step(*args, **kwargs)
+
+        patches.append((phase, step))
+    with pytest.MonkeyPatch.context() as mp:
+        for name, fn in patches:
+            mp.setattr(wh, name, fn)
+        thread.start()
+        assert checked.wait(30)
+        _publish(policy, "krr", {"table": "people", "columns": ["sex"], "epsilon": 1.0, "output": "pub", "replace": True})
+        let_the_write_land()
+    assert not thread.is_alive()
+    return policy, errors
+
+
+@pytest.mark.parametrize("phase", _PHASES)
+def test_A2_a_raw_write_racing_a_publication_is_never_published(tmp_path: Path, phase: str) -> None:
+    """HIGH impact (raw rows, names included, read by every analyst at ε = 0), needs a curator's ``veil ingest
+    --replace`` (or ``write_table``) racing ``veil publish`` to the same name — interface: curator API / CLI.
+    Whatever phase of the publication the raw write lands in, the public mirror never holds the raw rows, and the
+    warehouse's table under a published name is never raw (private queries join it; the mirror is copied from
+    it). Before the fix the phases ``finish_publication`` (mirror) and ``after`` (warehouse) failed."""
+    from veil.store.publications import published_tables
+    from veil.store.warehouse import read_table
+
+    policy, errors = _race(tmp_path, phase)
+    assert all("published" in str(e) or "publication" in str(e) for e in errors), errors
+    mirror = _published(policy, "SELECT * FROM information_schema.columns WHERE table_name = 'pub'")
+    assert mirror and not any(r[3] == "name" for r in mirror), "the public mirror holds the raw table"
+    assert "pub" in published_tables(policy)
+    assert "name" not in read_table(policy, "pub").columns, "the published name holds raw rows in the warehouse"
