@@ -171,3 +171,38 @@ def test_A2_a_raw_write_racing_a_publication_is_never_published(tmp_path: Path, 
     assert mirror and not any(r[3] == "name" for r in mirror), "the public mirror holds the raw table"
     assert "pub" in published_tables(policy)
     assert "name" not in read_table(policy, "pub").columns, "the published name holds raw rows in the warehouse"
+
+
+# ==================================================================================================
+# A3. k-anonymity refuses a numeric QI of more than 1,024 distinct values: one person's new value decides
+# ==================================================================================================
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="s35 A3: kanon's per-QI cost tables refuse a numeric QI with over 1,024 distinct values, counted on the "
+    "private rows (veil/generators/kanon/generalise.py _TABLE_LIMIT): one person's value decides the outcome",
+)
+def test_A3_kanon_outcome_does_not_depend_on_one_persons_distinct_numeric_value(tmp_path: Path) -> None:
+    """LOW (the s27 A3 class: whether the table is published depends on one person) — interface: ``veil publish
+    kanon`` (Python publish API). 1,100 people whose ``gain`` (a QI, declared 0–5000) takes exactly 1,024 distinct
+    values; person 7's gain is missing (D, dropped) or 4,321, a value nobody else has (D′). D publishes, D′ is
+    refused ("numeric quasi-identifier 'gain' has 1025 distinct values (over 1024)") — the count, computed on the
+    private rows, is in the message. Either world must end the same way (a data-independent rule: bins from the
+    declared bounds, or costs computed from values for wide columns)."""
+    from veil.errors import VeilError
+
+    outcomes = {}
+    for world, gain in (("d", None), ("d2", 4321)):
+        frame = people(1100, seed=2)
+        frame["gain"] = (np.arange(1100) % 1024) * 2  # even values 0…2046: 1,024 distinct
+        frame["gain"] = frame["gain"].astype(object)
+        frame.loc[7, "gain"] = gain  # person 1031 holds person 7's former 14: still 1,024 values without them
+        policy = _warehouse(tmp_path / world, frame)
+        try:
+            _publish(policy, "kanon", {"table": "people", "qi": ["gain", "sex"], "sensitive": ["income"], "k": 5,
+                                       "algorithm": "mondrian", "output": "pub"})  # fmt: skip
+            outcomes[world] = "published"
+        except VeilError as exc:
+            outcomes[world] = f"refused: {exc}"
+    assert outcomes["d"] == outcomes["d2"], outcomes
