@@ -59,6 +59,7 @@ class _QI:
     hierarchy: Hierarchy | None  # categorical
     table: np.ndarray | None  # (U, U) cost table, or None for wide numeric columns
     span: float = 0.0  # numeric: the domain width NCP divides by
+    ends: np.ndarray | None = None  # numeric: ``values`` with the first/last widened to the population's extremes
 
     @property
     def size(self) -> int:
@@ -84,11 +85,20 @@ class QISpace:
         *,
         numeric: Sequence[str] | None = None,
         spans: Mapping[str, float] | None = None,
+        ends: Mapping[str, tuple[float, float]] | None = None,
     ) -> None:
         """``spans``: the domain width of numeric QIs for NCP (default: the range in ``df``), e.g.
-        the range over the whole source population when some of its rows are not published."""
+        the range over the whole source population when some of its rows are not published. ``ends``: the
+        population's (smallest, largest) value of numeric QIs, which sets ``spans`` too: a class that reaches
+        ``df``'s extreme is published open at that end (``format_interval``) and the audit reads the open end as
+        the population's extreme, so its NCP is measured to that extreme (red team s35 A4: a person dropped for a
+        missing sensitive value who alone held the population's extreme made generator and audit NCP disagree,
+        an internal error that refused the table)."""
         hierarchies = dict(hierarchies or {})
         spans = dict(spans or {})
+        ends = dict(ends or {})
+        for col, (low, high) in ends.items():
+            spans.setdefault(col, float(high) - float(low))
         if not qi:
             raise InputError("no quasi-identifiers given", hint="Pass --qi col1,col2,…")
         if len(set(qi)) != len(qi):
@@ -120,11 +130,15 @@ class QISpace:
                 rng = float(spans.get(col, uniq[-1] - uniq[0]))
                 if rng < float(uniq[-1] - uniq[0]):
                     raise InternalError(f"the NCP span of {col!r} ({rng}) is narrower than its values' range")
+                at = uniq.astype(np.float64, copy=True)  # the ends NCP measures to (open ends: the population's)
+                if col in ends:
+                    low, high = ends[col]
+                    at[0], at[-1] = min(float(low), at[0]), max(float(high), at[-1])
                 table = None
                 if len(uniq) <= _TABLE_LIMIT:
-                    table = (uniq[None, :] - uniq[:, None]) / rng if rng > 0 else np.zeros((len(uniq),) * 2)
+                    table = (at[None, :] - at[:, None]) / rng if rng > 0 else np.zeros((len(uniq),) * 2)
                     table = np.maximum(table, 0.0)
-                qis.append(_QI(col, True, uniq, None, table, rng))
+                qis.append(_QI(col, True, uniq, None, table, rng, at))
             else:
                 h = hierarchies.get(col) or Hierarchy.flat(series.astype(str).unique())
                 codes[:, j] = h.encode(series.astype(str).to_numpy(), column=col)
@@ -156,7 +170,7 @@ class QISpace:
         q = self._qis[j]
         if q.table is not None:
             return q.table[lo, hi]
-        v = q.values
+        v = q.ends if q.ends is not None else q.values
         rng = q.span or 1.0
         return (v[hi] - v[lo]) / rng  # type: ignore[index]
 
