@@ -21,10 +21,10 @@ Helpers come from :mod:`tests.adversarial.test_redteam_s16`. Findings (details i
   stayed in the warehouse under the published name (private queries join it, and the next mirror copy reads it).
   Fixed: the check is repeated inside the writer, refusing a name that is published *or* held by a pending
   publication's journal row.
-* A3 (LOW, open: strict xfail) k-anonymity refuses a numeric QI with more than 1,024 distinct values, counted on the
-  private rows (``kanon/generalise.py`` ``_TABLE_LIMIT``): one person's new value decides whether the table is
-  published, and the refusal states the count. Needs a data-independent rule (costs computed from values for wide
-  columns in all three algorithms, or bins from the declared bounds): not a small change.
+* A3 (LOW) k-anonymity refused a numeric QI with more than 1,024 distinct values, counted on the private rows
+  (``kanon/generalise.py`` ``_TABLE_LIMIT``): one person's new value decided whether the table is published, and the
+  refusal stated the count. Fixed: a wide QI's costs are computed from its values on each lookup
+  (``generalise.RangeCost``), the same numbers as the stored table (checked for every algorithm).
 * A4 (LOW) k-anonymity refused the table ("generator NCP … and audit NCP … disagree … a bug in Veil",
   InternalError) when a person dropped for a missing sensitive value alone held a numeric QI's extreme: the class
   reaching the table's extreme is published open and the audit reads the open end as the population's extreme,
@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from tests.adversarial.test_redteam_s16 import _publish, _published, _warehouse
@@ -205,14 +206,9 @@ def test_A2_a_raw_write_racing_a_publication_is_never_published(tmp_path: Path, 
 # ==================================================================================================
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s35 A3: kanon's per-QI cost tables refuse a numeric QI with over 1,024 distinct values, counted on the "
-    "private rows (veil/generators/kanon/generalise.py _TABLE_LIMIT): one person's value decides the outcome",
-)
 def test_A3_kanon_outcome_does_not_depend_on_one_persons_distinct_numeric_value(tmp_path: Path) -> None:
     """LOW (the s27 A3 class: whether the table is published depends on one person) — interface: ``veil publish
-    kanon`` (Python publish API). 1,100 people whose ``gain`` (a QI, declared 0–5000) takes exactly 1,024 distinct
+    kanon`` (Python publish API). Before the fix: 1,100 people whose ``gain`` (a QI, declared 0–5000) takes exactly 1,024 distinct
     values; person 7's gain is missing (D, dropped) or 4,321, a value nobody else has (D′). D publishes, D′ is
     refused ("numeric quasi-identifier 'gain' has 1025 distinct values (over 1024)") — the count, computed on the
     private rows, is in the message. Either world must end the same way (a data-independent rule: bins from the
@@ -294,3 +290,23 @@ def test_A5_one_persons_infinite_value_is_a_missing_value_to_sdc_filters(tmp_pat
     result = _publish(policy, "sdc", {"table": "people", "method": method, "params": params, "columns": ["gain", "hours"],
                                       "output": "pub"})  # fmt: skip
     assert result.rows == 119
+
+
+@pytest.mark.parametrize("algorithm", ["mondrian", "mondrian-relaxed", "kma", "oka"])
+def test_A3_costs_computed_from_values_give_the_stored_tables_classes(monkeypatch: pytest.MonkeyPatch, algorithm: str) -> None:
+    """The A3 fix's guarantee: a QI anonymised with costs computed from its values (``RangeCost``, used above 1,024
+    distinct values) gets exactly the classes and NCP of the stored cost table."""
+    import veil.generators.kanon.generalise as generalise
+    from veil.generators.kanon import anonymise
+
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame({"gain": rng.integers(0, 300, 300).astype(float), "age": rng.integers(17, 90, 300),
+                          "sex": rng.choice(["F", "M"], 300), "income": rng.choice(["a", "b"], 300)})  # fmt: skip
+    runs = []
+    for limit in (generalise._TABLE_LIMIT, 0):
+        monkeypatch.setattr(generalise, "_TABLE_LIMIT", limit)
+        result = anonymise(frame, qi=["gain", "age", "sex"], k=4, algorithm=algorithm, sensitive=["income"], seed=3)
+        runs.append(
+            (sorted(map(tuple, result.table[["gain", "age", "sex"]].astype(str).to_numpy().tolist())), result.ncp_percent)
+        )
+    assert runs[0] == runs[1]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,6 +27,44 @@ __all__ = ["QISpace", "format_interval"]
 #: Numeric QIs with more distinct values than this get their cost computed from values,
 #: not from a precomputed (U × U) table.
 _TABLE_LIMIT = 1024
+
+
+class RangeCost:
+    """The ``(U, U)`` NCP table of a wide numeric QI, computed from its values on each lookup instead of stored.
+
+    Indexes like the stored table (``t[lo, hi]``, ``t.shape``, ``t.ravel().take(lo * U + hi)``), so every
+    algorithm runs on a QI of any number of distinct values: refusing one above a count read from the private
+    rows made whether the table is published depend on one person's value (red team s35 A3).
+
+    >>> t = RangeCost(np.array([0.0, 1.0, 4.0]), 4.0)
+    >>> t[np.array([0, 1]), np.array([2, 1])].tolist(), t.ravel().take(np.array([0 * 3 + 1])).tolist(), t.shape
+    ([1.0, 0.0], [0.25], (3, 3))
+    """
+
+    def __init__(self, ends: np.ndarray, span: float) -> None:
+        self.ends = ends
+        self.span = span
+        self.shape = (len(ends), len(ends))
+
+    def __getitem__(self, key: tuple[Any, Any]) -> Any:
+        lo, hi = key
+        if self.span <= 0:
+            return np.zeros(np.broadcast(np.asarray(lo), np.asarray(hi)).shape)
+        return np.maximum((self.ends[hi] - self.ends[lo]) / self.span, 0.0)
+
+    def ravel(self) -> _FlatRangeCost:
+        return _FlatRangeCost(self)
+
+
+class _FlatRangeCost:
+    """:class:`RangeCost` read by flat index ``lo * U + hi``."""
+
+    def __init__(self, table: RangeCost) -> None:
+        self.table = table
+
+    def take(self, index: Any) -> Any:
+        index = np.asarray(index)
+        return self.table[index // self.table.shape[0], index % self.table.shape[0]]
 
 
 def format_interval(lo: float, hi: float, *, open_low: bool = False, open_high: bool = False) -> str:
@@ -57,7 +96,7 @@ class _QI:
     numeric: bool
     values: np.ndarray | None  # numeric: sorted distinct values
     hierarchy: Hierarchy | None  # categorical
-    table: np.ndarray | None  # (U, U) cost table, or None for wide numeric columns
+    table: np.ndarray | None  # (U, U) cost table, or None for wide numeric columns (RangeCost on demand)
     span: float = 0.0  # numeric: the domain width NCP divides by
     ends: np.ndarray | None = None  # numeric: ``values`` with the first/last widened to the population's extremes
 
@@ -155,15 +194,13 @@ class QISpace:
     def is_numeric(self, j: int) -> bool:
         return self._qis[j].numeric
 
-    def cost_table(self, j: int) -> np.ndarray:
-        """``(U, U)`` table of the NCP of interval ``[a, b]`` for QI ``j`` (built on demand)."""
+    def cost_table(self, j: int) -> Any:
+        """``(U, U)`` table of the NCP of interval ``[a, b]`` for QI ``j``: stored, or a :class:`RangeCost` that
+        computes it from the values for a QI of more than ``_TABLE_LIMIT`` distinct values."""
         q = self._qis[j]
         if q.table is not None:
             return q.table
-        raise InputError(
-            f"numeric quasi-identifier {q.name!r} has {q.size} distinct values (over {_TABLE_LIMIT})",
-            hint="Round or bin it before publishing",
-        )
+        return RangeCost(q.ends if q.ends is not None else q.values, q.span)  # type: ignore[arg-type]
 
     def qi_cost(self, j: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """NCP in [0, 1] of generalising QI ``j`` to code intervals ``[lo, hi]`` (element-wise)."""
