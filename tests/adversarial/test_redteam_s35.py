@@ -61,7 +61,9 @@ from tests.publish_support import POLICY, people
 # ==================================================================================================
 
 _TYPED_POLICY = POLICY.replace(
-    "[analysts.bob]", 'code = {{ type = "int", values = [1, 2] }}\nflag = {{ type = "bool" }}\n[analysts.bob]'
+    "[analysts.bob]",
+    'code = {{ type = "int", values = [1, 2] }}\nflag = {{ type = "bool" }}\n'
+    'grade = {{ type = "category", values = ["1", "2"] }}\n[analysts.bob]',
 )
 
 
@@ -71,7 +73,8 @@ def _typed_world(base: Path, odd: Any) -> Any:
     frame = people(150, seed=1)
     frame["code"] = 1 + (np.arange(150) % 2)
     frame["flag"] = np.arange(150) % 3 == 0
-    for c in ("code", "flag", "age", "gain"):
+    frame["grade"] = 1 + (np.arange(150) % 2)  # a category of digits: stored as numbers unless one is text
+    for c in ("code", "flag", "grade", "age", "gain"):
         frame[c] = frame[c].astype(object)
         frame.loc[7, c] = odd
     return _warehouse(base, frame, policy_text=_TYPED_POLICY)
@@ -90,8 +93,8 @@ def _outcome(policy: Any, case: str) -> Any:
 
     out = f"pub_{case.replace('-', '_')}"
     try:
-        if case in ("krr-int", "krr-bool"):
-            col = "code" if case == "krr-int" else "flag"
+        if case.startswith("krr"):
+            col = {"krr-int": "code", "krr-bool": "flag", "krr-category": "grade"}[case]
             _publish(policy, "krr", {"table": "people", "columns": [col], "epsilon": 2.5, "output": out})
             return _published(policy, f"SELECT count(*) FILTER (WHERE {col} IS NULL) FROM {out}")[0][0]
         if case == "dp-grid":
@@ -108,14 +111,15 @@ def _outcome(policy: Any, case: str) -> Any:
     raise AssertionError(case)
 
 
-@pytest.mark.parametrize("case", ["krr-int", "krr-bool", "dp-grid", "kanon"])
+@pytest.mark.parametrize("case", ["krr-int", "krr-bool", "krr-category", "dp-grid", "kanon"])
 def test_A1_one_persons_text_in_a_typed_column_does_not_retype_the_publication(typed_worlds: dict[str, Any], case: str) -> None:
     """HIGH — interface: ``veil publish krr|sdc|kanon`` (Python publish API). Worlds: person 7's ``code``/``flag``/
     ``age``/``gain`` missing (D) or the text ``'x'`` (D′; ``veil ingest`` then stores those columns as VARCHAR).
     The policy reads ``'x'`` in an ``int``/``bool`` column as missing, so D and D′ are the same table to it: every
     publication must end the same way and publish from the same distribution. Before the fix kRR's NULL count went
     from ~10 to ~130 of 150 (every row's value read as NA; 30 vs 340 of 400 measured), the DP grid was refused for
-    D′ only, and Mondrian's numeric QI came out as flat categories."""
+    D′ only, and Mondrian's numeric QI came out as flat categories. ``grade`` (a category declared ``["1", "2"]``)
+    the other way round: stored as numbers in D, it matched no declared value and kRR published 129 of 150 NULL."""
     got = {world: _outcome(policy, case) for world, policy in typed_worlds.items()}
     if case.startswith("krr"):
         # ε = 2.5 over 3 values (two and NA): a non-missing value turns NULL with probability 0.07 (10 of 150
