@@ -1,6 +1,9 @@
 # The two commands of the README: `make demo` and `make test`. Both create .venv and install first.
 # Everything is installed (all extras) with the pinned versions of constraints.txt.
 PY ?= python3
+# Python caches compiled modules (and pytest its rewritten test modules) in __pycache__ (git-ignored): the suite
+# starts hundreds of Python processes (workers, servers, CLIs), and some hosts set this to compile every one afresh.
+unexport PYTHONDONTWRITEBYTECODE
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -25,11 +28,11 @@ demo: $(STAMP)
 
 # The gates (also in .pre-commit-config.yaml), then the whole suite. `.ci/run` calls this.
 # Two passes: every test that does not read a clock on $(WORKERS) pytest-xdist workers (one module per worker at a
-# time), then the tests that do (marked `timing` at collection, tests/conftest.py) alone, so no worker beside them
-# can make a timing assertion fail.
+# time; all Spark tests on one worker, so one JVM starts), then the tests that do (marked `timing` at collection,
+# tests/conftest.py) alone, so no worker beside them can make a timing assertion fail.
 WORKERS ?= 2
 test: gates
-	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadfile -m "not timing"
+	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup -m "not timing"
 	$(BIN)/python -m pytest -q -m timing
 
 # The inner loop: the gates' fast half and the tests not marked slow.

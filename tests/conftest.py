@@ -74,11 +74,14 @@ def adult_policy(tmp_path: Path, shared_data: Path) -> Callable[..., Path]:
 SLOW_DOCTESTS = frozenset({"veil/auditor/pu/__init__.py::veil.auditor.pu"})
 
 
-#: A test that reads a clock to decide (elapsed time, deadlines) — in its own body, or in a test helper it calls,
-#: up to three calls deep — is marked ``timing`` at collection: ``make test`` runs those tests alone, after the
-#: rest has run on two workers (pytest-xdist), so a worker beside them cannot fail a timing assertion. Where the
-#: source cannot be read the whole module counts (conservative).
-_READS_A_CLOCK = re.compile(r"\b(?:perf_counter|monotonic|process_time|thread_time)\(|\btime\.time\(")
+#: A test that reads a wall clock to decide (elapsed time, deadlines) — in its own body, or in a test helper it
+#: calls, up to three calls deep — is marked ``timing`` at collection: ``make test`` runs those tests alone, after
+#: the rest has run on two workers (pytest-xdist), so a worker beside them cannot fail a timing assertion. Where the
+#: source cannot be read the whole module counts (conservative). A CPU clock (``time.thread_time``,
+#: ``time.process_time``) does not count: another process's load does not move it, so a bound on the work done in
+#: the test's own process runs in the parallel pass (use it only where the timed code neither waits nor sleeps,
+#: nor works in another process: there CPU time would under-count).
+_READS_A_CLOCK = re.compile(r"\b(?:perf_counter|monotonic)\(|\btime\.time\(")
 _CALLED = re.compile(r"\b([A-Za-z_]\w*)\(")
 _clock_functions: dict[object, bool] = {}
 
@@ -148,9 +151,47 @@ def _item_reads_a_clock(item: pytest.Item) -> bool:
     return _reads_a_clock(hypothesis_inner or fn, vars(module))
 
 
+def _in_spark_group(nodeid: str) -> bool:
+    """Every test that starts or talks to a Spark or Sail engine: all of tests/engines, and any test whose name or
+    parameters say ``spark`` (a test elsewhere that starts a local Spark without it fails, see below)."""
+    path, _, name = nodeid.partition("::")
+    return path.startswith("tests/engines/") or "spark" in name.lower()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.nodeid in SLOW_DOCTESTS:
             item.add_marker(pytest.mark.slow)
         if item.path.suffix == ".py" and "tests" in item.path.parts and _item_reads_a_clock(item):
             item.add_marker(pytest.mark.timing)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadgroup`` as ``make test`` runs it: one test file at a time per worker (as ``loadfile``), except
+    that every test of the Spark group runs on one worker, so one JVM starts (two on two cores starve each other).
+    The group is read from node ids: pytest-xdist's own ``xdist_group`` suffix does not reach pytest 9's ids."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileOrSparkScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "spark" if _in_spark_group(nodeid) else nodeid.split("::", 1)[0]
+
+    return FileOrSparkScheduling(config, log)  # type: ignore[arg-type]
+
+
+def _jvm_running() -> bool:
+    pyspark = sys.modules.get("pyspark")
+    context = getattr(pyspark, "SparkContext", None)
+    return context is not None and getattr(context, "_active_spark_context", None) is not None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> object:
+    """A test outside the Spark group that starts a local Spark fails (see ``_in_spark_group``)."""
+    before = _jvm_running()
+    result = yield
+    if not before and _jvm_running() and not _in_spark_group(item.nodeid):
+        pytest.fail(f"{item.nodeid} started a local Spark: put 'spark' in its name or parameters (one worker runs those)")
+    return result

@@ -5,6 +5,9 @@ The operators first (in-process, the executor alone: every family of unbounded P
 overflow, casts, division, text repetition, shifts, concatenation, LIKE and ``~`` backtracking), then through a real
 server with psycopg: typed SQLSTATEs, PostgreSQL's answers for the ordinary cases, catalog queries too, and
 ``set_config`` / ``SET`` / startup options sharing one bound.
+
+The in-process bounds are on the evaluating thread's CPU time (``time.thread_time``): the executor is pure Python in
+the calling thread, so its work is what is bounded, and another worker's load cannot fail the bound.
 """
 
 from __future__ import annotations
@@ -73,9 +76,9 @@ def _evaluate(sql: str) -> object:
 
 @pytest.mark.parametrize("sql", list(REFUSED), ids=[s[:40] for s in REFUSED])
 def test_unbounded_operations_are_refused_typed_at_once(sql: str) -> None:
-    started = time.monotonic()
+    started = time.thread_time()
     assert _evaluate(sql) == REFUSED[sql]
-    assert time.monotonic() - started < 1.0
+    assert time.thread_time() - started < 1.0
 
 
 ANSWERED = {
@@ -164,9 +167,9 @@ def test_a_long_pattern_against_a_short_text_costs_nothing(pattern: str, flags: 
     answers against a short text in well under a second: its shortest match is counted in C before any work, and a
     run of ``%`` is one token."""
     for text in ("", "ab", "x" * 100):
-        started = time.monotonic()
+        started = time.thread_time()
         answer = bounded.like(text, pattern, flags)
-        assert time.monotonic() - started < 0.25, (text[:5], pattern[:5])
+        assert time.thread_time() - started < 0.25, (text[:5], pattern[:5])
         assert answer == (pattern == "%" * _LONG)
 
 
@@ -175,16 +178,16 @@ def test_a_long_pattern_against_a_short_text_costs_nothing(pattern: str, flags: 
     [("a" * 56, "%a" * 8 + "%b"), ("a" * 5_000, "%a" * 14 + "%b"), ("a" * 5_000, "%" + "_" * 50 + "b%")],
 )
 def test_like_takes_linear_time(text: str, pattern: str) -> None:
-    started = time.monotonic()
+    started = time.thread_time()
     assert not bounded.like(text, pattern)
-    assert time.monotonic() - started < 0.5
+    assert time.thread_time() - started < 0.5
 
 
 @pytest.mark.parametrize("pattern", ["(a+)+$", "(a|aa)+$", "^(a*)*b", "(.*a){12}b", "(a|a)" * 30 + "b"])
 def test_regular_expressions_take_linear_time(pattern: str) -> None:
-    started = time.monotonic()
+    started = time.thread_time()
     assert bounded.regexp_like("a" * 5_000 + "!", pattern) is False  # none matches: each must end in $ or b
-    assert time.monotonic() - started < 1.0
+    assert time.thread_time() - started < 1.0
 
 
 @pytest.mark.parametrize("text", ["", "ab", "x" * 100])
@@ -192,14 +195,14 @@ def test_a_long_regular_expression_is_refused_at_once_and_one_at_the_bound_answe
     """A catalog query compiles its pattern once per row: one of half a million characters took 0.5 s to compile
     against ``''``; one above :data:`MAX_PATTERN` is refused typed (54000) before any work."""
     for pattern in ("x" * bounded.MAX_TEXT, "ß" * (bounded.MAX_PATTERN + 1), "(a|b)" * bounded.MAX_PATTERN):
-        started = time.monotonic()
+        started = time.thread_time()
         with pytest.raises(VeilError) as refused:
             bounded.regexp_like(text, pattern)
         assert refused.value.sqlstate == "54000"
-        assert time.monotonic() - started < 0.1
-    started = time.monotonic()
+        assert time.thread_time() - started < 0.1
+    started = time.thread_time()
     assert bounded.regexp_like(text, "y" * bounded.MAX_PATTERN) is False
-    assert time.monotonic() - started < 0.5
+    assert time.thread_time() - started < 0.5
 
 
 def test_a_text_built_by_concatenation_is_bounded() -> None:
@@ -237,9 +240,9 @@ GROWING = {
 @pytest.mark.parametrize("name", list(GROWING))
 def test_values_grown_by_any_function_through_nesting_are_bounded(name: str) -> None:
     step, source = GROWING[name]
-    started = time.monotonic()
+    started = time.thread_time()
     assert _evaluate(_nested(step, 14, source)) == "54000"
-    assert time.monotonic() - started < 2.0
+    assert time.thread_time() - started < 2.0
 
 
 def _env_functions() -> list[str]:
@@ -264,13 +267,13 @@ def test_every_function_of_the_executor_gives_a_bounded_value_at_once(name: str,
     functions known to grow values), applied to values up to the bound: refused typed, or a value within the bound
     (text and arrays at most ``MAX_TEXT``, integers within bigint), in well under a second."""
     fn = sqlglot.executor.env.ENV[name]
-    started = time.monotonic()
+    started = time.thread_time()
     try:
         result = fn(*args)
     except Exception:  # refused typed (VeilError), or a wrong type: the statement is not evaluated
         return
     finally:
-        assert time.monotonic() - started < 1.0
+        assert time.thread_time() - started < 1.0
         bounded.take_refusal()
     assert bounded._size(result, bounded.MAX_TEXT) <= bounded.MAX_TEXT
     if isinstance(result, int) and not isinstance(result, bool):
@@ -288,11 +291,11 @@ def test_an_oversized_input_is_refused_by_every_function() -> None:
 
 
 def test_round_with_far_digits_answers_at_once() -> None:
-    started = time.monotonic()
+    started = time.thread_time()
     assert _evaluate("SELECT ROUND(5, -30000000), ROUND(2.5, 100000000), ROUND(1234, -2), ROUND(1e300, -1000)") == [
         (0, 2.5, 1200, 0.0)
     ]
-    assert time.monotonic() - started < 1.0
+    assert time.thread_time() - started < 1.0
 
 
 # --- through the server --------------------------------------------------------------------------
