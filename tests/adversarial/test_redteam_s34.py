@@ -20,8 +20,9 @@ Findings (details in each test's docstring):
   for a public table (``JOIN p2 AS z(b, a)``), a public-only query, and a CTE reference (``FROM c AS z(u, x)``).
   Fixed: refused, free (0A000). A derived table's or a CTE definition's list is honoured and stays allowed.
 * Held (Part B, and by hand; ~1,300 generated queries — joins, keys, aggregates, filters — over five row-level and
-  four user-level neighbours, no finding): LEFT JOIN onto private data through nested ``WITH`` inside derived tables and CTEs, CTE shadowing at every level, ``USING``, a public CTE named
-  like the private table — refused at every interface (wire, simple and extended protocol; CLI); pins on a public
+  four user-level neighbours, no finding): LEFT JOIN onto private data through nested ``WITH`` inside derived
+  tables and CTEs, CTE shadowing at every level, ``USING``, a public CTE named like the private table — refused at
+  every interface (wire, simple and extended protocol; CLI); pins on a public
   table whose keys repeat (ints, ``0.0``/``-0.0``/NaN floats, text with ``'1'``/``'01'``/``' 1'``, NULL keys), through
   ``DISTINCT``/``GROUP BY``/self-joined/LEFT-joined derived tables and CTE column lists that swap names; ``COUNT(DISTINCT
   unit)`` through derived/CTE column lists that rename another column to the unit's name (planned at c, not 1); dates

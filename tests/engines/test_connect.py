@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,7 +70,8 @@ def test_connect_error_split(connect_policy: Policy) -> None:
 
 
 def test_connect_cancel(connect_policy: Policy) -> None:
-    """``cancel`` from another thread interrupts the running statement (by its tag) on the server."""
+    """``cancel`` from another thread interrupts the running statement (by its tag) on the server. Uncancelled,
+    the statement (4·10¹⁰ rows) runs for hours: pytest-timeout ends the test, failed."""
     engine = open_engine(connect_policy)
     done = threading.Event()
 
@@ -82,10 +82,8 @@ def test_connect_cancel(connect_policy: Policy) -> None:
     canceller = threading.Thread(target=cancel_until_done)
     canceller.start()
     try:
-        t = time.monotonic()
         with pytest.raises(EngineError, match="cancelled"):
             engine.execute("SELECT SUM(a.id * b.id % 7) FROM range(200000) a CROSS JOIN range(200000) b")
-        assert time.monotonic() - t < 120
     finally:
         done.set()
         canceller.join()

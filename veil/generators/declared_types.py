@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["as_declared"]
+__all__ = ["as_declared", "as_source"]
 
 
 _INT64_END = 2.0**63
@@ -66,3 +66,44 @@ def _text(v: Any) -> Any:
     if isinstance(v, float) and v.is_integer():
         return str(int(v))
     return str(v)
+
+
+def as_source(frame: pd.DataFrame, spec: Any) -> pd.DataFrame:
+    """The source rows as the policy types them: a declared ``int``/``float`` column read as numbers, a ``bool``
+    column as booleans, a ``category`` column as text (``1.0`` → ``'1'``), a value that does not convert missing —
+    for that person alone.
+
+    The warehouse types a column from every value in it (``veil ingest`` of a CSV): one person's ``'x'`` in an
+    ``int`` column makes the whole column text. A publication that read those dtypes changed for everyone because
+    of one person (red team s35 A1: kRR read every row as outside its domain, the DP grid was refused naming the
+    dtype, k-anonymity generalised the numeric QI as categories; a category declared ``["1", "2"]`` read as numbers
+    matched no declared value unless one person's value was text), where the query path's typed reads drop that
+    one value. Columns already of their declared kind are left as they are.
+
+    >>> out = as_source(pd.DataFrame({"n": ["1", "x"], "b": ["true", "x"]}),
+    ...                 type("S", (), {"columns": {"n": type("C", (), {"type": "int"})(),
+    ...                                            "b": type("C", (), {"type": "bool"})()}})())
+    >>> out["n"].tolist(), out["b"].tolist()
+    ([1.0, nan], [True, <NA>])
+    """
+    columns = getattr(spec, "columns", None) or {}
+    out = frame
+    for name, col in columns.items():
+        if name not in frame.columns:
+            continue
+        series = frame[name]
+        kind = getattr(col, "type", None)
+        numeric = pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)
+        if kind in ("int", "float") and not numeric:
+            converted = _numbers(series)
+        elif kind == "bool" and not pd.api.types.is_bool_dtype(series) and series.map(lambda v: isinstance(v, str)).any():
+            converted = series.astype(object).map(_bool)
+        elif kind == "category" and (pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series)):
+            # a category of digits ("1", "2") is stored as numbers unless someone's value is not one
+            converted = series.astype(object).map(_text)
+        else:
+            continue
+        if out is frame:
+            out = frame.copy()
+        out[name] = converted
+    return out

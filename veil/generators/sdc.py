@@ -820,10 +820,23 @@ def bounds_from(spec: Mapping[str, Any], columns: Sequence[str]) -> dict[str, tu
 # evaluation and comparison (used by `veil publish sdc` and `veil compare`)
 
 
+def complete_rows(data: pd.DataFrame, ctx: Context) -> np.ndarray:
+    """Which rows a generator sees: every used value present, and every number finite — ±inf is no value of a
+    declared domain, so it is missing like NaN, for that person alone (red team s35 A5: one person's ``inf`` ended
+    noise addition, rank swapping and MDAV in an untyped ``ValueError``, and refused an ML copy)."""
+    frame = data[[*ctx.columns, *([ctx.target] if ctx.target else [])]]
+    ok = np.asarray(frame.notna().all(axis=1), dtype=bool)
+    for name in frame.columns:
+        col = frame[name]
+        if pd.api.types.is_numeric_dtype(col) and not pd.api.types.is_bool_dtype(col):
+            ok = ok & np.isfinite(col.astype("float64").to_numpy())
+    return ok
+
+
 def clean_input(data: pd.DataFrame, ctx: Context) -> pd.DataFrame:
-    """The rows and columns a generator sees: the used columns, rows with a missing value dropped."""
+    """The rows and columns a generator sees: the used columns, rows with a missing value (or ±inf) dropped."""
     used = [*ctx.columns, *([ctx.target] if ctx.target else [])]
-    return data[used].dropna().reset_index(drop=True)
+    return data.loc[complete_rows(data, ctx), used].reset_index(drop=True)
 
 
 def release_metrics(clean: pd.DataFrame, out: Output, ctx: Context, *, seed: int = 0) -> dict[str, float | None]:

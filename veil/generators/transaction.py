@@ -45,7 +45,7 @@ import pandas as pd
 
 from veil.errors import InputError, PublicationRefused
 from veil.generators import gate
-from veil.generators.declared_types import as_declared
+from veil.generators.declared_types import as_declared, as_source
 from veil.generators.publication import COPIED, Plan, Publication
 from veil.generators.registry import RunEnv, get_plugin
 from veil.policy import normalise_name
@@ -396,7 +396,8 @@ def publish(
             check_output(policy, plan)
             spec = policy.tables.get(plan.source)
             generator = csprng()
-            data = warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None)
+            # as the policy types it: one person's text never re-types a column for everyone (red team s35, A1)
+            data = as_source(warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None), spec)
             train, holdout = _split(data, plan.holdout, generator)
             env = RunEnv(
                 policy=policy,
@@ -511,7 +512,7 @@ def evaluate(policy: Any, kind: str, request: Mapping[str, Any], *, rng: np.rand
         gate.check_plan(plan, _min_epsilon(policy))
         spec = policy.tables.get(plan.source)
         generator = csprng()
-        data = warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None)
+        data = as_source(warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None), spec)
         train, holdout = _split(data, plan.holdout, generator)
         env = RunEnv(policy=policy, spec=spec, generator=generator, rng=rng, progress=False, seed=request.get("seed"),
                      source_rows=len(data))  # fmt: skip

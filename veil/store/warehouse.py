@@ -295,6 +295,15 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
         _spark().write_table(policy, table, df, replace=replace)
     else:
         with writer(policy) as con:
+            # again under the writer: a publication to ``table`` may have staged (journal row), been recorded or
+            # committed since the check above, and its last step copies the warehouse's table into the mirror
+            # (red team s35, A2: a raw write landing there was published, names included)
+            _refuse_published(policy, table)
+            if _pending_output(con, table):
+                raise InputError(
+                    f"table {table!r} is being published right now: writing raw data over it would make that data public",
+                    hint="Choose another table name, or wait and withdraw the publication with `veil retract`",
+                )
             found = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [table]).fetchone()
             exists = found[0] if found else 0
             if exists and not replace:
@@ -303,6 +312,15 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
         if public:
             copy_to_public(policy, table, df)
     _record_write(policy, table)
+
+
+def _pending_output(con: duckdb.DuckDBPyConnection, table: str) -> bool:
+    """Does a publication that has not finished (a journal row) write ``table``?"""
+    found = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [JOURNAL]).fetchone()
+    if not found or not found[0]:
+        return False
+    row = con.execute(f"SELECT count(*) FROM {JOURNAL} WHERE output = ?", [table]).fetchone()
+    return bool(row and row[0])
 
 
 def _record_write(policy: Policy, table: str) -> None:

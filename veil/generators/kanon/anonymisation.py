@@ -239,10 +239,11 @@ def _clean(df: pd.DataFrame, config: KAnonConfig, hier: dict[str, Hierarchy]) ->
     return out.dropna(subset=config.needed).reset_index(drop=True), hier
 
 
-def _numeric_spans(df: pd.DataFrame, config: KAnonConfig, hier: Mapping[str, Hierarchy]) -> dict[str, float]:
+def _numeric_ends(df: pd.DataFrame, config: KAnonConfig, hier: Mapping[str, Hierarchy]) -> dict[str, tuple[float, float]]:
+    """The population's (smallest, largest) value of each numeric QI: the NCP span, and what open ends stand for."""
     pop = population_rows(df, config.qi, config.missing)
     return {
-        c: float(pop[c].max() - pop[c].min())
+        c: (float(pop[c].min()), float(pop[c].max()))
         for c in config.qi
         if c not in hier and pd.api.types.is_numeric_dtype(pop[c]) and len(pop)
     }
@@ -279,7 +280,7 @@ def anonymise(
             hint="Lower k, publish more rows, or use --missing leaf",
         )
     algo_rng = np.random.default_rng(config.seed)
-    space = QISpace(clean, config.qi, hier, spans=_numeric_spans(df, config, loaded))
+    space = QISpace(clean, config.qi, hier, ends=_numeric_ends(df, config, loaded))
 
     start, cpu_start = time.perf_counter(), time.process_time()
     if config.algorithm in ("mondrian", "mondrian-relaxed"):

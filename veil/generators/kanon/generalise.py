@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,6 +27,44 @@ __all__ = ["QISpace", "format_interval"]
 #: Numeric QIs with more distinct values than this get their cost computed from values,
 #: not from a precomputed (U × U) table.
 _TABLE_LIMIT = 1024
+
+
+class RangeCost:
+    """The ``(U, U)`` NCP table of a wide numeric QI, computed from its values on each lookup instead of stored.
+
+    Indexes like the stored table (``t[lo, hi]``, ``t.shape``, ``t.ravel().take(lo * U + hi)``), so every
+    algorithm runs on a QI of any number of distinct values: refusing one above a count read from the private
+    rows made whether the table is published depend on one person's value (red team s35 A3).
+
+    >>> t = RangeCost(np.array([0.0, 1.0, 4.0]), 4.0)
+    >>> t[np.array([0, 1]), np.array([2, 1])].tolist(), t.ravel().take(np.array([0 * 3 + 1])).tolist(), t.shape
+    ([1.0, 0.0], [0.25], (3, 3))
+    """
+
+    def __init__(self, ends: np.ndarray, span: float) -> None:
+        self.ends = ends
+        self.span = span
+        self.shape = (len(ends), len(ends))
+
+    def __getitem__(self, key: tuple[Any, Any]) -> Any:
+        lo, hi = key
+        if self.span <= 0:
+            return np.zeros(np.broadcast(np.asarray(lo), np.asarray(hi)).shape)
+        return np.maximum((self.ends[hi] - self.ends[lo]) / self.span, 0.0)
+
+    def ravel(self) -> _FlatRangeCost:
+        return _FlatRangeCost(self)
+
+
+class _FlatRangeCost:
+    """:class:`RangeCost` read by flat index ``lo * U + hi``."""
+
+    def __init__(self, table: RangeCost) -> None:
+        self.table = table
+
+    def take(self, index: Any) -> Any:
+        index = np.asarray(index)
+        return self.table[index // self.table.shape[0], index % self.table.shape[0]]
 
 
 def format_interval(lo: float, hi: float, *, open_low: bool = False, open_high: bool = False) -> str:
@@ -57,8 +96,9 @@ class _QI:
     numeric: bool
     values: np.ndarray | None  # numeric: sorted distinct values
     hierarchy: Hierarchy | None  # categorical
-    table: np.ndarray | None  # (U, U) cost table, or None for wide numeric columns
+    table: np.ndarray | None  # (U, U) cost table, or None for wide numeric columns (RangeCost on demand)
     span: float = 0.0  # numeric: the domain width NCP divides by
+    ends: np.ndarray | None = None  # numeric: ``values`` with the first/last widened to the population's extremes
 
     @property
     def size(self) -> int:
@@ -84,11 +124,20 @@ class QISpace:
         *,
         numeric: Sequence[str] | None = None,
         spans: Mapping[str, float] | None = None,
+        ends: Mapping[str, tuple[float, float]] | None = None,
     ) -> None:
         """``spans``: the domain width of numeric QIs for NCP (default: the range in ``df``), e.g.
-        the range over the whole source population when some of its rows are not published."""
+        the range over the whole source population when some of its rows are not published. ``ends``: the
+        population's (smallest, largest) value of numeric QIs, which sets ``spans`` too: a class that reaches
+        ``df``'s extreme is published open at that end (``format_interval``) and the audit reads the open end as
+        the population's extreme, so its NCP is measured to that extreme (red team s35 A4: a person dropped for a
+        missing sensitive value who alone held the population's extreme made generator and audit NCP disagree,
+        an internal error that refused the table)."""
         hierarchies = dict(hierarchies or {})
         spans = dict(spans or {})
+        ends = dict(ends or {})
+        for col, (low, high) in ends.items():
+            spans.setdefault(col, float(high) - float(low))
         if not qi:
             raise InputError("no quasi-identifiers given", hint="Pass --qi col1,col2,…")
         if len(set(qi)) != len(qi):
@@ -120,11 +169,15 @@ class QISpace:
                 rng = float(spans.get(col, uniq[-1] - uniq[0]))
                 if rng < float(uniq[-1] - uniq[0]):
                     raise InternalError(f"the NCP span of {col!r} ({rng}) is narrower than its values' range")
+                at = uniq.astype(np.float64, copy=True)  # the ends NCP measures to (open ends: the population's)
+                if col in ends:
+                    low, high = ends[col]
+                    at[0], at[-1] = min(float(low), at[0]), max(float(high), at[-1])
                 table = None
                 if len(uniq) <= _TABLE_LIMIT:
-                    table = (uniq[None, :] - uniq[:, None]) / rng if rng > 0 else np.zeros((len(uniq),) * 2)
+                    table = (at[None, :] - at[:, None]) / rng if rng > 0 else np.zeros((len(uniq),) * 2)
                     table = np.maximum(table, 0.0)
-                qis.append(_QI(col, True, uniq, None, table, rng))
+                qis.append(_QI(col, True, uniq, None, table, rng, at))
             else:
                 h = hierarchies.get(col) or Hierarchy.flat(series.astype(str).unique())
                 codes[:, j] = h.encode(series.astype(str).to_numpy(), column=col)
@@ -141,22 +194,20 @@ class QISpace:
     def is_numeric(self, j: int) -> bool:
         return self._qis[j].numeric
 
-    def cost_table(self, j: int) -> np.ndarray:
-        """``(U, U)`` table of the NCP of interval ``[a, b]`` for QI ``j`` (built on demand)."""
+    def cost_table(self, j: int) -> Any:
+        """``(U, U)`` table of the NCP of interval ``[a, b]`` for QI ``j``: stored, or a :class:`RangeCost` that
+        computes it from the values for a QI of more than ``_TABLE_LIMIT`` distinct values."""
         q = self._qis[j]
         if q.table is not None:
             return q.table
-        raise InputError(
-            f"numeric quasi-identifier {q.name!r} has {q.size} distinct values (over {_TABLE_LIMIT})",
-            hint="Round or bin it before publishing",
-        )
+        return RangeCost(q.ends if q.ends is not None else q.values, q.span)  # type: ignore[arg-type]
 
     def qi_cost(self, j: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """NCP in [0, 1] of generalising QI ``j`` to code intervals ``[lo, hi]`` (element-wise)."""
         q = self._qis[j]
         if q.table is not None:
             return q.table[lo, hi]
-        v = q.values
+        v = q.ends if q.ends is not None else q.values
         rng = q.span or 1.0
         return (v[hi] - v[lo]) / rng  # type: ignore[index]
 

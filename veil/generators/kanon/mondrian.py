@@ -45,7 +45,8 @@ class _Cutter:
         self.tables = [space.cost_table(j) for j in range(self.q)]
         self.width = np.array([t.shape[0] for t in self.tables], dtype=np.int64)
         self.offset = np.r_[0, np.cumsum(self.width**2)[:-1]].astype(np.int64)
-        self.flat = np.concatenate([t.ravel() for t in self.tables])
+        stored = all(isinstance(t, np.ndarray) for t in self.tables)  # else a wide QI's costs come from its values
+        self.flat = np.concatenate([t.ravel() for t in self.tables]) if stored else None
         self.numeric = [space.is_numeric(j) for j in range(self.q)]
         self.k = k
         self.relaxed = relaxed
@@ -53,6 +54,8 @@ class _Cutter:
 
     def cost(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Summed NCP of boxes ``(..., Q)``: one gather from the concatenated flat cost tables."""
+        if self.flat is None:
+            return sum(self.tables[j][lo[..., j], hi[..., j]] for j in range(self.q))
         return self.flat.take(lo * self.width + hi + self.offset).sum(axis=-1)
 
     # -------------------------------------------------------------- candidate cuts

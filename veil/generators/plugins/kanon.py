@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from veil.errors import InternalError, PublicationRefused
@@ -223,6 +224,10 @@ def _within_domains(data: pd.DataFrame, qi: list[str], sensitive: list[str], spe
         if not pd.api.types.is_numeric_dtype(series):
             series = series.map(lambda v: v.strip() if isinstance(v, str) else v)
         keep = series.notna()
+        if name in qi and name not in trees and pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
+            # ±inf is no number of any declared domain: missing, as queries read it (red team s35 A4: one person's inf
+            # made every NCP NaN and the population match refuse the table)
+            keep &= np.isfinite(series.astype("float64"))
         if name in trees:
             keep &= series.astype(str).isin(set(trees[name].leaves))
         col = columns.get(name)

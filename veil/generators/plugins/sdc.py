@@ -179,7 +179,9 @@ class SDCPlugin(PublishPlugin):
         # the number of complete rows the generator will see: too few for a release that is not DP as a whole, or
         # for MDAV's k; a DP release refuses on none (its min_rows is 0: a refusal that flips when one person
         # joins is a membership oracle outside the ε)
-        complete = int(data[[*ctx.columns, *([ctx.target] if ctx.target else [])]].notna().all(axis=1).sum())
+        from veil.generators.sdc import complete_rows
+
+        complete = int(complete_rows(data, ctx).sum())
         if complete < gen.min_rows():
             raise InputError(f"method {cls.name!r} needs at least {gen.min_rows()} complete rows, got {complete}")
         if "k" in plan.checks and complete < int(plan.checks["k"]):
@@ -193,7 +195,7 @@ class SDCPlugin(PublishPlugin):
 
     def sanitise(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> Publication:
         from veil.generators.base import get_generator
-        from veil.generators.sdc import clean_input
+        from veil.generators.sdc import clean_input, complete_rows
 
         p = dict(plan.params)
         cls = get_generator(p.pop("method"))
@@ -209,8 +211,7 @@ class SDCPlugin(PublishPlugin):
 
             ctx = replace(ctx, seed=int(env.generator.integers(2**31)))
         clean = clean_input(data, ctx)
-        used = [*ctx.columns, *([ctx.target] if ctx.target else [])]
-        kept = np.flatnonzero(data[used].notna().all(axis=1).to_numpy())  # positions of clean's rows in data
+        kept = np.flatnonzero(complete_rows(data, ctx))  # positions of clean's rows in data
         out = gen.run(clean, ctx)
         metrics: dict[str, Any] = _metrics(plan, clean, out, ctx, seed=seed or 0)
         metrics.update(rows_in=len(clean), rows_out=len(out.frame), info=dict(out.info))
