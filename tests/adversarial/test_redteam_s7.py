@@ -481,14 +481,14 @@ def assert_statistics_within_sensitivity(pair: Pair, sql: str) -> None:
 #
 # `(SELECT pk AS a, 5 AS b FROM pub) AS p(b, a)` swaps the names: qualification pushes the alias list into
 # the body, so the pins of the multiplicity probe, the validator's types and the engine SQL all read the same
-# columns (factor 3 for the constant column, not 1); a base table's alias list is dropped consistently.
+# columns (factor 3 for the constant column, not 1). A base table's or CTE reference's alias list
+# (`FROM t AS q(u, x)`) is refused, free, since red team s34 A1 (tests/adversarial/test_redteam_s34.py).
 
 ALIAS_LISTS = [
     "SELECT COUNT(*) FROM t JOIN (SELECT pk AS a, 5 AS b FROM pub) AS p(b, a) ON t.x = p.a",
     "WITH p(b, a) AS (SELECT pk AS a, 5 AS b FROM pub) SELECT COUNT(*) FROM t JOIN p ON t.x = p.a",
     "SELECT COUNT(*) FROM t, (SELECT pk AS a, 5 AS b FROM pub) AS p(b, a) WHERE t.x = p.a",
     "SELECT COUNT(*) FROM (SELECT x AS a, u AS b FROM t) AS q(b, a) JOIN pub ON q.b = pub.pk",
-    "SELECT SUM(q.x) FROM t AS q(u, x)",
     "SELECT SUM(q.s) FROM (SELECT s, x FROM t) AS q(x, s)",
 ]
 
