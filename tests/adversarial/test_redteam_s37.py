@@ -1,0 +1,73 @@
+"""Red team, session 37: the fixes of sessions 34–36 (main at a3fd685, 2026-11-27) attacked as classes — the typed
+source read of publications (``declared_types.as_source``), k-anonymity's ``RangeCost``, the policy watch's stamp,
+the answer cache's public-table versions, and the refusal of column alias lists on table references.
+
+Neighbouring worlds differ in one person (person 7) of the small generated warehouse of :mod:`tests.publish_support`,
+ingested from CSV as ``veil ingest`` does (``warehouse.ingest_file``). Findings (details in each test's docstring):
+
+* A1 (HIGH) ``veil ingest`` typed a CSV column from every value in it, and a *category* declared with digits
+  (``values = ["1", "2"]``) spelled ``01``/``1.0`` in the file was stored as the numbers 1, 2 — unless one person's
+  value was not a number, when the whole column was stored as the texts ``'01'``/``'1.0'``. Both readers of a
+  category read text: the query path's ``COUNT(*) WHERE grade = '1'`` went from 75 to 0 (sensitivity 1) when person
+  7's ``'02'`` became ``'x'``; a kRR publication (``as_source`` maps a stored 1.0 to ``'1'``) published ~10 of 150
+  NULL in D and ~125 in D′ (a ``'1.0'`` spelling, person 7 missing vs ``'x'``). s35 A1's fix read the warehouse's
+  dtype after the fact, where the information was already gone. Fixed: ``ingest_file`` reads a declared category
+  column of a CSV as text, as written, whatever the other rows hold.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.adversarial.test_redteam_s16 import _publish, _published, _warehouse
+from tests.adversarial.test_redteam_s35 import _TYPED_POLICY
+from tests.publish_support import people
+
+# ==================================================================================================
+# A1. A category of digits is typed at ingest by every person's value
+# ==================================================================================================
+
+
+def _spelled_world(base: Path, spelling: str, odd: Any) -> Any:
+    """150 people whose ``grade`` (a category declared ``["1", "2"]``) is written ``spelling`` (``'0{}'`` → 01, 02)
+    in the CSV; person 7's is ``odd``."""
+    frame = people(150, seed=1)
+    frame["code"] = 1 + (np.arange(150) % 2)
+    frame["flag"] = np.arange(150) % 3 == 0
+    frame["grade"] = [spelling.format(1 + i % 2) for i in range(150)]
+    frame["grade"] = frame["grade"].astype(object)
+    frame.loc[7, "grade"] = odd
+    return _warehouse(base, frame, policy_text=_TYPED_POLICY)
+
+
+@pytest.mark.parametrize("spelling", ["0{}", "{}.0"])
+def test_A1_one_persons_text_never_respells_everyones_category_on_the_query_path(tmp_path: Path, spelling: str) -> None:
+    """HIGH — interface: Python API (the SQL path every interface shares). D: person 7's ``grade`` is the file's
+    spelling of 2; D′: ``'x'``. ``SELECT COUNT(*) … WHERE grade = '1'`` counts person 0, 2, 4, … in both (person 7
+    is not among them): with noise off it must move by at most 1. Before the fix: 75 in D, 0 in D′ (``'01'``)."""
+    from veil.proxy._testing import exact_session
+
+    counts = {}
+    for world, odd in (("d", spelling.format(2)), ("d2", "x")):
+        session = exact_session(_spelled_world(tmp_path / world, spelling, odd), "bob")
+        counts[world] = session.execute("SELECT COUNT(*) FROM people WHERE grade = '1'", epsilon=0.5).rows[0][0]
+    assert abs(counts["d"] - counts["d2"]) <= 1, counts
+
+
+def test_A1_one_persons_text_never_respells_everyones_category_in_a_publication(tmp_path: Path) -> None:
+    """HIGH — interface: ``veil publish krr`` (Python publish API). D: person 7's ``grade`` missing; D′: ``'x'``
+    (missing to the policy too), the others ``1.0``/``2.0``. kRR at ε = 2.5 over {1, 2, NA} must publish from the
+    same distribution: before the fix ~10 of 150 NULL in D (a stored 1.0 read as ``'1'``) and ~125 in D′ (the text
+    ``'1.0'``, outside the domain). Either both read in the domain or both outside; never 10 against 125."""
+    nulls = {}
+    for world, odd in (("d", None), ("d2", "x")):
+        policy = _spelled_world(tmp_path / world, "{}.0", odd)
+        _publish(policy, "krr", {"table": "people", "columns": ["grade"], "epsilon": 2.5, "output": "pub_grade"})
+        nulls[world] = _published(policy, "SELECT count(*) FILTER (WHERE grade IS NULL) FROM pub_grade")[0][0]
+    # a kept value turns NULL with probability 0.07 (~10), a value outside the domain stays NULL with 0.86 (~129):
+    # the two worlds must sit on the same side of 60
+    assert (nulls["d"] < 60) == (nulls["d2"] < 60), nulls
