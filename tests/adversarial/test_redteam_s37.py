@@ -13,6 +13,12 @@ ingested from CSV as ``veil ingest`` does (``warehouse.ingest_file``). Findings 
   NULL in D and ~125 in D′ (a ``'1.0'`` spelling, person 7 missing vs ``'x'``). s35 A1's fix read the warehouse's
   dtype after the fact, where the information was already gone. Fixed: ``ingest_file`` reads a declared category
   column of a CSV as text, as written, whatever the other rows hold.
+* A2 (MEDIUM, careless curator / ordinary deployment) a policy file replaced by pointing its link at a new file
+  (``ln -sfn``; a Kubernetes ConfigMap mount, which also deletes the old folder) was never applied to open sessions
+  or ``veil serve``: ``load_policy`` resolved the link and the watches (``session._PolicyWatch``,
+  ``server.live_policy.LivePolicy``, and ``veil serve``'s worker processes, started with the resolved path) stat'ed
+  the old target. A removed analyst kept querying with the old budget until a restart. Fixed: a policy keeps the
+  path it was named by (``Policy.source``/``watch_path``); watches stat and re-read that one.
 """
 
 from __future__ import annotations
@@ -71,3 +77,50 @@ def test_A1_one_persons_text_never_respells_everyones_category_in_a_publication(
     # a kept value turns NULL with probability 0.07 (~10), a value outside the domain stays NULL with 0.86 (~129):
     # the two worlds must sit on the same side of 60
     assert (nulls["d"] < 60) == (nulls["d2"] < 60), nulls
+
+
+# ==================================================================================================
+# A2. A policy replaced by pointing its link at a new file is never applied
+# ==================================================================================================
+
+
+@pytest.mark.parametrize("old_target", ["kept", "deleted"])
+def test_A2_a_policy_swapped_through_its_link_is_applied_to_live_sessions(tmp_path: Path, old_target: str) -> None:
+    """MEDIUM (careless curator; a revoked analyst keeps querying) — interfaces: Python API session and ``veil
+    serve``'s ``LivePolicy``. ``policy.toml`` is a link to ``v1/policy.toml``; the curator removes analyst ``a`` by
+    writing ``v2/policy.toml`` and pointing the link at it atomically (``ln -sfn``; a Kubernetes ConfigMap mount does
+    exactly this, and deletes the old folder). ``load_policy`` resolved the link and the watches stat'ed the
+    resolved file, which never changes (or vanishes: then the old policy was kept for good): ``a`` kept querying
+    with v1's budget until a restart. The next query after the swap must read v2."""
+    import os
+
+    from tests.adversarial.test_redteam_s4 import POLICY as P4
+    from tests.adversarial.test_redteam_s4 import _base_rows, _frame
+    from veil.errors import VeilError
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.server.live_policy import LivePolicy
+    from veil.store.warehouse import write_table
+
+    revoked = P4.replace("[analysts.a]\nepsilon = 1000000\ndelta = 0.5\n", "")
+    assert revoked != P4
+    for version, text in (("v1", P4), ("v2", revoked)):
+        (tmp_path / version).mkdir()
+        # the stores outside the versioned folders, as a deployment keeps them
+        (tmp_path / version / "policy.toml").write_text(
+            text.replace('"w.duckdb"', '"../w.duckdb"').replace('"l.sqlite"', '"../l.sqlite"')
+        )
+    link = tmp_path / "policy.toml"
+    os.symlink("v1/policy.toml", link)
+    policy = load_policy(link)
+    write_table(policy, "t", _frame(_base_rows()), replace=True)
+    session, live = exact_session(policy, "a"), LivePolicy(policy)
+    session.execute("SELECT COUNT(*) FROM t", epsilon=1)
+    os.symlink("v2/policy.toml", tmp_path / "next")
+    os.replace(tmp_path / "next", link)
+    if old_target == "deleted":
+        (tmp_path / "v1" / "policy.toml").unlink()
+    assert "a" not in live.current().analysts
+    with pytest.raises(VeilError):
+        session.execute("SELECT COUNT(*) FROM t WHERE x > 0", epsilon=1)
+    session.close()
