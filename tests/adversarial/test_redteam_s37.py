@@ -19,6 +19,18 @@ ingested from CSV as ``veil ingest`` does (``warehouse.ingest_file``). Findings 
   ``server.live_policy.LivePolicy``, and ``veil serve``'s worker processes, started with the resolved path) stat'ed
   the old target. A removed analyst kept querying with the old budget until a restart. Fixed: a policy keeps the
   path it was named by (``Policy.source``/``watch_path``); watches stat and re-read that one.
+* Noted, not tested here (no Spark in this session; MEDIUM: HIGH impact, needs a curator write racing a publication
+  on a Spark policy): s35 A2's re-check under the writer covers the DuckDB branch of ``warehouse.write_table`` only.
+  The Spark branch checks "published?" once, before a Spark job of seconds, takes no lock and never reads the
+  journal (``spark_publish.pending``): a publication recorded and committed while the job runs is then overwritten
+  by the raw rows, which analysts read directly on Spark.
+* Held (by hand): column alias lists on table references in every scope tried — no ``AS``, quoted, ``ONLY``,
+  ``USING``, self-joins, inside derived tables in CTEs, scalar subqueries in the select list and ``HAVING``, ``IN``
+  subqueries — refused (0A000); ``LATERAL``, ``VALUES``, ``range()``, ``UNNEST``, ``EXISTS``, ``NATURAL JOIN``,
+  ``TABLESAMPLE``, ``UNION`` refused before it; partial lists on derived tables/CTEs (``(SELECT x, u FROM t) z(u)``)
+  refused as a repeated name, full swapping lists answered within sensitivity. A category declared with numbers is
+  refused by the policy parser. The answer cache's public versions read the catalog only (no data). The policy
+  stamp's same-size same-tick limit is documented (docs/server.md).
 """
 
 from __future__ import annotations
