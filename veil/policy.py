@@ -178,10 +178,19 @@ class Policy:
     #: from a policy read before the curator's edit would otherwise take the edited file as the one it holds, and keep
     #: the old budgets and analysts until the next edit (red team s36 A1).
     file_stamp: tuple[int, int, int] | None = field(default=None, compare=False)
+    #: The file's path as it was named (absolute, links not followed; None: not read from a file). ``path`` is the
+    #: resolved file; a watch stats and re-reads this one, so a policy replaced by pointing a link at a new file
+    #: (``ln -sfn``, a Kubernetes ConfigMap mount) is applied (red team s37, A2).
+    source: Path | None = field(default=None, compare=False)
 
     @property
     def base_dir(self) -> Path:
         return self.path.parent
+
+    @property
+    def watch_path(self) -> Path:
+        """The path a policy watch stats and re-reads: the one the policy was loaded by."""
+        return self.source or self.path
 
     def table(self, name: str) -> TableSpec:
         try:
@@ -481,9 +490,12 @@ def load_policy(path: str | Path) -> Policy:
 
     Raises :class:`~veil.errors.PolicyError` naming the key and value at fault.
     """
-    p = Path(path).expanduser().resolve()
+    given = Path(path).expanduser().absolute()
+    p = given.resolve()
     try:
-        stamp = file_stamp(p)  # before reading: a write after this moment changes the stamp a watch compares
+        # before reading, by the name given (a link followed now): a write after this moment, or the link pointed at
+        # another file, changes the stamp a watch compares
+        stamp = file_stamp(given)
         raw = p.read_bytes()
     except FileNotFoundError:
         raise PolicyError(f"policy file {str(p)!r} does not exist", hint="Pass --policy with the path to policy.toml") from None
@@ -494,7 +506,7 @@ def load_policy(path: str | Path) -> Policy:
     except ValueError as exc:  # e.g. an integer of more than 4,300 digits (red team s22, A3)
         hint = "Use numbers below 1e308"
         raise PolicyError(f"policy file {str(p)!r} holds a value Veil cannot read: {exc}", hint=hint) from None
-    return dataclasses.replace(parse_policy(data, p), file_stamp=stamp)
+    return dataclasses.replace(parse_policy(data, p), file_stamp=stamp, source=given)
 
 
 def file_stamp(path: Path) -> tuple[int, int, int]:

@@ -176,7 +176,7 @@ class _PolicyWatch:
 
     def _stat(self) -> tuple[int, int, int] | None:
         try:
-            return file_stamp(self.policy.path)
+            return file_stamp(self.policy.watch_path)
         except OSError:
             return None
 
@@ -185,7 +185,7 @@ class _PolicyWatch:
         stamp = self._stat()
         if stamp is None or stamp == self._stamp:
             return self.policy, False
-        self.policy = load_policy(self.policy.path)
+        self.policy = load_policy(self.policy.watch_path)
         self._stamp = self.policy.file_stamp or stamp
         return self.policy, True
 

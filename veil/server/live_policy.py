@@ -26,7 +26,7 @@ class LivePolicy:
 
     def _stat(self) -> tuple[int, int, int] | None:
         try:
-            return file_stamp(self._policy.path)
+            return file_stamp(self._policy.watch_path)
         except (OSError, TypeError):
             return None
 
@@ -34,6 +34,6 @@ class LivePolicy:
         with self._lock:
             stamp = self._stat()
             if stamp is not None and stamp != self._stamp:
-                self._policy = load_policy(self._policy.path)
+                self._policy = load_policy(self._policy.watch_path)
                 self._stamp = self._policy.file_stamp or stamp
             return self._policy

@@ -225,7 +225,7 @@ def serve_processes(
         share = ProcessShare(index, processes, state)
         proc = ctx.Process(
             target=_worker_main,
-            args=(share, policy.path, (host, bound), tls, allow_plaintext, limits, started, level),
+            args=(share, policy.watch_path, (host, bound), tls, allow_plaintext, limits, started, level),
             name=f"veil-serve-{index}",
         )
         proc.start()
