@@ -42,7 +42,7 @@ def test_a_second_publication_to_a_claimed_output_is_refused_before_its_charge(
         monkeypatch.setattr(warehouse, "stage_publication", stage)
         with Ledger.for_policy(policy) as led:
             spent_before.append(led.spent("table:people").epsilon)
-        with pytest.raises(InputError, match="being published by another publication") as caught:
+        with pytest.raises(InputError, match="being published or written by another process") as caught:
             _publish(policy, kind, {**request, "output": "out", "replace": replace})
         inner.append(str(caught.value))
         with Ledger.for_policy(policy) as led:

@@ -19,11 +19,12 @@ ingested from CSV as ``veil ingest`` does (``warehouse.ingest_file``). Findings 
   ``server.live_policy.LivePolicy``, and ``veil serve``'s worker processes, started with the resolved path) stat'ed
   the old target. A removed analyst kept querying with the old budget until a restart. Fixed: a policy keeps the
   path it was named by (``Policy.source``/``watch_path``); watches stat and re-read that one.
-* Noted, not tested here (no Spark in this session; MEDIUM: HIGH impact, needs a curator write racing a publication
-  on a Spark policy): s35 A2's re-check under the writer covers the DuckDB branch of ``warehouse.write_table`` only.
-  The Spark branch checks "published?" once, before a Spark job of seconds, takes no lock and never reads the
-  journal (``spark_publish.pending``): a publication recorded and committed while the job runs is then overwritten
-  by the raw rows, which analysts read directly on Spark.
+* A3 (MEDIUM: HIGH impact, needs a curator write racing a publication on a Spark policy): s35 A2's re-check under
+  the writer covers the DuckDB branch of ``warehouse.write_table`` only. The Spark branch checked "published?" once,
+  before a Spark job of seconds, took no lock and never read the journal (``spark_publish.pending``): a publication
+  recorded and committed while the job ran was then overwritten by the raw rows, which analysts read directly on
+  Spark. Fixed (lead): the raw Spark write holds the output's claim (``warehouse.output_claim``, which a
+  publication holds from its plan to its finish) and checks "published?" again inside it.
 * Held (by hand): column alias lists on table references in every scope tried — no ``AS``, quoted, ``ONLY``,
   ``USING``, self-joins, inside derived tables in CTEs, scalar subqueries in the select list and ``HAVING``, ``IN``
   subqueries — refused (0A000); ``LATERAL``, ``VALUES``, ``range()``, ``UNNEST``, ``EXISTS``, ``NATURAL JOIN``,
@@ -136,3 +137,50 @@ def test_A2_a_policy_swapped_through_its_link_is_applied_to_live_sessions(tmp_pa
     with pytest.raises(VeilError):
         session.execute("SELECT COUNT(*) FROM t WHERE x > 0", epsilon=1)
     session.close()
+
+
+# ==================================================================================================
+# A3. A raw write to a Spark table waits for no publication: it holds the output's claim instead
+# ==================================================================================================
+
+
+def test_A3_a_raw_write_racing_a_publication_on_a_spark_policy_is_refused_before_any_engine_work(tmp_path: Path) -> None:
+    """A publication to ``p_out`` holds its output claim from plan to finish; a curator's raw write of ``p_out`` on
+    a Spark policy is refused typed while it does, before Spark is touched (no JVM starts: the suite's conftest fails
+    a test outside the Spark group that starts one). Once free, the claim is taken by the raw write itself."""
+    import fcntl
+    import hashlib
+    import os
+
+    from tests.adversarial.test_redteam_s16 import POLICY, SPARK_ENGINE
+    from veil.errors import InputError
+    from veil.policy import load_policy
+    from veil.store import warehouse
+
+    path = tmp_path / "policy.toml"
+    path.write_text(POLICY.format(table_budget="") + SPARK_ENGINE, encoding="utf-8")
+    policy = load_policy(path)
+    frame = people(10)
+    with warehouse.output_claim(policy, "p_out"):  # a publication to p_out, in flight
+        with pytest.raises(InputError, match="is being published or written right now") as refused:
+            warehouse.write_table(policy, "p_out", frame, replace=True)
+        assert "p_out" in str(refused.value)
+    calls: list[str] = []
+
+    class Store:
+        def write_table(self, pol: Any, table: str, df: Any, *, replace: bool) -> None:
+            digest = hashlib.sha256(table.encode("utf-8")).hexdigest()[:24]
+            lock = pol.ledger_path.with_name(f"{pol.ledger_path.name}.output-{digest}.lock")
+            fd = os.open(lock, os.O_RDWR)
+            try:  # the raw write holds the claim while it writes: a publication to the name is refused meanwhile
+                with pytest.raises(BlockingIOError):
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            finally:
+                os.close(fd)
+            calls.append(table)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(warehouse, "_spark", lambda: Store())
+        mp.setattr(warehouse, "_record_write", lambda pol, table: None)
+        warehouse.write_table(policy, "p_out", frame, replace=True)
+    assert calls == ["p_out"]

@@ -292,7 +292,12 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
     spec = policy.tables.get(table)
     public = public or (spec is not None and spec.public)
     if policy.engine.kind == "spark":
-        _spark().write_table(policy, table, df, replace=replace)
+        # Spark has no writer lock: the raw write holds the output's claim, which a publication holds from its plan
+        # to its finish, and checks again inside it (red team s35/s37: a raw write of seconds that began before a
+        # publication's record overwrote the published table, which analysts read directly on Spark)
+        with output_claim(policy, table, raw_write=True):
+            _refuse_published(policy, table)
+            _spark().write_table(policy, table, df, replace=replace)
     else:
         with writer(policy) as con:
             # again under the writer: a publication to ``table`` may have staged (journal row), been recorded or
@@ -596,11 +601,12 @@ def publication_lock(policy: Policy, token: str) -> Iterator[None]:
 
 
 @contextmanager
-def output_claim(policy: Policy, output: str) -> Iterator[None]:
+def output_claim(policy: Policy, output: str, *, raw_write: bool = False) -> Iterator[None]:
     """Claim a publication's output (table name or model path) for this process until the block ends: a second
     publication to the same output, in any process, is refused typed before its charge (red team s27 A7: two
     publications to one new name both passed the existence check, both were charged, and the later commit silently
-    replaced the earlier table). An OS file lock (non-blocking), freed by the OS when the process dies."""
+    replaced the earlier table). An OS file lock (non-blocking), freed by the OS when the process dies.
+    ``raw_write``: the claim is a curator's raw write to a Spark table (:func:`write_table`)."""
     import fcntl
     import hashlib
 
@@ -612,8 +618,13 @@ def output_claim(policy: Policy, output: str) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            if raw_write:
+                raise InputError(
+                    f"table {output!r} is being published or written right now: raw data over it could become public",
+                    hint="Choose another table name, or wait and withdraw the publication with `veil retract`",
+                ) from None
             raise InputError(
-                f"--output {output!r} is being published by another publication right now",
+                f"--output {output!r} is being published or written by another process right now",
                 hint="Wait for it to finish, then publish under another name or pass --replace",
             ) from None
         yield
