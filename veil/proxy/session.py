@@ -411,7 +411,7 @@ class Env:
         versions = [engine.written_version(n) if isinstance(engine, DuckDBEngine) else None for n in names]
         if all(v is not None for v in versions):
             return "\x00" + "\x00".join(f"{n}@{v}" for n, v in zip(names, versions, strict=True))
-        return f"\x00catalog@{self.ledger.catalog_generation()}"
+        return f"\x00catalog@{self._catalog_publications}"  # as read for this query (refresh_policy)
 
     # -- prepare ----------------------------------------------------------------------------
     def public_domain(self, p: QueryPlan) -> list[tuple[Any, ...]]:

@@ -321,11 +321,7 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
 
 def _pending_output(con: duckdb.DuckDBPyConnection, table: str) -> bool:
     """Does a publication that has not finished (a journal row) write ``table``?"""
-    found = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [JOURNAL]).fetchone()
-    if not found or not found[0]:
-        return False
-    row = con.execute(f"SELECT count(*) FROM {JOURNAL} WHERE output = ?", [table]).fetchone()
-    return bool(row and row[0])
+    return any(row[1] == table for row in _journal_rows(con))
 
 
 def _record_write(policy: Policy, table: str) -> None:
@@ -713,12 +709,17 @@ def pending_publications(policy: Policy) -> list[dict[str, str | None]]:
     if not policy.database_path.exists():
         return []
     with writer(policy) as con:
-        found = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [JOURNAL]).fetchone()
-        if found is None or not found[0]:
-            return []
-        rows = con.execute(f"SELECT token, output, staging, artifact, state, release_id FROM {JOURNAL}").fetchall()
+        rows = _journal_rows(con)
     keys = ("token", "output", "staging", "artifact", "state", "release_id")
     return [dict(zip(keys, r, strict=True)) for r in rows]
+
+
+def _journal_rows(con: duckdb.DuckDBPyConnection) -> list[tuple[str | None, ...]]:
+    """The journal's rows (token, output, staging, artifact, state, release_id); none before the first publication."""
+    found = con.execute("SELECT count(*) FROM information_schema.tables WHERE table_name = ?", [JOURNAL]).fetchone()
+    if found is None or not found[0]:
+        return []
+    return con.execute(f"SELECT token, output, staging, artifact, state, release_id FROM {JOURNAL}").fetchall()
 
 
 def commit_publication(policy: Policy, token: str, release_id: str, *, strict: bool = False) -> None:
