@@ -1,0 +1,92 @@
+"""A setting is the same parameter however PostgreSQL lets a client spell its name (red team s36 left: `SET
+"veil.epsilon" = x` was accepted and changed nothing, so the analyst was charged the default ε while believing
+they had set another); a SET form the reader does not know is refused when it mentions Veil, never ignored."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.support.server import build_policy, dsn, running_server
+from veil.errors import ParseError, UnknownSetting
+from veil.server.settings import SessionSettings
+
+SPELLINGS = (
+    "veil.epsilon",
+    "VEIL.EPSILON",
+    '"veil.epsilon"',
+    '"VEIL.EPSILON"',
+    'veil."epsilon"',
+    '"veil"."epsilon"',
+    "veil . epsilon",
+    '"Veil"."Epsilon"',
+)
+FORMS = ("SET {n} = {v}", "SET {n} TO {v}", "SET SESSION {n} = '{v}'", "set local {n} to '{v}'")
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("name", SPELLINGS)
+def test_every_spelling_of_veil_epsilon_sets_it(name: str, form: str) -> None:
+    settings = SessionSettings({})
+    settings.set_statement(form.format(n=name, v="0.25"), apply=True)
+    assert settings.epsilon == Fraction(1, 4)
+    shown = settings.show(settings.show_name(f"SHOW {name}"), default_epsilon=Fraction(1), server_version="x")
+    assert shown.rows == [("0.25",)]
+    settings.reset_statement(f"RESET {name}", apply=True)
+    assert settings.epsilon is None
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        'SET "veil.epsilon" 0.25',  # no = or TO
+        "SET veil.epsilon FROM 0.25",
+        'SET "veil.epsilon = 0.25',  # unbalanced quote
+        "SET veil..epsilon = 0.25",
+    ],
+)
+def test_an_unreadable_set_of_a_veil_setting_is_refused(sql: str) -> None:
+    settings = SessionSettings({})
+    with pytest.raises(ParseError):
+        settings.set_statement(sql, apply=True)
+    assert settings.epsilon is None
+
+
+@pytest.mark.parametrize("name", ['"veil.epsilonx"', 'veil."budgets"', '"veil.show ci"'])
+def test_an_unknown_quoted_veil_setting_is_named(name: str) -> None:
+    with pytest.raises(UnknownSetting):
+        SessionSettings({}).set_statement(f"SET {name} = 1", apply=True)
+
+
+def test_driver_sets_are_still_accepted() -> None:
+    settings = SessionSettings({})
+    for sql in (
+        "SET TIME ZONE 'UTC'",
+        "SET extra_float_digits = 3",
+        "SET application_name = 'PostgreSQL JDBC Driver'",
+        "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        'SET "search_path" TO public',
+    ):
+        assert settings.set_statement(sql, apply=True).tag == "SET"
+    assert settings.values["search_path"] == "public"
+
+
+@pytest.fixture(scope="module")
+def port(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[int]:
+    policy: Path = build_policy(tmp_path_factory.mktemp("names"), request.getfixturevalue("shared_data"), rows=300)
+    with running_server(policy) as st:
+        yield st.port  # type: ignore[attr-defined]
+
+
+def test_a_quoted_set_changes_the_charge_on_the_wire(port: int) -> None:
+    with psycopg.connect(dsn(port), autocommit=True) as conn:
+        before = Fraction(conn.execute("SELECT spent FROM veil.budget").fetchone()[0])
+        conn.execute('SET "veil.epsilon" = 0.125')
+        assert conn.execute("SHOW veil.epsilon").fetchone() == ("0.125",)
+        conn.execute("SELECT COUNT(*) FROM adult WHERE age > 30").fetchall()
+        after = Fraction(conn.execute("SELECT spent FROM veil.budget").fetchone()[0])
+        assert after - before == Fraction(1, 8)
