@@ -1,7 +1,7 @@
 """A published column's type is a function of its declared type alone (red team s20 A4, s16 A1).
 
 A source column's pandas dtype says things about its rows (one missing integer makes it a float, an all-missing
-column an object): every generated column is cast by :func:`veil.generators.declared_types.as_declared`, whose
+column an object): every generated column is cast by :func:`veil.store.declared_types.as_declared`, whose
 output dtype must not depend on the values. And every curator table write moves the ledger's catalog
 generation, so open sessions measure public tables again (red team s19 A3).
 """
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from veil.generators.declared_types import as_declared
 from veil.generators.gate import _is_label_of, _same_value
+from veil.store.declared_types import as_declared
 from veil.store.ledger import Ledger
 
 VALUES = st.one_of(

@@ -3,7 +3,7 @@ ledger/budget accounting of publications, and ``veil serve``'s limits (slots, lo
 
 Part A holds attacks that succeeded on 2026-11-26 (main at c8f04b0). Lead's status (same day): A1, A2, A4, A5, A6
 fixed (kRR's count ε capped at 2.94; DP publications below the policy's minimum ε refused before any charge;
-every generated column typed from the policy, `generators/declared_types.py`; generalised labels of declared
+every generated column typed from the policy, `store/declared_types.py`; generalised labels of declared
 values and open ranges accepted; kRR's plan normalises column names); the server's A3, A7, A8, A9 fixed on the
 fixserver branch (see docs/server.md). A1 and A6 now accept either sound outcome (refused, or capped/normalised). Part B holds
 probes of defences that held (they pass, and fail if the defence breaks). Helpers come from the earlier rounds

@@ -1,5 +1,5 @@
 """Red team, session 21: the seventh round's fixes — exact fixed-point sums (`proxy/fixed_point.py`, `rewrite._fixed`,
-`plan._clamped`), publication column types (`generators/declared_types.py`), kRR's count ε and the minimum ε of DP
+`plan._clamped`), publication column types (`store/declared_types.py`), kRR's count ε and the minimum ε of DP
 publications, the ledger's catalog generation, and ε parsing (`mechanisms.budget.as_epsilon`).
 
 Same harness as sessions 4–20 (:mod:`tests.adversarial.test_redteam_s15`): D and D′ differ in one person (the

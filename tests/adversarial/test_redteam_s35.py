@@ -12,7 +12,7 @@ Helpers come from :mod:`tests.adversarial.test_redteam_s16`. Findings (details i
   a one-person bit at a privacy loss of 400·ε for a release charged ε; the DP grid was refused, free, naming the
   dtype ("column 'gain' is not numeric"), and k-anonymity generalised the numeric QI as a flat category (its
   labels change from ranges to ``*``). Fixed: the source is read as the policy types it
-  (``veil.generators.declared_types.as_source``): a value of a numeric or boolean column that does not convert is
+  (``veil.store.declared_types.as_source``): a value of a numeric or boolean column that does not convert is
   missing, for that person alone, as the query path's typed reads treat it.
 * A2 (HIGH impact, needs a curator write racing a publication) ``write_table``/``veil ingest --replace`` checked
   "is this name published?" before opening the warehouse, and the publication's last step copies the

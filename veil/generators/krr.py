@@ -46,8 +46,8 @@ import numpy as np
 import pandas as pd
 
 from veil.errors import InputError, did_you_mean
-from veil.generators.declared_types import as_declared
 from veil.mechanisms import randomized_response
+from veil.store.declared_types import as_declared
 
 __all__ = ["declared_domain", "keep_probability", "krr_domain", "krr_publish"]
 

@@ -45,10 +45,10 @@ import pandas as pd
 
 from veil.errors import InputError, PublicationRefused
 from veil.generators import gate
-from veil.generators.declared_types import as_declared, as_source
 from veil.generators.publication import COPIED, Plan, Publication
 from veil.generators.registry import RunEnv, get_plugin
 from veil.policy import normalise_name
+from veil.store.declared_types import as_declared, as_source
 
 __all__ = ["PublishResult", "check_output", "csprng", "evaluate", "publish", "recover", "refuse_veil_file", "veil_files"]
 

@@ -29,6 +29,7 @@ import pandas as pd
 
 from veil.errors import InputError, InternalError, PolicyError, did_you_mean
 from veil.policy import Policy, normalise_name
+from veil.store.declared_types import as_stored
 
 __all__ = [
     "SANDBOX_CONFIG",
@@ -291,6 +292,8 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
     _refuse_published(policy, table)
     spec = policy.tables.get(table)
     public = public or (spec is not None and spec.public)
+    if spec is not None:
+        df = as_stored(df, spec)  # a column's stored type never follows one person's value
     if policy.engine.kind == "spark":
         # Spark has no writer lock: the raw write holds the output's claim, which a publication holds from its plan
         # to its finish, and checks again inside it (red team s35/s37: a raw write of seconds that began before a

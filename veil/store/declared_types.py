@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["as_declared", "as_source"]
+__all__ = ["as_declared", "as_source", "as_stored"]
 
 
 _INT64_END = 2.0**63
@@ -107,3 +107,45 @@ def as_source(frame: pd.DataFrame, spec: Any) -> pd.DataFrame:
             out = frame.copy()
         out[name] = converted
     return out
+
+
+def as_stored(frame: pd.DataFrame, spec: Any) -> pd.DataFrame:
+    """``frame`` as a curator's write stores it: a declared ``category`` column always as text (``1.0`` → ``'1'``),
+    and a declared ``int``/``float``/``bool`` column whose values are of mixed Python types as their text, the way
+    ``veil ingest`` stores a CSV column holding one value that is not a number.
+
+    A pandas frame's dtypes follow its rows: one person's missing grade makes an integer column a float one, and
+    the warehouse stored the category ``1`` as ``1.0``; the query path reads a category as text, so ``COUNT(*) WHERE
+    grade = '1'`` went from 75 to 0 because of that one person (the s37 A1 class, through the Python
+    ``write_table``). One ``True`` among numbers failed the write with an engine error.
+
+    >>> spec = type("S", (), {"columns": {"g": type("C", (), {"type": "category"})(),
+    ...                                   "n": type("C", (), {"type": "int"})()}})()
+    >>> out = as_stored(pd.DataFrame({"g": [1.0, None], "n": pd.Series([1, True], dtype=object)}), spec)
+    >>> out["g"].tolist(), out["n"].tolist()
+    (['1', <NA>], ['1', 'True'])
+    """
+    columns = getattr(spec, "columns", None) or {}
+    out = frame
+    for name, col in columns.items():
+        if name not in frame.columns:
+            continue
+        series = frame[name]
+        kind = getattr(col, "type", None)
+        texts = series.dtype == object and series.map(lambda v: isinstance(v, str) or _missing(v)).all()
+        if kind == "category" and not (texts or isinstance(series.dtype, pd.StringDtype)):
+            converted = as_declared(series, "category")
+        elif (
+            kind in ("int", "float", "bool") and series.dtype == object and len({type(v) for v in series if not _missing(v)}) > 1
+        ):
+            converted = series.astype(object).map(_text).astype("string")
+        else:
+            continue
+        if out is frame:
+            out = frame.copy()
+        out[name] = converted
+    return out
+
+
+def _missing(v: Any) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and v != v)
