@@ -1,0 +1,280 @@
+"""Red team, session 38: types, schemas and errors on the curator's write paths (main at a4a5391, 2026-11-27) — can
+one person's value decide how everyone's values are stored, and so what every analyst reads?
+
+Neighbouring worlds differ in one person (person 7) of a small warehouse of 150 people, loaded through each curator
+path: ``veil ingest`` of a CSV, of a Parquet file, of an Adult-format file (``warehouse.ingest_file``), and the Python
+``warehouse.write_table`` of a pandas frame. The query path reads every declared column through
+``TRY_CAST(stored AS declared type)`` (``proxy/bounding.py``), so a stored type is harmless only if that cast gives
+each person's value the same result whatever type the column was stored in. It does not: DuckDB rounds a DOUBLE
+``2.5`` to the BIGINT 2 and the text ``'2.5'`` to 3, casts the DOUBLE ``1.0`` to ``true`` and the text ``'1.0'`` to
+NULL, and a float64 column has already rounded a 64-bit integer. Findings (details in each test's docstring):
+
+* A1 (HIGH where units are 64-bit identifiers) one person's missing privacy unit made pandas read the whole unit
+  column as float64 (CSV: an empty field; Parquet: a null in an int64 column, which ``pd.read_parquet`` turns into
+  NaN; a frame: ``None`` among ints). Identifiers beyond 2⁵³ were rounded, distinct people merged into one unit, and
+  the contribution bound kept one row of the merged unit: ``COUNT(*)`` 150 → 2 (max_rows_per_unit = 1).
+* A2 (MEDIUM) an ``int`` column holding halves (``2.5``): stored DOUBLE it is read as 2, stored as text as 3. One
+  person's ``'x'`` (CSV: the column becomes text; frame: ``as_stored`` writes mixed types as text) moved ``COUNT(*)
+  WHERE n = 2`` from 149 to 0 and ``SUM(n)`` by 149 (bounds [0, 10]).
+* A3 (HIGH) a ``bool`` column spelled ``1.0``/``0.0`` (how pandas writes a 0/1 column with a missing value): one
+  person's missing value → float64 → read as true/false; their ``'x'`` → text → every value NULL. ``COUNT(*) WHERE
+  flag`` 50 → 0. Frame variant: a bool column of numbers ``2.0``/``0.0``: ``as_stored`` writes ``2.0`` as ``'2'``,
+  which casts to NULL where the DOUBLE cast to true.
+* A4 (MEDIUM) a frame column of ``Decimal`` values (``pd.read_sql`` of a PostgreSQL NUMERIC) holding one
+  ``Decimal('NaN')`` is registered by DuckDB as FLOAT (32-bit) for everyone: ``COUNT(*) WHERE x = 0.1`` 149 → 0, and
+  an ``int`` column's 16,777,217 became 16,777,216.
+* A5 (LOW, curator only) untyped crashes one person's value decides: an Adult-format file with ``?`` or ``x`` in
+  ``age`` (``IntCastingNaNError``/``ValueError`` from ``read_adult_file``), a frame whose date column holds one
+  tz-aware timestamp (DuckDB ``ConversionException``), an undeclared column holding one ``True`` among ints
+  (``TypeMismatchException``).
+
+Held: a category column from CSV (s37 A1 fix) and from a frame of any dtype (``as_stored``); ints beyond 2⁶⁴ in a
+frame (HUGEINT, read per value); mixed date/datetime/text objects in a date column (TIMESTAMP or text, both cast to
+the same DATE); text dates in any spelling (pandas never parses dates from a CSV); a bool column with a missing value
+in a frame (object of booleans → BOOLEAN); public tables' mirror copies (written from the same converted frame).
+"""
+
+from __future__ import annotations
+
+import decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+POLICY = """\
+[database]
+path = "w.duckdb"
+[ledger]
+path = "l.sqlite"
+
+[tables.visits]
+privacy_unit = "uid"
+max_rows_per_unit = 1
+[tables.visits.columns]
+uid = { type = "int" }
+flag = { type = "bool" }
+n = { type = "int", lower = 0, upper = 10 }
+x = { type = "float", lower = 0, upper = 1 }
+big = { type = "int", lower = 0, upper = 100000000 }
+d = { type = "date" }
+
+[tables.adult]
+privacy_unit = "row"
+[tables.adult.columns]
+age = { type = "int", lower = 17, upper = 90 }
+sex = { type = "category", values = ["Female", "Male"] }
+
+[analysts.bob]
+epsilon = 1000.0
+"""
+
+N = 150
+
+
+def _frame() -> pd.DataFrame:
+    """150 people: distinct units, a third flagged, ordinary values elsewhere."""
+    return pd.DataFrame(
+        {
+            "uid": np.arange(N),
+            "flag": np.arange(N) % 3 == 0,
+            "n": np.full(N, 4),
+            "x": np.full(N, 0.5),
+            "big": np.full(N, 7),
+            "d": ["2020-01-01"] * N,
+        }
+    )
+
+
+def _with(column: str, values: list[Any], odd: Any = "keep") -> pd.DataFrame:
+    """``_frame()`` with ``column`` holding ``values`` and, unless ``odd`` is "keep", person 7's value ``odd`` (the
+    column built from a list, as pandas builds it: its dtype follows every value)."""
+    frame = _frame()
+    values = list(values)
+    if odd != "keep":
+        values[7] = odd
+    frame[column] = pd.Series(values)
+    return frame
+
+
+def _load(base: Path, frame: pd.DataFrame, how: str) -> Any:
+    """A policy whose warehouse holds ``frame`` as ``visits``, loaded the curator's way ``how``."""
+    from veil.policy import load_policy
+    from veil.store.warehouse import ingest_file, write_table
+
+    base.mkdir(parents=True)
+    (base / "policy.toml").write_text(POLICY, encoding="utf-8")
+    policy = load_policy(base / "policy.toml")
+    if how == "csv":
+        frame.to_csv(base / "visits.csv", index=False)
+        ingest_file(policy, "visits", base / "visits.csv")
+    elif how == "parquet":
+        frame.to_parquet(base / "visits.parquet", index=False)
+        ingest_file(policy, "visits", base / "visits.parquet")
+    else:
+        write_table(policy, "visits", frame)
+    return policy
+
+
+def _answers(policy: Any, queries: list[str]) -> list[Any]:
+    """Exact (noise-off) answers, or the refusal's type."""
+    from veil.errors import VeilError
+    from veil.proxy._testing import exact_session
+
+    session = exact_session(policy, "bob")
+    out: list[Any] = []
+    for sql in queries:
+        try:
+            out.append(session.execute(sql, epsilon=1).rows[0][0])
+        except VeilError as exc:
+            out.append(type(exc).__name__)
+    session.close()
+    return out
+
+
+def _close(a: list[Any], b: list[Any], sensitivity: list[float]) -> bool:
+    return all(
+        (x == y) if isinstance(x, str) or isinstance(y, str) else abs(float(x) - float(y)) <= s + 1e-9
+        for x, y, s in zip(a, b, sensitivity, strict=True)
+    )
+
+
+# ==================================================================================================
+# A1. One person's missing unit rounds everyone's 64-bit identifier
+# ==================================================================================================
+
+_IDS = [2**60 + i for i in range(N)]
+
+
+@pytest.mark.parametrize("how", ["csv", "parquet", "frame"])
+def test_A1_one_persons_missing_unit_never_merges_other_people(tmp_path: Path, how: str) -> None:
+    """HIGH where units are 64-bit identifiers (snowflake ids, hashed account numbers) — interfaces: ``veil ingest``
+    (CSV, Parquet) and ``write_table``. D: every person has an id 2⁶⁰ + i; D′: person 7's id is missing (a person with
+    no identifier: dropped by the contribution bound). ``COUNT(*)`` must move by at most 1 (max_rows_per_unit = 1).
+    Before the fix: 150 in D, 2 in D′ — pandas read the column as float64 and every id rounded to 2⁶⁰ or 2⁶⁰ + 256.
+    A frame the curator built already holds the rounded floats: the write must then be refused, typed."""
+    from veil.errors import InputError
+
+    counts = {}
+    for world, odd in (("d", "keep"), ("d2", None)):
+        frame = _with("uid", _IDS, odd)
+        if how == "frame" and world == "d2":
+            assert frame["uid"].dtype == np.float64  # pandas' doing: the precision is gone before Veil sees it
+            with pytest.raises(InputError, match="uid"):
+                _load(tmp_path / world, frame, how)
+            return
+        counts[world] = _answers(_load(tmp_path / world, frame, how), ["SELECT COUNT(*) FROM visits"])[0]
+    assert abs(counts["d"] - counts["d2"]) <= 1, counts
+
+
+# ==================================================================================================
+# A2. Halves in an int column: read as 2 when stored as numbers, 3 when stored as text
+# ==================================================================================================
+
+
+@pytest.mark.parametrize("how", ["csv", "frame"])
+def test_A2_one_persons_text_never_rerounds_everyones_int(tmp_path: Path, how: str) -> None:
+    """MEDIUM — interfaces: ``veil ingest`` (CSV) and ``write_table``. ``n`` (int, bounds [0, 10]) is 2.5 for
+    everyone; person 7's is missing (D) or ``'x'`` (D′), both missing to the policy. ``COUNT(*) WHERE n = 2`` may move
+    by 1, ``SUM(n)`` by 10. Before the fix: 149 vs 0 and 298 vs 447 (DuckDB casts the DOUBLE 2.5 to 2 and the text
+    '2.5' to 3; one person's text decided which)."""
+    queries = ["SELECT COUNT(*) FROM visits WHERE n = 2", "SELECT SUM(n) FROM visits"]
+    answers = {
+        w: _answers(_load(tmp_path / w, _with("n", [2.5] * N, odd), how), queries) for w, odd in (("d", None), ("d2", "x"))
+    }
+    assert _close(answers["d"], answers["d2"], [1, 10]), answers
+
+
+# ==================================================================================================
+# A3. A bool column spelled as numbers: true/false as numbers, NULL as text
+# ==================================================================================================
+
+_FLAGS_10 = [1.0 if i % 3 == 0 else 0.0 for i in range(N)]
+_FLAGS_20 = [2.0 if i % 3 == 0 else 0.0 for i in range(N)]
+
+
+@pytest.mark.parametrize(("how", "flags"), [("csv", _FLAGS_10), ("frame", _FLAGS_20)], ids=["csv-1.0", "frame-2.0"])
+def test_A3_one_persons_text_never_nulls_everyones_bool(tmp_path: Path, how: str, flags: list[float]) -> None:
+    """HIGH — interfaces: ``veil ingest`` (CSV), ``write_table``. ``flag`` (bool) is spelled 1.0/0.0 (a 0/1 column
+    with a missing value, as pandas writes it) or, in a frame, 2.0/0.0; person 7's is missing (D) or ``'x'`` (D′).
+    ``COUNT(*) WHERE flag`` may move by 1. Before the fix: 50 vs 0 (the DOUBLE 1.0 casts to true, the text '1.0' to
+    NULL; the frame's 2.0 was written '2' by ``as_stored``, also NULL)."""
+    queries = ["SELECT COUNT(*) FROM visits WHERE flag", "SELECT COUNT(*) FROM visits WHERE NOT flag"]
+    answers = {w: _answers(_load(tmp_path / w, _with("flag", flags, odd), how), queries) for w, odd in (("d", None), ("d2", "x"))}
+    assert _close(answers["d"], answers["d2"], [1, 1]), answers
+
+
+# ==================================================================================================
+# A4. One Decimal('NaN') makes a column of Decimals 32-bit floats for everyone
+# ==================================================================================================
+
+_D = decimal.Decimal
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "query"),
+    [
+        ("x", _D("0.1"), "SELECT COUNT(*) FROM visits WHERE x = 0.1"),
+        ("big", _D("16777217"), "SELECT COUNT(*) FROM visits WHERE big = 16777217"),
+    ],
+    ids=["float", "int"],
+)
+def test_A4_one_persons_decimal_nan_never_narrows_everyones_numbers(tmp_path: Path, column: str, value: Any, query: str) -> None:
+    """MEDIUM — interface: ``write_table`` of a frame of ``Decimal`` values (``pd.read_sql`` of a NUMERIC column;
+    PostgreSQL's NUMERIC has NaN). D: person 7's value missing; D′: ``Decimal('NaN')`` (missing to the policy too).
+    The count may move by 1. Before the fix: 149 vs 0 — DuckDB registered the column as DECIMAL in D and as FLOAT
+    (32 bits) in D′, where 0.1 is 0.10000000149 and 16,777,217 is 16,777,216."""
+    answers = {
+        w: _answers(_load(tmp_path / w, _with(column, [value] * N, odd), "frame"), [query])
+        for w, odd in (("d", None), ("d2", _D("NaN")))
+    }
+    assert _close(answers["d"], answers["d2"], [1]), answers
+
+
+# ==================================================================================================
+# A5. Untyped crashes on the curator's path, decided by one person's value
+# ==================================================================================================
+
+_ADULT_ROW = (
+    "{age}, State-gov, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, White, Male, 2174, 0, 40, "
+    "United-States, <=50K"
+)
+
+
+def _write_odd(base: Path, case: str) -> None:
+    from veil.policy import load_policy
+    from veil.store.warehouse import ingest_file, write_table
+
+    base.mkdir(parents=True)
+    (base / "policy.toml").write_text(POLICY, encoding="utf-8")
+    policy = load_policy(base / "policy.toml")
+    if case.startswith("adult"):
+        rows = [_ADULT_ROW.format(age=30 + i % 40) for i in range(N)]
+        rows[7] = _ADULT_ROW.format(age=case.split("-")[1])
+        (base / "adult.data").write_text("\n".join(rows) + "\n", encoding="utf-8")
+        ingest_file(policy, "adult", base / "adult.data")
+    elif case == "frame-tz":
+        frame = _with("d", [pd.Timestamp("2020-01-01")] * N, pd.Timestamp("2020-01-01", tz="UTC"))
+        write_table(policy, "visits", frame)
+    elif case == "frame-undeclared":
+        frame = _frame()
+        frame["note"] = pd.Series([1] * 7 + [True] + [1] * (N - 8), dtype=object)
+        write_table(policy, "visits", frame)
+    else:
+        raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", ["adult-?", "adult-x", "frame-tz", "frame-undeclared"])
+def test_A5_one_persons_value_never_crashes_a_curator_write_untyped(tmp_path: Path, case: str) -> None:
+    """LOW (the curator's path; nothing reaches an analyst) — interfaces: ``veil ingest`` (Adult format) and
+    ``write_table``. Person 7's ``age`` is ``?``/``x`` in an Adult file; a frame's date column holds one tz-aware
+    timestamp among naive ones; an undeclared column holds one ``True`` among ints. The write may be refused, but
+    as a ``VeilError`` (a message and an exit code 2), never a pandas/DuckDB exception with a traceback."""
+    from veil.errors import VeilError
+
+    try:
+        _write_odd(tmp_path / "w", case)
+    except VeilError:
+        pass
