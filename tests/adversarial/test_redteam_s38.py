@@ -111,7 +111,11 @@ def _load(base: Path, frame: pd.DataFrame, how: str) -> Any:
         frame.to_csv(base / "visits.csv", index=False)
         ingest_file(policy, "visits", base / "visits.csv")
     elif how == "parquet":
-        frame.to_parquet(base / "visits.parquet", index=False)
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        # as a tool other than pandas writes it (Spark, DuckDB, Arrow): typed columns, no pandas dtypes to restore
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False).replace_schema_metadata(None), base / "visits.parquet")
         ingest_file(policy, "visits", base / "visits.parquet")
     else:
         write_table(policy, "visits", frame)
@@ -160,6 +164,8 @@ def test_A1_one_persons_missing_unit_never_merges_other_people(tmp_path: Path, h
     counts = {}
     for world, odd in (("d", "keep"), ("d2", None)):
         frame = _with("uid", _IDS, odd)
+        if how != "frame":  # the file as a tool that keeps integers writes it: exact ids, one empty field / null
+            frame["uid"] = pd.array([None if i == 7 and odd is None else v for i, v in enumerate(_IDS)], dtype="Int64")
         if how == "frame" and world == "d2":
             assert frame["uid"].dtype == np.float64  # pandas' doing: the precision is gone before Veil sees it
             with pytest.raises(InputError, match="uid"):

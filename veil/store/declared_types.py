@@ -15,14 +15,23 @@ become missing, the same way whatever the rows).
 
 from __future__ import annotations
 
+import decimal
+import math
+import re
 from typing import Any
 
+import numpy as np
 import pandas as pd
+
+from veil.errors import InputError
 
 __all__ = ["as_declared", "as_source", "as_stored"]
 
 
 _INT64_END = 2.0**63
+_INT64_LIMIT = 2**63
+#: Beyond it not every integer is a float: a whole float there may be a rounded integer.
+_EXACT_FLOAT_END = 2.0**53
 
 
 def _numbers(series: pd.Series) -> pd.Series:
@@ -111,19 +120,29 @@ def as_source(frame: pd.DataFrame, spec: Any) -> pd.DataFrame:
 
 def as_stored(frame: pd.DataFrame, spec: Any) -> pd.DataFrame:
     """``frame`` as a curator's write stores it: a declared ``category`` column always as text (``1.0`` → ``'1'``),
-    and a declared ``int``/``float``/``bool`` column whose values are of mixed Python types as their text, the way
-    ``veil ingest`` stores a CSV column holding one value that is not a number.
+    and each declared ``int``/``float``/``bool`` column in a form every value of which the query path's
+    ``TRY_CAST(stored AS declared type)`` reads the same whatever the other rows hold.
 
     A pandas frame's dtypes follow its rows: one person's missing grade makes an integer column a float one, and
     the warehouse stored the category ``1`` as ``1.0``; the query path reads a category as text, so ``COUNT(*) WHERE
     grade = '1'`` went from 75 to 0 because of that one person (the s37 A1 class, through the Python
     ``write_table``). One ``True`` among numbers failed the write with an engine error.
 
+    A numeric or boolean column is stored in its declared kind (nullable ``Int64``, ``Float64``, ``boolean``) when
+    every value converts exactly, and otherwise as text — each value rendered by :func:`_canonical` alone, so the
+    text casts to what the typed value would have. DuckDB casts the DOUBLE ``2.5`` to the BIGINT 2 but the text
+    ``'2.5'`` to 3, the DOUBLE ``1.0`` to ``true`` but the text ``'1.0'`` to NULL, and registers a column of
+    ``Decimal`` values holding one ``NaN`` as 32-bit floats; one person's text or NaN decided which, for everyone
+    (red team s38, A2–A4). A float that stands for an integer beyond 2⁵³ has lost its last digits (a missing value
+    makes pandas read an integer column as floats, and 64-bit identifiers then merge): the write is refused (A1).
+
     >>> spec = type("S", (), {"columns": {"g": type("C", (), {"type": "category"})(),
     ...                                   "n": type("C", (), {"type": "int"})()}})()
     >>> out = as_stored(pd.DataFrame({"g": [1.0, None], "n": pd.Series([1, True], dtype=object)}), spec)
     >>> out["g"].tolist(), out["n"].tolist()
-    (['1', <NA>], ['1', 'True'])
+    (['1', <NA>], [1, 1])
+    >>> as_stored(pd.DataFrame({"g": ["1", "2"], "n": pd.Series([2.5, "x"], dtype=object)}), spec)["n"].tolist()
+    ['2.5', 'x']
     """
     columns = getattr(spec, "columns", None) or {}
     out = frame
@@ -135,16 +154,117 @@ def as_stored(frame: pd.DataFrame, spec: Any) -> pd.DataFrame:
         texts = series.dtype == object and series.map(lambda v: isinstance(v, str) or _missing(v)).all()
         if kind == "category" and not (texts or isinstance(series.dtype, pd.StringDtype)):
             converted = as_declared(series, "category")
-        elif (
-            kind in ("int", "float", "bool") and series.dtype == object and len({type(v) for v in series if not _missing(v)}) > 1
-        ):
-            converted = series.astype(object).map(_text).astype("string")
+        elif kind in ("int", "float", "bool"):
+            converted = _stored(series, kind, name)
+            if converted is None:
+                continue
         else:
             continue
         if out is frame:
             out = frame.copy()
         out[name] = converted
     return out
+
+
+_NATIVE = {"int": "Int64", "float": "Float64", "bool": "boolean"}
+_INT_TEXT = re.compile(r"\s*[+-]?\d+\s*")
+_BOOL_TEXT = {"true": True, "t": True, "yes": True, "y": True, "false": False, "f": False, "no": False, "n": False}
+
+
+def _stored(series: pd.Series, kind: str, name: str) -> pd.Series | None:
+    """``series`` (a declared ``kind`` column) in its stored form, or None when it is already of the declared kind."""
+    if kind == "int" and pd.api.types.is_integer_dtype(series.dtype):
+        return None
+    if kind == "float" and pd.api.types.is_float_dtype(series.dtype):
+        return None
+    if kind == "bool" and pd.api.types.is_bool_dtype(series.dtype):
+        return None
+    values = [_canonical(v, kind, name) for v in series.astype(object)]
+    if all(not isinstance(v, str) for v in values):
+        return pd.Series(values, index=series.index, dtype=object).astype(_NATIVE[kind])
+    return pd.Series([_render(v) for v in values], index=series.index, dtype=object).astype("string")
+
+
+def _canonical(v: Any, kind: str, name: str) -> Any:
+    """One value of a declared ``kind`` column: the declared kind's value (``pd.NA`` for one that cannot be any),
+    or a text the query path's cast reads (as written). A function of the value alone."""
+    if _missing(v):
+        return pd.NA
+    if isinstance(v, decimal.Decimal):
+        if not v.is_finite():
+            return pd.NA
+        if kind != "int":
+            v = float(v)
+        elif v.adjusted() >= 19:
+            return pd.NA  # beyond BIGINT (decided from the exponent: int() of 1E+1000000 would take long)
+        else:
+            v = int(v) if v == v.to_integral_value() else str(v)
+    if isinstance(v, str):
+        text = v.strip()
+        if kind == "int" and _INT_TEXT.fullmatch(v):
+            v = int(text)
+        elif kind == "int":
+            try:  # a whole number written with a fraction or an exponent (40.0, 4e1): its integer
+                number = decimal.Decimal(text)
+            except decimal.InvalidOperation:
+                return v
+            if not number.is_finite() or number.adjusted() >= 19 or number != number.to_integral_value():
+                return v  # as written: the query path's cast reads it (2.5 → 3, 1e400 → NULL)
+            v = int(number)
+        elif kind == "float":
+            try:
+                return float(text)
+            except ValueError:
+                return v
+        elif kind == "bool" and text.lower() in _BOOL_TEXT:
+            return _BOOL_TEXT[text.lower()]
+        elif kind == "bool":
+            try:  # a number written as text: true unless zero (1.0 is how pandas writes a 0/1 column with a gap)
+                number = float(text)
+            except ValueError:
+                return v
+            return pd.NA if number != number else number != 0
+        else:
+            return v
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v) if kind == "bool" else (float(v) if kind == "float" else int(v))
+    if isinstance(v, (int, np.integer)):
+        if kind == "bool":
+            return int(v) != 0
+        if kind == "float":
+            return float(v)
+        return int(v) if abs(int(v)) < _INT64_LIMIT else pd.NA  # beyond BIGINT: missing, as the cast reads it
+    if isinstance(v, (float, np.floating)):
+        f = float(v)
+        if f != f:
+            return pd.NA
+        if kind == "bool":
+            return f != 0
+        if kind == "float":
+            return f
+        if f in (math.inf, -math.inf) or abs(f) >= _INT64_END:
+            return pd.NA
+        if f.is_integer():
+            if abs(f) >= _EXACT_FLOAT_END:
+                raise InputError(
+                    f"column {name!r} is declared int but holds the whole number {f!r} as a float: beyond 2**53 a "
+                    "float has lost the integer's last digits (a missing value makes pandas read an integer column "
+                    "as floats), and two people's values, identifiers included, may have become one",
+                    hint=f"Pass {name!r} as pandas' nullable integers (`df[{name!r}].astype('Int64')` before values "
+                    "go missing), or read the file with `veil ingest`, which reads it as text",
+                )
+            return int(f)
+        return repr(f)  # a fraction: as text, so the cast rounds it as it rounds the written number
+    return str(v)
+
+
+def _render(v: Any) -> Any:
+    """A canonical value as the text stored in a column that holds some text."""
+    if v is pd.NA or isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return repr(v) if isinstance(v, float) else str(v)
 
 
 def _missing(v: Any) -> bool:

@@ -353,14 +353,33 @@ def _replace_from_frame(con: duckdb.DuckDBPyConnection, table: str, df: pd.DataF
         raise InternalError(f"a table version must be alphanumeric, got {token!r}")
     con.execute("BEGIN TRANSACTION")
     try:
-        con.register("_veil_incoming", df)
-        con.execute(f'CREATE OR REPLACE TABLE "{table}" AS SELECT * FROM _veil_incoming')
+        try:
+            con.register("_veil_incoming", df)
+            con.execute(f'CREATE OR REPLACE TABLE "{table}" AS SELECT * FROM _veil_incoming')
+        except _UNSTORABLE as exc:
+            # one value of a column DuckDB cannot hold with the others (a tz-aware timestamp among naive ones, a True
+            # among ints in a column the policy does not declare): refused, typed (red team s38, A5)
+            raise InputError(
+                f"table {table!r} cannot be stored: a column holds values DuckDB cannot store together "
+                f"({type(exc).__name__}: {str(exc).splitlines()[0][:200]})",
+                hint="Give each column of the frame one type (e.g. `df[c].astype(str)` for a free-text column, "
+                "timestamps all with or all without a time zone)",
+            ) from None
         con.unregister("_veil_incoming")
         con.execute(f"COMMENT ON TABLE \"{table}\" IS '{VERSION_COMMENT}{token}'")
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
         raise
+
+
+#: DuckDB's errors for a frame it cannot register or store (a value of one column that does not fit the others).
+_UNSTORABLE = (
+    duckdb.ConversionException,
+    duckdb.TypeMismatchException,
+    duckdb.NotImplementedException,
+    duckdb.InvalidInputException,
+)
 
 
 def written_version(con: duckdb.DuckDBPyConnection, table: str) -> str | None:
@@ -416,9 +435,18 @@ def _read_source(path: Path, text: frozenset[str] = frozenset()) -> pd.DataFrame
 
     suffix = path.suffix.lower()
     if suffix == ".parquet":
-        return pd.read_parquet(path)
+        # integer columns as pandas' nullable integers: by default one null makes a whole int64 column float64, and
+        # every identifier beyond 2**53 is rounded (red team s38, A1: 150 people's ids became 2 units)
+        return pd.read_parquet(path, dtype_backend="numpy_nullable")
     if is_adult_file(path):
-        return read_adult_file(path)
+        try:
+            return read_adult_file(path)
+        except ValueError:  # pandas' IntCastingNaNError too: one person's '?' or text in a numeric field
+            raise InputError(
+                f"{str(path)!r} is in Adult's format, but a numeric field (age, fnlwgt, education-num, capital-gain, "
+                "capital-loss, hours-per-week) holds a value that is not a whole number (or '?')",
+                hint="Fix or remove those rows, or give the file a header line and ingest it as CSV",
+            ) from None
     if suffix in (".csv", ".txt", ".data", ".tsv", ""):
         header = pd.read_csv(path, sep=None, engine="python", nrows=0)
         as_text = {c: str for c in header.columns if normalise_name(str(c)) in text}
@@ -448,7 +476,10 @@ def ingest_file(policy: Policy, table: str, path: str | Path, *, replace: bool =
         raise InputError(f"table {table!r} already exists in the warehouse", hint="Choose another --table name or pass --replace")
     spec = policy.tables.get(table)
     declared = spec.columns.items() if spec is not None else ()
-    df = _read_source(p, frozenset(name for name, col in declared if col.type == "category"))
+    # declared category, int, float and bool columns are read as written; ``write_table`` stores them (``as_stored``)
+    # value by value, whatever the other rows hold: pandas reads an int column with one gap as floats (ids beyond
+    # 2**53 rounded), and a 0/1 column spelled 1.0 as numbers unless one value is text (red team s38, A1/A3)
+    df = _read_source(p, frozenset(name for name, col in declared if col.type in ("category", "int", "float", "bool")))
     mapping = {c: normalise_name(str(c)) for c in df.columns}
     if len(set(mapping.values())) != len(mapping):
         raise InputError(f"column names of {str(p)!r} collide after normalisation: {mapping}")
