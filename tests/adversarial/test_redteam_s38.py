@@ -58,6 +58,7 @@ uid = { type = "int" }
 flag = { type = "bool" }
 n = { type = "int", lower = 0, upper = 10 }
 x = { type = "float", lower = 0, upper = 1 }
+acct = { type = "category" }
 big = { type = "int", lower = 0, upper = 100000000 }
 d = { type = "date" }
 
@@ -79,6 +80,7 @@ def _frame() -> pd.DataFrame:
     return pd.DataFrame(
         {
             "uid": np.arange(N),
+            "acct": [f"a{i}" for i in range(N)],
             "flag": np.arange(N) % 3 == 0,
             "n": np.full(N, 4),
             "x": np.full(N, 0.5),
@@ -152,26 +154,30 @@ def _close(a: list[Any], b: list[Any], sensitivity: list[float]) -> bool:
 _IDS = [2**60 + i for i in range(N)]
 
 
-@pytest.mark.parametrize("how", ["csv", "parquet", "frame"])
-def test_A1_one_persons_missing_unit_never_merges_other_people(tmp_path: Path, how: str) -> None:
+@pytest.mark.parametrize(
+    ("how", "column"), [("csv", "uid"), ("parquet", "uid"), ("frame", "uid"), ("parquet", "acct"), ("frame", "acct")]
+)
+def test_A1_one_persons_missing_value_never_merges_other_peoples_ids(tmp_path: Path, how: str, column: str) -> None:
     """HIGH where units are 64-bit identifiers (snowflake ids, hashed account numbers) — interfaces: ``veil ingest``
     (CSV, Parquet) and ``write_table``. D: every person has an id 2⁶⁰ + i; D′: person 7's id is missing (a person with
     no identifier: dropped by the contribution bound). ``COUNT(*)`` must move by at most 1 (max_rows_per_unit = 1).
     Before the fix: 150 in D, 2 in D′ — pandas read the column as float64 and every id rounded to 2⁶⁰ or 2⁶⁰ + 256.
-    A frame the curator built already holds the rounded floats: the write must then be refused, typed."""
+    The same ids in a ``category`` column (``acct``): ``COUNT(*) WHERE acct = '2⁶⁰'`` went from 1 to 129. A frame the
+    curator built already holds the rounded floats: the write must then be refused, typed."""
     from veil.errors import InputError
 
+    query = "SELECT COUNT(*) FROM visits" if column == "uid" else f"SELECT COUNT(*) FROM visits WHERE acct = '{2**60}'"
     counts = {}
     for world, odd in (("d", "keep"), ("d2", None)):
-        frame = _with("uid", _IDS, odd)
+        frame = _with(column, _IDS, odd)
         if how != "frame":  # the file as a tool that keeps integers writes it: exact ids, one empty field / null
-            frame["uid"] = pd.array([None if i == 7 and odd is None else v for i, v in enumerate(_IDS)], dtype="Int64")
+            frame[column] = pd.array([None if i == 7 and odd is None else v for i, v in enumerate(_IDS)], dtype="Int64")
         if how == "frame" and world == "d2":
-            assert frame["uid"].dtype == np.float64  # pandas' doing: the precision is gone before Veil sees it
-            with pytest.raises(InputError, match="uid"):
+            assert frame[column].dtype == np.float64  # pandas' doing: the precision is gone before Veil sees it
+            with pytest.raises(InputError, match=column):
                 _load(tmp_path / world, frame, how)
             return
-        counts[world] = _answers(_load(tmp_path / world, frame, how), ["SELECT COUNT(*) FROM visits"])[0]
+        counts[world] = _answers(_load(tmp_path / world, frame, how), [query])[0]
     assert abs(counts["d"] - counts["d2"]) <= 1, counts
 
 

@@ -153,6 +153,8 @@ def as_stored(frame: pd.DataFrame, spec: Any) -> pd.DataFrame:
         kind = getattr(col, "type", None)
         texts = series.dtype == object and series.map(lambda v: isinstance(v, str) or _missing(v)).all()
         if kind == "category" and not (texts or isinstance(series.dtype, pd.StringDtype)):
+            for v in series.tolist() if pd.api.types.is_float_dtype(series.dtype) else ():
+                _exact_float(v, name)  # an id category held as floats: the written text of 2**60 + 7 is gone
             converted = as_declared(series, "category")
         elif kind in ("int", "float", "bool"):
             converted = _stored(series, kind, name)
@@ -167,7 +169,7 @@ def as_stored(frame: pd.DataFrame, spec: Any) -> pd.DataFrame:
 
 
 _NATIVE = {"int": "Int64", "float": "Float64", "bool": "boolean"}
-_INT_TEXT = re.compile(r"\s*[+-]?\d+\s*")
+_INT_TEXT = re.compile(r"\s*[+-]?\d{1,19}\s*")  # longer: read as a Decimal (int() refuses 4,300 digits)
 _BOOL_TEXT = {"true": True, "t": True, "yes": True, "y": True, "false": False, "f": False, "no": False, "n": False}
 
 
@@ -220,10 +222,10 @@ def _canonical(v: Any, kind: str, name: str) -> Any:
             return _BOOL_TEXT[text.lower()]
         elif kind == "bool":
             try:  # a number written as text: true unless zero (1.0 is how pandas writes a 0/1 column with a gap)
-                number = float(text)
+                real = float(text)
             except ValueError:
                 return v
-            return pd.NA if number != number else number != 0
+            return pd.NA if real != real else real != 0
         else:
             return v
     if isinstance(v, (bool, np.bool_)):
@@ -245,17 +247,23 @@ def _canonical(v: Any, kind: str, name: str) -> Any:
         if f in (math.inf, -math.inf) or abs(f) >= _INT64_END:
             return pd.NA
         if f.is_integer():
-            if abs(f) >= _EXACT_FLOAT_END:
-                raise InputError(
-                    f"column {name!r} is declared int but holds the whole number {f!r} as a float: beyond 2**53 a "
-                    "float has lost the integer's last digits (a missing value makes pandas read an integer column "
-                    "as floats), and two people's values, identifiers included, may have become one",
-                    hint=f"Pass {name!r} as pandas' nullable integers (`df[{name!r}].astype('Int64')` before values "
-                    "go missing), or read the file with `veil ingest`, which reads it as text",
-                )
+            _exact_float(f, name)
             return int(f)
         return repr(f)  # a fraction: as text, so the cast rounds it as it rounds the written number
     return str(v)
+
+
+def _exact_float(v: Any, name: str) -> None:
+    """Refuse a whole float beyond 2**53 in a declared int or category column: it may be a rounded integer."""
+    f = float(v)
+    if math.isfinite(f) and f.is_integer() and _EXACT_FLOAT_END <= abs(f):
+        raise InputError(
+            f"column {name!r} holds the whole number {f!r} as a float: beyond 2**53 a float has lost the integer's "
+            "last digits (a missing value makes pandas read an integer column as floats), and two people's values, "
+            "identifiers included, may have become one",
+            hint=f"Pass {name!r} as pandas' nullable integers (`df[{name!r}].astype('Int64')` before values go "
+            "missing) or as text, or read the file with `veil ingest`, which reads it as written",
+        )
 
 
 def _render(v: Any) -> Any:
@@ -268,4 +276,4 @@ def _render(v: Any) -> Any:
 
 
 def _missing(v: Any) -> bool:
-    return v is None or v is pd.NA or (isinstance(v, float) and v != v)
+    return v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and v != v)
