@@ -133,8 +133,9 @@ def as_stored(frame: pd.DataFrame, spec: Any) -> pd.DataFrame:
     text casts to what the typed value would have. DuckDB casts the DOUBLE ``2.5`` to the BIGINT 2 but the text
     ``'2.5'`` to 3, the DOUBLE ``1.0`` to ``true`` but the text ``'1.0'`` to NULL, and registers a column of
     ``Decimal`` values holding one ``NaN`` as 32-bit floats; one person's text or NaN decided which, for everyone
-    (red team s38, A2–A4). A float that stands for an integer beyond 2⁵³ has lost its last digits (a missing value
-    makes pandas read an integer column as floats, and 64-bit identifiers then merge): the write is refused (A1).
+    (red team s38, A2–A4). A float column (one gap makes pandas read integers as floats) holding a whole number
+    between 2⁵³ and 2⁶³ in an ``int`` or ``category`` column has lost the integers' last digits, and 64-bit
+    identifiers have merged: the write is refused (A1).
 
     >>> spec = type("S", (), {"columns": {"g": type("C", (), {"type": "category"})(),
     ...                                   "n": type("C", (), {"type": "int"})()}})()
@@ -156,6 +157,12 @@ def as_stored(frame: pd.DataFrame, spec: Any) -> pd.DataFrame:
             for v in series.tolist() if pd.api.types.is_float_dtype(series.dtype) else ():
                 _exact_float(v, name)  # an id category held as floats: the written text of 2**60 + 7 is gone
             converted = as_declared(series, "category")
+        elif kind in ("int", "float", "bool") and name == getattr(spec, "privacy_unit", None):
+            # the unit is kept as stored: the bounded copy tells people apart by the stored value ('10' and '010', 0.0
+            # and -0.0 are two people), which a conversion would merge; a float column that rounded ids is refused
+            for v in series.tolist() if kind == "int" and pd.api.types.is_float_dtype(series.dtype) else ():
+                _exact_float(v, name)
+            continue
         elif kind in ("int", "float", "bool"):
             converted = _stored(series, kind, name)
             if converted is None:
@@ -181,13 +188,16 @@ def _stored(series: pd.Series, kind: str, name: str) -> pd.Series | None:
         return None
     if kind == "bool" and pd.api.types.is_bool_dtype(series.dtype):
         return None
-    values = [_canonical(v, kind, name) for v in series.astype(object)]
+    if kind == "int" and pd.api.types.is_float_dtype(series.dtype):
+        for v in series.tolist():  # pandas made the integers floats (one gap does): refused if digits were lost
+            _exact_float(v, name)
+    values = [_canonical(v, kind) for v in series.astype(object)]
     if all(not isinstance(v, str) for v in values):
         return pd.Series(values, index=series.index, dtype=object).astype(_NATIVE[kind])
     return pd.Series([_render(v) for v in values], index=series.index, dtype=object).astype("string")
 
 
-def _canonical(v: Any, kind: str, name: str) -> Any:
+def _canonical(v: Any, kind: str) -> Any:
     """One value of a declared ``kind`` column: the declared kind's value (``pd.NA`` for one that cannot be any),
     or a text the query path's cast reads (as written). A function of the value alone."""
     if _missing(v):
@@ -247,7 +257,6 @@ def _canonical(v: Any, kind: str, name: str) -> Any:
         if f in (math.inf, -math.inf) or abs(f) >= _INT64_END:
             return pd.NA
         if f.is_integer():
-            _exact_float(f, name)
             return int(f)
         return repr(f)  # a fraction: as text, so the cast rounds it as it rounds the written number
     return str(v)
@@ -256,7 +265,7 @@ def _canonical(v: Any, kind: str, name: str) -> Any:
 def _exact_float(v: Any, name: str) -> None:
     """Refuse a whole float beyond 2**53 in a declared int or category column: it may be a rounded integer."""
     f = float(v)
-    if math.isfinite(f) and f.is_integer() and _EXACT_FLOAT_END <= abs(f):
+    if math.isfinite(f) and f.is_integer() and _EXACT_FLOAT_END <= abs(f) < _INT64_END:
         raise InputError(
             f"column {name!r} holds the whole number {f!r} as a float: beyond 2**53 a float has lost the integer's "
             "last digits (a missing value makes pandas read an integer column as floats), and two people's values, "
