@@ -30,7 +30,7 @@ from sqlglot import exp
 from veil.engines.base import EngineError, check_key_type, output_type
 from veil.errors import InternalError, QueryCancelled, QueryFailed, QueryTooComplex, ValueTooLarge
 from veil.proxy import multiplicity
-from veil.proxy.add_noise import noisy_statistics
+from veil.proxy.add_noise import noised
 from veil.proxy.bounds import mark_arithmetic_that_cannot_raise
 from veil.proxy.canonical import cache_key, canonical_sql
 from veil.proxy.catalog import SQL_TYPES, Catalog, public_types
@@ -101,6 +101,7 @@ class QueryState:
     reservation: Reservation | None = None
     raw: RawResult | None = None
     noisy: dict[int, np.ndarray] | None = None
+    withheld: int = 0  # groups over the threshold withheld by the cap on released values (see add_noise.noised)
     answer: Answer | None = None  # set by the cache (reserve), a public query (execute) or postprocess
     statistics: tuple[Any, ...] = ()
     release_id: str | None = None
@@ -330,13 +331,14 @@ def _execute(s: QueryState, env: Env) -> QueryState:
 def _noise(s: QueryState, env: Env) -> QueryState:
     if s.plan is None or s.raw is None:
         raise InternalError("noise before execute")
-    return replace(s, noisy=noisy_statistics(s.plan, s.raw.raw, s.raw.grids, env.noise))
+    out = noised(s.plan, s.raw.raw, s.raw.grids, env.noise)
+    return replace(s, noisy=out.values, withheld=out.withheld)
 
 
 def _postprocess(s: QueryState, env: Env) -> QueryState:
     if s.plan is None or s.raw is None or s.noisy is None or s.post is None:
         raise InternalError("postprocess before noise")
-    answer, stats = env.shape(s.plan, s.post, s.raw, s.noisy)
+    answer, stats = env.shape(s.plan, s.post, s.raw, s.noisy, s.withheld)
     return replace(s, answer=answer, statistics=tuple(stats))
 
 

@@ -318,7 +318,8 @@ class VeilSession(BaseSession):
             return Result(results.output_columns(columns, self.settings.show_ci), [], "SELECT 0")
         answer = await self._execute(sql)
         rows = results.answer_rows(answer, self.settings.show_ci)
-        return Result(results.output_columns(answer.columns, self.settings.show_ci), rows, f"SELECT {len(rows)}")
+        columns = results.output_columns(answer.columns, self.settings.show_ci)
+        return Result(columns, rows, f"SELECT {len(rows)}", notices=answer.notes)
 
     async def _execute(self, sql: str) -> Any:
         """Answer an analyst query. Time limits stop it only before it is charged: whether a private
@@ -480,6 +481,7 @@ class VeilPortal(Portal):
         self.described: list[ResultColumn] | None = None
         self._described = False
         self._offset = 0
+        self._notices_sent = False
 
     async def describe(self) -> list[ResultColumn] | None:
         if self.result is not None:
@@ -501,6 +503,13 @@ class VeilPortal(Portal):
 
     def tag(self) -> str:
         return self.result.tag if self.result is not None else "SELECT 0"
+
+    def take_notices(self) -> tuple[str, ...]:
+        """The answer's notices, once (the first Execute that ran it sends them; later ones only drain rows)."""
+        if self.result is None or self._notices_sent:
+            return ()
+        self._notices_sent = True
+        return self.result.notices
 
     @property
     def held_bytes(self) -> int:
