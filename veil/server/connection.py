@@ -205,6 +205,7 @@ def _nothing() -> None:
 
 
 def _ends_tx(r: Route) -> bool:
+    """Runs in a failed transaction: its end, or ``ROLLBACK TO`` a savepoint (which leaves the failed state)."""
     return r.kind == "tx" and r.tokens[0].text.upper() in ("COMMIT", "END", "ROLLBACK", "ABORT")
 
 
@@ -244,6 +245,7 @@ class VeilConnection(Connection):
         self.tls = startup.tls
         self.peer = peer
         self.logged_in = False
+        self.savepoints: list[str] = []  # this transaction's savepoints, oldest first (names as PostgreSQL folds them)
         self.on_login: Callable[[], None] = _nothing  # the server stops counting it as not logged in
 
     async def run(self) -> None:
