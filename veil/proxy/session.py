@@ -38,7 +38,7 @@ from veil.engines.neutral import duckdb_text
 from veil.errors import InternalError, PolicyError, QueryRejected, UnknownTable, Unsupported
 from veil.mechanisms.budget import as_epsilon, format_epsilon
 from veil.policy import Policy, file_stamp, load_policy
-from veil.proxy import bounding, fixed_point, pipeline
+from veil.proxy import bounding, fixed_point, pipeline, plan_cache
 from veil.proxy.add_noise import PRODUCTION, NoiseSource
 from veil.proxy.answer import Answer, BudgetStatus, Explanation, OutputColumn, explanation
 from veil.proxy.catalog import Catalog, build_catalog, public_types
@@ -211,6 +211,8 @@ class Env:
         self._probes: dict[tuple[str, int], int] = {}
         self._domains: dict[tuple[str, int], list[Any]] = {}
         self._post_bound: set[tuple[str, tuple[str, ...], tuple[str, ...]]] = set()
+        #: planned shapes (veil.proxy.plan_cache), emptied with the catalog
+        self.plan_cache: dict[tuple[str, str], plan_cache.Entry] = {}
 
     # -- policy, catalog, engines -------------------------------------------------------------
     @property
@@ -241,6 +243,7 @@ class Env:
         if changed or published != self._catalog_publications:
             self._catalog = None
             self._catalog_publications = published
+            self.plan_cache.clear()
         policy.analyst(self.analyst)  # PolicyError if the analyst was removed
         return policy
 
