@@ -130,6 +130,7 @@ def test_a_hit_plans_what_planning_afresh_plans(session: QuerySession, data: Any
     first, second = fill(), fill()
     _cached(session, first)  # plans, probes and remembers the shape
     hit = _cached(session, second)
+    assert hit.reservation is None and hit.raw is None  # planned only: nothing charged, nothing run
     _same(hit, _fresh(session, second))
     keys = [plan_cache.lift(parse(sql), session._env.policy, sql) for sql in (first, second)]
     if keys[0] is not None and keys[1] is not None and keys[0].shape == keys[1].shape:

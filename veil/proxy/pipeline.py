@@ -394,8 +394,6 @@ def run(state: QueryState, env: Env, *, until: str = "release", cache: bool | No
     for name, fn in PASSES:
         if state.done:
             break
-        if cached and name in PLANNING:
-            continue
         if name == "resolve" and cache:
             lifted = plan_cache.lift(state.tree, env.policy, state.sql)
             if lifted is not None:
@@ -403,8 +401,12 @@ def run(state: QueryState, env: Env, *, until: str = "release", cache: bool | No
                 planned = None if found is None else plan_cache.hit(found, state, lifted, env)
                 if planned is not None:
                     state, cached = planned, True
-                    continue
-                plan_cache.tag(lifted)
+                else:
+                    plan_cache.tag(lifted)
+        if cached and name in PLANNING:
+            if name == until:
+                break
+            continue
         try:
             state = fn(state, env)
         except RecursionError:
