@@ -26,6 +26,7 @@ __all__ = [
     "InvalidEscapeSequence",
     "InvalidRegularExpression",
     "MissingExtra",
+    "NoActiveTransaction",
     "NotAllowed",
     "NumericOutOfRange",
     "ParseError",
@@ -45,6 +46,7 @@ __all__ = [
     "UndefinedOperator",
     "UnknownColumn",
     "UnknownCursor",
+    "UnknownSavepoint",
     "UnknownSetting",
     "UnknownTable",
     "Unsupported",
@@ -128,6 +130,18 @@ class UnknownCursor(QueryRejected):
     """``FETCH``/``CLOSE`` of a cursor that was not declared (PostgreSQL's invalid_cursor_name)."""
 
     sqlstate = "34000"
+
+
+class UnknownSavepoint(QueryRejected):
+    """``ROLLBACK TO``/``RELEASE`` of a savepoint that was not set in this transaction (invalid_savepoint_specification)."""
+
+    sqlstate = "3B001"
+
+
+class NoActiveTransaction(QueryRejected):
+    """``SAVEPOINT``, ``ROLLBACK TO`` or ``RELEASE`` outside a transaction block (no_active_sql_transaction)."""
+
+    sqlstate = "25P01"
 
 
 class UnknownSetting(QueryRejected):

@@ -45,6 +45,8 @@ def query(policy_path: Path, analyst: str, epsilon: float | None, fmt: str, sql:
     if fmt == "table":
         note = " (cached: identical query answered before, no charge)" if ans.cached else ""
         click.echo(f"ε charged {float(ans.epsilon_charged):g}, remaining {float(ans.epsilon_remaining):g}{note}", err=True)
+    for text in ans.notes:  # (the JSON document carries them as "notes")
+        click.echo(f"NOTE: {text}", err=True)
 
 
 @cli.command()

@@ -24,7 +24,17 @@ from veil.proxy import fixed_point
 from veil.proxy.plan import MAX_RELEASED_VALUES, QueryPlan, Statistic
 from veil.proxy.rewrite import row_bound, sum_exponent
 
-__all__ = ["FLOAT_LIMIT", "INT_LIMIT", "NoiseSource", "clamp_raw", "grid_row", "grid_scores", "noisy_statistics"]
+__all__ = [
+    "FLOAT_LIMIT",
+    "INT_LIMIT",
+    "NoiseSource",
+    "Noised",
+    "clamp_raw",
+    "grid_row",
+    "grid_scores",
+    "noised",
+    "noisy_statistics",
+]
 
 #: Exact integer statistics are clamped to ±2⁶² before noise (the i64 sampler then cannot overflow).
 INT_LIMIT = 2**62
@@ -130,7 +140,7 @@ def _noised(
     return out
 
 
-def _at_most(plan: QueryPlan, threshold: int, counts: np.ndarray) -> np.ndarray:
+def _at_most(plan: QueryPlan, threshold: int, counts: np.ndarray) -> tuple[np.ndarray, int]:
     """The groups partition selection releases: a noisy count at the threshold or above, and of those at most
     :data:`MAX_RELEASED_VALUES` / :attr:`QueryPlan.released_per_group`, the highest noisy counts (post-processing of the
     noisy counts alone; ties broken by a shuffle from the OS CSPRNG, not by the engine's order of the groups, which
@@ -140,14 +150,23 @@ def _at_most(plan: QueryPlan, threshold: int, counts: np.ndarray) -> np.ndarray:
     released = np.flatnonzero(counts >= threshold)
     most = max(1, MAX_RELEASED_VALUES // plan.released_per_group)
     if len(released) <= most:
-        return released
+        return released, 0
     shuffled = released.copy()
     secrets.SystemRandom().shuffle(shuffled)  # type: ignore[arg-type]
     order = np.argsort(-counts[shuffled].astype(np.float64), kind="stable")
     kept = np.sort(shuffled[order[:most]])
     dropped = np.setdiff1d(released, kept)
     counts[dropped] = threshold - 1
-    return kept
+    return kept, len(dropped)
+
+
+@dataclass(frozen=True)
+class Noised:
+    """The noisy statistics, and how many groups passed partition selection's threshold but were withheld by the
+    cap on released values (a count of noisy counts: post-processing, told to the analyst)."""
+
+    values: dict[int, np.ndarray]
+    withheld: int = 0
 
 
 def noisy_statistics(
@@ -156,6 +175,16 @@ def noisy_statistics(
     grids: Mapping[int, Sequence[Mapping[int, int]]],
     noise: NoiseSource = PRODUCTION,
 ) -> dict[int, np.ndarray]:
+    """The values of :func:`noised`."""
+    return noised(plan, raw, grids, noise).values
+
+
+def noised(
+    plan: QueryPlan,
+    raw: Mapping[int, np.ndarray],
+    grids: Mapping[int, Sequence[Mapping[int, int]]],
+    noise: NoiseSource = PRODUCTION,
+) -> Noised:
     """Noisy value of every statistic for every group (arrays aligned with the group list).
 
     ``raw[id]``: exact values per group (counts/sums); ``grids[id]``: per group, its histogram cells.
@@ -168,10 +197,11 @@ def noisy_statistics(
     out: dict[int, np.ndarray] = {}
     by_id = {s.id: s for s in plan.statistics}
     released: np.ndarray | None = None
+    withheld = 0
     if plan.partition_stat is not None and plan.partition_threshold is not None:
         # partition selection first: every other statistic is drawn only for the groups it releases
         out.update(_noised(by_id, [plan.partition_stat], raw, noise, None))
-        released = _at_most(plan, plan.partition_threshold, out[plan.partition_stat])
+        released, withheld = _at_most(plan, plan.partition_threshold, out[plan.partition_stat])
     rest = [s.id for s in plan.statistics if s.kind != "grid" and s.id not in out]
     out.update(_noised(by_id, rest, raw, noise, released))
     for stat in plan.statistics:
@@ -182,4 +212,4 @@ def noisy_statistics(
         for i in range(len(cells)) if released is None else released.tolist():
             values[i] = _grid_value(stat, grid_scores(stat, grid_row(stat, cells[i])), noise)
         out[stat.id] = values
-    return out
+    return Noised(out, withheld)

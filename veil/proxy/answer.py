@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from veil._json import to_jsonable
+from veil.proxy.plan import MAX_RELEASED_VALUES
 
 if TYPE_CHECKING:
     from veil.proxy.plan import QueryPlan
@@ -40,6 +41,21 @@ class Answer:
     epsilon_remaining: Fraction
     release_id: str | None
     cached: bool
+    #: Groups whose noisy count passed partition selection's threshold but that the cap on released values withheld
+    #: (the highest noisy counts are kept); 0 when the answer holds every group that passed.
+    withheld_groups: int = 0
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What the analyst should know about this answer beyond its rows (the CLI prints them, ``veil serve`` sends
+        them as NOTICEs)."""
+        if not self.withheld_groups:
+            return ()
+        return (
+            f"{self.withheld_groups:,} more groups passed the threshold but were withheld: an answer releases at most "
+            f"{MAX_RELEASED_VALUES:,} values, so the groups with the highest noisy counts were kept. Narrow the query "
+            "with WHERE, or group by fewer or coarser columns, to see the others",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of ``veil query --format json``."""
@@ -49,6 +65,8 @@ class Answer:
             "ci95": [list(r) for r in self.ci95],
             "epsilon_charged": float(self.epsilon_charged),
             "epsilon_remaining": float(self.epsilon_remaining),
+            "withheld_groups": self.withheld_groups,
+            "notes": list(self.notes),
         }
 
     def to_frame(self) -> pd.DataFrame:

@@ -29,8 +29,8 @@ from sqlglot import exp
 
 from veil.engines.base import EngineError, check_key_type, output_type
 from veil.errors import InternalError, QueryCancelled, QueryFailed, QueryTooComplex, ValueTooLarge
-from veil.proxy import multiplicity
-from veil.proxy.add_noise import noisy_statistics
+from veil.proxy import multiplicity, plan_cache
+from veil.proxy.add_noise import noised
 from veil.proxy.bounds import mark_arithmetic_that_cannot_raise
 from veil.proxy.canonical import cache_key, canonical_sql
 from veil.proxy.catalog import SQL_TYPES, Catalog, public_types
@@ -101,6 +101,7 @@ class QueryState:
     reservation: Reservation | None = None
     raw: RawResult | None = None
     noisy: dict[int, np.ndarray] | None = None
+    withheld: int = 0  # groups over the threshold withheld by the cap on released values (see add_noise.noised)
     answer: Answer | None = None  # set by the cache (reserve), a public query (execute) or postprocess
     statistics: tuple[Any, ...] = ()
     release_id: str | None = None
@@ -275,13 +276,21 @@ def _prepare(s: QueryState, env: Env) -> QueryState:
     domain = env.public_domain(s.plan) if s.plan.public_keys else None
     env.check_post(s.plan, s.post, key_types)
     canonical = canonical_sql(s.plan.analysis)
-    # the statements name the bounded copy, whose name holds the table's data version and policy spec: an
-    # answer is reused only for the same data under the same policy (a reload asks the engine again)
-    # public tables are named by name only: their data versions join the key (red team s36 A2: a rewritten public
-    # table's join got the old answer back, free)
-    salt = env.cache_salt() + env.public_versions(s.plan.analysis)
-    key = cache_key("\x00".join((canonical + salt, *statements)), s.plan.epsilon)
+    key = cache_key_of(s, canonical, s.rendered, env)
     return replace(s, domain=domain, key_types=key_types, bind_on_run=bind_on_run, canonical=canonical, key=key)
+
+
+def cache_key_of(s: QueryState, canonical: str, rendered: Rendered, env: Env) -> str:
+    """The answer cache's key of a planned query: its canonical text, its statements and its ε.
+
+    The statements name the bounded copy, whose name holds the table's data version and policy spec: an answer is
+    reused only for the same data under the same policy (a reload asks the engine again). Public tables are named
+    by name only: their data versions join the key (red team s36 A2: a rewritten public table's join got the old
+    answer back, free)."""
+    if s.plan is None:
+        raise InternalError("a cache key without a plan")
+    salt = env.cache_salt() + env.public_versions(s.plan.analysis)
+    return cache_key("\x00".join((canonical + salt, *rendered.statements())), s.plan.epsilon)
 
 
 def _reserve(s: QueryState, env: Env) -> QueryState:
@@ -330,13 +339,14 @@ def _execute(s: QueryState, env: Env) -> QueryState:
 def _noise(s: QueryState, env: Env) -> QueryState:
     if s.plan is None or s.raw is None:
         raise InternalError("noise before execute")
-    return replace(s, noisy=noisy_statistics(s.plan, s.raw.raw, s.raw.grids, env.noise))
+    out = noised(s.plan, s.raw.raw, s.raw.grids, env.noise)
+    return replace(s, noisy=out.values, withheld=out.withheld)
 
 
 def _postprocess(s: QueryState, env: Env) -> QueryState:
     if s.plan is None or s.raw is None or s.noisy is None or s.post is None:
         raise InternalError("postprocess before noise")
-    answer, stats = env.shape(s.plan, s.post, s.raw, s.noisy)
+    answer, stats = env.shape(s.plan, s.post, s.raw, s.noisy, s.withheld)
     return replace(s, answer=answer, statistics=tuple(stats))
 
 
@@ -365,13 +375,38 @@ PASSES: tuple[tuple[str, Pass], ...] = (
 _NAMES = tuple(name for name, _ in PASSES)
 
 
-def run(state: QueryState, env: Env, *, until: str = "release") -> QueryState:
-    """Run the passes in order up to and including ``until`` (stopping early once answered)."""
+#: The passes a plan cache hit skips (see :mod:`veil.proxy.plan_cache`).
+PLANNING = ("resolve", "validate", "plan", "rewrite", "prepare")
+
+
+def run(state: QueryState, env: Env, *, until: str = "release", cache: bool | None = None) -> QueryState:
+    """Run the passes in order up to and including ``until`` (stopping early once answered).
+
+    With ``cache`` (by default: when answering, ``until="release"``) the query goes through the plan cache: a shape
+    planned before skips the planning passes, and a new one is planned, probed and remembered
+    (:mod:`veil.proxy.plan_cache`). ``explain`` and ``describe`` plan afresh."""
+    if cache is None:
+        cache = until == "release"
     if until not in _NAMES:
         raise InternalError(f"unknown pass {until!r}; passes: {', '.join(_NAMES)}")
+    lifted: plan_cache.Lifted | None = None
+    cached = False
     for name, fn in PASSES:
         if state.done:
             break
+        if name == "resolve" and cache:
+            lifted = plan_cache.lift(state.tree, env.policy, state.sql)
+            if lifted is not None:
+                found = env.plan_cache.get(plan_cache.key(lifted, state))
+                planned = None if found is None else plan_cache.hit(found, state, lifted, env)
+                if planned is not None:
+                    state, cached = planned, True
+                else:
+                    plan_cache.tag(lifted)
+        if cached and name in PLANNING:
+            if name == until:
+                break
+            continue
         try:
             state = fn(state, env)
         except RecursionError:
@@ -384,6 +419,32 @@ def run(state: QueryState, env: Env, *, until: str = "release") -> QueryState:
                 f"the query is nested too deeply for the {name} pass",
                 hint="Split long chains of operators (e.g. hundreds of ||, + or AND in a row)",
             ) from None
+        if name == "prepare" and lifted is not None and state.plan is not None:
+            _remember(state, env, lifted)
         if name == until:
             break
     return state
+
+
+def _plan_again(state: QueryState, env: Env) -> QueryState:
+    for name, fn in PASSES:
+        if name in PLANNING:
+            state = fn(state, env)
+    return state
+
+
+def _remember(state: QueryState, env: Env, lifted: plan_cache.Lifted) -> None:
+    """Remember ``state``'s shape if its probe agrees. Best effort: whatever goes wrong here only leaves the shape
+    uncached, never touches the query being answered."""
+    try:
+        entry = plan_cache.probed(state, env, lifted, lambda s: _plan_again(s, env))
+    except QueryCancelled:
+        raise
+    except Exception:  # a cache fill that fails caches nothing
+        log.debug("the plan cache did not keep a shape", exc_info=True)
+        return
+    if entry is None:
+        return
+    if len(env.plan_cache) >= plan_cache.MAX_ENTRIES:
+        env.plan_cache.clear()
+    env.plan_cache[plan_cache.key(lifted, state)] = entry

@@ -14,6 +14,7 @@ changed bounds apply to open sessions at once. Test-only noise sources are reach
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import threading
@@ -37,7 +38,7 @@ from veil.engines.neutral import duckdb_text
 from veil.errors import InternalError, PolicyError, QueryRejected, UnknownTable, Unsupported
 from veil.mechanisms.budget import as_epsilon, format_epsilon
 from veil.policy import Policy, file_stamp, load_policy
-from veil.proxy import bounding, fixed_point, pipeline
+from veil.proxy import bounding, fixed_point, pipeline, plan_cache
 from veil.proxy.add_noise import PRODUCTION, NoiseSource
 from veil.proxy.answer import Answer, BudgetStatus, Explanation, OutputColumn, explanation
 from veil.proxy.catalog import Catalog, build_catalog, public_types
@@ -210,6 +211,8 @@ class Env:
         self._probes: dict[tuple[str, int], int] = {}
         self._domains: dict[tuple[str, int], list[Any]] = {}
         self._post_bound: set[tuple[str, tuple[str, ...], tuple[str, ...]]] = set()
+        #: planned shapes (veil.proxy.plan_cache), emptied with the catalog
+        self.plan_cache: dict[tuple[str, str], plan_cache.Entry] = {}
 
     # -- policy, catalog, engines -------------------------------------------------------------
     @property
@@ -240,6 +243,7 @@ class Env:
         if changed or published != self._catalog_publications:
             self._catalog = None
             self._catalog_publications = published
+            self.plan_cache.clear()
         policy.analyst(self.analyst)  # PolicyError if the analyst was removed
         return policy
 
@@ -637,10 +641,11 @@ class Env:
         cols = tuple(OutputColumn(str(n), str(t)) for n, t in cached["columns"])
         rows = tuple(tuple(r) for r in cached["rows"])
         ci = tuple(tuple(r) for r in cached["ci95"])
-        return Answer(cols, rows, ci, Fraction(0), self.remaining(), None, True)
+        withheld = int(cached.get("withheld_groups", 0))
+        return Answer(cols, rows, ci, Fraction(0), self.remaining(), None, True, withheld_groups=withheld)
 
     def shape(
-        self, p: QueryPlan, post: PostProcess, raw: pipeline.RawResult, noisy: dict[int, np.ndarray]
+        self, p: QueryPlan, post: PostProcess, raw: pipeline.RawResult, noisy: dict[int, np.ndarray], withheld: int = 0
     ) -> tuple[Answer, list[ReleasedStatistic]]:
         n = len(raw.groups)
         keep = np.ones(n, dtype=bool)
@@ -672,7 +677,8 @@ class Env:
                 for r in res.rows
             ]
         stats = self._released(p, kept, noisy_kept)
-        return Answer(columns, tuple(rows), tuple(ci_rows), p.cost, Fraction(0), None, False), stats
+        answer = Answer(columns, tuple(rows), tuple(ci_rows), p.cost, Fraction(0), None, False, withheld_groups=withheld)
+        return answer, stats
 
     def _direct(
         self, post: PostProcess, kept: list[tuple[Any, ...]], values: list[np.ndarray], cis: list[np.ndarray | None],
@@ -718,6 +724,7 @@ class Env:
                 "columns": [[c.name, c.sql_type] for c in answer.columns],
                 "rows": [[to_jsonable(v) for v in r] for r in answer.rows],
                 "ci95": [list(r) for r in answer.ci95],
+                "withheld_groups": answer.withheld_groups,
                 "epsilon": str(p.cost),
                 "delta": str(p.delta),
             },
@@ -824,7 +831,7 @@ class QuerySession:
         a = state.answer
         if state.release_id is None:
             return a
-        return Answer(a.columns, a.rows, a.ci95, a.epsilon_charged, self._env.remaining(), state.release_id, False)
+        return dataclasses.replace(a, epsilon_remaining=self._env.remaining(), release_id=state.release_id, cached=False)
 
     def cancel(self) -> None:
         """Interrupt the statement this session is running (safe to call from another thread)."""

@@ -205,6 +205,7 @@ def _nothing() -> None:
 
 
 def _ends_tx(r: Route) -> bool:
+    """Runs in a failed transaction: its end, or ``ROLLBACK TO`` a savepoint (which leaves the failed state)."""
     return r.kind == "tx" and r.tokens[0].text.upper() in ("COMMIT", "END", "ROLLBACK", "ABORT")
 
 
@@ -244,6 +245,7 @@ class VeilConnection(Connection):
         self.tls = startup.tls
         self.peer = peer
         self.logged_in = False
+        self.savepoints: list[str] = []  # this transaction's savepoints, oldest first (names as PostgreSQL folds them)
         self.on_login: Callable[[], None] = _nothing  # the server stops counting it as not logged in
 
     async def run(self) -> None:
@@ -430,12 +432,18 @@ class VeilConnection(Connection):
             )
         portal = VeilStatement(self.session, r, []).bind([])
         rows, _ = await portal.execute(0)
+        self._send_notices(portal.take_notices())
         columns = portal.columns
         if columns is not None:
             self.stream.write(pg_messages.make_row_description(_field_specs(columns)))
             for row in rows:
                 self.stream.write(pg_messages.make_data_row(encode_row(row, columns)))
         self.stream.write(pg_messages.make_command_complete(portal.tag()))
+
+    def _send_notices(self, notices: tuple[str, ...]) -> None:
+        for text in notices:  # PostgreSQL's own notices: severity NOTICE, SQLSTATE 00000
+            fields = {"S": "NOTICE", "V": "NOTICE", "C": "00000", "M": text}
+            self.stream.write(pg_messages.make_notice_response(fields))
 
     def _decode_param(self, value: bytes | None, format_code: int, param_oids: list[int | None], index: int) -> Any:
         try:
@@ -508,6 +516,8 @@ class VeilConnection(Connection):
             # a named portal keeps its answer: refused before it runs once the connection holds enough
             held.check_answer(self.server.limits, self.portals, self.session.cursors.held_bytes(), parsed.portal_name)
         rows, suspended = await portal.execute(parsed.max_rows)
+        if isinstance(portal, VeilPortal):
+            self._send_notices(portal.take_notices())
         entry.rows_returned += len(rows)
         columns = portal.columns if isinstance(portal, VeilPortal) else entry.columns
         if columns is not None:

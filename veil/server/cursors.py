@@ -89,7 +89,7 @@ class Cursors:
     def declare(self, name: str, result: Result) -> Result:
         self.check_new(name)
         self._open[name] = _Cursor(result)
-        return Result(None, [], "DECLARE CURSOR")
+        return Result(None, [], "DECLARE CURSOR", notices=result.notices)  # told when the query runs: at DECLARE
 
     def held_bytes(self) -> int:
         """Bytes of the open cursors' answers (each sized once)."""

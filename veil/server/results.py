@@ -57,6 +57,7 @@ class Result:
     columns: list[ResultColumn] | None
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     tag: str = ""
+    notices: tuple[str, ...] = ()  # sent as NoticeResponse (severity NOTICE) before the rows
 
 
 def to_pg_error(exc: BaseException, *, context: str = "") -> PgError:

@@ -24,9 +24,18 @@ from typing import TYPE_CHECKING, Any
 
 from pg_mimic import ResultColumn
 from pg_mimic.session import BaseSession, Portal, Statement
+from sqlglot.tokens import TokenType
 
 from veil.engines.base import EngineError
-from veil.errors import ParseError, QueryCancelled, QueryTooComplex, QueryTooLarge, VeilError
+from veil.errors import (
+    NoActiveTransaction,
+    ParseError,
+    QueryCancelled,
+    QueryTooComplex,
+    QueryTooLarge,
+    UnknownSavepoint,
+    VeilError,
+)
 from veil.proxy.catalog import Catalog
 from veil.server import catalog, drivers, held, results, system
 from veil.server.cursors import Cursors, parse_declare
@@ -318,7 +327,8 @@ class VeilSession(BaseSession):
             return Result(results.output_columns(columns, self.settings.show_ci), [], "SELECT 0")
         answer = await self._execute(sql)
         rows = results.answer_rows(answer, self.settings.show_ci)
-        return Result(results.output_columns(answer.columns, self.settings.show_ci), rows, f"SELECT {len(rows)}")
+        columns = results.output_columns(answer.columns, self.settings.show_ci)
+        return Result(columns, rows, f"SELECT {len(rows)}", notices=answer.notes)
 
     async def _execute(self, sql: str) -> Any:
         """Answer an analyst query. Time limits stop it only before it is charged: whether a private
@@ -371,15 +381,48 @@ class VeilSession(BaseSession):
     def _tx(self, r: Route, describe: bool) -> Result:
         tag = _TX_TAGS[r.tokens[0].text.upper()]
         conn = self.connection
+        # names as PostgreSQL folds them: a quoted one as written, a bare one in lower case
+        words = [t.text if t.token_type == TokenType.IDENTIFIER else t.text.lower() for t in r.tokens[1:] if t.text != ";"]
+        to_savepoint = tag == "ROLLBACK" and bool(words) and words[0] == "to"
+        if tag in ("SAVEPOINT", "RELEASE") or to_savepoint:
+            return self._savepoint(tag, words, to_savepoint, describe)
         if not describe and conn is not None:
             if tag == "BEGIN":
                 conn.tx_status = b"T"
+                conn.savepoints.clear()
             elif tag in ("COMMIT", "ROLLBACK"):
                 if conn.tx_status == b"E":
                     tag = "ROLLBACK"
                 conn.tx_status = b"I"
+                conn.savepoints.clear()
                 self.cursors.clear()  # cursors end with their transaction (no WITH HOLD)
                 conn.portals.clear()  # and so do portals (as in PostgreSQL)
+        return Result(None, [], tag)
+
+    def _savepoint(self, tag: str, words: list[str], to_savepoint: bool, describe: bool) -> Result:
+        """``SAVEPOINT name``, ``RELEASE [SAVEPOINT] name``, ``ROLLBACK TO [SAVEPOINT] name`` as PostgreSQL keeps
+        them: inside a transaction only; ``ROLLBACK TO`` keeps the transaction (and the savepoint) and leaves a failed
+        state; both drop the savepoints set after the named one. Nothing is undone: answers stay charged."""
+        names = words[1:] if to_savepoint else words
+        names = names[1:] if tag != "SAVEPOINT" and names[:1] == ["savepoint"] and len(names) > 1 else names
+        statement = "ROLLBACK TO SAVEPOINT" if to_savepoint else "SAVEPOINT" if tag == "SAVEPOINT" else "RELEASE SAVEPOINT"
+        if len(names) != 1:
+            raise ParseError(f"{statement} needs one savepoint name", hint=f"Write {statement} name")
+        name = names[0]
+        conn = self.connection
+        if describe or conn is None:
+            return Result(None, [], tag)
+        if conn.tx_status == b"I":
+            raise NoActiveTransaction(f"{statement} can only be used in transaction blocks", hint="BEGIN first")
+        if tag == "SAVEPOINT":
+            conn.savepoints.append(name)
+            return Result(None, [], tag)
+        if name not in conn.savepoints:
+            raise UnknownSavepoint(f'savepoint "{name}" does not exist', hint="Set it with SAVEPOINT first")
+        last = len(conn.savepoints) - 1 - conn.savepoints[::-1].index(name)  # the most recent of that name
+        del conn.savepoints[last + (1 if to_savepoint else 0) :]
+        if to_savepoint:
+            conn.tx_status = b"T"
         return Result(None, [], tag)
 
     def _discard(self, r: Route, describe: bool) -> Result:
@@ -480,6 +523,7 @@ class VeilPortal(Portal):
         self.described: list[ResultColumn] | None = None
         self._described = False
         self._offset = 0
+        self._notices_sent = False
 
     async def describe(self) -> list[ResultColumn] | None:
         if self.result is not None:
@@ -501,6 +545,13 @@ class VeilPortal(Portal):
 
     def tag(self) -> str:
         return self.result.tag if self.result is not None else "SELECT 0"
+
+    def take_notices(self) -> tuple[str, ...]:
+        """The answer's notices, once (the first Execute that ran it sends them; later ones only drain rows)."""
+        if self.result is None or self._notices_sent:
+            return ()
+        self._notices_sent = True
+        return self.result.notices
 
     @property
     def held_bytes(self) -> int:

@@ -1,0 +1,291 @@
+"""The plan cache: a query that differs from an earlier one only in the literals it compares columns with reuses
+that query's plan and generated statements, with its own literals put in.
+
+Planning a private query (resolve → validate → plan → rewrite → prepare) is pure Python over the query's tree and
+costs about 5–7 ms, several times what DuckDB needs to answer a ``COUNT(*)`` over a million rows. Dashboards and
+notebooks send the same query with another bound again and again (``… WHERE income >= 5000``, ``>= 6000``).
+
+Only literals whose value no check reads are lifted out of the shape, which keeps the cache sound by construction:
+
+* the query reads one table (no join, subquery, CTE or set operation) and has a ``WHERE``;
+* a lifted literal is one side of a comparison (``= <> < <= > >=``) whose other side is a bare column of that
+  table, reached from the top of the ``WHERE`` through ``AND``/``OR``/``NOT``/parentheses only;
+* a number (up to 15 digits, optionally a point and up to 15 more: no exponent, no sign — a minus sign is an
+  operator and stays in the shape) compared with an ``int`` or ``float`` column, or a text of printable
+  characters compared with a ``category`` column, neither column with declared ``values``;
+* each lifted literal's kind and exact length are part of the shape (the text work one row can cause, a
+  number's type in the engine, a category's cut length follow from them); every other literal stays in it.
+
+Every other check runs on the first query of a shape, and the entry is only kept after a second, full
+planning of the same shape with other literals of the same kinds and lengths (the *probe*) gave the same plan,
+cost, post-processing, group domain, key types and — with each literal put in — the very same statements and
+canonical text. A shape the probe disagrees with is never cached. The cache lives in the session's
+:class:`~veil.proxy.session.Env` and is emptied whenever its catalog is (a policy edit, a curator's table write, a
+publication or retraction); each hit also asks for the table's bounded copy again, so a new data version
+misses. ``explain`` and ``describe`` always plan afresh.
+
+What a hit skips is only the planning: the parse pass (and its limits), the reservation, the run, the noise, the
+post-processing and the release log are those of every query.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from sqlglot import exp
+
+from veil.engines.neutral import copy_tree, duckdb_text
+from veil.errors import VeilError
+from veil.proxy.canonical import canonical_sql
+
+if TYPE_CHECKING:
+    from veil.policy import Policy
+    from veil.proxy.pipeline import QueryState, Rendered
+    from veil.proxy.postprocess import PostProcess
+    from veil.proxy.session import Env
+
+__all__ = ["MAX_ENTRIES", "PARAM", "Entry", "Lifted", "lift"]
+
+#: Meta key marking a lifted literal (its index): copies of the tree keep it, so the generated statements' copies
+#: of that literal are found again.
+PARAM = "veil_param"
+#: Entries one session keeps (the cache is emptied when full), and the longest query text the cache takes: a
+#: ``veil serve`` connection holds its own session, so its cache stays within about 64 × a few tens of kB.
+MAX_ENTRIES = 64
+MAX_SQL = 4096
+_NUMBER = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,15})?")
+_TEXT_MAX = 64
+_COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+_NESTED = (exp.Subquery, exp.Select, exp.Union, exp.Intersect, exp.Except, exp.Join, exp.Lateral, exp.Values)
+
+
+@dataclass(frozen=True)
+class Lifted:
+    """A query's shape (its text with each lifted literal's value left out) and the lifted literals, in order."""
+
+    shape: str
+    literals: tuple[exp.Literal, ...]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A planned shape: the state after ``prepare`` of its first query, and its texts with a marker per literal."""
+
+    state: QueryState
+    table: str
+    source: str  # the bounded copy the statements read
+    markers: tuple[str, ...]  # per lifted literal, the text standing for it in the templates below
+    main: str | None
+    grids: tuple[tuple[int, str], ...]
+    canonical: str
+
+
+def _text(value: str) -> bool:
+    return len(value) <= _TEXT_MAX and value.isprintable()
+
+
+def _column_spec(column: exp.Column, table: exp.Table, policy: Policy) -> Any:
+    if column.table not in ("", table.alias_or_name) or not isinstance(column.this, exp.Identifier):
+        return None
+    name = column.this.name if column.this.args.get("quoted") else column.this.name.lower()
+    spec = policy.tables.get(table.name)
+    return None if spec is None or spec.public else spec.columns.get(name)
+
+
+def _collect(node: exp.Expression, table: exp.Table, policy: Policy, aliases: set[str], out: list[exp.Literal]) -> None:
+    if isinstance(node, exp.And | exp.Or):
+        _collect(node.this, table, policy, aliases, out)
+        _collect(node.expression, table, policy, aliases, out)
+    elif isinstance(node, exp.Not | exp.Paren):
+        _collect(node.this, table, policy, aliases, out)
+    elif isinstance(node, _COMPARISONS):
+        left, right = node.this, node.expression
+        column, literal = (left, right) if isinstance(left, exp.Column) else (right, left)
+        if not isinstance(column, exp.Column) or not isinstance(literal, exp.Literal) or column.name.lower() in aliases:
+            return  # (a name the select list also gives an expression may be read as that expression)
+        spec = _column_spec(column, table, policy)
+        if spec is None or spec.values is not None:
+            return
+        value = str(literal.this)
+        if literal.is_string and spec.type == "category" and _text(value):
+            out.append(literal)
+        elif not literal.is_string and spec.type in ("int", "float") and _NUMBER.fullmatch(value):
+            out.append(literal)
+
+
+def lift(tree: exp.Expression | None, policy: Policy, sql: str = "") -> Lifted | None:
+    """The shape of ``tree`` (parsed from ``sql``) and its lifted literals; None when the query is not one the cache
+    takes."""
+    if len(sql) > MAX_SQL or "\x00" in sql:  # (no literal may spell a shape's marker, which holds NUL)
+        return None
+    if not isinstance(tree, exp.Select) or tree.args.get("with_") or tree.args.get("joins"):
+        return None
+    first = tree.args.get("from_")
+    table = first.this if isinstance(first, exp.From) else None
+    where = tree.args.get("where")
+    if not isinstance(table, exp.Table) or table.args.get("db") or not isinstance(where, exp.Where):
+        return None
+    if any(isinstance(n, _NESTED) for n in tree.walk() if n is not tree):
+        return None
+    literals: list[exp.Literal] = []
+    aliases = {e.alias.lower() for e in tree.expressions if isinstance(e, exp.Alias)}
+    _collect(where.this, table, policy, aliases, literals)
+    if not literals:
+        return None
+    saved = [lit.this for lit in literals]
+    try:  # the shape: the query's text with each lifted value replaced by its kind and length
+        for i, lit in enumerate(literals):
+            lit.set("this", f"\x00{i}:{'t' if lit.is_string else 'n'}{len(saved[i])}\x00")
+        shape = tree.sql(dialect="duckdb")
+    finally:
+        for lit, value in zip(literals, saved, strict=True):
+            lit.set("this", value)
+    return Lifted(shape, tuple(literals))
+
+
+def key(lifted: Lifted, state: QueryState) -> tuple[str, str]:
+    """The cache key: the shape and the query's ε (the plan's cost and noise follow from it)."""
+    return lifted.shape, f"{state.epsilon.numerator}/{state.epsilon.denominator}"
+
+
+def tag(lifted: Lifted) -> None:
+    """Mark the lifted literals in the parse tree (the passes' copies keep the mark)."""
+    for i, lit in enumerate(lifted.literals):
+        lit.meta[PARAM] = i
+
+
+def _marked(tree: exp.Expression, markers: Sequence[str]) -> exp.Expression:
+    """A copy of ``tree`` with each marked literal's value replaced by its marker."""
+    out = copy_tree(tree)
+    for node in out.walk():
+        if isinstance(node, exp.Literal) and PARAM in node.meta:
+            node.set("this", markers[node.meta[PARAM]])
+    return out
+
+
+def _filled(template: str, markers: Sequence[str], values: Sequence[str]) -> str:
+    for marker, value in zip(markers, values, strict=True):
+        template = template.replace(marker, value)
+    return template
+
+
+def _literal_texts(literals: Sequence[exp.Literal], render: Callable[[exp.Expression], str]) -> list[str]:
+    return [render(exp.Literal(this=lit.this, is_string=lit.is_string)) for lit in literals]
+
+
+def build(state: QueryState, env: Env, lifted: Lifted) -> Entry | None:
+    """The entry for ``state`` (planned through ``prepare`` from the tagged tree), or None when its templates do
+    not give back its own statements (a copy of a literal that lost its mark)."""
+    p, queries, rendered = state.plan, state.queries, state.rendered
+    if p is None or queries is None or rendered is None or p.analysis.private_table is None:
+        return None
+    token = secrets.token_hex(8)
+    markers = tuple(f"veilparam{i}x{token}" for i in range(len(lifted.literals)))
+    render = env.engine.render
+    main = None if queries.main is None else render(_marked(queries.main, markers))
+    grids = tuple((sid, render(_marked(g, markers))) for sid, g in queries.grids)
+    canonical = canonical_sql(replace(p.analysis, tree=_marked(p.analysis.tree, markers)))
+    quoted = tuple(m if not lit.is_string else f"'{m}'" for m, lit in zip(markers, lifted.literals, strict=True))
+    source, _grids = env.bounded_copy(p.analysis.private_table)
+    entry = Entry(state, p.analysis.private_table, source, quoted, main, grids, canonical)
+    return entry if _agrees(entry, state, lifted.literals, env) else None
+
+
+def _texts(entry: Entry, literals: Sequence[exp.Literal], env: Env) -> tuple[Rendered, str]:
+    from veil.proxy.pipeline import Rendered
+
+    values = _literal_texts(literals, env.engine.render)
+    main = None if entry.main is None else _filled(entry.main, entry.markers, values)
+    grids = tuple((sid, _filled(g, entry.markers, values)) for sid, g in entry.grids)
+    canon_values = _literal_texts(literals, lambda t: duckdb_text(t, normalize=True, comments=False))
+    return Rendered(main, grids), _filled(entry.canonical, entry.markers, canon_values)
+
+
+def _agrees(entry: Entry, state: QueryState, literals: Sequence[exp.Literal], env: Env) -> bool:
+    """Do the entry's templates, filled with ``literals``, give ``state``'s statements and canonical text?"""
+    rendered, canonical = _texts(entry, literals, env)
+    return rendered == state.rendered and canonical == state.canonical
+
+
+def same_plan(a: QueryState, b: QueryState) -> bool:
+    """Did two plannings of one shape decide everything but the literals the same way?"""
+    pa, pb = a.plan, b.plan
+    if pa is None or pb is None or a.post is None or b.post is None:
+        return False
+    return (
+        (pa.cost, pa.delta, pa.epsilon, pa.contribution) == (pb.cost, pb.delta, pb.epsilon, pb.contribution)
+        and [(s.kind, s.mechanism, s.scale, s.sensitivity) for s in pa.statistics]
+        == [(s.kind, s.mechanism, s.scale, s.sensitivity) for s in pb.statistics]
+        and (pa.partition_stat, pa.partition_threshold) == (pb.partition_stat, pb.partition_threshold)
+        and _post_text(a.post) == _post_text(b.post)
+        and (a.domain, a.key_types, a.bind_on_run) == (b.domain, b.key_types, b.bind_on_run)
+    )
+
+
+def _post_text(post: PostProcess) -> tuple[Any, ...]:
+    return post.names, post.direct, None if post.tree is None else duckdb_text(post.tree), post.ci_sources
+
+
+def probe_values(literals: Sequence[exp.Literal]) -> list[str]:
+    """Other values of the same kinds and lengths: a number's first digit moved by one, every text character
+    changed (the empty text has no other value of its length, and so no other query of its shape)."""
+    out = []
+    for lit in literals:
+        value = str(lit.this)
+        if lit.is_string:
+            out.append("".join("y" if c == "x" else "x" for c in value))
+        else:
+            out.append(("8" if value[0] == "9" else str(int(value[0]) + 1)) + value[1:])
+    return out
+
+
+def hit(entry: Entry, state: QueryState, lifted: Lifted, env: Env) -> QueryState | None:
+    """``state`` (just parsed) planned from ``entry`` with its own literals; None when the table's bounded copy is
+    no longer the one the entry's statements read."""
+    source, _grids = env.bounded_copy(entry.table)
+    if source != entry.source:
+        return None
+    rendered, canonical = _texts(entry, lifted.literals, env)
+    from veil.proxy.pipeline import cache_key_of
+
+    planned = entry.state
+    return replace(
+        state,
+        resolved=planned.resolved,
+        analysis=planned.analysis,
+        plan=planned.plan,
+        queries=planned.queries,
+        rendered=rendered,
+        post=planned.post,
+        domain=planned.domain,
+        key_types=planned.key_types,
+        bind_on_run=planned.bind_on_run,
+        canonical=canonical,
+        key=cache_key_of(planned, canonical, rendered, env),
+    )
+
+
+def probed(state: QueryState, env: Env, lifted: Lifted, plan: Callable[[QueryState], QueryState]) -> Entry | None:
+    """The entry for ``state`` if a second planning of its shape with other literals (``plan``: the passes from
+    resolve through prepare) agrees with it in everything but the literals; None otherwise, or when that planning
+    refuses (a check the first literals passed and these do not: the shape is not cached)."""
+    entry = build(state, env, lifted)
+    if entry is None or state.tree is None:
+        return None
+    tree = copy_tree(state.tree)
+    marked = sorted((n for n in tree.walk() if isinstance(n, exp.Literal) and PARAM in n.meta), key=lambda n: n.meta[PARAM])
+    if len(marked) != len(lifted.literals):
+        return None
+    for node, value in zip(marked, probe_values(lifted.literals), strict=True):
+        node.set("this", value)
+    try:
+        other = plan(replace(state, tree=tree, resolved=None, analysis=None, plan=None, queries=None, rendered=None))
+    except VeilError:
+        return None
+    if not same_plan(state, other) or not _agrees(entry, other, marked, env):
+        return None
+    return entry
