@@ -15,7 +15,9 @@ stored value by value; Parquet integers as nullable ints; typed refusals):
   column as float64 (CSV: an empty field; Parquet from a tool other than pandas: a null in an int64 column; a frame:
   ``None`` among ints). Ids beyond 2⁵³ were rounded: as the privacy unit, distinct people merged and the contribution
   bound kept one row of each merged unit (``COUNT(*)`` 150 → 2); as a category, ``COUNT(*) WHERE acct = '2⁶⁰'``
-  1 → 128. A frame that already holds the rounded floats is now refused, typed.
+  1 → 128; a unit column of ``Decimal`` ids (``pd.read_sql`` of NUMERIC) with one ``Decimal('NaN')`` became 32-bit
+  floats, 150 → 1. A frame that already holds the rounded floats is now refused, typed; the unit column is otherwise
+  kept as stored (the bounded copy tells people apart by it), objects of several kinds as each value's own text.
 * A2 (MEDIUM) an ``int`` column holding halves: one person's ``'x'`` (the column becomes text) moved ``COUNT(*)
   WHERE n = 2`` from 149 to 0 and ``SUM(n)`` by 149 (bounds [0, 10], sensitivity 10). CSV and frame (``as_stored``
   wrote mixed types as text).
@@ -186,6 +188,23 @@ def test_A1_one_persons_missing_value_never_merges_other_peoples_ids(tmp_path: P
                 _load(tmp_path / world, frame, how)
             return
         counts[world] = _answers(_load(tmp_path / world, frame, how), [query])[0]
+    assert abs(counts["d"] - counts["d2"]) <= 1, counts
+
+
+@pytest.mark.parametrize("kind", ["int-and-float", "decimals"])
+def test_A1_one_persons_odd_unit_never_merges_other_people(tmp_path: Path, kind: str) -> None:
+    """HIGH (64-bit units) — interface: ``write_table`` of a frame whose unit column holds Python objects (ids read
+    from JSON or a database driver: ``pd.read_sql`` gives a NUMERIC id column as ``Decimal``). D: person 7's id is
+    2⁶⁰ + 7; D′: ``0.5`` among ints, or ``Decimal('NaN')`` among Decimals. DuckDB made the whole column DOUBLE (the
+    Decimals 32-bit FLOAT) and merged everyone else: ``COUNT(*)`` 150 → 3 (→ 1). It may move by 1. (``int-and-float``
+    held on a4a5391 through ``as_stored``'s mixed-type text; it guards this branch's rule for the unit column.)"""
+    wrap, odd = (int, 0.5) if kind == "int-and-float" else (decimal.Decimal, decimal.Decimal("NaN"))
+    counts = {}
+    for world in ("d", "d2"):
+        frame = _frame()
+        ids = [odd if world == "d2" and i == 7 else wrap(v) for i, v in enumerate(_IDS)]
+        frame["uid"] = pd.Series(ids, dtype=object)
+        counts[world] = _answers(_load(tmp_path / world, frame, "frame"), ["SELECT COUNT(*) FROM visits"])[0]
     assert abs(counts["d"] - counts["d2"]) <= 1, counts
 
 

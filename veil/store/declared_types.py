@@ -162,7 +162,11 @@ def as_stored(frame: pd.DataFrame, spec: Any) -> pd.DataFrame:
             # and -0.0 are two people), which a conversion would merge; a float column that rounded ids is refused
             for v in series.tolist() if kind == "int" and pd.api.types.is_float_dtype(series.dtype) else ():
                 _exact_float(v, name)
-            continue
+            if series.dtype != object or texts:
+                continue
+            # objects of several kinds: DuckDB would make one float 0.5 (or one Decimal NaN: 32-bit floats) a DOUBLE
+            # column of every id, and ids beyond 2**53 would merge; each value kept apart as its own text instead
+            converted = series.map(_unit_text).astype("string")
         elif kind in ("int", "float", "bool"):
             converted = _stored(series, kind, name)
             if converted is None:
@@ -273,6 +277,19 @@ def _exact_float(v: Any, name: str) -> None:
             hint=f"Pass {name!r} as pandas' nullable integers (`df[{name!r}].astype('Int64')` before values go "
             "missing) or as text, or read the file with `veil ingest`, which reads it as written",
         )
+
+
+def _unit_text(v: Any) -> Any:
+    """A privacy unit's value as text, two stored values never one (``0.0`` and ``-0.0``, ``2`` and ``2.0`` apart)."""
+    if _missing(v) or (isinstance(v, decimal.Decimal) and v.is_nan()):
+        return pd.NA
+    if isinstance(v, (bool, np.bool_)):
+        return "true" if v else "false"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)):
+        return repr(float(v))
+    return str(v)
 
 
 def _render(v: Any) -> Any:
