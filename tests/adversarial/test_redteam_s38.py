@@ -17,7 +17,7 @@ stored value by value; Parquet integers as nullable ints; typed refusals):
   bound kept one row of each merged unit (``COUNT(*)`` 150 → 2); as a category, ``COUNT(*) WHERE acct = '2⁶⁰'``
   1 → 128; a unit column of ``Decimal`` ids (``pd.read_sql`` of NUMERIC) with one ``Decimal('NaN')`` became 32-bit
   floats, 150 → 1. A frame that already holds the rounded floats is now refused, typed; the unit column is otherwise
-  kept as stored (the bounded copy tells people apart by it), objects of several kinds as each value's own text.
+  kept as stored (the bounded copy tells people apart by it), objects (not texts) as each value's own text.
 * A2 (MEDIUM) an ``int`` column holding halves: one person's ``'x'`` (the column becomes text) moved ``COUNT(*)
   WHERE n = 2`` from 149 to 0 and ``SUM(n)`` by 149 (bounds [0, 10], sensitivity 10). CSV and frame (``as_stored``
   wrote mixed types as text).
