@@ -28,7 +28,6 @@ import pandas as pd
 
 from bench._report import write_section
 from veil.policy import load_policy
-from veil.proxy._testing import plan_of
 from veil.proxy.session import QuerySession
 from veil.store import warehouse
 
@@ -127,7 +126,21 @@ def phase_breakdown(session: QuerySession, sql_tmpl: str, reps: int, cur: Any = 
     return {k: _median_ms(v) if v else 0.0 for k, v in times.items()}
 
 
-def run(rows: int, reps: int, folder: Path) -> list[dict[str, object]]:
+class _NoPlanCache(dict[Any, Any]):
+    """A plan cache that keeps nothing (``--no-plan-cache``: every query planned afresh; bench-only)."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+
+def _planned(session: QuerySession, sql: str) -> None:
+    """Parse and plan ``sql`` as an answered query would (through the session's plan cache); runs nothing."""
+    from veil.proxy import pipeline
+
+    pipeline.run(session._state(sql, None), session._env, until="prepare", cache=True)
+
+
+def run(rows: int, reps: int, folder: Path, *, plan_cache: bool = True) -> list[dict[str, object]]:
     (folder / "policy.toml").write_text(POLICY.format(cols=COLS), encoding="utf-8")
     policy = load_policy(folder / "policy.toml")
     df = make_frame(rows)
@@ -135,6 +148,8 @@ def run(rows: int, reps: int, folder: Path) -> list[dict[str, object]]:
     warehouse.write_table(policy, "people_user", df, replace=True)
     out = []
     with QuerySession(policy, "bench") as session:
+        if not plan_cache:
+            session._env.plan_cache = _NoPlanCache()
         for table, level in (("people_row", "row"), ("people_user", "user")):
             for name, tmpl in QUERIES.items():
                 session.execute(tmpl.format(t=table, b=-1))  # warm-up (builds the bounded copy once)
@@ -149,7 +164,7 @@ def run(rows: int, reps: int, folder: Path) -> list[dict[str, object]]:
                     t1, c1 = time.perf_counter(), time.process_time()
                     session.execute(sql)
                     t2, c2 = time.perf_counter(), time.process_time()
-                    plan_of(session, tmpl.format(t=table, b=reps + i))
+                    _planned(session, tmpl.format(t=table, b=reps + i))
                     t3 = time.perf_counter()
                     raw_t.append(t1 - t0)
                     veil_t.append(t2 - t1)
@@ -335,21 +350,23 @@ def to_markdown(
     reps: int,
     before: list[dict[str, object]] | None = None,
     load: str = "not recorded",
+    before_label: str = "before",
 ) -> str:
     prev = {(b["rows"], b["privacy"], b["query"]): b for b in before or []}
     threads = ", ".join(sorted({str(r.get("duckdb_threads", "?")) for r in results}))
     lines = [
         "## proxy: Veil query overhead vs raw DuckDB",
         "",
-        f"Median of {reps} interleaved runs per cell, each query with a different WHERE bound (no cache hits); "
+        f"Median of {reps} interleaved runs per cell, each query with a different WHERE bound (no answer-cache hits; "
+        "the plan cache, `veil.proxy.plan_cache`, plans each bound's shape once and reuses it, as in production); "
         "Veil time includes parse, plan, ledger reservation and durable release write (SQLite WAL, "
         "synchronous=FULL), noise and post-processing. Raw = the same SQL on the same sandboxed DuckDB "
         f"connection, so both use the same DuckDB threads ({threads}). CPU Veil/raw: median process CPU time "
         f"(all threads), steadier than wall time on this shared 2-core host (1-minute load average {load} "
         "while measuring), where absolute wall times drift up to 3× with other load; ratios matter.",
         "",
-        "| rows | privacy | query | raw ms | Veil ms | Veil/raw | added ms | parse+plan ms | CPU Veil/raw |"
-        + (" before: Veil/raw | before: added ms | before: CPU Veil/raw |" if prev else ""),
+        "| rows | privacy | query | raw ms | Veil ms | Veil/raw | added ms | parse+plan ms (as answered) | CPU Veil/raw |"
+        + (f" {before_label}: Veil/raw | {before_label}: added ms | {before_label}: CPU Veil/raw |" if prev else ""),
         "|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if prev else ""),
     ]
     for r in results:
@@ -394,8 +411,14 @@ def to_markdown(
     if prev:
         lines += [
             "",
-            "`before:` columns: the same script on the code before this round of changes, run alternately with it "
-            "(before/after per table size, minutes apart, same host).",
+            f"`{before_label}:` columns: the same script "
+            + (
+                "with the plan cache off (`--no-plan-cache`: every query planned afresh), run just before this one on "
+                "the same host."
+                if before_label == "no plan cache"
+                else "on the code before this round of changes, run alternately with it (before/after per table size, "
+                "minutes apart, same host)."
+            ),
         ]
     return "\n".join(lines)
 
@@ -408,6 +431,8 @@ def main() -> None:
     ap.add_argument("--json", type=Path, help="also write the results to this JSON file")
     ap.add_argument("--before", type=Path, help="JSON results of an earlier run, shown beside these")
     ap.add_argument("--render", type=Path, help="do not measure: render the results saved by --json in this file")
+    ap.add_argument("--no-plan-cache", action="store_true", help="plan every query afresh (for an A/B with --before)")
+    ap.add_argument("--before-label", default="before", help="the heading of the --before columns")
     args = ap.parse_args()
     results = []
     load_before = os.getloadavg()[0]
@@ -415,12 +440,12 @@ def main() -> None:
         results = json.loads(args.render.read_text(encoding="utf-8"))
     for n in [] if args.render else args.rows:
         with tempfile.TemporaryDirectory() as d:
-            results += run(n, args.reps, Path(d))
+            results += run(n, args.reps, Path(d), plan_cache=not args.no_plan_cache)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1), encoding="utf-8")
     before = json.loads(args.before.read_text(encoding="utf-8")) if args.before else None
     load = "not recorded" if args.render else f"{load_before:.1f} at start, {os.getloadavg()[0]:.1f} at end"
-    md = to_markdown(results, args.reps, before, load)
+    md = to_markdown(results, args.reps, before, load, args.before_label)
     print(md)
     if not args.no_write:
         write_section("proxy", md)

@@ -384,7 +384,7 @@ def run(state: QueryState, env: Env, *, until: str = "release", cache: bool | No
 
     With ``cache`` (by default: when answering, ``until="release"``) the query goes through the plan cache: a shape
     planned before skips the planning passes, and a new one is planned, probed and remembered
-    (:mod:`veil.proxy.plan_cache`). ``explain`` and ``describe`` plan afresh."""
+    (:mod:`veil.proxy.plan_cache`). ``describe`` asks for it; ``explain`` plans afresh."""
     if cache is None:
         cache = until == "release"
     if until not in _NAMES:

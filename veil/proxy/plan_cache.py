@@ -22,7 +22,8 @@ cost, post-processing, group domain, key types and — with each literal put in 
 canonical text. A shape the probe disagrees with is never cached. The cache lives in the session's
 :class:`~veil.proxy.session.Env` and is emptied whenever its catalog is (a policy edit, a curator's table write, a
 publication or retraction); each hit also asks for the table's bounded copy again, so a new data version
-misses. ``explain`` and ``describe`` always plan afresh.
+misses. ``describe`` (a wire client's Describe before each statement) goes through the cache too; ``explain``
+always plans afresh.
 
 What a hit skips is only the planning: the parse pass (and its limits), the reservation, the run, the noise, the
 post-processing and the release log are those of every query.

@@ -805,7 +805,8 @@ class QuerySession:
 
     def describe(self, sql: str) -> tuple[OutputColumn, ...]:
         """Output column names and types without running the query on data or charging."""
-        state = pipeline.run(self._state(sql, None), self._env, until="prepare")
+        # through the plan cache, as the answer will be (a wire client describes each statement before it runs)
+        state = pipeline.run(self._state(sql, None), self._env, until="prepare", cache=True)
         if state.plan is None:
             if state.public_sql is None:
                 raise InternalError("describe without a query")
