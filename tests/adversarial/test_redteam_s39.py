@@ -118,3 +118,84 @@ def test_a1_a_repeated_query_misses_the_answer_cache_after_another_literal_kind(
         spent = s.budget().spent
         s.execute(sql, epsilon=0.5)  # the very query answered before: the answer cache must answer it for free
         assert s.budget().spent == spent
+
+
+# -- held: what the probe and the shape key did stop --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        # texts the engine and the canonical text escape: quotes, backslashes, comment openers, case, unicode
+        ("SELECT COUNT(*) FROM t WHERE c = 'ab'", "SELECT COUNT(*) FROM t WHERE c = ''''''"),
+        ("SELECT COUNT(*) FROM t WHERE c = 'ab'", "SELECT COUNT(*) FROM t WHERE c = '\\\\'"),
+        ("SELECT COUNT(*) FROM t WHERE c <> 'ab'", "SELECT COUNT(*) FROM t WHERE c <> '/*'"),
+        ("SELECT COUNT(*) FROM t WHERE c = 'ab'", "SELECT COUNT(*) FROM t WHERE c = 'AB'"),
+        ("SELECT COUNT(*) FROM t WHERE c = 'ab'", "SELECT COUNT(*) FROM t WHERE c = 'éé'"),  # 4 bytes, not 2
+        ("SELECT COUNT(*) FROM t WHERE c = 'ab'", "SELECT COUNT(*) FROM t WHERE c = '\U0001d538b'"),  # a 4-byte character
+        # numbers: leading zeros, zero, the same literal twice (no pass merges duplicates or ranges)
+        ("SELECT COUNT(*) FROM t WHERE i > 100", "SELECT COUNT(*) FROM t WHERE i > 007"),
+        ("SELECT COUNT(*) FROM t WHERE i > 1", "SELECT COUNT(*) FROM t WHERE i > 0"),
+        ("SELECT COUNT(*) FROM t WHERE i > 3 AND i > 3", "SELECT COUNT(*) FROM t WHERE i > 3 AND i > 7"),
+        ("SELECT COUNT(*) FROM t WHERE c > 'ab' AND c < 'ab'", "SELECT COUNT(*) FROM t WHERE c > 'zz' AND c < 'aa'"),
+        # a literal copied into every grid statement of a MEDIAN / QUANTILE
+        ("SELECT c, MEDIAN(f), QUANTILE_CONT(i, 0.9) FROM t WHERE i >= 3 GROUP BY c",
+         "SELECT c, MEDIAN(f), QUANTILE_CONT(i, 0.9) FROM t WHERE i >= 8 GROUP BY c"),
+        # a select alias named like a column, a table alias named like a column: not lifted, or planned afresh
+        ("SELECT i AS c, COUNT(*) FROM t WHERE c = 'ab' GROUP BY 1", "SELECT i AS c, COUNT(*) FROM t WHERE c = '12' GROUP BY 1"),
+        ("SELECT COUNT(*) FROM t AS c WHERE c.i > 3", "SELECT COUNT(*) FROM t AS c WHERE c.i > 4"),
+    ],
+)  # fmt: skip
+def test_held_a_hit_plans_what_planning_afresh_plans(session: QuerySession, first: str, second: str) -> None:
+    try:
+        _cached(session, first)
+        hit = _cached(session, second)
+    except VeilError as exc:
+        with pytest.raises(type(exc)):
+            _fresh(session, second)
+        return
+    fresh = _fresh(session, second)
+    assert (hit.rendered, hit.canonical, hit.key) == (fresh.rendered, fresh.canonical, fresh.key)
+    assert plan_cache.same_plan(hit, fresh)
+
+
+def test_held_another_epsilon_is_another_entry(session: QuerySession) -> None:
+    _cached(session, "SELECT SUM(i) FROM t WHERE i > 3", eps=0.5)
+    hit = _cached(session, "SELECT SUM(i) FROM t WHERE i > 4", eps=0.25)
+    fresh = _fresh(session, "SELECT SUM(i) FROM t WHERE i > 4", eps=0.25)
+    assert hit.plan is not None and fresh.plan is not None
+    assert (hit.plan.cost, hit.key) == (fresh.plan.cost, fresh.key)
+
+
+class _Forgetful(dict[Any, Any]):
+    def __setitem__(self, key: Any, value: Any) -> None:
+        pass
+
+
+def test_held_repeated_hits_post_process_as_planning_afresh(world: Any) -> None:
+    """The hit reuses one PostProcess / plan object for every query of a shape: nothing the run or the
+    post-processing does to it leaks into the next hit."""
+    shape = "SELECT c, AVG(f) AS a, COUNT(*) AS n FROM t WHERE i > {} GROUP BY c HAVING COUNT(*) > 2 ORDER BY a DESC LIMIT 2"
+    with exact_session(world, "a") as s, exact_session(world, "a") as fresh:
+        fresh._env.plan_cache = _Forgetful()
+        for bound in (1, 3, 5, 2):
+            sql = shape.format(bound)
+            assert s.execute(sql, epsilon=0.5).rows == fresh.execute(sql, epsilon=0.25).rows
+        assert len(s._env.plan_cache) == 1
+
+
+def test_held_declaring_values_empties_the_cache(tmp_path: Path) -> None:
+    """A policy edit that makes a lifted column one with declared values: the next query is planned afresh."""
+    world = _world(tmp_path)
+    with exact_session(world, "a") as s:
+        _cached(s, "SELECT c, COUNT(*) FROM t WHERE c <> 'x' GROUP BY c")
+        assert s._env.plan_cache
+        path = tmp_path / "policy.toml"
+        text = path.read_text(encoding="utf-8").replace(
+            'c = { type = "category" }', 'c = { type = "category", values = ["x", "y"] }'
+        )
+        path.write_text(text, encoding="utf-8")
+        after = _cached(s, "SELECT c, COUNT(*) FROM t WHERE c <> 'y' GROUP BY c")
+        fresh = _fresh(s, "SELECT c, COUNT(*) FROM t WHERE c <> 'y' GROUP BY c")
+        assert (after.rendered, after.key, after.domain) == (fresh.rendered, fresh.key, fresh.domain)
+        assert after.domain is not None  # the declared values are the group domain now
