@@ -18,7 +18,8 @@ Findings (each test below fails on main at 6b868f4/bc348b4):
   are inlined as literals). No answer differs that we could find (DuckDB's BIGINT/DOUBLE vs DECIMAL(≤ 15 digits)
   comparison neither overflows nor rounds), hence MEDIUM, not HIGH. Fix: keep the position of the point (or the
   literal's ``is_int``/``_is_int64``) in the shape, e.g. kind ``n`` for integers and ``d<k>`` for a point after
-  k digits, and have the probe keep that pattern.
+  k digits, and have the probe keep that pattern. Fixed (lead): a lifted number's form (its digits as ``9`` and
+  its point, ``999`` vs ``9.9``) is part of the shape; the probe keeps it.
 
 What held (pinned below as ``test_held_*``; a differential fuzz of ~800 first/second literal pairs over seven
 shapes — COUNT, MEDIAN grids, GROUP BY, a per-person table, NOT/OR, two literals on one column — found nothing

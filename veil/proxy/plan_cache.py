@@ -13,8 +13,9 @@ Only literals whose value no check reads are lifted out of the shape, which keep
 * a number (up to 15 digits, optionally a point and up to 15 more: no exponent, no sign — a minus sign is an
   operator and stays in the shape) compared with an ``int`` or ``float`` column, or a text of printable
   characters compared with a ``category`` column, neither column with declared ``values``;
-* each lifted literal's kind and exact length are part of the shape (the text work one row can cause, a
-  number's type in the engine, a category's cut length follow from them); every other literal stays in it.
+* each lifted literal's kind and form are part of the shape: a text's exact length (the text work one row can
+  cause, a category's cut length), a number's digits-and-point pattern (``999`` and ``9.9`` are two shapes: a
+  fraction is compared as a DOUBLE, red team s39 A1); every other literal stays in it.
 
 Every other check runs on the first query of a shape, and the entry is only kept after a second, full
 planning of the same shape with other literals of the same kinds and lengths (the *probe*) gave the same plan,
@@ -138,9 +139,10 @@ def lift(tree: exp.Expression | None, policy: Policy, sql: str = "") -> Lifted |
     if not literals:
         return None
     saved = [lit.this for lit in literals]
-    try:  # the shape: the query's text with each lifted value replaced by its kind and length
+    try:  # the shape: the query's text with each lifted value replaced by its kind and form
         for i, lit in enumerate(literals):
-            lit.set("this", f"\x00{i}:{'t' if lit.is_string else 'n'}{len(saved[i])}\x00")
+            form = f"t{len(saved[i])}" if lit.is_string else re.sub("[0-9]", "9", str(saved[i]))
+            lit.set("this", f"\x00{i}:{form}\x00")
         shape = tree.sql(dialect="duckdb")
     finally:
         for lit, value in zip(literals, saved, strict=True):
