@@ -27,7 +27,8 @@ def test_cli_query_explain_budget_on_adult(tmp_path: Path, shared_data: Path, ad
     res = runner.invoke(cli, ["query", "--policy", str(policy), "--analyst", "alice", "--epsilon", "1", "--format", "json", sql])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)
-    assert set(out) == {"columns", "rows", "ci95", "epsilon_charged", "epsilon_remaining"}
+    assert set(out) == {"columns", "rows", "ci95", "epsilon_charged", "epsilon_remaining", "withheld_groups", "notes"}
+    assert out["withheld_groups"] == 0 and out["notes"] == []
     assert out["columns"] == ["sex", "n", "mean_age"] and [r[0] for r in out["rows"]] == ["Female", "Male"]
     assert quoted == 0.5 and out["epsilon_charged"] == 1.0 and out["epsilon_remaining"] == 9.0
     female_n = out["rows"][0][1]
