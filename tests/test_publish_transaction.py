@@ -22,7 +22,7 @@ from tests.publish_support import analyst_reads_every_published_table, make_ware
 
 WRAPPER = textwrap.dedent(
     """
-    import sys, time
+    import sys
     point = sys.argv[1]
     import veil.generators.krr as krr
     from veil.store import warehouse
@@ -32,7 +32,9 @@ WRAPPER = textwrap.dedent(
         def wrapped(*a, **k):
             if name == point:
                 print("READY", file=sys.stderr, flush=True)
-                time.sleep(3)  # the test signals at once; a held signal waits it out
+                # wait for the test's "go", which it writes after the signal: an interrupt raises here, a held
+                # signal waits it out (a fixed sleep lost the race on a loaded host: the phase ended first)
+                sys.stdin.readline()
             return orig(*a, **k)
         setattr(module, name, wrapped)
 
@@ -81,6 +83,7 @@ def _run_until(policy: Path, point: str, sig: int, out: str, tmp: Path) -> tuple
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     proc = subprocess.Popen(
         [sys.executable, str(script), point, *args, "--output", out, "--format", "json"],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -94,7 +97,7 @@ def _run_until(policy: Path, point: str, sig: int, out: str, tmp: Path) -> tuple
         proc.wait(30)
         raise AssertionError(f"the publication never reached {point}")
     proc.send_signal(sig)
-    stdout, stderr = proc.communicate(timeout=60)
+    stdout, stderr = proc.communicate("go\n", timeout=60)  # (a process the signal ended reads nothing)
     return proc.returncode, stdout + stderr
 
 

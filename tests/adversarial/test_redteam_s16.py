@@ -728,15 +728,15 @@ def test_parallel_guesses_share_one_backoff_wait(two_logins: Path) -> None:
 # --- B1. Concurrent spending of one analyst's last budget, from separate processes ----------------------------
 
 _RACER = """
-import sys, time
+import sys
 from veil.errors import BudgetExhausted
 from veil.policy import load_policy
 from veil.proxy.session import QuerySession
-policy, i, start = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+policy, i = sys.argv[1], int(sys.argv[2])
 s = QuerySession(load_policy(policy), "bob")
 s.explain("SELECT COUNT(*) FROM people")  # warm: plan, bounded copy, ledger open
-while time.time() < start:
-    pass
+print("READY", flush=True)
+sys.stdin.readline()  # the barrier: every racer is warm and blocked here until the test says go to all at once
 try:
     s.execute(f"SELECT COUNT(*) FROM people WHERE age > {20 + i}", epsilon=0.5)
     print("ok")
@@ -770,10 +770,22 @@ def test_concurrent_processes_never_overspend_the_last_budget(tmp_path: Path) ->
     script = tmp_path / "racer.py"
     script.write_text(_RACER, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "OMP_NUM_THREADS": "1"}
-    start = time.time() + 8
-    procs = [subprocess.Popen([sys.executable, str(script), str(policy), str(i), str(start)], stdout=subprocess.PIPE,
-                              text=True, env=env) for i in range(6)]  # fmt: skip
-    outcomes = sorted(p.communicate(timeout=120)[0].strip() for p in procs)
+    procs = [subprocess.Popen([sys.executable, str(script), str(policy), str(i)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=env) for i in range(6)]  # fmt: skip
+    try:
+        for p in procs:  # a barrier, not a clock: each racer is warm and waits on its stdin
+            assert p.stdout is not None and p.stdout.readline().strip() == "READY"
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.flush()
+        outcomes = sorted(p.communicate(timeout=120)[0].strip() for p in procs)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
     spent = _ledger_rows(policy, "SELECT epsilon_spent FROM accounts WHERE account = 'analyst:bob'")
     assert outcomes == ["ok"] * 4 + ["refused"] * 2 and spent == [("2",)], (outcomes, spent)
 

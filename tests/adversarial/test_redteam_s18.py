@@ -225,7 +225,11 @@ def _publish_p_out(policy: str, epsilon: float, *, other_process: bool) -> Fract
         "from tests.adversarial.test_redteam_s18 import JOIN_SQL, _join_sensitivity; "
         "db = exact_session(sys.argv[4], 'alice'); print('SENS', _join_sensitivity(db, JOIN_SQL)); db.close()"
     )
-    done = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=300)
+    from tests.engines.conftest import outside_spark_env
+
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=300, env=outside_spark_env()
+    )
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
     return Fraction(next(line.split()[1] for line in done.stdout.splitlines() if line.startswith("SENS ")))
 
