@@ -266,11 +266,11 @@ class _SlowSession(QuerySession):
         self._interrupted.set()
         super().cancel()
 
-    def explain(self, sql, *, epsilon=None):  # type: ignore[no-untyped-def]
+    def plan(self, sql, *, epsilon=None):  # type: ignore[no-untyped-def]
         self._interrupted.clear()
         if "hours_per_week" in sql and self._interrupted.wait(4):
             raise QueryCancelled("the statement was cancelled")
-        return super().explain(sql, epsilon=epsilon)
+        return super().plan(sql, epsilon=epsilon)
 
     def execute(self, sql, *, epsilon=None):  # type: ignore[no-untyped-def]
         if "education_num" in sql:

@@ -793,6 +793,14 @@ class QuerySession:
         """The ε a query that names none is charged now (the policy re-read when its file changed, as a query does)."""
         return self._env.refresh_policy().defaults.epsilon_per_query
 
+    def plan(self, sql: str, *, epsilon: Fraction | float | None = None) -> bool:
+        """Plan ``sql`` as :meth:`execute` will (through the plan cache), running and charging nothing; refuses as
+        ``execute`` would before its reservation. True for a public query. (``veil serve`` plans under the statement
+        timeout first, then runs the private query to its end.)"""
+        with self._busy:
+            state = pipeline.run(self._state(sql, epsilon), self._env, until="prepare", cache=True)
+        return state.plan is None
+
     def explain(self, sql: str, *, epsilon: Fraction | float | None = None) -> Explanation:
         """Mechanisms, sensitivities, noise scales, CI half-widths and the exact (ε, δ) cost; spends nothing."""
         state = pipeline.run(self._state(sql, epsilon), self._env, until="plan")

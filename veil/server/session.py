@@ -338,8 +338,8 @@ class VeilSession(BaseSession):
         runs under it too, a private one runs to its end."""
         qs, epsilon = self.query_session, self.settings.epsilon
         if self._timeout() > 0:
-            explanation = await self._timed(qs.explain, sql, epsilon=epsilon, planning=True)
-            if explanation.public:
+            public = await self._timed(qs.plan, sql, epsilon=epsilon, planning=True)
+            if public:
                 return await self._timed(qs.execute, sql, epsilon=epsilon)
         return await self._timed(qs.execute, sql, epsilon=epsilon, interruptible=False)
 
