@@ -50,7 +50,21 @@ if TYPE_CHECKING:
     from veil.proxy.postprocess import PostProcess
     from veil.proxy.session import Env
 
-__all__ = ["MAX_ENTRIES", "PARAM", "Entry", "Lifted", "lift"]
+__all__ = [
+    "MAX_ENTRIES",
+    "MAX_SQL",
+    "PARAM",
+    "Entry",
+    "Lifted",
+    "build",
+    "hit",
+    "key",
+    "lift",
+    "probe_values",
+    "probed",
+    "same_plan",
+    "tag",
+]
 
 #: Meta key marking a lifted literal (its index): copies of the tree keep it, so the generated statements' copies
 #: of that literal are found again.
