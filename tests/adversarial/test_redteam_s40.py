@@ -4,22 +4,25 @@ at 2bf86a8, 2026-11-27).
 Findings:
 
 * A1 (MEDIUM; witness ``test_a1_…``) — the wire server plans under a timer (the statement timeout and
-  ``--max-planning-seconds``): every Describe (``_describe``: psycopg, asyncpg and JDBC describe each statement
-  before they run it) and, with a statement timeout, ``QuerySession.plan`` before each query (new since 9ac2c50).
-  Both run the passes through ``prepare``, and ``rewrite`` asks for the table's bounded copy, which is *built* there
-  when none exists for the table's current policy spec and data version (a policy edit while ``veil serve`` runs,
-  or a table loaded by another tool). The build reads every raw row — one person's unbounded rows included — and
-  takes time that grows with them: ``QuerySession.plan("SELECT COUNT(*) FROM p")`` took 2.57 s with one person's
-  2,000,000 raw rows against 0.17 s without (1,000 other people, 2-core host). Under ``SET statement_timeout =
-  '1s'`` the first query after such an edit is refused with 57014, free, in one world and answered in its
-  neighbour: a refusal whose occurrence one person's rows decide, which the server promises never to make ("time
-  limits stop a query only before it is charged", and what is stopped must not depend on the data). The build goes
-  on in the background (it writes through the curator's writer, which the cancel does not interrupt), so the bit is
-  one per copy, free; hence MEDIUM. The witness stands in for a large person with a build made slow on purpose (a
-  test cannot afford millions of rows). Fix (``veil/server/session.py``): every timed planning first builds, untimed,
-  the bounded copies the current policy needs (``_build_bounded_copies``, the same ``Env.bounded_copy`` that
-  planning calls, for every private table — a function of the policy, not of the query), so the timer covers only
-  planning, which reads no private row.
+  ``--max-planning-seconds``): every Describe (``_describe``: psycopg, asyncpg and JDBC describe each statement before
+  they run it) and, with a statement timeout, ``QuerySession.plan`` before each query (new since 9ac2c50). Both run
+  the passes through ``prepare``, and ``rewrite`` asks for the table's bounded copy, which is *built* there when none
+  exists for the table's current policy spec and data version (a policy edit while ``veil serve`` runs, or a table
+  loaded by another tool). The build reads every raw row — one person's unbounded rows included — and takes time that
+  grows with them: ``QuerySession.plan("SELECT COUNT(*) FROM p")`` took 2.57 s with one person's 2,000,000 raw rows
+  against 0.17 s without (1,000 other people, 2-core host). Under ``SET statement_timeout = '1s'`` the first query
+  after such an edit is refused with 57014, free, in one world and answered in its neighbour: a refusal whose
+  occurrence one person's rows decide, which the server promises never to make ("time limits stop a query only before
+  it is charged", and what is stopped must not depend on the data). The build goes on in the background (it writes
+  through the curator's writer, which the cancel does not interrupt), so the bit is one per copy, free; hence MEDIUM.
+  The witness stands in for a large person with a build made slow on purpose (a test cannot afford millions of rows).
+  Fix (``veil/server/session.py``): every timed planning first builds the bounded copies the current policy needs
+  (``VeilSession._copies_first`` → ``_build_bounded_copies``: the same ``Env.bounded_copy`` that planning calls, for
+  every private table — a function of the policy, not of the query); waiting for a worker stays timed (a statement
+  still queued when its time runs out never runs), the build itself runs to its end untimed, and the planning gets
+  what is left of the limit. Left: a policy edit landing between that step and the planning (a window of one worker
+  hop) still builds under the timer; closing it needs the planning itself never to build (``veil/proxy/session.py``:
+  ``plan``/``describe`` given the copies the step found).
 
 What held (pinned below as ``test_held_*``):
 
@@ -91,17 +94,61 @@ def _frame(n: int = 30) -> pd.DataFrame:
 # -- A1: the bounded copy is built under the planning timer ------------------------------------------------------
 
 
+def _simple_query(port: int, *statements: str) -> str:
+    """The simple query protocol (psql's): no Describe, so the query meets ``_execute``'s timed plan first."""
+    from tests.support.attack import PASSWORD
+    from tests.support.server import error_code, message, raw_login, read_message
+
+    sock, refused = raw_login(port, "a", PASSWORD)
+    assert sock is not None, refused
+    try:
+        outcome = ""
+        for sql in statements:
+            sock.sendall(message(b"Q", sql.encode() + b"\x00"))
+            while True:
+                tag, payload = read_message(sock)
+                if tag == b"E":
+                    outcome = f"refused {error_code(payload)}"
+                elif tag == b"D":
+                    outcome = "answered"
+                elif tag == b"Z":
+                    break
+        return outcome
+    finally:
+        sock.close()
+
+
+def _extended_query(port: int, *statements: str) -> str:
+    """psycopg (extended protocol): Parse, Bind, Describe, Execute: the Describe plans under the timer first."""
+    import psycopg
+
+    from tests.support.attack import wire_connect
+
+    conn = wire_connect(port, "a")
+    try:
+        with conn.cursor() as cur:
+            outcome = ""
+            for sql in statements:
+                try:
+                    cur.execute(sql.encode())
+                    outcome = "answered" if cur.description is not None and cur.fetchall() else outcome
+                except psycopg.Error as exc:
+                    outcome = f"refused {exc.sqlstate}"
+            return outcome
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("protocol", [_simple_query, _extended_query], ids=["simple", "extended"])
 def test_a1_a_bounded_copy_built_under_the_statement_timeout_is_a_free_refusal(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, protocol: Any
 ) -> None:
     """The first query on a table whose bounded copy is not built yet (a policy edited while ``veil serve`` runs:
     ``ServerThread`` skips ``serve``'s build at start, which stands for it) must end the same way whatever the
     build costs: the copy reads every raw row, one person's included. A build made slow (1 s, what one person's few
     million raw rows cost) stands in for that person; the analyst's 300 ms statement timeout must not turn it into
-    a free 57014."""
-    import psycopg
-
-    from tests.support.attack import set_password, wire_connect
+    a free 57014 (simple protocol: ``_execute``'s ``QuerySession.plan``; extended: ``_describe``)."""
+    from tests.support.attack import set_password
     from veil.engines.duckdb import DuckDBEngine
     from veil.server.app import ServerThread, VeilServer
 
@@ -117,19 +164,9 @@ def test_a1_a_bounded_copy_built_under_the_statement_timeout_is_a_free_refusal(
 
     monkeypatch.setattr(DuckDBEngine, "materialise", slow)
     with ServerThread(VeilServer(policy), port=0) as st:
-        conn = wire_connect(st.port, "a")
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SET statement_timeout = '300ms'")
-                try:
-                    cur.execute(b"SELECT COUNT(*) AS n FROM t")
-                    outcome = f"answered {cur.fetchall()}"
-                except psycopg.Error as exc:
-                    outcome = f"refused {exc.sqlstate}"
-        finally:
-            conn.close()
+        outcome = protocol(st.port, "SET statement_timeout = '300ms'", "SELECT COUNT(*) AS n FROM t")
     assert built, "no bounded copy was built: the witness has nothing to time"
-    assert outcome.startswith("answered"), (
+    assert outcome == "answered", (
         f"the query was {outcome}: whether it is refused (free) depends on how long the raw table takes to read"
     )
 

@@ -9,7 +9,8 @@ Time limits: a statement runs under the statement timeout (the smaller of ``--st
 and ``SET statement_timeout``, where set) until it is charged: planning, queueing and public
 queries stop with 57014. A charged private query runs to its end (whether it finishes in time may
 depend on one person's data: cutting it would be a one-bit oracle). Planning alone (Describe,
-EXPLAIN) also stops at ``--max-planning-seconds`` with 54001.
+EXPLAIN) also stops at ``--max-planning-seconds`` with 54001. Timed planning never builds a bounded
+copy (which reads the raw table): the copies are built, untimed, before the timer starts.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import concurrent.futures
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +69,33 @@ _CANCEL_EVERY = 0.05
 def _consume(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
+
+
+def _build_bounded_copies(query_session: Any) -> None:
+    """Build (or find) the bounded copy of every private table the current policy declares: the work of planning
+    that reads private rows, done before a timed planning starts, never under its timer.
+
+    Planning asks for the queried table's bounded copy, and builds it when none exists for the table's current policy
+    spec and data version (a policy edited while ``veil serve`` runs, a table loaded by another tool). The build reads
+    every raw row, one person's unbounded rows included, so its duration is theirs to decide: under a statement
+    timeout or ``--max-planning-seconds`` it made the first query a free 57014/54001 in one world and an answer in its
+    neighbour (red team s40 A1). The tables are the policy's, not the query's, so what is built here does not depend
+    on the analyst's SQL; a copy that exists costs a dictionary look-up. A table that cannot be prepared is left to
+    the query, which refuses as before."""
+    env = getattr(query_session, "_env", None)
+    if env is None:
+        return
+    try:
+        policy = env.refresh_policy()
+    except VeilError:
+        return  # (the query itself refuses the same way)
+    for name, spec in policy.tables.items():
+        if spec.public:
+            continue
+        try:
+            env.bounded_copy(name)
+        except VeilError:
+            logger.debug("bounded copy of %r not built before planning", name, exc_info=True)
 
 
 class _PublicWatchdog:
@@ -143,28 +172,28 @@ class VeilSession(BaseSession):
         ``interruptible=False``: no statement timeout, and a cancel request interrupts only its
         work on public data (a charged private query always runs to its end; a public query, or a
         private one's planning, stops). Either way its work on public data stops at
-        ``public_query_timeout`` (57014)."""
+        ``public_query_timeout`` (57014). ``planning``: the bounded copies are built first
+        (:meth:`_copies_first`: waiting for a worker is timed, the build is not), so the timer never
+        covers work that reads private rows."""
         timeout = self._timeout() if interruptible else 0.0
         plan_limit = self.server.limits.max_planning_seconds if planning else 0.0
         planning_bound = plan_limit > 0 and (timeout == 0 or plan_limit < timeout)
         limit = plan_limit if planning_bound else timeout
+        left = limit
+        if planning:
+            try:
+                left = await self._copies_first(limit)
+            except TimeoutError:
+                raise self._timed_out(planning_bound, limit) from None
         future = self._submit(fn, *args, **kwargs)
         waited = asyncio.wrap_future(future)
         public_limit = self.server.limits.public_query_timeout
         watchdog = _PublicWatchdog(self, future, public_limit) if public_limit > 0 else None
         try:
-            return await asyncio.wait_for(asyncio.shield(waited), limit or None)
+            return await asyncio.wait_for(asyncio.shield(waited), left or None)
         except TimeoutError:
             self._abandon(future, waited, interrupt="all")
-            if planning_bound:
-                raise QueryTooComplex(
-                    f"planning the query took more than {plan_limit:g} s",
-                    hint="Simplify the query (fewer terms), or ask the curator to raise --max-planning-seconds",
-                ) from None
-            raise QueryCancelled(
-                f"canceling statement due to statement timeout ({limit:g} s)",
-                hint="A cancelled query releases nothing; raise the limit with SET statement_timeout (capped by the server)",
-            ) from None
+            raise self._timed_out(planning_bound, limit) from None
         except asyncio.CancelledError:  # the client's CancelRequest
             self._abandon(future, waited, interrupt="all" if interruptible else "public")
             raise
@@ -178,6 +207,48 @@ class VeilSession(BaseSession):
         finally:
             if watchdog is not None:
                 watchdog.disarm()
+
+    @staticmethod
+    def _timed_out(planning_bound: bool, limit: float) -> VeilError:
+        if planning_bound:
+            return QueryTooComplex(
+                f"planning the query took more than {limit:g} s",
+                hint="Simplify the query (fewer terms), or ask the curator to raise --max-planning-seconds",
+            )
+        return QueryCancelled(
+            f"canceling statement due to statement timeout ({limit:g} s)",
+            hint="A cancelled query releases nothing; raise the limit with SET statement_timeout (capped by the server)",
+        )
+
+    async def _copies_first(self, limit: float) -> float:
+        """Build the bounded copies the current policy needs (:func:`_build_bounded_copies`) before a timed planning,
+        and return what is left of ``limit`` (0: no limit) for the planning itself. Waiting for a worker is timed as
+        any statement's (TimeoutError if none took the build before ``limit``: it never runs); the build itself is
+        not: once started it runs to its end, however long the raw table takes to read (red team s40 A1)."""
+        began = time.monotonic()
+        started: list[float] = []
+
+        def build() -> None:
+            started.append(time.monotonic())
+            _build_bounded_copies(self.query_session)
+
+        future = self._submit(build)
+        waited = asyncio.wrap_future(future)
+        try:
+            await asyncio.wait_for(asyncio.shield(waited), limit or None)
+        except TimeoutError:
+            if future.cancel():  # still waiting for a worker: never runs
+                waited.add_done_callback(_consume)
+                raise
+            await waited  # started: its end is not the timer's to decide
+        except asyncio.CancelledError:  # the client's CancelRequest: a build not started never runs
+            future.cancel()
+            waited.add_done_callback(_consume)
+            raise
+        if not limit:
+            return limit
+        queued = started[0] - began if started else 0.0
+        return max(limit - queued, 0.001)
 
     def _abandon(self, future: concurrent.futures.Future[Any], waited: asyncio.Future[Any], *, interrupt: str) -> None:
         """Stop a call the client no longer waits for: one still queued for a worker is never run
