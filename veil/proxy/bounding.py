@@ -52,7 +52,7 @@ from veil.store.ledger import Ledger
 
 __all__ = [
     "ALGORITHM", "BoundedCopies", "GridColumn", "build_sql", "build_tree", "engine_generation", "grid_columns",
-    "grid_value_sql", "prepare", "spec_identity",
+    "grid_value_sql", "prepare", "ready", "spec_identity",
 ]  # fmt: skip
 
 T = TypeVar("T")
@@ -247,6 +247,13 @@ class BoundedCopies:
             self._names[(scope, generation(), ident)] = name
         return name
 
+    def known(self, spec: TableSpec, *, scope: str, generation: Callable[[], int]) -> bool:
+        """Has this process found or built ``spec``'s bounded copy for the engine's current generation? (A look-up:
+        no statement, no ledger read.)"""
+        key = (scope, generation(), spec_identity(spec))
+        with self._lock:
+            return key in self._names
+
 
 def _check_columns(spec: TableSpec, engine: Engine) -> None:
     """The warehouse's table has every column the policy declares (its schema, not its data)."""
@@ -268,6 +275,40 @@ def engine_generation(engine: Engine) -> int:
     """The engine's generation (bumped when a curator write in this process reopened its reader), else 0."""
     gen = getattr(engine, "generation", None)
     return int(gen()) if callable(gen) else 0
+
+
+def ready(policy: Policy, engine: Engine, ledger: Ledger) -> None:
+    """Find or build the bounded copy of every private table of ``policy`` that the warehouse holds, as a session
+    will ask for it (same engine, ledger, scope and generation as ``Env.bounded_copy``): what ``veil serve`` runs,
+    untimed, before it plans a query under a timer, so that no timer covers the build, which reads the raw table
+    (red team s40 A1). A copy this process knows costs a look-up; a table that cannot be prepared (absent, columns
+    missing) is left to the query that names it, which refuses as before."""
+    scope = str(policy.database_path)
+
+    def generation() -> int:
+        return engine_generation(engine)
+
+    for name, spec in policy.tables.items():
+        if spec.public or COPIES.known(spec, scope=scope, generation=generation):
+            continue
+        unready = (scope, generation(), spec_identity(spec))
+        if unready in _UNREADY:
+            continue
+        try:
+            if engine.table_exists(name):
+                COPIES.table(spec, engine, ledger, scope=scope, generation=generation)
+                continue
+        except VeilError:
+            pass
+        with COPIES._lock:
+            if len(_UNREADY) >= 1024:
+                _UNREADY.clear()
+            _UNREADY.add(unready)
+
+
+#: Tables :func:`ready` could not prepare, per warehouse, engine generation and spec: not tried again by it until one
+#: of them changes (a query on such a table still tries, and refuses).
+_UNREADY: set[tuple[str, int, str]] = set()
 
 
 def prepare(policy: Policy, tables: Sequence[str] | None = None) -> dict[str, str]:

@@ -38,6 +38,7 @@ from veil.errors import (
     UnknownSavepoint,
     VeilError,
 )
+from veil.proxy import bounding
 from veil.proxy.catalog import Catalog
 from veil.server import catalog, drivers, held, results, system
 from veil.server.cursors import Cursors, parse_declare
@@ -80,8 +81,7 @@ def _build_bounded_copies(query_session: Any) -> None:
     every raw row, one person's unbounded rows included, so its duration is theirs to decide: under a statement
     timeout or ``--max-planning-seconds`` it made the first query a free 57014/54001 in one world and an answer in its
     neighbour (red team s40 A1). The tables are the policy's, not the query's, so what is built here does not depend
-    on the analyst's SQL; a copy that exists costs a dictionary look-up. A table that cannot be prepared is left to
-    the query, which refuses as before."""
+    on the analyst's SQL; a copy that exists costs a look-up (:func:`veil.proxy.bounding.ready`)."""
     env = getattr(query_session, "_env", None)
     if env is None:
         return
@@ -89,13 +89,7 @@ def _build_bounded_copies(query_session: Any) -> None:
         policy = env.refresh_policy()
     except VeilError:
         return  # (the query itself refuses the same way)
-    for name, spec in policy.tables.items():
-        if spec.public:
-            continue
-        try:
-            env.bounded_copy(name)
-        except VeilError:
-            logger.debug("bounded copy of %r not built before planning", name, exc_info=True)
+    bounding.ready(policy, env.engine, env.ledger)
 
 
 class _PublicWatchdog:
