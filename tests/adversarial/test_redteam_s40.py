@@ -24,7 +24,12 @@ Findings:
   limit. Left (strict xfail ``test_a1_left_…``): a policy edit landing between that step and the planning (a window of
   one worker hop; an analyst who sends queries back to back meets it when the curator edits) still builds under the
   timer; closing it needs the planning itself never to build (``veil/proxy/session.py``: ``plan``/``describe`` only
-  find copies and refuse free, or tell the server, when one is missing).
+  find copies and refuse free, or tell the server, when one is missing). Also left, and not closable in the server
+  alone: the build's duration stays visible as latency (a Describe alone, free, takes it), so a client that times its
+  own CancelRequest still turns it into 'charged or not' (a cancel during the build or the planning after it is free;
+  one after the reservation is not): the timer's free refusal is what this fix removes, the timing channel the docs
+  leave out of scope remains. Closing it needs the copies a policy edit requires to be built before the edit applies
+  (the policy watch keeping the old policy until its new copies exist), never in an analyst's statement.
 
 What held (pinned below as ``test_held_*``):
 
