@@ -43,6 +43,7 @@ from veil.proxy.rewrite import EngineQueries, check_generated_size, public_query
 from veil.proxy.totality import CANNOT_RAISE
 from veil.proxy.validate import Analysis, validate
 from veil.store.ledger import Cost, Reservation, accounts_for
+from veil.store.releases import LoggedStatistics
 
 if TYPE_CHECKING:
     from veil.proxy.answer import Answer
@@ -103,7 +104,7 @@ class QueryState:
     noisy: dict[int, np.ndarray] | None = None
     withheld: int = 0  # groups over the threshold withheld by the cap on released values (see add_noise.noised)
     answer: Answer | None = None  # set by the cache (reserve), a public query (execute) or postprocess
-    statistics: tuple[Any, ...] = ()
+    statistics: LoggedStatistics | None = None  # what the release logs beside the answer (set by postprocess)
     release_id: str | None = None
 
     @property
@@ -347,11 +348,11 @@ def _postprocess(s: QueryState, env: Env) -> QueryState:
     if s.plan is None or s.raw is None or s.noisy is None or s.post is None:
         raise InternalError("postprocess before noise")
     answer, stats = env.shape(s.plan, s.post, s.raw, s.noisy, s.withheld)
-    return replace(s, answer=answer, statistics=tuple(stats))
+    return replace(s, answer=answer, statistics=stats)
 
 
 def _release(s: QueryState, env: Env) -> QueryState:
-    if s.plan is None or s.reservation is None or s.answer is None:
+    if s.plan is None or s.reservation is None or s.answer is None or s.statistics is None:
         raise InternalError("release before postprocess")
     release_id = env.release(s.reservation, s.plan, s.answer, s.statistics)
     return replace(s, release_id=release_id)

@@ -50,8 +50,7 @@ from veil.proxy.postprocess import FRAME, PostProcess, aggregate_types, finalize
 from veil.proxy.rewrite import EngineQueries, rewrite
 from veil.proxy.validate import Analysis
 from veil.store.ledger import Ledger, Reservation
-from veil.store.records import ReleasedStatistic
-from veil.store.releases import published_tables
+from veil.store.releases import LoggedStatistics, ReleasedVector, published_tables
 
 __all__ = ["Env", "QuerySession"]
 
@@ -646,7 +645,7 @@ class Env:
 
     def shape(
         self, p: QueryPlan, post: PostProcess, raw: pipeline.RawResult, noisy: dict[int, np.ndarray], withheld: int = 0
-    ) -> tuple[Answer, list[ReleasedStatistic]]:
+    ) -> tuple[Answer, LoggedStatistics]:
         n = len(raw.groups)
         keep = np.ones(n, dtype=bool)
         if p.partition_stat is not None and p.partition_threshold is not None:
@@ -704,20 +703,18 @@ class Env:
         types = [key_types[int(c[3:])] if c.startswith("__k") else agg_types[int(c[3:])] for c in post.direct]
         return tuple(OutputColumn(n, t) for n, t in zip(post.names, types, strict=True)), rows, ci_rows
 
-    def _released(self, p: QueryPlan, kept: list[tuple[Any, ...]], noisy: dict[int, np.ndarray]) -> list[ReleasedStatistic]:
+    def _released(self, p: QueryPlan, kept: list[tuple[Any, ...]], noisy: dict[int, np.ndarray]) -> LoggedStatistics:
         from veil.proxy.postprocess import halfwidth
 
-        stats = []
-        groups_json = [tuple(to_jsonable(v) for v in g) for g in kept]
         alpha = self.alpha()
-        for s in p.statistics:
-            hw, scale, sens = halfwidth(s, alpha), s.scale, float(s.sensitivity)
-            vals = noisy[s.id].tolist()
-            for gi, g in enumerate(groups_json):
-                stats.append(ReleasedStatistic(s.label, s.mechanism, s.epsilon, sens, scale, vals[gi], hw, g))
-        return stats
+        vectors = tuple(
+            ReleasedVector(s.label, s.mechanism, s.epsilon, float(s.sensitivity), s.scale, halfwidth(s, alpha),
+                           tuple(noisy[s.id].tolist()))
+            for s in p.statistics
+        )  # fmt: skip
+        return LoggedStatistics(vectors, tuple(tuple(to_jsonable(v) for v in g) for g in kept))
 
-    def release(self, reservation: Reservation, p: QueryPlan, answer: Answer, stats: Sequence[ReleasedStatistic]) -> str:
+    def release(self, reservation: Reservation, p: QueryPlan, answer: Answer, stats: LoggedStatistics) -> str:
         return self.ledger.release(
             reservation,
             answer={
@@ -728,7 +725,8 @@ class Env:
                 "epsilon": str(p.cost),
                 "delta": str(p.delta),
             },
-            statistics=stats,
+            vectors=stats.vectors,
+            groups=stats.groups,
             method="query",
             table=p.analysis.private_table,
         )

@@ -24,7 +24,7 @@ add up. Invariants (tested):
   never refunded), never the charge. A crash before the release likewise leaves a ``reserved`` row.
 * :meth:`Ledger.cancel` refunds only reservations for which no noise was drawn (the caller's promise).
 
-Schema version 2 (``docs/ledger.md``)::
+Schema version 3 (``docs/ledger.md``)::
 
     accounts(account TEXT PRIMARY KEY, epsilon_spent TEXT, delta_spent TEXT)   -- exact fractions "n/d"
     reservations(id, actor, epsilon TEXT, delta TEXT, accounts JSON, status, canonical_sql, cache_key,
@@ -32,6 +32,8 @@ Schema version 2 (``docs/ledger.md``)::
     releases(id, kind, method, actor, created_at, table_name, params JSON, metrics JSON, epsilon TEXT,
              delta TEXT, canonical_sql, cache_key, answer JSON, reservation_id)
     statistics(release_id, idx, name, mechanism, epsilon TEXT, sensitivity, scale, value JSON, ci95, grp JSON)
+    statistic_vectors(release_id, idx, name, mechanism, epsilon TEXT, sensitivity, scale, ci95, vals JSON)
+    release_groups(release_id, groups JSON)        -- a query release's groups, once (version 3)
     bounded_copies(identity TEXT PRIMARY KEY, source, name, salt, created_at)   -- the secret row-choice salts
 
 >>> import tempfile, pathlib
@@ -64,11 +66,11 @@ from veil.policy import Policy
 from veil.store import wal_sync
 from veil.store._sqlite import connect as connect_sqlite
 from veil.store._sqlite import use_wal
-from veil.store.records import Release, ReleasedStatistic, dumps
+from veil.store.releases import Release, ReleasedStatistic, ReleasedVector, dumps
 
 __all__ = ["Account", "Cost", "Ledger", "Reservation", "accounts_for"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -91,6 +93,11 @@ CREATE TABLE IF NOT EXISTS statistics(
     release_id TEXT NOT NULL, idx INTEGER NOT NULL, name TEXT NOT NULL, mechanism TEXT NOT NULL,
     epsilon TEXT NOT NULL, sensitivity REAL, scale REAL, value TEXT, ci95 REAL, grp TEXT,
     PRIMARY KEY (release_id, idx));
+CREATE TABLE IF NOT EXISTS statistic_vectors(
+    release_id TEXT NOT NULL, idx INTEGER NOT NULL, name TEXT NOT NULL, mechanism TEXT NOT NULL,
+    epsilon TEXT NOT NULL, sensitivity REAL, scale REAL, ci95 REAL, vals TEXT NOT NULL,
+    PRIMARY KEY (release_id, idx));
+CREATE TABLE IF NOT EXISTS release_groups(release_id TEXT PRIMARY KEY, groups TEXT NOT NULL);
 """
 
 #: The answer cache's lookup, on its own index: without ``INDEXED BY`` SQLite chose ``releases_kind``
@@ -439,11 +446,17 @@ class Ledger:
         reservation: Reservation,
         *,
         answer: Mapping[str, Any],
-        statistics: Sequence[ReleasedStatistic],
+        statistics: Sequence[ReleasedStatistic] = (),
+        vectors: Sequence[ReleasedVector] = (),
+        groups: Sequence[Sequence[Any]] = (),
         method: str = "query",
         table: str | None = None,
     ) -> str:
         """Log the answer of a reserved query; the charge stands. Returns the release id.
+
+        Its noisy numbers come as ``statistics`` (one row each) or, cheaper, as ``vectors`` over ``groups`` (one row per
+        statistic and the groups once: a GROUP BY of 50 groups and 3 statistics logs 3 rows, not 150). Either way
+        :meth:`get_release` reads them back as one :class:`ReleasedStatistic` per value.
 
         First waits until the reservation is on disk (its fsync ran while the query did): the caller returns the answer
         only after this, so no answer leaves before its charge is durable. The release row commits without a sync of
@@ -466,6 +479,8 @@ class Ledger:
                 reservation_id=reservation.id,
             )
             self._insert_statistics(db, rel_id, statistics)
+            if vectors:
+                self._insert_vectors(db, rel_id, vectors, groups)
         with self._lock:
             self._syncs = [f for f in self._syncs if not f.done()]
             self._syncs.append(wal_sync.start(self.path))
@@ -518,6 +533,49 @@ class Ledger:
                 for i, s in enumerate(statistics)
             ],
         )
+
+    @staticmethod
+    def _insert_vectors(
+        db: sqlite3.Connection, rel_id: str, vectors: Sequence[ReleasedVector], groups: Sequence[Sequence[Any]]
+    ) -> None:
+        for v in vectors:
+            if len(v.values) != len(groups):
+                raise InternalError(f"{len(v.values)} values of {v.name!r} for {len(groups)} groups")
+        db.execute("INSERT INTO release_groups(release_id, groups) VALUES (?, ?)", (rel_id, dumps([list(g) for g in groups])))
+        db.executemany(
+            "INSERT INTO statistic_vectors(release_id, idx, name, mechanism, epsilon, sensitivity, scale, ci95, vals) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    rel_id,
+                    i,
+                    v.name,
+                    v.mechanism,
+                    str(v.epsilon),
+                    float(v.sensitivity),
+                    float(v.scale),
+                    None if v.ci95 is None else float(v.ci95),
+                    dumps(list(v.values)),
+                )
+                for i, v in enumerate(vectors)
+            ],
+        )
+
+    def _vector_rows(self, rid: str) -> list[ReleasedStatistic]:
+        """The release's logged vectors (schema version 3), one :class:`ReleasedStatistic` per value."""
+        found = self._db.execute("SELECT groups FROM release_groups WHERE release_id = ?", (rid,)).fetchone()
+        if found is None:
+            return []
+        groups = [tuple(g) for g in json.loads(found[0])]
+        out: list[ReleasedStatistic] = []
+        for name, mech, eps, sens, scale, ci95, vals in self._db.execute(
+            "SELECT name, mechanism, epsilon, sensitivity, scale, ci95, vals FROM statistic_vectors "
+            "WHERE release_id = ? ORDER BY idx",
+            (rid,),
+        ):
+            vector = ReleasedVector(name, mech, Fraction(eps), sens, scale, ci95, tuple(json.loads(vals)))
+            out.extend(vector.rows(groups))
+        return out
 
     def catalog_generation(self) -> int:
         """Grows whenever a publication or a retraction is recorded, or the curator writes a table through Veil
@@ -634,7 +692,7 @@ class Ledger:
                 "WHERE release_id = ? ORDER BY idx",
                 (rid,),
             )
-        )
+        ) + tuple(self._vector_rows(rid))
         return Release(
             id=rid,
             kind=kind,

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from veil._json import to_jsonable
 
-__all__ = ["Release", "ReleasedStatistic", "dumps"]
+__all__ = ["LoggedStatistics", "Release", "ReleasedStatistic", "ReleasedVector", "dumps"]
 
 _FORWARDED = frozenset({"get_release", "list_releases", "published_tables", "record_release"})
 
@@ -51,6 +51,39 @@ class ReleasedStatistic:
 
 
 @dataclass(frozen=True)
+class ReleasedVector:
+    """One noisy statistic of an analyst query release over all its released groups: ``values[i]`` is the value for
+    the release's ``i``-th group. The ledger logs it as one row (:meth:`~veil.store.ledger.Ledger.release`) and reads
+    it back as one :class:`ReleasedStatistic` per group."""
+
+    name: str
+    mechanism: str
+    epsilon: Fraction
+    sensitivity: float
+    scale: float
+    ci95: float | None
+    values: tuple[Any, ...]  # plain JSON values (``ndarray.tolist()``), NaN kept
+
+    def rows(self, groups: Sequence[tuple[Any, ...]]) -> list[ReleasedStatistic]:
+        """One :class:`ReleasedStatistic` per group, in the groups' order."""
+        if len(groups) != len(self.values):
+            raise ValueError(f"{len(self.values)} values of {self.name!r} for {len(groups)} groups")
+        return [
+            ReleasedStatistic(self.name, self.mechanism, self.epsilon, self.sensitivity, self.scale, v, self.ci95, g)
+            for v, g in zip(self.values, groups, strict=True)
+        ]
+
+
+@dataclass(frozen=True)
+class LoggedStatistics:
+    """What a query release logs beside its answer: each statistic's values over the released ``groups`` (the group
+    keys as plain JSON values, in the answer's order)."""
+
+    vectors: tuple[ReleasedVector, ...]
+    groups: tuple[tuple[Any, ...], ...]
+
+
+@dataclass(frozen=True)
 class Release:
     id: str
     kind: str  # "query" | "publication" | "retraction"
@@ -72,14 +105,22 @@ _PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 def _plain(obj: Any) -> bool:
     """Is ``obj`` already plain JSON (exact types: str-keyed dicts, lists, tuples, str/int/float/bool/None)?"""
-    t = type(obj)
-    if t in _PLAIN_SCALARS:
-        return True
-    if t is list or t is tuple:
-        return all(_plain(v) for v in obj)
-    if t is dict:
-        return all(type(k) is str and _plain(v) for k, v in obj.items())
-    return False
+    todo = [obj]  # (a loop, not recursion: an answer holds thousands of cells, each checked once)
+    scalars = _PLAIN_SCALARS
+    while todo:
+        item = todo.pop()
+        t = type(item)
+        if t in scalars:
+            continue
+        if t is list or t is tuple:
+            todo.extend(item)
+        elif t is dict:
+            if any(type(k) is not str for k in item):
+                return False
+            todo.extend(item.values())
+        else:
+            return False
+    return True
 
 
 def dumps(obj: Any) -> str:
