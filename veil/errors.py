@@ -18,6 +18,7 @@ from collections.abc import Iterable
 __all__ = [
     "AuthError",
     "BudgetExhausted",
+    "CopyNotReady",
     "DivisionByZero",
     "HeldStateLimit",
     "InputError",
@@ -238,6 +239,14 @@ class QueryCancelled(VeilError):
     """A statement was cancelled (statement timeout or client cancel request)."""
 
     sqlstate = "57014"
+
+
+class CopyNotReady(VeilError):
+    """A timed planning needed a bounded copy that is not built (the policy or the table changed just before): it
+    never builds one under a timer, since the build reads the raw table (red team s40 A1). Nothing was charged; the
+    server builds it untimed and plans again."""
+
+    sqlstate = "55000"
 
 
 class BudgetExhausted(VeilError, ValueError):

@@ -266,16 +266,16 @@ class _SlowSession(QuerySession):
         self._interrupted.set()
         super().cancel()
 
-    def plan(self, sql, *, epsilon=None):  # type: ignore[no-untyped-def]
+    def plan(self, sql, *, epsilon=None, **kwargs):  # type: ignore[no-untyped-def]
         self._interrupted.clear()
         if "hours_per_week" in sql and self._interrupted.wait(4):
             raise QueryCancelled("the statement was cancelled")
-        return super().plan(sql, epsilon=epsilon)
+        return super().plan(sql, epsilon=epsilon, **kwargs)
 
-    def execute(self, sql, *, epsilon=None):  # type: ignore[no-untyped-def]
+    def execute(self, sql, *, epsilon=None, **kwargs):  # type: ignore[no-untyped-def]
         if "education_num" in sql:
             time.sleep(1.5)
-        return super().execute(sql, epsilon=epsilon)
+        return super().execute(sql, epsilon=epsilon, **kwargs)
 
 
 @pytest.mark.parametrize("where", ["server", "session"])

@@ -44,7 +44,7 @@ from sqlglot import exp
 
 from veil.engines import open_engine
 from veil.engines.base import Engine
-from veil.errors import InternalError, PolicyError, VeilError
+from veil.errors import CopyNotReady, InternalError, PolicyError, VeilError
 from veil.policy import ColumnSpec, Policy, TableSpec
 from veil.proxy import fixed_point
 from veil.proxy.catalog import SQL_TYPES  # the copy holds each column as the catalog types it
@@ -220,8 +220,12 @@ class BoundedCopies:
         self._lock = threading.Lock()
         self._names: dict[tuple[str, int, str], str] = {}
 
-    def table(self, spec: TableSpec, engine: Engine, ledger: Ledger, *, scope: str, generation: Callable[[], int]) -> str:
-        """The name of the bounded copy of ``spec`` (built if needed). ``scope`` names the warehouse."""
+    def table(
+        self, spec: TableSpec, engine: Engine, ledger: Ledger, *, scope: str, generation: Callable[[], int], build: bool = True
+    ) -> str:
+        """The name of the bounded copy of ``spec`` (built if needed). ``scope`` names the warehouse. ``build=False``
+        (a planning under a timer): a copy that is not built yet raises :class:`~veil.errors.CopyNotReady` instead of
+        being built (the build reads the raw table, so its time is data's to decide: red team s40 A1)."""
         if spec.public:
             raise InternalError(f"public table {spec.name!r} has no bounded copy")
         ident = spec_identity(spec)
@@ -236,6 +240,12 @@ class BoundedCopies:
         known = ledger.bounded_copy(identity)
         if known is None or not engine.table_exists(known[0]):
             _check_columns(spec, engine)
+            if not build:
+                raise CopyNotReady(
+                    f"the table {spec.name!r} changed (its policy or its data) just before this query was planned, and "
+                    "its bounded copy is not built yet; nothing was charged",
+                    hint="Run the query again",
+                )
             salt = known[1] if known is not None else secrets.token_hex(32)
             engine.materialise(name, engine.render(build_tree(spec, salt)))
             for old in ledger.record_bounded_copy(identity, spec.name, name, salt):

@@ -380,19 +380,26 @@ _NAMES = tuple(name for name, _ in PASSES)
 PLANNING = ("resolve", "validate", "plan", "rewrite", "prepare")
 
 
-def run(state: QueryState, env: Env, *, until: str = "release", cache: bool | None = None) -> QueryState:
-    """Run the passes in order up to and including ``until`` (stopping early once answered).
+def run(
+    state: QueryState, env: Env, *, until: str = "release", cache: bool | None = None, after: str | None = None
+) -> QueryState:
+    """Run the passes in order up to and including ``until`` (stopping early once answered); with ``after``, only the
+    passes after that one (``state`` went through it in an earlier call).
 
     With ``cache`` (by default: when answering, ``until="release"``) the query goes through the plan cache: a shape
     planned before skips the planning passes, and a new one is planned, probed and remembered
     (:mod:`veil.proxy.plan_cache`). ``describe`` asks for it; ``explain`` plans afresh."""
     if cache is None:
         cache = until == "release"
-    if until not in _NAMES:
-        raise InternalError(f"unknown pass {until!r}; passes: {', '.join(_NAMES)}")
+    if until not in _NAMES or (after is not None and after not in _NAMES):
+        raise InternalError(f"unknown pass {until!r} or {after!r}; passes: {', '.join(_NAMES)}")
     lifted: plan_cache.Lifted | None = None
     cached = False
+    skipping = after is not None
     for name, fn in PASSES:
+        if skipping:
+            skipping = name != after
+            continue
         if state.done:
             break
         if name == "resolve" and cache:

@@ -14,11 +14,12 @@ changed bounds apply to open sessions at once. Test-only noise sources are reach
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import math
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -35,7 +36,7 @@ from veil.engines import open_engine
 from veil.engines.base import Engine, Result, output_type
 from veil.engines.duckdb import DuckDBEngine
 from veil.engines.neutral import duckdb_text
-from veil.errors import InternalError, PolicyError, QueryRejected, UnknownTable, Unsupported
+from veil.errors import CopyNotReady, InternalError, PolicyError, QueryRejected, UnknownTable, Unsupported
 from veil.mechanisms.budget import as_epsilon, format_epsilon
 from veil.policy import Policy, file_stamp, load_policy
 from veil.proxy import bounding, fixed_point, pipeline, plan_cache
@@ -212,6 +213,8 @@ class Env:
         self._post_bound: set[tuple[str, tuple[str, ...], tuple[str, ...]]] = set()
         #: planned shapes (veil.proxy.plan_cache), emptied with the catalog
         self.plan_cache: dict[tuple[str, str], plan_cache.Entry] = {}
+        #: False while a planning runs under a timer (``veil serve``): a bounded copy is then only found, never built
+        self.build_copies = True
 
     # -- policy, catalog, engines -------------------------------------------------------------
     @property
@@ -391,7 +394,7 @@ class Env:
         spec = self.policy.table(table)
         name = bounding.COPIES.table(
             spec, self.engine, self.ledger, scope=str(self.policy.database_path),
-            generation=lambda: self._generation(self.engine),
+            generation=lambda: self._generation(self.engine), build=self.build_copies,
         )  # fmt: skip
         return name, bounding.grid_columns(spec)
 
@@ -791,11 +794,21 @@ class QuerySession:
         """The ε a query that names none is charged now (the policy re-read when its file changed, as a query does)."""
         return self._env.refresh_policy().defaults.epsilon_per_query
 
-    def plan(self, sql: str, *, epsilon: Fraction | float | None = None) -> bool:
+    @contextlib.contextmanager
+    def _copies(self, build: bool) -> Iterator[None]:
+        """Planning that may build bounded copies (``build``), or only find them (a planning under a timer, see
+        :class:`~veil.errors.CopyNotReady`)."""
+        before, self._env.build_copies = self._env.build_copies, build
+        try:
+            yield
+        finally:
+            self._env.build_copies = before
+
+    def plan(self, sql: str, *, epsilon: Fraction | float | None = None, build_copies: bool = True) -> bool:
         """Plan ``sql`` as :meth:`execute` will (through the plan cache), running and charging nothing; refuses as
         ``execute`` would before its reservation. True for a public query. (``veil serve`` plans under the statement
-        timeout first, then runs the private query to its end.)"""
-        with self._busy:
+        timeout first, with ``build_copies=False``, then runs the private query to its end.)"""
+        with self._busy, self._copies(build_copies):
             state = pipeline.run(self._state(sql, epsilon), self._env, until="prepare", cache=True)
         return state.plan is None
 
@@ -809,10 +822,12 @@ class QuerySession:
             pipeline.check_raising_work(p, rewrite(p, "_veil_explain", public_types(self._env.catalog(), p.analysis.tables)))
         return explanation(sql, state.plan, self._env.alpha())
 
-    def describe(self, sql: str) -> tuple[OutputColumn, ...]:
-        """Output column names and types without running the query on data or charging."""
+    def describe(self, sql: str, *, build_copies: bool = True) -> tuple[OutputColumn, ...]:
+        """Output column names and types without running the query on data or charging (``build_copies=False``: a
+        bounded copy not built yet is a free :class:`~veil.errors.CopyNotReady`, as for :meth:`plan`)."""
         # through the plan cache, as the answer will be (a wire client describes each statement before it runs)
-        state = pipeline.run(self._state(sql, None), self._env, until="prepare", cache=True)
+        with self._copies(build_copies):
+            state = pipeline.run(self._state(sql, None), self._env, until="prepare", cache=True)
         if state.plan is None:
             if state.public_sql is None:
                 raise InternalError("describe without a query")
@@ -829,10 +844,25 @@ class QuerySession:
         n = len(post.names)
         return tuple(OutputColumn(nm, output_type(t)) for nm, t in zip(post.names, post_rows.types[:n], strict=True))
 
-    def execute(self, sql: str, *, epsilon: Fraction | float | None = None) -> Answer:
-        """Answer one SELECT, charging exactly what :meth:`explain` quotes (or nothing for a cached answer)."""
+    def execute(self, sql: str, *, epsilon: Fraction | float | None = None, public_only: bool = False) -> Answer:
+        """Answer one SELECT, charging exactly what :meth:`explain` quotes (or nothing for a cached answer).
+
+        ``public_only``: the caller planned ``sql`` as a public query (``veil serve`` then runs it under the statement
+        timeout); if it reads private data now (the policy changed in between), it is refused before anything is
+        charged, never run under the timer (:class:`~veil.errors.CopyNotReady`)."""
         with self._busy:
-            state = pipeline.run(self._state(sql, epsilon), self._env)
+            state = self._state(sql, epsilon)
+            if public_only:
+                with self._copies(False):
+                    state = pipeline.run(state, self._env, until="prepare", cache=True)
+                if state.plan is not None:
+                    raise CopyNotReady(
+                        "the query reads private data now (the policy changed since it was planned); nothing was charged",
+                        hint="Run the query again",
+                    )
+                state = pipeline.run(state, self._env, after="prepare")
+            else:
+                state = pipeline.run(state, self._env)
         if state.answer is None:
             raise InternalError("the pipeline ended without an answer")
         a = state.answer
