@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, build_scope
@@ -99,7 +100,7 @@ class Statistic:
             return 1 + -(-self.grid_n // GRID_POINTS_PER_VALUE)
         return 1
 
-    @property
+    @cached_property
     def scale(self) -> float:
         """Noise scale: Laplace b = Δ/ε (real sums: raised by ``fixed_point.SCALE_RAISE``, which pays for the
         one rounding of their exact value to a double); exponential mechanism 2Δ/ε (Gumbel/exponential noise)."""
@@ -152,7 +153,7 @@ class QueryPlan:
     partition_threshold: int | None  # release a group when its noisy count ≥ this
     partition_delta: Fraction | None
 
-    @property
+    @cached_property
     def cost(self) -> Fraction:
         """The exact ε of the query (the sum of the statistics' shares)."""
         return sum((s.epsilon for s in self.statistics), Fraction(0))

@@ -1,7 +1,9 @@
 """The durable privacy ledger: (ε, δ) budgets, reservations, the release log and the answer cache.
 
-One SQLite file in WAL mode with ``synchronous=FULL``; every change is one ``BEGIN IMMEDIATE``
-transaction, so concurrent sessions and processes serialise on it. This module is the one owner of
+One SQLite file in WAL mode; every change is one ``BEGIN IMMEDIATE`` transaction, so concurrent sessions and
+processes serialise on it. Publications, retractions and the other curator records commit with
+``synchronous=FULL``; a query's reservation, release and refund commit with ``synchronous=NORMAL`` and are made
+durable by :mod:`veil.store.wal_sync` off the write lock (below). This module is the one owner of
 the ledger's schema (the credential table of ``veil serve`` lives in the same file).
 
 Budgets are kept per **account**: one per analyst (``analyst:NAME``) and one per table with a
@@ -14,10 +16,12 @@ add up. Invariants (tested):
   reservations that charged it and are ``reserved`` or ``released``; they never exceed the totals
   passed to :meth:`Ledger.reserve`.
 * A reservation is committed (atomically, visible to every session) before any statistic is
-  computed; a release row is committed with ``synchronous=FULL`` before the answer is returned, and
-  that sync also makes the reservation durable (WAL frames are synced in order), so a durable answer
-  always has a durable charge. A crash in between leaves a ``reserved`` row: charged but unanswered,
-  visible in the log, never refunded.
+  computed, and an fsync of the WAL starts as soon as it is committed, in a worker thread, while the
+  engine runs. :meth:`Ledger.release` waits for that fsync before it writes the release row, so no
+  answer is ever returned before its charge is on disk; if the fsync fails, the answer is withheld
+  and the charge stands. The release row is synced right after, off the answer's path: a power loss
+  in that moment can lose the row (the reservation stays ``reserved``: charged, logged with its SQL,
+  never refunded), never the charge. A crash before the release likewise leaves a ``reserved`` row.
 * :meth:`Ledger.cancel` refunds only reservations for which no noise was drawn (the caller's promise).
 
 Schema version 2 (``docs/ledger.md``)::
@@ -45,8 +49,9 @@ import secrets
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
@@ -56,6 +61,7 @@ from typing import Any
 from veil.errors import BudgetExhausted, InternalError, PolicyError, ReleaseError
 from veil.mechanisms.budget import as_delta, as_epsilon, format_delta, format_epsilon
 from veil.policy import Policy
+from veil.store import wal_sync
 from veil.store._sqlite import connect as connect_sqlite
 from veil.store._sqlite import use_wal
 from veil.store.records import Release, ReleasedStatistic, dumps
@@ -206,6 +212,8 @@ class Reservation:
     accounts: tuple[str, ...]
     canonical_sql: str
     cache_key: str
+    #: the fsync that makes this reservation durable (started when it was committed; see :mod:`veil.store.wal_sync`)
+    durable: Future[None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def epsilon(self) -> Fraction:
@@ -237,6 +245,8 @@ class Ledger:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
+        self._synchronous = ""  # the connection's PRAGMA synchronous, set per transaction (see _transaction)
+        self._syncs: list[Future[None]] = []  # release rows' fsyncs still running (waited for by close)
         try:
             self._db = connect_sqlite(self.path, check_same_thread=False)
         except sqlite3.Error as exc:
@@ -246,7 +256,6 @@ class Ledger:
             ) from exc
         try:
             use_wal(self._db)
-            self._db.execute("PRAGMA synchronous=FULL")
             with self._transaction() as db:
                 self._migrate(db)
         except sqlite3.DatabaseError as exc:  # not an SQLite file (a policy, a DuckDB file, a CSV; s27 A13)
@@ -280,8 +289,14 @@ class Ledger:
         )
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, *, synced: bool = True) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction; committed with ``synchronous=FULL`` (durable when it returns), or with
+        ``NORMAL`` (``synced=False``: atomic and visible at once, durable after :func:`wal_sync.sync_now`)."""
         with self._lock:
+            mode = "FULL" if synced else "NORMAL"
+            if self._synchronous != mode:
+                self._db.execute(f"PRAGMA synchronous={mode}")
+                self._synchronous = mode
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 yield self._db
@@ -293,6 +308,9 @@ class Ledger:
 
     def close(self) -> None:
         with self._lock:
+            for pending in self._syncs:
+                pending.exception()  # wait; a failed sync of a release row loses only that row (the charge was synced)
+            self._syncs.clear()
             self._db.close()
 
     def __enter__(self) -> Ledger:
@@ -355,16 +373,10 @@ class Ledger:
         :class:`~veil.errors.BudgetExhausted` naming the account that is short (nothing is charged)."""
         if not isinstance(cost, Cost):
             raise InternalError(f"reserve needs a Cost, got {cost!r}")
-        with self._lock:
-            # Atomic and at once visible to every other connection (WAL), but not fsynced on its own:
-            # the release's synchronous=FULL commit syncs the WAL up to and including this reservation,
-            # so no answer can ever be durable without its charge. A power loss before the release loses
-            # only a reservation whose answer was never sent.
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            try:
-                return self._reserve(cost, accounts, actor, canonical_sql, cache_key, what)
-            finally:
-                self._db.execute("PRAGMA synchronous=FULL")
+        # Atomic and at once visible to every other connection (WAL); its fsync starts once it is committed and
+        # runs while the query does: release() waits for it before anything is answered
+        reservation = self._reserve(cost, accounts, actor, canonical_sql, cache_key, what)
+        return replace(reservation, durable=wal_sync.start(self.path))
 
     def _reserve(
         self, cost: Cost, accounts: Sequence[Account], actor: str, canonical_sql: str, cache_key: str, what: str
@@ -372,7 +384,7 @@ class Ledger:
         keys = tuple(a.key for a in accounts)
         if len(set(keys)) != len(keys):
             raise InternalError(f"an account is charged twice in one reservation: {keys}")
-        with self._transaction() as db:
+        with self._transaction(synced=False) as db:
             spent_now: list[Cost] = []  # each account's spend as read here (the transaction holds the write lock)
             for acct in accounts:
                 spent = self._spent(db, acct.key)
@@ -404,8 +416,9 @@ class Ledger:
         return Reservation(rid, actor, cost, keys, canonical_sql, cache_key)
 
     def cancel(self, reservation: Reservation) -> None:
-        """Refund a reservation for which no noise was ever drawn (e.g. refused before reading data)."""
-        with self._transaction() as db:
+        """Refund a reservation for which no noise was ever drawn (e.g. refused before reading data). Not synced on
+        its own: a refund lost to a power loss leaves the charge standing."""
+        with self._transaction(synced=False) as db:
             self._finish(db, reservation, "cancelled")
             for key in reservation.accounts:
                 self._add_spent(db, key, -reservation.cost.epsilon, -reservation.cost.delta)
@@ -430,8 +443,13 @@ class Ledger:
         method: str = "query",
         table: str | None = None,
     ) -> str:
-        """Log the answer of a reserved query; the charge stands. Returns the release id."""
-        with self._transaction() as db:
+        """Log the answer of a reserved query; the charge stands. Returns the release id.
+
+        First waits until the reservation is on disk (its fsync ran while the query did): the caller returns the answer
+        only after this, so no answer leaves before its charge is durable. The release row commits without a sync of
+        its own; its fsync runs after, off the answer's path."""
+        self._wait_durable(reservation)
+        with self._transaction(synced=False) as db:
             self._finish(db, reservation, "released")
             rel_id = self._insert_release(
                 db,
@@ -448,7 +466,24 @@ class Ledger:
                 reservation_id=reservation.id,
             )
             self._insert_statistics(db, rel_id, statistics)
+        with self._lock:
+            self._syncs = [f for f in self._syncs if not f.done()]
+            self._syncs.append(wal_sync.start(self.path))
         return rel_id
+
+    def _wait_durable(self, reservation: Reservation) -> None:
+        """Block until ``reservation``'s charge is on disk; a failed sync withholds the answer (the charge stands)."""
+        try:
+            if reservation.durable is None:
+                wal_sync.sync_now(self.path)
+            else:
+                reservation.durable.result()
+        except OSError as exc:
+            raise ReleaseError(
+                f"the ledger {str(self.path)!r} could not be synced to disk ({exc}); the answer is withheld and its "
+                f"charge of ε = {format_epsilon(reservation.cost.epsilon)} stands",
+                hint="Check the disk that holds the ledger file, then ask again",
+            ) from exc
 
     @staticmethod
     def _insert_statistics(db: sqlite3.Connection, rel_id: str, statistics: Sequence[ReleasedStatistic]) -> None:
