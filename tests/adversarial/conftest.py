@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.support.attack_world import World, build_world
+
+if TYPE_CHECKING:
+    from tests.engines.conftest import OutsideSpark
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -16,6 +20,21 @@ def _close_ledgers() -> Iterator[None]:
     from tests.support.attack import close_ledgers
 
     close_ledgers()
+
+
+@pytest.fixture(scope="session")
+def outside_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OutsideSpark]:
+    """The run's other process with a local Spark of its own (``OutsideSpark``; Spark tests only: skipped
+    without Spark)."""
+    from tests.engines.conftest import OutsideSpark
+    from veil.engines.spark import spark_available
+
+    reason = spark_available()
+    if reason is not None:
+        pytest.skip(f"Spark test skipped: {reason}")
+    outside = OutsideSpark(tmp_path_factory.mktemp("outside_spark") / "stderr.log")
+    yield outside
+    outside.close()
 
 
 @pytest.fixture(scope="module")

@@ -297,6 +297,15 @@ def neighbours(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Query
         yield s, s_prime
 
 
+@pytest.fixture(scope="module")
+def worlds(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any]:
+    """Neighbour worlds D / D′ for the tests below that read them (each opens its own sessions; the ledger is
+    shared, its budgets far above what they spend): built once, not once per parameter."""
+    from tests.adversarial.conftest import neighbour_worlds
+
+    return neighbour_worlds(tmp_path_factory.mktemp("worlds"))
+
+
 @pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(cond=_expr(2), shape=st.sampled_from(_KEYLESS))
@@ -353,11 +362,11 @@ def _failing_engine(session: QuerySession, monkeypatch: pytest.MonkeyPatch, fail
         "SELECT AVG(age), MEDIAN(score) FROM people",
     ],
 )
-def test_an_engine_error_not_from_before_data_keeps_its_charge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sql: str) -> None:
+def test_an_engine_error_not_from_before_data_keeps_its_charge(
+    worlds: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, sql: str
+) -> None:
     """The converse: a run-time failure (before_data=False) of a reserved query is charged, whatever the shape."""
-    from tests.support.attack_world import build_world
-
-    w = build_world(tmp_path / "w")
+    w = worlds[0]
     with exact_session(w.policy, "api") as s:
         _failing_engine(s, monkeypatch, 1, before_data=False)
         before = s.budget().spent
@@ -377,14 +386,12 @@ def test_an_engine_error_not_from_before_data_keeps_its_charge(tmp_path: Path, m
     ],
 )
 def test_a_before_data_error_after_data_was_read_keeps_its_charge(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sql: str, fail_on: int
+    worlds: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, sql: str, fail_on: int
 ) -> None:
     """Only the one-statement path without keys or with bare base-table keys refunds: a "before data" error
     from a query with expression keys (bound at prepare) or from a later statement of several (the earlier
     ones read data) must stay charged."""
-    from tests.support.attack_world import build_world
-
-    w = build_world(tmp_path / "w")
+    w = worlds[0]
     with exact_session(w.policy, "api") as s:
         assert len(generated_sql(s, sql)) >= fail_on
         ran = _failing_engine(s, monkeypatch, fail_on, before_data=True)
@@ -460,10 +467,8 @@ def _node_ids(tree: Any) -> set[int]:
 
 
 @pytest.mark.parametrize("sql", _REWRITE_QUERIES)
-def test_rewrite_shares_no_subtree_and_leaves_the_plan_alone(tmp_path: Path, sql: str) -> None:
-    from tests.support.attack_world import build_world
-
-    w = build_world(tmp_path / "w")
+def test_rewrite_shares_no_subtree_and_leaves_the_plan_alone(worlds: tuple[Any, Any], sql: str) -> None:
+    w = worlds[0]
     with exact_session(w.policy, "api") as s:
         first = generated_sql(s, sql)
         p = plan_of(s, sql)
@@ -542,13 +547,11 @@ _SIGNED_ZERO = (
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sql", _SIGNED_ZERO)
-def test_a_zero_sensitivity_statistic_releases_no_signed_zero(tmp_path: Path, sql: str) -> None:
+def test_a_zero_sensitivity_statistic_releases_no_signed_zero(worlds: tuple[Any, Any], sql: str) -> None:
     """A statistic of sensitivity 0 is released without noise (scale 0). Its exact value must not carry the
     sign of a floating-point zero (−0.0 iff every summed row was negative): the release is the same on
     D and D′ bit for bit, through the production noise path."""
-    from tests.adversarial.conftest import neighbour_worlds
-
-    d, d_prime = neighbour_worlds(tmp_path)
+    d, d_prime = worlds
     out = []
     for w in (d, d_prime):
         with QuerySession(load_policy(w.policy), "api") as s:
@@ -558,14 +561,12 @@ def test_a_zero_sensitivity_statistic_releases_no_signed_zero(tmp_path: Path, sq
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["api", "cli", "wire"])
-def test_a_text_used_as_a_boolean_through_every_interface(tmp_path: Path, kind: str) -> None:
+def test_a_text_used_as_a_boolean_through_every_interface(worlds: tuple[Any, Any], kind: str) -> None:
     """The same side channel through the Python API, the CLI and a real ``veil serve`` (production noise):
     XX000 on D, an answer on D′."""
-    from tests.adversarial.conftest import neighbour_worlds
-
     sql = "SELECT COUNT(*) FROM people WHERE CASE WHEN people.id = 123 THEN 'x' ELSE 'true' END"
     ends = []
-    for w in neighbour_worlds(tmp_path):
+    for w in worlds:
         server = None
         if kind == "wire":
             set_password(w.policy, "wire")

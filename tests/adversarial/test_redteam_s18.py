@@ -60,9 +60,12 @@ from __future__ import annotations
 
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.engines.conftest import OutsideSpark
 
 # ==================================================================================================
 # Part A — attacks that succeed today
@@ -205,18 +208,15 @@ def _engine_policy(base: Path, engine: str, rows: int) -> str:
     return str(base / "policy.toml")
 
 
-def _publish_p_out(policy: str, epsilon: float, *, other_process: bool) -> Fraction | None:
+def _publish_p_out(policy: str, epsilon: float, *, other_process: OutsideSpark | None) -> Fraction | None:
     """kRR of ``sex`` as ``p_out`` (in another process: the curator's CLI while a server runs; that process then
     returns the join's sensitivity planned by a new session of its own, which saw the new table)."""
-    import subprocess
-    import sys
-
     from tests.publish_support import ok_json
     from tests.publish_support import veil as run_cli
 
     args = ["publish", "krr", "--policy", policy, "--table", "people", "--columns", "sex", "--epsilon", str(epsilon)]
     args += ["--output", "p_out", "--replace", "--format", "json"]
-    if not other_process:
+    if other_process is None:
         ok_json(run_cli(*args))
         return None
     script = (
@@ -225,13 +225,8 @@ def _publish_p_out(policy: str, epsilon: float, *, other_process: bool) -> Fract
         "from tests.adversarial.test_redteam_s18 import JOIN_SQL, _join_sensitivity; "
         "db = exact_session(sys.argv[4], 'alice'); print('SENS', _join_sensitivity(db, JOIN_SQL)); db.close()"
     )
-    from tests.engines.conftest import outside_spark_env
-
-    done = subprocess.run(
-        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=300, env=outside_spark_env()
-    )
-    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
-    return Fraction(next(line.split()[1] for line in done.stdout.splitlines() if line.startswith("SENS ")))
+    stdout = other_process.run(script, *args)
+    return Fraction(next(line.split()[1] for line in stdout.splitlines() if line.startswith("SENS ")))
 
 
 def _fresh_sensitivity(policy: str) -> Fraction:
@@ -255,10 +250,10 @@ def _outcome_of(fn: Any) -> str:
     return "answered"
 
 
-def _republication_scenario(base: Path, engine: str) -> dict[str, Any]:
+def _republication_scenario(base: Path, engine: str, outside: OutsideSpark | None) -> dict[str, Any]:
     """p_out first published at ε = 0.1 (kRR near uniform over Female/Male/Other/NA: ~150 rows per value of 600),
-    then republished at ε = 3 (~275 rows for Female; on Spark by another process). What the first session plans and
-    runs afterwards, and what a new session (on Spark in a new process) plans."""
+    then republished at ε = 3 (~275 rows for Female; on Spark by ``outside``, another process). What the first
+    session plans and runs afterwards, and what a new session (on Spark in the other process) plans."""
     import veil.engines.spark
     from tests.adversarial.test_redteam_s15 import raw_statistics
     from tests.publish_support import veil as run_cli
@@ -266,7 +261,7 @@ def _republication_scenario(base: Path, engine: str) -> dict[str, Any]:
 
     policy = _engine_policy(base, engine, 600)
     assert run_cli("ingest", "--policy", policy, "--table", "people", base / "people.csv").exit_code == 0
-    _publish_p_out(policy, 0.1, other_process=False)
+    _publish_p_out(policy, 0.1, other_process=None)
     db = exact_session(policy, "alice")
     out: dict[str, Any] = {}
     try:
@@ -277,7 +272,7 @@ def _republication_scenario(base: Path, engine: str) -> dict[str, Any]:
             if engine == "spark":
                 _join_sensitivity(db, JOIN_SQL)
             out["before"] = _join_sensitivity(db, JOIN_SQL)
-            fresh = _publish_p_out(policy, 3.0, other_process=engine == "spark")
+            fresh = _publish_p_out(policy, 3.0, other_process=outside)
             out["stale"] = _join_sensitivity(db, JOIN_SQL)
             out["same_session_runs"] = _outcome_of(lambda: raw_statistics(db, JOIN_SQL, Fraction(1)))
     finally:
@@ -295,7 +290,8 @@ def _republication_scenario(base: Path, engine: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module", params=["duckdb", "spark"])
 def republished(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    out = _republication_scenario(tmp_path_factory.mktemp(f"repub-{request.param}"), request.param)
+    outside = request.getfixturevalue("outside_spark") if request.param == "spark" else None
+    out = _republication_scenario(tmp_path_factory.mktemp(f"repub-{request.param}"), request.param, outside)
     out["engine"] = request.param
     return out
 

@@ -302,17 +302,16 @@ _OUTSIDE_WRITE = (
 
 
 @pytest.mark.slow
-def test_A3_spark_public_table_rewritten_outside_keeps_no_stale_multiplicity(tmp_path: Any, monkeypatch: Any) -> None:
-    """MEDIUM (Spark; API, and `veil serve` workers: one session object). ~30 s (two Spark start-ups)."""
-    import subprocess
-    import sys
-
+def test_A3_spark_public_table_rewritten_outside_keeps_no_stale_multiplicity(
+    tmp_path: Any, monkeypatch: Any, outside_spark: Any
+) -> None:
+    """MEDIUM (Spark; API, and `veil serve` workers: one session object). The outside write runs in the test run's
+    other Spark process (``outside_spark``)."""
     import pandas as pd
 
     import veil.engines.spark
     from tests.adversarial.test_redteam_s15 import raw_statistics
     from tests.adversarial.test_redteam_s18 import _engine_policy, _join_sensitivity, _outcome_of
-    from tests.engines.conftest import outside_spark_env
     from veil.policy import load_policy
     from veil.proxy._testing import exact_session
     from veil.store.warehouse import write_table
@@ -328,10 +327,7 @@ def test_A3_spark_public_table_rewritten_outside_keeps_no_stale_multiplicity(tmp
         # so only the ledger's record of the outside write can make the session measure again
         monkeypatch.setattr(veil.engines.spark, "RECHECK_SECONDS", 1e12)
         _join_sensitivity(db, REGIONS_SQL)
-        done = subprocess.run(
-            [sys.executable, "-c", _OUTSIDE_WRITE, path], capture_output=True, text=True, timeout=300, env=outside_spark_env()
-        )
-        assert done.returncode == 0, done.stderr[-2000:]
+        outside_spark.run(_OUTSIDE_WRITE, path)
         after = _join_sensitivity(db, REGIONS_SQL)
         runs = _outcome_of(lambda: raw_statistics(db, REGIONS_SQL, Fraction(1)))
     finally:

@@ -121,15 +121,19 @@ def test_a_chain_joining_a_few_column_values_is_answered(session: object) -> Non
 
 
 def test_select_list_alias_chains_count_as_expansion() -> None:
-    """qualify inlines ``a0 || a0`` where ``a0`` is an alias of the same SELECT: the written size is the parsed query's."""
+    """qualify inlines ``a0 || a0`` where ``a0`` is an alias of the same SELECT: the written size is the parsed query's.
+
+    Seven levels: 89,188 units expanded against a limit of 20,000 from the parsed query (58 units written); the
+    limit would be 407,696 were the qualified query (50,962 units) taken as written — refused with a wide margin,
+    accepted with one under the bug. (Eight levels, 4× more, took 12 s to qualify.)"""
     from veil.proxy.catalog import Catalog, CatalogTable
     from veil.proxy.parse import parse
     from veil.proxy.resolve import resolve
     from veil.proxy.validate import validate
 
     cat = Catalog({"t": CatalogTable("t", {"u": "int", "s": "category"}, None, False)})
-    aliases = ", ".join(f"a{i - 1} || a{i - 1} || a{i - 1} || a{i - 1} AS a{i}" for i in range(1, 9))
-    sql = f"WITH w AS (SELECT u, s AS a0, {aliases} FROM t) SELECT COUNT(*) FROM w WHERE LENGTH(a8) > 0"
+    aliases = ", ".join(f"a{i - 1} || a{i - 1} || a{i - 1} || a{i - 1} AS a{i}" for i in range(1, 8))
+    sql = f"WITH w AS (SELECT u, s AS a0, {aliases} FROM t) SELECT COUNT(*) FROM w WHERE LENGTH(a7) > 0"
     with pytest.raises(Unsupported):
         validate(resolve(parse(sql), cat), cat)
 
