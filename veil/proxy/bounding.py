@@ -219,6 +219,9 @@ class BoundedCopies:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._names: dict[tuple[str, int, str], str] = {}
+        #: copies :func:`ready` could not prepare, per warehouse, engine generation and spec: not tried again by it until
+        #: one of them changes (a query on such a table still tries, and refuses)
+        self._unready: set[tuple[str, int, str]] = set()
 
     def table(
         self, spec: TableSpec, engine: Engine, ledger: Ledger, *, scope: str, generation: Callable[[], int], build: bool = True
@@ -264,6 +267,24 @@ class BoundedCopies:
         with self._lock:
             return key in self._names
 
+    def ready(self, spec: TableSpec, engine: Engine, ledger: Ledger, *, scope: str, generation: Callable[[], int]) -> None:
+        """Find or build ``spec``'s copy unless this process knows it already, or failed to prepare it for this
+        warehouse, generation and spec (remembered: a look-up next time)."""
+        key = (scope, generation(), spec_identity(spec))
+        with self._lock:
+            if key in self._names or key in self._unready:
+                return
+        try:
+            if engine.table_exists(spec.name):
+                self.table(spec, engine, ledger, scope=scope, generation=generation)
+                return
+        except VeilError:
+            pass
+        with self._lock:
+            if len(self._unready) >= 1024:
+                self._unready.clear()
+            self._unready.add(key)
+
 
 def _check_columns(spec: TableSpec, engine: Engine) -> None:
     """The warehouse's table has every column the policy declares (its schema, not its data)."""
@@ -298,27 +319,9 @@ def ready(policy: Policy, engine: Engine, ledger: Ledger) -> None:
     def generation() -> int:
         return engine_generation(engine)
 
-    for name, spec in policy.tables.items():
-        if spec.public or COPIES.known(spec, scope=scope, generation=generation):
-            continue
-        unready = (scope, generation(), spec_identity(spec))
-        if unready in _UNREADY:
-            continue
-        try:
-            if engine.table_exists(name):
-                COPIES.table(spec, engine, ledger, scope=scope, generation=generation)
-                continue
-        except VeilError:
-            pass
-        with COPIES._lock:
-            if len(_UNREADY) >= 1024:
-                _UNREADY.clear()
-            _UNREADY.add(unready)
-
-
-#: Tables :func:`ready` could not prepare, per warehouse, engine generation and spec: not tried again by it until one
-#: of them changes (a query on such a table still tries, and refuses).
-_UNREADY: set[tuple[str, int, str]] = set()
+    for spec in policy.tables.values():
+        if not spec.public:
+            COPIES.ready(spec, engine, ledger, scope=scope, generation=generation)
 
 
 def prepare(policy: Policy, tables: Sequence[str] | None = None) -> dict[str, str]:
