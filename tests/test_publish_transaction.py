@@ -22,7 +22,11 @@ from tests.publish_support import analyst_reads_every_published_table, make_ware
 
 WRAPPER = textwrap.dedent(
     """
+    import signal
     import sys
+    # Ctrl-C as a user's terminal delivers it: a process started from a background job of a non-interactive shell
+    # (how CI may run the suite) inherits SIGINT ignored, and Python then never turns it into KeyboardInterrupt
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     point = sys.argv[1]
     import veil.generators.krr as krr
     from veil.store import warehouse
