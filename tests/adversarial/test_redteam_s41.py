@@ -38,6 +38,14 @@ Findings:
   which values were the NULL group's), and the free repeat from the answer cache returns ``NULL, NULL`` where the
   first answer said ``inf, NULL``. Fix: ``to_jsonable(v, nan_as_null=False)`` in both places (``dumps`` keeps
   ±inf/NaN, and ``json.loads`` reads them back).
+* A4 (LOW, server abuse; fixed in ``veil/store/ledger.py`` and ``veil/store/publications.py``; witness
+  ``test_a4_…``) — ``published_tables`` replayed the publications by reading the *whole* release log
+  (``list_releases()``): every analyst answer ever logged, each with its answer JSON decoded and its statistics read
+  (two more statements per release since schema 3). It runs at every catalog build: each new query session — each
+  wire connection — and after every publication, retraction or curator write, in every open session. With 20,000
+  answers in the ledger one replay took 4.2 s (2-core host, nice 19; 0.17 s at 2,000), so the answers analysts
+  are charged for make every later login slower without bound. Fix: ``Ledger.publication_log`` reads only
+  publications and retractions (on ``releases_kind``), in commit order: 0.1 ms.
 
 What held (pinned below as ``test_held_*``):
 
@@ -260,6 +268,32 @@ def test_a3_the_log_and_the_answer_cache_keep_what_was_sent(world: Any, key: str
     groups = [st.group for st in logged.statistics]
     assert len(set(map(repr, groups))) == len(groups), f"the log names one group twice: {groups}"
     assert repeat.cached and repeat.rows == first.rows, f"the free repeat says {repeat.rows}, the answer said {first.rows}"
+
+
+# -- A4: every catalog build read every answer ever logged ------------------------------------------------------
+
+
+def test_a4_replaying_publications_reads_no_query_release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from veil.store.publications import published_tables
+
+    policy = policy_with_tables(tmp_path, POLICY)
+    with Ledger(policy.ledger_path) as led:
+        for i in range(3):  # the answers of an analyst (millions, in a ledger that has served for a while)
+            r = led.reserve(Cost(Fraction(1, 10)), [ALICE], actor="alice", cache_key=str(i))
+            led.release(r, answer={"rows": [[i]]})
+        for kind, table in [("publication", "a"), ("publication", "b"), ("retraction", "a"), ("publication", "a"),
+                            ("retraction", "b")]:  # fmt: skip
+            led.record(kind=kind, method="m", params={}, metrics={}, table=table)
+    read: list[str] = []
+    row_to_release = Ledger._row_to_release
+
+    def spy(self: Ledger, row: tuple[Any, ...]) -> Any:
+        read.append(row[1])
+        return row_to_release(self, row)
+
+    monkeypatch.setattr(Ledger, "_row_to_release", spy)
+    assert sorted(published_tables(policy)) == ["a"]
+    assert "query" not in read, f"the replay of publications read {read.count('query')} analyst answers"
 
 
 # -- held: schema 3 logs what the answer shows ----------------------------------------------------------------
