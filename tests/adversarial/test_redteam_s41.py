@@ -23,6 +23,9 @@ Findings:
           raise
 
   (a refunded reservation also waits, harmlessly; ``_reserve`` raising leaves ``state.reservation`` unset).
+  The same class on the curator's side (``test_a1_b_…``, fixed in ``veil/store/ledger.py``): a publication refused
+  after its charge leaves through a ``finally`` that closes its ledger, and ``Ledger.close`` waited only for release
+  rows' fsyncs; it now waits for every reservation's too.
 * A2 (LOW; fixed in ``veil/store/ledger.py``; witness ``test_a2_…``) — the worker fsynced ``<path as given>-wal``, or,
   when no such file exists, the database file itself. SQLite names the WAL after the file it opened: through a
   symbolic link ``<target>-wal``, and a relative path is resolved when it opens. Opened through a link (or by a
@@ -123,6 +126,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Any:
     return policy_with_tables(tmp_path_factory.mktemp("rt41"), POLICY, {"p": _frame()})
 
 
+ALICE = Account.analyst("alice", Fraction(10), Fraction(0))
+
+
 # -- A1: an outcome other than the answer leaves before its charge is on disk ------------------------------------
 
 
@@ -188,6 +194,17 @@ def test_a1_an_error_after_the_charge_leaves_only_once_the_charge_is_on_disk(
     assert durable_when_raised, f"{error.__name__} reached the caller while its charge was not yet on disk"
 
 
+def test_a1_b_a_ledger_closes_only_once_its_charges_are_on_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A publication refused after its charge (the gate, a failed write) leaves through its ``finally``, which closes
+    its ledger: ``close`` waited only for release rows' fsyncs, so the refusal reached the curator with the table's
+    charge not yet on disk. Now ``close`` waits for every reservation's fsync too."""
+    futures = _slow_disk(monkeypatch, 0.3)
+    led = Ledger(tmp_path / "l.sqlite")
+    led.reserve(Cost(Fraction(1)), [ALICE], actor="alice")
+    led.close()
+    assert futures and all(f.done() for f in futures), "the ledger closed over a charge not yet on disk"
+
+
 def test_held_the_answer_waits_for_the_charge_also_on_a_plan_cache_hit(world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     with exact_session(world, "a") as s:
         s.execute("SELECT COUNT(*) FROM p WHERE x > 100", epsilon=0.25)  # fills the plan cache
@@ -198,8 +215,6 @@ def test_held_the_answer_waits_for_the_charge_also_on_a_plan_cache_hit(world: An
 
 
 # -- A2: the worker synced another file than the WAL SQLite writes --------------------------------------------------
-
-ALICE = Account.analyst("alice", Fraction(10), Fraction(0))
 
 
 def _synced_files(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:

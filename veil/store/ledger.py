@@ -253,7 +253,7 @@ class Ledger:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._synchronous = ""  # the connection's PRAGMA synchronous, set per transaction (see _transaction)
-        self._syncs: list[Future[None]] = []  # release rows' fsyncs still running (waited for by close)
+        self._syncs: list[Future[None]] = []  # reservations' and release rows' fsyncs still running (close waits)
         try:
             self._db = connect_sqlite(self.path, check_same_thread=False)
         except sqlite3.Error as exc:
@@ -328,7 +328,10 @@ class Ledger:
     def close(self) -> None:
         with self._lock:
             for pending in self._syncs:
-                pending.exception()  # wait; a failed sync of a release row loses only that row (the charge was synced)
+                # wait: whatever ends with this handle's close (a publication refused after its charge, red team s41
+                # A1) leaves only once its charges are on disk; a failed sync of a release row loses only that row,
+                # and one of a reservation was (or will be) a ReleaseError of its release
+                pending.exception()
             self._syncs.clear()
             self._db.close()
 
@@ -395,7 +398,11 @@ class Ledger:
         # Atomic and at once visible to every other connection (WAL); its fsync starts once it is committed and
         # runs while the query does: release() waits for it before anything is answered
         reservation = self._reserve(cost, accounts, actor, canonical_sql, cache_key, what)
-        return replace(reservation, durable=wal_sync.start(self._file))
+        durable = wal_sync.start(self._file)
+        with self._lock:  # close() waits for it too: a handle never closes over a charge that is not on disk yet
+            self._syncs = [f for f in self._syncs if not f.done()]
+            self._syncs.append(durable)
+        return replace(reservation, durable=durable)
 
     def _reserve(
         self, cost: Cost, accounts: Sequence[Account], actor: str, canonical_sql: str, cache_key: str, what: str
