@@ -273,6 +273,18 @@ class Ledger:
                 f"the ledger {str(self.path)!r} is not a Veil ledger (SQLite said: {exc})",
                 hint="Point [ledger] path at a ledger file, or at a new file Veil may create",
             ) from exc
+        self._file = self._opened_file()
+
+    def _opened_file(self) -> Path:
+        """The database file SQLite opened, as SQLite names it (absolute, symbolic links resolved): its WAL is this
+        name and ``-wal``. The fsyncs that make a query's charge durable (:mod:`veil.store.wal_sync`) target it, never
+        ``self.path`` as given: through a symbolic link, or a relative path after the process changed directory, that
+        name's ``-wal`` is another file or none, and the worker synced the database file instead of the WAL its commit
+        wrote (red team s41 A2: the answer left with its charge never synced)."""
+        for _seq, name, file in self._db.execute("PRAGMA database_list"):
+            if name == "main" and file:
+                return Path(file)
+        return self.path.resolve()  # (SQLite names every file-backed database; kept for safety)
 
     @classmethod
     def for_policy(cls, policy: Policy) -> Ledger:
@@ -383,7 +395,7 @@ class Ledger:
         # Atomic and at once visible to every other connection (WAL); its fsync starts once it is committed and
         # runs while the query does: release() waits for it before anything is answered
         reservation = self._reserve(cost, accounts, actor, canonical_sql, cache_key, what)
-        return replace(reservation, durable=wal_sync.start(self.path))
+        return replace(reservation, durable=wal_sync.start(self._file))
 
     def _reserve(
         self, cost: Cost, accounts: Sequence[Account], actor: str, canonical_sql: str, cache_key: str, what: str
@@ -461,7 +473,7 @@ class Ledger:
         First waits until the reservation is on disk (its fsync ran while the query did): the caller returns the answer
         only after this, so no answer leaves before its charge is durable. The release row commits without a sync of
         its own; its fsync runs after, off the answer's path."""
-        self._wait_durable(reservation)
+        self.wait_durable(reservation)
         with self._transaction(synced=False) as db:
             self._finish(db, reservation, "released")
             rel_id = self._insert_release(
@@ -483,14 +495,18 @@ class Ledger:
                 self._insert_vectors(db, rel_id, vectors, groups)
         with self._lock:
             self._syncs = [f for f in self._syncs if not f.done()]
-            self._syncs.append(wal_sync.start(self.path))
+            self._syncs.append(wal_sync.start(self._file))
         return rel_id
 
-    def _wait_durable(self, reservation: Reservation) -> None:
-        """Block until ``reservation``'s charge is on disk; a failed sync withholds the answer (the charge stands)."""
+    def wait_durable(self, reservation: Reservation) -> None:
+        """Block until ``reservation``'s charge is on disk; a failed sync withholds the answer (the charge stands).
+
+        :meth:`release` calls it before logging the answer. Whatever else ends a reserved query after its reservation
+        (an engine failure, a cancel, a refusal of the post-processing) is an outcome too, and must also leave only
+        once this returned (red team s41 A1)."""
         try:
             if reservation.durable is None:
-                wal_sync.sync_now(self.path)
+                wal_sync.sync_now(self._file)
             else:
                 reservation.durable.result()
         except OSError as exc:
