@@ -51,7 +51,13 @@ def test_the_command_line_gives_each_process_its_share(tmp_path: Path, monkeypat
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     policy = tmp_path / "policy.toml"
     policy.write_text(SERVER_POLICY, encoding="utf-8")
-    for extra in ([], ["--processes", "2"], ["--processes", "3"], ["--processes", "2", "--engine-threads", "0"], ["--engine-threads", "3"]):
+    for extra in (
+        [],
+        ["--processes", "2"],
+        ["--processes", "3"],
+        ["--processes", "2", "--engine-threads", "0"],
+        ["--engine-threads", "3"],
+    ):
         res = CliRunner().invoke(cli, ["serve", "--policy", str(policy), *extra])
         assert res.exit_code == 0, res.output
     assert [limits.engine_threads for limits in got] == [0, 4, 2, 0, 3]
