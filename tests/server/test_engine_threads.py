@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import psycopg
@@ -27,7 +26,7 @@ def _reader_threads(policy_path: Path) -> int:
 def test_the_server_sizes_its_readers_and_answers_through_a_change(tmp_path: Path, shared_data: Path) -> None:
     policy = build_policy(tmp_path, shared_data, rows=300)
     default = _reader_threads(policy)
-    assert default == (os.cpu_count() or 1)  # DuckDB's own default before any server asked otherwise
+    assert default >= 1  # DuckDB's own default (a thread per core), before any server asked otherwise
     try:
         for threads in (1, 0):  # each server reopens the readers an earlier one sized otherwise
             limits = ServerLimits(engine_threads=threads, **FAST_BACKOFF)  # type: ignore[arg-type]
@@ -48,7 +47,7 @@ def test_the_command_line_gives_each_process_its_share(tmp_path: Path, monkeypat
     got: list[ServerLimits] = []
     monkeypatch.setattr("veil.server.app.serve", lambda *a, **k: got.append(k["limits"]))
     monkeypatch.setattr("veil.server.workers.serve_processes", lambda *a, **k: got.append(k["limits"]))
-    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    monkeypatch.setattr("veil.server.limits.usable_cores", lambda: 8)
     policy = tmp_path / "policy.toml"
     policy.write_text(SERVER_POLICY, encoding="utf-8")
     for extra in (

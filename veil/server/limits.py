@@ -51,6 +51,12 @@ OVERFLOW_SLOTS = 1 << 16
 MAX_STARTUP_PACKET = 10_000
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform tells it, else every core)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
 @dataclass(frozen=True)
 class ServerLimits:
     """Every limit of the server, in one frozen value (defaults = ``veil serve``'s defaults).
@@ -135,7 +141,7 @@ class ServerLimits:
         """
         if processes <= 1:
             return 0
-        return max(1, (cores if cores is not None else os.cpu_count() or 1) // processes)
+        return max(1, (cores if cores is not None else usable_cores()) // processes)
 
     @property
     def query_limits(self) -> Limits:
