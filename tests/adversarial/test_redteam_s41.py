@@ -3,7 +3,7 @@
 
 Findings:
 
-* A1 (LOW; witness ``test_a1_…``, strict xfail: the fix belongs in ``veil/proxy/pipeline.py``) — an outcome other than
+* A1 (LOW; witness ``test_a1_…``; fixed by the lead in ``veil/proxy/pipeline.py``, as proposed below) — an outcome other than
   the answer leaves before its charge is on disk. :meth:`Ledger.reserve` commits with ``synchronous=NORMAL`` and
   starts the WAL's fsync in a worker; only :meth:`Ledger.release` waits for it. A reserved query that ends any other
   way — the engine fails (``QueryFailed``), its statement is cancelled (``QueryCancelled``: "whether a query finishes
@@ -33,7 +33,7 @@ Findings:
   (or another ledger's file of that name) and the answers left with their charges never synced. A policy resolves
   its ``[ledger] path`` when loaded, so ``veil serve`` and the CLI were not affected; the Python API's ``Ledger(path)``
   was. Fix: the ledger syncs the file SQLite reports (``PRAGMA database_list``).
-* A3 (LOW; witness ``test_a3_…``, strict xfail: the fix belongs in ``veil/proxy/session.py``) — the ledger does not
+* A3 (LOW; witness ``test_a3_…``; fixed by the lead in ``veil/proxy/session.py``, as proposed below) — the ledger does not
   log what was sent. ``Env.release`` and ``Env._released`` write group keys and answer cells through
   ``to_jsonable(v)``, whose default turns non-finite floats into ``null``: a GROUP BY whose float key reaches ±inf
   (``EXP(x)``, ``POWER(x, 200)``, ``x * 1e306``) is answered with the groups ``inf`` and ``NULL``, logged as two
@@ -168,7 +168,6 @@ def _fail_shape(*args: Any, **kwargs: Any) -> Any:
     raise QueryRejected("post-processing of the answer failed (Conversion error)")
 
 
-@pytest.mark.xfail(strict=True, reason="s41 A1: the pipeline raises after the reservation without waiting for its fsync")
 @pytest.mark.parametrize(
     ("attribute", "replacement", "error"),
     [
@@ -268,7 +267,6 @@ def test_a2_the_charge_is_synced_in_the_wal_sqlite_writes(tmp_path: Path, monkey
 # -- A3: the ledger logs another answer than the one sent -------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="s41 A3: Env.release/_released log non-finite keys with to_jsonable's nan_as_null")
 @pytest.mark.parametrize("key", ["EXP(x)", "x * 1e306", "-POWER(x, 200)"])
 def test_a3_the_log_and_the_answer_cache_keep_what_was_sent(world: Any, key: str) -> None:
     sql = f"SELECT {key} AS g, COUNT(*) AS n FROM p GROUP BY {key}"
