@@ -150,6 +150,11 @@ class SDCPlugin(PublishPlugin):
         check_seed(request.get("seed"))
         spec = policy.table(table)  # unknown tables fail here
         check_policy_columns(cls, values, spec, columns, target)
+        # every method's published range comes from the policy: a filter on a column without declared bounds took the
+        # rows' own [min, max] as its domain (red team s42 A2: one person's outlier widened the public column 300-fold)
+        from veil.generators.columns import require_declared_domains
+
+        require_declared_domains(spec, columns, "--columns", table=table)
         eps = Fraction(repr(float(values["epsilon"]))) if cls.is_dp else None
         return Plan(
             kind=self.kind,

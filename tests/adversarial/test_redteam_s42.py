@@ -1,0 +1,162 @@
+"""Red team, session 42: curator publication paths and what published tables show analysts (threat class 5), main at
+80d6937 (2026-11-27).
+
+Publications run through the real publish transaction (``veil.generators.transaction.publish``, what ``veil publish``
+calls) on a small generated warehouse (:mod:`tests.publish_support`); what an analyst reads is the public mirror at
+ε = 0. Neighbouring worlds differ in one person (person 7). Findings (details in each test's docstring):
+
+* A1 (MEDIUM; careless curator, every analyst reads the result at ε = 0) k-anonymity publishes its ``--sensitive``
+  columns value by value, and took them whatever their declared domain. The gate refuses an *undeclared* column
+  (``test_publications.test_kanon_refuses_an_identifier_as_a_sensitive_column``), but one declaration away — ``name =
+  { type = "category" }``, an open category that analysts may count — ``--sensitive name`` published every person's
+  name (150 of 150, with Mondrian, OKA and K-Member alike); an unbounded ``bonus`` published person 7's 10⁶ exactly, a
+  rare open category (``"astronaut"``) appeared in the public table exactly when person 7 was in the private one.
+  Fixed by construction (``veil/generators/columns.require_declared_domains``, called in the kanon plug-in's plan): a
+  sensitive column needs a declared domain (``values``, a bool, or numeric ``lower``/``upper``), a refusal from the
+  policy alone, before anything is read; ``_within_domains`` already reads an out-of-domain value as missing.
+* A2 (LOW; no guarantee is claimed for these filters, but the gate documents "numbers within the declared bounds")
+  the SDC filters (noise addition, MDAV; DBSCAN and rank swapping share the path) took a column without declared
+  bounds with the *rows'* ``[min, max]`` as its domain (``generators/domain.column_domain``'s "observed" fallback),
+  so the public column's range was the private one: person 7's ``bonus`` of 10⁶ (everyone else ≤ 3,000) made the
+  published maximum ~10⁵–10⁶ (noise addition, MDAV), ≤ 3,000 without them. Fixed by construction: ``veil publish
+  sdc`` requires declared bounds for every protected column (the same helper, in the sdc plug-in's plan); library use
+  on public data (``compare_methods``) keeps observed domains.
+* Held (probed by hand, not repeated here): the output claim and the re-check under the writer (ingest over a
+  published name, in any case; a retracted name is dropped from the mirror and from the catalog, and a policy that
+  later declares a published name private makes it private); kRR's row count and support, the DP grid and PATE end
+  alike in neighbouring worlds (s30/s35 families); the mirror's copy of a published table has the warehouse's column
+  types (kRR, k-anonymity); k-anonymity's generalised QIs of an open category are published as ``*`` or as values
+  held by a whole class, never one person's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.publish_support import POLICY, people
+
+#: The policy of :mod:`tests.publish_support` with two open columns an analyst may query: a declared category
+#: without values (a name) and an int without bounds.
+_OPEN_POLICY = POLICY.replace(
+    "[analysts.bob]",
+    'name = {{ type = "category" }}\nbonus = {{ type = "int" }}\nnote = {{ type = "category" }}\n[analysts.bob]',
+)
+
+_OUTLIER = 1_000_000
+
+
+def _frame(with_person_7: bool) -> pd.DataFrame:
+    frame = people(60, seed=3)
+    rng = np.random.default_rng(3)
+    frame["bonus"] = rng.integers(0, 3000, len(frame))
+    frame["note"] = np.where(np.arange(len(frame)) % 2 == 0, "nurse", "smith")
+    frame.loc[7, ["bonus", "note", "name"]] = [_OUTLIER, "astronaut", "alice liddell"]
+    return frame if with_person_7 else frame.drop(index=7).reset_index(drop=True)
+
+
+def _warehouse(base: Path, frame: pd.DataFrame) -> Any:
+    from veil.policy import load_policy
+    from veil.store.warehouse import ingest_file
+
+    base.mkdir(parents=True, exist_ok=True)
+    path = base / "policy.toml"
+    path.write_text(_OPEN_POLICY.format(table_budget=""), encoding="utf-8")
+    csv = base / "people.csv"
+    frame.to_csv(csv, index=False)
+    policy = load_policy(path)
+    ingest_file(policy, "people", csv)
+    return policy
+
+
+@pytest.fixture(scope="module")
+def worlds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """D (person 7 in, holding a unique name, a rare category and an outlier) and D′ (person 7 out)."""
+    base = tmp_path_factory.mktemp("s42")
+    return {w: _warehouse(base / w, _frame(w == "d")) for w in ("d", "d_prime")}
+
+
+def _published(policy: Any, sql: str) -> list[tuple[Any, ...]]:
+    """``sql`` on the public mirror: exactly what every analyst reads of published tables, at ε = 0."""
+    from veil.store.warehouse import public_path, writer
+
+    with writer(public_path(policy)) as con:
+        return [tuple(r) for r in con.execute(sql).fetchall()]
+
+
+def _outcome(policy: Any, kind: str, request: dict[str, Any], sql: str) -> Any:
+    """What an analyst reads of the publication (``sql`` on it), or the refusal's type — never its message, which
+    names no data either way."""
+    from veil.errors import VeilError
+    from veil.generators.transaction import publish
+
+    try:
+        publish(policy, kind, request, progress=False)
+    except VeilError as exc:
+        return f"refused: {type(exc).__name__}"
+    return _published(policy, sql)
+
+
+# ==================================================================================================
+# A1. k-anonymity's sensitive columns are published value by value, whatever their domain
+# ==================================================================================================
+
+
+@pytest.mark.parametrize("algorithm", ["mondrian", "oka", "kmember"])
+@pytest.mark.parametrize(
+    ("column", "person_7s"),
+    [("name", "alice liddell"), ("note", "astronaut"), ("bonus", _OUTLIER)],
+    ids=["identifier", "rare-category", "outlier"],
+)
+def test_A1_a_sensitive_column_never_publishes_a_value_one_person_alone_holds(
+    worlds: dict[str, Any], algorithm: str, column: str, person_7s: Any
+) -> None:
+    """``--qi age,sex --sensitive <open column>``, k = 5: the sensitive column is published unchanged, and with no
+    declared domain every value of the rows is publishable — a name (every person's), a category one person holds, an
+    outlier. Sound: the public table holds only values the policy declares, so the publication ends alike with and
+    without person 7 (here: refused from the policy in both worlds), and person 7's own value is never in it."""
+    out = f"pk_{algorithm}_{column}"
+    request = {"table": "people", "qi": ["age", "sex"], "sensitive": [column], "k": 5, "algorithm": algorithm,
+               "output": out}  # fmt: skip
+    sql = f"SELECT DISTINCT CAST({column} AS VARCHAR) FROM {out}"
+    seen = {w: _outcome(policy, "kanon", request, sql) for w, policy in worlds.items()}
+    in_d = isinstance(seen["d"], list) and (str(person_7s),) in seen["d"]
+    assert not in_d, f"{algorithm} published person 7's {column} {person_7s!r} at ε = 0 (found among {len(seen['d'])} values)"
+    assert isinstance(seen["d"], str) == isinstance(seen["d_prime"], str), f"the worlds end differently: {seen}"
+
+
+def test_A1_a_sensitive_column_with_a_declared_domain_still_publishes(worlds: dict[str, Any]) -> None:
+    """The fix refuses only open domains: ``gain`` (declared bounds) publishes as before."""
+    from veil.generators.transaction import publish
+
+    res = publish(worlds["d"], "kanon", {"table": "people", "qi": ["age", "sex"], "sensitive": ["gain"], "k": 5,
+                                         "algorithm": "mondrian", "output": "pk_declared"}, progress=False)  # fmt: skip
+    assert res.rows and res.rows > 0
+
+
+# ==================================================================================================
+# A2. SDC filters took an unbounded column's domain from the rows
+# ==================================================================================================
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize(
+    ("method", "params"),
+    [("noise_addition", ["a=0.5"]), ("microagg_mdav", ["k=5"])],
+)
+def test_A2_an_sdc_filter_never_takes_a_columns_range_from_the_rows(
+    worlds: dict[str, Any], method: str, params: list[str]
+) -> None:
+    """``veil publish sdc --method M --columns bonus`` with ``bonus`` declared without bounds: the filter's domain was
+    the rows' ``[min, max]``, so one person's 10⁶ (everyone else < 3,000) set the public column's range. Sound: the
+    published range never depends on one person — refused from the policy alike in both worlds, or bounded alike."""
+    out = f"ps_{method}"
+    request = {"table": "people", "method": method, "params": params, "columns": ["bonus", "hours"], "output": out}
+    seen = {w: _outcome(policy, "sdc", request, f"SELECT MAX(bonus) FROM {out}") for w, policy in worlds.items()}
+    top = seen["d"][0][0] if isinstance(seen["d"], list) else None
+    assert top is None or top < 30_000, f"{method} published MAX(bonus) = {top} with person 7 in, {seen['d_prime']} without"
+    assert isinstance(seen["d"], str) == isinstance(seen["d_prime"], str), f"the worlds end differently: {seen}"
