@@ -21,6 +21,13 @@ calls) on a small generated warehouse (:mod:`tests.publish_support`); what an an
   published maximum ~10⁵–10⁶ (noise addition, MDAV), ≤ 3,000 without them. Fixed by construction: ``veil publish
   sdc`` requires declared bounds for every protected column (the same helper, in the sdc plug-in's plan); library use
   on public data (``compare_methods``) keeps observed domains.
+* A3 (MEDIUM; needs a curator to publish over a name the policy declares public, which ``check_output`` allowed, or to
+  declare a published name public later) ``veil retract ref`` recorded the retraction, said "status: private" and
+  dropped the mirror's copy — and every analyst kept reading the retracted rows: a session copies each table the
+  policy declares public from the warehouse into the mirror when it finds none there (``Env._copy_stale_public``),
+  and the warehouse still holds the publication. Fixed: ``check_output`` refuses a declared-public output before the
+  charge (``veil/generators/transaction.py``), and ``retract`` refuses, typed and before recording anything, a name the
+  policy declares public (``veil/store/catalog.py``, outside this round's listed files: a two-line check).
 * Held (probed by hand, not repeated here): the output claim and the re-check under the writer (ingest over a
   published name, in any case; a retracted name is dropped from the mirror and from the catalog, and a policy that
   later declares a published name private makes it private); kRR's row count and support, the DP grid and PATE end
@@ -160,3 +167,45 @@ def test_A2_an_sdc_filter_never_takes_a_columns_range_from_the_rows(
     top = seen["d"][0][0] if isinstance(seen["d"], list) else None
     assert top is None or top < 30_000, f"{method} published MAX(bonus) = {top} with person 7 in, {seen['d_prime']} without"
     assert isinstance(seen["d"], str) == isinstance(seen["d_prime"], str), f"the worlds end differently: {seen}"
+
+
+# ==================================================================================================
+# A3. A retraction left a publication public when the policy declares its name public
+# ==================================================================================================
+
+
+@pytest.mark.parametrize("declared", ["before", "after"])
+def test_A3_a_retracted_publication_is_never_readable_by_an_analyst(tmp_path: Path, declared: str) -> None:
+    """``[tables.ref] public = true`` in the policy (a reference table the curator meant to refresh), then ``veil
+    publish krr … --output ref`` and ``veil retract ref``: the retraction was recorded ("status: private") and the
+    mirror's copy dropped, but a session copies every table the policy declares public from the warehouse into the
+    mirror when it finds none (``Env._copy_stale_public``), and the warehouse still held the publication — so every
+    analyst kept reading the retracted rows (COUNT 60, then ``SELECT sex, job FROM ref`` row by row). The same when
+    the declaration is added after the publication. Sound: once ``retract`` succeeds, no analyst reads the table;
+    a publication that could not be retracted is refused before it is charged."""
+    from tests.publish_support import veil
+    from veil.errors import VeilError
+    from veil.generators.transaction import publish
+    from veil.policy import load_policy
+    from veil.store.catalog import retract
+
+    policy = _warehouse(tmp_path, _frame(True))
+    path = Path(policy.path)
+    declaration = "\n[tables.ref]\npublic = true\n"
+    if declared == "before":
+        path.write_text(path.read_text(encoding="utf-8") + declaration, encoding="utf-8")
+        policy = load_policy(path)
+    try:
+        publish(policy, "krr", {"table": "people", "columns": ["sex", "job"], "epsilon": 1.0, "output": "ref"}, progress=False)
+    except VeilError:
+        assert declared == "before"  # refused before the charge: nothing to retract
+        return
+    if declared == "after":
+        path.write_text(path.read_text(encoding="utf-8") + declaration, encoding="utf-8")
+        policy = load_policy(path)
+    try:
+        retract(policy, "ref")
+    except VeilError:
+        return  # refused, typed: the curator is told the table stays public, nothing is recorded
+    res = veil("query", "--policy", path, "--analyst", "bob", "--format", "json", "SELECT COUNT(*) FROM ref")
+    assert res.exit_code != 0, f"after `veil retract ref` an analyst still reads it: {res.stdout[:200]}"
