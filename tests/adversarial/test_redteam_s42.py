@@ -28,6 +28,10 @@ calls) on a small generated warehouse (:mod:`tests.publish_support`); what an an
   and the warehouse still holds the publication. Fixed: ``check_output`` refuses a declared-public output before the
   charge (``veil/generators/transaction.py``), and ``retract`` refuses, typed and before recording anything, a name the
   policy declares public (``veil/store/catalog.py``, outside this round's listed files: a two-line check).
+* A4 (LOW; budget waste, no leak: the refusal is a function of the DP output) the SDC plan checked a DP (or
+  bounds-needing) column for bounds only: a numeric column that also declares ``values`` passed, the DP grid drew
+  numbers anywhere in ``[lower, upper]`` after the charge, and the gate refused every table whose rounded value missed
+  the list (3 tries: 3ε charged, nothing published). Fixed in ``check_policy_columns`` (plan, free).
 * Held (probed by hand, not repeated here): the output claim and the re-check under the writer (ingest over a
   published name, in any case; a retracted name is dropped from the mirror and from the catalog, and a policy that
   later declares a published name private makes it private); kRR's row count and support, the DP grid and PATE end
@@ -209,3 +213,41 @@ def test_A3_a_retracted_publication_is_never_readable_by_an_analyst(tmp_path: Pa
         return  # refused, typed: the curator is told the table stays public, nothing is recorded
     res = veil("query", "--policy", path, "--analyst", "bob", "--format", "json", "SELECT COUNT(*) FROM ref")
     assert res.exit_code != 0, f"after `veil retract ref` an analyst still reads it: {res.stdout[:200]}"
+
+
+# ==================================================================================================
+# A4. A DP grid over a numeric column with declared values was charged, then refused by the gate
+# ==================================================================================================
+
+
+def test_A4_a_dp_publication_the_gate_must_refuse_is_refused_before_the_charge(tmp_path: Path) -> None:
+    """``hours`` declared ``int`` in [1, 99] with ``values = [1, 20, 40, 60, 99]``: ``veil publish sdc --method
+    dp_microagg_laplace --columns hours,age`` passed the plan, was charged ε, drew centroids anywhere in [1, 99], and
+    the gate refused every table whose rounded centroid missed the list ("value 21 outside the declared values"): three
+    tries charged 3ε and published nothing. Sound: a refusal that follows from the policy comes before the charge."""
+    from veil.errors import VeilError
+    from veil.generators.transaction import publish
+    from veil.policy import load_policy
+    from veil.store.ledger import Ledger
+
+    policy = _warehouse(tmp_path, _frame(True))
+    path = Path(policy.path)
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace("upper = 99 }", "upper = 99, values = [1, 20, 40, 60, 99] }"), encoding="utf-8")
+    policy = load_policy(path)
+    request = {"table": "people", "method": "dp_microagg_laplace", "params": ["epsilon=1", "bins=2"], "columns": ["hours", "age"]}
+    for i in range(2):
+        try:
+            publish(policy, "sdc", {**request, "output": f"grid_{i}"}, progress=False)
+        except VeilError:
+            pass
+    with Ledger.for_policy(policy) as ledger:
+        spent = ledger.spent("table:people").epsilon
+    published = [t for t in ("grid_0", "grid_1") if _outcome_exists(policy, t)]
+    assert spent == len(published), f"charged ε = {spent} for {len(published)} published table(s)"
+
+
+def _outcome_exists(policy: Any, table: str) -> bool:
+    from veil.store.publications import published_tables
+
+    return table in published_tables(policy)
