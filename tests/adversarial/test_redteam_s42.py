@@ -9,7 +9,7 @@ calls) on a small generated warehouse (:mod:`tests.publish_support`); what an an
   columns value by value, and took them whatever their declared domain. The gate refuses an *undeclared* column
   (``test_publications.test_kanon_refuses_an_identifier_as_a_sensitive_column``), but one declaration away — ``name =
   { type = "category" }``, an open category that analysts may count — ``--sensitive name`` published every person's
-  name (150 of 150, with Mondrian, OKA and K-Member alike); an unbounded ``bonus`` published person 7's 10⁶ exactly, a
+  name (every row, with Mondrian, OKA and K-Member alike); an unbounded ``bonus`` published person 7's 10⁶ exactly, a
   rare open category (``"astronaut"``) appeared in the public table exactly when person 7 was in the private one.
   Fixed by construction (``veil/generators/columns.require_declared_domains``, called in the kanon plug-in's plan): a
   sensitive column needs a declared domain (``values``, a bool, or numeric ``lower``/``upper``), a refusal from the
@@ -32,12 +32,12 @@ calls) on a small generated warehouse (:mod:`tests.publish_support`); what an an
   bounds-needing) column for bounds only: a numeric column that also declares ``values`` passed, the DP grid drew
   numbers anywhere in ``[lower, upper]`` after the charge, and the gate refused every table whose rounded value missed
   the list (3 tries: 3ε charged, nothing published). Fixed in ``check_policy_columns`` (plan, free).
-* Held (probed by hand, not repeated here): the output claim and the re-check under the writer (ingest over a
-  published name, in any case; a retracted name is dropped from the mirror and from the catalog, and a policy that
-  later declares a published name private makes it private); kRR's row count and support, the DP grid and PATE end
-  alike in neighbouring worlds (s30/s35 families); the mirror's copy of a published table has the warehouse's column
-  types (kRR, k-anonymity); k-anonymity's generalised QIs of an open category are published as ``*`` or as values
-  held by a whole class, never one person's.
+* Held (probed by hand this round): the mirror's copy of a published table has the warehouse's column types (kRR,
+  k-anonymity); k-anonymity's generalised QIs of an open category are published as ``*`` or as values held by a whole
+  class, never one person's; kRR and the exponential DP grid (with a label) on 0–3 rows, one label class or an
+  infinite value end only as published or refused by the noise (``rng`` fixed), typed. Read, not re-run: the output
+  claim and the re-check under the writer (s27/s35), a retracted undeclared name leaves the mirror and the catalog,
+  and a policy that later declares a published name private makes it private (``build_catalog``: the policy wins).
 """
 
 from __future__ import annotations
