@@ -19,6 +19,7 @@ session's catalog on start (no Hive metastore: several Veil processes can share 
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import logging
 import os
@@ -54,6 +55,39 @@ _TRY_FUNCTIONS: dict[type[exp.Expression], str] = {
     exp.Mul: "try_multiply",
     exp.Mod: "try_mod",
 }
+
+
+#: Python's dates and times hold years 1–9999; Spark's hold about ±5.8 million (dates) and ±290,000 (timestamps).
+_FIRST_DAY = (dt.date(1, 1, 1) - dt.date(1970, 1, 1)).days
+_LAST_DAY = (dt.date(9999, 12, 31) - dt.date(1970, 1, 1)).days
+_UNITS_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+def _python_values(column: Any) -> list[Any]:
+    """A fetched Arrow column as Python values, a date or timestamp Python cannot hold as NULL.
+
+    DuckDB hands such a value back as a text, which the session puts in the NULL group
+    (``session._in_python_range``); ``to_pylist`` raised OverflowError on it, so one person's date
+    beyond 9999 in a group key (``d + INTERVAL 1 DAY``) crashed the query where the neighbour's
+    answered (red team s43 A1). Nulled here, the value takes the same NULL group as on DuckDB."""
+    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+    t = column.type
+    if pa.types.is_date(t):
+        days = pc.cast(column, pa.date32()).cast(pa.int32())
+        inside = pc.and_(pc.greater_equal(days, _FIRST_DAY), pc.less_equal(days, _LAST_DAY))
+    elif pa.types.is_timestamp(t):
+        per_second = _UNITS_PER_SECOND[t.unit]
+        ticks = column.cast(pa.int64())
+        low = _FIRST_DAY * 86_400 * per_second
+        high = (_LAST_DAY + 1) * 86_400 * per_second - 1
+        if t.tz not in (None, "UTC", "Etc/UTC", "+00:00"):  # shown in its zone: a day's margin for any offset
+            low, high = low + 86_400 * per_second, high - 86_400 * per_second
+        inside = pc.and_(pc.greater_equal(ticks, low), pc.less_equal(ticks, high))
+    else:
+        return list(column.to_pylist())
+    return list(pc.if_else(inside, column, pa.scalar(None, type=t)).to_pylist())
 
 
 def _is_cancel(exc: BaseException) -> bool:
@@ -151,7 +185,7 @@ class SparkEngine:
                 ) from None
         finally:
             s.removeTag(self._tag)
-        cols = [c.to_pylist() for c in table.columns]
+        cols = [_python_values(c) for c in table.columns]
         rows = list(zip(*cols, strict=True)) if cols else []
         return Result(names, types, rows)
 
