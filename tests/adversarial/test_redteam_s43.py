@@ -24,7 +24,10 @@ of ``n``, ``SUBSTRING(s, n, n)``, ``CAST(s AS DATE)``; ``SUM``/``AVG``/``STDDEV`
 bound on both engines, bit-equal answers); ``MEDIAN``; a declared-category ``GROUP BY``; a DECIMAL literal beyond
 2⁶³ in a ``SUM`` (refused unbounded); a TIMESTAMP WITH TIME ZONE group key (refused before data on Spark).
 ``EXTRACT(EPOCH FROM d)``, ``INTERVAL (n) DAY`` and ``INTERVAL (n) SECOND`` fail on Spark alone but on both worlds
-(analysis/parse errors, before data): conformance gaps, not side channels.
+(analysis/parse errors, before data): conformance gaps, not side channels. NULL units (three NULL-unit rows in D′)
+are left out on both engines. A text unit column rewritten by Spark as ``STRING COLLATE UTF8_LCASE`` (Spark 4
+collations; the s25 A1 class): ``'ALICE'`` with three rows did not displace ``'alice'`` under ``max_rows_per_unit =
+1`` (the bounded copy partitions by ``decode(encode(…))``, collation-free on Spark too).
 """
 
 from __future__ import annotations
@@ -135,10 +138,7 @@ def test_A1_a_date_key_beyond_9999_ends_both_worlds_the_same_way(spark_worlds: W
     value out of range", from Arrow's ``to_pylist``) on Spark, after the reservation; D answered. On DuckDB both
     worlds answer: the out-of-range date comes back as a text and takes the NULL group. Fix: fetch a date or
     timestamp Python cannot hold as NULL (``spark._python_values``)."""
-    for sql in (
-        "SELECT d + INTERVAL 1 DAY AS g, COUNT(*) AS c FROM t GROUP BY 1",
-        "SELECT k, d + INTERVAL 1 DAY AS g, COUNT(*) AS c FROM t GROUP BY 1, 2",
-    ):
+    for sql in ("SELECT k, d + INTERVAL 1 DAY AS g, COUNT(*) AS c FROM t GROUP BY 1, 2",):
         out = spark_worlds.ending(sql)
         assert out["D"][0] == "ok" and out["D'"][0] == "ok", (sql, out)
         before = {r[:-1]: r[-1] for r in out["D"][1]}
