@@ -132,7 +132,7 @@ def spark_worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
 # --- A1. A date group key beyond year 9999 crashed the Spark fetch ---------------------------------------------
 
 
-def test_A1_a_date_key_beyond_9999_ends_both_worlds_the_same_way(spark_worlds: Worlds) -> None:
+def test_A1_on_spark_a_date_key_beyond_9999_ends_both_worlds_the_same_way(spark_worlds: Worlds) -> None:
     """MEDIUM (deterministic side channel; every interface: the crash is in ``SparkEngine.execute``). D′'s one
     person with ``d = 9999-12-31`` made ``GROUP BY d + INTERVAL 1 DAY`` end in an untyped ``OverflowError`` ("date
     value out of range", from Arrow's ``to_pylist``) on Spark, after the reservation; D answered. On DuckDB both
