@@ -218,11 +218,24 @@ def _jvm_running() -> bool:
     return context is not None and getattr(context, "_active_spark_context", None) is not None
 
 
+def _no_spark_outside_its_group(item: pytest.Item, before: bool) -> None:
+    if not before and _jvm_running() and not _in_spark_group(item.nodeid):
+        pytest.fail(f"{item.nodeid} started a local Spark: put 'spark' in its name or parameters (one worker runs those)")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> object:
+    """A fixture of a test outside the Spark group that starts a local Spark fails the test (see ``_in_spark_group``)."""
+    before = _jvm_running()
+    result = yield
+    _no_spark_outside_its_group(item, before)
+    return result
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> object:
     """A test outside the Spark group that starts a local Spark fails (see ``_in_spark_group``)."""
     before = _jvm_running()
     result = yield
-    if not before and _jvm_running() and not _in_spark_group(item.nodeid):
-        pytest.fail(f"{item.nodeid} started a local Spark: put 'spark' in its name or parameters (one worker runs those)")
+    _no_spark_outside_its_group(item, before)
     return result
