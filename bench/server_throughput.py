@@ -359,7 +359,7 @@ def one_round(tmp: Path, r: int, args: argparse.Namespace) -> tuple[dict[tuple[s
     servers: dict[str, tuple[subprocess.Popen[str], int]] = {}
     try:
         for n in args.processes:
-            servers[setup_name(n)] = start_server(policies[setup_name(n)], "--processes", str(n))
+            servers[setup_name(n)] = start_server(policies[setup_name(n)], "--processes", str(n), *args.server_flags.split())
         for kind in ("trivial", "aggregate"):
             for name in setups:
                 if name == "in-process":
@@ -396,6 +396,9 @@ def main() -> None:
     parser.add_argument("--isolation-seconds", type=float, default=10.0)
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; the median ratio is reported")
+    parser.add_argument(
+        "--server-flags", default="", help="more `veil serve` options for the wire setups, e.g. '--engine-threads 2'"
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args()
     args.processes = [int(n) for n in str(args.processes).split(",")]

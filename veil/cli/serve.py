@@ -96,6 +96,13 @@ def _is_loopback_host(host: str) -> bool:
     show_default=True,
     help="Worker processes accepting on the port (more than one: answers use more than one core; DuckDB only).",
 )
+@click.option(
+    "--engine-threads",
+    type=click.IntRange(0, 1024),
+    default=None,
+    help="DuckDB threads per process (0: one per core) [default: 0 with one process; with N processes, the cores "
+    "divided by N, at least 1].",
+)
 @run_guarded
 def serve_command(
     policy_path: Path,
@@ -116,6 +123,7 @@ def serve_command(
     catalog_timeout: float,
     workers: int,
     processes: int,
+    engine_threads: int | None,
 ) -> None:
     """Serve analysts' SQL clients (psql, psycopg, JDBC, DBeaver) over the PostgreSQL protocol.
 
@@ -138,6 +146,7 @@ def serve_command(
         max_planning_seconds=max_planning_seconds,
         catalog_timeout=catalog_timeout,
         workers=workers,
+        engine_threads=ServerLimits.default_engine_threads(processes) if engine_threads is None else engine_threads,
     )
 
     policy = load_policy(policy_path)

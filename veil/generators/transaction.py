@@ -250,6 +250,13 @@ def check_output(policy: Any, plan: Plan) -> None:
             f"--output {out!r} is a private table of the policy: publishing over it would replace private data",
             hint="Choose another --output name",
         )
+    if spec is not None:
+        # a name the policy declares public stays public whatever the release log says: the session copies it back into
+        # the mirror, so a retraction of the publication would leave it queryable (red team s42, A3)
+        raise InputError(
+            f"--output {out!r} is declared public in the policy: a publication there could never be retracted",
+            hint="Choose another --output name (or remove the table from the policy first)",
+        )
     if out in table_names(policy) and not plan.replace:
         status = "exists as a published table" if out in published_tables(policy) else "already exists"
         raise InputError(f"--output {out!r} {status} in the warehouse", hint="Choose another --output name or pass --replace")

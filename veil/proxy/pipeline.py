@@ -416,7 +416,7 @@ def run(
                 break
             continue
         try:
-            state = fn(state, env)
+            state = _after_durable_charge(fn, state, env)
         except RecursionError:
             # sqlglot walks trees recursively: a chain of hundreds of operators in a row exhausts the stack.
             # The passes that can meet one (planning, generation) run before the reservation, and the depth
@@ -432,6 +432,19 @@ def run(
         if name == until:
             break
     return state
+
+
+def _after_durable_charge(fn: Pass, state: QueryState, env: Env) -> QueryState:
+    """Run one pass; if it raises once the query is charged and before its answer is logged, the error leaves only
+    after the charge is on disk, as an answer does (:meth:`~veil.store.ledger.Ledger.release` waits for it): an engine
+    failure, a cancel or a refused post-processing is an outcome the charge pays for, and a power loss must not lose
+    the charge of an outcome the analyst saw (red team s41 A1). A failed sync raises ``ReleaseError`` instead."""
+    try:
+        return fn(state, env)
+    except BaseException:
+        if state.reservation is not None and state.release_id is None:
+            env.ledger.wait_durable(state.reservation)
+        raise
 
 
 def _plan_again(state: QueryState, env: Env) -> QueryState:

@@ -715,14 +715,15 @@ class Env:
                            tuple(noisy[s.id].tolist()))
             for s in p.statistics
         )  # fmt: skip
-        return LoggedStatistics(vectors, tuple(tuple(to_jsonable(v) for v in g) for g in kept))
+        # ±inf and NaN keys kept as sent (null is the NULL group's key: red team s41 A3)
+        return LoggedStatistics(vectors, tuple(tuple(to_jsonable(v, nan_as_null=False) for v in g) for g in kept))
 
     def release(self, reservation: Reservation, p: QueryPlan, answer: Answer, stats: LoggedStatistics) -> str:
         return self.ledger.release(
             reservation,
             answer={
                 "columns": [[c.name, c.sql_type] for c in answer.columns],
-                "rows": [[to_jsonable(v) for v in r] for r in answer.rows],
+                "rows": [[to_jsonable(v, nan_as_null=False) for v in r] for r in answer.rows],  # the answer cache's copy
                 "ci95": [list(r) for r in answer.ci95],
                 "withheld_groups": answer.withheld_groups,
                 "epsilon": str(p.cost),

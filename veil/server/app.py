@@ -48,6 +48,7 @@ from veil.server.pool import WorkerPools
 from veil.server.session import VeilSession
 from veil.server.shared import CancelMailbox, ProcessShare, SharedConnectionSlots, SharedLoginThrottle
 from veil.server.tls import is_loopback, make_ssl_context
+from veil.store import warehouse
 from veil.store.credentials import CredentialStore
 
 __all__ = ["ServerThread", "VeilServer", "make_ssl_context", "serve"]
@@ -89,12 +90,13 @@ class VeilServer(PgServer):
         limits: ServerLimits | None = None,
         share: ProcessShare | None = None,
     ) -> None:
+        self.limits = limits or ServerLimits()
+        warehouse.set_reader_threads(self.limits.engine_threads)
         self.live_policy = LivePolicy(policy)
         self.ssl_context = ssl_context
         self.allow_plaintext = allow_plaintext
         self.credentials = credentials or CredentialStore(policy.ledger_path)
         self._credentials_lock = threading.Lock()
-        self.limits = limits or ServerLimits()
         self.pools = WorkerPools(analyst_workers=self.limits.workers, catalog_workers=self.limits.catalog_workers)
         self.share = share
         # this process's connections not logged in (fair share of slots)

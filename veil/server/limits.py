@@ -51,6 +51,12 @@ OVERFLOW_SLOTS = 1 << 16
 MAX_STARTUP_PACKET = 10_000
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the platform tells it, else every core)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    return len(affinity(0)) if affinity is not None else os.cpu_count() or 1
+
+
 @dataclass(frozen=True)
 class ServerLimits:
     """Every limit of the server, in one frozen value (defaults = ``veil serve``'s defaults).
@@ -71,6 +77,7 @@ class ServerLimits:
     catalog_timeout: float = 5.0
     max_message_bytes: int = 4 << 20  # one protocol message after login (a query plus framing)
     workers: int = 8
+    engine_threads: int = 0  # DuckDB threads of this process's warehouse readers (0: DuckDB's default, one per core)
     catalog_workers: int = 3  # one analyst holds at most all but one (veil.server.pool)
     login_backoff_base: float = 0.25  # seconds after the 2nd failure on a pair, user or address, doubling
     login_backoff_max: float = 30.0
@@ -102,6 +109,8 @@ class ServerLimits:
         ):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.engine_threads < 0:
+            raise InputError(f"engine_threads must be >= 0, got {self.engine_threads}", hint="Use 0 for one per core")
         per = self.max_connections_per_analyst
         if per is not None and per < 1:
             raise InputError(f"max_connections_per_analyst must be at least 1, got {per}")
@@ -119,6 +128,20 @@ class ServerLimits:
         """
         per = self.max_connections_per_analyst
         return per if per is not None else max(1, self.max_connections // 2)
+
+    @staticmethod
+    def default_engine_threads(processes: int, cores: int | None = None) -> int:
+        """``--engine-threads`` when not given: with one process DuckDB's default (0: a thread per core), with N
+        processes each its share of the cores (at least 1), so N pools together never hold more threads than cores.
+
+        >>> ServerLimits.default_engine_threads(1, 8), ServerLimits.default_engine_threads(2, 2)
+        (0, 1)
+        >>> ServerLimits.default_engine_threads(3, 8), ServerLimits.default_engine_threads(16, 4)
+        (2, 1)
+        """
+        if processes <= 1:
+            return 0
+        return max(1, (cores if cores is not None else usable_cores()) // processes)
 
     @property
     def query_limits(self) -> Limits:

@@ -85,6 +85,14 @@ def retract(policy: Policy, table: str, *, reason: str = "", actor: str = "curat
         raise InputError(
             f"table {table!r} is not published", hint=did_you_mean(table, published) or "List tables with `veil tables`"
         )
+    spec = policy.tables.get(table)
+    if spec is not None and spec.public:
+        # the session copies a declared public table back into the mirror from the warehouse, which still holds the
+        # publication: the retraction would be recorded and the table stay public (red team s42, A3)
+        raise InputError(
+            f"table {table!r} is declared public in the policy: retracting its publication would leave it public",
+            hint=f"Remove [tables.{table}] from the policy (or its public = true) first, then retract",
+        )
     with Ledger.for_policy(policy) as led:
         rid = led.record(
             kind="retraction",

@@ -253,7 +253,7 @@ class Ledger:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
         self._synchronous = ""  # the connection's PRAGMA synchronous, set per transaction (see _transaction)
-        self._syncs: list[Future[None]] = []  # release rows' fsyncs still running (waited for by close)
+        self._syncs: list[Future[None]] = []  # reservations' and release rows' fsyncs still running (close waits)
         try:
             self._db = connect_sqlite(self.path, check_same_thread=False)
         except sqlite3.Error as exc:
@@ -273,6 +273,18 @@ class Ledger:
                 f"the ledger {str(self.path)!r} is not a Veil ledger (SQLite said: {exc})",
                 hint="Point [ledger] path at a ledger file, or at a new file Veil may create",
             ) from exc
+        self._file = self._opened_file()
+
+    def _opened_file(self) -> Path:
+        """The database file SQLite opened, as SQLite names it (absolute, symbolic links resolved): its WAL is this
+        name and ``-wal``. The fsyncs that make a query's charge durable (:mod:`veil.store.wal_sync`) target it, never
+        ``self.path`` as given: through a symbolic link, or a relative path after the process changed directory, that
+        name's ``-wal`` is another file or none, and the worker synced the database file instead of the WAL its commit
+        wrote (red team s41 A2: the answer left with its charge never synced)."""
+        for _seq, name, file in self._db.execute("PRAGMA database_list"):
+            if name == "main" and file:
+                return Path(file)
+        return self.path.resolve()  # (SQLite names every file-backed database; kept for safety)
 
     @classmethod
     def for_policy(cls, policy: Policy) -> Ledger:
@@ -316,7 +328,10 @@ class Ledger:
     def close(self) -> None:
         with self._lock:
             for pending in self._syncs:
-                pending.exception()  # wait; a failed sync of a release row loses only that row (the charge was synced)
+                # wait: whatever ends with this handle's close (a publication refused after its charge, red team s41
+                # A1) leaves only once its charges are on disk; a failed sync of a release row loses only that row,
+                # and one of a reservation was (or will be) a ReleaseError of its release
+                pending.exception()
             self._syncs.clear()
             self._db.close()
 
@@ -383,7 +398,11 @@ class Ledger:
         # Atomic and at once visible to every other connection (WAL); its fsync starts once it is committed and
         # runs while the query does: release() waits for it before anything is answered
         reservation = self._reserve(cost, accounts, actor, canonical_sql, cache_key, what)
-        return replace(reservation, durable=wal_sync.start(self.path))
+        durable = wal_sync.start(self._file)
+        with self._lock:  # close() waits for it too: a handle never closes over a charge that is not on disk yet
+            self._syncs = [f for f in self._syncs if not f.done()]
+            self._syncs.append(durable)
+        return replace(reservation, durable=durable)
 
     def _reserve(
         self, cost: Cost, accounts: Sequence[Account], actor: str, canonical_sql: str, cache_key: str, what: str
@@ -461,7 +480,7 @@ class Ledger:
         First waits until the reservation is on disk (its fsync ran while the query did): the caller returns the answer
         only after this, so no answer leaves before its charge is durable. The release row commits without a sync of
         its own; its fsync runs after, off the answer's path."""
-        self._wait_durable(reservation)
+        self.wait_durable(reservation)
         with self._transaction(synced=False) as db:
             self._finish(db, reservation, "released")
             rel_id = self._insert_release(
@@ -483,14 +502,18 @@ class Ledger:
                 self._insert_vectors(db, rel_id, vectors, groups)
         with self._lock:
             self._syncs = [f for f in self._syncs if not f.done()]
-            self._syncs.append(wal_sync.start(self.path))
+            self._syncs.append(wal_sync.start(self._file))
         return rel_id
 
-    def _wait_durable(self, reservation: Reservation) -> None:
-        """Block until ``reservation``'s charge is on disk; a failed sync withholds the answer (the charge stands)."""
+    def wait_durable(self, reservation: Reservation) -> None:
+        """Block until ``reservation``'s charge is on disk; a failed sync withholds the answer (the charge stands).
+
+        :meth:`release` calls it before logging the answer. Whatever else ends a reserved query after its reservation
+        (an engine failure, a cancel, a refusal of the post-processing) is an outcome too, and must also leave only
+        once this returned (red team s41 A1)."""
         try:
             if reservation.durable is None:
-                wal_sync.sync_now(self.path)
+                wal_sync.sync_now(self._file)
             else:
                 reservation.durable.result()
         except OSError as exc:
@@ -724,6 +747,18 @@ class Ledger:
                 rows = self._db.execute(f"SELECT {self._COLS} FROM releases ORDER BY rowid").fetchall()
             else:
                 rows = self._db.execute(f"SELECT {self._COLS} FROM releases WHERE kind = ? ORDER BY rowid", (kind,)).fetchall()
+            return [self._row_to_release(r) for r in rows]
+
+    def publication_log(self) -> list[Release]:
+        """The publications and retractions, in commit order: what :func:`~veil.store.publications.published_tables`
+        replays. No analyst query release is read: the log holds every answer ever given, and the replay runs at every
+        catalog build (each new session, each wire connection), so reading them all made each such build take time
+        linear in the number of answers ever logged (red team s41 A4: 4 s at 20,000 answers)."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {self._COLS} FROM releases INDEXED BY releases_kind WHERE kind IN ('publication', 'retraction') "
+                "ORDER BY rowid"
+            ).fetchall()
             return [self._row_to_release(r) for r in rows]
 
     def reservations(self, actor: str | None = None) -> list[dict[str, Any]]:

@@ -78,7 +78,7 @@ def published_tables(policy: Policy) -> dict[str, Release]:
         return {}
     out: dict[str, Release] = {}
     with Ledger.for_policy(policy) as ledger:
-        for rel in ledger.list_releases():
+        for rel in ledger.publication_log():
             if rel.table is None:
                 continue
             if rel.kind == "publication":

@@ -41,6 +41,7 @@ __all__ = [
     "reader",
     "reader_cursor",
     "reader_generation",
+    "set_reader_threads",
     "stamp_version",
     "table_columns",
     "table_names",
@@ -74,6 +75,7 @@ class _Connections:
         self.readers: dict[Path, duckdb.DuckDBPyConnection] = {}
         self.generation: dict[Path, int] = {}
         self.gates: dict[Path, _Gate] = {}
+        self.threads = 0  # DuckDB threads of the readers (0: DuckDB's default; see set_reader_threads)
 
 
 class _Gate:
@@ -156,6 +158,25 @@ def _resolved(path: str) -> Path:
     return Path(path).resolve()
 
 
+def set_reader_threads(threads: int) -> None:
+    """DuckDB worker threads of this process's read-only connections (0: DuckDB's default, one per core).
+
+    ``veil serve --processes N`` gives each worker process its share of the cores: N processes answering 20 clients
+    already keep every core busy, and one DuckDB pool per process sized to all of them makes each small query pay
+    for threads that only wait (measured in docs/benchmarks.md, "server"). Readers opened with another number are
+    closed (after the statements running on them end) and reopened on next use."""
+    if threads < 0:
+        raise InternalError(f"DuckDB threads must be >= 0, got {threads}")
+    with _CONNECTIONS.lock:
+        if _CONNECTIONS.threads == threads:
+            return
+        _CONNECTIONS.threads = threads
+        stale = list(_CONNECTIONS.readers)
+    for path in stale:
+        with _gate(path).exclusive(), _CONNECTIONS.lock:
+            _close_reader(path)
+
+
 def reader(policy: Policy | Path | str) -> duckdb.DuckDBPyConnection:
     """The sandboxed read-only connection for this warehouse (opened on first use)."""
     path = _db_path(policy)
@@ -167,7 +188,10 @@ def reader(policy: Policy | Path | str) -> duckdb.DuckDBPyConnection:
                     f"the warehouse {str(path)!r} does not exist",
                     hint="Load a table first with `veil ingest --policy … --table … FILE`",
                 )
-            con = duckdb.connect(str(path), read_only=True, config=dict(SANDBOX_CONFIG))
+            config: dict[str, str | bool | int | float | list[str]] = dict(SANDBOX_CONFIG)
+            if _CONNECTIONS.threads:
+                config["threads"] = _CONNECTIONS.threads
+            con = duckdb.connect(str(path), read_only=True, config=config)
             _CONNECTIONS.readers[path] = con
             _CONNECTIONS.generation.setdefault(path, 1)  # bumped when a writer closes the reader
         return con

@@ -31,7 +31,7 @@ class KAnonPlugin(PublishPlugin):
 
     def plan(self, policy: Any, request: Mapping[str, Any]) -> Plan:
         from veil.generators.base import check_seed
-        from veil.generators.columns import disjoint_roles, distinct_columns
+        from veil.generators.columns import disjoint_roles, distinct_columns, require_declared_domains
         from veil.generators.kanon import canonical_algorithm
         from veil.generators.som import neuron_candidates
 
@@ -41,6 +41,9 @@ class KAnonPlugin(PublishPlugin):
         sensitive = distinct_columns(request.get("sensitive") or [], "--sensitive")
         som_columns = distinct_columns(request.get("som_columns") or [], "--som-columns")
         disjoint_roles({"--qi": qi, "--sensitive": sensitive})
+        # a sensitive column is published value by value: only values the policy declares, never the rows' own
+        # (red team s42 A1: a declared open category `name` as --sensitive published every person's name)
+        require_declared_domains(policy.tables.get(request["table"]), sensitive, "--sensitive", table=request["table"])
         som_neurons = [int(v) for v in request.get("som_neurons") or (100, 300, 10)]
         if som_columns:
             neuron_candidates(*som_neurons)  # bounded, typed, before the data is read (s27 A9)

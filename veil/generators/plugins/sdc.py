@@ -80,6 +80,14 @@ def check_policy_columns(cls: Any, values: Mapping[str, Any], spec: Any, columns
             raise InputError(
                 f"method {cls.name!r} needs public bounds for column {c!r}", hint="Declare lower and upper for it in the policy"
             )
+        if col.values:
+            # the method draws numbers over [lower, upper]; the gate then refused, after the charge, every output whose
+            # rounded value missed the declared list (red team s42 A4: three publications charged 3ε, none written)
+            raise InputError(
+                f"column {c!r} declares values {list(col.values)[:8]}: {cls.name!r} publishes numbers anywhere in "
+                f"[{col.lower}, {col.upper}], which the release gate would refuse after the charge",
+                hint="Publish it with kRR (veil publish krr), or drop its values from the policy",
+            )
     if cls.is_dp and values.get("partition", "grid") == "grid":
         classes = 0
         if target:
@@ -150,6 +158,11 @@ class SDCPlugin(PublishPlugin):
         check_seed(request.get("seed"))
         spec = policy.table(table)  # unknown tables fail here
         check_policy_columns(cls, values, spec, columns, target)
+        # every method's published range comes from the policy: a filter on a column without declared bounds took the
+        # rows' own [min, max] as its domain (red team s42 A2: one person's outlier widened the public column 300-fold)
+        from veil.generators.columns import require_declared_domains
+
+        require_declared_domains(spec, columns, "--columns", table=table)
         eps = Fraction(repr(float(values["epsilon"]))) if cls.is_dp else None
         return Plan(
             kind=self.kind,
