@@ -71,7 +71,11 @@ def test_connect_error_split(connect_policy: Policy) -> None:
 
 def test_connect_cancel(connect_policy: Policy) -> None:
     """``cancel`` from another thread interrupts the running statement (by its tag) on the server. Uncancelled,
-    the statement (4·10¹⁰ rows) runs for hours: pytest-timeout ends the test, failed."""
+    the statement (4·10⁹ rows: 47 s measured on the 2-core host beside another test run, a first cancel after 2 s)
+    answers, and ``pytest.raises`` fails. Bounded on purpose: a cancel that reaches the server while it
+    still plans the statement ends the operation for the client, but the server submits its job anyway and lets it
+    run to the end on both of ``local[2]``'s slots (seen 2026-11-27 in a loaded suite run: 4·10¹⁰ rows ran 950 s,
+    and this test's ``SELECT 1`` and the next two tests on the server timed out at 300 s each)."""
     engine = open_engine(connect_policy)
     done = threading.Event()
 
@@ -83,7 +87,7 @@ def test_connect_cancel(connect_policy: Policy) -> None:
     canceller.start()
     try:
         with pytest.raises(EngineError, match="cancelled"):
-            engine.execute("SELECT SUM(a.id * b.id % 7) FROM range(200000) a CROSS JOIN range(200000) b")
+            engine.execute("SELECT SUM(a.id * b.id % 7) FROM range(200000) a CROSS JOIN range(20000) b")
     finally:
         done.set()
         canceller.join()
