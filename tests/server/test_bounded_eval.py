@@ -20,7 +20,7 @@ import psycopg
 import pytest
 import sqlglot
 import sqlglot.executor.env
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from sqlglot.executor import execute
 
@@ -141,6 +141,7 @@ def test_like_matches_the_definition(text: str, pattern: str) -> None:
 
 
 @given(st.text("aAbBσςΣİß%_\\", max_size=12), st.text("aAbBσςΣİß%_\\", max_size=8))
+@example("İ", "_")
 def test_ilike_matches_the_definition_on_lowered_text(text: str, pattern: str) -> None:
     """PostgreSQL's ILIKE: both sides through lower() (red team s32 A4: a regex's case folding took σ, ς and Σ for
     one letter)."""
@@ -150,7 +151,14 @@ def test_ilike_matches_the_definition_on_lowered_text(text: str, pattern: str) -
             ilike(text, pattern)
         bounded.take_refusal()
         return
-    assert ilike(text, pattern) == _like_reference(text.lower(), pattern.lower())
+    assert ilike(text, pattern) == _like_reference(_libc_lower(text), _libc_lower(pattern))
+
+
+def _libc_lower(text: str) -> str:
+    """PostgreSQL's lower() on the libc provider: towlower, one character to one (Python's full mapping makes ``'İ'``
+    two code points, which ``_`` would not match: the 2026-11-27 hypothesis failure ``'İ' ILIKE '_'``; a character
+    whose lower case is longer is kept, red team s33 A4)."""
+    return "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
 
 
 _LONG = bounded.MAX_TEXT // 2
