@@ -538,6 +538,18 @@ def main() -> None:
             "the ledger's lock. The table above, a third run right after, gave 135/s with `--processes 2`. The 300/s "
             "target stays missed.",
             "",
+            "2026-11-27, thirteenth round: `veil serve` now sizes each process's DuckDB thread pool (`--engine-"
+            "threads`, by default the cores divided by `--processes`, so 1 per process here with 2 processes; before, "
+            "each process's DuckDB kept a thread per core, 4 threads on 2 cores, and each small query paid for threads"
+            ' that only waited). Same code measured both ways, with nothing else running: a run with `--server-flags "'
+            '--engine-threads 2"` (the old pool size) just before the table above and one just after, 2 rounds each, '
+            "gave 107–118 and 97–115 answers/s with `--processes 2` at 12.6–14.4 ms of server CPU per answer; the "
+            "default gave 129–138 answers/s at 10.4–11.0 ms (the table above). In-process (one pool of DuckDB's "
+            "default size, unchanged) gave 93–100. Also this round: a catalog build (every new connection) no longer "
+            "reads every logged answer (red team s41 A4: 4 s per connection at 20,000 logged answers; this benchmark "
+            "logs about 1,200 a round, so it mattered little here). The 300/s target stays missed: it needs at most "
+            "6.7 ms of CPU per answer, server and clients together; measured 11.0–11.6 ms.",
+            "",
             "### Isolation: one client's cheap query while another sends pathological ones",
             "",
             f"`{CHEAP}` (cached after its first answer) repeated for {args.isolation_seconds:g} s by one client, "
@@ -557,7 +569,8 @@ def main() -> None:
             f"this run's scheduling priority: nice {niceness}); "
             '"cores used" is how much of the 2 cores the setup actually got: `--processes 2` can only beat one '
             'process when a second core is free for it, which is what "2 cores ÷ CPU per answer" assumes; '
-            "clients, server processes and DuckDB share those cores (DuckDB threads per connection: default). "
+            "clients, server processes and DuckDB share those cores (DuckDB threads: `--engine-threads` at its "
+            "default, one per process with 2 processes, DuckDB's own with one). "
             "Absolute numbers drift with load by ±30% between minutes; ratios are measured interleaved, round by "
             "round.",
         ]
