@@ -154,7 +154,19 @@ def _qualify(tree: exp.Select, catalog: Catalog) -> exp.Select:
         raise Unsupported("the query is too deeply nested to resolve", hint="Simplify the query") from None
     if not isinstance(out, exp.Select):
         raise Unsupported("only a plain SELECT is supported at the top level", hint="See docs/sql.md")
+    _refuse_whole_rows(out)
     return out
+
+
+def _refuse_whole_rows(tree: exp.Expression) -> None:
+    """A table or alias named where a value belongs (``SELECT pub FROM pub``) is the whole row, every column the
+    engine stores, as one value: refused, free. DuckDB reads it from the stored table, so it carried the columns a
+    policy leaves out of a public table (red team s46 A1: ``SELECT pub FROM pub`` released them exactly)."""
+    for node in tree.find_all(exp.TableColumn):
+        raise Unsupported(
+            f"{node.name!r} names a table, not a column: a whole row is not a value Veil answers",
+            hint=f"Name the columns you need (SELECT {node.name}.<column> …), or COUNT(*) to count rows",
+        )
 
 
 def walk_scopes(scope: Scope) -> Iterator[Scope]:
