@@ -5,15 +5,20 @@ analyst SQL never reaches private data unchecked.
 
 Findings (each a class below; a test marked ``xfail(strict=True)`` waits for a fix in a lead-owned file):
 
-* A1 (HIGH, exact free release of what the policy withholds; every interface) a table or alias named where a value
-  belongs — ``SELECT pub FROM pub``, ``SELECT p FROM pub AS p``, ``CAST(pub AS VARCHAR)`` — is DuckDB's whole-row
-  struct. sqlglot's ``qualify`` turns it into a ``TableColumn`` the allow-list let through, and a public-only query
-  runs on the public mirror, which holds every stored column: a public table whose policy lists only ``k`` released
-  its undeclared ``secretcol`` exactly, at no cost (``{'k': 'a', 'secretcol': 'SECRET1'}``; the catalog,
-  ``information_schema`` and ``SELECT *`` all hid it). A private query reads public tables through declared-column
-  reads and leaked nothing; there ``COUNT(t)`` counted the bounded copy's rows. Fixed in ``veil/proxy/resolve.py``
-  (``_refuse_whole_rows``: a ``TableColumn`` anywhere in the qualified tree is refused, 0A000, free) and noted in
-  docs/sql.md.
+* A1 (HIGH, exact free release of what the policy withholds; every interface) the public query path let the engine,
+  not the catalog, decide which columns a query reads. (a) A table or alias named where a value belongs —
+  ``SELECT pub FROM pub``, ``SELECT p FROM pub AS p``, ``CAST(pub AS VARCHAR)`` — is DuckDB's whole-row struct;
+  sqlglot's ``qualify`` makes it a ``TableColumn``, which the allow-list let through. (b) A ``*`` that ``qualify``
+  leaves standing — ``* EXCLUDE (k)`` when no declared column is left, ``pub.* EXCLUDE (k)``, ``* ILIKE '%sec%'`` —
+  is expanded by DuckDB over the stored table. A public-only query runs on the public mirror, which holds every stored
+  column, so a public table whose policy lists only ``k`` released its undeclared ``secretcol`` exactly, at no cost
+  (``{'k': 'a', 'secretcol': 'SECRET1'}``; ``('SECRET1',), ('SECRET2',)``), while the catalog,
+  ``information_schema`` and ``SELECT *`` all hid it. A private query reads public tables through declared-column
+  reads and leaked nothing (there ``COUNT(t)`` counted the bounded copy's rows). Fixed in ``veil/proxy/resolve.py``
+  (``_refuse_whole_rows``: after qualifying, a ``TableColumn`` or any ``*`` but ``COUNT(*)``'s is refused, 0A000,
+  free) and noted in docs/sql.md. Defence in depth left to whoever owns ``rewrite.public_query``: read public tables
+  through the same declared-column reads the private path uses, so no later construct can reach the mirror's other
+  columns.
 * A2 (LOW, budget surprise; no privacy loss; wire) settings in the startup packet are ignored without a word:
   psycopg/libpq's ``options='-c veil.epsilon=0.001'`` and asyncpg's ``server_settings={'veil.epsilon': …}`` (a
   startup parameter of its own) log in, and every query is then charged the policy default (0.5, 500× the ε asked
@@ -170,12 +175,18 @@ WHOLE_ROWS = (
     "SELECT CAST(pub AS VARCHAR) AS r FROM pub",
     "SELECT COUNT(*) FROM pub WHERE CAST(pub AS VARCHAR) LIKE '%SECRET%'",
     "SELECT COUNT(t) FROM t",
+    "SELECT * EXCLUDE (k) FROM pub",
+    "SELECT pub.* EXCLUDE (k) FROM pub",
+    "SELECT * ILIKE '%sec%' FROM pub",
+    "SELECT * FROM (SELECT * EXCLUDE (k) FROM pub) AS d",
+    "SELECT COUNT(*) FROM t JOIN (SELECT * EXCLUDE (k) FROM pub) AS p ON TRUE",
     "SELECT CAST(pub AS VARCHAR) AS r, COUNT(*) FROM t JOIN pub ON t.k = pub.k GROUP BY r",
 )
 
 
 class TestA1WholeRowOfATable:
-    """HIGH: ``SELECT pub FROM pub`` released the columns the policy leaves out of a public table, exactly and free."""
+    """HIGH: ``SELECT pub FROM pub`` and ``SELECT * EXCLUDE (k) FROM pub`` released the columns the policy leaves out
+    of a public table, exactly and free."""
 
     def test_wire_refuses_a_table_named_as_a_value_and_charges_nothing(self, server: Any, world: Path) -> None:
         conn = wire_connect(server.port, "a")
@@ -205,13 +216,17 @@ class TestA1WholeRowOfATable:
         assert SECRET not in res.output
 
     def test_held_a_column_named_like_its_table_is_still_a_column(self, tmp_path: Path) -> None:
-        """The refusal is of sqlglot's whole-row node, not of a name: a column that shares its table's name answers."""
+        """The refusal is of sqlglot's whole-row node and of stars qualifying left, not of a name or of ``*``: a
+        column that shares its table's name answers, and so do the stars qualifying expands."""
         from veil.proxy.session import QuerySession
 
         text = POLICY.replace("[tables.pub]", "[tables.r]\npublic = true\n[tables.pub]")
         policy = policy_with_tables(tmp_path, text, public={"r": pd.DataFrame({"r": ["x", "y"], "n": [1, 2]})})
         with QuerySession(policy, "a") as s:
             assert sorted(s.execute("SELECT r FROM r").rows) == [("x",), ("y",)]
+            for sql in ("SELECT * FROM r", "SELECT * EXCLUDE (n) , n FROM r", "SELECT * RENAME (n AS m) FROM r"):
+                assert sorted(s.execute(sql).rows) == [("x", 1), ("y", 2)], sql
+            assert s.execute("SELECT COUNT(*) FROM (SELECT * EXCLUDE (n) FROM r) AS d").rows == ((2,),)
 
 
 # -- A2: settings in the startup packet ----------------------------------------------------------------------------
