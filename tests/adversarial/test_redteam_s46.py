@@ -21,15 +21,15 @@ Findings (each a class below; a test marked ``xfail(strict=True)`` waits for a f
   columns.
 * A2 (LOW, budget surprise; no privacy loss; wire) settings in the startup packet are ignored without a word:
   psycopg/libpq's ``options='-c veil.epsilon=0.001'`` and asyncpg's ``server_settings={'veil.epsilon': …}`` (a
-  startup parameter of its own) log in, and every query is then charged the policy default (0.5, 500× the ε asked
-  for). The server promises that a ``SET`` naming Veil in a form it cannot read is refused, never ignored (s36).
-  Fix (lead-owned ``veil/server/session.py``, ``VeilSession.init``): read ``connection.startup_params``; every key
-  that is not a protocol key (``user``, ``database``, ``replication``, ``application_name``, ``client_encoding``,
-  ``options``, and the others PostgreSQL reports) and every ``-c name=value`` / ``--name=value`` of ``options``
-  (backslash-escaped spaces) goes through ``SessionSettings.set(name, value, apply=True)`` before the first
-  ReadyForQuery; a refusal there (a bad ε, an unknown ``veil.*``) ends the login with its SQLSTATE, as PostgreSQL's
-  ``FATAL: invalid value for parameter`` does. At the least, a startup packet naming ``veil.`` anywhere must be
-  refused rather than ignored.
+  startup parameter of its own; checked with asyncpg 0.32: ``SHOW veil.epsilon`` then says 0.5) log in, and every
+  query is then charged the policy default (0.5, 500× the ε asked for). The server promises that a ``SET`` naming
+  Veil in a form it cannot read is refused, never ignored (s36). Fix (lead-owned ``veil/server/session.py``,
+  ``VeilSession.init``): read ``connection.startup_params``; every key that is not a protocol key (``user``,
+  ``database``, ``replication``, ``application_name``, ``client_encoding``, ``options``, and the others PostgreSQL
+  reports) and every ``-c name=value`` / ``--name=value`` of ``options`` (backslash-escaped spaces) goes through
+  ``SessionSettings.set(name, value, apply=True)`` before the first ReadyForQuery; a refusal there (a bad ε, an
+  unknown ``veil.*``) ends the login with its SQLSTATE, as PostgreSQL's ``FATAL: invalid value for parameter`` does.
+  At the least, a startup packet naming ``veil.`` anywhere must be refused rather than ignored.
 * A3 (LOW, budget surprise; no privacy loss; wire) ``SET LOCAL veil.epsilon = 2`` inside ``BEGIN … COMMIT`` (the way
   a driver scopes a setting to one transaction: ``with conn.transaction(): cur.execute("SET LOCAL …")``) outlives the
   transaction: every later query is charged 2. PostgreSQL ends a ``SET LOCAL`` with its transaction. Fix (lead-owned
@@ -38,20 +38,21 @@ Findings (each a class below; a test marked ``xfail(strict=True)`` waits for a f
   pinned). A plain ``SET`` inside a rolled-back transaction also stays (PostgreSQL undoes it); docs/server.md says
   ``SET veil.epsilon`` holds "for the rest of the session", so that part is a documented choice, not tested here.
 
-Held (pinned below): the catalog over the wire (``pg_roles``, ``pg_user``, ``pg_authid``,
-``pg_stat_activity``, ``pg_stats``, ``pg_class``, ``pg_attribute``, ``pg_description``, ``information_schema``,
+Held (pinned below): the catalog over the wire (``pg_roles``, ``pg_user``, ``pg_authid``, ``pg_stat_activity``,
+``pg_stats``, ``pg_class`` (DBeaver's ``c.*`` too), ``pg_attribute``, ``pg_description``, ``information_schema``,
 ``veil.budget``, ``current_user``, ``SHOW ALL``) names no other analyst, no row count (``reltuples = -1``), no
 statistic, no undeclared table or column, no internal ``_veil`` table; ``veil.seed``/``veil.noise``/``veil.exact``/
 ``veil.rng`` are refused by ``SET``, ``SHOW`` and ``set_config``, and unknown ``veil.*`` tables (``veil.ledger``,
 ``veil.releases``) by name; ``EXPLAIN ANALYZE`` and ``EXPLAIN (ANALYZE, FORMAT JSON)`` only explain (nothing runs,
 nothing is charged); EXPLAIN and Describe give identical output in neighbouring worlds (one person with 200 rows and
 extreme values added); the identity is the startup packet's user (a SCRAM ``n=`` naming another analyst with the
-first one's password logs in as the first), and case, space and Unicode look-alikes of a name do not log in; error
-hints list only the policy's tables and never an undeclared column; replication/GSS/database-name startup
-parameters change nothing. The documented Python API (``veil.connect``, ``Connection.sql``/``explain``) and the
-CLI's ``query``/``explain``/``serve`` take no seed or noise switch, no module outside ``veil.proxy._testing``
-imports it, and Veil reads no environment variable that could touch noise. By the threat model the Python API is
-not a trust boundary: ``db.session._env.engine`` is the warehouse reader, as documented.
+first one's password logs in as the first), and case, space and Unicode look-alikes of a name do not log in; an
+undeclared column or table is refused exactly as a name that exists nowhere, and hints list only the policy's names;
+replication, application-name and database-name startup parameters change nothing. The documented Python API (``veil.connect``,
+``Connection.sql``/``explain``) and the CLI's ``query``/``explain``/``serve`` take no seed or noise switch, no
+module outside ``veil.proxy._testing`` imports it, and Veil reads no environment variable that could touch noise. By
+the threat model the Python API is not a trust boundary: ``db.session._env.engine`` is the warehouse reader, as
+documented.
 """
 
 from __future__ import annotations
@@ -383,6 +384,8 @@ CATALOG_QUERIES = (
     "SELECT * FROM pg_attribute",
     "SELECT * FROM pg_description",
     "SELECT * FROM information_schema.tables",
+    "SELECT c.oid, c.*, d.description FROM pg_catalog.pg_class c LEFT OUTER JOIN pg_catalog.pg_description d "
+    "ON d.objoid = c.oid AND d.objsubid = 0",  # DBeaver's navigator
     "SELECT * FROM information_schema.columns",
     "SELECT * FROM veil.budget",
     "SELECT * FROM veil.budget WHERE analyst = 'secretbob'",
