@@ -43,6 +43,17 @@ Findings:
   (checked with that patch: the witness passes, the new table is 42P01 until a restart; an F0000 "Restart veil
   serve" for it would say more). Also, ``warehouse.writer``'s ``PolicyError`` should not carry DuckDB's text
   (``{exc}``) into an analyst's error.
+* A3 (LOW, a refusal that never ends; fixed in ``veil/proxy/bounding.py``; witnesses ``test_a3_…``) — under a
+  statement timeout (``SET statement_timeout``, ``--statement-timeout``) a worker of ``--processes N`` answered a
+  query whose bounded copy it cannot build (a bound, unit or row cap edited while serving) with ``55000 … its
+  bounded copy is not built yet; nothing was charged. Run the query again`` — forever: the untimed preparation
+  before the timed planning (``bounding.ready``) met the worker's refusal, swallowed it and remembered the copy as
+  unready, and the planning with ``build_copies=False`` then raised ``CopyNotReady``, twice (``_timed_planning``
+  retries once). Without a timeout the same query is ``F0000 … Restart veil serve``. Fix: ``BoundedCopies.ready``
+  keeps the ``PolicyError`` that stopped it (only that class: the policy's or the process's reason, never an
+  engine's, which rows may decide), and ``table(build=False)`` raises it instead of ``CopyNotReady``; the key is
+  read after the look, whose first statement may open the reader and move its generation from 0 to 1 (the
+  in-process witness found that: the reason was stored under generation 0 and never found).
 
 What held (pinned below as ``test_held_*``):
 
@@ -156,6 +167,7 @@ def test_held_reopened_readers_keep_the_sandbox(world: World) -> None:
         warehouse.set_reader_threads(0)
 
 
+@pytest.mark.slow
 def test_held_reopening_readers_under_load_leaves_no_charge_without_its_answer(world: World) -> None:
     """One thread answers distinct private queries while another reopens the readers (1 ↔ 2 threads) between them:
     every query is answered, and the ledger holds exactly one released charge per answer."""
@@ -227,6 +239,7 @@ def _sqlstate(conn: psycopg.Connection, sql: str) -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_held_policy_edits_apply_in_every_worker(served2: tuple[Path, int, str]) -> None:
     """bob's budget lowered to what he spent, then bob removed: both workers' open connections follow at their next
     statement; a table made private is refused in both, never read from its mirror copy; nothing is charged."""
@@ -257,6 +270,7 @@ def test_held_policy_edits_apply_in_every_worker(served2: tuple[Path, int, str])
     assert spent == Fraction(2, 10) and len(rows) == 2 and all(r["status"] == "released" for r in rows)
 
 
+@pytest.mark.slow
 def test_held_the_free_repeat_holds_across_workers(served2: tuple[Path, int, str]) -> None:
     policy, port, _text = served2
     conns = connections_on_both(port, "alice", PASSWORD, per_worker=1)
@@ -275,6 +289,7 @@ def test_held_the_free_repeat_holds_across_workers(served2: tuple[Path, int, str
     assert len(rows) == 1 and rows[0]["status"] == "released"
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(
     strict=True,
     reason="red team s44 A2: a table declared public while workers serve is copied into the mirror through the "
@@ -305,3 +320,56 @@ def test_a2_a_table_declared_public_while_workers_serve_breaks_no_other_query(se
         for c in conns:
             c.close()
         policy.write_text(text, encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_a3_a_missing_copy_under_a_statement_timeout_says_restart(served2: tuple[Path, int, str]) -> None:
+    """A worker cannot build the copy a bound edit needs. Without a statement timeout the query is refused F0000
+    "Restart veil serve" (``tests/server/test_workers.py``); with one, it must be the same refusal, not 55000 "run the
+    query again" (which it will never answer), and nothing is charged either way."""
+    policy, port, text = served2
+    conns = connections_on_both(port, "alice", PASSWORD, per_worker=1)
+    try:
+        for c in conns:
+            c.execute("SET veil.epsilon = 0.1")
+            c.execute("SET statement_timeout = 20000")
+        before = [c.execute("SHOW veil.budget").fetchone() for c in conns]
+        policy.write_text(text.replace("upper = 90", "upper = 80"), encoding="utf-8")
+        for c in conns:
+            with pytest.raises(psycopg.Error) as info:
+                c.execute("SELECT AVG(age) FROM adult WHERE hours_per_week > 5").fetchall()
+            assert info.value.sqlstate == "F0000", info.value
+            assert "Restart veil serve" in str(info.value.diag.message_hint)
+        assert [c.execute("SHOW veil.budget").fetchone() for c in conns] == before
+    finally:
+        for c in conns:
+            c.close()
+        policy.write_text(text, encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ('age = { type = "int", lower = 0, upper = 120 }', 'age = { type = "int", lower = 0, upper = 119 }'),
+        ('privacy_unit = "row"\nepsilon_total', 'privacy_unit = "id"\nepsilon_total'),
+    ],
+    ids=["bound", "unit"],
+)
+def test_a3_in_process_a_workers_timed_planning_gives_the_reason(world: World, old: str, new: str) -> None:
+    """The same in one process, through a worker's read-only session: ``veil serve``'s untimed preparation
+    (``_build_bounded_copies``) cannot build the copy the edited policy needs; the timed planning then refuses with
+    that reason (F0000, restart), not a CopyNotReady that no retry answers."""
+    from veil.errors import PolicyError
+    from veil.server.session import _build_bounded_copies
+    from veil.server.workers import read_only_query_session
+
+    text = world.policy.read_text(encoding="utf-8")
+    assert old in text
+    path = world.folder / f"policy_s44_{abs(hash(new))}.toml"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+    with read_only_query_session(load_policy(path), "dory_cli") as qs:
+        for _ in range(2):  # as _timed_planning: once, then once more after another untimed preparation
+            _build_bounded_copies(qs)
+            with pytest.raises(PolicyError, match="bounded copy") as info:
+                qs.plan("SELECT AVG(salary) FROM people WHERE age > 30", build_copies=False)
+            assert "Restart veil serve" in str(info.value.hint)
