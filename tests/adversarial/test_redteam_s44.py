@@ -3,9 +3,9 @@
 
 Findings:
 
-* A1 (MEDIUM, server availability; witness ``test_a1_…``, strict xfail: the fix is in lead-owned
-  ``veil/server/app.py``) — with ``--processes N`` where N does not divide 10,000 (3, 6, 7, 9, 11, 12, …) **no cancel
-  request ever reaches its query**. A worker numbers its connections ``10000 + k·N + index``
+* A1 (MEDIUM, server availability; witness ``test_a1_…``; fixed by the lead in 122ee17, ``veil/server/app.py`` and
+  ``shared.py``, one rule for both sides) — with ``--processes N`` where N does not divide 10,000 (3, 6, 7, 9, 11,
+  12, …) **no cancel request ever reached its query**. A worker numbers its connections ``10000 + k·N + index``
   (``VeilServer._allocate_pid``), but the mailbox finds a pid's owner as ``pid % N`` (``CancelMailbox.owns``), which
   is ``(10000 + index) % N``: with N = 3 worker 0's pids are owned "by" worker 1, 1's by 2, 2's by 0. A cancel
   request is posted to the wrong worker, which finds no such connection and drops it; one arriving in the right
@@ -138,18 +138,8 @@ def _owners(count: int) -> dict[int, list[int]]:
         state.close_lock()
 
 
-@pytest.mark.parametrize("count", [3, 6, 7, 12])
-@pytest.mark.xfail(
-    strict=True,
-    reason="red team s44 A1: VeilServer._allocate_pid numbers from 10000, CancelMailbox.owns reads pid % N; "
-    "fix in lead-owned veil/server/app.py (start at a multiple of N)",
-)
+@pytest.mark.parametrize("count", [2, 3, 4, 5, 6, 7, 8, 12])
 def test_a1_cancel_keys_name_the_worker_that_holds_the_connection(count: int) -> None:
-    assert _owners(count) == {i: [i] * 5 for i in range(count)}
-
-
-@pytest.mark.parametrize("count", [2, 4, 5, 8])
-def test_held_cancel_keys_with_counts_that_divide_the_base(count: int) -> None:
     assert _owners(count) == {i: [i] * 5 for i in range(count)}
 
 
