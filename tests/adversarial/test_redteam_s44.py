@@ -69,6 +69,17 @@ Findings:
   trusted bucket by the user's keyed hash (all of one user's pairs in one bucket of K ways), so one analyst's
   logins never evict another's (save two analysts sharing a bucket; or give each slot of the per-analyst
   connection table its own ways).
+* A5 (LOW, login availability over a long run; witness ``test_a5_…``, strict xfail: the fix is in lead-owned
+  ``veil/server/app.py``) — backend PIDs only count up: pg-mimic's counter starts at 10,000 and every startup
+  packet takes the next one (``_serve_client`` allocates it before the login, so an outsider's connection that
+  sends a startup message and hangs up counts), and ``BackendKeyData`` packs it as an int32. Once 2^31 − 10,000
+  startups have been made since the start (with ``--processes N``, ``backend_pid`` spreads the same total over the
+  workers), every login fails after its password was accepted: ``struct.error`` in ``make_backend_key_data``, a
+  traceback in the log, the client sees the connection closed — until a restart. At a few thousand startups a
+  second that is days of an outsider's traffic, or months of a pool's reconnects. Fix (lead,
+  ``VeilServer._allocate_pid``): wrap the local counter so the PID stays within [10000, 2^31 − 1], skipping PIDs
+  of connections still open (``self._connections``), e.g.
+  ``local = PID_BASE + (pid - PID_BASE) % ((2**31 - 1 - PID_BASE) // count)`` before ``backend_pid``.
 
 What held (pinned below as ``test_held_*``):
 
@@ -442,3 +453,25 @@ def test_held_failed_guesses_do_not_untrust_a_pair() -> None:
         assert ticket is not None
         throttle.finish(ticket, Outcome.FAILED, now)
     assert throttle.delay("198.51.100.7", "alice", now) == 0.0
+
+
+# --- A5: backend PIDs past int32 ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="red team s44 A5: backend PIDs count up without bound and BackendKeyData packs an int32; fix in lead-owned "
+    "veil/server/app.py (_allocate_pid wraps within [10000, 2^31), skipping PIDs in use)",
+)
+def test_a5_logins_go_on_after_two_billion_startups(tmp_path: Path, shared_data: Path) -> None:
+    """Every startup packet takes a backend PID (logged in or not: an outsider's connection that sends one and hangs
+    up counts); the counter is set where 2^31 - 10,002 such connections since the start leave it."""
+    from tests.support.server import running_server
+
+    policy = build_policy(tmp_path, shared_data, rows=50)
+    with running_server(policy) as st:
+        st.server._next_pid = 2**31 - 2  # type: ignore[attr-defined]
+        for _ in range(3):
+            with psycopg.connect(dsn(st.port), autocommit=True) as conn:  # type: ignore[attr-defined]
+                assert conn.execute("SELECT 1").fetchone() == (1,)
