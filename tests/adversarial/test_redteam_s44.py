@@ -101,6 +101,13 @@ reachable past reused slots), the login backoff's shared table (pinned by ``test
 while serving (sessions keep the last policy they read: a design choice, the file cannot be read to fail closed
 on), retractions while workers serve (recorded; the mirror drop fails for the CLI, analysts no longer resolve the
 name), the parent's readers left open after ``prepare_warehouse`` (read-only, never used again).
+
+Not witnessed (it would take the shared host's memory): every DuckDB instance keeps DuckDB's default memory limit,
+80% of RAM — the warehouse reader and the mirror reader of each process, so 2N instances with ``--processes N``.
+N analysts' heavy public queries (or one analyst's, one per worker) can together pass RAM before any instance
+reaches its own limit: the kernel's OOM killer, not DuckDB's graceful error, then ends a worker, and 5 worker
+exits within 60 s stop the server for everyone. Worth a ``memory_limit`` per reader of its share (e.g. 80% of RAM
+/ 2N), set where ``set_reader_threads`` sets the threads.
 """
 
 from __future__ import annotations
