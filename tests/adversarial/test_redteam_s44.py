@@ -20,8 +20,10 @@ Findings:
       return base + (pid - _PID_BASE) * share.count + share.index
 
   (or let ``CancelMailbox.owns`` compute ``(pid - _PID_BASE) % count``; either way one rule in both places).
-* A2 (LOW, availability after a curator's edit; witness ``test_a2_…``, strict xfail: the fix is in lead-owned
-  ``veil/proxy/session.py`` / ``veil/server/workers.py``) — while ``veil serve --processes N`` runs, declaring a
+* A2 (LOW, availability after a curator's edit; witness ``test_a2_…``; fixed by the lead in dcda0c5:
+  ``ServingEngine.writes_warehouse = False``, and ``Env._copy_stale_public`` leaves a declared public table whose
+  mirror copy is absent or stale out of a worker's catalog, and refuses a query naming it with F0000 "Restart veil
+  serve") — while ``veil serve --processes N`` runs, declaring a
   warehouse table public in the policy (``[tables.cities] public = true``) makes **every** query in every worker
   fail, private queries on other tables included, until the server restarts. Each catalog build
   (``Env.catalog`` → ``_copy_stale_public``) copies every declared public table missing from the mirror with
@@ -69,8 +71,9 @@ Findings:
   trusted bucket by the user's keyed hash (all of one user's pairs in one bucket of K ways), so one analyst's
   logins never evict another's (save two analysts sharing a bucket; or give each slot of the per-analyst
   connection table its own ways).
-* A5 (LOW, login availability over a long run; witness ``test_a5_…``, strict xfail: the fix is in lead-owned
-  ``veil/server/app.py``) — backend PIDs only count up: pg-mimic's counter starts at 10,000 and every startup
+* A5 (LOW, login availability over a long run; witness ``test_a5_…``; fixed by the lead in
+  ``VeilServer._allocate_pid``, which wraps within [10000, 2³¹) and skips open connections' PIDs) — backend PIDs
+  only count up: pg-mimic's counter starts at 10,000 and every startup
   packet takes the next one (``_serve_client`` allocates it before the login, so an outsider's connection that
   sends a startup message and hangs up counts), and ``BackendKeyData`` packs it as an int32. Once 2^31 − 10,000
   startups have been made since the start (with ``--processes N``, ``backend_pid`` spreads the same total over the
@@ -314,11 +317,6 @@ def test_held_the_free_repeat_holds_across_workers(served2: tuple[Path, int, str
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="red team s44 A2: a table declared public while workers serve is copied into the mirror through the "
-    "warehouse writer, which fails in a worker for every query; fix in lead-owned veil/proxy/session.py",
-)
 def test_a2_a_table_declared_public_while_workers_serve_breaks_no_other_query(served2: tuple[Path, int, str]) -> None:
     policy, port, text = served2
     conns = connections_on_both(port, "alice", PASSWORD, per_worker=1)
@@ -466,11 +464,6 @@ def test_held_failed_guesses_do_not_untrust_a_pair() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="red team s44 A5: backend PIDs count up without bound and BackendKeyData packs an int32; fix in lead-owned "
-    "veil/server/app.py (_allocate_pid wraps within [10000, 2^31), skipping PIDs in use)",
-)
 def test_a5_logins_go_on_after_two_billion_startups(tmp_path: Path, shared_data: Path) -> None:
     """Every startup packet takes a backend PID (logged in or not: an outsider's connection that sends one and hangs
     up counts); the counter is set where 2^31 - 10,002 such connections since the start leave it."""

@@ -236,11 +236,6 @@ class TestA1WholeRowOfATable:
 class TestA2StartupSettingsAreIgnored:
     """LOW (budget surprise): a client that sets ε at connect time is charged the default without a word."""
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="red team s46 A2: startup-packet settings are ignored (fix in lead-owned veil/server/session.py: apply "
-        "or refuse them in VeilSession.init)",
-    )
     def test_libpq_options_set_epsilon_or_the_login_is_refused(self, server: Any, world: Path) -> None:
         import psycopg
 
@@ -260,10 +255,6 @@ class TestA2StartupSettingsAreIgnored:
         finally:
             conn.close()
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="red team s46 A2: startup-packet settings are ignored (fix in lead-owned veil/server/session.py)",
-    )
     def test_a_veil_setting_as_a_startup_parameter_is_applied_or_refused(self, server: Any) -> None:
         """asyncpg's ``server_settings={'veil.epsilon': …}`` sends exactly this: the setting as a startup parameter."""
         from tests.support.server import _msg, _read
@@ -342,11 +333,6 @@ def _login_with(port: int, user: str, password: str, extra: dict[str, str], scra
 class TestA3SetLocalOutlivesItsTransaction:
     """LOW (budget surprise): ``SET LOCAL veil.epsilon`` in a transaction kept charging after ``COMMIT``."""
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="red team s46 A3: SET LOCAL is kept after its transaction (fix in lead-owned veil/server/settings.py "
-        "and session.py _tx)",
-    )
     def test_set_local_ends_with_the_transaction(self, server: Any, world: Path) -> None:
         conn = wire_connect(server.port, "a")
         try:

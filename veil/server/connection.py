@@ -37,6 +37,7 @@ from veil.server.limits import MAX_STARTUP_PACKET, Outcome
 from veil.server.results import to_pg_error
 from veil.server.routing import Route
 from veil.server.session import VeilPortal, VeilSession, VeilStatement
+from veil.server.settings import startup_settings
 
 if TYPE_CHECKING:
     from veil.server.app import VeilServer
@@ -247,6 +248,7 @@ class VeilConnection(Connection):
         self.logged_in = False
         self.savepoints: list[str] = []  # this transaction's savepoints, oldest first (names as PostgreSQL folds them)
         self.on_login: Callable[[], None] = _nothing  # the server stops counting it as not logged in
+        self.startup_settings: tuple[tuple[str, str], ...] = ()  # Veil's settings the startup packet asked for
 
     async def run(self) -> None:
         try:
@@ -260,6 +262,11 @@ class VeilConnection(Connection):
             if not ok:
                 return
             self.stream.max_message = self.server.limits.max_message_bytes
+            try:  # read before the login completes: a setting Veil cannot apply ends it, as PostgreSQL's FATAL does
+                self.startup_settings = startup_settings(self.startup_params)
+            except VeilError as exc:
+                await fatal(self.stream, exc.sqlstate, exc.message, exc.hint)
+                return
             await self._send_startup_completion()
             try:
                 await self.session.init(self)

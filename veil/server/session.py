@@ -285,6 +285,8 @@ class VeilSession(BaseSession):
         self.connection = connection
         self.analyst = connection.username
         self.settings = SessionSettings(values=connection.session_vars)
+        for name, value in getattr(connection, "startup_settings", ()):  # checked before the login completed
+            self.settings.set(name, value, apply=True)
         policy = await asyncio.wrap_future(
             self.server.pools.analyst.submit(self.server.live_policy.current, owner=self.analyst or "")
         )
@@ -379,7 +381,8 @@ class VeilSession(BaseSession):
         if kind == "tx":
             return self._tx(r, describe)
         if kind == "set":
-            return self.settings.set_statement(r.sql, apply=not describe)
+            in_block = self.connection is not None and self.connection.tx_status != b"I"
+            return self.settings.set_statement(r.sql, apply=not describe, in_transaction=in_block)
         if kind == "reset":
             return self.settings.reset_statement(r.sql, apply=not describe)
         if kind in ("discard", "deallocate"):
@@ -471,6 +474,7 @@ class VeilSession(BaseSession):
                     tag = "ROLLBACK"
                 conn.tx_status = b"I"
                 conn.savepoints.clear()
+                self.settings.end_transaction()  # SET LOCAL ends with its transaction
                 self.cursors.clear()  # cursors end with their transaction (no WITH HOLD)
                 conn.portals.clear()  # and so do portals (as in PostgreSQL)
         return Result(None, [], tag)
