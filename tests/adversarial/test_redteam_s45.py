@@ -1,0 +1,333 @@
+"""Red team, session 45: time-valued data and session settings on the query path (main at 7ca7e13, 2026-11-27).
+
+Neighbouring worlds D and D′ differ in one person (unit 99) of a 30-person table with a declared ``date`` column;
+with noise off (``veil.proxy._testing.exact_session``) both must end the same way and every released statistic
+must move by at most its planned sensitivity (``max_rows_per_unit`` = 2 here).
+
+Findings (details in each test's docstring):
+
+* A1 (MEDIUM, deterministic side channel through storage; Python ``write_table``, and so every interface that reads
+  the table) a curator's frame whose ``date`` column holds zoned date-times (``datetime`` with ``tzinfo``, a zoned
+  ``pd.Timestamp``): DuckDB stored the column as TIMESTAMP WITH TIME ZONE and the bounded copy read each value's
+  date in the builder's zone (UTC: ``2020-01-01 03:00 +05:30`` is 2019-12-31); one more person whose value was a
+  text or a plain date made the column text, read value by value at each value's wall-clock date (2020-01-01). 30
+  people's dates moved by a day because of one person: ``COUNT(*) WHERE d = DATE '2020-01-01'`` went 0 → 30 on a
+  UTC host (sensitivity 2). Fixed in ``veil/store/declared_types.py`` (``as_stored``: a declared date column keeps
+  each zoned value as its own wall-clock time, the date DuckDB's cast of its text gives; the zoned-and-plain mix
+  that failed the write is stored too).
+* A2 (LOW, answers depend on the host's time zone; no one-person witness) the bounded copy of a column another tool
+  stored as TIMESTAMP WITH TIME ZONE was built in the zone of the process that built it (DuckDB's ``TimeZone``
+  defaults to the host's): on a host at ``America/New_York`` 30 people at ``2020-01-01 02:00 UTC`` had the date
+  2019-12-31, on a UTC host (and on Spark, whose sessions Veil pins to UTC) 2020-01-01. Fixed in
+  ``veil/store/warehouse.py`` (``writer``: ``SET TimeZone = 'UTC'`` on every curator connection, which builds the
+  bounded copies).
+
+Held (probed on DuckDB, D′ = one person with ``d`` = 9999-12-31, 0001-01-01, or a text ``'infinity'``,
+``'-infinity'``, ``'0044-03-15 (BC)'``, ``'2016-12-31 23:59:60'``, ``'2020-01-01T00:00:00+05:00'``,
+``'5000000-01-01'``, and category text of the same values cast to DATE/TIMESTAMP): comparisons, ``BETWEEN``,
+``d ± INTERVAL`` (also ``INTERVAL (x) DAY``), ``EXTRACT``/``date_part`` of every allowed field (EPOCH, WEEK, ISOYEAR,
+DOW …), ``DATE_TRUNC`` of every allowed unit, casts of dates to text and of text to DATE/TIMESTAMP, date and
+timestamp group keys (beyond 9999 in the NULL group, ``infinity`` merged with 9999-12-31): every pair ended the
+same way, moving by at most the sensitivity. 200,000 random date-like texts (offsets, zone names, BC, leap
+seconds, ``allballs``, huge years) through ``TRY_CAST`` to DATE/TIMESTAMP, ``+ INTERVAL``, ``DATE_TRUNC('week')``,
+``EXTRACT(EPOCH)`` and back to text: none raised. DuckDB's casts of text to DATE/TIMESTAMP do not depend on its
+``TimeZone`` (the offset of ``'… +05:00'`` is ignored). ``age``, ``make_date``, ``strftime``/``to_char``,
+``AT TIME ZONE``, ``now()``/``current_date``, and casts to TIME/TIMESTAMPTZ/INTERVAL are refused before anything
+runs. Session settings (``SET TimeZone``, ``DateStyle``, ``IntervalStyle``, ``extra_float_digits``,
+``search_path``, ``set_config``, ``options=-c …`` at startup) are remembered for ``SHOW`` only and never reach the
+engine: the dates a wire client receives are ISO text whatever it set (tested below). Spark ``local[2]``: see
+``test_spark_…`` below.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+import types
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from veil.errors import VeilError
+
+POLICY = """\
+[database]
+path = "wh.duckdb"
+[ledger]
+path = "ledger.sqlite"
+[tables.t]
+privacy_unit = "u"
+max_rows_per_unit = 2
+[tables.t.columns]
+u = { type = "int" }
+x = { type = "int", lower = 0, upper = 10 }
+s = { type = "category" }
+d = { type = "date" }
+[analysts.a]
+epsilon = 1000000.0
+"""
+
+#: Count sensitivity: ``max_rows_per_unit``.
+C = 2
+IST = dt.timezone(dt.timedelta(hours=5, minutes=30))
+
+
+@pytest.fixture(autouse=True)
+def _fixed_salt() -> Iterator[None]:
+    import veil.proxy.bounding as bounding
+
+    saved = bounding.secrets
+    bounding.secrets = types.SimpleNamespace(token_hex=lambda n: "5a" * n)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        bounding.secrets = saved
+
+
+def _session(base: Path, frame: pd.DataFrame | None, spark: bool = False) -> Any:
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    base.mkdir(parents=True, exist_ok=True)
+    extra = '\n[engine]\nkind = "spark"\nmaster = "local[2]"\nwarehouse = "spark-warehouse"\n' if spark else ""
+    (base / "policy.toml").write_text(POLICY + extra, encoding="utf-8")
+    policy = load_policy(base / "policy.toml")
+    if frame is not None:
+        write_table(policy, "t", frame, replace=True)
+    return exact_session(policy, "a")
+
+
+def _frame(dates: list[Any], extra: list[Any] = ()) -> pd.DataFrame:  # type: ignore[assignment]
+    rows = [{"u": i, "x": i % 10, "s": f"s{i % 3}", "d": v} for i, v in enumerate(dates)]
+    rows += [{"u": 99 - j, "x": 1, "s": "s0", "d": v} for j, v in enumerate(extra)]
+    df = pd.DataFrame(rows)
+    for c in ("u", "x"):
+        df[c] = df[c].astype("Int64")
+    return df
+
+
+def _ending(session: Any, sql: str) -> Any:
+    try:
+        return ("ok", session.execute(sql, epsilon=Fraction(1)).rows)
+    except VeilError as exc:
+        return (type(exc).__name__, exc.sqlstate)
+
+
+def _close(a: Any, b: Any, bound: float) -> bool:
+    """Both worlds ended the same way, and every released cell moved by at most ``bound``."""
+    if a[0] != b[0]:
+        return False
+    if a[0] != "ok":
+        return a == b
+    before = {tuple(r[:-1]): r[-1] for r in a[1]}
+    after = {tuple(r[:-1]): r[-1] for r in b[1]}
+    return all(abs((after.get(k) or 0) - (before.get(k) or 0)) <= bound for k in set(before) | set(after))
+
+
+# --- A1. One person's value decided the date everyone's zoned date-time was read as ---------------------------------
+
+ZONED_DAY = "SELECT COUNT(*) FROM t WHERE d = DATE '2020-01-01'"
+ZONED_EVE = "SELECT COUNT(*) FROM t WHERE d = DATE '2019-12-31'"
+
+
+@pytest.mark.parametrize(
+    "odd",
+    ["x", dt.date(2000, 1, 1), pd.Timestamp("2000-01-01 12:00")],
+    ids=["text", "date", "naive-timestamp"],
+)
+def test_A1_one_persons_value_never_moves_everyones_zoned_date(tmp_path: Path, odd: Any) -> None:
+    """MEDIUM (deterministic side channel through storage; ``write_table`` and every interface reading the table).
+    D: 30 people, each ``d = 2020-01-01 03:00 +05:30`` (a zoned date-time, as pandas gets them from many APIs), in a
+    column the policy declares ``date``. D′: one more person whose ``d`` is a text, a plain date or a date-time
+    without zone, in the year 2000. Before: D's column was stored as TIMESTAMP WITH TIME ZONE and read as the UTC
+    date 2019-12-31 (30 rows on the eve, 0 on the day); D′'s as text, each value read at its wall-clock date
+    2020-01-01 (30 on the day, 0 on the eve) — a naive date-time made the write fail instead. Fix: ``as_stored``
+    keeps each zoned value as its own wall-clock time (``declared_types._stored_dates``)."""
+    zoned = [dt.datetime(2020, 1, 1, 3, 0, tzinfo=IST)] * 30
+    d = _session(tmp_path / "d", _frame(zoned))
+    d2 = _session(tmp_path / "d2", _frame(zoned, [odd]))
+    try:
+        for sql in (ZONED_DAY, ZONED_EVE):
+            a, b = _ending(d, sql), _ending(d2, sql)
+            assert _close(a, b, C), (sql, a, b)
+        assert _ending(d, ZONED_DAY) == ("ok", ((30,),))  # each value's own wall-clock date, as its text reads
+    finally:
+        d.close()
+        d2.close()
+
+
+_OFFSETS = st.integers(min_value=-14 * 60, max_value=14 * 60).map(lambda m: dt.timezone(dt.timedelta(minutes=m)))
+_ZONED = st.builds(
+    lambda day, minute, tz: dt.datetime.combine(day, dt.time()).replace(tzinfo=tz) + dt.timedelta(minutes=minute),
+    st.dates(min_value=dt.date(1900, 1, 1), max_value=dt.date(2200, 12, 31)),
+    st.integers(min_value=0, max_value=24 * 60 - 1),
+    _OFFSETS,
+)
+_ODD = st.one_of(
+    st.none(),
+    st.text(max_size=12),
+    st.dates(min_value=dt.date(1, 1, 1), max_value=dt.date(9999, 12, 31)),
+    st.datetimes(min_value=dt.datetime(1, 1, 1), max_value=dt.datetime(9999, 12, 31)),
+    _ZONED,
+)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(people=st.lists(_ZONED, min_size=1, max_size=6), odd=_ODD)
+def test_A1_property_stored_dates_are_each_values_own(people: list[dt.datetime], odd: Any) -> None:
+    """The class, on the stored form itself (DuckDB in memory, the bounded copy's ``TRY_CAST(d AS DATE)``): each
+    person's stored date is its own wall-clock date whatever one more person's value is (text, missing, a date, a
+    naive or zoned date-time of any offset)."""
+    import duckdb
+
+    from veil.store.declared_types import as_stored
+
+    spec = types.SimpleNamespace(columns={"d": types.SimpleNamespace(type="date")}, privacy_unit=None)
+    con = duckdb.connect()
+    try:
+        for rows in (people, [*people, odd]):
+            stored = as_stored(pd.DataFrame({"d": rows}), spec)
+            con.register("f", stored)
+            try:
+                got = [r[0] for r in con.execute("SELECT TRY_CAST(d AS DATE) FROM f").fetchall()]
+            except duckdb.Error:
+                continue  # the write itself would refuse this mix (a curator-facing error, before any data is stored)
+            finally:
+                con.unregister("f")
+            assert got[: len(people)] == [p.replace(tzinfo=None).date() for p in people], (rows, got)
+    finally:
+        con.close()
+
+
+# --- A2. A zoned column's dates followed the time zone of the host that built the bounded copy --------------------
+
+
+@pytest.fixture
+def new_york() -> Iterator[None]:
+    """The process's zone is America/New_York for DuckDB databases opened inside (DuckDB reads ``TZ`` when a
+    database is opened); restored afterwards."""
+    saved = os.environ.get("TZ")
+    os.environ["TZ"] = "America/New_York"
+    time.tzset()
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TZ", None)
+        else:
+            os.environ["TZ"] = saved
+        time.tzset()
+
+
+@pytest.mark.parametrize("how", ["another-tool", "frame"])
+def test_A2_a_zoned_columns_dates_never_follow_the_hosts_time_zone(tmp_path: Path, new_york: None, how: str) -> None:
+    """LOW (answers depend on the host's zone, and differ from Spark's, which Veil pins to UTC). 30 people at
+    ``2020-01-01 02:00 UTC``, stored as TIMESTAMP WITH TIME ZONE by another tool (or written from a frame of zoned
+    ``pd.Timestamp``): on a host at America/New_York the bounded copy read them as 2019-12-31, on a UTC host as
+    2020-01-01. Fix: the curator's connection, which builds the copies, runs in UTC (``warehouse.writer``); a frame's
+    zoned values are stored at their own wall-clock time (A1's fix)."""
+    import duckdb
+
+    base = tmp_path / "w"
+    if how == "frame":
+        s = _session(base, _frame([pd.Timestamp("2020-01-01 02:00", tz="UTC")] * 30))
+    else:
+        s = _session(base, None)
+        con = duckdb.connect(str(base / "wh.duckdb"))
+        try:
+            con.execute(
+                "CREATE TABLE t AS SELECT i::BIGINT AS u, 1::BIGINT AS x, 's0' AS s, "
+                "TIMESTAMPTZ '2020-01-01 02:00:00+00' AS d FROM range(30) r(i)"
+            )
+        finally:
+            con.close()
+    try:
+        assert duckdb.connect().execute("SELECT current_setting('TimeZone')").fetchone() == ("America/New_York",)
+        assert _ending(s, ZONED_DAY) == ("ok", ((30,),))
+        assert _ending(s, ZONED_EVE) == ("ok", ((0,),))
+    finally:
+        s.close()
+
+
+# --- Held: dates at the edges, through every allowed date construct ------------------------------------------------
+
+EDGE_QUERIES = [
+    "SELECT COUNT(*) FROM t WHERE d >= DATE '2000-01-05'",
+    "SELECT COUNT(*) FROM t WHERE d + INTERVAL '1' DAY > DATE '2000-01-05'",
+    "SELECT COUNT(*) FROM t WHERE d + INTERVAL (x) MONTH > DATE '2000-03-01'",
+    "SELECT COUNT(*) FROM t WHERE CAST(d AS TIMESTAMP) - INTERVAL '36' HOUR < TIMESTAMP '2000-01-05 00:00:00'",
+    "SELECT COUNT(*) FROM t WHERE EXTRACT(EPOCH FROM d) > 946900000",
+    "SELECT COUNT(*) FROM t WHERE EXTRACT(ISOYEAR FROM d) = 1999 OR EXTRACT(WEEK FROM d) = 2",
+    "SELECT COUNT(*) FROM t WHERE CAST(DATE_TRUNC('week', d) AS DATE) = DATE '2000-01-03'",
+    "SELECT COUNT(*) FROM t WHERE LENGTH(CAST(d AS VARCHAR)) = 10",
+    "SELECT COUNT(*) FROM t WHERE CAST(s AS DATE) < DATE '2000-01-01' OR CAST(s AS TIMESTAMP) > TIMESTAMP '2100-01-01'",
+    "SELECT CAST(d AS TIMESTAMP) AS k, COUNT(*) FROM t GROUP BY 1",
+    "SELECT DATE_TRUNC('year', d) AS k, COUNT(*) FROM t GROUP BY 1",
+    "SELECT SUM(CASE WHEN d > DATE '2000-01-10' THEN x ELSE 0 END) FROM t",
+]
+
+
+@pytest.mark.parametrize(
+    "target",
+    [dt.date(9999, 12, 31), "infinity", "0044-03-15 (BC)"],
+)
+def test_held_dates_at_the_edges_end_both_worlds_the_same_way(tmp_path: Path, target: Any) -> None:
+    """D: 30 people on 2000-01-01 … 2000-01-30 (group keys of 2 rows each: 15 pairs share a date so partition
+    selection releases none, and 30 rows on one date in the last query family). D′: one more person whose date —
+    and category text, cast by the queries — is the edge value. Every query ends the same way in both worlds and
+    moves by at most the sensitivity (SUM: 10 per row)."""
+    days = [dt.date(2000, 1, 1) + dt.timedelta(days=i // 2) for i in range(30)] * 1
+    frame = _frame(days)
+    odd = _frame(days, [target])
+    odd.loc[odd.u == 99, "s"] = str(target)
+    d = _session(tmp_path / "d", frame)
+    d2 = _session(tmp_path / "d2", odd)
+    try:
+        for sql in EDGE_QUERIES:
+            a, b = _ending(d, sql), _ending(d2, sql)
+            assert _close(a, b, C * 10), (target, sql, a, b)
+    finally:
+        d.close()
+        d2.close()
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) FROM t WHERE age(d) > INTERVAL '1' YEAR",
+        "SELECT COUNT(*) FROM t WHERE make_date(2000, 1, 1) = d",
+        "SELECT COUNT(*) FROM t WHERE strftime(d, '%Y') = '2000'",
+        "SELECT COUNT(*) FROM t WHERE to_char(d, 'YYYY') = '2000'",
+        "SELECT COUNT(*) FROM t WHERE CAST(d AS TIMESTAMP) AT TIME ZONE 'UTC' > TIMESTAMP '2000-01-01 00:00:00'",
+        "SELECT COUNT(*) FROM t WHERE d < current_date",
+        "SELECT COUNT(*) FROM t WHERE CAST(d AS TIMESTAMP) < now()",
+        "SELECT COUNT(*) FROM t WHERE CAST(d AS TIMESTAMPTZ) > TIMESTAMP '2000-01-01 00:00:00'",
+        "SELECT COUNT(*) FROM t WHERE CAST(s AS TIME) > CAST('12:00' AS TIME)",
+        "SELECT COUNT(*) FROM t WHERE CAST(s AS INTERVAL) > INTERVAL '1' DAY",
+        "SELECT COUNT(*) FROM t WHERE EXTRACT(TIMEZONE FROM CAST(d AS TIMESTAMP)) = 0",
+    ],
+)
+def test_held_zone_and_clock_dependent_constructs_are_refused_free(small: Any, sql: str) -> None:
+    """Functions whose value depends on the session's zone, the clock or a format outside Veil's list are refused
+    before anything is charged (the same refusal in both worlds, whatever the data)."""
+    before = small.budget().spent
+    with pytest.raises(VeilError):
+        small.execute(sql, epsilon=Fraction(1))
+    assert small.budget().spent == before
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    s = _session(tmp_path_factory.mktemp("s45small"), _frame([dt.date(2000, 1, 1)] * 4))
+    try:
+        yield s
+    finally:
+        s.close()
