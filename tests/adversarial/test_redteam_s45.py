@@ -331,3 +331,73 @@ def small(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield s
     finally:
         s.close()
+
+
+# --- Held: session settings never reach the query path (wire) ------------------------------------------------------
+
+_SETTINGS = (
+    "SET TimeZone = 'America/New_York'",
+    "SET TIME ZONE 'Asia/Kathmandu'",
+    "SET DateStyle = 'SQL, DMY'",
+    "SET IntervalStyle = 'sql_standard'",
+    "SET extra_float_digits = -15",
+    "SET search_path = pg_catalog",
+    "SET client_encoding = 'LATIN1'",
+    "SELECT set_config('TimeZone', 'Pacific/Kiritimati', false)",
+)
+
+_WIRE_QUERIES = (
+    "SELECT d, COUNT(*) AS n FROM cal GROUP BY d ORDER BY d",  # public: exact
+    "SELECT CAST(d AS TIMESTAMP) + INTERVAL '90' MINUTE AS k FROM cal ORDER BY 1",
+    "SELECT EXTRACT(EPOCH FROM d) AS e, EXTRACT(HOUR FROM CAST(d AS TIMESTAMP)) AS h FROM cal ORDER BY 1",
+    "SELECT CAST(d AS VARCHAR) AS s, d > DATE '2000-01-01' AS b FROM cal ORDER BY 1",
+)
+
+
+@pytest.mark.slow
+def test_held_session_settings_never_change_a_wire_answer(tmp_path: Path) -> None:
+    """An analyst connects with ``options=-c TimeZone=… -c DateStyle=…`` and sends ``SET TimeZone``, ``SET TIME ZONE``,
+    ``DateStyle``, ``IntervalStyle``, ``extra_float_digits``, ``search_path``, ``client_encoding`` and ``set_config``:
+    exact (public) answers over dates and timestamps — values, text the client receives, column types — are those of
+    a connection that set nothing, and a private query is the same canonical query (the answer cache returns it
+    free). The settings are remembered for ``SHOW`` only (``current_setting`` answers what was set)."""
+    import psycopg
+    from psycopg.types.string import TextLoader
+
+    from tests.adversarial.test_redteam_s20 import _serve
+    from tests.support.attack import PASSWORD, set_password
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    (tmp_path / "policy.toml").write_text(
+        POLICY + '[tables.cal]\npublic = true\n[tables.cal.columns]\nd = { type = "date" }\n', encoding="utf-8"
+    )
+    policy = load_policy(tmp_path / "policy.toml")
+    write_table(policy, "t", _frame([dt.date(2000, 1, 1)] * 8))
+    days = [dt.date(1, 1, 1), dt.date(1999, 12, 31), dt.date(2000, 2, 29), dt.date(9999, 12, 31), None]
+    write_table(policy, "cal", pd.DataFrame({"d": days}), public=True)
+    set_password(tmp_path / "policy.toml", "a")
+
+    def answers(st: Any, options: str, settings: tuple[str, ...]) -> Any:
+        dsn = f"host=127.0.0.1 port={st.port} user=a password={PASSWORD} dbname=veil sslmode=disable connect_timeout=10"
+        with psycopg.connect(dsn + options, autocommit=True) as conn:
+            for sql in settings:
+                conn.execute(sql)
+            typed = [conn.execute(q).fetchall() for q in _WIRE_QUERIES]
+            cur = conn.execute(_WIRE_QUERIES[1])
+            oids = [c.type_code for c in cur.description or []]
+            for name in ("date", "timestamp", "timestamptz", "text", "float8", "numeric"):
+                conn.adapters.register_loader(name, TextLoader)  # the text the server sent, as sent
+            texts = [conn.execute(q).fetchall() for q in _WIRE_QUERIES]
+            zone = conn.execute("SELECT current_setting('TimeZone')").fetchone()
+            conn.execute("SELECT COUNT(*) FROM t WHERE d = DATE '2000-01-01'").fetchall()
+            spent = conn.execute("SELECT spent FROM veil.budget").fetchone()
+        return typed, oids, texts, zone, spent
+
+    with _serve(tmp_path / "policy.toml") as st:
+        plain = answers(st, "", ())
+        odd = answers(st, " options='-c TimeZone=Asia/Tokyo -c DateStyle=German -c IntervalStyle=iso_8601'", _SETTINGS)
+    assert odd[:3] == plain[:3], (plain, odd)
+    assert plain[2][0][1][0] == "1999-12-31" and plain[2][0][0][0] == "0001-01-01"  # ISO, whatever was set
+    assert odd[3] == ("Pacific/Kiritimati",)  # remembered, for SHOW and current_setting only
+    assert odd[4] == plain[4] == ("0.5",)  # the second ask was the same canonical query at the same ε: the cached answer
