@@ -21,6 +21,14 @@ Findings (details in each test's docstring):
   2019-12-31, on a UTC host (and on Spark, whose sessions Veil pins to UTC) 2020-01-01. Fixed in
   ``veil/store/warehouse.py`` (``writer``: ``SET TimeZone = 'UTC'`` on every curator connection, which builds the
   bounded copies).
+* A3 (LOW, wrong answers on Spark; the same in both worlds) Spark's ``DATE_TRUNC`` answered NULL for seven of the
+  units Veil allows (``decade`` … ``milliseconds``), its ``EXTRACT`` failed on ten fields, and ``EXTRACT(SECOND …)``
+  kept the fraction DuckDB drops. Fixed in ``veil/engines/spark.py`` (``_spark_date_part``: Spark's names for the
+  same values, a free refusal for the rest).
+* A4 (LOW, a silent wrong answer, charged; the same in both worlds) a text compared with a date passed the validate
+  pass when Python's ``fromisoformat`` read it (``'20000101'``, ``'2000-W01-1'``, offsets) and reached the engine as
+  written: DuckDB's cast made it NULL (a count of 0) or dropped the offset Spark applies. Fixed in
+  ``veil/proxy/validate.py`` (``_convert_literal``: the value written out again in ISO form; an offset refused).
 
 Held (probed on DuckDB, D′ = one person with ``d`` = 9999-12-31, 0001-01-01, or a text ``'infinity'``,
 ``'-infinity'``, ``'0044-03-15 (BC)'``, ``'2016-12-31 23:59:60'``, ``'2020-01-01T00:00:00+05:00'``,
@@ -35,8 +43,19 @@ seconds, ``allballs``, huge years) through ``TRY_CAST`` to DATE/TIMESTAMP, ``+ I
 ``AT TIME ZONE``, ``now()``/``current_date``, and casts to TIME/TIMESTAMPTZ/INTERVAL are refused before anything
 runs. Session settings (``SET TimeZone``, ``DateStyle``, ``IntervalStyle``, ``extra_float_digits``,
 ``search_path``, ``set_config``, ``options=-c …`` at startup) are remembered for ``SHOW`` only and never reach the
-engine: the dates a wire client receives are ISO text whatever it set (tested below). Spark ``local[2]``: see
-``test_spark_…`` below.
+engine: the dates a wire client receives are ISO text whatever it set (tested below). Spark ``local[2]`` (one
+session, the module's ``spark_and_duckdb``): every date construct above answered alike once A3 was fixed, never
+failing on a row.
+
+Left (LOW, described, not fixed — engine conformance, per value, not a side channel): ``CAST(s AS TIMESTAMP)`` /
+``CAST(s AS DATE)`` of a category text reads some texts differently on the two engines — ``'2000-01-01 00:00:00+05:00'``
+is 2000-01-01 00:00 on DuckDB (offset ignored) and 1999-12-31 19:00 on Spark; ``'infinity'``, ``'epoch'``,
+``'0044-03-15 (BC)'``, ``'2020-1-1'``, ``' 2020-01-01 '`` are values on one engine and NULL on the other (15 odd
+texts: 4 of 15 NULL counts and 5 comparisons differed). Fix (``veil/engines/neutral.py``, both engines): cast a
+text to DATE/TIMESTAMP only when it matches the ISO subset both read alike, e.g. ``CASE WHEN
+regexp_full_match(s, '[0-9]{4}-[0-9]{2}-[0-9]{2}( [0-9]{2}:[0-9]{2}(:[0-9]{2}([.][0-9]{1,6})?)?)?') THEN
+TRY_CAST(s AS TIMESTAMP) END``
+(Spark: ``s RLIKE '^…$'``).
 """
 
 from __future__ import annotations
@@ -257,6 +276,39 @@ def test_A2_a_zoned_columns_dates_never_follow_the_hosts_time_zone(tmp_path: Pat
         s.close()
 
 
+# --- A4. A date text Python reads and the engine does not ----------------------------------------------------------
+
+
+def _spellings(day: dt.date) -> list[str]:
+    year, week, weekday = day.isocalendar()
+    return [day.strftime("%Y%m%d"), f"{year:04d}-W{week:02d}-{weekday}", f" {day.isoformat()} "]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(day=st.dates(min_value=dt.date(1000, 1, 1), max_value=dt.date(9999, 12, 31)))
+def test_A4_a_date_text_means_one_date_on_every_engine(small: Any, day: dt.date) -> None:
+    """LOW (a silent wrong answer, charged; not a side channel: the same in both worlds). ``d = '20000101'`` and
+    ``d > '2000-W01-1'`` passed the validate pass (Python's ``date.fromisoformat`` reads the basic and ISO-week
+    forms) and were sent to the engine as written: DuckDB's ``TRY_CAST`` of them is NULL, so the analyst paid for
+    a count of 0; a text with an offset (``'2000-01-01T00:00:00+05:00'``) was read without it by DuckDB and with it
+    by Spark. Fix: ``validate._convert_literal`` writes the value out again in ISO form (and refuses an offset, free):
+    every spelling of one day generates the statements ``DATE '…'`` does."""
+    from veil.proxy._testing import generated_sql
+
+    canonical = generated_sql(small, f"SELECT COUNT(*) FROM t WHERE d = DATE '{day.isoformat()}'")
+    for text in _spellings(day):
+        assert generated_sql(small, f"SELECT COUNT(*) FROM t WHERE d = '{text}'") == canonical, text
+
+
+@pytest.mark.parametrize("text", ["2000-01-01T00:00:00+05:00", "2000-01-01 00:00:00Z", "2000-01-01 03:00-02:30"])
+def test_A4_a_date_text_with_an_offset_is_refused_free(small: Any, text: str) -> None:
+    before = small.budget().spent
+    with pytest.raises(VeilError) as err:
+        small.execute(f"SELECT COUNT(*) FROM t WHERE CAST(d AS TIMESTAMP) > '{text}'", epsilon=Fraction(1))
+    assert err.value.sqlstate == "42804"
+    assert small.budget().spent == before
+
+
 # --- Held: dates at the edges, through every allowed date construct ------------------------------------------------
 
 EDGE_QUERIES = [
@@ -401,3 +453,71 @@ def test_held_session_settings_never_change_a_wire_answer(tmp_path: Path) -> Non
     assert plain[2][0][1][0] == "1999-12-31" and plain[2][0][0][0] == "0001-01-01"  # ISO, whatever was set
     assert odd[3] == ("Pacific/Kiritimati",)  # remembered, for SHOW and current_setting only
     assert odd[4] == plain[4] == ("0.5",)  # the second ask was the same canonical query at the same ε: the cached answer
+
+
+# --- A3. Date units and fields Spark computes otherwise, or not at all -----------------------------------------------
+
+#: Answered alike on both engines (Spark renders them with its own names; SECOND as whole seconds): one statement.
+_ALIKE_TERMS = (
+    "EXTRACT(ISOYEAR FROM d) = 1998",
+    "EXTRACT(WEEKOFYEAR FROM d) = 53 OR EXTRACT(DAYOFYEAR FROM d) = 366",
+    "EXTRACT(ISODOW FROM d) = 7",
+    "CAST(DATE_TRUNC('yearweek', d) AS DATE) = DATE '1999-12-27'",
+    "DATE_TRUNC('milliseconds', CAST(s AS TIMESTAMP)) > TIMESTAMP '2000-01-01 13:14:15'",
+    "EXTRACT(SECOND FROM CAST(s AS TIMESTAMP)) = 15",
+)
+SPARK_ALIKE = (
+    "SELECT " + ", ".join(f"SUM(CASE WHEN {t} THEN 1 ELSE 0 END) AS c{i}" for i, t in enumerate(_ALIKE_TERMS)) + " FROM t",
+)
+#: Refused on Spark, free (DuckDB answers them).
+SPARK_LACKS = (
+    "SELECT COUNT(*) FROM t WHERE CAST(DATE_TRUNC('decade', d) AS DATE) = DATE '2000-01-01'",
+    "SELECT COUNT(*) FROM t WHERE EXTRACT(EPOCH FROM d) > 0",
+)
+
+
+@pytest.fixture(scope="module")
+def spark_and_duckdb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    import veil.proxy.bounding as bounding
+    from veil.engines.spark import spark_available
+
+    reason = spark_available()
+    if reason is not None:
+        pytest.skip(f"Spark test skipped: {reason}")
+    saved = bounding.secrets
+    bounding.secrets = types.SimpleNamespace(token_hex=lambda n: "5a" * n)  # type: ignore[assignment]
+    days = [dt.date(1998 + y, 12, 26) + dt.timedelta(days=k) for y in range(3) for k in range(10)]
+    frame = _frame(days)
+    frame["s"] = [f"{d} 13:14:15.{i:06d}" for i, d in enumerate(days)]
+    base = tmp_path_factory.mktemp("s45spark")
+    sessions: dict[str, Any] = {}
+    try:
+        for kind in ("duckdb", "spark"):
+            sessions[kind] = _session(base / kind, frame, spark=kind == "spark")
+        yield sessions
+    finally:
+        for s in sessions.values():
+            s.close()
+        bounding.secrets = saved
+
+
+@pytest.mark.slow
+def test_A3_spark_computes_every_date_unit_and_field_as_duckdb_or_refuses_it_free(
+    spark_and_duckdb: dict[str, Any],
+) -> None:
+    """LOW (wrong answers on Spark, the same in both worlds: not a side channel). Spark's ``DATE_TRUNC`` answers NULL
+    for a unit it does not know — ``decade``, ``century``, ``millennium``, ``isoyear``, ``yearweek``,
+    ``milliseconds``, ``microseconds`` — so ``COUNT(*) WHERE DATE_TRUNC('decade', d) = …`` was 0 on Spark and 30 on
+    DuckDB; its ``EXTRACT`` of ``dayofyear``, ``weekofyear``, ``isoyear``, ``epoch``, ``decade``, ``century``,
+    ``millennium``, ``millisecond(s)``, ``microsecond(s)`` failed to analyse (free, with a message about types);
+    ``EXTRACT(SECOND …)`` kept the fraction (15.000123 where DuckDB says 15). Fix in ``veil/engines/spark.py``
+    (``_spark_date_part``): Spark's names for the same meaning (``DOY``, ``WEEK``, ``YEAROFWEEK``, ``WEEK``,
+    ``MILLISECOND``, ``MICROSECOND``, ``SECOND()``), and a free ``Unsupported`` for the rest."""
+    duck, spark = spark_and_duckdb["duckdb"], spark_and_duckdb["spark"]
+    for sql in SPARK_ALIKE:
+        assert _ending(spark, sql) == _ending(duck, sql), sql
+    for sql in SPARK_LACKS:
+        before = spark.budget().spent
+        assert _ending(duck, sql)[0] == "ok"
+        assert _ending(spark, sql) == ("Unsupported", "0A000"), sql
+        assert spark.budget().spent == before
