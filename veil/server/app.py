@@ -46,7 +46,7 @@ from veil.server.limits import ConnectionSlots, LoginThrottle, ServerLimits
 from veil.server.live_policy import LivePolicy
 from veil.server.pool import WorkerPools
 from veil.server.session import VeilSession
-from veil.server.shared import CancelMailbox, ProcessShare, SharedConnectionSlots, SharedLoginThrottle
+from veil.server.shared import CancelMailbox, ProcessShare, SharedConnectionSlots, SharedLoginThrottle, backend_pid
 from veil.server.tls import is_loopback, make_ssl_context
 from veil.store import warehouse
 from veil.store.credentials import CredentialStore
@@ -60,7 +60,6 @@ MOCK_SALT_SECRET = "scram-unknown-user-salt"
 
 QuerySessionFactory = Callable[..., Any]
 
-_PID_BASE = 10000  # pg-mimic's first backend PID
 _CANCEL_POLL_S = 0.02
 
 
@@ -154,7 +153,7 @@ class VeilServer(PgServer):
         share = self.share
         if share is None:
             return pid
-        return _PID_BASE + (pid - _PID_BASE) * share.count + share.index
+        return backend_pid(pid, share)
 
     def cancel(self, pid: int, secret: int) -> None:
         if self.mailbox is not None and not self.mailbox.owns(pid):

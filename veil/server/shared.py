@@ -36,7 +36,15 @@ from typing import Any
 from veil.errors import InternalError, TooManyConnections
 from veil.server.limits import OVERFLOW_SLOTS, LoginBackoff, OverflowSlot, ServerLimits, ThrottleEntry, overflow_slot
 
-__all__ = ["CancelMailbox", "ProcessShare", "SharedConnectionSlots", "SharedLoginThrottle", "SharedState"]
+__all__ = [
+    "PID_BASE",
+    "CancelMailbox",
+    "ProcessShare",
+    "SharedConnectionSlots",
+    "SharedLoginThrottle",
+    "SharedState",
+    "backend_pid",
+]
 
 _DIGEST = 16
 _WAYS = 4  # throttle: keys per bucket (the least recently used one is forgotten)
@@ -331,16 +339,28 @@ class SharedLoginThrottle(LoginBackoff):
         s.fingerprint, s.top, s.rest, s.last, s.failed_at = slot.fingerprint, slot.top, slot.rest, slot.last, slot.failed_at
 
 
+#: pg-mimic's first backend PID.
+PID_BASE = 10000
+
+
+def backend_pid(local: int, share: ProcessShare) -> int:
+    """The backend PID a connection of process ``share.index`` gets for pg-mimic's ``local`` one (from
+    :data:`PID_BASE` up): the process's connections are every ``count``-th PID from ``PID_BASE + index``, so
+    :meth:`CancelMailbox.owns` finds the process again from the PID alone, whatever ``count`` is (red team s44 A1:
+    ``pid % count`` named another process whenever ``count`` does not divide 10,000)."""
+    return PID_BASE + (local - PID_BASE) * share.count + share.index
+
+
 class CancelMailbox:
     """Cancel requests for connections of other processes. Backend PIDs encode their process
-    (``pid % count == index``); a request for another process is posted here, and each process
+    (:func:`backend_pid`); a request for another process is posted here, and each process
     collects its own every few milliseconds (:meth:`collect`)."""
 
     def __init__(self, share: ProcessShare) -> None:
         self._share = share
 
     def owns(self, pid: int) -> bool:
-        return pid % self._share.count == self._share.index
+        return (pid - PID_BASE) % self._share.count == self._share.index
 
     def post(self, pid: int, secret: int) -> None:
         st, now = self._share.state, time.monotonic()
