@@ -227,15 +227,20 @@ def _convert_literal(lit: exp.Literal, family: str, context: exp.Expression) -> 
         if low in ("true", "t", "yes", "y", "1", "on", "false", "f", "no", "n", "0", "off"):
             return exp.Boolean(this=low in ("true", "t", "yes", "y", "1", "on"))
     elif family == _TIME:
+        # written out again in the one spelling every engine reads as Python does: Python also reads
+        # '20000101', '2000-W01-1' and offsets, which DuckDB's cast made NULL (a silent empty answer) or read
+        # without the offset, where Spark applies it (red team s45, A4)
         try:
-            dt.date.fromisoformat(text.strip())
-            return exp.cast(exp.Literal.string(text.strip()), data_type("DATE"))
+            day = dt.date.fromisoformat(text.strip())
+            return exp.cast(exp.Literal.string(day.isoformat()), data_type("DATE"))
         except ValueError:
             try:
-                dt.datetime.fromisoformat(text.strip())
-                return exp.cast(exp.Literal.string(text.strip()), data_type("TIMESTAMP"))
+                moment = dt.datetime.fromisoformat(text.strip())
             except ValueError:
                 pass
+            else:
+                if moment.tzinfo is None:
+                    return exp.cast(exp.Literal.string(moment.isoformat(sep=" ")), data_type("TIMESTAMP"))
     raise TypeMismatch(
         f"{context.sql(dialect=DIALECT)!r} compares or combines a {family} value with the text {lit.sql(dialect=DIALECT)}",
         hint=f"Write a {family} value (e.g. a number without quotes, or DATE '2020-01-31')",

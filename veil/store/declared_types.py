@@ -15,6 +15,7 @@ become missing, the same way whatever the rows).
 
 from __future__ import annotations
 
+import datetime as dt
 import decimal
 import math
 import re
@@ -171,12 +172,40 @@ def as_stored(frame: pd.DataFrame, spec: Any) -> pd.DataFrame:
             converted = _stored(series, kind, name)
             if converted is None:
                 continue
+        elif kind == "date":
+            converted = _stored_dates(series)
+            if converted is None:
+                continue
         else:
             continue
         if out is frame:
             out = frame.copy()
         out[name] = converted
     return out
+
+
+def _wall_clock(v: Any) -> Any:
+    """A zoned date-time as its own wall-clock time, without the zone; any other value as it is."""
+    if isinstance(v, dt.datetime) and v.tzinfo is not None:
+        return v.replace(tzinfo=None)  # a pd.Timestamp too (a subclass), nanoseconds kept
+    return v
+
+
+def _stored_dates(series: pd.Series) -> pd.Series | None:
+    """A declared ``date`` column with every zoned date-time as its own wall-clock time (None: none is zoned).
+
+    A zoned value made DuckDB store the whole column as TIMESTAMP WITH TIME ZONE, which the bounded copy reads as
+    dates in the zone of the process that builds it, while a column that one person's text (or plain date) turned
+    into text is read value by value, each zoned value at its own wall-clock date (DuckDB's cast of
+    ``'2020-01-01 03:00:00+05:30'`` to DATE ignores the offset). So one person's value moved everyone's date by a
+    day: 30 people's ``03:00 +05:30`` were 2019-12-31 on a UTC host, and 2020-01-01 once one more person's date
+    was text (red team s45, A1). Each value's own wall clock is what DuckDB's cast of its text gives, so a frame
+    and its CSV store the same dates on every engine and host."""
+    if isinstance(series.dtype, pd.DatetimeTZDtype):
+        return series.dt.tz_localize(None)
+    if series.dtype != object or not series.map(lambda v: isinstance(v, dt.datetime) and v.tzinfo is not None).any():
+        return None
+    return series.map(_wall_clock).astype(object)
 
 
 _NATIVE = {"int": "Int64", "float": "Float64", "bool": "boolean"}

@@ -233,6 +233,10 @@ def writer(policy: Policy | Path | str) -> Iterator[duckdb.DuckDBPyConnection]:
                 hint="Another process (e.g. `veil serve`) holds it; stop it and retry",
             ) from None
         try:
+            # one zone on every host: a column another tool stored as TIMESTAMP WITH TIME ZONE is read into the
+            # bounded copy's dates in the session's zone, which is the host's unless set (red team s45, A2); Spark
+            # sessions are pinned to UTC too (``veil.store.spark``)
+            con.execute("SET TimeZone = 'UTC'")
             yield con
         finally:
             con.close()
