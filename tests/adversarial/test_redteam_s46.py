@@ -230,6 +230,35 @@ class TestA1WholeRowOfATable:
             assert s.execute("SELECT COUNT(*) FROM (SELECT * EXCLUDE (n) FROM r) AS d").rows == ((2,),)
 
 
+def test_a1_by_construction_the_mirror_holds_only_the_declared_columns(tmp_path: Path) -> None:
+    """The lead's second line (after ``resolve``'s refusal): a public-only query runs on the public mirror, and the
+    mirror's copy of a table the policy declares public with a column list holds only those columns, so no
+    construct the refusal misses can hand the others out. A policy edit that declares another column makes the copy
+    stale: it is copied again, with that column, before the next query."""
+    from veil.policy import load_policy
+    from veil.proxy.session import QuerySession
+    from veil.store.warehouse import public_path, reader_cursor
+
+    policy = policy_with_tables(tmp_path, POLICY, public={"pub": _public()})
+
+    def mirrored() -> list[str]:
+        cur, _ = reader_cursor(public_path(policy))  # the connection public-only queries run on
+        sql = "SELECT column_name FROM information_schema.columns WHERE table_name = 'pub' ORDER BY ordinal_position"
+        return [r[0] for r in cur.execute(sql).fetchall()]
+
+    assert mirrored() == ["k"]
+    with QuerySession(policy, "a") as s:
+        assert sorted(s.execute("SELECT * FROM pub").rows) == [("a",), ("b",)]
+    edited = POLICY.replace(
+        '[tables.pub.columns]\nk = { type = "category" }', '[tables.pub.columns]\nk = { type = "category" }\nv = { type = "int" }'
+    )
+    assert edited != POLICY
+    (tmp_path / "policy.toml").write_text(edited, encoding="utf-8")
+    with QuerySession(load_policy(tmp_path / "policy.toml"), "a") as s:
+        assert sorted(s.execute("SELECT k, v FROM pub").rows) == [("a", 1), ("b", 2)]
+    assert mirrored() == ["k", "v"]
+
+
 # -- A2: settings in the startup packet ----------------------------------------------------------------------------
 
 

@@ -353,7 +353,8 @@ class Env:
             else:  # reading only: a table without Veil's stamp has no version, so no copy of it is current
                 written = engine.written_version(n)
                 version = None if written is None else f"written.{written}"
-            if version is not None and public.table_exists(n) and f"written.{public.written_version(n)}" == version:
+            current = None if version is None else warehouse.mirror_version(version, warehouse.mirror_columns(self.policy, n))
+            if current is not None and public.table_exists(n) and f"written.{public.written_version(n)}" == current:
                 continue
             if not engine.writes_warehouse:
                 stale.add(n)

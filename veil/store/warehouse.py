@@ -14,6 +14,7 @@ connection to a warehouse file in the process:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import threading
@@ -37,6 +38,8 @@ __all__ = [
     "Warehouse",
     "export_frame",
     "ingest_file",
+    "mirror_columns",
+    "mirror_version",
     "read_table",
     "reader",
     "reader_cursor",
@@ -554,8 +557,34 @@ def copy_to_public(policy: Policy, table: str, df: pd.DataFrame | None = None) -
         raise InputError(f"table name {table!r} is reserved for Veil's internal tables", hint="Choose another name")
     version = stamp_version(policy, table)
     frame = read_table(policy, table) if df is None else df
+    declared = mirror_columns(policy, table)
+    if declared is not None:  # only what the policy declares: no query on the mirror can name the rest
+        frame = frame[[c for c in declared if c in frame.columns]]
     with writer(public_path(policy)) as con:
-        _replace_from_frame(con, table, frame, version)
+        _replace_from_frame(con, table, frame, mirror_version(version, declared))
+
+
+def mirror_columns(policy: Policy, table: str) -> tuple[str, ...] | None:
+    """The columns the public mirror holds of ``table``: for a table the policy declares public with a column list,
+    those columns (the catalog lets no query name the others, and the mirror cannot hand them to a construct that
+    reads whole rows: red team s46 A1, ``SELECT t FROM t``, ``* EXCLUDE``); None: every column (a publication, whose
+    columns are all sanitised, or a public table declared without columns)."""
+    spec = policy.tables.get(table)
+    if spec is None or not spec.public or not spec.columns:
+        return None
+    return tuple(spec.columns)
+
+
+def mirror_version(version: str, columns: Sequence[str] | None) -> str:
+    """The version a mirror copy of ``version``'s rows carries: with its column list folded in, so a copy made
+    under another list of declared columns is stale (copied again) after a policy edit.
+
+    >>> mirror_version("ab12", None), mirror_version("ab12", ["k"]) == mirror_version("ab12", ["k"])
+    ('ab12', True)
+    """
+    if columns is None:
+        return version
+    return f"{version}c{hashlib.sha256(chr(0).join(columns).encode()).hexdigest()[:16]}"
 
 
 def drop_public(policy: Policy, table: str) -> None:
