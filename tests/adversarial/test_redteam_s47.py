@@ -356,3 +356,55 @@ def test_held_a_policy_edit_that_drops_a_column_takes_it_from_an_open_session_an
             s.execute("SELECT k, v FROM pub")
         assert sorted(s.execute("SELECT * FROM pub").rows) == [("a",), ("b",)]
         assert mirrored() == ["k"]
+
+
+# --- B4. A declared public table whose frame spells a column in another case ----------------------------------------
+
+
+class TestB4MirrorColumnsMatchAsDuckDBDoes:
+    """LOW (availability, every analyst; a curator's frame): since the mirror keeps only declared columns (580c42c),
+    a frame whose ``K`` is the declared ``k`` gave the mirror no column: the write failed after the warehouse had
+    committed it, and every analyst's query failed from then on (also those not naming the table) with a misleading
+    "a column holds values DuckDB cannot store together"; a frame of ``K`` and ``v`` lost ``k`` silently. DuckDB
+    matches names case-insensitively, so the copy does too (``warehouse._declared_only``)."""
+
+    def test_a_column_spelled_in_another_case_is_the_declared_one(self, tmp_path: Path) -> None:
+        from veil.proxy._testing import exact_session
+        from veil.store.warehouse import write_table
+
+        policy = _column_world(tmp_path)
+        write_table(policy, "pub", pd.DataFrame({"K": ["a", "c"], "V": [1, 3], "secretcol": [SECRET, SECRET]}), replace=True)
+        with exact_session(policy, "a") as s:
+            assert s.execute("SELECT COUNT(*) FROM t", epsilon=Fraction(1)).rows == ((20,),)
+            assert sorted(s.execute("SELECT * FROM pub").rows) == [("a", 1), ("c", 3)]
+
+    def test_a_frame_with_none_of_the_declared_columns_is_refused_before_anything_is_written(self, tmp_path: Path) -> None:
+        from veil.errors import InputError
+        from veil.proxy._testing import exact_session
+        from veil.store.warehouse import write_table
+
+        policy = _column_world(tmp_path)
+        with pytest.raises(InputError, match="none of the columns the policy declares"):
+            write_table(policy, "pub", pd.DataFrame({"z": ["a"], "secretcol": [SECRET]}), replace=True)
+        with exact_session(policy, "a") as s:
+            assert sorted(s.execute("SELECT k FROM pub").rows) == [("a",), ("b",)]
+
+    @pytest.mark.xfail(
+        strict=True,
+        reason="lead-owned veil/proxy/session.py: Env.catalog()/_copy_stale_public let one public table's failing "
+        "mirror copy fail every query; a copy that raises InputError should leave that table out of the catalog "
+        "(as a stale table is) so only queries naming it are refused",
+    )
+    def test_another_tools_table_without_declared_columns_fails_only_queries_naming_it(self, tmp_path: Path) -> None:
+        import duckdb
+
+        from veil.proxy._testing import exact_session
+
+        policy = _column_world(tmp_path)
+        con = duckdb.connect(str(policy.database_path))
+        try:
+            con.execute("CREATE OR REPLACE TABLE pub AS SELECT 'a' AS z, 'S' AS secretcol")
+        finally:
+            con.close()
+        with exact_session(policy, "a") as s:
+            assert s.execute("SELECT COUNT(*) FROM t", epsilon=Fraction(1)).rows == ((20,),)

@@ -325,6 +325,9 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
     public = public or (spec is not None and spec.public)
     if spec is not None:
         df = as_stored(df, spec)  # a column's stored type never follows one person's value
+    declared = mirror_columns(policy, table)
+    if declared is not None and policy.engine.kind != "spark":
+        _declared_only(df, table, declared)  # before anything is written: the mirror could not hold it
     if policy.engine.kind == "spark":
         # Spark has no writer lock: the raw write holds the output's claim, which a publication holds from its plan
         # to its finish, and checks again inside it (red team s35/s37: a raw write of seconds that began before a
@@ -559,9 +562,23 @@ def copy_to_public(policy: Policy, table: str, df: pd.DataFrame | None = None) -
     frame = read_table(policy, table) if df is None else df
     declared = mirror_columns(policy, table)
     if declared is not None:  # only what the policy declares: no query on the mirror can name the rest
-        frame = frame[[c for c in declared if c in frame.columns]]
+        frame = _declared_only(frame, table, declared)
     with writer(public_path(policy)) as con:
         _replace_from_frame(con, table, frame, mirror_version(version, declared))
+
+
+def _declared_only(frame: pd.DataFrame, table: str, declared: Sequence[str]) -> pd.DataFrame:
+    """``frame``'s columns the policy declares, under their declared names. Names match case-insensitively, as
+    DuckDB matches them (a frame's ``K`` is the declared ``k``: matched exactly, the mirror lost the column, and a
+    table of none made every analyst's query fail, red team s47 B4); a frame holding none of them is refused."""
+    spelled = {c.lower(): c for c in declared}
+    keep = {c: spelled[str(c).lower()] for c in frame.columns if str(c).lower() in spelled}
+    if not keep:
+        raise InputError(
+            f"table {table!r} holds none of the columns the policy declares for it ({', '.join(declared)})",
+            hint="Name the frame's columns as the policy does, or declare the table's columns in the policy",
+        )
+    return frame[list(keep)].rename(columns=keep)
 
 
 def mirror_columns(policy: Policy, table: str) -> tuple[str, ...] | None:
