@@ -23,6 +23,20 @@ Findings (each fixed in ``veil/store/declared_types.py``, ``_stored_dates``/``_w
 * B3 (LOW, the same side channel; an unlikely frame) one person's ``bytes`` value in a column of date texts made
   DuckDB store the whole column as BLOB, and the bounded copy's ``TRY_CAST(d AS DATE)`` read every person's date as
   NULL (30 → 0). Fix: bytes in a declared date column are read as UTF-8 text (missing when they are not).
+* B4 (LOW, availability for every analyst; a curator's frame; regression of 580c42c) the mirror kept the declared
+  columns by exact name: a frame whose ``K`` is the declared ``k`` gave the mirror no column, the write failed after
+  the warehouse had committed, and every query of every analyst failed from then on (a frame of ``K`` and ``v`` lost
+  ``k`` silently). Fixed in ``veil/store/warehouse.py`` (``_declared_only``: matched case-insensitively, as DuckDB
+  matches names, kept under the declared spelling; a frame holding none of them is refused before anything is
+  written). Left for the lead (``veil/proxy/session.py``, strict xfail below): a table *another tool* wrote without
+  any declared column still makes ``Env.catalog()`` raise on every query, also those not naming it — a mirror copy
+  that raises ``InputError`` in ``_copy_stale_public`` should put the table in ``stale`` (left out of the catalog,
+  refused only where named), as a worker's stale table is.
+* B5 (LOW, a silent wrong answer, charged; engines disagree; the same in both worlds) s45 A4's rewrite reached only
+  texts compared with a date: ``DATE '20000101'`` and ``CAST('2000-W01-3' AS DATE)`` were NULL on DuckDB (a count of
+  0), and ``TIMESTAMP '… +05:30'`` kept its wall clock on DuckDB while Spark applied the offset. Fixed in
+  ``veil/proxy/validate.py`` (``_convert_cast_text``: a text literal cast to DATE/TIMESTAMP is rewritten in ISO
+  form, an offset refused; a text Python does not read, ``'infinity'``, is left to the engine as before).
 
 Left (described, not fixed): a curator who parses texts with offsets into UTC instants before writing
 (``read_csv(dtype_backend="pyarrow")`` gives ``timestamp[s, tz=UTC]``) stores the UTC date, while the same CSV read
@@ -408,3 +422,36 @@ class TestB4MirrorColumnsMatchAsDuckDBDoes:
             con.close()
         with exact_session(policy, "a") as s:
             assert s.execute("SELECT COUNT(*) FROM t", epsilon=Fraction(1)).rows == ((20,),)
+
+
+# --- B5. A typed date literal bypassed s45 A4's conversion ---------------------------------------------------------
+
+
+class TestB5TypedDateLiterals:
+    """LOW (a silent wrong answer, charged; engines disagree; the same in both worlds): s45 A4 rewrote a *text
+    compared with a date* in ISO form and refused offsets, but a typed literal or a cast of a text constant reached
+    the engine as written: ``DATE '20000101'`` / ``DATE '2000-W01-3'`` were NULL on DuckDB (a count of 0 where
+    Python, and so validate, read a date), and ``TIMESTAMP '2020-01-01 03:00:00+05:30'`` was 03:00 on DuckDB and
+    21:30 the day before on Spark. Fix (``validate._convert_cast_text``): the same rewrite, the same refusal."""
+
+    def test_typed_literals_are_read_as_validate_reads_them(self, tmp_path: Path) -> None:
+        from veil.errors import TypeMismatch
+
+        days = pd.Series([dt.date(2020, 1, 1)] * 10 + [dt.date(2019, 12, 31)] * 10 + [dt.date(2000, 1, 5)] * 2)
+        s = _date_session(tmp_path, days)
+        try:
+            for sql, want in (
+                ("SELECT COUNT(*) FROM t WHERE d = DATE '20200101'", 10),
+                ("SELECT COUNT(*) FROM t WHERE d = CAST('20200101' AS DATE)", 10),
+                ("SELECT COUNT(*) FROM t WHERE d = DATE '2000-W01-3'", 2),
+                ("SELECT COUNT(*) FROM t WHERE d < TIMESTAMP '20200101T000000'", 12),
+            ):
+                assert s.execute(sql, epsilon=Fraction(1)).rows == ((want,),), sql
+            for sql in (
+                "SELECT COUNT(*) FROM t WHERE d < TIMESTAMP '2020-01-01 03:00:00+05:30'",
+                "SELECT COUNT(*) FROM t WHERE d = CAST('2020-01-01T03:00:00Z' AS DATE)",
+            ):
+                with pytest.raises(TypeMismatch):
+                    s.execute(sql, epsilon=Fraction(1))
+        finally:
+            s.close()
