@@ -456,6 +456,15 @@ def export_frame(df: pd.DataFrame, path: str | Path, *, replace: bool = False) -
     return p
 
 
+def _one_column_sep(path: Path) -> str | None:
+    """``","`` for a file whose header line holds no delimiter (one column), else None (sniffed). Sniffing a
+    one-column file picked a letter or a digit of it as the delimiter: ``x`` over ``0…4`` was read as the columns
+    ``Unnamed: 0``, ``Unnamed: 1``, and a policy's declared ``x`` was lost (red team s47, B4)."""
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        first = fh.readline()
+    return "," if not any(d in first for d in ",;\t| ") else None
+
+
 def _read_source(path: Path, text: frozenset[str] = frozenset()) -> pd.DataFrame:
     """The file's rows; in a CSV, the columns whose normalised names are in ``text`` are read as text, as written.
 
@@ -482,9 +491,10 @@ def _read_source(path: Path, text: frozenset[str] = frozenset()) -> pd.DataFrame
                 hint="Fix or remove those rows, or give the file a header line and ingest it as CSV",
             ) from None
     if suffix in (".csv", ".txt", ".data", ".tsv", ""):
-        header = pd.read_csv(path, sep=None, engine="python", nrows=0)
+        sep = _one_column_sep(path)
+        header = pd.read_csv(path, sep=sep, engine="python", nrows=0)
         as_text = {c: str for c in header.columns if normalise_name(str(c)) in text}
-        df = pd.read_csv(path, sep=None, engine="python", skipinitialspace=True, na_values=["?"], dtype=as_text or None)
+        df = pd.read_csv(path, sep=sep, engine="python", skipinitialspace=True, na_values=["?"], dtype=as_text or None)
         if all(str(c).strip().lstrip("-").replace(".", "").isdigit() for c in df.columns):
             raise InputError(
                 f"{str(path)!r} has no header row (first line {list(df.columns)[:3]}…)",
