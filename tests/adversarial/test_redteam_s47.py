@@ -28,10 +28,13 @@ Findings (each fixed in ``veil/store/declared_types.py``, ``_stored_dates``/``_w
   the warehouse had committed, and every query of every analyst failed from then on (a frame of ``K`` and ``v`` lost
   ``k`` silently). Fixed in ``veil/store/warehouse.py`` (``_declared_only``: matched case-insensitively, as DuckDB
   matches names, kept under the declared spelling; a frame holding none of them is refused before anything is
-  written). Left for the lead (``veil/proxy/session.py``, strict xfail below): a table *another tool* wrote without
-  any declared column still makes ``Env.catalog()`` raise on every query, also those not naming it — a mirror copy
-  that raises ``InputError`` in ``_copy_stale_public`` should put the table in ``stale`` (left out of the catalog,
-  refused only where named), as a worker's stale table is.
+  written). ``veil ingest`` of a one-column CSV had the same effect (pandas' sniffer took a character of the header
+  as the delimiter: ``x`` became ``Unnamed: 0``/``Unnamed: 1``; ``tests/proxy/test_prepared_copies.py::
+  test_veil_ingest_of_a_public_table_builds_nothing`` failed on main since 580c42c): a header without a delimiter is
+  one column (``warehouse._one_column_sep``). Left for the lead (``veil/proxy/session.py``, strict xfail below): a
+  table *another tool* wrote without any declared column still makes ``Env.catalog()`` raise on every query, also
+  those not naming it — a mirror copy that raises ``InputError`` in ``_copy_stale_public`` should put the table in
+  ``stale`` (left out of the catalog, refused only where named), as a worker's stale table is.
 * B5 (LOW, a silent wrong answer, charged; engines disagree; the same in both worlds) s45 A4's rewrite reached only
   texts compared with a date: ``DATE '20000101'`` and ``CAST('2000-W01-3' AS DATE)`` were NULL on DuckDB (a count of
   0), and ``TIMESTAMP '… +05:30'`` kept its wall clock on DuckDB while Spark applied the offset. Fixed in
@@ -42,7 +45,10 @@ Left (described, not fixed): a curator who parses texts with offsets into UTC in
 (``read_csv(dtype_backend="pyarrow")`` gives ``timestamp[s, tz=UTC]``) stores the UTC date, while the same CSV read
 with one unparseable value stays text and stores the wall-clock date: the per-person values differ before Veil sees
 them (the parser decided for the whole column), so no stored-form rule can undo it. ``veil ingest`` of the CSV
-itself is unaffected (texts). docs/policy.md could say: keep zoned values zoned (or as text) in a declared date column.
+itself is unaffected (texts); docs/policy.md now says so. A column *another tool* stored as TIMESTAMP_NS is read into
+the bounded copy with DuckDB's rounding cast (``23:59:59.9999995`` → the next day): per value, the same whatever the
+other rows (no neighbour witness), and Spark truncates — a conformance gap; fix (``veil/proxy/bounding.py``, the
+declared date read): ``TRY_CAST(TRY_CAST(d AS VARCHAR) AS DATE)`` for a stored TIMESTAMP_NS column.
 
 Held (pinned below): on the public path (the mirror) and the private path (the warehouse: bounded copy, typed
 public reads) no construct read a column the catalog does not list — ``COLUMNS(*)``/``COLUMNS('re')``,
