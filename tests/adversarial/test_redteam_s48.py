@@ -239,7 +239,7 @@ class TestA1LoginSettingsDoNotSurviveAReset:
 @pytest.mark.xfail(
     strict=True,
     reason="A2: end_transaction puts back the pre-transaction value over a later SET/RESET/DISCARD ALL of the "
-    "same transaction (settings.py: set/reset drop the name from _transaction_local; DISCARD ALL in a block: 25001)",
+    "same transaction (settings.py: set/reset drop the name from _transaction_local, reset('all') clears it)",
 )
 class TestA2CommitUndoesALaterSessionSet:
     """LOW: the SET after a SET LOCAL is what PostgreSQL keeps after COMMIT; Veil keeps what was there before."""
