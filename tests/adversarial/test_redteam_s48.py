@@ -9,8 +9,8 @@ never silently more. In every finding below ``SHOW`` and the ledger agree (the c
 of the query): what differs is what the client asked for, by PostgreSQL's rules, and what it is charged. No privacy
 loss (the ledger is honest); the analyst's budget is spent up to 5,000× faster than asked, without a word.
 
-Findings (each a class below, marked ``xfail(strict=True)``: every fix is in lead-owned ``veil/server/settings.py``,
-``session.py`` or ``connection.py``):
+Findings (each a class below; all fixed by the lead from this round's prototype, in ``veil/server/settings.py``,
+``session.py`` and ``connection.py``):
 
 * A1 (MEDIUM, budget drain with a standard driver pool; wire) a setting given at login does not survive a reset.
   PostgreSQL makes a value from the startup packet (``options='-c …'`` or a startup parameter) the session's
@@ -65,9 +65,8 @@ Findings (each a class below, marked ``xfail(strict=True)``: every fix is in lea
   ``tx_status`` is ``I`` at its end, call ``session.settings.end_transaction()``, and pass ``in_transaction=True``
   for a ``SET LOCAL`` inside such a string (a single ``SET LOCAL`` keeps red team s40's session-wide reading).
 
-Every fix above was checked with a prototype (not committed: lead-owned files; ~60 lines over ``settings.py``,
-``session.py`` and ``connection.py``): this file passes with ``--runxfail``, and so do ``tests/server/``
-``test_held``/``test_protocol``/``test_savepoints``/``test_setting_names`` and red team s24/s27/s36/s40/s46.
+Every fix above was first checked with the red team's prototype (~60 lines over ``settings.py``, ``session.py`` and
+``connection.py``), which the lead landed.
 
 Held (pinned below): ``SET LOCAL`` through the extended protocol and a psycopg pipeline inside a transaction charges
 what ``SHOW`` says and ends at ``COMMIT``; a failed transaction's ``ROLLBACK`` ends it too; startup spellings
@@ -186,11 +185,6 @@ def _charge(conn: Any, world: Path) -> Fraction:
 # -- A1: login settings do not survive a reset ---------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="A1: RESET/RESET ALL/DISCARD ALL go back to the policy default, not to the login's value (settings.py, "
-    "session.py init: keep the startup settings as the session's reset values)",
-)
 class TestA1LoginSettingsDoNotSurviveAReset:
     """MEDIUM: asyncpg's pool resets each connection handed back with RESET ALL; its server_settings then stop."""
 
@@ -236,11 +230,6 @@ class TestA1LoginSettingsDoNotSurviveAReset:
 # -- A2: COMMIT undoes a session SET made after a SET LOCAL -------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="A2: end_transaction puts back the pre-transaction value over a later SET/RESET/DISCARD ALL of the "
-    "same transaction (settings.py: set/reset drop the name from _transaction_local, reset('all') clears it)",
-)
 class TestA2CommitUndoesALaterSessionSet:
     """LOW: the SET after a SET LOCAL is what PostgreSQL keeps after COMMIT; Veil keeps what was there before."""
 
@@ -278,11 +267,6 @@ class TestA2CommitUndoesALaterSessionSet:
 # -- A3: ROLLBACK TO SAVEPOINT keeps a SET LOCAL made after the savepoint ------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="A3: ROLLBACK TO SAVEPOINT does not undo settings (session.py _savepoint: snapshot at SAVEPOINT, "
-    "restore at ROLLBACK TO)",
-)
 class TestA3RollbackToSavepointKeepsSetLocal:
     """LOW: psycopg's nested transaction block that failed leaves its SET LOCAL charging the outer block."""
 
@@ -303,11 +287,6 @@ class TestA3RollbackToSavepointKeepsSetLocal:
 # -- A4: a refused SET has already changed the setting -------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="A4: SessionSettings.set assigns epsilon/show_ci/statement_timeout before held.check_setting refuses "
-    "(settings.py: check first)",
-)
 class TestA4ARefusedSetIsApplied:
     """LOW: '53400 too many parameters set', and yet the ε of the failed SET is charged."""
 
@@ -361,11 +340,6 @@ def _login_show(port: int, extra: dict[str, str]) -> str | None:
         sock.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="A5: options are applied after the startup parameters (PostgreSQL: before), and an OPTIONS key is "
-    "ignored whole (settings.py startup_settings)",
-)
 class TestA5StartupPrecedence:
     def test_a_startup_parameter_wins_over_options_as_in_postgresql(self, server: Any) -> None:
         for extra in (
@@ -383,11 +357,6 @@ class TestA5StartupPrecedence:
 # -- A6: SET LOCAL in a multi-statement Query ---------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="A6: a multi-statement simple Query is not an implicit transaction block for SET LOCAL (connection.py "
-    "_handle_simple_query: end_transaction at the end of the string)",
-)
 class TestA6SetLocalInAMultiStatementQuery:
     def test_set_local_ends_with_its_query_string(self, server: Any, world: Path) -> None:
         conn = wire_connect(server.port, "a")

@@ -425,8 +425,16 @@ class VeilConnection(Connection):
             await self._handle_close(parsed)
 
     async def _handle_simple_query(self, sql: str) -> None:
-        for r in await self.session.split(sql):
-            await self._simple_one(r)
+        routes = await self.session.split(sql)
+        implicit = sum(r.kind != "empty" for r in routes) > 1  # PostgreSQL: one implicit transaction block
+        self.session.implicit_block = implicit
+        try:
+            for r in routes:
+                await self._simple_one(r)
+        finally:
+            self.session.implicit_block = False
+            if implicit and self.tx_status == b"I":
+                self.session.settings.end_transaction()
 
     async def _simple_one(self, r: Route) -> None:
         if r.kind == "empty":
