@@ -264,8 +264,9 @@ class VeilConnection(Connection):
             self.stream.max_message = self.server.limits.max_message_bytes
             try:  # read before the login completes: a setting Veil cannot apply ends it, as PostgreSQL's FATAL does
                 self.startup_settings = startup_settings(self.startup_params)
-            except VeilError as exc:
-                await fatal(self.stream, exc.sqlstate, exc.message, exc.hint)
+            except VeilError as exc:  # its message quotes the value: at most a few hundred characters of it
+                message = exc.message if len(exc.message) <= 300 else exc.message[:300] + "…"
+                await fatal(self.stream, exc.sqlstate, message, exc.hint)
                 return
             await self._send_startup_completion()
             try:
