@@ -56,8 +56,9 @@ Findings:
   engine's, which rows may decide), and ``table(build=False)`` raises it instead of ``CopyNotReady``; the key is
   read after the look, whose first statement may open the reader and move its generation from 0 to 1 (the
   in-process witness found that: the reason was stored under generation 0 and never found).
-* A4 (LOW, login availability; witnesses ``test_a4_…``, strict xfail: the fix is in lead-owned
-  ``veil/server/limits.py`` and ``shared.py``) — an analyst's own successful logins push another analyst's trusted
+* A4 (LOW, login availability; witnesses ``test_a4_…``; fixed by the lead: ``LoginThrottle`` keeps trusted pairs
+  per user (``TRUSTED_PER_USER``), ``SharedLoginThrottle`` buckets them by the user's keyed hash) — an analyst's
+  own successful logins push another analyst's trusted
   pair out. Trusted pairs exempt a user's logins from her known address from the user and address backoff ("no
   lockout from known addresses"); failures never evict them (s20 A7), but the table is one LRU of 10,000 pairs
   (``LoginThrottle``), or 16,384 in buckets of 4 chosen by the *pair's* keyed hash (``SharedLoginThrottle``), and
@@ -421,27 +422,33 @@ def _trusted_pair_survives(throttle: LoginBackoff, logins: int) -> tuple[float, 
     return before, throttle.delay("198.51.100.7", "alice", now)
 
 
-_A4 = (
-    "red team s44 A4: trusted pairs are one LRU table (10,000; shared: buckets of 4 by the pair's hash) that any "
-    "analyst's successful logins fill; fix in lead-owned veil/server/limits.py and shared.py (evict only the same "
-    "user's pairs)"
-)
-
-
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=_A4)
 def test_a4_another_analysts_logins_do_not_untrust_a_pair() -> None:
     """One process, the production table (10,000 trusted pairs): 10,000 logins of mallory's from new addresses."""
     assert _trusted_pair_survives(LoginThrottle(base=0.25, maximum=30.0), 10_000) == (0.0, 0.0)
 
 
-@pytest.mark.xfail(strict=True, reason=_A4)
 def test_a4_another_analysts_logins_do_not_untrust_a_pair_across_workers() -> None:
-    """``--processes N``'s shared table, made small (64 slots, buckets of 4; the real one, 16,384, fell to 40,000
-    logins in one in-process run of 29 s)."""
+    """``--processes N``'s shared table, made small (64 slots; the real one, 16,384 in buckets of 4 by the pair's
+    hash, fell to 40,000 logins in one in-process run of 29 s). Since the fix, trusted pairs are bucketed by their
+    user's keyed hash (buckets of 16): two users share a bucket with probability 16 / slots (1/1,024 in production,
+    the key drawn per server start, so nobody chooses), and only then can one's logins push out the other's pairs.
+    The witness draws keys until alice and mallory are in different buckets, as almost every start has them."""
+    import ctypes
+    import os
+
+    from veil.server.limits import user_key
+
     state = SharedState(multiprocessing.get_context("spawn"), ServerLimits(), throttle_slots=64)
     try:
-        assert _trusted_pair_survives(SharedLoginThrottle(state, base=0.25, maximum=30.0), 1_000) == (0.0, 0.0)
+        throttle = SharedLoginThrottle(state, base=0.25, maximum=30.0)
+
+        def first_slot(user: str) -> int:
+            return ctypes.addressof(throttle._bucket(state.trusted, state.digest(user_key(user)), 16)[0])
+
+        while first_slot("alice") == first_slot("mallory"):
+            state.salt = os.urandom(16)
+        assert _trusted_pair_survives(throttle, 1_000) == (0.0, 0.0)
     finally:
         state.close_lock()
 

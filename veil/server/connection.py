@@ -264,8 +264,9 @@ class VeilConnection(Connection):
             self.stream.max_message = self.server.limits.max_message_bytes
             try:  # read before the login completes: a setting Veil cannot apply ends it, as PostgreSQL's FATAL does
                 self.startup_settings = startup_settings(self.startup_params)
-            except VeilError as exc:
-                await fatal(self.stream, exc.sqlstate, exc.message, exc.hint)
+            except VeilError as exc:  # its message quotes the value: at most a few hundred characters of it
+                message = exc.message if len(exc.message) <= 300 else exc.message[:300] + "…"
+                await fatal(self.stream, exc.sqlstate, message, exc.hint)
                 return
             await self._send_startup_completion()
             try:
@@ -425,8 +426,16 @@ class VeilConnection(Connection):
             await self._handle_close(parsed)
 
     async def _handle_simple_query(self, sql: str) -> None:
-        for r in await self.session.split(sql):
-            await self._simple_one(r)
+        routes = await self.session.split(sql)
+        implicit = sum(r.kind != "empty" for r in routes) > 1  # PostgreSQL: one implicit transaction block
+        self.session.implicit_block = implicit
+        try:
+            for r in routes:
+                await self._simple_one(r)
+        finally:
+            self.session.implicit_block = False
+            if implicit and self.tx_status == b"I":
+                self.session.settings.end_transaction()
 
     async def _simple_one(self, r: Route) -> None:
         if r.kind == "empty":

@@ -115,10 +115,14 @@ def startup_settings(params: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     >>> startup_settings({"user": "a", "options": "-c veil.epsilon=0.001 --statement-timeout=5s", "TimeZone": "UTC"})
     (('veil.epsilon', '0.001'), ('statement_timeout', '5s'))
     """
+    for k, v in params.items():
+        if k.lower() in _PROTOCOL_KEYS and k not in _PROTOCOL_KEYS and "veil" in v.lower():
+            raise _unknown(k)  # PostgreSQL reads only ``options`` so spelled (red team s48 A5)
     pairs = [(k, v) for k, v in params.items() if k.lower() not in _PROTOCOL_KEYS]
     probe = SessionSettings(values={})
     out: list[tuple[str, str]] = []
-    for key, value in [*pairs, *_startup_options(params.get("options", ""))]:
+    # PostgreSQL applies ``options`` first and the packet's own parameters after them (process_startup_options)
+    for key, value in [*_startup_options(params.get("options", "")), *pairs]:
         name = key.strip().lower()
         if name.startswith("veil.") or name == "statement_timeout":
             probe.set(name, value, apply=True)  # the refusals of SET
@@ -164,6 +168,8 @@ class SessionSettings:
     statement_timeout: float = 0.0  # seconds; 0: the server's limit only
     #: name → (its typed value, its SHOW text) before this transaction's first ``SET LOCAL`` of it
     _transaction_local: dict[str, tuple[Any, str | None]] = field(default_factory=dict)
+    #: the values given at login: what RESET, RESET ALL and DISCARD ALL go back to (PostgreSQL's reset values)
+    login: dict[str, str] = field(default_factory=dict)
 
     # --- SET / RESET ---------------------------------------------------------------------
     def set_statement(self, sql: str, *, apply: bool, in_transaction: bool = False) -> Result:
@@ -175,6 +181,8 @@ class SessionSettings:
             name, value = setting_name(match.group(2)), match.group(3).strip().strip("'\"")
             if apply and in_transaction and match.group(1):
                 self._keep_for_transaction_end(name)
+            elif apply:
+                self._transaction_local.pop(name, None)  # a session SET holds after COMMIT
             if value.upper() == "DEFAULT":
                 if apply:
                     self.reset(name)
@@ -190,10 +198,17 @@ class SessionSettings:
         if not match:
             raise ParseError(f"cannot read {sql!r}", hint="Write RESET <name> or RESET ALL")
         if apply:
-            self.reset(setting_name(match.group(1)))
+            name = setting_name(match.group(1))
+            self.reset(name)
+            if name == "all":
+                self._transaction_local.clear()
+            else:
+                self._transaction_local.pop(name, None)
         return Result(None, [], "RESET")
 
     def set(self, name: str, value: str, *, apply: bool) -> None:
+        if apply:
+            held.check_setting(self.values, name, value)  # before anything changes: a refused SET changes nothing
         if name.startswith("veil."):
             key = name[5:]
             if key == "epsilon":
@@ -215,13 +230,22 @@ class SessionSettings:
             if apply:
                 self.statement_timeout = seconds
         if apply:
-            held.check_setting(self.values, name, value)  # red team s24 A9: any name, any value, remembered
             self.values[name] = value
 
     def _keep_for_transaction_end(self, name: str) -> None:
         if name not in self._transaction_local:  # the value before the transaction's first SET LOCAL of it
             typed = {"veil.epsilon": self.epsilon, "veil.show_ci": self.show_ci, "statement_timeout": self.statement_timeout}
             self._transaction_local[name] = (typed.get(name), self.values.get(name))
+
+    def snapshot(self) -> tuple[Any, ...]:
+        """Everything a ``ROLLBACK TO SAVEPOINT`` puts back."""
+        return (self.epsilon, self.show_ci, self.statement_timeout, dict(self.values), dict(self._transaction_local))
+
+    def restore(self, snap: tuple[Any, ...]) -> None:
+        self.epsilon, self.show_ci, self.statement_timeout = snap[0], snap[1], snap[2]
+        self.values.clear()
+        self.values.update(snap[3])
+        self._transaction_local = dict(snap[4])
 
     def end_transaction(self) -> None:
         """``COMMIT``/``ROLLBACK``: each ``SET LOCAL`` of the transaction is undone."""
@@ -242,6 +266,12 @@ class SessionSettings:
         if name == "all":
             self.epsilon, self.show_ci, self.statement_timeout = None, False, 0.0
             self.values.clear()
+            self._transaction_local.clear()  # COMMIT puts nothing back over it
+            for n, v in self.login.items():
+                self.set(n, v, apply=True)
+            return
+        if name in self.login:
+            self.set(name, self.login[name], apply=True)
             return
         if name == "veil.epsilon":
             self.epsilon = None
