@@ -31,10 +31,10 @@ Findings (each fixed in ``veil/store/declared_types.py``, ``_stored_dates``/``_w
   written). ``veil ingest`` of a one-column CSV had the same effect (pandas' sniffer took a character of the header
   as the delimiter: ``x`` became ``Unnamed: 0``/``Unnamed: 1``; ``tests/proxy/test_prepared_copies.py::
   test_veil_ingest_of_a_public_table_builds_nothing`` failed on main since 580c42c): a header without a delimiter is
-  one column (``warehouse._one_column_sep``). Left for the lead (``veil/proxy/session.py``, strict xfail below): a
-  table *another tool* wrote without any declared column still makes ``Env.catalog()`` raise on every query, also
-  those not naming it — a mirror copy that raises ``InputError`` in ``_copy_stale_public`` should put the table in
-  ``stale`` (left out of the catalog, refused only where named), as a worker's stale table is.
+  one column (``warehouse._one_column_sep``). Fixed by the lead (``veil/proxy/session.py``): a
+  table *another tool* wrote without any declared column made ``Env.catalog()`` raise on every query, also those
+  not naming it; a mirror copy that raises ``InputError`` in ``_copy_stale_public`` now leaves the table unserved
+  (out of the catalog, refused only where named, with the copy's reason), as a worker's stale table is.
 * B5 (LOW, a silent wrong answer, charged; engines disagree; the same in both worlds) s45 A4's rewrite reached only
   texts compared with a date: ``DATE '20000101'`` and ``CAST('2000-W01-3' AS DATE)`` were NULL on DuckDB (a count of
   0), and ``TIMESTAMP '… +05:30'`` kept its wall clock on DuckDB while Spark applied the offset. Fixed in
@@ -409,12 +409,6 @@ class TestB4MirrorColumnsMatchAsDuckDBDoes:
         with exact_session(policy, "a") as s:
             assert sorted(s.execute("SELECT k FROM pub").rows) == [("a",), ("b",)]
 
-    @pytest.mark.xfail(
-        strict=True,
-        reason="lead-owned veil/proxy/session.py: Env.catalog()/_copy_stale_public let one public table's failing "
-        "mirror copy fail every query; a copy that raises InputError should leave that table out of the catalog "
-        "(as a stale table is) so only queries naming it are refused",
-    )
     def test_another_tools_table_without_declared_columns_fails_only_queries_naming_it(self, tmp_path: Path) -> None:
         import duckdb
 

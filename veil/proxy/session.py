@@ -36,7 +36,7 @@ from veil.engines import open_engine
 from veil.engines.base import Engine, Result, output_type
 from veil.engines.duckdb import DuckDBEngine
 from veil.engines.neutral import duckdb_text
-from veil.errors import CopyNotReady, InternalError, PolicyError, QueryRejected, UnknownTable, Unsupported
+from veil.errors import CopyNotReady, InputError, InternalError, PolicyError, QueryRejected, UnknownTable, Unsupported
 from veil.mechanisms.budget import as_epsilon, format_epsilon
 from veil.policy import Policy, file_stamp, load_policy
 from veil.proxy import bounding, fixed_point, pipeline, plan_cache
@@ -300,10 +300,10 @@ class Env:
             # (and its recovery) puts one there, so a half-done publication can never expose the table
             # its output name still holds in the warehouse
             declared = [n for n, t in policy.tables.items() if t.public]
-            copied, stale = self._copy_stale_public(declared)
+            copied, unserved = self._copy_stale_public(declared)
             if copied:
                 public.update({n: dict(self.public_engine.table_columns(n)) for n in declared})
-            for n in stale:  # a mirror copy this process may not renew: the table is not served (sync_public says why)
+            for n in unserved:  # no current mirror copy: the table is not served (sync_public says why)
                 public.pop(n, None)
             self._catalog = build_catalog(policy, {n: c for n, c in public.items() if c})
         return self._catalog
@@ -311,24 +311,22 @@ class Env:
     def sync_public(self, tables: Iterable[str]) -> None:
         """Before a query naming ``tables`` is resolved: the mirror's copy of each one the policy declares public
         is the warehouse's current version (else copied again, and the catalog rebuilt)."""
-        copied, stale = self._copy_stale_public(
+        copied, unserved = self._copy_stale_public(
             [t for t in tables if (spec := self.policy.tables.get(t)) is not None and spec.public]
         )
-        if stale:
-            names = ", ".join(sorted(stale))
-            raise PolicyError(
-                f"table {names} was declared public, or replaced, since veil serve started, and its worker processes "
-                "do not write the warehouse's public copy",
-                hint="Restart veil serve (it copies every declared public table before its workers start)",
-            )
+        if unserved:
+            message, hint = unserved[min(unserved)]
+            raise PolicyError(message, hint=hint)
         if copied:
             self._catalog = None
 
-    def _copy_stale_public(self, tables: Sequence[str]) -> tuple[bool, frozenset[str]]:
+    def _copy_stale_public(self, tables: Sequence[str]) -> tuple[bool, dict[str, tuple[str, str]]]:
         """Copy into the public mirror each of ``tables`` (declared public) whose mirror copy is absent or is not
-        the warehouse's current version. Returns whether any was copied, and the tables whose copy is absent or
-        stale but which this process may not write (a ``veil serve --processes N`` worker: the warehouse is the
-        parent's, and its writer would fail for every query, red team s44 A2): they are not served.
+        the warehouse's current version. Returns whether any was copied, and — with the reason and what to do —
+        the tables left without a current copy: ones this process may not write (a ``veil serve --processes N``
+        worker: the warehouse is the parent's, and its writer would fail for every query, red team s44 A2), and
+        ones whose copy is refused (a table another tool wrote holding none of its declared columns, red team s47
+        B4). They are not served; only a query naming one is refused.
 
         A private query joins a public table as the warehouse holds it, while its join multiplicities, key domains
         and text lengths are measured on the mirror: the two must hold the same rows (red team s23, A1: a table
@@ -338,13 +336,13 @@ class Env:
         *published* table never comes here: only the publish transaction (and its recovery) puts one in the
         mirror, so a half-done publication can never expose the table its output name still holds."""
         if not tables:
-            return False, frozenset()  # no public table named: the public engine is not even opened
+            return False, {}  # no public table named: the public engine is not even opened
         public, engine = self.public_engine, self.engine
         if not (isinstance(public, DuckDBEngine) and isinstance(engine, DuckDBEngine)):
-            return False, frozenset()  # Spark: public tables are read from the same database the queries run on
+            return False, {}  # Spark: public tables are read from the same database the queries run on
         from veil.store import warehouse
 
-        copied, stale = False, set()
+        copied, unserved = False, {}
         for n in tables:
             if not engine.table_exists(n):
                 continue
@@ -357,11 +355,19 @@ class Env:
             if current is not None and public.table_exists(n) and f"written.{public.written_version(n)}" == current:
                 continue
             if not engine.writes_warehouse:
-                stale.add(n)
+                unserved[n] = (
+                    f"table {n} was declared public, or replaced, since veil serve started, and its worker processes "
+                    "do not write the warehouse's public copy",
+                    "Restart veil serve (it copies every declared public table before its workers start)",
+                )
                 continue
-            warehouse.copy_to_public(self.policy, n)
+            try:
+                warehouse.copy_to_public(self.policy, n)
+            except InputError as exc:
+                unserved[n] = (exc.message, exc.hint or "Ask the curator to load the table again with veil ingest")
+                continue
             copied = True
-        return copied, frozenset(stale)
+        return copied, unserved
 
     def with_catalog(self, fn: Callable[[Catalog], T]) -> T:
         """``fn(catalog)``; once more with a fresh catalog when a table is unknown (published since)."""
