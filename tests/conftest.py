@@ -13,14 +13,38 @@ import pytest
 
 os.environ.setdefault("VEIL_PROGRESS", "0")
 
-try:  # keep torch to one thread in tests (library code never does this)
-    import torch
-
-    torch.set_num_threads(1)
-except ImportError:  # pragma: no cover
-    pass
-
 from veil.datasets import shared_data_dir
+
+
+class _TorchOneThread:
+    """Keeps torch to one thread in tests (library code never does this), set as torch is first imported: importing
+    torch here cost every pytest process (xdist's controller too, before its workers start) 3-5 s; most never use
+    it. A meta-path finder that lets the normal finders find torch and runs ``set_num_threads(1)`` right after
+    its module body."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> object:
+        if name != "torch":
+            return None
+        import importlib.util
+
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        loader = getattr(spec, "loader", None)
+        if loader is not None and hasattr(loader, "exec_module"):
+            exec_module = loader.exec_module
+
+            def exec_then_one_thread(module: object) -> None:
+                exec_module(module)
+                module.set_num_threads(1)  # type: ignore[attr-defined]
+
+            loader.exec_module = exec_then_one_thread
+        return spec
+
+
+if "torch" in sys.modules:  # pragma: no cover - imported before the conftest (a plugin)
+    sys.modules["torch"].set_num_threads(1)
+else:
+    sys.meta_path.insert(0, _TorchOneThread())  # type: ignore[arg-type]
 
 #: The false-failure rate of every statistical test (each test asserts a correct sampler passes with
 #: probability ≥ 1 − STAT_ALPHA, and checks power: the same test must reject a scale off by ±30%).
