@@ -29,11 +29,14 @@ demo: $(STAMP)
 # The gates (also in .pre-commit-config.yaml), then the whole suite. `.ci/run` calls this.
 # Two passes: every test that does not read a clock on $(WORKERS) pytest-xdist workers (one module per worker at a
 # time; all Spark tests on one worker, so one JVM starts), then the tests that do (marked `timing` at collection,
-# tests/conftest.py) alone, so no worker beside them can make a timing assertion fail.
+# tests/conftest.py) alone, so no worker beside them can make a timing assertion fail. The first pass writes the
+# files that hold timing tests (VEIL_TIMING_FILES), and the second collects only those (without the list: all).
 WORKERS ?= 2
 test: gates
-	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup -m "not timing"
-	$(BIN)/python -m pytest -q -m timing
+	list=$$(mktemp) || exit 1; \
+	VEIL_TIMING_FILES=$$list $(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup -m "not timing" && \
+	$(BIN)/python -m pytest -q -m timing $$(cat "$$list"); \
+	rc=$$?; rm -f "$$list"; exit $$rc
 
 # The inner loop: the gates' fast half and the tests not marked slow.
 test-fast: lint

@@ -214,11 +214,27 @@ def _in_spark_group(nodeid: str) -> bool:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    timing_files: set[str] = set()
     for item in items:
         if item.nodeid in SLOW_DOCTESTS:
             item.add_marker(pytest.mark.slow)
         if item.path.suffix == ".py" and "tests" in item.path.parts and _item_reads_a_clock(item):
             item.add_marker(pytest.mark.timing)
+            timing_files.add(item.nodeid.split("::", 1)[0])
+    _write_timing_files(timing_files)
+
+
+def _write_timing_files(files: set[str]) -> None:
+    """With ``VEIL_TIMING_FILES`` set, write the test files that hold a ``timing`` test there, one a line: ``make
+    test``'s parallel pass writes it (each worker the same list), and the timing pass collects only those files
+    (17 → 5 s of collection: the other modules' imports and clock scans, and every doctest of ``veil/``, which
+    never hold a timing test)."""
+    target = os.environ.get("VEIL_TIMING_FILES")
+    if not target:
+        return
+    partial = Path(f"{target}.{os.getpid()}")
+    partial.write_text("".join(f"{f}\n" for f in sorted(files)), encoding="utf-8")
+    os.replace(partial, target)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
