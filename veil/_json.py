@@ -6,6 +6,8 @@
 {'a': 3, 'b': [0.5, None]}
 >>> to_jsonable(float("inf"), nan_as_null=False)
 inf
+>>> to_jsonable([float("-inf"), float("nan")], nonfinite_as_text=True)
+['-Infinity', 'NaN']
 """
 
 from __future__ import annotations
@@ -20,8 +22,15 @@ import pandas as pd
 __all__ = ["to_jsonable"]
 
 
-def to_jsonable(obj: Any, *, nan_as_null: bool = True) -> Any:
-    """Plain JSON values for ``obj``; non-finite floats become None unless ``nan_as_null`` is False."""
+_SPELLING = {math.inf: "Infinity", -math.inf: "-Infinity"}
+
+
+def to_jsonable(obj: Any, *, nan_as_null: bool = True, nonfinite_as_text: bool = False) -> Any:
+    """Plain JSON values for ``obj``; non-finite floats become None unless ``nan_as_null`` is False, or — with
+    ``nonfinite_as_text`` — the texts PostgreSQL's ``to_json`` gives them (``"Infinity"``, ``"-Infinity"``, ``"NaN"``),
+    which strict JSON readers accept and which no finite value is confused with."""
+    if nonfinite_as_text:
+        return _nonfinite_as_text(to_jsonable(obj, nan_as_null=False))
     if obj is None or isinstance(obj, (str, bool)):
         return obj
     if isinstance(obj, int) and not isinstance(obj, bool):
@@ -42,3 +51,13 @@ def to_jsonable(obj: Any, *, nan_as_null: bool = True) -> Any:
     if hasattr(obj, "isoformat"):
         return obj.isoformat()
     return str(obj)
+
+
+def _nonfinite_as_text(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return _SPELLING.get(value, "NaN")
+    if isinstance(value, dict):
+        return {k: _nonfinite_as_text(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nonfinite_as_text(v) for v in value]
+    return value

@@ -283,6 +283,26 @@ def test_a3_the_log_and_the_answer_cache_keep_what_was_sent(world: Any, key: str
     assert repeat.cached and repeat.rows == first.rows, f"the free repeat says {repeat.rows}, the answer said {first.rows}"
 
 
+def test_a3_releases_show_prints_the_logged_non_finite_values(world: Any) -> None:
+    """`veil releases --show ID` (what an auditor reads) shows ±inf as PostgreSQL's to_json spells it, not as the
+    ``null`` a NULL group is shown as, and stays strict JSON."""
+    import json
+
+    from click.testing import CliRunner
+
+    from veil.cli.main import cli
+
+    sql = "SELECT EXP(x) AS g, COUNT(*) AS shown FROM p GROUP BY EXP(x)"  # not an earlier test's (a free repeat)
+    with exact_session(world, "a") as s:
+        release_id = s.execute(sql, epsilon=0.5).release_id
+    assert release_id is not None
+    out = CliRunner().invoke(cli, ["releases", "--policy", str(world.path), "--show", str(release_id)])
+    assert out.exit_code == 0, out.output
+    shown = json.loads(out.output, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    groups = [st["group"] for st in shown["statistics"]]
+    assert ["Infinity"] in groups and [None] in groups, f"the groups shown: {groups}"
+
+
 # -- A4: every catalog build read every answer ever logged ------------------------------------------------------
 
 

@@ -90,3 +90,74 @@ def test_a_quoted_set_changes_the_charge_on_the_wire(port: int) -> None:
         conn.execute("SELECT COUNT(*) FROM adult WHERE age > 30").fetchall()
         after = Fraction(conn.execute("SELECT spent FROM veil.budget").fetchone()[0])
         assert after - before == Fraction(1, 8)
+
+
+# -- the startup packet (red team s46 A2: `options='-c veil.epsilon=0.001'` was ignored, the default ε charged) -------
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"options": "-c veil.epsilon=0.001"},
+        {"options": "-cveil.epsilon=0.001 -c statement_timeout=5s"},
+        {"options": "--veil.epsilon=0.001"},
+        {"VEIL.EPSILON": "0.001"},  # asyncpg's server_settings: a startup parameter of its own
+    ],
+)
+def test_startup_settings_are_applied(params: dict[str, str]) -> None:
+    from veil.server.settings import startup_settings
+
+    settings = SessionSettings({})
+    for name, value in startup_settings({"user": "a", "database": "veil", **params}):
+        settings.set(name, value, apply=True)
+    assert settings.epsilon == Fraction(1, 1000)
+
+
+@pytest.mark.parametrize(
+    ("params", "error"),
+    [
+        ({"options": "-c veil.epsilon=0"}, "must be > 0"),
+        ({"options": "-c veil.seed=1"}, "unrecognized configuration parameter"),
+        ({"veil.noise": "off"}, "unrecognized configuration parameter"),
+        ({"options": "-c veil.epsilon"}, "cannot read the startup option"),
+        ({"options": "veil.epsilon=0.1"}, "cannot read the startup option"),
+        ({"options": "-c statement_timeout=soon"}, "invalid value for a time setting"),
+    ],
+)
+def test_a_startup_setting_veil_cannot_apply_ends_the_login(port: int, params: dict[str, str], error: str) -> None:
+    extra = " ".join(f"{k}='{v}'" for k, v in params.items() if k == "options")
+    if extra:
+        with pytest.raises(psycopg.OperationalError, match=error):
+            psycopg.connect(f"{dsn(port)} {extra}", autocommit=True)
+    else:
+        from veil.errors import VeilError
+        from veil.server.settings import startup_settings
+
+        with pytest.raises(VeilError, match=error):
+            startup_settings(params)
+
+
+def test_startup_settings_charge_what_they_say_and_other_parameters_change_nothing(port: int) -> None:
+    url = f"{dsn(port)} options='-c veil.epsilon=0.125 -c statement_timeout=7s -c search_path=x' application_name=veil.x"
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert conn.execute("SHOW veil.epsilon").fetchone() == ("0.125",)
+        assert conn.execute("SHOW statement_timeout").fetchone() == ("7s",)
+        before = Fraction(conn.execute("SELECT spent FROM veil.budget").fetchone()[0])
+        conn.execute("SELECT COUNT(*) FROM adult WHERE age > 31").fetchall()
+        after = Fraction(conn.execute("SELECT spent FROM veil.budget").fetchone()[0])
+        assert after - before == Fraction(1, 8)
+
+
+def test_set_local_ends_with_its_transaction() -> None:
+    settings = SessionSettings({})
+    settings.set_statement("SET veil.epsilon = 0.5", apply=True)
+    settings.set_statement("SET LOCAL veil.epsilon = 2", apply=True, in_transaction=True)
+    settings.set_statement("SET LOCAL veil.show_ci = on", apply=True, in_transaction=True)
+    settings.set_statement("SET LOCAL veil.epsilon = 3", apply=True, in_transaction=True)
+    assert (settings.epsilon, settings.show_ci) == (Fraction(3), True)
+    settings.end_transaction()
+    assert (settings.epsilon, settings.show_ci) == (Fraction(1, 2), False)
+    assert settings.values == {"veil.epsilon": "0.5"}
+    settings.set_statement("SET LOCAL veil.epsilon = 2", apply=True)  # outside a block: for the session (s40)
+    settings.end_transaction()
+    assert settings.epsilon == Fraction(2)

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 import pandas as pd
 
+from veil._json import to_jsonable
 from veil.cli._common import cli, emit, format_option, policy_option, run_guarded
 from veil.policy import load_policy
 from veil.store.publications import get_release, list_releases
@@ -99,7 +100,9 @@ def releases(policy_path: Path, kind: str | None, show: str | None, fmt: str) ->
         body = dataclasses.asdict(rel)
         for key in ("epsilon", "delta"):
             body[key] = None if body[key] is None else float(body[key])
-        emit(body, "json")
+        # the record as logged: an answer cell or group key of ±inf/NaN is shown as PostgreSQL's to_json spells it,
+        # not as null (which is also what a NULL group is shown as)
+        emit(body, "json", json_data=to_jsonable(body, nonfinite_as_text=True))
         return
     rows = [
         {

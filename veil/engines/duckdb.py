@@ -41,6 +41,9 @@ class DuckDBEngine:
     """One cursor on a sandboxed reader of ``policy``'s warehouse (not shareable across threads)."""
 
     dialect = "duckdb"
+    #: May this engine's process write the warehouse (copy a public table into the mirror, build a bounded copy)?
+    #: A ``veil serve --processes N`` worker's may not (:class:`veil.server.workers.ServingEngine`).
+    writes_warehouse = True
 
     def __init__(
         self,

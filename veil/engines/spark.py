@@ -9,6 +9,8 @@ back through Arrow. Rendering turns Veil's neutral trees into Spark SQL with the
   instead of raising, because Veil's Spark sessions run with ``spark.sql.ansi.enabled = false`` (a
   run-time error that depends on a row would be a one-bit oracle);
 * the day of week (0–6, Sunday = 0) is ``DAYOFWEEK(d) - 1``;
+* date units and fields under Spark's names for the same value (``DOY``, ``YEAROFWEEK``, whole-second
+  ``SECOND()``); those Spark does not compute (``decade``, ``epoch``, …) are refused, free;
 * integer sums keep the ``DECIMAL(38,0)`` widening of the neutral tree (Spark's ``SUM(BIGINT)`` would wrap).
 
 Metadata comes from the catalog API (Spark has no ``information_schema``); the table version is the list of
@@ -34,7 +36,7 @@ from sqlglot import exp
 
 from veil.engines.base import EngineError, Result
 from veil.engines.neutral import data_type, is_real
-from veil.errors import InternalError
+from veil.errors import InternalError, Unsupported
 from veil.policy import Policy
 from veil.store import spark as store
 from veil.store.spark import _full, _location, _path_literal, _q, _quiet, _type_name, spark_available, spark_session
@@ -55,6 +57,45 @@ _TRY_FUNCTIONS: dict[type[exp.Expression], str] = {
     exp.Mul: "try_multiply",
     exp.Mod: "try_mod",
 }
+
+
+#: DATE_TRUNC units and EXTRACT fields Veil allows that Spark spells otherwise (same meaning as DuckDB's).
+_TRUNC_UNITS = {"MICROSECONDS": "MICROSECOND", "MILLISECONDS": "MILLISECOND", "YEARWEEK": "WEEK"}
+_EXTRACT_FIELDS = {"DAYOFYEAR": "DOY", "WEEKOFYEAR": "WEEK", "ISOYEAR": "YEAROFWEEK", "ISODOW": "DAYOFWEEK_ISO"}
+#: … and those Spark does not compute: its DATE_TRUNC answers NULL for an unknown unit (every row, silently: a
+#: wrong answer), its EXTRACT fails to analyse (red team s45, A3). Refused, free, before anything runs.
+_SPARK_LACKS_UNITS = frozenset({"DECADE", "CENTURY", "MILLENNIUM", "ISOYEAR"})
+_SPARK_LACKS_FIELDS = frozenset(
+    {"EPOCH", "DECADE", "CENTURY", "MILLENNIUM", "YEARWEEK", "MICROSECOND", "MICROSECONDS", "MILLISECOND", "MILLISECONDS"}
+)
+
+
+def _part_name(node: Any) -> str | None:
+    """The unit or field ``node`` names (a keyword or a text literal), upper case."""
+    node = node.unnest() if isinstance(node, exp.Expression) else None
+    if isinstance(node, exp.Var) or (isinstance(node, exp.Literal) and node.is_string):
+        return str(node.this).upper()
+    return None
+
+
+def _spark_date_part(node: exp.Expression) -> None:
+    """Spell ``node``'s DATE_TRUNC unit or EXTRACT field as Spark does, or refuse one Spark does not compute."""
+    extract = isinstance(node, exp.Extract)
+    key = "this" if extract else "unit"
+    name = _part_name(node.args.get(key))
+    lacking, renames = (_SPARK_LACKS_FIELDS, _EXTRACT_FIELDS) if extract else (_SPARK_LACKS_UNITS, _TRUNC_UNITS)
+    if name in lacking:
+        what = "EXTRACT field" if extract else "DATE_TRUNC unit"
+        raise Unsupported(
+            f"the {what} {name.lower()!r} is not computed by the Spark engine",
+            hint="Use year, quarter, month, week, day, hour, minute or second (or a DuckDB policy)",
+        )
+    if extract and name == "SECOND":
+        # DuckDB's field is the whole seconds (a BIGINT), Spark's EXTRACT keeps the fraction (DECIMAL(8, 6)): 15 vs
+        # 15.000123 for one timestamp; Spark's SECOND() is the whole seconds
+        node.replace(exp.Anonymous(this="SECOND", expressions=[node.expression]))
+    elif name in renames:
+        node.set(key, exp.var(renames[name]) if extract else exp.Literal.string(renames[name]))
 
 
 #: Python's dates and times hold years 1–9999; Spark's hold about ±5.8 million (dates) and ±290,000 (timestamps).
@@ -125,20 +166,20 @@ class SparkEngine:
     def render(self, tree: exp.Expression) -> str:
         """Spark SQL of a neutral tree, with DuckDB's meaning (see the module docstring)."""
         t = tree.copy()
+        for node in list(t.find_all(exp.DateTrunc, exp.TimestampTrunc, exp.Extract)):
+            _spark_date_part(node)
         for node in list(t.find_all(exp.Floor, exp.Ceil, exp.DateTrunc, exp.TimestampTrunc)):
             if isinstance(node, (exp.Floor, exp.Ceil)):
                 if is_real(node.this):  # Spark's FLOOR/CEIL of a double is a BIGINT; DuckDB's a DOUBLE
                     node.replace(exp.Cast(this=node.copy(), to=data_type("DOUBLE")))
             else:  # DuckDB's DATE_TRUNC is a TIMESTAMP without time zone
                 node.replace(exp.Cast(this=node.copy(), to=exp.DataType.build("TIMESTAMP_NTZ", dialect="spark")))
-        for node in list(t.find_all(exp.Try, exp.TryCast, exp.DayOfWeek, exp.Extract)):
+        for node in list(t.find_all(exp.Try, exp.TryCast, exp.DayOfWeek)):
             if isinstance(node, exp.TryCast):
                 node.set("safe", True)
             elif isinstance(node, exp.DayOfWeek):
                 node.replace(exp.Paren(this=exp.Sub(this=exp.Anonymous(this="DAYOFWEEK", expressions=[node.this]),
                                                      expression=exp.Literal.number(1))))  # fmt: skip
-            elif isinstance(node, exp.Extract) and str(node.this.name).upper() == "ISODOW":
-                node.set("this", exp.var("DAYOFWEEK_ISO"))
             elif isinstance(node, exp.Try):
                 inner = node.this
                 fn = _TRY_FUNCTIONS.get(type(inner))

@@ -220,8 +220,9 @@ class BoundedCopies:
         self._lock = threading.Lock()
         self._names: dict[tuple[str, int, str], str] = {}
         #: copies :func:`ready` could not prepare, per warehouse, engine generation and spec: not tried again by it until
-        #: one of them changes (a query on such a table still tries, and refuses)
-        self._unready: set[tuple[str, int, str]] = set()
+        #: one of them changes (a query on such a table still tries, and refuses), with the policy's reason when there
+        #: is one (a table without a declared column; a ``veil serve`` worker, which never builds: red team s44 A3)
+        self._unready: dict[tuple[str, int, str], PolicyError | None] = {}
 
     def table(
         self, spec: TableSpec, engine: Engine, ledger: Ledger, *, scope: str, generation: Callable[[], int], build: bool = True
@@ -244,6 +245,13 @@ class BoundedCopies:
         if known is None or not engine.table_exists(known[0]):
             _check_columns(spec, engine)
             if not build:
+                with self._lock:
+                    reason = self._unready.get(key)
+                if reason is not None:
+                    # the untimed preparation just before could not build it, for a reason of the policy or of this
+                    # process (a worker of `veil serve --processes N`): "run the query again" would never be answered
+                    # (red team s44 A3). Rows never decide a PolicyError, so saying it tells nothing of them.
+                    raise PolicyError(reason.message, hint=reason.hint)
                 raise CopyNotReady(
                     f"the table {spec.name!r} changed (its policy or its data) just before this query was planned, and "
                     "its bounded copy is not built yet; nothing was charged",
@@ -274,16 +282,20 @@ class BoundedCopies:
         with self._lock:
             if key in self._names or key in self._unready:
                 return
+        reason: PolicyError | None = None
         try:
             if engine.table_exists(spec.name):
                 self.table(spec, engine, ledger, scope=scope, generation=generation)
                 return
-        except VeilError:
-            pass
+        except VeilError as exc:
+            if type(exc) is PolicyError:  # the policy's or this process's reason, never an engine's (rows may decide those)
+                reason = exc
+        key = (scope, generation(), spec_identity(spec))  # the generation as the planning will read it (a reader
+        # this look opened for the first time numbered it: 0 before, 1 after)
         with self._lock:
             if len(self._unready) >= 1024:
                 self._unready.clear()
-            self._unready.add(key)
+            self._unready[key] = reason
 
 
 def _check_columns(spec: TableSpec, engine: Engine) -> None:

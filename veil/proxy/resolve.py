@@ -154,7 +154,32 @@ def _qualify(tree: exp.Select, catalog: Catalog) -> exp.Select:
         raise Unsupported("the query is too deeply nested to resolve", hint="Simplify the query") from None
     if not isinstance(out, exp.Select):
         raise Unsupported("only a plain SELECT is supported at the top level", hint="See docs/sql.md")
+    _refuse_whole_rows(out)
     return out
+
+
+def _refuse_whole_rows(tree: exp.Expression) -> None:
+    """What would make the engine, not the catalog, decide a query's columns is refused, free (red team s46 A1):
+
+    * a table or alias named where a value belongs (``SELECT pub FROM pub``) is the whole row, every column the
+      engine stores, as one value;
+    * a ``*`` that qualifying left standing (``* EXCLUDE (k)`` when nothing declared is left, ``* ILIKE '…'``):
+      DuckDB expands it over the stored table.
+
+    A public query runs on the public mirror, which holds every stored column, so both released the columns a policy
+    leaves out of a public table, exactly (``SELECT pub FROM pub``, ``SELECT * EXCLUDE (k) FROM pub``). ``COUNT(*)``
+    is the one star kept."""
+    for node in tree.find_all(exp.TableColumn):
+        raise Unsupported(
+            f"{node.name!r} names a table, not a column: a whole row is not a value Veil answers",
+            hint=f"Name the columns you need (SELECT {node.name}.<column> …), or COUNT(*) to count rows",
+        )
+    for star in tree.find_all(exp.Star):
+        if not isinstance(star.parent, exp.Count) or any(star.args.values()):
+            raise Unsupported(
+                f"{star.sql(dialect='duckdb')} cannot be expanded over the policy's columns",
+                hint="Name the columns you need, or write a plain * (EXCLUDE, ILIKE and the like are not supported)",
+            )
 
 
 def walk_scopes(scope: Scope) -> Iterator[Scope]:

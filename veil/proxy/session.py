@@ -300,20 +300,35 @@ class Env:
             # (and its recovery) puts one there, so a half-done publication can never expose the table
             # its output name still holds in the warehouse
             declared = [n for n, t in policy.tables.items() if t.public]
-            if self._copy_stale_public(declared):
+            copied, stale = self._copy_stale_public(declared)
+            if copied:
                 public.update({n: dict(self.public_engine.table_columns(n)) for n in declared})
+            for n in stale:  # a mirror copy this process may not renew: the table is not served (sync_public says why)
+                public.pop(n, None)
             self._catalog = build_catalog(policy, {n: c for n, c in public.items() if c})
         return self._catalog
 
     def sync_public(self, tables: Iterable[str]) -> None:
         """Before a query naming ``tables`` is resolved: the mirror's copy of each one the policy declares public
         is the warehouse's current version (else copied again, and the catalog rebuilt)."""
-        if self._copy_stale_public([t for t in tables if (spec := self.policy.tables.get(t)) is not None and spec.public]):
+        copied, stale = self._copy_stale_public(
+            [t for t in tables if (spec := self.policy.tables.get(t)) is not None and spec.public]
+        )
+        if stale:
+            names = ", ".join(sorted(stale))
+            raise PolicyError(
+                f"table {names} was declared public, or replaced, since veil serve started, and its worker processes "
+                "do not write the warehouse's public copy",
+                hint="Restart veil serve (it copies every declared public table before its workers start)",
+            )
+        if copied:
             self._catalog = None
 
-    def _copy_stale_public(self, tables: Sequence[str]) -> bool:
+    def _copy_stale_public(self, tables: Sequence[str]) -> tuple[bool, frozenset[str]]:
         """Copy into the public mirror each of ``tables`` (declared public) whose mirror copy is absent or is not
-        the warehouse's current version; True if any was copied.
+        the warehouse's current version. Returns whether any was copied, and the tables whose copy is absent or
+        stale but which this process may not write (a ``veil serve --processes N`` worker: the warehouse is the
+        parent's, and its writer would fail for every query, red team s44 A2): they are not served.
 
         A private query joins a public table as the warehouse holds it, while its join multiplicities, key domains
         and text lengths are measured on the mirror: the two must hold the same rows (red team s23, A1: a table
@@ -323,22 +338,30 @@ class Env:
         *published* table never comes here: only the publish transaction (and its recovery) puts one in the
         mirror, so a half-done publication can never expose the table its output name still holds."""
         if not tables:
-            return False  # no public table named: the public engine is not even opened
+            return False, frozenset()  # no public table named: the public engine is not even opened
         public, engine = self.public_engine, self.engine
         if not (isinstance(public, DuckDBEngine) and isinstance(engine, DuckDBEngine)):
-            return False  # Spark: public tables are read from the same database the queries run on
+            return False, frozenset()  # Spark: public tables are read from the same database the queries run on
         from veil.store import warehouse
 
-        copied = False
+        copied, stale = False, set()
         for n in tables:
             if not engine.table_exists(n):
                 continue
-            version = engine.table_version(n, [])  # a table another tool wrote gets its version now
-            if public.table_exists(n) and f"written.{public.written_version(n)}" == version:
+            if engine.writes_warehouse:
+                version: str | None = engine.table_version(n, [])  # a table another tool wrote gets its version now
+            else:  # reading only: a table without Veil's stamp has no version, so no copy of it is current
+                written = engine.written_version(n)
+                version = None if written is None else f"written.{written}"
+            current = None if version is None else warehouse.mirror_version(version, warehouse.mirror_columns(self.policy, n))
+            if current is not None and public.table_exists(n) and f"written.{public.written_version(n)}" == current:
+                continue
+            if not engine.writes_warehouse:
+                stale.add(n)
                 continue
             warehouse.copy_to_public(self.policy, n)
             copied = True
-        return copied
+        return copied, frozenset(stale)
 
     def with_catalog(self, fn: Callable[[Catalog], T]) -> T:
         """``fn(catalog)``; once more with a fresh catalog when a table is unknown (published since)."""

@@ -36,7 +36,7 @@ from typing import Any
 from pg_mimic import PgServer
 from pg_mimic.stream import ConnectionClosed
 
-from veil.errors import InvalidEncoding, PlaintextRefused, ProtocolViolation, TooManyConnections
+from veil.errors import InternalError, InvalidEncoding, PlaintextRefused, ProtocolViolation, TooManyConnections
 from veil.policy import Policy
 from veil.proxy import bounding
 from veil.server.admission import LOGIN_GRACE_S, PreLogin, Waiting
@@ -46,7 +46,14 @@ from veil.server.limits import ConnectionSlots, LoginThrottle, ServerLimits
 from veil.server.live_policy import LivePolicy
 from veil.server.pool import WorkerPools
 from veil.server.session import VeilSession
-from veil.server.shared import CancelMailbox, ProcessShare, SharedConnectionSlots, SharedLoginThrottle
+from veil.server.shared import (
+    PID_BASE,
+    CancelMailbox,
+    ProcessShare,
+    SharedConnectionSlots,
+    SharedLoginThrottle,
+    backend_pid,
+)
 from veil.server.tls import is_loopback, make_ssl_context
 from veil.store import warehouse
 from veil.store.credentials import CredentialStore
@@ -60,7 +67,6 @@ MOCK_SALT_SECRET = "scram-unknown-user-salt"
 
 QuerySessionFactory = Callable[..., Any]
 
-_PID_BASE = 10000  # pg-mimic's first backend PID
 _CANCEL_POLL_S = 0.02
 
 
@@ -149,12 +155,18 @@ class VeilServer(PgServer):
         self.pools.shutdown()
 
     def _allocate_pid(self) -> int:
-        """Backend PIDs (the key of a CancelRequest) tell which worker process owns the connection."""
-        pid = super()._allocate_pid()
+        """Backend PIDs (the key of a CancelRequest) tell which worker process owns the connection, and stay within
+        an int32 (``BackendKeyData``): pg-mimic's counter only counts up, one per startup packet, so after 2³¹
+        startups every login failed once its password was accepted (red team s44 A5). The counter wraps within
+        [PID_BASE, 2³¹) and skips the PIDs of open connections."""
         share = self.share
-        if share is None:
-            return pid
-        return _PID_BASE + (pid - _PID_BASE) * share.count + share.index
+        slots = (2**31 - PID_BASE) // (share.count if share is not None else 1)
+        for _ in range(len(self._connections) + 1):
+            local = PID_BASE + (super()._allocate_pid() - PID_BASE) % slots
+            pid = local if share is None else backend_pid(local, share)
+            if pid not in self._connections:
+                return pid
+        raise InternalError(f"no backend PID is free: {len(self._connections)} connections are open")
 
     def cancel(self, pid: int, secret: int) -> None:
         if self.mailbox is not None and not self.mailbox.owns(pid):

@@ -37,6 +37,7 @@ from veil.server.limits import MAX_STARTUP_PACKET, Outcome
 from veil.server.results import to_pg_error
 from veil.server.routing import Route
 from veil.server.session import VeilPortal, VeilSession, VeilStatement
+from veil.server.settings import startup_settings
 
 if TYPE_CHECKING:
     from veil.server.app import VeilServer
@@ -247,6 +248,7 @@ class VeilConnection(Connection):
         self.logged_in = False
         self.savepoints: list[str] = []  # this transaction's savepoints, oldest first (names as PostgreSQL folds them)
         self.on_login: Callable[[], None] = _nothing  # the server stops counting it as not logged in
+        self.startup_settings: tuple[tuple[str, str], ...] = ()  # Veil's settings the startup packet asked for
 
     async def run(self) -> None:
         try:
@@ -260,6 +262,12 @@ class VeilConnection(Connection):
             if not ok:
                 return
             self.stream.max_message = self.server.limits.max_message_bytes
+            try:  # read before the login completes: a setting Veil cannot apply ends it, as PostgreSQL's FATAL does
+                self.startup_settings = startup_settings(self.startup_params)
+            except VeilError as exc:  # its message quotes the value: at most a few hundred characters of it
+                message = exc.message if len(exc.message) <= 300 else exc.message[:300] + "…"
+                await fatal(self.stream, exc.sqlstate, message, exc.hint)
+                return
             await self._send_startup_completion()
             try:
                 await self.session.init(self)
@@ -418,8 +426,16 @@ class VeilConnection(Connection):
             await self._handle_close(parsed)
 
     async def _handle_simple_query(self, sql: str) -> None:
-        for r in await self.session.split(sql):
-            await self._simple_one(r)
+        routes = await self.session.split(sql)
+        implicit = sum(r.kind != "empty" for r in routes) > 1  # PostgreSQL: one implicit transaction block
+        self.session.implicit_block = implicit
+        try:
+            for r in routes:
+                await self._simple_one(r)
+        finally:
+            self.session.implicit_block = False
+            if implicit and self.tx_status == b"I":
+                self.session.settings.end_transaction()
 
     async def _simple_one(self, r: Route) -> None:
         if r.kind == "empty":

@@ -42,6 +42,8 @@ __all__ = [
     "ServerLimits",
     "ThrottleEntry",
     "client_network",
+    "pair_user",
+    "user_key",
 ]
 
 #: Overflow slots of the login backoff: what it keeps of keys it forgot to make room (bounded memory).
@@ -289,6 +291,21 @@ def _user_key(user: str) -> str:
     return f"u:{user}"
 
 
+user_key = _user_key
+
+
+def pair_user(key: str) -> str | None:
+    """The user of a pair key (:func:`_pair_key`); None for a user's or an address's key.
+
+    >>> pair_user(_pair_key("10.0.0.1", "alice")), pair_user(_user_key("alice")), pair_user(_address_key("p1:x"))
+    ('alice', None, None)
+    """
+    length, sep, rest = key[1:].partition(":")
+    if not key.startswith("p") or not sep or not length.isdigit():
+        return None
+    return rest[int(length) :]
+
+
 def _address_key(address: str) -> str:
     return f"a:{address}"
 
@@ -495,43 +512,70 @@ class LoginBackoff(abc.ABC):
         return pair_failures
 
 
+#: Trusted pairs (addresses a user has logged in from) kept per user: a user's own logins from more addresses push out
+#: only that user's oldest ones.
+TRUSTED_PER_USER = 64
+
+
 class LoginThrottle(LoginBackoff):
     """:class:`LoginBackoff` in this process (thread-safe). Memory is bounded: beyond ``capacity``
     keys, the least recently used is forgotten, its penalty kept in one of
     :data:`OVERFLOW_SLOTS` overflow slots (:meth:`LoginBackoff._fold`). Trusted pairs, which only
-    a successful login makes, have a table of their own (``capacity`` too), so failed attempts,
-    however many, never push them out."""
+    a successful login makes, are kept per user (at most :data:`TRUSTED_PER_USER` each, only users who logged in
+    have any), so failed attempts, however many, never push them out (red team s20 A7), and neither do another
+    user's logins from many addresses (red team s44 A4: one LRU of every pair let an analyst untrust another's)."""
 
     def __init__(
-        self, *, base: float, maximum: float, capacity: int = 10_000, forget_after: float = 900.0, poll: float = 0.05
+        self,
+        *,
+        base: float,
+        maximum: float,
+        capacity: int = 10_000,
+        forget_after: float = 900.0,
+        poll: float = 0.05,
+        trusted_per_user: int = TRUSTED_PER_USER,
     ) -> None:
         super().__init__(base=base, maximum=maximum, forget_after=forget_after, poll=poll)
         self._capacity = capacity
+        self._trusted_per_user = trusted_per_user
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, ThrottleEntry] = OrderedDict()
-        self._trusted: OrderedDict[str, ThrottleEntry] = OrderedDict()
+        self._trusted: dict[str, OrderedDict[str, ThrottleEntry]] = {}  # user → their trusted pairs, oldest first
         self._overflow: dict[int, OverflowSlot] = {}
         self._salt = os.urandom(16)  # overflow slots: no client can aim a key at another's slot
 
     def __len__(self) -> int:
-        return len(self._entries) + len(self._trusted)
+        return len(self._entries) + sum(len(pairs) for pairs in self._trusted.values())
 
     def _locked(self) -> contextlib.AbstractContextManager[object]:
         return self._lock
 
     def _lookup(self, key: str) -> ThrottleEntry | None:
-        entry = self._trusted.get(key)
+        user = pair_user(key)
+        pairs = self._trusted.get(user) if user is not None else None
+        entry = pairs.get(key) if pairs is not None else None
         return entry if entry is not None else self._entries.get(key)
 
     def _put(self, key: str, entry: ThrottleEntry, now: float) -> None:
+        user = pair_user(key)
         self._entries.pop(key, None)
-        self._trusted.pop(key, None)
+        mine = self._trusted.get(user) if user is not None else None
+        if user is not None and mine is not None:
+            mine.pop(key, None)
+            if not mine:
+                del self._trusted[user]
         if entry.empty:
             return
-        table = self._trusted if entry.trusted else self._entries
-        table[key] = entry
-        while len(table) > self._capacity:
-            old_key, old = table.popitem(last=False)
+        if entry.trusted and user is not None:
+            pairs = self._trusted.setdefault(user, OrderedDict())
+            pairs[key] = entry
+            while len(pairs) > self._trusted_per_user:
+                old_key, old = pairs.popitem(last=False)
+                self._fold(self._overflow_index(old_key), old, now)
+            return
+        self._entries[key] = entry
+        while len(self._entries) > self._capacity:
+            old_key, old = self._entries.popitem(last=False)
             self._fold(self._overflow_index(old_key), old, now)
 
     def _overflow_index(self, key: str) -> tuple[int, int]:

@@ -141,6 +141,8 @@ class VeilSession(BaseSession):
         self._column_types: dict[str, str] = {}
         self._cancelling: set[asyncio.Future[None]] = set()
         self.cursors = Cursors()
+        self.implicit_block = False  # a multi-statement simple Query is running
+        self._savepoint_settings: list[tuple[Any, ...]] = []  # SessionSettings.snapshot() per open savepoint
 
     # --- running work off the loop ---------------------------------------------------------
     def _submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
@@ -285,6 +287,9 @@ class VeilSession(BaseSession):
         self.connection = connection
         self.analyst = connection.username
         self.settings = SessionSettings(values=connection.session_vars)
+        for name, value in getattr(connection, "startup_settings", ()):  # checked before the login completed
+            self.settings.set(name, value, apply=True)
+            self.settings.login[name] = value
         policy = await asyncio.wrap_future(
             self.server.pools.analyst.submit(self.server.live_policy.current, owner=self.analyst or "")
         )
@@ -379,7 +384,8 @@ class VeilSession(BaseSession):
         if kind == "tx":
             return self._tx(r, describe)
         if kind == "set":
-            return self.settings.set_statement(r.sql, apply=not describe)
+            in_block = self.implicit_block or (self.connection is not None and self.connection.tx_status != b"I")
+            return self.settings.set_statement(r.sql, apply=not describe, in_transaction=in_block)
         if kind == "reset":
             return self.settings.reset_statement(r.sql, apply=not describe)
         if kind in ("discard", "deallocate"):
@@ -471,6 +477,7 @@ class VeilSession(BaseSession):
                     tag = "ROLLBACK"
                 conn.tx_status = b"I"
                 conn.savepoints.clear()
+                self.settings.end_transaction()  # SET LOCAL ends with its transaction
                 self.cursors.clear()  # cursors end with their transaction (no WITH HOLD)
                 conn.portals.clear()  # and so do portals (as in PostgreSQL)
         return Result(None, [], tag)
@@ -490,15 +497,20 @@ class VeilSession(BaseSession):
             return Result(None, [], tag)
         if conn.tx_status == b"I":
             raise NoActiveTransaction(f"{statement} can only be used in transaction blocks", hint="BEGIN first")
+        snaps = self._savepoint_settings
+        del snaps[len(conn.savepoints) :]
         if tag == "SAVEPOINT":
             conn.savepoints.append(name)
+            snaps.append(self.settings.snapshot())
             return Result(None, [], tag)
         if name not in conn.savepoints:
             raise UnknownSavepoint(f'savepoint "{name}" does not exist', hint="Set it with SAVEPOINT first")
         last = len(conn.savepoints) - 1 - conn.savepoints[::-1].index(name)  # the most recent of that name
         del conn.savepoints[last + (1 if to_savepoint else 0) :]
         if to_savepoint:
+            self.settings.restore(snaps[last])
             conn.tx_status = b"T"
+        del snaps[len(conn.savepoints) :]
         return Result(None, [], tag)
 
     def _discard(self, r: Route, describe: bool) -> Result:

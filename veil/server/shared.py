@@ -34,12 +34,30 @@ from dataclasses import dataclass
 from typing import Any
 
 from veil.errors import InternalError, TooManyConnections
-from veil.server.limits import OVERFLOW_SLOTS, LoginBackoff, OverflowSlot, ServerLimits, ThrottleEntry, overflow_slot
+from veil.server.limits import (
+    OVERFLOW_SLOTS,
+    LoginBackoff,
+    OverflowSlot,
+    ServerLimits,
+    ThrottleEntry,
+    overflow_slot,
+    pair_user,
+    user_key,
+)
 
-__all__ = ["CancelMailbox", "ProcessShare", "SharedConnectionSlots", "SharedLoginThrottle", "SharedState"]
+__all__ = [
+    "PID_BASE",
+    "CancelMailbox",
+    "ProcessShare",
+    "SharedConnectionSlots",
+    "SharedLoginThrottle",
+    "SharedState",
+    "backend_pid",
+]
 
 _DIGEST = 16
 _WAYS = 4  # throttle: keys per bucket (the least recently used one is forgotten)
+_TRUSTED_WAYS = 16  # trusted pairs: one bucket per user's hash, this many pairs
 _THROTTLE_SLOTS = 16_384
 _MAILBOX_SLOTS = 256
 #: Most worker processes (``veil serve --processes`` is capped at this).
@@ -259,7 +277,7 @@ class SharedLoginThrottle(LoginBackoff):
     buckets of 4: a new key forgets the least recently used one of its bucket (buckets come from a
     keyed hash, so no client chooses whom it evicts), keeping its penalty in one of 65,536 overflow
     slots (:meth:`~veil.server.limits.LoginBackoff._fold`). Trusted pairs have a table of their own,
-    which only successful logins fill."""
+    which only successful logins fill, in buckets of 16 chosen by the user's keyed hash."""
 
     def __init__(
         self, state: SharedState, *, base: float, maximum: float, forget_after: float = 900.0, poll: float = 0.05
@@ -270,19 +288,29 @@ class SharedLoginThrottle(LoginBackoff):
     def _locked(self) -> contextlib.AbstractContextManager[object]:
         return self._state.lock
 
-    def _bucket(self, table: Any, key: bytes) -> list[_Failure]:
-        first = (int.from_bytes(key[:8], "little") % (len(table) // _WAYS)) * _WAYS
-        return [table[first + i] for i in range(_WAYS)]
+    @staticmethod
+    def _bucket(table: Any, key: bytes, ways: int = _WAYS) -> list[_Failure]:
+        ways = min(ways, len(table))
+        first = (int.from_bytes(key[:8], "little") % (len(table) // ways)) * ways
+        return [table[first + i] for i in range(ways)]
 
-    def _find(self, key: bytes) -> _Failure | None:
-        for table in (self._state.trusted, self._state.failures):
-            for slot in self._bucket(table, key):
-                if slot.used and bytes(slot.key) == key:
-                    return slot
+    def _trusted_bucket(self, key: str, digest: bytes) -> list[_Failure]:
+        """The bucket of the trusted table a pair key belongs to: chosen by its *user's* keyed hash, so one user's
+        logins from many addresses push out only pairs of users in the same bucket (of :data:`_TRUSTED_WAYS`; the
+        hash is keyed per server start, so nobody chooses whom they share it with), not anyone's (red team s44
+        A4: buckets by the pair's hash let an analyst untrust another by logging in from 40,000 addresses)."""
+        user = pair_user(key)
+        anchor = self._state.digest(user_key(user)) if user is not None else digest
+        return self._bucket(self._state.trusted, anchor, _TRUSTED_WAYS)
+
+    def _find(self, key: str, digest: bytes) -> _Failure | None:
+        for slot in (*self._trusted_bucket(key, digest), *self._bucket(self._state.failures, digest)):
+            if slot.used and bytes(slot.key) == digest:
+                return slot
         return None
 
     def _lookup(self, key: str) -> ThrottleEntry | None:
-        slot = self._find(self._state.digest(key))
+        slot = self._find(key, self._state.digest(key))
         if slot is None:
             return None
         return ThrottleEntry(
@@ -296,15 +324,15 @@ class SharedLoginThrottle(LoginBackoff):
 
     def _put(self, key: str, entry: ThrottleEntry, now: float) -> None:
         digest = self._state.digest(key)
-        slot = self._find(digest)
+        slot = self._find(key, digest)
         if slot is not None and (entry.empty or bool(slot.trusted) != entry.trusted):
             ctypes.memset(ctypes.addressof(slot), 0, ctypes.sizeof(_Failure))  # gone, or moves to the other table
             slot = None
         if entry.empty:
             return
         if slot is None:
-            table = self._state.trusted if entry.trusted else self._state.failures
-            slot = min(self._bucket(table, digest), key=lambda s: (s.used != 0, s.touched))  # an empty one, else the oldest
+            bucket = self._trusted_bucket(key, digest) if entry.trusted else self._bucket(self._state.failures, digest)
+            slot = min(bucket, key=lambda s: (s.used != 0, s.touched))  # an empty one, else the oldest
             if slot.used:
                 forgotten = ThrottleEntry(
                     failures=int(slot.failures),
@@ -331,16 +359,28 @@ class SharedLoginThrottle(LoginBackoff):
         s.fingerprint, s.top, s.rest, s.last, s.failed_at = slot.fingerprint, slot.top, slot.rest, slot.last, slot.failed_at
 
 
+#: pg-mimic's first backend PID.
+PID_BASE = 10000
+
+
+def backend_pid(local: int, share: ProcessShare) -> int:
+    """The backend PID a connection of process ``share.index`` gets for pg-mimic's ``local`` one (from
+    :data:`PID_BASE` up): the process's connections are every ``count``-th PID from ``PID_BASE + index``, so
+    :meth:`CancelMailbox.owns` finds the process again from the PID alone, whatever ``count`` is (red team s44 A1:
+    ``pid % count`` named another process whenever ``count`` does not divide 10,000)."""
+    return PID_BASE + (local - PID_BASE) * share.count + share.index
+
+
 class CancelMailbox:
     """Cancel requests for connections of other processes. Backend PIDs encode their process
-    (``pid % count == index``); a request for another process is posted here, and each process
+    (:func:`backend_pid`); a request for another process is posted here, and each process
     collects its own every few milliseconds (:meth:`collect`)."""
 
     def __init__(self, share: ProcessShare) -> None:
         self._share = share
 
     def owns(self, pid: int) -> bool:
-        return pid % self._share.count == self._share.index
+        return (pid - PID_BASE) % self._share.count == self._share.index
 
     def post(self, pid: int, secret: int) -> None:
         st, now = self._share.state, time.monotonic()

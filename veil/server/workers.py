@@ -62,6 +62,8 @@ _START_TIMEOUT_S = 120.0
 class ServingEngine(DuckDBEngine):
     """A worker process's engine: reads the warehouse, never writes it."""
 
+    writes_warehouse = False
+
     def materialise(self, name: str, sql: str) -> None:
         raise PolicyError(
             "this query needs a bounded copy of its table that was not built when veil serve started "

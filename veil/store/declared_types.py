@@ -15,6 +15,7 @@ become missing, the same way whatever the rows).
 
 from __future__ import annotations
 
+import datetime as dt
 import decimal
 import math
 import re
@@ -171,12 +172,85 @@ def as_stored(frame: pd.DataFrame, spec: Any) -> pd.DataFrame:
             converted = _stored(series, kind, name)
             if converted is None:
                 continue
+        elif kind == "date":
+            converted = _stored_dates(series)
+            if converted is None:
+                continue
         else:
             continue
         if out is frame:
             out = frame.copy()
         out[name] = converted
     return out
+
+
+def _wall_clock(v: Any) -> Any:
+    """A date-time as its own wall-clock time, without the zone, to the microsecond (floored); any other value as
+    it is. A NumPy ``datetime64`` is read as a ``pd.Timestamp`` first (one beyond its range stays as it is); bytes
+    are read as UTF-8 text (missing if they are none): one ``bytes`` value made DuckDB store the column as BLOB,
+    every text date in it NULL (red team s47, B3)."""
+    if isinstance(v, (bytes, bytearray)):
+        try:
+            return bytes(v).decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+    if isinstance(v, np.datetime64):
+        try:
+            v = pd.Timestamp(v)
+        except (OverflowError, ValueError):
+            return v
+    if v is pd.NaT or not isinstance(v, dt.datetime):
+        return v
+    if v.tzinfo is not None:
+        v = v.replace(tzinfo=None)  # a pd.Timestamp too (a subclass), nanoseconds kept
+    if isinstance(v, pd.Timestamp) and v.nanosecond:
+        v = v.floor("us")
+    return v
+
+
+def _needs_wall_clock(v: Any) -> bool:
+    return isinstance(v, (np.datetime64, bytes, bytearray)) or (
+        isinstance(v, dt.datetime)
+        and v is not pd.NaT
+        and (v.tzinfo is not None or (isinstance(v, pd.Timestamp) and v.nanosecond != 0))
+    )
+
+
+def _datetime_dtype(dtype: Any) -> bool:
+    """A dtype whose values are date-times but which DuckDB stores by the dtype, not value by value: zoned or
+    nanosecond NumPy ones, Arrow timestamps, categories of date-times."""
+    if isinstance(dtype, pd.ArrowDtype):
+        return bool(dtype.kind == "M")  # Arrow timestamps and dates
+    if isinstance(dtype, pd.CategoricalDtype):
+        return _datetime_dtype(dtype.categories.dtype) or pd.api.types.is_datetime64_dtype(dtype.categories.dtype)
+    return isinstance(dtype, pd.DatetimeTZDtype)
+
+
+def _stored_dates(series: pd.Series) -> pd.Series | None:
+    """A declared ``date`` column with every date-time as its own wall-clock time to the microsecond (None: nothing
+    to change).
+
+    A zoned value made DuckDB store the whole column as TIMESTAMP WITH TIME ZONE, which the bounded copy reads as
+    dates in the zone of the process that builds it, while a column that one person's text (or plain date) turned
+    into text is read value by value, each zoned value at its own wall-clock date (DuckDB's cast of
+    ``'2020-01-01 03:00:00+05:30'`` to DATE ignores the offset). So one person's value moved everyone's date by a
+    day: 30 people's ``03:00 +05:30`` were 2019-12-31 on a UTC host, and 2020-01-01 once one more person's date
+    was text (red team s45, A1). The same held for zoned Arrow timestamps (``read_csv(dtype_backend="pyarrow")``)
+    and categories of zoned values, which are no ``DatetimeTZDtype`` (red team s47, B1), and for nanoseconds:
+    DuckDB stores them as TIMESTAMP_NS, whose cast to DATE *rounds* to the microsecond (``23:59:59.999999999`` is
+    the next day), while one person's text made the column text and ``TRY_CAST`` cut the digits (s47, B2). Each
+    value's own wall clock, floored to the microsecond, is what DuckDB's cast of its text gives, so a frame and its
+    CSV store the same dates on every engine and host, whatever the other rows are."""
+    dtype = series.dtype
+    if isinstance(dtype, pd.DatetimeTZDtype):
+        return series.dt.tz_localize(None).dt.floor("us")
+    if pd.api.types.is_datetime64_dtype(dtype):
+        return series.dt.floor("us") if bool((series.dt.nanosecond != 0).any()) else None
+    if _datetime_dtype(dtype):
+        return series.astype(object).map(_wall_clock).astype(object)
+    if dtype != np.dtype(object) or not series.map(_needs_wall_clock).any():
+        return None
+    return series.map(_wall_clock).astype(object)
 
 
 _NATIVE = {"int": "Int64", "float": "Float64", "bool": "boolean"}

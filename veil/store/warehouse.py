@@ -14,6 +14,7 @@ connection to a warehouse file in the process:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import threading
@@ -37,6 +38,8 @@ __all__ = [
     "Warehouse",
     "export_frame",
     "ingest_file",
+    "mirror_columns",
+    "mirror_version",
     "read_table",
     "reader",
     "reader_cursor",
@@ -233,6 +236,10 @@ def writer(policy: Policy | Path | str) -> Iterator[duckdb.DuckDBPyConnection]:
                 hint="Another process (e.g. `veil serve`) holds it; stop it and retry",
             ) from None
         try:
+            # one zone on every host: a column another tool stored as TIMESTAMP WITH TIME ZONE is read into the
+            # bounded copy's dates in the session's zone, which is the host's unless set (red team s45, A2); Spark
+            # sessions are pinned to UTC too (``veil.store.spark``)
+            con.execute("SET TimeZone = 'UTC'")
             yield con
         finally:
             con.close()
@@ -318,6 +325,9 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
     public = public or (spec is not None and spec.public)
     if spec is not None:
         df = as_stored(df, spec)  # a column's stored type never follows one person's value
+    declared = mirror_columns(policy, table)
+    if declared is not None and policy.engine.kind != "spark":
+        _declared_only(df, table, declared)  # before anything is written: the mirror could not hold it
     if policy.engine.kind == "spark":
         # Spark has no writer lock: the raw write holds the output's claim, which a publication holds from its plan
         # to its finish, and checks again inside it (red team s35/s37: a raw write of seconds that began before a
@@ -446,6 +456,15 @@ def export_frame(df: pd.DataFrame, path: str | Path, *, replace: bool = False) -
     return p
 
 
+def _one_column_sep(path: Path) -> str | None:
+    """``","`` for a file whose header line holds no delimiter (one column), else None (sniffed). Sniffing a
+    one-column file picked a letter or a digit of it as the delimiter: ``x`` over ``0…4`` was read as the columns
+    ``Unnamed: 0``, ``Unnamed: 1``, and a policy's declared ``x`` was lost (red team s47, B4)."""
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        first = fh.readline()
+    return "," if not any(d in first for d in ",;\t| ") else None
+
+
 def _read_source(path: Path, text: frozenset[str] = frozenset()) -> pd.DataFrame:
     """The file's rows; in a CSV, the columns whose normalised names are in ``text`` are read as text, as written.
 
@@ -472,9 +491,10 @@ def _read_source(path: Path, text: frozenset[str] = frozenset()) -> pd.DataFrame
                 hint="Fix or remove those rows, or give the file a header line and ingest it as CSV",
             ) from None
     if suffix in (".csv", ".txt", ".data", ".tsv", ""):
-        header = pd.read_csv(path, sep=None, engine="python", nrows=0)
+        sep = _one_column_sep(path)
+        header = pd.read_csv(path, sep=sep, engine="python", nrows=0)
         as_text = {c: str for c in header.columns if normalise_name(str(c)) in text}
-        df = pd.read_csv(path, sep=None, engine="python", skipinitialspace=True, na_values=["?"], dtype=as_text or None)
+        df = pd.read_csv(path, sep=sep, engine="python", skipinitialspace=True, na_values=["?"], dtype=as_text or None)
         if all(str(c).strip().lstrip("-").replace(".", "").isdigit() for c in df.columns):
             raise InputError(
                 f"{str(path)!r} has no header row (first line {list(df.columns)[:3]}…)",
@@ -550,8 +570,48 @@ def copy_to_public(policy: Policy, table: str, df: pd.DataFrame | None = None) -
         raise InputError(f"table name {table!r} is reserved for Veil's internal tables", hint="Choose another name")
     version = stamp_version(policy, table)
     frame = read_table(policy, table) if df is None else df
+    declared = mirror_columns(policy, table)
+    if declared is not None:  # only what the policy declares: no query on the mirror can name the rest
+        frame = _declared_only(frame, table, declared)
     with writer(public_path(policy)) as con:
-        _replace_from_frame(con, table, frame, version)
+        _replace_from_frame(con, table, frame, mirror_version(version, declared))
+
+
+def _declared_only(frame: pd.DataFrame, table: str, declared: Sequence[str]) -> pd.DataFrame:
+    """``frame``'s columns the policy declares, under their declared names. Names match case-insensitively, as
+    DuckDB matches them (a frame's ``K`` is the declared ``k``: matched exactly, the mirror lost the column, and a
+    table of none made every analyst's query fail, red team s47 B4); a frame holding none of them is refused."""
+    spelled = {c.lower(): c for c in declared}
+    keep = {c: spelled[str(c).lower()] for c in frame.columns if str(c).lower() in spelled}
+    if not keep:
+        raise InputError(
+            f"table {table!r} holds none of the columns the policy declares for it ({', '.join(declared)})",
+            hint="Name the frame's columns as the policy does, or declare the table's columns in the policy",
+        )
+    return frame[list(keep)].rename(columns=keep)
+
+
+def mirror_columns(policy: Policy, table: str) -> tuple[str, ...] | None:
+    """The columns the public mirror holds of ``table``: for a table the policy declares public with a column list,
+    those columns (the catalog lets no query name the others, and the mirror cannot hand them to a construct that
+    reads whole rows: red team s46 A1, ``SELECT t FROM t``, ``* EXCLUDE``); None: every column (a publication, whose
+    columns are all sanitised, or a public table declared without columns)."""
+    spec = policy.tables.get(table)
+    if spec is None or not spec.public or not spec.columns:
+        return None
+    return tuple(spec.columns)
+
+
+def mirror_version(version: str, columns: Sequence[str] | None) -> str:
+    """The version a mirror copy of ``version``'s rows carries: with its column list folded in, so a copy made
+    under another list of declared columns is stale (copied again) after a policy edit.
+
+    >>> mirror_version("ab12", None), mirror_version("ab12", ["k"]) == mirror_version("ab12", ["k"])
+    ('ab12', True)
+    """
+    if columns is None:
+        return version
+    return f"{version}c{hashlib.sha256(chr(0).join(columns).encode()).hexdigest()[:16]}"
 
 
 def drop_public(policy: Policy, table: str) -> None:
