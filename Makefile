@@ -29,11 +29,24 @@ demo: $(STAMP)
 # The gates (also in .pre-commit-config.yaml), then the whole suite. `.ci/run` calls this.
 # Two passes: every test that does not read a clock on $(WORKERS) pytest-xdist workers (one module per worker at a
 # time; all Spark tests on one worker, so one JVM starts), then the tests that do (marked `timing` at collection,
-# tests/conftest.py) alone, so no worker beside them can make a timing assertion fail.
+# tests/conftest.py) alone, so no worker beside them can make a timing assertion fail. The first pass writes the
+# files that hold timing tests (VEIL_TIMING_FILES), and the second collects only those (without the list: all).
+# Both passes write their temporary folders (tmp_path: warehouses, ledgers, servers' files) under one fresh folder on
+# tmpfs (/dev/shm) when that has $(TEST_TMP_MIN_KB) kB free, else under $$TMPDIR or /tmp: the suite writes and fsyncs
+# thousands of DuckDB files and SQLite ledgers, which on a disk wait for it. A passing test's tmp_path is removed as
+# it ends (tmp_path_retention_policy=failed), so the folder stays a few hundred MB; it is removed after a passing
+# run, and kept (its path printed) after a failing one.
 WORKERS ?= 2
+TEST_TMP_MIN_KB ?= 4000000
+PYTEST := $(BIN)/python -m pytest -o tmp_path_retention_policy=failed
 test: gates
-	$(BIN)/python -m pytest -q -n $(WORKERS) --dist loadgroup -m "not timing"
-	$(BIN)/python -m pytest -q -m timing
+	root=$$(df -Pk /dev/shm 2>/dev/null | awk -v min=$(TEST_TMP_MIN_KB) 'NR == 2 && $$4 >= min {print "/dev/shm"}'); \
+	tmp=$$(mktemp -d "$${root:-$${TMPDIR:-/tmp}}/veil-test.XXXXXX") || exit 1; \
+	echo "temporary folders under $$tmp"; \
+	TMPDIR=$$tmp VEIL_TIMING_FILES=$$tmp/timing-files $(PYTEST) -q -n $(WORKERS) --dist loadgroup -m "not timing" && \
+	TMPDIR=$$tmp $(PYTEST) -q -m timing $$(cat "$$tmp/timing-files"); \
+	rc=$$?; if [ $$rc -eq 0 ]; then rm -rf "$$tmp"; else echo "kept the temporary folders of the failed run: $$tmp"; fi; \
+	exit $$rc
 
 # The inner loop: the gates' fast half and the tests not marked slow.
 test-fast: lint

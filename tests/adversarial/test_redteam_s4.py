@@ -604,13 +604,18 @@ def _neighbour_folders(
     shared by every later timing of the same policy and rows in this process: the timing tests of a module time
     many queries over a few neighbour pairs, and writing a pair (10,000 public rows twice, two bounded copies)
     took ~1.3 s against ~0.04 s for the timed query. Only sessions are opened on them afterwards; nothing writes
-    to them but the ledger."""
+    to them but the ledger. ``base`` is a test's ``tmp_path``: the pair goes into a new folder beside it, in the
+    session's temporary folder, which pytest keeps for the whole session (a test's own folder is removed when it
+    passes under ``tmp_path_retention_policy = failed``, as ``make test`` runs)."""
+    import tempfile
+
     from veil.policy import load_policy
     from veil.store.warehouse import write_table
 
     key = (policy, table, _digest(pub), _digest(pair[0]), _digest(pair[1]))
     folders = _NEIGHBOUR_FOLDERS.get(key)
     if folders is None:
+        base = Path(tempfile.mkdtemp(prefix="neighbours-", dir=base.parent))
         for name, frame in zip(("d", "dp"), pair, strict=True):
             folder = base / name
             folder.mkdir()
