@@ -455,3 +455,35 @@ class TestB5TypedDateLiterals:
                     s.execute(sql, epsilon=Fraction(1))
         finally:
             s.close()
+
+
+# --- the lead's review of B4's fix: one spelling rule for every declared column --------------------------------------
+
+
+def test_review_a_column_in_another_case_is_stored_as_the_declared_one(tmp_path: Path) -> None:
+    """A frame's ``D`` for the declared date ``d`` went around the stored-form rules (they matched exact names), while
+    the mirror matched names case-insensitively: one person's text among zoned values then moved everyone's date
+    (s45 A1 again). The frame's columns are now renamed to the declared spelling before anything else."""
+    people = _zoned()
+    d = _date_session(tmp_path / "d", people)
+    upper = _date_session(tmp_path / "upper", people)  # the same frame, then its column renamed below
+    try:
+        from veil.store.warehouse import write_table
+
+        frame = pd.DataFrame({"U": pd.array(range(N), dtype="Int64"), "X": pd.array([1] * N, dtype="Int64")})
+        frame["D"] = pd.concat([people, pd.Series(["x"], dtype=object)], ignore_index=True)[:N]
+        write_table(upper._env.policy, "t", frame, replace=True)
+        for day in ("2020-01-01", "2019-12-31"):
+            assert _ending(d, _count_on(day)) == _ending(upper, _count_on(day)), day
+    finally:
+        d.close()
+        upper.close()
+
+
+def test_review_two_columns_naming_one_declared_column_are_refused(tmp_path: Path) -> None:
+    from veil.errors import InputError
+    from veil.store.warehouse import write_table
+
+    policy = _column_world(tmp_path)
+    with pytest.raises(InputError, match="both name the declared column 'k'"):
+        write_table(policy, "pub", pd.DataFrame({"K": ["a"], "k": ["b"]}), replace=True)

@@ -161,3 +161,27 @@ def test_set_local_ends_with_its_transaction() -> None:
     settings.set_statement("SET LOCAL veil.epsilon = 2", apply=True)  # outside a block: for the session (s40)
     settings.end_transaction()
     assert settings.epsilon == Fraction(2)
+
+
+def test_a_refused_set_leaves_the_transactions_set_local_scoped() -> None:
+    """(review) A refused ``SET`` after a ``SET LOCAL`` of the same name dropped it from the transaction's bookkeeping
+    before the refusal, so the ``SET LOCAL`` outlived the transaction."""
+    from veil.errors import InputError
+
+    settings = SessionSettings({})
+    settings.set_statement("SET LOCAL veil.epsilon = 5", apply=True, in_transaction=True)
+    with pytest.raises(InputError):
+        settings.set_statement("SET veil.epsilon = 'abc'", apply=True, in_transaction=True)
+    settings.end_transaction()
+    assert settings.epsilon is None
+
+
+def test_savepoints_open_at_once_are_bounded(port: int) -> None:
+    from veil.server.held import MAX_SAVEPOINTS
+
+    with psycopg.connect(dsn(port)) as conn:  # a transaction: psycopg begins one before the first statement
+        for i in range(MAX_SAVEPOINTS):
+            conn.execute(f"SAVEPOINT s{i}")
+        with pytest.raises(psycopg.Error) as refused:
+            conn.execute("SAVEPOINT past")
+        assert refused.value.sqlstate == "53400"

@@ -166,9 +166,11 @@ def _refuse_whole_rows(tree: exp.Expression) -> None:
     * a ``*`` that qualifying left standing (``* EXCLUDE (k)`` when nothing declared is left, ``* ILIKE '…'``):
       DuckDB expands it over the stored table.
 
-    A public query runs on the public mirror, which holds every stored column, so both released the columns a policy
-    leaves out of a public table, exactly (``SELECT pub FROM pub``, ``SELECT * EXCLUDE (k) FROM pub``). ``COUNT(*)``
-    is the one star kept."""
+    A public query ran on a public mirror that held every stored column, so both released the columns a policy
+    leaves out of a public table, exactly (``SELECT pub FROM pub``, ``SELECT * EXCLUDE (k) FROM pub``). The mirror now
+    holds only the declared columns (:func:`veil.store.warehouse.mirror_columns`); this refusal stays for the
+    warehouse, which holds them all, and for Spark, where public tables are read in place. ``COUNT(*)`` is the one
+    star kept."""
     for node in tree.find_all(exp.TableColumn):
         raise Unsupported(
             f"{node.name!r} names a table, not a column: a whole row is not a value Veil answers",

@@ -50,6 +50,7 @@ __all__ = [
     "check_answer",
     "check_cursor",
     "check_portal",
+    "check_savepoints",
     "check_setting",
     "check_statement_bytes",
     "check_statement_count",
@@ -62,6 +63,9 @@ TOKEN_BYTES = 160
 MAX_SETTINGS = 256
 #: Characters of their names and values, in all.
 MAX_SETTINGS_CHARS = 1 << 20
+#: Savepoints one transaction may hold open at once (each keeps a snapshot of the connection's settings, which
+#: ``ROLLBACK TO`` puts back).
+MAX_SAVEPOINTS = 100
 _CELL = 8  # a number, date or NULL, counted as one machine word
 _ROW = 48  # a tuple's own header, roughly
 
@@ -179,6 +183,15 @@ def check_setting(values: Mapping[str, str], name: str, value: str) -> None:
         raise HeldStateLimit(
             f"the parameters set on this connection would hold {chars} characters, the limit is {MAX_SETTINGS_CHARS}",
             hint="Set shorter values, or RESET parameters the client no longer needs",
+        )
+
+
+def check_savepoints(open_now: int) -> None:
+    """Refuse a ``SAVEPOINT`` past :data:`MAX_SAVEPOINTS` open in one transaction."""
+    if open_now >= MAX_SAVEPOINTS:
+        raise HeldStateLimit(
+            f"too many savepoints open in this transaction ({open_now}, the limit is {MAX_SAVEPOINTS})",
+            hint="RELEASE savepoints the transaction no longer needs",
         )
 
 

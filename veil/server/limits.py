@@ -287,17 +287,14 @@ def _pair_key(address: str, user: str) -> str:
     return f"p{len(address)}:{address}{user}"  # the length prefix keeps (a, bc) and (ab, c) apart
 
 
-def _user_key(user: str) -> str:
+def user_key(user: str) -> str:
     return f"u:{user}"
-
-
-user_key = _user_key
 
 
 def pair_user(key: str) -> str | None:
     """The user of a pair key (:func:`_pair_key`); None for a user's or an address's key.
 
-    >>> pair_user(_pair_key("10.0.0.1", "alice")), pair_user(_user_key("alice")), pair_user(_address_key("p1:x"))
+    >>> pair_user(_pair_key("10.0.0.1", "alice")), pair_user(user_key("alice")), pair_user(_address_key("p1:x"))
     ('alice', None, None)
     """
     length, sep, rest = key[1:].partition(":")
@@ -440,7 +437,7 @@ class LoginBackoff(abc.ABC):
         pair = self._load(pair_key, now)
         if pair.trusted:
             return (pair_key,), [pair]
-        keys = (pair_key, _user_key(user), _address_key(address))
+        keys = (pair_key, user_key(user), _address_key(address))
         return keys, [pair, *(self._load(k, now) for k in keys[1:])]
 
     def delay(self, address: str, user: str, now: float | None = None) -> float:

@@ -500,6 +500,7 @@ class VeilSession(BaseSession):
         snaps = self._savepoint_settings
         del snaps[len(conn.savepoints) :]
         if tag == "SAVEPOINT":
+            held.check_savepoints(len(conn.savepoints))
             conn.savepoints.append(name)
             snaps.append(self.settings.snapshot())
             return Result(None, [], tag)

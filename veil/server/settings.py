@@ -179,15 +179,17 @@ class SessionSettings:
         match = _SET_RE.match(sql)
         if match:
             name, value = setting_name(match.group(2)), match.group(3).strip().strip("'\"")
-            if apply and in_transaction and match.group(1):
-                self._keep_for_transaction_end(name)
-            elif apply:
-                self._transaction_local.pop(name, None)  # a session SET holds after COMMIT
+            before = self._current(name)
             if value.upper() == "DEFAULT":
                 if apply:
                     self.reset(name)
             else:
                 self.set(name, value, apply=apply)
+            # only once the SET has taken effect: a refused one leaves the transaction's bookkeeping as it was
+            if apply and in_transaction and match.group(1):
+                self._transaction_local.setdefault(name, before)  # the value before the transaction's first SET LOCAL
+            elif apply:
+                self._transaction_local.pop(name, None)  # a session SET holds after COMMIT
         elif "veil" in sql.lower():
             # a form this reader does not know must not be taken for one of Veil's settings and then ignored
             raise ParseError(f"cannot read {sql!r} as a setting", hint="Write SET veil.epsilon = 0.1 (or TO 0.1)")
@@ -232,10 +234,10 @@ class SessionSettings:
         if apply:
             self.values[name] = value
 
-    def _keep_for_transaction_end(self, name: str) -> None:
-        if name not in self._transaction_local:  # the value before the transaction's first SET LOCAL of it
-            typed = {"veil.epsilon": self.epsilon, "veil.show_ci": self.show_ci, "statement_timeout": self.statement_timeout}
-            self._transaction_local[name] = (typed.get(name), self.values.get(name))
+    def _current(self, name: str) -> tuple[Any, str | None]:
+        """``name``'s typed value and SHOW text now (what a ``SET LOCAL`` of it puts back at the transaction's end)."""
+        typed = {"veil.epsilon": self.epsilon, "veil.show_ci": self.show_ci, "statement_timeout": self.statement_timeout}
+        return typed.get(name), self.values.get(name)
 
     def snapshot(self) -> tuple[Any, ...]:
         """Everything a ``ROLLBACK TO SAVEPOINT`` puts back."""

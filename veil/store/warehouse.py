@@ -19,7 +19,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -324,6 +324,7 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
     spec = policy.tables.get(table)
     public = public or (spec is not None and spec.public)
     if spec is not None:
+        df = _declared_names(df, table, spec.columns)
         df = as_stored(df, spec)  # a column's stored type never follows one person's value
     declared = mirror_columns(policy, table)
     if declared is not None and policy.engine.kind != "spark":
@@ -577,6 +578,27 @@ def copy_to_public(policy: Policy, table: str, df: pd.DataFrame | None = None) -
         _replace_from_frame(con, table, frame, mirror_version(version, declared))
 
 
+def _declared_names(frame: pd.DataFrame, table: str, declared: Iterable[str]) -> pd.DataFrame:
+    """``frame`` with each column that names a declared column in another case renamed to the declared spelling, as
+    DuckDB matches names: the stored-form rules (:func:`~veil.store.declared_types.as_stored`: dates, numbers, the
+    unit) then apply to it, not only to exact spellings (review of s47 B4: a frame's zoned ``D`` for a declared
+    ``date`` ``d`` was stored as it came). Two columns naming one declared column are refused."""
+    spelled = {c.lower(): c for c in declared}
+    named: dict[str, object] = {}
+    for c in frame.columns:
+        target = spelled.get(str(c).lower())
+        if target is None:
+            continue
+        if target in named:
+            raise InputError(
+                f"table {table!r}: the frame's columns {named[target]!r} and {c!r} both name the declared column {target!r}",
+                hint="Keep one of them (column names match regardless of case)",
+            )
+        named[target] = c
+    renames = {c: t for t, c in named.items() if c != t}
+    return frame.rename(columns=renames) if renames else frame
+
+
 def _declared_only(frame: pd.DataFrame, table: str, declared: Sequence[str]) -> pd.DataFrame:
     """``frame``'s columns the policy declares, under their declared names. Names match case-insensitively, as
     DuckDB matches them (a frame's ``K`` is the declared ``k``: matched exactly, the mirror lost the column, and a
@@ -622,24 +644,6 @@ def drop_public(policy: Policy, table: str) -> None:
     if path.exists():
         with writer(path) as con:
             con.execute(f'DROP TABLE IF EXISTS "{table}"')
-
-
-def sync_public(policy: Policy, tables: Sequence[str]) -> None:
-    """Copy into the mirror every table of ``tables`` it lacks (warehouses built before the mirror existed)."""
-    if policy.engine.kind == "spark":
-        return
-    path = public_path(policy)
-    have: set[str] = set()
-    if path.exists():
-        with writer(path) as con:
-            have = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
-    present = set(table_names(policy))
-    for t in tables:
-        if t not in have and t in present:
-            copy_to_public(policy, t)
-    if not path.exists():
-        with writer(path):
-            pass  # an empty mirror: public queries then find no tables
 
 
 def public_reader_cursor(policy: Policy) -> tuple[duckdb.DuckDBPyConnection, int]:
