@@ -70,6 +70,8 @@ import pandas as pd
 import pytest
 
 from tests.support.attack import PASSWORD, set_password, wire_connect
+from tests.support.attack import wire_rows as _rows
+from tests.support.attack import wire_sqlstate as _sqlstate
 from tests.support.warehouse import policy_with_tables
 
 POLICY = """\
@@ -140,22 +142,6 @@ def server(world: Path) -> Iterator[Any]:
 
     with running_server(world) as st:
         yield st
-
-
-def _rows(conn: Any, sql: str) -> list[tuple[Any, ...]]:
-    with conn.cursor() as cur:
-        cur.execute(sql.encode())
-        return cur.fetchall() if cur.description is not None else []
-
-
-def _sqlstate(conn: Any, sql: str) -> str | None:
-    import psycopg
-
-    try:
-        _rows(conn, sql)
-    except psycopg.Error as exc:
-        return exc.sqlstate
-    return None
 
 
 def _spent(world: Path, analyst: str = "a") -> Fraction:

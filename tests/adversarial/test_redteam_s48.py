@@ -97,6 +97,8 @@ import pandas as pd
 import pytest
 
 from tests.support.attack import PASSWORD, set_password, wire_connect
+from tests.support.attack import wire_rows as _rows
+from tests.support.attack import wire_sqlstate as _sqlstate
 from tests.support.warehouse import policy_with_tables
 
 POLICY = """\
@@ -139,22 +141,6 @@ def server(world: Path) -> Iterator[Any]:
 def _dsn(port: int, **extra: str) -> str:
     tail = " ".join(f"{k}={v}" for k, v in extra.items())
     return f"host=127.0.0.1 port={port} user=a password={PASSWORD} dbname=veil sslmode=disable connect_timeout=20 {tail}"
-
-
-def _rows(conn: Any, sql: str) -> list[tuple[Any, ...]]:
-    with conn.cursor() as cur:
-        cur.execute(sql.encode())
-        return cur.fetchall() if cur.description is not None else []
-
-
-def _sqlstate(conn: Any, sql: str) -> str | None:
-    import psycopg
-
-    try:
-        _rows(conn, sql)
-    except psycopg.Error as exc:
-        return exc.sqlstate
-    return None
 
 
 def _show(conn: Any) -> str:

@@ -226,6 +226,24 @@ def wire_connect(port: int, analyst: str, password: str = PASSWORD) -> Any:
     return psycopg.connect(dsn, autocommit=True)
 
 
+def wire_rows(conn: Any, sql: str) -> list[tuple[Any, ...]]:
+    """The rows of one simple-protocol statement on a wire connection (none for a statement without a result)."""
+    with conn.cursor() as cur:
+        cur.execute(sql.encode())
+        return cur.fetchall() if cur.description is not None else []
+
+
+def wire_sqlstate(conn: Any, sql: str) -> str | None:
+    """The SQLSTATE a wire statement is refused with, or None when it answers."""
+    import psycopg
+
+    try:
+        wire_rows(conn, sql)
+    except psycopg.Error as exc:
+        return exc.sqlstate
+    return None
+
+
 class WireInterface:
     name = "wire"
 
