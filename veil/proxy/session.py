@@ -57,7 +57,14 @@ __all__ = ["Env", "QuerySession"]
 
 T = TypeVar("T")
 
-_SAFE_POST_CONFIG = {"enable_external_access": "false", "lock_configuration": "true"}
+#: Post-processing runs over at most MAX_RELEASED_VALUES noisy rows: one thread, and a memory limit of its own (the
+#: default, 80% of RAM for each of the server's sessions, let many sessions together pass the machine's memory).
+_SAFE_POST_CONFIG = {
+    "enable_external_access": "false",
+    "threads": "1",
+    "memory_limit": "512MB",
+    "lock_configuration": "true",
+}
 #: Frame dtypes per wire type: nullable ones, so a NULL group key or value can never fail a conversion.
 _DTYPES = {"bigint": "Int64", "double": "float64", "text": "object", "boolean": "boolean", "date": "datetime64[s]"}
 

@@ -98,6 +98,7 @@ class VeilServer(PgServer):
     ) -> None:
         self.limits = limits or ServerLimits()
         warehouse.set_reader_threads(self.limits.engine_threads)
+        warehouse.set_reader_memory(self.limits.engine_memory_mib)
         self.live_policy = LivePolicy(policy)
         self.ssl_context = ssl_context
         self.allow_plaintext = allow_plaintext

@@ -26,6 +26,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from veil.errors import InputError, TooManyConnections
 from veil.proxy.parse import Limits
@@ -51,6 +52,22 @@ OVERFLOW_SLOTS = 1 << 16
 
 #: PostgreSQL's own cap on a startup packet (``MAX_STARTUP_PACKET_LENGTH``).
 MAX_STARTUP_PACKET = 10_000
+
+
+#: The least memory ``--engine-memory``'s default gives one DuckDB connection, in MiB.
+MIN_ENGINE_MEMORY_MIB = 64
+
+
+def usable_memory_mib() -> int:
+    """The memory this process may use, in MiB: the machine's, or its cgroup's limit where one is set and lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        text = Path("/sys/fs/cgroup/memory.max").read_text(encoding="ascii").strip()
+    except OSError:
+        text = "max"
+    if text.isdigit():
+        total = min(total, int(text))
+    return int(total >> 20)
 
 
 def usable_cores() -> int:
@@ -80,6 +97,7 @@ class ServerLimits:
     max_message_bytes: int = 4 << 20  # one protocol message after login (a query plus framing)
     workers: int = 8
     engine_threads: int = 0  # DuckDB threads of this process's warehouse readers (0: DuckDB's default, one per core)
+    engine_memory_mib: int = 0  # DuckDB memory limit of each warehouse connection (0: DuckDB's default, 80% of RAM)
     catalog_workers: int = 3  # one analyst holds at most all but one (veil.server.pool)
     login_backoff_base: float = 0.25  # seconds after the 2nd failure on a pair, user or address, doubling
     login_backoff_max: float = 30.0
@@ -113,6 +131,8 @@ class ServerLimits:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.engine_threads < 0:
             raise InputError(f"engine_threads must be >= 0, got {self.engine_threads}", hint="Use 0 for one per core")
+        if self.engine_memory_mib < 0:
+            raise InputError(f"engine_memory_mib must be >= 0, got {self.engine_memory_mib}", hint="Use 0 for DuckDB's default")
         per = self.max_connections_per_analyst
         if per is not None and per < 1:
             raise InputError(f"max_connections_per_analyst must be at least 1, got {per}")
@@ -144,6 +164,20 @@ class ServerLimits:
         if processes <= 1:
             return 0
         return max(1, (cores if cores is not None else usable_cores()) // processes)
+
+    @staticmethod
+    def default_engine_memory(processes: int, memory_mib: int | None = None) -> int:
+        """``--engine-memory`` when not given, in MiB: 80% of the memory this process may use, shared by the 2N
+        DuckDB connections ``veil serve --processes N`` holds at most at once (each process: the warehouse's and the
+        public mirror's), so together they stay within what DuckDB's default gives one (red team s44).
+
+        >>> ServerLimits.default_engine_memory(1, 10_000), ServerLimits.default_engine_memory(4, 24_000)
+        (4000, 2400)
+        >>> ServerLimits.default_engine_memory(64, 1_000)
+        64
+        """
+        total = memory_mib if memory_mib is not None else usable_memory_mib()
+        return max(MIN_ENGINE_MEMORY_MIB, total * 8 // (10 * 2 * max(processes, 1)))
 
     @property
     def query_limits(self) -> Limits:

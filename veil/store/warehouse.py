@@ -44,6 +44,7 @@ __all__ = [
     "reader",
     "reader_cursor",
     "reader_generation",
+    "set_reader_memory",
     "set_reader_threads",
     "stamp_version",
     "table_columns",
@@ -79,6 +80,7 @@ class _Connections:
         self.generation: dict[Path, int] = {}
         self.gates: dict[Path, _Gate] = {}
         self.threads = 0  # DuckDB threads of the readers (0: DuckDB's default; see set_reader_threads)
+        self.memory_mib = 0  # DuckDB memory limit of each connection, in MiB (0: DuckDB's default; set_reader_memory)
 
 
 class _Gate:
@@ -170,14 +172,43 @@ def set_reader_threads(threads: int) -> None:
     closed (after the statements running on them end) and reopened on next use."""
     if threads < 0:
         raise InternalError(f"DuckDB threads must be >= 0, got {threads}")
+    _reconfigure("threads", threads)
+
+
+def set_reader_memory(mib: int) -> None:
+    """DuckDB memory limit, in MiB, of each of this process's connections to warehouse files (0: DuckDB's default,
+    80% of the machine's memory for each one).
+
+    A process holds at most two at once (the warehouse's reader or writer, and the public mirror's), so ``veil serve
+    --processes N`` gives each its share, 80% of memory / 2N: with DuckDB's default every one of the 2N could grow to
+    80% before its own limit stopped it, and the kernel's OOM killer would end a worker first (red team s44).
+    Beyond its limit DuckDB spills to disk or fails the statement with its own error. Readers opened with another
+    limit are closed (after the statements running on them end) and reopened on next use."""
+    if mib < 0:
+        raise InternalError(f"DuckDB memory limit must be >= 0 MiB, got {mib}")
+    _reconfigure("memory_mib", mib)
+
+
+def _reconfigure(name: str, value: int) -> None:
     with _CONNECTIONS.lock:
-        if _CONNECTIONS.threads == threads:
+        if getattr(_CONNECTIONS, name) == value:
             return
-        _CONNECTIONS.threads = threads
+        setattr(_CONNECTIONS, name, value)
         stale = list(_CONNECTIONS.readers)
     for path in stale:
         with _gate(path).exclusive(), _CONNECTIONS.lock:
             _close_reader(path)
+
+
+def _sized(
+    config: dict[str, str | bool | int | float | list[str]], *, threads: bool = True
+) -> dict[str, str | bool | int | float | list[str]]:
+    """``config`` with this process's memory limit and (for readers) thread count, where set."""
+    if threads and _CONNECTIONS.threads:
+        config["threads"] = _CONNECTIONS.threads
+    if _CONNECTIONS.memory_mib:
+        config["memory_limit"] = f"{_CONNECTIONS.memory_mib}MiB"
+    return config
 
 
 def reader(policy: Policy | Path | str) -> duckdb.DuckDBPyConnection:
@@ -191,10 +222,7 @@ def reader(policy: Policy | Path | str) -> duckdb.DuckDBPyConnection:
                     f"the warehouse {str(path)!r} does not exist",
                     hint="Load a table first with `veil ingest --policy … --table … FILE`",
                 )
-            config: dict[str, str | bool | int | float | list[str]] = dict(SANDBOX_CONFIG)
-            if _CONNECTIONS.threads:
-                config["threads"] = _CONNECTIONS.threads
-            con = duckdb.connect(str(path), read_only=True, config=config)
+            con = duckdb.connect(str(path), read_only=True, config=_sized(dict(SANDBOX_CONFIG)))
             _CONNECTIONS.readers[path] = con
             _CONNECTIONS.generation.setdefault(path, 1)  # bumped when a writer closes the reader
         return con
@@ -229,7 +257,7 @@ def writer(policy: Policy | Path | str) -> Iterator[duckdb.DuckDBPyConnection]:
     with _gate(path).exclusive(), _CONNECTIONS.lock:
         _close_reader(path)
         try:
-            con = duckdb.connect(str(path))
+            con = duckdb.connect(str(path), config=_sized({}, threads=False))
         except duckdb.IOException as exc:
             raise PolicyError(
                 f"cannot open the warehouse {str(path)!r} for writing: {exc}",
