@@ -186,9 +186,9 @@ def test_a1_a_repeated_alias_is_a_typed_free_refusal(pairs: dict[str, list[Any]]
     assert "alias" in out["message"]
 
 
-def test_a1_through_the_wire(tmp_path: Path) -> None:
-    """The wire answered a repeated alias with XX000 "internal error in Veil" (a Python exception escaped the
-    session); it is 42000 and the connection stays usable."""
+def test_a1_a3_through_the_wire(tmp_path: Path) -> None:
+    """The wire answered a repeated alias (A1) and a position past 2⁶³ (A3) with XX000 "internal error in Veil" (a
+    Python exception escaped the session); each is 42000 and the connection stays usable."""
     from tests.support.attack import set_password, wire_connect, wire_rows, wire_sqlstate
     from tests.support.server import running_server
 
@@ -198,6 +198,7 @@ def test_a1_through_the_wire(tmp_path: Path) -> None:
         conn = wire_connect(st.port, "wire")  # type: ignore[attr-defined]
         try:
             assert wire_sqlstate(conn, "SELECT COUNT(*) FROM people AS a, regions AS a") == "42000"
+            assert wire_sqlstate(conn, "SELECT COUNT(*) FROM people GROUP BY 9223372036854775808") == "42000"  # A3
             assert wire_rows(conn, "SELECT COUNT(*) FROM regions") == [(4,)]
         finally:
             conn.close()
