@@ -351,7 +351,8 @@ class Generator:
 
     def query(self) -> str:
         wild = self.r.random() < 0.25
-        table = self.pick(("people", "people", "people AS m JOIN regions AS r ON m.id = r.rid", "people"))
+        alias = self.pick(("r", "r", "r", "m"))  # sometimes the private table's own alias again (A1)
+        table = self.pick(("people", "people", f"people AS m JOIN regions AS {alias} ON m.id = {alias}.rid", "people"))
         source = table if " AS m" in table else f"{table} AS m"
         aggregates = [self.pick((
             "COUNT(*)", f"SUM({self.num()})", f"AVG({self.num()})", f"MEDIAN({self.num()})", f"MAX({self.num()})",
@@ -371,7 +372,7 @@ class Generator:
         if self.r.random() < 0.5:
             sql += f" WHERE {self.pred()}"
         if keys:
-            sql += " GROUP BY 1"
+            sql += " GROUP BY " + self.pick(("1",) * 6 + ("0", "9223372036854775808"))  # positions (A3)
         if wild and self.r.random() < 0.5:
             sql += self.pick(WIDE_TAILS).replace("sex", "m.sex")
         return sql
