@@ -22,7 +22,6 @@ session's catalog on start (no Hive metastore: several Veil processes can share 
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import logging
 import os
@@ -100,8 +99,7 @@ def _spark_date_part(node: exp.Expression) -> None:
 
 
 #: Python's dates and times hold years 1–9999; Spark's hold about ±5.8 million (dates) and ±290,000 (timestamps).
-_FIRST_DAY = (dt.date(1, 1, 1) - dt.date(1970, 1, 1)).days
-_LAST_DAY = (dt.date(9999, 12, 31) - dt.date(1970, 1, 1)).days
+_FIRST_DAY, _LAST_DAY = store.PYTHON_DAYS
 _UNITS_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 
 
