@@ -15,8 +15,9 @@ meaning. The rewrite pass runs :func:`neutralise` over every generated tree (aft
 * a real number cast to an integer is rounded (PostgreSQL, DuckDB); Spark would truncate: the cast
   reads ``CAST(ROUND(x) AS …)``;
 * a text value (not a literal) cast to DATE or TIMESTAMP casts only the texts of one ISO subset
-  (:data:`ISO_TIME_TEXT`), which every engine reads alike; any other text is NULL (DuckDB drops an offset Spark applies, and each reads texts such as
-  ``'infinity'``, ``'2020-1-1'`` or ``'2000-01-01 24:00'`` where the other answers NULL: red team s45);
+  (:data:`ISO_TIME_TEXT`), which every engine reads alike; any other text is NULL (DuckDB drops an offset
+  Spark applies, and each reads texts such as ``'infinity'``, ``'2020-1-1'`` or ``'2000-01-01 24:00'``
+  where the other answers NULL: red team s45);
 * divisions already divide by ``NULLIF(b, 0)`` (:mod:`veil.proxy.totality`): ``x / 0`` is NULL on
   every engine, never an error.
 
