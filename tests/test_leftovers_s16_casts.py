@@ -131,7 +131,7 @@ def _neutral(sql: str) -> exp.Expression:
 
 
 def test_the_guard_is_built_once_and_never_priced_as_raising() -> None:
-    """The cast of a text column reads ``REGEXP_EXTRACT(s, '^…\\z')`` — the operand is not copied, so nested casts
+    """The cast of a text column reads ``NULLIF(REGEXP_EXTRACT(s, '^…\\z'), '')`` — the operand is not copied, so nested casts
     do not double it — marked as unable to raise (it never does); a date column, a cast to text and a literal (the
     same on every row; the validate pass writes it in ISO form, and Veil's own guards cast literals beyond the
     subset, e.g. the ISO-week range's ends) are left alone."""
