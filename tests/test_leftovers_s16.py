@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,14 @@ def _policy(base: Path) -> Any:
 # --- item 2 -----------------------------------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from veil.proxy._testing import exact_session
+
+    with exact_session(_policy(tmp_path_factory.mktemp("s16")), "a") as s:
+        yield s
+
+
 @pytest.mark.parametrize(
     "sql",
     [
@@ -62,29 +71,24 @@ def _policy(base: Path) -> Any:
     ],
     ids=["compared", "cast", "typed-literal"],
 )
-def test_an_offset_is_refused_with_one_message(tmp_path: Path, sql: str) -> None:
-    from veil.proxy._testing import exact_session
-
-    with exact_session(_policy(tmp_path), "a") as s:
-        with pytest.raises(TypeMismatch) as info:
-            s.execute(sql)
-        assert s.budget().spent == 0
+def test_an_offset_is_refused_with_one_message(session: Any, sql: str) -> None:
+    before = session.budget().spent
+    with pytest.raises(TypeMismatch) as info:
+        session.execute(sql)
+    assert session.budget().spent == before
     assert "has a time-zone offset, which the engines read differently" in info.value.message
     assert info.value.hint is not None and info.value.hint.startswith("Write the date or time in ISO form without a time zone")
 
 
-def test_compared_and_cast_texts_are_written_out_alike(tmp_path: Path) -> None:
+def test_compared_and_cast_texts_are_written_out_alike(session: Any) -> None:
     """The one helper still writes both in ISO form (Python's reading of ``'20000101'`` and a week date)."""
-    from veil.proxy._testing import exact_session
-
-    with exact_session(_policy(tmp_path), "a") as s:
-        for sql in (
-            "SELECT COUNT(*) FROM t WHERE d = '20000101'",
-            "SELECT COUNT(*) FROM t WHERE d = DATE '20000101'",
-            "SELECT COUNT(*) FROM t WHERE d = CAST('1999-W52-6' AS DATE)",
-            "SELECT COUNT(*) FROM t WHERE d = TIMESTAMP '2000-01-01'",
-        ):
-            assert s.execute(sql).rows == ((2,),), sql
+    for sql in (
+        "SELECT COUNT(*) FROM t WHERE d = '20000101'",
+        "SELECT COUNT(*) FROM t WHERE d = DATE '20000101'",
+        "SELECT COUNT(*) FROM t WHERE d = CAST('1999-W52-6' AS DATE)",
+        "SELECT COUNT(*) FROM t WHERE d = TIMESTAMP '2000-01-01'",
+    ):
+        assert session.execute(sql).rows == ((2,),), sql
 
 
 # --- item 3 -----------------------------------------------------------------------------------------------------------
