@@ -29,6 +29,7 @@ __all__ = [
     "EXIT_USER",
     "audit",
     "cli",
+    "comma_list",
     "emit",
     "format_option",
     "load_policy_option",
@@ -81,6 +82,15 @@ format_option = click.option(
 
 def load_policy_option(path: Path) -> Policy:
     return load_policy(path)
+
+
+def comma_list(text: str | None) -> list[str]:
+    """The non-empty, stripped items of a comma-separated option (``None`` or ``""``: none).
+
+    >>> comma_list(" age, sex,,")
+    ['age', 'sex']
+    """
+    return [item.strip() for item in (text or "").split(",") if item.strip()]
 
 
 def _fmt_cell(v: Any) -> str:

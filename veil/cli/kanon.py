@@ -7,16 +7,12 @@ from pathlib import Path
 
 import click
 
-from veil.cli._common import audit, emit, format_option, policy_option, publish, run_guarded
+from veil.cli._common import audit, comma_list, emit, format_option, policy_option, publish, run_guarded
 from veil.errors import InputError
 
 __all__ = ["audit_kanon_command", "audit_utility_command", "publish_kanon_command"]
 
 _ALGORITHMS = ["mondrian", "mondrian-relaxed", "oka", "kma", "kmember"]
-
-
-def _columns(text: str | None) -> list[str]:
-    return [c.strip() for c in (text or "").split(",") if c.strip()]
 
 
 def _neurons(text: str) -> tuple[int, int, int]:
@@ -116,10 +112,10 @@ def publish_kanon_command(
         output=output,
         algorithm=algorithm,
         k=k,
-        qi=_columns(qi),
-        sensitive=_columns(sensitive),
+        qi=comma_list(qi),
+        sensitive=comma_list(sensitive),
         hierarchies=hierarchies,
-        som_columns=_columns(som_columns),
+        som_columns=comma_list(som_columns),
         som_label=som_label,
         som_neurons=_neurons(som_neurons),
         som_epochs=som_epochs,
@@ -190,13 +186,13 @@ def audit_kanon_command(
 
     policy = load_policy(policy_path)
     recorded = kanon_params_from_release(policy, table) or {}
-    qi_cols = _columns(qi) or list(recorded.get("qi") or [])
+    qi_cols = comma_list(qi) or list(recorded.get("qi") or [])
     if not qi_cols:
         raise InputError(f"no quasi-identifiers for {table!r}", hint="Pass --qi (no k-anonymity release records them)")
-    sa_cols = _columns(sensitive) if sensitive is not None else list(recorded.get("sensitive") or [])
+    sa_cols = comma_list(sensitive) if sensitive is not None else list(recorded.get("sensitive") or [])
     hier = hierarchies if hierarchies is not None else recorded.get("hierarchy_dir")
     published = read_table(policy, table)
-    extra = _columns(extra_qi) if extra_qi is not None else ([SOM_COLUMN] if SOM_COLUMN in published.columns else [])
+    extra = comma_list(extra_qi) if extra_qi is not None else ([SOM_COLUMN] if SOM_COLUMN in published.columns else [])
     pop_name = None if no_population else (population or recorded.get("source_table"))
     pop = read_table(policy, pop_name, qi_cols) if pop_name else None
     report = audit_anonymity(
@@ -253,10 +249,10 @@ def audit_utility_command(
     from veil.store.warehouse import read_table
 
     policy = load_policy(policy_path)
-    model_list = _columns(models)
-    runs = [(table, _columns(features) or None)]
+    model_list = comma_list(models)
+    runs = [(table, comma_list(features) or None)]
     if baseline:
-        runs.append((baseline, _columns(baseline_features) or _columns(features) or None))
+        runs.append((baseline, comma_list(baseline_features) or comma_list(features) or None))
     frames = []
     for name, feats in runs:
         df = read_table(policy, name)
