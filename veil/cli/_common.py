@@ -31,6 +31,7 @@ __all__ = [
     "cli",
     "comma_list",
     "emit",
+    "exit_if_interrupted",
     "format_option",
     "load_policy_option",
     "policy_option",
@@ -176,10 +177,15 @@ def publish_and_report(
     result = run_publish(policy, kind, request)
     summary = result.as_dict()
     emit(summary, fmt, json_data={k: summary.get(k) for k in headline} if headline else None)
-    if result.interrupted:
-        click.echo(f"interrupted after release {result.release_id} was committed (complete: table and record)", err=True)
-        sys.exit(130)
+    exit_if_interrupted(result.interrupted, result.release_id)
     return summary
+
+
+def exit_if_interrupted(interrupted: bool, release_id: object) -> None:
+    """After a publication's summary is printed: an interrupt that arrived while it was committed exits 130."""
+    if interrupted:
+        click.echo(f"interrupted after release {release_id} was committed (complete: table and record)", err=True)
+        sys.exit(130)
 
 
 def run_guarded(fn: F) -> F:

@@ -7,7 +7,16 @@ from pathlib import Path
 
 import click
 
-from veil.cli._common import audit, comma_list, emit, format_option, policy_option, publish, run_guarded
+from veil.cli._common import (
+    audit,
+    comma_list,
+    emit,
+    exit_if_interrupted,
+    format_option,
+    policy_option,
+    publish,
+    run_guarded,
+)
 from veil.errors import InputError
 
 __all__ = ["audit_kanon_command", "audit_utility_command", "publish_kanon_command"]
@@ -127,9 +136,7 @@ def publish_kanon_command(
     )
     headline = {key: summary[key] for key in ("table", "k", "ncp_percent", "min_class_size", "seconds")}
     emit(summary, fmt, json_data=headline)
-    if summary.get("interrupted"):
-        click.echo(f"interrupted after release {summary['release_id']} was committed (complete: table and record)", err=True)
-        sys.exit(130)
+    exit_if_interrupted(bool(summary.get("interrupted")), summary.get("release_id"))
 
 
 @audit.command("kanon")

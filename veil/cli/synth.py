@@ -10,7 +10,16 @@ from pathlib import Path
 
 import click
 
-from veil.cli._common import audit, comma_list, emit, format_option, policy_option, publish, publish_and_report, run_guarded
+from veil.cli._common import (
+    audit,
+    comma_list,
+    emit,
+    format_option,
+    policy_option,
+    publish,
+    publish_and_report,
+    run_guarded,
+)
 from veil.generators._threads import MAX_THREADS
 
 __all__ = ["audit_implicit_command", "publish_krr_command", "publish_synth_command"]
