@@ -34,6 +34,7 @@ __all__ = [
     "exit_if_interrupted",
     "format_option",
     "load_policy_option",
+    "output_table_options",
     "policy_option",
     "publish",
     "publish_and_report",
@@ -79,6 +80,12 @@ format_option = click.option(
     show_default=True,
     help="Output format.",
 )
+
+
+def output_table_options(fn: F) -> F:
+    """``--output NAME`` (required) and ``--replace``: where a publication writes its table."""
+    fn = click.option("--replace", is_flag=True, default=False, help="Replace --output if it exists.")(fn)
+    return click.option("--output", required=True, help="Name of the published table.")(fn)
 
 
 def load_policy_option(path: Path) -> Policy:

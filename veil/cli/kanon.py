@@ -13,6 +13,7 @@ from veil.cli._common import (
     emit,
     exit_if_interrupted,
     format_option,
+    output_table_options,
     policy_option,
     publish,
     run_guarded,
@@ -80,8 +81,7 @@ def _neurons(text: str) -> tuple[int, int, int]:
     help="Mondrian cut rule: NCP gain (default) or the original widest-QI median.",
 )
 @click.option("--seed", type=int, default=None, help="Seed for seeds/shuffles (default: fresh randomness).")
-@click.option("--output", required=True, help="Name of the published table.")
-@click.option("--replace", is_flag=True, default=False, help="Replace --output if it exists.")
+@output_table_options
 @click.option(
     "--export",
     type=click.Path(dir_okay=False, path_type=Path),

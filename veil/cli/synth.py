@@ -15,6 +15,7 @@ from veil.cli._common import (
     comma_list,
     emit,
     format_option,
+    output_table_options,
     policy_option,
     publish,
     publish_and_report,
@@ -167,8 +168,7 @@ def audit_implicit_command(
     help="Rows of the synthetic table (public; default 10,000, never the source's size).",
 )
 @click.option("--seed", type=int, default=None, help="Seed of training and sampling (default: fresh randomness).")
-@click.option("--output", required=True, help="Name of the published table.")
-@click.option("--replace", is_flag=True, default=False, help="Replace --output if it exists.")
+@output_table_options
 @click.option(
     "--threads",
     type=click.IntRange(min=1, max=MAX_THREADS),
@@ -241,8 +241,7 @@ def publish_synth_command(
     required=True,
     help="ε per attribute; the release records the row total (ε × number of columns).",
 )
-@click.option("--output", required=True, help="Name of the published table.")
-@click.option("--replace", is_flag=True, default=False, help="Replace --output if it exists.")
+@output_table_options
 @format_option
 @run_guarded
 def publish_krr_command(
