@@ -103,12 +103,25 @@ class Statistic:
     @cached_property
     def scale(self) -> float:
         """Noise scale: Laplace b = Δ/ε (real sums: raised by ``fixed_point.SCALE_RAISE``, which pays for the
-        one rounding of their exact value to a double); exponential mechanism 2Δ/ε (Gumbel/exponential noise)."""
+        one rounding of their exact value to a double); exponential mechanism 2Δ/ε (Gumbel/exponential noise).
+
+        Each is the double at or *above* the exact ratio, never the nearest one below it: a scale one ulp under
+        Δ/ε spends Δ/scale > ε (red team s50 F1: COUNT at ε = 0.003 had scale 333.3333333333333 < 1000/3)."""
         if self.mechanism == "exponential":
-            return float(2 * self.sensitivity / self.epsilon)
+            return _at_least(2 * self.sensitivity / self.epsilon)
         if self.mechanism == "laplace":
-            return float(self.sensitivity / self.epsilon) * (1.0 + fixed_point.SCALE_RAISE)
-        return float(self.sensitivity / self.epsilon)
+            return _at_least(self.sensitivity / self.epsilon) * (1.0 + fixed_point.SCALE_RAISE)
+        return _at_least(self.sensitivity / self.epsilon)
+
+
+def _at_least(x: Fraction) -> float:
+    """The smallest double ≥ ``x`` (``float`` rounds to nearest, which may be below).
+
+    >>> _at_least(Fraction(1000, 3)) > 1000 / 3, _at_least(Fraction(2)) == 2.0
+    (True, True)
+    """
+    f = float(x)
+    return math.nextafter(f, math.inf) if Fraction(f) < x else f
 
 
 @dataclass(frozen=True)
