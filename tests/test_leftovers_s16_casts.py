@@ -155,3 +155,27 @@ def test_the_subset_is_at_most_26_characters() -> None:
 
     assert ISO_TIME_LONGEST == len("2000-01-01 12:00:00.123456") == 26
     assert re.fullmatch(ISO_TIME_TEXT, "2000-01-01 12:00:00.1234567") is None
+
+
+@pytest.mark.parametrize("casts", [1, 20, 40])
+@pytest.mark.parametrize("where", ["filter", "argument"])
+def test_the_size_price_counts_each_text_casts_guard(session: Any, casts: int, where: str) -> None:
+    """The rewrite's price of the generated statements (``generated_size_bound``, which refuses a query too large to
+    plan before anything is built) counts the guard each text→date cast gains: without it, 20 casts in an aggregate's
+    argument built more nodes than the price said."""
+    from veil.proxy import pipeline
+    from veil.proxy.catalog import public_types
+    from veil.proxy.rewrite import generated_size_bound
+
+    cond = " OR ".join(f"CAST(s AS DATE) = DATE '2000-01-{1 + i % 28:02d}'" for i in range(casts))
+    sql = (
+        f"SELECT COUNT(*) FILTER (WHERE {cond}) FROM t"
+        if where == "filter"
+        else f"SELECT SUM(CASE WHEN {cond} THEN 1 ELSE 0 END) FROM t"
+    )
+    state = pipeline.run(session._state(sql, 1), session._env, until="plan")
+    assert state.plan is not None
+    price = generated_size_bound(state.plan, public_types(session._env.catalog(), state.plan.analysis.tables))
+    state = pipeline.run(state, session._env, until="rewrite")
+    built = sum(1 for t in [state.queries.main, *(g for _, g in state.queries.grids)] if t is not None for _ in t.walk())
+    assert built <= price + 60, (price, built)  # the template around the arguments: a few nodes per statement
