@@ -611,8 +611,16 @@ def copy_to_public(policy: Policy, table: str, df: pd.DataFrame | None = None) -
     if table.startswith("_veil"):
         raise InputError(f"table name {table!r} is reserved for Veil's internal tables", hint="Choose another name")
     version = stamp_version(policy, table)
-    frame = read_table(policy, table) if df is None else df
     declared = mirror_columns(policy, table)
+    if df is not None:
+        frame = df
+    elif declared is None:
+        frame = read_table(policy, table)
+    else:  # the declared columns only: an undeclared one is never read (red team s51 A3: another tool's DATE
+        # 'infinity' in a column the policy leaves out failed the copy, and with it every analyst's query)
+        spelled = {c.lower() for c in declared}
+        stored = [c for c, _ in table_columns(policy, table) if c.lower() in spelled]
+        frame = read_table(policy, table, stored) if stored else pd.DataFrame()
     if declared is not None:  # only what the policy declares: no query on the mirror can name the rest
         frame = _declared_only(frame, table, declared)
     with writer(public_path(policy)) as con:
