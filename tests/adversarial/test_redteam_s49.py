@@ -19,8 +19,8 @@ Findings (witnesses below):
   (``QueryRejected``, "names the same alias twice") but sqlglot's ``selected_sources`` raised before the check ran.
   Fix by construction: every ``OptimizeError`` of sqlglot's scope analysis in ``resolve`` is a typed
   ``QueryRejected`` (42000), and the repeated alias gets its own message.
-* A2 (LOW, a charged refusal that is not data-dependent; fix lies in lead-owned ``veil/engines/duckdb.py``, marked
-  ``xfail(strict=True)``) — a text literal in a numeric parameter of ``SUBSTRING`` (``SUBSTRING(s FROM 'x')``,
+* A2 (LOW, a charged refusal that is not data-dependent; fixed by the lead in ``veil/engines/duckdb.py``,
+  ``_fails_to_bind``: the same error, first line and kind, when the statement is only bound) — a text literal in a numeric parameter of ``SUBSTRING`` (``SUBSTRING(s FROM 'x')``,
   PostgreSQL's regex form; ``SUBSTRING(s, 1, 'x')``; ``STRPOS(s, 'a', 'x')``, which sqlglot renders through
   SUBSTRING) passes every check and makes DuckDB's *binder* convert ``'x'`` to BIGINT, raising a
   ``ConversionException`` while binding (``PREPARE``/``DESCRIBE`` raise it too, an empty table as well). The engine
@@ -249,12 +249,6 @@ BIND_TIME_CONVERSIONS = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="A2: DuckDBEngine._run classifies a ConversionException raised while binding as a failure after reading "
-    "data (lead-owned veil/engines/duckdb.py; fix: re-bind with DESCRIBE on a non-bind error, before_data=True "
-    "when that fails too)",
-)
 @pytest.mark.parametrize("sql", BIND_TIME_CONVERSIONS)
 def test_a2_a_statement_that_does_not_bind_is_refused_free(pairs: dict[str, list[Any]], sql: str) -> None:
     """LOW: the statement cannot bind (DuckDB's binder converts the literal ``'x'`` to BIGINT), yet the query is charged
