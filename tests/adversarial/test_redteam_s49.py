@@ -20,7 +20,8 @@ Findings (witnesses below):
   Fix by construction: every ``OptimizeError`` of sqlglot's scope analysis in ``resolve`` is a typed
   ``QueryRejected`` (42000), and the repeated alias gets its own message.
 * A2 (LOW, a charged refusal that is not data-dependent; fixed by the lead in ``veil/engines/duckdb.py``,
-  ``_fails_to_bind``: the same error, first line and kind, when the statement is only bound) — a text literal in a numeric parameter of ``SUBSTRING`` (``SUBSTRING(s FROM 'x')``,
+  ``_fails_to_bind``: the same error, first line and kind, when the statement is only bound) — a text literal in a
+  numeric parameter of ``SUBSTRING`` (``SUBSTRING(s FROM 'x')``,
   PostgreSQL's regex form; ``SUBSTRING(s, 1, 'x')``; ``STRPOS(s, 'a', 'x')``, which sqlglot renders through
   SUBSTRING) passes every check and makes DuckDB's *binder* convert ``'x'`` to BIGINT, raising a
   ``ConversionException`` while binding (``PREPARE``/``DESCRIBE`` raise it too, an empty table as well). The engine

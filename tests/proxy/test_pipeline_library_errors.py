@@ -46,7 +46,9 @@ def _failing(name: str, error: Exception) -> tuple[tuple[str, pipeline.Pass], ..
 
 
 @pytest.mark.parametrize("name", ["parse", "resolve", "validate", "plan", "rewrite", "prepare"])
-@pytest.mark.parametrize("error", [ValueError("a value 123"), OverflowError("big"), KeyError("a key 789"), TypeError("a type 456")])
+@pytest.mark.parametrize(
+    "error", [ValueError("a value 123"), OverflowError("big"), KeyError("a key 789"), TypeError("a type 456")]
+)
 def test_a_library_error_before_the_reservation_is_typed_and_free(
     session: Any, monkeypatch: pytest.MonkeyPatch, name: str, error: Exception
 ) -> None:
