@@ -353,6 +353,17 @@ def _finalise(pub: Publication, spec: Any, generator: np.random.Generator) -> Pu
     return replace(pub, frame=frame, columns=columns, source_rows=source_rows)
 
 
+def _read_source(policy: Any, plan: Plan, spec: Any) -> pd.DataFrame:
+    """The source rows as the policy types them, each value on its own: numbers, booleans and categories
+    (``as_source``: one person's text never re-types a column for everyone, red team s35 A1) and dates (the ISO text
+    of each value's date, ``source_dates``: one person's time of day or text never re-spells everyone's date, s51 A1)."""
+    from veil.generators.columns import source_dates
+    from veil.store import warehouse
+
+    frame = warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None)
+    return source_dates(as_source(frame, spec), spec)
+
+
 def _min_epsilon(policy: Any) -> float | None:
     """The policy's minimum ε per query, which DP publications honour too."""
     defaults = getattr(policy, "defaults", None)
@@ -403,8 +414,7 @@ def publish(
             check_output(policy, plan)
             spec = policy.tables.get(plan.source)
             generator = csprng()
-            # as the policy types it: one person's text never re-types a column for everyone (red team s35, A1)
-            data = as_source(warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None), spec)
+            data = _read_source(policy, plan, spec)
             train, holdout = _split(data, plan.holdout, generator)
             env = RunEnv(
                 policy=policy,
@@ -508,8 +518,6 @@ def evaluate(policy: Any, kind: str, request: Mapping[str, Any], *, rng: np.rand
     curator's ``veil compare``); returns the gate's verdict, its report and the plug-in's summary."""
     import time
 
-    from veil.store import warehouse
-
     plugin = get_plugin(kind)
     started = time.perf_counter()
     plan = plugin.plan(policy, request)
@@ -519,7 +527,7 @@ def evaluate(policy: Any, kind: str, request: Mapping[str, Any], *, rng: np.rand
         gate.check_plan(plan, _min_epsilon(policy))
         spec = policy.tables.get(plan.source)
         generator = csprng()
-        data = as_source(warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None), spec)
+        data = _read_source(policy, plan, spec)
         train, holdout = _split(data, plan.holdout, generator)
         env = RunEnv(policy=policy, spec=spec, generator=generator, rng=rng, progress=False, seed=request.get("seed"),
                      source_rows=len(data))  # fmt: skip
