@@ -246,6 +246,10 @@ def _within_domains(data: pd.DataFrame, qi: list[str], sensitive: list[str], spe
         if name not in out.columns:
             continue
         series = out[name]
+        if name in qi and getattr(columns.get(name), "type", None) == "bool":
+            # a category of its two declared values, as text: numpy refused to subtract booleans when the audit measured
+            # the QI's span, and every table with a bool QI ended in a TypeError (red team s51, A4)
+            series = series.astype(object).map(lambda v: None if pd.isna(v) else str(bool(v)))
         if not pd.api.types.is_numeric_dtype(series):
             series = series.map(lambda v: v.strip() if isinstance(v, str) else v)
         keep = series.notna()
