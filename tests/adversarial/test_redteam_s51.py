@@ -38,6 +38,14 @@ value (person 7). Findings (details in each test's docstring):
   (Mondrian, OKA, K-Member) in an untyped ``TypeError`` from the audit (numpy refuses ``bool - bool``): a traceback at
   the CLI. Fixed in ``veil/generators/plugins/kanon.py`` (``_within_domains``: a bool QI is a category of its two
   declared values, ``'False'``/``'True'``; missing stays missing).
+* A5 (MEDIUM; a curator's second publication of one source, joined by every analyst at ε = 0) each k-anonymous table
+  was checked alone: ``--qi age --sensitive gain`` and then ``--qi sex,job --sensitive gain`` (k = 5, ``gain``
+  declared bounded and distinct per person) both published, and ``p1 JOIN p2 USING (gain)`` gave every row both
+  tables' QIs: knowing a person's age, sex and job singled out the gain of 27 of 60 people (person 7: 3 candidates,
+  below k). The in-table rule (s16 A10: the other sensitive columns count as QIs) did not reach across tables. Fixed
+  in ``veil/generators/transaction.py`` (``check_linkage``, after ``check_output``, from the release log and the
+  parameters alone, before anything is read): a column may be published value by value (``sensitive``) in one live
+  publication of a source at a time; replacing that output, or retracting it first, is allowed.
 
 Held (pinned in part B): a source table another tool wrote with its columns in other cases (``AGE``, ``Sex``) is
 refused for kRR and the DP grid before any charge (nothing written, nothing reserved). Probed by hand, not pinned:
@@ -58,8 +66,6 @@ import pandas as pd
 import pytest
 
 from tests.publish_support import veil
-
-pytest.importorskip("sklearn")
 
 _POLICY = """\
 [database]
@@ -267,6 +273,34 @@ def test_a4_a_bool_quasi_identifier_is_published_as_its_declared_values(tmp_path
     request = {"table": "people", "output": "rel", "algorithm": "mondrian", "k": 3, "qi": ["flag"], "sensitive": ["income"]}
     publish(load_policy(path), "kanon", request, progress=False)
     assert _analyst(path, "SELECT flag, COUNT(*) FROM rel GROUP BY flag ORDER BY flag") == [("False", 30), ("True", 30)]
+
+
+# ==================================================================================================
+# A5. Two k-anonymous tables of one source sharing a sensitive column are joined on it
+# ==================================================================================================
+
+
+def test_a5_a_sensitive_column_is_published_value_by_value_in_one_live_table_only(tmp_path: Path) -> None:
+    """A5 (MEDIUM; a curator's second publication, every analyst joins them at ε = 0). ``gain`` (declared bounded,
+    distinct per person) is published as the sensitive column of ``p1`` (``--qi age``, k = 5) and then of ``p2``
+    (``--qi sex,job``, k = 5): ``SELECT … FROM p1 JOIN p2 USING (gain)`` gives each row both tables' QIs, and knowing
+    a person's age, sex and job singled out the gain of 27 of 60 people (person 7: 3 candidates, below k). Now the
+    second publication is refused before anything is read; replacing ``p1`` itself is not."""
+    from veil.errors import PublicationRefused
+    from veil.generators.transaction import publish
+    from veil.policy import load_policy
+    from veil.store.warehouse import table_names
+
+    frame = _people()
+    frame["gain"] = np.random.default_rng(5).choice(5000, len(frame), replace=False)
+    policy = load_policy(_world(tmp_path, frame, extra='gain = { type = "int", lower = 0, upper = 5000 }'))
+    first = {"table": "people", "algorithm": "mondrian", "k": 5, "qi": ["age"], "sensitive": ["gain"], "output": "p1"}
+    publish(policy, "kanon", first, progress=False)
+    second = {**first, "qi": ["sex"], "output": "p2"}
+    with pytest.raises(PublicationRefused, match=r"'gain' .* already published value by value in 'p1'"):
+        publish(policy, "kanon", second, progress=False)
+    assert "p2" not in table_names(policy)
+    publish(policy, "kanon", {**second, "output": "p1", "replace": True}, progress=False)  # the same table, replaced
 
 
 # ==================================================================================================

@@ -50,7 +50,17 @@ from veil.generators.registry import RunEnv, get_plugin
 from veil.policy import normalise_name
 from veil.store.declared_types import as_declared, as_source
 
-__all__ = ["PublishResult", "check_output", "csprng", "evaluate", "publish", "recover", "refuse_veil_file", "veil_files"]
+__all__ = [
+    "PublishResult",
+    "check_linkage",
+    "check_output",
+    "csprng",
+    "evaluate",
+    "publish",
+    "recover",
+    "refuse_veil_file",
+    "veil_files",
+]
 
 
 @dataclass(frozen=True)
@@ -262,6 +272,46 @@ def check_output(policy: Any, plan: Plan) -> None:
         raise InputError(f"--output {out!r} {status} in the warehouse", hint="Choose another --output name or pass --replace")
 
 
+def _value_columns(release: Any) -> set[str]:
+    """The columns a live publication published value by value (protection ``sensitive``: k-anonymity's unchanged
+    columns), read off its record."""
+    gate_report = release.metrics.get("gate") if isinstance(release.metrics, Mapping) else None
+    columns = gate_report.get("columns") if isinstance(gate_report, Mapping) else None
+    if not isinstance(columns, Mapping):
+        return set()
+    return {str(c) for c, info in columns.items() if isinstance(info, Mapping) and info.get("protection") == "sensitive"}
+
+
+def check_linkage(policy: Any, plan: Plan) -> None:
+    """Refuse a publication that would publish, value by value, a column of its source that another live publication
+    of the same source already publishes value by value (k-anonymity's ``--sensitive`` columns).
+
+    Each k-anonymous table is k-anonymous alone; two of one source sharing such a column are one table to an analyst,
+    who joins them on it (``p1 JOIN p2 USING (gain)``): a person's class is then the intersection of the two tables'
+    classes. Red team s51, A5: ``--qi age --sensitive gain`` and ``--qi sex,job --sensitive gain`` at k = 5 singled out
+    the gain of 27 of 60 people from their age, sex and job. From the release log and the parameters alone (free,
+    before anything is read); replacing the same output, or retracting the other publication first, is allowed."""
+    mine = {str(c) for c in plan.params.get("sensitive") or ()}
+    if not mine or plan.artifact != "table":
+        return
+    from veil.store.publications import published_tables
+
+    for table, release in sorted(published_tables(policy).items()):
+        if table == plan.output or not isinstance(release.params, Mapping):
+            continue
+        if release.params.get("source_table") != plan.source:
+            continue
+        shared = sorted(mine & _value_columns(release))
+        if shared:
+            raise PublicationRefused(
+                f"column {shared[0]!r} of {plan.source!r} is already published value by value in {table!r} "
+                f"({release.id}): analysts would join the two tables on it, and a person's group would be the "
+                "intersection of both tables' groups, which can be smaller than k",
+                hint=f"Publish {shared[0]!r} in one k-anonymous table only: retract {table!r} first (`veil retract "
+                f"{table}`), replace it (--output {table} --replace), or leave the column out",
+            )
+
+
 # -- recovery -------------------------------------------------------------------------------------
 
 
@@ -412,6 +462,7 @@ def publish(
         claimed = str(Path(plan.output).resolve()) if plan.artifact == "model" else plan.output
         with warehouse.output_claim(policy, claimed):  # no other publication to this output until this one ends
             check_output(policy, plan)
+            check_linkage(policy, plan)
             spec = policy.tables.get(plan.source)
             generator = csprng()
             data = _read_source(policy, plan, spec)
