@@ -41,6 +41,7 @@ __all__ = [
     "Outcome",
     "OverflowSlot",
     "ServerLimits",
+    "Slots",
     "ThrottleEntry",
     "client_network",
     "pair_user",
@@ -190,53 +191,52 @@ class ServerLimits:
         )
 
 
-class ConnectionSlots:
-    """Open connections, in all and per analyst (thread-safe)."""
+class Slots(abc.ABC):
+    """Open connections, in all and per analyst: the rules, whatever holds the counts (one process's, or every
+    worker process's in shared memory: :class:`~veil.server.shared.SharedConnectionSlots`)."""
 
     def __init__(self, limits: ServerLimits) -> None:
         self._limits = limits
-        self._lock = threading.Lock()
-        self._total = 0
-        self._per: dict[str, int] = {}
 
     @property
+    @abc.abstractmethod
     def total(self) -> int:
-        return self._total
+        """Connections open now (logged in or not)."""
+
+    @abc.abstractmethod
+    def _take_total(self) -> int | None:
+        """Count one more connection and return ``None``, or return the count that is already at the limit."""
+
+    @abc.abstractmethod
+    def release(self) -> None:
+        """Give back the slot :meth:`reserve` took."""
+
+    @abc.abstractmethod
+    def _take_for(self, analyst: str, cap: int) -> int | None:
+        """Count one more of ``analyst``'s connections and return ``None``, or return the count already at ``cap``."""
+
+    @abc.abstractmethod
+    def logout(self, analyst: str) -> None:
+        """Give back the count :meth:`login` took."""
 
     def reserve(self) -> None:
         """Take a slot for a new socket (before login): refused beyond ``max_connections``."""
-        with self._lock:
-            if self._total >= self._limits.max_connections:
-                raise TooManyConnections(
-                    f"sorry, too many clients already ({self._total} connections open, "
-                    f"the limit is {self._limits.max_connections})",
-                    hint="Try again later, or ask the curator to raise veil serve --max-connections",
-                )
-            self._total += 1
-
-    def release(self) -> None:
-        with self._lock:
-            self._total = max(0, self._total - 1)
+        have = self._take_total()
+        if have is not None:
+            raise TooManyConnections(
+                f"sorry, too many clients already ({have} connections open, the limit is {self._limits.max_connections})",
+                hint="Try again later, or ask the curator to raise veil serve --max-connections",
+            )
 
     def login(self, analyst: str) -> None:
         """Count a logged-in connection against its analyst (after :meth:`reserve`)."""
         per = self._limits.analyst_cap
-        with self._lock:
-            have = self._per.get(analyst, 0)
-            if have >= per:
-                raise TooManyConnections(
-                    f"too many connections for analyst {analyst!r} ({have} open, the limit is {per})",
-                    hint="Close another connection, or ask the curator to raise --max-connections-per-analyst",
-                )
-            self._per[analyst] = have + 1
-
-    def logout(self, analyst: str) -> None:
-        with self._lock:
-            left = self._per.get(analyst, 0) - 1
-            if left > 0:
-                self._per[analyst] = left
-            else:
-                self._per.pop(analyst, None)
+        have = self._take_for(analyst, per)
+        if have is not None:
+            raise TooManyConnections(
+                f"too many connections for analyst {analyst!r} ({have} open, the limit is {per})",
+                hint="Close another connection, or ask the curator to raise --max-connections-per-analyst",
+            )
 
     def acquire(self, analyst: str) -> None:
         """:meth:`reserve` then :meth:`login` (the doctest's shorthand)."""
@@ -246,6 +246,47 @@ class ConnectionSlots:
         except TooManyConnections:
             self.release()
             raise
+
+
+class ConnectionSlots(Slots):
+    """:class:`Slots` of this process (thread-safe)."""
+
+    def __init__(self, limits: ServerLimits) -> None:
+        super().__init__(limits)
+        self._lock = threading.Lock()
+        self._total = 0
+        self._per: dict[str, int] = {}
+
+    @property
+    def total(self) -> int:
+        return self._total
+
+    def _take_total(self) -> int | None:
+        with self._lock:
+            if self._total >= self._limits.max_connections:
+                return self._total
+            self._total += 1
+            return None
+
+    def release(self) -> None:
+        with self._lock:
+            self._total = max(0, self._total - 1)
+
+    def _take_for(self, analyst: str, cap: int) -> int | None:
+        with self._lock:
+            have = self._per.get(analyst, 0)
+            if have >= cap:
+                return have
+            self._per[analyst] = have + 1
+            return None
+
+    def logout(self, analyst: str) -> None:
+        with self._lock:
+            left = self._per.get(analyst, 0) - 1
+            if left > 0:
+                self._per[analyst] = left
+            else:
+                self._per.pop(analyst, None)
 
 
 class Outcome(enum.Enum):

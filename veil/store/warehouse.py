@@ -14,6 +14,7 @@ connection to a warehouse file in the process:
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import os
 import secrets
@@ -485,13 +486,25 @@ def export_frame(df: pd.DataFrame, path: str | Path, *, replace: bool = False) -
     return p
 
 
-def _one_column_sep(path: Path) -> str | None:
-    """``","`` for a file whose header line holds no delimiter (one column), else None (sniffed). Sniffing a
-    one-column file picked a letter or a digit of it as the delimiter: ``x`` over ``0…4`` was read as the columns
-    ``Unnamed: 0``, ``Unnamed: 1``, and a policy's declared ``x`` was lost (red team s47, B4)."""
+#: The delimiters a CSV may use; never a space, which a column's name or value may hold.
+CSV_DELIMITERS = ",;\t|"
+
+
+def _csv_sep(path: Path) -> str:
+    """The file's delimiter: one of :data:`CSV_DELIMITERS`, sniffed from its first lines; ``","`` for a file whose
+    header line holds none of them (one column). Sniffing among every character picked a letter or a digit of a
+    one-column file (``x`` over ``0…4`` was read as ``Unnamed: 0``, ``Unnamed: 1``: red team s47, B4), or the space
+    of a one-column header such as ``full name`` (two columns, ``full`` and ``name``)."""
     with path.open(encoding="utf-8", errors="replace") as fh:
         first = fh.readline()
-    return "," if not any(d in first for d in ",;\t| ") else None
+        sample = first + "".join(fh.readline() for _ in range(20))
+    present = [d for d in CSV_DELIMITERS if d in first]
+    if not present:
+        return ","
+    try:
+        return csv.Sniffer().sniff(sample, delimiters=CSV_DELIMITERS).delimiter
+    except csv.Error:  # no delimiter with a consistent count per line: the header's most frequent one
+        return max(present, key=first.count)
 
 
 def _read_source(path: Path, text: frozenset[str] = frozenset()) -> pd.DataFrame:
@@ -520,7 +533,7 @@ def _read_source(path: Path, text: frozenset[str] = frozenset()) -> pd.DataFrame
                 hint="Fix or remove those rows, or give the file a header line and ingest it as CSV",
             ) from None
     if suffix in (".csv", ".txt", ".data", ".tsv", ""):
-        sep = _one_column_sep(path)
+        sep = _csv_sep(path)
         header = pd.read_csv(path, sep=sep, engine="python", nrows=0)
         as_text = {c: str for c in header.columns if normalise_name(str(c)) in text}
         df = pd.read_csv(path, sep=sep, engine="python", skipinitialspace=True, na_values=["?"], dtype=as_text or None)
@@ -598,8 +611,16 @@ def copy_to_public(policy: Policy, table: str, df: pd.DataFrame | None = None) -
     if table.startswith("_veil"):
         raise InputError(f"table name {table!r} is reserved for Veil's internal tables", hint="Choose another name")
     version = stamp_version(policy, table)
-    frame = read_table(policy, table) if df is None else df
     declared = mirror_columns(policy, table)
+    if df is not None:
+        frame = df
+    elif declared is None:
+        frame = read_table(policy, table)
+    else:  # the declared columns only: an undeclared one is never read (red team s51 A3: another tool's DATE
+        # 'infinity' in a column the policy leaves out failed the copy, and with it every analyst's query)
+        spelled = {c.lower() for c in declared}
+        stored = [c for c, _ in table_columns(policy, table) if c.lower() in spelled]
+        frame = read_table(policy, table, stored) if stored else pd.DataFrame()
     if declared is not None:  # only what the policy declares: no query on the mirror can name the rest
         frame = _declared_only(frame, table, declared)
     with writer(public_path(policy)) as con:
