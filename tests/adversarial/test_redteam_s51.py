@@ -29,11 +29,9 @@ value (person 7). Findings (details in each test's docstring):
   (``read_table(policy, table)``, ``SELECT *``) before keeping the declared ones, DuckDB's conversion to pandas raises
   ``ConversionException``, and ``Env._copy_stale_public`` catches only ``InputError``: every query of every analyst —
   private ones that never name the table included — fails with an untyped error that quotes the undeclared column's
-  value (``Could not convert DATE (infinity)``). Not fixed here (``veil/store/warehouse.py`` is leftovers',
-  ``veil/proxy/session.py`` the lead's); strict xfail. Fix: ``copy_to_public`` reads only the declared columns
-  (matched case-insensitively, as ``_declared_only`` matches them) — ``read_table(policy, table, [the stored
-  spellings of the declared columns])`` — and ``_copy_stale_public`` leaves a table unserved on *any* failure of its
-  copy, with a reason that quotes no value (a declared DATE column holding ``'infinity'`` fails the same way).
+  value (``Could not convert DATE (infinity)``); over the wire, XX000 and the connection closed. Fixed by the lead
+  (96d47af, ``veil/store/warehouse.py``/``veil/proxy/session.py``): a copy reads only the declared columns, and any
+  failure of it leaves the table unserved with a reason quoting no value (the witness was a strict xfail until then).
 * A4 (LOW, robustness; data-independent) a declared ``bool`` column as a k-anonymity ``--qi`` ended every publication
   (Mondrian, OKA, K-Member) in an untyped ``TypeError`` from the audit (numpy refuses ``bool - bool``): a traceback at
   the CLI. Fixed in ``veil/generators/plugins/kanon.py`` (``_within_domains``: a bool QI is a category of its two
@@ -225,11 +223,6 @@ k = { type = "int" }
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s51 A3: copy_to_public reads every column (SELECT *) and _copy_stale_public catches only InputError; fix in "
-    "veil/store/warehouse.py (read only the declared columns) and veil/proxy/session.py (any copy failure: unserved)",
-)
 def test_a3_an_undeclared_column_of_a_public_table_never_fails_other_queries(tmp_path: Path) -> None:
     """A3 (MEDIUM, availability). ``ref`` is declared public with one column ``k``; another tool wrote it with an
     undeclared ``valid_to DATE`` holding ``'infinity'`` for one row (as Postgres exports open-ended validity). An
