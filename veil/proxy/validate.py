@@ -34,7 +34,7 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.scope import Scope, build_scope, traverse_scope
 
 from veil.engines.neutral import data_type
-from veil.errors import InternalError, QueryTooComplex, TypeMismatch, Unsupported
+from veil.errors import InternalError, QueryTooComplex, TypeMismatch, UndefinedOperator, Unsupported
 from veil.proxy.catalog import Catalog
 from veil.proxy.expansion import Expansion, measure
 from veil.proxy.parse import AGGREGATE_NODES, ANONYMOUS_FUNCTIONS, DIALECT
@@ -69,6 +69,24 @@ _AGG_NAMES: dict[type[exp.Expression], str] = {
     exp.Variance: "var_samp", exp.VariancePop: "var_pop", exp.Stddev: "stddev_samp", exp.StddevSamp: "stddev_samp",
     exp.StddevPop: "stddev_pop", exp.Quantile: "quantile", exp.ApproxQuantile: "quantile", exp.WithinGroup: "quantile",
 }  # fmt: skip
+
+
+#: How many arguments each function sqlglot leaves unparsed (``exp.Anonymous``) takes: the rest of the query path
+#: reads only the ones it expects, so an extra one was dropped silently (red team s49: ``var(age, salary)`` was
+#: answered as ``var(age)``; PostgreSQL refuses it, 42883).
+_ANON_ARITY = {"var": 1, "var_samp": 1, "std": 1, "quantile_cont": 2, "quantile_disc": 2}
+
+
+def _check_arity(node: exp.Anonymous) -> None:
+    name = str(node.name).lower()
+    want, got = _ANON_ARITY.get(name), len(node.expressions)
+    if want is not None and got != want:
+        raise UndefinedOperator(
+            f"function {name}() takes {want} argument{'s' if want > 1 else ''}, got {got}",
+            hint=f"Pass one column or expression (e.g. {name}(age))"
+            if want == 1
+            else f"Pass the column and the fraction (e.g. {name}(age, 0.5))",
+        )
 
 
 def aggregate_name(node: exp.Expression) -> str | None:
@@ -412,6 +430,7 @@ def validate(resolved: Resolved, catalog: Catalog) -> Analysis:
     for node in tree.find_all(exp.Anonymous):
         if str(node.name).lower() not in ANONYMOUS_FUNCTIONS:
             raise InternalError(f"function {node.name!r} passed the allow-list")
+        _check_arity(node)
     _check_like_patterns(tree)
     _check_trim_sets(tree)
     _check_date_parts(tree)

@@ -1,0 +1,54 @@
+"""Aggregates sqlglot leaves unparsed (``var``, ``var_samp``, ``std``, ``quantile_cont``, ``quantile_disc``) take
+exactly their arguments: an extra one was dropped silently (red team s49: ``var(age, salary)`` answered as
+``var(age)``), which PostgreSQL refuses with 42883. Refused free, before anything runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tests.support.warehouse import policy_with_tables
+from veil.errors import UndefinedOperator
+from veil.proxy._testing import exact_session
+
+POLICY = """\
+[database]
+path = "w.duckdb"
+[ledger]
+path = "l.sqlite"
+[tables.t]
+privacy_unit = "row"
+[tables.t.columns]
+age = { type = "int", lower = 0, upper = 100 }
+salary = { type = "float", lower = 0, upper = 100 }
+[analysts.a]
+epsilon = 100
+"""
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    frame = pd.DataFrame({"age": range(30), "salary": [1.0] * 30})
+    policy = policy_with_tables(tmp_path_factory.mktemp("arity"), POLICY, private={"t": frame})
+    with exact_session(policy, "a") as s:
+        yield s
+
+
+@pytest.mark.parametrize(
+    "call",
+    ["var(age, salary)", "VAR(age, 1)", "std(age, salary)", "quantile_cont(age)",
+     "quantile_cont(age, 0.5, 0.7)", "quantile_disc(age, 0.5, 0.1)", "QUANTILE_DISC(age)"],
+)  # fmt: skip
+def test_a_call_with_other_arguments_is_refused_free(session: Any, call: str) -> None:
+    before = session.budget().spent
+    with pytest.raises(UndefinedOperator, match="takes"):
+        session.execute(f"SELECT {call} FROM t")
+    assert session.budget().spent == before
+
+
+@pytest.mark.parametrize("call", ["var(age)", "var_samp(salary)", "std(age)", "quantile_cont(age, 0.5)"])
+def test_the_right_arguments_are_answered(session: Any, call: str) -> None:
+    assert len(session.execute(f"SELECT {call} FROM t").rows) == 1
