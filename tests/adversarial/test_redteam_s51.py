@@ -41,10 +41,11 @@ value (person 7). Findings (details in each test's docstring):
   declared bounded and distinct per person) both published, and ``p1 JOIN p2 USING (gain)`` gave every row both
   tables' QIs: knowing a person's age, sex and job singled out the gain of 27 of 60 people (person 7: 3 candidates,
   below k). The in-table rule (s16 A10: the other sensitive columns count as QIs) did not reach across tables. Fixed
-  in ``veil/generators/transaction.py`` (``check_linkage``, after the gate, also in ``veil compare``): a column that
-  another live publication of the same source publishes value by value counts as a quasi-identifier of the new
-  table, so k must hold with it (a column of few values, ``income``, rarely splits a group; one that tells people
-  apart always does); replacing that output, or retracting it first, is allowed.
+  in ``veil/generators/transaction.py`` (``check_linkage``, before anything is read, also in ``veil compare``): a
+  column that another live publication of the same source publishes value by value may not be published value by
+  value again; replacing that output, or retracting it first, is allowed. (A first revision let it through when k
+  held with the shared column as a quasi-identifier of the new table; the review showed two tables passing that
+  check whose every intersection of groups is one value.)
 
 Held (pinned in part B): a source table another tool wrote with its columns in other cases (``AGE``, ``Sex``) is
 refused for kRR and the DP grid before any charge (nothing written, nothing reserved). Probed by hand, not pinned:
@@ -279,8 +280,9 @@ def test_a5_a_sensitive_column_is_published_value_by_value_in_one_live_table_onl
     distinct per person) is published as the sensitive column of ``p1`` (``--qi age``, k = 5) and then of ``p2``
     (``--qi sex,job``, k = 5): ``SELECT … FROM p1 JOIN p2 USING (gain)`` gives each row both tables' QIs, and knowing
     a person's age, sex and job singled out the gain of 27 of 60 people (person 7: 3 candidates, below k). Now the
-    second publication is refused (``gain`` counts as a quasi-identifier of ``p2``: groups of one); replacing ``p1``
-    itself is not."""
+    second publication is refused, and so is one sharing a column of two values (``income``: groups of five or more
+    with it, which a check of k with the shared column let through, yet a person's income is the one both of their
+    groups hold wherever the two groups share one value); replacing ``p1`` itself is not."""
     from veil.errors import PublicationRefused
     from veil.generators.transaction import publish
     from veil.policy import load_policy
@@ -296,6 +298,10 @@ def test_a5_a_sensitive_column_is_published_value_by_value_in_one_live_table_onl
         publish(policy, "kanon", second, progress=False)
     assert "p2" not in table_names(policy)
     publish(policy, "kanon", {**second, "output": "p1", "replace": True}, progress=False)  # the same table, replaced
+    by_age = {**first, "sensitive": ["income"], "output": "q1"}
+    publish(policy, "kanon", by_age, progress=False)
+    with pytest.raises(PublicationRefused, match=r"'income' .* also published value by value in 'q1'"):
+        publish(policy, "kanon", {**by_age, "qi": ["sex"], "output": "q2"}, progress=False)
 
 
 # ==================================================================================================

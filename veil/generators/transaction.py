@@ -282,47 +282,36 @@ def _value_columns(release: Any) -> set[str]:
     return {str(c) for c, info in columns.items() if isinstance(info, Mapping) and info.get("protection") == "sensitive"}
 
 
-def check_linkage(policy: Any, plan: Plan, pub: Publication) -> dict[str, str]:
-    """Refuse a group-guaranteed table (k-anonymity) whose groups, counted with the columns that another live
-    publication of the same source also publishes value by value, fall below its ``min_group``; returns each shared
-    column and the table sharing it (recorded with the release).
+def check_linkage(policy: Any, plan: Plan) -> None:
+    """Refuse a publication that would publish, value by value, a column of its source that another live publication
+    of the same source already publishes value by value (k-anonymity's ``--sensitive`` columns).
 
-    Each k-anonymous table is k-anonymous alone; two of one source that both publish a column unchanged (k-anonymity's
-    ``--sensitive``) are one table to an analyst, who joins them on it (``p1 JOIN p2 USING (gain)``): a person's group
-    is then the intersection of the two tables' groups. Red team s51, A5: ``--qi age --sensitive gain`` and ``--qi
-    sex,job --sensitive gain`` at k = 5 singled out the gain of 27 of 60 people from their age, sex and job. So a
-    shared column counts as a quasi-identifier of the new table, as the other sensitive columns of one table do (s16
-    A10): a column of few values (``income``) rarely splits a group below k, one that tells people apart always does.
-    The shared columns come from the release log; the check runs on the output (a table without a DP guarantee)."""
-    mine = [str(c) for c in pub.sensitive]
-    if not mine or pub.frame is None or not pub.group_columns or plan.artifact != "table":
-        return {}
+    Each k-anonymous table is k-anonymous alone; two of one source sharing such a column are one table to an analyst,
+    who joins them on it (``p1 JOIN p2 USING (gain)``): a person's value is then among those both of their groups
+    hold, and that intersection can be one value however large each group is (red team s51 A5: ``--qi age
+    --sensitive gain`` and ``--qi sex,job --sensitive gain`` at k = 5 singled out the gain of 27 of 60 people; a
+    check that k holds in the new table with the shared column as a quasi-identifier passed tables whose every
+    intersection was one value, review of s51). From the release log and the parameters alone (free, before anything
+    is read); replacing the same output, or retracting the other publication first, is allowed."""
+    mine = {str(c) for c in plan.params.get("sensitive") or ()}
+    if not mine or plan.artifact != "table":
+        return
     from veil.store.publications import published_tables
 
-    shared: dict[str, str] = {}
     for table, release in sorted(published_tables(policy).items()):
         if table == plan.output or not isinstance(release.params, Mapping):
             continue  # the table this one replaces
-        if release.params.get("source_table") == plan.source:
-            for column in _value_columns(release):
-                if column in mine:
-                    shared.setdefault(column, table)
-    if not shared:
-        return {}
-    frame = pub.frame
-    keys = [c for c in (*pub.group_columns, *sorted(shared)) if c in frame.columns]
-    need = pub.min_group if pub.min_group is not None else int(plan.checks.get("k", 2))
-    smallest = int(frame.groupby(keys, dropna=False, sort=False, observed=True).size().min())
-    if smallest < need:
-        column = sorted(shared)[0]
-        raise PublicationRefused(
-            f"column {column!r} of {plan.source!r} is also published value by value in {shared[column]!r}: analysts "
-            f"join the two tables on it, and with it the groups of {pub.method!r} on {list(pub.group_columns)} hold "
-            f"{smallest} rows, below k = {need}",
-            hint=f"Publish {column!r} unchanged in one table only: retract {shared[column]!r} first (`veil retract "
-            f"{shared[column]}`), replace it (--output {shared[column]} --replace), or leave the column out",
-        )
-    return shared
+        if release.params.get("source_table") != plan.source:
+            continue
+        shared = sorted(mine & _value_columns(release))
+        if shared:
+            raise PublicationRefused(
+                f"column {shared[0]!r} of {plan.source!r} is also published value by value in {table!r} "
+                f"({release.id}): analysts would join the two tables on it, and a person's value would be among those "
+                "both of their groups hold, which can be one value whatever k is",
+                hint=f"Publish {shared[0]!r} unchanged in one table only: retract {table!r} first (`veil retract "
+                f"{table}`), replace it (--output {table} --replace), or leave the column out",
+            )
 
 
 # -- recovery -------------------------------------------------------------------------------------
@@ -475,6 +464,7 @@ def publish(
         claimed = str(Path(plan.output).resolve()) if plan.artifact == "model" else plan.output
         with warehouse.output_claim(policy, claimed):  # no other publication to this output until this one ends
             check_output(policy, plan)
+            check_linkage(policy, plan)  # across this source's live publications (s51 A5)
             spec = policy.tables.get(plan.source)
             generator = csprng()
             data = _read_source(policy, plan, spec)
@@ -504,7 +494,6 @@ def publish(
                     )
                 pub = _finalise(plugin.sanitise(plan, train, env), spec, generator)
                 report = gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=generator)
-                linked = check_linkage(policy, plan, pub)  # across this source's live publications (s51 A5)
                 token = secrets.token_hex(8)
                 held_lock.enter_context(warehouse.publication_lock(policy, token))  # until finished: recovery leaves it
                 plain = {k: v for k, v in plan.params.items() if not k.startswith("_")}
@@ -512,7 +501,7 @@ def publish(
                 metrics = {
                     **pub.metrics,
                     "guarantee": pub.guarantee,
-                    "gate": {**report.as_dict(), **({"linked_by": linked} if linked else {})},
+                    "gate": report.as_dict(),
                     "rows": None if pub.frame is None else len(pub.frame),
                     "training_rows": len(train),
                     "holdout_rows": 0 if holdout is None else len(holdout),
@@ -589,6 +578,7 @@ def evaluate(policy: Any, kind: str, request: Mapping[str, Any], *, rng: np.rand
     row: dict[str, Any] = {"kind": kind, "method": plan.method, "dp_epsilon": dp_epsilon}
     try:
         gate.check_plan(plan, _min_epsilon(policy))
+        check_linkage(policy, plan)
         spec = policy.tables.get(plan.source)
         generator = csprng()
         data = _read_source(policy, plan, spec)
@@ -598,7 +588,6 @@ def evaluate(policy: Any, kind: str, request: Mapping[str, Any], *, rng: np.rand
         plugin.check_source(plan, train, env)
         pub = _finalise(plugin.sanitise(plan, train, env), spec, generator)
         report = gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=generator).as_dict()
-        check_linkage(policy, plan, pub)
         row.update(gate="passed", rows=None if pub.frame is None else len(pub.frame), **plugin.summary_of(plan, pub))
         row["min_group"] = report["min_group"]
         row["l_diversity"] = report["l_diversity"] or None
