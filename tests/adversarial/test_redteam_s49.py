@@ -213,6 +213,9 @@ POSITIONS = (
     "SELECT COUNT(*), sex FROM people GROUP BY 0",
     "SELECT rid FROM regions GROUP BY 9223372036854775808",
     "SELECT * FROM regions ORDER BY 0",
+    # a parenthesised position: DuckDB reads it as a position, sqlglot (Veil's plan) as a constant (review of s49)
+    "SELECT COUNT(*), sex FROM people GROUP BY (2)",
+    "SELECT sex, COUNT(*) FROM people GROUP BY sex ORDER BY ((1))",
 )
 
 

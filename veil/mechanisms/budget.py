@@ -145,9 +145,12 @@ def exp_at_most(x: Fraction) -> Fraction:
 
     >>> e = exp_at_most(Fraction(1)); e <= Fraction("2.718281828459045235360287471352662497758") and e > 2.7182818284
     True
+    >>> exp_at_most(Fraction(5, 3)) < Fraction("5.2944900504700293668273720041970084836945003393922")  # e^(5/3) = …2285…
+    True
     """
     with decimal.localcontext() as ctx:
         ctx.prec = 50
-        value = (decimal.Decimal(x.numerator) / decimal.Decimal(x.denominator)).exp()
-        # exp and the division each round to nearest at 50 digits: two steps down from the result is below e^x
-        return Fraction(value.next_minus().next_minus())
+        ctx.rounding = decimal.ROUND_FLOOR
+        below = decimal.Decimal(x.numerator) / decimal.Decimal(x.denominator)  # ≤ x (floored)
+        # exp is correctly rounded (to nearest, whatever the context's rounding): one step down is ≤ e^below ≤ e^x
+        return Fraction(below.exp().next_minus())

@@ -431,9 +431,10 @@ def run(
             raise
         except Exception as exc:
             # a library's own error (sqlglot's scope analysis, an overflow in its arithmetic) before the reservation:
-            # a bug in Veil on this query's shape alone, refused typed and free; its text is not repeated (red team
-            # s49: each such crash found so far was a class of query the passes should refuse)
-            if state.reservation is not None:
+            # a bug in Veil, refused typed and free; its text is not repeated, as it may quote what a pass read (red
+            # team s49: each such crash found so far was a class of query the passes should refuse). The reserve
+            # pass itself may have committed a charge before raising, so its errors pass through unchanged
+            if state.reservation is not None or name == "reserve":
                 raise
             log.error("the %s pass failed on a query before its reservation", name, exc_info=True)
             raise InternalError(

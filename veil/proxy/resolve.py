@@ -150,6 +150,15 @@ def _check_positions(tree: exp.Expression) -> None:
         terms = [("GROUP BY", g) for g in (group.expressions if isinstance(group, exp.Group) else [])]
         terms += [("ORDER BY", o.this) for o in (order.expressions if isinstance(order, exp.Order) else [])]
         for clause, term in terms:
+            inner = term
+            while isinstance(inner, exp.Paren):
+                inner = inner.this
+            if inner is not term and isinstance(inner, exp.Literal) and inner.is_int:
+                # DuckDB reads `GROUP BY (2)` as a position, sqlglot (and so Veil's plan) as a constant (review of s49)
+                raise QueryRejected(
+                    f"{clause} ({inner.name}) is ambiguous: a position or a constant",
+                    hint=f"Write the position without parentheses ({clause} {inner.name}), or name the column",
+                )
             if isinstance(term, exp.Literal) and term.is_int and not 1 <= int(term.name) <= width:
                 raise QueryRejected(
                     f"{clause} position {term.name} is not in the select list",

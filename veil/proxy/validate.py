@@ -331,8 +331,9 @@ _TIME_TYPES = frozenset({_T.DATE, _T.TIMESTAMP, _T.DATETIME})
 def _convert_cast_text(node: exp.Cast) -> None:
     """A text literal cast to DATE or TIMESTAMP (so also a typed literal, ``DATE '…'``) is written out again in ISO
     form, as a text compared with a date is (:func:`_iso_time`; red team s47, B5: s45 A4's fix converted only texts
-    compared with dates). A text Python does not read ('infinity', a year beyond 9999, BC) is left as it is: the
-    neutral render makes every text outside the ISO subset NULL on every engine."""
+    compared with dates). A text Python does not read ('infinity', a year beyond 9999, BC) is left as it is, and
+    each engine reads it as its own constant (DuckDB's infinity is NULL on Spark: docs/engines.md); the neutral
+    render's ISO guard applies to column values only, not to literals."""
     to = node.args.get("to")
     inner = _unwrap(node.this)
     if not (isinstance(to, exp.DataType) and to.this in _TIME_TYPES and isinstance(inner, exp.Literal) and inner.is_string):

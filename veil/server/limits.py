@@ -62,12 +62,13 @@ MIN_ENGINE_MEMORY_MIB = 64
 def usable_memory_mib() -> int:
     """The memory this process may use, in MiB: the machine's, or its cgroup's limit where one is set and lower."""
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    try:
-        text = Path("/sys/fs/cgroup/memory.max").read_text(encoding="ascii").strip()
-    except OSError:
-        text = "max"
-    if text.isdigit():
-        total = min(total, int(text))
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):  # cgroup v2, v1
+        try:
+            text = Path(limit).read_text(encoding="ascii").strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
     return int(total >> 20)
 
 
