@@ -312,18 +312,28 @@ def read_table(policy: Policy, table: str, columns: Sequence[str] | None = None)
         return _spark().read_table(policy, table, columns)
     with writer(policy) as con:
         _check_table(con, table)
+        name = _quoted(table)
         if columns:
-            have = [r[0] for r in con.execute(f'DESCRIBE "{table}"').fetchall()]
+            have = [r[0] for r in con.execute(f"DESCRIBE {name}").fetchall()]
             for c in columns:
                 if c not in have:
                     raise InputError(
                         f"column {c!r} is not in table {table!r}",
                         hint=did_you_mean(c, have) or f"Columns: {', '.join(have)}",
                     )
-            cols = ", ".join(f'"{c}"' for c in columns)
+            cols = ", ".join(_quoted(c) for c in columns)
         else:
             cols = "*"
-        return con.execute(f'SELECT {cols} FROM "{table}"').df()
+        return con.execute(f"SELECT {cols} FROM {name}").df()
+
+
+def _quoted(name: str) -> str:
+    """``name`` as a DuckDB identifier (another tool's table may name a column with a double quote in it).
+
+    >>> _quoted('a"b')
+    '"a""b"'
+    """
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _refuse_published(policy: Policy, table: str) -> None:
