@@ -355,6 +355,14 @@ cannot reach 1.5× here: its 150 noisy values cost 2.7 ms of OpenDP sampling on 
 the OS CSPRNG, plus ≈ 0.3 ms per call), more than half of raw DuckDB's 4.5–9 ms for the whole query; that floor
 alone is 1.3–1.6×. The server under 20 clients gained more than one query (fsyncs no longer serialise sessions): see
 the server section.
+
+**2026-11-27, session 16: where the sampling floor comes from.** OpenDP's samplers cost ≈ 10–14 µs per noisy
+value on this host whatever the scale (1 to 10¹², discrete and lattice Laplace alike; 1,000 values in one call:
+10–11 ms), so a 50-group answer's 150 values cost 1.5 ms before any Python glue. `strace -c` over 20,000 draws
+counts about 10 `getpid` calls per value: OpenDP takes its randomness from OpenSSL's `RAND_bytes` a few bytes at a
+time, and each call checks for a fork. That is inside OpenDP and OpenSSL, not Veil; the brief requires those
+samplers on the OS CSPRNG, so this floor stays. Drawing integer noise ahead, in idle time, would take it off an
+answer's latency but not off a busy server's CPU (not done).
 """
 
 

@@ -145,8 +145,8 @@ def _matching(files: Sequence[Path], want: str) -> list[Path]:
     return exact or sorted((p for p, s in stems if s.endswith("_" + want)), key=lambda p: len(p.stem))
 
 
-def leaf_counts_from_dir(directory: str | Path | None, columns: Sequence[str]) -> dict[str, dict[str, int]]:
-    """For each column with an ARX file in ``directory``: node label → number of leaves under it.
+def _hierarchy_rows(directory: str | Path | None, columns: Sequence[str]) -> dict[str, list[list[str]]]:
+    """Each column's ARX file in ``directory`` as its rows (a leaf, then its ancestors); no file, no entry.
 
     Files match a column when their stem equals it or ends with ``_<column>`` (``-`` read as ``_``).
     """
@@ -155,24 +155,28 @@ def leaf_counts_from_dir(directory: str | Path | None, columns: Sequence[str]) -
     d = Path(directory)
     if not d.is_dir():
         raise InputError(f"hierarchy directory {str(d)!r} does not exist", hint="Pass the folder used to publish")
-    out: dict[str, dict[str, int]] = {}
     files = sorted(p for p in d.iterdir() if p.suffix in (".csv", ".txt"))
+    out: dict[str, list[list[str]]] = {}
     for col in columns:
-        want = col.lower().replace("-", "_")
-        hits = _matching(files, want)
-        if not hits:
-            continue
+        hits = _matching(files, col.lower().replace("-", "_"))
+        if hits:
+            rows = ([x.strip() for x in line.split(";") if x.strip()] for line in _read_text(hits[0]).splitlines())
+            out[col] = [parts for parts in rows if parts]
+    return out
+
+
+def leaf_counts_from_dir(directory: str | Path | None, columns: Sequence[str]) -> dict[str, dict[str, int]]:
+    """For each column with an ARX file in ``directory``: node label → number of leaves under it.
+
+    Files match a column when their stem equals it or ends with ``_<column>`` (``-`` read as ``_``).
+    """
+    out: dict[str, dict[str, int]] = {}
+    for col, rows in _hierarchy_rows(directory, columns).items():
         counts: dict[str, int] = {}
-        leaves: set[str] = set()
-        for line in _read_text(hits[0]).splitlines():
-            parts = [x.strip() for x in line.split(";") if x.strip()]
-            if not parts:
-                continue
-            leaves.add(parts[0])
+        for parts in rows:
             for node in set(parts[1:]) | {"*"}:
                 counts[node] = counts.get(node, 0) + 1
-        for leaf in leaves:
-            counts[leaf] = 1
+        counts.update({parts[0]: 1 for parts in rows})
         out[col] = counts
     return out
 
@@ -289,21 +293,10 @@ def _population_counts(
 
 
 def _leaves_under_from_dir(directory: str | Path | None, columns: Sequence[str]) -> dict[str, dict[str, set[str]]]:
-    if directory is None:
-        return {}
     out: dict[str, dict[str, set[str]]] = {}
-    d = Path(directory)
-    files = sorted(p for p in d.iterdir() if p.suffix in (".csv", ".txt"))
-    for col in columns:
-        want = col.lower().replace("-", "_")
-        hits = _matching(files, want)
-        if not hits:
-            continue
+    for col, rows in _hierarchy_rows(directory, columns).items():
         under: dict[str, set[str]] = {}
-        for line in _read_text(hits[0]).splitlines():
-            parts = [x.strip() for x in line.split(";") if x.strip()]
-            if not parts:
-                continue
+        for parts in rows:
             for node in parts[1:]:
                 under.setdefault(node, set()).add(parts[0])
         out[col] = under

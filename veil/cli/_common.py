@@ -29,9 +29,12 @@ __all__ = [
     "EXIT_USER",
     "audit",
     "cli",
+    "comma_list",
     "emit",
+    "exit_if_interrupted",
     "format_option",
     "load_policy_option",
+    "output_table_options",
     "policy_option",
     "publish",
     "publish_and_report",
@@ -79,8 +82,23 @@ format_option = click.option(
 )
 
 
+def output_table_options(fn: F) -> F:
+    """``--output NAME`` (required) and ``--replace``: where a publication writes its table."""
+    fn = click.option("--replace", is_flag=True, default=False, help="Replace --output if it exists.")(fn)
+    return click.option("--output", required=True, help="Name of the published table.")(fn)
+
+
 def load_policy_option(path: Path) -> Policy:
     return load_policy(path)
+
+
+def comma_list(text: str | None) -> list[str]:
+    """The non-empty, stripped items of a comma-separated option (``None`` or ``""``: none).
+
+    >>> comma_list(" age, sex,,")
+    ['age', 'sex']
+    """
+    return [item.strip() for item in (text or "").split(",") if item.strip()]
 
 
 def _fmt_cell(v: Any) -> str:
@@ -166,10 +184,15 @@ def publish_and_report(
     result = run_publish(policy, kind, request)
     summary = result.as_dict()
     emit(summary, fmt, json_data={k: summary.get(k) for k in headline} if headline else None)
-    if result.interrupted:
-        click.echo(f"interrupted after release {result.release_id} was committed (complete: table and record)", err=True)
-        sys.exit(130)
+    exit_if_interrupted(result.interrupted, result.release_id)
     return summary
+
+
+def exit_if_interrupted(interrupted: bool, release_id: object) -> None:
+    """After a publication's summary is printed: an interrupt that arrived while it was committed exits 130."""
+    if interrupted:
+        click.echo(f"interrupted after release {release_id} was committed (complete: table and record)", err=True)
+        sys.exit(130)
 
 
 def run_guarded(fn: F) -> F:

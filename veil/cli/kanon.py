@@ -7,16 +7,22 @@ from pathlib import Path
 
 import click
 
-from veil.cli._common import audit, emit, format_option, policy_option, publish, run_guarded
+from veil.cli._common import (
+    audit,
+    comma_list,
+    emit,
+    exit_if_interrupted,
+    format_option,
+    output_table_options,
+    policy_option,
+    publish,
+    run_guarded,
+)
 from veil.errors import InputError
 
 __all__ = ["audit_kanon_command", "audit_utility_command", "publish_kanon_command"]
 
 _ALGORITHMS = ["mondrian", "mondrian-relaxed", "oka", "kma", "kmember"]
-
-
-def _columns(text: str | None) -> list[str]:
-    return [c.strip() for c in (text or "").split(",") if c.strip()]
 
 
 def _neurons(text: str) -> tuple[int, int, int]:
@@ -75,8 +81,7 @@ def _neurons(text: str) -> tuple[int, int, int]:
     help="Mondrian cut rule: NCP gain (default) or the original widest-QI median.",
 )
 @click.option("--seed", type=int, default=None, help="Seed for seeds/shuffles (default: fresh randomness).")
-@click.option("--output", required=True, help="Name of the published table.")
-@click.option("--replace", is_flag=True, default=False, help="Replace --output if it exists.")
+@output_table_options
 @click.option(
     "--export",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -116,10 +121,10 @@ def publish_kanon_command(
         output=output,
         algorithm=algorithm,
         k=k,
-        qi=_columns(qi),
-        sensitive=_columns(sensitive),
+        qi=comma_list(qi),
+        sensitive=comma_list(sensitive),
         hierarchies=hierarchies,
-        som_columns=_columns(som_columns),
+        som_columns=comma_list(som_columns),
         som_label=som_label,
         som_neurons=_neurons(som_neurons),
         som_epochs=som_epochs,
@@ -131,9 +136,7 @@ def publish_kanon_command(
     )
     headline = {key: summary[key] for key in ("table", "k", "ncp_percent", "min_class_size", "seconds")}
     emit(summary, fmt, json_data=headline)
-    if summary.get("interrupted"):
-        click.echo(f"interrupted after release {summary['release_id']} was committed (complete: table and record)", err=True)
-        sys.exit(130)
+    exit_if_interrupted(bool(summary.get("interrupted")), summary.get("release_id"))
 
 
 @audit.command("kanon")
@@ -190,13 +193,13 @@ def audit_kanon_command(
 
     policy = load_policy(policy_path)
     recorded = kanon_params_from_release(policy, table) or {}
-    qi_cols = _columns(qi) or list(recorded.get("qi") or [])
+    qi_cols = comma_list(qi) or list(recorded.get("qi") or [])
     if not qi_cols:
         raise InputError(f"no quasi-identifiers for {table!r}", hint="Pass --qi (no k-anonymity release records them)")
-    sa_cols = _columns(sensitive) if sensitive is not None else list(recorded.get("sensitive") or [])
+    sa_cols = comma_list(sensitive) if sensitive is not None else list(recorded.get("sensitive") or [])
     hier = hierarchies if hierarchies is not None else recorded.get("hierarchy_dir")
     published = read_table(policy, table)
-    extra = _columns(extra_qi) if extra_qi is not None else ([SOM_COLUMN] if SOM_COLUMN in published.columns else [])
+    extra = comma_list(extra_qi) if extra_qi is not None else ([SOM_COLUMN] if SOM_COLUMN in published.columns else [])
     pop_name = None if no_population else (population or recorded.get("source_table"))
     pop = read_table(policy, pop_name, qi_cols) if pop_name else None
     report = audit_anonymity(
@@ -253,10 +256,10 @@ def audit_utility_command(
     from veil.store.warehouse import read_table
 
     policy = load_policy(policy_path)
-    model_list = _columns(models)
-    runs = [(table, _columns(features) or None)]
+    model_list = comma_list(models)
+    runs = [(table, comma_list(features) or None)]
     if baseline:
-        runs.append((baseline, _columns(baseline_features) or _columns(features) or None))
+        runs.append((baseline, comma_list(baseline_features) or comma_list(features) or None))
     frames = []
     for name, feats in runs:
         df = read_table(policy, name)

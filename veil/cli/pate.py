@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from veil.cli._common import audit, emit, format_option, policy_option, publish, publish_and_report, run_guarded
+from veil.cli._common import audit, comma_list, emit, format_option, policy_option, publish, publish_and_report, run_guarded
 from veil.errors import InputError
 
 __all__ = ["audit_pate_command", "publish_pate_command"]
@@ -149,7 +149,7 @@ def publish_pate_command(
     request = {
         "table": table,
         "label": label,
-        "features": [f.strip() for f in features.split(",") if f.strip()] if features else None,
+        "features": comma_list(features) if features else None,
         "config": config,
         "student_table": student_table,
         "validation": validation,

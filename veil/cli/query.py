@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 import pandas as pd
@@ -10,6 +12,8 @@ import pandas as pd
 from veil.cli._common import cli, emit, format_option, policy_option, run_guarded
 from veil.policy import load_policy
 from veil.proxy.session import QuerySession
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 analyst_option = click.option("--analyst", required=True, help="Analyst name from the policy's [analysts] table.")
 epsilon_option = click.option(
@@ -20,12 +24,15 @@ epsilon_option = click.option(
 )
 
 
+def sql_command_options(fn: F) -> F:
+    """What ``veil query`` and ``veil explain`` both take: --policy, --analyst, --epsilon, --format and the SQL."""
+    for option in reversed((policy_option, analyst_option, epsilon_option, format_option, click.argument("sql"))):
+        fn = option(fn)
+    return fn
+
+
 @cli.command()
-@policy_option
-@analyst_option
-@epsilon_option
-@format_option
-@click.argument("sql")
+@sql_command_options
 @run_guarded
 def query(policy_path: Path, analyst: str, epsilon: float | None, fmt: str, sql: str) -> None:
     """Answer an aggregate SQL query with differential privacy and charge the analyst's budget."""
@@ -50,11 +57,7 @@ def query(policy_path: Path, analyst: str, epsilon: float | None, fmt: str, sql:
 
 
 @cli.command()
-@policy_option
-@analyst_option
-@epsilon_option
-@format_option
-@click.argument("sql")
+@sql_command_options
 @run_guarded
 def explain(policy_path: Path, analyst: str, epsilon: float | None, fmt: str, sql: str) -> None:
     """Show each noisy statistic's mechanism, sensitivity, noise scale, 95% CI and exact ε; spends nothing."""

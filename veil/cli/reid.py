@@ -9,7 +9,7 @@ from typing import Any
 import click
 import numpy as np
 
-from veil.cli._common import audit, emit, format_option, run_guarded
+from veil.cli._common import audit, comma_list, emit, format_option, run_guarded
 from veil.errors import InputError
 
 ATTACKS = ("growpu", "nnpu", "upu", "kmeans", "floor")
@@ -240,7 +240,7 @@ def _from_release(
 
     policy = load_policy(policy_path)
     release = get_release(policy, release_id)
-    wanted = [f.strip() for f in features.split(",") if f.strip()] if features else None
+    wanted = comma_list(features) if features else None
     rm = R.mean_from_release(release, wanted)
     target = table or rm.table
     df = read_table(policy, target)

@@ -10,14 +10,10 @@ from typing import Any
 
 import click
 
-from veil.cli._common import cli, emit, format_option, policy_option, publish, publish_and_report, run_guarded
+from veil.cli._common import cli, comma_list, emit, format_option, policy_option, publish, publish_and_report, run_guarded
 from veil.errors import InputError
 
 __all__ = ["compare_command", "publish_sdc_command"]
-
-
-def _split(value: str | None) -> list[str]:
-    return [c.strip() for c in value.split(",") if c.strip()] if value else []
 
 
 def _context(policy: Any, table: str, columns: list[str], target: str | None, seed: int | None, df: Any) -> Any:
@@ -66,7 +62,7 @@ def publish_sdc_command(
         "table": table,
         "method": method,
         "params": list(params),
-        "columns": _split(columns),
+        "columns": comma_list(columns),
         "target": target,
         "output": output,
         "replace": replace,
@@ -163,11 +159,11 @@ def compare_command(
         _check_plot_path(plot, replace_plot)
     policy = load_policy(policy_path)
     if kind != "sdc":
-        _compare_kind(policy, kind, table, _split(columns), target, sensitive, sweep_values, params, seed, fmt)
+        _compare_kind(policy, kind, table, comma_list(columns), target, sensitive, sweep_values, params, seed, fmt)
         return
     if target is None:
         raise InputError("--kind sdc needs --target (the label of the disclosure-risk model)", hint="Pass --target <column>")
-    names = generator_names(lambda c: c.family == "sdc") if methods.strip().lower() == "all" else _split(methods)
+    names = generator_names(lambda c: c.family == "sdc") if methods.strip().lower() == "all" else comma_list(methods)
     for n in names:
         get_generator(n)  # unknown names fail before anything runs
     fixed: dict[str, dict[str, Any]] = {}
@@ -178,7 +174,7 @@ def compare_command(
         cls = get_generator(head)
         fixed.setdefault(cls.name, {}).update(parse_param_args(cls, [rest]))
     df = read_table(policy, table)
-    ctx = _context(policy, table, _split(columns), target, seed, df)
+    ctx = _context(policy, table, comma_list(columns), target, seed, df)
     rows = compare_methods(df, ctx, names, fixed=fixed, seed=seed)
     if plot is not None:
         _check_plot_path(plot, replace_plot)  # again: the sweep took a while
@@ -233,7 +229,7 @@ def _compare_kind(
     if kind == "krr":
         base["columns"] = columns
     elif kind == "kanon":
-        base.update(qi=columns, sensitive=_split(sensitive))
+        base.update(qi=columns, sensitive=comma_list(sensitive))
     elif kind == "synth":
         if not sensitive:
             raise InputError("--kind synth needs --sensitive", hint="Pass the sensitive attribute, e.g. --sensitive sex")
@@ -245,7 +241,7 @@ def _compare_kind(
         if not sep or not key.strip():
             raise InputError(f"--param must look like name=value, got {item!r}")
         base[key.strip()] = _value(value.strip())
-    values = tuple(_value(v) for v in _split(sweep_values))
+    values = tuple(_value(v) for v in comma_list(sweep_values))
     rows = [{plugin.sweep_param: r[plugin.sweep_param], **evaluate(policy, kind, r)} for r in plugin.sweep(base, values)]
     keys = [plugin.sweep_param, "method", "gate", "rows", "dp_epsilon", "min_group", "l_diversity", "dcr_share", "seconds"]
     extra = {"krr": ["keep_probability"], "kanon": ["ncp_percent"], "synth": ["sensitive_accuracy_after"]}[kind]

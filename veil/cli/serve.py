@@ -103,6 +103,14 @@ def _is_loopback_host(host: str) -> bool:
     help="DuckDB threads per process (0: one per core) [default: 0 with one process; with N processes, the cores "
     "divided by N, at least 1].",
 )
+@click.option(
+    "--engine-memory",
+    type=click.IntRange(0, 1 << 30),
+    default=None,
+    metavar="MIB",
+    help="DuckDB memory limit of each warehouse connection, in MiB (0: DuckDB's default, 80% of memory each) "
+    "[default: 80% of memory shared by the 2 connections each of the processes holds at most].",
+)
 @run_guarded
 def serve_command(
     policy_path: Path,
@@ -124,6 +132,7 @@ def serve_command(
     workers: int,
     processes: int,
     engine_threads: int | None,
+    engine_memory: int | None,
 ) -> None:
     """Serve analysts' SQL clients (psql, psycopg, JDBC, DBeaver) over the PostgreSQL protocol.
 
@@ -147,6 +156,7 @@ def serve_command(
         catalog_timeout=catalog_timeout,
         workers=workers,
         engine_threads=ServerLimits.default_engine_threads(processes) if engine_threads is None else engine_threads,
+        engine_memory_mib=ServerLimits.default_engine_memory(processes) if engine_memory is None else engine_memory,
     )
 
     policy = load_policy(policy_path)

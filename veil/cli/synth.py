@@ -10,16 +10,22 @@ from pathlib import Path
 
 import click
 
-from veil.cli._common import audit, emit, format_option, policy_option, publish, publish_and_report, run_guarded
+from veil.cli._common import (
+    audit,
+    comma_list,
+    emit,
+    format_option,
+    output_table_options,
+    policy_option,
+    publish,
+    publish_and_report,
+    run_guarded,
+)
 from veil.generators._threads import MAX_THREADS
 
 __all__ = ["audit_implicit_command", "publish_krr_command", "publish_synth_command"]
 
 _UNIT = click.FloatRange(min=0, max=1)
-
-
-def _split(value: str | None) -> list[str]:
-    return [c.strip() for c in value.split(",") if c.strip()] if value else []
 
 
 @audit.command("implicit")
@@ -99,7 +105,7 @@ def audit_implicit_command(
         metric=metric,
         normalisation=normalisation,
         bins=bins,
-        exclude=_split(exclude),
+        exclude=comma_list(exclude),
         seed=seed,
     )
     if plot is not None:
@@ -162,8 +168,7 @@ def audit_implicit_command(
     help="Rows of the synthetic table (public; default 10,000, never the source's size).",
 )
 @click.option("--seed", type=int, default=None, help="Seed of training and sampling (default: fresh randomness).")
-@click.option("--output", required=True, help="Name of the published table.")
-@click.option("--replace", is_flag=True, default=False, help="Replace --output if it exists.")
+@output_table_options
 @click.option(
     "--threads",
     type=click.IntRange(min=1, max=MAX_THREADS),
@@ -217,7 +222,7 @@ def publish_synth_command(
         "batch_size": batch_size,
         "theta": theta,
         "beta": beta,
-        "columns": _split(columns),
+        "columns": comma_list(columns),
         "rows": rows,
         "seed": seed,
         "output": output,
@@ -236,8 +241,7 @@ def publish_synth_command(
     required=True,
     help="ε per attribute; the release records the row total (ε × number of columns).",
 )
-@click.option("--output", required=True, help="Name of the published table.")
-@click.option("--replace", is_flag=True, default=False, help="Replace --output if it exists.")
+@output_table_options
 @format_option
 @run_guarded
 def publish_krr_command(
@@ -249,5 +253,5 @@ def publish_krr_command(
     """
     from veil.policy import load_policy
 
-    request = {"table": table, "columns": _split(columns), "epsilon": epsilon, "output": output, "replace": replace}
+    request = {"table": table, "columns": comma_list(columns), "epsilon": epsilon, "output": output, "replace": replace}
     publish_and_report(load_policy(policy_path), "krr", request, fmt)

@@ -33,6 +33,27 @@ _BIND_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+class _NotBound(Exception):
+    """A statement DuckDB refused while binding it: no row was read."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+def _fails_to_bind(cur: duckdb.DuckDBPyConnection, sql: str, exc: duckdb.Error) -> bool:
+    """Whether ``sql`` fails with ``exc`` (same kind, same first line: the lines after it quote the statement, which
+    ``DESCRIBE`` prefixes) when only bound: DuckDB's binder also folds
+    constants, so some conversion errors (``SUBSTRING(s, 1, 'x')``: 'x' to BIGINT) come before any row is read
+    and are refused free like the binder's own (red team s49 A2). Binding reads no data, so the answer depends on
+    the statement alone."""
+    try:
+        cur.execute(f"DESCRIBE {sql}")
+    except duckdb.Error as again:
+        return type(again) is type(exc) and str(again).partition("\n")[0] == str(exc).partition("\n")[0]
+    return False
+
+
 def _q(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
@@ -103,11 +124,18 @@ class DuckDBEngine:
         try:
             with gate:
                 cur = self._cur()
-                cur.execute(sql)
-                rows = cur.fetchall()
-        except _BIND_ERRORS as exc:
+                try:
+                    cur.execute(sql)
+                    rows = cur.fetchall()
+                except duckdb.InterruptException:
+                    raise
+                except duckdb.Error as exc:
+                    if isinstance(exc, _BIND_ERRORS) or _fails_to_bind(cur, sql, exc):
+                        raise _NotBound(type(exc).__name__) from None
+                    raise
+        except _NotBound as exc:
             raise EngineError(
-                f"the query could not be run: {type(exc).__name__.replace('Exception', '')} error",
+                f"the query could not be run: {exc.kind.replace('Exception', '')} error",
                 hint="Check that values are compared with columns of the same type",
                 before_data=True,
             ) from None

@@ -9,6 +9,7 @@ back through Arrow. Rendering turns Veil's neutral trees into Spark SQL with the
   instead of raising, because Veil's Spark sessions run with ``spark.sql.ansi.enabled = false`` (a
   run-time error that depends on a row would be a one-bit oracle);
 * the day of week (0–6, Sunday = 0) is ``DAYOFWEEK(d) - 1``;
+* ``REGEXP_EXTRACT`` (a date text's guard, :mod:`veil.engines.neutral`) extracts the whole match (group 0);
 * date units and fields under Spark's names for the same value (``DOY``, ``YEAROFWEEK``, whole-second
   ``SECOND()``); those Spark does not compute (``decade``, ``epoch``, …) are refused, free;
 * integer sums keep the ``DECIMAL(38,0)`` widening of the neutral tree (Spark's ``SUM(BIGINT)`` would wrap).
@@ -21,7 +22,6 @@ session's catalog on start (no Hive metastore: several Veil processes can share 
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import logging
 import os
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 
 from veil.engines.base import EngineError, Result
-from veil.engines.neutral import data_type, is_real
+from veil.engines.neutral import ISO_TIME_LONGEST, TIME_TEXT, data_type, is_real
 from veil.errors import InternalError, Unsupported
 from veil.policy import Policy
 from veil.store import spark as store
@@ -99,8 +99,7 @@ def _spark_date_part(node: exp.Expression) -> None:
 
 
 #: Python's dates and times hold years 1–9999; Spark's hold about ±5.8 million (dates) and ±290,000 (timestamps).
-_FIRST_DAY = (dt.date(1, 1, 1) - dt.date(1970, 1, 1)).days
-_LAST_DAY = (dt.date(9999, 12, 31) - dt.date(1970, 1, 1)).days
+_FIRST_DAY, _LAST_DAY = store.PYTHON_DAYS
 _UNITS_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
 
 
@@ -174,6 +173,13 @@ class SparkEngine:
                     node.replace(exp.Cast(this=node.copy(), to=data_type("DOUBLE")))
             else:  # DuckDB's DATE_TRUNC is a TIMESTAMP without time zone
                 node.replace(exp.Cast(this=node.copy(), to=exp.DataType.build("TIMESTAMP_NTZ", dialect="spark")))
+        for node in list(t.find_all(exp.RegexpExtract)):
+            # the whole match (Spark's default group is 1); a date text's guard reads the text's first characters
+            # only, one more than the longest it matches: Java's find would try the pattern at every position
+            node.set("group", exp.Literal.number(0))
+            if node.meta.get(TIME_TEXT):
+                prefix = exp.Literal.number(ISO_TIME_LONGEST + 1)
+                node.set("this", exp.Substring(this=node.this, start=exp.Literal.number(1), length=prefix))
         for node in list(t.find_all(exp.Try, exp.TryCast, exp.DayOfWeek)):
             if isinstance(node, exp.TryCast):
                 node.set("safe", True)

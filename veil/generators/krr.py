@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from veil import mechanisms
 from veil.errors import InputError, did_you_mean
 from veil.mechanisms import randomized_response
 from veil.store.declared_types import as_declared
@@ -55,12 +56,12 @@ _NA = "__veil_na__"
 
 
 def keep_probability(epsilon: float, k: int) -> float:
-    """P(a value is reported unchanged) = e^ε / (e^ε + k − 1).
+    """P(a value is reported unchanged) = e^ε / (e^ε + k − 1), as :func:`veil.mechanisms.randomized_response` draws it.
 
     >>> round(keep_probability(1.0, 2), 4)
     0.7311
     """
-    return 1.0 / (1.0 + (k - 1) * math.exp(-epsilon))
+    return float(mechanisms.keep_probability(epsilon, k))
 
 
 def declared_domain(name: str, spec: Any, max_domain: int = 1000) -> tuple[list[Any], str]:

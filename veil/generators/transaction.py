@@ -50,7 +50,17 @@ from veil.generators.registry import RunEnv, get_plugin
 from veil.policy import normalise_name
 from veil.store.declared_types import as_declared, as_source
 
-__all__ = ["PublishResult", "check_output", "csprng", "evaluate", "publish", "recover", "refuse_veil_file", "veil_files"]
+__all__ = [
+    "PublishResult",
+    "check_linkage",
+    "check_output",
+    "csprng",
+    "evaluate",
+    "publish",
+    "recover",
+    "refuse_veil_file",
+    "veil_files",
+]
 
 
 @dataclass(frozen=True)
@@ -262,6 +272,59 @@ def check_output(policy: Any, plan: Plan) -> None:
         raise InputError(f"--output {out!r} {status} in the warehouse", hint="Choose another --output name or pass --replace")
 
 
+def _value_columns(release: Any) -> set[str]:
+    """The columns a live publication published value by value (protection ``sensitive``: k-anonymity's unchanged
+    columns), read off its record."""
+    gate_report = release.metrics.get("gate") if isinstance(release.metrics, Mapping) else None
+    columns = gate_report.get("columns") if isinstance(gate_report, Mapping) else None
+    if not isinstance(columns, Mapping):
+        return set()
+    return {str(c) for c, info in columns.items() if isinstance(info, Mapping) and info.get("protection") == "sensitive"}
+
+
+def check_linkage(policy: Any, plan: Plan, pub: Publication) -> dict[str, str]:
+    """Refuse a group-guaranteed table (k-anonymity) whose groups, counted with the columns that another live
+    publication of the same source also publishes value by value, fall below its ``min_group``; returns each shared
+    column and the table sharing it (recorded with the release).
+
+    Each k-anonymous table is k-anonymous alone; two of one source that both publish a column unchanged (k-anonymity's
+    ``--sensitive``) are one table to an analyst, who joins them on it (``p1 JOIN p2 USING (gain)``): a person's group
+    is then the intersection of the two tables' groups. Red team s51, A5: ``--qi age --sensitive gain`` and ``--qi
+    sex,job --sensitive gain`` at k = 5 singled out the gain of 27 of 60 people from their age, sex and job. So a
+    shared column counts as a quasi-identifier of the new table, as the other sensitive columns of one table do (s16
+    A10): a column of few values (``income``) rarely splits a group below k, one that tells people apart always does.
+    The shared columns come from the release log; the check runs on the output (a table without a DP guarantee)."""
+    mine = [str(c) for c in pub.sensitive]
+    if not mine or pub.frame is None or not pub.group_columns or plan.artifact != "table":
+        return {}
+    from veil.store.publications import published_tables
+
+    shared: dict[str, str] = {}
+    for table, release in sorted(published_tables(policy).items()):
+        if table == plan.output or not isinstance(release.params, Mapping):
+            continue  # the table this one replaces
+        if release.params.get("source_table") == plan.source:
+            for column in _value_columns(release):
+                if column in mine:
+                    shared.setdefault(column, table)
+    if not shared:
+        return {}
+    frame = pub.frame
+    keys = [c for c in (*pub.group_columns, *sorted(shared)) if c in frame.columns]
+    need = pub.min_group if pub.min_group is not None else int(plan.checks.get("k", 2))
+    smallest = int(frame.groupby(keys, dropna=False, sort=False, observed=True).size().min())
+    if smallest < need:
+        column = sorted(shared)[0]
+        raise PublicationRefused(
+            f"column {column!r} of {plan.source!r} is also published value by value in {shared[column]!r}: analysts "
+            f"join the two tables on it, and with it the groups of {pub.method!r} on {list(pub.group_columns)} hold "
+            f"{smallest} rows, below k = {need}",
+            hint=f"Publish {column!r} unchanged in one table only: retract {shared[column]!r} first (`veil retract "
+            f"{shared[column]}`), replace it (--output {shared[column]} --replace), or leave the column out",
+        )
+    return shared
+
+
 # -- recovery -------------------------------------------------------------------------------------
 
 
@@ -353,6 +416,17 @@ def _finalise(pub: Publication, spec: Any, generator: np.random.Generator) -> Pu
     return replace(pub, frame=frame, columns=columns, source_rows=source_rows)
 
 
+def _read_source(policy: Any, plan: Plan, spec: Any) -> pd.DataFrame:
+    """The source rows as the policy types them, each value on its own: numbers, booleans and categories
+    (``as_source``: one person's text never re-types a column for everyone, red team s35 A1) and dates (the ISO text
+    of each value's date, ``source_dates``: one person's time of day or text never re-spells everyone's date, s51 A1)."""
+    from veil.generators.columns import source_dates
+    from veil.store import warehouse
+
+    frame = warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None)
+    return source_dates(as_source(frame, spec), spec)
+
+
 def _min_epsilon(policy: Any) -> float | None:
     """The policy's minimum ε per query, which DP publications honour too."""
     defaults = getattr(policy, "defaults", None)
@@ -403,8 +477,7 @@ def publish(
             check_output(policy, plan)
             spec = policy.tables.get(plan.source)
             generator = csprng()
-            # as the policy types it: one person's text never re-types a column for everyone (red team s35, A1)
-            data = as_source(warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None), spec)
+            data = _read_source(policy, plan, spec)
             train, holdout = _split(data, plan.holdout, generator)
             env = RunEnv(
                 policy=policy,
@@ -431,6 +504,7 @@ def publish(
                     )
                 pub = _finalise(plugin.sanitise(plan, train, env), spec, generator)
                 report = gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=generator)
+                linked = check_linkage(policy, plan, pub)  # across this source's live publications (s51 A5)
                 token = secrets.token_hex(8)
                 held_lock.enter_context(warehouse.publication_lock(policy, token))  # until finished: recovery leaves it
                 plain = {k: v for k, v in plan.params.items() if not k.startswith("_")}
@@ -438,7 +512,7 @@ def publish(
                 metrics = {
                     **pub.metrics,
                     "guarantee": pub.guarantee,
-                    "gate": report.as_dict(),
+                    "gate": {**report.as_dict(), **({"linked_by": linked} if linked else {})},
                     "rows": None if pub.frame is None else len(pub.frame),
                     "training_rows": len(train),
                     "holdout_rows": 0 if holdout is None else len(holdout),
@@ -508,8 +582,6 @@ def evaluate(policy: Any, kind: str, request: Mapping[str, Any], *, rng: np.rand
     curator's ``veil compare``); returns the gate's verdict, its report and the plug-in's summary."""
     import time
 
-    from veil.store import warehouse
-
     plugin = get_plugin(kind)
     started = time.perf_counter()
     plan = plugin.plan(policy, request)
@@ -519,13 +591,14 @@ def evaluate(policy: Any, kind: str, request: Mapping[str, Any], *, rng: np.rand
         gate.check_plan(plan, _min_epsilon(policy))
         spec = policy.tables.get(plan.source)
         generator = csprng()
-        data = as_source(warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None), spec)
+        data = _read_source(policy, plan, spec)
         train, holdout = _split(data, plan.holdout, generator)
         env = RunEnv(policy=policy, spec=spec, generator=generator, rng=rng, progress=False, seed=request.get("seed"),
                      source_rows=len(data))  # fmt: skip
         plugin.check_source(plan, train, env)
         pub = _finalise(plugin.sanitise(plan, train, env), spec, generator)
         report = gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=generator).as_dict()
+        check_linkage(policy, plan, pub)
         row.update(gate="passed", rows=None if pub.frame is None else len(pub.frame), **plugin.summary_of(plan, pub))
         row["min_group"] = report["min_group"]
         row["l_diversity"] = report["l_diversity"] or None

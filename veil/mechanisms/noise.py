@@ -29,7 +29,7 @@ from opendp.mod import enable_features
 
 from veil.errors import InputError, InternalError
 from veil.mechanisms import _csprng
-from veil.mechanisms.budget import as_epsilon
+from veil.mechanisms.budget import as_epsilon, double_at_least, exp_at_most
 
 # Not opendp.prelude: it imports opendp.extras, which pulls scikit-learn into the SQL proxy.
 enable_features("contrib")
@@ -39,8 +39,10 @@ __all__ = [
     "discrete_laplace_ci_halfwidth",
     "exponential",
     "gaussian",
+    "keep_probability",
     "laplace",
     "laplace_ci_halfwidth",
+    "noisy_max_scale",
     "randomized_response",
     "report_noisy_max",
 ]
@@ -197,20 +199,39 @@ def report_noisy_max(
     (equivalently the permute-and-flip mechanism): ε-DP like the exponential mechanism and never
     less accurate than it (McKenna & Sheldon, 2020).
     """
-    eps = float(as_epsilon(epsilon))
     sens = _check_scale(sensitivity, "sensitivity")
+    scale = noisy_max_scale(epsilon, sens)  # validates ε
     arr = _as_float_array(scores).ravel()
     if arr.size == 0:
         raise InputError("report_noisy_max needs at least one candidate score")
     if sens == 0:
         return int(np.argmax(arr))
-    scale = 2.0 * sens / eps
     if rng is not None:
         return int(np.argmax(arr + rng.exponential(scale, size=arr.shape)))
     return int(_noisy_max(scale)(arr.tolist()))
 
 
 exponential = report_noisy_max
+
+
+def noisy_max_scale(epsilon: float | Fraction, sensitivity: float) -> float:
+    """The exponential noise scale of :func:`report_noisy_max`: the double at or above 2Δ/ε exactly.
+
+    >>> noisy_max_scale(Fraction(3, 1000), 1.0) >= Fraction(2000, 3)
+    True
+    """
+    return double_at_least(2 * Fraction(sensitivity) / as_epsilon(epsilon))
+
+
+def keep_probability(epsilon: float | Fraction, k: int) -> Fraction:
+    """:func:`randomized_response`'s chance of keeping a value among ``k`` categories: e/(e + k − 1) for an exact
+    e ≤ e^ε, so the ratio of keeping to reporting one given other value is at most e^ε.
+
+    >>> keep_probability(1, 2) < Fraction(27183, 37183)
+    True
+    """
+    e = exp_at_most(as_epsilon(epsilon))
+    return e / (e + k - 1)
 
 
 def laplace_ci_halfwidth(scale: float, confidence: float = 0.95) -> float:
@@ -282,8 +303,7 @@ def randomized_response(
         raise InputError(
             f"value {exc.args[0]!r} is not among the {k} categories", hint="Pass every possible value in categories"
         ) from None
-    e = math.exp(float(eps))
-    p_keep = Fraction(e) / (Fraction(e) + k - 1)
+    p_keep = keep_probability(eps, k)
     n = codes.size
     if rng is not None:
         keep = rng.random(n) < float(p_keep)

@@ -221,7 +221,8 @@ class BoundedCopies:
         self._names: dict[tuple[str, int, str], str] = {}
         #: copies :func:`ready` could not prepare, per warehouse, engine generation and spec: not tried again by it until
         #: one of them changes (a query on such a table still tries, and refuses), with the policy's reason when there
-        #: is one (a table without a declared column; a ``veil serve`` worker, which never builds: red team s44 A3)
+        #: is one that stands that long (a table without a declared column; a ``veil serve`` worker, which never
+        #: builds: red team s44 A3); a refusal that may pass (the writer held elsewhere) is not remembered
         self._unready: dict[tuple[str, int, str], PolicyError | None] = {}
 
     def table(
@@ -289,6 +290,10 @@ class BoundedCopies:
                 return
         except VeilError as exc:
             if type(exc) is PolicyError:  # the policy's or this process's reason, never an engine's (rows may decide those)
+                if not _stands(spec, engine):
+                    # it may pass (the warehouse's writer held by another process): not remembered, so the timed
+                    # planning asks for a retry (CopyNotReady) and the next preparation tries again
+                    return
                 reason = exc
         key = (scope, generation(), spec_identity(spec))  # the generation as the planning will read it (a reader
         # this look opened for the first time numbered it: 0 before, 1 after)
@@ -298,10 +303,28 @@ class BoundedCopies:
             self._unready[key] = reason
 
 
+def _stands(spec: TableSpec, engine: Engine) -> bool:
+    """Does a refusal to prepare ``spec``'s copy stand until the engine's generation or the spec changes? It does in a
+    process that never writes the warehouse (a ``veil serve`` worker), and when the table lacks a declared column
+    (its schema changes only with a write, which moves the generation); any other may pass (a writer held
+    elsewhere)."""
+    if not getattr(engine, "writes_warehouse", True):
+        return True
+    try:
+        return bool(_missing_columns(spec, engine))
+    except VeilError:
+        return False
+
+
+def _missing_columns(spec: TableSpec, engine: Engine) -> list[str]:
+    """The columns the policy declares that the warehouse's table lacks (its schema, not its data)."""
+    have = {name for name, _ in engine.table_columns(spec.name)}
+    return [c for c in spec.columns if c not in have]
+
+
 def _check_columns(spec: TableSpec, engine: Engine) -> None:
     """The warehouse's table has every column the policy declares (its schema, not its data)."""
-    have = {name for name, _ in engine.table_columns(spec.name)}
-    missing = [c for c in spec.columns if c not in have]
+    missing = _missing_columns(spec, engine)
     if missing:
         raise PolicyError(
             f"table {spec.name!r} in the warehouse has no column {', '.join(map(repr, missing))}, which the policy declares",

@@ -41,6 +41,7 @@ from sqlglot.optimizer.scope import Scope, build_scope
 
 from veil.engines.neutral import CANNOT_RAISE, data_type, duckdb_text, is_integral, neutralise
 from veil.errors import InternalError, QueryRejected, QueryTooComplex, Unbounded, Unsupported
+from veil.mechanisms.budget import double_at_least
 from veil.proxy import fixed_point
 from veil.proxy.bounds import IntegralRange, Interval, expression_interval, in_doubles, resolve_column
 from veil.proxy.catalog import SQL_TYPES, Catalog
@@ -103,12 +104,15 @@ class Statistic:
     @cached_property
     def scale(self) -> float:
         """Noise scale: Laplace b = Δ/ε (real sums: raised by ``fixed_point.SCALE_RAISE``, which pays for the
-        one rounding of their exact value to a double); exponential mechanism 2Δ/ε (Gumbel/exponential noise)."""
+        one rounding of their exact value to a double); exponential mechanism 2Δ/ε (Gumbel/exponential noise).
+
+        Each is the double at or *above* the exact ratio, never the nearest one below it: a scale one ulp under
+        Δ/ε spends Δ/scale > ε (red team s50 F1: COUNT at ε = 0.003 had scale 333.3333333333333 < 1000/3)."""
         if self.mechanism == "exponential":
-            return float(2 * self.sensitivity / self.epsilon)
+            return double_at_least(2 * self.sensitivity / self.epsilon)
         if self.mechanism == "laplace":
-            return float(self.sensitivity / self.epsilon) * (1.0 + fixed_point.SCALE_RAISE)
-        return float(self.sensitivity / self.epsilon)
+            return double_at_least(self.sensitivity / self.epsilon) * (1.0 + fixed_point.SCALE_RAISE)
+        return double_at_least(self.sensitivity / self.epsilon)
 
 
 @dataclass(frozen=True)

@@ -90,7 +90,10 @@ def _rename_references(tree: exp.Select, catalog: Catalog) -> list[str]:
     handled: set[int] = set()
     tables: list[str] = []
     for scope in traverse_scope(tree):
-        aliases = [s for s in scope.selected_sources]
+        try:
+            aliases = [s for s in scope.selected_sources]
+        except OptimizeError:  # sqlglot's own check of a repeated alias (`FROM t AS a, pub AS a`), untyped
+            aliases = [None, None]
         if len(aliases) != len(set(aliases)):
             raise QueryRejected("a FROM clause names the same alias twice", hint="Give every table its own alias")
         for table in scope.tables:
@@ -133,7 +136,29 @@ def _unknown_column(msg: str, tree: exp.Expression, catalog: Catalog) -> Unknown
     return UnknownColumn(f"unknown column {col!r}", hint=hint)
 
 
+def _check_positions(tree: exp.Expression) -> None:
+    """Every positional reference (an integer literal as a ``GROUP BY`` or ``ORDER BY`` term) names a column of its
+    SELECT list, as in PostgreSQL ("position N is not in select list"). sqlglot's qualify reads position ``0`` as
+    Python's index ``-1`` (the *last* column: ``SELECT COUNT(*), sex … GROUP BY 0`` was answered grouped by ``sex``,
+    a query PostgreSQL and DuckDB refuse) and crashes with an untyped ``OverflowError`` past 2⁶³ (red team s49 A3)."""
+    for select in tree.find_all(exp.Select):
+        stars = any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star) for e in select.expressions)
+        # a `*` is expanded later: its width is not known here, only that a position must fit an index
+        width = (1 << 31) - 1 if stars else len(select.expressions)
+        group = select.args.get("group")
+        order = select.args.get("order")
+        terms = [("GROUP BY", g) for g in (group.expressions if isinstance(group, exp.Group) else [])]
+        terms += [("ORDER BY", o.this) for o in (order.expressions if isinstance(order, exp.Order) else [])]
+        for clause, term in terms:
+            if isinstance(term, exp.Literal) and term.is_int and not 1 <= int(term.name) <= width:
+                raise QueryRejected(
+                    f"{clause} position {term.name} is not in the select list",
+                    hint="Name the column, or give its position in the select list, counting from 1",
+                )
+
+
 def _qualify(tree: exp.Select, catalog: Catalog) -> exp.Select:
+    _check_positions(tree)
     try:
         out = qualify(
             tree,
@@ -261,7 +286,10 @@ def resolve(tree: exp.Select, catalog: Catalog, *, sql: str = "") -> Resolved:
     normalize_identifiers(work, dialect=DIALECT)
     _drop_unused_ctes(work)
     _expand_having_aliases(work, catalog)
-    tables = _rename_references(work, catalog)
+    try:
+        tables = _rename_references(work, catalog)
+    except OptimizeError as exc:  # sqlglot's scope analysis refusing the tree: a typed refusal, never a crash
+        raise QueryRejected(f"the query could not be resolved: {exc}", hint="Check table names and aliases") from None
     qualified = _qualify(work, catalog)
     reads = private_reads(qualified, catalog)
     if len(reads) > 1:

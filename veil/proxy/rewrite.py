@@ -32,7 +32,7 @@ from typing import TypeVar
 
 from sqlglot import exp
 
-from veil.engines.neutral import copy_tree, data_type, duckdb_text, neutralise
+from veil.engines.neutral import TIME_CAST_TARGETS, TIME_GUARD_NODES, copy_tree, data_type, duckdb_text, neutralise
 from veil.errors import InternalError, QueryTooComplex
 from veil.proxy import fixed_point
 from veil.proxy.bounding import GridColumn
@@ -301,7 +301,9 @@ def _grown(node: exp.Expression, cast: bool) -> int:
     if isinstance(node, (exp.Identifier, exp.DataType, exp.DataTypeParam)):
         return 1
     n = 1 + (1 if needs_try(node) else 0) + (2 if cast else 0)
-    if isinstance(node, (exp.Div, exp.IntDiv, exp.Mod, exp.Cast, exp.ILike)):
+    if isinstance(node, exp.Cast) and node.to.is_type(*TIME_CAST_TARGETS):
+        n += TIME_GUARD_NODES  # the guard of a text value (veil.engines.neutral), around it
+    elif isinstance(node, (exp.Div, exp.IntDiv, exp.Mod, exp.Cast, exp.ILike)):
         n += 2
     elif isinstance(node, exp.Literal) and not node.is_string:
         n += 2
@@ -360,8 +362,11 @@ def _statements(p: QueryPlan) -> int:
 def _argument_nodes(p: QueryPlan) -> int:
     work = 0
     for st in p.statistics:
-        size = sum(1 for part in (st.arg, st.filter) if part is not None for _ in part.walk())
-        work += (size * 5 // 4 + _COPY_NODES) * argument_copies(st)  # neutralise and make_total wrap some nodes
+        parts = [part for part in (st.arg, st.filter) if part is not None]
+        size = sum(1 for part in parts for _ in part.walk())
+        guards = sum(1 for part in parts for c in part.find_all(exp.Cast) if c.to.is_type(*TIME_CAST_TARGETS))
+        grown = size * 5 // 4 + TIME_GUARD_NODES * guards  # neutralise and make_total wrap some nodes
+        work += (grown + _COPY_NODES) * argument_copies(st)
     return work
 
 

@@ -227,24 +227,40 @@ def _convert_literal(lit: exp.Literal, family: str, context: exp.Expression) -> 
         if low in ("true", "t", "yes", "y", "1", "on", "false", "f", "no", "n", "0", "off"):
             return exp.Boolean(this=low in ("true", "t", "yes", "y", "1", "on"))
     elif family == _TIME:
-        # written out again in the one spelling every engine reads as Python does: Python also reads
-        # '20000101', '2000-W01-1' and offsets, which DuckDB's cast made NULL (a silent empty answer) or read
-        # without the offset, where Spark applies it (red team s45, A4)
-        try:
-            day = dt.date.fromisoformat(text.strip())
-            return exp.cast(exp.Literal.string(day.isoformat()), data_type("DATE"))
-        except ValueError:
-            try:
-                moment = dt.datetime.fromisoformat(text.strip())
-            except ValueError:
-                pass
-            else:
-                if moment.tzinfo is None:
-                    return exp.cast(exp.Literal.string(moment.isoformat(sep=" ")), data_type("TIMESTAMP"))
+        moment = _iso_time(lit, context)
+        if isinstance(moment, dt.datetime):
+            return exp.cast(exp.Literal.string(moment.isoformat(sep=" ")), data_type("TIMESTAMP"))
+        if moment is not None:
+            return exp.cast(exp.Literal.string(moment.isoformat()), data_type("DATE"))
     raise TypeMismatch(
         f"{context.sql(dialect=DIALECT)!r} compares or combines a {family} value with the text {lit.sql(dialect=DIALECT)}",
         hint=f"Write a {family} value (e.g. a number without quotes, or DATE '2020-01-31')",
     )
+
+
+def _iso_time(lit: exp.Literal, context: exp.Expression) -> dt.date | dt.datetime | None:
+    """The date (a text of a date alone) or the date and time a text literal holds, as Python's ``fromisoformat``
+    reads it, for the caller to write out again in ISO form: the one spelling every engine reads alike. Python also
+    reads ``'20000101'`` and ``'2000-W01-1'``, which DuckDB's cast made NULL (a silent empty answer: red team s45
+    A4, s47 B5). None when Python does not read it. A text with a time-zone offset is refused: DuckDB dropped the
+    offset, Spark applied it."""
+    text = str(lit.this).strip()
+    try:
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        pass
+    try:
+        moment = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if moment.tzinfo is not None:
+        raise TypeMismatch(
+            f"{context.sql(dialect=DIALECT)!r}: the text {lit.sql(dialect=DIALECT)} has a time-zone offset, which the "
+            "engines read differently",
+            hint="Write the date or time in ISO form without a time zone, e.g. DATE '2020-01-31' or "
+            "TIMESTAMP '2020-01-31 12:00:00'",
+        )
+    return moment
 
 
 def _unwrap(node: exp.Expression) -> exp.Expression:
@@ -295,26 +311,18 @@ _TIME_TYPES = frozenset({_T.DATE, _T.TIMESTAMP, _T.DATETIME})
 
 
 def _convert_cast_text(node: exp.Cast) -> None:
-    """A text literal cast to DATE or TIMESTAMP (so also a typed literal, ``DATE '…'``) is read as Python's
-    ``fromisoformat`` reads it and written out again in ISO form, as a text compared with a date is, and one with a
-    time-zone offset is refused (red team s47, B5: ``DATE '20000101'`` and ``DATE '2000-W01-1'`` were NULL on
-    DuckDB, a silent count of 0; ``TIMESTAMP '… +05:30'`` kept its wall clock on DuckDB and was moved by the offset
-    on Spark — s45 A4's fix converted only texts compared with dates). A text Python does not read ('infinity', a
-    year beyond 9999, BC) is left to the engine, as before: a constant, the same for every row."""
+    """A text literal cast to DATE or TIMESTAMP (so also a typed literal, ``DATE '…'``) is written out again in ISO
+    form, as a text compared with a date is (:func:`_iso_time`; red team s47, B5: s45 A4's fix converted only texts
+    compared with dates). A text Python does not read ('infinity', a year beyond 9999, BC) is left as it is: the
+    neutral render makes every text outside the ISO subset NULL on every engine."""
     to = node.args.get("to")
     inner = _unwrap(node.this)
     if not (isinstance(to, exp.DataType) and to.this in _TIME_TYPES and isinstance(inner, exp.Literal) and inner.is_string):
         return
-    text = str(inner.this).strip()
-    try:
-        moment = dt.datetime.fromisoformat(text)  # a date alone too (midnight)
-    except ValueError:
-        return  # not Python's to read ('infinity', year 5877642, BC): the engine's constant, the same for every row
-    if moment.tzinfo is not None:
-        raise TypeMismatch(
-            f"{node.sql(dialect=DIALECT)!r}: {inner.sql(dialect=DIALECT)} is not a date or time every engine reads alike",
-            hint="Write it in ISO form without a time zone, e.g. DATE '2020-01-31' or TIMESTAMP '2020-01-31 12:00:00'",
-        )
+    value = _iso_time(inner, node)
+    if value is None:
+        return
+    moment = value if isinstance(value, dt.datetime) else dt.datetime.combine(value, dt.time())
     iso = moment.date().isoformat() if to.this is _T.DATE else moment.isoformat(sep=" ")
     inner.replace(exp.Literal.string(iso))
 

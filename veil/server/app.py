@@ -42,7 +42,7 @@ from veil.proxy import bounding
 from veil.server.admission import LOGIN_GRACE_S, PreLogin, Waiting
 from veil.server.auth import VerifierScramAuth
 from veil.server.connection import BufferedStream, VeilConnection, fatal, negotiate
-from veil.server.limits import ConnectionSlots, LoginThrottle, ServerLimits
+from veil.server.limits import ConnectionSlots, LoginThrottle, ServerLimits, Slots
 from veil.server.live_policy import LivePolicy
 from veil.server.pool import WorkerPools
 from veil.server.session import VeilSession
@@ -98,6 +98,7 @@ class VeilServer(PgServer):
     ) -> None:
         self.limits = limits or ServerLimits()
         warehouse.set_reader_threads(self.limits.engine_threads)
+        warehouse.set_reader_memory(self.limits.engine_memory_mib)
         self.live_policy = LivePolicy(policy)
         self.ssl_context = ssl_context
         self.allow_plaintext = allow_plaintext
@@ -110,7 +111,7 @@ class VeilServer(PgServer):
             slow_logins=max(1, self.limits.max_connections // 4),
             login_grace=max(LOGIN_GRACE_S, self.limits.login_backoff_max + 10.0),
         )
-        self.slots: ConnectionSlots | SharedConnectionSlots
+        self.slots: Slots
         self.throttle: LoginThrottle | SharedLoginThrottle
         base, maximum = self.limits.login_backoff_base, self.limits.login_backoff_max
         if share is None:

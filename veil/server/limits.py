@@ -26,6 +26,7 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from veil.errors import InputError, TooManyConnections
 from veil.proxy.parse import Limits
@@ -40,6 +41,7 @@ __all__ = [
     "Outcome",
     "OverflowSlot",
     "ServerLimits",
+    "Slots",
     "ThrottleEntry",
     "client_network",
     "pair_user",
@@ -51,6 +53,22 @@ OVERFLOW_SLOTS = 1 << 16
 
 #: PostgreSQL's own cap on a startup packet (``MAX_STARTUP_PACKET_LENGTH``).
 MAX_STARTUP_PACKET = 10_000
+
+
+#: The least memory ``--engine-memory``'s default gives one DuckDB connection, in MiB.
+MIN_ENGINE_MEMORY_MIB = 64
+
+
+def usable_memory_mib() -> int:
+    """The memory this process may use, in MiB: the machine's, or its cgroup's limit where one is set and lower."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        text = Path("/sys/fs/cgroup/memory.max").read_text(encoding="ascii").strip()
+    except OSError:
+        text = "max"
+    if text.isdigit():
+        total = min(total, int(text))
+    return int(total >> 20)
 
 
 def usable_cores() -> int:
@@ -80,6 +98,7 @@ class ServerLimits:
     max_message_bytes: int = 4 << 20  # one protocol message after login (a query plus framing)
     workers: int = 8
     engine_threads: int = 0  # DuckDB threads of this process's warehouse readers (0: DuckDB's default, one per core)
+    engine_memory_mib: int = 0  # DuckDB memory limit of each warehouse connection (0: DuckDB's default, 80% of RAM)
     catalog_workers: int = 3  # one analyst holds at most all but one (veil.server.pool)
     login_backoff_base: float = 0.25  # seconds after the 2nd failure on a pair, user or address, doubling
     login_backoff_max: float = 30.0
@@ -113,6 +132,8 @@ class ServerLimits:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.engine_threads < 0:
             raise InputError(f"engine_threads must be >= 0, got {self.engine_threads}", hint="Use 0 for one per core")
+        if self.engine_memory_mib < 0:
+            raise InputError(f"engine_memory_mib must be >= 0, got {self.engine_memory_mib}", hint="Use 0 for DuckDB's default")
         per = self.max_connections_per_analyst
         if per is not None and per < 1:
             raise InputError(f"max_connections_per_analyst must be at least 1, got {per}")
@@ -145,6 +166,20 @@ class ServerLimits:
             return 0
         return max(1, (cores if cores is not None else usable_cores()) // processes)
 
+    @staticmethod
+    def default_engine_memory(processes: int, memory_mib: int | None = None) -> int:
+        """``--engine-memory`` when not given, in MiB: 80% of the memory this process may use, shared by the 2N
+        DuckDB connections ``veil serve --processes N`` holds at most at once (each process: the warehouse's and the
+        public mirror's), so together they stay within what DuckDB's default gives one (red team s44).
+
+        >>> ServerLimits.default_engine_memory(1, 10_000), ServerLimits.default_engine_memory(4, 24_000)
+        (4000, 2400)
+        >>> ServerLimits.default_engine_memory(64, 1_000)
+        64
+        """
+        total = memory_mib if memory_mib is not None else usable_memory_mib()
+        return max(MIN_ENGINE_MEMORY_MIB, total * 8 // (10 * 2 * max(processes, 1)))
+
     @property
     def query_limits(self) -> Limits:
         """The pre-parse limits handed to each analyst's query session."""
@@ -156,53 +191,52 @@ class ServerLimits:
         )
 
 
-class ConnectionSlots:
-    """Open connections, in all and per analyst (thread-safe)."""
+class Slots(abc.ABC):
+    """Open connections, in all and per analyst: the rules, whatever holds the counts (one process's, or every
+    worker process's in shared memory: :class:`~veil.server.shared.SharedConnectionSlots`)."""
 
     def __init__(self, limits: ServerLimits) -> None:
         self._limits = limits
-        self._lock = threading.Lock()
-        self._total = 0
-        self._per: dict[str, int] = {}
 
     @property
+    @abc.abstractmethod
     def total(self) -> int:
-        return self._total
+        """Connections open now (logged in or not)."""
+
+    @abc.abstractmethod
+    def _take_total(self) -> int | None:
+        """Count one more connection and return ``None``, or return the count that is already at the limit."""
+
+    @abc.abstractmethod
+    def release(self) -> None:
+        """Give back the slot :meth:`reserve` took."""
+
+    @abc.abstractmethod
+    def _take_for(self, analyst: str, cap: int) -> int | None:
+        """Count one more of ``analyst``'s connections and return ``None``, or return the count already at ``cap``."""
+
+    @abc.abstractmethod
+    def logout(self, analyst: str) -> None:
+        """Give back the count :meth:`login` took."""
 
     def reserve(self) -> None:
         """Take a slot for a new socket (before login): refused beyond ``max_connections``."""
-        with self._lock:
-            if self._total >= self._limits.max_connections:
-                raise TooManyConnections(
-                    f"sorry, too many clients already ({self._total} connections open, "
-                    f"the limit is {self._limits.max_connections})",
-                    hint="Try again later, or ask the curator to raise veil serve --max-connections",
-                )
-            self._total += 1
-
-    def release(self) -> None:
-        with self._lock:
-            self._total = max(0, self._total - 1)
+        have = self._take_total()
+        if have is not None:
+            raise TooManyConnections(
+                f"sorry, too many clients already ({have} connections open, the limit is {self._limits.max_connections})",
+                hint="Try again later, or ask the curator to raise veil serve --max-connections",
+            )
 
     def login(self, analyst: str) -> None:
         """Count a logged-in connection against its analyst (after :meth:`reserve`)."""
         per = self._limits.analyst_cap
-        with self._lock:
-            have = self._per.get(analyst, 0)
-            if have >= per:
-                raise TooManyConnections(
-                    f"too many connections for analyst {analyst!r} ({have} open, the limit is {per})",
-                    hint="Close another connection, or ask the curator to raise --max-connections-per-analyst",
-                )
-            self._per[analyst] = have + 1
-
-    def logout(self, analyst: str) -> None:
-        with self._lock:
-            left = self._per.get(analyst, 0) - 1
-            if left > 0:
-                self._per[analyst] = left
-            else:
-                self._per.pop(analyst, None)
+        have = self._take_for(analyst, per)
+        if have is not None:
+            raise TooManyConnections(
+                f"too many connections for analyst {analyst!r} ({have} open, the limit is {per})",
+                hint="Close another connection, or ask the curator to raise --max-connections-per-analyst",
+            )
 
     def acquire(self, analyst: str) -> None:
         """:meth:`reserve` then :meth:`login` (the doctest's shorthand)."""
@@ -212,6 +246,47 @@ class ConnectionSlots:
         except TooManyConnections:
             self.release()
             raise
+
+
+class ConnectionSlots(Slots):
+    """:class:`Slots` of this process (thread-safe)."""
+
+    def __init__(self, limits: ServerLimits) -> None:
+        super().__init__(limits)
+        self._lock = threading.Lock()
+        self._total = 0
+        self._per: dict[str, int] = {}
+
+    @property
+    def total(self) -> int:
+        return self._total
+
+    def _take_total(self) -> int | None:
+        with self._lock:
+            if self._total >= self._limits.max_connections:
+                return self._total
+            self._total += 1
+            return None
+
+    def release(self) -> None:
+        with self._lock:
+            self._total = max(0, self._total - 1)
+
+    def _take_for(self, analyst: str, cap: int) -> int | None:
+        with self._lock:
+            have = self._per.get(analyst, 0)
+            if have >= cap:
+                return have
+            self._per[analyst] = have + 1
+            return None
+
+    def logout(self, analyst: str) -> None:
+        with self._lock:
+            left = self._per.get(analyst, 0) - 1
+            if left > 0:
+                self._per[analyst] = left
+            else:
+                self._per.pop(analyst, None)
 
 
 class Outcome(enum.Enum):

@@ -33,12 +33,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from veil.errors import InternalError, TooManyConnections
+from veil.errors import InternalError
 from veil.server.limits import (
     OVERFLOW_SLOTS,
     LoginBackoff,
     OverflowSlot,
     ServerLimits,
+    Slots,
     ThrottleEntry,
     overflow_slot,
     pair_user,
@@ -185,29 +186,27 @@ class ProcessShare:
             raise InternalError(f"worker index {self.index} out of range for {self.count} processes")
 
 
-class SharedConnectionSlots:
-    """:class:`~veil.server.limits.ConnectionSlots` over every worker process (this one: ``share.index``)."""
+class SharedConnectionSlots(Slots):
+    """:class:`~veil.server.limits.Slots` over every worker process (this one: ``share.index``)."""
 
     def __init__(self, share: ProcessShare, limits: ServerLimits) -> None:
+        super().__init__(limits)
         self._state = share.state
         self._me = share.index
-        self._limits = limits
 
     @property
     def total(self) -> int:
         with self._state.lock:
             return int(sum(self._state.totals))
 
-    def reserve(self) -> None:
+    def _take_total(self) -> int | None:
         st = self._state
         with st.lock:
-            have = sum(st.totals)
+            have = int(sum(st.totals))
             if have >= self._limits.max_connections:
-                raise TooManyConnections(
-                    f"sorry, too many clients already ({have} connections open, the limit is {self._limits.max_connections})",
-                    hint="Try again later, or ask the curator to raise veil serve --max-connections",
-                )
+                return have
             st.totals[self._me] += 1
+            return None
 
     def release(self) -> None:
         st = self._state
@@ -240,20 +239,17 @@ class SharedConnectionSlots:
             target.counts[i] = 0
         return target
 
-    def login(self, analyst: str) -> None:
-        per = self._limits.analyst_cap
+    def _take_for(self, analyst: str, cap: int) -> int | None:
         key = self._state.digest(analyst)
         with self._state.lock:
             slot = self._slot(key, create=True)
             if slot is None:  # pragma: no cover - create=True always gives a slot
                 raise InternalError("no slot for an analyst")
-            have = sum(slot.counts)
-            if have >= per:
-                raise TooManyConnections(
-                    f"too many connections for analyst {analyst!r} ({have} open, the limit is {per})",
-                    hint="Close another connection, or ask the curator to raise --max-connections-per-analyst",
-                )
+            have = int(sum(slot.counts))
+            if have >= cap:
+                return have
             slot.counts[self._me] += 1
+            return None
 
     def logout(self, analyst: str) -> None:
         key = self._state.digest(analyst)
@@ -261,14 +257,6 @@ class SharedConnectionSlots:
             slot = self._slot(key, create=False)
             if slot is not None:
                 slot.counts[self._me] = max(0, slot.counts[self._me] - 1)
-
-    def acquire(self, analyst: str) -> None:
-        self.reserve()
-        try:
-            self.login(analyst)
-        except TooManyConnections:
-            self.release()
-            raise
 
 
 class SharedLoginThrottle(LoginBackoff):

@@ -12,6 +12,7 @@ several Veil processes can share one warehouse).
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import logging
 import os
 import shutil
@@ -319,7 +320,35 @@ def read_table(policy: Policy, table: str, columns: Sequence[str] | None = None)
     spec = spec_of(policy)
     cols = ", ".join(_q(c) for c in columns) if columns else "*"
     with _quiet():
-        return spark_session(spec).sql(f"SELECT {cols} FROM {_full(spec, table)}").toArrow().to_pandas()
+        rows = spark_session(spec).sql(f"SELECT {cols} FROM {_full(spec, table)}").toArrow()
+    _check_python_dates(rows, table)
+    return rows.to_pandas()
+
+
+#: The days (since 1970-01-01) of the first and last dates Python holds (years 1–9999); Spark's dates reach about
+#: ±5.8 million years.
+PYTHON_DAYS = ((dt.date(1, 1, 1) - dt.date(1970, 1, 1)).days, (dt.date(9999, 12, 31) - dt.date(1970, 1, 1)).days)
+
+
+def _check_python_dates(rows: Any, table: str) -> None:
+    """Refuse (:class:`~veil.errors.InputError`, naming the column and the value) an Arrow table holding a date
+    Python cannot hold: ``to_pandas`` failed on it with an untyped ``ValueError`` ("year 10000 is out of range")."""
+    import numpy as np
+    import pyarrow as pa  # type: ignore[import-untyped]
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+    first, last = PYTHON_DAYS
+    for field, column in zip(rows.schema, rows.columns, strict=True):
+        if not pa.types.is_date(field.type):
+            continue
+        extremes = pc.min_max(pc.cast(column, pa.date32()).cast(pa.int32()))
+        for day in (extremes["min"].as_py(), extremes["max"].as_py()):
+            if day is not None and not first <= day <= last:
+                raise InputError(
+                    f"column {field.name!r} of table {table!r} holds the date {np.datetime64(day, 'D')}, beyond the "
+                    "years 1 to 9999 that Veil reads",
+                    hint="Correct or remove the rows holding such dates, or read the other columns only",
+                )
 
 
 def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool = False) -> None:

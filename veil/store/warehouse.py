@@ -14,6 +14,7 @@ connection to a warehouse file in the process:
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import os
 import secrets
@@ -44,6 +45,7 @@ __all__ = [
     "reader",
     "reader_cursor",
     "reader_generation",
+    "set_reader_memory",
     "set_reader_threads",
     "stamp_version",
     "table_columns",
@@ -79,6 +81,7 @@ class _Connections:
         self.generation: dict[Path, int] = {}
         self.gates: dict[Path, _Gate] = {}
         self.threads = 0  # DuckDB threads of the readers (0: DuckDB's default; see set_reader_threads)
+        self.memory_mib = 0  # DuckDB memory limit of each connection, in MiB (0: DuckDB's default; set_reader_memory)
 
 
 class _Gate:
@@ -170,14 +173,43 @@ def set_reader_threads(threads: int) -> None:
     closed (after the statements running on them end) and reopened on next use."""
     if threads < 0:
         raise InternalError(f"DuckDB threads must be >= 0, got {threads}")
+    _reconfigure("threads", threads)
+
+
+def set_reader_memory(mib: int) -> None:
+    """DuckDB memory limit, in MiB, of each of this process's connections to warehouse files (0: DuckDB's default,
+    80% of the machine's memory for each one).
+
+    A process holds at most two at once (the warehouse's reader or writer, and the public mirror's), so ``veil serve
+    --processes N`` gives each its share, 80% of memory / 2N: with DuckDB's default every one of the 2N could grow to
+    80% before its own limit stopped it, and the kernel's OOM killer would end a worker first (red team s44).
+    Beyond its limit DuckDB spills to disk or fails the statement with its own error. Readers opened with another
+    limit are closed (after the statements running on them end) and reopened on next use."""
+    if mib < 0:
+        raise InternalError(f"DuckDB memory limit must be >= 0 MiB, got {mib}")
+    _reconfigure("memory_mib", mib)
+
+
+def _reconfigure(name: str, value: int) -> None:
     with _CONNECTIONS.lock:
-        if _CONNECTIONS.threads == threads:
+        if getattr(_CONNECTIONS, name) == value:
             return
-        _CONNECTIONS.threads = threads
+        setattr(_CONNECTIONS, name, value)
         stale = list(_CONNECTIONS.readers)
     for path in stale:
         with _gate(path).exclusive(), _CONNECTIONS.lock:
             _close_reader(path)
+
+
+def _sized(
+    config: dict[str, str | bool | int | float | list[str]], *, threads: bool = True
+) -> dict[str, str | bool | int | float | list[str]]:
+    """``config`` with this process's memory limit and (for readers) thread count, where set."""
+    if threads and _CONNECTIONS.threads:
+        config["threads"] = _CONNECTIONS.threads
+    if _CONNECTIONS.memory_mib:
+        config["memory_limit"] = f"{_CONNECTIONS.memory_mib}MiB"
+    return config
 
 
 def reader(policy: Policy | Path | str) -> duckdb.DuckDBPyConnection:
@@ -191,10 +223,7 @@ def reader(policy: Policy | Path | str) -> duckdb.DuckDBPyConnection:
                     f"the warehouse {str(path)!r} does not exist",
                     hint="Load a table first with `veil ingest --policy … --table … FILE`",
                 )
-            config: dict[str, str | bool | int | float | list[str]] = dict(SANDBOX_CONFIG)
-            if _CONNECTIONS.threads:
-                config["threads"] = _CONNECTIONS.threads
-            con = duckdb.connect(str(path), read_only=True, config=config)
+            con = duckdb.connect(str(path), read_only=True, config=_sized(dict(SANDBOX_CONFIG)))
             _CONNECTIONS.readers[path] = con
             _CONNECTIONS.generation.setdefault(path, 1)  # bumped when a writer closes the reader
         return con
@@ -229,7 +258,7 @@ def writer(policy: Policy | Path | str) -> Iterator[duckdb.DuckDBPyConnection]:
     with _gate(path).exclusive(), _CONNECTIONS.lock:
         _close_reader(path)
         try:
-            con = duckdb.connect(str(path))
+            con = duckdb.connect(str(path), config=_sized({}, threads=False))
         except duckdb.IOException as exc:
             raise PolicyError(
                 f"cannot open the warehouse {str(path)!r} for writing: {exc}",
@@ -457,13 +486,25 @@ def export_frame(df: pd.DataFrame, path: str | Path, *, replace: bool = False) -
     return p
 
 
-def _one_column_sep(path: Path) -> str | None:
-    """``","`` for a file whose header line holds no delimiter (one column), else None (sniffed). Sniffing a
-    one-column file picked a letter or a digit of it as the delimiter: ``x`` over ``0…4`` was read as the columns
-    ``Unnamed: 0``, ``Unnamed: 1``, and a policy's declared ``x`` was lost (red team s47, B4)."""
+#: The delimiters a CSV may use; never a space, which a column's name or value may hold.
+CSV_DELIMITERS = ",;\t|"
+
+
+def _csv_sep(path: Path) -> str:
+    """The file's delimiter: one of :data:`CSV_DELIMITERS`, sniffed from its first lines; ``","`` for a file whose
+    header line holds none of them (one column). Sniffing among every character picked a letter or a digit of a
+    one-column file (``x`` over ``0…4`` was read as ``Unnamed: 0``, ``Unnamed: 1``: red team s47, B4), or the space
+    of a one-column header such as ``full name`` (two columns, ``full`` and ``name``)."""
     with path.open(encoding="utf-8", errors="replace") as fh:
         first = fh.readline()
-    return "," if not any(d in first for d in ",;\t| ") else None
+        sample = first + "".join(fh.readline() for _ in range(20))
+    present = [d for d in CSV_DELIMITERS if d in first]
+    if not present:
+        return ","
+    try:
+        return csv.Sniffer().sniff(sample, delimiters=CSV_DELIMITERS).delimiter
+    except csv.Error:  # no delimiter with a consistent count per line: the header's most frequent one
+        return max(present, key=first.count)
 
 
 def _read_source(path: Path, text: frozenset[str] = frozenset()) -> pd.DataFrame:
@@ -492,7 +533,7 @@ def _read_source(path: Path, text: frozenset[str] = frozenset()) -> pd.DataFrame
                 hint="Fix or remove those rows, or give the file a header line and ingest it as CSV",
             ) from None
     if suffix in (".csv", ".txt", ".data", ".tsv", ""):
-        sep = _one_column_sep(path)
+        sep = _csv_sep(path)
         header = pd.read_csv(path, sep=sep, engine="python", nrows=0)
         as_text = {c: str for c in header.columns if normalise_name(str(c)) in text}
         df = pd.read_csv(path, sep=sep, engine="python", skipinitialspace=True, na_values=["?"], dtype=as_text or None)
@@ -570,8 +611,16 @@ def copy_to_public(policy: Policy, table: str, df: pd.DataFrame | None = None) -
     if table.startswith("_veil"):
         raise InputError(f"table name {table!r} is reserved for Veil's internal tables", hint="Choose another name")
     version = stamp_version(policy, table)
-    frame = read_table(policy, table) if df is None else df
     declared = mirror_columns(policy, table)
+    if df is not None:
+        frame = df
+    elif declared is None:
+        frame = read_table(policy, table)
+    else:  # the declared columns only: an undeclared one is never read (red team s51 A3: another tool's DATE
+        # 'infinity' in a column the policy leaves out failed the copy, and with it every analyst's query)
+        spelled = {c.lower() for c in declared}
+        stored = [c for c, _ in table_columns(policy, table) if c.lower() in spelled]
+        frame = read_table(policy, table, stored) if stored else pd.DataFrame()
     if declared is not None:  # only what the policy declares: no query on the mirror can name the rest
         frame = _declared_only(frame, table, declared)
     with writer(public_path(policy)) as con:

@@ -87,7 +87,7 @@ from veil.auditor.pu.models import (
     clip_to_records,
     surrogate_loss,
 )
-from veil.auditor.pu.nnpu import nnpu, upu
+from veil.auditor.pu.nnpu import PUOptions, nnpu, upu
 
 __all__ = [
     "CLASSIFIERS",
@@ -95,6 +95,7 @@ __all__ = [
     "METHODS",
     "GrowPUConfig",
     "HistoryPoint",
+    "PUOptions",
     "PUResult",
     "build_classifier",
     "clip_to_records",

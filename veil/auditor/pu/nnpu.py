@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypedDict, Unpack
 
 import numpy as np
 import torch
@@ -11,7 +12,27 @@ from veil.auditor.pu.models import PUResult, surrogate_loss, validate
 from veil.auditor.pu.training import training_run
 from veil.errors import InputError
 
-__all__ = ["nnpu", "upu"]
+__all__ = ["PUOptions", "nnpu", "upu"]
+
+
+class PUOptions(TypedDict, total=False):
+    """Options :func:`nnpu` and :func:`upu` share; left out, each takes the default named here.
+
+    ``classifier`` ("linear"), ``hidden`` (None), ``seed`` (None), ``epochs`` (1000), ``batch_size``
+    (500), ``lr`` (1e-3), ``weight_decay`` (0.005), ``loss`` ("sigmoid"; "linear" is the other symmetric
+    loss), ``truth`` (None: only records the accuracy curve) and ``record_every`` (0).
+    """
+
+    classifier: str
+    hidden: Sequence[int] | None
+    seed: int | None
+    epochs: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    loss: str
+    truth: np.ndarray | None
+    record_every: int
 
 
 def _pu_risk(
@@ -20,18 +41,18 @@ def _pu_risk(
     *,
     prior: float,
     non_negative: bool,
-    classifier: str,
-    hidden: Sequence[int] | None,
-    seed: int | None,
-    epochs: int,
-    batch_size: int,
-    lr: float,
-    weight_decay: float,
     beta: float,
     gamma: float,
-    loss: str,
-    truth: np.ndarray | None,
-    record_every: int,
+    classifier: str = "linear",
+    hidden: Sequence[int] | None = None,
+    seed: int | None = None,
+    epochs: int = 1000,
+    batch_size: int = 500,
+    lr: float = 1e-3,
+    weight_decay: float = 0.005,
+    loss: str = "sigmoid",
+    truth: np.ndarray | None = None,
+    record_every: int = 0,
 ) -> PUResult:
     X, mean = validate(X, mean, prior)
     if loss not in ("sigmoid", "linear"):
@@ -86,81 +107,17 @@ def _pu_risk(
 
 
 def nnpu(
-    X: np.ndarray,
-    mean: np.ndarray,
-    *,
-    prior: float,
-    classifier: str = "linear",
-    hidden: Sequence[int] | None = None,
-    seed: int | None = None,
-    epochs: int = 1000,
-    batch_size: int = 500,
-    lr: float = 1e-3,
-    weight_decay: float = 0.005,
-    beta: float = 0.0,
-    gamma: float = 1.0,
-    loss: str = "sigmoid",
-    truth: np.ndarray | None = None,
-    record_every: int = 0,
+    X: np.ndarray, mean: np.ndarray, *, prior: float, beta: float = 0.0, gamma: float = 1.0, **options: Unpack[PUOptions]
 ) -> PUResult:
     """Non-negative PU learning (Kiryo et al. 2017) with the mean as the only positive.
 
     Each minibatch is ``batch_size`` unlabelled records (an epoch is one shuffled pass) plus
     the mean; defaults: 1,000 epochs and b=500 (paper, Section 6.1.1), Adam lr 1e-3 with
-    weight decay 0.005, beta=0, gamma=1 (Kiryo's code).
+    weight decay 0.005, beta=0, gamma=1 (Kiryo's code). ``options``: :class:`PUOptions`.
     """
-    return _pu_risk(
-        X,
-        mean,
-        prior=prior,
-        non_negative=True,
-        classifier=classifier,
-        hidden=hidden,
-        seed=seed,
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=lr,
-        weight_decay=weight_decay,
-        beta=beta,
-        gamma=gamma,
-        loss=loss,
-        truth=truth,
-        record_every=record_every,
-    )
+    return _pu_risk(X, mean, prior=prior, non_negative=True, beta=beta, gamma=gamma, **options)
 
 
-def upu(
-    X: np.ndarray,
-    mean: np.ndarray,
-    *,
-    prior: float,
-    classifier: str = "linear",
-    hidden: Sequence[int] | None = None,
-    seed: int | None = None,
-    epochs: int = 1000,
-    batch_size: int = 500,
-    lr: float = 1e-3,
-    weight_decay: float = 0.005,
-    loss: str = "sigmoid",
-    truth: np.ndarray | None = None,
-    record_every: int = 0,
-) -> PUResult:
+def upu(X: np.ndarray, mean: np.ndarray, *, prior: float, **options: Unpack[PUOptions]) -> PUResult:
     """Unbiased PU learning (du Plessis et al.) -- :func:`nnpu` without the correction."""
-    return _pu_risk(
-        X,
-        mean,
-        prior=prior,
-        non_negative=False,
-        classifier=classifier,
-        hidden=hidden,
-        seed=seed,
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=lr,
-        weight_decay=weight_decay,
-        beta=0.0,
-        gamma=1.0,
-        loss=loss,
-        truth=truth,
-        record_every=record_every,
-    )
+    return _pu_risk(X, mean, prior=prior, non_negative=False, beta=0.0, gamma=1.0, **options)

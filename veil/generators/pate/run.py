@@ -132,122 +132,89 @@ def run_pate(
     (noise and the queries' order).
     """
     with limited_threads(config.threads):
-        return _run_pate(
-            X_teachers,
-            y_teachers,
-            X_student,
-            X_valid,
-            y_valid,
+        k = len(classes)
+        if ensemble is None:
+            ids = identities(X_teachers, y_teachers, groups=groups)
+            shards = partition_shards(ids, config.teachers, seed=config.seed)
+            ensemble = train_teachers(X_teachers, y_teachers, shards, classes=classes, C=config.teacher_C, progress=progress)
+        Xs, truth = student_queries(X_student, y_student, encoder=encoder, config=config, rng=rng)
+        Xq = privatise_records(Xs, rho=config.rho, encoding=config.ldp_encoding, rng=rng)
+        counts = vote_counts(ensemble, Xq)
+        labels = noisy_aggregate(counts, gamma=config.gamma, rng=rng)
+
+        # student: hold out a fraction of the labelled queries to pick the ROC threshold (binary)
+        # (the queries come in a uniformly random order: the first ones are as random a share as any)
+        use_roc = config.threshold == "roc" and k == 2
+        n_thr = round(config.threshold_fraction * config.queries) if use_roc else 0
+        thr_idx, fit_idx = np.arange(n_thr), np.arange(n_thr, config.queries)
+        net = train_student(
+            Xq[fit_idx],
+            labels[fit_idx],
+            n_classes=k,
+            hidden=config.student_hidden,
+            epochs=config.student_epochs,
+            seed=config.seed + 2,
+        )
+        threshold = None
+        if use_roc:
+            with torch.no_grad():
+                s = torch.softmax(net(torch.from_numpy(Xq[thr_idx])), dim=1)[:, 1].numpy()
+            threshold = choose_threshold(s, labels[thr_idx])
+        eps_ind = data_independent_epsilon(gamma=config.gamma, queries=config.queries, delta=config.delta)
+        eps_dep = data_dependent_epsilon(counts, gamma=config.gamma, delta=config.delta, orders=config.orders)
+        ldp = ldp_guarantee(encoder, config.rho, config.ldp_encoding)
+        student = Student(
+            net=net,
+            classes=tuple(classes),
             encoder=encoder,
-            classes=classes,
-            config=config,
-            y_student=y_student,
-            groups=groups,
-            ensemble=ensemble,
-            rng=rng,
-            progress=progress,
+            hidden=config.student_hidden,
+            threshold=threshold,
+            ldp_encoding=config.ldp_encoding,
+            info={
+                "trained_on": "privatised student records and noisy PATE labels",
+                "queries": config.queries,
+                "fit_records": len(fit_idx),
+                "threshold_records": len(thr_idx),
+            },
         )
 
-
-def _run_pate(
-    X_teachers: np.ndarray,
-    y_teachers: np.ndarray,
-    X_student: np.ndarray,
-    X_valid: np.ndarray | None,
-    y_valid: np.ndarray | None,
-    *,
-    encoder: FeatureEncoder,
-    classes: Sequence[Any],
-    config: PateConfig,
-    y_student: np.ndarray | None = None,
-    groups: np.ndarray | None = None,
-    ensemble: TeacherEnsemble | None = None,
-    rng: np.random.Generator | None = None,
-    progress: bool = True,
-) -> PateResult:
-    k = len(classes)
-    if ensemble is None:
-        ids = identities(X_teachers, y_teachers, groups=groups)
-        shards = partition_shards(ids, config.teachers, seed=config.seed)
-        ensemble = train_teachers(X_teachers, y_teachers, shards, classes=classes, C=config.teacher_C, progress=progress)
-    Xs, truth = student_queries(X_student, y_student, encoder=encoder, config=config, rng=rng)
-    Xq = privatise_records(Xs, rho=config.rho, encoding=config.ldp_encoding, rng=rng)
-    counts = vote_counts(ensemble, Xq)
-    labels = noisy_aggregate(counts, gamma=config.gamma, rng=rng)
-
-    # student: hold out a fraction of the labelled queries to pick the ROC threshold (binary)
-    # (the queries come in a uniformly random order: the first ones are as random a share as any)
-    use_roc = config.threshold == "roc" and k == 2
-    n_thr = round(config.threshold_fraction * config.queries) if use_roc else 0
-    thr_idx, fit_idx = np.arange(n_thr), np.arange(n_thr, config.queries)
-    net = train_student(
-        Xq[fit_idx],
-        labels[fit_idx],
-        n_classes=k,
-        hidden=config.student_hidden,
-        epochs=config.student_epochs,
-        seed=config.seed + 2,
-    )
-    threshold = None
-    if use_roc:
-        with torch.no_grad():
-            s = torch.softmax(net(torch.from_numpy(Xq[thr_idx])), dim=1)[:, 1].numpy()
-        threshold = choose_threshold(s, labels[thr_idx])
-    eps_ind = data_independent_epsilon(gamma=config.gamma, queries=config.queries, delta=config.delta)
-    eps_dep = data_dependent_epsilon(counts, gamma=config.gamma, delta=config.delta, orders=config.orders)
-    ldp = ldp_guarantee(encoder, config.rho, config.ldp_encoding)
-    student = Student(
-        net=net,
-        classes=tuple(classes),
-        encoder=encoder,
-        hidden=config.student_hidden,
-        threshold=threshold,
-        ldp_encoding=config.ldp_encoding,
-        info={
-            "trained_on": "privatised student records and noisy PATE labels",
+        metrics: dict[str, Any] = {
+            "teachers": ensemble.n_teachers,
+            "teacher_train_seconds": round(ensemble.train_seconds, 3),
             "queries": config.queries,
-            "fit_records": len(fit_idx),
-            "threshold_records": len(thr_idx),
-        },
-    )
-
-    metrics: dict[str, Any] = {
-        "teachers": ensemble.n_teachers,
-        "teacher_train_seconds": round(ensemble.train_seconds, 3),
-        "queries": config.queries,
-        "label_distribution": {str(c): int(np.sum(labels == i)) for i, c in enumerate(classes)},
-        "epsilon_data_independent": eps_ind.epsilon,
-        "lambda_data_independent": eps_ind.order,
-        "epsilon_data_dependent": eps_dep.epsilon,
-        "order_data_dependent": eps_dep.order,
-        "epsilon_pure_composition": 2.0 * config.gamma * config.queries,
-        "student_ldp_epsilon_per_record": ldp["per_record"],
-        "student_ldp_epsilon_per_numeric_feature": ldp["per_numeric_feature"],
-        "student_ldp_epsilon_per_categorical_feature": ldp["per_categorical_feature"],
-        "student_threshold": threshold,
-    }
-    if y_student is not None:
-        known = truth >= 0  # fillers have no true label
-        before = np.argmax(counts, axis=1)[known] == truth[known]
-        metrics["ensemble_accuracy_before_noise"] = float(np.mean(before)) if known.any() else None
-        metrics["ensemble_accuracy_after_noise"] = float(np.mean(labels[known] == truth[known])) if known.any() else None
-    if X_valid is not None and y_valid is not None and len(y_valid):
-        yv = np.asarray(y_valid)
-        Xv = np.asarray(X_valid, dtype=np.float64)
-        pred = student.predict_index(Xv, encoded=True)
-        metrics["student_accuracy"] = float(np.mean(pred == yv))
-        metrics["ensemble_accuracy_clean_validation"] = float(np.mean(np.argmax(vote_counts(ensemble, Xv), 1) == yv))
-        if k == 2:
-            metrics.update({f"student_{key}": v for key, v in binary_metrics(pred, yv).items()})
-    return PateResult(
-        student=student,
-        counts=counts,
-        labels=labels,
-        epsilon_independent=eps_ind,
-        epsilon_dependent=eps_dep,
-        ldp=ldp,
-        metrics=metrics,
-    )
+            "label_distribution": {str(c): int(np.sum(labels == i)) for i, c in enumerate(classes)},
+            "epsilon_data_independent": eps_ind.epsilon,
+            "lambda_data_independent": eps_ind.order,
+            "epsilon_data_dependent": eps_dep.epsilon,
+            "order_data_dependent": eps_dep.order,
+            "epsilon_pure_composition": 2.0 * config.gamma * config.queries,
+            "student_ldp_epsilon_per_record": ldp["per_record"],
+            "student_ldp_epsilon_per_numeric_feature": ldp["per_numeric_feature"],
+            "student_ldp_epsilon_per_categorical_feature": ldp["per_categorical_feature"],
+            "student_threshold": threshold,
+        }
+        if y_student is not None:
+            known = truth >= 0  # fillers have no true label
+            before = np.argmax(counts, axis=1)[known] == truth[known]
+            metrics["ensemble_accuracy_before_noise"] = float(np.mean(before)) if known.any() else None
+            metrics["ensemble_accuracy_after_noise"] = float(np.mean(labels[known] == truth[known])) if known.any() else None
+        if X_valid is not None and y_valid is not None and len(y_valid):
+            yv = np.asarray(y_valid)
+            Xv = np.asarray(X_valid, dtype=np.float64)
+            pred = student.predict_index(Xv, encoded=True)
+            metrics["student_accuracy"] = float(np.mean(pred == yv))
+            metrics["ensemble_accuracy_clean_validation"] = float(np.mean(np.argmax(vote_counts(ensemble, Xv), 1) == yv))
+            if k == 2:
+                metrics.update({f"student_{key}": v for key, v in binary_metrics(pred, yv).items()})
+        return PateResult(
+            student=student,
+            counts=counts,
+            labels=labels,
+            epsilon_independent=eps_ind,
+            epsilon_dependent=eps_dep,
+            ldp=ldp,
+            metrics=metrics,
+        )
 
 
 def student_queries(

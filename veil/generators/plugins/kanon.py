@@ -44,6 +44,9 @@ class KAnonPlugin(PublishPlugin):
         # a sensitive column is published value by value: only values the policy declares, never the rows' own
         # (red team s42 A1: a declared open category `name` as --sensitive published every person's name)
         require_declared_domains(policy.tables.get(request["table"]), sensitive, "--sensitive", table=request["table"])
+        som_label = request.get("som_label")
+        som_label = None if som_label is None else distinct_columns([som_label], "--som-label")[0]
+        _require_declared(policy.tables.get(request["table"]), [*som_columns, *([som_label] if som_label else [])])
         som_neurons = [int(v) for v in request.get("som_neurons") or (100, 300, 10)]
         if som_columns:
             neuron_candidates(*som_neurons)  # bounded, typed, before the data is read (s27 A9)
@@ -63,7 +66,7 @@ class KAnonPlugin(PublishPlugin):
                 "mondrian_split": request.get("split", "gain") if algorithm.startswith("mondrian") else None,
                 "seed": check_seed(request.get("seed")),
                 "som_columns": som_columns,
-                "som_label": request.get("som_label"),
+                "som_label": som_label,
                 "som_neurons": som_neurons,
                 "som_epochs": int(request.get("som_epochs", 20)),
             },
@@ -83,11 +86,11 @@ class KAnonPlugin(PublishPlugin):
         qi, sensitive, k, hierarchies = p["qi"], p["sensitive"], p["k"], p["hierarchy_dir"]
         som_columns, som_label = p["som_columns"], p["som_label"]
         declared = env.spec.columns if env.spec is not None else None
-        for name in [*qi, *sensitive]:
+        for name in [*qi, *sensitive, *som_columns, *([som_label] if som_label else [])]:
             if declared is not None and name in data.columns and name not in declared:
                 raise PublicationRefused(
                     f"column {name!r} is not declared in the policy's table spec: it may not be published (as a "
-                    "quasi-identifier or sensitive column)",
+                    "quasi-identifier, sensitive, SOM or SOM label column)",
                     hint="Declare it in [tables.<table>.columns] if it is not an identifier, else leave it out",
                 )
         if som_columns and som_label is None:
@@ -208,6 +211,25 @@ class KAnonPlugin(PublishPlugin):
         )
 
 
+def _require_declared(spec: Any, columns: list[str]) -> None:
+    """InputError, from the policy alone (before anything is read or run), for a ``--som-columns`` or ``--som-label``
+    column the policy does not declare: the published SOM neuron is a function of those columns (and its number of
+    neurons is chosen with the label), so an undeclared column, an identifier or a value analysts may not even count,
+    would reach the public table through it (red team s51, A2)."""
+    declared = getattr(spec, "columns", None)
+    if declared is None:
+        return  # not a table of the policy: the transaction refuses it
+    for name in columns:
+        if name not in declared:
+            from veil.errors import InputError
+
+            raise InputError(
+                f"column {name!r} is not declared in the policy's table spec: the published SOM neuron column may not be "
+                "computed from it (--som-columns, --som-label)",
+                hint="Declare it in [tables.<table>.columns] if analysts may learn about it, else leave it out",
+            )
+
+
 def _within_domains(data: pd.DataFrame, qi: list[str], sensitive: list[str], spec: Any, trees: Mapping[str, Any]) -> pd.DataFrame:
     """The rows as k-anonymity reads them: a value outside its declared domain is a missing value, whatever it is
     (red team s27 A3/A3b: one person's ``'F '`` or undeclared ``'HIGH'`` refused the whole table, naming the value,
@@ -224,6 +246,10 @@ def _within_domains(data: pd.DataFrame, qi: list[str], sensitive: list[str], spe
         if name not in out.columns:
             continue
         series = out[name]
+        if name in qi and getattr(columns.get(name), "type", None) == "bool":
+            # a category of its two declared values, as text: numpy refused to subtract booleans when the audit measured
+            # the QI's span, and every table with a bool QI ended in a TypeError (red team s51, A4)
+            series = series.astype(object).map(lambda v: None if pd.isna(v) else str(bool(v)))
         if not pd.api.types.is_numeric_dtype(series):
             series = series.map(lambda v: v.strip() if isinstance(v, str) else v)
         keep = series.notna()
