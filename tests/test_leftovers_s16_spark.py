@@ -52,7 +52,7 @@ def test_a_text_cast_to_a_date_answers_alike_on_spark(spark_policy: Any) -> None
             assert s.execute(sql).rows == ((expected,),), (name, sql)
 
 
-def test_read_table_refuses_a_date_beyond_9999_naming_it(spark_policy: Any, tmp_path: Path) -> None:
+def test_spark_read_table_refuses_a_date_beyond_9999_naming_it(spark_policy: Any, tmp_path: Path) -> None:
     from veil.store import spark as store
     from veil.store.warehouse import read_table, write_table
 
