@@ -33,14 +33,6 @@ _BIND_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
-class _NotBound(Exception):
-    """A statement DuckDB refused while binding it: no row was read."""
-
-    def __init__(self, kind: str) -> None:
-        super().__init__(kind)
-        self.kind = kind
-
-
 def _fails_to_bind(cur: duckdb.DuckDBPyConnection, sql: str, exc: duckdb.Error) -> bool:
     """Whether ``sql`` fails with ``exc`` (same kind, same first line: the lines after it quote the statement, which
     ``DESCRIBE`` prefixes) when only bound: DuckDB's binder also folds
@@ -131,14 +123,12 @@ class DuckDBEngine:
                     raise
                 except duckdb.Error as exc:
                     if isinstance(exc, _BIND_ERRORS) or _fails_to_bind(cur, sql, exc):
-                        raise _NotBound(type(exc).__name__) from None
+                        raise EngineError(
+                            f"the query could not be run: {type(exc).__name__.replace('Exception', '')} error",
+                            hint="Check that values are compared with columns of the same type",
+                            before_data=True,
+                        ) from None
                     raise
-        except _NotBound as exc:
-            raise EngineError(
-                f"the query could not be run: {exc.kind.replace('Exception', '')} error",
-                hint="Check that values are compared with columns of the same type",
-                before_data=True,
-            ) from None
         except duckdb.InterruptException:
             raise EngineError("the statement was cancelled", hint="Run it again, or raise the statement timeout") from None
         except duckdb.Error as exc:

@@ -477,7 +477,7 @@ def stamp_version(policy: Policy, table: str) -> str:
         version = written_version(con, table)
         if version is None:
             version = secrets.token_hex(16)
-            con.execute(f"COMMENT ON TABLE \"{table.replace(chr(34), chr(34) * 2)}\" IS '{VERSION_COMMENT}{version}'")
+            con.execute(f"COMMENT ON TABLE {_quoted(table)} IS '{VERSION_COMMENT}{version}'")
         return version
 
 
