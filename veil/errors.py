@@ -23,6 +23,8 @@ __all__ = [
     "HeldStateLimit",
     "InputError",
     "InternalError",
+    "InvalidColumnReference",
+    "InvalidDatetimeFormat",
     "InvalidEncoding",
     "InvalidEscapeSequence",
     "InvalidRegularExpression",
@@ -127,6 +129,13 @@ class UnknownColumn(QueryRejected):
     sqlstate = "42703"
 
 
+class InvalidColumnReference(QueryRejected):
+    """A derived table or CTE is given more column names than its query has columns (PostgreSQL's
+    invalid_column_reference)."""
+
+    sqlstate = "42P10"
+
+
 class UnknownCursor(QueryRejected):
     """``FETCH``/``CLOSE`` of a cursor that was not declared (PostgreSQL's invalid_cursor_name)."""
 
@@ -201,6 +210,13 @@ class UndefinedOperator(QueryRejected):
     """An operator applied to types it does not take, e.g. ``'ab' * 3`` (PostgreSQL's undefined_function)."""
 
     sqlstate = "42883"
+
+
+class InvalidDatetimeFormat(QueryRejected):
+    """A date or time literal whose text no engine reads alike (``DATE 'infinity'``, ``DATE 'epoch'``, a year past
+    9999; PostgreSQL's invalid_datetime_format)."""
+
+    sqlstate = "22007"
 
 
 class InvalidRegularExpression(QueryRejected):

@@ -32,7 +32,16 @@ from sqlglot.optimizer.normalize_identifiers import normalize_identifiers
 from sqlglot.optimizer.qualify import qualify
 from sqlglot.optimizer.scope import Scope, build_scope, traverse_scope
 
-from veil.errors import InternalError, QueryRejected, UnknownColumn, UnknownTable, Unsupported, did_you_mean
+from veil.errors import (
+    InternalError,
+    InvalidColumnReference,
+    ParseError,
+    QueryRejected,
+    UnknownColumn,
+    UnknownTable,
+    Unsupported,
+    did_you_mean,
+)
 from veil.proxy.catalog import Catalog
 from veil.proxy.parse import DIALECT
 
@@ -77,6 +86,59 @@ def _refuse_column_aliases(table: exp.Table) -> None:
             f"column aliases on the table reference {table.sql(dialect=DIALECT)!r} are not supported",
             hint="Rename columns in a derived table instead: (SELECT a AS x, b AS y FROM t) AS z",
         )
+
+
+def _refuse_empty_in(tree: exp.Expression) -> None:
+    """An ``IN`` with an empty list (``x IN ()``, ``x NOT IN ()``, ``(a, b) IN ()``) is a syntax error in PostgreSQL;
+    sqlglot parses it into an ``IN`` with nothing to compare, which every engine answered as false (or true under
+    ``NOT``): an answer PostgreSQL would not give."""
+    for node in tree.find_all(exp.In):
+        if not any(node.args.get(k) for k in ("expressions", "query", "unnest", "field")):
+            raise ParseError(
+                f'syntax error at or near ")": {node.sql(dialect=DIALECT)} has an empty list, which PostgreSQL refuses',
+                hint="List at least one value, e.g. x IN (1, 2); to match no row, write FALSE",
+            )
+
+
+@dataclass(frozen=True)
+class _NamedColumns:
+    """A derived table or CTE whose alias names its columns: ``(SELECT …) AS d(a, b)``, ``WITH c(a, b) AS (…)``."""
+
+    what: str  # 'table "d"' or 'WITH query "c"', as PostgreSQL words it
+    names: int
+    body: exp.Select
+    star: bool  # the body's SELECT list holds a `*` (as written): its width is known only once it is expanded
+
+
+def _named_columns(tree: exp.Expression) -> list[_NamedColumns]:
+    found = []
+    for node in tree.find_all(exp.Subquery, exp.CTE):
+        alias = node.args.get("alias")
+        columns = alias.args.get("columns") if isinstance(alias, exp.TableAlias) else None
+        if columns and isinstance(node.this, exp.Select):
+            what = f'WITH query "{alias.name}"' if isinstance(node, exp.CTE) else f'table "{alias.name}"'
+            found.append(_NamedColumns(what, len(columns), node.this, _has_star(node.this)))
+    return found
+
+
+def _has_star(select: exp.Select) -> bool:
+    return any(isinstance(e, exp.Star) or (isinstance(e, exp.Column) and e.is_star) for e in select.expressions)
+
+
+def _check_column_names(named: list[_NamedColumns], *, stars: bool) -> None:
+    """A derived table or CTE names at most as many columns as its query has (fewer keep the rest's own names), as in
+    PostgreSQL (42P10). sqlglot's qualification dropped the extra names silently, and the query was answered.
+    ``stars``: check the bodies holding a ``*`` (their width is known once qualification expanded it) instead of the
+    others."""
+    for n in named:
+        if n.star != stars:
+            continue
+        width = len(n.body.expressions)
+        if n.names > width:
+            raise InvalidColumnReference(
+                f"{n.what} has {width} columns available but {n.names} columns specified",
+                hint=f"Name at most {width} column{'s' if width != 1 else ''}, or add the missing columns to its SELECT list",
+            )
 
 
 def _rename_references(tree: exp.Select, catalog: Catalog) -> list[str]:
@@ -291,8 +353,11 @@ def _expand_having_aliases(tree: exp.Select, catalog: Catalog) -> None:
 def resolve(tree: exp.Select, catalog: Catalog, *, sql: str = "") -> Resolved:
     """Resolve ``tree`` (from :func:`veil.proxy.parse.parse`) against ``catalog``."""
     work = tree.copy()
+    _refuse_empty_in(work)
     # unquoted names fold to lower case first, as in PostgreSQL: `WITH T AS (…) … FROM t` reads the CTE
     normalize_identifiers(work, dialect=DIALECT)
+    named = _named_columns(work)
+    _check_column_names(named, stars=False)  # unused CTEs too, as PostgreSQL
     _drop_unused_ctes(work)
     _expand_having_aliases(work, catalog)
     try:
@@ -300,6 +365,7 @@ def resolve(tree: exp.Select, catalog: Catalog, *, sql: str = "") -> Resolved:
     except OptimizeError as exc:  # sqlglot's scope analysis refusing the tree: a typed refusal, never a crash
         raise QueryRejected(f"the query could not be resolved: {exc}", hint="Check table names and aliases") from None
     qualified = _qualify(work, catalog)
+    _check_column_names([n for n in named if n.body.root() is qualified], stars=True)
     reads = private_reads(qualified, catalog)
     if len(reads) > 1:
         raise Unsupported(

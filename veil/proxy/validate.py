@@ -34,7 +34,14 @@ from sqlglot.optimizer.annotate_types import annotate_types
 from sqlglot.optimizer.scope import Scope, build_scope, traverse_scope
 
 from veil.engines.neutral import data_type
-from veil.errors import InternalError, QueryTooComplex, TypeMismatch, UndefinedOperator, Unsupported
+from veil.errors import (
+    InternalError,
+    InvalidDatetimeFormat,
+    QueryTooComplex,
+    TypeMismatch,
+    UndefinedOperator,
+    Unsupported,
+)
 from veil.proxy.catalog import Catalog
 from veil.proxy.expansion import Expansion, measure
 from veil.proxy.parse import AGGREGATE_NODES, ANONYMOUS_FUNCTIONS, DIALECT
@@ -87,6 +94,20 @@ def _check_arity(node: exp.Anonymous) -> None:
             if want == 1
             else f"Pass the column and the fraction (e.g. {name}(age, 0.5))",
         )
+
+
+def _check_percentile_arity(node: exp.PercentileCont | exp.PercentileDisc) -> None:
+    """``PERCENTILE_CONT`` / ``PERCENTILE_DISC`` take one fraction (the column comes in ``WITHIN GROUP``): sqlglot
+    keeps a second argument aside, which the rest of the query path never read (``PERCENTILE_CONT(0.5, 0.7)`` was
+    answered as the median; PostgreSQL refuses it, 42883)."""
+    if node.args.get("expression") is None:
+        return
+    name = "percentile_cont" if isinstance(node, exp.PercentileCont) else "percentile_disc"
+    raise UndefinedOperator(
+        f"function {name}() takes 1 argument (the fraction), got 2: {node.sql(dialect=DIALECT)}",
+        hint=f"Pass one fraction and the column in WITHIN GROUP (ORDER BY …), e.g. {name}(0.5) WITHIN GROUP "
+        "(ORDER BY age); for another fraction, ask for a second percentile",
+    )
 
 
 def aggregate_name(node: exp.Expression) -> str | None:
@@ -331,16 +352,21 @@ _TIME_TYPES = frozenset({_T.DATE, _T.TIMESTAMP, _T.DATETIME})
 def _convert_cast_text(node: exp.Cast) -> None:
     """A text literal cast to DATE or TIMESTAMP (so also a typed literal, ``DATE '…'``) is written out again in ISO
     form, as a text compared with a date is (:func:`_iso_time`; red team s47, B5: s45 A4's fix converted only texts
-    compared with dates). A text Python does not read ('infinity', a year beyond 9999, BC) is left as it is, and
-    each engine reads it as its own constant (DuckDB's infinity is NULL on Spark: docs/engines.md); the neutral
-    render's ISO guard applies to column values only, not to literals."""
+    compared with dates). A text Python does not read ('infinity', 'epoch', 'now', a year beyond 9999, BC, Feb 30)
+    is refused (22007): each engine read it as its own constant (DuckDB's infinity was NULL on Spark), and the
+    neutral render's ISO guard applies to column values only, not to literals."""
     to = node.args.get("to")
     inner = _unwrap(node.this)
     if not (isinstance(to, exp.DataType) and to.this in _TIME_TYPES and isinstance(inner, exp.Literal) and inner.is_string):
         return
     value = _iso_time(inner, node)
     if value is None:
-        return
+        raise InvalidDatetimeFormat(
+            f"{node.sql(dialect=DIALECT)!r}: the text {inner.sql(dialect=DIALECT)} is not a date or time in ISO form, "
+            "which the engines would read differently (or not at all)",
+            hint="Write a date of the years 1 to 9999 in ISO form, e.g. DATE '2020-01-31' or TIMESTAMP '2020-01-31 "
+            "12:00:00'; for an open end leave the condition out, or use DATE '0001-01-01' or DATE '9999-12-31'",
+        )
     moment = value if isinstance(value, dt.datetime) else dt.datetime.combine(value, dt.time())
     iso = moment.date().isoformat() if to.this is _T.DATE else moment.isoformat(sep=" ")
     inner.replace(exp.Literal.string(iso))
@@ -432,6 +458,8 @@ def validate(resolved: Resolved, catalog: Catalog) -> Analysis:
         if str(node.name).lower() not in ANONYMOUS_FUNCTIONS:
             raise InternalError(f"function {node.name!r} passed the allow-list")
         _check_arity(node)
+    for percentile in tree.find_all(exp.PercentileCont, exp.PercentileDisc):
+        _check_percentile_arity(percentile)
     _check_like_patterns(tree)
     _check_trim_sets(tree)
     _check_date_parts(tree)
