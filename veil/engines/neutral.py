@@ -46,6 +46,7 @@ __all__ = [
     "copy_tree",
     "data_type",
     "duckdb_text",
+    "guard_time_text",
     "is_boolean",
     "is_integral",
     "is_real",
@@ -123,7 +124,7 @@ WIDE_SUM = "veil_wide_sum"
 #: Marks an operation or cast Veil builds over values that cannot make it fail (clamped values, booleans,
 #: public columns): the raising-work price (veil.proxy.expansion) skips it.
 CANNOT_RAISE = "veil_cannot_raise"
-#: Marks the ``REGEXP_EXTRACT`` that guards a text cast to a date (:func:`_guard_time_text`): it matches at most
+#: Marks the ``REGEXP_EXTRACT`` that guards a text cast to a date (:func:`guard_time_text`): it matches at most
 #: :data:`ISO_TIME_LONGEST` characters, so an engine may read only the first ``ISO_TIME_LONGEST + 1``.
 TIME_TEXT = "veil_time_text"
 
@@ -305,7 +306,7 @@ def _is_text(node: exp.Expression) -> bool:
     return any(_is_text(b) for b in _branches(n))
 
 
-def _guard_time_text(cast: exp.Cast) -> None:
+def guard_time_text(cast: exp.Cast) -> None:
     """``cast`` (a text value to DATE or TIMESTAMP) reads only the texts of :data:`ISO_TIME_TEXT`: the value becomes
     ``NULLIF(REGEXP_EXTRACT(value, '^…\\z'), '')``, its whole match (group 0: DuckDB's default, the Spark render
     names it), or NULL when it does not match (an empty text would be a failing cast, ten times dearer than NULL).
@@ -313,7 +314,10 @@ def _guard_time_text(cast: exp.Cast) -> None:
     The value is not copied (nested casts stay linear), and the guard never raises. It reads the text in place of the
     cast, which now reads at most 26 characters (the guard at most 27 on Spark): on DuckDB (one thread) a text
     outside the subset costs about a tenth of the plain cast (which failed on it), a text of the subset the match
-    (0.3–0.7 µs) more than the cast; the price (:func:`veil.proxy.totality.converts`) counts the cast."""
+    (0.3–0.7 µs) more than the cast; the price (:func:`veil.proxy.totality.converts`) counts the cast.
+
+    The one reading of a text as a date: :func:`neutralise` puts it on the casts of the query path, the bounded copy
+    (:func:`veil.proxy.bounding.build_tree`) on its cast of a declared date column stored as text."""
     guard = exp.RegexpExtract(this=cast.this, expression=exp.Literal.string(_ISO_TIME_SQL))
     guard.meta[CANNOT_RAISE] = True
     guard.meta[TIME_TEXT] = True
@@ -341,7 +345,7 @@ def neutralise(tree: exp.Expression) -> exp.Expression:
         if node.to.is_type(*_INT_TYPES) and is_real(node.this) and not _whole(node.this):
             node.set("this", exp.Round(this=node.this))
         elif node.to.is_type(*TIME_CAST_TARGETS) and _is_text(node.this) and not isinstance(_unparen(node.this), exp.Literal):
-            _guard_time_text(node)  # a literal is the same on every row: the validate pass writes it in ISO form
+            guard_time_text(node)  # a literal is the same on every row: the validate pass writes it in ISO form
     # deepest first: an outer cast then copies the inner ones
     targets = [n for n in tree.walk() if not isinstance(n.parent, exp.Paren) and is_boolean(n) and _numeric_context(n)]
     for n in reversed(targets):

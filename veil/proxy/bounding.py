@@ -11,7 +11,9 @@ chosen by a keyed cryptographic hash (SHA-256 of a secret salt and the typed row
 included), so which rows are kept depends only on that unit's own rows and not on physical order;
 rows whose unit is NULL or NaN are dropped (no person can be bounded without an identifier). The SELECT is
 built as a neutral tree (:func:`build_tree`) that each engine renders in its dialect; the row's text
-reads the same on every engine, so DuckDB and Spark keep the same rows. Category (text) values are cut
+reads the same on every engine, so DuckDB and Spark keep the same rows. A declared date column stored as text is
+read as the query path reads a text cast to a date (:func:`veil.engines.neutral.guard_time_text`: the texts of one
+ISO subset, any other NULL on every engine), not by the engine's own, looser cast. Category (text) values are cut
 to the column's ``text_cap`` characters (policy ``max_length``, default 1,024), so the work one person's
 text can cause in any query is bounded too.
 
@@ -44,6 +46,7 @@ from sqlglot import exp
 
 from veil.engines import open_engine
 from veil.engines.base import Engine
+from veil.engines.neutral import guard_time_text
 from veil.errors import CopyNotReady, InternalError, PolicyError, VeilError
 from veil.policy import ColumnSpec, Policy, TableSpec
 from veil.proxy import fixed_point
@@ -52,13 +55,13 @@ from veil.store.ledger import Ledger
 
 __all__ = [
     "ALGORITHM", "BoundedCopies", "GridColumn", "build_sql", "build_tree", "engine_generation", "grid_columns",
-    "grid_value_sql", "prepare", "ready", "spec_identity",
+    "grid_value_sql", "prepare", "ready", "spec_identity", "text_dates",
 ]  # fmt: skip
 
 T = TypeVar("T")
 
 #: Changes whenever the copy's construction changes, so old copies are never reused.
-ALGORITHM = "veil-bounded-copy/7"
+ALGORITHM = "veil-bounded-copy/8"
 
 
 def _q(name: str) -> str:
@@ -174,11 +177,35 @@ def _row_text(columns: list[str]) -> str:
     return " || '|' || ".join(parts)
 
 
-def build_tree(spec: TableSpec, salt: str) -> exp.Select:
+#: Stored column types (DuckDB's and Spark's names, without a length) that hold text.
+_TEXT_STORED = frozenset({"VARCHAR", "STRING", "TEXT", "CHAR", "BPCHAR", "NVARCHAR", "NCHAR", "CHARACTER VARYING"})
+
+
+def text_dates(spec: TableSpec, stored: Sequence[tuple[str, str]]) -> frozenset[str]:
+    """The declared ``date`` columns of ``spec`` that the table stores as text (``stored``: the engine's
+    :meth:`~veil.engines.base.Engine.table_columns`)."""
+    return frozenset(
+        name
+        for name, kind in stored
+        if name in spec.columns and spec.columns[name].type == "date" and kind.split("(")[0].strip().upper() in _TEXT_STORED
+    )
+
+
+def _guard_text_dates(tree: exp.Select, dates: frozenset[str]) -> None:
+    """Each cast of a column of ``dates`` (declared dates stored as text) to DATE reads the text as the query path
+    does: through the neutral render's one guard, never the engine's own reading (DuckDB's ``TRY_CAST`` read
+    ``' 2020-01-01'``, ``'2020-1-1'`` and ``'infinity'`` as dates, which the query path and Spark read as NULL)."""
+    for cast in list(tree.find_all(exp.TryCast)):
+        if isinstance(cast.this, exp.Column) and cast.this.name in dates and cast.to.is_type(exp.DataType.Type.DATE):
+            guard_time_text(cast)
+
+
+def build_tree(spec: TableSpec, salt: str, dates: frozenset[str] = frozenset()) -> exp.Select:
     """The SELECT producing the bounded copy of ``spec``'s table, as a neutral tree (each engine renders it).
 
     The rows kept per unit are ranked by SHA-256 of the salt and the typed row's text, which reads the
     same on every engine (integers, text, dates and booleans; doubles as each engine prints them).
+    ``dates``: the declared date columns stored as text (:func:`text_dates`).
     """
     if not all(c.isalnum() for c in salt):
         raise InternalError("a bounded-copy salt must be alphanumeric")
@@ -205,12 +232,13 @@ def build_tree(spec: TableSpec, salt: str) -> exp.Select:
     tree = sqlglot.parse_one(_with_grids(sql, spec), read="duckdb")
     if not isinstance(tree, exp.Select):
         raise InternalError("the bounded-copy SQL is not a SELECT")
+    _guard_text_dates(tree, dates)
     return tree
 
 
-def build_sql(spec: TableSpec, salt: str, dialect: str = "duckdb") -> str:
+def build_sql(spec: TableSpec, salt: str, dialect: str = "duckdb", dates: frozenset[str] = frozenset()) -> str:
     """:func:`build_tree` rendered in ``dialect`` (for reading; engines render the tree themselves)."""
-    return build_tree(spec, salt).sql(dialect=dialect)
+    return build_tree(spec, salt, dates).sql(dialect=dialect)
 
 
 class BoundedCopies:
@@ -240,11 +268,13 @@ class BoundedCopies:
         if name is not None:
             return name
         version = engine.table_version(spec.name, list(spec.columns))
-        identity = hashlib.sha256(f"{ALGORITHM}\x00{ident}\x00{version}".encode()).hexdigest()
+        stored = engine.table_columns(spec.name)
+        dates = text_dates(spec, stored)  # how the copy reads them is part of what it is
+        identity = hashlib.sha256(f"{ALGORITHM}\x00{ident}\x00{version}\x00{sorted(dates)}".encode()).hexdigest()
         name = f"_veil_bounded_{spec.name}_{identity[:24]}"
         known = ledger.bounded_copy(identity)
         if known is None or not engine.table_exists(known[0]):
-            _check_columns(spec, engine)
+            _check_columns(spec, stored)
             if not build:
                 with self._lock:
                     reason = self._unready.get(key)
@@ -259,7 +289,7 @@ class BoundedCopies:
                     hint="Run the query again",
                 )
             salt = known[1] if known is not None else secrets.token_hex(32)
-            engine.materialise(name, engine.render(build_tree(spec, salt)))
+            engine.materialise(name, engine.render(build_tree(spec, salt, dates)))
             for old in ledger.record_bounded_copy(identity, spec.name, name, salt):
                 if old != name:
                     engine.drop(old)
@@ -311,20 +341,21 @@ def _stands(spec: TableSpec, engine: Engine) -> bool:
     if not getattr(engine, "writes_warehouse", True):
         return True
     try:
-        return bool(_missing_columns(spec, engine))
+        return bool(_missing_columns(spec, engine.table_columns(spec.name)))
     except VeilError:
         return False
 
 
-def _missing_columns(spec: TableSpec, engine: Engine) -> list[str]:
-    """The columns the policy declares that the warehouse's table lacks (its schema, not its data)."""
-    have = {name for name, _ in engine.table_columns(spec.name)}
+def _missing_columns(spec: TableSpec, stored: Sequence[tuple[str, str]]) -> list[str]:
+    """The columns the policy declares that the warehouse's table (``stored``: its columns and their types) lacks
+    (its schema, not its data)."""
+    have = {name for name, _ in stored}
     return [c for c in spec.columns if c not in have]
 
 
-def _check_columns(spec: TableSpec, engine: Engine) -> None:
+def _check_columns(spec: TableSpec, stored: Sequence[tuple[str, str]]) -> None:
     """The warehouse's table has every column the policy declares (its schema, not its data)."""
-    missing = _missing_columns(spec, engine)
+    missing = _missing_columns(spec, stored)
     if missing:
         raise PolicyError(
             f"table {spec.name!r} in the warehouse has no column {', '.join(map(repr, missing))}, which the policy declares",
