@@ -75,12 +75,12 @@ def test_a_grid_release_within_the_cap_passes_the_plan(policy: Any, eps: float) 
 
 def test_the_cap_is_where_the_mechanism_releases_exact_counts_nine_times_in_ten() -> None:
     """One cell of 100 rows: its number of released rows is exact with probability 1 − e^(−ε/4) (0.9 at the cap).
-    4,000 releases, α = 1e-6 (±0.023 around 0.9); at ε off by ±30 % the rate is 0.95 or 0.83, outside."""
+    2,000 releases, α = 1e-6 (±0.033 around 0.9); at ε off by ±30 % the rate is 0.95 or 0.83, outside."""
     from veil.generators.sdc import dp_grid_microaggregation
 
     rng = np.random.default_rng(17)
     x = np.full((100, 1), 5.0)
-    trials = 4000
+    trials = 2000
     exact = sum(
         dp_grid_microaggregation(
             x, None, 0, lower=np.array([0.0]), upper=np.array([10.0]), bins=1, epsilon=CAP, mechanism="laplace", rng=rng
@@ -88,4 +88,4 @@ def test_the_cap_is_where_the_mechanism_releases_exact_counts_nine_times_in_ten(
         == 100
         for _ in range(trials)
     )
-    assert abs(exact / trials - 0.9) < 0.023, exact / trials
+    assert abs(exact / trials - 0.9) < 0.033, exact / trials

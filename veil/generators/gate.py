@@ -6,7 +6,8 @@ at the CLI) and the transaction writes nothing. The checks:
 
 * **vacuous parameters** (:func:`check_plan`, from the parameters only, never the data): ``k`` < 2,
   ``noise`` ≤ 0, noise addition's ``a`` < :data:`MIN_NOISE_A`, rank swapping's ``p`` <
-  :data:`MIN_SWAP_P`, ``epsilon`` ≤ 0, ∞ or above :data:`MAX_EPSILON`, ``delta`` above
+  :data:`MIN_SWAP_P`, ``epsilon`` ≤ 0, ∞ or above :data:`MAX_EPSILON` (a DP grid microaggregation's above
+  :data:`MAX_GRID_EPSILON`), ``delta`` above
   :data:`MAX_DELTA`, a kRR keep probability above :data:`MAX_KEEP_PROBABILITY`, a PATE student held
   out of the source with a local ε that is ∞ (no noise) or above :data:`MAX_EPSILON`;
 * **column provenance**: every column of the table has a recorded protection among
@@ -53,6 +54,13 @@ MAX_EPSILON = 50.0
 #: Largest keep probability e^ε/(e^ε + k − 1) of a kRR column (from ε and the declared k only): above,
 #: nine values in ten or more are published as they are, and a few columns single people out.
 MAX_KEEP_PROBABILITY = 0.9
+
+#: Largest ε of a DP grid microaggregation (``dp_microagg_*`` with the grid partition,
+#: :func:`veil.generators.sdc.dp_grid_microaggregation`): each cell's count gets Laplace noise of scale 2/ε (ε/2,
+#: sensitivity 1) and the cell then holds that count rounded — its exact count with probability 1 − e^(−ε/4). The
+#: cap keeps that at most :data:`MAX_KEEP_PROBABILITY` (ε ≤ 4·ln 10 ≈ 9.21); at ε = 50 it was 0.9999963, every
+#: cell's true size published nearly always.
+MAX_GRID_EPSILON = -4.0 * math.log(1.0 - MAX_KEEP_PROBABILITY)
 
 #: Largest δ the gate accepts for one publication: the project's default δ budget of an analyst (a whole
 #: budget on one release), and the scale below which "δ: everything may leak" stays negligible. A larger δ
@@ -147,6 +155,14 @@ def check_plan_values(checks: Mapping[str, float]) -> None:
                 f"vacuous parameter: δ = {value} (it must be at most {MAX_DELTA:g}: δ is the probability that the "
                 "guarantee fails, and a large δ even lowers the ε charged)",
                 hint=f"Use δ ≤ {MAX_DELTA:g}, e.g. --delta 1e-6",
+            )
+        if name == "grid_epsilon" and v > MAX_GRID_EPSILON:
+            raise PublicationRefused(
+                f"vacuous parameter: ε = {value} for a DP grid microaggregation: each cell's number of rows is its exact "
+                f"count with probability {-math.expm1(-v / 4):.6g} (1 − e^(−ε/4); at most {MAX_KEEP_PROBABILITY:g}, "
+                f"so ε ≤ {MAX_GRID_EPSILON:.2f}: above, the release publishes nearly every cell's true size)",
+                hint=f"Pass --param epsilon={math.floor(MAX_GRID_EPSILON * 100) / 100:g} or less (e.g. epsilon=1); for "
+                "more accurate cells use fewer bins (more rows per cell for the same noise), not a larger ε",
             )
         if name == "epsilon" and not (v > 0 and math.isfinite(v) and v <= MAX_EPSILON):
             raise PublicationRefused(

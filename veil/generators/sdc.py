@@ -382,7 +382,9 @@ def dp_grid_microaggregation(
     width) or the exponential mechanism over ``candidates`` values in the cell with utility
     ``−|Σ(x − c)|`` (sensitivity: the cell width). Cells are disjoint, so the whole release is ε-DP
     by parallel composition. The output has ``round(Σ noisy counts)`` synthetic rows, allocated to
-    cells in proportion to their (clipped) noisy counts, in random order (post-processing).
+    cells in proportion to their (clipped) noisy counts, in random order (post-processing). A cell's
+    rows are its exact count with probability 1 − e^(−ε/4), so the gate caps ε at
+    :data:`veil.generators.gate.MAX_GRID_EPSILON` (≈ 9.21, where that is 0.9).
     """
     from veil import mechanisms
 

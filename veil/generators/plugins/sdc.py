@@ -119,6 +119,8 @@ def guarantee_checks(name: str, values: Mapping[str, Any]) -> dict[str, float]:
         checks["swap_p"] = float(values["p"])
     if "epsilon" in values:
         checks["epsilon"] = float(values["epsilon"])
+        if name.startswith("dp_microagg") and values.get("partition") == "grid":
+            checks["grid_epsilon"] = float(values["epsilon"])  # its cell counts' own cap (gate.MAX_GRID_EPSILON)
     return checks
 
 
