@@ -268,12 +268,11 @@ class BoundedCopies:
         if name is not None:
             return name
         version = engine.table_version(spec.name, list(spec.columns))
-        stored = engine.table_columns(spec.name)
-        dates = text_dates(spec, stored)  # how the copy reads them is part of what it is
-        identity = hashlib.sha256(f"{ALGORITHM}\x00{ident}\x00{version}\x00{sorted(dates)}".encode()).hexdigest()
+        identity = hashlib.sha256(f"{ALGORITHM}\x00{ident}\x00{version}".encode()).hexdigest()
         name = f"_veil_bounded_{spec.name}_{identity[:24]}"
         known = ledger.bounded_copy(identity)
         if known is None or not engine.table_exists(known[0]):
+            stored = engine.table_columns(spec.name)  # the schema, read only to build (a version names one)
             _check_columns(spec, stored)
             if not build:
                 with self._lock:
@@ -289,7 +288,7 @@ class BoundedCopies:
                     hint="Run the query again",
                 )
             salt = known[1] if known is not None else secrets.token_hex(32)
-            engine.materialise(name, engine.render(build_tree(spec, salt, dates)))
+            engine.materialise(name, engine.render(build_tree(spec, salt, text_dates(spec, stored))))
             for old in ledger.record_bounded_copy(identity, spec.name, name, salt):
                 if old != name:
                     engine.drop(old)
