@@ -51,8 +51,10 @@ def guard_reading(text: str) -> dt.date | None:
         return None
 
 
-def copy_rows(base: Path, odd: str) -> list[tuple[Any, ...]]:
-    """The bounded copy of a world of :data:`OTHERS` and one more person whose text is ``odd``."""
+def copy_rows(base: Path, texts: list[str], extra: str = "") -> list[tuple[Any, ...]]:
+    """The bounded copy (``u``, ``d``; by ``u``) of a world of one person per text (``extra``: an engine section)."""
+    from sqlglot import exp
+
     from veil.engines import open_engine
     from veil.policy import load_policy
     from veil.proxy.bounding import COPIES, engine_generation
@@ -60,17 +62,17 @@ def copy_rows(base: Path, odd: str) -> list[tuple[Any, ...]]:
     from veil.store.warehouse import write_table
 
     base.mkdir(parents=True)
-    (base / "policy.toml").write_text(POLICY, encoding="utf-8")
+    (base / "policy.toml").write_text(POLICY + extra, encoding="utf-8")
     policy = load_policy(base / "policy.toml")
-    texts = [*OTHERS, odd]
     write_table(policy, "t", pd.DataFrame({"u": pd.array(range(len(texts)), dtype="Int64"), "d": texts}))
     engine, ledger = open_engine(policy), Ledger.for_policy(policy)
     try:
-        assert dict(engine.table_columns("t"))["d"] == "VARCHAR"  # the date is stored as text
+        assert dict(engine.table_columns("t"))["d"].upper() in ("VARCHAR", "STRING")  # the date is stored as text
         name = COPIES.table(
             policy.table("t"), engine, ledger, scope=str(policy.database_path), generation=lambda: engine_generation(engine)
         )
-        return [tuple(r) for r in engine.execute(f'SELECT u, d FROM "{name}" ORDER BY u').rows]
+        read = exp.select("u", "d").from_(exp.to_identifier(name, quoted=True)).order_by("u")
+        return [tuple(r) for r in engine.execute(engine.render(read)).rows]
     finally:
         engine.close()
         ledger.close()
@@ -78,12 +80,12 @@ def copy_rows(base: Path, odd: str) -> list[tuple[Any, ...]]:
 
 @pytest.fixture(scope="module")
 def control(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Any, ...]]:
-    return copy_rows(tmp_path_factory.mktemp("s17b") / "control", "2020-05-05")
+    return copy_rows(tmp_path_factory.mktemp("s17b") / "control", [*OTHERS, "2020-05-05"])
 
 
 @pytest.mark.parametrize("odd", ODD + READ, ids=[repr(t) for t in ODD + READ])
 def test_one_persons_text_changes_only_that_persons_value(tmp_path: Path, control: list[tuple[Any, ...]], odd: str) -> None:
-    rows = copy_rows(tmp_path / "world", odd)
+    rows = copy_rows(tmp_path / "world", [*OTHERS, odd])
     assert rows[:-1] == control[:-1]  # everyone else's rows, as in the neighbouring world
     assert control[:-1] == [(u, guard_reading(t)) for u, t in enumerate(OTHERS)]
     assert rows[-1] == (len(OTHERS), guard_reading(odd)), f"{odd!r} is read as the query path reads it"
