@@ -213,3 +213,29 @@ def test_a_percentile_takes_one_fraction(session: Any, sql: str) -> None:
 def test_three_fractions_get_the_same_message(session: Any) -> None:
     err = _refused(session, "SELECT PERCENTILE_CONT(0.5, 0.7, 0.8) WITHIN GROUP (ORDER BY x) FROM t")
     assert err.sqlstate == "42883" and "percentile_cont() takes 1 argument" in err.message
+
+
+# --- veil serve's table-less statements (veil/server/system.py, the lead's) ----------------------------------------
+
+SERVED = {
+    "in": ("SELECT 1 IN ()", "42601"),
+    "not-in": ("SELECT 1 NOT IN ()", "42601"),
+    "names": ("SELECT a FROM (SELECT 1 AS a) AS d(a, b)", "42P10"),
+}
+
+
+@pytest.mark.xfail(strict=True, reason="server/system.py evaluates table-less statements without resolve's refusals")
+@pytest.mark.parametrize(("sql", "state"), SERVED.values(), ids=SERVED.keys())
+def test_veil_serve_refuses_table_less_statements_alike(sql: str, state: str) -> None:
+    """``veil serve`` answers table-less statements with sqlglot's executor (``system.answer``): ``SELECT 1 IN ()``
+    was false there, ``(SELECT 1 AS a) AS d(a, b)`` 1. The fix: ``resolve.refuse_before_binding(expr)`` in
+    ``system._answer`` after ``check_executor_safe``."""
+    import types
+
+    from veil.proxy.catalog import Catalog
+    from veil.server.system import SystemQuery, answer
+
+    query = SystemQuery(sql=sql, connection=types.SimpleNamespace(database="veil"), catalog=Catalog({}), budget=None)
+    with pytest.raises(QueryRejected) as info:
+        answer(query)
+    assert info.value.sqlstate == state

@@ -45,7 +45,7 @@ from veil.errors import (
 from veil.proxy.catalog import Catalog
 from veil.proxy.parse import DIALECT
 
-__all__ = ["CTE_PREFIX", "Resolved", "private_reads", "resolve", "walk_scopes"]
+__all__ = ["CTE_PREFIX", "Resolved", "private_reads", "refuse_before_binding", "resolve", "walk_scopes"]
 
 #: Prefix of the names Veil gives CTEs; no catalog table can carry it.
 CTE_PREFIX = "__veil_cte_"
@@ -139,6 +139,15 @@ def _check_column_names(named: list[_NamedColumns], *, stars: bool) -> None:
                 f"{n.what} has {width} columns available but {n.names} columns specified",
                 hint=f"Name at most {width} column{'s' if width != 1 else ''}, or add the missing columns to its SELECT list",
             )
+
+
+def refuse_before_binding(tree: exp.Expression) -> None:
+    """Refuse, as PostgreSQL does before it binds a name, an empty ``IN ()`` (42601) and a derived table or CTE that
+    names more columns than its SELECT list writes out (42P10; one over a ``*`` is checked once qualification has
+    expanded it). :func:`resolve` runs it on every query; an edge that evaluates a statement itself (``veil serve``'s
+    table-less and catalog statements) runs it too, so both refuse alike."""
+    _refuse_empty_in(tree)
+    _check_column_names(_named_columns(tree), stars=False)
 
 
 def _rename_references(tree: exp.Select, catalog: Catalog) -> list[str]:
@@ -353,11 +362,10 @@ def _expand_having_aliases(tree: exp.Select, catalog: Catalog) -> None:
 def resolve(tree: exp.Select, catalog: Catalog, *, sql: str = "") -> Resolved:
     """Resolve ``tree`` (from :func:`veil.proxy.parse.parse`) against ``catalog``."""
     work = tree.copy()
-    _refuse_empty_in(work)
+    refuse_before_binding(work)  # unused CTEs too, as PostgreSQL
     # unquoted names fold to lower case first, as in PostgreSQL: `WITH T AS (…) … FROM t` reads the CTE
     normalize_identifiers(work, dialect=DIALECT)
-    named = _named_columns(work)
-    _check_column_names(named, stars=False)  # unused CTEs too, as PostgreSQL
+    starred = [n for n in _named_columns(work) if n.star]  # their width is known once qualified
     _drop_unused_ctes(work)
     _expand_having_aliases(work, catalog)
     try:
@@ -365,7 +373,7 @@ def resolve(tree: exp.Select, catalog: Catalog, *, sql: str = "") -> Resolved:
     except OptimizeError as exc:  # sqlglot's scope analysis refusing the tree: a typed refusal, never a crash
         raise QueryRejected(f"the query could not be resolved: {exc}", hint="Check table names and aliases") from None
     qualified = _qualify(work, catalog)
-    _check_column_names([n for n in named if n.body.root() is qualified], stars=True)
+    _check_column_names([n for n in starred if n.body.root() is qualified], stars=True)
     reads = private_reads(qualified, catalog)
     if len(reads) > 1:
         raise Unsupported(
