@@ -1,0 +1,108 @@
+"""Red team, session 53: the fixes of session 16 attacked as classes (main at 92e0b70, 2026-11-27).
+
+Targets: ``DuckDBEngine._run``/``_fails_to_bind`` (a statement that also fails when only bound is a free refusal),
+the pipeline's catch-all before the reservation, ``budget.double_at_least``/``exp_at_most`` and the scales they
+feed, ``veil serve --engine-memory``, and the publications' strict linkage rule and value-by-value dates.
+
+Findings (witnesses below):
+
+* B1 (LOW, a charged crash that is not data-dependent; fixed in ``veil/proxy/plan.py``) — a noise scale Δ/ε beyond
+  the largest double: ``budget.double_at_least`` raises Python's ``OverflowError`` (``float(Fraction)``), and for a
+  query without private group keys the scale is first computed in the *noise* pass, after the reservation. With a
+  policy whose ``min_epsilon_per_query`` is 1e-300, ``SELECT SUM(big) FROM people`` (Δ = 10¹⁵) at ε = 1e-300 was
+  charged and ended with a foreign ``OverflowError`` (the wire's XX000 "internal error"); with a private GROUP BY the
+  partition threshold computed it in the plan pass (a free, typed but "bug in Veil" InternalError). Same on every
+  database. Fix: the plan pass refuses (``QueryRejected``, 42000, free) any statistic whose scale, or partition
+  threshold, is not a finite double. At the default minimum ε (0.001) the other guards (bounds ±10¹⁵, expressions
+  ±10¹⁵⁰, join multiplicity 10⁴, the generated-size and raising-work limits) kept every scale I built below 10³⁰⁸.
+* B2 (INFO, a crash of the library API; fixed in ``veil/mechanisms/budget.py``) — ``exp_at_most`` (s50 F2's
+  replacement of ``math.exp``) raises ``decimal.Overflow`` for ε above ~2.3·10⁶, so
+  ``veil.mechanisms.randomized_response(…, epsilon=1e7)`` crashed untyped (the publication gate caps kRR at ε = 50,
+  so no CLI path reaches it). ``exp_at_most`` now caps its argument at 10⁴: e^10⁴ ≤ e^x is still a lower bound, and
+  the keep probability then rounds to 1 − 2⁻⁶⁴ in every draw either way.
+
+What held (see the report for the full list): ``_fails_to_bind`` — 52 probes of constant folding in the binder vs the
+optimiser, constant vs column casts, literal dates/intervals, int64 and double edges, each guarded by ``age = 0``
+(only the target) — ended alike on D and D′ and no refusal was charged; DESCRIBE reads no row, so a statement that
+fails when only bound fails the same way in every world. No pass before the reservation reads private rows except the
+bounded copy's build, which depends on the table and policy only (not the query) and raised on none of the adversarial
+values. The linkage rule keys on the normalised source and column names (both forced lower-case), so case variants,
+renamed outputs and replace/retract orders were all refused or allowed as documented.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from fractions import Fraction
+from typing import Any
+
+import pytest
+
+from tests.support.attack_world import POLICY, build_world
+
+
+@pytest.fixture(scope="module")
+def tiny_min_epsilon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """The attack world under a policy whose minimum ε per query is 1e-300 (a careless curator's)."""
+    from veil.proxy._testing import exact_session
+
+    text = POLICY.read_text(encoding="utf-8").replace("min_epsilon_per_query = 0.001", "min_epsilon_per_query = 1e-300")
+    assert "1e-300" in text
+    world = build_world(tmp_path_factory.mktemp("s53_b1"), policy_text=text)
+    session = exact_session(world.policy, "api")
+    yield session
+    session.close()
+
+
+def _spent(session: Any) -> Fraction:
+    return Fraction(session._env.ledger.spent("analyst:api").epsilon)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT SUM(big) FROM people",  # scale first computed in the noise pass (after the charge)
+        "SELECT SUM(big), name FROM people GROUP BY name",  # computed by the partition threshold in the plan pass
+    ],
+)
+def test_b1_scale_beyond_doubles_refused_free(tiny_min_epsilon: Any, sql: str) -> None:
+    from veil.errors import QueryRejected
+
+    before = _spent(tiny_min_epsilon)
+    with pytest.raises(QueryRejected, match="beyond the largest double") as info:
+        tiny_min_epsilon.execute(sql, epsilon="1e-300")
+    assert info.value.sqlstate == "42000"
+    assert _spent(tiny_min_epsilon) == before, "a refusal decided by Δ and ε alone must cost nothing"
+    # the same ε with a sensitivity whose scale fits is answered (and charged)
+    # (another query per case: a repeated one would be answered from the cache, free)
+    tiny_min_epsilon.execute(f"SELECT COUNT(*) FROM people WHERE age >= {len(sql)}", epsilon="1e-300")
+    assert _spent(tiny_min_epsilon) >= before + Fraction("1e-300")  # (the ledger charges on a grid of 10⁻³⁰, rounded up)
+
+
+def test_b2_keep_probability_of_a_huge_epsilon() -> None:
+    from veil.mechanisms import noise
+    from veil.mechanisms.budget import exp_at_most
+
+    for eps in (Fraction(10**7), Fraction(10**300)):
+        e = exp_at_most(eps)
+        assert 0 < e and e == exp_at_most(Fraction(10_000))  # a lower bound of e^ε (e^10⁴ ≤ e^ε)
+        p = noise.keep_probability(eps, 3)
+        assert Fraction(1, 2) < p < 1
+    out = noise.randomized_response(["a", "b", "a"], categories=["a", "b", "c"], epsilon=1e7)
+    assert list(out) == ["a", "b", "a"]  # keeps each value with probability ≥ 1 − 2⁻⁶³
+    # below the cap nothing changed: within 10⁻⁴⁰ of e^x, never above it
+    assert exp_at_most(Fraction(5, 3)) < Fraction("5.2944900504700293668273720041970084836945003393922")
+
+
+def test_b2_cap_is_no_higher_than_the_exponent() -> None:
+    """exp_at_most stays a lower bound of e^x on both sides of its cap (x just under, at and above 10⁴)."""
+    import decimal
+
+    from veil.mechanisms.budget import exp_at_most
+
+    with decimal.localcontext() as ctx:
+        ctx.prec = 60
+        for x in (Fraction(9_999), Fraction(10_000), Fraction(10_001)):
+            # exp is correctly rounded to nearest: one step up is ≥ e^x
+            above = (decimal.Decimal(x.numerator) / decimal.Decimal(x.denominator)).exp().next_plus()
+            assert exp_at_most(x) <= Fraction(above)
