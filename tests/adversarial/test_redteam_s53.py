@@ -21,6 +21,13 @@ Findings (witnesses below):
   so no CLI path reaches it). ``exp_at_most`` now caps its argument at 10⁴: e^10⁴ ≤ e^x is still a lower bound, and
   the keep probability then rounds to 1 − 2⁻⁶⁴ in every draw either way.
 
+* B3 (MEDIUM availability, LOW privacy; fixed in ``veil/generators/columns.py``) — one person's date outside
+  Python's years 1–9999 in a declared ``date`` column (another tool's ``DATE '20000-01-01'`` or ``'-0100-01-01'``)
+  made every publication of the table fail with pandas' ``NotImplementedError`` (``source_dates`` → ``date_text`` →
+  ``pd.Timestamp.date()``), also a DP kRR release of another column, before its charge: a DP release whose ending
+  depends on one person. ``date_text`` now reads such a value as no date (None), as it already did a NumPy value.
+  B3b (same class, strict xfail for suitetrim4): ``DATE 'infinity'`` fails ``warehouse.read_table`` itself.
+
 What held (see the report for the full list): ``_fails_to_bind`` — 52 probes of constant folding in the binder vs the
 optimiser, constant vs column casts, literal dates/intervals, int64 and double edges, each guarded by ``age = 0``
 (only the target) — ended alike on D and D′ and no refusal was charged; DESCRIBE reads no row, so a statement that
@@ -34,11 +41,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from fractions import Fraction
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.attack_world import POLICY, build_world
+from tests.support.attack_world import POLICY, TARGET, build_world
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +114,64 @@ def test_b2_cap_is_no_higher_than_the_exponent() -> None:
             # exp is correctly rounded to nearest: one step up is ≥ e^x
             above = (decimal.Decimal(x.numerator) / decimal.Decimal(x.denominator)).exp().next_plus()
             assert exp_at_most(x) <= Fraction(above)
+
+
+# -- B3: one person's date outside Python's years fails every publication of the table --------------------------
+
+
+def _world_with_born(base: Path, value: str | None) -> Path:
+    """The attack world with the target's ``born`` set by another tool to ``value`` (a DuckDB DATE literal; None:
+    the neighbour without the target). Returns its policy file."""
+    from veil.policy import load_policy
+    from veil.store import warehouse
+
+    world = build_world(base, drop_target=value is None)
+    if value is not None:
+        with warehouse.writer(load_policy(world.policy)) as con:
+            con.execute(f"UPDATE people SET born = {value} WHERE id = {TARGET}")
+    return world.policy
+
+
+def _publish_krr(policy: Path, output: str) -> Any:
+    from click.testing import CliRunner
+
+    from veil.cli.main import cli
+
+    args = ["publish", "krr", "--policy", str(policy), "--table", "people", "--columns", "sex", "--epsilon", "1"]
+    return CliRunner().invoke(cli, [*args, "--output", output])
+
+
+def test_b3_date_beyond_python_years_publishes_like_its_neighbour(tmp_path: Path) -> None:
+    """MEDIUM availability, LOW privacy — interface: ``veil publish krr`` (CLI) and ``veil compare``'s evaluation
+    (Python). A DP kRR release of ``sex`` reads the whole source, and ``columns.source_dates`` turned each declared date
+    into its ISO text with ``pd.Timestamp.date()``, which raises ``NotImplementedError`` for a year outside 1–9999 (the
+    warehouse's DATE holds years to 5,877,641; another tool's ``DATE '20000-01-01'`` reads back as such a Timestamp).
+    On main the release failed with a traceback (exit 1) in D and was published in D′: a DP release whose ending
+    depends on one person, before anything is charged, and every publication of the table (k-anonymity of ``age``
+    too) unavailable. Fixed in ``veil/generators/columns.py`` (``date_text``: such a value is no date, None)."""
+    from veil.generators import transaction
+    from veil.policy import load_policy
+
+    for i, value in enumerate(("DATE '20000-01-01'", "DATE '-0100-01-01'", None)):
+        policy = _world_with_born(tmp_path / f"w{i}", value)
+        result = _publish_krr(policy, "released_sex")
+        assert result.exit_code == 0, (value, result.output[-400:])
+        row = transaction.evaluate(
+            load_policy(policy), "kanon", {"table": "people", "output": "pk", "k": 2, "qi": ["age"], "sensitive": ["dept"]}
+        )
+        assert row["gate"] == "passed", (value, row["gate"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="s53 B3b, owner suitetrim4 (veil/store/warehouse.py read_table / veil/generators/transaction.py "
+    "_read_source): DuckDB's DataFrame conversion raises ConversionException on DATE 'infinity'; read the source's "
+    "declared date columns as text (CAST(d AS VARCHAR): date_text reads ISO text, and 'infinity' is then no date)",
+)
+def test_b3b_infinite_date_publishes_like_its_neighbour(tmp_path: Path) -> None:
+    """The same class through DuckDB's own conversion: one person's ``DATE 'infinity'`` (which s51 A3 met in a public
+    table) fails ``warehouse.read_table`` itself (``duckdb.ConversionException: Could not convert DATE (infinity) to
+    microseconds``), before ``source_dates`` sees a value: every publication of the table ends with a traceback."""
+    policy = _world_with_born(tmp_path / "inf", "DATE 'infinity'")
+    result = _publish_krr(policy, "released_sex")
+    assert result.exit_code == 0, result.output[-400:]
