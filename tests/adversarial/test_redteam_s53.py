@@ -87,6 +87,39 @@ def test_b1_scale_beyond_doubles_refused_free(tiny_min_epsilon: Any, sql: str) -
     assert _spent(tiny_min_epsilon) >= before + Fraction("1e-300")  # (the ledger charges on a grid of 10⁻³⁰, rounded up)
 
 
+def test_b1_through_cli_and_wire(tmp_path: Path) -> None:
+    """B1 through ``veil query`` (a typed refusal, exit 2, not a traceback) and the wire (42000, not XX000), free."""
+    from click.testing import CliRunner
+
+    from tests.support.attack import set_password, wire_connect, wire_rows, wire_sqlstate
+    from tests.support.server import running_server
+    from veil.cli.main import cli
+    from veil.policy import load_policy
+    from veil.store.ledger import Ledger
+
+    text = POLICY.read_text(encoding="utf-8").replace("min_epsilon_per_query = 0.001", "min_epsilon_per_query = 1e-300")
+    world = build_world(tmp_path / "w", policy_text=text)
+
+    def spent(analyst: str) -> Fraction:
+        with Ledger.for_policy(load_policy(world.policy)) as ledger:
+            return Fraction(ledger.spent(f"analyst:{analyst}").epsilon)
+
+    args = ["query", "--policy", str(world.policy), "--analyst", "cli", "--epsilon", "1e-300"]
+    result = CliRunner().invoke(cli, [*args, "SELECT SUM(big) FROM people"])
+    assert result.exit_code == 2 and "beyond the largest double" in result.output, result.output[-400:]
+    assert spent("cli") == 0
+    set_password(world.policy, "wire")
+    with running_server(world.policy) as st:
+        conn = wire_connect(st.port, "wire")  # type: ignore[attr-defined]
+        try:
+            wire_rows(conn, "SET veil.epsilon = '1e-300'")
+            assert wire_sqlstate(conn, "SELECT SUM(big) FROM people") == "42000"
+            assert wire_rows(conn, "SELECT COUNT(*) FROM regions") == [(4,)]  # the connection stays usable
+        finally:
+            conn.close()
+    assert spent("wire") == 0
+
+
 def test_b2_keep_probability_of_a_huge_epsilon() -> None:
     from veil.mechanisms import noise
     from veil.mechanisms.budget import exp_at_most
@@ -149,10 +182,17 @@ def test_b3_date_beyond_python_years_publishes_like_its_neighbour(tmp_path: Path
     On main the release failed with a traceback (exit 1) in D and was published in D′: a DP release whose ending
     depends on one person, before anything is charged, and every publication of the table (k-anonymity of ``age``
     too) unavailable. Fixed in ``veil/generators/columns.py`` (``date_text``: such a value is no date, None)."""
+    import numpy as np
+    import pandas as pd
+
     from veil.generators import transaction
+    from veil.generators.columns import date_text
     from veil.policy import load_policy
 
-    for i, value in enumerate(("DATE '20000-01-01'", "DATE '-0100-01-01'", None)):
+    for far in ("20000-01-01", "-0100-01-01"):  # how DuckDB hands such DATEs to pandas (datetime64[us])
+        assert date_text(pd.Series([pd.Timestamp("2020-01-02"), pd.NaT]).astype(object)[0]) == "2020-01-02"
+        assert date_text(pd.Series(np.array([far], dtype="datetime64[us]")).astype(object)[0]) is None
+    for i, value in enumerate(("DATE '20000-01-01'", None)):
         policy = _world_with_born(tmp_path / f"w{i}", value)
         result = _publish_krr(policy, "released_sex")
         assert result.exit_code == 0, (value, result.output[-400:])
