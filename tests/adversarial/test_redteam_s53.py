@@ -13,7 +13,8 @@ Findings (witnesses below):
   charged and ended with a foreign ``OverflowError`` (the wire's XX000 "internal error"); with a private GROUP BY the
   partition threshold computed it in the plan pass (a free, typed but "bug in Veil" InternalError). Same on every
   database. Fix: the plan pass refuses (``QueryRejected``, 42000, free) any statistic whose scale, or partition
-  threshold, is not a finite double. At the default minimum ε (0.001) the other guards (bounds ±10¹⁵, expressions
+  threshold, is above 2¹⁰⁰⁰ (≈10³⁰¹: at ε = 1e-293 the scale fit a double but the discrete-Laplace CI half-width
+  overflowed after the charge, the same crash). At the default minimum ε (0.001) the other guards (bounds ±10¹⁵, expressions
   ±10¹⁵⁰, join multiplicity 10⁴, the generated-size and raising-work limits) kept every scale I built below 10³⁰⁸.
 * B2 (INFO, a crash of the library API; fixed in ``veil/mechanisms/budget.py``) — ``exp_at_most`` (s50 F2's
   replacement of ``math.exp``) raises ``decimal.Overflow`` for ε above ~2.3·10⁶, so
@@ -67,18 +68,19 @@ def _spent(session: Any) -> Fraction:
 
 
 @pytest.mark.parametrize(
-    "sql",
+    ("sql", "epsilon"),
     [
-        "SELECT SUM(big) FROM people",  # scale first computed in the noise pass (after the charge)
-        "SELECT SUM(big), name FROM people GROUP BY name",  # computed by the partition threshold in the plan pass
+        ("SELECT SUM(big) FROM people", "1e-300"),  # Δ/ε beyond doubles: OverflowError in the noise pass (charged)
+        ("SELECT SUM(big) FROM people WHERE age >= 0", "1e-293"),  # a double, but its CI half-width overflowed
+        ("SELECT SUM(big), name FROM people GROUP BY name", "1e-300"),  # in the partition threshold (plan pass)
     ],
 )
-def test_b1_scale_beyond_doubles_refused_free(tiny_min_epsilon: Any, sql: str) -> None:
+def test_b1_scale_beyond_doubles_refused_free(tiny_min_epsilon: Any, sql: str, epsilon: str) -> None:
     from veil.errors import QueryRejected
 
     before = _spent(tiny_min_epsilon)
     with pytest.raises(QueryRejected, match="beyond the largest double") as info:
-        tiny_min_epsilon.execute(sql, epsilon="1e-300")
+        tiny_min_epsilon.execute(sql, epsilon=epsilon)
     assert info.value.sqlstate == "42000"
     assert _spent(tiny_min_epsilon) == before, "a refusal decided by Δ and ε alone must cost nothing"
     # the same ε with a sensitivity whose scale fits is answered (and charged)

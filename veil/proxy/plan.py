@@ -704,19 +704,25 @@ def plan(
     )
 
 
+#: The largest noise scale a plan accepts (≈ 1.07·10³⁰¹): every value computed from it after the charge — confidence
+#: half-widths (≈ scale · ln(1/α), α down to e⁻⁶⁹⁰), the partition threshold — stays a finite double.
+MAX_NOISE_SCALE = 2.0**1000
+
+
 def _check_scale(st: Statistic) -> None:
-    """Refuse (free, before the reservation) a statistic whose noise scale Δ/ε is beyond the largest double: the noise
-    pass could not draw it, and failed after the charge with Python's own ``OverflowError`` (red team s53 B1: a policy
-    whose ``min_epsilon_per_query`` is 1e-300 let ``SUM(big)`` at that ε be charged and crash). From the sensitivity
-    and ε alone, never the data."""
+    """Refuse (free, before the reservation) a statistic whose noise scale Δ/ε is beyond :data:`MAX_NOISE_SCALE`: the
+    noise pass failed after the charge with Python's own ``OverflowError`` (red team s53 B1: a policy whose
+    ``min_epsilon_per_query`` is 1e-300 let ``SUM(big)`` at that ε be charged and crash in ``double_at_least``; at
+    ε = 1e-293 the scale fit a double and the discrete-Laplace CI half-width overflowed instead). From the
+    sensitivity and ε alone, never the data."""
     try:
         scale = st.scale
     except OverflowError:
         scale = math.inf
-    if not math.isfinite(scale):
+    if not scale <= MAX_NOISE_SCALE:
         raise QueryRejected(
             f"the noise for {st.label} at ε = {float(st.epsilon):.3g} would have a scale beyond the largest double "
-            f"(sensitivity {float(st.sensitivity):.3g}); nothing was charged",
+            f"Veil draws with (2^1000; sensitivity {float(st.sensitivity):.3g}); nothing was charged",
             hint="Ask for a larger epsilon, or aggregate a smaller expression",
         )
 
