@@ -209,7 +209,6 @@ def test_a_percentile_takes_one_fraction(session: Any, sql: str) -> None:
     assert err.hint is not None and "WITHIN GROUP (ORDER BY" in err.hint
 
 
-@pytest.mark.xfail(strict=True, reason="parse.py (the lead's) reports sqlglot's arity message as a syntax error")
 def test_three_fractions_get_the_same_message(session: Any) -> None:
     err = _refused(session, "SELECT PERCENTILE_CONT(0.5, 0.7, 0.8) WITHIN GROUP (ORDER BY x) FROM t")
     assert err.sqlstate == "42883" and "percentile_cont() takes 1 argument" in err.message
@@ -224,7 +223,6 @@ SERVED = {
 }
 
 
-@pytest.mark.xfail(strict=True, reason="server/system.py evaluates table-less statements without resolve's refusals")
 @pytest.mark.parametrize(("sql", "state"), SERVED.values(), ids=SERVED.keys())
 def test_veil_serve_refuses_table_less_statements_alike(sql: str, state: str) -> None:
     """``veil serve`` answers table-less statements with sqlglot's executor (``system.answer``): ``SELECT 1 IN ()``

@@ -19,6 +19,7 @@ than failing, so anything not listed is refused, naming the function as the anal
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,7 +30,7 @@ from sqlglot.errors import ErrorLevel, TokenError
 from sqlglot.errors import ParseError as SqlglotParseError
 from sqlglot.tokens import Token, TokenType
 
-from veil.errors import NotAllowed, ParseError, QueryTooComplex, QueryTooLarge, Unsupported
+from veil.errors import NotAllowed, ParseError, QueryTooComplex, QueryTooLarge, UndefinedOperator, Unsupported
 
 __all__ = ["ALLOWED_NODES", "DEFAULT_LIMITS", "DIALECT", "Limits", "parse", "table_references"]
 
@@ -299,9 +300,47 @@ def function_name(node: exp.Expression, sql: str) -> str:
     return names[0] if names else node.key.upper()
 
 
-def _syntax_error(exc: SqlglotParseError) -> ParseError:
+#: sqlglot's refusal of a function call with more arguments than its expression holds.
+_TOO_MANY_ARGUMENTS = re.compile(r"The number of provided arguments \((\d+)\) is greater than the maximum")
+#: The calls sqlglot refuses that way whose PostgreSQL arity differs from what its expression holds.
+_PG_ARITY = {"percentile_cont": (1, "the fraction"), "percentile_disc": (1, "the fraction"), "median": (1, "the column")}
+_CALLED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\($")
+
+
+def _called_function(context: str) -> str | None:
+    """The name of the innermost call still open at the end of ``context`` (the SQL before sqlglot's error)."""
+    depth = 0
+    for i in range(len(context) - 1, -1, -1):
+        ch = context[i]
+        if ch == ")":
+            depth += 1
+        elif ch == "(":
+            if depth == 0:
+                m = _CALLED.search(context[: i + 1])
+                return m.group(1).lower() if m else None
+            depth -= 1
+    return None
+
+
+def _syntax_error(exc: SqlglotParseError) -> ParseError | UndefinedOperator:
     first = exc.errors[0] if exc.errors else {}
     desc = str(first.get("description", "syntax error"))
+    too_many = _TOO_MANY_ARGUMENTS.match(desc)
+    name = _called_function(str(first.get("start_context") or "")) if too_many else None
+    if too_many and name is not None:
+        got = int(too_many.group(1))
+        want, what = _PG_ARITY.get(name, (None, ""))
+        if want is not None:
+            return UndefinedOperator(
+                f"function {name}() takes {want} argument ({what}), got {got}",
+                hint=f"Pass one fraction and the column in WITHIN GROUP (ORDER BY …), e.g. {name}(0.5) WITHIN GROUP "
+                "(ORDER BY age)"
+                if what == "the fraction"
+                else f"Pass one column, e.g. {name}(age)",
+            )
+        return UndefinedOperator(
+            f"function {name}() does not take {got} arguments", hint="See docs/sql.md for each function's arguments"
+        )
     line, col = first.get("line"), first.get("col")
     near = first.get("highlight") or ""
     where = f" at line {line}, column {col}" if line is not None else ""

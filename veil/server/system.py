@@ -35,6 +35,7 @@ from sqlglot.tokens import Token, TokenType
 
 from veil.errors import NotAllowed, ParseError, Unsupported, VeilError
 from veil.proxy.catalog import Catalog
+from veil.proxy.resolve import refuse_before_binding
 from veil.server import bounded, catalog, drivers, held, jdbc
 from veil.server.results import Result
 
@@ -284,6 +285,7 @@ def _answer(query: SystemQuery) -> Result | None:
     expr = _parse(query.sql)
     check_catalog_only(expr, frozenset(query.catalog.tables))
     check_executor_safe(expr)
+    refuse_before_binding(expr)  # as the query path refuses them (`1 IN ()`, too many column names)
     bounded.check_literal_casts(expr)
     expr = apply_set_config(query, expr)
     expr = drivers.normalise(expr, server_version=query.server_version)
