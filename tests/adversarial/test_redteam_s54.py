@@ -29,6 +29,10 @@ Findings (each ``xfail(strict=True)`` below: the fixes belong in lead-owned ``ve
   nothing triggers it). Fix: ``_handle_parse`` (connection.py) adds ``40 * len(param_oids)`` to
   ``statement.held_bytes`` for a named statement (or ``VeilStatement.held_bytes`` does), and refuses a Parse whose
   types outnumber 65,535; ``VeilConnection.run``'s ``finally`` clears ``self.statements`` and ``self.portals``.
+  Named portals are undercounted the same way: ``_handle_bind`` counts a parameter's wire bytes (``param_bytes``), not
+  the Python object it becomes, so 100 portals (the cap) bound with 32,767 text parameters ``'1000'`` each held 216 MB
+  on one connection while ``max_held_bytes`` saw 13 MB. Fix: count ``len(value) + 64`` per parameter (NULLs included)
+  in ``param_bytes``.
 * A3 (MEDIUM, availability; logged-in analyst) array parameters are decoded on the event loop before being refused:
   one Bind of a 3.2 MB text ``int4[]`` value ``{{1},{1},…}`` held the loop 8.2 s, a 4 MB ``{1,1,…}`` ~4 s (a second
   client's ``SELECT 1`` waited 5.1 s), a binary one 0.8 s — and then routing refused it (0A000 "array parameters are
@@ -450,6 +454,27 @@ def test_a2_parameter_types_count_against_the_statement_limit(policy: Path) -> N
             sock.sendall(b"".join(_parse("SELECT 1", f"s{i}", (1043,) * 32767) for i in range(20)) + SYNC)
             out, _ = _drain(sock)
             assert "53400" in [code for code, _ in _errors(out)], [tag for tag, _ in out]
+        finally:
+            sock.close()
+
+
+@pytest.mark.xfail(strict=True, reason="A2: a portal's parameters are counted by wire bytes (veil/server/connection.py)")
+def test_a2_portal_parameters_count_as_what_they_hold(policy: Path) -> None:
+    """With ``max_held_bytes`` at 4 MiB, 20 named portals of 32,767 text parameters ``'1000'`` (~40 MB as Python
+    strings; 2.6 MB on the wire) must meet 53400; today all are kept."""
+    from tests.support.server import FAST_BACKOFF
+    from veil.server.limits import ServerLimits
+
+    limits = ServerLimits(**FAST_BACKOFF, max_held_bytes=4 << 20)  # type: ignore[arg-type]
+    params = struct.pack("!h", 32767) + (struct.pack("!i", 4) + b"1000") * 32767
+    with running_server(policy, limits=limits) as st:
+        sock = _login(st.port)  # type: ignore[attr-defined]
+        try:
+            binds = b"".join(message(b"B", b"p%d\x00st\x00\x00\x00" % i + params + b"\x00\x00") for i in range(20))
+            sock.sendall(_query("BEGIN") + _parse("SELECT 1", "st") + binds + SYNC)
+            _drain(sock)
+            out, _ = _drain(sock)
+            assert "53400" in [code for code, _ in _errors(out)], [tag for tag, _ in out][:5]
         finally:
             sock.close()
 
