@@ -110,6 +110,7 @@ def test_a_listed_in_is_still_answered(session: Any) -> None:
 
 TOO_MANY_NAMES = {
     "derived": ("SELECT COUNT(*) FROM (SELECT x FROM t) AS d(a, b)", 'table "d" has 1 columns available but 2'),
+    "double-parens": ("SELECT COUNT(*) FROM ((SELECT x FROM t)) AS d(a, b)", 'table "d" has 1 columns available but 2'),
     "star": ("SELECT COUNT(*) FROM (SELECT * FROM t) AS d(a, b, c, e)", 'table "d" has 3 columns available but 4'),
     "nested": (
         "SELECT COUNT(*) FROM (SELECT * FROM (SELECT x, u FROM t) AS e(p)) AS d(a, b, c)",

@@ -721,8 +721,8 @@ def _check_scale(st: Statistic) -> None:
         scale = math.inf
     if not scale <= MAX_NOISE_SCALE:
         raise QueryRejected(
-            f"the noise for {st.label} at ε = {float(st.epsilon):.3g} would have a scale beyond the largest double "
-            f"Veil draws with (2^1000; sensitivity {float(st.sensitivity):.3g}); nothing was charged",
+            f"the noise for {st.label} at ε = {float(st.epsilon):.3g} would have a scale beyond 2^1000 (≈1.07e301), the "
+            f"largest Veil draws with (sensitivity {float(st.sensitivity):.3g}); nothing was charged",
             hint="Ask for a larger epsilon, or aggregate a smaller expression",
         )
 
@@ -735,7 +735,7 @@ def _partition_threshold(scale: float, c: int, delta: Fraction) -> int:
     tail = scale * math.log(c / float(delta))
     if not math.isfinite(tail):  # a scale near the largest double (s53 B1): refused before the reservation, typed
         raise QueryRejected(
-            f"partition selection's threshold at noise scale {scale:.3g} is beyond the largest double; nothing was charged",
+            f"partition selection's threshold at noise scale {scale:.3g} is beyond what a double holds; nothing was charged",
             hint="Ask for a larger epsilon",
         )
     return c + math.ceil(tail)

@@ -100,6 +100,25 @@ def _refuse_empty_in(tree: exp.Expression) -> None:
             )
 
 
+#: Clauses a parenthesised query may carry after its closing parenthesis, ``((SELECT …) ORDER BY … LIMIT n) AS s``:
+#: sqlglot hangs them on the parentheses (an ``exp.Subquery``), where no check of a SELECT's own clauses looks.
+_OUTER_CLAUSES = ("order", "limit", "offset", "fetch")
+
+
+def _refuse_outer_clauses(tree: exp.Expression) -> None:
+    """Refuse ORDER BY/LIMIT/OFFSET/FETCH written after a parenthesised query (review of s52: ``FROM ((SELECT pid FROM
+    trips) ORDER BY pid DESC LIMIT 3) x`` kept three private rows, so one person in pushed another out, twice the
+    planned sensitivity; over a public source the LIMIT ran unmeasured). Written inside the parentheses, the same
+    clauses meet every check a SELECT's own clauses meet."""
+    for node in tree.find_all(exp.Subquery):
+        kept = [k.upper() for k in _OUTER_CLAUSES if node.args.get(k) is not None]
+        if kept:
+            raise Unsupported(
+                f"{'/'.join(kept)} after a parenthesised query is not supported: {node.sql(dialect=DIALECT)[:120]}",
+                hint="Write it inside the parentheses: (SELECT … ORDER BY … LIMIT n) AS s",
+            )
+
+
 @dataclass(frozen=True)
 class _NamedColumns:
     """A derived table or CTE whose alias names its columns: ``(SELECT …) AS d(a, b)``, ``WITH c(a, b) AS (…)``."""
@@ -115,9 +134,12 @@ def _named_columns(tree: exp.Expression) -> list[_NamedColumns]:
     for node in tree.find_all(exp.Subquery, exp.CTE):
         alias = node.args.get("alias")
         columns = alias.args.get("columns") if isinstance(alias, exp.TableAlias) else None
-        if columns and isinstance(node.this, exp.Select):
+        body = node.this
+        while isinstance(body, exp.Subquery):  # `((SELECT …)) AS d(a, b)`: the columns of the innermost SELECT
+            body = body.this
+        if columns and isinstance(body, exp.Select):
             what = f'WITH query "{alias.name}"' if isinstance(node, exp.CTE) else f'table "{alias.name}"'
-            found.append(_NamedColumns(what, len(columns), node.this, _has_star(node.this)))
+            found.append(_NamedColumns(what, len(columns), body, _has_star(body)))
     return found
 
 
@@ -363,6 +385,7 @@ def resolve(tree: exp.Select, catalog: Catalog, *, sql: str = "") -> Resolved:
     """Resolve ``tree`` (from :func:`veil.proxy.parse.parse`) against ``catalog``."""
     work = tree.copy()
     refuse_before_binding(work)  # unused CTEs too, as PostgreSQL
+    _refuse_outer_clauses(work)
     # unquoted names fold to lower case first, as in PostgreSQL: `WITH T AS (…) … FROM t` reads the CTE
     normalize_identifiers(work, dialect=DIALECT)
     starred = [n for n in _named_columns(work) if n.star]  # their width is known once qualified

@@ -104,7 +104,7 @@ def _check_percentile_arity(node: exp.PercentileCont | exp.PercentileDisc) -> No
         return
     name = "percentile_cont" if isinstance(node, exp.PercentileCont) else "percentile_disc"
     raise UndefinedOperator(
-        f"function {name}() takes 1 argument (the fraction), got 2: {node.sql(dialect=DIALECT)}",
+        f"function {name}() takes 1 argument (the fraction), got 2",
         hint=f"Pass one fraction and the column in WITHIN GROUP (ORDER BY …), e.g. {name}(0.5) WITHIN GROUP "
         "(ORDER BY age); for another fraction, ask for a second percentile",
     )
