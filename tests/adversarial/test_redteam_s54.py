@@ -6,7 +6,7 @@ shape, invalid UTF-8, Terminate mid-message, half-closed sockets. Explored with 
 a real ``veil serve`` subprocess, its RSS read from /proc, a second client's ``SELECT 1`` latency measured
 throughout); ``test_held_fuzz_*`` replay a cheap seeded slice.
 
-Findings (each ``xfail(strict=True)`` below: the fixes belong in lead-owned ``veil/server/*``):
+Findings (each was an ``xfail(strict=True)`` witness; all fixed by serverfix, 2026-11-27: how, after the list):
 
 * A1 (HIGH, availability; logged-in analyst, one message) a huge ``$N`` in a Parse stalls the event loop and grows
   memory without bound. ``VeilSession.prepare`` (session.py) pads the statement's parameter types
@@ -66,6 +66,17 @@ Findings (each ``xfail(strict=True)`` below: the fixes belong in lead-owned ``ve
   reader back), a Parse with a negative type count, a Close of subtype ``X`` (CloseComplete), a Query with bytes after
   its terminating NUL (``SELECT 1\\0; SELECT 2\\0`` runs both). A Query arriving while the extended protocol skips to
   Sync gets a ReadyForQuery of its own (PostgreSQL skips it silently), so the client sees one ReadyForQuery too many.
+
+Fixed (serverfix): A1 ``routing.check_parameter_numbers`` in the tokenizer pass refuses ``$n`` above 65,535 (54000)
+or not plain digits (42601), so every reader of ``$n`` (``prepare``, ``drivers.parameter_types``, ``_count_params``,
+``bind_parameters``) sees a small number; a Describe of over 32,767 parameters is 54000. A2 ``held.statement_bytes``
+counts 40 bytes per parameter type, ``held.param_bytes`` ``len(value) + 64`` per bound value; ``VeilConnection.run``
+clears statements, portals and cursors and unlinks the session. A3 ``_refuse_arrays`` refuses array OIDs at Bind
+before decoding (asyncpg's introspection ``oid[]`` only, at most 64 KiB). A4 format counts and codes are checked at
+Bind (08P01, 22023). A5 a CancelRequest of the wrong length is 08P01. A6 ``_decode_param`` calls pg-mimic's decoders
+itself: 22021, 22P03 (PostgreSQL's invalid_binary_representation; arrays are now refused before, 0A000), and a binary
+result out of range is 22003. A7 ``veil.server.frontend`` reads messages as PostgreSQL does (unsigned counts, lengths
+-1 or ≥ 0, S/P subtypes, nothing after the end) and a Query skipped to Sync gets no ReadyForQuery.
 
 What held (pinned by ``test_held_*``, and by hand on a ``veil serve`` subprocess): no message or sequence crashed
 the server or left a connection unusable; every refusal was a typed ErrorResponse (08P01 for bad framing, unknown
@@ -427,6 +438,28 @@ def test_a1_a_huge_parameter_number_is_refused_before_it_is_padded(port: int) ->
         sock.close()
 
 
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("SELECT COUNT(*) FROM adult LIMIT $ 9999999", "54000"),  # not adjacent: still read as $9999999 by types
+        ("SELECT COUNT(*) FROM adult WHERE age > $1e5", "42601"),  # was XX000 (int('1e5'))
+        ("SELECT COUNT(*) FROM adult LIMIT $0", "22023"),  # was XX000 (oids[-1])
+        ("SELECT $" + "9" * 5000, "54000"),  # beyond int()'s 4,300 digits
+    ],
+    ids=["spaced", "exponent", "zero", "5000-digits"],
+)
+def test_a1_every_reader_of_a_parameter_number_is_bounded(port: int, sql: str, expected: str) -> None:
+    sock = _login(port)
+    try:
+        sock.sendall(_parse(sql) + _bind() + EXECUTE + SYNC + _query(sql.replace("$", "$7", 1)))
+        out, _ = _drain(sock)
+        simple, _ = _drain(sock)
+        assert [code for code, _ in _errors(out)] == [expected], out
+        assert "XX000" not in [code for code, _ in _errors(simple)], simple
+    finally:
+        sock.close()
+
+
 def test_a1_describe_of_many_parameters_is_typed(port: int) -> None:
     sock = _login(port)
     try:
@@ -590,6 +623,8 @@ def test_a6_a_binary_result_out_of_range_is_typed(port: int) -> None:
         (message(b"C", b"Xs\x00"), SYNC),
         (_parse("SELECT $1::int"), _bind((b"1",), fmts=(7,)), EXECUTE, SYNC),
         (message(b"Q", b"SELECT 1\x00; SELECT 2\x00"),),
+        (message(b"D", b"Xs\x00"), SYNC),
+        (_parse("SELECT 1"), _bind(), message(b"E", b"\x00" + struct.pack("!i", 0) + b"zz"), SYNC),
     ],
     ids=[
         "bind-negative-count",
@@ -598,6 +633,8 @@ def test_a6_a_binary_result_out_of_range_is_typed(port: int) -> None:
         "close-subtype-X",
         "format-code-7",
         "query-after-nul",
+        "describe-subtype-X",
+        "execute-trailing-bytes",
     ],
 )
 def test_a7_malformed_messages_are_protocol_violations(port: int, messages: tuple[bytes, ...]) -> None:
@@ -607,5 +644,20 @@ def test_a7_malformed_messages_are_protocol_violations(port: int, messages: tupl
         out, _ = _drain(sock)
         assert [code for code, _ in _errors(out)][:1] in (["08P01"], ["22023"]), [tag for tag, _ in out]
         assert _answers(sock)
+    finally:
+        sock.close()
+
+
+def test_a7_a_query_skipped_to_sync_gets_no_ready_for_query(port: int) -> None:
+    """After an error in the extended protocol, a Query is skipped with the rest until Sync (PostgreSQL): one
+    ReadyForQuery in all, and the Query never runs."""
+    sock = _login(port)
+    try:
+        bind_unknown = message(b"B", b"\x00nosuch\x00" + b"\x00" * 6)  # 26000
+        sock.sendall(bind_unknown + _query("SELECT 7") + SYNC + _query("SELECT 42"))
+        out, _ = _drain(sock)
+        assert [tag for tag, _ in out] == [b"E", b"Z"], out
+        out, _ = _drain(sock)
+        assert [tag for tag, _ in out] == [b"T", b"D", b"C", b"Z"], out
     finally:
         sock.close()
