@@ -23,6 +23,7 @@ __all__ = [
     "HeldStateLimit",
     "InputError",
     "InternalError",
+    "InvalidBinaryRepresentation",
     "InvalidColumnReference",
     "InvalidDatetimeFormat",
     "InvalidEncoding",
@@ -89,6 +90,13 @@ class InvalidEncoding(InputError):
     """Bytes that are not valid UTF-8 where text was expected (PostgreSQL's character_not_in_repertoire)."""
 
     sqlstate = "22021"
+
+
+class InvalidBinaryRepresentation(InputError):
+    """A parameter sent in binary format that is not a valid value of its type (PostgreSQL's
+    invalid_binary_representation)."""
+
+    sqlstate = "22P03"
 
 
 class ProtocolViolation(VeilError):

@@ -6,7 +6,7 @@ shape, invalid UTF-8, Terminate mid-message, half-closed sockets. Explored with 
 a real ``veil serve`` subprocess, its RSS read from /proc, a second client's ``SELECT 1`` latency measured
 throughout); ``test_held_fuzz_*`` replay a cheap seeded slice.
 
-Findings (each ``xfail(strict=True)`` below: the fixes belong in lead-owned ``veil/server/*``):
+Findings (each was an ``xfail(strict=True)`` witness; all fixed by serverfix, 2026-11-27: how, after the list):
 
 * A1 (HIGH, availability; logged-in analyst, one message) a huge ``$N`` in a Parse stalls the event loop and grows
   memory without bound. ``VeilSession.prepare`` (session.py) pads the statement's parameter types
@@ -67,6 +67,17 @@ Findings (each ``xfail(strict=True)`` below: the fixes belong in lead-owned ``ve
   its terminating NUL (``SELECT 1\\0; SELECT 2\\0`` runs both). A Query arriving while the extended protocol skips to
   Sync gets a ReadyForQuery of its own (PostgreSQL skips it silently), so the client sees one ReadyForQuery too many.
 
+Fixed (serverfix): A1 ``routing.check_parameter_numbers`` in the tokenizer pass refuses ``$n`` above 65,535 (54000)
+or not plain digits (42601), so every reader of ``$n`` (``prepare``, ``drivers.parameter_types``, ``_count_params``,
+``bind_parameters``) sees a small number; a Describe of over 32,767 parameters is 54000. A2 ``held.statement_bytes``
+counts 40 bytes per parameter type, ``held.param_bytes`` ``len(value) + 64`` per bound value; ``VeilConnection.run``
+clears statements, portals and cursors and unlinks the session. A3 ``_refuse_arrays`` refuses array OIDs at Bind
+before decoding (asyncpg's introspection ``oid[]`` only, at most 64 KiB). A4 format counts and codes are checked at
+Bind (08P01, 22023). A5 a CancelRequest of the wrong length is 08P01. A6 ``_decode_param`` calls pg-mimic's decoders
+itself: 22021, 22P03 (PostgreSQL's invalid_binary_representation; arrays are now refused before, 0A000), and a binary
+result out of range is 22003. A7 ``veil.server.frontend`` reads messages as PostgreSQL does (unsigned counts, lengths
+-1 or ≥ 0, S/P subtypes, nothing after the end) and a Query skipped to Sync gets no ReadyForQuery.
+
 What held (pinned by ``test_held_*``, and by hand on a ``veil serve`` subprocess): no message or sequence crashed
 the server or left a connection unusable; every refusal was a typed ErrorResponse (08P01 for bad framing, unknown
 types — CopyData/CopyDone/CopyFail/FunctionCall/PasswordMessage after login — and truncated bodies; 22021 for
@@ -113,7 +124,7 @@ from tests.support.server import (
 SSL_REQUEST, GSSENC_REQUEST, CANCEL_REQUEST = 80877103, 80877104, 80877102
 #: every SQLSTATE a fuzzed message may fairly get; never XX000
 FAIR = {
-    "08P01", "22021", "22023", "22003", "22012", "26000", "25P01", "25P02", "0A000", "42501", "42601", "42P01",
+    "08P01", "22021", "22023", "22P03", "22003", "22012", "26000", "25P01", "25P02", "0A000", "42501", "42601", "42P01",
     "42703", "42704", "42804", "42883", "34000", "3B001", "53400", "54000", "54001", "57014",
 }  # fmt: skip
 PYTHON_WORDS = ("codec", "unpack", "Traceback", "index out of range", "object has no", "range()", "bytes is not")
@@ -416,7 +427,6 @@ def test_held_floods_block_only_their_own_connection(port: int) -> None:
 # --- findings -------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="A1: a huge $N is padded on the event loop (fix in veil/server/routing.py)")
 def test_a1_a_huge_parameter_number_is_refused_before_it_is_padded(port: int) -> None:
     sock = _login(port)
     try:
@@ -428,7 +438,28 @@ def test_a1_a_huge_parameter_number_is_refused_before_it_is_padded(port: int) ->
         sock.close()
 
 
-@pytest.mark.xfail(strict=True, reason="A1: Describe of more than 32,767 parameters is XX000 (veil/server/connection.py)")
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("SELECT COUNT(*) FROM adult LIMIT $ 9999999", "54000"),  # not adjacent: still read as $9999999 by types
+        ("SELECT COUNT(*) FROM adult WHERE age > $1e5", "42601"),  # was XX000 (int('1e5'))
+        ("SELECT COUNT(*) FROM adult LIMIT $0", "22023"),  # was XX000 (oids[-1])
+        ("SELECT $" + "9" * 5000, "54000"),  # beyond int()'s 4,300 digits
+    ],
+    ids=["spaced", "exponent", "zero", "5000-digits"],
+)
+def test_a1_every_reader_of_a_parameter_number_is_bounded(port: int, sql: str, expected: str) -> None:
+    sock = _login(port)
+    try:
+        sock.sendall(_parse(sql) + _bind() + EXECUTE + SYNC + _query(sql.replace("$", "$7", 1)))
+        out, _ = _drain(sock)
+        simple, _ = _drain(sock)
+        assert [code for code, _ in _errors(out)] == [expected], out
+        assert "XX000" not in [code for code, _ in _errors(simple)], simple
+    finally:
+        sock.close()
+
+
 def test_a1_describe_of_many_parameters_is_typed(port: int) -> None:
     sock = _login(port)
     try:
@@ -440,7 +471,6 @@ def test_a1_describe_of_many_parameters_is_typed(port: int) -> None:
         sock.close()
 
 
-@pytest.mark.xfail(strict=True, reason="A2: parameter types are not counted in held statement bytes (veil/server/*)")
 def test_a2_parameter_types_count_against_the_statement_limit(policy: Path) -> None:
     """With ``max_statement_bytes`` at 1 MiB, 20 named statements declaring 32,767 types each (~24 MB as Python
     lists) must meet 53400; today all are kept."""
@@ -458,7 +488,6 @@ def test_a2_parameter_types_count_against_the_statement_limit(policy: Path) -> N
             sock.close()
 
 
-@pytest.mark.xfail(strict=True, reason="A2: a portal's parameters are counted by wire bytes (veil/server/connection.py)")
 def test_a2_portal_parameters_count_as_what_they_hold(policy: Path) -> None:
     """With ``max_held_bytes`` at 4 MiB, 20 named portals of 32,767 text parameters ``'1000'`` (~40 MB as Python
     strings; 2.6 MB on the wire) must meet 53400; today all are kept."""
@@ -479,7 +508,6 @@ def test_a2_portal_parameters_count_as_what_they_hold(policy: Path) -> None:
             sock.close()
 
 
-@pytest.mark.xfail(strict=True, reason="A2: a closed connection is freed only by the cyclic GC (veil/server/connection.py)")
 def test_a2_a_closed_connection_frees_its_statements_without_the_cyclic_gc(port: int) -> None:
     """With the cyclic collector off (it is what frees them today, whenever it happens to run), a closed connection's
     named statements must be gone: today they stay, with everything they hold."""
@@ -504,7 +532,6 @@ def test_a2_a_closed_connection_frees_its_statements_without_the_cyclic_gc(port:
     assert left == before
 
 
-@pytest.mark.xfail(strict=True, reason="A3: array parameters are decoded on the event loop before the refusal")
 def test_a3_an_array_parameter_is_refused_before_it_is_decoded(port: int) -> None:
     """A 1.2 MB text int4[] of 300,000 one-element rows: refused (0A000) at once; today ~3 s of the event loop."""
     value = b"{" + b",".join([b"{1}"] * 300_000) + b"}"
@@ -520,7 +547,6 @@ def test_a3_an_array_parameter_is_refused_before_it_is_decoded(port: int) -> Non
         sock.close()
 
 
-@pytest.mark.xfail(strict=True, reason="A4: result-format count is checked after the charge (veil/server/connection.py)")
 def test_a4_a_bad_result_format_count_is_refused_before_the_charge(port: int) -> None:
     sock = _login(port)
     try:
@@ -534,7 +560,6 @@ def test_a4_a_bad_result_format_count_is_refused_before_the_charge(port: int) ->
         sock.close()
 
 
-@pytest.mark.xfail(strict=True, reason="A4: a bad parameter-format count is XX000 (veil/server/connection.py)")
 def test_a4_a_bad_parameter_format_count_is_a_protocol_violation(port: int) -> None:
     sock = _login(port)
     try:
@@ -545,7 +570,6 @@ def test_a4_a_bad_parameter_format_count_is_a_protocol_violation(port: int) -> N
         sock.close()
 
 
-@pytest.mark.xfail(strict=True, reason="A5: a short CancelRequest raises out of negotiate (veil/server/connection.py)")
 def test_a5_a_short_cancel_request_logs_no_traceback(port: int, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.ERROR)
     for body in (b"", b"\x00\x00\x00\x01"):
@@ -558,15 +582,15 @@ def test_a5_a_short_cancel_request_logs_no_traceback(port: int, caplog: pytest.L
     assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records]
 
 
-@pytest.mark.xfail(strict=True, reason="A6: binary decoders' Python text reaches the client (veil/server/connection.py)")
 @pytest.mark.parametrize(
     ("oid", "value", "expected"),
     [
         (25, b"\xff\xfe", "22021"),
-        (2950, b"\x00\x01\x02", "22023"),
-        (1007, struct.pack("!iiiii", 6, 0, 23, 2**31 - 1, 1) + b"\x00" * 40, "22023"),
+        (2950, b"\x00\x01\x02", "22P03"),
+        (23, b"\x00\x01\x02", "22P03"),
+        (1007, struct.pack("!iiiii", 6, 0, 23, 2**31 - 1, 1) + b"\x00" * 40, "0A000"),
     ],
-    ids=["text-bad-utf8", "uuid-3-bytes", "array-bad-dims"],
+    ids=["text-bad-utf8", "uuid-3-bytes", "int4-3-bytes", "array-bad-dims"],
 )
 def test_a6_bad_binary_parameters_get_typed_errors_without_python_text(port: int, oid: int, value: bytes, expected: str) -> None:
     sock = _login(port)
@@ -579,7 +603,6 @@ def test_a6_bad_binary_parameters_get_typed_errors_without_python_text(port: int
         sock.close()
 
 
-@pytest.mark.xfail(strict=True, reason="A6: a binary bigint out of range is XX000 (veil/server/connection.py)")
 def test_a6_a_binary_result_out_of_range_is_typed(port: int) -> None:
     sock = _login(port)
     try:
@@ -591,7 +614,6 @@ def test_a6_a_binary_result_out_of_range_is_typed(port: int) -> None:
         sock.close()
 
 
-@pytest.mark.xfail(strict=True, reason="A7: malformed counts and subtypes are accepted (veil/server/connection.py)")
 @pytest.mark.parametrize(
     "messages",
     [
@@ -601,6 +623,8 @@ def test_a6_a_binary_result_out_of_range_is_typed(port: int) -> None:
         (message(b"C", b"Xs\x00"), SYNC),
         (_parse("SELECT $1::int"), _bind((b"1",), fmts=(7,)), EXECUTE, SYNC),
         (message(b"Q", b"SELECT 1\x00; SELECT 2\x00"),),
+        (message(b"D", b"Xs\x00"), SYNC),
+        (_parse("SELECT 1"), _bind(), message(b"E", b"\x00" + struct.pack("!i", 0) + b"zz"), SYNC),
     ],
     ids=[
         "bind-negative-count",
@@ -609,6 +633,8 @@ def test_a6_a_binary_result_out_of_range_is_typed(port: int) -> None:
         "close-subtype-X",
         "format-code-7",
         "query-after-nul",
+        "describe-subtype-X",
+        "execute-trailing-bytes",
     ],
 )
 def test_a7_malformed_messages_are_protocol_violations(port: int, messages: tuple[bytes, ...]) -> None:
@@ -618,5 +644,20 @@ def test_a7_malformed_messages_are_protocol_violations(port: int, messages: tupl
         out, _ = _drain(sock)
         assert [code for code, _ in _errors(out)][:1] in (["08P01"], ["22023"]), [tag for tag, _ in out]
         assert _answers(sock)
+    finally:
+        sock.close()
+
+
+def test_a7_a_query_skipped_to_sync_gets_no_ready_for_query(port: int) -> None:
+    """After an error in the extended protocol, a Query is skipped with the rest until Sync (PostgreSQL): one
+    ReadyForQuery in all, and the Query never runs."""
+    sock = _login(port)
+    try:
+        bind_unknown = message(b"B", b"\x00nosuch\x00" + b"\x00" * 6)  # 26000
+        sock.sendall(bind_unknown + _query("SELECT 7") + SYNC + _query("SELECT 42"))
+        out, _ = _drain(sock)
+        assert [tag for tag, _ in out] == [b"E", b"Z"], out
+        out, _ = _drain(sock)
+        assert [tag for tag, _ in out] == [b"T", b"D", b"C", b"Z"], out
     finally:
         sock.close()

@@ -7,9 +7,9 @@ until it dies (red team s24 A9: 200 statements of 1 MiB grew it by 402 MiB in 1.
 connection (:class:`~veil.server.limits.ServerLimits`):
 
 - ``max_prepared_statements`` named statements, holding ``max_statement_bytes`` in all (their
-  texts and tokens, :func:`statement_bytes`);
-- ``max_portals`` named portals and ``max_cursors`` cursors, whose parameters and answers hold
-  ``max_held_bytes`` in all.
+  texts, tokens and parameter types, :func:`statement_bytes`);
+- ``max_portals`` named portals and ``max_cursors`` cursors, whose parameters (:func:`param_bytes`) and answers
+  hold ``max_held_bytes`` in all.
 
 Each check runs before the new thing is kept (a statement's count before it is tokenised, its
 size before it is stored; a cursor or portal before its query runs), so a refusal costs nothing:
@@ -43,6 +43,8 @@ from veil.server.limits import ServerLimits
 __all__ = [
     "MAX_SETTINGS",
     "MAX_SETTINGS_CHARS",
+    "PARAM_BYTES",
+    "PARAM_TYPE_BYTES",
     "TOKEN_BYTES",
     "HeldStateLimit",
     "TextCache",
@@ -54,11 +56,16 @@ __all__ = [
     "check_setting",
     "check_statement_bytes",
     "check_statement_count",
+    "param_bytes",
     "statement_bytes",
 ]
 
 #: Bytes one token of a prepared statement holds (measured: ~160 with its position and type).
 TOKEN_BYTES = 160
+#: Bytes one parameter type of a prepared statement holds (a list slot and an int: ~40; red team s54 A2).
+PARAM_TYPE_BYTES = 40
+#: Bytes one bound parameter holds besides its value's length (a str object's header and its list slot).
+PARAM_BYTES = 64
 #: ``SET`` parameters one connection may hold (Veil's own and any other name, remembered for SHOW).
 MAX_SETTINGS = 256
 #: Characters of their names and values, in all.
@@ -80,10 +87,17 @@ def answer_bytes(rows: Iterable[Sequence[Any]]) -> int:
     return total
 
 
-def statement_bytes(sql: str, tokens: int) -> int:
+def statement_bytes(sql: str, tokens: int, params: int = 0) -> int:
     """What a prepared statement holds, roughly: its text twice (the text, and the copies its tokens
-    keep) and ``TOKEN_BYTES`` per token."""
-    return 2 * len(sql.encode()) + TOKEN_BYTES * tokens
+    keep), ``TOKEN_BYTES`` per token and ``PARAM_TYPE_BYTES`` per parameter type (declared or inferred)."""
+    return 2 * len(sql.encode()) + TOKEN_BYTES * tokens + PARAM_TYPE_BYTES * params
+
+
+def param_bytes(values: Iterable[bytes | None]) -> int:
+    """What a portal's bound parameters hold, roughly: each value's length and ``PARAM_BYTES`` for the Python
+    object it becomes (NULLs included), not its bytes on the wire (red team s54 A2: 32,767 four-byte values
+    are 131 KB on the wire and ~2 MB as Python strings)."""
+    return sum(PARAM_BYTES + (len(v) if v is not None else 0) for v in values)
 
 
 def _named(statements: Mapping[str, Any], name: str) -> list[Any]:

@@ -27,11 +27,11 @@ from sqlglot.dialects.postgres import Postgres
 from sqlglot.errors import TokenError
 from sqlglot.tokens import Token, TokenType
 
-from veil.errors import InputError, ParseError, Unsupported
+from veil.errors import InputError, ParseError, QueryTooLarge, Unsupported
 from veil.proxy.parse import Limits
 from veil.proxy.parse import check_tokens as check_query_tokens
 
-__all__ = ["Route", "bind_parameters", "check_tokens", "route", "split"]
+__all__ = ["MAX_PARAMETERS", "Route", "bind_parameters", "check_parameter_numbers", "check_tokens", "route", "split"]
 
 _DIALECT = Postgres()
 
@@ -57,6 +57,8 @@ _FLOAT_OIDS = {700, 701, 1700}
 _BOOL_OID = 16
 _DATE_OID = 1082
 _NUMBER_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
+#: The most parameters one statement may have (PostgreSQL's: a Bind message counts them in 16 bits).
+MAX_PARAMETERS = 65_535
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,24 @@ def check_tokens(tokens: Sequence[Token], limits: TokenLimits) -> None:
     check_query_tokens(tokens, parse_limits, hint=", or ask the curator to raise `veil serve`'s limit")
 
 
+def check_parameter_numbers(tokens: Sequence[Token]) -> None:
+    """Refuse a ``$n`` whose number is not plain digits (42601) or is above :data:`MAX_PARAMETERS` (54000), before
+    anything reads it: every later reader of ``$n`` (parameter types, counts, binding) may then trust it is small.
+    Red team s54 A1: ``LIMIT $10000000`` padded ten million parameter types on the event loop."""
+    for i, tok in enumerate(tokens[:-1]):
+        nxt = tokens[i + 1]
+        if tok.token_type != TokenType.PARAMETER or nxt.token_type != TokenType.NUMBER:
+            continue
+        text = nxt.text
+        if not (text.isascii() and text.isdigit()):
+            raise ParseError(f'trailing junk after parameter at or near "${text[:20]}"', hint="Write $1, $2, …")
+        if len(text.lstrip("0")) > len(str(MAX_PARAMETERS)) or int(text) > MAX_PARAMETERS:
+            raise QueryTooLarge(
+                f"parameter ${text[:20]} is out of range: a statement has at most {MAX_PARAMETERS} parameters",
+                hint="Number parameters $1, $2, … up to the number bound",
+            )
+
+
 def split(sql: str, private_names: frozenset[str] = frozenset(), limits: TokenLimits | None = None) -> list[Route]:
     """Split a simple-query string into routed statements (empty ones dropped unless all are),
     refusing any that exceeds ``limits`` (:func:`check_tokens`)."""
@@ -166,6 +186,7 @@ def split(sql: str, private_names: frozenset[str] = frozenset(), limits: TokenLi
         return [Route("query", sql.strip())]
     if limits is not None:
         check_tokens(tokens, limits)
+    check_parameter_numbers(tokens)
     routes: list[Route] = []
     current: list[Token] = []
     for tok in [*tokens, None]:

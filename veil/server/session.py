@@ -350,11 +350,14 @@ class VeilSession(BaseSession):
             raise to_pg_error(exc, context=f"{self.analyst}@{self._peer()}") from None
         oids = list(param_oids)
         if routed.kind == "system" and drivers.is_typeinfo_query(routed.sql):
-            oids = [drivers.OID_ARRAY]  # asyncpg binds the OIDs it asks about as oid[]
-        elif routed.kind in ("query", "explain") and routed.has_parameters:
+            return VeilStatement(self, routed, [drivers.OID_ARRAY], typeinfo=True)  # asyncpg binds its OIDs as oid[]
+        if routed.kind in ("query", "explain") and routed.has_parameters:
+            # n is at most routing.MAX_PARAMETERS (refused above that before it was routed: red team s54 A1)
             for n, oid in drivers.parameter_types(routed.tokens, self._column_types).items():
-                while len(oids) < n:
-                    oids.append(None)
+                if n < 1:
+                    continue  # $0: refused when it is bound
+                if len(oids) < n:
+                    oids.extend([None] * (n - len(oids)))
                 if oids[n - 1] is None:
                     oids[n - 1] = oid
         return VeilStatement(self, routed, oids)
@@ -577,11 +580,12 @@ class VeilSession(BaseSession):
 
 
 class VeilStatement(Statement):
-    def __init__(self, session: VeilSession, routed: Route, param_oids: list[int | None]) -> None:
+    def __init__(self, session: VeilSession, routed: Route, param_oids: list[int | None], *, typeinfo: bool = False) -> None:
         self.session = session
         self.route = routed
         self.sql = routed.sql
         self.param_oids = param_oids
+        self.typeinfo = typeinfo  # asyncpg's type introspection: the one statement that binds an array (oid[])
         self._columns: list[ResultColumn] | None = None
         self._described = False
 
@@ -594,7 +598,7 @@ class VeilStatement(Statement):
     @functools.cached_property
     def held_bytes(self) -> int:
         """What this statement holds while it is kept (:func:`~veil.server.held.statement_bytes`)."""
-        return held.statement_bytes(self.sql, len(self.route.tokens))
+        return held.statement_bytes(self.sql, len(self.route.tokens), len(self.param_oids))
 
     def bind(self, params: list[Any], param_bytes: int = 0) -> VeilPortal:
         return VeilPortal(self, list(params), param_bytes)
@@ -606,7 +610,7 @@ class VeilPortal(Portal):
     def __init__(self, statement: VeilStatement, params: list[Any], param_bytes: int = 0) -> None:
         self.statement = statement
         self.params = params
-        self.param_bytes = param_bytes  # the bound values as sent
+        self.param_bytes = param_bytes  # what the bound values hold (:func:`~veil.server.held.param_bytes`)
         self.result: Result | None = None
         self._answer_bytes: int | None = None
         self.described: list[ResultColumn] | None = None
