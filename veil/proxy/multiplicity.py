@@ -325,24 +325,47 @@ def _row_choices(node: exp.Expression) -> list[str]:
 #: the same way. Measured on one run, a row choice made with such a value (``HAVING SUM(x) = v``, a join or a filter
 #: on it) bounds nothing about the next run (red team s52, A2).
 ORDER_DEPENDENT = (exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop, exp.StddevSamp, exp.ApproxQuantile)
-#: The same aggregates under names sqlglot leaves unparsed (``exp.Anonymous``; validate's ``_ANON_ARITY``).
-_ORDER_DEPENDENT_NAMES = frozenset({"var", "var_samp", "var_pop", "std", "stddev", "stddev_samp", "stddev_pop"})
+#: Aggregates that return one of their inputs (or interpolate between two), exact on integers, text and dates. On a
+#: DOUBLE they are not: 0.0 and -0.0 compare equal, so MAX/MIN keep whichever a thread saw first and a parallel sort
+#: orders them per run, yet they convert to text ('0.0', '-0.0') and divide (±inf) differently. ``HAVING
+#: CAST(MAX(x) AS VARCHAR) = '-0.0'`` over 600,000 public rows kept its groups in 12 of 15 runs (red team s55, A1).
+SELECTING = (
+    exp.Min, exp.Max, exp.Median, exp.Quantile, exp.PercentileCont, exp.PercentileDisc, exp.WithinGroup, exp.Anonymous,
+)  # fmt: skip
+#: The catalog types on which a selecting aggregate's value is the same on every run.
+_EXACT_TYPES = frozenset({"int", "category", "date", "bool"})
 
 
-def _order_dependent(node: exp.Expression) -> bool:
-    return isinstance(node, ORDER_DEPENDENT) or (
-        isinstance(node, exp.Anonymous) and str(node.name).lower() in _ORDER_DEPENDENT_NAMES
-    )
+def _run_dependent(agg: exp.Expression, scopes: dict[int, Scope], catalog: Catalog) -> bool:
+    """May ``agg`` (an aggregate of a public source) take another value on another run of the same data? Always for
+    :data:`ORDER_DEPENDENT`; for :data:`SELECTING` unless its argument is a bare column of an exact catalog type."""
+    if isinstance(agg, ORDER_DEPENDENT):
+        return True
+    if isinstance(agg, exp.Anonymous) and str(agg.name).lower() not in {"quantile_cont", "quantile_disc"}:
+        return False  # var/std are refused as ORDER_DEPENDENT's kin below; others are not aggregates
+    arg = agg.expressions[0] if isinstance(agg, exp.Anonymous) and agg.expressions else agg.this
+    arg = arg.unnest() if isinstance(arg, exp.Expression) else arg
+    sel = agg.find_ancestor(exp.Select)
+    scope = scopes.get(id(sel)) if sel is not None else None
+    if not isinstance(arg, exp.Column) or scope is None:
+        return True
+    return _base_type(arg, scope, catalog) not in _EXACT_TYPES
 
 
-def _order_dependent_choices(body: exp.Expression, defs: list[exp.CTE]) -> bool:
-    """Does an order-dependent aggregate of the public source ``body`` (or of a CTE it reads) decide which rows the
-    source holds? Only its top-level select list may hold one, and then with no ``HAVING`` or ``DISTINCT`` there (a
-    value in a column neither keeps nor drops a row; the pins read bare columns only)."""
-    if any(_order_dependent(n) for d in defs for n in d.this.walk()):
+def _order_dependent_choices(
+    body: exp.Expression, defs: list[exp.Expression], scopes: dict[int, Scope], catalog: Catalog
+) -> bool:
+    """Does an aggregate of the public source ``body`` (or of a CTE it reads; both the query's own nodes) whose value
+    may change from run to run (:func:`_run_dependent`) decide which rows the source holds? Only its top-level select
+    list may hold one, and then with no ``HAVING`` or ``DISTINCT`` there (a value in a column neither keeps nor drops
+    a row; the pins read bare columns only)."""
+    kinds = (*ORDER_DEPENDENT, *SELECTING, exp.Variance)
+    if any(_run_dependent(a, scopes, catalog) or _is_var(a) for d in defs for a in d.find_all(*kinds)):
         return True
     filtered = body.args.get("having") is not None or body.args.get("distinct") is not None
-    for agg in (n for n in body.walk() if _order_dependent(n)):
+    for agg in body.find_all(*kinds):
+        if not (_run_dependent(agg, scopes, catalog) or _is_var(agg)):
+            continue
         child: exp.Expression = agg
         while child.parent is not None and child.parent is not body:
             child = child.parent
@@ -351,8 +374,12 @@ def _order_dependent_choices(body: exp.Expression, defs: list[exp.CTE]) -> bool:
     return False
 
 
+def _is_var(node: exp.Expression) -> bool:
+    return isinstance(node, exp.Anonymous) and str(node.name).lower() in {"var", "var_samp", "std"}
+
+
 def _source_select(
-    node: exp.Expression, source: exp.Table | Scope, ctes: dict[str, exp.CTE]
+    node: exp.Expression, source: exp.Table | Scope, ctes: dict[str, exp.CTE], scopes: dict[int, Scope], catalog: Catalog
 ) -> tuple[exp.Expression, int | None]:
     """A FROM item reading just this public source, aliased ``__veil_src``, and a cap on its rows (or None).
 
@@ -384,13 +411,16 @@ def _source_select(
     own_with = source.expression.args.get("with_")
     defs = needed + ([c.copy() for c in own_with.expressions if c.alias not in {n.alias for n in needed}] if own_with else [])
     chosen = _row_choices(body) + [c for d in defs for c in _row_choices(d.this)]
-    if _order_dependent_choices(body, defs):
+    originals = [ctes[c.alias].this for c in needed if c.alias in ctes]
+    originals += [c.this for c in own_with.expressions if c.alias not in {n.alias for n in needed}] if own_with else []
+    if _order_dependent_choices(source.expression, originals, scopes, catalog):
         raise Unsupported(
             "a public subquery or CTE joined to private data keeps or drops rows by a SUM, AVG, VARIANCE, STDDEV or "
-            "APPROX_QUANTILE (in HAVING, DISTINCT, a nested subquery or a CTE): the engine rounds those in an order "
-            "that changes from run to run, so how many rows one private row joins cannot be bounded before the query "
-            "runs",
-            hint="Aggregate public data only in the select list of the joined subquery itself, or use COUNT, MIN, MAX or MEDIAN",
+            "APPROX_QUANTILE, or a MIN, MAX, MEDIAN or quantile of a real number or an expression (in HAVING, DISTINCT, "
+            "a nested subquery or a CTE): the engine rounds those, or picks between 0.0 and -0.0, in an order that "
+            "changes from run to run, so how many rows one private row joins cannot be bounded before the query runs",
+            hint="Aggregate public data only in the select list of the joined subquery itself, or use COUNT, or MIN, "
+            "MAX or MEDIAN of an integer, text or date column",
         )
     if chosen:
         raise Unsupported(
@@ -410,6 +440,7 @@ def probes(analysis: Analysis, catalog: Catalog) -> list[Probe]:
     if root is None:
         raise InternalError("a validated query has no scope")
     ctes = _cte_definitions(analysis.tree)
+    scopes = {id(sc.expression): sc for sc in root.traverse()}
     public = public_types(catalog, analysis.tables)
     out: list[Probe] = []
     for scope, private_alias in private_path(root, catalog):
@@ -418,7 +449,7 @@ def probes(analysis: Analysis, catalog: Catalog) -> list[Probe]:
                 continue
             if _reads_private(source, catalog):
                 raise InternalError("two sources of one scope read private data")
-            src, cap = _source_select(node, source, ctes)
+            src, cap = _source_select(node, source, ctes, scopes, catalog)
             pins = _pins(scope, alias, private_alias, catalog)
             if pins:
                 cols = [exp.column(p, table="__veil_src") for p in pins]
