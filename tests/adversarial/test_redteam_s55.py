@@ -156,7 +156,6 @@ def test_a2_an_extra_argument_is_refused_not_dropped(pair: tuple[Any, Any], sql:
     assert rel.sqlstate == "42883", rel.describe()
 
 
-@pytest.mark.xfail(strict=True, reason="s55 A4: a synth plan's one sensitive column is iterated as characters")
 def test_a4_a_synthetic_publication_publishes_no_column_value_by_value() -> None:
     from veil.generators.publication import Plan
     from veil.generators.transaction import _published_value_columns

@@ -283,8 +283,13 @@ def _value_columns(release: Any) -> set[str]:
 
 
 def _published_value_columns(plan: Plan) -> set[str]:
-    """The columns of its source that ``plan`` publishes value by value (what :func:`check_linkage` compares)."""
-    return {str(c) for c in plan.params.get("sensitive") or ()} if plan.artifact == "table" else set()
+    """The columns of its source that ``plan`` publishes value by value (what :func:`check_linkage` compares): a
+    k-anonymous table's ``--sensitive`` columns. Other kinds' ``sensitive`` parameter names what they protect, not
+    what they copy (``veil publish synth``'s one column, a text: red team s55 A4 read it as one column per letter)."""
+    if plan.kind != "kanon" or plan.artifact != "table":
+        return set()
+    given = plan.params.get("sensitive") or ()
+    return {given} if isinstance(given, str) else {str(c) for c in given}
 
 
 @contextlib.contextmanager
