@@ -143,7 +143,6 @@ EXTRA_ARGUMENTS = (
 )
 
 
-@pytest.mark.xfail(strict=True, reason="s55 A2: sqlglot drops the extra argument silently; the fix is in parse.py")
 @pytest.mark.parametrize("sql", EXTRA_ARGUMENTS)
 def test_a2_an_extra_argument_is_refused_not_dropped(pair: tuple[Any, Any], sql: str) -> None:
     """LOW: answered as the call without its last argument; PostgreSQL refuses it (42883), free."""

@@ -272,6 +272,45 @@ def _check_size(sql: str, limits: Limits) -> None:
         )
 
 
+#: The most arguments PostgreSQL takes for calls whose sqlglot expression has no slot for one more (sqlglot drops it
+#: silently: ``LEFT(city, 1, 2)`` was answered as ``LEFT(city, 1)``, red team s55 A2).
+_MAX_ARGUMENTS = {
+    "left": 2, "right": 2, "strpos": 2, "floor": 1, "ceil": 1, "ceiling": 1, "length": 1, "substring": 3, "substr": 3,
+    "round": 2, "trunc": 2, "abs": 1, "sign": 1, "sqrt": 1, "ln": 1, "exp": 1, "upper": 1, "lower": 1, "lpad": 3,
+    "rpad": 3, "replace": 3, "nullif": 2, "mod": 2, "power": 2, "pow": 2, "log": 2, "date_trunc": 2, "date_part": 2,
+    "reverse": 1, "md5": 1, "ascii": 1, "chr": 1, "initcap": 1, "cbrt": 1, "degrees": 1, "radians": 1,
+}  # fmt: skip
+
+
+def _check_call_arguments(tokens: list[sqlglot.tokens.Token]) -> None:
+    """Refuse (42883) a call to one of :data:`_MAX_ARGUMENTS`'s functions with more top-level arguments than PostgreSQL
+    takes, counted in the token stream before sqlglot parses (and drops) them."""
+    for i in range(len(tokens) - 1):
+        if tokens[i + 1].token_type != TokenType.L_PAREN or tokens[i].token_type == TokenType.STRING:
+            continue
+        if i and tokens[i - 1].token_type in (TokenType.ALIAS, TokenType.WITH):  # `AS log(a, b, c)`: names, no call
+            continue
+        name = tokens[i].text.lower()
+        most = _MAX_ARGUMENTS.get(name)
+        if most is None:
+            continue
+        depth, commas = 0, 0
+        for tok in tokens[i + 1 :]:
+            if tok.token_type in _OPEN:
+                depth += 1
+            elif tok.token_type in _CLOSE:
+                depth -= 1
+                if depth == 0:
+                    break
+            elif tok.token_type == TokenType.COMMA and depth == 1:
+                commas += 1
+        if commas + 1 > most:
+            raise UndefinedOperator(
+                f"function {name}() takes at most {most} argument{'s' if most > 1 else ''}, got {commas + 1}",
+                hint="See docs/sql.md for each function's arguments",
+            )
+
+
 def _statement_keyword(tokens: list[sqlglot.tokens.Token]) -> str | None:
     for tok in tokens:
         if tok.token_type == TokenType.SEMICOLON:
@@ -416,6 +455,7 @@ def parse(sql: str, *, limits: Limits = DEFAULT_LIMITS) -> exp.Select:
         )
     if keyword not in ("SELECT", "WITH", "("):
         raise ParseError(f"syntax error at or near {keyword!r}", hint="Send one SELECT statement")
+    _check_call_arguments(tokens)
     try:
         # the tokens of the checks above, parsed as they are (one tokenizer pass per query)
         statements = [s for s in Dialect.get_or_raise(DIALECT).parser().parse(tokens, sql) if s is not None]
