@@ -282,6 +282,32 @@ def _value_columns(release: Any) -> set[str]:
     return {str(c) for c, info in columns.items() if isinstance(info, Mapping) and info.get("protection") == "sensitive"}
 
 
+def _published_value_columns(plan: Plan) -> set[str]:
+    """The columns of its source that ``plan`` publishes value by value (what :func:`check_linkage` compares)."""
+    return {str(c) for c in plan.params.get("sensitive") or ()} if plan.artifact == "table" else set()
+
+
+@contextlib.contextmanager
+def linkage_claim(policy: Any, source: str) -> Iterator[None]:
+    """Hold table ``source`` for one publication that publishes some of its columns value by value, from
+    :func:`check_linkage` until that publication is recorded or abandoned: a second such publication of the same
+    source, in any process, is refused typed before its charge. Without it two of them running at once both passed
+    the check (each read a release log without the other) and both landed. An OS file lock, as
+    :func:`~veil.store.warehouse.output_claim`'s, under a name no output can have."""
+    from veil.store import warehouse
+
+    held = contextlib.ExitStack()
+    try:
+        held.enter_context(warehouse.output_claim(policy, f"\x00linkage:{source}"))
+    except InputError:
+        raise InputError(
+            f"another publication of table {source!r} that publishes some of its columns value by value is running right now",
+            hint="Wait for it to finish, then publish again (the linkage check then sees the other table)",
+        ) from None
+    with held:
+        yield
+
+
 def check_linkage(policy: Any, plan: Plan) -> None:
     """Refuse a publication that would publish, value by value, a column of its source that another live publication
     of the same source already publishes value by value (k-anonymity's ``--sensitive`` columns).
@@ -293,8 +319,8 @@ def check_linkage(policy: Any, plan: Plan) -> None:
     check that k holds in the new table with the shared column as a quasi-identifier passed tables whose every
     intersection was one value, review of s51). From the release log and the parameters alone (free, before anything
     is read); replacing the same output, or retracting the other publication first, is allowed."""
-    mine = {str(c) for c in plan.params.get("sensitive") or ()}
-    if not mine or plan.artifact != "table":
+    mine = _published_value_columns(plan)
+    if not mine:
         return
     from veil.store.publications import published_tables
 
@@ -468,9 +494,10 @@ def publish(
         plan = plugin.plan(policy, request)
         gate.check_plan(plan, _min_epsilon(policy))
         claimed = str(Path(plan.output).resolve()) if plan.artifact == "model" else plan.output
-        with warehouse.output_claim(policy, claimed):  # no other publication to this output until this one ends
+        linked = linkage_claim(policy, plan.source) if _published_value_columns(plan) else contextlib.nullcontext()
+        with warehouse.output_claim(policy, claimed), linked:  # no other publication to this output until this ends
             check_output(policy, plan)
-            check_linkage(policy, plan)  # across this source's live publications (s51 A5)
+            check_linkage(policy, plan)  # across this source's live publications (s51 A5), under its claim
             spec = policy.tables.get(plan.source)
             generator = csprng()
             data = _read_source(policy, plan, spec)

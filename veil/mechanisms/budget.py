@@ -138,16 +138,23 @@ def double_at_least(x: Fraction) -> float:
     return math.nextafter(f, math.inf) if Fraction(f) < x else f
 
 
+#: :func:`exp_at_most` of a larger ``x`` is e^cap's (at most e^x): decimal's exponent range ends near x = 2.3·10⁶
+#: (``decimal.Overflow`` from ``randomized_response(…, epsilon=1e7)``, red team s53 B2), and a kRR keep probability
+#: e^cap/(e^cap + k − 1) already rounds to the largest below one in every draw (:func:`_csprng.bernoulli`: 2⁻⁶⁴).
+_EXP_CAP = Fraction(10_000)
+
+
 def exp_at_most(x: Fraction) -> Fraction:
-    """An exact rational ≤ e^``x``, within 10⁻⁴⁰ of it relatively: ``math.exp(float(x))`` may be above e^x by
-    an ulp or more (``float`` may round ``x`` up, and ``exp`` is faithful, not correctly rounded), and a
-    randomised-response keep ratio above e^ε spends more than ε (red team s50 F2).
+    """An exact rational ≤ e^``x``, within 10⁻⁴⁰ of it relatively up to x = 10⁴ (above: e^10⁴'s, see ``_EXP_CAP``).
+    ``math.exp(float(x))`` may be above e^x by an ulp or more (``float`` may round ``x`` up, and ``exp`` is faithful,
+    not correctly rounded), and a randomised-response keep ratio above e^ε spends more than ε (red team s50 F2).
 
     >>> e = exp_at_most(Fraction(1)); e <= Fraction("2.718281828459045235360287471352662497758") and e > 2.7182818284
     True
     >>> exp_at_most(Fraction(5, 3)) < Fraction("5.2944900504700293668273720041970084836945003393922")  # e^(5/3) = …2285…
     True
     """
+    x = min(x, _EXP_CAP)  # e^cap ≤ e^x: still a rational at most e^x
     with decimal.localcontext() as ctx:
         ctx.prec = 50
         ctx.rounding = decimal.ROUND_FLOOR

@@ -29,6 +29,7 @@ from opendp.mod import enable_features
 
 from veil.errors import InputError, InternalError
 from veil.mechanisms import _csprng
+from veil.mechanisms._opendp_call import vector_call
 from veil.mechanisms.budget import as_epsilon, double_at_least, exp_at_most
 
 # Not opendp.prelude: it imports opendp.extras, which pulls scikit-learn into the SQL proxy.
@@ -91,6 +92,20 @@ def _noisy_max(scale: float) -> Any:
     )
 
 
+@lru_cache(maxsize=256)
+def _laplace_call(scale: float, sensitivity: float | None, n: int) -> Any:
+    """The releasing function of the Laplace measurement :func:`laplace` uses (called through OpenDP's C API,
+    :mod:`veil.mechanisms._opendp_call`): the lattice one given a positive sensitivity it is defined for, else
+    OpenDP's default lattice."""
+    m = _lattice_laplace(scale, sensitivity, n) if sensitivity else None
+    return vector_call(m if m is not None else _float_laplace(scale))
+
+
+@lru_cache(maxsize=256)
+def _discrete_laplace_call(scale: float) -> Any:
+    return vector_call(_int_laplace(scale))
+
+
 #: The lattice laplace (see :func:`_lattice_laplace`) is fine enough for this many values at once.
 _LATTICE_MAX_VALUES_LOG2 = 40
 #: Relative slack: rounding ``2**40`` values to the lattice moves a vector by at most ``2**-36`` of the
@@ -141,13 +156,8 @@ def laplace(
         return arr.copy()
     if rng is not None:
         return arr + rng.laplace(0.0, s, size=arr.shape)
-    flat_in = np.ascontiguousarray(arr.ravel(), dtype=np.float64)  # OpenDP's NumPy input path
-    m = None
-    if sensitivity is not None:
-        d = _check_scale(sensitivity, "sensitivity")
-        m = _lattice_laplace(s, d, flat_in.size) if d > 0 else None
-    flat = (m or _float_laplace(s))(flat_in)
-    return np.asarray(flat, dtype=np.float64).reshape(arr.shape)
+    d = None if sensitivity is None else _check_scale(sensitivity, "sensitivity")
+    return _laplace_call(s, d, arr.size)(arr.ravel()).reshape(arr.shape)
 
 
 def discrete_laplace(values: ArrayLike, *, scale: float, rng: np.random.Generator | None = None) -> np.ndarray:
@@ -172,8 +182,7 @@ def discrete_laplace(values: ArrayLike, *, scale: float, rng: np.random.Generato
         g1 = rng.geometric(p, size=arr.shape) - 1
         g2 = rng.geometric(p, size=arr.shape) - 1
         return arr + g1 - g2
-    flat = _int_laplace(s)(np.ascontiguousarray(arr.ravel(), dtype=np.int64))  # OpenDP's NumPy input path
-    return np.asarray(flat, dtype=np.int64).reshape(arr.shape)
+    return _discrete_laplace_call(s)(arr.ravel()).reshape(arr.shape)
 
 
 def gaussian(values: ArrayLike, *, sigma: float, rng: np.random.Generator | None = None) -> np.ndarray:

@@ -303,19 +303,94 @@ def _with_needed_ctes(body: exp.Expression, ctes: dict[str, exp.CTE]) -> list[ex
     return [ctes[n].copy() for n in order]
 
 
-def _source_select(node: exp.Expression, source: exp.Table | Scope, ctes: dict[str, exp.CTE]) -> exp.Expression:
-    """A FROM item reading just this public source, aliased ``__veil_src``."""
+def _row_choices(node: exp.Expression) -> list[str]:
+    """The constructs under ``node`` that keep a subset of rows the data does not determine: ``LIMIT``/``OFFSET``
+    (which rows, when the ``ORDER BY`` has ties or there is none) and ``DISTINCT ON`` (which row of each key)."""
+    found = []
+    for sel in node.find_all(exp.Select):
+        if sel.args.get("limit") is not None or sel.args.get("offset") is not None:
+            found.append("LIMIT/OFFSET")
+        distinct = sel.args.get("distinct")
+        if isinstance(distinct, exp.Distinct) and distinct.args.get("on") is not None:
+            found.append("DISTINCT ON")
+    found += ["FETCH" for _ in node.find_all(exp.Fetch)]
+    return found
+
+
+#: Aggregates whose value depends on the order the engine combines rows in: DuckDB adds the partial sums of its
+#: threads in the order they finish (a DOUBLE sum of 400,000 rows took five values in 20 runs) and merges t-digests
+#: the same way. Measured on one run, a row choice made with such a value (``HAVING SUM(x) = v``, a join or a filter
+#: on it) bounds nothing about the next run (red team s52, A2).
+ORDER_DEPENDENT = (exp.Sum, exp.Avg, exp.Variance, exp.VariancePop, exp.Stddev, exp.StddevPop, exp.StddevSamp, exp.ApproxQuantile)
+
+
+def _order_dependent_choices(body: exp.Expression, defs: list[exp.CTE]) -> bool:
+    """Does an order-dependent aggregate of the public source ``body`` (or of a CTE it reads) decide which rows the
+    source holds? Only its top-level select list may hold one, and then with no ``HAVING`` or ``DISTINCT`` there (a
+    value in a column neither keeps nor drops a row; the pins read bare columns only)."""
+    if any(d.this.find(*ORDER_DEPENDENT) is not None for d in defs):
+        return True
+    filtered = body.args.get("having") is not None or body.args.get("distinct") is not None
+    for agg in body.find_all(*ORDER_DEPENDENT):
+        child: exp.Expression = agg
+        while child.parent is not None and child.parent is not body:
+            child = child.parent
+        if filtered or child.parent is None or child.arg_key != "expressions":
+            return True
+    return False
+
+
+def _source_select(
+    node: exp.Expression, source: exp.Table | Scope, ctes: dict[str, exp.CTE]
+) -> tuple[exp.Expression, int | None]:
+    """A FROM item reading just this public source, aliased ``__veil_src``, and a cap on its rows (or None).
+
+    A source whose own top level keeps a subset of its rows the data does not determine (``ORDER BY … LIMIT n`` with
+    ties, ``LIMIT`` without ``ORDER BY``, ``OFFSET``, ``DISTINCT ON``) is measured *without* that choice: each run of
+    the engine may keep other rows (DuckDB's parallel sort orders ties differently from run to run), so the rows one
+    run of the probe counted bound nothing about the run that answers the query (red team s52, A1: a probe saw 100
+    distinct keys and planned ×1 while the query joined 100 rows of one key, 100× the planned sensitivity). Every
+    run keeps a sub-multiset of the source without the choice, so its count per pin value bounds them all, and so
+    does ``n`` (returned as the cap) for a literal ``LIMIT n``. The same choice anywhere deeper in the source, or in
+    a CTE it reads, can change the rows above it in any direction (a join with the chosen rows), and is refused."""
     alias = exp.TableAlias(this=exp.to_identifier("__veil_src"))
     if isinstance(source, exp.Table):
-        return exp.Table(this=exp.to_identifier(source.name), alias=alias)
+        return exp.Table(this=exp.to_identifier(source.name), alias=alias), None
     body = source.expression.copy()
     body.set("with_", None)
+    cap = None
+    if isinstance(body, exp.Select):
+        limit = body.args.get("limit")
+        value = limit.expression if isinstance(limit, exp.Limit) else None
+        if isinstance(value, exp.Literal) and value.is_int:
+            cap = max(int(value.this), 0)
+        distinct = body.args.get("distinct")
+        body.set("limit", None)
+        body.set("offset", None)
+        if isinstance(distinct, exp.Distinct) and distinct.args.get("on") is not None:
+            body.set("distinct", None)
     needed = _with_needed_ctes(source.expression, ctes)
     own_with = source.expression.args.get("with_")
     defs = needed + ([c.copy() for c in own_with.expressions if c.alias not in {n.alias for n in needed}] if own_with else [])
+    chosen = _row_choices(body) + [c for d in defs for c in _row_choices(d.this)]
+    if _order_dependent_choices(body, defs):
+        raise Unsupported(
+            "a public subquery or CTE joined to private data keeps or drops rows by a SUM, AVG, VARIANCE, STDDEV or "
+            "APPROX_QUANTILE (in HAVING, DISTINCT, a nested subquery or a CTE): the engine rounds those in an order "
+            "that changes from run to run, so how many rows one private row joins cannot be bounded before the query "
+            "runs",
+            hint="Aggregate public data only in the select list of the joined subquery itself, or use COUNT, MIN, MAX or MEDIAN",
+        )
+    if chosen:
+        raise Unsupported(
+            f"a public subquery or CTE joined to private data uses {chosen[0]} below its top level: the rows it keeps "
+            "are not determined by the data (ties, parallel execution), so how many rows one private row joins cannot "
+            "be bounded before the query runs",
+            hint="Use LIMIT, OFFSET or DISTINCT ON only at the top level of the joined subquery, or filter with WHERE",
+        )
     if defs:
         body.set("with_", exp.With(expressions=defs))
-    return exp.Subquery(this=body, alias=alias)
+    return exp.Subquery(this=body, alias=alias), cap
 
 
 def probes(analysis: Analysis, catalog: Catalog) -> list[Probe]:
@@ -332,7 +407,7 @@ def probes(analysis: Analysis, catalog: Catalog) -> list[Probe]:
                 continue
             if _reads_private(source, catalog):
                 raise InternalError("two sources of one scope read private data")
-            src = _source_select(node, source, ctes)
+            src, cap = _source_select(node, source, ctes)
             pins = _pins(scope, alias, private_alias, catalog)
             if pins:
                 cols = [exp.column(p, table="__veil_src") for p in pins]
@@ -345,6 +420,8 @@ def probes(analysis: Analysis, catalog: Catalog) -> list[Probe]:
                 probe = exp.select("COALESCE(MAX(__veil_n), 0)").from_(inner.subquery("__veil_groups"))
             else:
                 probe = exp.select(exp.Count(this=exp.Star())).from_(src)
+            if cap is not None:  # a literal LIMIT n keeps at most n rows, whichever
+                probe = exp.select(exp.Least(this=probe.subquery(), expressions=[exp.Literal.number(cap)]))
             # the public source as the engine computes it inside the generated query: each public table read as
             # its catalog types (public_reads), total and neutral (DOUBLE literals, TRY, explicit casts), so a pin
             # matches the rows the engine will join

@@ -685,6 +685,8 @@ def plan(
             hint="Only aggregates are released, e.g. SELECT COUNT(*) FROM " + table,
         )
     stats = _allocate(b.specs, epsilon, partition)
+    for st in stats:
+        _check_scale(st)
     threshold = None
     if partition is not None:
         threshold = _partition_threshold(stats[partition].scale, contribution, partition_delta)
@@ -702,9 +704,38 @@ def plan(
     )
 
 
+#: The largest noise scale a plan accepts (≈ 1.07·10³⁰¹): every value computed from it after the charge — confidence
+#: half-widths (≈ scale · ln(1/α), α down to e⁻⁶⁹⁰), the partition threshold — stays a finite double.
+MAX_NOISE_SCALE = 2.0**1000
+
+
+def _check_scale(st: Statistic) -> None:
+    """Refuse (free, before the reservation) a statistic whose noise scale Δ/ε is beyond :data:`MAX_NOISE_SCALE`: the
+    noise pass failed after the charge with Python's own ``OverflowError`` (red team s53 B1: a policy whose
+    ``min_epsilon_per_query`` is 1e-300 let ``SUM(big)`` at that ε be charged and crash in ``double_at_least``; at
+    ε = 1e-293 the scale fit a double and the discrete-Laplace CI half-width overflowed instead). From the
+    sensitivity and ε alone, never the data."""
+    try:
+        scale = st.scale
+    except OverflowError:
+        scale = math.inf
+    if not scale <= MAX_NOISE_SCALE:
+        raise QueryRejected(
+            f"the noise for {st.label} at ε = {float(st.epsilon):.3g} would have a scale beyond the largest double "
+            f"Veil draws with (2^1000; sensitivity {float(st.sensitivity):.3g}); nothing was charged",
+            hint="Ask for a larger epsilon, or aggregate a smaller expression",
+        )
+
+
 def _partition_threshold(scale: float, c: int, delta: Fraction) -> int:
     """τ = c + ⌈b·ln(c/δ)⌉: a group held only by one unit (≤ c rows, in ≤ c groups) passes with probability ≤ δ.
 
     The discrete-Laplace tail P(Z ≥ k) ≤ e^(−k/b) bounds each of the unit's ≤ c groups by δ/c.
     """
-    return c + math.ceil(scale * math.log(c / float(delta)))
+    tail = scale * math.log(c / float(delta))
+    if not math.isfinite(tail):  # a scale near the largest double (s53 B1): refused before the reservation, typed
+        raise QueryRejected(
+            f"partition selection's threshold at noise scale {scale:.3g} is beyond the largest double; nothing was charged",
+            hint="Ask for a larger epsilon",
+        )
+    return c + math.ceil(tail)
