@@ -8,6 +8,7 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -238,17 +239,50 @@ def _write_timing_files(files: set[str]) -> None:
     os.replace(partial, target)
 
 
+#: Seconds each scope of ``--dist loadgroup`` (a test file, or the Spark group) took in a ``make test`` run on the
+#: 2-core machine, those of 3 s or more: the scheduler hands out the longest first (below). Only the order of
+#: the work depends on it, never what runs; a stale or missing entry costs balance, not correctness. Regenerate
+#: from a run's ``--junitxml`` (sum each scope's test times) when files move or grow by much.
+SCOPE_SECONDS = Path(__file__).resolve().parent / "support" / "scope_seconds.json"
+#: The weight of a scope missing from :data:`SCOPE_SECONDS`, per test in it (the suite's median is ~0.1 s).
+SECONDS_PER_UNLISTED_TEST = 0.1
+
+
+def _longest_first(workqueue: dict[str, dict[str, bool]]) -> list[str]:
+    """The scopes in the order to hand them out: longest expected time first (LPT scheduling), so the last scopes
+    taken are short and both workers end together (xdist's own order, most tests first, left heavy scopes of
+    few tests, e.g. the server workers' file, to the end, where one worker ran them while the other waited)."""
+    import json
+
+    try:
+        known: dict[str, float] = json.loads(SCOPE_SECONDS.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    weight = {scope: known.get(scope, SECONDS_PER_UNLISTED_TEST * len(tests)) for scope, tests in workqueue.items()}
+    return sorted(workqueue, key=lambda scope: (-weight[scope], scope))
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """``--dist loadgroup`` as ``make test`` runs it: one test file at a time per worker (as ``loadfile``), except
     that every test of the Spark group runs on one worker, so one JVM starts (two on two cores starve each other).
-    The group is read from node ids: pytest-xdist's own ``xdist_group`` suffix does not reach pytest 9's ids."""
+    The group is read from node ids: pytest-xdist's own ``xdist_group`` suffix does not reach pytest 9's ids.
+    Scopes are handed out longest first (:func:`_longest_first`)."""
     if config.getvalue("dist") != "loadgroup":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
     class FileOrSparkScheduling(LoadScopeScheduling):
+        _ordered = False
+
         def _split_scope(self, nodeid: str) -> str:
             return "spark" if _in_spark_group(nodeid) else nodeid.split("::", 1)[0]
+
+        def _assign_work_unit(self, node: Any) -> None:
+            if not self._ordered:  # the first assignment: the work queue is complete
+                self._ordered = True
+                for scope in _longest_first(self.workqueue):
+                    self.workqueue.move_to_end(scope)
+            super()._assign_work_unit(node)
 
     return FileOrSparkScheduling(config, log)  # type: ignore[arg-type]
 

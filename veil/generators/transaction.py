@@ -488,8 +488,14 @@ def publish(
     from veil.store.ledger import Cost, Ledger
 
     plugin = get_plugin(kind)
-    with _sigterm_as_interrupt():
-        recover(policy)
+    with _sigterm_as_interrupt(), contextlib.ExitStack() as checking:
+        # the checks and the source's read share one warehouse writer connection, closed before the charge (the
+        # generation runs without it: other processes open the warehouse meanwhile)
+        checking.enter_context(warehouse.holding_writer(policy))
+        if warehouse.pending_publications(policy):  # one a crash left half-done: repaired first, on its own connections
+            checking.close()
+            recover(policy)
+            checking.enter_context(warehouse.holding_writer(policy))
         plan = plugin.plan(policy, request)
         gate.check_plan(plan, _min_epsilon(policy))
         claimed = str(Path(plan.output).resolve()) if plan.artifact == "model" else plan.output
@@ -512,6 +518,7 @@ def publish(
             )
             # refusals from the source's schema or size come before the charge (red team s24, A10)
             plugin.check_source(plan, train, env)
+            checking.close()
             reservation = None
             ledger = Ledger.for_policy(policy)
             held_lock = contextlib.ExitStack()
