@@ -65,3 +65,6 @@ def test_spark_read_table_refuses_a_date_beyond_9999_naming_it(spark_policy: Any
     with pytest.raises(InputError, match=r"'d'.*10000-01-01"):
         read_table(spark_policy, "far")
     assert len(read_table(spark_policy, "far", ["k"])) == 3  # the other columns still read
+    # a publication's read of its source (red team s53 B3b): the far date reads as no date, the rows stay
+    read = read_table(spark_policy, "far", python_dates=True).sort_values("k")
+    assert read["d"].isna().tolist() == [False, False, True], read

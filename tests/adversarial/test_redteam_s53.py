@@ -204,12 +204,6 @@ def test_b3_date_beyond_python_years_publishes_like_its_neighbour(tmp_path: Path
         assert row["gate"] == "passed", (value, row["gate"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s53 B3b, owner suitetrim4 (veil/store/warehouse.py read_table / veil/generators/transaction.py "
-    "_read_source): DuckDB's DataFrame conversion raises ConversionException on DATE 'infinity'; read the source's "
-    "declared date columns as text (CAST(d AS VARCHAR): date_text reads ISO text, and 'infinity' is then no date)",
-)
 def test_b3b_infinite_date_publishes_like_its_neighbour(tmp_path: Path) -> None:
     """The same class through DuckDB's own conversion: one person's ``DATE 'infinity'`` (which s51 A3 met in a public
     table) fails ``warehouse.read_table`` itself (``duckdb.ConversionException: Could not convert DATE (infinity) to

@@ -443,7 +443,7 @@ def _read_source(policy: Any, plan: Plan, spec: Any) -> pd.DataFrame:
     from veil.generators.columns import source_dates
     from veil.store import warehouse
 
-    frame = warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None)
+    frame = warehouse.read_table(policy, plan.source, list(plan.columns) if plan.columns else None, python_dates=True)
     return source_dates(as_source(frame, spec), spec)
 
 

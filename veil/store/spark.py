@@ -311,14 +311,21 @@ def table_columns(policy: Policy, table: str) -> list[tuple[str, str]]:
     return cols
 
 
-def read_table(policy: Policy, table: str, columns: Sequence[str] | None = None) -> pd.DataFrame:
-    """The whole table as a DataFrame (curator access: raw values), through Arrow."""
-    have = [c for c, _ in table_columns(policy, table)]
+def read_table(policy: Policy, table: str, columns: Sequence[str] | None = None, *, python_dates: bool = False) -> pd.DataFrame:
+    """The whole table as a DataFrame (curator access: raw values), through Arrow. ``python_dates``: dates and
+    timestamps Python cannot hold read as NULL (``warehouse.within_python_dates``), else they are refused."""
+    from veil.store.warehouse import within_python_dates
+
+    types = dict(table_columns(policy, table))
+    have = list(types)
     for c in columns or []:
         if c not in have:
             raise InputError(f"column {c!r} is not in table {table!r}", hint=f"Columns: {', '.join(have)}")
     spec = spec_of(policy)
-    cols = ", ".join(_q(c) for c in columns) if columns else "*"
+    if python_dates:
+        cols = ", ".join(within_python_dates(_q(c), types[c]) for c in (columns or have))
+    else:
+        cols = ", ".join(_q(c) for c in columns) if columns else "*"
     with _quiet():
         rows = spark_session(spec).sql(f"SELECT {cols} FROM {_full(spec, table)}").toArrow()
     _check_python_dates(rows, table)
