@@ -371,7 +371,11 @@ length, one call per statistic. `veil.mechanisms._opendp_call` calls the same C 
 privacy map and the CSPRNG are OpenDP's unchanged (tests/test_opendp_call.py compares both ways' releases). Per call,
 thread CPU on this host with helpers running: one value 210–260 → 32–47 µs, 50 integers 680–1,100 → 480–520 µs. The
 noise pass, the two interleaved in one process over 400 queries at 100,000 rows: AVG 2.04 → 1.11 ms, state GROUP BY
-4.18 → 3.24 ms.
+4.18 → 3.24 ms. End to end at 1M rows, three runs back to back on a host slower than the s13/s14 tables' (other
+sessions' load; 1-minute load 1.6–2.2): this code, then main at 92e0b70 (the `s16 end` columns), then this code again
+(the table): row COUNT +4.17 / +4.91 / +3.84 ms added, row AVG +5.46 / +5.70 / +3.47, row state GROUP BY
+1.78× / 2.07× / 1.68×, user state GROUP BY 1.97× / 2.11× / 1.94×. The noise pass's own share is the part that
+moved; the targets stay missed (this session also added checks to the parse pass: a call's argument count).
 """
 
 
