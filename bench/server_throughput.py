@@ -550,6 +550,14 @@ def main() -> None:
             "logs about 1,200 a round, so it mattered little here). The 300/s target stays missed: it needs at most "
             "6.7 ms of CPU per answer, server and clients together; measured 11.0–11.6 ms.",
             "",
+            "2026-11-27, session 17: the noise pass calls OpenDP's C API directly (proxy section: 0.15–0.25 ms less "
+            "per OpenDP call; this aggregate makes three calls, its groups are declared so partition selection draws "
+            "none); this session also added checks on the wire (Bind's format counts, held parameter bytes) and in "
+            "the parse pass. A run of three rounds just before the table above, on a host that other sessions kept "
+            "busier than the thirteenth round's (the proxy section's same-minutes A/B: main at 92e0b70 was 10–20% "
+            "slower end to end than there), gave 109–140 answers/s with `--processes 2`, 91–102 through one "
+            "process, 102–124 in-process, at 10.6–13.0 ms of server CPU per answer. The 300/s target stays missed.",
+            "",
             "### Isolation: one client's cheap query while another sends pathological ones",
             "",
             f"`{CHEAP}` (cached after its first answer) repeated for {args.isolation_seconds:g} s by one client, "
