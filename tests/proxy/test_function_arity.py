@@ -52,3 +52,31 @@ def test_a_call_with_other_arguments_is_refused_free(session: Any, call: str) ->
 @pytest.mark.parametrize("call", ["var(age)", "var_samp(salary)", "std(age)", "quantile_cont(age, 0.5)"])
 def test_the_right_arguments_are_answered(session: Any, call: str) -> None:
     assert len(session.execute(f"SELECT {call} FROM t").rows) == 1
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) FROM (SELECT * REPLACE (age + 1 AS age) FROM t) s",
+        "SELECT COUNT(*) FROM (SELECT t.* REPLACE (age AS age, salary AS salary, 1 AS x, 2 AS y) FROM t) s",
+        "SELECT COUNT(*) FROM (SELECT 1 AS a, 2 AS b, 3 AS c) AS log(a, b, c)",
+        "SELECT COUNT(*) FROM t LEFT JOIN (SELECT 1 AS k) p ON p.k = t.age",
+        "SELECT ROUND(AVG(age), 2) FROM t",
+    ],
+)
+def test_what_looks_like_a_call_but_is_not_one_is_not_counted(sql: str) -> None:
+    """The argument count of parse's ``_check_call_arguments`` reads tokens: a name followed by ``(`` that is a star's
+    ``REPLACE`` list, a table alias's column names or a join keyword is no call (review of s55 A2's fix)."""
+    from veil.proxy.parse import parse
+
+    parse(sql)
+
+
+@pytest.mark.parametrize(
+    "sql", ["SELECT LEFT(CAST(age AS VARCHAR), 1, 2) FROM t", "SELECT COUNT(*) FROM t WHERE ROUND(salary, 1, 2) > 0"]
+)
+def test_a_call_with_an_argument_too_many_is_refused(sql: str) -> None:
+    from veil.proxy.parse import parse
+
+    with pytest.raises(UndefinedOperator, match="takes at most"):
+        parse(sql)

@@ -288,8 +288,8 @@ def _check_call_arguments(tokens: list[sqlglot.tokens.Token]) -> None:
     for i in range(len(tokens) - 1):
         if tokens[i + 1].token_type != TokenType.L_PAREN or tokens[i].token_type == TokenType.STRING:
             continue
-        if i and tokens[i - 1].token_type in (TokenType.ALIAS, TokenType.WITH):  # `AS log(a, b, c)`: names, no call
-            continue
+        if i and tokens[i - 1].token_type in (TokenType.ALIAS, TokenType.WITH, TokenType.STAR):
+            continue  # `AS log(a, b, c)`: column names; `* REPLACE (a + 1 AS a, …)`: a star's modifier, no call
         name = tokens[i].text.lower()
         most = _MAX_ARGUMENTS.get(name)
         if most is None:
