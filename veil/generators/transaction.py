@@ -506,6 +506,7 @@ def publish(
             spec = policy.tables.get(plan.source)
             generator = csprng()
             data = _read_source(policy, plan, spec)
+            checking.close()  # the warehouse is not held while the plug-in checks the frame (other processes wait on it)
             train, holdout = _split(data, plan.holdout, generator)
             env = RunEnv(
                 policy=policy,
@@ -518,7 +519,6 @@ def publish(
             )
             # refusals from the source's schema or size come before the charge (red team s24, A10)
             plugin.check_source(plan, train, env)
-            checking.close()
             reservation = None
             ledger = Ledger.for_policy(policy)
             held_lock = contextlib.ExitStack()

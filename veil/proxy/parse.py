@@ -131,6 +131,8 @@ def check_tokens(tokens: Sequence[Token], limits: Limits, *, hint: str = "") -> 
             between.append(0)
         elif kind in _CLOSE:
             depth -= 1
+            if depth < 0:  # no statement closes a bracket it did not open (and later passes assume none does)
+                raise ParseError("syntax error at or near ')': it closes no bracket", hint="Check the brackets")
             if len(chains) > 1:
                 chains.pop()
                 between.pop()
@@ -277,36 +279,62 @@ def _check_size(sql: str, limits: Limits) -> None:
 _MAX_ARGUMENTS = {
     "left": 2, "right": 2, "strpos": 2, "floor": 1, "ceil": 1, "ceiling": 1, "length": 1, "substring": 3, "substr": 3,
     "round": 2, "trunc": 2, "abs": 1, "sign": 1, "sqrt": 1, "ln": 1, "exp": 1, "upper": 1, "lower": 1, "lpad": 3,
-    "rpad": 3, "replace": 3, "nullif": 2, "mod": 2, "power": 2, "pow": 2, "log": 2, "date_trunc": 2, "date_part": 2,
+    "rpad": 3, "replace": 3, "nullif": 2, "mod": 2, "power": 2, "pow": 2, "log": 2, "date_trunc": 3, "date_part": 2,
+    "min": 1, "max": 1, "count": 1, "position": 2, "median": 1, "quantile_cont": 2, "quantile_disc": 2,
     "reverse": 1, "md5": 1, "ascii": 1, "chr": 1, "initcap": 1, "cbrt": 1, "degrees": 1, "radians": 1,
 }  # fmt: skip
 
 
-def _check_call_arguments(tokens: list[sqlglot.tokens.Token]) -> None:
+#: Tokens after which a name followed by ``(`` is not a call: an alias's or a CTE's column list (``AS log(a, b)``,
+#: ``FROM t exp(a, b)``, ``(VALUES …) abs(a, b)``), a star's ``REPLACE``/``EXCLUDE`` list after another list.
+_NOT_BEFORE_A_CALL = {
+    TokenType.ALIAS, TokenType.WITH, TokenType.VAR, TokenType.IDENTIFIER, TokenType.R_PAREN, TokenType.NUMBER,
+    TokenType.STRING,
+}  # fmt: skip
+#: Tokens before a ``*`` that make it a star (``SELECT *``, ``t.*``), not a product: ``* REPLACE (…)`` is no call.
+_BEFORE_A_STAR = {TokenType.SELECT, TokenType.COMMA, TokenType.DOT, TokenType.DISTINCT, TokenType.ALL, TokenType.L_PAREN}
+
+
+def _called(tokens: Sequence[Token], paren: int) -> str | None:
+    """The listed function (:data:`_MAX_ARGUMENTS`) the ``(`` at ``tokens[paren]`` opens the arguments of, or None."""
+    if paren == 0:
+        return None
+    name_tok = tokens[paren - 1]
+    name = name_tok.text.lower()
+    if name not in _MAX_ARGUMENTS or name_tok.token_type == TokenType.STRING:
+        return None
+    if paren >= 2:
+        before = tokens[paren - 2].token_type
+        if before in _NOT_BEFORE_A_CALL:
+            return None
+        if before == TokenType.STAR and (paren < 3 or tokens[paren - 3].token_type in _BEFORE_A_STAR):
+            return None
+    return name
+
+
+def _check_call_arguments(tokens: Sequence[Token]) -> None:
     """Refuse (42883) a call to one of :data:`_MAX_ARGUMENTS`'s functions with more top-level arguments than PostgreSQL
-    takes, counted in the token stream before sqlglot parses (and drops) them."""
-    for i in range(len(tokens) - 1):
-        if tokens[i + 1].token_type != TokenType.L_PAREN or tokens[i].token_type == TokenType.STRING:
-            continue
-        if i and tokens[i - 1].token_type in (TokenType.ALIAS, TokenType.WITH, TokenType.STAR):
-            continue  # `AS log(a, b, c)`: column names; `* REPLACE (a + 1 AS a, …)`: a star's modifier, no call
-        name = tokens[i].text.lower()
-        most = _MAX_ARGUMENTS.get(name)
-        if most is None:
-            continue
-        depth, commas = 0, 0
-        for tok in tokens[i + 1 :]:
-            if tok.token_type in _OPEN:
-                depth += 1
-            elif tok.token_type in _CLOSE:
-                depth -= 1
-                if depth == 0:
-                    break
-            elif tok.token_type == TokenType.COMMA and depth == 1:
-                commas += 1
-        if commas + 1 > most:
+    takes, counted in the token stream before sqlglot parses (and drops) them: one pass, each bracket's commas counted
+    on a stack. A name with a column list before ``AS (`` (a CTE) is no call."""
+    names: list[str | None] = []  # per open bracket: the listed function it opens the arguments of, or None
+    commas: list[int] = []  # per open bracket: the commas at its level
+    for j, tok in enumerate(tokens):
+        kind = tok.token_type
+        if kind in _OPEN:
+            names.append(_called(tokens, j) if kind == TokenType.L_PAREN else None)
+            commas.append(0)
+        elif kind == TokenType.COMMA and commas:
+            commas[-1] += 1
+        elif kind in _CLOSE and names:
+            name, given = names.pop(), commas.pop() + 1
+            if name is None or given <= _MAX_ARGUMENTS[name]:
+                continue
+            ahead = [t.token_type for t in tokens[j + 1 : j + 3]]
+            if ahead == [TokenType.ALIAS, TokenType.L_PAREN]:  # `WITH a AS (…), log(x, y, z) AS (…)`
+                continue
+            most = _MAX_ARGUMENTS[name]
             raise UndefinedOperator(
-                f"function {name}() takes at most {most} argument{'s' if most > 1 else ''}, got {commas + 1}",
+                f"function {name}() takes at most {most} argument{'s' if most > 1 else ''}, got {given}",
                 hint="See docs/sql.md for each function's arguments",
             )
 
