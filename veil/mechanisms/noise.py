@@ -98,7 +98,12 @@ def _laplace_call(scale: float, sensitivity: float | None, n: int) -> Any:
     :mod:`veil.mechanisms._opendp_call`): the lattice one given a positive sensitivity it is defined for, else
     OpenDP's default lattice."""
     m = _lattice_laplace(scale, sensitivity, n) if sensitivity else None
-    return vector_call(m if m is not None else _float_laplace(scale))
+    return vector_call(m) if m is not None else _default_laplace_call(scale)
+
+
+@lru_cache(maxsize=256)
+def _default_laplace_call(scale: float) -> Any:
+    return vector_call(_float_laplace(scale))  # one per scale, whatever the vector's length
 
 
 @lru_cache(maxsize=256)

@@ -369,8 +369,9 @@ def function_name(node: exp.Expression, sql: str) -> str:
 
 #: sqlglot's refusal of a function call with more arguments than its expression holds.
 _TOO_MANY_ARGUMENTS = re.compile(r"The number of provided arguments \((\d+)\) is greater than the maximum")
-#: The calls sqlglot refuses that way whose PostgreSQL arity differs from what its expression holds.
-_PG_ARITY = {"percentile_cont": (1, "the fraction"), "percentile_disc": (1, "the fraction"), "median": (1, "the column")}
+#: The calls sqlglot refuses that way that take one fraction in PostgreSQL (the token pass,
+#: :func:`_check_call_arguments`, refuses the calls :data:`_MAX_ARGUMENTS` lists before sqlglot sees them).
+_ONE_FRACTION = frozenset({"percentile_cont", "percentile_disc"})
 _CALLED = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*\($")
 
 
@@ -396,14 +397,11 @@ def _syntax_error(exc: SqlglotParseError) -> ParseError | UndefinedOperator:
     name = _called_function(str(first.get("start_context") or "")) if too_many else None
     if too_many and name is not None:
         got = int(too_many.group(1))
-        want, what = _PG_ARITY.get(name, (None, ""))
-        if want is not None:
+        if name in _ONE_FRACTION:
             return UndefinedOperator(
-                f"function {name}() takes {want} argument ({what}), got {got}",
+                f"function {name}() takes 1 argument (the fraction), got {got}",
                 hint=f"Pass one fraction and the column in WITHIN GROUP (ORDER BY …), e.g. {name}(0.5) WITHIN GROUP "
-                "(ORDER BY age)"
-                if what == "the fraction"
-                else f"Pass one column, e.g. {name}(age)",
+                "(ORDER BY age)",
             )
         return UndefinedOperator(
             f"function {name}() does not take {got} arguments", hint="See docs/sql.md for each function's arguments"
