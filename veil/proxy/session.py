@@ -90,6 +90,28 @@ def _py(v: Any) -> Any:
     return v
 
 
+def _py_column(values: np.ndarray) -> list[Any]:
+    """:func:`_py` of each value of a released column, in one call where NumPy gives the same Python values
+    (``tolist`` of an integer, real or boolean array)."""
+    if values.dtype.kind in "iufb":
+        out: list[Any] = values.tolist()
+        return out
+    return [_py(v) for v in values.tolist()]
+
+
+#: The types a logged answer's cell keeps as it is (:func:`~veil._json.to_jsonable` would return it unchanged).
+_JSON_PLAIN = frozenset({str, int, float, type(None)})
+
+
+def _json_row(row: Sequence[Any]) -> list[Any]:
+    """One answer row as the ledger logs it: ``to_jsonable(v, nan_as_null=False)`` of each value, skipped for a row
+    of plain values (the common released row: a text key and numbers), which it would return unchanged."""
+    plain = _JSON_PLAIN
+    if all(type(v) in plain for v in row):
+        return list(row)
+    return [to_jsonable(v, nan_as_null=False) for v in row]
+
+
 def _int(v: Any) -> int:
     """A count or bucket from the engine; NULL (never expected) counts as 0 so nothing here can fail."""
     try:
@@ -744,21 +766,20 @@ class Env:
     ) -> tuple[tuple[OutputColumn, ...], list[tuple[Any, ...]], list[tuple[float | None, ...]]]:  # fmt: skip
         if post.direct is None:
             raise InternalError("not a direct post-processing")
-        rows, ci_rows = [], []
-        for gi, g in enumerate(kept):
-            row: list[Any] = []
-            crow: list[float | None] = []
-            for col, src in zip(post.direct, post.ci_sources, strict=True):
-                i = int(col[3:])
-                if col.startswith("__k"):
-                    row.append(_py(g[i]))
-                    crow.append(None)
-                else:
-                    row.append(_py(values[i][gi]))
-                    c = cis[i]
-                    crow.append(None if c is None or src is None else float(c[gi]))
-            rows.append(tuple(row))
-            ci_rows.append(tuple(crow))
+        n = len(kept)
+        cols: list[list[Any]] = []  # column by column (a 50-group answer is 150 cells: one NumPy call per column)
+        ci_cols: list[list[float | None]] = []
+        for col, src in zip(post.direct, post.ci_sources, strict=True):
+            i = int(col[3:])
+            if col.startswith("__k"):
+                cols.append([_py(g[i]) for g in kept])
+                ci_cols.append([None] * n)
+            else:
+                cols.append(_py_column(values[i]))
+                c = cis[i]
+                ci_cols.append([None] * n if c is None or src is None else c.astype(np.float64).tolist())
+        rows: list[tuple[Any, ...]] = list(zip(*cols, strict=True)) if cols else [() for _ in kept]
+        ci_rows: list[tuple[float | None, ...]] = list(zip(*ci_cols, strict=True)) if ci_cols else [() for _ in kept]
         types = [key_types[int(c[3:])] if c.startswith("__k") else agg_types[int(c[3:])] for c in post.direct]
         return tuple(OutputColumn(n, t) for n, t in zip(post.names, types, strict=True)), rows, ci_rows
 
@@ -772,14 +793,14 @@ class Env:
             for s in p.statistics
         )  # fmt: skip
         # ±inf and NaN keys kept as sent (null is the NULL group's key: red team s41 A3)
-        return LoggedStatistics(vectors, tuple(tuple(to_jsonable(v, nan_as_null=False) for v in g) for g in kept))
+        return LoggedStatistics(vectors, tuple(tuple(_json_row(g)) for g in kept))
 
     def release(self, reservation: Reservation, p: QueryPlan, answer: Answer, stats: LoggedStatistics) -> str:
         return self.ledger.release(
             reservation,
             answer={
                 "columns": [[c.name, c.sql_type] for c in answer.columns],
-                "rows": [[to_jsonable(v, nan_as_null=False) for v in r] for r in answer.rows],  # the answer cache's copy
+                "rows": [_json_row(r) for r in answer.rows],  # the answer cache's copy
                 "ci95": [list(r) for r in answer.ci95],
                 "withheld_groups": answer.withheld_groups,
                 "epsilon": str(p.cost),
