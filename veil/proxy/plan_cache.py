@@ -101,7 +101,11 @@ class Entry:
 
 
 def _text(value: str) -> bool:
-    return len(value) <= _TEXT_MAX and value.isprintable()
+    """A text the cache lifts: short, printable and ASCII, so its length in characters (its shape's form, the
+    category's cut) is also its length in UTF-8 bytes (the text work and expanded size the plan pass prices), and the
+    probe's ``x``/``y`` keep both (red team s56 C1: a 64-character ``é`` text shared the shape of 64 ``x``, and a
+    cache hit skipped the byte bound that planning afresh refused)."""
+    return len(value) <= _TEXT_MAX and value.isascii() and value.isprintable()
 
 
 def _column_spec(column: exp.Column, table: exp.Table, policy: Policy) -> Any:
