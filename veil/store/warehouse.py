@@ -892,12 +892,13 @@ def publication_lock(policy: Policy, token: str) -> Iterator[None]:
 
 
 @contextmanager
-def output_claim(policy: Policy, output: str, *, raw_write: bool = False) -> Iterator[None]:
+def output_claim(policy: Policy, output: str, *, raw_write: bool = False, shared: bool = False) -> Iterator[None]:
     """Claim a publication's output (table name or model path) for this process until the block ends: a second
     publication to the same output, in any process, is refused typed before its charge (red team s27 A7: two
     publications to one new name both passed the existence check, both were charged, and the later commit silently
     replaced the earlier table). An OS file lock (non-blocking), freed by the OS when the process dies.
-    ``raw_write``: the claim is a curator's raw write to a Spark table (:func:`write_table`)."""
+    ``raw_write``: the claim is a curator's raw write to a Spark table (:func:`write_table`). ``shared``: a claim
+    other shared claims of the name do not refuse (only an exclusive one does, and it is refused by them)."""
     import fcntl
     import hashlib
 
@@ -907,7 +908,7 @@ def output_claim(policy: Policy, output: str, *, raw_write: bool = False) -> Ite
     fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             if raw_write:
                 raise InputError(
