@@ -1,5 +1,6 @@
 """Two publications of one source that would each publish a column value by value cannot both pass the linkage check
-by running at the same time (s51 A5's rule, ``transaction.check_linkage``, checked under a per-source claim).
+by running at the same time (s51 A5's rule, ``transaction.check_linkage``, checked under a claim of each column of
+the source a publication publishes: exclusive for a ``--sensitive`` column, shared for a quasi-identifier).
 
 Before the claim, the check read the release log and the publication was recorded minutes later: two processes
 publishing ``--sensitive gain`` from one source to two outputs both found no other live publication, and both
@@ -8,12 +9,19 @@ landed, which is what the rule exists to prevent.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
+import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
 from veil.errors import InputError, PublicationRefused, VeilError
 
@@ -67,7 +75,7 @@ def test_a_publication_with_value_columns_waits_for_no_one_it_is_refused_while_a
     from veil.generators.transaction import linkage_claim, publish
     from veil.store.warehouse import table_names
 
-    with linkage_claim(policy, "people"):
+    with linkage_claim(policy, "people", {"gain"}, {"age"}):  # what `--qi age --sensitive gain` holds
         with pytest.raises(InputError, match=r"another publication of table 'people' .* value by value"):
             publish(policy, "kanon", _request("p2"), progress=False)
         assert "p2" not in table_names(policy)
@@ -104,3 +112,79 @@ def test_two_publications_at_once_never_both_land(policy) -> None:  # type: igno
     refused = next(r for r in outcomes.values() if r != "landed")
     assert isinstance(refused, (InputError, PublicationRefused)), refused
     assert set(table_names(policy)) & {"a1", "a2"} == set(landed)
+
+
+# -- through the curator's CLI: `veil publish kanon`, the claim held by another process ------------------------------
+
+_HOLDER = """\
+import sys
+from veil.generators.transaction import linkage_claim
+from veil.policy import load_policy
+with linkage_claim(load_policy(sys.argv[1]), sys.argv[2], sys.argv[3].split(","), []):
+    print("HELD", flush=True)
+    sys.stdin.readline()
+"""
+
+
+@contextlib.contextmanager
+def _held_by_another_process(policy_path: Path, source: str, values: str) -> Iterator[None]:
+    """Another process holds the claim a running ``veil publish kanon --sensitive VALUES`` of ``source`` holds."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(policy_path), source, values],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "HELD"
+        yield
+    finally:
+        holder.communicate("done\n", timeout=60)
+    assert holder.returncode == 0
+
+
+def _publish_cli(policy_path: Path, *args: str) -> Any:
+    from veil.cli.main import cli
+
+    base = ["publish", "kanon", "--policy", str(policy_path), "--algorithm", "mondrian", "--k", "5"]
+    return CliRunner().invoke(cli, [*base, *args])
+
+
+def _recorded(policy: Any) -> set[str | None]:
+    from veil.store.releases import list_releases
+
+    return {r.table for r in list_releases(policy, kind="publication")}
+
+
+#: `veil publish kanon` options that publish a column of ``people`` value by value (``--sensitive``)
+VALUE_BY_VALUE = (
+    ("--table", "people", "--qi", "age", "--sensitive", "gain"),
+    ("--table", "people", "--qi", "sex", "--sensitive", "gain"),
+    ("--table", "people", "--qi", "age,sex", "--sensitive", "gain"),
+    ("--table", "people", "--qi", "age", "--sensitive", "sex"),
+    ("--table", "people", "--qi", "gain", "--sensitive", "sex"),
+)
+
+
+@pytest.mark.parametrize("args", VALUE_BY_VALUE, ids=[f"qi={a[3]}-sensitive={a[5]}" for a in VALUE_BY_VALUE])
+def test_veil_publish_kanon_is_refused_free_while_another_process_holds_the_source(policy, args: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+    from veil.store.warehouse import table_names
+
+    path = Path(policy.path)
+    with _held_by_another_process(path, "people", args[5]):
+        res = _publish_cli(path, *args, "--output", "p2")
+        assert res.exit_code == 2, res.output
+        assert "[22023]" in res.stderr and "another publication of table 'people'" in res.stderr, res.stderr
+        assert "is running right now" in res.stderr, res.stderr
+        assert "p2" not in table_names(policy) and "p2" not in _recorded(policy)
+        # what the claim does not cover goes on: another source, and the source without the held columns
+        res = _publish_cli(path, *args[:2], "--qi", "age", "--output", "p3")
+        assert res.exit_code == 0, res.output
+        staff = ["staff" if a == "people" else a for a in args]
+        res = _publish_cli(path, *staff, "--output", "s1")
+        assert res.exit_code == 0, res.output
+    res = _publish_cli(path, *args, "--output", "p2")  # the claim ended with the other process's block
+    assert res.exit_code == 0, res.output
+    assert "p2" in table_names(policy) and "p2" in _recorded(policy)

@@ -500,7 +500,8 @@ def test_a2_portal_parameters_count_as_what_they_hold(policy: Path) -> None:
         sock = _login(st.port)  # type: ignore[attr-defined]
         try:
             binds = b"".join(message(b"B", b"p%d\x00st\x00\x00\x00" % i + params + b"\x00\x00") for i in range(20))
-            sock.sendall(_query("BEGIN") + _parse("SELECT 1", "st") + binds + SYNC)
+            # the statement declares 32,767 text parameters: a Bind must supply as many as it has (08P01 otherwise)
+            sock.sendall(_query("BEGIN") + _parse("SELECT 1", "st", (25,) * 32767) + binds + SYNC)
             _drain(sock)
             out, _ = _drain(sock)
             assert "53400" in [code for code, _ in _errors(out)], [tag for tag, _ in out][:5]

@@ -33,7 +33,7 @@ import os
 import secrets
 import signal
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -282,6 +282,14 @@ def _value_columns(release: Any) -> set[str]:
     return {str(c) for c, info in columns.items() if isinstance(info, Mapping) and info.get("protection") == "sensitive"}
 
 
+def _quasi_identifier_columns(release: Any) -> set[str]:
+    """The quasi-identifiers of a live k-anonymous publication, read off its record (its ``qi`` parameter)."""
+    if not str(getattr(release, "method", "")).startswith("kanon-") or not isinstance(release.params, Mapping):
+        return set()
+    given = release.params.get("qi") or ()
+    return {given} if isinstance(given, str) else {str(c) for c in given}
+
+
 def _published_value_columns(plan: Plan) -> set[str]:
     """The columns of its source that ``plan`` publishes value by value (what :func:`check_linkage` compares): a
     k-anonymous table's ``--sensitive`` columns. Other kinds' ``sensitive`` parameter names what they protect, not
@@ -292,40 +300,59 @@ def _published_value_columns(plan: Plan) -> set[str]:
     return {given} if isinstance(given, str) else {str(c) for c in given}
 
 
+def _quasi_identifiers(plan: Plan) -> set[str]:
+    """A k-anonymous table's ``--qi`` columns: each class publishes one value of each, or a range or set of them (a
+    quasi-identifier is left ungeneralised wherever k holds without cutting it)."""
+    if plan.kind != "kanon" or plan.artifact != "table":
+        return set()
+    given = plan.params.get("qi") or ()
+    return {given} if isinstance(given, str) else {str(c) for c in given}
+
+
 @contextlib.contextmanager
-def linkage_claim(policy: Any, source: str) -> Iterator[None]:
-    """Hold table ``source`` for one publication that publishes some of its columns value by value, from
-    :func:`check_linkage` until that publication is recorded or abandoned: a second such publication of the same
-    source, in any process, is refused typed before its charge. Without it two of them running at once both passed
-    the check (each read a release log without the other) and both landed. An OS file lock, as
-    :func:`~veil.store.warehouse.output_claim`'s, under a name no output can have."""
+def linkage_claim(policy: Any, source: str, value_columns: Iterable[str], quasi_identifiers: Iterable[str]) -> Iterator[None]:
+    """Hold the columns of table ``source`` one publication publishes, from :func:`check_linkage` until that
+    publication is recorded or abandoned: each of its ``value_columns`` (``--sensitive``) exclusively, each of its
+    ``quasi_identifiers`` shared, so a second publication of the same source that would give a column the conflicting
+    role (:func:`check_linkage`'s rule), in any process, is refused typed before its charge, while two that only share
+    quasi-identifiers run at once. Without it two of them running at once both passed the check (each read a release
+    log without the other) and both landed. OS file locks, as :func:`~veil.store.warehouse.output_claim`'s, under
+    names no output can have."""
     from veil.store import warehouse
 
-    held = contextlib.ExitStack()
-    try:
-        held.enter_context(warehouse.output_claim(policy, f"\x00linkage:{source}"))
-    except InputError:
-        raise InputError(
-            f"another publication of table {source!r} that publishes some of its columns value by value is running right now",
-            hint="Wait for it to finish, then publish again (the linkage check then sees the other table)",
-        ) from None
-    with held:
+    values = {c.lower() for c in value_columns}
+    wanted = sorted({(c, c in values) for c in values | {c.lower() for c in quasi_identifiers}})
+    with contextlib.ExitStack() as held:
+        for column, exclusive in wanted:
+            try:
+                held.enter_context(warehouse.output_claim(policy, f"\x00linkage:{source}:{column}", shared=not exclusive))
+            except InputError:
+                raise InputError(
+                    f"another publication of table {source!r} is running right now that publishes its column {column!r} "
+                    "value by value or as a quasi-identifier",
+                    hint="Wait for it to finish, then publish again (the linkage check then sees the other table)",
+                ) from None
         yield
 
 
 def check_linkage(policy: Any, plan: Plan) -> None:
     """Refuse a publication that would publish, value by value, a column of its source that another live publication
-    of the same source already publishes value by value (k-anonymity's ``--sensitive`` columns).
+    of the same source publishes too — as a k-anonymous table's ``--sensitive`` column in one of the two, and as a
+    ``--sensitive`` column or a quasi-identifier in the other.
 
     Each k-anonymous table is k-anonymous alone; two of one source sharing such a column are one table to an analyst,
     who joins them on it (``p1 JOIN p2 USING (gain)``): a person's value is then among those both of their groups
     hold, and that intersection can be one value however large each group is (red team s51 A5: ``--qi age
     --sensitive gain`` and ``--qi sex,job --sensitive gain`` at k = 5 singled out the gain of 27 of 60 people; a
     check that k holds in the new table with the shared column as a quasi-identifier passed tables whose every
-    intersection was one value, review of s51). From the release log and the parameters alone (free, before anything
-    is read); replacing the same output, or retracting the other publication first, is allowed."""
-    mine = _published_value_columns(plan)
-    if not mine:
+    intersection was one value, review of s51). A quasi-identifier publishes its column value by value wherever k
+    holds without generalising it, and a range or set of values elsewhere: ``--qi age --sensitive job`` beside
+    ``--qi hours,job`` singled out the job of 5 of 120 people neither table singles out alone. Two quasi-identifiers
+    of one column stay allowed (k-anonymity assumes an attacker knows them). From the release log and the parameters
+    alone (free, before anything is read); replacing the same output, or retracting the other publication first, is
+    allowed."""
+    mine, quasi = _published_value_columns(plan), _quasi_identifiers(plan)
+    if not mine and not quasi:
         return
     from veil.store.publications import published_tables
 
@@ -334,15 +361,28 @@ def check_linkage(policy: Any, plan: Plan) -> None:
             continue  # the table this one replaces
         if release.params.get("source_table") != plan.source:
             continue
-        shared = sorted(mine & _value_columns(release))
-        if shared:
-            raise PublicationRefused(
-                f"column {shared[0]!r} of {plan.source!r} is also published value by value in {table!r} "
-                f"({release.id}): analysts would join the two tables on it, and a person's value would be among those "
-                "both of their groups hold, which can be one value whatever k is",
-                hint=f"Publish {shared[0]!r} unchanged in one table only: retract {table!r} first (`veil retract "
-                f"{table}`), replace it (--output {table} --replace), or leave the column out",
+        theirs, their_quasi = _value_columns(release), _quasi_identifier_columns(release)
+        clash = sorted(
+            [(c, "sensitive", "sensitive") for c in mine & theirs]
+            + [(c, "sensitive", "quasi-identifier") for c in mine & their_quasi - theirs]
+            + [(c, "quasi-identifier", "sensitive") for c in quasi & theirs - mine]
+        )
+        if not clash:
+            continue
+        column, here, there = clash[0]
+        if here == there:
+            said = f"column {column!r} of {plan.source!r} is also published value by value in {table!r} ({release.id})"
+        else:
+            said = (
+                f"column {column!r} of {plan.source!r} would be a {here} column here and is a {there} column in {table!r} "
+                f"({release.id}), published value by value wherever k holds without generalising it"
             )
+        raise PublicationRefused(
+            f"{said}: analysts would join the two tables on it, and a person's value would be among those both of "
+            "their groups hold, which can be one value whatever k is",
+            hint=f"Publish {column!r} unchanged in one table only, or as a quasi-identifier in both: retract {table!r} "
+            f"first (`veil retract {table}`), replace it (--output {table} --replace), or leave the column out",
+        )
 
 
 # -- recovery -------------------------------------------------------------------------------------
@@ -499,7 +539,7 @@ def publish(
         plan = plugin.plan(policy, request)
         gate.check_plan(plan, _min_epsilon(policy))
         claimed = str(Path(plan.output).resolve()) if plan.artifact == "model" else plan.output
-        linked = linkage_claim(policy, plan.source) if _published_value_columns(plan) else contextlib.nullcontext()
+        linked = linkage_claim(policy, plan.source, _published_value_columns(plan), _quasi_identifiers(plan))
         with warehouse.output_claim(policy, claimed), linked:  # no other publication to this output until this ends
             check_output(policy, plan)
             check_linkage(policy, plan)  # across this source's live publications (s51 A5), under its claim

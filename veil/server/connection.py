@@ -247,6 +247,16 @@ def _count_params(statement: Any) -> int:
     return max(numbers, default=0)
 
 
+def _required_params(statement: Any) -> int | None:
+    """The parameters a Bind of ``statement`` must supply, as PostgreSQL counts them: the types its Parse declared or
+    its highest ``$n``, whichever is more. None when its text did not tokenise (the query path refuses it, with the
+    position, when it runs)."""
+    route = getattr(statement, "route", None)
+    if route is None or (not route.tokens and route.sql.strip()):
+        return None
+    return max(len(getattr(statement, "param_oids", ())), _count_params(statement))
+
+
 class VeilConnection(Connection):
     """pg-mimic's connection with Veil's login (timeout, backoff, logging, per-analyst slots),
     routing (one tokenizer pass per statement), lazy Describe (types only, never the noisy run)
@@ -547,11 +557,19 @@ class VeilConnection(Connection):
 
     async def _handle_bind(self, parsed: Any) -> None:
         """A Bind, checked as PostgreSQL checks it before anything is decoded or run (red team s54 A4): format
-        counts 0, 1 or one per parameter / result column (08P01), format codes 0 or 1 (22023)."""
+        counts 0, 1 or one per parameter / result column (08P01), as many parameters as the statement has (08P01:
+        one short was refused only at Execute, 22023, and extra ones were dropped and the query charged), format codes
+        0 or 1 (22023)."""
         statement = self._get_statement(parsed.statement_name)
         formats, results = parsed.param_format_codes, parsed.result_format_codes
         if len(formats) > 1 and len(formats) != len(parsed.params):
             raise ProtocolViolation(f"bind message has {len(formats)} parameter formats but {len(parsed.params)} parameters")
+        required = _required_params(statement)
+        if required is not None and len(parsed.params) != required:
+            raise ProtocolViolation(
+                f"bind message supplies {len(parsed.params)} parameters, but prepared statement "
+                f'"{parsed.statement_name}" requires {required}'
+            )
         _check_format_codes(formats)
         _check_format_codes(results)
         if len(results) > 1:  # one per column: as many as the statement has (Describe is free)

@@ -378,8 +378,9 @@ def within_python_dates(column: str, sql_type: str) -> str:
 
 
 def read_table(policy: Policy, table: str, columns: Sequence[str] | None = None, *, python_dates: bool = False) -> pd.DataFrame:
-    """The whole table as a DataFrame (curator access: raw values, no noise). ``python_dates``: dates and timestamps
-    Python cannot hold read as NULL (:func:`within_python_dates`; a publication's read of its source)."""
+    """The whole table as a DataFrame (curator access: raw values, no noise; a DECIMAL or HUGEINT as DuckDB casts it to
+    DOUBLE, :func:`_as_double_once`). ``python_dates``: dates and timestamps Python cannot hold read as NULL
+    (:func:`within_python_dates`; a publication's read of its source)."""
     if policy.engine.kind == "spark":
         return _spark().read_table(policy, table, columns, python_dates=python_dates)
     with writer(policy) as con:
@@ -393,11 +394,35 @@ def read_table(policy: Policy, table: str, columns: Sequence[str] | None = None,
                     hint=did_you_mean(c, list(types)) or f"Columns: {', '.join(types)}",
                 )
         wanted = list(columns) if columns else list(types)
-        if not python_dates:
-            cols = ", ".join(_quoted(c) for c in columns) if columns else "*"
-        else:
-            cols = ", ".join(within_python_dates(_quoted(c), types[c]) for c in wanted)
+        items = [
+            within_python_dates(_quoted(c), types[c])
+            if python_dates and not _wide_number(types[c])
+            else _as_double_once(_quoted(c), types[c])
+            for c in wanted
+        ]
+        cols = "*" if items == [_quoted(c) for c in types] else ", ".join(items)
         return con.execute(f"SELECT {cols} FROM {name}").df()
+
+
+def _wide_number(sql_type: str) -> bool:
+    """A DECIMAL or HUGEINT: a type a DataFrame holds as a double."""
+    kind = sql_type.upper()
+    return kind.startswith("DECIMAL") or kind in ("HUGEINT", "UHUGEINT")
+
+
+def _as_double_once(column: str, sql_type: str) -> str:
+    """The select item reading ``column`` (already quoted) as a DataFrame will hold it: a DECIMAL or HUGEINT cast to
+    DOUBLE by DuckDB (rounded once), other columns as they are. DuckDB's DataFrame conversion divides a DECIMAL's
+    unscaled integer, already rounded to a double, by 10^scale: for 43% of DECIMAL(38, 10) values near 10⁶ the public
+    mirror held another double than a private query reads of the same table (``TRY_CAST(… AS DOUBLE)``,
+    :mod:`veil.proxy.public_reads`), so public and private answers disagreed on its values.
+
+    >>> _as_double_once('"v"', "DECIMAL(38,10)")
+    'CAST("v" AS DOUBLE) AS "v"'
+    >>> _as_double_once('"n"', "BIGINT")
+    '"n"'
+    """
+    return f"CAST({column} AS DOUBLE) AS {column}" if _wide_number(sql_type) else column
 
 
 def _quoted(name: str) -> str:
@@ -867,12 +892,13 @@ def publication_lock(policy: Policy, token: str) -> Iterator[None]:
 
 
 @contextmanager
-def output_claim(policy: Policy, output: str, *, raw_write: bool = False) -> Iterator[None]:
+def output_claim(policy: Policy, output: str, *, raw_write: bool = False, shared: bool = False) -> Iterator[None]:
     """Claim a publication's output (table name or model path) for this process until the block ends: a second
     publication to the same output, in any process, is refused typed before its charge (red team s27 A7: two
     publications to one new name both passed the existence check, both were charged, and the later commit silently
     replaced the earlier table). An OS file lock (non-blocking), freed by the OS when the process dies.
-    ``raw_write``: the claim is a curator's raw write to a Spark table (:func:`write_table`)."""
+    ``raw_write``: the claim is a curator's raw write to a Spark table (:func:`write_table`). ``shared``: a claim
+    other shared claims of the name do not refuse (only an exclusive one does, and it is refused by them)."""
     import fcntl
     import hashlib
 
@@ -882,7 +908,7 @@ def output_claim(policy: Policy, output: str, *, raw_write: bool = False) -> Ite
     fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             if raw_write:
                 raise InputError(
