@@ -5,7 +5,8 @@ Each test below FAILS on main at 1c02125 (nothing is marked xfail: the lead fixe
 
 Findings:
 
-* C1 (LOW, a free work bound skipped through the plan cache; every interface, the cache is per session) — the shape
+* C1 (LOW, a free work bound skipped through the plan cache; the Python API and ``veil serve``, whose sessions keep
+  their plan cache between queries — ``veil query`` runs one query per process, so its cache is always cold) — the shape
   of a lifted text literal keeps its length in *characters* (``t64``), but two checks of the plan pass read its
   length in UTF-8 *bytes*: :func:`veil.proxy.expansion.text_work` (``MAX_TEXT_WORK``, 64 MiB of text one person's rows
   may make the engine build) and :func:`veil.proxy.expansion.measure` (``expanded``, priced against
@@ -21,7 +22,6 @@ Findings:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
