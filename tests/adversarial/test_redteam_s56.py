@@ -17,11 +17,34 @@ Findings:
   depends on the session's history instead of its text and the policy. Fix: keep each lifted text's UTF-8 byte length
   in its form (``f"t{len(s)}b{len(s.encode())}"``), or lift only ASCII texts, and have the probe keep byte lengths
   (replace each character by one of the same UTF-8 width).
+* C2 (HIGH, a deterministic side channel that reads one person's value exactly; every interface) — a public derived
+  table may hold an aggregate in its select list (s52/s55 keep ``AVG``/``MEDIAN`` there: "a value in a column keeps
+  or drops no row"), and ``make_total`` never wraps an aggregate (s55 A3). ``AVG`` (and ``MEDIAN``) of an
+  ``INTERVAL`` raises in DuckDB when a group's days overflow INT32 ("Overflow in addition of INT32"), and whether the
+  engine aggregates that group at all is decided by the *private* side: DuckDB derives a filter on the join key from
+  the bounded copy's column statistics (its min/max zonemaps; ``Filters: a <= <max age>`` on the public scan, below
+  the aggregate) and from the join's build side at run time, so public groups outside the private column's range are
+  never aggregated. With a public reference table ``ages(a)`` = 0…120 and ``people.age`` bounded [0, 120]::
+
+      SELECT COUNT(g.m) FROM people t JOIN (SELECT x.a, AVG(INTERVAL (x.a * m) DAY) AS m FROM ages x
+        JOIN ages y ON TRUE GROUP BY x.a) g ON g.a = t.age
+
+  with m = ⌊2³¹ / (121·T)⌋ + 1 makes exactly the groups a ≥ T overflow (121 rows each): the query fails
+  (``QueryFailed``, XX000, charged) iff max(age) ≥ T, and is answered otherwise — noise plays no part. D has the
+  target at age 95 (the oldest), D′ drops him (max 59): T = 60 and T = 90 fail on D and answer on D′; T = 96 answers
+  on both. Seven such queries (binary search on T) give the oldest person's exact age, whatever ε each is charged;
+  the same with MIN through the lower end, and with ``WHERE t.age < X`` narrowing the range. Fix: (1) refuse an
+  aggregate of an INTERVAL (or of anything but a number, text, date or bool column) anywhere, public sources
+  included — intervals are for date arithmetic; and, since any runtime error of a public source is now read
+  through the private side, (2) make every public-source aggregate total or evaluate public sources independently of
+  the private side (materialise them before the join, e.g. a ``MATERIALIZED`` CTE / a temporary table built in the
+  plan pass, so no filter derived from the bounded copy reaches them).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -134,3 +157,119 @@ def test_c1_a_shape_keeps_every_length_a_check_reads(c1_policy: Any, wide: str) 
         lifted = [plan_cache.lift(parse(q), s._env.policy, q) for q in sqls]
     if all(x is not None for x in lifted):
         assert lifted[0].shape != lifted[1].shape  # type: ignore[union-attr]
+
+
+# -- C2: a public source's runtime error is decided by the private side's statistics --------------------------------
+
+C2_POLICY = """\
+[database]
+path = "w.duckdb"
+[ledger]
+path = "l.sqlite"
+[tables.people]
+privacy_unit = "pid"
+max_rows_per_unit = 1
+[tables.people.columns]
+pid = { type = "int" }
+age = { type = "int", lower = 0, upper = 120 }
+[tables.ages]
+public = true
+[tables.ages.columns]
+a = { type = "int" }
+[analysts.a]
+epsilon = 1000000
+[analysts.wire]
+epsilon = 1000000
+"""
+C2_TARGET_AGE = 95
+
+
+def _c2_world(folder: Path, *, target: bool) -> Any:
+    people = pd.DataFrame({"pid": list(range(1, 41)), "age": [20 + i for i in range(40)]})  # ages 20…59
+    if target:
+        people = pd.concat([people, pd.DataFrame({"pid": [77], "age": [C2_TARGET_AGE]})])
+    people = people.astype({"pid": "Int64", "age": "Int64"})
+    ages = pd.DataFrame({"a": list(range(121))}).astype({"a": "Int64"})  # a public reference table: every age
+    return policy_with_tables(folder, C2_POLICY, {"people": people}, {"ages": ages})
+
+
+def c2_query(threshold: int) -> str:
+    """Fails iff some age ≥ ``threshold`` is in the private column's range: each group a has 121 rows (the cross join),
+    so its sum of days 121·a·m overflows INT32 exactly for a ≥ threshold."""
+    m = 2**31 // (121 * threshold) + 1
+    assert 121 * threshold * m > 2**31 - 1 >= 121 * (threshold - 1) * m
+    return (
+        f"SELECT COUNT(g.m) FROM people t JOIN (SELECT x.a, AVG(INTERVAL (x.a * {m}) DAY) AS m FROM ages x "
+        f"JOIN ages y ON TRUE GROUP BY x.a) g ON g.a = t.age"
+    )
+
+
+@pytest.fixture(scope="module")
+def c2_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
+    from tests.support.attack_neighbours import share_salts
+    from veil.proxy._testing import exact_session
+
+    base = tmp_path_factory.mktemp("s56c2")
+    d = exact_session(_c2_world(base / "d", target=True), "a")
+    d_prime = exact_session(_c2_world(base / "dp", target=False), "a")
+    share_salts(d, d_prime)
+    yield d, d_prime
+    d.close()
+    d_prime.close()
+
+
+def _outcome(session: Any, sql: str) -> str:
+    from veil.errors import VeilError
+
+    try:
+        session.execute(sql, epsilon=1.0)
+    except VeilError as exc:
+        return f"{type(exc).__name__} {exc.sqlstate}"
+    return "answered"
+
+
+@pytest.mark.parametrize("threshold", [60, 90, 96])
+def test_c2_a_public_sources_error_never_depends_on_the_private_side(c2_pair: tuple[Any, Any], threshold: int) -> None:
+    """HIGH: the query fails (QueryFailed, charged) on D — the target, aged 95, is the oldest — and is answered on
+    D′ (oldest 59) for T = 60 and T = 90; both answer at T = 96: a binary search on T reads the oldest person's exact
+    age. Both worlds must end the same way (refused free alike, or answered alike)."""
+    d, d_prime = c2_pair
+    sql = c2_query(threshold)
+    assert _outcome(d, sql) == _outcome(d_prime, sql)
+
+
+def test_c2_an_interval_is_never_aggregated(c2_pair: tuple[Any, Any]) -> None:
+    """The fix's first line: an aggregate of an INTERVAL (AVG overflows INT32 days, MEDIAN fails to convert days to
+    microseconds) is refused before anything is charged, in a public source as anywhere, alike on D and D′."""
+    from veil.errors import VeilError
+
+    d, d_prime = c2_pair
+    for agg in ("AVG", "MEDIAN"):
+        sql = (
+            f"SELECT COUNT(g.m) FROM people t JOIN (SELECT x.a, {agg}(INTERVAL (x.a) DAY) AS m FROM ages x "
+            "GROUP BY x.a) g ON g.a = t.age"
+        )
+        for session in (d, d_prime):
+            before = session.budget().spent
+            with pytest.raises(VeilError):
+                session.execute(sql, epsilon=1.0)
+            assert session.budget().spent == before
+
+
+def test_c2_through_the_wire(tmp_path: Path) -> None:
+    """Through ``veil serve`` and psycopg (real noise): T = 90 is XX000 with the target, answered without him."""
+    from tests.support.attack import set_password, wire_connect, wire_sqlstate
+    from tests.support.server import running_server
+
+    states = []
+    for name, target in (("d", True), ("dp", False)):
+        _c2_world(tmp_path / name, target=target)
+        policy = tmp_path / name / "policy.toml"
+        set_password(policy, "wire")
+        with running_server(policy) as st:
+            conn = wire_connect(st.port, "wire")  # type: ignore[attr-defined]
+            try:
+                states.append(wire_sqlstate(conn, c2_query(90)))
+            finally:
+                conn.close()
+    assert states[0] == states[1], states
