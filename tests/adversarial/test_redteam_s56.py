@@ -23,8 +23,9 @@ Findings:
   ``INTERVAL`` raises in DuckDB when a group's days overflow INT32 ("Overflow in addition of INT32"), and whether the
   engine aggregates that group at all is decided by the *private* side: DuckDB derives a filter on the join key from
   the bounded copy's column statistics (its min/max zonemaps; ``Filters: a <= <max age>`` on the public scan, below
-  the aggregate) and from the join's build side at run time, so public groups outside the private column's range are
-  never aggregated. With a public reference table ``ages(a)`` = 0…120 and ``people.age`` bounded [0, 120]::
+  the aggregate; a WHERE on another column does not narrow it: ``WHERE t.pid = 5`` still fails on D), so public groups
+  outside the private column's range are never aggregated. With a public reference table ``ages(a)`` = 0…120 and
+  ``people.age`` bounded [0, 120]::
 
       SELECT COUNT(g.m) FROM people t JOIN (SELECT x.a, AVG(INTERVAL (x.a * m) DAY) AS m FROM ages x
         JOIN ages y ON TRUE GROUP BY x.a) g ON g.a = t.age
