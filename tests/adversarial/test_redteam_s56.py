@@ -19,8 +19,9 @@ Findings:
   (replace each character by one of the same UTF-8 width).
 * C2 (HIGH, a deterministic side channel that reads one person's value exactly; every interface) — a public derived
   table may hold an aggregate in its select list (s52/s55 keep ``AVG``/``MEDIAN`` there: "a value in a column keeps
-  or drops no row"), and ``make_total`` never wraps an aggregate (s55 A3). ``AVG`` (and ``MEDIAN``) of an
-  ``INTERVAL`` raises in DuckDB when a group's days overflow INT32 ("Overflow in addition of INT32"), and whether the
+  or drops no row"), and ``make_total`` never wraps an aggregate (s55 A3). ``AVG`` of an ``INTERVAL`` raises in
+  DuckDB when a group's days overflow INT32 ("Overflow in addition of INT32"; plain DuckDB's ``MEDIAN`` of intervals
+  also raised, "Could not convert Day to Microseconds", on other values), and whether the
   engine aggregates that group at all is decided by the *private* side: DuckDB derives a filter on the join key from
   the bounded copy's column statistics (its min/max zonemaps; ``Filters: a <= <max age>`` on the public scan, below
   the aggregate; a WHERE on another column does not narrow it: ``WHERE t.pid = 5`` still fails on D), so public groups
@@ -40,6 +41,18 @@ Findings:
   through the private side, (2) make every public-source aggregate total or evaluate public sources independently of
   the private side (materialise them before the join, e.g. a ``MATERIALIZED`` CTE / a temporary table built in the
   plan pass, so no filter derived from the bounded copy reaches them).
+
+What held (tried, no witness): the plan cache otherwise — number literals of one digit pattern across the INT32/INT64
+boundary, leading zeros, 15+15-digit decimals, equal literals (the probe keeps equalities), quotes and backslashes in
+texts, shapes forged with a marker (no literal can hold its NUL: ``E'\\x00'``/``U&'…'`` are refused), a select-list alias
+named like the column, describe/explain through the cache; public-join multiplicity (GROUP BY ALL in public sources
+and in the outer query, USING, ``OR FALSE``, renamed and duplicated bare projections, ``* EXCLUDE/REPLACE``,
+``HAVING COUNT``, MAX of an int, ORDER BY … LIMIT … OFFSET, aggregates as values) — every plan covered both worlds;
+GROUP BY ALL in a private subquery is refused; extra arguments in 40 spellings are 42883 or a syntax error; one
+person's DATE 5877642-06-25 / 290309 BC / infinity in every date function, comparison with TIMESTAMP, DATE_TRUNC,
+EXTRACT, casts and keys: both worlds end alike and move within c; mixed public/private keys and key expressions
+(NULLIF, CASE on the unit, LEFT(…, 0), UPPER) within c; public columns declared with bounds still get TRY around
+arithmetic; TRY around repeated sub-expressions (DuckDB's CSE) held.
 """
 
 from __future__ import annotations
