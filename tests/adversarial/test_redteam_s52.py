@@ -57,7 +57,9 @@ subqueries in WHERE/SELECT, ANY_VALUE/FIRST/ARBITRARY/STRING_AGG, FETCH, LIMIT �
 
 Residual risk: the probe and the query still evaluate a public source separately, so any other run-to-run difference
 of a public derived table reopens A1/A2; measuring (or materialising) each public source once for both statements
-would close the class by construction. A key over a real aggregate of a public source (``GROUP BY g.avg``) is listed
+would close the class by construction. (Done in s56 on DuckDB: each derived public source is evaluated once into a
+temporary table that the probe and the statements both read, ``tests/adversarial/test_public_materialisation.py``;
+Spark keeps the rules above.) A key over a real aggregate of a public source (``GROUP BY g.avg``) is listed
 by its own run too; a value that rounds otherwise at query time falls outside the domain (dropped: public data only).
 """
 
@@ -275,9 +277,12 @@ A1_QUERIES = (
 def test_a1_a_row_choice_is_priced_for_every_choice(pair: tuple[Any, Any], sql: str) -> None:
     """HIGH: the plan priced the rows one run of the derived table kept (x1, x2: ×1) although the SQL lets a run keep
     both 'a' rows (×2) — and on a large table DuckDB's parallel sort does, run by run (600,000 rows: planned 3 in 4 of
-    10 sessions, answered 300 on D against 0 on D′ in 18 of 30 runs). The factor must bound every choice: ×2."""
+    10 sessions, answered 300 on D against 0 on D′ in 18 of 30 runs). The factor must bound the choice the query
+    reads. Since s56 (``test_public_materialisation``) the source is evaluated once on DuckDB and both the probe and
+    the query read that evaluation, so the factor is that choice's own (×1 or ×2 here, whichever rows it kept), and
+    any choice keeps at most the LIMIT's two rows of 'a'."""
     d, d_prime = pair
-    assert max(_sensitivities(d, sql)) >= 3 * 2, sql
+    assert max(_sensitivities(d, sql)) in (3, 3 * 2), sql
     assert violations(d, d_prime, sql) == []
 
 
@@ -346,7 +351,8 @@ def test_a1_held_a_total_order_keeps_its_tight_factor(pair: tuple[Any, Any]) -> 
 
 
 def test_a1_through_the_wire(tmp_path: Path) -> None:
-    """Through ``veil serve`` and psycopg: EXPLAIN (free) of the A1 query prices ×2, the nested choice is 0A000."""
+    """Through ``veil serve`` and psycopg: EXPLAIN (free) of the A1 query prices the rows its one evaluation kept (at
+    most the LIMIT's two of 'a'), the nested choice is 0A000."""
     from tests.support.attack import set_password, wire_connect, wire_rows, wire_sqlstate
     from tests.support.server import running_server
 
@@ -356,7 +362,7 @@ def test_a1_through_the_wire(tmp_path: Path) -> None:
         conn = wire_connect(st.port, "wire")  # type: ignore[attr-defined]
         try:
             rows = wire_rows(conn, f"EXPLAIN {A1_LIMIT}")
-            assert [row[3] for row in rows] == [6], rows  # statistic, role, mechanism, sensitivity, …
+            assert [row[3] for row in rows] in ([3], [6]), rows  # statistic, role, mechanism, sensitivity, …
             assert wire_sqlstate(conn, f"EXPLAIN {NESTED_CHOICES[0]}") == "0A000"
             assert wire_sqlstate(conn, NESTED_CHOICES[0]) == "0A000"
             assert wire_sqlstate(conn, ORDER_DEPENDENT_CHOICES[0]) == "0A000"  # A2

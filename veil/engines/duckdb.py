@@ -222,6 +222,58 @@ class DuckDBEngine:
         with warehouse.writer(self._policy) as con:
             con.execute(f"DROP TABLE IF EXISTS {_q(name)}")
 
+    # -- temporary tables: one evaluation of a public source, read by a probe and by the query ---------------
+    def create_temp(self, name: str, sql: str, max_rows: int) -> int:
+        """Evaluate ``sql`` (public data only) once into temporary table ``name`` of this engine's cursor, and return
+        its row count; a table of more than ``max_rows`` rows is dropped (the count returned is ``max_rows + 1``).
+
+        A temporary table belongs to the connection that made it (each cursor is one, so two sessions never see
+        each other's) and works on the read-only sandboxed reader; it is replaced when made again under one name.
+        Any failure is an :class:`EngineError` raised before a private row is read (``before_data``)."""
+        path = self._path()
+        gate = warehouse.reading(path) if path is not None else contextlib.nullcontext()  # type: ignore[arg-type]
+        try:
+            with gate:
+                cur = self._cur()
+                cur.execute(f"CREATE OR REPLACE TEMP TABLE {_q(name)} AS {sql} LIMIT {int(max_rows) + 1}")
+                row = cur.execute(f"SELECT count(*) FROM {_q(name)}").fetchone()
+                count = int(row[0]) if row else 0
+                if count > max_rows:
+                    cur.execute(f"DROP TABLE IF EXISTS temp.{_q(name)}")
+                return count
+        except duckdb.InterruptException:
+            raise EngineError(
+                "the statement was cancelled", hint="Run it again, or raise the statement timeout", before_data=True
+            ) from None
+        except duckdb.Error as exc:
+            raise EngineError(
+                f"a public subquery joined to private data could not be evaluated ({type(exc).__name__.replace('Exception', '')} "
+                "error); nothing was charged",
+                hint="Narrow the public subquery (fewer rows or columns), or join the public table itself",
+                before_data=True,
+            ) from None
+
+    def cursor_generation(self) -> int:
+        """The reader generation of the cursor statements run on now (a new cursor is taken when a curator write in
+        this process reopened the reader; the old one's temporary tables are gone with it)."""
+        self._cur()
+        return self._generation
+
+    def drop_temp(self, name: str) -> None:
+        """Drop temporary table ``name`` of this engine's cursor, if it is there (best effort: a cursor that is
+        gone took its temporary tables with it)."""
+        cur = self._cursor
+        if cur is None:
+            return
+        try:
+            cur.execute(f"DROP TABLE IF EXISTS temp.{_q(name)}")
+        except duckdb.Error:
+            pass
+
+    def temp_tables(self) -> list[str]:
+        """The temporary tables of this engine's cursor (for tests and checks)."""
+        return sorted(str(r[0]) for r in self._run("SELECT table_name FROM duckdb_tables() WHERE temporary").rows)
+
     def cancel(self) -> None:
         cur = self._cursor
         if cur is not None:

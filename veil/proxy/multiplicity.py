@@ -14,9 +14,21 @@ reads only public tables — at any depth) contributes a factor:
 * or its row count when nothing pins it (public-to-public equalities never pin: each public alias is
   bounded on its own, so chains of public joins are bounded by the product).
 
-The factors are :class:`Probe` values: SQL over public data only, run on the public connection by
-the session (a derived source is rendered with the CTE definitions it needs). A factor is at least
-1, so a race with a curator's write can only over-count.
+The factors are :class:`Probe` values: SQL over public data only, run by the session before anything is
+charged. A factor is at least 1, so a race with a curator's write can only over-count.
+
+A factor bounds the query only if the query joins the very rows the probe counted. A public base table does:
+it holds the same rows on every read within one generation of the engine, and the probes are cached per
+generation. A *derived* public source (a derived table or CTE over public tables) is SQL, and two runs of it
+may keep other rows: ties under ``LIMIT`` in DuckDB's parallel sort, parallel float sums rounding otherwise, MIN
+or MAX of a DOUBLE picking 0.0 or -0.0, ``DISTINCT ON`` (red teams s52, s55). So, with ``materialise=True``
+(DuckDB), each derived public source is evaluated **once**, into a temporary table of the connection the query
+runs on (:class:`Materialised`); its probe counts that table's rows, and :func:`read_materialised` makes the
+generated statements read the same table instead of the source's SQL. Whatever the engine's runs would do, the
+query joins exactly the rows the factor was measured on: the class is closed by construction, not by listing
+its constructs. On Spark (``materialise=False``) the source is measured by a run of its own, as before, and the
+rules below (:func:`_row_choices`, :func:`_order_dependent_choices`, a top-level ``LIMIT`` measured without it)
+are what keeps the factor sound; on DuckDB they stay as defence in depth.
 
 >>> from veil.proxy.catalog import Catalog, CatalogTable
 >>> from veil.proxy.parse import parse
@@ -33,6 +45,7 @@ FROM r) AS __veil_src WHERE NOT __veil_src.rid IS NULL GROUP BY __veil_src.rid) 
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -48,12 +61,15 @@ from veil.proxy.totality import make_total
 from veil.proxy.validate import Analysis
 
 __all__ = [
+    "MATERIALISED",
     "MAX_GROUPED_CONTRIBUTION",
     "MAX_GROUPED_VALUES",
     "MAX_JOINED_TEXT_BYTES",
     "MAX_JOIN_FACTOR",
+    "MAX_MATERIALISED_ROWS",
     "MAX_PERSON_EVALUATIONS",
     "MAX_TEXT_WORK",
+    "Materialised",
     "Probe",
     "check_factor",
     "check_grouped_contribution",
@@ -61,6 +77,7 @@ __all__ = [
     "conjuncts",
     "private_path",
     "probes",
+    "read_materialised",
 ]
 
 
@@ -183,12 +200,41 @@ def check_raising_work(rows: int, raising: int, casts: int = 0) -> None:
         )
 
 
+#: The most rows one derived public source may hold when it is materialised (a temporary table of the query's
+#: connection, in the reader's memory): a source with more is refused, free (public data only). A pinned source
+#: may hold many rows and join few per key; an unpinned one is refused past :data:`MAX_JOIN_FACTOR` anyway.
+MAX_MATERIALISED_ROWS = 2_000_000
+#: Meta key on the ``SELECT`` of a derived public source that is materialised: the temporary table's name. Copies of
+#: the tree keep it, so the rewrite's statements are found to read the table (:func:`read_materialised`).
+MATERIALISED = "veil_materialised"
+_TEMP_PREFIX = "__veil_pub_"
+
+
+@dataclass(frozen=True)
+class Materialised:
+    """A derived public source evaluated once, into temporary table ``name`` of the query's connection.
+
+    ``sql`` (DuckDB) returns the source's rows with positional column names ``c0, c1, …``; ``columns`` are the
+    source's own names, in order, under which the probe and the statements read them back."""
+
+    name: str
+    sql: str
+    columns: tuple[str, ...]
+
+    def read(self) -> exp.Select:
+        """``SELECT c0 AS <name0>, … FROM <temporary table>``: the source's rows under its own column names."""
+        cols = [exp.alias_(exp.column(f"c{i}"), c, quoted=True) for i, c in enumerate(self.columns)]
+        return exp.select(*cols).from_(exp.Table(this=exp.to_identifier(self.name, quoted=True)))
+
+
 @dataclass(frozen=True)
 class Probe:
     """SQL over public data whose one value bounds how many rows of one public source join a private row."""
 
     source: str  # the alias of the public source, for messages
     sql: str  # DuckDB SQL returning one integer
+    #: the temporary table the probe reads (created first, on the query's connection); None: a base table, or Spark
+    materialised: Materialised | None = None
 
 
 def conjuncts(cond: exp.Expression | None) -> list[exp.Expression]:
@@ -379,9 +425,20 @@ def _is_var(node: exp.Expression) -> bool:
 
 
 def _source_select(
-    node: exp.Expression, source: exp.Table | Scope, ctes: dict[str, exp.CTE], scopes: dict[int, Scope], catalog: Catalog
-) -> tuple[exp.Expression, int | None]:
-    """A FROM item reading just this public source, aliased ``__veil_src``, and a cap on its rows (or None).
+    node: exp.Expression,
+    source: exp.Table | Scope,
+    ctes: dict[str, exp.CTE],
+    scopes: dict[int, Scope],
+    catalog: Catalog,
+    public: dict[str, dict[str, str]] | None = None,
+) -> tuple[exp.Expression, int | None, Materialised | None]:
+    """A FROM item reading just this public source, aliased ``__veil_src``, a cap on its rows (or None), and — with
+    ``public`` (the catalog types of the public tables: materialising, DuckDB) — the :class:`Materialised` it reads.
+
+    Materialised, a derived source is evaluated once, as written (its ``LIMIT``, ``OFFSET``, ``DISTINCT ON`` too):
+    the probe counts the rows of that one evaluation, and the query joins the same rows (:func:`read_materialised`).
+    The rules below still refuse what they refused (defence in depth); only the top-level choice is no longer
+    measured without it, as the table holds the rows the query joins and nothing else.
 
     A source whose own top level keeps a subset of its rows the data does not determine (``ORDER BY … LIMIT n`` with
     ties, ``LIMIT`` without ``ORDER BY``, ``OFFSET``, ``DISTINCT ON``) is measured *without* that choice: each run of
@@ -393,7 +450,9 @@ def _source_select(
     a CTE it reads, can change the rows above it in any direction (a join with the chosen rows), and is refused."""
     alias = exp.TableAlias(this=exp.to_identifier("__veil_src"))
     if isinstance(source, exp.Table):
-        return exp.Table(this=exp.to_identifier(source.name), alias=alias), None
+        return exp.Table(this=exp.to_identifier(source.name), alias=alias), None, None
+    whole = source.expression.copy()
+    whole.set("with_", None)
     body = source.expression.copy()
     body.set("with_", None)
     cap = None
@@ -429,13 +488,59 @@ def _source_select(
             "be bounded before the query runs",
             hint="Use LIMIT, OFFSET or DISTINCT ON only at the top level of the joined subquery, or filter with WHERE",
         )
+    if public is not None:
+        m = _materialised(source.expression, whole, defs, public)
+        source.expression.meta[MATERIALISED] = m.name
+        return exp.Subquery(this=m.read(), alias=alias), None, m
     if defs:
         body.set("with_", exp.With(expressions=defs))
-    return exp.Subquery(this=body, alias=alias), cap
+    return exp.Subquery(this=body, alias=alias), cap, None
 
 
-def probes(analysis: Analysis, catalog: Catalog) -> list[Probe]:
-    """One probe per public source on the private path of ``analysis`` (empty for a plain table)."""
+def _materialised(
+    original: exp.Expression, whole: exp.Expression, defs: list[exp.CTE], public: dict[str, dict[str, str]]
+) -> Materialised:
+    """The one evaluation of a derived public source: ``whole`` (its ``SELECT``, row choices and all) with the CTE
+    definitions it reads, each public table read as its catalog types and every operation total, as the generated
+    query would compute it; its columns renamed ``c0, c1, …`` (a source may repeat a name)."""
+    if defs:
+        whole.set("with_", exp.With(expressions=[d.copy() for d in defs]))
+    read_public_typed(whole, public)
+    body = duckdb_text(neutralise(make_total(whole, copy=False)))
+    columns = tuple(original.named_selects)
+    if not columns or any(not c or c == "*" for c in columns):
+        raise InternalError(f"a resolved public source has unnamed columns: {columns}")
+    positional = ", ".join(f"c{i}" for i in range(len(columns)))
+    sql = f"SELECT * FROM ({body}) AS __veil_src({positional})"
+    name = _TEMP_PREFIX + hashlib.sha256(f"{sql}\x00{columns}".encode()).hexdigest()[:24]
+    return Materialised(name, sql, columns)
+
+
+def read_materialised(tree: exp.Expression, materialised: tuple[Materialised, ...]) -> None:
+    """In place: each derived public source of ``tree`` (a generated statement) marked :data:`MATERIALISED` reads its
+    temporary table instead of running its SQL again. Every one of ``materialised`` must be found, or the statement
+    would join rows no probe counted: an :class:`~veil.errors.InternalError` then (before the reservation, free)."""
+    by_name = {m.name: m for m in materialised}
+    found: set[str] = set()
+    for node in list(tree.find_all(exp.Select)):
+        name = node.meta.get(MATERIALISED)
+        if name is None:
+            continue
+        m = by_name.get(name)
+        if m is None:
+            raise InternalError(f"a generated statement reads public source {name}, which was not materialised")
+        node.replace(m.read())
+        found.add(name)
+    missing = sorted(set(by_name) - found)
+    if missing:
+        raise InternalError(f"a generated statement does not read the materialised public sources {missing}")
+
+
+def probes(analysis: Analysis, catalog: Catalog, *, materialise: bool = False) -> list[Probe]:
+    """One probe per public source on the private path of ``analysis`` (empty for a plain table).
+
+    With ``materialise`` each derived public source's probe reads a :class:`Materialised` evaluation of it, and its
+    ``SELECT`` in ``analysis.tree`` is marked :data:`MATERIALISED` for :func:`read_materialised`."""
     root = build_scope(analysis.tree)
     if root is None:
         raise InternalError("a validated query has no scope")
@@ -449,7 +554,7 @@ def probes(analysis: Analysis, catalog: Catalog) -> list[Probe]:
                 continue
             if _reads_private(source, catalog):
                 raise InternalError("two sources of one scope read private data")
-            src, cap = _source_select(node, source, ctes, scopes, catalog)
+            src, cap, m = _source_select(node, source, ctes, scopes, catalog, public if materialise else None)
             pins = _pins(scope, alias, private_alias, catalog)
             if pins:
                 cols = [exp.column(p, table="__veil_src") for p in pins]
@@ -469,5 +574,5 @@ def probes(analysis: Analysis, catalog: Catalog) -> list[Probe]:
             # matches the rows the engine will join
             read_public_typed(probe, public)
             sql = duckdb_text(neutralise(make_total(probe, copy=False)))
-            out.append(Probe(alias, sql))
+            out.append(Probe(alias, sql, m))
     return out

@@ -28,7 +28,7 @@ import numpy as np
 from sqlglot import exp
 
 from veil.engines.base import EngineError, check_key_type, output_type
-from veil.errors import InternalError, QueryCancelled, QueryFailed, QueryTooComplex, ValueTooLarge, VeilError
+from veil.errors import CopyNotReady, InternalError, QueryCancelled, QueryFailed, QueryTooComplex, ValueTooLarge, VeilError
 from veil.proxy import multiplicity, plan_cache
 from veil.proxy.add_noise import noised
 from veil.proxy.bounds import mark_arithmetic_that_cannot_raise
@@ -95,6 +95,8 @@ class QueryState:
     public_sql: str | None = None  # public-only query, rendered for the public connection
     post: PostProcess | None = None
     domain: list[tuple[Any, ...]] | None = None
+    #: derived public sources evaluated once (temporary tables of the query's cursor, see multiplicity): set by plan
+    materialised: tuple[multiplicity.Materialised, ...] = ()
     key_types: list[str] = field(default_factory=list)
     bind_on_run: bool = False  # the one statement binds when it runs (see _prepare); set by prepare
     canonical: str = ""
@@ -146,8 +148,10 @@ def _plan(s: QueryState, env: Env) -> QueryState:
         return s
     catalog = env.catalog()
     factor = 1
-    for probe in multiplicity.probes(a, catalog):
+    probes = multiplicity.probes(a, catalog, materialise=env.materialises)
+    for probe in probes:
         factor *= env.probe(probe)
+    materialised = tuple({p.materialised.name: p.materialised for p in probes if p.materialised is not None}.values())
     multiplicity.check_factor(factor, a.text_bytes)
     c = env.contribution(a.private_table) * factor
     # arithmetic the declared bounds keep from overflowing is not priced as raising (see _rewrite); marked before
@@ -160,7 +164,7 @@ def _plan(s: QueryState, env: Env) -> QueryState:
     grids = sum(1 for st in p.statistics if st.kind == "grid")
     passes = max(1, grids + (1 if grids < len(p.statistics) else 0))
     multiplicity.check_person_work(c * passes, a.expanded, text_work(a.tree, env.column_text_bytes))
-    return replace(s, plan=p)
+    return replace(s, plan=p, materialised=materialised)
 
 
 #: Most rows a public answer may have (red team s27 A15). A public query is free, and its answer is built in the
@@ -210,13 +214,35 @@ def _rewrite(s: QueryState, env: Env) -> QueryState:
     if s.plan is None:
         return replace(s, public_sql=env.public_engine.render(bounded_public(public_query(s.analysis.tree))))
     source, grids = env.bounded_copy(s.plan.analysis.private_table or "")
-    queries = rewrite(s.plan, source, public_types(env.catalog(), s.plan.analysis.tables), grids)
-    check_raising_work(s.plan, queries)
+    if not env.materialisations_current(s.materialised):
+        # building the bounded copy (a curator write) reopened the reader, and the cursor holding this query's
+        # materialised public sources went with it: evaluate and measure them again, once, on the new cursor
+        s = _plan(s, env)
+    p = s.plan
+    if p is None:
+        raise InternalError("a private query planned again without a plan")
+    _check_materialised(s, env)
+    queries = rewrite(p, source, public_types(env.catalog(), p.analysis.tables), grids)
+    for tree in (queries.main, *(g for _, g in queries.grids)):
+        if tree is not None:  # each statement joins the rows the probes counted, never a run of its own
+            multiplicity.read_materialised(tree, s.materialised)
+    check_raising_work(p, queries)
     render = env.engine.render
     rendered = Rendered(
         None if queries.main is None else render(queries.main), tuple((sid, render(g)) for sid, g in queries.grids)
     )
-    return replace(s, queries=queries, rendered=rendered, post=postprocess_sql(s.plan))
+    return replace(s, queries=queries, rendered=rendered, post=postprocess_sql(p))
+
+
+def _check_materialised(s: QueryState, env: Env) -> None:
+    """Refuse, free, a query whose materialised public sources are gone (a curator write in this process reopened
+    the reader since they were made): its statements would read tables no longer there."""
+    if not env.materialisations_current(s.materialised):
+        raise CopyNotReady(
+            "the warehouse changed while the query was planned (a public subquery it joins was evaluated before); "
+            "nothing was charged",
+            hint="Run the query again",
+        )
 
 
 def check_raising_work(p: QueryPlan, queries: EngineQueries) -> None:
@@ -301,6 +327,7 @@ def _reserve(s: QueryState, env: Env) -> QueryState:
     cached = env.ledger.cached_answer(env.analyst, s.key)
     if cached is not None:
         return replace(s, answer=env.from_cache(cached))
+    _check_materialised(s, env)  # the statements read tables of one cursor: it must still be the engine's
     accounts = accounts_for(env.policy, analyst=env.analyst, tables=[p.analysis.private_table or ""])
     reservation = env.ledger.reserve(
         Cost(p.cost, p.delta), accounts, actor=env.analyst, canonical_sql=s.canonical, cache_key=s.key
@@ -393,6 +420,13 @@ def run(
         cache = until == "release"
     if until not in _NAMES or (after is not None and after not in _NAMES):
         raise InternalError(f"unknown pass {until!r} or {after!r}; passes: {', '.join(_NAMES)}")
+    with env.query_scope():  # the public sources this run materialises are dropped when it ends
+        return _run(state, env, until=until, cache=cache, after=after)
+
+
+def _run(state: QueryState, env: Env, *, until: str, cache: bool, after: str | None) -> QueryState:
+    if after is not None and state.materialised:
+        raise InternalError("a query that read materialised public sources was continued in another run")
     lifted: plan_cache.Lifted | None = None
     cached = False
     skipping = after is not None

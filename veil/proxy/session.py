@@ -53,7 +53,7 @@ from veil.proxy.add_noise import PRODUCTION, NoiseSource
 from veil.proxy.answer import Answer, BudgetStatus, Explanation, OutputColumn, explanation
 from veil.proxy.catalog import Catalog, build_catalog, public_types
 from veil.proxy.expansion import SCALAR_TEXT_BYTES
-from veil.proxy.multiplicity import Probe
+from veil.proxy.multiplicity import MAX_MATERIALISED_ROWS, Materialised, Probe
 from veil.proxy.parse import DEFAULT_LIMITS, Limits
 from veil.proxy.plan import MAX_PUBLIC_GROUPS, MAX_RELEASED_VALUES, GroupKey, QueryPlan
 from veil.proxy.postprocess import FRAME, PostProcess, aggregate_types, finalize_aggregates
@@ -255,6 +255,16 @@ class Env:
         self.plan_cache: dict[tuple[str, str], plan_cache.Entry] = {}
         #: False while a planning runs under a timer (``veil serve``): a bounded copy is then only found, never built
         self.build_copies = True
+        #: the current query's materialised public sources (temporary tables of ``engine``'s cursor) and their
+        #: factors, dropped when its outermost pipeline run ends (``query_scope``)
+        self._temps: dict[str, int] = {}  # name → rows
+        self._temp_factors: dict[tuple[str, str], int] = {}  # (name, probe) → factor
+        self._temps_generation: int | None = None  # the generation of the cursor that holds them
+        self._scopes = 0
+        #: is ``engine`` running work on public data (a materialisation, its probe)? ``cancel_public`` may then
+        #: interrupt it: it is before the reservation (guarded by ``_public_lock``, so never a charged run)
+        self._public_on_engine = False
+        self._public_lock = threading.Lock()
 
     # -- policy, catalog, engines -------------------------------------------------------------
     @property
@@ -429,8 +439,92 @@ class Env:
         spec = self.policy.table(table)
         return spec.max_rows_per_unit if spec.privacy_unit is not None else 1
 
+    @property
+    def materialises(self) -> bool:
+        """Are derived public sources evaluated once, into temporary tables the probes and the query both read
+        (:mod:`veil.proxy.multiplicity`)? On DuckDB; Spark measures each by a run of its own (and its rules)."""
+        return isinstance(self.engine, DuckDBEngine)
+
+    @contextlib.contextmanager
+    def query_scope(self) -> Iterator[None]:
+        """One query's pipeline run: the public sources it materialised are dropped when the outermost scope ends
+        (answered, refused, explained, described or failed), so temporary tables never pile up on the cursor."""
+        self._scopes += 1
+        try:
+            yield
+        finally:
+            self._scopes -= 1
+            if self._scopes == 0 and self._temps:
+                names, self._temps, self._temp_factors = list(self._temps), {}, {}
+                engine = self.engine
+                if isinstance(engine, DuckDBEngine):
+                    for name in names:
+                        engine.drop_temp(name)
+
+    @contextlib.contextmanager
+    def _public_work_on_engine(self) -> Iterator[None]:
+        with self._public_lock:
+            self._public_on_engine = True
+        try:
+            yield
+        finally:
+            with self._public_lock:
+                self._public_on_engine = False
+
+    def cancel_public_work(self) -> None:
+        """Interrupt the query engine's cursor only while it runs work on public data before the reservation."""
+        with self._public_lock:
+            if self._public_on_engine:
+                self.engine.cancel()
+
+    def _materialised_factor(self, probe: Probe, m: Materialised) -> int:
+        """``probe``'s factor over the one evaluation of its source: created on the query's own cursor (the only
+        connection that sees it), once per query — a second planning of the same query reads the same table — and
+        counted there."""
+        engine = self.engine
+        if not isinstance(engine, DuckDBEngine) or self._scopes == 0:
+            raise InternalError("a public source is materialised outside a DuckDB query scope")
+        generation = engine.cursor_generation()
+        if generation != self._temps_generation:  # a curator write took a new cursor: the old one's tables are gone
+            self._temps.clear()
+            self._temp_factors.clear()
+            self._temps_generation = generation
+        key = (m.name, probe.sql)
+        if key in self._temp_factors:
+            return self._temp_factors[key]
+        with self._public_work_on_engine():
+            if m.name not in self._temps:
+                self._temps[m.name] = MAX_MATERIALISED_ROWS + 1  # dropped at the scope's end even if creating fails
+                self._temps[m.name] = engine.create_temp(m.name, m.sql, MAX_MATERIALISED_ROWS)
+            if self._temps[m.name] > MAX_MATERIALISED_ROWS:
+                raise Unsupported(
+                    f"a public subquery joined to private data holds more than {MAX_MATERIALISED_ROWS:,} rows; Veil "
+                    f"evaluates such a subquery once, before the query, and holds at most {MAX_MATERIALISED_ROWS:,}",
+                    hint="Filter the public subquery with WHERE, or join the public table itself",
+                )
+            result = engine.execute(probe.sql)
+        factor = max(_int(result.rows[0][0]) if result.rows else 0, 1)
+        self._temp_factors[key] = factor
+        return factor
+
+    def materialisations_current(self, materialised: Sequence[Materialised]) -> bool:
+        """Do the temporary tables of ``materialised`` still exist, on the cursor the query will run on? A curator
+        write in this process (the query's own first bounded copy, another session's ingest) reopens the reader, and
+        the cursor that held them is gone."""
+        if not materialised:
+            return True
+        engine = self.engine
+        return (
+            isinstance(engine, DuckDBEngine)
+            and engine.cursor_generation() == self._temps_generation
+            and all(m.name in self._temps for m in materialised)
+        )
+
     def probe(self, probe: Probe) -> int:
-        """A public-join multiplicity factor (≥ 1), run on the public connection, cached per generation."""
+        """A public-join multiplicity factor (≥ 1): over a materialised source, on the query's cursor (once per
+        query); else on the public connection, cached per generation."""
+        if probe.materialised is not None:
+            return self._materialised_factor(probe, probe.materialised)
         engine = self.measure_engine
         key = (probe.sql, self._generation(engine))
         if key not in self._probes:
@@ -959,6 +1053,7 @@ class QuerySession:
         runs on the warehouse engine's own cursor (safe to call from another thread, also when nothing runs)."""
         for engine in {id(e): e for e in (self._env._public_engine, self._env._measure_engine) if e is not None}.values():
             engine.cancel()
+        self._env.cancel_public_work()  # a public source being materialised on the query's cursor, if one is
 
     def close(self) -> None:
         self._env.close()
