@@ -18,6 +18,13 @@ Metadata comes from the catalog API (Spark has no ``information_schema``); the t
 the table's data files (see :meth:`SparkEngine.table_version`), or a row hash for tables without files. In
 local mode every table is a Parquet directory ``<warehouse>/<database>.db/<table>``, registered in the
 session's catalog on start (no Hive metastore: several Veil processes can share one warehouse).
+
+A derived public source joined to private data is *not* evaluated once here, as it is on DuckDB (a temporary table
+the probe and the query both read, :mod:`veil.proxy.multiplicity`): one Spark session is shared by every
+:class:`SparkEngine` of the process, so a temporary view would be every session's, and ``CACHE TABLE`` is a cache
+Spark may evict and recompute, not one evaluation. Its probe runs the source on its own, and the refusal rules of
+:mod:`veil.proxy.multiplicity` (row choices below a source's top level, order-dependent aggregates and real-valued
+MIN/MAX deciding rows, a top-level ``LIMIT`` measured without it) are what keeps its factor sound.
 """
 
 from __future__ import annotations
