@@ -300,3 +300,20 @@ def test_cancel_public_interrupts_the_query_cursor_only_while_it_materialises(
     assert seen == [["engine"]]
     d.cancel_public()
     assert calls == ["engine"]
+
+
+def test_the_plan_cache_never_keeps_a_materialised_shape(pair: tuple[Any, Any]) -> None:
+    """A plan-cache hit skips planning, so it must never reuse statements that read an earlier query's (dropped)
+    temporary tables: a shape with a derived public source is not lifted, and ``build`` refuses one that is."""
+    from veil.proxy import pipeline, plan_cache
+
+    d, _ = pair
+    sql = "SELECT COUNT(*) FROM trips t JOIN (SELECT key FROM pick WHERE grp = {v}) b ON b.key = t.city WHERE t.pid > {v}"
+    for v in range(3):
+        d.execute(sql.format(v=v), epsilon=2.0 + v * 1e-6)
+    assert d._env.plan_cache == {}
+    with d._env.query_scope():
+        state = pipeline.run(d._state(sql.format(v=5), 1.0), d._env, until="prepare", cache=False)
+        assert state.materialised
+        lifted = plan_cache.Lifted(shape="x", literals=())
+        assert plan_cache.build(state, d._env, lifted) is None

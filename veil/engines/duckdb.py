@@ -235,8 +235,8 @@ class DuckDBEngine:
         try:
             with gate:
                 cur = self._cur()
-                cur.execute(f"CREATE OR REPLACE TEMP TABLE {_q(name)} AS {sql} LIMIT {int(max_rows) + 1}")
-                row = cur.execute(f"SELECT count(*) FROM {_q(name)}").fetchone()
+                # DuckDB answers a CREATE TABLE … AS with the number of rows it wrote
+                row = cur.execute(f"CREATE OR REPLACE TEMP TABLE {_q(name)} AS {sql} LIMIT {int(max_rows) + 1}").fetchone()
                 count = int(row[0]) if row else 0
                 if count > max_rows:
                     cur.execute(f"DROP TABLE IF EXISTS temp.{_q(name)}")

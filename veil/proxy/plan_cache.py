@@ -204,6 +204,10 @@ def build(state: QueryState, env: Env, lifted: Lifted) -> Entry | None:
     p, queries, rendered = state.plan, state.queries, state.rendered
     if p is None or queries is None or rendered is None or p.analysis.private_table is None:
         return None
+    if state.materialised:
+        # its statements read temporary tables of one run, dropped when it ends (a shape of one table has none:
+        # lift takes no join, subquery or CTE; kept so that a later widening of lift cannot reuse them)
+        return None
     token = secrets.token_hex(8)
     markers = tuple(f"veilparam{i}x{token}" for i in range(len(lifted.literals)))
     render = env.engine.render
