@@ -78,10 +78,11 @@ def _build(folder: Path, *, drop_target: bool) -> Path:
     return path
 
 
-@pytest.fixture()
-def pair(tmp_path: Path) -> Iterator[tuple[Any, Any]]:
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
     from veil.proxy._testing import exact_session
 
+    tmp_path = tmp_path_factory.mktemp("materialisation")
     d = exact_session(_build(tmp_path / "d", drop_target=False), "api")
     d_prime = exact_session(_build(tmp_path / "dp", drop_target=True), "api")
     share_salts(d, d_prime)
@@ -99,6 +100,13 @@ def random_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parse, "_ALLOWED_TYPES", parse._ALLOWED_TYPES | {exp.Rand})
     needs_try = totality.needs_try
     monkeypatch.setattr(totality, "needs_try", lambda node: not isinstance(node, exp.Rand) and needs_try(node))
+
+
+_ASKED = iter(range(1, 10**9))
+
+
+def _epsilon() -> float:
+    return 3.0 + next(_ASKED) * 1e-7
 
 
 def _seed_apart(session: Any) -> None:
@@ -132,8 +140,9 @@ def test_a_run_dependent_public_source_moves_the_answer_by_at_most_the_planned_s
     d, d_prime = pair
     for session in pair:
         _seed_apart(session)
-    a, b = exact_release(d, sql, 1.0), exact_release(d_prime, sql, 1.0)
-    assert a.ok and b.ok, (a.describe(), b.describe())
+    eps = _epsilon()  # never answered from the answer cache
+    a, b = exact_release(d, sql, eps), exact_release(d_prime, sql, eps)
+    assert a.ok and b.ok and not a.cached and not b.cached, (a.describe(), b.describe())
     assert compare(a, b) == []
 
 
@@ -153,7 +162,7 @@ def test_materialisations_do_not_pile_up(pair: tuple[Any, Any]) -> None:
     d, _ = pair
     for n in range(6):
         for sql in DERIVED:
-            d.execute(sql.format(n=n, m=n + 1), epsilon=1.0 + n * 1e-6)
+            d.execute(sql.format(n=n, m=n + 1), epsilon=_epsilon())
             assert _temp_tables(d) == []
         d.explain(DERIVED[0].format(n=n, m=1))
         d.describe(DERIVED[1].format(n=n, m=n + 2))
@@ -296,7 +305,7 @@ def test_cancel_public_interrupts_the_query_cursor_only_while_it_materialises(
         return create(name, sql, max_rows)
 
     monkeypatch.setattr(env.engine, "create_temp", create_and_cancel)
-    d.execute("SELECT COUNT(*) FROM trips t JOIN (SELECT key FROM pick WHERE grp = 0) b ON b.key = t.city", epsilon=1.5)
+    d.execute("SELECT COUNT(*) FROM trips t JOIN (SELECT key FROM pick WHERE grp = 0) b ON b.key = t.city", epsilon=_epsilon())
     assert seen == [["engine"]]
     d.cancel_public()
     assert calls == ["engine"]
@@ -310,10 +319,26 @@ def test_the_plan_cache_never_keeps_a_materialised_shape(pair: tuple[Any, Any]) 
     d, _ = pair
     sql = "SELECT COUNT(*) FROM trips t JOIN (SELECT key FROM pick WHERE grp = {v}) b ON b.key = t.city WHERE t.pid > {v}"
     for v in range(3):
-        d.execute(sql.format(v=v), epsilon=2.0 + v * 1e-6)
+        d.execute(sql.format(v=v), epsilon=_epsilon())
     assert d._env.plan_cache == {}
     with d._env.query_scope():
         state = pipeline.run(d._state(sql.format(v=5), 1.0), d._env, until="prepare", cache=False)
         assert state.materialised
         lifted = plan_cache.Lifted(shape="x", literals=())
         assert plan_cache.build(state, d._env, lifted) is None
+
+
+@pytest.mark.parametrize("spelling", ['"{n}"', "{n}", "temp.{n}", "temp.main.{n}", '"{N}"'])
+def test_an_analyst_cannot_name_a_materialisation(pair: tuple[Any, Any], spelling: str) -> None:
+    """Threat class 1: a temporary table's name is predictable (a hash of the source's SQL) and exists on the cursor
+    while the query that made it runs; naming it in that very query is refused, free, like any unknown table."""
+    from veil.errors import QueryRejected
+    from veil.proxy._testing import generated_sql
+
+    d, _ = pair
+    base = "SELECT COUNT(*) FROM trips t JOIN (SELECT key FROM pick WHERE grp = 0) b ON b.key = t.city"
+    name = next(w for s in generated_sql(d, base) for w in s.replace('"', " ").split() if w.startswith("__veil_pub_"))
+    before = _spent(d)
+    with pytest.raises(QueryRejected):
+        d.execute(f"{base} JOIN {spelling.format(n=name, N=name.upper())} x ON x.c0 = t.city", epsilon=_epsilon())
+    assert _spent(d) == before
