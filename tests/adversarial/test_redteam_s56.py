@@ -42,6 +42,11 @@ Findings:
   the private side (materialise them before the join, e.g. a ``MATERIALIZED`` CTE / a temporary table built in the
   plan pass, so no filter derived from the bounded copy reaches them).
 
+Fixed by the lead (2026-11-28): C1 — the plan cache lifts only ASCII texts (characters = bytes); C2 — an interval is
+allowed only in date arithmetic (``validate._check_interval_use``: no interval value exists for an aggregate to read,
+every engine), and the class behind it is closed on DuckDB by evaluating each derived public source once, on its own
+(multiplicity's materialisation): C2b below is the same side channel through ``MEDIAN`` of a public date column, an
+aggregate of admitted types that raises on dates near year 5,877,642, failing on main at b8416ca.
 What held (tried, no witness): the plan cache otherwise — number literals of one digit pattern across the INT32/INT64
 boundary, leading zeros, 15+15-digit decimals, equal literals (the probe keeps equalities), quotes and backslashes in
 texts, shapes forged with a marker (no literal can hold its NUL: ``E'\\x00'``/``U&'…'`` are refused), a select-list alias
@@ -287,3 +292,53 @@ def test_c2_through_the_wire(tmp_path: Path) -> None:
             finally:
                 conn.close()
     assert states[0] == states[1], states
+
+
+# -- C2b: the class behind C2, through an aggregate of admitted types (lead, after the interval rule) ---------------
+
+C2B_POLICY = C2_POLICY.replace('a = { type = "int" }', 'a = { type = "int" }\nd = { type = "date" }')
+
+
+def _c2b_world(folder: Path, *, target: bool) -> Any:
+    """C2's world, the public table with a date column whose groups a ≥ 90 hold dates near DuckDB's end of time
+    (written by a curator's own tool): ``MEDIAN`` of two of them interpolates through a cast that raises."""
+    import datetime as dt
+
+    import duckdb
+
+    people = pd.DataFrame({"pid": list(range(1, 41)), "age": [20 + i for i in range(40)]})
+    if target:
+        people = pd.concat([people, pd.DataFrame({"pid": [77], "age": [C2_TARGET_AGE]})])
+    people = people.astype({"pid": "Int64", "age": "Int64"})
+    ages = pd.DataFrame({"a": [a for a in range(121) for _ in range(2)], "d": [dt.date(2000, 1, 1)] * 242})
+    policy = policy_with_tables(folder, C2B_POLICY, {"people": people}, {"ages": ages.astype({"a": "Int64"})})
+    con = duckdb.connect(str(policy.database_path))
+    try:
+        con.execute("UPDATE ages SET d = DATE '5877642-06-25' - CAST(a AS INTEGER) WHERE a >= 90")
+    finally:
+        con.close()
+    return policy
+
+
+def test_c2b_a_public_sources_failure_is_decided_by_public_data_alone(tmp_path: Path) -> None:
+    """HIGH class, DuckDB: any aggregate that can raise, in a public derived source, raised or not as the private copy's
+    statistics pruned its groups. ``MEDIAN`` of a public date column (admitted; it interpolates through a cast that
+    fails on dates near year 5,877,642) failed (charged, XX000) iff max(age) ≥ 90 — the target's age. The source is now
+    evaluated once on its own (multiplicity's materialisation): the outcome is the same on D and D′ (here refused free:
+    the public data alone make it fail)."""
+    from tests.support.attack_neighbours import share_salts
+    from veil.proxy._testing import exact_session
+
+    sql = "SELECT COUNT(g.m) FROM people t JOIN (SELECT a, MEDIAN(d) AS m FROM ages GROUP BY a) g ON g.a = t.age"
+    d = exact_session(_c2b_world(tmp_path / "d", target=True), "a")
+    d_prime = exact_session(_c2b_world(tmp_path / "dp", target=False), "a")
+    try:
+        share_salts(d, d_prime)
+        spent = d.budget().spent
+        outcomes = [_outcome(s, sql) for s in (d, d_prime)]
+        assert outcomes[0] == outcomes[1], outcomes
+        if outcomes[0] != "answered":
+            assert d.budget().spent == spent  # a refusal decided by public data is free
+    finally:
+        d.close()
+        d_prime.close()
