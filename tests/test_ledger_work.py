@@ -90,7 +90,7 @@ def test_an_answer_reports_what_remained_without_reading_the_ledger_again(tmp_pa
     assert after == [], f"the ledger was read again after the release: {after}"
 
 
-def _done(path: Path) -> Future[None]:
+def _done(path: Path, *, defer: bool = False) -> Future[None]:
     f: Future[None] = Future()
     f.set_result(None)
     return f

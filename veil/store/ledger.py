@@ -566,7 +566,7 @@ class Ledger:
                 self._insert_vectors(db, rel_id, vectors, groups)
         with self._lock:
             self._syncs = [f for f in self._syncs if not f.done()]
-            self._syncs.append(wal_sync.start(self._file))
+            self._syncs.append(wal_sync.start(self._file, defer=True))  # (nothing waits for it)
         return rel_id
 
     def wait_durable(self, reservation: Reservation) -> None:
