@@ -107,3 +107,30 @@ def test_a_release_rows_sync_begins_after_its_commit(tmp_path: Path, disk: Disk)
     disk.free.set()
     closed.join(10)
     assert disk.events[-2:] == ["commit", "sync"]
+
+
+def test_a_forked_child_syncs_though_a_worker_held_the_lock_at_the_fork(tmp_path: Path) -> None:
+    """A worker takes the lock after each sync; a fork at that moment left the child a lock nobody would release."""
+    import os
+
+    path = tmp_path / "l.sqlite"
+    path.write_bytes(b"")
+    with wal_sync._pool_lock:  # as a worker in its bookkeeping
+        pid = os.fork()
+        if pid == 0:  # the child: one sync, then out, whatever happens
+            code = 1
+            try:
+                wal_sync.start(path).result(10)
+                code = 0
+            finally:
+                os._exit(code)
+    for _ in range(300):  # a hang guard: polls of a fixed sleep
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        threading.Event().wait(0.05)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child never finished its sync (it waited for a lock held at the fork)")
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -47,6 +47,19 @@ def _executor() -> ThreadPoolExecutor:
     return _pool
 
 
+def _forget_the_parents_syncs() -> None:
+    """In a forked child: the parent's workers and syncs are not here, and a worker may have held the lock at the
+    fork (it takes it after each sync), which would then never be released."""
+    global _pool, _pool_lock
+    _pool_lock = threading.Lock()
+    _pool = None
+    _running.clear()
+    _deferred.clear()
+
+
+os.register_at_fork(after_in_child=_forget_the_parents_syncs)
+
+
 def sync_now(db_path: Path) -> None:
     """fsync ``db_path``'s WAL file, or the database file itself when there is no WAL file (checkpointed and removed:
     its frames are then in the database file). Raises ``OSError`` when neither can be synced."""
