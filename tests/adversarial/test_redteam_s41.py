@@ -136,7 +136,7 @@ def _slow_disk(monkeypatch: pytest.MonkeyPatch, seconds: float) -> list[Future[N
     """Every fsync the ledger starts takes ``seconds`` (a slow disk); the futures, in order."""
     futures: list[Future[None]] = []
 
-    def start(path: Path) -> Future[None]:
+    def start(path: Path, *, defer: bool = False) -> Future[None]:
         future: Future[None] = Future()
 
         def done() -> None:

@@ -789,7 +789,12 @@ class Env:
     def alpha(self) -> float:
         return 1.0 - self.policy.defaults.confidence
 
-    def remaining(self) -> Fraction:
+    def remaining(self, after: Reservation | None = None) -> Fraction:
+        """The analyst's ε left; ``after`` a reservation: as committed with its charge (no second read of the ledger)."""
+        key = f"analyst:{self.analyst}"
+        if after is not None and key in after.accounts and after.spent:
+            spent = after.spent[after.accounts.index(key)].epsilon
+            return max(self.policy.analyst(self.analyst).epsilon - spent, Fraction(0))
         return self.budget().remaining
 
     def budget(self) -> BudgetStatus:
@@ -1040,7 +1045,8 @@ class QuerySession:
         a = state.answer
         if state.release_id is None:
             return a
-        return dataclasses.replace(a, epsilon_remaining=self._env.remaining(), release_id=state.release_id, cached=False)
+        remaining = self._env.remaining(after=state.reservation)
+        return dataclasses.replace(a, epsilon_remaining=remaining, release_id=state.release_id, cached=False)
 
     def cancel(self) -> None:
         """Interrupt the statement this session is running (safe to call from another thread)."""

@@ -128,6 +128,8 @@ def dumps(obj: Any) -> str:
     t = type(obj)
     if t is int or (t is float and math.isfinite(obj)):
         return repr(obj)  # what json.dumps writes for an int or a finite float (the common released value)
+    if t is dict and not obj:
+        return "{}"  # a query release's params and metrics
     if _plain(obj):
         return json.dumps(obj, sort_keys=True, allow_nan=True)
     return json.dumps(to_jsonable(obj, nan_as_null=False), sort_keys=True, allow_nan=True)

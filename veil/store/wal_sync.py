@@ -13,6 +13,11 @@ Why this is as durable as ``FULL`` for every commit that returned before :func:`
 * a checkpoint under ``NORMAL`` syncs the WAL before copying it and the database file after, and the WAL is restarted
   only after that, so a commit whose frames were checkpointed in the meantime is already in the synced database
   file (the fallback below syncs that file when the WAL file is gone).
+
+A sync nothing waits for (the ledger's release rows: the answer has left) may be *deferred*: while another sync of the
+same file runs, it joins the one deferred sync of that file, which begins when a running one ends, so after every
+commit that joined it. Under many concurrent queries the release rows then share fsyncs instead of adding one per
+query; a reservation's sync is never deferred (its answer waits for it).
 """
 
 from __future__ import annotations
@@ -27,16 +32,32 @@ __all__ = ["start", "sync_now"]
 _pool: ThreadPoolExecutor | None = None
 _pool_pid = 0
 _pool_lock = threading.Lock()
+_running: dict[Path, int] = {}  # per file, the syncs submitted and not ended (guarded by _pool_lock)
+_deferred: dict[Path, Future[None]] = {}  # per file, the deferred sync waiting for a running one to end
 
 
 def _executor() -> ThreadPoolExecutor:
-    """The process's sync workers (made again in a forked child: threads do not survive a fork)."""
+    """The process's sync workers (made again in a forked child: threads do not survive a fork). Holds ``_pool_lock``."""
     global _pool, _pool_pid
-    with _pool_lock:
-        if _pool is None or _pool_pid != os.getpid():
-            _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="veil-wal-sync")
-            _pool_pid = os.getpid()
-        return _pool
+    if _pool is None or _pool_pid != os.getpid():
+        _pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="veil-wal-sync")
+        _pool_pid = os.getpid()
+        _running.clear()  # (a parent's syncs do not run in this child)
+        _deferred.clear()
+    return _pool
+
+
+def _forget_the_parents_syncs() -> None:
+    """In a forked child: the parent's workers and syncs are not here, and a worker may have held the lock at the
+    fork (it takes it after each sync), which would then never be released."""
+    global _pool, _pool_lock
+    _pool_lock = threading.Lock()
+    _pool = None
+    _running.clear()
+    _deferred.clear()
+
+
+os.register_at_fork(after_in_child=_forget_the_parents_syncs)
 
 
 def sync_now(db_path: Path) -> None:
@@ -55,6 +76,40 @@ def sync_now(db_path: Path) -> None:
     raise FileNotFoundError(f"neither {db_path} nor its WAL file exists")
 
 
-def start(db_path: Path) -> Future[None]:
-    """Begin :func:`sync_now` in a worker thread; the future holds its outcome (``OSError`` if it failed)."""
-    return _executor().submit(sync_now, db_path)
+def start(db_path: Path, *, defer: bool = False) -> Future[None]:
+    """Begin :func:`sync_now` in a worker thread; the future holds its outcome (``OSError`` if it failed).
+
+    Call it once the commit to make durable has returned. ``defer``: while a sync of ``db_path`` runs, join the deferred
+    one (see above) instead of beginning another now."""
+    with _pool_lock:
+        pool = _executor()
+        if defer and _running.get(db_path):
+            deferred = _deferred.get(db_path)
+            if deferred is None:
+                deferred = _deferred[db_path] = Future()
+            return deferred
+        future: Future[None] = Future()
+        pool.submit(_sync, db_path, future)
+        _running[db_path] = _running.get(db_path, 0) + 1  # (after: a refused submit leaves no count behind)
+    return future
+
+
+def _sync(db_path: Path, future: Future[None] | None) -> None:
+    """Sync ``db_path`` for ``future``; then, while a sync was deferred meanwhile, for it (it begins now: after the
+    commit of everyone who joined it)."""
+    while future is not None:
+        if future.set_running_or_notify_cancel():
+            try:
+                sync_now(db_path)
+            except BaseException as exc:  # an OSError; anything else reaches the waiters all the same
+                future.set_exception(exc)
+            else:
+                future.set_result(None)
+        with _pool_lock:
+            future = _deferred.pop(db_path, None)
+            if future is None:
+                left = _running.get(db_path, 1) - 1
+                if left > 0:
+                    _running[db_path] = left
+                else:
+                    _running.pop(db_path, None)

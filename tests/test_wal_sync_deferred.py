@@ -1,0 +1,136 @@
+"""Deferred syncs (:mod:`veil.store.wal_sync`): a sync nothing waits for joins one deferred sync per file while another
+runs; the deferred sync begins only once a running one ends, so after every commit that joined it, and its outcome
+reaches all of them. A sync an answer waits for (a reservation's) is never deferred.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from veil.store import wal_sync
+from veil.store.ledger import Account, Cost, Ledger
+
+
+class Disk:
+    """``sync_now`` replaced: each call logs its start, then waits while the disk is held."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.free = threading.Event()
+        self.free.set()
+        self.began = threading.Semaphore(0)
+        self.fail = False
+
+    def sync_now(self, path: Path) -> None:
+        self.events.append("sync")
+        self.began.release()
+        assert self.free.wait(10), "the disk was never released"
+        if self.fail:
+            raise OSError(5, "Input/output error")
+
+    def hold(self, path: Path) -> None:
+        """Start a sync that runs until :meth:`release`."""
+        self.free.clear()
+        self.began = threading.Semaphore(0)  # (an earlier sync's start is not this one's)
+        wal_sync.start(path)
+        assert self.began.acquire(timeout=10)
+
+
+@pytest.fixture
+def disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[Disk]:
+    d = Disk()
+    monkeypatch.setattr(wal_sync, "sync_now", d.sync_now)
+    yield d
+    d.free.set()
+
+
+@pytest.mark.parametrize("joiners", [1, 2, 5])
+def test_deferred_syncs_share_one_that_begins_when_the_running_one_ends(tmp_path: Path, disk: Disk, joiners: int) -> None:
+    path = tmp_path / "l.sqlite"
+    disk.hold(path)
+    futures = [wal_sync.start(path, defer=True) for _ in range(joiners)]
+    assert len({id(f) for f in futures}) == 1
+    assert not futures[0].running() and disk.events == ["sync"]  # not begun while the first runs
+    disk.free.set()
+    futures[0].result(10)
+    assert disk.events == ["sync", "sync"]  # one more sync for all of them
+
+
+def test_a_sync_an_answer_waits_for_begins_at_once(tmp_path: Path, disk: Disk) -> None:
+    path = tmp_path / "l.sqlite"
+    disk.hold(path)
+    deferred = wal_sync.start(path, defer=True)
+    now = wal_sync.start(path)
+    assert now is not deferred
+    assert disk.began.acquire(timeout=10), "the undeferred sync did not begin while another ran"
+    disk.free.set()
+    now.result(10)
+    deferred.result(10)
+
+
+def test_with_no_sync_running_a_deferred_one_begins_at_once(tmp_path: Path, disk: Disk) -> None:
+    f = wal_sync.start(tmp_path / "l.sqlite", defer=True)
+    f.result(10)
+    assert disk.events == ["sync"]
+
+
+def test_a_failed_deferred_sync_fails_for_everyone_who_joined(tmp_path: Path, disk: Disk) -> None:
+    path = tmp_path / "l.sqlite"
+    disk.hold(path)
+    a, b = wal_sync.start(path, defer=True), wal_sync.start(path, defer=True)
+    disk.fail = True
+    disk.free.set()
+    for f in (a, b):
+        assert isinstance(f.exception(10), OSError)
+
+
+def test_a_release_rows_sync_begins_after_its_commit(tmp_path: Path, disk: Disk) -> None:
+    """Through the ledger: the release joins the deferred sync while another runs, and that sync begins after the
+    release row was committed; closing the handle waits for it."""
+    led = Ledger(tmp_path / "l.sqlite")
+    r = led.reserve(Cost(Fraction(1)), [Account.analyst("a", Fraction(2), Fraction(0))], actor="a")
+    assert r.durable is not None
+    r.durable.result(10)
+    disk.hold(led._file)  # a sync of another session's commit, still running
+    led._db.set_trace_callback(lambda sql: disk.events.append("commit") if sql == "COMMIT" else None)
+    led.release(r, answer={})
+    assert disk.events[-1] == "commit"
+    closed = threading.Thread(target=led.close)
+    closed.start()
+    closed.join(0.2)
+    assert closed.is_alive(), "the handle closed before its release row's sync"
+    disk.free.set()
+    closed.join(10)
+    assert disk.events[-2:] == ["commit", "sync"]
+
+
+def test_a_forked_child_syncs_though_a_worker_held_the_lock_at_the_fork(tmp_path: Path) -> None:
+    """A worker takes the lock after each sync; a fork at that moment left the child a lock nobody would release."""
+    import os
+
+    path = tmp_path / "l.sqlite"
+    path.write_bytes(b"")
+    with wal_sync._pool_lock:  # as a worker in its bookkeeping
+        pid = os.fork()
+        if pid == 0:  # the child: one sync, then out, whatever happens
+            code = 1
+            try:
+                wal_sync.start(path).result(10)
+                code = 0
+            finally:
+                os._exit(code)
+    for _ in range(300):  # a hang guard: polls of a fixed sleep
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        threading.Event().wait(0.05)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child never finished its sync (it waited for a lock held at the fork)")
+    assert os.waitstatus_to_exitcode(status) == 0
