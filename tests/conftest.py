@@ -105,7 +105,8 @@ SLOW_DOCTESTS = frozenset({"veil/auditor/pu/__init__.py::veil.auditor.pu"})
 #: source cannot be read the whole module counts (conservative). A CPU clock (``time.thread_time``,
 #: ``time.process_time``) does not count: another process's load does not move it, so a bound on the work done in
 #: the test's own process runs in the parallel pass (use it only where the timed code neither waits nor sleeps,
-#: nor works in another process: there CPU time would under-count). A hang guard (wait for a server, a child or a
+#: nor works in another process: there CPU time would under-count; for a child the test waits for, read
+#: ``tests.support.cpu.children_cpu_seconds`` around it). A hang guard (wait for a server, a child or a
 #: file; fail after N s) counts polls of a fixed sleep instead of reading a clock, and processes that must act at
 #: once meet at a barrier (a line on their stdin), not at a wall-clock instant: neither needs a quiet machine.
 _READS_A_CLOCK = re.compile(r"\b(?:perf_counter|monotonic)\(|\btime\.time\(")

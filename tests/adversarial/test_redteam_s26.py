@@ -125,9 +125,9 @@ def test_A1_many_pinned_joins_are_refused_free_or_answered_fast(worlds: Worlds) 
     except VeilError:
         assert s.budget().spent == before  # refused before anything is charged: a fine fix
         return
-    start = time.perf_counter()
+    start = time.process_time()
     s.execute(sql, epsilon=Fraction(1, 1000))
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert elapsed < 5.0, f"a {len(sql):,}-byte query held the engine {elapsed:.1f} s after its charge"
 
 
@@ -140,12 +140,12 @@ def test_A1_a_probe_of_a_many_joined_public_source_is_refused_free_or_fast(world
     s = worlds.sessions["d"]
     inner = "SELECT p0.pk AS pk FROM pub p0 " + " ".join(f"JOIN pub p{i} ON p{i}.pk = p{i - 1}.pk" for i in range(1, 150))
     sql = f"SELECT COUNT(*) AS n FROM t JOIN ({inner}) AS d ON d.pk = t.x"
-    start = time.perf_counter()
+    start = time.process_time()
     try:
         s.explain(sql, epsilon=Fraction(1, 1000))
     except VeilError:
         pass  # refused free: fine, if quickly
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert elapsed < 3.0, f"a free explain of a {len(sql):,}-byte query took {elapsed:.1f} s"
 
 
@@ -167,11 +167,14 @@ def _one_world(base: Path) -> Path:
 
 
 def _cli_explain_seconds(policy: Path, sql: str, limit: float) -> tuple[float, str]:
-    """``veil explain`` of ``sql`` in its own process: seconds taken (``inf`` past ``limit``) and its stderr."""
+    """``veil explain`` of ``sql`` in its own process: the CPU seconds it took (``inf`` past ``limit`` seconds of
+    wall time, a hang guard) and its stderr."""
     import subprocess
     import sys
 
-    start = time.perf_counter()
+    from tests.support.cpu import children_cpu_seconds
+
+    start = children_cpu_seconds()
     try:
         res = subprocess.run(
             [sys.executable, "-m", "veil.cli.main", "explain", "--policy", str(policy), "--analyst", "a", "--format",
@@ -180,7 +183,7 @@ def _cli_explain_seconds(policy: Path, sql: str, limit: float) -> tuple[float, s
         )  # fmt: skip
     except subprocess.TimeoutExpired:
         return float("inf"), ""
-    return time.perf_counter() - start, res.stderr
+    return children_cpu_seconds() - start, res.stderr
 
 
 #: A 450-branch CASE (one text literal per branch) and 50 histograms of distinct arguments: 3,159 tokens.
@@ -206,10 +209,10 @@ def test_A2_a_free_explain_of_a_short_query_takes_little_time(tmp_path: Path, pl
     300 branches × 40 medians: explain 15 s, execute 23 s. `veil serve` has no statement timeout by default."""
     policy = _one_world(tmp_path / "w")
     sql = TEMPLATE_COPIES[place]
-    seconds, stderr = _cli_explain_seconds(policy, sql, limit=12.0)
+    seconds, stderr = _cli_explain_seconds(policy, sql, limit=120.0)
     if "QueryTooComplex" in stderr or "54001" in stderr:
         return  # refused, free: a fine fix
-    assert seconds < 6.0, f"`veil explain` of a {len(sql):,}-byte query took {seconds:.1f} s ({stderr[-200:]})"
+    assert seconds < 6.0, f"`veil explain` of a {len(sql):,}-byte query took {seconds:.1f} s of CPU ({stderr[-200:]})"
 
 
 # --- A3. Two aliases of one public table share one domain variable ---------------------------------------
@@ -257,12 +260,12 @@ def test_A4_a_public_key_domain_is_bounded_before_it_is_fetched(tmp_path: Path) 
     sql = "SELECT pub.pn || CAST(pub.pk AS VARCHAR) AS g, COUNT(*) AS n FROM t JOIN pub ON pub.pk = t.x GROUP BY 1"
     with exact_session(policy, "a") as s:
         s.explain("SELECT COUNT(*) AS n FROM t")  # the session's catalog and mirror, outside the timing
-        start = time.perf_counter()
+        start = time.process_time()
         try:
             s.execute(sql, epsilon=Fraction(1))
         except VeilError:
             pass  # today: Unsupported (more than 100,000 groups), free — after the whole cross product was fetched
-        elapsed = time.perf_counter() - start
+        elapsed = time.process_time() - start
     assert elapsed < 2.0, f"a public key over a {n:,}-row public table took {elapsed:.1f} s before its (free) refusal"
 
 
@@ -346,12 +349,12 @@ def test_A7_a_short_query_does_not_multiply_the_tables_work_ten_thousandfold(tmp
     sql = "SELECT SUM(y) AS v FROM t CROSS JOIN pub WHERE pub.pn || t.s = 'p1s1'"
     with exact_session(policy, "a") as s:
         s.execute("SELECT COUNT(*) AS n FROM t", epsilon=Fraction(1))  # the bounded copy, outside the timing
-        start = time.perf_counter()
+        start = time.process_time()
         try:
             s.execute(sql, epsilon=Fraction(1, 1000))
         except VeilError:
             pass  # refused, free: a fine fix
-        elapsed = time.perf_counter() - start
+        elapsed = time.process_time() - start
     assert elapsed < 2.0, f"a {len(sql)}-byte query over {n:,} private rows held the engine {elapsed:.1f} s"
 
 

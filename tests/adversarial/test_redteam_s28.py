@@ -401,6 +401,6 @@ def test_B2_a_slow_login_completes_when_no_newcomer_arrives(tmp_path: Path) -> N
 def test_B1_concatenation_and_numbers_stay_bounded(sql: str) -> None:
     """Nested ``||`` through derived tables is refused at 1 MiB; a float power overflow and a cast beyond
     bigint are 22003."""
-    started = time.monotonic()
+    started = time.process_time()
     assert _evaluate(sql) in {"54000", "22003"}
-    assert time.monotonic() - started < 2
+    assert time.process_time() - started < 2

@@ -182,12 +182,12 @@ def test_A3_one_quantile_over_many_public_groups_is_bounded(worlds: Worlds) -> N
     sql = f"SELECT {keys}, MEDIAN(y) AS m FROM t {joins} GROUP BY {keys}"
     s = worlds.sessions["d"]
     s.execute("SELECT COUNT(*) AS n FROM t", epsilon=Fraction(1, 1000))  # the bounded copy, outside the timing
-    start = time.perf_counter()
+    start = time.process_time()
     try:
         s.execute(sql, epsilon=Fraction(1, 1000))
     except VeilError:
         return  # refused, free: a fine fix
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert elapsed < 3.0, f"one MEDIAN over 19,683 public groups took {elapsed:.1f} s at ε = 0.001"
 
 

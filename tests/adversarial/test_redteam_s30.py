@@ -186,6 +186,6 @@ def test_B2_table_less_numbers_stay_bounded(sql: str, expected: Any) -> None:
     """The bounded executor (``veil/server/bounded.py``): ROUND's digits clamped, casts and powers typed 22003."""
     from tests.server.test_bounded_eval import _evaluate
 
-    started = time.monotonic()
+    started = time.process_time()
     assert _evaluate(sql) == expected
-    assert time.monotonic() - started < 1.0
+    assert time.process_time() - started < 1.0

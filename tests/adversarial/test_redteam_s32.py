@@ -285,9 +285,9 @@ def test_B1_bounded_like_is_linear_and_matches_postgresql(text: str, pattern: st
     """The bounded LIKE: adversarial patterns answer at once, escapes and ``_`` as PostgreSQL."""
     from veil.server.bounded import like
 
-    started = time.monotonic()
+    started = time.process_time()
     assert like(text, pattern) is expected
-    assert time.monotonic() - started < 1.0
+    assert time.process_time() - started < 1.0
 
 
 def test_B2_a_long_regular_expression_is_refused_typed() -> None:

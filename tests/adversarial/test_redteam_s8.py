@@ -278,9 +278,9 @@ def test_a4_like_takes_the_same_time_through_the_cli(pair: Pair) -> None:
     took = []
     for i, path in enumerate(pair.policy_paths):
         cli = CliInterface(path, "b")
-        start = time.perf_counter()
+        start = time.process_time()
         cli.query(sql, 0.0123 + i / 1000)
-        took.append(time.perf_counter() - start)
+        took.append(time.process_time() - start)
     assert took[1] < 5 * took[0] + 1.0, f"veil query — D: {took[0]:.2f} s, D′: {took[1]:.2f} s"
 
 

@@ -186,10 +186,10 @@ def test_operator_chains_are_refused_before_resolving(sql: str, fits: bool) -> N
     gc.collect()  # a full collection of the suite's heap inside the timing took ~0.8 s once
     gc.disable()
     try:
-        start = time.perf_counter()
+        start = time.process_time()
         with pytest.raises(QueryTooComplex, match=r"chains more than|nest more than"):
             _validate(sql)
-        took = time.perf_counter() - start
+        took = time.process_time() - start
     finally:
         gc.enable()
     assert took < 0.5

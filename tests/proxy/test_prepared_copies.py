@@ -257,10 +257,10 @@ def test_first_query_time_does_not_grow_with_one_persons_rows(tmp_path: Path) ->
         best = float("inf")
         for k in range(2):
             bounding.COPIES._names.clear()  # as a new process: nothing cached
-            start = time.perf_counter()
+            start = time.process_time()
             with QuerySession(load_policy(policy.path), "ann") as s:
                 s.execute("SELECT COUNT(*) FROM people", epsilon=Fraction(1, 10) + Fraction(k, 1000))
-            best = min(best, time.perf_counter() - start)
+            best = min(best, time.process_time() - start)
         took.append(best)
     assert took[1] < 2 * took[0] + 0.1, f"D: {took[0]:.3f} s, D′: {took[1]:.3f} s — the raw rows decide the time"
 

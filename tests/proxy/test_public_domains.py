@@ -117,10 +117,10 @@ def test_too_many_groups_or_values_are_refused_free_and_fast(policy: Policy, sql
     assert 400 * 400 > MAX_PUBLIC_GROUPS and 3**5 * 420 > MAX_RELEASED_VALUES
     with exact_session(policy, "a") as s:
         before = s.budget().spent
-        start = time.perf_counter()
+        start = time.process_time()
         with pytest.raises(Unsupported, match=r"groups|values"):
             s.execute(sql, epsilon=1)
-        assert time.perf_counter() - start < 5.0
+        assert time.process_time() - start < 5.0
         assert s.budget().spent == before
 
 

@@ -135,9 +135,16 @@ def test_a_debuggers_tracer_is_put_back_after_a_job() -> None:
 _JOB_S = 0.3
 
 
-def _start_delays(size: int, flooders: int, jobs_each: int = 8) -> tuple[float, int]:
-    """``flooders`` owners each queue ``jobs_each`` jobs of 0.3 s; 0.1 s later carol queues one.
+def _jobs_each(size: int, flooders: int) -> int:
+    """Jobs each flooder queues: more than two rounds of every thread (first come, first served, carol would start
+    no sooner than 0.5 s after she asked, past every bound below), at most 8; and more than one owner may hold."""
+    return min(8, -(-3 * size // flooders))
+
+
+def _start_delays(size: int, flooders: int) -> tuple[float, int]:
+    """``flooders`` owners each queue :func:`_jobs_each` jobs of 0.3 s; 0.1 s later carol queues one.
     Returns how long carol's job waited to start, and the most threads one owner held at once."""
+    jobs_each = _jobs_each(size, flooders)
     pool = InterruptiblePool(size, "test-fair")
     held: dict[str, int] = {}
     most = [0]
@@ -178,7 +185,7 @@ def _start_delays(size: int, flooders: int, jobs_each: int = 8) -> tuple[float, 
 def test_another_owner_waits_for_at_most_one_job(size: int, flooders: int) -> None:
     """However many jobs other owners queue, carol's starts at once while a thread is free to her
     (one owner holds at most size − 1), else as soon as one job ends, never behind the queue
-    (first come, first served, she would wait 8·flooders/size jobs: 0.8–3.6 s here)."""
+    (first come, first served, she would wait for two or three rounds of jobs: 0.5–0.8 s here)."""
     delay, most = _start_delays(size, flooders)
     assert most <= max(1, size - 1)
     if flooders * max(1, size - 1) < size:  # a thread the flooders cannot take
@@ -237,7 +244,9 @@ def _executor_start_delay(size: int, flooders: int) -> tuple[float, int]:
         return started
 
     try:
-        floods = [pool.submit(job, f"f{f}", _JOB_S, owner=f"f{f}") for _ in range(8) for f in range(flooders)]
+        floods = [
+            pool.submit(job, f"f{f}", _JOB_S, owner=f"f{f}") for _ in range(_jobs_each(size, flooders)) for f in range(flooders)
+        ]
         time.sleep(0.1)
         asked = time.monotonic()
         started = pool.submit(job, "carol", 0.0, owner="carol").result(30)
