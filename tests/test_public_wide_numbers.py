@@ -123,3 +123,14 @@ def test_precision_lost_keys_keep_private_answers_within_their_sensitivity(world
         column = sql.split("GROUP BY p.")[1]
         assert sorted(g[0] for g in answers[None]) == _warehouse_doubles(d.policy, column)
     assert max(abs(sum(a.values()) - sum(answers[None].values())) for a in answers.values()) > 0  # a row mattered
+
+
+def test_a_mirror_copied_before_the_one_rounding_is_copied_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review s18: a mirror copy carries how its rows were read, so one an earlier format made (DECIMAL rounded twice
+    through pandas) no longer counts as current for the same table version and is copied again."""
+    from veil.store import warehouse
+
+    now = warehouse.mirror_version("written.ab12", ["k", "v"]), warehouse.mirror_version("written.ab12", None)
+    monkeypatch.setattr(warehouse, "MIRROR_FORMAT", warehouse.MIRROR_FORMAT - 1)
+    before = warehouse.mirror_version("written.ab12", ["k", "v"]), warehouse.mirror_version("written.ab12", None)
+    assert now[0] != before[0] and now[1] != before[1]

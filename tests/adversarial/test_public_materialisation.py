@@ -174,6 +174,21 @@ def test_materialisations_do_not_pile_up(pair: tuple[Any, Any]) -> None:
     assert _temp_tables(d) == []
 
 
+def test_a_drop_cut_short_is_done_before_the_next_query(pair: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review s18 (LOW): a cancel that interrupted the drop at a query's end left its table on the cursor for the
+    session's life (up to 2,000,000 rows in a server worker); it is now dropped when the next query starts."""
+    from veil.engines.duckdb import DuckDBEngine
+
+    d, _ = pair
+    drop = DuckDBEngine.drop_temp
+    monkeypatch.setattr(DuckDBEngine, "drop_temp", lambda self, name: False)  # every drop interrupted
+    d.execute(DERIVED[0].format(n=1, m=2), epsilon=_epsilon())
+    assert len(_temp_tables(d)) == 1
+    monkeypatch.setattr(DuckDBEngine, "drop_temp", drop)
+    d.execute(DERIVED[1].format(n=1, m=3), epsilon=_epsilon())
+    assert _temp_tables(d) == []
+
+
 def test_generated_statements_read_the_materialisation(pair: tuple[Any, Any]) -> None:
     """The engine statements read the temporary table, never the public source's SQL again."""
     from veil.proxy._testing import generated_sql
@@ -267,6 +282,46 @@ def test_a_curator_write_between_planning_and_the_charge_refuses_free(tmp_path: 
         with pytest.raises(CopyNotReady, match="nothing was charged"):
             s.execute("SELECT COUNT(*) FROM trips t JOIN (SELECT key FROM pick WHERE grp = 0) b ON b.key = t.city")
         assert _spent(s) == before
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(*) FROM trips t JOIN (SELECT key FROM pick WHERE grp = 0) b ON b.key = t.city",
+        "SELECT b.key, COUNT(*) FROM trips t JOIN (SELECT key FROM pick WHERE grp = 0) b ON b.key = t.city GROUP BY b.key",
+    ],
+)
+def test_a_curator_write_between_the_charge_and_the_run_refunds_and_refuses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sql: str
+) -> None:
+    """Review s18 (MEDIUM): a write in this process right after the reservation (another session's first query
+    building its bounded copy) took the cursor, and its temporary tables, from under the charged query: a grouped query
+    was charged and failed (QueryFailed, "a bug in Veil"), a keyless one refunded with a misleading catalog error. The
+    run now holds the cursor in place from a last check to its last statement; gone by then, the charge is refunded
+    and the query refused as CopyNotReady."""
+    from veil.errors import CopyNotReady
+    from veil.proxy._testing import exact_session
+    from veil.store import warehouse
+
+    policy = _build(tmp_path / "w", drop_target=False)
+    with exact_session(policy, "api") as s:
+        s._env.bounded_table("trips")
+        ledger = s._env.ledger
+        reserve = ledger.reserve
+
+        def reserve_then_write(*args: Any, **kwargs: Any) -> Any:
+            out = reserve(*args, **kwargs)
+            with warehouse.writer(s._env.policy):
+                pass
+            return out
+
+        monkeypatch.setattr(ledger, "reserve", reserve_then_write)
+        before = _spent(s)
+        with pytest.raises(CopyNotReady, match="nothing was charged"):
+            s.execute(sql)
+        assert _spent(s) == before
+        monkeypatch.setattr(ledger, "reserve", reserve)
+        assert s.execute(sql).rows  # asked again, answered
 
 
 def test_a_source_too_large_to_materialise_is_refused_free(pair: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:

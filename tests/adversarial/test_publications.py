@@ -422,11 +422,13 @@ def test_crash_between_record_and_commit_never_makes_the_replaced_raw_table_publ
                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})  # fmt: skip
     try:
         assert proc.stderr is not None
+        ready = False
         for _ in range(10_000):  # the child's lines up to READY (or its end): a count, not a clock (tests/conftest.py)
             line = proc.stderr.readline()
-            if "READY" in line or not line:
+            ready = "READY" in line
+            if ready or not line:
                 break
-        assert proc.poll() is None, "the publication did not reach the commit"
+        assert ready and proc.poll() is None, "the publication did not reach the commit"
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()

@@ -11,7 +11,7 @@ Materialising (bounded copies) goes through the curator writer of the warehouse.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import duckdb
@@ -253,22 +253,39 @@ class DuckDBEngine:
                 before_data=True,
             ) from None
 
+    @contextlib.contextmanager
+    def pinned(self) -> Iterator[None]:
+        """Hold this engine's cursor in place: no curator write in this process reopens the reader (and so drops the
+        cursor's temporary tables) until the block ends. Statements inside it take the same shared gate again."""
+        path = self._path()
+        if path is None:
+            yield
+            return
+        with warehouse.reading(path):  # type: ignore[arg-type]
+            yield
+
     def cursor_generation(self) -> int:
         """The reader generation of the cursor statements run on now (a new cursor is taken when a curator write in
         this process reopened the reader; the old one's temporary tables are gone with it)."""
         self._cur()
         return self._generation
 
-    def drop_temp(self, name: str) -> None:
-        """Drop temporary table ``name`` of this engine's cursor, if it is there (best effort: a cursor that is
-        gone took its temporary tables with it)."""
+    def drop_temp(self, name: str) -> bool:
+        """Drop temporary table ``name`` of this engine's cursor, if it is there; False when the drop failed (an
+        interrupt landed on it: the caller tries again later). A cursor that is gone took its temporary tables with it."""
         cur = self._cursor
         if cur is None:
-            return
+            return True
+        path = self._path()
+        gate = warehouse.reading(path) if path is not None else contextlib.nullcontext()  # type: ignore[arg-type]
         try:
-            cur.execute(f"DROP TABLE IF EXISTS temp.{_q(name)}")
+            with gate:
+                if self._cursor is not cur:  # a curator write took a new cursor: the old one's tables went with it
+                    return True
+                cur.execute(f"DROP TABLE IF EXISTS temp.{_q(name)}")
         except duckdb.Error:
-            pass
+            return False
+        return True
 
     def temp_tables(self) -> list[str]:
         """The temporary tables of this engine's cursor (for tests and checks)."""

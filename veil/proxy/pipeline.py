@@ -345,7 +345,13 @@ def _execute(s: QueryState, env: Env) -> QueryState:
     if s.queries is None or s.rendered is None or s.reservation is None:
         raise InternalError("execute before reserve")
     try:
-        raw = env.run(s.plan, s.queries, s.rendered, s.domain, s.key_types, checked=not s.bind_on_run)
+        with env.pinned(s.materialised):  # no curator write in this process drops them until the last statement ends
+            if not env.materialisations_current(s.materialised):
+                # they went between the reservation's check and here (review s18: charged, then a catalog error):
+                # nothing was read, so the charge is refunded
+                env.ledger.cancel(s.reservation)
+                _check_materialised(s, env)
+            raw = env.run(s.plan, s.queries, s.rendered, s.domain, s.key_types, checked=not s.bind_on_run)
     except EngineError as exc:
         if exc.before_data and s.bind_on_run:
             # the one statement failed to bind (see _prepare): nothing was read, so nothing is charged

@@ -258,6 +258,7 @@ class Env:
         #: the current query's materialised public sources (temporary tables of ``engine``'s cursor) and their
         #: factors, dropped when its outermost pipeline run ends (``query_scope``)
         self._temps: dict[str, int] = {}  # name → rows
+        self._undropped: list[str] = []  # temporary tables whose drop failed (dropped at the next query's start)
         self._temp_factors: dict[tuple[str, str], int] = {}  # (name, probe) → factor
         self._temps_generation: int | None = None  # the generation of the cursor that holds them
         self._scopes = 0
@@ -449,6 +450,10 @@ class Env:
     def query_scope(self) -> Iterator[None]:
         """One query's pipeline run: the public sources it materialised are dropped when the outermost scope ends
         (answered, refused, explained, described or failed), so temporary tables never pile up on the cursor."""
+        engine = self.engine
+        if self._scopes == 0 and self._undropped and isinstance(engine, DuckDBEngine):
+            # a drop an interrupt cut short at the end of an earlier query: tried again before the next one
+            self._undropped = [name for name in self._undropped if not engine.drop_temp(name)]
         self._scopes += 1
         try:
             yield
@@ -456,10 +461,8 @@ class Env:
             self._scopes -= 1
             if self._scopes == 0 and self._temps:
                 names, self._temps, self._temp_factors = list(self._temps), {}, {}
-                engine = self.engine
                 if isinstance(engine, DuckDBEngine):
-                    for name in names:
-                        engine.drop_temp(name)
+                    self._undropped += [name for name in names if not engine.drop_temp(name)]
 
     @contextlib.contextmanager
     def _public_work_on_engine(self) -> Iterator[None]:
@@ -506,6 +509,14 @@ class Env:
         factor = max(_int(result.rows[0][0]) if result.rows else 0, 1)
         self._temp_factors[key] = factor
         return factor
+
+    def pinned(self, materialised: Sequence[Materialised]) -> contextlib.AbstractContextManager[None]:
+        """Hold the query's cursor in place while ``materialised`` are read (see :meth:`DuckDBEngine.pinned`): checked
+        current inside it, they stay there until the statements that read them end."""
+        engine = self.engine
+        if materialised and isinstance(engine, DuckDBEngine):
+            return engine.pinned()
+        return contextlib.nullcontext()
 
     def materialisations_current(self, materialised: Sequence[Materialised]) -> bool:
         """Do the temporary tables of ``materialised`` still exist, on the cursor the query will run on? A curator

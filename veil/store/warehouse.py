@@ -801,12 +801,21 @@ def mirror_version(version: str, columns: Sequence[str] | None) -> str:
     """The version a mirror copy of ``version``'s rows carries: with its column list folded in, so a copy made
     under another list of declared columns is stale (copied again) after a policy edit.
 
-    >>> mirror_version("ab12", None), mirror_version("ab12", ["k"]) == mirror_version("ab12", ["k"])
-    ('ab12', True)
+    A copy also carries :data:`MIRROR_FORMAT`, the way its rows were read: a copy an earlier format made (DECIMAL read
+    through pandas, rounded twice) is stale too (review s18).
+
+    >>> mirror_version("ab12", None) == mirror_version("ab12", None), mirror_version("ab12", ["k"]) != "ab12"
+    (True, True)
     """
+    tagged = f"{version}f{MIRROR_FORMAT}"
     if columns is None:
-        return version
-    return f"{version}c{hashlib.sha256(chr(0).join(columns).encode()).hexdigest()[:16]}"
+        return tagged
+    return f"{tagged}c{hashlib.sha256(chr(0).join(columns).encode()).hexdigest()[:16]}"
+
+
+#: How a mirror copy's rows are read (bumped when that changes, so copies made before are copied again): 2, wide numbers
+#: read with DuckDB's own cast to DOUBLE (:func:`_as_double_once`).
+MIRROR_FORMAT = 2
 
 
 def drop_public(policy: Policy, table: str) -> None:
