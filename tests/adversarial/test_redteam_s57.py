@@ -1,0 +1,161 @@
+"""Red team, session 57: what landed on main on 2026-11-28 (1c02125..89baaa8) — the one evaluation of a derived public
+source (multiplicity's materialisation), intervals only in date arithmetic, Bind parameter counts, per-column linkage
+roles.
+
+Each test below FAILS on main at 89baaa8 (nothing is marked xfail: the lead fixes the code and the test turns green).
+
+Findings:
+
+* D1 (MEDIUM, server abuse — threat class 6; free, repeatable, any analyst, every interface) — the materialisation cap
+  counts *rows* (``MAX_MATERIALISED_ROWS`` = 2,000,000), not what they hold. A derived public source may select as
+  many columns as the statement's tokens allow, and the whole source is written into a temporary table of the
+  reader (``CREATE TEMP TABLE … AS``) during the plan pass, before anything is charged and before the join-factor
+  check refuses it. Before the materialisation, the probe of that source was a streaming ``COUNT(*)`` (DuckDB prunes
+  the unused columns): it held nothing. Measured here (2-core host, DuckDB's own ``duckdb_memory()``): a source of
+  121² = 14,641 rows × 301 columns of a 121-row public table holds 41.5 MB for a query that reads one number; with one
+  more cross join, 121³ = 1,771,561 rows × 21 columns held 330 MB, created in 0.4 s, for a query then refused free
+  (0A000, "one private row can join up to 14,641 rows … at most 10,000"). At ~9.4 bytes a cell, ``veil serve``'s
+  4,000-token limit (~950 columns) is ~15 GB per query and the Python API / ``veil query`` limit (250,000 tokens) is
+  far beyond any memory; the default ``statement_timeout`` is 0, and the reader's memory limit is DuckDB's default
+  (80 % of RAM) unless ``set_reader_memory`` is set, shared by every session of the process: one analyst's free,
+  refused query makes every other session's statements fail for lack of memory (or the process is killed).
+  Witness (Python API, noise off)::
+
+      SELECT COUNT(*) FROM people t JOIN (SELECT x.a, y.a AS c0, …, y.a AS c299 FROM ages x JOIN ages y ON TRUE) g
+        ON g.a = t.age WHERE COALESCE(g.c0, …, g.c299) IS NOT NULL
+
+  Suggested fix: bound what a materialisation holds, not its rows — e.g. rows × columns (cells) ≤ the cap (or an
+  estimated byte budget from the catalog types, texts at their declared/observed width), checked by the
+  ``CREATE … AS … LIMIT`` itself (``LIMIT ⌊cap / columns⌋ + 1``) so nothing larger is ever built; materialise
+  only the columns the generated statements read; and for an *unpinned* source, whose factor is refused past
+  ``MAX_JOIN_FACTOR`` anyway, ``LIMIT MAX_JOIN_FACTOR + 1`` (it was materialised to its 1.77 M rows before that
+  refusal).
+
+What held (tried, no witness), on DuckDB with noise off, D/D′ (``tests/adversarial/test_redteam_s56.py``'s C2b world,
+``MEDIAN`` of public dates near year 5,877,642 raising) — every placement of the raising source ended alike on D and D′
+(refused free, 22000): a CTE referenced twice, one CTE read by two sources, a public source inside a private CTE,
+a public source pinned through another public table (and through an expression of it), ``SELECT *`` of a nested
+public derived table; aggregates in a private subquery, UNION, LATERAL, subqueries outside FROM and correlated
+references (implicit lateral: ``UnknownColumn``) are refused before anything runs. Outer-query aggregates of public
+columns need declared bounds. Intervals: 40 spellings — ``GREATEST``/``COALESCE``/``CASE``/``IF``/``NULLIF`` of
+timestamps minus a timestamp, derived-table columns, aggregates minus aggregates, ``TRY_CAST``, ``DATE_TRUNC``
+differences, typed ``TIMESTAMP`` literals, unary minus, interval times or over a number, ``AGE``/``TO_DAYS``/
+``DATE_ADD``/``MAKE_TIMESTAMP``/``LAST_DAY``/``STRPTIME`` (not allowed), ``CAST(… AS INTERVAL)`` — all refused;
+``d + INTERVAL (huge) DAY``, ``/ 0`` inside the interval, text intervals, ``EXTRACT(EPOCH …)`` of date arithmetic are
+answered (TRY holds); a wire parameter declared INTERVAL (OID 1186) is bound as a text literal, which DuckDB cannot
+add to an interval (ambiguous, a bind error). Linkage roles: column case, spaces and quotes are normalised; a
+source named in another case, quoted or schema-qualified is refused as "not a table of the policy"; a SOM neuron over
+a column another table publishes as ``--sensitive`` was refused by the gate's k on (QIs, neuron) at k = 5 in the
+witness's data (not a proof: ``som_columns`` take no role in ``check_linkage``). Materialisation bookkeeping: temp
+tables per cursor (one per wire connection), scope-counted drops, a failed creation's placeholder, the generation
+check before the reservation; a missing table after the reservation is a bind error, ``before_data`` (refunded).
+Spark was not run (its sessions run with ANSI off; intervals, the one aggregate family that raised there, are now
+refused).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tests.support.warehouse import policy_with_tables
+
+POLICY = """\
+[database]
+path = "w.duckdb"
+[ledger]
+path = "l.sqlite"
+[tables.people]
+privacy_unit = "pid"
+max_rows_per_unit = 1
+[tables.people.columns]
+pid = { type = "int" }
+age = { type = "int", lower = 0, upper = 120 }
+[tables.ages]
+public = true
+[tables.ages.columns]
+a = { type = "int" }
+[analysts.a]
+epsilon = 1000000
+"""
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from veil.proxy._testing import exact_session
+
+    people = pd.DataFrame({"pid": list(range(1, 41)), "age": [20 + i for i in range(40)]}).astype("Int64")
+    ages = pd.DataFrame({"a": list(range(121))}).astype("Int64")  # a public reference table: every age
+    policy = policy_with_tables(tmp_path_factory.mktemp("s57d1"), POLICY, {"people": people}, {"ages": ages})
+    s = exact_session(policy, "a")
+    yield s
+    s.close()
+
+
+def _wide_source_query(columns: int) -> str:
+    """A pinned public source of 121² rows and ``columns`` + 1 columns, every one of which the query reads."""
+    cols = ", ".join(["x.a", *(f"y.a AS c{i}" for i in range(columns))])
+    used = ", ".join(f"g.c{i}" for i in range(columns))
+    return (
+        f"SELECT COUNT(*) FROM people t JOIN (SELECT {cols} FROM ages x JOIN ages y ON TRUE) g ON g.a = t.age "
+        f"WHERE COALESCE({used}) IS NOT NULL"
+    )
+
+
+class _Measured:
+    """A spy on the engine's ``create_temp``: (rows, columns, bytes DuckDB's ``duckdb_memory()`` grew by) of each
+    materialisation, taken before the query's scope drops it."""
+
+    def __init__(self, engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.engine, self.create, self.held = engine, engine.create_temp, []
+        monkeypatch.setattr(engine, "create_temp", self)
+
+    def _used(self) -> float:
+        return float(self.engine._cur().execute("SELECT SUM(memory_usage_bytes) FROM duckdb_memory()").fetchone()[0])
+
+    def __call__(self, name: str, sql: str, max_rows: int) -> int:
+        before = self._used()
+        rows = int(self.create(name, sql, max_rows))
+        columns = len(self.engine._cur().execute(f'SELECT * FROM "{name}" LIMIT 0').description or ())
+        self.held.append((rows, columns, self._used() - before))
+        return rows
+
+    def check(self) -> None:
+        """Each materialisation within the cap: at most ``MAX_MATERIALISED_ROWS`` values (rows × columns), or at most
+        what a table at the cap of one 8-byte column holds, twice over (2,000,000 × 16 bytes = 32 MB)."""
+        from veil.proxy.multiplicity import MAX_MATERIALISED_ROWS
+
+        cap = MAX_MATERIALISED_ROWS
+        over = [(r, c, b) for r, c, b in self.held if r <= cap and r * c > cap and b > 16 * cap]
+        assert not over, f"materialisations (rows, columns, bytes) {over} held by one free plan pass; the cap is {cap:,} rows"
+
+
+def test_d1_a_materialisation_holds_no_more_than_the_cap_allows(session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """MEDIUM (server abuse): the row cap does not bound the memory a materialisation holds. 14,641 rows × 301 columns
+    (4.4 M values, 41.5 MB measured) are built in the reader during the free plan pass. On main the query is
+    materialised and answered; fixed, it is refused free before the table is built, or built within the cap."""
+    from veil.errors import VeilError
+
+    spy = _Measured(session._env.engine, monkeypatch)
+    spent = session.budget().spent
+    try:
+        session.execute(_wide_source_query(300), epsilon=1.0)
+    except VeilError as refused:
+        assert session.budget().spent == spent, refused  # a refusal here is decided by public data: free
+    spy.check()
+
+
+def test_d1_explain_builds_no_more_than_the_cap_allows(session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``explain`` (free, spends nothing) evaluates the same source for itself: an analyst with no budget left can
+    still make the reader build it, as often as they like."""
+    from veil.errors import VeilError
+
+    spy = _Measured(session._env.engine, monkeypatch)
+    try:
+        session.explain(_wide_source_query(300), epsilon=1.0)
+    except VeilError:
+        pass
+    spy.check()
