@@ -13,10 +13,12 @@ Findings:
   check refuses it. Before the materialisation, the probe of that source was a streaming ``COUNT(*)`` (DuckDB prunes
   the unused columns): it held nothing. Measured here (2-core host, DuckDB's own ``duckdb_memory()``): a source of
   121² = 14,641 rows × 301 columns of a 121-row public table holds 41.5 MB for a query that reads one number; with one
-  more cross join, 121³ = 1,771,561 rows × 21 columns held 330 MB, created in 0.4 s, for a query then refused free
-  (0A000, "one private row can join up to 14,641 rows … at most 10,000"). At ~9.4 bytes a cell, ``veil serve``'s
-  4,000-token limit (~950 columns) is ~15 GB per query and the Python API / ``veil query`` limit (250,000 tokens) is
-  far beyond any memory; the default ``statement_timeout`` is 0, and the reader's memory limit is DuckDB's default
+  more cross join, 121³ = 1,771,561 rows × 21 columns held 330 MB (0.4 s) and × 81 columns 1.27 GB (5 s), for a
+  query then refused free (0A000, "one private row can join up to 14,641 rows … at most 10,000"). Through ``veil
+  serve`` and psycopg, within its 4,000-token limit (``y.a c1, y.a c2, …``: 781 columns), 14,641 rows held 106 MB
+  and the query was answered; at ~9 bytes a value the same columns over 121³ rows are ~12 GB for one query, and the
+  Python API / ``veil query`` limit (250,000 tokens) is far beyond any memory; the default
+  ``statement_timeout`` is 0, and the reader's memory limit is DuckDB's default
   (80 % of RAM) unless ``set_reader_memory`` is set, shared by every session of the process: one analyst's free,
   refused query makes every other session's statements fail for lack of memory (or the process is killed).
   Witness (Python API, noise off)::
