@@ -33,6 +33,21 @@ Findings:
   ``MAX_JOIN_FACTOR`` anyway, ``LIMIT MAX_JOIN_FACTOR + 1`` (it was materialised to its 1.77 M rows before that
   refusal).
 
+* D2 (LOW on DuckDB, the only defence on Spark; every interface) — an interval value through a text operand of a
+  date/time subtraction. ``validate._check_interval_use`` reads each ``-`` while the right (or left) operand is still
+  a text literal (not a time value), and the text is converted afterwards to ``CAST('<text>' AS DATE)`` (the
+  text-beside-a-date rule), so ``CAST(d AS TIMESTAMP) - '2000-01-01'`` is a difference of two times, an INTERVAL
+  (Veil's own group-key check says "has type INTERVAL"), and reaches ``AVG``/``MEDIAN`` in a public source,
+  ``EXTRACT(DAY FROM …)``, comparisons and derived-table columns; ``d - '2000-01-01'`` (DATE − DATE, an interval on
+  Spark) passes too. Through ``veil serve`` the text is a bound parameter (psycopg ``%s`` → ``$1``, untyped), the
+  same literal. The raising aggregate is back: ``AVG(CAST(x.pd AS TIMESTAMP) - '0001-01-01')`` overflows INT32 days
+  past 2,926 rows a group (plain DuckDB: "Overflow in addition of INT32 (2147379696 + 733896)"). On DuckDB the
+  public source is evaluated on its own now, so its failure is decided by public data (no D/D′ difference found);
+  Spark keeps the old path (not run here). Witness: ``SELECT COUNT(*) FROM t WHERE EXTRACT(DAY FROM CAST(d AS
+  TIMESTAMP) - '2000-01-01') > 3`` is answered. Fix: run the interval rule after the text conversions (or treat a
+  text literal beside a date/time in ``-`` as a time value: ``_time_valued`` of a string literal whose other operand
+  is time-valued), and refuse the converted ``ts - CAST(text AS DATE)`` like ``ts - DATE '…'``.
+
 What held (tried, no witness), on DuckDB with noise off, D/D′ (``tests/adversarial/test_redteam_s56.py``'s C2b world,
 ``MEDIAN`` of public dates near year 5,877,642 raising) — every placement of the raising source ended alike on D and D′
 (refused free, 22000): a CTE referenced twice, one CTE read by two sources, a public source inside a private CTE,
@@ -58,6 +73,7 @@ refused).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -161,3 +177,95 @@ def test_d1_explain_builds_no_more_than_the_cap_allows(session: Any, monkeypatch
     except VeilError:
         pass
     spy.check()
+
+
+# -- D2: an interval value through a text literal subtracted from a date or time ----------------------------------------
+
+#: ``ts - '<text>'`` (or ``'<text>' - ts``) passes ``_check_interval_use`` — the text is not a time value when the
+#: rule reads the ``-`` — and is then converted to ``CAST('<text>' AS DATE)`` (the text-beside-a-date conversion):
+#: a difference of two times, an INTERVAL (Veil's own group-key refusal names the type: "has type INTERVAL").
+D2_INTERVAL_VALUES = [
+    # an aggregate of an interval in a public source (s56 C2's shape: AVG of intervals overflows INT32 days)
+    "SELECT COUNT(g.m) FROM t JOIN (SELECT k, AVG(CAST(pd AS TIMESTAMP) - '2000-01-01') AS m FROM pub GROUP BY k) g ON g.k = t.a",
+    "SELECT COUNT(g.m) FROM t JOIN (SELECT k, MEDIAN(CAST(pd AS TIMESTAMP) - '2000-01-01') AS m FROM pub GROUP BY k) g "
+    "ON g.k = t.a",
+    # a function, a comparison, a projection of a private interval
+    "SELECT COUNT(*) FROM t WHERE EXTRACT(DAY FROM CAST(d AS TIMESTAMP) - '2000-01-01') > 3",
+    "SELECT COUNT(*) FROM t WHERE CAST(d AS TIMESTAMP) - '2000-01-01' > CAST(e AS TIMESTAMP) - '2000-01-01'",
+    "SELECT COUNT(*) FROM (SELECT CAST(d AS TIMESTAMP) - '2000-01-01' AS iv FROM t) s WHERE s.iv IS NOT NULL",
+    "SELECT COUNT(*) FROM t WHERE '2000-01-01' - CAST(d AS TIMESTAMP) IS NULL",
+    # DATE - DATE: an interval on Spark (the rule refuses d - e; the text spelling passes)
+    "SELECT COUNT(*) FROM t WHERE d - '2000-01-01' IS NULL",
+]
+
+D2_POLICY = """\
+[database]
+path = "w.duckdb"
+[ledger]
+path = "l.sqlite"
+[tables.t]
+privacy_unit = "row"
+[tables.t.columns]
+a = { type = "int", lower = 0, upper = 100 }
+d = { type = "date" }
+e = { type = "date" }
+[tables.pub]
+public = true
+[tables.pub.columns]
+k = { type = "int" }
+pd = { type = "date" }
+[analysts.a]
+epsilon = 1000
+[analysts.wire]
+epsilon = 1000
+"""
+
+
+@pytest.fixture(scope="module")
+def d2_policy(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    t = pd.DataFrame(
+        {
+            "a": pd.array(range(30), dtype="Int64"),
+            "d": pd.to_datetime(["2020-01-01"] * 30).date,
+            "e": pd.to_datetime(["2021-06-01"] * 30).date,
+        }
+    )
+    pub = pd.DataFrame({"k": pd.array(range(10), dtype="Int64"), "pd": pd.to_datetime(["2010-05-05"] * 10).date})
+    return policy_with_tables(tmp_path_factory.mktemp("s57d2"), D2_POLICY, {"t": t}, {"pub": pub})
+
+
+@pytest.mark.parametrize("sql", D2_INTERVAL_VALUES)
+def test_d2_a_text_subtracted_from_a_time_is_no_interval_value(d2_policy: Any, sql: str) -> None:
+    """LOW on DuckDB (the rule's defence in depth: a public source is materialised on its own there), the rule's
+    whole defence on Spark: an interval value reaches an aggregate, EXTRACT, a comparison and a projection. On main
+    each is answered; it must be refused free, as ``d - e`` and ``ts - TIMESTAMP '…'`` are (42804)."""
+    from veil.errors import VeilError
+    from veil.proxy._testing import exact_session
+
+    with exact_session(d2_policy, "a") as s:
+        before = s.budget().spent
+        with pytest.raises(VeilError) as refused:
+            s.execute(sql, epsilon=1.0)
+        assert refused.value.sqlstate in ("0A000", "42804"), refused.value
+        assert "interval" in str(refused.value).lower(), refused.value
+        assert s.budget().spent == before
+
+
+def test_d2_through_the_wire_with_a_bound_text(d2_policy: Any) -> None:
+    """Through ``veil serve``: psycopg binds ``'2000-01-01'`` as an untyped text parameter, the same literal."""
+    import psycopg
+
+    from tests.support.attack import set_password, wire_connect
+    from tests.support.server import running_server
+
+    policy_file = Path(d2_policy.database_path).parent / "policy.toml"
+    set_password(policy_file, "wire")
+    with running_server(policy_file) as st:
+        conn = wire_connect(st.port, "wire")  # type: ignore[attr-defined]
+        try:
+            with conn.cursor() as cur, pytest.raises(psycopg.Error) as refused:
+                cur.execute("SELECT COUNT(*) FROM t WHERE EXTRACT(DAY FROM CAST(d AS TIMESTAMP) - %s) > 3", ("2000-01-01",))
+                cur.fetchall()
+            assert refused.value.sqlstate in ("0A000", "42804"), refused.value
+        finally:
+            conn.close()
