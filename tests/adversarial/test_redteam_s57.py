@@ -33,7 +33,7 @@ Findings:
   ``MAX_JOIN_FACTOR`` anyway, ``LIMIT MAX_JOIN_FACTOR + 1`` (it was materialised to its 1.77 M rows before that
   refusal).
 
-* D2 (LOW on DuckDB, the only defence on Spark; every interface) — an interval value through a text operand of a
+* D2 (HIGH on Spark, LOW on DuckDB; every interface) — an interval value through a text operand of a
   date/time subtraction. ``validate._check_interval_use`` reads each ``-`` while the right (or left) operand is still
   a text literal (not a time value), and the text is converted afterwards to ``CAST('<text>' AS DATE)`` (the
   text-beside-a-date rule), so ``CAST(d AS TIMESTAMP) - '2000-01-01'`` is a difference of two times, an INTERVAL
@@ -42,8 +42,14 @@ Findings:
   Spark) passes too. Through ``veil serve`` the text is a bound parameter (psycopg ``%s`` → ``$1``, untyped), the
   same literal. The raising aggregate is back: ``AVG(CAST(x.pd AS TIMESTAMP) - '0001-01-01')`` overflows INT32 days
   past 2,926 rows a group (plain DuckDB: "Overflow in addition of INT32 (2147379696 + 733896)"). On DuckDB the
-  public source is evaluated on its own now, so its failure is decided by public data (no D/D′ difference found);
-  Spark keeps the old path (not run here). Witness: ``SELECT COUNT(*) FROM t WHERE EXTRACT(DAY FROM CAST(d AS
+  public source is evaluated on its own now, so its failure is decided by public data (no D/D′ difference found).
+  Spark keeps the old path, and there s56 C2 is back: ``SELECT COUNT(g.m) FROM people t JOIN (SELECT x.a,
+  AVG(CAST(x.pd AS TIMESTAMP) - '0001-01-01') AS m FROM ages x JOIN ages y ON TRUE GROUP BY x.a) g ON g.a = t.age
+  WHERE t.age > 90`` (``ages.pd`` = 9999-12-31) fails after the reservation (XX000, "Arithmetic error", charged) on D
+  (one person aged 95) and is answered on D′ (oldest 59) — presumably Spark derives ``g.a > 90`` for the public side
+  and skips its aggregate when the private side is empty (AQE); a binary search on the threshold reads the oldest
+  person's age, whatever ε each query is charged. Without the ``WHERE``, or with ``WHERE t.pid = 77``, both worlds
+  fail alike. DuckDB witness: ``SELECT COUNT(*) FROM t WHERE EXTRACT(DAY FROM CAST(d AS
   TIMESTAMP) - '2000-01-01') > 3`` is answered. Fix: run the interval rule after the text conversions (or treat a
   text literal beside a date/time in ``-`` as a time value: ``_time_valued`` of a string literal whose other operand
   is time-valued), and refuse the converted ``ts - CAST(text AS DATE)`` like ``ts - DATE '…'``.
@@ -66,8 +72,6 @@ a column another table publishes as ``--sensitive`` was refused by the gate's k 
 witness's data (not a proof: ``som_columns`` take no role in ``check_linkage``). Materialisation bookkeeping: temp
 tables per cursor (one per wire connection), scope-counted drops, a failed creation's placeholder, the generation
 check before the reservation; a missing table after the reservation is a bind error, ``before_data`` (refunded).
-Spark was not run (its sessions run with ANSI off; intervals, the one aggregate family that raised there, are now
-refused).
 """
 
 from __future__ import annotations
@@ -236,9 +240,10 @@ def d2_policy(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 @pytest.mark.parametrize("sql", D2_INTERVAL_VALUES)
 def test_d2_a_text_subtracted_from_a_time_is_no_interval_value(d2_policy: Any, sql: str) -> None:
-    """LOW on DuckDB (the rule's defence in depth: a public source is materialised on its own there), the rule's
-    whole defence on Spark: an interval value reaches an aggregate, EXTRACT, a comparison and a projection. On main
-    each is answered; it must be refused free, as ``d - e`` and ``ts - TIMESTAMP '…'`` are (42804)."""
+    """LOW on DuckDB (the rule's defence in depth: a public source is materialised on its own there), HIGH on Spark
+    (the rule is its whole defence, see the Spark witness below): an interval value reaches an aggregate, EXTRACT,
+    a comparison and a projection. On main each is answered; it must be refused free, as ``d - e`` and
+    ``ts - TIMESTAMP '…'`` are (42804)."""
     from veil.errors import VeilError
     from veil.proxy._testing import exact_session
 
@@ -269,3 +274,93 @@ def test_d2_through_the_wire_with_a_bound_text(d2_policy: Any) -> None:
             assert refused.value.sqlstate in ("0A000", "42804"), refused.value
         finally:
             conn.close()
+
+
+# -- D2 on Spark: the interval value decides, through the private side, whether the query fails -----------------------
+
+D2_SPARK_POLICY = """\
+[database]
+path = "w.duckdb"
+[ledger]
+path = "l.sqlite"
+[engine]
+kind = "spark"
+master = "local[2]"
+warehouse = "spark-warehouse"
+[tables.people]
+privacy_unit = "pid"
+max_rows_per_unit = 1
+[tables.people.columns]
+pid = { type = "int" }
+age = { type = "int", lower = 0, upper = 120 }
+[tables.ages]
+public = true
+[tables.ages.columns]
+a = { type = "int" }
+pd = { type = "date" }
+[analysts.a]
+epsilon = 1000000
+"""
+
+#: AVG of 121 intervals of ~3.65 M days each (9999-12-31 minus 0001-01-01) overflows Spark's LONG of microseconds.
+D2_SPARK_SQL = (
+    "SELECT COUNT(g.m) FROM people t JOIN (SELECT x.a, AVG(CAST(x.pd AS TIMESTAMP) - '0001-01-01') AS m FROM ages x "
+    "JOIN ages y ON TRUE GROUP BY x.a) g ON g.a = t.age WHERE t.age > {threshold}"
+)
+
+
+@pytest.fixture(scope="module")
+def d2_spark_worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    import datetime as dt
+    import types
+
+    import veil.proxy.bounding as bounding
+    from veil.engines.spark import spark_available
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    reason = spark_available()
+    if reason is not None:
+        pytest.skip(f"Spark test skipped: {reason}")
+    saved = bounding.secrets
+    bounding.secrets = types.SimpleNamespace(token_hex=lambda n: "5a" * n)  # type: ignore[assignment]
+    base = tmp_path_factory.mktemp("s57d2spark")
+    people = pd.DataFrame({"pid": list(range(1, 41)), "age": [20 + i for i in range(40)]})  # ages 20…59
+    ages = pd.DataFrame({"a": pd.array(range(121), dtype="Int64"), "pd": [dt.date(9999, 12, 31)] * 121})
+    sessions: dict[str, Any] = {}
+    try:
+        for name, target in (("D", True), ("D'", False)):
+            folder = base / ("d" if target else "dp")
+            folder.mkdir()
+            (folder / "policy.toml").write_text(D2_SPARK_POLICY, encoding="utf-8")
+            policy = load_policy(folder / "policy.toml")
+            rows = pd.concat([people, pd.DataFrame({"pid": [77], "age": [95]})]) if target else people
+            write_table(policy, "people", rows.astype("Int64"), replace=True)
+            write_table(policy, "ages", ages, replace=True, public=True)
+            sessions[name] = exact_session(policy, "a")
+        yield sessions
+    finally:
+        for s in sessions.values():
+            s.close()
+        bounding.secrets = saved
+
+
+def test_d2_on_spark_the_private_side_decides_whether_an_interval_aggregate_fails(d2_spark_worlds: dict[str, Any]) -> None:
+    """HIGH on Spark (a deterministic side channel; every interface — the failure is in the engine): with ``WHERE
+    t.age > 90``, D (one person aged 95) fails after the reservation (``QueryFailed``, XX000, "Arithmetic error",
+    charged) and D′ (oldest 59) is answered: whether the public source's overflowing ``AVG`` of intervals is computed
+    is decided by the private rows (Spark infers ``g.a > 90`` on the public side and, with the private side empty,
+    never aggregates it). A binary search on the threshold reads the oldest person's exact age (s56 C2, on Spark,
+    through D2's interval). Measured 2026-11-28: ~45 s for the Spark start, writes and queries on the 2-core host."""
+    from veil.errors import VeilError
+
+    def ending(session: Any) -> str:
+        try:
+            session.execute(D2_SPARK_SQL.format(threshold=90), epsilon=1.0)
+        except VeilError as exc:
+            return f"{type(exc).__name__} {exc.sqlstate}"
+        return "answered"
+
+    outcomes = {name: ending(s) for name, s in d2_spark_worlds.items()}
+    assert outcomes["D"] == outcomes["D'"], outcomes
