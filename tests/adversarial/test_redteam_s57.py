@@ -198,6 +198,9 @@ D2_INTERVAL_VALUES = [
     "SELECT COUNT(*) FROM t WHERE CAST(d AS TIMESTAMP) - '2000-01-01' > CAST(e AS TIMESTAMP) - '2000-01-01'",
     "SELECT COUNT(*) FROM (SELECT CAST(d AS TIMESTAMP) - '2000-01-01' AS iv FROM t) s WHERE s.iv IS NOT NULL",
     "SELECT COUNT(*) FROM t WHERE '2000-01-01' - CAST(d AS TIMESTAMP) IS NULL",
+    # in brackets, beside date arithmetic, with a time of day
+    "SELECT COUNT(*) FROM t WHERE CAST(d AS TIMESTAMP) - ('2000-01-01') IS NULL",
+    "SELECT COUNT(*) FROM t WHERE (CAST(d AS TIMESTAMP) + INTERVAL '1' DAY) - '2000-01-01 10:00:00' IS NULL",
     # DATE - DATE: an interval on Spark (the rule refuses d - e; the text spelling passes)
     "SELECT COUNT(*) FROM t WHERE d - '2000-01-01' IS NULL",
 ]
