@@ -72,6 +72,10 @@ a column another table publishes as ``--sensitive`` was refused by the gate's k 
 witness's data (not a proof: ``som_columns`` take no role in ``check_linkage``). Materialisation bookkeeping: temp
 tables per cursor (one per wire connection), scope-counted drops, a failed creation's placeholder, the generation
 check before the reservation; a missing table after the reservation is a bind error, ``before_data`` (refunded).
+Bind counts: psycopg (plain, ``prepare=True``, named cursors with int and text parameters), psycopg2 named
+cursors, pg8000 (native, prepared, DB-API) and asyncpg (fetch, prepare, cursor) all answer; asyncpg's ``$2`` without
+``$1`` fails on its own untyped OID 0 (PostgreSQL refuses that statement at Parse too); ``$n`` inside comments,
+strings and dollar-quoted strings is not counted.
 """
 
 from __future__ import annotations
@@ -132,7 +136,8 @@ class _Measured:
     materialisation, taken before the query's scope drops it."""
 
     def __init__(self, engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.engine, self.create, self.held = engine, engine.create_temp, []
+        self.engine, self.create = engine, engine.create_temp
+        self.held: list[tuple[int, int, float]] = []
         monkeypatch.setattr(engine, "create_temp", self)
 
     def _used(self) -> float:
