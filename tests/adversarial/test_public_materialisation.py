@@ -328,10 +328,10 @@ def test_a_source_too_large_to_materialise_is_refused_free(pair: tuple[Any, Any]
     """A public source of more rows than Veil holds is refused before anything is charged (public data only), typed,
     and leaves no temporary table."""
     from veil.errors import Unsupported
-    from veil.proxy import session as session_module
+    from veil.proxy import multiplicity
 
     d, _ = pair
-    monkeypatch.setattr(session_module, "MAX_MATERIALISED_ROWS", 13)
+    monkeypatch.setattr(multiplicity, "MAX_MATERIALISED_ROWS", 13)
     before = _spent(d)
     with pytest.raises(Unsupported, match="more than 13 rows"):
         d.execute("SELECT COUNT(*) FROM trips t JOIN (SELECT key FROM pick) b ON b.key = t.city")

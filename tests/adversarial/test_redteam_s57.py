@@ -76,6 +76,10 @@ Bind counts: psycopg (plain, ``prepare=True``, named cursors with int and text p
 cursors, pg8000 (native, prepared, DB-API) and asyncpg (fetch, prepare, cursor) all answer; asyncpg's ``$2`` without
 ``$1`` fails on its own untyped OID 0 (PostgreSQL refuses that statement at Parse too); ``$n`` inside comments,
 strings and dollar-quoted strings is not counted.
+
+Fixed by the lead (2026-11-28): D1 — a materialised source holds at most 2,000,000 values (rows × columns, multiplicity
+``MAX_MATERIALISED_VALUES``; a wide source is refused free, or built within it); D2 — a text beside a date or time in
+``+``/``-`` is refused (``validate._check_interval_use``), as arithmetic takes typed values only.
 """
 
 from __future__ import annotations

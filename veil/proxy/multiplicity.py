@@ -67,6 +67,7 @@ __all__ = [
     "MAX_JOINED_TEXT_BYTES",
     "MAX_JOIN_FACTOR",
     "MAX_MATERIALISED_ROWS",
+    "MAX_MATERIALISED_VALUES",
     "MAX_PERSON_EVALUATIONS",
     "MAX_TEXT_WORK",
     "Materialised",
@@ -204,6 +205,11 @@ def check_raising_work(rows: int, raising: int, casts: int = 0) -> None:
 #: connection, in the reader's memory): a source with more is refused, free (public data only). A pinned source
 #: may hold many rows and join few per key; an unpinned one is refused past :data:`MAX_JOIN_FACTOR` anyway.
 MAX_MATERIALISED_ROWS = 2_000_000
+#: The most values (rows × columns) one materialised source may hold: the row cap alone let a source of 81 columns
+#: hold 1.27 GB of the reader's memory before its refusal (red team s57 D1; about 9 bytes a value), free and at will.
+#: 2,000,000 values are ~20 MB of numbers, as much as a one-column source at the row cap; a wider source holds
+#: proportionally fewer rows.
+MAX_MATERIALISED_VALUES = 2_000_000
 #: Meta key on the ``SELECT`` of a derived public source that is materialised: the temporary table's name. Copies of
 #: the tree keep it, so the rewrite's statements are found to read the table (:func:`read_materialised`).
 MATERIALISED = "veil_materialised"
@@ -220,6 +226,12 @@ class Materialised:
     name: str
     sql: str
     columns: tuple[str, ...]
+
+    @property
+    def max_rows(self) -> int:
+        """The most rows this source may hold: :data:`MAX_MATERIALISED_ROWS`, fewer for a wide one
+        (:data:`MAX_MATERIALISED_VALUES`)."""
+        return max(1, min(MAX_MATERIALISED_ROWS, MAX_MATERIALISED_VALUES // max(1, len(self.columns))))
 
     def read(self) -> exp.Select:
         """``SELECT c0 AS <name0>, … FROM <temporary table>``: the source's rows under its own column names."""

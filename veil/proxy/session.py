@@ -53,7 +53,7 @@ from veil.proxy.add_noise import PRODUCTION, NoiseSource
 from veil.proxy.answer import Answer, BudgetStatus, Explanation, OutputColumn, explanation
 from veil.proxy.catalog import Catalog, build_catalog, public_types
 from veil.proxy.expansion import SCALAR_TEXT_BYTES
-from veil.proxy.multiplicity import MAX_MATERIALISED_ROWS, Materialised, Probe
+from veil.proxy.multiplicity import MAX_MATERIALISED_ROWS, MAX_MATERIALISED_VALUES, Materialised, Probe
 from veil.proxy.parse import DEFAULT_LIMITS, Limits
 from veil.proxy.plan import MAX_PUBLIC_GROUPS, MAX_RELEASED_VALUES, GroupKey, QueryPlan
 from veil.proxy.postprocess import FRAME, PostProcess, aggregate_types, finalize_aggregates
@@ -496,14 +496,17 @@ class Env:
         if key in self._temp_factors:
             return self._temp_factors[key]
         with self._public_work_on_engine():
+            limit = m.max_rows
             if m.name not in self._temps:
-                self._temps[m.name] = MAX_MATERIALISED_ROWS + 1  # dropped at the scope's end even if creating fails
-                self._temps[m.name] = engine.create_temp(m.name, m.sql, MAX_MATERIALISED_ROWS)
-            if self._temps[m.name] > MAX_MATERIALISED_ROWS:
+                self._temps[m.name] = limit + 1  # dropped at the scope's end even if creating fails
+                self._temps[m.name] = engine.create_temp(m.name, m.sql, limit)
+            if self._temps[m.name] > limit:
                 raise Unsupported(
-                    f"a public subquery joined to private data holds more than {MAX_MATERIALISED_ROWS:,} rows; Veil "
-                    f"evaluates such a subquery once, before the query, and holds at most {MAX_MATERIALISED_ROWS:,}",
-                    hint="Filter the public subquery with WHERE, or join the public table itself",
+                    f"a public subquery joined to private data holds more than {limit:,} rows of {len(m.columns)} "
+                    f"columns; Veil evaluates such a subquery once, before the query, and holds at most "
+                    f"{MAX_MATERIALISED_ROWS:,} rows and {MAX_MATERIALISED_VALUES:,} values",
+                    hint="Filter the public subquery with WHERE, select only the columns the query needs, or join the "
+                    "public table itself",
                 )
             result = engine.execute(probe.sql)
         factor = max(_int(result.rows[0][0]) if result.rows else 0, 1)

@@ -374,11 +374,17 @@ def _check_interval_use(node: exp.Expression) -> None:
                 what = f"{parent.sql(dialect=DIALECT)!r} combines two intervals"
     elif isinstance(node, exp.Sub) and _time_valued(node.this) and _time_valued(node.expression):
         what = f"{node.sql(dialect=DIALECT)!r} subtracts two dates or times (an interval)"
+    elif isinstance(node, (exp.Add, exp.Sub)) and any(
+        _time_valued(a) and _is_text_literal(b) for a, b in ((node.this, node.expression), (node.expression, node.this))
+    ):
+        # a text beside a date or time is read by its content (a date: the difference is an interval; red team s57
+        # D2, a bound wire parameter too) and only converted after this check: arithmetic takes typed values
+        what = f"{node.sql(dialect=DIALECT)!r} does date arithmetic with a text"
     if what is not None:
         raise TypeMismatch(
             f"{what}: an interval is allowed only in date arithmetic, a date or time plus or minus an INTERVAL",
-            hint="Write d + INTERVAL '3' DAY or d - INTERVAL (n) DAY and compare dates; to compare two dates, compare "
-            "them directly (e.g. d2 > d1 + INTERVAL '30' DAY) or their EXTRACTed parts",
+            hint="Write d + INTERVAL '3' DAY or d - INTERVAL (n) DAY (an interval, never a text) and compare dates; to "
+            "compare two dates, compare them directly (e.g. d2 > d1 + INTERVAL '30' DAY) or their EXTRACTed parts",
         )
 
 
