@@ -248,7 +248,7 @@ def _planned(s: QuerySession, sql: str, *, cache: bool) -> pipeline.QueryState:
     ("first", "second"),
     [
         ("SELECT COUNT(*) FROM t WHERE c = 'abcd'", "SELECT COUNT(*) FROM t WHERE c = 'ab  '"),  # past max_length
-        ("SELECT COUNT(*) FROM t WHERE c > 'ab'", "SELECT COUNT(*) FROM t WHERE c > 'é'"),
+        ("SELECT COUNT(*) FROM t WHERE c > 'ab'", "SELECT COUNT(*) FROM t WHERE c > '~'"),  # (non-ASCII: never lifted, s56 C1)
         ("SELECT COUNT(*) FROM t WHERE i = 00", "SELECT COUNT(*) FROM t WHERE i = 99"),
         ("SELECT COUNT(*) FROM t WHERE u = 2000000000", "SELECT COUNT(*) FROM t WHERE u = 3000000000"),  # 2³¹
         (

@@ -668,7 +668,10 @@ def test_dp_grid_microaggregation_epsilon_hat() -> None:
     value_events = [lambda y, t=t: y >= t for t in (0.3, 0.35, 0.4)]
     eps_hat = max(epsilon_lower_bound(ra, rb, events), epsilon_lower_bound(va, vb, value_events))
     assert eps_hat <= 1.0, f"DP microaggregation ε̂ lower bound {eps_hat:.3f} > ε = 1"
-    assert eps_hat > 0, "the audit saw no difference at all between D and D′"
+    # the audit sees the one record: D releases one row more on average (the count's noise has scale 2, so the mean
+    # difference of 600 runs has a standard deviation of about 0.16; below 0.2 falsely with probability ~5e-7). An
+    # ε̂ > 0 floor here failed about one run in ten (0 is a lower bound's common value at this size)
+    assert ra.mean() - rb.mean() > 0.2, f"the audit saw no difference between D and D′ ({ra.mean()} vs {rb.mean()})"
     rng = np.random.default_rng(5)
     wa = np.round(12 + rng.laplace(0, 0.25, n))  # an eighth of the count's scale 2
     wb = np.round(11 + rng.laplace(0, 0.25, n))
