@@ -558,6 +558,20 @@ def main() -> None:
             "slower end to end than there), gave 109–140 answers/s with `--processes 2`, 91–102 through one "
             "process, 102–124 in-process, at 10.6–13.0 ms of server CPU per answer. The 300/s target stays missed.",
             "",
+            "2026-11-28, session 18, on a much faster host than the s13–s17 tables' (a trivial statement in-process "
+            "costs 0.04–0.06 ms of CPU here against 0.18 there; compare only within this paragraph). This code against "
+            "main at the s17 end (1c02125), alternately, nothing else running: `--processes 2` gave 246–253 answers/s "
+            "at 5.3–5.4 ms of server CPU per answer (two rounds), the s17 end 234–255 at 5.5–5.9 ms (five rounds); "
+            "in-process 212–221 against 218. The ledger's fewer statements and shared release fsyncs are the change "
+            "here (proxy section). What decides the rate on 2 cores is the analyst thread pool: with `--processes 2`, "
+            "one round per setting in turn, twice, `--server-flags '--workers N'`: N = 1 gave 299 and 306 answers/s "
+            "(328–335 statements/s with the refusals) at 4.9 ms of CPU per answer and p99 144–156 ms; N = 2 gave 275 and "
+            "281 at 5.0–5.2 ms (p99 162–164 ms); the default N = 8 gave 228 and 235 at 5.8–6.0 ms (p99 428–562 ms). "
+            "Sixteen Python threads on 2 cores spend the difference on switching the interpreter lock. So the 300/s "
+            "target is met with one analyst thread per process on this host, and missed at the default; the default "
+            "stays 8 because one thread per process queues every client of that process behind a long statement "
+            "(docs/server.md, `--workers`).",
+            "",
             "### Isolation: one client's cheap query while another sends pathological ones",
             "",
             f"`{CHEAP}` (cached after its first answer) repeated for {args.isolation_seconds:g} s by one client, "
