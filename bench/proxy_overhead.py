@@ -378,7 +378,7 @@ sessions' load; 1-minute load 1.6–2.2): this code, then main at 92e0b70 (the `
 moved; the targets stay missed (this session also added checks to the parse pass: a call's argument count).
 
 **2026-11-28, session 18: another host, and what is left.** This session's host is much faster than the s13–s17
-tables' (a trivial statement in-process: 0.04–0.06 ms of CPU against 0.18 there), so absolute figures moved with it; the
+tables' (a trivial statement in-process: 0.04–0.07 ms of CPU against 0.18 there), so absolute figures moved with it; the
 comparison is against main at the s17 end (1c02125, the `s17 end` columns), run alternately with this code in the
 same minutes (four runs: this code, s17 end, this code (the table), s17 end; 1-minute load 2.1–2.3, nothing else
 running). Changes on this path: the ledger reads and writes its accounts in one statement each and an answer's
@@ -386,7 +386,8 @@ remaining ε comes from its reservation (−0.05 to −0.1 ms of thread CPU per 
 NumPy call per column (postprocess −0.06 ms for 50 groups), and release rows' fsyncs are shared under load. Added
 wall time, this code / s17 end: row COUNT +1.81, +1.82 / +2.21, +1.61 ms; row AVG +2.57, +2.85 / +2.88, +2.61; user
 COUNT +1.77, +1.73 / +1.93, +1.92; user AVG +2.43, +2.26 / +2.60, +2.19 — the ≤ 3 ms target is met by both versions
-on this host. GROUP BY: user state 1.95×, 1.93× / 2.02×, 1.99× (≤ 2× met), sex × diagnosis 1.38–1.49× either
+on this host. GROUP BY: user state 1.95×, 1.93× / 2.02×, 1.99× (≤ 2×: met by this code, not quite
+by the s17 end), sex × diagnosis 1.38–1.49× either
 way (met), row state GROUP BY 2.06×, 2.03× / 2.15×, 2.04×: missed, and not reachable by cutting Python alone. Its
 raw query takes 3.5 ms here; 1.5× leaves 1.75 ms for everything Veil adds, and two parts exceed that on their own:
 OpenDP's sampling of its 150 noisy values (the noise pass, 1.2 ms: ≈ 8 µs a value on the OS CSPRNG, see session 16)

@@ -501,7 +501,10 @@ def main() -> None:
             "under 20 aggregate clients the event loop holds the GIL a few % of the time (py-spy). `--processes 2` "
             "runs two such interpreters, so answers can use both cores. 300 answers/s on 2 cores needs at most "
             f"{2000 / 300:.1f} ms of CPU per answer, server and clients together; measured here: "
-            f"{min(agg_cpu(n) for n in setups):.1f} ms.",
+            f"{min(agg_cpu(n) for n in setups):.1f} ms. Within that budget the rate is still short of it because "
+            "each process runs `--workers` (8) analyst threads under one interpreter lock: on 2 cores their "
+            "switching costs about a millisecond of CPU per answer and keeps the processes from using both cores "
+            "fully (the session 18 paragraph below measures `--workers 1` and 2).",
             "",
             "2026-11-26, fourth round: CPU per aggregate answer fell from 16.2–17.4 ms (the 02:44 UTC run) to "
             "10.3–10.9 ms. Most of it was the answer cache's lookup: SQLite chose the `kind` index and scanned "
@@ -559,7 +562,7 @@ def main() -> None:
             "process, 102–124 in-process, at 10.6–13.0 ms of server CPU per answer. The 300/s target stays missed.",
             "",
             "2026-11-28, session 18, on a much faster host than the s13–s17 tables' (a trivial statement in-process "
-            "costs 0.04–0.06 ms of CPU here against 0.18 there; compare only within this paragraph). This code against "
+            "costs 0.04–0.07 ms of CPU here against 0.18 there; compare only within this paragraph). This code against "
             "main at the s17 end (1c02125), alternately, nothing else running: `--processes 2` gave 246–253 answers/s "
             "at 5.3–5.4 ms of server CPU per answer (two rounds), the s17 end 234–255 at 5.5–5.9 ms (five rounds); "
             "in-process 212–221 against 218. The ledger's fewer statements and shared release fsyncs are the change "
@@ -568,7 +571,8 @@ def main() -> None:
             "(328–335 statements/s with the refusals) at 4.9 ms of CPU per answer and p99 144–156 ms; N = 2 gave 275 and "
             "281 at 5.0–5.2 ms (p99 162–164 ms); the default N = 8 gave 228 and 235 at 5.8–6.0 ms (p99 428–562 ms). "
             "Sixteen Python threads on 2 cores spend the difference on switching the interpreter lock. So the 300/s "
-            "target is met with one analyst thread per process on this host, and missed at the default; the default "
+            "target is reached, just (299 and 306), with one analyst thread per process on this host, and missed at "
+            "the default; the default "
             "stays 8 because one thread per process queues every client of that process behind a long statement "
             "(docs/server.md, `--workers`).",
             "",

@@ -192,6 +192,44 @@ def test_d1_explain_builds_no_more_than_the_cap_allows(session: Any, monkeypatch
     spy.check()
 
 
+# -- D1b (review s18): the value cap did not bound a source of long texts ------------------------------------------------
+
+D1B_POLICY = POLICY.replace('a = { type = "int" }', 'a = { type = "int" }\ntxt = { type = "category" }')
+
+
+@pytest.mark.parametrize("copies", [1, 20])
+def test_d1b_a_materialisation_of_long_texts_holds_no_more_than_the_byte_cap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, copies: int
+) -> None:
+    """MEDIUM (server abuse): 3,721 rows × 2 columns (a self-join of 61 rows, the second column 20 copies of a public
+    1 KB text) are 7,442 values, far under the value cap, yet held 76 MB of the reader during a free plan pass. The
+    cap now counts a bound on each row's bytes (the public text's longest value × 4 per copy): refused free, holding
+    at most ``MAX_MATERIALISED_BYTES`` while it is built; one copy (4 MB) is answered."""
+    from veil.errors import VeilError
+    from veil.proxy._testing import exact_session
+    from veil.proxy.multiplicity import MAX_MATERIALISED_BYTES
+
+    people = pd.DataFrame({"pid": list(range(1, 41)), "age": [20 + i for i in range(40)]}).astype("Int64")
+    ages = pd.DataFrame({"a": pd.array(range(61), dtype="Int64"), "txt": ["x" * 1000] * 61})
+    policy = policy_with_tables(tmp_path, D1B_POLICY, {"people": people}, {"ages": ages})
+    cat = " || ".join(["y.txt"] * copies)
+    sql = (
+        f"SELECT COUNT(*) FROM people t JOIN (SELECT x.a, {cat} AS s FROM ages x JOIN ages y ON TRUE) g "
+        "ON g.a = t.age WHERE g.s IS NOT NULL"
+    )
+    with exact_session(policy, "a") as s:
+        spy = _Measured(s._env.engine, monkeypatch)
+        spent = s.budget().spent
+        try:
+            s.execute(sql, epsilon=1.0)
+            answered = True
+        except VeilError as refused:
+            assert s.budget().spent == spent, refused
+            answered = False
+        assert all(b <= MAX_MATERIALISED_BYTES for _, _, b in spy.held), spy.held
+        assert answered == (copies == 1)
+
+
 # -- D2: an interval value through a text literal subtracted from a date or time ----------------------------------------
 
 #: ``ts - '<text>'`` (or ``'<text>' - ts``) passes ``_check_interval_use`` — the text is not a time value when the

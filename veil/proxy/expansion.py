@@ -146,6 +146,13 @@ _TEXT_BUILDERS = (exp.DPipe, exp.Concat, exp.Lower, exp.Upper, exp.Trim, exp.Sub
 _TEXT_TYPES = (exp.DataType.Type.VARCHAR, exp.DataType.Type.TEXT, exp.DataType.Type.CHAR, exp.DataType.Type.NVARCHAR)
 
 
+def output_bytes(tree: exp.Select, column_bytes: Callable[[str, str], int]) -> int:
+    """An upper bound on the bytes one output row of ``tree`` (a qualified SELECT) holds as text: the sum over its
+    columns of each one's most bytes (:func:`text_work`'s sizes; a number, date or bool :data:`SCALAR_TEXT_BYTES`).
+    A materialised public source holds its rows in memory: its cap counts these bytes (red team s57 D1, review s18)."""
+    return sum(b for b, _ in _sizes(tree, column_bytes)[1].get(id(tree), {}).values())
+
+
 def text_work(tree: exp.Expression, column_bytes: Callable[[str, str], int]) -> int:
     """An upper bound on the bytes of text one row makes the engine build, over every scope of ``tree``
     (qualified), each reference to a CTE or derived-table column standing for the expression behind it.
@@ -161,6 +168,12 @@ def text_work(tree: exp.Expression, column_bytes: Callable[[str, str], int]) -> 
     copies of a 4 KB value case-mapped five times over a 10,000-row join took 88 s against 0.04 s without that
     person; s10, A2: COUNT(DISTINCT (s, p.pk)) kept 2 GB of one person's text).
     """
+    return _sizes(tree, column_bytes)[0]
+
+
+def _sizes(tree: exp.Expression, column_bytes: Callable[[str, str], int]) -> tuple[int, dict[int, dict[str, tuple[int, int]]]]:
+    """:func:`text_work`'s bound, and per SELECT of ``tree`` (by id) each output column's (most bytes as text, bytes its
+    text operations build)."""
     columns: dict[int, dict[str, tuple[int, int]]] = {}
     total = 0
     for scope in traverse_scope(tree):
@@ -227,4 +240,4 @@ def text_work(tree: exp.Expression, column_bytes: Callable[[str, str], int]) -> 
                 if on is not None:
                     total += size(on)[1]
         columns[id(sel)] = own
-    return total
+    return total, columns

@@ -46,6 +46,7 @@ FROM r) AS __veil_src WHERE NOT __veil_src.rid IS NULL GROUP BY __veil_src.rid) 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -55,6 +56,7 @@ from veil.engines.neutral import duckdb_text, neutralise
 from veil.errors import InternalError, Unbounded, Unsupported
 from veil.proxy.bounds import resolve_column
 from veil.proxy.catalog import Catalog, public_types
+from veil.proxy.expansion import SCALAR_TEXT_BYTES, output_bytes
 from veil.proxy.public_reads import read_public_typed
 from veil.proxy.resolve import CTE_PREFIX
 from veil.proxy.totality import make_total
@@ -66,6 +68,7 @@ __all__ = [
     "MAX_GROUPED_VALUES",
     "MAX_JOINED_TEXT_BYTES",
     "MAX_JOIN_FACTOR",
+    "MAX_MATERIALISED_BYTES",
     "MAX_MATERIALISED_ROWS",
     "MAX_MATERIALISED_VALUES",
     "MAX_PERSON_EVALUATIONS",
@@ -210,6 +213,11 @@ MAX_MATERIALISED_ROWS = 2_000_000
 #: 2,000,000 values are ~20 MB of numbers, as much as a one-column source at the row cap; a wider source holds
 #: proportionally fewer rows.
 MAX_MATERIALISED_VALUES = 2_000_000
+#: The most bytes one materialised source may hold, by the catalog's bound on each row
+#: (:func:`~veil.proxy.expansion.output_bytes`: a public text column's longest value × 4, its concatenations summed, a
+#: number 32): a 61-row public table of 1 KB texts concatenated 20 times over a self-join held 76 MB in 3,721 rows, far
+#: under the value cap (review s18). 64 MiB is the value cap's worth of numbers.
+MAX_MATERIALISED_BYTES = 64 << 20
 #: Meta key on the ``SELECT`` of a derived public source that is materialised: the temporary table's name. Copies of
 #: the tree keep it, so the rewrite's statements are found to read the table (:func:`read_materialised`).
 MATERIALISED = "veil_materialised"
@@ -226,12 +234,15 @@ class Materialised:
     name: str
     sql: str
     columns: tuple[str, ...]
+    row_bytes: int = SCALAR_TEXT_BYTES  # a bound on the bytes of one of its rows (:func:`output_bytes`)
 
     @property
     def max_rows(self) -> int:
         """The most rows this source may hold: :data:`MAX_MATERIALISED_ROWS`, fewer for a wide one
-        (:data:`MAX_MATERIALISED_VALUES`)."""
-        return max(1, min(MAX_MATERIALISED_ROWS, MAX_MATERIALISED_VALUES // max(1, len(self.columns))))
+        (:data:`MAX_MATERIALISED_VALUES` values, :data:`MAX_MATERIALISED_BYTES` bytes)."""
+        by_values = MAX_MATERIALISED_VALUES // max(1, len(self.columns))
+        by_bytes = MAX_MATERIALISED_BYTES // max(1, self.row_bytes)
+        return max(1, min(MAX_MATERIALISED_ROWS, by_values, by_bytes))
 
     def read(self) -> exp.Select:
         """``SELECT c0 AS <name0>, … FROM <temporary table>``: the source's rows under its own column names."""
@@ -443,6 +454,7 @@ def _source_select(
     scopes: dict[int, Scope],
     catalog: Catalog,
     public: dict[str, dict[str, str]] | None = None,
+    column_bytes: Callable[[str, str], int] | None = None,
 ) -> tuple[exp.Expression, int | None, Materialised | None]:
     """A FROM item reading just this public source, aliased ``__veil_src``, a cap on its rows (or None), and — with
     ``public`` (the catalog types of the public tables: materialising, DuckDB) — the :class:`Materialised` it reads.
@@ -501,7 +513,7 @@ def _source_select(
             hint="Use LIMIT, OFFSET or DISTINCT ON only at the top level of the joined subquery, or filter with WHERE",
         )
     if public is not None:
-        m = _materialised(source.expression, whole, defs, public)
+        m = _materialised(source.expression, whole, defs, public, column_bytes or _scalar_bytes)
         source.expression.meta[MATERIALISED] = m.name
         return exp.Subquery(this=m.read(), alias=alias), None, m
     if defs:
@@ -510,13 +522,20 @@ def _source_select(
 
 
 def _materialised(
-    original: exp.Expression, whole: exp.Expression, defs: list[exp.CTE], public: dict[str, dict[str, str]]
+    original: exp.Expression,
+    whole: exp.Expression,
+    defs: list[exp.CTE],
+    public: dict[str, dict[str, str]],
+    column_bytes: Callable[[str, str], int],
 ) -> Materialised:
     """The one evaluation of a derived public source: ``whole`` (its ``SELECT``, row choices and all) with the CTE
     definitions it reads, each public table read as its catalog types and every operation total, as the generated
     query would compute it; its columns renamed ``c0, c1, …`` (a source may repeat a name)."""
     if defs:
         whole.set("with_", exp.With(expressions=[d.copy() for d in defs]))
+    row_bytes = SCALAR_TEXT_BYTES * max(1, len(original.named_selects))
+    if isinstance(whole, exp.Select):
+        row_bytes = max(row_bytes, output_bytes(whole, column_bytes))
     read_public_typed(whole, public)
     body = duckdb_text(neutralise(make_total(whole, copy=False)))
     columns = tuple(original.named_selects)
@@ -525,7 +544,7 @@ def _materialised(
     positional = ", ".join(f"c{i}" for i in range(len(columns)))
     sql = f"SELECT * FROM ({body}) AS __veil_src({positional})"
     name = _TEMP_PREFIX + hashlib.sha256(f"{sql}\x00{columns}".encode()).hexdigest()[:24]
-    return Materialised(name, sql, columns)
+    return Materialised(name, sql, columns, row_bytes)
 
 
 def read_materialised(tree: exp.Expression, materialised: tuple[Materialised, ...]) -> None:
@@ -548,7 +567,17 @@ def read_materialised(tree: exp.Expression, materialised: tuple[Materialised, ..
         raise InternalError(f"a generated statement does not read the materialised public sources {missing}")
 
 
-def probes(analysis: Analysis, catalog: Catalog, *, materialise: bool = False) -> list[Probe]:
+def _scalar_bytes(table: str, column: str) -> int:
+    return SCALAR_TEXT_BYTES
+
+
+def probes(
+    analysis: Analysis,
+    catalog: Catalog,
+    *,
+    materialise: bool = False,
+    column_bytes: Callable[[str, str], int] | None = None,
+) -> list[Probe]:
     """One probe per public source on the private path of ``analysis`` (empty for a plain table).
 
     With ``materialise`` each derived public source's probe reads a :class:`Materialised` evaluation of it, and its
@@ -566,7 +595,7 @@ def probes(analysis: Analysis, catalog: Catalog, *, materialise: bool = False) -
                 continue
             if _reads_private(source, catalog):
                 raise InternalError("two sources of one scope read private data")
-            src, cap, m = _source_select(node, source, ctes, scopes, catalog, public if materialise else None)
+            src, cap, m = _source_select(node, source, ctes, scopes, catalog, public if materialise else None, column_bytes)
             pins = _pins(scope, alias, private_alias, catalog)
             if pins:
                 cols = [exp.column(p, table="__veil_src") for p in pins]

@@ -148,7 +148,7 @@ def _plan(s: QueryState, env: Env) -> QueryState:
         return s
     catalog = env.catalog()
     factor = 1
-    probes = multiplicity.probes(a, catalog, materialise=env.materialises)
+    probes = multiplicity.probes(a, catalog, materialise=env.materialises, column_bytes=env.column_text_bytes)
     for probe in probes:
         factor *= env.probe(probe)
     materialised = tuple({p.materialised.name: p.materialised for p in probes if p.materialised is not None}.values())
@@ -296,7 +296,11 @@ def _prepare(s: QueryState, env: Env) -> QueryState:
     key_types: list[str] = [output_type(t) for t in schema_types or []]
     if not bind_on_run:
         for stmt in statements:
-            res = env.engine.describe(stmt)
+            try:
+                res = env.engine.describe(stmt)
+            except EngineError:
+                _check_materialised(s, env)  # a curator write took its public sources' tables: "run it again"
+                raise
             for group_key, t in zip(s.plan.keys, res.types[: len(s.plan.keys)], strict=False):
                 check_key_type(group_key.label, t)
             key_types = key_types or [output_type(t) for t in res.types[: len(s.plan.keys)]]

@@ -53,7 +53,13 @@ from veil.proxy.add_noise import PRODUCTION, NoiseSource
 from veil.proxy.answer import Answer, BudgetStatus, Explanation, OutputColumn, explanation
 from veil.proxy.catalog import Catalog, build_catalog, public_types
 from veil.proxy.expansion import SCALAR_TEXT_BYTES
-from veil.proxy.multiplicity import MAX_MATERIALISED_ROWS, MAX_MATERIALISED_VALUES, Materialised, Probe
+from veil.proxy.multiplicity import (
+    MAX_MATERIALISED_BYTES,
+    MAX_MATERIALISED_ROWS,
+    MAX_MATERIALISED_VALUES,
+    Materialised,
+    Probe,
+)
 from veil.proxy.parse import DEFAULT_LIMITS, Limits
 from veil.proxy.plan import MAX_PUBLIC_GROUPS, MAX_RELEASED_VALUES, GroupKey, QueryPlan
 from veil.proxy.postprocess import FRAME, PostProcess, aggregate_types, finalize_aggregates
@@ -503,8 +509,9 @@ class Env:
             if self._temps[m.name] > limit:
                 raise Unsupported(
                     f"a public subquery joined to private data holds more than {limit:,} rows of {len(m.columns)} "
-                    f"columns; Veil evaluates such a subquery once, before the query, and holds at most "
-                    f"{MAX_MATERIALISED_ROWS:,} rows and {MAX_MATERIALISED_VALUES:,} values",
+                    f"columns (up to {m.row_bytes:,} bytes a row); Veil evaluates such a subquery once, before the "
+                    f"query, and holds at most {MAX_MATERIALISED_ROWS:,} rows, {MAX_MATERIALISED_VALUES:,} values and "
+                    f"{MAX_MATERIALISED_BYTES >> 20} MiB",
                     hint="Filter the public subquery with WHERE, select only the columns the query needs, or join the "
                     "public table itself",
                 )
