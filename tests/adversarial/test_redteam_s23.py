@@ -254,12 +254,12 @@ def test_A2_a_long_or_chain_is_refused_cheaply(worlds: Worlds) -> None:
     gc.collect()  # lead: a full collection of the whole suite's heap, triggered inside the timing, took ~1 s once
     gc.disable()
     try:
-        start = time.process_time()
+        start = time.thread_time()
         try:
             s.explain(sql, epsilon=Fraction(1))
         except QueryTooComplex:
             pass
-        took = time.process_time() - start
+        took = time.thread_time() - start
     finally:
         gc.enable()
     assert took < 0.5, f"a 29 KB query took {took:.2f} s of CPU before it was refused (free)"
@@ -281,12 +281,12 @@ def test_A2_explaining_a_variance_of_a_rounded_case_costs_little(worlds: Worlds)
 
     arg = "ROUND(CASE " + " ".join(f"WHEN x = {i % 10} THEN y * {i % 10}" for i in range(50)) + " END)"
     s = worlds.sessions["d"]
-    start = time.process_time()
+    start = time.thread_time()
     try:
         s.explain(f"SELECT VARIANCE({arg}) AS v FROM t", epsilon=Fraction(1))
     except VeilError:
         pass  # a free refusal is a fine answer, if it comes fast
-    took = time.process_time() - start
+    took = time.thread_time() - start
     assert took < 1.0, f"a 1.1 KB query of 413 tokens took {took:.2f} s to explain (free)"
 
 
@@ -531,7 +531,7 @@ def test_b4_odd_epsilon_text_is_a_typed_refusal(text: str) -> None:
     from veil.errors import InputError
     from veil.mechanisms.budget import as_epsilon
 
-    start = time.process_time()
+    start = time.thread_time()
     with pytest.raises(InputError):
         as_epsilon(text)
-    assert time.process_time() - start < 0.05
+    assert time.thread_time() - start < 0.05

@@ -419,10 +419,10 @@ class TestHeldStartup:
         from veil.errors import VeilError
         from veil.server.settings import startup_settings
 
-        began = time.process_time()
+        began = time.thread_time()
         with pytest.raises(VeilError):
             startup_settings({"user": "a", **params})
-        assert time.process_time() - began < 0.5
+        assert time.thread_time() - began < 0.5
         if set(params) == {"options"}:
             with pytest.raises(psycopg.OperationalError) as caught:
                 psycopg.connect(_dsn(server.port, options="'" + params["options"] + "'"), autocommit=True)

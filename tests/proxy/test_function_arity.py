@@ -103,9 +103,9 @@ def test_the_count_is_one_pass_over_unclosed_calls() -> None:
     from veil.proxy.parse import Limits, _check_call_arguments, _tokens, check_tokens
 
     tokens = _tokens("SELECT " + "abs(" * 20_000)
-    start = time.process_time()
+    start = time.thread_time()
     _check_call_arguments(tokens)
-    assert time.process_time() - start < 0.5
+    assert time.thread_time() - start < 0.5
     with pytest.raises(ParseError, match="closes no bracket"):
         check_tokens(_tokens("SELECT ) ) abs(1"), Limits())
     with pytest.raises(VeilError):

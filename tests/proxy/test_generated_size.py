@@ -98,10 +98,10 @@ def test_the_price_bounds_what_is_generated(session: object, agg: str, wrap: str
                                  f"SELECT MEDIAN(ROUND({_case(60)})) FROM t", f"SELECT AVG({_case(90)}) FROM t"])  # fmt: skip
 def test_a_query_past_the_limit_is_refused_free_and_fast(session: object, sql: str) -> None:
     before = session.budget().spent  # type: ignore[attr-defined]
-    start = time.process_time()
+    start = time.thread_time()
     with pytest.raises(QueryTooComplex, match="too large to plan"):
         session.explain(sql, epsilon=1)  # type: ignore[attr-defined]
-    assert time.process_time() - start < 2.0
+    assert time.thread_time() - start < 2.0
     with pytest.raises(QueryTooComplex):
         session.execute(sql, epsilon=1)  # type: ignore[attr-defined]
     assert session.budget().spent == before  # type: ignore[attr-defined]
@@ -169,10 +169,10 @@ def test_many_copies_of_the_query_are_refused_free_and_fast(session: object, sql
     monkeypatch.setattr(pipeline, "rewrite", no_rewrite)  # refused before the copies are made
     before = session.budget().spent  # type: ignore[attr-defined]
     for run in (session.explain, session.execute):  # type: ignore[attr-defined]
-        start = time.process_time()
+        start = time.thread_time()
         with pytest.raises(QueryTooComplex, match="too large to plan"):
             run(sql, epsilon=1)
-        assert time.process_time() - start < 3.0  # 0.5 s on an idle 2-core host (s26: 450 branches × 50, 21 s)
+        assert time.thread_time() - start < 3.0  # 0.5 s on an idle 2-core host (s26: 450 branches × 50, 21 s)
     assert session.budget().spent == before  # type: ignore[attr-defined]
 
 
@@ -213,7 +213,7 @@ def test_the_price_counts_the_copies_iso_week_guards_make(session: object, k: in
 @pytest.mark.parametrize("k", [4, 5, 20])
 def test_iso_week_guards_nested_past_the_limit_are_refused_free_and_fast(session: object, k: int) -> None:
     """Each nested guard doubles the generated SQL of the first statement too (13 deep: 4.8 s to explain, free)."""
-    start = time.process_time()
+    start = time.thread_time()
     with pytest.raises(Unsupported, match=f"ISO-week fields or units .* {k if k < 5 else 4} deep; the limit is 3"):
         session.explain(f"SELECT COUNT(*) AS n FROM t WHERE {_iso_nested(k)} > DATE '2020-01-01'", epsilon=1)  # type: ignore[attr-defined]
-    assert time.process_time() - start < 0.5
+    assert time.thread_time() - start < 0.5

@@ -106,13 +106,13 @@ def test_ctes_that_double_one_another_are_counted_in_full_and_refused_quickly(le
     ctes += [f"c{i} AS (SELECT a.pk AS pk FROM c{i - 1} a JOIN c{i - 1} b ON a.pk = b.pk)" for i in range(1, levels + 1)]
     sql = f"WITH {', '.join(ctes)} SELECT COUNT(*) AS n FROM t JOIN c{levels} AS c ON c.pk = t.x"
     assert table_references(sqlglot.parse_one(sql, read="postgres")) == 2**levels + 1
-    start = time.process_time()
+    start = time.thread_time()
     if 2**levels + 1 <= LIMIT:
         parse(sql)
     else:
         with pytest.raises(QueryTooComplex, match=f"joins {2**levels + 1:,} tables"):
             parse(sql)
-    assert time.process_time() - start < 0.5
+    assert time.thread_time() - start < 0.5
 
 
 @pytest.mark.parametrize(
@@ -187,10 +187,10 @@ def test_a_query_past_the_limit_is_refused_free_and_fast_at_every_interface(
     sql = SHAPES[shape](LIMIT + 1)
     before = session.budget().spent  # type: ignore[attr-defined]
     for run in (session.explain, session.execute):  # type: ignore[attr-defined]
-        start = time.process_time()
+        start = time.thread_time()
         with pytest.raises(QueryTooComplex, match="joins"):
             run(sql, epsilon=Fraction(1, 100))
-        assert time.process_time() - start < 0.5
+        assert time.thread_time() - start < 0.5
     assert session.budget().spent == before  # type: ignore[attr-defined]
     res = CliRunner().invoke(cli, ["explain", "--policy", str(policy_path), "--analyst", "a", "--", sql])
     assert res.exit_code == 2 and "54001" in res.output and f"limit of {LIMIT}" in res.output, res.output
