@@ -1,0 +1,83 @@
+"""Red team, session 58: today's final fixes on main (359e473..4f06017) — the interval rule, the materialisation's
+byte cap, the pin.
+
+Each test below FAILS on main at 4f06017 (nothing is marked xfail: the lead fixes the code and the test turns green).
+
+Findings:
+
+* E1 (MEDIUM, server abuse — threat class 6; free, repeatable, any analyst, every interface) — the byte cap of a
+  materialised public source (``MAX_MATERIALISED_BYTES`` = 64 MiB, by ``expansion.output_bytes``) prices an
+  *aggregate* of a text as a scalar: ``_sizes``' fall-through branch gives ``MIN``/``MAX`` (and any other aggregate
+  or function it does not name) :data:`SCALAR_TEXT_BYTES` = 32 bytes, though ``MAX(y.txt)`` is the column's longest
+  value (1 KB here; the catalog's bound says so: ``column_bytes``). A grouped public source
+  ``SELECT x.a, MAX(y.txt) || … (20×) AS s FROM ages x JOIN ages y ON TRUE GROUP BY x.a, y.a`` is estimated at
+  32 + 20 × 32 = 672 bytes a row (``max_rows`` 99,864) and holds 20 KB a row. Measured here (2-core host,
+  ``duckdb_memory()``): 61-row table of 1 KB texts, 3,721 groups: 76 MB, answered (the plain-column spelling of
+  the same source, ``y.txt || …``, is refused free since review s18); 121 rows and 30 copies: 14,641 groups,
+  480 MB built by a free ``explain`` in 1.4 s, 7.5× the cap (estimated 992 bytes a row, max_rows 67,650); the
+  ratio grows with the public text's length (× 4 / 32 per copy), so a curator's 10 KB public text makes it ~4.4 GB.
+  Separate columns (``MAX(y.txt) AS c0, …``) escape the concatenation limit (64) too.
+  Suggested fix: in ``_sizes``, an aggregate or chooser-like function passes its argument's size through
+  (``MIN``/``MAX``/``ANY_VALUE``/quantiles/``FIRST`` of a text: the operand's bytes), and the default branch for
+  any node whose type is (or may be) text is its largest operand, never 32; better, cap the ``CREATE … AS`` by
+  what it really holds (e.g. ``LIMIT`` by the estimate and a check of ``duckdb_memory()``/``estimated_size`` after,
+  or a per-materialisation ``memory_limit``), so no estimate gap can be turned into memory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tests.adversarial.test_redteam_s57 import D1B_POLICY, _Measured
+from tests.support.warehouse import policy_with_tables
+
+#: A grouped public source whose text column is built of aggregates of a public 1 KB text: every group holds the
+#: text 20 times over, priced at 32 bytes a copy.
+E1_SOURCES = {
+    "concatenated": "SELECT x.a, {maxes} AS s FROM ages x JOIN ages y ON TRUE GROUP BY x.a, y.a",
+    "columns": "SELECT x.a, {columns} FROM ages x JOIN ages y ON TRUE GROUP BY x.a, y.a",
+}
+
+
+def _e1_query(shape: str, copies: int = 20) -> str:
+    maxes = " || ".join(["MAX(y.txt)"] * copies)
+    columns = ", ".join(f"MAX(y.txt) AS c{i}" for i in range(copies))
+    source = E1_SOURCES[shape].format(maxes=maxes, columns=columns)
+    used = "g.s" if shape == "concatenated" else f"COALESCE({', '.join(f'g.c{i}' for i in range(copies))})"
+    return f"SELECT COUNT(*) FROM people t JOIN ({source}) g ON g.a = t.age WHERE {used} IS NOT NULL"
+
+
+@pytest.fixture(scope="module")
+def e1_policy(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    people = pd.DataFrame({"pid": list(range(1, 41)), "age": [20 + i for i in range(40)]}).astype("Int64")
+    ages = pd.DataFrame({"a": pd.array(range(61), dtype="Int64"), "txt": ["x" * 1000] * 61})
+    return policy_with_tables(tmp_path_factory.mktemp("s58e1"), D1B_POLICY, {"people": people}, {"ages": ages})
+
+
+@pytest.mark.parametrize("how", ["execute", "explain"])
+@pytest.mark.parametrize("shape", sorted(E1_SOURCES))
+def test_e1_an_aggregate_of_a_long_text_counts_its_bytes_in_the_cap(
+    e1_policy: Any, monkeypatch: pytest.MonkeyPatch, shape: str, how: str
+) -> None:
+    """MEDIUM (server abuse): 3,721 groups × 20 copies of ``MAX`` of a public 1 KB text held 76 MB of the reader
+    (over ``MAX_MATERIALISED_BYTES``, 64 MiB) during a free plan pass or a free ``explain``, and the query was answered:
+    ``output_bytes`` priced each ``MAX(y.txt)`` at 32 bytes. Fixed, it is refused free before it is built, or built
+    within the cap."""
+    from veil.errors import VeilError
+    from veil.proxy._testing import exact_session
+    from veil.proxy.multiplicity import MAX_MATERIALISED_BYTES
+
+    with exact_session(e1_policy, "a") as s:
+        spy = _Measured(s._env.engine, monkeypatch)
+        spent = s.budget().spent
+        try:
+            getattr(s, how)(_e1_query(shape), epsilon=1.0)
+        except VeilError as refused:
+            assert s.budget().spent == spent, refused
+        assert all(b <= MAX_MATERIALISED_BYTES for _, _, b in spy.held), [
+            (r, c, f"{b / 1e6:.0f} MB") for r, c, b in spy.held
+        ]
