@@ -22,11 +22,25 @@ Findings:
   any node whose type is (or may be) text is its largest operand, never 32; better, cap the ``CREATE … AS`` by
   what it really holds (e.g. ``LIMIT`` by the estimate and a check of ``duckdb_memory()``/``estimated_size`` after,
   or a per-materialisation ``memory_limit``), so no estimate gap can be turned into memory.
+* E2 (LOW on DuckDB, HIGH on Spark where the rule is the whole defence — threat class 2; every interface) — an
+  interval value through a derived-table or CTE column holding ``DATE_TRUNC``. ``validate._time_valued`` knows a
+  ``DATE_TRUNC``/``TIMESTAMP_TRUNC`` node only where it stands in the ``-`` itself; through a column of a derived table
+  or CTE sqlglot's annotation types it UNKNOWN, so ``s.e - s.f`` (``f`` = ``DATE_TRUNC('day', d)``, a TIMESTAMP in
+  DuckDB) passes as "not two times" and is an INTERVAL: ``EXTRACT(DAY FROM s.e - s.f) > 3`` is answered (charged),
+  a projection ``s.e - s.f AS iv`` of a derived table is read by the outer query, and in a public source
+  ``AVG(CAST(z.pd AS TIMESTAMP) - z.f)`` / ``MEDIAN(…)`` over ``(SELECT k, pd, DATE_TRUNC('day', pd) AS f FROM pub) z``
+  are computed (s57 D2's aggregate shape: on Spark, AVG of intervals of ~3.65 M days overflows, and whether it
+  is computed is the private side's choice — s56 C2; the Spark witness of s57 with ``z.f`` in place of the text
+  would take ~50 s, so it is not written here). The unknown type is refused in a comparison (``cannot be told``)
+  but not as an operand of ``-``, ``EXTRACT``, an aggregate or a projection.
+  Suggested fix: decide ``_time_valued`` from the resolved expression behind a column (follow the scope to the
+  derived table's / CTE's projection, as ``expansion._sizes`` does), or refuse a ``-`` with an operand of UNKNOWN
+  type beside a date/time (and an unknown-typed column in date arithmetic at all); keep DATE_TRUNC's output a DATE
+  or TIMESTAMP by a cast in the rewrite so annotation knows it.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -78,6 +92,53 @@ def test_e1_an_aggregate_of_a_long_text_counts_its_bytes_in_the_cap(
             getattr(s, how)(_e1_query(shape), epsilon=1.0)
         except VeilError as refused:
             assert s.budget().spent == spent, refused
-        assert all(b <= MAX_MATERIALISED_BYTES for _, _, b in spy.held), [
-            (r, c, f"{b / 1e6:.0f} MB") for r, c, b in spy.held
-        ]
+        assert all(b <= MAX_MATERIALISED_BYTES for _, _, b in spy.held), [(r, c, f"{b / 1e6:.0f} MB") for r, c, b in spy.held]
+
+
+# -- E2: an interval value through a derived-table or CTE column of DATE_TRUNC ------------------------------------------
+
+#: ``DATE_TRUNC`` behind a column is typed UNKNOWN by sqlglot, so ``_time_valued`` does not see a time, and the
+#: difference of two times — an INTERVAL — passes the rule.
+E2_INTERVAL_VALUES = [
+    "SELECT COUNT(*) FROM (SELECT DATE_TRUNC('day', d) AS f, e FROM t) s WHERE EXTRACT(DAY FROM s.e - s.f) > 3",
+    "SELECT COUNT(*) FROM (SELECT DATE_TRUNC('day', d) AS f, DATE_TRUNC('day', e) AS g FROM t) s "
+    "WHERE EXTRACT(DAY FROM s.g - s.f) > 3",
+    "WITH c AS (SELECT DATE_TRUNC('day', d) AS f, e FROM t) SELECT COUNT(*) FROM c WHERE EXTRACT(DAY FROM c.e - c.f) > 3",
+    "SELECT COUNT(*) FROM (SELECT s.e - s.f AS iv FROM (SELECT DATE_TRUNC('day', d) AS f, e FROM t) s) u WHERE u.iv IS NOT NULL",
+    # an aggregate of an interval in a public source (s56 C2 / s57 D2's shape)
+    "SELECT COUNT(g.m) FROM t JOIN (SELECT z.k, AVG(CAST(z.pd AS TIMESTAMP) - z.f) AS m FROM "
+    "(SELECT k, pd, DATE_TRUNC('day', pd) AS f FROM pub) z GROUP BY z.k) g ON g.k = t.a",
+    "SELECT COUNT(g.m) FROM t JOIN (SELECT z.k, MEDIAN(CAST(z.pd AS TIMESTAMP) - z.f) AS m FROM "
+    "(SELECT k, pd, DATE_TRUNC('year', pd) AS f FROM pub) z GROUP BY z.k) g ON g.k = t.a",
+]
+
+
+@pytest.fixture(scope="module")
+def e2_policy(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from tests.adversarial.test_redteam_s57 import D2_POLICY
+
+    t = pd.DataFrame(
+        {
+            "a": pd.array(range(30), dtype="Int64"),
+            "d": pd.to_datetime(["2020-01-01"] * 30).date,
+            "e": pd.to_datetime(["2021-06-01"] * 30).date,
+        }
+    )
+    pub = pd.DataFrame({"k": pd.array(range(10), dtype="Int64"), "pd": pd.to_datetime(["2010-05-05"] * 10).date})
+    return policy_with_tables(tmp_path_factory.mktemp("s58e2"), D2_POLICY, {"t": t}, {"pub": pub})
+
+
+@pytest.mark.parametrize("sql", E2_INTERVAL_VALUES)
+def test_e2_a_truncated_date_behind_a_column_makes_no_interval_value(e2_policy: Any, sql: str) -> None:
+    """LOW on DuckDB, HIGH on Spark: the difference of a time and a derived-table/CTE column of ``DATE_TRUNC`` is an
+    interval value read by EXTRACT, a projection and AVG/MEDIAN. On main each is answered (charged); it must be
+    refused free, as ``e - DATE_TRUNC('day', d)`` written in place is (42804)."""
+    from veil.errors import VeilError
+    from veil.proxy._testing import exact_session
+
+    with exact_session(e2_policy, "a") as s:
+        before = s.budget().spent
+        with pytest.raises(VeilError) as refused:
+            s.execute(sql, epsilon=1.0)
+        assert refused.value.sqlstate in ("0A000", "42804"), refused.value
+        assert s.budget().spent == before
