@@ -16,7 +16,9 @@ Findings:
   the same source, ``y.txt || …``, is refused free since review s18); 121 rows and 30 copies: 14,641 groups,
   480 MB built by a free ``explain`` in 1.4 s, 7.5× the cap (estimated 992 bytes a row, max_rows 67,650); the
   ratio grows with the public text's length (× 4 / 32 per copy), so a curator's 10 KB public text makes it ~4.4 GB.
-  Separate columns (``MAX(y.txt) AS c0, …``) escape the concatenation limit (64) too.
+  Separate columns (``MAX(y.txt) AS c0, …``) escape the concatenation limit (64) too, and ``MIN(y.txt || … (20×))``
+  is priced at 32 bytes though its operand is priced at 20 KB (held 76 MB; the per-person text-work check refuses it
+  only after the source was built).
   Suggested fix: in ``_sizes``, an aggregate or chooser-like function passes its argument's size through
   (``MIN``/``MAX``/``ANY_VALUE``/quantiles/``FIRST`` of a text: the operand's bytes), and the default branch for
   any node whose type is (or may be) text is its largest operand, never 32; better, cap the ``CREATE … AS`` by
@@ -54,14 +56,16 @@ from tests.support.warehouse import policy_with_tables
 E1_SOURCES = {
     "concatenated": "SELECT x.a, {maxes} AS s FROM ages x JOIN ages y ON TRUE GROUP BY x.a, y.a",
     "columns": "SELECT x.a, {columns} FROM ages x JOIN ages y ON TRUE GROUP BY x.a, y.a",
+    "aggregated": "SELECT x.a, MIN({plain}) AS s FROM ages x JOIN ages y ON TRUE GROUP BY x.a, y.a",
 }
 
 
 def _e1_query(shape: str, copies: int = 20) -> str:
     maxes = " || ".join(["MAX(y.txt)"] * copies)
     columns = ", ".join(f"MAX(y.txt) AS c{i}" for i in range(copies))
-    source = E1_SOURCES[shape].format(maxes=maxes, columns=columns)
-    used = "g.s" if shape == "concatenated" else f"COALESCE({', '.join(f'g.c{i}' for i in range(copies))})"
+    plain = " || ".join(["y.txt"] * copies)
+    source = E1_SOURCES[shape].format(maxes=maxes, columns=columns, plain=plain)
+    used = "g.s" if shape != "columns" else f"COALESCE({', '.join(f'g.c{i}' for i in range(copies))})"
     return f"SELECT COUNT(*) FROM people t JOIN ({source}) g ON g.a = t.age WHERE {used} IS NOT NULL"
 
 
