@@ -31,10 +31,13 @@ Findings:
   DuckDB) passes as "not two times" and is an INTERVAL: ``EXTRACT(DAY FROM s.e - s.f) > 3`` is answered (charged),
   a projection ``s.e - s.f AS iv`` of a derived table is read by the outer query, and in a public source
   ``AVG(CAST(z.pd AS TIMESTAMP) - z.f)`` / ``MEDIAN(…)`` over ``(SELECT k, pd, DATE_TRUNC('day', pd) AS f FROM pub) z``
-  are computed (s57 D2's aggregate shape: on Spark, AVG of intervals of ~3.65 M days overflows, and whether it
-  is computed is the private side's choice — s56 C2; the Spark witness of s57 with ``z.f`` in place of the text
-  would take ~50 s, so it is not written here). The unknown type is refused in a comparison (``cannot be told``)
-  but not as an operand of ``-``, ``EXTRACT``, an aggregate or a projection.
+  are computed. On Spark this is s56 C2 again (measured): ``SELECT COUNT(g.m) FROM people t JOIN (SELECT z.a,
+  AVG(CAST(z.pd AS TIMESTAMP) - z.f) AS m FROM (SELECT x.a, x.pd, DATE_TRUNC('year', CAST('0001-01-01' AS DATE)) AS
+  f FROM ages x JOIN ages y ON TRUE) z GROUP BY z.a) g ON g.a = t.age WHERE t.age > 90`` (``ages.pd`` = 9999-12-31)
+  fails after the reservation on D (one person aged 95: QueryFailed XX000 "Arithmetic error", charged) and is
+  answered on D′ (oldest 59): a binary search on the threshold reads the oldest person's age. The unknown type is
+  refused in a comparison and in CASE/COALESCE/GREATEST/NULLIF (``cannot be told``) but not as an operand of ``-``
+  (hence not in ``EXTRACT``, an aggregate or a projection).
   Suggested fix: decide ``_time_valued`` from the resolved expression behind a column (follow the scope to the
   derived table's / CTE's projection, as ``expansion._sizes`` does), or refuse a ``-`` with an operand of UNKNOWN
   type beside a date/time (and an unknown-typed column in date arithmetic at all); keep DATE_TRUNC's output a DATE
@@ -48,7 +51,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tests.adversarial.test_redteam_s57 import D1B_POLICY, _Measured
+from tests.adversarial.test_redteam_s57 import D1B_POLICY, _Measured, d2_spark_worlds  # noqa: F401 (a fixture)
 from tests.support.warehouse import policy_with_tables
 
 #: A grouped public source whose text column is built of aggregates of a public 1 KB text: every group holds the
@@ -146,3 +149,29 @@ def test_e2_a_truncated_date_behind_a_column_makes_no_interval_value(e2_policy: 
             s.execute(sql, epsilon=1.0)
         assert refused.value.sqlstate in ("0A000", "42804"), refused.value
         assert s.budget().spent == before
+
+
+E2_SPARK_SQL = (
+    "SELECT COUNT(g.m) FROM people t JOIN (SELECT z.a, AVG(CAST(z.pd AS TIMESTAMP) - z.f) AS m FROM "
+    "(SELECT x.a, x.pd, DATE_TRUNC('year', CAST('0001-01-01' AS DATE)) AS f FROM ages x JOIN ages y ON TRUE) z "
+    "GROUP BY z.a) g ON g.a = t.age WHERE t.age > {threshold}"
+)
+
+
+def test_e2_on_spark_the_private_side_decides_whether_an_interval_aggregate_fails(request: pytest.FixtureRequest) -> None:
+    """HIGH on Spark (a deterministic side channel, every interface): s57's D/D′ worlds (one person aged 95 or not;
+    ``ages.pd`` = 9999-12-31). D fails after the reservation (QueryFailed XX000, charged), D′ is answered. Over the
+    5 s budget of this file's witnesses (~20 s, the Spark start); skipped where Spark is not available."""
+    from veil.errors import VeilError
+
+    worlds = request.getfixturevalue("d2_spark_worlds")
+
+    def ending(session: Any) -> str:
+        try:
+            session.execute(E2_SPARK_SQL.format(threshold=90), epsilon=1.0)
+        except VeilError as exc:
+            return f"{type(exc).__name__} {exc.sqlstate}"
+        return "answered"
+
+    outcomes = {name: ending(s) for name, s in worlds.items()}
+    assert outcomes["D"] == outcomes["D'"], outcomes
