@@ -42,10 +42,23 @@ Findings:
   derived table's / CTE's projection, as ``expansion._sizes`` does), or refuse a ``-`` with an operand of UNKNOWN
   type beside a date/time (and an unknown-typed column in date arithmetic at all); keep DATE_TRUNC's output a DATE
   or TIMESTAMP by a cast in the rewrite so annotation knows it.
+* E3 (MEDIUM, server abuse — threat class 6; free, repeatable) — the cap bounds what a materialisation *keeps*
+  (``CREATE TEMP TABLE … AS <source> LIMIT max_rows + 1``), not what building it holds: a blocking operator of the
+  source (``GROUP BY``, and so ``DISTINCT``) consumes its whole input and keeps every group before the ``LIMIT`` can
+  stop it. ``SELECT x.a, MAX(y.txt) AS s FROM ages x JOIN ages y ON TRUE JOIN ages z ON TRUE GROUP BY x.a, y.a, z.a``
+  over a 121-row public table builds 1,771,561 groups and is refused only afterwards ("holds more than 1,000,000
+  rows"). Measured (``duckdb_memory()`` sampled every 5 ms from a second cursor; RSS high-water mark): 200-char texts
+  ~0.5 GB in DuckDB's buffers, 1,000-char texts 2.1 GB of RSS in 2.7 s, for a free, refused ``explain``; the same
+  source without GROUP BY stops at the LIMIT (18 MB). Independent of E1: priced right, the output cap shrinks, but the
+  groups are built all the same. Suggested fix: bound the source's *input* too — refuse (free) a grouped/DISTINCT
+  public source whose FROM/JOIN product (the catalog's row counts, or a ``COUNT(*)`` probe of the FROM clause
+  under the same LIMIT) exceeds the row cap, or run the materialisation under a per-statement memory budget
+  (``SET memory_limit`` on a dedicated connection) so it fails free within the cap.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -175,3 +188,67 @@ def test_e2_on_spark_the_private_side_decides_whether_an_interval_aggregate_fail
 
     outcomes = {name: ending(s) for name, s in worlds.items()}
     assert outcomes["D"] == outcomes["D'"], outcomes
+
+
+# -- E3: a grouped public source holds every group before the LIMIT of its materialisation stops it ---------------------
+
+
+class _Peak:
+    """A spy on ``create_temp`` sampling DuckDB's ``duckdb_memory()`` from a second cursor of the same reader every
+    5 ms while each materialisation is built: its peak bytes (a missed sample can only make the peak look smaller)."""
+
+    def __init__(self, engine: Any, policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.engine, self.policy, self.create = engine, policy, engine.create_temp
+        self.peaks: list[float] = []
+        monkeypatch.setattr(engine, "create_temp", self)
+
+    def __call__(self, name: str, sql: str, max_rows: int) -> int:
+        import threading
+        import time
+
+        from veil.store.warehouse import reader_cursor
+
+        side, _ = reader_cursor(self.policy)
+        peak, stop = [0.0], threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                row = side.execute("SELECT SUM(memory_usage_bytes) FROM duckdb_memory()").fetchone()
+                peak[0] = max(peak[0], float(row[0]) if row else 0.0)
+                time.sleep(0.005)
+
+        thread = threading.Thread(target=sample)
+        thread.start()
+        try:
+            return int(self.create(name, sql, max_rows))
+        finally:
+            stop.set()
+            thread.join()
+            self.peaks.append(peak[0])
+
+
+def test_e3_a_grouped_public_source_builds_no_more_than_the_cap_before_its_refusal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MEDIUM (server abuse): 121³ = 1,771,561 groups of ``MAX`` of a public 200-character text are built (~0.5 GB in
+    DuckDB's buffers, several times ``MAX_MATERIALISED_BYTES``) by a free ``explain`` before the row cap refuses the
+    source; the LIMIT of the ``CREATE … AS`` cannot stop a GROUP BY. Fixed, the source is refused before it is built,
+    or built within (twice) the byte cap."""
+    from veil.errors import VeilError
+    from veil.proxy._testing import exact_session
+    from veil.proxy.multiplicity import MAX_MATERIALISED_BYTES
+
+    people = pd.DataFrame({"pid": list(range(1, 41)), "age": [20 + i for i in range(40)]}).astype("Int64")
+    ages = pd.DataFrame({"a": pd.array(range(121), dtype="Int64"), "txt": ["x" * 200] * 121})
+    policy = policy_with_tables(tmp_path, D1B_POLICY, {"people": people}, {"ages": ages})
+    sql = (
+        "SELECT COUNT(*) FROM people t JOIN (SELECT x.a, MAX(y.txt) AS s FROM ages x JOIN ages y ON TRUE "
+        "JOIN ages z ON TRUE GROUP BY x.a, y.a, z.a) g ON g.a = t.age WHERE g.s IS NOT NULL"
+    )
+    with exact_session(policy, "a") as s:
+        spy = _Peak(s._env.engine, policy, monkeypatch)
+        try:
+            s.explain(sql, epsilon=1.0)
+        except VeilError:
+            pass
+        assert all(p <= 2 * MAX_MATERIALISED_BYTES for p in spy.peaks), [f"{p / 1e6:.0f} MB" for p in spy.peaks]
