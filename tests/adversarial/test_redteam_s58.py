@@ -54,6 +54,18 @@ Findings:
   public source whose FROM/JOIN product (the catalog's row counts, or a ``COUNT(*)`` probe of the FROM clause
   under the same LIMIT) exceeds the row cap, or run the materialisation under a per-statement memory budget
   (``SET memory_limit`` on a dedicated connection) so it fails free within the cap.
+What held (tried, no witness), DuckDB, noise off: intervals — text beside a date in ``+``/``-`` in every spelling
+tried (CASE/COALESCE/GREATEST/NULLIF/IF of texts, ``'…' || ''``, TRIM, CAST AS VARCHAR, N''/E''/$$/X'' literals are
+refused as mixed families or unsupported constructs); ``DATE_TRUNC`` under CASE/COALESCE/GREATEST/NULLIF in place
+("type cannot be told"); derived/CTE columns of ``MAX(pd)``, ``pd + INTERVAL`` and text literals; ``NULL + INTERVAL``
+and ``'1 day' + INTERVAL`` (bind errors, free); ``ts - NULL`` is answered but is always NULL. Legitimate date queries
+(``d + INTERVAL '3' DAY > '2020-01-01'``, ``DATE_TRUNC('month', d) - INTERVAL '1' MONTH < d``, BETWEEN with date +
+interval, ``INTERVAL (a) DAY``, ``INTERVAL '1 day'``) are answered; ``d > '2020-01-10' - INTERVAL '7' DAY`` is a
+DuckDB bind error (22000, free: the text is not read as a date), not today's rule. Byte cap — ``SELECT *`` over a
+nested derived table, a CTE, nested UPPER, concatenation of derived-table columns outside the source: priced and
+refused free. Pin — 70 materialised queries against a curator ``write_table`` of the public table every 5 ms in
+another thread of the process (414 writes): 13 answered, 57 refused free (CopyNotReady), none charged and failed;
+the plan cache never keeps a plan with materialised sources; no nested exclusive under the pin found.
 """
 
 from __future__ import annotations
