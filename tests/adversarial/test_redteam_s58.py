@@ -66,6 +66,11 @@ nested derived table, a CTE, nested UPPER, concatenation of derived-table column
 refused free. Pin — 70 materialised queries against a curator ``write_table`` of the public table every 5 ms in
 another thread of the process (414 writes): 13 answered, 57 refused free (CopyNotReady), none charged and failed;
 the plan cache never keeps a plan with materialised sources; no nested exclusive under the pin found.
+
+Lead (2026-11-28): E1 fixed (MIN/MAX/MEDIAN/quantiles carry their argument's size in ``expansion._sizes``); E2 fixed
+(an operand whose type cannot be told counts as a time in ``validate._check_interval_use``: a difference with a time, or
+a text beside it, is refused); E3 left open as a strict xfail (the build of a grouped public source is not bounded in
+memory before its row limit; ``veil serve --engine-memory`` bounds a connection meanwhile).
 """
 
 from __future__ import annotations
@@ -239,6 +244,12 @@ class _Peak:
             self.peaks.append(peak[0])
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="s58 E3 (open, availability): the materialisation's caps bound the rows it writes, not the hash table a "
+    "GROUP BY builds before its LIMIT; a fix bounds the source's input (its tables' row counts) or evaluates public "
+    "sources under a memory limit of their own. Meanwhile `veil serve --engine-memory` bounds each connection",
+)
 def test_e3_a_grouped_public_source_builds_no_more_than_the_cap_before_its_refusal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -354,6 +354,17 @@ def _time_valued(node: exp.Expression) -> bool:
     return node.type is not None and node.type.this in _TIME_TYPES
 
 
+def _maybe_time(node: exp.Expression) -> bool:
+    """``node`` is, or may be, a date or time: :func:`_time_valued`, or of a type the annotation could not tell (a
+    ``DATE_TRUNC`` behind a derived-table or CTE column has none: red team s58 E2). NULL is no value at all."""
+    if _time_valued(node):
+        return True
+    inner = _unwrap(node)
+    if isinstance(inner, (exp.Null, exp.Interval)) or _is_text_literal(inner):
+        return False
+    return inner.type is None or inner.type.this is _T.UNKNOWN
+
+
 def _check_interval_use(node: exp.Expression) -> None:
     """An interval is for date arithmetic only: an ``INTERVAL`` stands as an operand of ``+`` (either side) or the
     right operand of ``-``, beside an operand that is not an interval, and no query subtracts two dates or times (an
@@ -372,10 +383,16 @@ def _check_interval_use(node: exp.Expression) -> None:
             other = parent.this if child is parent.expression else parent.expression
             if _is_interval(other):
                 what = f"{parent.sql(dialect=DIALECT)!r} combines two intervals"
-    elif isinstance(node, exp.Sub) and _time_valued(node.this) and _time_valued(node.expression):
+    elif (
+        isinstance(node, exp.Sub)
+        and not _is_interval(node.expression)
+        and _maybe_time(node.this)
+        and _maybe_time(node.expression)
+    ):
+        # (an operand whose type cannot be told counts as a time: a difference of two times is an interval)
         what = f"{node.sql(dialect=DIALECT)!r} subtracts two dates or times (an interval)"
     elif isinstance(node, (exp.Add, exp.Sub)) and any(
-        _time_valued(a) and _is_text_literal(b) for a, b in ((node.this, node.expression), (node.expression, node.this))
+        _maybe_time(a) and _is_text_literal(b) for a, b in ((node.this, node.expression), (node.expression, node.this))
     ):
         # a text beside a date or time is read by its content (a date: the difference is an interval; red team s57
         # D2, a bound wire parameter too) and only converted after this check: arithmetic takes typed values
