@@ -6,6 +6,8 @@ serve`` (psycopg: the simple protocol, the extended one with a bound parameter, 
   ``resolve`` (0A000; FETCH by the parser's allow-list, 0A000 too).
 * A call with more arguments than PostgreSQL takes, ``LEFT(sex, 1, 2)``: answered as the call without the extra one
   until red team s55 A2; refused in ``parse`` (42883).
+* An interval used as a value, or a text subtracted from a date (red teams s56 C2, s57 D2): refused in ``validate``
+  (42804); the family is ``tests/proxy/test_interval_values.py`` and the red-team files.
 
 Each is free: the analyst's spent budget is the same after it, while one answered query in the same test moves it
 (so the reading of the budget can see a charge). The Python API's tests: ``tests/adversarial/test_redteam_s52.py``,
@@ -41,6 +43,9 @@ REFUSED = (
     ("SELECT SUM(ABS(age, 1)) FROM adult", "42883"),
     ("SELECT sex, COUNT(*) FROM adult GROUP BY sex HAVING ROUND(AVG(age), 1, 2) > 0", "42883"),
     ("SELECT LEFT(sex, 1), COUNT(*) FROM adult GROUP BY LEFT(sex, 1, 2)", "42883"),
+    ("SELECT AVG(INTERVAL (age) DAY) FROM adult", "42804"),
+    ("SELECT COUNT(*) FROM adult WHERE EXTRACT(DAY FROM INTERVAL (age) DAY) > 3", "42804"),
+    ("SELECT COUNT(*) FROM adult WHERE DATE '2020-01-01' - '2019-01-01' IS NOT NULL", "42804"),
 )
 IDS = [f"{state}-{i}" for i, (_, state) in enumerate(REFUSED)]
 #: answered and charged: shows each test's reading of the budget sees a charge

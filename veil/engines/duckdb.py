@@ -11,7 +11,7 @@ Materialising (bounded copies) goes through the curator writer of the warehouse.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import duckdb
@@ -111,8 +111,7 @@ class DuckDBEngine:
         return warehouse.public_path(self._policy) if self._public else self._policy.database_path
 
     def _run(self, sql: str) -> Result:
-        path = self._path()
-        gate = warehouse.reading(path) if path is not None else contextlib.nullcontext()  # type: ignore[arg-type]
+        gate = self.pinned()
         try:
             with gate:
                 cur = self._cur()
@@ -165,8 +164,7 @@ class DuckDBEngine:
 
     def written_version(self, table: str) -> str | None:
         """The version Veil wrote with ``table``'s rows (its catalog comment), or None; never stamps, never hashes."""
-        path = self._path()
-        gate = warehouse.reading(path) if path is not None else contextlib.nullcontext()  # type: ignore[arg-type]
+        gate = self.pinned()
         with gate:
             return warehouse.written_version(self._cur(), table)
 
@@ -175,8 +173,7 @@ class DuckDBEngine:
         so the time does not grow with the table); a table another tool wrote is given one on first use
         (:meth:`stamp_version`). Only an engine over a bare connection (no policy) hashes the rows: their count,
         a 128-bit sum of per-row hashes (no cancellation of equal rows) and an XOR of MD5s."""
-        path = self._path()
-        gate = warehouse.reading(path) if path is not None else contextlib.nullcontext()  # type: ignore[arg-type]
+        gate = self.pinned()
         with gate:
             written = warehouse.written_version(self._cur(), table)
         if written is None and self._policy is not None and not self._public:
@@ -230,8 +227,7 @@ class DuckDBEngine:
         A temporary table belongs to the connection that made it (each cursor is one, so two sessions never see
         each other's) and works on the read-only sandboxed reader; it is replaced when made again under one name.
         Any failure is an :class:`EngineError` raised before a private row is read (``before_data``)."""
-        path = self._path()
-        gate = warehouse.reading(path) if path is not None else contextlib.nullcontext()  # type: ignore[arg-type]
+        gate = self.pinned()
         try:
             with gate:
                 cur = self._cur()
@@ -253,16 +249,12 @@ class DuckDBEngine:
                 before_data=True,
             ) from None
 
-    @contextlib.contextmanager
-    def pinned(self) -> Iterator[None]:
-        """Hold this engine's cursor in place: no curator write in this process reopens the reader (and so drops the
-        cursor's temporary tables) until the block ends. Statements inside it take the same shared gate again."""
+    def pinned(self) -> contextlib.AbstractContextManager[None]:
+        """The reader's shared gate (:func:`warehouse.reading`), held by every statement on this engine's cursor and,
+        around several, to hold the cursor in place: no curator write in this process reopens the reader (and so drops
+        the cursor's temporary tables) until the block ends. Nested holds in one thread never wait."""
         path = self._path()
-        if path is None:
-            yield
-            return
-        with warehouse.reading(path):  # type: ignore[arg-type]
-            yield
+        return warehouse.reading(path) if path is not None else contextlib.nullcontext()  # type: ignore[arg-type]
 
     def cursor_generation(self) -> int:
         """The reader generation of the cursor statements run on now (a new cursor is taken when a curator write in
@@ -276,8 +268,7 @@ class DuckDBEngine:
         cur = self._cursor
         if cur is None:
             return True
-        path = self._path()
-        gate = warehouse.reading(path) if path is not None else contextlib.nullcontext()  # type: ignore[arg-type]
+        gate = self.pinned()
         try:
             with gate:
                 if self._cursor is not cur:  # a curator write took a new cursor: the old one's tables went with it
