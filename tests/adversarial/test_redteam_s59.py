@@ -108,7 +108,7 @@ def test_f1_a_numpy_float_epsilon_is_charged_or_refused_typed(f1_policy: Any, ho
                 getattr(s, how)("SELECT COUNT(*) FROM people", epsilon=value)
             except VeilError:
                 assert s.budget().spent == spent
-            except Exception as exc:  # noqa: BLE001 — the property: no exception but a typed one
+            except Exception as exc:  # the property: no exception but a typed one
                 pytest.fail(f"epsilon={value!r}: untyped {type(exc).__name__}: {exc}")
             else:
                 if how == "execute":
