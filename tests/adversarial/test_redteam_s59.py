@@ -20,6 +20,17 @@ Findings:
   ``np.float64(0.5)`` is ``'0.5'``), or test ``type(value) is float`` and send subclasses through ``float(value)`` as
   the generic branch does — never a subclass's own ``__repr__``/``__str__``.
 
+* F2 (LOW, correctness only — data-independent, so no privacy loss; every interface) — a real ``SUM`` whose row bound is
+  below ~2⁻⁹⁶¹ (≈1e-289) is summed on a grid coarser than the docs promise. ``fixed_point`` picks the grid exponent k
+  so that the bound × 2ᵏ fits ±2⁶², but caps the factor 2ᵏ at 2¹⁰²³ (the largest power of two a DOUBLE holds): for a
+  bound of 1e-315 the grid step is 2⁻¹⁰²³ ≈ 1.1e-308, far above every row's value, so ``FLOOR`` sends each row to 0 and
+  ``SUM(inc * 1e-320)`` over 31 rows (exact sum 5.65e-315, Δ = 1e-315) is released as 0 + noise in every world; at
+  ``inc * 1e-300`` each row already loses ~2⁻³⁹ of Δ, against the documented one grid step of 2⁻⁶² of Δ per row
+  ("n·2⁻⁶² of Δ, far below the noise"). The bias grows as n·Δ, so the ci95 (which covers the noise only) misses the
+  true value. Fix (``veil/proxy/fixed_point.py``): refuse (free, 0A000) a real statistic whose row bound is below
+  2⁻⁹⁶⁰ (nothing useful is summed there: its noise scale is itself subnormal), or scale the argument up by a power of
+  two before the grid and the released sum down after (exact in binary).
+
 What held (tried, no witness; DuckDB, noise off through ``tests.support.attack_neighbours``; neighbours D/D′ differ in
 one person with adversarial values — age at the top bound, ``inc`` at its bound, a text ``é\\%_ßßß…İ``/``zz``, a date
 9999-12-31 — every pair ended the same way and moved by at most the plan's sensitivity):
@@ -129,3 +140,32 @@ def test_f1_b_as_epsilon_reads_a_float_subclass_by_its_value() -> None:
     for value in [*_numpy_values(), Loud(0.25)]:
         assert as_epsilon(value) == Fraction(repr(float(value)))
         assert as_delta(value * 1e-6) == Fraction(repr(float(value) * 1e-6))
+
+
+F2_POLICY = F1_POLICY.replace(
+    'age = { type = "int", lower = 0, upper = 120 }',
+    'age = { type = "int", lower = 0, upper = 120 }\ninc = { type = "float", lower = 0, upper = 100000 }',
+)
+
+
+@pytest.fixture(scope="module")
+def f2_policy(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    people = pd.DataFrame({"pid": list(range(1, 32)), "age": [20 + i for i in range(31)]}).astype("Int64")
+    people["inc"] = [100000.0] * 31  # every row at the bound
+    return policy_with_tables(Path(tmp_path_factory.mktemp("s59f2")), F2_POLICY, {"people": people})
+
+
+@pytest.mark.parametrize("scale", ["1e-300", "1e-310", "1e-320", "1.0", "1e-200"])
+def test_f2_a_real_sum_keeps_the_documented_grid_precision_for_tiny_bounds(f2_policy: Any, scale: str) -> None:
+    """LOW (correctness): ``SUM(inc * 1e-320)`` over 31 rows all at the bound (exact 31 × 1e-315) was exactly 0 before
+    noise — each row fell below one grid step (2⁻¹⁰²³) — though the docs bound the loss by one step of 2⁻⁶² of the row
+    bound per row. The exact (noise-off) sum must be within n·2⁻⁶² of Δ of the true sum."""
+    from tests.support.attack_neighbours import exact_release
+    from veil.proxy._testing import exact_session
+
+    n, bound = 31, 100000.0 * float(scale)
+    with exact_session(f2_policy, "a") as s:
+        got = exact_release(s, f"SELECT SUM(inc * {scale}) FROM people", 1.0)
+    assert got.ok, got.describe()
+    (value,) = got.values[0].values()
+    assert abs(value - n * bound) <= n * 2.0**-62 * bound * (1 + 1e-9), (value, n * bound)
