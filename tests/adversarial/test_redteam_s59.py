@@ -69,6 +69,7 @@ one person with adversarial values — age at the top bound, ``inc`` at its boun
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +124,7 @@ def test_f1_a_numpy_float_epsilon_is_charged_or_refused_typed(f1_policy: Any, ho
                 pytest.fail(f"epsilon={value!r}: untyped {type(exc).__name__}: {exc}")
             else:
                 if how == "execute":
-                    assert s.budget().spent - spent == float(value)
+                    assert s.budget().spent - spent == Fraction(repr(float(value)))  # ε is charged as its shortest text
 
 
 def test_f1_b_as_epsilon_reads_a_float_subclass_by_its_value() -> None:
