@@ -139,13 +139,18 @@ def test_the_laplace_scale_pays_for_the_conversion_slack(world: tuple[Any, Any])
 def test_grid_values_fit_a_bigint_for_every_bound() -> None:
     for b in [Fraction(1, 10**400), Fraction(1, 3), Fraction(1), Fraction(2**62), Fraction(10**150), Fraction(10**300)]:
         k = fixed_point.exponent(-b, b)
-        assert b * Fraction(2) ** k <= 2**62 < 2 * b * Fraction(2) ** k or k == 1023, (b, k)
-        assert -1074 <= k <= 1023
+        assert b * Fraction(2) ** k <= 2**62 < 2 * b * Fraction(2) ** k or k == 62 + 1074, (b, k)
+        assert -1074 <= k <= 62 + 1074  # below 2**-1074 every double in range is a multiple of 2**-1074: exact
+        product = Fraction(1)
+        for factor in fixed_point.grid_factors(k):  # the SQL multiplies by these doubles, each exact
+            assert factor == Fraction(2) ** round(math.log2(factor)) and math.isfinite(factor)
+            product *= Fraction(factor)
+        assert product == Fraction(2) ** k, (b, k)
 
 
 @given(
     total=st.one_of(st.none(), st.integers(-(2**90), 2**90)),
-    k=st.sampled_from([0, 5, 58, 62, 65, 1023, -437, -962]),
+    k=st.sampled_from([0, 5, 58, 62, 65, 1023, 1100, 1136, -437, -962]),
     center=st.sampled_from([Fraction(0), Fraction(1, 3), Fraction(10**17), Fraction(-5, 2), Fraction(7, 10)]),
     count=st.one_of(st.none(), st.integers(0, 10**7)),
     bound=st.sampled_from([Fraction(10), Fraction(1, 10), Fraction(10**150), Fraction(10**300), Fraction(1, 10**400)]),

@@ -114,6 +114,8 @@ def _grid_copy_checks(session: Any) -> None:
 @example(bounds=("0.1", "0.3"), user_level=False)  # no bound a double: the integer clamp stays around the column
 @example(bounds=("1e-300", "3e-300"), user_level=True)  # a grid finer than any double's spacing near 0
 @example(bounds=("-1e15", "1e15"), user_level=False)
+@example(bounds=("-5e-324", "5e-324"), user_level=False)  # a grid of 2**-1136: two factors (red team s59 F2)
+@example(bounds=("1e-310", "3e-310"), user_level=True)
 def test_grid_column_is_the_rewrites_value_on_every_row(
     tmp_path_factory: pytest.TempPathFactory, bounds: Any, user_level: bool
 ) -> None:

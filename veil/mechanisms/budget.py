@@ -37,7 +37,7 @@ def as_epsilon(value: object, *, what: str = "epsilon", allow_zero: bool = False
     elif isinstance(value, float):
         if not math.isfinite(value):
             raise InputError(f"{what} must be finite, got {value!r}", hint="Pass a positive number such as 0.5")
-        frac = Fraction(repr(value))
+        frac = Fraction(float.__repr__(value))  # the value's shortest text, never a subclass's (np.float64: s59 F1)
     elif isinstance(value, str):
         frac = _parse(value, what)
     else:

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import secrets
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -61,7 +60,7 @@ __all__ = [
 T = TypeVar("T")
 
 #: Changes whenever the copy's construction changes, so old copies are never reused.
-ALGORITHM = "veil-bounded-copy/8"
+ALGORITHM = "veil-bounded-copy/9"
 
 
 def _q(name: str) -> str:
@@ -156,7 +155,8 @@ def grid_value_sql(column_sql: str, k: int) -> str:
     """One row's value on the grid of ``2**-k`` as a BIGINT, as the copy stores it. The rewrite builds the same
     expression as a tree (``rewrite._fixed``, no text parsed per query); ``tests/proxy/test_pre_scaled_grid.py``
     checks the two agree row by row."""
-    return f"CAST(FLOOR(CAST(({column_sql}) AS DOUBLE) * CAST({math.ldexp(1.0, k)!r} AS DOUBLE)) AS BIGINT)"
+    factors = "".join(f" * CAST({f!r} AS DOUBLE)" for f in fixed_point.grid_factors(k))
+    return f"CAST(FLOOR(CAST(({column_sql}) AS DOUBLE){factors}) AS BIGINT)"
 
 
 def _with_grids(select: str, spec: TableSpec) -> str:

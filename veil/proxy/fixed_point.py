@@ -34,7 +34,8 @@ from functools import lru_cache
 import numpy as np
 
 __all__ = [
-    "CLAMP_BITS", "CONVERSION_SLACK", "GRID_BITS", "SCALE_RAISE", "exact_sums", "exponent", "on_grid", "to_doubles",
+    "CLAMP_BITS", "CONVERSION_SLACK", "GRID_BITS", "SCALE_RAISE", "exact_sums", "exponent", "grid_factors", "on_grid",
+    "to_doubles",
 ]  # fmt: skip
 
 #: Each row's grid value fits in ±2**GRID_BITS (a BIGINT holds ±2⁶³).
@@ -49,6 +50,9 @@ CONVERSION_SLACK = 2.0 ** (CLAMP_BITS - 52)
 SCALE_RAISE = 2.0 ** (CLAMP_BITS - 51)
 
 _MAX_EXPONENT = sys.float_info.max_exp - 1  # 2**1023 is the largest power of two a double holds
+#: The finest grid any double needs: the smallest positive double is 2**-1074, so a row bound below it holds only
+#: multiples of 2**-1074, all exact on a grid of 2**-(GRID_BITS + 1074).
+_FINEST = GRID_BITS - (sys.float_info.min_exp - sys.float_info.mant_dig)  # 62 + 1074
 _MAX_DOUBLE = int(sys.float_info.max)
 
 
@@ -66,7 +70,21 @@ def exponent(lo: Fraction, hi: Fraction) -> int:
         e += 1
     while Fraction(2) ** (e - 1) >= b:
         e -= 1
-    return min(GRID_BITS - e, _MAX_EXPONENT)
+    return min(GRID_BITS - e, _FINEST)
+
+
+def grid_factors(k: int) -> tuple[float, ...]:
+    """The doubles whose product is ``2**k``, each a power of two a double holds: one factor up to ``2**1023``, two
+    beyond (a row bound below ``2**-961``: red team s59 F2, where one factor capped at ``2**1023`` lost up to a whole
+    step of ``2**-1023`` per row, far more than ``2**-62`` of the bound). Multiplying a double by a power of two is
+    exact while the product is a normal double, and every partial product here lies within ``±2**62``.
+
+    >>> grid_factors(10), grid_factors(1100) == (2.0**1023, 2.0**77)
+    ((1024.0,), True)
+    """
+    if k <= _MAX_EXPONENT:
+        return (math.ldexp(1.0, k),)
+    return (math.ldexp(1.0, _MAX_EXPONENT), math.ldexp(1.0, k - _MAX_EXPONENT))
 
 
 @lru_cache(maxsize=4096)

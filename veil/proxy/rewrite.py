@@ -234,7 +234,9 @@ def _fixed(value: exp.Expression, stat: Statistic, pre_scaled: exp.Column | None
         v = pre_scaled
     else:
         as_double = _cannot_raise(exp.cast(exp.Paren(this=value), data_type("DOUBLE")))
-        scaled = _cannot_raise(exp.Mul(this=as_double, expression=_double(math.ldexp(1.0, k))))
+        scaled = as_double
+        for factor in fixed_point.grid_factors(k):
+            scaled = _cannot_raise(exp.Mul(this=scaled, expression=_double(factor)))
         v = _cannot_raise(exp.cast(_cannot_raise(exp.Floor(this=scaled)), data_type("BIGINT")))
     if _fixed_clamped(stat):
         bounds = (exp.Literal.number(abs(b)) if b >= 0 else exp.Neg(this=exp.Literal.number(-b)) for b in (low, high))
