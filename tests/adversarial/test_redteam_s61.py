@@ -151,14 +151,22 @@ def test_spark_like_with_a_backslash_is_no_charged_failure(worlds: dict[tuple[st
 
 
 #: F3: whether the LIKE is built depends on whether any private row passes the private side's filter.
-F3_SQL = "SELECT COUNT(*) FROM people t JOIN ages p ON p.a = t.age WHERE t.age > {threshold} AND t.name || p.s LIKE '%\\q%'"
+F3_SQL = "SELECT COUNT(*) FROM people t JOIN ages p ON p.a = t.age WHERE {condition} AND t.name || p.s LIKE '{pattern}'"
+F3_CASES = [
+    ("t.age > 110", "%\\q%"),  # the oldest person is older than 110
+    ("t.age > 119", "%\\q%"),
+    ("t.pid = 77", "%\\q%"),  # person 77 is in the table
+    ("t.age > 110", "x\\"),  # a trailing backslash
+]
 
 
-@pytest.mark.parametrize("threshold", [110, 119])
-def test_spark_whether_a_query_fails_does_not_depend_on_one_person(worlds: dict[tuple[str, str], Any], threshold: int) -> None:
-    """F3 (HIGH): D (one person aged 120) and D′ (oldest 49) end the same way — both answered, or both refused the
-    same way. Measured on main: D QueryFailed XX000 (charged), D′ answered."""
-    sql = F3_SQL.format(threshold=threshold)
+@pytest.mark.parametrize(("condition", "pattern"), F3_CASES)
+def test_spark_whether_a_query_fails_does_not_depend_on_one_person(
+    worlds: dict[tuple[str, str], Any], condition: str, pattern: str
+) -> None:
+    """F3 (HIGH): D (person 77, aged 120) and D′ (without them; oldest 49) end the same way — both answered, or both
+    refused the same way. Measured on main: D QueryFailed XX000 (charged), D′ answered."""
+    sql = F3_SQL.format(condition=condition, pattern=pattern)
     d = _ending(worlds[("spark", "D")], sql)
     d_prime = _ending(worlds[("spark", "D'")], sql)
     assert d[0] == d_prime[0], {"D": d, "D'": d_prime}
