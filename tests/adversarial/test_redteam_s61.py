@@ -37,8 +37,16 @@ Findings:
   rendering: ``\\`` → ``\\\\``), so both engines match the literal characters; and add LIKE patterns with ``\\``,
   ``%``-adjacent ``\\`` and a trailing ``\\`` to the conformance suite (tests/*conformance*).
 
-What held is listed in the session report (INTERVAL (expr) unit is a free Parse error on Spark; CAST of texts, NaN from
-SQRT/LN, -0.0 join keys, overflows and out-of-range SUBSTRING/LEFT/RIGHT positions answered on both worlds alike).
+What held (Spark D/D′ and DuckDB, noise off, 2026-11-28): ``INTERVAL (expr) unit`` is a free Parse error on Spark
+(a legitimate query refused, LOW); ``d + INTERVAL '2000000000' DAY`` a free Arithmetic error (DuckDB answers);
+TRY_CAST of texts to INT/BIGINT/DOUBLE/DECIMAL/BOOLEAN/DATE/TIMESTAMP, integer overflow (``* 9223372036854775807``,
+``ABS``), ``%``/``/`` by zero, ROUND with scales ±400 and 2^31−1, SUBSTRING/LEFT/RIGHT at ±2^31 positions, NaN from
+SQRT, EXP overflow, DATE_TRUNC/EXTRACT of extreme dates: same outcome in both worlds, each in the F3 join shape too.
+Public-source multiplicity on Spark (explain's sensitivity ≥ the measured per-person join count in every case):
+text→INT/DOUBLE casts of ``'1'``/``'1.0'``/``' 1'``/``'+1'``/``'1e0'`` as keys (121 ≥ 31/46), ``-0.0``/``0.0`` keys
+(121 ≥ 121; DISTINCT: 1 ≥ 1), NaN keys (Spark joins NaN = NaN: 121 ≥ 60; DISTINCT: 62 and 2 ≥ 1; MAX(NaN) per
+group 2 ≥ 2), UPPER/LOWER/TRIM keys, ORDER BY … LIMIT with ties, GROUP BY counts as keys. One divergence that does not leak:
+``EXTRACT(YEAR FROM d + INTERVAL '5000000' YEAR)`` is a year on Spark (dates hold ±5.8 M years), NULL on DuckDB.
 """
 
 from __future__ import annotations
