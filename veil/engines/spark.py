@@ -85,6 +85,28 @@ def _part_name(node: Any) -> str | None:
     return None
 
 
+def _like_without_escapes(node: exp.Like) -> None:
+    """``node``'s pattern with DuckDB's meaning on Spark: DuckDB's LIKE (no ``ESCAPE``, which Veil refuses) reads a
+    backslash as an ordinary character, Spark's as its escape character — ``'a\\%'`` matched other texts there, and
+    ``'%\\q%'`` or a trailing backslash was an invalid escape that Spark raises only when rows reach the LIKE: after
+    the charge, and (adaptive execution pruning an empty join side) only in the worlds where the private side held
+    a row (red team s61 F1–F3). Each backslash of the pattern (a text literal, or its ``LOWER`` for ILIKE: the
+    validate pass admits nothing else; any other pattern row by row) is doubled, so Spark reads it as the literal
+    backslash DuckDB reads.
+    """
+    pattern = node.expression.unnest() if node.expression is not None else None
+    if isinstance(pattern, exp.Lower):
+        pattern = pattern.this.unnest() if pattern.this is not None else None
+    if isinstance(pattern, exp.Literal) and pattern.is_string and "\\" in str(pattern.this):
+        pattern.set("this", str(pattern.this).replace("\\", "\\\\"))
+        return
+    if isinstance(pattern, exp.Literal) and pattern.is_string:
+        return
+    if node.expression is not None:  # never an analyst's (validate): doubled row by row
+        slash = exp.Literal.string("\\")
+        node.set("expression", exp.Anonymous(this="REPLACE", expressions=[node.expression, slash, exp.Literal.string("\\\\")]))
+
+
 def _spark_date_part(node: exp.Expression) -> None:
     """Spell ``node``'s DATE_TRUNC unit or EXTRACT field as Spark does, or refuse one Spark does not compute."""
     extract = isinstance(node, exp.Extract)
@@ -187,6 +209,8 @@ class SparkEngine:
             if node.meta.get(TIME_TEXT):
                 prefix = exp.Literal.number(ISO_TIME_LONGEST + 1)
                 node.set("this", exp.Substring(this=node.this, start=exp.Literal.number(1), length=prefix))
+        for node in list(t.find_all(exp.Like)):
+            _like_without_escapes(node)
         for node in list(t.find_all(exp.Try, exp.TryCast, exp.DayOfWeek)):
             if isinstance(node, exp.TryCast):
                 node.set("safe", True)
