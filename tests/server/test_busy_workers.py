@@ -18,6 +18,7 @@ import pytest
 from tests.support.server import BOB_PASSWORD, FAST_BACKOFF, dsn, running_server
 from veil.engines.base import Result
 from veil.engines.duckdb import DuckDBEngine
+from veil.errors import InputError
 from veil.policy import Policy
 from veil.proxy.session import QuerySession
 from veil.server.limits import ServerLimits
@@ -121,7 +122,7 @@ def test_shutdown_ends_the_watcher(cancel_futures: bool) -> None:
 
 def test_the_default_is_the_cores_per_process() -> None:
     assert [ServerLimits.default_busy_workers(n, 4) for n in (1, 2, 3, 4, 8)] == [4, 2, 1, 1, 1]
-    with pytest.raises(Exception, match="busy_workers"):
+    with pytest.raises(InputError, match="busy_workers"):
         ServerLimits(busy_workers=-1)
 
 
