@@ -16,6 +16,10 @@ alone, then while a second client repeats, one kind at a time, a 4-way cross joi
 ``--catalog-timeout``), a 250-term OR (planned), a 1,700-term OR (refused before parsing,
 54001) and a 1 MiB statement (refused unread, 54000).
 
+Each wire round also prints the server's voluntary context switches per statement (all its processes and
+threads): mostly interpreter-lock handoffs between its threads, a measure of that overhead which other work on the
+host moves far less than it moves answers/s.
+
 Run: ``.venv/bin/python -m bench.server_throughput [--clients 20 --queries 60 --processes 1,2]``.
 """
 
@@ -138,6 +142,24 @@ def tree_cpu(pid: int) -> float:
     return total
 
 
+def tree_switches(pid: int) -> int:
+    """Voluntary context switches of every thread of ``pid`` and its descendants so far (Linux /proc): mostly
+    threads handing the interpreter lock to one another (and waiting for the engine or the disk), so fewer per
+    statement means less lock switching; a neighbour's load moves it far less than wall-clock rates."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+                for line in (task / "status").read_text().splitlines():
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+        except (OSError, ValueError):
+            continue
+    return total
+
+
 class _Start:
     """Holds every client until all are connected and warm, then starts the clock."""
 
@@ -183,10 +205,11 @@ async def wire_run(port: int, kind: str, clients: int, queries: int, server_pid:
 
     tasks = [asyncio.ensure_future(client(c)) for c in range(clients)]
     await start.go.wait()
-    s0, c0, t0 = tree_cpu(server_pid), time.process_time(), time.perf_counter()
+    w0, s0, c0, t0 = tree_switches(server_pid), tree_cpu(server_pid), time.process_time(), time.perf_counter()
     await asyncio.gather(*tasks)
     out = summarise(latencies, time.perf_counter() - t0, outcomes)
     out["server_cpu"] = (tree_cpu(server_pid) - s0) / len(latencies) * 1000
+    out["switches"] = (tree_switches(server_pid) - w0) / len(latencies)
     out["client_cpu"] = (time.process_time() - c0) / len(latencies) * 1000
     out["warm_ok"] = start.warm_ok
     return out
@@ -371,7 +394,9 @@ def one_round(tmp: Path, r: int, args: argparse.Namespace) -> tuple[dict[tuple[s
                 print(
                     f"round {r} {kind:9} {name:22} {res['qps']:7.0f} q/s {res['aps']:7.0f} answers/s  "
                     f"cpu {res['server_cpu']:5.2f} + {res['client_cpu']:4.2f} ms  "
-                    f"p50 {res['p50']:6.1f} ms  p99 {res['p99']:6.1f} ms  ok {res['ok']} refused {res['refused']} "
+                    f"p50 {res['p50']:6.1f} ms  p99 {res['p99']:6.1f} ms  "
+                    + (f"switches {res['switches']:4.1f}  " if "switches" in res else "")
+                    + f"ok {res['ok']} refused {res['refused']} "
                     f"other {res['other']}  (load {os.getloadavg()[0]:.1f})",
                     flush=True,
                 )

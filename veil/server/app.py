@@ -104,7 +104,11 @@ class VeilServer(PgServer):
         self.allow_plaintext = allow_plaintext
         self.credentials = credentials or CredentialStore(policy.ledger_path)
         self._credentials_lock = threading.Lock()
-        self.pools = WorkerPools(analyst_workers=self.limits.workers, catalog_workers=self.limits.catalog_workers)
+        self.pools = WorkerPools(
+            analyst_workers=self.limits.workers,
+            catalog_workers=self.limits.catalog_workers,
+            busy_workers=self.limits.busy_workers or ServerLimits.default_busy_workers(1),
+        )
         self.share = share
         # this process's connections not logged in (fair share of slots)
         self.prelogin = PreLogin(

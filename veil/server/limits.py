@@ -98,6 +98,7 @@ class ServerLimits:
     catalog_timeout: float = 5.0
     max_message_bytes: int = 4 << 20  # one protocol message after login (a query plus framing)
     workers: int = 8
+    busy_workers: int = 0  # analyst jobs started at once, a long one not counted (veil.server.pool); 0: cores ÷ processes
     engine_threads: int = 0  # DuckDB threads of this process's warehouse readers (0: DuckDB's default, one per core)
     engine_memory_mib: int = 0  # DuckDB memory limit of each warehouse connection (0: DuckDB's default, 80% of RAM)
     catalog_workers: int = 3  # one analyst holds at most all but one (veil.server.pool)
@@ -131,6 +132,8 @@ class ServerLimits:
         ):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.busy_workers < 0:
+            raise InputError(f"busy_workers must be >= 0, got {self.busy_workers}", hint="Use 0 for the cores per process")
         if self.engine_threads < 0:
             raise InputError(f"engine_threads must be >= 0, got {self.engine_threads}", hint="Use 0 for one per core")
         if self.engine_memory_mib < 0:
@@ -166,6 +169,16 @@ class ServerLimits:
         if processes <= 1:
             return 0
         return max(1, (cores if cores is not None else usable_cores()) // processes)
+
+    @staticmethod
+    def default_busy_workers(processes: int, cores: int | None = None) -> int:
+        """``busy_workers`` when 0: each process's share of the cores (at least 1). Analyst jobs are mostly Python,
+        which runs on one core per process at a time, so more busy threads than that only switch the interpreter lock.
+
+        >>> [ServerLimits.default_busy_workers(n, 2) for n in (1, 2, 3)]
+        [2, 1, 1]
+        """
+        return max(1, (cores if cores is not None else usable_cores()) // max(processes, 1))
 
     @staticmethod
     def default_engine_memory(processes: int, memory_mib: int | None = None) -> int:

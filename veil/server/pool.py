@@ -9,6 +9,11 @@
   many connections, another analyst's work starts at once or as soon as one running job ends,
   never behind the whole queue. (:class:`_FairQueue`; the analyst pool is :class:`FairExecutor`, a
   ``ThreadPoolExecutor`` that is handed work only when a thread is free.)
+- The analyst pool starts work on at most ``busy`` threads at once (each process's share of the
+  cores): an answer is mostly Python, and more threads doing Python at once in one process only take
+  turns at the interpreter lock, which costs CPU. A job that has run ``long_after`` (50 ms) no longer
+  counts, so a long statement never holds up the others for longer than that; ``size`` still bounds
+  the threads.
 - :class:`InterruptiblePool` runs pure computations that may be stopped from outside. Each job runs
   under a per-thread trace function (``sys.settrace``, called at every Python function call of
   that thread only). Once the job is late it raises at the next call into the code that does the
@@ -25,6 +30,7 @@ import concurrent.futures
 import os
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from types import FrameType
@@ -226,21 +232,36 @@ class FairExecutor:
     shutdown) whose waiting work is served per owner: a free thread takes the oldest work of the
     owner with the fewest running (then the one served longest ago), and one owner holds at most
     ``size − 1`` threads (1 if ``size`` is 1). Work is handed to the threads only when one is free,
-    so nothing waits in the executor's own first-come queue."""
+    so nothing waits in the executor's own first-come queue.
 
-    def __init__(self, size: int, name: str) -> None:
+    ``busy``: at most this many jobs start and run at once (default ``size``), but a job that has run
+    ``long_after`` seconds no longer counts, so more start beside it, up to ``size`` threads. A few
+    busy threads per core spend less on switching the interpreter lock than ``size`` of them, while a
+    long statement (in the engine, or a long planning) never holds up the others for longer than
+    ``long_after``. A watcher thread, only when ``busy < size``, starts waiting work once the busy
+    jobs have all run that long."""
+
+    def __init__(self, size: int, name: str, *, busy: int | None = None, long_after: float = 0.05) -> None:
         self._size = size
+        self._busy_cap = size if busy is None else max(1, min(busy, size))
+        self._long_after = long_after
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=size, thread_name_prefix=name)
-        self._idle = threading.Condition()  # its lock guards everything below
+        self._lock = threading.Lock()  # guards everything below
+        self._idle = threading.Condition(self._lock)
+        self._watch = threading.Condition(self._lock)
         self._waiting: _FairQueue[_Work] = _FairQueue(max(1, size - 1))
-        self._busy = 0
+        self._running = 0  # jobs handed to a thread
+        self._short: dict[_Work, float] = {}  # those still counted busy: when each started (monotonic)
         self._closed = False  # no new work
         self._dropping = False  # work not started yet is cancelled, not started
+        self._parked = False  # the watcher waits without a deadline
+        if self._busy_cap < size:
+            threading.Thread(target=self._watcher, name=f"{name}-watch", daemon=True).start()
 
     def submit(self, fn: Callable[..., T], /, *args: Any, owner: str = "", **kwargs: Any) -> concurrent.futures.Future[T]:
         """``fn(*args, **kwargs)`` on a thread, in ``owner``'s turn."""
         work = _Work(owner, fn, args, kwargs)
-        with self._idle:
+        with self._lock:
             if self._closed:
                 raise RuntimeError("cannot schedule new work after shutdown")
             self._waiting.put(work)
@@ -260,22 +281,59 @@ class FairExecutor:
             except RuntimeError as exc:
                 if w.future.set_running_or_notify_cancel():
                     w.future.set_exception(exc)
-                with self._idle:
-                    self._busy -= 1
-                    self._waiting.finished(w.owner)
+                with self._lock:
+                    self._ended(w)
                     pending.extend(self._dispatch())
                     self._idle.notify_all()
 
     def _dispatch(self) -> list[_Work]:
-        """(Under the lock) the work to start now, one per free thread."""
+        """(Under the lock) the work to start now, one per free thread while fewer than ``busy`` run."""
         out: list[_Work] = []
-        while self._busy < self._size and not self._dropping:
+        now = -1.0
+        while self._running < self._size and len(self._short) < self._busy_cap and not self._dropping:
             work = self._waiting.take()
             if work is None:
                 break
-            self._busy += 1
+            if now < 0:
+                now = time.monotonic()
+            self._running += 1
+            self._short[work] = now
             out.append(work)
+        if self._parked and self._short and self._waiting.has_waiting():
+            self._parked = False
+            self._watch.notify()
         return out
+
+    def _ended(self, work: _Work) -> None:
+        """(Under the lock) ``work`` no longer holds a thread."""
+        self._running -= 1
+        self._short.pop(work, None)
+        self._waiting.finished(work.owner)
+
+    def _watcher(self) -> None:
+        """Starts waiting work beside busy jobs that have run ``long_after`` seconds."""
+        while True:
+            with self._lock:
+                while True:
+                    if self._closed and not self._running and not self._waiting.has_waiting():
+                        return
+                    blocked = len(self._short) >= self._busy_cap and self._running < self._size
+                    if not (blocked and self._waiting.has_waiting()):
+                        self._parked = True
+                        self._watch.wait(1.0 if self._closed else None)
+                        self._parked = False
+                        continue
+                    now = time.monotonic()
+                    due = min(self._short.values()) + self._long_after
+                    if due > now:
+                        self._watch.wait(due - now)
+                        continue
+                    for work, began in list(self._short.items()):
+                        if began + self._long_after <= now:
+                            del self._short[work]
+                    ready = self._dispatch()
+                    break
+            self._start(ready)
 
     def _run(self, work: _Work) -> None:
         try:
@@ -287,9 +345,8 @@ class FairExecutor:
                 else:
                     work.future.set_result(result)
         finally:
-            with self._idle:
-                self._busy -= 1
-                self._waiting.finished(work.owner)
+            with self._lock:
+                self._ended(work)
                 ready = self._dispatch()
                 self._idle.notify_all()
             self._start(ready)
@@ -297,8 +354,9 @@ class FairExecutor:
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Take no new work. ``cancel_futures``: work not started yet is cancelled (else it still
         runs); ``wait``: return once the work has ended (as ``ThreadPoolExecutor.shutdown``)."""
-        with self._idle:
+        with self._lock:
             self._closed = True
+            self._watch.notify()
             left: list[_Work] = []
             if cancel_futures:
                 self._dropping = True
@@ -306,8 +364,8 @@ class FairExecutor:
         for work in left:
             work.future.cancel()
         if wait:
-            with self._idle:
-                while self._busy or (not self._dropping and self._waiting.has_waiting()):
+            with self._lock:
+                while self._running or (not self._dropping and self._waiting.has_waiting()):
                     self._idle.wait()
         self._executor.shutdown(wait=wait, cancel_futures=cancel_futures)
 
@@ -315,8 +373,8 @@ class FairExecutor:
 class WorkerPools:
     """The server's thread pools (sizes from :class:`~veil.server.limits.ServerLimits`)."""
 
-    def __init__(self, *, analyst_workers: int, catalog_workers: int) -> None:
-        self.analyst = FairExecutor(analyst_workers, "veil-analyst")
+    def __init__(self, *, analyst_workers: int, catalog_workers: int, busy_workers: int | None = None) -> None:
+        self.analyst = FairExecutor(analyst_workers, "veil-analyst", busy=busy_workers)
         self.catalog = InterruptiblePool(catalog_workers, "veil-catalog")
 
     def shutdown(self) -> None:

@@ -30,6 +30,7 @@ memory (:mod:`veil.server.shared`).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -213,6 +214,8 @@ def serve_processes(
             hint="Serve a Spark policy with one process (its engine runs queries in parallel itself)",
         )
     limits = limits or ServerLimits()
+    if not limits.busy_workers:  # each process's share of the cores
+        limits = dataclasses.replace(limits, busy_workers=ServerLimits.default_busy_workers(processes))
     for line in prepare_warehouse(policy):
         logger.warning("not prepared for the workers: %s", line)
     ctx = multiprocessing.get_context("spawn")
