@@ -90,6 +90,13 @@ def _is_loopback_host(host: str) -> bool:
 )
 @click.option("--workers", type=click.IntRange(1, 256), default=8, show_default=True, help="Threads for analyst queries.")
 @click.option(
+    "--busy-workers",
+    type=click.IntRange(0, 256),
+    default=0,
+    show_default=True,
+    help="Analyst jobs started at once, one running past 50 ms not counted (0: the cores per process).",
+)
+@click.option(
     "--processes",
     type=click.IntRange(1, 64),
     default=1,
@@ -130,6 +137,7 @@ def serve_command(
     max_planning_seconds: float,
     catalog_timeout: float,
     workers: int,
+    busy_workers: int,
     processes: int,
     engine_threads: int | None,
     engine_memory: int | None,
@@ -155,6 +163,7 @@ def serve_command(
         max_planning_seconds=max_planning_seconds,
         catalog_timeout=catalog_timeout,
         workers=workers,
+        busy_workers=busy_workers,
         engine_threads=ServerLimits.default_engine_threads(processes) if engine_threads is None else engine_threads,
         engine_memory_mib=ServerLimits.default_engine_memory(processes) if engine_memory is None else engine_memory,
     )
