@@ -1,0 +1,271 @@
+"""Red team, session 60: the publication gate across sources and the exact multiset a filter keeps; ``veil serve``
+with real clients (main at a93a6bc, 2026-11-28).
+
+Each test in part A FAILS on main at a93a6bc (nothing is marked xfail: the lead fixes the code and the test turns
+green). Publications go through the curator's real transaction (``veil.generators.transaction.publish``, what ``veil
+publish`` calls); what an analyst reads is asked through ``veil.connect`` (public tables: exact, ε = 0).
+
+Findings:
+
+* F1 (MEDIUM, careless curator — every analyst reads the result at ε = 0; s51 A5's class through a second source)
+  ``check_linkage`` compares a publication with the live publications *of the same source table* only
+  (``release.params["source_table"] != plan.source: continue``). A warehouse commonly holds the same people in two
+  tables (a yearly snapshot ``people_2025`` beside ``people``, a copy re-ingested under another name, a table of
+  another privacy unit that lists the same persons). ``kanon --table people --qi age --sensitive gain`` and then
+  ``kanon --table people_2025 --qi sex,job --sensitive gain`` (k = 5 each) both land, and ``p1 JOIN p2 USING (gain)``
+  gives every row both tables' QIs: knowing a person's age, sex and job singled out the exact gain of 12 of 60 people
+  (60 people, distinct gains, a conservative matcher). The same holds with the shared column renamed in the second
+  source (``capital_gain``: the analyst joins ``p1.gain = p2.capital_gain``), which no name-keyed rule can see.
+  Suggested class-level fix: the linkage rule must not key on the source's name. Either make it policy-wide (a column
+  published value by value — a ``--sensitive`` column or a quasi-identifier — may be published value by value by no
+  other live publication *of any source*, or of any source the policy declares to share its people: the same
+  ``privacy_unit`` column, or an explicit ``[tables.x] same_people_as = [...]`` the publish refuses to guess), or
+  better, publish a sensitive column value by value at most once per policy and make every later publication of a
+  column *with the same values* (checked on the data: a sensitive column whose value multiset equals a live
+  publication's) pass the gate's k/ℓ check on the union of both tables' QIs.
+
+* F2 (HIGH for an outlier-free but *unique* value; the s16 A9 class, interior values; every analyst at ε = 0)
+  ``sdc rank_swapping`` publishes each protected column's exact multiset of source values (values are only moved
+  between rows); the s16 A9 fix top- and bottom-codes the 4 smallest and largest values, so an *interior* value that
+  one person alone holds is still published as it is: gains recorded in hundreds (0 … 3,000) and person 7's 1,234
+  — ``SELECT COUNT(*) FROM pub WHERE gain = 1234`` is 1 with person 7 in the source and 0 without (presence and exact
+  value of one person, deterministic; the gate's per-row "unchanged" check passes because the value moved rows).
+  Suggested class-level fix: a non-DP filter whose output values are source values (rank swapping, and any future
+  permutation/"swap" filter) must not publish a value that fewer than k source rows hold — recode it (to the mean of
+  its rank window, as the top/bottom coding does for the extremes) — and the gate should check it on the output
+  for every ``perturbed`` column of a non-DP publication: every published value that equals a source value must be
+  held by at least k source rows (``MIN_GROUP``), whatever its rank.
+
+What held (short): see the report; part B of this file holds the two probes of ``veil serve`` that held
+(a rollback does not refund a seen answer; N sessions of one analyst racing the last ε — one answered).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+_POLICY = """\
+[database]
+path = "warehouse.duckdb"
+[ledger]
+path = "ledger.sqlite"
+
+[tables.people]
+privacy_unit = "row"
+[tables.people.columns]
+age = {{ type = "int", lower = 17, upper = 90 }}
+sex = {{ type = "category", values = ["F", "M"] }}
+job = {{ type = "category", values = ["a", "b", "c"] }}
+gain = {{ type = "int", lower = 0, upper = 5000 }}
+
+[tables.people_2025]
+privacy_unit = "row"
+[tables.people_2025.columns]
+age = {{ type = "int", lower = 17, upper = 90 }}
+sex = {{ type = "category", values = ["F", "M"] }}
+job = {{ type = "category", values = ["a", "b", "c"] }}
+{gain2} = {{ type = "int", lower = 0, upper = 5000 }}
+
+[analysts.bob]
+epsilon = 2.0
+"""
+
+
+def _people(n: int = 60) -> pd.DataFrame:
+    rng = np.random.default_rng(51)
+    return pd.DataFrame(
+        {
+            "age": rng.integers(20, 60, n),
+            "sex": rng.choice(["F", "M"], n),
+            "job": rng.choice(["a", "b", "c"], n),
+            "gain": rng.choice(5000, n, replace=False),
+        }
+    )
+
+
+def _world(base: Path, gain2: str = "gain") -> tuple[Path, pd.DataFrame]:
+    """``people`` and ``people_2025``: the same 60 people in two tables (``gain`` named ``gain2`` in the second)."""
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    base.mkdir(parents=True, exist_ok=True)
+    path = base / "policy.toml"
+    path.write_text(_POLICY.format(gain2=gain2), encoding="utf-8")
+    policy = load_policy(path)
+    frame = _people()
+    write_table(policy, "people", frame)
+    write_table(policy, "people_2025", frame.rename(columns={"gain": gain2}))
+    return path, frame
+
+
+def _analyst(policy: Path, sql: str) -> pd.DataFrame:
+    import veil as veil_api
+
+    with veil_api.connect(policy, analyst="bob") as db:
+        return db.sql(sql)
+
+
+def _in_label(label: Any, value: int) -> bool:
+    """Whether a generalised numeric label (``[26, 30]``, ``[55, inf)``, ``(-inf, 23]`` or ``42``) holds ``value``."""
+    s = str(label).strip()
+    if s[:1] in "[(" and "," in s:
+        lo, hi = (t.strip() for t in s[1:-1].split(","))
+        return float(lo) <= value <= float(hi)
+    try:
+        return float(s) == value
+    except ValueError:
+        return s == "*"
+
+
+def _singled_out(joined: pd.DataFrame, frame: pd.DataFrame, gain: str) -> int:
+    """People whose age, sex and job (what an attacker knows) match exactly one joined row, holding their gain."""
+    hits = 0
+    for row in frame.itertuples(index=False):
+        match = joined[
+            [_in_label(a, row.age) and s == row.sex and j == row.job for a, s, j in zip(joined.age, joined.sex, joined.job)]
+        ]
+        if len(match) == 1 and int(match[gain].iloc[0]) == int(row.gain):
+            hits += 1
+    return hits
+
+
+# ==================================================================================================
+# A. Findings (fail on main)
+# ==================================================================================================
+
+
+@pytest.mark.parametrize("gain2", ["gain", "capital_gain"], ids=["same_name", "renamed"])
+def test_f1_a_sensitive_column_of_the_same_people_is_not_published_twice_through_two_sources(
+    tmp_path: Path, gain2: str
+) -> None:
+    """F1: the same people in ``people`` and ``people_2025``; ``gain`` published value by value (``--sensitive``) from
+    each, with different QIs. Property: no analyst, at ε = 0, singles out one person's exact sensitive value below k
+    by joining two live k-anonymous publications (the s51 A5 property, which ``check_linkage`` enforces only within one
+    source). On main both publications land and the join singles out 12 of 60 people."""
+    from veil.errors import PublicationRefused
+    from veil.generators.transaction import publish
+    from veil.policy import load_policy
+
+    path, frame = _world(tmp_path, gain2)
+    policy = load_policy(path)
+    first = {"table": "people", "algorithm": "mondrian", "k": 5, "qi": ["age"], "sensitive": ["gain"], "output": "p1"}
+    publish(policy, "kanon", first, progress=False)
+    second = {"table": "people_2025", "algorithm": "mondrian", "k": 5, "qi": ["sex", "job"], "sensitive": [gain2]}
+    try:
+        publish(policy, "kanon", {**second, "output": "p2"}, progress=False)
+    except PublicationRefused:
+        return  # the class-level fix: refused before anything is read or charged
+    joined = _analyst(path, f"SELECT p1.age, p2.sex, p2.job, p1.gain FROM p1 JOIN p2 ON p1.gain = p2.{gain2}")
+    singled = _singled_out(joined, frame, "gain")
+    assert singled == 0, (
+        f"two k = 5 publications of the same people from two source tables, joined on their value-by-value column, "
+        f"single out the exact gain of {singled} of {len(frame)} people (attacker knows age, sex, job)"
+    )
+
+
+def _rank_swapped(base: Path, *, target_present: bool) -> pd.DataFrame:
+    from veil.generators.transaction import publish
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    base.mkdir(parents=True, exist_ok=True)
+    path = base / "policy.toml"
+    text = _POLICY.format(gain2="gain").split("[tables.people_2025]")[0] + "[analysts.bob]\nepsilon = 2.0\n"
+    path.write_text(text, encoding="utf-8")
+    policy = load_policy(path)
+    rng = np.random.default_rng(60)
+    n = 200
+    frame = pd.DataFrame(
+        {
+            "age": rng.integers(20, 60, n),
+            "sex": rng.choice(["F", "M"], n),
+            "job": rng.choice(["a", "b", "c"], n),
+            "gain": rng.integers(0, 31, n) * 100,  # gains recorded in hundreds
+        }
+    )
+    if target_present:
+        frame.loc[7, "gain"] = 1234  # person 7's gain: interior, held by nobody else
+    write_table(policy, "people", frame)
+    request = {"table": "people", "method": "rank_swapping", "columns": ["age", "gain"], "params": ["p=10"], "output": "pub"}
+    publish(policy, "sdc", request, progress=False)
+    return _analyst(path, "SELECT COUNT(*) AS n FROM pub WHERE gain = 1234")
+
+
+def test_f2_rank_swapping_never_publishes_a_value_one_person_alone_holds(tmp_path: Path) -> None:
+    """F2: rank swapping's output is the source multiset (bar the 4 coded extremes). Property: a non-DP filter never
+    publishes, as it is, a value that fewer than k (here: one) source rows hold — neighbouring sources (person 7's
+    unique interior gain 1,234, or person 7 with a common gain) must not be told apart by an exact count of the public
+    table at ε = 0. On main the count is 1 vs 0."""
+    with_target = int(_rank_swapped(tmp_path / "d", target_present=True)["n"].iloc[0])
+    without = int(_rank_swapped(tmp_path / "d_prime", target_present=False)["n"].iloc[0])
+    assert with_target == without == 0, (
+        f"rank_swapping published person 7's unique gain 1234 as it is: COUNT(*) WHERE gain = 1234 on the public table "
+        f"is {with_target} with person 7, {without} without"
+    )
+
+
+# ==================================================================================================
+# B. Held (pass on main; fail if the defence breaks)
+# ==================================================================================================
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[int]:
+    from tests.support.server import build_policy, running_server
+
+    policy = build_policy(tmp_path_factory.mktemp("s60_serve"), request.getfixturevalue("shared_data"), rows=300)
+    with running_server(policy) as st:
+        yield st.port  # type: ignore[attr-defined]
+
+
+def _remaining(conn: Any) -> float:
+    return float(conn.execute("SELECT remaining FROM veil.budget").fetchone()[0])
+
+
+def test_b1_rollback_does_not_refund_an_answer_the_client_saw(served: int) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    from tests.support.server import BOB_PASSWORD, dsn
+
+    with psycopg.connect(dsn(served, user="bob", password=BOB_PASSWORD), autocommit=True) as watch:
+        before = _remaining(watch)
+        with psycopg.connect(dsn(served, user="bob", password=BOB_PASSWORD)) as tx:
+            tx.execute("SELECT COUNT(*) FROM adult WHERE age > 40").fetchall()
+            tx.rollback()
+        assert _remaining(watch) == pytest.approx(before - 0.5)
+
+
+def test_b2_sessions_of_one_analyst_racing_the_last_epsilon_get_one_answer(served: int) -> None:
+    psycopg = pytest.importorskip("psycopg")
+    from tests.support.server import dsn
+
+    with psycopg.connect(dsn(served), autocommit=True) as watch:
+        i = 0
+        while _remaining(watch) > 0.75:
+            i += 1
+            watch.execute(f"SELECT COUNT(*) FROM adult WHERE age > {i}").fetchall()
+        n, answered = 8, []
+        gate = threading.Barrier(n)
+
+        def ask(k: int) -> None:
+            with psycopg.connect(dsn(served), autocommit=True) as c:
+                gate.wait()
+                try:
+                    c.execute(f"SELECT COUNT(*) FROM adult WHERE hours_per_week > {k}").fetchall()
+                    answered.append(k)
+                except psycopg.Error as exc:
+                    assert exc.sqlstate == "VB001", exc
+
+        threads = [threading.Thread(target=ask, args=(k,)) for k in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(answered) == 1
+        assert _remaining(watch) == pytest.approx(0.0)
