@@ -167,7 +167,8 @@ def test_f1_a_sensitive_column_of_the_same_people_is_not_published_twice_through
     )
 
 
-def _rank_swapped(base: Path, *, target_present: bool) -> pd.DataFrame:
+def _published_count_of_1234(base: Path, kind: str, request: dict[str, Any], *, target_present: bool) -> int:
+    """Publish ``people`` (gains in hundreds; person 7's 1,234 when present) as ``pub``; ``COUNT(*) WHERE gain = 1234``."""
     from veil.generators.transaction import publish
     from veil.policy import load_policy
     from veil.store.warehouse import write_table
@@ -190,21 +191,37 @@ def _rank_swapped(base: Path, *, target_present: bool) -> pd.DataFrame:
     if target_present:
         frame.loc[7, "gain"] = 1234  # person 7's gain: interior, held by nobody else
     write_table(policy, "people", frame)
-    request = {"table": "people", "method": "rank_swapping", "columns": ["age", "gain"], "params": ["p=10"], "output": "pub"}
-    publish(policy, "sdc", request, progress=False)
-    return _analyst(path, "SELECT COUNT(*) AS n FROM pub WHERE gain = 1234")
+    publish(policy, kind, {"table": "people", "output": "pub", **request}, progress=False)
+    return int(_analyst(path, "SELECT COUNT(*) AS n FROM pub WHERE gain = 1234")["n"].iloc[0])
 
 
-def test_f2_rank_swapping_never_publishes_a_value_one_person_alone_holds(tmp_path: Path) -> None:
+RANK_SWAP = {"method": "rank_swapping", "columns": ["age", "gain"], "params": ["p=10"]}
+KANON = {"algorithm": "mondrian", "k": 5, "qi": ["age", "sex"], "sensitive": ["gain"]}
+
+
+def test_f2_a_rank_swapping_never_publishes_a_value_one_person_alone_holds(tmp_path: Path) -> None:
     """F2: rank swapping's output is the source multiset (bar the 4 coded extremes). Property: a non-DP filter never
     publishes, as it is, a value that fewer than k (here: one) source rows hold — neighbouring sources (person 7's
-    unique interior gain 1,234, or person 7 with a common gain) must not be told apart by an exact count of the public
-    table at ε = 0. On main the count is 1 vs 0."""
-    with_target = int(_rank_swapped(tmp_path / "d", target_present=True)["n"].iloc[0])
-    without = int(_rank_swapped(tmp_path / "d_prime", target_present=False)["n"].iloc[0])
+    unique interior gain 1,234, or no person 7) must not be told apart by an exact count of the public table at
+    ε = 0. On main the count is 1 vs 0."""
+    with_target = _published_count_of_1234(tmp_path / "d", "sdc", RANK_SWAP, target_present=True)
+    without = _published_count_of_1234(tmp_path / "d_prime", "sdc", RANK_SWAP, target_present=False)
     assert with_target == without == 0, (
         f"rank_swapping published person 7's unique gain 1234 as it is: COUNT(*) WHERE gain = 1234 on the public table "
         f"is {with_target} with person 7, {without} without"
+    )
+
+
+def test_f2_b_a_bounded_sensitive_column_never_publishes_a_value_one_person_alone_holds(tmp_path: Path) -> None:
+    """F2b: the property ``columns.require_declared_domains`` states for value-by-value columns ("a value one person
+    alone holds … would be public exactly when that person is in the table") is enforced by demanding a *declared*
+    domain, but a bounded int (``gain`` in [0, 5000]) is a declared domain of 5,001 values: ``kanon --sensitive gain``
+    publishes person 7's unique 1,234 (count 1 vs 0 at ε = 0), whatever k is."""
+    with_target = _published_count_of_1234(tmp_path / "d", "kanon", KANON, target_present=True)
+    without = _published_count_of_1234(tmp_path / "d_prime", "kanon", KANON, target_present=False)
+    assert with_target == without == 0, (
+        f"kanon --sensitive gain published person 7's unique gain 1234 as it is: COUNT(*) WHERE gain = 1234 is "
+        f"{with_target} with person 7, {without} without"
     )
 
 
