@@ -36,6 +36,17 @@ Findings:
   for every ``perturbed`` column of a non-DP publication: every published value that equals a source value must be
   held by at least k source rows (``MIN_GROUP``), whatever its rank.
 
+  Variants, same property (a value one person alone holds is public exactly when that person is in the source):
+  F2b ``kanon --sensitive gain`` with ``gain`` declared ``[0, 5000]`` — the s42 A1 fix (``require_declared_domains``,
+  whose docstring states this very property) demands a *declared* domain, and a bounded int is one of 5,001 values,
+  an open domain in effect: person 7's 1,234 is published (1 vs 0). F2c ``sdc noise_addition`` at a = 0.3 (3× the
+  gate's ``MIN_NOISE_A``): σ = a × the column's std (≈ 1.6 for hours 35–45) and the int column rounds it away for
+  ~80 % of rows (under the gate's 0.9 per-row cap), so person 7's lone 50 hours is published as 50 in 7 of 10
+  unseeded runs (seeded in the witness); without person 7 nothing published reaches 46 — presence and exact value.
+  For F2b/F2c: the gate (non-DP publications) should refuse — or the method recode — any published value of a
+  value-by-value or perturbed column that equals a source value fewer than k source rows hold; a bounded numeric
+  sensitive column should need a declared small ``values`` set (or be generalised like a QI).
+
 What held (short): see the report; part B of this file holds the two probes of ``veil serve`` that held
 (a rollback does not refund a seen answer; N sessions of one analyst racing the last ε — one answered).
 """
@@ -222,6 +233,57 @@ def test_f2_b_a_bounded_sensitive_column_never_publishes_a_value_one_person_alon
     assert with_target == without == 0, (
         f"kanon --sensitive gain published person 7's unique gain 1234 as it is: COUNT(*) WHERE gain = 1234 is "
         f"{with_target} with person 7, {without} without"
+    )
+
+
+_HOURS_POLICY = """\
+[database]
+path = "warehouse.duckdb"
+[ledger]
+path = "ledger.sqlite"
+
+[tables.people]
+privacy_unit = "row"
+[tables.people.columns]
+age = { type = "int", lower = 17, upper = 90 }
+hours = { type = "int", lower = 1, upper = 99 }
+
+[analysts.bob]
+epsilon = 2.0
+"""
+
+
+def _noise_added_max(base: Path, *, target_present: bool) -> int:
+    """``noise_addition`` at a = 0.3 (3× the gate's minimum) of hours 35–45, person 7's 50 when present (within the
+    declared [1, 99]); the published maximum as an analyst reads it."""
+    from veil.generators.transaction import publish
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    base.mkdir(parents=True, exist_ok=True)
+    path = base / "policy.toml"
+    path.write_text(_HOURS_POLICY, encoding="utf-8")
+    policy = load_policy(path)
+    rng = np.random.default_rng(0)
+    n = 300
+    frame = pd.DataFrame({"age": rng.integers(20, 60, n), "hours": np.clip(np.round(rng.normal(40, 1.5, n)), 35, 45).astype(int)})
+    if target_present:
+        frame.loc[7, "hours"] = 50
+    write_table(policy, "people", frame)
+    request = {"table": "people", "method": "noise_addition", "columns": ["age", "hours"], "params": ["a=0.3"]}
+    publish(policy, "sdc", {**request, "output": "pub", "seed": 1}, progress=False)
+    return int(_analyst(path, "SELECT MAX(hours) AS m FROM pub")["m"].iloc[0])
+
+
+def test_f2_c_noise_addition_never_publishes_a_value_one_person_alone_holds(tmp_path: Path) -> None:
+    """F2c: noise addition's σ is a × the column's standard deviation, and an int column rounds it: with a = 0.3 on a
+    column of std ≈ 1.6 the noise is below ½ for ~80 % of rows (under the gate's 0.9 cap), so person 7's lone 50 is
+    published as 50 (7 of 10 unseeded runs; here seeded), while without person 7 nothing reaches 46. Property as F2."""
+    with_target = _noise_added_max(tmp_path / "d", target_present=True)
+    without = _noise_added_max(tmp_path / "d_prime", target_present=False)
+    assert with_target < 50, (
+        f"noise_addition published person 7's lone hours 50 as it is (published max {with_target} with person 7, "
+        f"{without} without)"
     )
 
 
