@@ -47,6 +47,11 @@ Findings:
   value-by-value or perturbed column that equals a source value fewer than k source rows hold; a bounded numeric
   sensitive column should need a declared small ``values`` set (or be generalised like a QI).
 
+* F3 (LOW–MEDIUM, a free deterministic bit on one person visible to every analyst as "the DP table exists or not";
+  s53 B3b's class, a type the fix missed) a DP publication (kRR, DP grid) reads every column of its source and
+  DuckDB's DataFrame conversion raises on one person's huge INTERVAL in an *undeclared* column: refused free, untyped
+  (``ConversionException``, a traceback at the CLI), in one world, published in its neighbour. See the test.
+
 What held (short): see the report; part B of this file holds the two probes of ``veil serve`` that held
 (a rollback does not refund a seen answer; N sessions of one analyst racing the last ε — one answered).
 """
@@ -285,6 +290,57 @@ def test_f2_c_noise_addition_never_publishes_a_value_one_person_alone_holds(tmp_
         f"noise_addition published person 7's lone hours 50 as it is (published max {with_target} with person 7, "
         f"{without} without)"
     )
+
+
+def _dp_publication_outcome(base: Path, kind: str, request: dict[str, Any], tenure: str) -> str:
+    """``people`` as another tool wrote it: the declared columns plus an undeclared INTERVAL ``tenure``, person 7's
+    being ``tenure``; how a DP publication of a *declared* column ends."""
+    from tests.publish_support import POLICY, people
+    from veil.generators.transaction import publish
+    from veil.policy import load_policy
+    from veil.store.warehouse import writer
+
+    base.mkdir(parents=True, exist_ok=True)
+    path = base / "policy.toml"
+    path.write_text(POLICY.format(table_budget=""), encoding="utf-8")
+    policy = load_policy(path)
+    with writer(policy) as con:
+        con.register("incoming", people(60))
+        con.execute(
+            f"CREATE TABLE people AS SELECT *, CASE WHEN name = 'person00007' THEN {tenure} ELSE INTERVAL '1 month' END "
+            "AS tenure FROM incoming"
+        )
+    try:
+        publish(policy, kind, {"table": "people", "output": "pub", **request}, progress=False)
+    except Exception as exc:  # the outcome, whatever it is
+        return f"{type(exc).__name__}"
+    return "published"
+
+
+@pytest.mark.parametrize(
+    ("kind", "request_"),
+    [
+        ("krr", {"columns": ["sex"], "epsilon": 1.0}),
+        ("sdc", {"method": "dp_microagg_laplace", "columns": ["age"], "params": ["epsilon=1"]}),
+    ],
+    ids=["krr", "dp_grid"],
+)
+def test_f3_a_dp_publication_ends_the_same_way_whatever_one_persons_undeclared_interval(
+    tmp_path: Path, kind: str, request_: dict[str, Any]
+) -> None:
+    """F3 (LOW–MEDIUM; s53 B3b's class through a type its fix missed): a DP publication reads *every* column of its
+    source (``Plan.columns`` is None for kRR and SDC, so ``_read_source`` → ``read_table`` selects them all), and
+    ``within_python_dates`` guards only DATE/TIMESTAMP columns; DuckDB's DataFrame conversion of an INTERVAL raises on
+    one value (``INTERVAL '178000000 years'``: "Could not convert Month to Microseconds"; also days beyond ~10⁸). So
+    ``veil publish krr --columns sex`` (or the DP grid of ``age``) ends in an untyped ``ConversionException``, free,
+    before the charge, when person 7's undeclared ``tenure`` is huge, and publishes when it is one month: whether a
+    DP table appears (every analyst sees it) depends on one person's value of a column it does not even publish.
+    Fix by construction: a publication reads only the columns it uses (``Plan.columns`` always set: the published,
+    QI, label and target columns), and ``read_table(python_dates=True)`` reads every non-date column Python may fail
+    to hold (INTERVAL, TIMETZ, nested types) through a total cast (``TRY_CAST … AS VARCHAR`` or NULL) too."""
+    odd = _dp_publication_outcome(tmp_path / "d", kind, request_, "INTERVAL '178000000 years'")
+    plain = _dp_publication_outcome(tmp_path / "d_prime", kind, request_, "INTERVAL '2 months'")
+    assert odd == plain, f"one person's undeclared tenure decided the DP publication's outcome: {odd} vs {plain}"
 
 
 # ==================================================================================================
