@@ -11,7 +11,7 @@ Findings:
   ``check_linkage`` compares a publication with the live publications *of the same source table* only
   (``release.params["source_table"] != plan.source: continue``). A warehouse commonly holds the same people in two
   tables (a yearly snapshot ``people_2025`` beside ``people``, a copy re-ingested under another name, a table of
-  another privacy unit that lists the same persons). ``kanon --table people --qi age --sensitive gain`` and then
+  another export of the same register). ``kanon --table people --qi age --sensitive gain`` and then
   ``kanon --table people_2025 --qi sex,job --sensitive gain`` (k = 5 each) both land, and ``p1 JOIN p2 USING (gain)``
   gives every row both tables' QIs: knowing a person's age, sex and job singled out the exact gain of 13 of 60 people
   (60 people, distinct gains, a conservative matcher). The same holds with the shared column renamed in the second
@@ -52,8 +52,24 @@ Findings:
   DuckDB's DataFrame conversion raises on one person's huge INTERVAL in an *undeclared* column: refused free, untyped
   (``ConversionException``, a traceback at the CLI), in one world, published in its neighbour. See the test.
 
-What held (short): see the report; part B of this file holds the two probes of ``veil serve`` that held
-(a rollback does not refund a seen answer; N sessions of one analyst racing the last ε — one answered).
+  The same root in the ledger (no test: by design today): each table is its own account, so ``veil publish krr``
+  of ``people`` and of ``people_2025`` at a cap of ε = 2 each composes to 4 on the same people.
+
+What held (tried, no witness; part B keeps two of them): a rollback never refunds an answer the client saw (B1);
+8–12 sessions of one analyst racing the last ε — exactly one answered, the others VB001, spent = the budget (B2);
+8 sessions sending one identical new query at once — every fresh noisy answer charged (7 charges, ≤ 7 distinct
+values), no averaging for one charge; one Parse with several Bind/Execute (psycopg ``prepare=True``, executemany,
+pipeline mode) — identical parameters are cache hits, different spellings (``30`` vs ``30.0`` vs ``'030'``) are
+charged as new queries; ``COPY … TO STDOUT`` (table and query) refused 42501, free; ``SET ROLE``/``SET SESSION
+AUTHORIZATION`` are no-ops and ``veil.analyst`` is unknown (42704): bob's queries stay on bob's budget; a declared
+cursor fetched after ``veil retract`` hands out only the answer computed before it, and new statements get 42P01.
+Publications: kRR's charge m·ε + min(ε, 2.94) is exact and a table cap refuses the overspend before anything is
+read; a private name declared later over a published one stays private (policy wins) and ``veil ingest`` refuses
+to write over a published table; ``veil retract`` stops the Python API session at once; out-of-bounds numeric QIs
+(age 999, −5) never appear in k-anonymous labels (open ends are ±inf); PATE's sidecar states no private count and
+charges the data-independent bound; DP grid microaggregation refuses nothing on the source's size (min_rows 0);
+the analyst query path on a table with a huge undeclared INTERVAL answers in both worlds (only the publication's
+whole-table read fails, F3).
 """
 
 from __future__ import annotations
