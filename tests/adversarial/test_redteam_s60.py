@@ -10,8 +10,8 @@ Findings:
 * F1 (MEDIUM, careless curator — every analyst reads the result at ε = 0; s51 A5's class through a second source)
   ``check_linkage`` compares a publication with the live publications *of the same source table* only
   (``release.params["source_table"] != plan.source: continue``). A warehouse commonly holds the same people in two
-  tables (a yearly snapshot ``people_2025`` beside ``people``, a copy re-ingested under another name, a table of
-  another export of the same register). ``kanon --table people --qi age --sensitive gain`` and then
+  tables (a yearly snapshot ``people_2025`` beside ``people``, a copy re-ingested under another name, another
+  export of the same register). ``kanon --table people --qi age --sensitive gain`` and then
   ``kanon --table people_2025 --qi sex,job --sensitive gain`` (k = 5 each) both land, and ``p1 JOIN p2 USING (gain)``
   gives every row both tables' QIs: knowing a person's age, sex and job singled out the exact gain of 13 of 60 people
   (60 people, distinct gains, a conservative matcher). The same holds with the shared column renamed in the second
@@ -23,6 +23,8 @@ Findings:
   better, publish a sensitive column value by value at most once per policy and make every later publication of a
   column *with the same values* (checked on the data: a sensitive column whose value multiset equals a live
   publication's) pass the gate's k/ℓ check on the union of both tables' QIs.
+  The same root in the ledger (no test: by design today): each table is its own account, so ``veil publish krr``
+  of ``people`` and of ``people_2025`` at a cap of ε = 2 each composes to 4 on the same people.
 
 * F2 (HIGH for an outlier-free but *unique* value; the s16 A9 class, interior values; every analyst at ε = 0)
   ``sdc rank_swapping`` publishes each protected column's exact multiset of source values (values are only moved
@@ -51,9 +53,6 @@ Findings:
   s53 B3b's class, a type the fix missed) a DP publication (kRR, DP grid) reads every column of its source and
   DuckDB's DataFrame conversion raises on one person's huge INTERVAL in an *undeclared* column: refused free, untyped
   (``ConversionException``, a traceback at the CLI), in one world, published in its neighbour. See the test.
-
-  The same root in the ledger (no test: by design today): each table is its own account, so ``veil publish krr``
-  of ``people`` and of ``people_2025`` at a cap of ε = 2 each composes to 4 on the same people.
 
 What held (tried, no witness; part B keeps two of them): a rollback never refunds an answer the client saw (B1);
 8–12 sessions of one analyst racing the last ε — exactly one answered, the others VB001, spent = the budget (B2);
