@@ -281,9 +281,10 @@ epsilon = 2.0
 """
 
 
-def _noise_added_max(base: Path, *, target_present: bool) -> int:
+def _noise_added_max(base: Path, *, target_present: bool) -> tuple[int, int]:
     """``noise_addition`` at a = 0.3 (3× the gate's minimum) of hours 35–45, person 7's 50 when present (within the
-    declared [1, 99]); the published maximum as an analyst reads it (0: the gate refused it, typed, nothing public)."""
+    declared [1, 99]); the published maximum and ``COUNT(*) WHERE hours = 50`` as an analyst reads them ((0, 0): the
+    gate refused it, typed, nothing public)."""
     from veil.errors import PublicationRefused
     from veil.generators.transaction import publish
     from veil.policy import load_policy
@@ -303,19 +304,27 @@ def _noise_added_max(base: Path, *, target_present: bool) -> int:
     try:
         publish(policy, "sdc", {**request, "output": "pub", "seed": 1}, progress=False)
     except PublicationRefused:
-        return 0
-    return int(_analyst(path, "SELECT MAX(hours) AS m FROM pub")["m"].iloc[0])
+        return 0, 0
+    row = _analyst(path, "SELECT MAX(hours) AS m, COUNT(*) FILTER (WHERE hours = 50) AS n FROM pub").iloc[0]
+    return int(row["m"]), int(row["n"])
 
 
 def test_f2_c_noise_addition_never_publishes_a_value_one_person_alone_holds(tmp_path: Path) -> None:
     """F2c: noise addition's σ is a × the column's standard deviation, and an int column rounds it: with a = 0.3 on a
     column of std ≈ 1.6 the noise is below ½ for ~80 % of rows (under the gate's 0.9 cap), so person 7's lone 50 is
-    published as 50 (7 of 10 unseeded runs; here seeded), while without person 7 nothing reaches 46. Property as F2."""
-    with_target = _noise_added_max(tmp_path / "d", target_present=True)
-    without = _noise_added_max(tmp_path / "d_prime", target_present=False)
-    assert with_target < 50, (
-        f"noise_addition published person 7's lone hours 50 as it is (published max {with_target} with person 7, "
-        f"{without} without)"
+    published as 50 (7 of 10 unseeded runs; here seeded), while without person 7 nothing reaches 46. Property as F2.
+
+    (pubgate: the property asserted as the count of 50s, in both worlds. The first version asserted the published
+    maximum below 50, a proxy: noise addition now redraws a noisy value that rounds to a value fewer than 5 source rows
+    hold, so 50 is never published, but the maximum can be 49 or 51 — an outlier's presence still shows in noise
+    addition's maximum, the known s16 A9 limitation of the method, which no rare-value rule removes.)"""
+    (with_max, with_target), (without_max, without) = (
+        _noise_added_max(tmp_path / "d", target_present=True),
+        _noise_added_max(tmp_path / "d_prime", target_present=False),
+    )
+    assert with_target == without == 0, (
+        f"noise_addition published person 7's lone hours 50 as it is ({with_target} rows of 50 with person 7, "
+        f"{without} without; published max {with_max} vs {without_max})"
     )
 
 

@@ -26,7 +26,7 @@ classes at the bottom wrap them in the :mod:`veil.generators.base` interface and
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -359,8 +359,7 @@ def _nearest_allowed(mean: float, collides: Any, common: np.ndarray, *, integer:
 def avoid_rare_values(
     x: np.ndarray,
     noisy: np.ndarray,
-    scale: np.ndarray,
-    rng: np.random.Generator,
+    draw: Callable[[], np.ndarray],
     lower: np.ndarray,
     upper: np.ndarray,
     *,
@@ -368,13 +367,15 @@ def avoid_rare_values(
     rounds: int = 64,
 ) -> np.ndarray:
     """Noise addition's values with every one that, as published (rounded on an ``integer`` column), equals a source
-    value fewer than :data:`veil.generators.gate.MIN_VALUE_HOLDERS` rows hold redrawn from its own noise (at most
-    ``rounds`` times, within ``[lower, upper]``): the noise is then a normal truncated to the domain minus those
-    values, as it is truncated to the domain. Noise much below one unit on an int column rounded person 7's lone 50
-    back to 50 (red team s60 F2c); what still hits one after ``rounds`` is left for the gate to refuse.
+    value fewer than :data:`veil.generators.gate.MIN_VALUE_HOLDERS` rows hold redrawn — from ``draw()``, a fresh
+    noisy copy of ``x``, at most ``rounds`` times, within ``[lower, upper]``: the noise is then a normal truncated to
+    the domain minus those values, as it is truncated to the domain. Noise much below one unit on an int column
+    rounded person 7's lone 50 back to 50 (red team s60 F2c); what still hits one after ``rounds`` is left for the
+    gate to refuse.
 
     >>> x = np.array([[40.0]] * 9 + [[50.0]])
-    >>> out = avoid_rare_values(x, x.copy(), np.full(x.shape, 0.3), np.random.default_rng(0), np.array([1.0]),
+    >>> rng = np.random.default_rng(0)
+    >>> out = avoid_rare_values(x, x.copy(), lambda: x + 0.3 * rng.standard_normal(x.shape), np.array([1.0]),
     ...                         np.array([99.0]), integer=[True])
     >>> bool((np.rint(out) == 50).any()), int((np.rint(out) == 40).sum()) > 5
     (False, True)
@@ -382,22 +383,22 @@ def avoid_rare_values(
     from veil.generators.gate import MIN_VALUE_HOLDERS
 
     out = np.array(noisy, dtype=np.float64, copy=True)
+    rare = []
     for j in range(x.shape[1]):
         values, counts = np.unique(x[:, j], return_counts=True)
-        rare = values[counts < MIN_VALUE_HOLDERS]
-        if not len(rare):
-            continue
+        rare.append(values[counts < MIN_VALUE_HOLDERS])
 
-        def hits(v: np.ndarray, j: int = j, rare: np.ndarray = rare) -> np.ndarray:
-            return np.isin(np.rint(v) if integer[j] else v, rare)
+    def hits() -> np.ndarray:
+        return np.column_stack([np.isin(np.rint(out[:, j]) if integer[j] else out[:, j], rare[j]) for j in range(x.shape[1])])
 
-        bad = hits(out[:, j])
-        for _ in range(rounds):
-            if not bad.any():
-                break
-            redrawn = x[bad, j] + scale[bad, j] * rng.standard_normal(int(bad.sum()))
-            out[bad, j] = np.where((redrawn < lower[j]) | (redrawn > upper[j]), out[bad, j], redrawn)
-            bad = hits(out[:, j])
+    bad = hits()
+    for _ in range(rounds):
+        if not bad.any():
+            break
+        fresh = draw()
+        ok = bad & (fresh >= lower) & (fresh <= upper)
+        out[ok] = fresh[ok]
+        bad = hits()
     return out
 
 
@@ -675,7 +676,7 @@ class NoiseAddition(_Refusing):
         # out-of-domain values redrawn: the noise becomes a normal truncated to the domain
         out, moved = resample_into(noisy, lambda m: x[m] + scale[m] * rng.standard_normal(int(m.sum())), lower, upper)
         integer = [pd.api.types.is_integer_dtype(data[c]) for c in ctx.columns]
-        out = avoid_rare_values(x, out, scale, rng, lower, upper, integer=integer)
+        out = avoid_rare_values(x, out, lambda: noise_addition(x, self["a"], rng), lower, upper, integer=integer)
         return _release(
             data,
             ctx,
