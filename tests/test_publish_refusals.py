@@ -392,7 +392,7 @@ def test_a_krr_column_declared_but_not_stored_charges_nothing(tmp_path: Path) ->
         'income = {{ type = "category"', 'tier = {{ type = "category", values = ["a", "b"] }}\nincome = {{ type = "category"'
     )
     policy = _warehouse(tmp_path, people(60), text)
-    with pytest.raises(InputError, match="'tier' is not in the table"):
+    with pytest.raises(InputError, match=r"'tier' is not in (the )?table"):  # read only the columns it uses (s60 F3)
         _publish(policy, "krr", {"table": "people", "columns": ["sex", "tier"], "epsilon": 1.0, "output": "k"})
     assert _spent(policy) == (0.0, 0.0, [])
 
