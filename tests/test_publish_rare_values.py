@@ -101,6 +101,8 @@ def test_a_group_covered_column_is_left_to_the_group_check() -> None:
         ([None, 1, 1], [None, 1, 1], True),  # a NULL one person alone holds is a value one person holds
         ([float("nan"), 1.0, 1.0], [None, 1.0, 1.0], True),
         ([None, 1, 1], [None] * 5 + [1], False),
+        ([None, 1, 1], [9999, 1, 1], True),  # one person's odd value published as the only NULL (read as missing)
+        ([None] * 5 + [1], [9999] * 5 + [1], False),
         (["baker", "nurse"], ["baker", *["nurse"] * 9], True),  # a rare category
         ([42, 1, 1], [41, 43, 1, 1], False),  # a value nobody holds
     ],

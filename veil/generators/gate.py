@@ -26,10 +26,11 @@ at the CLI) and the transaction writes nothing. The checks:
   holdout (:func:`veil.metrics.dcr.dcr_check`);
 * **rare values** (methods without a DP guarantee only, :func:`check_rare_values`): in every column published
   value by value or perturbed (protection ``sensitive``, ``perturbed`` or ``randomised``) that no group guarantee
-  covers, every published value — NULL included — that equals a value of the source, compared exactly as
-  published, is held by at least k source rows (the publication's k, else :data:`MIN_VALUE_HOLDERS`): a value one
-  person alone holds would otherwise be public exactly when that person is in the source (red team s60 F2:
-  rank swapping's interior values, noise rounded away on an int column, a bounded ``--sensitive`` column).
+  covers, every published value that equals a value of the source, compared exactly as published, is held by at
+  least k source rows — the publication's k, else :data:`MIN_VALUE_HOLDERS` — and a published NULL by k source or
+  output rows: a value one person alone holds would otherwise be public exactly when that person is in the source
+  (red team s60 F2: rank swapping's interior values, noise rounded away on an int column, a bounded
+  ``--sensitive`` column).
 
 >>> try:
 ...     check_plan_values({"k": 1})
@@ -317,13 +318,21 @@ def rare_values(published: pd.Series, source: pd.Series, need: int) -> dict[Any,
     """The distinct values of ``published`` that equal a value of ``source`` held by fewer than ``need`` of its rows,
     each with how many source rows hold it (:func:`value_key` compares them).
 
+    A published NULL counts as held by the source's NULLs or the output's, whichever are more: a method that reads an
+    out-of-domain value as missing (k-anonymity) publishes one person's odd value as the table's only NULL.
+
     >>> rare_values(pd.Series([1, 2, 2.5, None]), pd.Series([1, 1, 2, None, None]), 2)
     {2.0: 1}
+    >>> rare_values(pd.Series([1, 1, None]), pd.Series([1, 1, 9999]), 2) == {value_key(None): 1}
+    True
     """
     held = _keys(source).value_counts(dropna=False)
+    keys = _keys(published)
     out: dict[Any, int] = {}
-    for key in _keys(published).unique():
+    for key in keys.unique():
         n = int(held.get(key, 0))
+        if key == _NULL:
+            n = max(n, int((keys == _NULL).sum()))
         if 0 < n < need:
             out[key] = n
     return out
@@ -342,10 +351,15 @@ def check_rare_values(plan: Plan, pub: Publication, frame: pd.DataFrame, train: 
 
     Every column whose protection is in :data:`VALUE_PROTECTIONS`, except those the group check covers (MDAV's,
     DBSCAN's, k-anonymity's group columns: each published value is shared by at least k output rows, each their
-    group's aggregate), compared with the same column of the source rows (``train``: the rows the method read).
+    group's aggregate), compared with the same column of the source rows (``train``; for a row-aligned method,
+    ``source_rows`` of it: the rows the method read).
     k: the publication's own (``min_group``, or the plan's ``k``), else :data:`MIN_VALUE_HOLDERS`. Never called
     for a DP release: a data-dependent refusal of one would itself leak."""
     need = pub.min_group if pub.min_group is not None else int(plan.checks.get("k", MIN_VALUE_HOLDERS))
+    if pub.source_rows is not None:
+        # a row-aligned method's source is the rows it read (a row it left out for a missing value contributes
+        # nothing, and a published value that happens to equal its value says nothing about it)
+        train = train.iloc[np.unique(np.asarray(pub.source_rows))]
     checked: dict[str, int] = {}
     for name in frame.columns:
         prot = pub.protection(str(name))

@@ -356,6 +356,13 @@ def _nearest_allowed(mean: float, collides: Any, common: np.ndarray, *, integer:
             return above
 
 
+def _integral(x: np.ndarray) -> list[bool]:
+    """Per column, whether every value is a whole number: the column may then be published rounded (a declared
+    ``int`` column is, whatever dtype its rows came in: one person's ``inf`` or NULL made it float), so the rare-value
+    checks compare the rounded values."""
+    return [bool(np.all(x[:, j] == np.rint(x[:, j]))) for j in range(x.shape[1])]
+
+
 def avoid_rare_values(
     x: np.ndarray,
     noisy: np.ndarray,
@@ -675,7 +682,7 @@ class NoiseAddition(_Refusing):
         scale = np.broadcast_to(self["a"] * x.std(axis=0), x.shape)
         # out-of-domain values redrawn: the noise becomes a normal truncated to the domain
         out, moved = resample_into(noisy, lambda m: x[m] + scale[m] * rng.standard_normal(int(m.sum())), lower, upper)
-        integer = [pd.api.types.is_integer_dtype(data[c]) for c in ctx.columns]
+        integer = _integral(x)
         out = avoid_rare_values(x, out, lambda: noise_addition(x, self["a"], rng), lower, upper, integer=integer)
         return _release(
             data,
@@ -776,7 +783,7 @@ class RankSwapping(_Refusing):
 
         x = _numeric(data, ctx)
         swapped = rank_swap(x, self["p"], np.random.default_rng(ctx.seed))
-        integer = [pd.api.types.is_integer_dtype(data[c]) for c in ctx.columns]
+        integer = _integral(x)
         coded = np.column_stack(
             [code_rare_values(x[:, j], swapped[:, j], MIN_VALUE_HOLDERS, integer=integer[j]) for j in range(x.shape[1])]
         )
