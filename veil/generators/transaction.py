@@ -14,7 +14,10 @@
    is drawn;
 5. **sanitise** (the plug-in), then **finalise**: columns the sanitiser did not produce are dropped,
    numbers are clamped to the policy's declared bounds, rows are shuffled with a CSPRNG;
-6. **verify** with the gate (:mod:`veil.generators.gate`): refused → nothing is written;
+6. **verify** with the gate (:mod:`veil.generators.gate`) and, for a k-anonymous table, the name-independent
+   linkage check against every live publication of the policy (:func:`check_linkage_values`; its parameter-only
+   half, :func:`check_linkage`, ran in step 2, both under the policy's :func:`linkage_claim`): refused → nothing is
+   written;
 7. **write and record** in two phases: the table (or model file) is staged with a journal row,
    the release is recorded in the ledger (marking the reservation released), then the staged
    table is renamed over the output in one DuckDB transaction and copied to the public mirror.
