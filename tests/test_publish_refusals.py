@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -331,7 +332,10 @@ def _gate_verify(unchanged: int, n: int, *, grouped: bool) -> Any:
         group_columns=("x",) if grouped else (),
         min_group=1 if grouped else None,
     )
-    return gate.verify(plan, pub, train=source, holdout=None, spec=None, generator=np.random.default_rng(0))
+    # every value here is one row's: published as it is, the rare-value rule (red team s60 F2) refuses it, which is not
+    # what this test is about (tests/test_publish_rare_values.py is)
+    with mock.patch.object(gate, "MIN_VALUE_HOLDERS", 1):
+        return gate.verify(plan, pub, train=source, holdout=None, spec=None, generator=np.random.default_rng(0))
 
 
 @settings(max_examples=60, deadline=None)
@@ -389,7 +393,7 @@ def test_a_krr_column_declared_but_not_stored_charges_nothing(tmp_path: Path) ->
         'income = {{ type = "category"', 'tier = {{ type = "category", values = ["a", "b"] }}\nincome = {{ type = "category"'
     )
     policy = _warehouse(tmp_path, people(60), text)
-    with pytest.raises(InputError, match="'tier' is not in the table"):
+    with pytest.raises(InputError, match=r"'tier' is not in (the )?table"):  # read only the columns it uses (s60 F3)
         _publish(policy, "krr", {"table": "people", "columns": ["sex", "tier"], "epsilon": 1.0, "output": "k"})
     assert _spent(policy) == (0.0, 0.0, [])
 

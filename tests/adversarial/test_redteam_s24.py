@@ -55,6 +55,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tests.adversarial.test_redteam_s16 import _publish, _published, _warehouse
@@ -95,6 +96,8 @@ def test_A1_kanon_sensitive_column_type_does_not_say_which_value_of_a_dropped_pe
     worlds = {}
     for world, column in (("d", "age"), ("d_prime", "hours")):
         frame = people(60)
+        # two hours, each about 30 people's (pubgate: hours one person alone holds are refused by the s60 F2 rule)
+        frame["hours"] = np.where(frame["hours"] >= 40, 45, 35)
         frame[column] = frame[column].astype(object)
         frame.loc[7, column] = None
         policy = _warehouse(tmp_path / world, frame)

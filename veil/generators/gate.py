@@ -23,7 +23,14 @@ at the CLI) and the transaction writes nothing. The checks:
   every row, nor — outside a group guarantee (MDAV's k-groups cover their shared values) — in more
   than :data:`MAX_KEEP_PROBABILITY` of the rows (noise rounded away on an integer column, red team
   s24 A14), and a ``synthetic`` table must pass the distance-to-closest-record check against the
-  holdout (:func:`veil.metrics.dcr.dcr_check`).
+  holdout (:func:`veil.metrics.dcr.dcr_check`);
+* **rare values** (methods without a DP guarantee only, :func:`check_rare_values`): in every column published
+  value by value or perturbed (protection ``sensitive``, ``perturbed`` or ``randomised``) that no group guarantee
+  covers, every published value that equals a value of the source, compared exactly as published, is held by at
+  least k source rows — the publication's k, else :data:`MIN_VALUE_HOLDERS` — and a published NULL by k source or
+  output rows: a value one person alone holds would otherwise be public exactly when that person is in the source
+  (red team s60 F2: rank swapping's interior values, noise rounded away on an int column, a bounded
+  ``--sensitive`` column).
 
 >>> try:
 ...     check_plan_values({"k": 1})
@@ -74,6 +81,17 @@ MIN_NOISE_A = 0.1
 #: Smallest rank-swapping window ``p`` (percent of the ranks): below, values move among a handful of
 #: neighbours and each one is published nearly as it is.
 MIN_SWAP_P = 5.0
+
+#: Fewest source rows that must hold a value a publication without a DP guarantee and without its own k publishes as
+#: it is (:func:`check_rare_values`; noise addition, rank swapping). 5: rank swapping's tail coding already treats
+#: the 5th-smallest/largest value as the first that is not an outlier (:data:`veil.generators.sdc.CODED_TAIL`), it
+#: is the smallest k the publishing docs recommend, and the threshold rule of statistical-disclosure practice
+#: suppresses cells of fewer contributors. A publication with a k of its own (k-anonymity, microaggregation) uses
+#: that k instead.
+MIN_VALUE_HOLDERS = 5
+
+#: Protections whose published values may be source values taken one by one (see :func:`check_rare_values`).
+VALUE_PROTECTIONS = ("sensitive", "perturbed", "randomised")
 
 _PRIVATE_COPY_HINT = (
     "A copy without protection can only be private: keep it in the warehouse with `veil ingest` "
@@ -247,7 +265,7 @@ def _undeclared(columns: Mapping[str, Any], train: pd.DataFrame, spec: Any) -> l
     return [c for c in columns if c in train.columns and c not in declared]
 
 
-def _is_generalised_label(value: Any) -> bool:
+def is_generalised_label(value: Any) -> bool:
     # generalised k-anonymity labels ("[20-30)", "(-inf, 3]", "[5, inf)", "{a,b}", "*") are not domain values
     return isinstance(value, str) and bool(re.fullmatch(r"\*|[\[(].*[\])]|\{.*\}", value))
 
@@ -257,7 +275,7 @@ def _is_label_of(value: Any, allowed: set[Any]) -> bool:
 
     k-anonymity writes every class of a generalised column as text, so a class of the single value 5 reads
     ``'5'`` — the declared value 5 (red team s20, A5)."""
-    if _is_generalised_label(value):
+    if is_generalised_label(value):
         return True
     if isinstance(value, str):
         try:
@@ -265,6 +283,101 @@ def _is_label_of(value: Any, allowed: set[Any]) -> bool:
         except ValueError:
             return False
     return False
+
+
+_NULL = "\x00NULL"
+
+
+def value_key(v: Any) -> Any:
+    """One published or source value as the rare-value check compares it: exactly as published — numbers by their
+    value (``1 == 1.0 == numpy 1``, no tolerance: a float that differs in its last bit is another value), dates by
+    their ISO date, anything else as text, every kind of missing value as one NULL.
+
+    >>> value_key(3), value_key(np.float64(3.0)), value_key("3"), value_key(0.1 + 0.2) == value_key(0.3)
+    (3.0, 3.0, '3', False)
+    >>> value_key(None) == value_key(float("nan")) == value_key(pd.NA) == value_key(pd.NaT)
+    True
+    """
+    if v is None or v is pd.NA or v is pd.NaT:
+        return _NULL
+    if isinstance(v, (float, np.floating)) and v != v:
+        return _NULL
+    if isinstance(v, (pd.Timestamp, np.datetime64)) or hasattr(v, "isoformat"):
+        from veil.generators.columns import date_text
+
+        text = date_text(v)
+        return _NULL if text is None else text
+    return _same_value(v)
+
+
+def _keys(series: pd.Series) -> pd.Series:
+    return series.astype(object).map(value_key)
+
+
+def rare_values(published: pd.Series, source: pd.Series, need: int) -> dict[Any, int]:
+    """The distinct values of ``published`` that equal a value of ``source`` held by fewer than ``need`` of its rows,
+    each with how many source rows hold it (:func:`value_key` compares them).
+
+    A published NULL counts as held by the source's NULLs or the output's, whichever are more: a method that reads an
+    out-of-domain value as missing (k-anonymity) publishes one person's odd value as the table's only NULL.
+
+    >>> rare_values(pd.Series([1, 2, 2.5, None]), pd.Series([1, 1, 2, None, None]), 2)
+    {2.0: 1}
+    >>> rare_values(pd.Series([1, 1, None]), pd.Series([1, 1, 9999]), 2) == {value_key(None): 1}
+    True
+    """
+    held = _keys(source).value_counts(dropna=False)
+    keys = _keys(published)
+    out: dict[Any, int] = {}
+    for key in keys.unique():
+        n = int(held.get(key, 0))
+        if key == _NULL:
+            n = max(n, int((keys == _NULL).sum()))
+        if 0 < n < need:
+            out[key] = n
+    return out
+
+
+def _shown(key: Any) -> str:
+    """A :func:`value_key` as a refusal names it: ``NULL``, a number as written (``1234``, ``0.5``), a text quoted."""
+    if key == _NULL:
+        return "NULL"
+    return f"{key:.17g}" if isinstance(key, float) else repr(key)
+
+
+def check_rare_values(plan: Plan, pub: Publication, frame: pd.DataFrame, train: pd.DataFrame) -> dict[str, int]:
+    """Refuse a publication without a DP guarantee that publishes, as it is, a value fewer than k source rows hold
+    (see the module docstring); returns the number of distinct values checked per column.
+
+    Every column whose protection is in :data:`VALUE_PROTECTIONS`, except those the group check covers (MDAV's,
+    DBSCAN's, k-anonymity's group columns: each published value is shared by at least k output rows, each their
+    group's aggregate), compared with the same column of the source rows (``train``; for a row-aligned method,
+    ``source_rows`` of it: the rows the method read).
+    k: the publication's own (``min_group``, or the plan's ``k``), else :data:`MIN_VALUE_HOLDERS`. Never called
+    for a DP release: a data-dependent refusal of one would itself leak."""
+    need = pub.min_group if pub.min_group is not None else int(plan.checks.get("k", MIN_VALUE_HOLDERS))
+    if pub.source_rows is not None:
+        # a row-aligned method's source is the rows it read (a row it left out for a missing value contributes
+        # nothing, and a published value that happens to equal its value says nothing about it)
+        train = train.iloc[np.unique(np.asarray(pub.source_rows))]
+    checked: dict[str, int] = {}
+    for name in frame.columns:
+        prot = pub.protection(str(name))
+        if prot is None or prot.how not in VALUE_PROTECTIONS or name in pub.group_columns or name not in train.columns:
+            continue
+        rare = rare_values(frame[name], train[name], need)
+        checked[str(name)] = len(rare)
+        if rare:
+            shown = ", ".join(f"{_shown(key)} ({n} row{'s' * (n != 1)})" for key, n in list(rare.items())[:3])
+            raise PublicationRefused(
+                f"column {name!r} of {pub.method!r} would publish {len(rare)} value{'s' * (len(rare) != 1)} as "
+                f"{'they are' if len(rare) != 1 else 'it is'} that fewer than k = {need} source rows hold (e.g. {shown}): "
+                "a value one person alone holds would be public exactly when that person is in the source",
+                hint="Publish the column coarser (a coarser rounding or generalisation, e.g. as a quasi-identifier), "
+                "aggregated (microaggregation: --method microagg_mdav), with more noise, or with a DP method "
+                "(veil publish krr, --method dp_microagg_laplace)",
+            )
+    return checked
 
 
 def _check_sensitive_combinations(frame: pd.DataFrame, pub: Publication, keys: list[str], need: int) -> None:
@@ -376,6 +489,7 @@ def verify(
                             hint="Use more noise (a larger a or p): for an integer column of small spread, noise much "
                             "below one unit is rounded away",
                         )
+        check_rare_values(plan, pub, frame, train)
         if pub.synthetic:
             if holdout is None or len(holdout) < 10:
                 raise PublicationRefused(

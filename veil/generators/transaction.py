@@ -14,7 +14,10 @@
    is drawn;
 5. **sanitise** (the plug-in), then **finalise**: columns the sanitiser did not produce are dropped,
    numbers are clamped to the policy's declared bounds, rows are shuffled with a CSPRNG;
-6. **verify** with the gate (:mod:`veil.generators.gate`): refused → nothing is written;
+6. **verify** with the gate (:mod:`veil.generators.gate`) and, for a k-anonymous table, the name-independent
+   linkage check against every live publication of the policy (:func:`check_linkage_values`; its parameter-only
+   half, :func:`check_linkage`, ran in step 2, both under the policy's :func:`linkage_claim`): refused → nothing is
+   written;
 7. **write and record** in two phases: the table (or model file) is staged with a journal row,
    the release is recorded in the ledger (marking the reservation released), then the staged
    table is renamed over the output in one DuckDB transaction and copied to the public mirror.
@@ -53,6 +56,7 @@ from veil.store.declared_types import as_declared, as_source
 __all__ = [
     "PublishResult",
     "check_linkage",
+    "check_linkage_values",
     "check_output",
     "csprng",
     "evaluate",
@@ -309,36 +313,124 @@ def _quasi_identifiers(plan: Plan) -> set[str]:
     return {given} if isinstance(given, str) else {str(c) for c in given}
 
 
+#: The name of the policy-wide linkage claim (:func:`linkage_claim`): no output can have it.
+_LINKAGE_CLAIM = "\x00linkage"
+
+
 @contextlib.contextmanager
 def linkage_claim(policy: Any, source: str, value_columns: Iterable[str], quasi_identifiers: Iterable[str]) -> Iterator[None]:
-    """Hold the columns of table ``source`` one publication publishes, from :func:`check_linkage` until that
-    publication is recorded or abandoned: each of its ``value_columns`` (``--sensitive``) exclusively, each of its
-    ``quasi_identifiers`` shared, so a second publication of the same source that would give a column the conflicting
-    role (:func:`check_linkage`'s rule), in any process, is refused typed before its charge, while two that only share
-    quasi-identifiers run at once. Without it two of them running at once both passed the check (each read a release
-    log without the other) and both landed. OS file locks, as :func:`~veil.store.warehouse.output_claim`'s, under
-    names no output can have."""
+    """Hold the policy's linkage claim from :func:`check_linkage` until the publication is recorded or abandoned:
+    exclusively for a publication with ``value_columns`` (``--sensitive``), shared for one with
+    ``quasi_identifiers`` only, so no two publications that :func:`check_linkage`'s rule could find linked — of any
+    sources, whatever their columns are called — pass the check at once (in any process: each read a release log
+    without the other, and both landed), while two that only publish quasi-identifiers run at once. One claim for the
+    whole policy, not one per source or column name: the rule is policy-wide and compares published values, so the
+    columns two publications would link by are not known before either is read (red team s60 F1). An OS file lock,
+    as :func:`~veil.store.warehouse.output_claim`'s, under a name no output can have."""
     from veil.store import warehouse
 
-    values = {c.lower() for c in value_columns}
-    wanted = sorted({(c, c in values) for c in values | {c.lower() for c in quasi_identifiers}})
-    with contextlib.ExitStack() as held:
-        for column, exclusive in wanted:
-            try:
-                held.enter_context(warehouse.output_claim(policy, f"\x00linkage:{source}:{column}", shared=not exclusive))
-            except InputError:
-                raise InputError(
-                    f"another publication of table {source!r} is running right now that publishes its column {column!r} "
-                    "value by value or as a quasi-identifier",
-                    hint="Wait for it to finish, then publish again (the linkage check then sees the other table)",
-                ) from None
+    values, quasi = list(value_columns), list(quasi_identifiers)
+    if not values and not quasi:
         yield
+        return
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(warehouse.output_claim(policy, _LINKAGE_CLAIM, shared=not values))
+        except InputError:
+            raise InputError(
+                f"another publication is running right now (of table {source!r} or another table of the policy) that "
+                "publishes columns value by value or as quasi-identifiers, which this one's could link with",
+                hint="Wait for it to finish, then publish again (the linkage check then sees the other table)",
+            ) from None
+        yield
+
+
+def _value_text(v: Any) -> str | None:
+    """A value published value by value (a ``--sensitive`` value, or a quasi-identifier's ungeneralised class value)
+    as :func:`check_linkage_values` compares it across tables: its text, a number's as the number (``42``, ``42.0``
+    and the label ``'42'`` alike); None for a missing value and for a generalised label (a range, a set, ``*``),
+    which publishes no one value.
+
+    >>> _value_text(42), _value_text(42.0), _value_text("42"), _value_text("[20, 29]"), _value_text(None)
+    ('42', '42', '42', None, None)
+    """
+    if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and v != v):
+        return None
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v))
+    text = str(v).strip()
+    if isinstance(v, str) and gate.is_generalised_label(text):
+        return None
+    try:
+        number = float(text) if isinstance(v, str) else float(v)
+    except (TypeError, ValueError):
+        return text
+    if number != number:
+        return None
+    return str(int(number)) if number.is_integer() and abs(number) < 2**63 else repr(number)
+
+
+def _published_texts(values: Iterable[Any]) -> set[str]:
+    return {t for t in (_value_text(v) for v in values) if t is not None}
+
+
+def check_linkage_values(policy: Any, plan: Plan, frame: pd.DataFrame) -> None:
+    """The name-independent half of :func:`check_linkage`, on the finished output ``frame`` (k-anonymity has no DP
+    guarantee: the gate may read the data): a column this publication publishes value by value (``--sensitive``, or
+    a quasi-identifier where a class keeps one value) is the same attribute as a column of another live publication,
+    *of any source and whatever its name*, when the two publish a value in common; and they may then not be a
+    sensitive column in one and a sensitive or quasi-identifier column in the other (the rule of
+    :func:`check_linkage`). A warehouse commonly holds the same people in two tables (a yearly snapshot, a copy
+    re-ingested under another name, the column renamed ``capital_gain``): ``--sensitive gain`` from each, with other
+    quasi-identifiers, singled out 13 of 60 people's gains by ``p1 JOIN p2 ON p1.gain = p2.capital_gain`` (red team
+    s60 F1). Conservative: two different attributes that share a value (ages and hours of 20–60) are refused too;
+    a generalised label (a range, a set) publishes no value and is not compared."""
+    mine, quasi = _published_value_columns(plan), _quasi_identifiers(plan)
+    if not mine and not quasi:
+        return
+    from veil.store import warehouse
+    from veil.store.publications import published_tables
+
+    own = {c: _published_texts(frame[c].unique()) for c in mine | quasi if c in frame.columns}
+    for table, release in sorted(published_tables(policy).items()):
+        if table == plan.output or not isinstance(release.params, Mapping):
+            continue  # the table this one replaces
+        theirs, their_quasi = _value_columns(release), _quasi_identifier_columns(release)
+        same_source = release.params.get("source_table") == plan.source
+        pairs = [(c, d) for c in mine for d in theirs | their_quasi] + [(c, d) for c in quasi - mine for d in theirs]
+        pairs = [(c, d) for c, d in pairs if c in own and not (same_source and c == d)]  # same name: check_linkage's
+        if not pairs:
+            continue
+        present = {name for name, _ in warehouse.table_columns(policy, table)}
+        wanted = sorted({d for _, d in pairs if d in present})
+        if not wanted:
+            continue
+        published = warehouse.read_table(policy, table, wanted, python_dates=True)
+        texts = {d: _published_texts(published[d].unique()) for d in wanted}
+        for c, d in sorted(pairs):
+            shared = own[c] & texts.get(d, set())
+            if not shared:
+                continue
+            here = "sensitive" if c in mine else "quasi-identifier"
+            there = "sensitive" if d in theirs else "quasi-identifier"
+            raise PublicationRefused(
+                f"column {c!r} of {plan.source!r} (a {here} column here) publishes {len(shared)} value"
+                f"{'s' * (len(shared) != 1)} that column {d!r} of the live publication {table!r} ({release.id}, of "
+                f"{release.params.get('source_table')!r}, a {there} column there) publishes too, e.g. "
+                f"{sorted(shared)[0]!r}: if the two hold the same people, analysts join the tables on it, and a "
+                "person's value is among those both of their groups hold, which can be one value whatever k is",
+                hint=f"Publish the attribute value by value in one live table only: retract {table!r} first (`veil "
+                f"retract {table}`), replace it (--output {table} --replace), publish {c!r} as a quasi-identifier "
+                "generalised to ranges, or leave it out",
+            )
 
 
 def check_linkage(policy: Any, plan: Plan) -> None:
     """Refuse a publication that would publish, value by value, a column of its source that another live publication
     of the same source publishes too — as a k-anonymous table's ``--sensitive`` column in one of the two, and as a
-    ``--sensitive`` column or a quasi-identifier in the other.
+    ``--sensitive`` column or a quasi-identifier in the other. The fast, parameter-only half of a policy-wide rule:
+    a column of another name or of another source table is compared by its published values once the output exists
+    (:func:`check_linkage_values`, red team s60 F1), both under the policy-wide :func:`linkage_claim`.
 
     Each k-anonymous table is k-anonymous alone; two of one source sharing such a column are one table to an analyst,
     who joins them on it (``p1 JOIN p2 USING (gain)``): a person's value is then among those both of their groups
@@ -360,7 +452,7 @@ def check_linkage(policy: Any, plan: Plan) -> None:
         if table == plan.output or not isinstance(release.params, Mapping):
             continue  # the table this one replaces
         if release.params.get("source_table") != plan.source:
-            continue
+            continue  # another source: compared by its published values (check_linkage_values)
         theirs, their_quasi = _value_columns(release), _quasi_identifier_columns(release)
         clash = sorted(
             [(c, "sensitive", "sensitive") for c in mine & theirs]
@@ -542,7 +634,7 @@ def publish(
         linked = linkage_claim(policy, plan.source, _published_value_columns(plan), _quasi_identifiers(plan))
         with warehouse.output_claim(policy, claimed), linked:  # no other publication to this output until this ends
             check_output(policy, plan)
-            check_linkage(policy, plan)  # across this source's live publications (s51 A5), under its claim
+            check_linkage(policy, plan)  # this source's live publications by name (s51 A5), under the policy's claim
             spec = policy.tables.get(plan.source)
             generator = csprng()
             data = _read_source(policy, plan, spec)
@@ -573,6 +665,8 @@ def publish(
                     )
                 pub = _finalise(plugin.sanitise(plan, train, env), spec, generator)
                 report = gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=generator)
+                if pub.frame is not None:
+                    check_linkage_values(policy, plan, pub.frame)  # other names and sources (s60 F1), under the claim
                 token = secrets.token_hex(8)
                 held_lock.enter_context(warehouse.publication_lock(policy, token))  # until finished: recovery leaves it
                 plain = {k: v for k, v in plan.params.items() if not k.startswith("_")}
@@ -667,6 +761,8 @@ def evaluate(policy: Any, kind: str, request: Mapping[str, Any], *, rng: np.rand
         plugin.check_source(plan, train, env)
         pub = _finalise(plugin.sanitise(plan, train, env), spec, generator)
         report = gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=generator).as_dict()
+        if pub.frame is not None:
+            check_linkage_values(policy, plan, pub.frame)
         row.update(gate="passed", rows=None if pub.frame is None else len(pub.frame), **plugin.summary_of(plan, pub))
         row["min_group"] = report["min_group"]
         row["l_diversity"] = report["l_diversity"] or None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import os
+import re
 import secrets
 import threading
 import time
@@ -360,27 +361,51 @@ def table_columns(policy: Policy, table: str) -> list[tuple[str, str]]:
 PYTHON_DATE_RANGE = "DATE '0001-01-01' AND DATE '9999-12-31'"
 
 
+#: Scalar types whose every value a DataFrame holds as it is (DuckDB's and Spark's names; a length or an ENUM's values
+#: may follow in parentheses). DATE and TIMESTAMP have their own rule (:func:`within_python_dates`); any other type is
+#: read as its text.
+PYTHON_SCALARS = frozenset(
+    {
+        *("BOOLEAN", "BOOL", "TINYINT", "BYTE", "SMALLINT", "SHORT", "INT", "INTEGER", "BIGINT", "LONG"),
+        *("UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "HUGEINT", "UHUGEINT", "DECIMAL", "NUMERIC"),
+        *("FLOAT", "REAL", "DOUBLE", "VARCHAR", "STRING", "CHAR", "TEXT", "BLOB", "BINARY", "BYTEA", "UUID", "ENUM"),
+    }
+)
+_SCALAR = re.compile(r"([A-Z]+)\s*(\(.*\))?")
+
+
 def within_python_dates(column: str, sql_type: str) -> str:
-    """The select item reading ``column`` (already quoted) as itself, or NULL where it is a date or timestamp Python
-    cannot hold (``DATE 'infinity'``, a year beyond 9999 or before 1): a whole-table read fails on one such value
-    (DuckDB's DataFrame conversion raised on ``'infinity'``, red team s53 B3b), so a publication reading it ended
-    with a traceback in one world and published in its neighbour. Other columns are read as they are.
+    """The select item reading ``column`` (already quoted) so that every value of it is one a DataFrame holds, in SQL,
+    value by value, for DuckDB and Spark alike: a date or timestamp Python cannot hold (``DATE 'infinity'``, a year
+    beyond 9999 or before 1) as NULL; a value of a type no DataFrame holds as it is — an INTERVAL (``INTERVAL
+    '178000000 years'``: "Could not convert Month to Microseconds"), a TIME WITH TIME ZONE, a nested LIST, STRUCT or
+    MAP (one huge INTERVAL inside it), a BIT — as its text (``TRY_CAST … AS STRING``: total, NULL where even that
+    fails); :data:`PYTHON_SCALARS` as they are. A whole-table read failed on one such value (red team s53 B3b: a date;
+    s60 F3: one person's INTERVAL in an undeclared column), so a DP publication reading it ended with a traceback in
+    one world and published in its neighbour.
 
     >>> print(within_python_dates('"d"', "DATE"))
     CASE WHEN TRY_CAST("d" AS DATE) BETWEEN DATE '0001-01-01' AND DATE '9999-12-31' THEN "d" END AS "d"
-    >>> within_python_dates('"n"', "BIGINT")
-    '"n"'
+    >>> within_python_dates('"n"', "BIGINT"), within_python_dates('"e"', "ENUM('a', 'b')")
+    ('"n"', '"e"')
+    >>> within_python_dates('"i"', "INTERVAL"), within_python_dates('"l"', "DATE[]")
+    ('TRY_CAST("i" AS STRING) AS "i"', 'TRY_CAST("l" AS STRING) AS "l"')
     """
-    kind = sql_type.upper()
-    if not (kind.startswith("DATE") or kind.startswith("TIMESTAMP")):
+    kind = sql_type.upper().strip()
+    scalar = _SCALAR.fullmatch(kind)
+    nested = any(ch in kind for ch in "[<") or kind.startswith(("STRUCT", "MAP", "UNION", "ARRAY", "LIST"))
+    if not nested and (kind.startswith("DATE") or kind.startswith("TIMESTAMP")):
+        return f"CASE WHEN TRY_CAST({column} AS DATE) BETWEEN {PYTHON_DATE_RANGE} THEN {column} END AS {column}"
+    if not nested and scalar is not None and scalar.group(1) in PYTHON_SCALARS:
         return column
-    return f"CASE WHEN TRY_CAST({column} AS DATE) BETWEEN {PYTHON_DATE_RANGE} THEN {column} END AS {column}"
+    return f"TRY_CAST({column} AS STRING) AS {column}"
 
 
 def read_table(policy: Policy, table: str, columns: Sequence[str] | None = None, *, python_dates: bool = False) -> pd.DataFrame:
     """The whole table as a DataFrame (curator access: raw values, no noise; a DECIMAL or HUGEINT as DuckDB casts it to
-    DOUBLE, :func:`_as_double_once`). ``python_dates``: dates and timestamps Python cannot hold read as NULL
-    (:func:`within_python_dates`; a publication's read of its source)."""
+    DOUBLE, :func:`_as_double_once`). ``python_dates``: every value a DataFrame holds, whatever one person stored —
+    dates and timestamps Python cannot hold read as NULL, values of other types no DataFrame holds as their text
+    (:func:`within_python_dates`; a publication's read of its source, which never fails on one value)."""
     if policy.engine.kind == "spark":
         return _spark().read_table(policy, table, columns, python_dates=python_dates)
     with writer(policy) as con:

@@ -71,6 +71,8 @@ class KAnonPlugin(PublishPlugin):
                 "som_epochs": int(request.get("som_epochs", 20)),
             },
             checks={"k": float(request["k"])},
+            # only the columns it uses (red team s60 F3)
+            columns=tuple(dict.fromkeys([*qi, *sensitive, *som_columns, *([som_label] if som_label else [])])),
         )
 
     def sanitise(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> Publication:

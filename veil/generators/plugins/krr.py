@@ -87,7 +87,7 @@ class KRRPlugin(PublishPlugin):
             checks=checks,
             epsilon=per * len(columns) + count,
             delta=Fraction(0),
-            columns=None,
+            columns=columns,  # only what it publishes (red team s60 F3)
         )
 
     def check_source(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> None:

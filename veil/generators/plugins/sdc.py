@@ -178,6 +178,9 @@ class SDCPlugin(PublishPlugin):
             delta=Fraction(0) if cls.is_dp else None,
             dp=bool(cls.is_dp and values.get("partition", "grid") != "mdav"),
             holdout=0.2 if cls.name in SYNTHETIC_METHODS else 0.0,
+            # only the columns it uses (red team s60 F3: one person's value in another column decided a DP release's
+            # outcome); a method given no --columns (a GAN, an ML copy) reads the table's numbers as before
+            columns=tuple([*columns, *([target] if target else [])]) or None,
         )
 
     def check_source(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> None:
