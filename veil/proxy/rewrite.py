@@ -415,7 +415,9 @@ def _quantities(stat: Statistic, grids: Mapping[str, GridColumn]) -> list[exp.Ex
     if stat.kind == "sum_centered":
         # the uncentred sum and the count, centred exactly afterwards (session._raw)
         summed = arg if summed_as_integers(stat) else _fixed(make_total(arg), stat, _pre_scaled(stat, grids))
-        return [_with_filter(exp.Sum(this=summed), stat.filter), _with_filter(exp.Count(this=arg.copy()), stat.filter)]
+        # counted as the plan counts it: COUNT(*) where the query's WHERE keeps the argument non-NULL (the same number)
+        counted = exp.Star() if stat.arg_not_null else arg.copy()
+        return [_with_filter(exp.Sum(this=summed), stat.filter), _with_filter(exp.Count(this=counted), stat.filter)]
     if stat.kind == "sumsq_centered":
         return [_with_filter(exp.Sum(this=_fixed(_centred(stat, True), stat)), stat.filter)]
     raise InternalError(f"no raw quantity for statistic kind {stat.kind!r}")
