@@ -462,7 +462,7 @@ _ON_GRID: dict[type[exp.Expression], type[exp.Expression]] = {exp.GTE: exp.LTE, 
 
 def _compare_on_grid(node: exp.Expression, alias: str, grids: Mapping[str, GridColumn]) -> None:
     """In place, through ``AND``/``OR``/``NOT``/parentheses: each ``c >= v`` or ``c < v`` (also ``v <= c``, ``v > c``)
-    of a bare bounded real column ``c`` of the copy (qualified ``alias``) with a plain number ``v`` becomes
+    of a bare bounded real column ``c`` of the copy (qualified ``alias``) with a plain number ``v`` (or ``-v``) becomes
     ``g >= N`` or ``g < N`` on its pre-scaled grid column ``g = FLOOR(c · 2**k)`` (:mod:`veil.proxy.bounding`), where
     ``N = v · 2**k`` is an integer (:func:`veil.proxy.fixed_point.literal_on_grid`; else the comparison stays): the
     same truth value on every row, NULL included, so the statement reads one column where it read two (the column
@@ -482,6 +482,9 @@ def _compare_on_grid(node: exp.Expression, alias: str, grids: Mapping[str, GridC
         op = next(o for o, flipped in _ON_GRID.items() if flipped is op)
     else:
         return
+    negative = isinstance(literal, exp.Neg)
+    if negative:
+        literal = literal.this  # -v: v on the grid, negated (the plan cache lifts v and keeps the sign in the shape)
     if not isinstance(column, exp.Column) or column.table != alias or not isinstance(literal, exp.Literal):
         return
     grid = grids.get(column.name)
@@ -496,7 +499,7 @@ def _compare_on_grid(node: exp.Expression, alias: str, grids: Mapping[str, GridC
     value = exp.Literal.number(n)
     value.meta.update(literal.meta)  # the plan cache's mark of a lifted literal (veil.proxy.plan_cache.PARAM)
     value.meta[GRID_LITERAL] = grid.exponent
-    node.replace(op(this=g, expression=value))
+    node.replace(op(this=g, expression=exp.Neg(this=value) if negative else value))
 
 
 def _finish(tree: exp.Select, columns: list[exp.Expression]) -> exp.Select:
