@@ -17,6 +17,10 @@ Only literals whose value no check reads are lifted out of the shape, which keep
   cause, a category's cut length), a number's digits-and-point pattern (``999`` and ``9.9`` are two shapes: a
   fraction is compared as a DOUBLE, red team s39 A1); every other literal stays in it.
 
+A lifted literal the rewrite compared on a bounded real column's pre-scaled grid (``c >= v`` read as
+``g >= v·2^k``: :func:`veil.proxy.rewrite._compare_on_grid`) is filled as ``v·2^k`` of the query's own value; a value
+off that grid misses (it is planned afresh, and its shape is kept again with statements that compare ``c`` itself).
+
 Every other check runs on the first query of a shape, and the entry is only kept after a second, full
 planning of the same shape with other literals of the same kinds and lengths (the *probe*) gave the same plan,
 cost, post-processing, group domain, key types and — with each literal put in — the very same statements and
