@@ -21,9 +21,11 @@ Each bounded real column also gets its **pre-scaled grid copy** (:func:`grid_col
 ``CAST(FLOOR(CAST(c AS DOUBLE) · 2^k) AS BIGINT)`` of the copy's own clamped value, with ``k`` the fixed-point
 exponent of the column's bounds (:func:`veil.proxy.fixed_point.exponent`). It is the very value the rewrite puts on
 the grid for a real SUM/AVG of the bare column (:func:`veil.proxy.rewrite._fixed`), computed once per table version
-instead of on every query; the rewrite reads it only where its exponent is the column's. Its name starts with an
-underscore, which no declared column can (:func:`veil.policy.normalise_name`), and the catalog never lists it, so
-no analyst query can name it.
+instead of on every query; the rewrite reads it only where its exponent is the column's. A ``WHERE`` comparison
+``c >= v`` or ``c < v`` with a number ``v`` on the grid compares it too (``g >= v·2^k``, the same truth value on every
+row: :func:`veil.proxy.rewrite._compare_on_grid`), so a query that filters and sums ``c`` reads one column, not two. Its name
+starts with an underscore, which no declared column can (:func:`veil.policy.normalise_name`), and the catalog never
+lists it, so no analyst query can name it.
 
 A changed bound, type, unit column or contribution bound changes the identity, so no query ever reads
 a copy built for another policy. Salts and identities live in the ledger, not the warehouse.

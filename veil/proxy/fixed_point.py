@@ -26,6 +26,7 @@ by at most ``Δ·(1 + CONVERSION_SLACK)``; the Laplace scale is raised by ``SCAL
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections.abc import Sequence
 from fractions import Fraction
@@ -34,7 +35,8 @@ from functools import lru_cache
 import numpy as np
 
 __all__ = [
-    "CLAMP_BITS", "CONVERSION_SLACK", "GRID_BITS", "SCALE_RAISE", "exact_sums", "exponent", "grid_factors", "on_grid",
+    "CLAMP_BITS", "CONVERSION_SLACK", "GRID_BITS", "SCALE_RAISE", "exact_sums", "exponent", "grid_factors",
+    "literal_on_grid", "on_grid",
     "to_doubles",
 ]  # fmt: skip
 
@@ -92,6 +94,29 @@ def on_grid(lo: Fraction, hi: Fraction, k: int) -> tuple[int, int]:
     """The smallest and largest grid values (in units of ``2**-k``) within ``[lo, hi]``."""
     scale = Fraction(2) ** k
     return math.ceil(lo * scale), math.floor(hi * scale)
+
+
+#: A number literal :func:`literal_on_grid` reads: digits, optionally a point and more digits, 15 digits in all, so
+#: the engine's double of it is exact whenever its value is a double (its digits and ``10**scale`` are exact doubles,
+#: and the one division rounds correctly).
+_PLAIN_NUMBER = re.compile(r"(?=[0-9.]{1,16}$)[0-9]+(?:\.[0-9]+)?")
+
+
+def literal_on_grid(text: str, k: int) -> int | None:
+    """The integer ``N = v · 2**k`` for a plain number literal ``text`` (its value ``v``), when that is exact and
+    ``|N| ≤ 2**GRID_BITS``; else None. For ``k ≥ 0``, a bounded real column ``c`` and its pre-scaled grid copy
+    ``g = FLOOR(c · 2**k)`` (:mod:`veil.proxy.bounding`; ``c · 2**k`` is exact), ``c >= v ⟺ g >= N`` and
+    ``c < v ⟺ g < N`` on every row (both NULL when ``c`` is): ``FLOOR(x) >= N ⟺ x >= N`` for an integer ``N``.
+
+    >>> literal_on_grid("5", 2), literal_on_grid("5.25", 2), literal_on_grid("0.1", 40), literal_on_grid("5", -1)
+    (20, 21, None, None)
+    """
+    if k < 0 or not _PLAIN_NUMBER.fullmatch(text) or sum(c.isdigit() for c in text) > 15:
+        return None
+    scaled = Fraction(text) * (1 << k)
+    if scaled.denominator != 1 or abs(scaled.numerator) > 1 << GRID_BITS:
+        return None
+    return scaled.numerator
 
 
 def _whole(v: object) -> int:

@@ -22,8 +22,11 @@ Sensitivities are L1 over the whole released vector: one unit's c rows land in a
 a count or sum moves by at most c (or c·max|e|) summed over all groups; an exponential mechanism
 per group calibrated to c is ε-DP over all groups together.
 
-ε shares: statistics identical across aggregates are shared. With private group keys, partition
-selection gets its own half of ε (all of it when it is the only statistic; the query's plain
+ε shares: statistics identical across aggregates are shared. AVG/VAR/STDDEV of a bare column that the query's
+``WHERE`` keeps non-NULL (a top-level conjunct comparing it with a literal, or ``IS NOT NULL``:
+:func:`_non_null_columns`, from the query's text alone) count ``COUNT(*)``, the very same number, so they share the
+query's ``COUNT(*)`` (or partition selection's) statistic instead of noising a second copy of it. With private
+group keys, partition selection gets its own half of ε (all of it when it is the only statistic; the query's plain
 COUNT(*), if it asks for one, is that statistic) and the other statistics split the rest equally;
 otherwise the statistics split ε equally. The cost is exactly the requested ε, plus δ =
 ``partition_delta`` when partitions are selected, and equals what EXPLAIN shows.
@@ -86,6 +89,9 @@ class Statistic:
     # sums of a bare real column of the private table read straight from its bounded copy (not through a CTE or a
     # derived table): that column's name, so the rewrite may read the copy's pre-scaled grid column for it
     copy_column: str | None = None
+    # centred sums (and their counts) of a bare column the query's WHERE keeps non-NULL (_non_null_columns): the
+    # count that centres them is COUNT(*), the same number as COUNT(arg) on every row the WHERE keeps
+    arg_not_null: bool = False
     # grid statistics (exponential mechanism)
     grid_lo: Fraction = Fraction(0)
     grid_step: Fraction = Fraction(1)
@@ -513,6 +519,44 @@ def _plan_count(
     return AggregateSpec(idx, "count", label, label, (sid,), None, None, True)
 
 
+#: Comparisons that are never TRUE when one side is NULL.
+_NULL_REJECTING = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
+
+
+def _conjuncts(node: exp.Expression) -> list[exp.Expression]:
+    """The top-level ``AND`` terms of ``node`` (through parentheses)."""
+    while isinstance(node, exp.Paren):
+        node = node.this
+    if isinstance(node, exp.And):
+        return [*_conjuncts(node.this), *_conjuncts(node.expression)]
+    return [node]
+
+
+def _non_null_columns(tree: exp.Select) -> frozenset[str]:
+    """The qualified columns of ``tree``'s own scope that are non-NULL on every row its ``WHERE`` keeps: each bare
+    column compared (``= <> < <= > >=``) with a literal in a top-level conjunct (a comparison with NULL is never
+    TRUE), or tested ``IS NOT NULL``. Read from the query's text alone, never the data: on every database,
+    ``COUNT(col)`` then equals ``COUNT(*)`` in every group (and under every ``FILTER``)."""
+    where = tree.args.get("where")
+    if not isinstance(where, exp.Where):
+        return frozenset()
+    out = set()
+    for term in _conjuncts(where.this):
+        column: exp.Expression | None = None
+        if isinstance(term, _NULL_REJECTING):
+            left, right = term.this, term.expression
+            column, other = (left, right) if isinstance(left, exp.Column) else (right, left)
+            if not isinstance(other, exp.Literal):
+                column = None
+        elif isinstance(term, exp.Is) and term.args.get("negate") is True and isinstance(term.expression, exp.Null):
+            column = term.this  # col IS NOT NULL
+        elif isinstance(term, exp.Not) and isinstance(term.this, exp.Is) and not term.this.args.get("negate"):
+            column = term.this.this if isinstance(term.this.expression, exp.Null) else None  # NOT col IS NULL
+        if isinstance(column, exp.Column) and column.table:
+            out.add(_sql(column))
+    return frozenset(out)
+
+
 def _plan_moments(
     b: _Builder, idx: int, name: str, node: exp.Expression, arg: exp.Expression, arg_c: exp.Expression,
     filt: exp.Expression | None, iv: Interval, ctx: _Context,
@@ -520,16 +564,19 @@ def _plan_moments(
     """AVG, VAR and STDDEV: a noisy count and centred sum (and sum of squares) of the clamped argument."""
     c, fs = ctx.c, None if filt is None else _sql(filt)
     a_label = _sql(arg)
+    # a bare column the WHERE keeps non-NULL: its count is COUNT(*) (shared with the query's own, if it asks for one)
+    not_null = arg is arg_c and isinstance(arg, exp.Column) and a_label in ctx.non_null
+    counted = None if not_null else a_label
     n_id = b.add(
-        ("count", a_label, fs, False), kind="count", label=f"count({a_label})", arg=arg, filter=filt,
-        distinct=False, mechanism="discrete_laplace", sensitivity=Fraction(c), hidden=True,
+        ("count", counted, fs, False), kind="count", label=f"count({counted or '*'})", arg=None if not_null else arg,
+        filter=filt, distinct=False, mechanism="discrete_laplace", sensitivity=Fraction(c), hidden=True,
         lower=Fraction(0), upper=Fraction(1),
     )  # fmt: skip
     s_id = b.add(
-        ("sum_c", _sql(arg_c), fs), kind="sum_centered", label=f"sum({a_label} - {_sql(_num(iv.mid))})",
+        ("sum_c", _sql(arg_c), fs, not_null), kind="sum_centered", label=f"sum({a_label} - {_sql(_num(iv.mid))})",
         arg=arg_c, filter=filt, distinct=False, mechanism="laplace", sensitivity=c * iv.half_width,
         hidden=True, center=iv.mid, half_width=iv.half_width, integral=iv.integral, lower=iv.lo - iv.mid,
-        upper=iv.hi - iv.mid, copy_column=_copy_column(arg, ctx),
+        upper=iv.hi - iv.mid, copy_column=_copy_column(arg, ctx), arg_not_null=not_null,
     )  # fmt: skip
     ids: tuple[int, ...] = (n_id, s_id)
     if name != "avg":
@@ -568,6 +615,7 @@ class _Context:
     table: str
     c: int
     grouped: bool
+    non_null: frozenset[str] = frozenset()  # _non_null_columns of the query
 
 
 def _plan_aggregate(b: _Builder, idx: int, node: exp.Expression, ctx: _Context) -> AggregateSpec:
@@ -669,7 +717,7 @@ def plan(
     keys = _group_keys(tree, scope, catalog)
     public_keys = bool(keys) and all(k.public for k in keys)
     _check_argument_copies(_outer_aggregates(tree))
-    ctx = _Context(scope, catalog, table, contribution, bool(keys))
+    ctx = _Context(scope, catalog, table, contribution, bool(keys), _non_null_columns(tree))
     b = _Builder()
     aggs = [_plan_aggregate(b, idx, node, ctx) for idx, node in enumerate(_outer_aggregates(tree))]
     partition = None

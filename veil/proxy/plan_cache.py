@@ -17,6 +17,10 @@ Only literals whose value no check reads are lifted out of the shape, which keep
   cause, a category's cut length), a number's digits-and-point pattern (``999`` and ``9.9`` are two shapes: a
   fraction is compared as a DOUBLE, red team s39 A1); every other literal stays in it.
 
+A lifted literal the rewrite compared on a bounded real column's pre-scaled grid (``c >= v`` read as
+``g >= v·2^k``: :func:`veil.proxy.rewrite._compare_on_grid`) is filled as ``v·2^k`` of the query's own value; a value
+off that grid misses (it is planned afresh, and its shape is kept again with statements that compare ``c`` itself).
+
 Every other check runs on the first query of a shape, and the entry is only kept after a second, full
 planning of the same shape with other literals of the same kinds and lengths (the *probe*) gave the same plan,
 cost, post-processing, group domain, key types and — with each literal put in — the very same statements and
@@ -42,7 +46,9 @@ from sqlglot import exp
 
 from veil.engines.neutral import copy_tree, duckdb_text
 from veil.errors import VeilError
+from veil.proxy import fixed_point
 from veil.proxy.canonical import canonical_sql
+from veil.proxy.rewrite import GRID_LITERAL
 
 if TYPE_CHECKING:
     from veil.policy import Policy
@@ -98,6 +104,8 @@ class Entry:
     main: str | None
     grids: tuple[tuple[int, str], ...]
     canonical: str
+    # (lifted literal, k) of each literal the statements compare on a grid of 2**-k (veil.proxy.rewrite.GRID_LITERAL)
+    on_grid: tuple[tuple[int, int], ...] = ()
 
 
 def _text(value: str) -> bool:
@@ -179,12 +187,21 @@ def tag(lifted: Lifted) -> None:
         lit.meta[PARAM] = i
 
 
+def _grid_marker(marker: str, k: int) -> str:
+    """The marker of a lifted literal's value put on a grid of ``2**-k`` (:data:`veil.proxy.rewrite.GRID_LITERAL`); it
+    does not hold the literal's own marker, so neither replacement touches the other."""
+    return marker.replace("veilparam", f"veilgrid{k}k", 1)
+
+
 def _marked(tree: exp.Expression, markers: Sequence[str]) -> exp.Expression:
-    """A copy of ``tree`` with each marked literal's value replaced by its marker."""
+    """A copy of ``tree`` with each marked literal's value replaced by its marker (its grid marker for a literal the
+    rewrite put on a grid)."""
     out = copy_tree(tree)
     for node in out.walk():
         if isinstance(node, exp.Literal) and PARAM in node.meta:
-            node.set("this", markers[node.meta[PARAM]])
+            marker = markers[node.meta[PARAM]]
+            k = node.meta.get(GRID_LITERAL)
+            node.set("this", marker if k is None else _grid_marker(marker, k))
     return out
 
 
@@ -192,6 +209,19 @@ def _filled(template: str, markers: Sequence[str], values: Sequence[str]) -> str
     for marker, value in zip(markers, values, strict=True):
         template = template.replace(marker, value)
     return template
+
+
+def _grid_values(entry: Entry, literals: Sequence[exp.Literal]) -> tuple[list[str], list[str]] | None:
+    """The grid markers of ``entry``'s templates and their values for ``literals`` (each literal's value on the
+    grid); None when one of them is not on its grid (then the shape's statements do not hold for these literals)."""
+    markers, values = [], []
+    for i, k in entry.on_grid:
+        n = fixed_point.literal_on_grid(str(literals[i].this), k)
+        if n is None or literals[i].is_string:
+            return None
+        markers.append(_grid_marker(entry.markers[i], k))
+        values.append(str(n))
+    return markers, values
 
 
 def _literal_texts(literals: Sequence[exp.Literal], render: Callable[[exp.Expression], str]) -> list[str]:
@@ -216,24 +246,32 @@ def build(state: QueryState, env: Env, lifted: Lifted) -> Entry | None:
     canonical = canonical_sql(replace(p.analysis, tree=_marked(p.analysis.tree, markers)))
     quoted = tuple(m if not lit.is_string else f"'{m}'" for m, lit in zip(markers, lifted.literals, strict=True))
     source, _grids = env.bounded_copy(p.analysis.private_table)
-    entry = Entry(state, p.analysis.private_table, source, quoted, main, grids, canonical)
+    texts = " ".join([main or "", *(g for _, g in grids)])
+    on_grid = tuple(sorted({(int(i), int(k)) for k, i in re.findall(f"veilgrid([0-9]+)k([0-9]+)x{token}", texts)}))
+    entry = Entry(state, p.analysis.private_table, source, quoted, main, grids, canonical, on_grid)
     return entry if _agrees(entry, state, lifted.literals, env) else None
 
 
-def _texts(entry: Entry, literals: Sequence[exp.Literal], env: Env) -> tuple[Rendered, str]:
+def _texts(entry: Entry, literals: Sequence[exp.Literal], env: Env) -> tuple[Rendered, str] | None:
     from veil.proxy.pipeline import Rendered
 
     values = _literal_texts(literals, env.engine.render)
-    main = None if entry.main is None else _filled(entry.main, entry.markers, values)
-    grids = tuple((sid, _filled(g, entry.markers, values)) for sid, g in entry.grids)
+    markers = list(entry.markers)
+    if entry.on_grid:
+        on_grid = _grid_values(entry, literals)
+        if on_grid is None:
+            return None
+        markers, values = [*on_grid[0], *markers], [*on_grid[1], *values]
+    main = None if entry.main is None else _filled(entry.main, markers, values)
+    grids = tuple((sid, _filled(g, markers, values)) for sid, g in entry.grids)
     canon_values = _literal_texts(literals, lambda t: duckdb_text(t, normalize=True, comments=False))
     return Rendered(main, grids), _filled(entry.canonical, entry.markers, canon_values)
 
 
 def _agrees(entry: Entry, state: QueryState, literals: Sequence[exp.Literal], env: Env) -> bool:
     """Do the entry's templates, filled with ``literals``, give ``state``'s statements and canonical text?"""
-    rendered, canonical = _texts(entry, literals, env)
-    return rendered == state.rendered and canonical == state.canonical
+    texts = _texts(entry, literals, env)
+    return texts is not None and texts[0] == state.rendered and texts[1] == state.canonical
 
 
 def same_plan(a: QueryState, b: QueryState) -> bool:
@@ -274,7 +312,10 @@ def hit(entry: Entry, state: QueryState, lifted: Lifted, env: Env) -> QueryState
     source, _grids = env.bounded_copy(entry.table)
     if source != entry.source:
         return None
-    rendered, canonical = _texts(entry, lifted.literals, env)
+    texts = _texts(entry, lifted.literals, env)
+    if texts is None:  # a literal the entry's statements compare on a grid is not on it: planned afresh
+        return None
+    rendered, canonical = texts
     from veil.proxy.pipeline import cache_key_of
 
     planned = entry.state

@@ -43,6 +43,7 @@ from veil.proxy.totality import BUILT_TOTAL, CANNOT_RAISE, COMBINING_NODES, iso_
 E = TypeVar("E", bound=exp.Expression)
 
 __all__ = [
+    "GRID_LITERAL",
     "EngineQueries",
     "argument_copies",
     "centred_in_sql",
@@ -417,30 +418,90 @@ def _quantities(stat: Statistic, grids: Mapping[str, GridColumn]) -> list[exp.Ex
     if stat.kind == "sum_centered":
         # the uncentred sum and the count, centred exactly afterwards (session._raw)
         summed = arg if summed_as_integers(stat) else _fixed(make_total(arg), stat, _pre_scaled(stat, grids))
-        return [_with_filter(exp.Sum(this=summed), stat.filter), _with_filter(exp.Count(this=arg.copy()), stat.filter)]
+        # counted as the plan counts it: COUNT(*) where the query's WHERE keeps the argument non-NULL (the same number)
+        counted = exp.Star() if stat.arg_not_null else arg.copy()
+        return [_with_filter(exp.Sum(this=summed), stat.filter), _with_filter(exp.Count(this=counted), stat.filter)]
     if stat.kind == "sumsq_centered":
         return [_with_filter(exp.Sum(this=_fixed(_centred(stat, True), stat)), stat.filter)]
     raise InternalError(f"no raw quantity for statistic kind {stat.kind!r}")
 
 
-def _template(p: QueryPlan, source: str, public: Mapping[str, Mapping[str, str]]) -> exp.Select:
+def _template(p: QueryPlan, source: str, public: Mapping[str, Mapping[str, str]], grids: Mapping[str, GridColumn]) -> exp.Select:
     """The query's FROM/WHERE/GROUP BY over the bounded copy (and public tables read as their catalog
-    types, see :func:`_typed`), total, with no select list yet."""
+    types, see :func:`_typed`), total, with no select list yet; its WHERE compares on the copy's pre-scaled grid
+    columns where that reads the same (:func:`_compare_on_grid`)."""
     table = p.analysis.private_table
     tree = copy_tree(p.analysis.tree)
     for key in ("having", "order", "limit", "offset", "distinct"):
         tree.set(key, None)
     replaced = 0
+    alias = None
     for t in list(tree.find_all(exp.Table)):
         if t.name == table:
+            alias = t.alias_or_name
             t.set("this", exp.to_identifier(source))
             replaced += 1
         elif t.name in public:
             t.replace(typed_read(t, public[t.name]))
-    if replaced != 1:
+    if replaced != 1 or alias is None:
         raise InternalError(f"the private table is referenced {replaced} times in a validated query")
+    where = tree.args.get("where")
+    simple = not tree.args.get("joins") and not any(isinstance(n, _NESTED) for n in tree.walk() if n is not tree)
+    if grids and simple and isinstance(where, exp.Where):
+        _compare_on_grid(where.this, alias, grids)
     tree.set("expressions", [exp.Null()])
     return tree
+
+
+#: Meta key of a literal :func:`_compare_on_grid` put on a grid (its exponent ``k``): the plan cache fills it with
+#: ``fixed_point.literal_on_grid`` of the query's own literal (:mod:`veil.proxy.plan_cache`).
+GRID_LITERAL = "veil_grid_exponent"
+#: Nodes that make a query more than one plain SELECT: its WHERE's columns might not be the copy's.
+_NESTED = (exp.Subquery, exp.Select, exp.Union, exp.Intersect, exp.Except, exp.Join, exp.Lateral, exp.Values, exp.CTE)
+#: ``column OP literal`` that reads the same on the column's grid, each with the OP of ``literal OP column`` it equals.
+_ON_GRID: dict[type[exp.Expression], type[exp.Expression]] = {exp.GTE: exp.LTE, exp.LT: exp.GT}
+
+
+def _compare_on_grid(node: exp.Expression, alias: str, grids: Mapping[str, GridColumn]) -> None:
+    """In place, through ``AND``/``OR``/``NOT``/parentheses: each ``c >= v`` or ``c < v`` (also ``v <= c``, ``v > c``)
+    of a bare bounded real column ``c`` of the copy (qualified ``alias``) with a plain number ``v`` (or ``-v``) becomes
+    ``g >= N`` or ``g < N`` on its pre-scaled grid column ``g = FLOOR(c · 2**k)`` (:mod:`veil.proxy.bounding`), where
+    ``N = v · 2**k`` is an integer (:func:`veil.proxy.fixed_point.literal_on_grid`; else the comparison stays): the
+    same truth value on every row, NULL included, so the statement reads one column where it read two (the column
+    for the WHERE and its grid for the sum). From the query's text and the policy's bounds alone."""
+    if isinstance(node, exp.And | exp.Or):
+        _compare_on_grid(node.this, alias, grids)
+        _compare_on_grid(node.expression, alias, grids)
+        return
+    if isinstance(node, exp.Not | exp.Paren):
+        _compare_on_grid(node.this, alias, grids)
+        return
+    op = type(node)
+    if op in _ON_GRID:
+        column, literal = node.this, node.expression
+    elif op in _ON_GRID.values():
+        column, literal = node.expression, node.this
+        op = next(o for o, flipped in _ON_GRID.items() if flipped is op)
+    else:
+        return
+    negative = isinstance(literal, exp.Neg)
+    if negative:
+        literal = literal.this  # -v: v on the grid, negated (the plan cache lifts v and keeps the sign in the shape)
+    if not isinstance(column, exp.Column) or column.table != alias or not isinstance(literal, exp.Literal):
+        return
+    grid = grids.get(column.name)
+    if grid is None or literal.is_string:
+        return
+    n = fixed_point.literal_on_grid(str(literal.this), grid.exponent)
+    if n is None:
+        return
+    table = column.args.get("table")
+    g = exp.Column(this=exp.to_identifier(grid.name, quoted=True), table=None if table is None else table.copy())
+    g.type = data_type("BIGINT")
+    value = exp.Literal.number(n)
+    value.meta.update(literal.meta)  # the plan cache's mark of a lifted literal (veil.proxy.plan_cache.PARAM)
+    value.meta[GRID_LITERAL] = grid.exponent
+    node.replace(op(this=g, expression=exp.Neg(this=value) if negative else value))
 
 
 def _finish(tree: exp.Select, columns: list[exp.Expression]) -> exp.Select:
@@ -461,7 +522,7 @@ def rewrite(
     """Engine SQL trees for ``p``, reading the private table from ``source`` (its bounded copy, whose pre-scaled
     grid columns are ``grid_columns``: :func:`veil.proxy.bounding.grid_columns`) and each public table of ``public``
     (table → column → SQL type) as those types."""
-    template = _template(p, source, public)
+    template = _template(p, source, public, grid_columns or {})
     quantities: list[exp.Expression] = []
     texts: list[str] = []
     stat_inputs: dict[int, tuple[int, ...]] = {}
