@@ -537,8 +537,9 @@ class Env:
 
     def plan_current(self, generation: int | None, materialised: Sequence[Materialised]) -> bool:
         """Is the reader the one the plan was made on (``generation``, read before its first measure of public data),
-        with ``materialised`` still on the cursor the query will run on? Always on Spark, which reads no reader of this
-        process (its copies are rebuilt under new names; the old ones are dropped by the next build)."""
+        with ``materialised`` still on the cursor the query will run on? Always on Spark, which has no reader of this
+        process and whose generation also moves with time (a known gap there: a rebuild in the process drops the copy
+        a charged Spark run of several statements may still read)."""
         if not isinstance(self.engine, DuckDBEngine):
             return True
         return generation == self.reader_generation() and self.materialisations_current(materialised)

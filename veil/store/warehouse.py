@@ -147,8 +147,11 @@ class _Gate:
             try:
                 while self._writing or self._readers:
                     self._cond.wait()
-            finally:
+            except BaseException:  # gave up waiting (an interrupt): the readers it held back go on
                 self._waiting -= 1
+                self._cond.notify_all()
+                raise
+            self._waiting -= 1
             self._writing, self._owner = True, me
         try:
             yield
