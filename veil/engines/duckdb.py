@@ -252,7 +252,8 @@ class DuckDBEngine:
     def pinned(self) -> contextlib.AbstractContextManager[None]:
         """The reader's shared gate (:func:`warehouse.reading`), held by every statement on this engine's cursor and,
         around several, to hold the cursor in place: no curator write in this process reopens the reader (and so drops
-        the cursor's temporary tables) until the block ends. Nested holds in one thread never wait."""
+        the cursor's temporary tables) until the block ends; a charged run holds it for all its statements. Nested holds
+        in one thread never wait; while a write waits, a new outer hold waits behind it (the gate prefers writers)."""
         path = self._path()
         return warehouse.reading(path) if path is not None else contextlib.nullcontext()  # type: ignore[arg-type]
 

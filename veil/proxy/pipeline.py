@@ -97,6 +97,9 @@ class QueryState:
     domain: list[tuple[Any, ...]] | None = None
     #: derived public sources evaluated once (temporary tables of the query's cursor, see multiplicity): set by plan
     materialised: tuple[multiplicity.Materialised, ...] = ()
+    #: the reader generation the plan was made on (read before its first measure of public data; set by plan, or by a
+    #: plan cache hit): the charged run reads that reader or none (``Env.plan_current``)
+    generation: int | None = None
     key_types: list[str] = field(default_factory=list)
     bind_on_run: bool = False  # the one statement binds when it runs (see _prepare); set by prepare
     canonical: str = ""
@@ -146,6 +149,7 @@ def _plan(s: QueryState, env: Env) -> QueryState:
         raise InternalError("plan before validate")
     if a.private_table is None:
         return s
+    generation = env.reader_generation()
     catalog = env.catalog()
     factor = 1
     probes = multiplicity.probes(a, catalog, materialise=env.materialises, column_bytes=env.column_text_bytes)
@@ -164,7 +168,7 @@ def _plan(s: QueryState, env: Env) -> QueryState:
     grids = sum(1 for st in p.statistics if st.kind == "grid")
     passes = max(1, grids + (1 if grids < len(p.statistics) else 0))
     multiplicity.check_person_work(c * passes, a.expanded, text_work(a.tree, env.column_text_bytes))
-    return replace(s, plan=p, materialised=materialised)
+    return replace(s, plan=p, materialised=materialised, generation=generation)
 
 
 #: Most rows a public answer may have (red team s27 A15). A public query is free, and its answer is built in the
@@ -213,15 +217,18 @@ def _rewrite(s: QueryState, env: Env) -> QueryState:
         raise InternalError("rewrite before validate")
     if s.plan is None:
         return replace(s, public_sql=env.public_engine.render(bounded_public(public_query(s.analysis.tree))))
-    source, grids = env.bounded_copy(s.plan.analysis.private_table or "")
-    if not env.materialisations_current(s.materialised):
-        # building the bounded copy (a curator write) reopened the reader, and the cursor holding this query's
-        # materialised public sources went with it: evaluate and measure them again, once, on the new cursor
+    table = s.plan.analysis.private_table or ""
+    source, grids = env.bounded_copy(table)
+    if not env.plan_current(s.generation, s.materialised):
+        # building the bounded copy (a curator write: this query's own first one, or another session's) reopened the
+        # reader, and the cursor holding this query's materialised public sources went with it: plan again, once,
+        # on the new reader (public tables measured, sources evaluated again), and find the copy there
         s = _plan(s, env)
+        source, grids = env.bounded_copy(table)
     p = s.plan
     if p is None:
         raise InternalError("a private query planned again without a plan")
-    _check_materialised(s, env)
+    _check_current(s, env)
     queries = rewrite(p, source, public_types(env.catalog(), p.analysis.tables), grids)
     for tree in (queries.main, *(g for _, g in queries.grids)):
         if tree is not None:  # each statement joins the rows the probes counted, never a run of its own
@@ -234,15 +241,11 @@ def _rewrite(s: QueryState, env: Env) -> QueryState:
     return replace(s, queries=queries, rendered=rendered, post=postprocess_sql(p))
 
 
-def _check_materialised(s: QueryState, env: Env) -> None:
-    """Refuse, free, a query whose materialised public sources are gone (a curator write in this process reopened
-    the reader since they were made): its statements would read tables no longer there."""
-    if not env.materialisations_current(s.materialised):
-        raise CopyNotReady(
-            "the warehouse changed while the query was planned (a public subquery it joins was evaluated before); "
-            "nothing was charged",
-            hint="Run the query again",
-        )
+def _check_current(s: QueryState, env: Env) -> None:
+    """Refuse, free, a query planned on another reader than the engine's now (a curator write in this process
+    reopened it since): its statements would read a bounded copy, public rows or materialised public sources it was
+    not planned on, or tables no longer there (:meth:`Env.check_plan_current`)."""
+    env.check_plan_current(s.generation, s.materialised)
 
 
 def check_raising_work(p: QueryPlan, queries: EngineQueries) -> None:
@@ -299,7 +302,7 @@ def _prepare(s: QueryState, env: Env) -> QueryState:
             try:
                 res = env.engine.describe(stmt)
             except EngineError:
-                _check_materialised(s, env)  # a curator write took its public sources' tables: "run it again"
+                _check_current(s, env)  # a curator write took its bounded copy or public sources: "run it again"
                 raise
             for group_key, t in zip(s.plan.keys, res.types[: len(s.plan.keys)], strict=False):
                 check_key_type(group_key.label, t)
@@ -331,7 +334,7 @@ def _reserve(s: QueryState, env: Env) -> QueryState:
     cached = env.ledger.cached_answer(env.analyst, s.key)
     if cached is not None:
         return replace(s, answer=env.from_cache(cached))
-    _check_materialised(s, env)  # the statements read tables of one cursor: it must still be the engine's
+    _check_current(s, env)  # the statements read the reader the plan was made on: it must still be the engine's
     accounts = accounts_for(env.policy, analyst=env.analyst, tables=[p.analysis.private_table or ""])
     reservation = env.ledger.reserve(
         Cost(p.cost, p.delta), accounts, actor=env.analyst, canonical_sql=s.canonical, cache_key=s.key
@@ -349,13 +352,16 @@ def _execute(s: QueryState, env: Env) -> QueryState:
     if s.queries is None or s.rendered is None or s.reservation is None:
         raise InternalError("execute before reserve")
     try:
-        with env.pinned(s.materialised):  # no curator write in this process drops them until the last statement ends
-            if not env.materialisations_current(s.materialised):
-                # they went between the reservation's check and here (review s18: charged, then a catalog error):
-                # nothing was read, so the charge is refunded
-                env.ledger.cancel(s.reservation)
-                _check_materialised(s, env)
+        # every statement of the charged run reads one reader: no curator write in this process reopens it (drops the
+        # bounded copy, rewrites a public table, takes the materialised sources' cursor) until the last one ends
+        with env.pinned():
+            _check_current(s, env)
             raw = env.run(s.plan, s.queries, s.rendered, s.domain, s.key_types, checked=not s.bind_on_run)
+    except CopyNotReady:
+        # a write between the reservation's check and the pin (review s18, s18b LOW-2: charged, then a catalog error
+        # or a read of a copy the plan was not made on): nothing was read, so the charge is refunded
+        env.ledger.cancel(s.reservation)
+        raise
     except EngineError as exc:
         if exc.before_data and s.bind_on_run:
             # the one statement failed to bind (see _prepare): nothing was read, so nothing is charged
@@ -450,9 +456,11 @@ def _run(state: QueryState, env: Env, *, until: str, cache: bool, after: str | N
             lifted = plan_cache.lift(state.tree, env.policy, state.sql)
             if lifted is not None:
                 found = env.plan_cache.get(plan_cache.key(lifted, state))
+                generation = env.reader_generation()  # read before the hit finds the bounded copy
                 planned = None if found is None else plan_cache.hit(found, state, lifted, env)
                 if planned is not None:
-                    state, cached = planned, True
+                    # the reader the hit's bounded copy was found on (a write since is refused free, _reserve)
+                    state, cached = replace(planned, generation=generation), True
                 else:
                     plan_cache.tag(lifted)
         if cached and name in PLANNING:

@@ -520,13 +520,39 @@ class Env:
         self._temp_factors[key] = factor
         return factor
 
-    def pinned(self, materialised: Sequence[Materialised]) -> contextlib.AbstractContextManager[None]:
-        """Hold the query's cursor in place while ``materialised`` are read (see :meth:`DuckDBEngine.pinned`): checked
-        current inside it, they stay there until the statements that read them end."""
+    def reader_generation(self) -> int:
+        """The generation of the query engine's reader now (moved by every curator write in this process that reopened
+        it: a table write, a bounded copy built or dropped, a publication); 0 on an engine without one."""
+        return self._generation(self.engine)
+
+    def pinned(self) -> contextlib.AbstractContextManager[None]:
+        """Hold the query engine's reader in place for a charged run (see :meth:`DuckDBEngine.pinned`): checked current
+        inside it (:meth:`plan_current`), the bounded copy, the public tables and the materialised sources the plan was
+        made on stay as they are until the run's last statement ends. A curator write in this process waits for it;
+        while one waits, no new hold starts (:class:`veil.store.warehouse._Gate`). Spark has no reader to hold."""
         engine = self.engine
-        if materialised and isinstance(engine, DuckDBEngine):
+        if isinstance(engine, DuckDBEngine):
             return engine.pinned()
         return contextlib.nullcontext()
+
+    def plan_current(self, generation: int | None, materialised: Sequence[Materialised]) -> bool:
+        """Is the reader the one the plan was made on (``generation``, read before its first measure of public data),
+        with ``materialised`` still on the cursor the query will run on? Always on Spark, which has no reader of this
+        process and whose generation also moves with time (a known gap there: a rebuild in the process drops the copy
+        a charged Spark run of several statements may still read)."""
+        if not isinstance(self.engine, DuckDBEngine):
+            return True
+        return generation == self.reader_generation() and self.materialisations_current(materialised)
+
+    def check_plan_current(self, generation: int | None, materialised: Sequence[Materialised]) -> None:
+        """Refuse, free, a query whose plan was made on another reader than the engine's now (:meth:`plan_current`):
+        its statements would read a bounded copy or public rows it was not planned on, or tables no longer there."""
+        if not self.plan_current(generation, materialised):
+            raise CopyNotReady(
+                "the warehouse changed while the query was planned (a table was written, the policy reloaded or a "
+                "bounded copy rebuilt in this server or process); nothing was charged",
+                hint="Run the query again",
+            )
 
     def materialisations_current(self, materialised: Sequence[Materialised]) -> bool:
         """Do the temporary tables of ``materialised`` still exist, on the cursor the query will run on? A curator

@@ -374,8 +374,12 @@ def serve(
     """Serve until interrupted (Ctrl-C / SIGTERM). ``sock``: a listening socket to accept on
     (instead of binding ``host:port``); ``share``: this is one of several worker processes."""
     if share is None:  # a worker process's parent prepared them before it started
-        # bounded copies are built before the first analyst connects: work that grows with a raw table
-        # (one person's rows included) never lands in an analyst's query
+        # the public mirror is copied and bounded copies are built before the first analyst connects, as for
+        # `--processes N`: work that grows with a raw table (one person's rows included) never lands in an
+        # analyst's query, and after a mirror-format bump the first queries do not each copy a public table
+        from veil.server.workers import copy_public_mirror
+
+        copy_public_mirror(policy)
         for table, problem in bounding.prepare(policy).items():
             logger.warning("bounded copy of %r not built at start (%s); the first query on it builds it", table, problem)
     server = VeilServer(policy, ssl_context=ssl_context, allow_plaintext=allow_plaintext, limits=limits, share=share)

@@ -50,7 +50,7 @@ from veil.proxy.session import QuerySession
 from veil.server.limits import ServerLimits
 from veil.server.shared import ProcessShare, SharedState
 
-__all__ = ["ServingEngine", "prepare_warehouse", "read_only_query_session", "serve_processes"]
+__all__ = ["ServingEngine", "copy_public_mirror", "prepare_warehouse", "read_only_query_session", "serve_processes"]
 
 logger = logging.getLogger("veil.server")
 
@@ -112,7 +112,6 @@ def read_only_query_session(policy: Policy, analyst: str, **kwargs: Any) -> Quer
 def prepare_warehouse(policy: Policy) -> list[str]:
     """Build every private table's bounded copy and the public mirror (what the workers will only
     read). Returns one line per table that could not be prepared (it is refused when queried)."""
-    from veil.server import catalog
     from veil.server.app import MOCK_SALT_SECRET
     from veil.store.credentials import CredentialStore
 
@@ -120,10 +119,22 @@ def prepare_warehouse(policy: Policy) -> list[str]:
     problems: list[str] = []
     if not policy.analysts:
         return problems
-    with QuerySession(policy, sorted(policy.analysts)[0]) as qs:
-        catalog.analyst_catalog(qs)  # copies declared public tables into the public mirror
+    copy_public_mirror(policy)
     problems += [f"table {name!r}: {problem}" for name, problem in bounding.prepare(policy).items()]
     return problems
+
+
+def copy_public_mirror(policy: Policy) -> None:
+    """Copy every table the policy declares public into the public mirror where its copy is absent or stale (written
+    since, declared with other columns, made by an earlier :data:`~veil.store.warehouse.MIRROR_FORMAT`), as the first
+    query would (``Env.catalog``): ``veil serve`` does it at start, so no analyst's first query pays for the copies.
+    A table that cannot be copied is left unserved, with its reason, as there. Nothing to do without analysts."""
+    from veil.server import catalog
+
+    if not policy.analysts:
+        return
+    with QuerySession(policy, sorted(policy.analysts)[0]) as qs:
+        catalog.analyst_catalog(qs)
 
 
 def _ready(index: int, started: Any) -> None:

@@ -57,6 +57,7 @@ __all__ = [
     "table_names",
     "write_table",
     "writer",
+    "writer_waiting",
     "written_version",
 ]
 
@@ -94,7 +95,12 @@ class _Gate:
 
     Statements on reader cursors run under :func:`reading`; :func:`writer` waits until none runs (and
     lets no new one start) before it closes the reader, so a curator write or a bounded-copy build
-    never pulls a connection from under a running query.
+    never pulls a connection from under a running query. A charged run holds it from its last check to
+    its last statement (``Env.pinned``), so the gate prefers writers: while one waits, a thread that
+    holds no read yet waits too (behind the writer), and one that holds one (a pinned run's next
+    statement) goes on, so the runs already holding it end, the write runs, and the new ones follow.
+    A write thus waits at most for the longest run that held the gate when it asked (``veil serve``
+    bounds each by the statement timeout), never for a stream of later ones.
     """
 
     def __init__(self) -> None:
@@ -102,6 +108,12 @@ class _Gate:
         self._readers: dict[int, int] = {}  # thread → nested shared holds
         self._writing = False
         self._owner: int | None = None
+        self._waiting = 0  # writers waiting for the readers to end
+
+    @property
+    def writer_waiting(self) -> bool:
+        with self._cond:
+            return bool(self._waiting)
 
     @contextmanager
     def shared(self) -> Iterator[None]:
@@ -110,8 +122,9 @@ class _Gate:
             yield
             return
         with self._cond:
-            while self._writing:
-                self._cond.wait()
+            if me not in self._readers:  # nested holds in one thread never wait (a writer waits for the outer one)
+                while self._writing or self._waiting:
+                    self._cond.wait()
             self._readers[me] = self._readers.get(me, 0) + 1
         try:
             yield
@@ -131,8 +144,15 @@ class _Gate:
         if me in self._readers:
             raise InternalError("a thread running a statement on the warehouse asked to write it")
         with self._cond:
-            while self._writing or self._readers:
-                self._cond.wait()
+            self._waiting += 1
+            try:
+                while self._writing or self._readers:
+                    self._cond.wait()
+            except BaseException:  # gave up waiting (an interrupt): the readers it held back go on
+                self._waiting -= 1
+                self._cond.notify_all()
+                raise
+            self._waiting -= 1
             self._writing, self._owner = True, me
         try:
             yield
@@ -148,6 +168,11 @@ _CONNECTIONS = _Connections()
 def _gate(path: Path) -> _Gate:
     with _CONNECTIONS.lock:
         return _CONNECTIONS.gates.setdefault(path, _Gate())
+
+
+def writer_waiting(policy_or_path: Policy | Path | str) -> bool:
+    """Does a curator write in this process wait for this file's gate (for tests and checks)?"""
+    return _gate(_db_path(policy_or_path)).writer_waiting
 
 
 @contextmanager
