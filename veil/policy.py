@@ -121,6 +121,10 @@ class TableSpec:
     public: bool = False
     epsilon_total: Fraction | None = None  # cap on the privacy loss of everyone in the table (all analysts + publications)
     delta_total: Fraction | None = None
+    #: Which people the table holds, for the publication gate's linkage rule: two tables of one population may hold the
+    #: same people (a snapshot, a re-ingested copy). None: the policy's one default population, shared by every table
+    #: that declares none — the conservative reading (red team s60 F1).
+    population: str | None = None
 
     def column(self, name: str) -> ColumnSpec:
         try:
@@ -213,7 +217,7 @@ class Policy:
 
 _TOP_KEYS = {"database", "ledger", "defaults", "tables", "analysts", "engine"}
 _ENGINE_KEYS = {"kind", "master", "remote", "database", "warehouse"}
-_TABLE_KEYS = {"privacy_unit", "max_rows_per_unit", "public", "columns", "epsilon_total", "delta_total"}
+_TABLE_KEYS = {"privacy_unit", "max_rows_per_unit", "public", "columns", "epsilon_total", "delta_total", "population"}
 _COLUMN_KEYS = {"type", "lower", "upper", "values", "max_length"}
 _DEFAULT_KEYS = {"epsilon_per_query", "min_epsilon_per_query", "partition_delta", "confidence"}
 #: Largest magnitude a declared numeric bound may have: sums of up to 10¹² such values stay exact enough
@@ -366,6 +370,15 @@ def _parse_table(name: str, raw: Any) -> TableSpec:
             raise PolicyError(f"{where}.epsilon_total must be ≥ 0, got {raw['epsilon_total']}")
     if delta_total is not None:
         delta_total = _probability(delta_total, f"{where}.delta_total", allow_zero=True)
+    population = raw.get("population")
+    if population is not None and (not isinstance(population, str) or not population.strip() or len(population) > 200):
+        raise PolicyError(
+            f"{where}.population must be a non-empty name of at most 200 characters, got {population!r}",
+            hint='Name the people the table holds, e.g. population = "patients"; tables of one population may hold the '
+            "same people",
+        )
+    if public and population is not None:
+        raise PolicyError(f"{where} is public, so it holds no population", hint="Remove population or public")
     return TableSpec(
         name=name,
         columns=MappingProxyType(columns),
@@ -374,6 +387,7 @@ def _parse_table(name: str, raw: Any) -> TableSpec:
         public=public,
         epsilon_total=eps_total,
         delta_total=delta_total,
+        population=None if population is None else population.strip(),
     )
 
 

@@ -374,31 +374,54 @@ def _published_texts(values: Iterable[Any]) -> set[str]:
     return {t for t in (_value_text(v) for v in values) if t is not None}
 
 
+def _population(policy: Any, table: object) -> str:
+    """The population a source table holds (:attr:`veil.policy.TableSpec.population`): its declared name, else ``""``,
+    the policy's one default population — shared by every table that declares none, and by a source the policy no
+    longer lists (the conservative reading: such tables may hold the same people)."""
+    spec = policy.tables.get(table) if isinstance(table, str) else None
+    return "" if spec is None or spec.population is None else "\x00" + spec.population
+
+
+def _of_population(policy: Any, plan: Plan) -> list[tuple[str, Any]]:
+    """The live publications (other than the output this one replaces) whose sources hold the population of
+    ``plan``'s source."""
+    from veil.store.publications import published_tables
+
+    mine = _population(policy, plan.source)
+    return [
+        (table, release)
+        for table, release in sorted(published_tables(policy).items())
+        if table != plan.output
+        and isinstance(release.params, Mapping)
+        and _population(policy, release.params.get("source_table")) == mine
+    ]
+
+
+def _where(policy: Any, plan: Plan) -> str:
+    spec = policy.tables.get(plan.source)
+    named = None if spec is None else spec.population
+    return f"population {named!r}" if named else "the policy's default population (no table declares one)"
+
+
 def check_linkage_values(policy: Any, plan: Plan, frame: pd.DataFrame) -> None:
-    """The name-independent half of :func:`check_linkage`, on the finished output ``frame`` (k-anonymity has no DP
-    guarantee: the gate may read the data): a column this publication publishes value by value (``--sensitive``, or
-    a quasi-identifier where a class keeps one value) is the same attribute as a column of another live publication,
-    *of any source and whatever its name*, when the two publish a value in common; and they may then not be a
-    sensitive column in one and a sensitive or quasi-identifier column in the other (the rule of
-    :func:`check_linkage`). A warehouse commonly holds the same people in two tables (a yearly snapshot, a copy
-    re-ingested under another name, the column renamed ``capital_gain``): ``--sensitive gain`` from each, with other
-    quasi-identifiers, singled out 13 of 60 people's gains by ``p1 JOIN p2 ON p1.gain = p2.capital_gain`` (red team
-    s60 F1). Conservative: two different attributes that share a value (ages and hours of 20–60) are refused too;
-    a generalised label (a range, a set) publishes no value and is not compared."""
+    """The name-independent half of :func:`check_linkage`'s role rule, on the finished output ``frame`` (k-anonymity
+    has no DP guarantee: the gate may read the data): a ``--sensitive`` column here and a quasi-identifier of another
+    live publication of the same population (or the reverse), under other names, are one attribute when the two
+    publish a value in common, and are then refused as :func:`check_linkage` refuses them under one name (a copy of
+    the column re-ingested as ``capital_gain`` and made a quasi-identifier there: red team s60 F1). Two sensitive
+    columns are refused from the parameters already, whatever their values. A generalised label (a range, a set)
+    publishes no value and is not compared. A recoded copy (``gain`` in cents) shares no value and is not found: the
+    curator declares roles, and a quasi-identifier is an attribute the curator says an attacker knows."""
     mine, quasi = _published_value_columns(plan), _quasi_identifiers(plan)
     if not mine and not quasi:
         return
     from veil.store import warehouse
-    from veil.store.publications import published_tables
 
     own = {c: _published_texts(frame[c].unique()) for c in mine | quasi if c in frame.columns}
-    for table, release in sorted(published_tables(policy).items()):
-        if table == plan.output or not isinstance(release.params, Mapping):
-            continue  # the table this one replaces
+    for table, release in _of_population(policy, plan):
         theirs, their_quasi = _value_columns(release), _quasi_identifier_columns(release)
-        same_source = release.params.get("source_table") == plan.source
-        pairs = [(c, d) for c in mine for d in theirs | their_quasi] + [(c, d) for c in quasi - mine for d in theirs]
-        pairs = [(c, d) for c, d in pairs if c in own and not (same_source and c == d)]  # same name: check_linkage's
+        pairs = [(c, d) for c in mine for d in their_quasi - theirs] + [(c, d) for c in quasi - mine for d in theirs]
+        pairs = [(c, d) for c, d in pairs if c in own and c != d]  # one name: check_linkage's
         if not pairs:
             continue
         present = {name for name, _ in warehouse.table_columns(policy, table)}
@@ -417,61 +440,65 @@ def check_linkage_values(policy: Any, plan: Plan, frame: pd.DataFrame) -> None:
                 f"column {c!r} of {plan.source!r} (a {here} column here) publishes {len(shared)} value"
                 f"{'s' * (len(shared) != 1)} that column {d!r} of the live publication {table!r} ({release.id}, of "
                 f"{release.params.get('source_table')!r}, a {there} column there) publishes too, e.g. "
-                f"{sorted(shared)[0]!r}: if the two hold the same people, analysts join the tables on it, and a "
+                f"{sorted(shared)[0]!r}; both tables hold {_where(policy, plan)}: analysts join the tables on it, and a "
                 "person's value is among those both of their groups hold, which can be one value whatever k is",
                 hint=f"Publish the attribute value by value in one live table only: retract {table!r} first (`veil "
                 f"retract {table}`), replace it (--output {table} --replace), publish {c!r} as a quasi-identifier "
-                "generalised to ranges, or leave it out",
+                "generalised to ranges, or leave it out; if the two tables hold different people, declare it: "
+                '`population = "..."` in their [tables.<name>] sections',
             )
 
 
 def check_linkage(policy: Any, plan: Plan) -> None:
-    """Refuse a publication that would publish, value by value, a column of its source that another live publication
-    of the same source publishes too — as a k-anonymous table's ``--sensitive`` column in one of the two, and as a
-    ``--sensitive`` column or a quasi-identifier in the other. The fast, parameter-only half of a policy-wide rule:
-    a column of another name or of another source table is compared by its published values once the output exists
-    (:func:`check_linkage_values`, red team s60 F1), both under the policy-wide :func:`linkage_claim`.
+    """Refuse a k-anonymous publication that, beside another live publication of the same population (the same source
+    table, or another the policy does not declare to hold other people: :attr:`veil.policy.TableSpec.population`),
+    would let an analyst single people out by combining the two. From the release log and the parameters alone (free,
+    before anything is read); replacing the same output, or retracting the other publication first, is allowed.
 
-    Each k-anonymous table is k-anonymous alone; two of one source sharing such a column are one table to an analyst,
-    who joins them on it (``p1 JOIN p2 USING (gain)``): a person's value is then among those both of their groups
-    hold, and that intersection can be one value however large each group is (red team s51 A5: ``--qi age
-    --sensitive gain`` and ``--qi sex,job --sensitive gain`` at k = 5 singled out the gain of 27 of 60 people; a
-    check that k holds in the new table with the shared column as a quasi-identifier passed tables whose every
-    intersection was one value, review of s51). A quasi-identifier publishes its column value by value wherever k
-    holds without generalising it, and a range or set of values elsewhere: ``--qi age --sensitive job`` beside
-    ``--qi hours,job`` singled out the job of 5 of 120 people neither table singles out alone. Two quasi-identifiers
-    of one column stay allowed (k-anonymity assumes an attacker knows them). From the release log and the parameters
-    alone (free, before anything is read); replacing the same output, or retracting the other publication first, is
-    allowed."""
+    * **Two sensitive releases of one population** — both publish ``--sensitive`` columns value by value, whatever
+      they are called: refused. Each k-anonymous table is k-anonymous alone, but an attacker who knows a person's
+      quasi-identifiers finds the person's group in each, and the person's value is among those both groups hold: that
+      intersection can be one value however large each group is (the composition attack of Ganta, Kasiviswanathan and
+      Smith, KDD 2008). Red team s51 A5: ``--qi age --sensitive gain`` and ``--qi sex,job --sensitive gain`` at k = 5
+      singled out the gain of 27 of 60 people; s60 F1: the same through a second source table of the same people and a
+      renamed column (13 of 60), and a rule comparing names or values misses a recoded copy (gain in cents). All
+      sensitive columns of one population are published in one table (``--sensitive a,b``).
+    * **One column in both roles** — ``--sensitive`` in one and a quasi-identifier in the other, by name here (and by
+      published values under other names: :func:`check_linkage_values`). A quasi-identifier publishes its column
+      value by value wherever k holds without generalising it: ``--qi age --sensitive job`` beside ``--qi hours,job``
+      singled out the job of 5 of 120 people neither table singles out alone.
+
+    Quasi-identifier-only tables go together, with each other and beside a sensitive one (k-anonymity assumes an
+    attacker knows them); tables of different declared populations are not compared."""
     mine, quasi = _published_value_columns(plan), _quasi_identifiers(plan)
     if not mine and not quasi:
         return
-    from veil.store.publications import published_tables
-
-    for table, release in sorted(published_tables(policy).items()):
-        if table == plan.output or not isinstance(release.params, Mapping):
-            continue  # the table this one replaces
-        if release.params.get("source_table") != plan.source:
-            continue  # another source: compared by its published values (check_linkage_values)
+    for table, release in _of_population(policy, plan):
         theirs, their_quasi = _value_columns(release), _quasi_identifier_columns(release)
+        source = release.params.get("source_table")
+        if mine and theirs:
+            raise PublicationRefused(
+                f"{table!r} ({release.id}, of {source!r}) already publishes {', '.join(repr(c) for c in sorted(theirs))} "
+                f"value by value as sensitive, and this publication of {plan.source!r} would publish "
+                f"{', '.join(repr(c) for c in sorted(mine))} so; both tables hold {_where(policy, plan)}: an analyst who "
+                "knows a person's quasi-identifiers finds their group in each table, and their value is among those "
+                "both groups hold, which can be one value whatever k is",
+                hint=f"Publish every sensitive column of these people in one table (--sensitive a,b): replace {table!r} "
+                f"(--output {table} --replace) or retract it first (`veil retract {table}`); if the two tables hold "
+                'different people, declare it: `population = "..."` in their [tables.<name>] sections',
+            )
         clash = sorted(
-            [(c, "sensitive", "sensitive") for c in mine & theirs]
-            + [(c, "sensitive", "quasi-identifier") for c in mine & their_quasi - theirs]
-            + [(c, "quasi-identifier", "sensitive") for c in quasi & theirs - mine]
+            [(c, "sensitive", "quasi-identifier") for c in mine & their_quasi]
+            + [(c, "quasi-identifier", "sensitive") for c in quasi & theirs]
         )
         if not clash:
             continue
         column, here, there = clash[0]
-        if here == there:
-            said = f"column {column!r} of {plan.source!r} is also published value by value in {table!r} ({release.id})"
-        else:
-            said = (
-                f"column {column!r} of {plan.source!r} would be a {here} column here and is a {there} column in {table!r} "
-                f"({release.id}), published value by value wherever k holds without generalising it"
-            )
         raise PublicationRefused(
-            f"{said}: analysts would join the two tables on it, and a person's value would be among those both of "
-            "their groups hold, which can be one value whatever k is",
+            f"column {column!r} of {plan.source!r} would be a {here} column here and is a {there} column in {table!r} "
+            f"({release.id}, of {source!r}), published value by value wherever k holds without generalising it; both "
+            f"tables hold {_where(policy, plan)}: analysts would join the two tables on it, and a person's value would "
+            "be among those both of their groups hold, which can be one value whatever k is",
             hint=f"Publish {column!r} unchanged in one table only, or as a quasi-identifier in both: retract {table!r} "
             f"first (`veil retract {table}`), replace it (--output {table} --replace), or leave the column out",
         )
