@@ -69,8 +69,9 @@ the plan cache never keeps a plan with materialised sources; no nested exclusive
 
 Lead (2026-11-28): E1 fixed (MIN/MAX/MEDIAN/quantiles carry their argument's size in ``expansion._sizes``); E2 fixed
 (an operand whose type cannot be told counts as a time in ``validate._check_interval_use``: a difference with a time, or
-a text beside it, is refused); E3 left open as a strict xfail (the build of a grouped public source is not bounded in
-memory before its row limit; ``veil serve --engine-memory`` bounds a connection meanwhile).
+a text beside it, is refused); E3 fixed (each derived public source is evaluated on a DuckDB instance of its own, the
+public mirror attached read-only, under a memory limit and with no disk to spill to: whatever blocking operator it
+holds, a build past the bound is refused free, 0A000; the class-level family is in test_materialisation_memory.py).
 """
 
 from __future__ import annotations
@@ -211,13 +212,36 @@ def test_e2_on_spark_the_private_side_decides_whether_an_interval_aggregate_fail
 
 
 class _Peak:
-    """A spy on ``create_temp`` sampling DuckDB's ``duckdb_memory()`` from a second cursor of the same reader every
-    5 ms while each materialisation is built: its peak bytes (a missed sample can only make the peak look smaller)."""
+    """A spy on ``create_temp`` sampling DuckDB's ``duckdb_memory()`` every 5 ms while each materialisation is built,
+    from a second cursor of the query's reader and of each instance that evaluates a public source on its own
+    (:func:`veil.engines.duckdb._bounded_public_instance`, since the E3 fix): the peak of their sum, less the reader's
+    memory when the build began (a missed sample can only make the peak look smaller)."""
 
     def __init__(self, engine: Any, policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        from veil.engines import duckdb as duckdb_engine
+
         self.engine, self.policy, self.create = engine, policy, engine.create_temp
         self.peaks: list[float] = []
+        self.instances: list[Any] = []
         monkeypatch.setattr(engine, "create_temp", self)
+        instance = duckdb_engine._bounded_public_instance
+
+        def watched(*args: Any) -> Any:
+            con = instance(*args)
+            self.instances.append(con.cursor())
+            return con
+
+        monkeypatch.setattr(duckdb_engine, "_bounded_public_instance", watched)
+
+    @staticmethod
+    def _memory(cursor: Any) -> float:
+        import duckdb
+
+        try:
+            row = cursor.execute("SELECT SUM(memory_usage_bytes) FROM duckdb_memory()").fetchone()
+        except duckdb.Error:
+            return 0.0
+        return float(row[0]) if row and row[0] is not None else 0.0
 
     def __call__(self, name: str, sql: str, max_rows: int) -> int:
         import threading
@@ -226,12 +250,13 @@ class _Peak:
         from veil.store.warehouse import reader_cursor
 
         side, _ = reader_cursor(self.policy)
+        start = self._memory(side)
         peak, stop = [0.0], threading.Event()
 
         def sample() -> None:
             while not stop.is_set():
-                row = side.execute("SELECT SUM(memory_usage_bytes) FROM duckdb_memory()").fetchone()
-                peak[0] = max(peak[0], float(row[0]) if row else 0.0)
+                held = self._memory(side) - start + sum(self._memory(c) for c in list(self.instances))
+                peak[0] = max(peak[0], held)
                 time.sleep(0.005)
 
         thread = threading.Thread(target=sample)
@@ -241,22 +266,20 @@ class _Peak:
         finally:
             stop.set()
             thread.join()
+            for c in self.instances:
+                c.close()
+            self.instances.clear()
             self.peaks.append(peak[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s58 E3 (open, availability): the materialisation's caps bound the rows it writes, not the hash table a "
-    "GROUP BY builds before its LIMIT; a fix bounds the source's input (its tables' row counts) or evaluates public "
-    "sources under a memory limit of their own. Meanwhile `veil serve --engine-memory` bounds each connection",
-)
 def test_e3_a_grouped_public_source_builds_no_more_than_the_cap_before_its_refusal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """MEDIUM (server abuse): 121³ = 1,771,561 groups of ``MAX`` of a public 200-character text are built (~0.5 GB in
     DuckDB's buffers, several times ``MAX_MATERIALISED_BYTES``) by a free ``explain`` before the row cap refuses the
     source; the LIMIT of the ``CREATE … AS`` cannot stop a GROUP BY. Fixed, the source is refused before it is built,
-    or built within (twice) the byte cap."""
+    or built within (twice) the byte cap. Fixed (a public source is evaluated on an instance of its own under a memory
+    limit, :data:`~veil.engines.duckdb.MATERIALISING_MEMORY`): refused free, 0A000, naming the bound."""
     from veil.errors import VeilError
     from veil.proxy._testing import exact_session
     from veil.proxy.multiplicity import MAX_MATERIALISED_BYTES
@@ -270,8 +293,9 @@ def test_e3_a_grouped_public_source_builds_no_more_than_the_cap_before_its_refus
     )
     with exact_session(policy, "a") as s:
         spy = _Peak(s._env.engine, policy, monkeypatch)
-        try:
+        spent = s.budget().spent
+        with pytest.raises(VeilError) as refused:
             s.explain(sql, epsilon=1.0)
-        except VeilError:
-            pass
-        assert all(p <= 2 * MAX_MATERIALISED_BYTES for p in spy.peaks), [f"{p / 1e6:.0f} MB" for p in spy.peaks]
+        assert refused.value.sqlstate == "0A000" and "MiB of memory" in str(refused.value), refused.value
+        assert s.budget().spent == spent
+        assert spy.peaks and all(p <= 2 * MAX_MATERIALISED_BYTES for p in spy.peaks), [f"{p / 1e6:.0f} MB" for p in spy.peaks]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -19,7 +20,7 @@ from sqlglot import exp
 
 from veil.engines.base import EngineError, Result
 from veil.engines.neutral import copy_tree, narrow_sums
-from veil.errors import InternalError
+from veil.errors import InternalError, Unsupported
 from veil.policy import Policy
 from veil.store import warehouse
 
@@ -44,6 +45,40 @@ def _fails_to_bind(cur: duckdb.DuckDBPyConnection, sql: str, exc: duckdb.Error) 
     except duckdb.Error as again:
         return type(again) is type(exc) and str(again).partition("\n")[0] == str(exc).partition("\n")[0]
     return False
+
+
+#: The most memory DuckDB may use while it evaluates one public source that a query materialises (its own instance's
+#: ``memory_limit``, no spilling to disk): twice the byte cap of what a materialisation keeps (64 MiB,
+#: ``veil.proxy.multiplicity.MAX_MATERIALISED_BYTES``), room for its rows and the operators that build them.
+MATERIALISING_MEMORY = 128 << 20
+
+
+def _bounded_public_instance(mirror: Path, threads: int) -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB instance with the public mirror ``mirror`` attached read-only as its default database:
+    sandboxed as the readers are (no file access once attached, no extensions, configuration locked), under a memory
+    limit of :data:`MATERIALISING_MEMORY` and with no temporary directory, so a statement that needs more fails
+    (``OutOfMemoryException``) instead of spilling. DuckDB's memory limit is per instance, not per connection: the
+    readers' instances cannot bound one statement."""
+    config: dict[str, str | bool | int | float | list[str]] = {
+        k: v for k, v in warehouse.SANDBOX_CONFIG.items() if k not in ("enable_external_access", "lock_configuration")
+    }
+    config.update({"memory_limit": f"{MATERIALISING_MEMORY >> 20}MiB", "temp_directory": ""})
+    if threads > 0:
+        config["threads"] = threads
+    con = duckdb.connect(":memory:", config=config)
+    try:
+        con.execute(f"ATTACH {_literal(str(mirror))} AS __veil_public (READ_ONLY)")
+        con.execute("USE __veil_public")
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _q(name: str) -> str:
@@ -72,6 +107,7 @@ class DuckDBEngine:
         self._connection = connection
         self._cursor: duckdb.DuckDBPyConnection | None = None
         self._generation = -1
+        self._building: duckdb.DuckDBPyConnection | None = None
         if policy is not None and public:
             warehouse.ensure_public(policy)
 
@@ -224,19 +260,50 @@ class DuckDBEngine:
         """Evaluate ``sql`` (public data only) once into temporary table ``name`` of this engine's cursor, and return
         its row count; a table of more than ``max_rows`` rows is dropped (the count returned is ``max_rows + 1``).
 
+        The evaluation runs on a DuckDB instance of its own (:func:`_bounded_public_instance`): the public mirror
+        attached read-only, sandboxed like the readers, under a memory limit of :data:`MATERIALISING_MEMORY` and with
+        no disk to spill to. The ``LIMIT`` of the evaluation bounds the rows it keeps, not what a blocking operator
+        of the source holds before the limit can stop it (a ``GROUP BY``, ``DISTINCT``, ``ORDER BY``, window, set
+        operation, or the build side of a join holds its whole input): under the instance's limit whatever the
+        source's operators are, their build fails within the bound, and the source is refused, free
+        (:class:`~veil.errors.Unsupported`; red team s58 E3: 1.77 million groups of a 1 KB text took 2.1 GB of the
+        reader's memory, for a free ``explain``). Its rows are then copied into the temporary table, typed as the
+        query's cursor binds ``sql`` (``DESCRIBE``, no data read).
+
         A temporary table belongs to the connection that made it (each cursor is one, so two sessions never see
         each other's) and works on the read-only sandboxed reader; it is replaced when made again under one name.
-        Any failure is an :class:`EngineError` raised before a private row is read (``before_data``)."""
-        gate = self.pinned()
+        Any failure is an :class:`EngineError` raised before a private row is read (``before_data``). An engine over
+        a bare connection (no policy, so no public mirror) evaluates ``sql`` on its own cursor, unbounded."""
         try:
-            with gate:
+            if self._policy is None:
+                return self._create_temp_here(name, sql, max_rows)
+            with self.pinned():
+                columns = self._cur().execute(f"DESCRIBE {sql}").fetchall()
+                threads = int(self._cur().execute("SELECT current_setting('threads')").fetchall()[0][0])
+            rows = self._evaluate_public(sql, max_rows, threads)
+            with self.pinned():
                 cur = self._cur()
-                # DuckDB answers a CREATE TABLE … AS with the number of rows it wrote
-                row = cur.execute(f"CREATE OR REPLACE TEMP TABLE {_q(name)} AS {sql} LIMIT {int(max_rows) + 1}").fetchone()
-                count = int(row[0]) if row else 0
+                typed = ", ".join(f"{_q(str(c[0]))} {c[1]}" for c in columns)
+                cur.execute(f"CREATE OR REPLACE TEMP TABLE {_q(name)} ({typed})")
+                view = f"{name}_rows"
+                cur.register(view, rows)
+                try:
+                    cur.execute(f"INSERT INTO temp.{_q(name)} SELECT * FROM {_q(view)}")
+                finally:
+                    cur.unregister(view)
+                count = int(rows.num_rows)
                 if count > max_rows:
                     cur.execute(f"DROP TABLE IF EXISTS temp.{_q(name)}")
                 return count
+        except duckdb.OutOfMemoryException:
+            raise Unsupported(
+                f"a public subquery joined to private data needs more than {MATERIALISING_MEMORY >> 20} MiB of memory "
+                "to evaluate: Veil evaluates such a subquery once, before the query, within that bound, and a GROUP BY, "
+                "DISTINCT, ORDER BY, window function, UNION, INTERSECT or EXCEPT, or a join holds its whole input "
+                "while it runs; nothing was charged",
+                hint="Filter the public rows with WHERE before they are grouped, sorted or joined, group by fewer keys, "
+                "or join the public table itself",
+            ) from None
         except duckdb.InterruptException:
             raise EngineError(
                 "the statement was cancelled", hint="Run it again, or raise the statement timeout", before_data=True
@@ -248,6 +315,33 @@ class DuckDBEngine:
                 hint="Narrow the public subquery (fewer rows or columns), or join the public table itself",
                 before_data=True,
             ) from None
+
+    def _create_temp_here(self, name: str, sql: str, max_rows: int) -> int:
+        """:meth:`create_temp` on this engine's own cursor (an engine over a bare connection: no mirror to attach)."""
+        with self.pinned():
+            cur = self._cur()
+            # DuckDB answers a CREATE TABLE … AS with the number of rows it wrote
+            row = cur.execute(f"CREATE OR REPLACE TEMP TABLE {_q(name)} AS {sql} LIMIT {int(max_rows) + 1}").fetchone()
+            count = int(row[0]) if row else 0
+            if count > max_rows:
+                cur.execute(f"DROP TABLE IF EXISTS temp.{_q(name)}")
+            return count
+
+    def _evaluate_public(self, sql: str, max_rows: int, threads: int) -> Any:
+        """The first ``max_rows + 1`` rows of ``sql``, evaluated on a bounded instance over the public mirror (as an
+        Arrow table), under the mirror's reader gate (no curator write replaces the file meanwhile); :meth:`cancel`
+        interrupts it."""
+        if self._policy is None:
+            raise InternalError("only an engine with a policy evaluates public sources on the public mirror")
+        mirror = warehouse.public_path(self._policy)
+        with warehouse.reading(mirror):
+            con = _bounded_public_instance(mirror, threads)
+            try:
+                self._building = con
+                return con.sql(f"{sql} LIMIT {int(max_rows) + 1}").to_arrow_table()
+            finally:
+                self._building = None
+                con.close()
 
     def pinned(self) -> contextlib.AbstractContextManager[None]:
         """The reader's shared gate (:func:`warehouse.reading`), held by every statement on this engine's cursor and,
@@ -283,6 +377,12 @@ class DuckDBEngine:
         return sorted(str(r[0]) for r in self._run("SELECT table_name FROM duckdb_tables() WHERE temporary").rows)
 
     def cancel(self) -> None:
+        building = self._building  # a public source being evaluated on its own instance (create_temp)
+        if building is not None:
+            try:
+                building.interrupt()
+            except duckdb.Error:
+                pass
         cur = self._cursor
         if cur is not None:
             try:
