@@ -212,36 +212,18 @@ def test_e2_on_spark_the_private_side_decides_whether_an_interval_aggregate_fail
 
 
 class _Peak:
-    """A spy on ``create_temp`` sampling DuckDB's ``duckdb_memory()`` every 5 ms while each materialisation is built,
-    from a second cursor of the query's reader and of each instance that evaluates a public source on its own
-    (:func:`veil.engines.duckdb._bounded_public_instance`, since the E3 fix): the peak of their sum, less the reader's
-    memory when the build began (a missed sample can only make the peak look smaller)."""
+    """A spy on ``create_temp`` sampling DuckDB's ``duckdb_memory()`` from a second cursor of the same reader every
+    5 ms while each materialisation is built: its peak bytes (a missed sample can only make the peak look smaller).
+
+    Since the E3 fix the source is evaluated on an instance of its own, bounded by that instance's ``memory_limit``
+    (DuckDB's to enforce; ``test_materialisation_memory.py`` checks the setting and that a build past it is refused):
+    the reader holds only the rows copied in. Sampling that instance from a second cursor while it runs is not done:
+    DuckDB 2.0 then sometimes refuses the evaluation itself ("connection is busy with another call")."""
 
     def __init__(self, engine: Any, policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-        from veil.engines import duckdb as duckdb_engine
-
         self.engine, self.policy, self.create = engine, policy, engine.create_temp
         self.peaks: list[float] = []
-        self.instances: list[Any] = []
         monkeypatch.setattr(engine, "create_temp", self)
-        instance = duckdb_engine._bounded_public_instance
-
-        def watched(*args: Any) -> Any:
-            con = instance(*args)
-            self.instances.append(con.cursor())
-            return con
-
-        monkeypatch.setattr(duckdb_engine, "_bounded_public_instance", watched)
-
-    @staticmethod
-    def _memory(cursor: Any) -> float:
-        import duckdb
-
-        try:
-            row = cursor.execute("SELECT SUM(memory_usage_bytes) FROM duckdb_memory()").fetchone()
-        except duckdb.Error:
-            return 0.0
-        return float(row[0]) if row and row[0] is not None else 0.0
 
     def __call__(self, name: str, sql: str, max_rows: int) -> int:
         import threading
@@ -250,13 +232,12 @@ class _Peak:
         from veil.store.warehouse import reader_cursor
 
         side, _ = reader_cursor(self.policy)
-        start = self._memory(side)
         peak, stop = [0.0], threading.Event()
 
         def sample() -> None:
             while not stop.is_set():
-                held = self._memory(side) - start + sum(self._memory(c) for c in list(self.instances))
-                peak[0] = max(peak[0], held)
+                row = side.execute("SELECT SUM(memory_usage_bytes) FROM duckdb_memory()").fetchone()
+                peak[0] = max(peak[0], float(row[0]) if row else 0.0)
                 time.sleep(0.005)
 
         thread = threading.Thread(target=sample)
@@ -266,9 +247,6 @@ class _Peak:
         finally:
             stop.set()
             thread.join()
-            for c in self.instances:
-                c.close()
-            self.instances.clear()
             self.peaks.append(peak[0])
 
 
