@@ -173,14 +173,14 @@ def test_cancel_reaches_a_source_being_built(session: Any, monkeypatch: pytest.M
     from veil.errors import VeilError
 
     engine = session._env.engine
-    instance = duckdb_engine._bounded_public_instance
+    cursor = duckdb_engine._build_cursor  # one per evaluation, on a reused instance (e3reuse)
 
     def cancelled_soon(*args: Any) -> Any:
-        con = instance(*args)
+        con = cursor(*args)
         threading.Timer(0.05, engine.cancel).start()
         return con
 
-    monkeypatch.setattr(duckdb_engine, "_bounded_public_instance", cancelled_soon)
+    monkeypatch.setattr(duckdb_engine, "_build_cursor", cancelled_soon)
     slow = f"SELECT x.a, COUNT(*) AS s FROM {CUBE} JOIN ages w ON TRUE GROUP BY x.a"  # 2e8 rows, little memory
     spent = session.budget().spent
     with pytest.raises(VeilError, match="cancelled"):

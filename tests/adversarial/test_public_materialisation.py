@@ -104,14 +104,14 @@ def random_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
     # cursor is (MANY, or this thread's _SEED), so D and D′ keep the same rows of it
     from veil.engines import duckdb as duckdb_engine
 
-    instance = duckdb_engine._bounded_public_instance
+    cursor = duckdb_engine._build_cursor  # one per evaluation, on a reused instance (e3reuse)
 
     def seeded(*args: Any) -> Any:
-        con = instance(*args)
+        con = cursor(*args)
         con.execute(f"SELECT setseed({getattr(_SEED, 'value', MANY)})").fetchall()
         return con
 
-    monkeypatch.setattr(duckdb_engine, "_bounded_public_instance", seeded)
+    monkeypatch.setattr(duckdb_engine, "_build_cursor", seeded)
 
 
 _ASKED = iter(range(1, 10**9))
