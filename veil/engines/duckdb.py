@@ -6,6 +6,12 @@ fresh cursor when a curator write in this process reopened the reader. ``public=
 **public mirror** instead — a separate file holding only public and published tables — so SQL run
 there cannot see private tables, Veil's internal tables or their catalog entries.
 Materialising (bounded copies) goes through the curator writer of the warehouse.
+
+Public SQL whose building could hold more than its result (a public-only query, a derived public source a private
+query materialises) runs instead on a **bounded instance**: an in-memory DuckDB instance of its own with the mirror
+attached read-only, sandboxed likewise, under a memory limit of :data:`MATERIALISING_MEMORY` with no disk to spill to.
+Idle instances are reused (:class:`_Instances`), one statement per instance at a time, and closed whenever a curator
+write opens the mirror (:func:`warehouse.on_close`).
 """
 
 from __future__ import annotations
