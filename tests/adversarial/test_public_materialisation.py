@@ -100,9 +100,23 @@ def random_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(parse, "_ALLOWED_TYPES", parse._ALLOWED_TYPES | {exp.Rand})
     needs_try = totality.needs_try
     monkeypatch.setattr(totality, "needs_try", lambda node: not isinstance(node, exp.Rand) and needs_try(node))
+    # a public source is evaluated on an instance of its own (DuckDBEngine.create_temp, s58 E3): seeded as the query's
+    # cursor is (MANY, or this thread's _SEED), so D and D′ keep the same rows of it
+    from veil.engines import duckdb as duckdb_engine
+
+    cursor = duckdb_engine._build_cursor  # one per evaluation, on a reused instance (e3reuse)
+
+    def seeded(*args: Any) -> Any:
+        con = cursor(*args)
+        con.execute(f"SELECT setseed({getattr(_SEED, 'value', MANY)})").fetchall()
+        return con
+
+    monkeypatch.setattr(duckdb_engine, "_build_cursor", seeded)
 
 
 _ASKED = iter(range(1, 10**9))
+#: The seed of the instances that evaluate public sources in this thread (:func:`random_allowed`), MANY by default.
+_SEED = threading.local()
 
 
 def _epsilon() -> float:
@@ -217,6 +231,7 @@ def test_concurrent_sessions_do_not_see_each_others_materialisations(tmp_path: P
     sql = RUN_DEPENDENT[0]
 
     def work(i: int) -> None:
+        _SEED.value = (FEW, MANY)[i]
         try:
             for j in range(10):
                 rel = exact_release(sessions[i], sql, 1.0 + j * 1e-6 + i * 1e-3)

@@ -69,8 +69,9 @@ the plan cache never keeps a plan with materialised sources; no nested exclusive
 
 Lead (2026-11-28): E1 fixed (MIN/MAX/MEDIAN/quantiles carry their argument's size in ``expansion._sizes``); E2 fixed
 (an operand whose type cannot be told counts as a time in ``validate._check_interval_use``: a difference with a time, or
-a text beside it, is refused); E3 left open as a strict xfail (the build of a grouped public source is not bounded in
-memory before its row limit; ``veil serve --engine-memory`` bounds a connection meanwhile).
+a text beside it, is refused); E3 fixed (each derived public source is evaluated on a DuckDB instance of its own, the
+public mirror attached read-only, under a memory limit and with no disk to spill to: whatever blocking operator it
+holds, a build past the bound is refused free, 0A000; the class-level family is in test_materialisation_memory.py).
 """
 
 from __future__ import annotations
@@ -212,7 +213,12 @@ def test_e2_on_spark_the_private_side_decides_whether_an_interval_aggregate_fail
 
 class _Peak:
     """A spy on ``create_temp`` sampling DuckDB's ``duckdb_memory()`` from a second cursor of the same reader every
-    5 ms while each materialisation is built: its peak bytes (a missed sample can only make the peak look smaller)."""
+    5 ms while each materialisation is built: its peak bytes (a missed sample can only make the peak look smaller).
+
+    Since the E3 fix the source is evaluated on an instance of its own, bounded by that instance's ``memory_limit``
+    (DuckDB's to enforce; ``test_materialisation_memory.py`` checks the setting and that a build past it is refused):
+    the reader holds only the rows copied in. Sampling that instance from a second cursor while it runs is not done:
+    DuckDB 2.0 then sometimes refuses the evaluation itself ("connection is busy with another call")."""
 
     def __init__(self, engine: Any, policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
         self.engine, self.policy, self.create = engine, policy, engine.create_temp
@@ -244,19 +250,14 @@ class _Peak:
             self.peaks.append(peak[0])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s58 E3 (open, availability): the materialisation's caps bound the rows it writes, not the hash table a "
-    "GROUP BY builds before its LIMIT; a fix bounds the source's input (its tables' row counts) or evaluates public "
-    "sources under a memory limit of their own. Meanwhile `veil serve --engine-memory` bounds each connection",
-)
 def test_e3_a_grouped_public_source_builds_no_more_than_the_cap_before_its_refusal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """MEDIUM (server abuse): 121³ = 1,771,561 groups of ``MAX`` of a public 200-character text are built (~0.5 GB in
     DuckDB's buffers, several times ``MAX_MATERIALISED_BYTES``) by a free ``explain`` before the row cap refuses the
     source; the LIMIT of the ``CREATE … AS`` cannot stop a GROUP BY. Fixed, the source is refused before it is built,
-    or built within (twice) the byte cap."""
+    or built within (twice) the byte cap. Fixed (a public source is evaluated on an instance of its own under a memory
+    limit, :data:`~veil.engines.duckdb.MATERIALISING_MEMORY`): refused free, 0A000, naming the bound."""
     from veil.errors import VeilError
     from veil.proxy._testing import exact_session
     from veil.proxy.multiplicity import MAX_MATERIALISED_BYTES
@@ -270,8 +271,9 @@ def test_e3_a_grouped_public_source_builds_no_more_than_the_cap_before_its_refus
     )
     with exact_session(policy, "a") as s:
         spy = _Peak(s._env.engine, policy, monkeypatch)
-        try:
+        spent = s.budget().spent
+        with pytest.raises(VeilError) as refused:
             s.explain(sql, epsilon=1.0)
-        except VeilError:
-            pass
-        assert all(p <= 2 * MAX_MATERIALISED_BYTES for p in spy.peaks), [f"{p / 1e6:.0f} MB" for p in spy.peaks]
+        assert refused.value.sqlstate == "0A000" and "MiB of memory" in str(refused.value), refused.value
+        assert s.budget().spent == spent
+        assert spy.peaks and all(p <= 2 * MAX_MATERIALISED_BYTES for p in spy.peaks), [f"{p / 1e6:.0f} MB" for p in spy.peaks]

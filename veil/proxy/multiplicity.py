@@ -23,8 +23,10 @@ generation. A *derived* public source (a derived table or CTE over public tables
 may keep other rows: ties under ``LIMIT`` in DuckDB's parallel sort, parallel float sums rounding otherwise, MIN
 or MAX of a DOUBLE picking 0.0 or -0.0, ``DISTINCT ON`` (red teams s52, s55). So, with ``materialise=True``
 (DuckDB), each derived public source is evaluated **once**, into a temporary table of the connection the query
-runs on (:class:`Materialised`); its probe counts that table's rows, and :func:`read_materialised` makes the
-generated statements read the same table instead of the source's SQL. Whatever the engine's runs would do, the
+runs on (:class:`Materialised`; built on an instance of its own under a memory limit, so whatever operators the
+source holds, building it is bounded: :meth:`~veil.engines.duckdb.DuckDBEngine.create_temp`); its probe counts that
+table's rows, and :func:`read_materialised` makes the generated statements read the same table instead of the
+source's SQL. Whatever the engine's runs would do, the
 query joins exactly the rows the factor was measured on: the class is closed by construction, not by listing
 its constructs. On Spark (``materialise=False``) the source is measured by a run of its own, as before, and the
 rules below (:func:`_row_choices`, :func:`_order_dependent_choices`, a top-level ``LIMIT`` measured without it)
@@ -217,6 +219,12 @@ MAX_MATERIALISED_VALUES = 2_000_000
 #: (:func:`~veil.proxy.expansion.output_bytes`: a public text column's longest value × 4, its concatenations summed, a
 #: number 32): a 61-row public table of 1 KB texts concatenated 20 times over a self-join held 76 MB in 3,721 rows, far
 #: under the value cap (review s18). 64 MiB is the value cap's worth of numbers.
+#:
+#: These caps bound what a materialisation *keeps*. What *building* it holds — a GROUP BY's groups, a DISTINCT's or
+#: COUNT(DISTINCT)'s hash table, a MEDIAN's values, a sort, a join's build side: every operator that consumes its whole
+#: input before the ``LIMIT`` can stop it — is bounded by the engine: DuckDB evaluates each source on an instance of its
+#: own under :data:`~veil.engines.duckdb.MATERIALISING_MEMORY` (twice this cap), with no disk to spill to, and a source
+#: that needs more is refused free (red team s58 E3: 1.77M groups over a 121-row public table held 2.1 GB).
 MAX_MATERIALISED_BYTES = 64 << 20
 #: Meta key on the ``SELECT`` of a derived public source that is materialised: the temporary table's name. Copies of
 #: the tree keep it, so the rewrite's statements are found to read the table (:func:`read_materialised`).

@@ -24,7 +24,7 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -46,6 +46,7 @@ __all__ = [
     "ingest_file",
     "mirror_columns",
     "mirror_version",
+    "on_close",
     "read_table",
     "reader",
     "reader_cursor",
@@ -273,7 +274,23 @@ def reader_generation(policy: Policy | Path | str) -> int:
         return _CONNECTIONS.generation.get(_db_path(policy), 0)
 
 
+#: Called with a warehouse file's path whenever this process closes its reader of that file (a writer opening it, or a
+#: reconfiguration), under the file's exclusive gate: no statement of this process runs on the file meanwhile, so
+#: whatever else holds the file open to read it closes here too (:func:`on_close`).
+_ON_CLOSE: list[Callable[[Path], None]] = []
+
+
+def on_close(hook: Callable[[Path], None]) -> None:
+    """Call ``hook(path)`` whenever this process closes its connections to read ``path`` before a curator write (or a
+    reconfiguration): another module's read-only connections to the file (the bounded instances that evaluate public
+    SQL over the mirror, :mod:`veil.engines.duckdb`) close then, so a write never races one and no statement after it
+    reads the file as it was. Called under the file's exclusive gate and this module's lock: ``hook`` must not wait."""
+    _ON_CLOSE.append(hook)
+
+
 def _close_reader(path: Path) -> None:
+    for hook in _ON_CLOSE:
+        hook(path)
     con = _CONNECTIONS.readers.pop(path, None)
     if con is not None:
         _CONNECTIONS.generation[path] = _CONNECTIONS.generation.get(path, 0) + 1  # cursors taken from it are now stale
