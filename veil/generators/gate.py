@@ -27,10 +27,12 @@ at the CLI) and the transaction writes nothing. The checks:
 * **rare values** (methods without a DP guarantee only, :func:`check_rare_values`): in every column published
   value by value or perturbed (protection ``sensitive``, ``perturbed`` or ``randomised``) that no group guarantee
   covers, every published value that equals a value of the source, compared exactly as published, is held by at
-  least k source rows — the publication's k, else :data:`MIN_VALUE_HOLDERS` — and a published NULL by k source or
-  output rows: a value one person alone holds would otherwise be public exactly when that person is in the source
-  (red team s60 F2: rank swapping's interior values, noise rounded away on an int column, a bounded
-  ``--sensitive`` column).
+  least k source rows (a ``sensitive`` one: by k published rows) — the publication's k, else
+  :data:`MIN_VALUE_HOLDERS` — and a published NULL by k source or output rows: a value one person alone holds would
+  otherwise be public exactly when that person is in the source (red team s60 F2: rank swapping's interior values,
+  noise rounded away on an int column, a bounded ``--sensitive`` column). Where each output row derives from its
+  own source row alone (``Publication.own_values``: noise addition) the rule is per row: only a row that publishes
+  its own rare value is refused — a per-value rule would itself tell the person's presence (s60 review).
 
 >>> try:
 ...     check_plan_values({"k": 1})
