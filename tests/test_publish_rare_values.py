@@ -69,11 +69,12 @@ def _verify(
     how=st.sampled_from(gate.VALUE_PROTECTIONS),
 )
 def test_a_published_source_value_needs_k_holders(holders: int, k: int | None, how: str) -> None:
-    """Value 7 held by ``holders`` source rows, published once among values everyone else shares: refused exactly
-    when ``holders`` < k (the publication's k, else ``MIN_VALUE_HOLDERS``), whatever the protection."""
+    """Value 7 held by ``holders`` source rows, published once among values everyone else shares (a ``sensitive``
+    column copies it: once per holder): refused exactly when ``holders`` < k (the publication's k, else
+    ``MIN_VALUE_HOLDERS``), whatever the protection."""
     need = k if k is not None else gate.MIN_VALUE_HOLDERS
     source = [7] * holders + [1] * 20 + [2] * 20
-    published = [7, *([1] * 20), *([2] * 20)]
+    published = [*([7] * (holders if how == "sensitive" else 1)), *([1] * 20), *([2] * 20)]
     if holders < need:
         with pytest.raises(PublicationRefused, match=r"column 'x' .* 1 value as it is that fewer than k = \d+ source rows"):
             _verify(published, source, how=how, k=k)
@@ -211,14 +212,14 @@ def test_rank_swapping_publishes_ordinary_data_and_no_lone_value(tmp_path: Path,
 @pytest.mark.parametrize("a", ["0.1", "0.3", "1.0"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_noise_addition_never_rounds_a_lone_value_back_to_itself(tmp_path: Path, a: str, seed: int) -> None:
-    """Ages of 20–59 plus person 7's lone 88 (everyone else's held by about 5 rows): whatever a, no published age is one
-    that fewer than k source rows hold, 88 included — redrawn, or the release refused."""
+    """Ages of 20–59 plus person 7's lone 88 (everyone else's held by about 5 rows, many by fewer): whatever a, the
+    release publishes — each row whose noise rounded back to its own rare value redrawn, so the gate's per-row rule
+    (checked on the actual row alignment) passes. Per row, not per value: another row's noise may land on 88 as it
+    would without person 7 (tests/test_publish_rare_values_neighbours.py)."""
     frame = _people(200, seed, lone=False)
     frame.loc[7, "age"] = 88
     out = _published(_world(tmp_path, frame), "sdc", {"method": "noise_addition", "columns": ["age"], "params": [f"a={a}"]})
-    if out is not None:
-        assert 88 not in set(out["age"])
-        assert not gate.rare_values(out["age"], frame["age"], gate.MIN_VALUE_HOLDERS)
+    assert out is not None, "noise addition of ordinary ages with one lone age was refused"
 
 
 @pytest.mark.parametrize(

@@ -27,10 +27,12 @@ at the CLI) and the transaction writes nothing. The checks:
 * **rare values** (methods without a DP guarantee only, :func:`check_rare_values`): in every column published
   value by value or perturbed (protection ``sensitive``, ``perturbed`` or ``randomised``) that no group guarantee
   covers, every published value that equals a value of the source, compared exactly as published, is held by at
-  least k source rows — the publication's k, else :data:`MIN_VALUE_HOLDERS` — and a published NULL by k source or
-  output rows: a value one person alone holds would otherwise be public exactly when that person is in the source
-  (red team s60 F2: rank swapping's interior values, noise rounded away on an int column, a bounded
-  ``--sensitive`` column).
+  least k source rows (a ``sensitive`` one: by k published rows) — the publication's k, else
+  :data:`MIN_VALUE_HOLDERS` — and a published NULL by k source or output rows: a value one person alone holds would
+  otherwise be public exactly when that person is in the source (red team s60 F2: rank swapping's interior values,
+  noise rounded away on an int column, a bounded ``--sensitive`` column). Where each output row derives from its
+  own source row alone (``Publication.own_values``: noise addition) the rule is per row: only a row that publishes
+  its own rare value is refused — a per-value rule would itself tell the person's presence (s60 review).
 
 >>> try:
 ...     check_plan_values({"k": 1})
@@ -314,25 +316,47 @@ def _keys(series: pd.Series) -> pd.Series:
     return series.astype(object).map(value_key)
 
 
-def rare_values(published: pd.Series, source: pd.Series, need: int) -> dict[Any, int]:
+def rare_values(
+    published: pd.Series, source: pd.Series, need: int, *, own: pd.Series | None = None, among_published: bool = False
+) -> dict[Any, int]:
     """The distinct values of ``published`` that equal a value of ``source`` held by fewer than ``need`` of its rows,
     each with how many source rows hold it (:func:`value_key` compares them).
 
     A published NULL counts as held by the source's NULLs or the output's, whichever are more: a method that reads an
     out-of-domain value as missing (k-anonymity) publishes one person's odd value as the table's only NULL.
 
+    ``own`` (row-aligned with ``published``: each output row's own source value): only a row that publishes its own
+    value counts — a method whose every output row derives from its own source row alone (noise addition) publishes
+    another row's rare value as often with that person as without (red team s60 review, finding 1). A published
+    NULL is counted as above. ``among_published``: the values are source values copied (a sensitive column), so a
+    value counts as held by no more rows than publish it — a method that drops rows (k-anonymity's suppression,
+    ``--missing drop``) can leave one of five holders alone in the output (finding 2).
+
     >>> rare_values(pd.Series([1, 2, 2.5, None]), pd.Series([1, 1, 2, None, None]), 2)
     {2.0: 1}
     >>> rare_values(pd.Series([1, 1, None]), pd.Series([1, 1, 9999]), 2) == {value_key(None): 1}
     True
+    >>> rare_values(pd.Series([2.0, 1.0]), pd.Series([1.0, 2.0, 2.0]), 2, own=pd.Series([1.0, 2.0]))
+    {}
+    >>> rare_values(pd.Series([1.0, 2.0]), pd.Series([1.0, 2.0, 2.0]), 2, own=pd.Series([1.0, 1.0])) == {1.0: 1}
+    True
+    >>> rare_values(pd.Series([7.0, 1.0, 1.0]), pd.Series([7.0, 7.0, 1.0, 1.0]), 2, among_published=True) == {7.0: 1}
+    True
     """
     held = _keys(source).value_counts(dropna=False)
     keys = _keys(published)
+    shown = keys.value_counts(dropna=False)
+    candidates = keys
+    if own is not None:
+        same = keys.to_numpy() == _keys(own).to_numpy()
+        candidates = keys[same | (keys == _NULL).to_numpy()]
     out: dict[Any, int] = {}
-    for key in keys.unique():
+    for key in candidates.unique():
         n = int(held.get(key, 0))
         if key == _NULL:
-            n = max(n, int((keys == _NULL).sum()))
+            n = max(n, int(shown.get(key, 0)))
+        if among_published:
+            n = min(n, int(shown.get(key, 0)))
         if 0 < n < need:
             out[key] = n
     return out
@@ -352,11 +376,24 @@ def check_rare_values(plan: Plan, pub: Publication, frame: pd.DataFrame, train: 
     Every column whose protection is in :data:`VALUE_PROTECTIONS`, except those the group check covers (MDAV's,
     DBSCAN's, k-anonymity's group columns: each published value is shared by at least k output rows, each their
     group's aggregate), compared with the same column of the source rows (``train``; for a row-aligned method,
-    ``source_rows`` of it: the rows the method read).
+    ``source_rows`` of it: the rows the method read). Two forms of the rule:
+
+    * per value, where output values are source values moved or copied (rank swapping, a ``sensitive`` column):
+      no published value may equal a value fewer than k source rows hold — for a ``sensitive`` column, fewer than k
+      *published* rows (a value copied from five rows, four of them dropped by the method, is one person's);
+    * per row, where each output row derives from its own source row alone (``pub.own_values``: noise addition):
+      no output row may publish, as it is, its own source value when fewer than k source rows hold it. A row whose
+      noise lands on *another* row's rare value is published as it would be without that person: refusing (or
+      redrawing) every copy of a rare value would empty the histogram around it exactly when its holder is present
+      (red team s60 review, finding 1).
     k: the publication's own (``min_group``, or the plan's ``k``), else :data:`MIN_VALUE_HOLDERS`. Never called
     for a DP release: a data-dependent refusal of one would itself leak."""
     need = pub.min_group if pub.min_group is not None else int(plan.checks.get("k", MIN_VALUE_HOLDERS))
+    aligned: pd.DataFrame | None = None
     if pub.source_rows is not None:
+        if pub.own_values:
+            # each output row's own source row, for the per-row rule
+            aligned = train.iloc[np.asarray(pub.source_rows)]
         # a row-aligned method's source is the rows it read (a row it left out for a missing value contributes
         # nothing, and a published value that happens to equal its value says nothing about it)
         train = train.iloc[np.unique(np.asarray(pub.source_rows))]
@@ -365,7 +402,13 @@ def check_rare_values(plan: Plan, pub: Publication, frame: pd.DataFrame, train: 
         prot = pub.protection(str(name))
         if prot is None or prot.how not in VALUE_PROTECTIONS or name in pub.group_columns or name not in train.columns:
             continue
-        rare = rare_values(frame[name], train[name], need)
+        rare = rare_values(
+            frame[name],
+            train[name],
+            need,
+            own=None if aligned is None else aligned[name].reset_index(drop=True),
+            among_published=prot.how == "sensitive",
+        )
         checked[str(name)] = len(rare)
         if rare:
             shown = ", ".join(f"{_shown(key)} ({n} row{'s' * (n != 1)})" for key, n in list(rare.items())[:3])

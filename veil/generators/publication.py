@@ -107,7 +107,10 @@ class Publication:
     """A plug-in's result. ``frame``: the table (None for a model). ``columns``: how each column of
     ``frame`` was produced. ``synthetic``: no output row is derived from one input row (the
     distance-to-closest-record check applies). ``source_rows``: for row-aligned methods, the input
-    row behind each output row. ``group_columns``/``min_group``: the output's rows, grouped on these
+    row behind each output row. ``own_values``: with ``source_rows``, each output row's values derive from
+    its own source row alone (noise addition), so the gate's rare-value rule is per row; otherwise output
+    values may be other rows' values moved or copied (rank swapping, a sensitive column) and the rule is
+    per value. ``group_columns``/``min_group``: the output's rows, grouped on these
     columns, form groups of at least ``min_group`` (k-anonymity, microaggregation). ``sensitive``:
     unchanged sensitive columns (ℓ-diversity reported). ``labels``: per generalised column, the labels of the
     method's own that are not domain values and that the gate accepts there — known before the data is read (a
@@ -120,6 +123,7 @@ class Publication:
     columns: tuple[ColumnProtection, ...] = ()
     synthetic: bool = False
     source_rows: np.ndarray | None = None
+    own_values: bool = False
     group_columns: tuple[str, ...] = ()
     min_group: int | None = None
     sensitive: tuple[str, ...] = ()

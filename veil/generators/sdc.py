@@ -295,17 +295,22 @@ def code_rare_values(source: np.ndarray, published: np.ndarray, k: int, *, integ
 
     The rows to recode, in rank order of their published values, are cut into windows of ``k`` rows (the last one
     takes the remainder) and each window is published as its mean — microaggregation of the rare values only, so
-    the common values stay as they are. A window whose mean (rounded, on an ``integer`` column, as it is published)
+    the common values stay as they are. Fewer than ``k`` such rows make a window filled up to ``k`` with their nearest
+    other rows in rank order (recoded too): the mean of two rare values alone would give either from the other (red
+    team s60 review, finding 3). A window whose mean (rounded, on an ``integer`` column, as it is published)
     is itself such a rare value is merged with its neighbour; one window left that still is becomes the nearest value
     to its mean that at least ``k`` source rows hold (on an ``integer`` column: the nearest integer that fewer than
     ``k`` rows do not hold), or stays for the gate to refuse.
 
-    >>> code_rare_values(np.array([1.0, 1, 1, 7, 9, 9, 9]), np.array([9.0, 1, 7, 1, 9, 1, 9]), 3).tolist()
-    [9.0, 1.0, 9.0, 1.0, 9.0, 1.0, 9.0]
+    >>> np.round(code_rare_values(np.array([1.0, 1, 1, 7, 9, 9, 9]), np.array([9.0, 1, 7, 1, 9, 1, 9]), 3), 3).tolist()
+    [8.333, 1.0, 8.333, 1.0, 8.333, 1.0, 9.0]
     >>> code_rare_values(np.array([1.0, 2, 6, 10, 11, 15]), np.array([15.0, 11, 10, 6, 2, 1]), 3).tolist()
     [12.0, 12.0, 12.0, 3.0, 3.0, 3.0]
     >>> code_rare_values(np.arange(1.0, 11), np.arange(1.0, 11), 5, integer=True).tolist() == [11.0] * 10
     True
+    >>> code_rare_values(np.array([1.0] * 6 + [2.0] * 6 + [12.0, 99.0]), np.array([1.0] * 6 + [2.0] * 6 + [12.0, 99.0]),
+    ...                  5).tolist()[-6:]
+    [2.0, 23.4, 23.4, 23.4, 23.4, 23.4]
     """
     values, counts = np.unique(source[~np.isnan(source)], return_counts=True)
     rare_values = values[counts < k]
@@ -314,6 +319,8 @@ def code_rare_values(source: np.ndarray, published: np.ndarray, k: int, *, integ
     marked = np.flatnonzero(np.isin(np.rint(out) if integer else out, rare_values))
     if not len(marked):
         return out
+    if len(marked) < k <= len(out):
+        marked = _fill_window(out, marked, k)
     order = marked[np.argsort(out[marked], kind="stable")]
     cuts = list(range(0, len(order), k))
     if len(cuts) > 1 and len(order) - cuts[-1] < k:
@@ -333,27 +340,76 @@ def code_rare_values(source: np.ndarray, published: np.ndarray, k: int, *, integ
             continue
         i += 1
     for w in windows:
-        out[w] = _nearest_allowed(float(out[w].mean()), collides, values[counts >= k], integer=integer)
+        out[w] = _nearest_allowed(
+            float(out[w].mean()), collides, values[counts >= k], integer=integer, steps=len(rare_values) + 1
+        )
     return out
 
 
-def _nearest_allowed(mean: float, collides: Any, common: np.ndarray, *, integer: bool) -> float:
+def _fill_window(out: np.ndarray, marked: np.ndarray, k: int) -> np.ndarray:
+    """``marked`` (fewer than ``k`` positions of ``out``) with the nearest other positions in rank order of ``out``
+    added, one at a time on the side whose next value is closer to the window's, until there are ``k``.
+
+    >>> _fill_window(np.array([1.0, 5, 2, 9, 3]), np.array([1]), 3).tolist()
+    [1, 2, 4]
+    """
+    ranked = np.argsort(out, kind="stable")
+    rank = np.empty(len(out), dtype=np.int64)
+    rank[ranked] = np.arange(len(out))
+    taken = np.zeros(len(out), dtype=bool)
+    taken[marked] = True
+    lo, hi = int(rank[marked].min()), int(rank[marked].max())
+    chosen = list(marked.tolist())
+    while len(chosen) < k:
+        while lo > 0 and taken[ranked[lo - 1]]:
+            lo -= 1
+        while hi < len(out) - 1 and taken[ranked[hi + 1]]:
+            hi += 1
+        below = out[ranked[lo]] - out[ranked[lo - 1]] if lo > 0 else np.inf
+        above = out[ranked[hi + 1]] - out[ranked[hi]] if hi < len(out) - 1 else np.inf
+        if below == above == np.inf:
+            break
+        if below <= above:
+            lo -= 1
+            pick = int(ranked[lo])
+        else:
+            hi += 1
+            pick = int(ranked[hi])
+        taken[pick] = True
+        chosen.append(pick)
+    return np.sort(np.asarray(chosen, dtype=np.int64))
+
+
+def _step(v: float, direction: float) -> float:
+    """The next whole number from ``v`` towards ``direction`` (±1.0) that a float holds: ``v ± 1`` below 2^53,
+    beyond it the next float (itself whole), where ``v - 1.0`` is ``v`` again."""
+    w = v + direction
+    return w if w != v else float(np.nextafter(v, direction * np.inf))
+
+
+def _nearest_allowed(mean: float, collides: Any, common: np.ndarray, *, integer: bool, steps: int) -> float:
     """``mean``, unless ``collides`` refuses it: then on an integer column the nearest integer it does not refuse (a
-    value held by at least k rows or by none; below first), on a float column the nearest value held by at least k
-    rows (``common``), else ``mean`` as it is (the gate then refuses the release: no float one ulp from a person's
-    value passes for another value)."""
+    value held by at least k rows or by none; below first) within ``steps`` on each side — enough when fewer than
+    ``steps`` values collide — on a float column the nearest value held by at least k rows (``common``), else
+    ``mean`` as it is (the gate then refuses the release: no float one ulp from a person's value passes for another
+    value).
+
+    >>> _nearest_allowed(2.0**54, lambda v: v == 2.0**54, np.array([]), integer=True, steps=2) == 2.0**54 - 2
+    True
+    """
     if not collides(mean):
         return mean
     if not integer:
         return float(common[np.argmin(np.abs(common - mean))]) if len(common) else mean
     below = above = float(np.rint(mean))
-    while True:
-        below -= 1.0
+    for _ in range(steps):
+        below = _step(below, -1.0)
         if not collides(below):
             return below
-        above += 1.0
+        above = _step(above, 1.0)
         if not collides(above):
             return above
+    return mean
 
 
 def _integral(x: np.ndarray) -> list[bool]:
@@ -373,30 +429,40 @@ def avoid_rare_values(
     integer: Sequence[bool],
     rounds: int = 64,
 ) -> np.ndarray:
-    """Noise addition's values with every one that, as published (rounded on an ``integer`` column), equals a source
-    value fewer than :data:`veil.generators.gate.MIN_VALUE_HOLDERS` rows hold redrawn — from ``draw()``, a fresh
-    noisy copy of ``x``, at most ``rounds`` times, within ``[lower, upper]``: the noise is then a normal truncated to
-    the domain minus those values, as it is truncated to the domain. Noise much below one unit on an int column
-    rounded person 7's lone 50 back to 50 (red team s60 F2c); what still hits one after ``rounds`` is left for the
-    gate to refuse.
+    """Noise addition's values with every one that, as published (rounded on an ``integer`` column), equals *its own
+    row's* source value when fewer than :data:`veil.generators.gate.MIN_VALUE_HOLDERS` rows hold that value redrawn —
+    from ``draw()``, a fresh noisy copy of ``x``, at most ``rounds`` times, within ``[lower, upper]``: each such value's
+    noise is then a normal truncated to the domain minus that row's own value, as it is truncated to the domain. Noise
+    much below one unit on an int column rounded person 7's lone 50 back to 50 (red team s60 F2c); what still hits
+    after ``rounds`` is left for the gate to refuse.
+
+    Per row, never per value: a row whose noise lands on *another* row's rare value keeps it, as it would without
+    that person. Redrawing every 50 because person 7 holds one emptied the histogram at 50 exactly when person 7 was in
+    the source — a membership oracle (red team s60 review, finding 1).
 
     >>> x = np.array([[40.0]] * 9 + [[50.0]])
     >>> rng = np.random.default_rng(0)
     >>> out = avoid_rare_values(x, x.copy(), lambda: x + 0.3 * rng.standard_normal(x.shape), np.array([1.0]),
     ...                         np.array([99.0]), integer=[True])
-    >>> bool((np.rint(out) == 50).any()), int((np.rint(out) == 40).sum()) > 5
-    (False, True)
+    >>> float(np.rint(out[-1, 0])) != 50.0, int((np.rint(out) == 40).sum()) > 5
+    (True, True)
+    >>> x = np.array([[40.0]] * 9 + [[50.0]])
+    >>> out = avoid_rare_values(x, np.array([[50.0]] * 9 + [[41.0]]), lambda: x + 1.0, np.array([1.0]),
+    ...                         np.array([99.0]), integer=[True])
+    >>> out[:, 0].tolist() == [50.0] * 9 + [41.0]  # other rows' 50s stay: only row 9's own 50 is its own
+    True
     """
     from veil.generators.gate import MIN_VALUE_HOLDERS
 
     out = np.array(noisy, dtype=np.float64, copy=True)
-    rare = []
+    rare = np.zeros(x.shape, dtype=bool)
     for j in range(x.shape[1]):
-        values, counts = np.unique(x[:, j], return_counts=True)
-        rare.append(values[counts < MIN_VALUE_HOLDERS])
+        _, inverse, counts = np.unique(x[:, j], return_inverse=True, return_counts=True)
+        rare[:, j] = counts[inverse.reshape(-1)] < MIN_VALUE_HOLDERS
 
     def hits() -> np.ndarray:
-        return np.column_stack([np.isin(np.rint(out[:, j]) if integer[j] else out[:, j], rare[j]) for j in range(x.shape[1])])
+        shown = np.column_stack([np.rint(out[:, j]) if integer[j] else out[:, j] for j in range(x.shape[1])])
+        return rare & (shown == x)
 
     bad = hits()
     for _ in range(rounds):
@@ -692,6 +758,7 @@ class NoiseAddition(_Refusing):
             upper=upper,
             kinds=kinds,
             moved=moved,
+            info={"own_values": True},  # each output row's values from its own source row alone: the per-row rule
             guarantee=(
                 f"no formal guarantee: each value perturbed by N(0, ({self['a']}·σ)²) truncated to the column's "
                 f"domain; {_PASS_TARGET}"

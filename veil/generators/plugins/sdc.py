@@ -252,6 +252,7 @@ class SDCPlugin(PublishPlugin):
             columns=tuple(prot),
             synthetic=out.source is None and not plan.is_dp,
             source_rows=None if out.source is None else kept[np.asarray(out.source)],
+            own_values=out.source is not None and out.info.get("own_values") is True,
             group_columns=tuple(ctx.columns) if group_k is not None else (),
             min_group=None if group_k is None else int(group_k),
             guarantee=out.guarantee,
