@@ -362,3 +362,42 @@ def test_mirror_writes_racing_statements_never_fail_one_nor_show_rows_no_write_l
 
 def _ages(n: int) -> pd.DataFrame:
     return pd.DataFrame({"a": pd.array(range(n), dtype="Int64"), "txt": ["t"] * n})
+
+
+def test_a_write_landing_between_a_sources_evaluation_and_its_probe_never_fails_the_probe(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The interleaving the racing test above hits about one run in three, forced: the curator rewrites the public
+    table right after a private query's derived public source was evaluated into its temporary table and before the
+    probe counts it there. Before: the write reopened the reader, the probe ran on a fresh cursor without the table,
+    and ``explain`` failed untyped (``the query could not be run: Catalog error``). Now the query's cursor is held from
+    the source's evaluation to its probe: the write waits for them (and the explain answers on one version)."""
+    from veil.engines.duckdb import DuckDBEngine
+    from veil.proxy._testing import exact_session
+    from veil.store import warehouse
+
+    people = pd.DataFrame({"pid": list(range(1, 41)), "age": [20 + i for i in range(40)]}).astype("Int64")
+    policy = policy_with_tables(tmp_path, D1B_POLICY, {"people": people}, {"ages": _ages(60)})
+    created = DuckDBEngine.create_temp
+    writes: list[threading.Thread] = []
+
+    def create_then_write(self: Any, name: str, sql: str, max_rows: int) -> int:
+        count = created(self, name, sql, max_rows)
+        rewrite = {"replace": True, "public": True}
+        write = threading.Thread(target=warehouse.write_table, args=(policy, "ages", _ages(61)), kwargs=rewrite)
+        writes.append(write)
+        write.start()
+        while write.is_alive() and not warehouse.writer_waiting(policy):  # the write either lands or waits on the query
+            write.join(0.005)
+        return count
+
+    monkeypatch.setattr(DuckDBEngine, "create_temp", create_then_write)
+    with exact_session(policy, "a") as s:
+        s.explain(SOURCED, epsilon=1.0)
+    monkeypatch.setattr(DuckDBEngine, "create_temp", created)
+    for write in writes:
+        write.join()
+    assert writes
+    with exact_session(policy, "a") as s:
+        assert list(s.execute("SELECT COUNT(*) FROM ages").rows) == [(61,)]
+        s.explain(SOURCED, epsilon=1.0)

@@ -363,12 +363,14 @@ class DuckDBEngine:
         try:
             if self._policy is None:
                 return self._create_temp_here(name, sql, max_rows)
-            with self.pinned():
-                columns = self._cur().execute(f"DESCRIBE {sql}").fetchall()
-                threads = self._threads()
-            rows = self._evaluate_public(sql, max_rows, threads)
+            # one hold from the DESCRIBE to the insert: the temporary table is made on the cursor that bound ``sql``
+            # (a curator write in between would reopen the reader, and the table land on a new cursor the caller
+            # never checked; e3race). The source's evaluation holds the mirror's gate inside it (warehouse, then
+            # mirror: the one order any thread nests them in; no write holds the warehouse's while it writes the mirror)
             with self.pinned():
                 cur = self._cur()
+                columns = cur.execute(f"DESCRIBE {sql}").fetchall()
+                rows = self._evaluate_public(sql, max_rows, self._threads())
                 typed = ", ".join(f"{_q(str(c[0]))} {c[1]}" for c in columns)
                 cur.execute(f"CREATE OR REPLACE TEMP TABLE {_q(name)} ({typed})")
                 view = f"{name}_rows"

@@ -489,10 +489,16 @@ class Env:
     def _materialised_factor(self, probe: Probe, m: Materialised) -> int:
         """``probe``'s factor over the one evaluation of its source: created on the query's own cursor (the only
         connection that sees it), once per query — a second planning of the same query reads the same table — and
-        counted there."""
+        counted there. The cursor is held (:meth:`DuckDBEngine.pinned`) from the generation check to the count: a
+        curator write in between would reopen the reader, and the count would run on a new cursor without the table
+        (an untyped catalog error, e3race); the write waits for them instead."""
         engine = self.engine
         if not isinstance(engine, DuckDBEngine) or self._scopes == 0:
             raise InternalError("a public source is materialised outside a DuckDB query scope")
+        with engine.pinned():
+            return self._materialised_factor_pinned(engine, probe, m)
+
+    def _materialised_factor_pinned(self, engine: DuckDBEngine, probe: Probe, m: Materialised) -> int:
         generation = engine.cursor_generation()
         if generation != self._temps_generation:  # a curator write took a new cursor: the old one's tables are gone
             self._temps.clear()
