@@ -166,3 +166,29 @@ def test_a_population_is_a_name(tmp_path: Path, value: Any) -> None:
     path.write_text(text.replace("population = True", "population = true"), encoding="utf-8")
     with pytest.raises(PolicyError, match=r"population must be a non-empty name"):
         load_policy(path)
+
+
+@pytest.mark.parametrize("edit", ["dropped", "renamed", "case"])
+def test_a_policy_edit_after_a_release_does_not_make_its_people_other_people(tmp_path: Path, edit: str) -> None:
+    """The population a release was published under is recorded with it (review of session 19): dropping its source's
+    section from the policy, or declaring another population for it afterwards, leaves it in its population; and a
+    population name is read case-folded with its spaces collapsed ("Patients " is "patients")."""
+    from veil.policy import load_policy
+
+    policy = _world(tmp_path, "gain", "trade", populations=("patients", "patients"))
+    _kanon(policy, "people", "p1", ["age"], ["gain"])
+    path = tmp_path / "policy.toml"
+    text = path.read_text(encoding="utf-8")
+    first = text.index("[tables.people]")
+    second = text.index("[tables.people_2025]")
+    if edit == "dropped":
+        text = text[:first] + text[second:]
+    elif edit == "renamed":
+        text = text[:second] + text[second:].replace('population = "patients"', 'population = "register"')
+        text = text.replace('population = "patients"', 'population = "register"', 1)  # people: now "register" too
+        text = text[:second] + text[second:].replace('population = "register"', 'population = "patients"')
+    else:
+        text = text[:second] + text[second:].replace('population = "patients"', 'population = " Patients "')
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(PublicationRefused, match=r"'p1' \(.*already publishes 'gain'"):
+        _kanon(load_policy(path), "people_2025", "p2", ["sex", "job"], ["gain"])

@@ -123,7 +123,8 @@ class TableSpec:
     delta_total: Fraction | None = None
     #: Which people the table holds, for the publication gate's linkage rule: two tables of one population may hold the
     #: same people (a snapshot, a re-ingested copy). None: the policy's one default population, shared by every table
-    #: that declares none — the conservative reading (red team s60 F1).
+    #: that declares none — the conservative reading (red team s60 F1). Case-folded, its spaces collapsed: "Patients" and
+    #: "patients " are one population.
     population: str | None = None
 
     def column(self, name: str) -> ColumnSpec:
@@ -387,7 +388,7 @@ def _parse_table(name: str, raw: Any) -> TableSpec:
         public=public,
         epsilon_total=eps_total,
         delta_total=delta_total,
-        population=None if population is None else population.strip(),
+        population=None if population is None else " ".join(population.split()).casefold(),
     )
 
 

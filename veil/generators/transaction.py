@@ -374,27 +374,46 @@ def _published_texts(values: Iterable[Any]) -> set[str]:
     return {t for t in (_value_text(v) for v in values) if t is not None}
 
 
-def _population(policy: Any, table: object) -> str:
-    """The population a source table holds (:attr:`veil.policy.TableSpec.population`): its declared name, else ``""``,
-    the policy's one default population — shared by every table that declares none, and by a source the policy no
-    longer lists (the conservative reading: such tables may hold the same people)."""
+def _population(policy: Any, table: object) -> str | None:
+    """The population a source table holds now (:attr:`veil.policy.TableSpec.population`): its declared name, else
+    ``""`` — the policy's one default population, shared by every table that declares none; None for a table the
+    policy no longer lists (it may have held anyone)."""
     spec = policy.tables.get(table) if isinstance(table, str) else None
-    return "" if spec is None or spec.population is None else "\x00" + spec.population
+    if spec is None:
+        return None
+    return spec.population or ""  # a declared name is never empty
+
+
+#: The key of a release's params that records its source's population when it was published ("" the default).
+POPULATION_PARAM = "source_population"
+
+
+def _release_populations(policy: Any, release: Any) -> set[str | None]:
+    """Every population a live release may belong to: the one recorded when it was published (a release before that
+    record: unknown) and its source's current one. A policy edit after the publication — the source's section
+    dropped, its population renamed — must not make a release of the same people look like other people's (review of
+    session 19: both let a second ``--sensitive`` release of one population through). None: unknown, which matches
+    every population."""
+    params = release.params
+    recorded = params.get(POPULATION_PARAM) if POPULATION_PARAM in params else None
+    recorded = recorded if isinstance(recorded, str) else None
+    return {recorded, _population(policy, params.get("source_table"))}
 
 
 def _of_population(policy: Any, plan: Plan) -> list[tuple[str, Any]]:
-    """The live publications (other than the output this one replaces) whose sources hold the population of
-    ``plan``'s source."""
+    """The live publications (other than the output this one replaces) that may hold the population of ``plan``'s
+    source: recorded under it, of a source that holds it now, or of unknown population."""
     from veil.store.publications import published_tables
 
     mine = _population(policy, plan.source)
-    return [
-        (table, release)
-        for table, release in sorted(published_tables(policy).items())
-        if table != plan.output
-        and isinstance(release.params, Mapping)
-        and _population(policy, release.params.get("source_table")) == mine
-    ]
+    out = []
+    for table, release in sorted(published_tables(policy).items()):
+        if table == plan.output or not isinstance(release.params, Mapping):
+            continue
+        theirs = _release_populations(policy, release)
+        if None in theirs or mine is None or mine in theirs:
+            out.append((table, release))
+    return out
 
 
 def _where(policy: Any, plan: Plan) -> str:
@@ -697,7 +716,13 @@ def publish(
                 token = secrets.token_hex(8)
                 held_lock.enter_context(warehouse.publication_lock(policy, token))  # until finished: recovery leaves it
                 plain = {k: v for k, v in plan.params.items() if not k.startswith("_")}
-                params = {**plain, **pub.params, "source_table": plan.source, "publication_token": token}
+                params = {
+                    **plain,
+                    **pub.params,
+                    "source_table": plan.source,
+                    POPULATION_PARAM: _population(policy, plan.source) or "",
+                    "publication_token": token,
+                }
                 metrics = {
                     **pub.metrics,
                     "guarantee": pub.guarantee,
