@@ -601,6 +601,15 @@ def main() -> None:
             "stays 8 because one thread per process queues every client of that process behind a long statement "
             "(docs/server.md, `--workers`).",
             "",
+            "2026-11-28, session 19, same host, quiet (1-minute load 1.3–2.5): the analyst pool now starts Python work on "
+            "at most cores ÷ processes threads at once, a job past 50 ms not counted (`--busy-workers`, docs/server.md), "
+            "with `--workers` still 8, so a long statement no longer queues the other clients of its process. One round "
+            "each with `--processes 2`, in the same minutes: main at the s18 end (a93a6bc) gave 312 answers/s at 4.52 ms "
+            "of server CPU per answer (p99 459 ms); this code 362 and 372 answers/s at 4.06–4.11 ms (p99 95–165 ms, 25–27 "
+            "voluntary context switches per statement), and 350–370 in the three rounds of the table above. The 300/s "
+            "target is met at the default `--workers` with `--processes 2`; one process stays near one core's worth "
+            "(225–230 through the wire).",
+            "",
             "### Isolation: one client's cheap query while another sends pathological ones",
             "",
             f"`{CHEAP}` (cached after its first answer) repeated for {args.isolation_seconds:g} s by one client, "
