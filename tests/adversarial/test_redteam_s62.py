@@ -18,11 +18,24 @@ Findings:
   crosses it — e.g. decide per row from that row's own value with a data-independent test (redraw every row whose
   noise rounds back to its own value, whatever the count: noise addition never needs to publish a row unchanged),
   or for value-copying methods recode on a data-independent grid instead of by the holder count.
+
+* F2 (LOW–MEDIUM, server abuse: memory; s58 E3's class one level up) the 128 MiB bound covers one source's
+  *evaluation* only. Its rows are copied into a temporary table of the query's reader cursor (the warehouse reader,
+  DuckDB's default limit, 80 % of RAM), each source capped at ``MAX_MATERIALISED_BYTES`` = 64 MiB, and nothing caps
+  their sum: a private query joining N distinct derived public sources (``JOIN (SELECT p.k, p.name FROM pub p WHERE
+  p.name <> 'z<i>') q<i> ON t.k = q<i>.k``), each one-to-one on its key (fan-out 1, so the query is accepted and
+  answered), holds N × 64 MiB in the reader until its scope ends; N is bounded only by the 4,000-token limit (tens of
+  sources: GBs), per statement, times ``workers`` statements. The witness scales the cap to 64 KiB and holds 3.9
+  caps with four sources. Suggested class-level fix: one budget per query scope for everything materialised (sum of
+  the sources' rows × row bytes against one cap, checked before each build with the cap left), or build the
+  temporary tables on a bounded instance too (the query's private run reads them there only if private data is not
+  on it, so more simply: charge each build against the scope's remaining bytes).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -92,4 +105,65 @@ def test_f1_noise_addition_one_person_moves_only_their_own_row_across_the_holder
     assert abs(with_target - without) <= 1, (
         f"one person (the fifth holder of 47 hours) changes the published count of 47s by {with_target - without}: "
         f"{with_target} with them, {without} without — the rare-value redraw moved the other holders' rows too"
+    )
+
+
+_JOIN_POLICY = """\
+[database]
+path = "w.duckdb"
+[ledger]
+path = "l.sqlite"
+[tables.t]
+privacy_unit = "row"
+[tables.t.columns]
+k = { type = "int", lower = 0, upper = 100000 }
+[tables.pub]
+public = true
+[tables.pub.columns]
+k = { type = "int", lower = 0, upper = 100000 }
+name = { type = "category", max_length = 8 }
+[analysts.a]
+epsilon = 1000000
+"""
+
+
+def test_f2_one_query_holds_at_most_one_cap_of_materialised_public_rows(tmp_path: Path, monkeypatch: Any) -> None:
+    """F2: each derived public source a private query joins is evaluated into a temporary table of the *reader's*
+    cursor (outside the bounded instances' 128 MiB), each capped at ``MAX_MATERIALISED_BYTES`` (64 MiB) — but
+    nothing caps their sum: a query joining N distinct sources, each keyed one-to-one (fan-out 1, so the query is
+    accepted and answered), holds N × 64 MiB in the reader until it ends, N bounded only by the query's 4,000 tokens.
+    Scaled down here (the cap patched to 64 KiB, 1,000-row sources): four sources hold four caps at once. Property:
+    the materialised rows one query holds at once stay within one cap."""
+    from veil.engines import duckdb as engine_module
+    from veil.policy import load_policy
+    from veil.proxy import multiplicity
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    cap = 64 << 10
+    monkeypatch.setattr(multiplicity, "MAX_MATERIALISED_BYTES", cap)
+    (tmp_path / "policy.toml").write_text(_JOIN_POLICY, encoding="utf-8")
+    policy = load_policy(tmp_path / "policy.toml")
+    write_table(policy, "t", pd.DataFrame({"k": range(50)}), replace=True)
+    pub = pd.DataFrame({"k": range(1000), "name": [f"n{i:06d}" for i in range(1000)]})
+    write_table(policy, "pub", pub, replace=True, public=True)
+    held: dict[str, float] = {}  # each temporary table's share of the cap, by name
+    original = engine_module.DuckDBEngine.create_temp
+
+    def spy(self: Any, name: str, sql: str, max_rows: int) -> int:
+        count = original(self, name, sql, max_rows)
+        held[name] = min(count, max_rows) / max_rows
+        return count
+
+    monkeypatch.setattr(engine_module.DuckDBEngine, "create_temp", spy)
+    joins = " ".join(f"JOIN (SELECT p.k, p.name FROM pub p WHERE p.name <> 'z{i}') q{i} ON t.k = q{i}.k" for i in range(4))
+    session = exact_session(policy, "a")
+    try:
+        answer = session.execute(f"SELECT COUNT(*) FROM t {joins}")
+    finally:
+        session.close()
+    assert answer.rows, "the query is answered (fan-out 1 per source)"
+    assert sum(held.values()) <= 1.0, (
+        f"one query held {len(held)} materialised public sources at once, {sum(held.values()):.2f} times the per-source cap "
+        f"of {cap} bytes (scaled; 64 MiB each in production, N sources up to the token limit)"
     )
