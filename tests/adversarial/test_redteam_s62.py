@@ -30,6 +30,23 @@ Findings:
   the sources' rows × row bytes against one cap, checked before each build with the cap left), or build the
   temporary tables on a bounded instance too (the query's private run reads them there only if private data is not
   on it, so more simply: charge each build against the scope's remaining bytes).
+
+What held (tried, no witness): the grammar refuses STRING_AGG, LIST, LPAD, REPEAT in public sources (no row larger
+than its byte bound from one function); a source with ``ORDER BY … LIMIT`` or ``DISTINCT … LIMIT … OFFSET`` is
+evaluated as written (the appended ``LIMIT max_rows + 1`` does not clash); several sources in one query are built one
+after another, one bounded instance at a time; ``_compare_on_grid`` (by reading): only ``>=``/``<`` (and their flips)
+with a plain literal of at most 15 digits and ``k >= 0``, on the clamped copy's own value, where ``c · 2^k`` is exact
+(no underflow for ``k >= 0``), NULL/NaN (NULL in the copy) keep their truth value, ``NOT`` and ``-v`` included;
+``_non_null_columns`` (by reading): only top-level conjuncts of the query's own ``WHERE`` comparing a qualified bare
+column with a literal, or ``IS NOT NULL``; parenthesised, ``OR``, ``NOT``, other-column comparisons not shared — no
+shape found where ``COUNT(y) != COUNT(*)`` yet shared; exact answers shared vs unshared agreed on 17 more WHERE shapes
+(``(y >= 0)``, ``NOT NOT y IS NULL``, ``y IS NOT NULL = TRUE``, ``y >= 0 IS NOT FALSE``, ``y IS [NOT] DISTINCT FROM
+1.5``, ``y >= -0.0``, ``COALESCE(y, 0) >= 0``, ``y::INT >= 0``, …). ``WHERE y >= 0 = (x > 0)`` renders unparenthesised
+and DuckDB refuses it (22000 'Parser error') — free, the same in every world (a LOW usability bug, no witness).
+Not tried for lack of time: charge-then-fail under the pin
+(item 2); a composition of a k-anonymous ``--sensitive gain`` with a non-k-anonymous non-DP release of the same
+people (``sdc noise_addition``/``rank_swapping`` of ``gain``: ``check_linkage`` compares kanon releases only, so the
+noisy copy picks the exact value out of the person's k-anonymous group — a hypothesis, no witness).
 """
 
 from __future__ import annotations
