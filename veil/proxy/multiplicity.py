@@ -48,7 +48,7 @@ FROM r) AS __veil_src WHERE NOT __veil_src.rid IS NULL GROUP BY __veil_src.rid) 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -251,6 +251,23 @@ class Materialised:
         by_values = MAX_MATERIALISED_VALUES // max(1, len(self.columns))
         by_bytes = MAX_MATERIALISED_BYTES // max(1, self.row_bytes)
         return max(1, min(MAX_MATERIALISED_ROWS, by_values, by_bytes))
+
+    def max_rows_beside(self, held: Iterable[tuple[int, int, int]]) -> int:
+        """The most rows this source may hold beside the ``held`` ones (rows, values, bytes of each source the same
+        query already materialised): the caps bound all of one query's sources together, not each (red team s62 F2:
+        N sources of 64 MiB each, one-to-one joins, held N × 64 MiB of the reader for the whole query); 0 when nothing
+        is left."""
+        rows = values = size = 0
+        for r, v, b in held:
+            rows, values, size = rows + r, values + v, size + b
+        by_rows = MAX_MATERIALISED_ROWS - rows
+        by_values = (MAX_MATERIALISED_VALUES - values) // max(1, len(self.columns))
+        by_bytes = (MAX_MATERIALISED_BYTES - size) // max(1, self.row_bytes)
+        return max(0, min(self.max_rows, by_rows, by_values, by_bytes))
+
+    def held(self, rows: int) -> tuple[int, int, int]:
+        """What ``rows`` rows of this source hold: (rows, values, a bound on their bytes)."""
+        return rows, rows * len(self.columns), rows * self.row_bytes
 
     def read(self) -> exp.Select:
         """``SELECT c0 AS <name0>, … FROM <temporary table>``: the source's rows under its own column names."""

@@ -48,15 +48,12 @@ from veil.errors import (
 )
 from veil.mechanisms.budget import as_epsilon, format_epsilon
 from veil.policy import Policy, file_stamp, load_policy
-from veil.proxy import bounding, fixed_point, pipeline, plan_cache
+from veil.proxy import bounding, fixed_point, multiplicity, pipeline, plan_cache
 from veil.proxy.add_noise import PRODUCTION, NoiseSource
 from veil.proxy.answer import Answer, BudgetStatus, Explanation, OutputColumn, explanation
 from veil.proxy.catalog import Catalog, build_catalog, public_types
 from veil.proxy.expansion import SCALAR_TEXT_BYTES
 from veil.proxy.multiplicity import (
-    MAX_MATERIALISED_BYTES,
-    MAX_MATERIALISED_ROWS,
-    MAX_MATERIALISED_VALUES,
     Materialised,
     Probe,
 )
@@ -264,6 +261,7 @@ class Env:
         #: the current query's materialised public sources (temporary tables of ``engine``'s cursor) and their
         #: factors, dropped when its outermost pipeline run ends (``query_scope``)
         self._temps: dict[str, int] = {}  # name → rows
+        self._temp_sizes: dict[str, tuple[int, int, int]] = {}  # name → (rows, values, bytes) held, for the query's caps
         self._undropped: list[str] = []  # temporary tables whose drop failed (dropped at the next query's start)
         self._temp_factors: dict[tuple[str, str], int] = {}  # (name, probe) → factor
         self._temps_generation: int | None = None  # the generation of the cursor that holds them
@@ -466,7 +464,7 @@ class Env:
         finally:
             self._scopes -= 1
             if self._scopes == 0 and self._temps:
-                names, self._temps, self._temp_factors = list(self._temps), {}, {}
+                names, self._temps, self._temp_factors, self._temp_sizes = list(self._temps), {}, {}, {}
                 if isinstance(engine, DuckDBEngine):
                     self._undropped += [name for name in names if not engine.drop_temp(name)]
 
@@ -503,23 +501,29 @@ class Env:
         if generation != self._temps_generation:  # a curator write took a new cursor: the old one's tables are gone
             self._temps.clear()
             self._temp_factors.clear()
+            self._temp_sizes.clear()
             self._temps_generation = generation
         key = (m.name, probe.sql)
         if key in self._temp_factors:
             return self._temp_factors[key]
         with self._public_work_on_engine():
-            limit = m.max_rows
+            others = [size for name, size in self._temp_sizes.items() if name != m.name]
+            limit = m.max_rows_beside(others)
             if m.name not in self._temps:
                 self._temps[m.name] = limit + 1  # dropped at the scope's end even if creating fails
-                self._temps[m.name] = engine.create_temp(m.name, m.sql, limit)
+                if limit > 0:
+                    self._temps[m.name] = engine.create_temp(m.name, m.sql, limit)
+                self._temp_sizes[m.name] = m.held(min(self._temps[m.name], limit))
             if self._temps[m.name] > limit:
+                beside = f", beside the {len(others)} other public subqueries of this query" if others else ""
                 raise Unsupported(
                     f"a public subquery joined to private data holds more than {limit:,} rows of {len(m.columns)} "
-                    f"columns (up to {m.row_bytes:,} bytes a row); Veil evaluates such a subquery once, before the "
-                    f"query, and holds at most {MAX_MATERIALISED_ROWS:,} rows, {MAX_MATERIALISED_VALUES:,} values and "
-                    f"{MAX_MATERIALISED_BYTES >> 20} MiB",
-                    hint="Filter the public subquery with WHERE, select only the columns the query needs, or join the "
-                    "public table itself",
+                    f"columns (up to {m.row_bytes:,} bytes a row){beside}; Veil evaluates such subqueries once, "
+                    f"before the query, and holds at most {multiplicity.MAX_MATERIALISED_ROWS:,} rows, "
+                    f"{multiplicity.MAX_MATERIALISED_VALUES:,} values and {multiplicity.MAX_MATERIALISED_BYTES >> 20} "
+                    "MiB for all of one query's together",
+                    hint="Filter the public subqueries with WHERE, select only the columns the query needs, join the "
+                    "public tables themselves, or split the query",
                 )
             result = engine.execute(probe.sql)
         factor = max(_int(result.rows[0][0]) if result.rows else 0, 1)
