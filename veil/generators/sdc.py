@@ -419,26 +419,6 @@ def _integral(x: np.ndarray) -> list[bool]:
     return [bool(np.all(x[:, j] == np.rint(x[:, j]))) for j in range(x.shape[1])]
 
 
-def _refuse_rounded_away(x: np.ndarray, noisy: np.ndarray, integer: Sequence[bool], names: Sequence[str], a: float) -> None:
-    """Refuse noise addition whose noise, as first drawn, leaves more than the gate's keep bound
-    (:data:`veil.generators.gate.MAX_KEEP_PROBABILITY`) of a column's rows unchanged as published (noise much below
-    one unit rounded away on an int column, red team s24 A14): :func:`avoid_rare_values` then redraws every such row,
-    which would turn the asked noise level into a shift of one unit rather than refuse it, as the gate did before."""
-    from veil.errors import PublicationRefused
-    from veil.generators.gate import MAX_KEEP_PROBABILITY
-
-    for j, name in enumerate(names):
-        shown = np.rint(noisy[:, j]) if integer[j] else noisy[:, j]
-        share = float(np.mean(shown == x[:, j])) if len(x) else 0.0
-        if share > MAX_KEEP_PROBABILITY:
-            raise PublicationRefused(
-                f"noise addition at a = {a:g} leaves column {name!r} unchanged in {share:.1%} of its rows as drawn "
-                f"(more than {MAX_KEEP_PROBABILITY:.0%}): the noise is rounded away, and the column would be published "
-                "nearly as it is",
-                hint="Use a larger noise level a (e.g. a=0.5 or more for a column of whole numbers with a small spread)",
-            )
-
-
 def avoid_rare_values(
     x: np.ndarray,
     noisy: np.ndarray,
@@ -763,7 +743,6 @@ class NoiseAddition(_Refusing):
         # out-of-domain values redrawn: the noise becomes a normal truncated to the domain
         out, moved = resample_into(noisy, lambda m: x[m] + scale[m] * rng.standard_normal(int(m.sum())), lower, upper)
         integer = _integral(x)
-        _refuse_rounded_away(x, out, integer, list(ctx.columns), self["a"])
         out = avoid_rare_values(x, out, lambda: noise_addition(x, self["a"], rng), lower, upper, integer=integer)
         return _release(
             data,
