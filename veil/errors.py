@@ -273,6 +273,12 @@ class CopyNotReady(VeilError):
     sqlstate = "55000"
 
 
+class WarehouseChanged(CopyNotReady):
+    """A curator write in this process (a table written, the policy reloaded, a bounded copy built by another session)
+    moved the reader between a query's plan and its charged run: refused before anything is read, refunded if it was
+    reserved. Nothing about the data decides it; running the query again plans it on the new reader."""
+
+
 class BudgetExhausted(VeilError, ValueError):
     """The query's ε cost does not fit in the analyst's remaining budget; nothing was charged."""
 

@@ -230,8 +230,10 @@ def test_a_concurrent_write_never_leaves_a_charged_failure(
         else:  # answered: charged once, from one generation of the copy and of the public table
             assert answer.rows and _spent(s) > before
             assert len(statements) == count, statements
-            if "JOIN pick" in sql:  # the rows the plan measured (one per key), not the write's (a second for 'a')
-                assert sorted(row[:2] for row in answer.rows) == [(0, 13), (1, 13), (2, 13)], answer.rows
+            if "JOIN pick" in sql:  # one version of the public table, the one its plan measured: the old one (one
+                # row per key) or, after a free re-plan on the new reader (WarehouseChanged, retried), the write's
+                got = sorted(row[:2] for row in answer.rows)
+                assert got in ([(0, 13), (1, 13), (2, 13)], [(0, 26), (1, 13), (2, 13)]), answer.rows
         concurrent.join()
         monkeypatch.undo()
         assert s.execute(sql, epsilon=0.5).rows  # asked again, answered

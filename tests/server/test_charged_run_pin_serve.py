@@ -86,7 +86,9 @@ def test_a_rebuild_in_the_server_never_leaves_a_charged_failure(
             assert point == "after the reservation"
         else:
             assert rows and _spent(policy) > before
-            assert point == "between statements"  # the write waited for the run's last statement
+            # the write waited for the run's last statement, or (after the reservation) the run was refunded and
+            # planned again on the new reader, free (QuerySession.execute retries WarehouseChanged)
+            assert point in ("between statements", "after the reservation")
         concurrent.join()
         monkeypatch.undo()
         assert conn.execute(SQL.replace("COUNT(*)", "COUNT(*) AS m")).fetchall()  # asked again, answered

@@ -45,6 +45,7 @@ from veil.errors import (
     QueryRejected,
     UnknownTable,
     Unsupported,
+    WarehouseChanged,
 )
 from veil.mechanisms.budget import as_epsilon, format_epsilon
 from veil.policy import Policy, file_stamp, load_policy
@@ -68,6 +69,11 @@ from veil.store.releases import LoggedStatistics, ReleasedVector, published_tabl
 __all__ = ["Env", "QuerySession"]
 
 log = logging.getLogger("veil.query")
+
+#: How many times :meth:`QuerySession.execute` plans a query again after a free :class:`WarehouseChanged` (another
+#: session's first bounded copy, a curator write in this process) before passing it on: each try is free, and a
+#: write cannot move the reader between a try's check and its charged run (the run holds the reader).
+_REPLANS = 2
 
 T = TypeVar("T")
 
@@ -558,7 +564,7 @@ class Env:
         """Refuse, free, a query whose plan was made on another reader than the engine's now (:meth:`plan_current`):
         its statements would read a bounded copy or public rows it was not planned on, or tables no longer there."""
         if not self.plan_current(generation, materialised):
-            raise CopyNotReady(
+            raise WarehouseChanged(
                 "the warehouse changed while the query was planned (a table was written, the policy reloaded or a "
                 "bounded copy rebuilt in this server or process); nothing was charged",
                 hint="Run the query again",
@@ -1096,7 +1102,14 @@ class QuerySession:
                     )
                 state = pipeline.run(state, self._env, after="prepare")
             else:
-                state = pipeline.run(state, self._env)
+                for attempt in range(_REPLANS + 1):
+                    try:
+                        state = pipeline.run(state, self._env)
+                        break
+                    except WarehouseChanged:  # free; another write in this process moved the reader: plan again
+                        if attempt == _REPLANS:
+                            raise
+                        state = self._state(sql, epsilon)
         if state.answer is None:
             raise InternalError("the pipeline ended without an answer")
         a = state.answer
