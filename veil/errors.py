@@ -57,6 +57,7 @@ __all__ = [
     "VacuousParameter",
     "ValueTooLarge",
     "VeilError",
+    "WarehouseChanged",
     "did_you_mean",
 ]
 

@@ -27,7 +27,7 @@ def test_veil_serve_subprocess_answers_psql(tmp_path: Path, shared_data: Path) -
             *(sys.executable, "-m", "veil.cli.main", "serve", "--policy", str(policy), "--port", "0"),
             *("--statement-timeout", "30", "--max-connections", "10", "--max-connections-per-analyst", "3"),
             *("--auth-timeout", "20", "--max-query-tokens", "3000", "--catalog-timeout", "4", "--workers", "4"),
-            *("--public-query-timeout", "60"),
+            *("--public-query-timeout", "60", "--busy-workers", "2"),
         ],
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
