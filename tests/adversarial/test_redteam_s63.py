@@ -1,0 +1,147 @@
+"""Red team, session 63: the DuckDB query path as it is on main at dbaa4d3 (2026-11-28) — AVG/VARIANCE sharing
+COUNT(*), the pooled bounded instances, the free re-plan after a concurrent write, the memory caps, and the classic
+classes with fresh variants. Neighbouring worlds D / D′ differ in one privacy unit; noise off (``exact_session``).
+
+Each finding's test is a strict xfail (it fails loudly, XPASS, once the bug is fixed: then drop the mark).
+
+Findings:
+
+* F1 (HIGH by effect — membership of one person with certainty for a few charged ε; practicality depends on the
+  deployment's engine memory; threat class 2, a deterministic side channel; every interface, the failure is the
+  engine's) — **the charged private run fails on the reader's memory limit, and whether it does is decided by the
+  data**. The 128 MiB bound covers public work only; a private statement runs on the warehouse reader under the
+  process's DuckDB limit (``--engine-memory``, default 80 % of memory / 2N; ``warehouse.set_reader_memory``), and
+  DuckDB does not spill a ``COUNT(DISTINCT …)`` or a text ``GROUP BY`` (``OutOfMemoryException``; the reader's temp
+  directory is set, unused). Past the limit the run ends in ``QueryFailed`` (XX000, charged, nothing released). The
+  memory such a statement needs is a step function of the rows it reads, so an analyst finds the edge with a binary
+  search on a row filter (``WHERE id < k``, each probe charged ε = 0.001, ~12 probes for 5,000 rows) and then asks
+  the one query that is answered in D′ and fails in D (one more row: the target's). Measured on this host (DuckDB
+  2.0, 1 and 2 threads, 8 MiB, 1 KB names): 5 of 5 repeats deterministic at the edge, D fails / D′ answers, the
+  same query at k − 1 answered in both; ``COUNT(DISTINCT name)`` and a private-key ``GROUP BY name`` step at one row
+  (``COUNT(DISTINCT SUBSTRING(name, 1, 1000))`` at this edge did not: both failed from the same k).
+  At a real server's limit (GBs) the same edge is reached with a public join
+  (``COUNT(DISTINCT t.name || p.s)`` over an unpinned join: N × P distinct values of up to 1,024 characters, P tuned
+  by a public WHERE and the value length by ``SUBSTRING(…, 1, L)``), the per-person work bounds (64 MiB of text, 10⁴
+  joined rows) being far above one row's step. Suggested class-level fix: no charged run may end differently because
+  of a resource limit one row can cross — bound each private statement's working set *before the reservation* from
+  public quantities (a declared maximum row count per private table, ``[tables.x] max_rows``, enforced when the
+  bounded copy is built, times the catalog's per-row bytes and the join multiplicity), refuse free past the engine's
+  limit, and run with the limit raised to that bound (or with spilling for every operator Veil generates); at the
+  least document memory beside timing as an unaccounted side channel and keep ``--engine-memory`` far above it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+_F1_POLICY = """\
+[database]
+path = "warehouse.duckdb"
+[ledger]
+path = "ledger.sqlite"
+[tables.t]
+privacy_unit = "row"
+[tables.t.columns]
+id = { type = "int", lower = 0, upper = 10000000 }
+name = { type = "category", max_length = 1024 }
+[analysts.a]
+epsilon = 100000
+"""
+
+_F1_ROWS = 5000
+
+
+def _f1_world(folder: Path, *, target: bool) -> Path:
+    """``_F1_ROWS`` people with distinct 1 KB names (ids 0…n−1); D adds the target (id 0, its own name)."""
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    folder.mkdir(parents=True)
+    path = folder / "policy.toml"
+    path.write_text(_F1_POLICY, encoding="utf-8")
+    names = [f"{i:08d}" * 128 for i in range(_F1_ROWS)]
+    ids = list(range(_F1_ROWS))
+    if target:
+        names.append("Z" * 1024)
+        ids.append(0)
+    write_table(load_policy(path), "t", pd.DataFrame({"id": ids, "name": names}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def f1_sessions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
+    """Exact sessions on D (with the target) and D′, their bounded copies built under DuckDB's default limit; then the
+    readers reopened with 1 thread and 8 MiB (a small ``--engine-memory``), restored afterwards."""
+    from veil.proxy._testing import exact_session
+    from veil.store import warehouse
+
+    base = Path(tmp_path_factory.mktemp("s63f1"))
+    d = exact_session(_f1_world(base / "d", target=True), "a")
+    d_prime = exact_session(_f1_world(base / "dp", target=False), "a")
+    for s in (d, d_prime):
+        s.execute("SELECT COUNT(*) FROM t", epsilon=1.0)  # builds the bounded copy before the limit is lowered
+    before = (warehouse._CONNECTIONS.memory_mib, warehouse._CONNECTIONS.threads)
+    warehouse.set_reader_threads(1)
+    warehouse.set_reader_memory(8)
+    try:
+        yield d, d_prime
+    finally:
+        warehouse.set_reader_memory(before[0])
+        warehouse.set_reader_threads(before[1])
+        d.close()
+        d_prime.close()
+
+
+def _answered(session: Any, sql: str) -> bool:
+    from veil.errors import QueryFailed
+
+    try:
+        session.execute(sql, epsilon=0.001)
+    except QueryFailed:
+        return False
+    return True
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="s63 F1 (HIGH by effect, class 2): a charged private run ends in QueryFailed on the engine's memory limit "
+    "in D and is answered in D′ (one more row crosses the step); the outcome must not depend on one person",
+)
+@pytest.mark.parametrize(
+    "shape",
+    ["SELECT COUNT(DISTINCT name) FROM t WHERE id < {k}", "SELECT name, COUNT(*) FROM t WHERE id < {k} GROUP BY name"],
+)
+def test_f1_a_charged_run_ends_the_same_way_in_neighbouring_worlds_near_the_engines_memory_limit(
+    f1_sessions: tuple[Any, Any], shape: str
+) -> None:
+    """F1: the analyst's calibration (a binary search on ``k`` over rows that exclude nobody in D′, each probe charged
+    ε = 0.001) finds the largest ``k`` that D′ answers; every ``k`` near it must end the same way in D and D′. On main
+    D fails at the edge (its one extra row, the target's, is the one past the limit): QueryFailed, charged, and D′
+    answers — a deterministic membership bit. A world where nothing reaches the limit has no edge: the search then
+    ends at ``_F1_ROWS`` and the comparison holds (the test passes, as a fix that removes the edge should)."""
+    from tests.support.attack_neighbours import compare, exact_release
+
+    d, d_prime = f1_sessions
+    lo, hi = 1, _F1_ROWS + 1
+    if _answered(d_prime, shape.format(k=hi)):
+        lo = hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _answered(d_prime, shape.format(k=mid)):
+            lo = mid
+        else:
+            hi = mid
+    differing = []
+    for k in range(max(1, lo - 2), lo + 3):
+        sql = shape.format(k=k)
+        outcome_d, outcome_dp = exact_release(d, sql, 0.001), exact_release(d_prime, sql, 0.001)
+        if not outcome_d.ok or not outcome_dp.ok:  # both failing alike is no bit; one failing is
+            problems = compare(outcome_d, outcome_dp)
+            if problems:
+                differing.append((k, problems[0][:160]))
+    assert not differing, f"edge at k = {lo}: {differing}"
