@@ -145,3 +145,58 @@ def test_f1_a_charged_run_ends_the_same_way_in_neighbouring_worlds_near_the_engi
             if problems:
                 differing.append((k, problems[0][:160]))
     assert not differing, f"edge at k = {lo}: {differing}"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="s63 F1 through veil serve --engine-memory: the client gets XX000 (charged) in D and rows in D′ at the edge",
+)
+def test_f1_b_through_the_wire_the_edge_query_ends_the_same_way_in_both_servers(tmp_path: Path) -> None:
+    """F1 through ``veil serve`` and psycopg: two servers (D with the target, D′ without) run with
+    ``ServerLimits(engine_memory_mib=8, engine_threads=1)`` — a small ``--engine-memory`` — and the analyst's edge
+    (found over the wire on D′ by a binary search of charged ε = 0.001 probes) must end the same way on both."""
+    import psycopg
+    from click.testing import CliRunner
+
+    from tests.support.server import FAST_BACKOFF, PASSWORD, dsn, running_server
+    from veil.cli.main import cli
+    from veil.proxy._testing import exact_session
+    from veil.server.limits import ServerLimits
+    from veil.store import warehouse
+
+    policies = {}
+    for name, target in (("d", True), ("dp", False)):
+        path = _f1_world(tmp_path / name, target=target)
+        with exact_session(path, "a") as s:
+            s.execute("SELECT COUNT(*) FROM t", epsilon=1.0)  # the bounded copy, under DuckDB's default limit
+        add = ["analyst", "add", "--policy", str(path), "a", "--password-stdin"]
+        result = CliRunner().invoke(cli, add, input=PASSWORD + "\n")
+        assert result.exit_code == 0, result.output
+        policies[name] = path
+    before = (warehouse._CONNECTIONS.memory_mib, warehouse._CONNECTIONS.threads)
+    limits = ServerLimits(engine_memory_mib=8, engine_threads=1, **FAST_BACKOFF)  # type: ignore[arg-type]
+    shape = "SELECT COUNT(DISTINCT name) FROM t WHERE id < {k}"
+    try:
+        with running_server(policies["d"], limits=limits) as sd, running_server(policies["dp"], limits=limits) as sdp:
+
+            def ends(port: int, k: int) -> str:
+                with psycopg.connect(dsn(port, user="a"), autocommit=True) as conn:
+                    conn.execute("SET veil.epsilon = '0.001'")
+                    try:
+                        conn.execute(shape.format(k=k)).fetchall()
+                    except psycopg.Error as exc:
+                        return str(exc.sqlstate)
+                    return "answered"
+
+            lo, hi = 1, _F1_ROWS + 1
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if ends(sdp.port, mid) == "answered":  # type: ignore[attr-defined]
+                    lo = mid
+                else:
+                    hi = mid
+            outcomes = {k: (ends(sd.port, k), ends(sdp.port, k)) for k in range(max(1, lo - 2), lo + 3)}  # type: ignore[attr-defined]
+    finally:
+        warehouse.set_reader_memory(before[0])
+        warehouse.set_reader_threads(before[1])
+    assert all(a == b for a, b in outcomes.values()), f"edge at k = {lo}: {outcomes}"
