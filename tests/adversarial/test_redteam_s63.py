@@ -6,28 +6,30 @@ Each finding's test is a strict xfail (it fails loudly, XPASS, once the bug is f
 
 Findings:
 
-* F1 (HIGH by effect — membership of one person with certainty for a few charged ε; practicality depends on the
-  deployment's engine memory; threat class 2, a deterministic side channel; every interface, the failure is the
-  engine's) — **the charged private run fails on the reader's memory limit, and whether it does is decided by the
+* F1 (MEDIUM: HIGH by effect — one person's membership with certainty for a few charged ε —, but only where the
+  private statement cannot spill; threat class 2, a deterministic side channel; every interface, the failure is the
+  engine's) — **a charged private run fails on the reader's memory limit, and whether it does is decided by the
   data**. The 128 MiB bound covers public work only; a private statement runs on the warehouse reader under the
-  process's DuckDB limit (``--engine-memory``, default 80 % of memory / 2N; ``warehouse.set_reader_memory``), and
-  DuckDB does not spill a ``COUNT(DISTINCT …)`` or a text ``GROUP BY`` (``OutOfMemoryException``; the reader's temp
-  directory is set, unused). Past the limit the run ends in ``QueryFailed`` (XX000, charged, nothing released). The
-  memory such a statement needs is a step function of the rows it reads, so an analyst finds the edge with a binary
-  search on a row filter (``WHERE id < k``, each probe charged ε = 0.001, ~12 probes for 5,000 rows) and then asks
-  the one query that is answered in D′ and fails in D (one more row: the target's). Measured on this host (DuckDB
-  2.0, 1 and 2 threads, 8 MiB, 1 KB names): 5 of 5 repeats deterministic at the edge, D fails / D′ answers, the
-  same query at k − 1 answered in both; ``COUNT(DISTINCT name)`` and a private-key ``GROUP BY name`` step at one row
-  (``COUNT(DISTINCT SUBSTRING(name, 1, 1000))`` at this edge did not: both failed from the same k).
-  At a real server's limit (GBs) the same edge is reached with a public join
-  (``COUNT(DISTINCT t.name || p.s)`` over an unpinned join: N × P distinct values of up to 1,024 characters, P tuned
-  by a public WHERE and the value length by ``SUBSTRING(…, 1, L)``), the per-person work bounds (64 MiB of text, 10⁴
-  joined rows) being far above one row's step. Suggested class-level fix: no charged run may end differently because
-  of a resource limit one row can cross — bound each private statement's working set *before the reservation* from
-  public quantities (a declared maximum row count per private table, ``[tables.x] max_rows``, enforced when the
-  bounded copy is built, times the catalog's per-row bytes and the join multiplicity), refuse free past the engine's
-  limit, and run with the limit raised to that bound (or with spilling for every operator Veil generates); at the
-  least document memory beside timing as an unaccounted side channel and keep ``--engine-memory`` far above it.
+  process's DuckDB limit (``veil serve --engine-memory``, default 80 % of memory / 2N, at least 64 MiB;
+  ``warehouse.set_reader_memory``). Past the limit DuckDB spills to the reader's temp directory
+  (``<warehouse>.tmp``) where it can; where it cannot, the run ends in ``QueryFailed`` (XX000, charged, nothing
+  released): an ``OutOfMemory`` error when the limit is too small to spill into (8 MiB here), an ``IO`` error when the
+  temp directory cannot be created or is full (``max_temp_directory_size``, a disk quota). The memory a ``COUNT(DISTINCT
+  …)`` or a private-key ``GROUP BY`` needs is a step function of the rows it reads, so an analyst finds the edge with a
+  binary search on a row filter (``WHERE id < k``, each probe charged ε = 0.001, ~12 probes for 5,000 rows) and then
+  asks the one query that is answered in D′ and fails in D (one more row: the target's). Measured on this host
+  (DuckDB 2.0): 8 MiB, 1 and 2 threads, 1 KB names — 5 of 5 repeats deterministic at the edge, D fails / D′ answers,
+  k − 1 answered in both; through ``veil serve`` and psycopg the same (XX000 vs rows); ``COUNT(DISTINCT name)`` and
+  ``GROUP BY name`` step at one row (``COUNT(DISTINCT SUBSTRING(name, 1, 1000))`` at this edge did not: both failed
+  from the same k). At 64 MiB, 150,000 distinct 1 KB names: answered (spilled, 4–6 s); the same with the temp path
+  blocked: XX000 (IO error) in 0.5 s. At a real server's limit the working set is the analyst's to choose (a public
+  join multiplies the distinct values, ``SUBSTRING(…, 1, L)`` sets their size), so whether a deployment is exposed
+  depends on its disk, not on the query grammar. Suggested class-level fix: no charged run may end differently
+  because of a resource limit one row can cross — bound each private statement's working set *before the
+  reservation* from public quantities (a declared maximum row count per private table, enforced when the bounded copy
+  is built, times the catalog's per-row bytes and the join multiplicity) and refuse free past what the engine can
+  hold or spill; check at start that the reader can spill (a writable temp directory with room for that bound); and
+  document memory and disk beside timing among the side channels the charge does not cover.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ def _answered(session: Any, sql: str) -> bool:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="s63 F1 (HIGH by effect, class 2): a charged private run ends in QueryFailed on the engine's memory limit "
+    reason="s63 F1 (MEDIUM, class 2): a charged private run ends in QueryFailed on the engine's memory limit "
     "in D and is answered in D′ (one more row crosses the step); the outcome must not depend on one person",
 )
 @pytest.mark.parametrize(
