@@ -30,6 +30,23 @@ Findings:
   is built, times the catalog's per-row bytes and the join multiplicity) and refuse free past what the engine can
   hold or spill; check at start that the reader can spill (a writable temp directory with room for that bound); and
   document memory and disk beside timing among the side channels the charge does not cover.
+
+* F2 (MEDIUM, server abuse — threat class 6: memory; free, any analyst with a login, every interface) — **a public
+  answer of GBs passes the 128 MiB bound**. A public-only query runs on a bounded instance whose DuckDB limit is meant
+  to refuse "an answer of more than ~128 MiB in the engine" (docs/sql.md), and the row and value caps (100,000 rows,
+  1,000,000 values) assume ~0.15–0.6 kB a value. DuckDB holds a *constant* vector once per vector, not once per row:
+  a text literal in the select list (``SELECT '<100 KB>' AS v FROM big``), or a one-row public table's text
+  concatenated 64 times beside a cross join (``SELECT o.s || … || o.s FROM big b, one o``), is built within the limit
+  and expanded row by row only when the answer is fetched into Python — where no bound applies. Measured here: 5,000
+  rows × a 100 KB literal answered (500 MB of values, RSS 1.2 GB, 1.7 s); 30,000 rows × 64 KB (a 1 KB public text ×
+  64) answered (1.9 GB, RSS 2.8 GB, 11 s); the same 64 KB values made distinct per row (``… || CAST(b.b AS VARCHAR)``,
+  10,000 rows, 640 MB) refused 0A000 at 0.4 GB RSS, as documented. A 1 MB literal (one token: within ``veil serve``'s
+  1 MiB / 4,000-token limits) × 100,000 rows (``LIMIT 100000`` over any public cross join) is 100 GB for one free
+  query; several connections at once multiply it. Suggested class-level fix: bound what the *answer* holds, not what
+  the engine's representation holds — fetch it in chunks (Arrow record batches / ``fetchmany``) and refuse, free, once
+  the running total of the values' bytes (texts by their length) passes a byte cap (e.g. 64 MiB), before the next chunk
+  is converted; or have the engine compute the answer's total bytes first (``SUM(octet_length(…))`` over the same
+  ``LIMIT``) and refuse past it. The same check belongs wherever Veil fetches public rows into Python (domains, probes).
 """
 
 from __future__ import annotations
@@ -202,3 +219,82 @@ def test_f1_b_through_the_wire_the_edge_query_ends_the_same_way_in_both_servers(
         warehouse.set_reader_memory(before[0])
         warehouse.set_reader_threads(before[1])
     assert all(a == b for a, b in outcomes.values()), f"edge at k = {lo}: {outcomes}"
+
+
+_F2_POLICY = """\
+[database]
+path = "warehouse.duckdb"
+[ledger]
+path = "ledger.sqlite"
+[tables.t]
+privacy_unit = "row"
+[tables.t.columns]
+id = { type = "int", lower = 0, upper = 100 }
+[tables.big]
+public = true
+[tables.big.columns]
+b = { type = "int" }
+[tables.one]
+public = true
+[tables.one.columns]
+s = { type = "category" }
+[analysts.a]
+epsilon = 100
+"""
+
+#: Rows of ``big`` and the bytes of each answer value: 1,500 × 100,000 bytes = 150 MB, past the 128 MiB bound.
+_F2_ROWS, _F2_VALUE = 1500, 100_000
+_F2_SHAPES = {
+    "a text literal": f"SELECT '{'y' * _F2_VALUE}' AS v FROM big b",
+    "a one-row public text, 64 times": "SELECT " + " || ".join(["o.s"] * 64) + " AS v FROM big b, one o",
+}
+
+
+@pytest.fixture(scope="module")
+def f2_policy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    folder = Path(tmp_path_factory.mktemp("s63f2"))
+    path = folder / "policy.toml"
+    path.write_text(_F2_POLICY, encoding="utf-8")
+    policy = load_policy(path)
+    write_table(policy, "t", pd.DataFrame({"id": [1, 2]}))
+    write_table(policy, "big", pd.DataFrame({"b": range(_F2_ROWS)}), public=True)
+    write_table(policy, "one", pd.DataFrame({"s": ["x" * (_F2_VALUE // 64)]}), public=True)
+    return path
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="s63 F2 (MEDIUM, class 6): a public answer whose values repeat one constant passes the 128 MiB bound "
+    "(DuckDB holds a constant vector once; Python expands it per row): 150 MB answered here, 100 GB possible",
+)
+@pytest.mark.parametrize("shape", sorted(_F2_SHAPES))
+def test_f2_a_public_answer_of_more_than_128_mib_is_refused_whatever_its_values_repeat(f2_policy: Path, shape: str) -> None:
+    """F2: every public answer holding more than ``MATERIALISING_MEMORY`` (128 MiB) of values is refused, free (the
+    documented bound); one whose values differ row by row already is (``… || CAST(b.b AS VARCHAR)``). On main the
+    constant shapes are answered: 1,500 rows of 100 kB."""
+    import veil as veil_api
+    from veil.engines.duckdb import MATERIALISING_MEMORY
+    from veil.errors import VeilError
+
+    try:
+        with veil_api.connect(f2_policy, analyst="a") as db:
+            frame = db.sql(_F2_SHAPES[shape])
+    except VeilError as exc:
+        assert exc.sqlstate in ("0A000", "54000"), exc
+        return
+    held = int(frame["v"].str.len().sum())
+    assert held <= MATERIALISING_MEMORY, f"answered {len(frame):,} rows holding {held / 2**20:.0f} MiB of text"
+
+
+def test_f2_b_the_same_answer_with_values_that_differ_row_by_row_is_refused(f2_policy: Path) -> None:
+    """Control for F2 (passes on main): the 64 copies made distinct per row build a flat vector, which the bounded
+    instance's limit refuses free, as docs/sql.md says."""
+    import veil as veil_api
+    from veil.errors import Unsupported
+
+    flat = "SELECT " + " || ".join(["o.s"] * 63) + " || CAST(b.b AS VARCHAR) AS v FROM big b, one o"
+    with pytest.raises(Unsupported, match="128 MiB"), veil_api.connect(f2_policy, analyst="a") as db:
+        db.sql(flat)
