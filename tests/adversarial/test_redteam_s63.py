@@ -47,6 +47,12 @@ Findings:
   the running total of the values' bytes (texts by their length) passes a byte cap (e.g. 64 MiB), before the next chunk
   is converted; or have the engine compute the answer's total bytes first (``SUM(octet_length(…))`` over the same
   ``LIMIT``) and refuse past it. The same check belongs wherever Veil fetches public rows into Python (domains, probes).
+  The private path has the same gap one level up (charged, ε ≥ 0.001): a literal answer column beside public group
+  keys (``SELECT b.b, '<100 KB>' AS v, COUNT(*) FROM t JOIN big b ON b.b = t.id GROUP BY b.b``) is built by the
+  post-processing connection (512 MB limit) as a constant and expanded in Python: 3,000 groups answered (300 MB, RSS
+  1.7 GB), **and the release log stores the answer**: the ledger grew by 300 MB for that one query (33,333 groups × a
+  1 MB literal, within the 100,000 released values, would write 33 GB for ε = 0.001). There the answer's bytes
+  should count toward the released-values cap, or the log should store the post-processing SQL, not its output.
 """
 
 from __future__ import annotations
@@ -298,3 +304,31 @@ def test_f2_b_the_same_answer_with_values_that_differ_row_by_row_is_refused(f2_p
     flat = "SELECT " + " || ".join(["o.s"] * 63) + " || CAST(b.b AS VARCHAR) AS v FROM big b, one o"
     with pytest.raises(Unsupported, match="128 MiB"), veil_api.connect(f2_policy, analyst="a") as db:
         db.sql(flat)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="s63 F2 on the private path: a literal answer column beside public group keys is expanded past 128 MiB "
+    "and written whole into the ledger's release log (150 MB for one charged query here)",
+)
+def test_f2_c_a_charged_answer_and_its_release_record_stay_bounded(f2_policy: Path) -> None:
+    """F2, private path: 1,500 public groups (``big.b``) × a 100 kB literal column. Refused, or an answer and a ledger
+    record of at most 128 MiB each; on main both hold ~150 MB."""
+    from veil.engines.duckdb import MATERIALISING_MEMORY
+    from veil.errors import VeilError
+    from veil.proxy._testing import exact_session
+
+    ledger = f2_policy.parent / "ledger.sqlite"
+    sql = f"SELECT b.b, '{'y' * _F2_VALUE}' AS v, COUNT(*) AS n FROM t JOIN big b ON b.b = t.id GROUP BY b.b"
+    before = ledger.stat().st_size if ledger.exists() else 0
+    with exact_session(f2_policy, "a") as s:
+        try:
+            answer = s.execute(sql, epsilon=0.001)
+        except VeilError as exc:
+            assert exc.sqlstate in ("0A000", "54000"), exc
+            return
+    held = sum(len(str(row[1])) for row in answer.rows)
+    grown = ledger.stat().st_size - before
+    assert held <= MATERIALISING_MEMORY and grown <= MATERIALISING_MEMORY, (
+        f"{len(answer.rows):,} groups holding {held / 2**20:.0f} MiB; the ledger grew by {grown / 2**20:.0f} MiB"
+    )
