@@ -53,6 +53,11 @@ Findings:
   1.7 GB), **and the release log stores the answer**: the ledger grew by 300 MB for that one query (33,333 groups × a
   1 MB literal, within the 100,000 released values, would write 33 GB for ε = 0.001). There the answer's bytes
   should count toward the released-values cap, or the log should store the post-processing SQL, not its output.
+  And a *free* variant before any charge: a public group key built from a literal (``GROUP BY CAST(b.b AS VARCHAR) ||
+  '<100 KB>'``) has its domain listed on the warehouse reader (DuckDB's default limit) and fetched whole into Python
+  by the prepare pass (``Env.public_domain``), before the released-values check: ``QuerySession.plan`` of 3,000
+  such keys held 1.4 GB RSS and charged nothing; the domain may hold 100,000 keys (``MAX_PUBLIC_GROUPS``) of up to
+  1 MB each (a ``veil serve`` Describe, or the timed planning, runs it).
 """
 
 from __future__ import annotations
@@ -332,3 +337,27 @@ def test_f2_c_a_charged_answer_and_its_release_record_stay_bounded(f2_policy: Pa
     assert held <= MATERIALISING_MEMORY and grown <= MATERIALISING_MEMORY, (
         f"{len(answer.rows):,} groups holding {held / 2**20:.0f} MiB; the ledger grew by {grown / 2**20:.0f} MiB"
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="s63 F2, free: a public key's domain of literal-built texts is fetched whole by the prepare pass (150 MB "
+    "here for a plan that charges nothing)",
+)
+def test_f2_d_a_free_plan_does_not_fetch_a_public_domain_of_more_than_128_mib(f2_policy: Path) -> None:
+    """F2 on the free path: ``QuerySession.plan`` (what ``veil serve`` runs, timed, before a charge; a Describe too)
+    lists the public key's domain; refused, or the listed keys hold at most 128 MiB. On main they hold 150 MB."""
+    from veil.engines.duckdb import MATERIALISING_MEMORY
+    from veil.errors import VeilError
+    from veil.policy import load_policy
+    from veil.proxy.session import QuerySession
+
+    sql = f"SELECT CAST(b.b AS VARCHAR) || '{'y' * _F2_VALUE}' AS k, COUNT(*) AS n FROM t JOIN big b ON b.b = t.id GROUP BY k"
+    with QuerySession(load_policy(f2_policy), "a") as s:
+        try:
+            s.plan(sql, epsilon=0.001)
+        except VeilError as exc:
+            assert exc.sqlstate in ("0A000", "54000"), exc
+            return
+        held = sum(len(str(v)) for values in s._env._domains.values() for v in values)
+    assert held <= MATERIALISING_MEMORY, f"a free plan listed a public domain holding {held / 2**20:.0f} MiB"
