@@ -68,6 +68,8 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 _F1_POLICY = """\
 [database]
@@ -361,3 +363,100 @@ def test_f2_d_a_free_plan_does_not_fetch_a_public_domain_of_more_than_128_mib(f2
             return
         held = sum(len(str(v)) for values in s._env._domains.values() for v in values)
     assert held <= MATERIALISING_MEMORY, f"a free plan listed a public domain holding {held / 2**20:.0f} MiB"
+
+
+# ==================================================================================================
+# B. What held, kept as families (these pass on main)
+# ==================================================================================================
+
+_SHARE_POLICY = """\
+[database]
+path = "warehouse.duckdb"
+[ledger]
+path = "ledger.sqlite"
+[tables.m]
+privacy_unit = "row"
+[tables.m.columns]
+x = { type = "float", lower = -1000, upper = 1000 }
+y = { type = "float", lower = 0.5, upper = 2.5 }
+i = { type = "int", lower = -50, upper = 50 }
+s = { type = "category" }
+g = { type = "category", values = ["a", "b"] }
+[analysts.a]
+epsilon = 1000000
+"""
+
+
+@pytest.fixture(scope="module")
+def share_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A world whose numeric columns hold every value a WHERE might let through as "not NULL": NULL, NaN, ±inf,
+    ±1e308, -0.0, the smallest subnormal, values past the bounds, and ordinary values."""
+    from veil.policy import load_policy
+    from veil.proxy._testing import exact_session
+    from veil.store.warehouse import write_table
+
+    folder = Path(tmp_path_factory.mktemp("s63share"))
+    path = folder / "policy.toml"
+    path.write_text(_SHARE_POLICY, encoding="utf-8")
+    odd = [None, float("nan"), float("inf"), float("-inf"), 1e308, -1e308, -0.0, 5e-324, 2000.0, -2000.0]
+    xs = odd + [float(v) for v in range(-30, 30, 3)]
+    ys = [*odd, 0.5, 1.0, 2.5, 1.75] * 3
+    n = len(xs)
+    ints = pd.array([None, -(2**63) + 1, 2**63 - 1, 0, 60, -60, *range(-20, 20)], dtype="Int64")
+    frame = pd.DataFrame(
+        {
+            "x": xs,
+            "y": ys[:n],
+            "i": ints[:n],
+            "s": [None, "", "zz", "é" * 30, "a"] * (n // 5) + ["b"] * (n % 5),
+            "g": (["a", "b", None, "c"] * n)[:n],
+        }
+    )
+    write_table(load_policy(path), "m", frame)
+    with exact_session(path, "a") as s:
+        yield s
+
+
+_ATOMS = [
+    "m.{c} > 0", "m.{c} >= -0.0", "m.{c} <> 1", "m.{c} = 1.5", "m.{c} < 1e300", "m.{c} <= -1e300", "0 < m.{c}",
+    "m.{c} IS NOT NULL", "NOT m.{c} IS NULL", "(m.{c} > -5)", "m.{c} IS DISTINCT FROM 1", "m.{c} BETWEEN -1 AND 1",
+    "m.{c} IN (1, 2)", "COALESCE(m.{c}, 0) >= 0", "m.{c} > 'NaN'", "m.{c} <> 'NaN'", "m.{c} > '-inf'",
+    "m.{c} * 0 = 0", "m.{c} + 0 > 0", "m.s = 'zz'", "m.g = 'a'", "m.s IS NULL", "m.{c} IS NULL", "NOT (m.{c} > 0)",
+    "m.{c} > 0 OR m.s = 'zz'", "m.{c} = m.{c}", "m.{c} >= m.{o}",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("column", ["x", "y", "i"])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_b1_a_shared_count_is_the_count_of_the_argument_under_every_where(share_session: Any, column: str, data: Any) -> None:
+    """(a) held: wherever the plan lets ``AVG``/``VARIANCE`` of a bare column share the query's ``COUNT(*)``
+    (``plan._non_null_columns``), that count equals ``COUNT(column)`` under the same WHERE, on a world of NULL, NaN,
+    ±inf, ±1e308, -0.0 and out-of-bound values (the bounded copy reads NaN as NULL and clamps the rest). Exact, noise
+    off: deterministic, no false failures. Refusals must agree between the two queries' shapes' ends."""
+    from tests.support.attack_neighbours import exact_release
+
+    other = {"x": "y", "y": "i", "i": "x"}[column]
+    atoms = data.draw(st.lists(st.sampled_from(_ATOMS), min_size=1, max_size=3))
+    where = " AND ".join(a.format(c=column, o=other) for a in atoms)
+    agg = data.draw(st.sampled_from(["AVG", "VARIANCE", "STDDEV"]))
+    grouped = data.draw(st.booleans())
+    key, group = ("m.g, ", " GROUP BY m.g") if grouped else ("", "")
+    shared = exact_release(share_session, f"SELECT {key}{agg}(m.{column}) FROM m WHERE {where}{group}", 1.0)
+    counted = exact_release(share_session, f"SELECT {key}COUNT(m.{column}) FROM m WHERE {where}{group}", 1.0)
+    assert shared.ok == counted.ok, (where, shared.describe(), counted.describe())
+    if not shared.ok:
+        return
+    count_stat = next(st_ for st_ in shared.plan.statistics if st_.kind == "count")
+    assert shared.values[count_stat.id] == counted.values[0], (where, shared.values, counted.values)
+
+
+def test_b1_b_the_family_above_exercises_the_shared_count(share_session: Any) -> None:
+    """So that B1 cannot pass vacuously: a plain comparison with a literal does share (one count statistic, the
+    query's ``COUNT(*)``), and an ``OR`` does not."""
+    from veil.proxy._testing import plan_of
+
+    shared = plan_of(share_session, "SELECT AVG(m.x), COUNT(*) FROM m WHERE m.x > 0", 1.0)
+    assert shared is not None and [s.label for s in shared.statistics if s.kind == "count"] == ["count(*)"]
+    apart = plan_of(share_session, "SELECT AVG(m.x), COUNT(*) FROM m WHERE m.x > 0 OR m.s = 'zz'", 1.0)
+    assert apart is not None and len([s for s in apart.statistics if s.kind == "count"]) == 2
