@@ -58,6 +58,37 @@ Findings:
   by the prepare pass (``Env.public_domain``), before the released-values check: ``QuerySession.plan`` of 3,000
   such keys held 1.4 GB RSS and charged nothing; the domain may hold 100,000 keys (``MAX_PUBLIC_GROUPS``) of up to
   1 MB each (a ``veil serve`` Describe, or the timed planning, runs it).
+
+What held (tried, no witness; DuckDB 2.0, noise off, neighbours D/D′ with shared salts — ``share_salts``):
+
+* (a) ``_non_null_columns``: the argument must be a bounded base column of the private table (``_trace`` through
+  CTEs and derived tables, column lists renaming by position included: ``(SELECT salary AS b, age AS a …) AS s(a, b)``
+  read ``s.a`` as salary, correctly); the bounded copy turns NaN into NULL *after* the cast (a text-stored 'NaN'
+  too) and clamps ±inf, so no row is non-NULL to the WHERE and NULL to the SUM; a ``USING`` column is a COALESCE,
+  never shared; LEFT JOIN onto private data is refused at every depth. Kept as family B1 (hypothesis, 3 × 40
+  WHEREs of 27 atoms, NULL/NaN/±inf/±1e308/-0.0/subnormal/out-of-bound rows; fails when the rule is widened).
+* (b) the pooled instances: the grammar admits no statement or function that leaves state on an instance (no SET,
+  PREPARE, CREATE, sequences, variables, macros, ATTACH; table functions and catalog names refused), each statement
+  gets its own cursor and temporary objects die with it, the mirror is attached read-only and the configuration is
+  locked after the attach; a failing statement closes its instance; a curator write closes idle instances under the
+  mirror's exclusive gate. A materialised source prices a literal's bytes (``SELECT b, '<100 KB>' …`` refused at 670
+  rows), unlike the public-only answer (F2).
+* (c) the free re-plan: a ``WarehouseChanged`` forced inside ``_execute`` (after the reservation) twice in a row
+  refunds the analyst's and the table's accounts each time and the third try charges once (spent 1/2 → 1, one answer).
+* (d) the 128 MiB instance bound and the materialisation caps read public data only; their refusals are the same in
+  D and D′. The private run's limit is F1.
+* (e) name resolution: schema- and catalog-qualified names (``main.``, ``memory.main.``, ``__veil_public.``,
+  ``information_schema``, ``pg_catalog``), ``duckdb_tables``, ``_veil_bounded_*``, CTE and alias shadowing at three
+  depths, quoted case variants: refused or resolved to the policy's table. Fuzz, 2,100 generated queries over hostile
+  worlds (NaN, ±inf, 1e308, ±(2⁶³−1), -0.0, 5e-324, 2,000-character ``é`` text, empty text): numeric expressions
+  under SUM/AVG/VARIANCE/STDDEV/MEDIAN/MIN/MAX/COUNT DISTINCT with FILTER, WHERE and GROUP BY, plain/derived/
+  LEFT/DISTINCT/unpinned joins with a public table of NaN/-0.0/NULL keys; 600 text and date queries (SUBSTRING/LEFT/
+  RIGHT with private positions, STRPOS, casts of text to INT/DATE/TIMESTAMP, EXTRACT of 9 fields, DATE_TRUNC to
+  millennium, ``born + INTERVAL (age) DAY``): no pair ended differently, none moved past its sensitivity, no XX000.
+  Group keys of ``inf``, NaN, -0.0, 2⁶³−1, DECIMAL(38, 10) and dates past 9999: answered and logged. 34 join shapes
+  (pins through derived tables, DISTINCT/GROUP BY/ORDER BY … LIMIT sources, CTEs referenced twice, USING, OR/AND
+  pins, casts and TRIM/LOWER in keys): every multiplicity within the plan's. COUNT(DISTINCT unit) variants (through
+  a derived column, FILTER, public joins with and without keys) within 1 or c.
 """
 
 from __future__ import annotations
