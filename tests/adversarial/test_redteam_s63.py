@@ -491,3 +491,32 @@ def test_b1_b_the_family_above_exercises_the_shared_count(share_session: Any) ->
     assert shared is not None and [s.label for s in shared.statistics if s.kind == "count"] == ["count(*)"]
     apart = plan_of(share_session, "SELECT AVG(m.x), COUNT(*) FROM m WHERE m.x > 0 OR m.s = 'zz'", 1.0)
     assert apart is not None and len([s for s in apart.statistics if s.kind == "count"]) == 2
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="s63 F2 through veil serve: a simple query's public answer of 150 MB (one 100 kB literal, 1,500 rows) is sent whole",
+)
+def test_f2_e_through_the_wire_a_public_answer_of_more_than_128_mib_is_refused(f2_policy: Path) -> None:
+    """F2 through ``veil serve`` and psycopg (the literal is one token, well within ``--max-query-tokens`` and the 1 MiB
+    statement limit): refused (0A000 or 54000), or at most 128 MiB of values."""
+    import psycopg
+    from click.testing import CliRunner
+
+    from tests.support.server import FAST_BACKOFF, PASSWORD, dsn, running_server
+    from veil.cli.main import cli
+    from veil.engines.duckdb import MATERIALISING_MEMORY
+    from veil.server.limits import ServerLimits
+
+    add = ["analyst", "add", "--policy", str(f2_policy), "a", "--password-stdin"]
+    result = CliRunner().invoke(cli, add, input=PASSWORD + "\n")
+    assert result.exit_code == 0, result.output
+    with running_server(f2_policy, limits=ServerLimits(**FAST_BACKOFF)) as st:  # type: ignore[arg-type]
+        with psycopg.connect(dsn(st.port, user="a"), autocommit=True) as conn:  # type: ignore[attr-defined]
+            try:
+                rows = conn.execute(_F2_SHAPES["a text literal"]).fetchall()
+            except psycopg.Error as exc:
+                assert exc.sqlstate in ("0A000", "54000"), exc
+                return
+    held = sum(len(r[0]) for r in rows)
+    assert held <= MATERIALISING_MEMORY, f"the server sent {len(rows):,} rows holding {held / 2**20:.0f} MiB"
