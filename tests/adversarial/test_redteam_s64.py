@@ -24,6 +24,15 @@ Findings (ranked; severities as the brief defines them):
   same output ``--replace``-d with ``--qi age,sex,job --sensitive gain`` (k = 5 each, 40 gains held by 5 people each):
   the saved first table and the second single out the exact gain of 32 of 200 people (seed 1; 19 with seed 2), the
   s51 A5 composition attack the rule exists to stop. The same after ``veil retract`` and a new output.
+
+* F3 (HIGH: one person's exact value, whatever its count) re-publishing a population that gained (or lost) one person
+  publishes that person's exact value as the difference of two releases' value multisets. Rank swapping and k-anonymity's
+  ``--sensitive`` publish each column's exact multiset of source values (only values fewer than k rows hold are
+  recoded or refused); the rare-value rule looks at one release at a time, and nothing compares a non-kanon release
+  with any other (``check_linkage`` is kanon-only). ``people`` (200 rows, gains in hundreds, each held by 5) and a
+  snapshot ``people_new`` with one more person (gain 1,200, a *common* value): ``sdc rank_swapping`` of each, and the
+  analyst's ``Counter(b.gain) − Counter(a.gain)`` is exactly ``{1200: 1}``. The same with the source re-ingested and the
+  output re-published with ``--replace`` (the monthly refresh), and with ``kanon --sensitive gain --replace``.
 """
 
 from __future__ import annotations
@@ -233,4 +242,90 @@ def test_f2_a_replaced_or_retracted_sensitive_table_still_counts_for_the_linkage
     assert singled == 0, (
         f"the first --sensitive table (read before the {how}) and the second single out the exact gain of {singled} of "
         f"{len(frame)} people (attacker knows age, sex, job)"
+    )
+
+
+# ==================================================================================================
+# F3: two releases of a population one person apart publish that person's value as their difference
+# ==================================================================================================
+
+_TWO_SNAPSHOTS = (
+    '[database]\npath = "warehouse.duckdb"\n[ledger]\npath = "ledger.sqlite"\n'
+    + "".join(f'[tables.{t}]\nprivacy_unit = "row"\n[tables.{t}.columns]\n' + _PEOPLE for t in ("people", "people_new"))
+    + _BOB
+)
+
+
+def _difference(before: pd.DataFrame, after: pd.DataFrame, column: str) -> dict[Any, int]:
+    """What the analyst computes: the multiset ``after − before`` of a published column (non-zero entries)."""
+    from collections import Counter
+
+    diff = Counter(after[column].tolist())
+    diff.subtract(Counter(before[column].tolist()))
+    return {k: v for k, v in diff.items() if v}
+
+
+_REPUBLISH = {
+    "rank_swapping": ("sdc", {"method": "rank_swapping", "columns": ["age", "gain"], "params": ["p=10"]}),
+    "kanon_sensitive": ("kanon", {"algorithm": "mondrian", "k": 5, "qi": ["age", "sex"], "sensitive": ["gain"]}),
+}
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="s64 F3 (HIGH): rank swapping / kanon --sensitive publish exact value multisets; two releases one person "
+    "apart (a second snapshot, or --replace after the source changed) publish that person's gain as their difference",
+)
+# kanon --sensitive from two live snapshots is refused by check_linkage (one population): what held
+@pytest.mark.parametrize(
+    ("kind", "how"), [("rank_swapping", "two_snapshots"), ("rank_swapping", "replace"), ("kanon_sensitive", "replace")]
+)
+def test_f3_two_releases_one_person_apart_do_not_publish_that_persons_value(tmp_path: Path, kind: str, how: str) -> None:
+    """F3: 200 people (gains in hundreds, each held by 5) and the same plus one newcomer whose gain, 1,200, five
+    others hold too (the rare-value rule has nothing to say). Release A from the 200, release B from the 201: as two
+    live tables of two snapshot sources, or as one output re-published with ``--replace`` after the source was
+    re-ingested with the newcomer. Property: what an analyst computes from A and B (the difference of the published
+    gain multisets) does not pin the newcomer's gain. Measured on main: the difference is exactly ``{1200: 1}`` for
+    rank swapping (both ways) and for ``kanon --sensitive gain --replace`` (two live ``--sensitive``
+    snapshots are refused by the linkage rule: that held)."""
+    from veil.errors import PublicationRefused
+    from veil.generators.transaction import publish
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "policy.toml"
+    path.write_text(_TWO_SNAPSHOTS, encoding="utf-8")
+    policy = load_policy(path)
+    rng = np.random.default_rng(5)
+    n = 200
+    frame = pd.DataFrame(
+        {
+            "age": rng.integers(20, 60, n),
+            "sex": rng.choice(["F", "M"], n),
+            "job": rng.choice(["a", "b", "c"], n),
+            "gain": rng.permutation(np.repeat(np.arange(40) * 100, 5)),
+        }
+    )
+    newcomer = pd.DataFrame({"age": [44], "sex": ["F"], "job": ["a"], "gain": [1200]})
+    grown = pd.concat([frame, newcomer], ignore_index=True)
+    plugin, request = _REPUBLISH[kind]
+    write_table(policy, "people", frame)
+    try:
+        publish(policy, plugin, {**request, "table": "people", "output": "a"}, progress=False)
+        before = _analyst(path, "SELECT gain FROM a")  # public: any analyst keeps a copy
+        if how == "two_snapshots":
+            write_table(policy, "people_new", grown)
+            publish(policy, plugin, {**request, "table": "people_new", "output": "b"}, progress=False)
+            after = _analyst(path, "SELECT gain FROM b")
+        else:
+            write_table(policy, "people", grown, replace=True)  # the monthly refresh: `veil ingest --replace`
+            publish(policy, plugin, {**request, "table": "people", "output": "a", "replace": True}, progress=False)
+            after = _analyst(path, "SELECT gain FROM a")
+    except PublicationRefused:
+        return  # a class-level fix may refuse the second release of the population
+    diff = _difference(before, after, "gain")
+    assert diff != {1200: 1}, (
+        f"{kind} released twice, one person apart ({how}): the difference of the published gains is {diff}, the "
+        "newcomer's exact gain"
     )
