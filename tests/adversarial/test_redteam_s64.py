@@ -33,10 +33,19 @@ Findings (ranked; severities as the brief defines them):
   snapshot ``people_new`` with one more person (gain 1,200, a *common* value): ``sdc rank_swapping`` of each, and the
   analyst's ``Counter(b.gain) − Counter(a.gain)`` is exactly ``{1200: 1}``. The same with the source re-ingested and the
   output re-published with ``--replace`` (the monthly refresh), and with ``kanon --sensitive gain --replace``.
+
+* F4 (HIGH: exact values of identifiable people — "the 6th-highest earner") two microaggregations of one column with
+  different k difference to single values. ``sdc microagg_mdav --columns income`` at k = 5 and at k = 6 (two outputs,
+  or one ``--replace``-d by the other: the curator trying a k): on one column MDAV's groups are runs of consecutive
+  ranks from both ends, each published as its centroid repeated over its rows, so an analyst reads prefix sums at 5,
+  10, 15, … and 6, 12, 18, … ranks from each end; where two are one rank apart their difference is that rank's exact
+  income. 300 people: 20 exact incomes (to the cent), at ranks 6, 25, 36, … from the top and the bottom. Each release
+  alone passes the gate (groups ≥ k); nothing compares a microaggregation with another release.
 """
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -328,4 +337,61 @@ def test_f3_two_releases_one_person_apart_do_not_publish_that_persons_value(tmp_
     assert diff != {1200: 1}, (
         f"{kind} released twice, one person apart ({how}): the difference of the published gains is {diff}, the "
         "newcomer's exact gain"
+    )
+
+
+# ==================================================================================================
+# F4: two microaggregations of one column with different k
+# ==================================================================================================
+
+
+def _prefix_sums(groups: pd.DataFrame, *, descending: bool) -> dict[int, float]:
+    """From a published one-column microaggregation (``income``, rows ``n`` per value): the sum of the ``c`` most
+    extreme values for every cumulative row count ``c`` at a group boundary."""
+    ordered = groups.sort_values("income", ascending=not descending)
+    out: dict[int, float] = {}
+    count, total = 0, 0.0
+    for income, n in zip(ordered["income"], ordered["n"], strict=True):
+        count += int(n)
+        total += float(income) * int(n)
+        out[count] = total
+    return out
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="s64 F4 (HIGH): MDAV at k = 5 and k = 6 of one column publish prefix sums one rank apart: their difference "
+    "is a person's exact income (20 of 300 people)",
+)
+@pytest.mark.parametrize("how", ["two_outputs", "replace"])
+def test_f4_two_microaggregations_with_different_k_do_not_difference_to_one_persons_value(tmp_path: Path, how: str) -> None:
+    """F4: 300 incomes (float, to the cent); ``microagg_mdav`` of ``income`` at k = 5, then at k = 6 (a second output,
+    or the first replaced). Property: no value an analyst derives from the two releases by differencing group sums
+    equals a person's exact income. Measured on main: 40 differences (20 people, from both ends), all exact."""
+    from veil.errors import PublicationRefused
+    from veil.generators.transaction import publish
+
+    rng = np.random.default_rng(6)
+    n = 300
+    frame = pd.DataFrame({"age": rng.integers(20, 60, n), "income": np.round(rng.lognormal(10.5, 0.6, n), 2)})
+    columns = 'age = { type = "int", lower = 17, upper = 90 }\nincome = { type = "float", lower = 0, upper = 200000 }\n'
+    path, policy = _world(tmp_path, columns, frame)
+    request = {"table": "people", "method": "microagg_mdav", "columns": ["income"]}
+    sql = "SELECT income, COUNT(*) AS n FROM {} GROUP BY income"
+    publish(policy, "sdc", {**request, "params": ["k=5"], "output": "m5"}, progress=False)
+    first = _analyst(path, sql.format("m5"))
+    second_name = "m6" if how == "two_outputs" else "m5"
+    try:
+        publish(policy, "sdc", {**request, "params": ["k=6"], "output": second_name, "replace": how == "replace"}, progress=False)
+    except PublicationRefused:
+        return  # a class-level fix may refuse the second non-DP release of the column
+    second = _analyst(path, sql.format(second_name))
+    incomes = set(frame["income"].round(2))
+    exact = 0
+    for descending in (True, False):
+        sums = {**_prefix_sums(first, descending=descending), **_prefix_sums(second, descending=descending)}
+        ranks = sorted(sums)
+        exact += sum(1 for a, b in itertools.pairwise(ranks) if b == a + 1 and round(sums[b] - sums[a], 2) in incomes)
+    assert exact == 0, (
+        f"two microaggregations of income (k = 5, k = 6; {how}) difference to {exact} exact incomes of single people"
     )
