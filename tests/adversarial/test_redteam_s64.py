@@ -40,7 +40,10 @@ Findings (ranked; severities as the brief defines them):
   ranks from both ends, each published as its centroid repeated over its rows, so an analyst reads prefix sums at 5,
   10, 15, … and 6, 12, 18, … ranks from each end; where two are one rank apart their difference is that rank's exact
   income. 300 people: 20 exact incomes (to the cent), at ranks 6, 25, 36, … from the top and the bottom. Each release
-  alone passes the gate (groups ≥ k); nothing compares a microaggregation with another release.
+  alone passes the gate (groups ≥ k); nothing compares a microaggregation with another release. On several columns the
+  same: MDAV's first group at k = 6 is its first at k = 5 plus the 6th-nearest record to the same extreme point, so
+  ``6·c₆ − 5·c₅`` over pairs of published centroids is a whole record: ``--columns age,income,hours`` (300 people)
+  gives 17 people's exact (income, hours), with their age.
 """
 
 from __future__ import annotations
@@ -394,4 +397,52 @@ def test_f4_two_microaggregations_with_different_k_do_not_difference_to_one_pers
         exact += sum(1 for a, b in itertools.pairwise(ranks) if b == a + 1 and round(sums[b] - sums[a], 2) in incomes)
     assert exact == 0, (
         f"two microaggregations of income (k = 5, k = 6; {how}) difference to {exact} exact incomes of single people"
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="s64 F4 (HIGH): MDAV at k = 5 and k = 6 of several columns: 6·c6 − 5·c5 over pairs of published centroids "
+    "is a whole record (17 of 300 people's exact income and hours)",
+)
+def test_f4_b_two_multicolumn_microaggregations_do_not_difference_to_a_record(tmp_path: Path) -> None:
+    """F4, several columns: ``microagg_mdav --columns age,income,hours`` at k = 5 and at k = 6. Property: no pair of
+    published centroids (one per release, with its row count) differences to a source record's exact income and
+    hours. Measured on main: 17 records."""
+    from veil.errors import PublicationRefused
+    from veil.generators.transaction import publish
+
+    rng = np.random.default_rng(7)
+    n = 300
+    frame = pd.DataFrame(
+        {
+            "age": rng.integers(20, 60, n),
+            "income": np.round(rng.lognormal(10.5, 0.6, n), 2),
+            "hours": np.round(rng.normal(40, 8, n).clip(1, 98), 1),
+        }
+    )
+    columns = (
+        'age = { type = "int", lower = 17, upper = 90 }\n'
+        'income = { type = "float", lower = 0, upper = 200000 }\n'
+        'hours = { type = "float", lower = 0, upper = 99 }\n'
+    )
+    path, policy = _world(tmp_path, columns, frame)
+    request = {"table": "people", "method": "microagg_mdav", "columns": ["age", "income", "hours"]}
+    sql = "SELECT income, hours, COUNT(*) AS n FROM {} GROUP BY income, hours"
+    publish(policy, "sdc", {**request, "params": ["k=5"], "output": "m5"}, progress=False)
+    try:
+        publish(policy, "sdc", {**request, "params": ["k=6"], "output": "m6"}, progress=False)
+    except PublicationRefused:
+        return
+    five, six = _analyst(path, sql.format("m5")), _analyst(path, sql.format("m6"))
+    records = {(round(float(i), 2), round(float(h), 1)) for i, h in zip(frame["income"], frame["hours"], strict=True)}
+    found = set()
+    for a in five.itertuples(index=False):
+        for b in six.itertuples(index=False):
+            income = round(float(b.income) * int(b.n) - float(a.income) * int(a.n), 2)
+            hours = round(float(b.hours) * int(b.n) - float(a.hours) * int(a.n), 1)
+            if (income, hours) in records:
+                found.add((income, hours))
+    assert not found, (
+        f"two MDAV releases (k = 5, 6) difference to {len(found)} exact records (income, hours), e.g. {sorted(found)[0]}"
     )
