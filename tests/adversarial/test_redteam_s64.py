@@ -33,6 +33,10 @@ Findings (ranked; severities as the brief defines them):
   snapshot ``people_new`` with one more person (gain 1,200, a *common* value): ``sdc rank_swapping`` of each, and the
   analyst's ``Counter(b.gain) − Counter(a.gain)`` is exactly ``{1200: 1}``. The same with the source re-ingested and the
   output re-published with ``--replace`` (the monthly refresh), and with ``kanon --sensitive gain --replace``.
+  F3b, a float column whose every value is one person's (``income`` to the cent: rank swapping recodes all of them
+  to rank-window means, MDAV to group means): both preserve the column's sum exactly, so ``SUM(income)`` after the
+  refresh minus before is the newcomer's exact income, 54,321.77 (rank swapping and MDAV; noise addition's differs
+  by its noise).
 
 * F4 (HIGH: exact values of identifiable people — "the 6th-highest earner") two microaggregations of one column with
   different k difference to single values. ``sdc microagg_mdav --columns income`` at k = 5 and at k = 6 (two outputs,
@@ -373,6 +377,41 @@ def test_f3_two_releases_one_person_apart_do_not_publish_that_persons_value(tmp_
         f"{kind} released twice, one person apart ({how}): the difference of the published gains is {diff}, the "
         "newcomer's exact gain"
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="s64 F3b (HIGH): rank swapping's window means and MDAV's group means keep a float column's sum exact; "
+    "the sums of two releases one person apart differ by that person's exact income",
+)
+@pytest.mark.parametrize(("method", "param"), [("rank_swapping", "p=10"), ("microagg_mdav", "k=5")])
+def test_f3_b_sums_of_two_releases_one_person_apart_do_not_give_that_persons_value(
+    tmp_path: Path, method: str, param: str
+) -> None:
+    """F3b: 300 incomes (float, to the cent; every value one person's, so rank swapping recodes them all); the output
+    is published, the source re-ingested with one newcomer (income 54,321.77) and the output re-published with
+    ``--replace``. Property: ``SUM(income)`` after minus before is not the newcomer's income. Measured on main: it is,
+    to the cent, for both methods."""
+    from veil.errors import PublicationRefused
+    from veil.generators.transaction import publish
+    from veil.store.warehouse import write_table
+
+    rng = np.random.default_rng(15)
+    n = 300
+    frame = pd.DataFrame({"age": rng.integers(20, 60, n), "income": np.round(rng.lognormal(10.5, 0.6, n), 2)})
+    columns = 'age = { type = "int", lower = 17, upper = 90 }\nincome = { type = "float", lower = 0, upper = 200000 }\n'
+    path, policy = _world(tmp_path, columns, frame)
+    request = {"table": "people", "method": method, "columns": ["income"], "params": [param], "output": "pub"}
+    publish(policy, "sdc", request, progress=False)
+    before = float(_analyst(path, "SELECT SUM(income) AS s FROM pub")["s"].iloc[0])
+    grown = pd.concat([frame, pd.DataFrame({"age": [44], "income": [54321.77]})], ignore_index=True)
+    write_table(policy, "people", grown, replace=True)  # `veil ingest --replace`
+    try:
+        publish(policy, "sdc", {**request, "replace": True}, progress=False)
+    except PublicationRefused:
+        return
+    after = float(_analyst(path, "SELECT SUM(income) AS s FROM pub")["s"].iloc[0])
+    assert round(after - before, 2) != 54321.77, f"{method}: SUM(income) after the refresh − before = {after - before:.2f}"
 
 
 # ==================================================================================================
