@@ -62,7 +62,9 @@ Findings (ranked; severities as the brief defines them):
   0.13 on ``hours`` (300 people, 37–43, each value held by ≥ 5) about half of all rows are still on their value after
   64 rounds: with person 7's lone 50 the publication is refused for 6 of 10 seeds, without person 7 for 0 of 10
   (a = 0.12: 7 vs 0 in a scratch run). The outcome depends on one person's presence and value outside any noise the
-  release carries.
+  release carries. F6b, the same bit deterministically: ``kanon --qi age,sex --sensitive gain`` (gains in hundreds, each
+  held by ≥ 5) is refused when person 7's lone 1,234 is in the source and published when not (the s60 F2b fix chose
+  a refusal; the table's existence is then person 7's presence).
 
 * F7 (HIGH, the s60 F2 class through quasi-identifiers: presence and exact value, every analyst at ε = 0) a numeric
   quasi-identifier is published as its class's ``[min, max]`` (docs/kanon.md), and the rare-value rule skips group
@@ -607,6 +609,40 @@ def test_f6_noise_addition_ends_the_same_way_with_or_without_one_persons_lone_va
     assert with_target <= without + 2, (
         f"noise addition refused for {with_target} of 10 seeds with person 7's lone 50 hours, {without} of 10 without"
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="s64 F6b (LOW): kanon --sensitive is refused with person 7's lone gain and published without: the table's "
+    "existence is person 7's presence",
+)
+def test_f6_b_kanon_sensitive_ends_the_same_way_with_or_without_one_persons_lone_value(tmp_path: Path) -> None:
+    """F6b: 200 people, gains in hundreds each held by 5; ``kanon --qi age,sex --sensitive gain -k 5`` with and without
+    person 7 at 1,234. Property: both worlds end the same way (both published, 1,234 recoded or suppressed; or both
+    refused). Measured on main: refused with person 7, published without."""
+    from veil.errors import PublicationRefused
+    from veil.generators.transaction import publish
+
+    outcomes = []
+    for target in (True, False):
+        frame = _people(seed=11)
+        if target:
+            frame.loc[7, "gain"] = 1234
+        _, policy = _world(tmp_path / str(target), _PEOPLE, frame)
+        request = {
+            "table": "people",
+            "algorithm": "mondrian",
+            "k": 5,
+            "qi": ["age", "sex"],
+            "sensitive": ["gain"],
+            "output": "pub",
+        }
+        try:
+            publish(policy, "kanon", request, progress=False)
+            outcomes.append("published")
+        except PublicationRefused:
+            outcomes.append("refused")
+    assert outcomes[0] == outcomes[1], f"with person 7: {outcomes[0]}; without: {outcomes[1]}"
 
 
 # ==================================================================================================
