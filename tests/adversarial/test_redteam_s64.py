@@ -73,7 +73,8 @@ Findings (ranked; severities as the brief defines them):
   person 7's 1,234 — ``kanon --qi age,gain -k 5`` publishes ``[900, 1234]`` (Mondrian, seed 0), ``[1234, 2100]``
   (OKA; its classes vary from run to run even with ``--seed``), ``[2300, 2567]`` (K-Member, person 7 at 2,567);
   without person 7 no label holds the value. Over 4 seeds × 4 values, the value was a label endpoint 5/16
-  (Mondrian), 4/16 (OKA), 6/16 (K-Member).
+  (Mondrian), 4/16 (OKA), 6/16 (K-Member). UCI Adult, ``kanon --k 5 --qi age,sex,capital_gain`` (Mondrian): 21
+  capital-gain values fewer than 5 people hold are label endpoints, 5 of them one person's (1,111, 1,455, …).
 
 * F8 (MEDIUM: the gate's memorisation check is vacuous where it matters; needs a generator that copies rows) the
   distance-to-closest-record check compares the synthetic rows with a subsample of the training rows *of the
@@ -88,6 +89,13 @@ Findings (ranked; severities as the brief defines them):
   booleans with ``bool(v)`` (any non-zero value is ``True``). ``veil publish sdc --method noise_addition --columns
   married`` on the demo's 100,000 people (44,174 not married) publishes 100,000 ``True``; the gate sees 56 %
   unchanged and passes it.
+
+* F10 (MEDIUM–HIGH: exact sensitive values by the homogeneity attack; a documented limitation, but one the gate
+  could refuse as it refuses a keep probability above 0.9 elsewhere) ``kanon --sensitive`` publishes classes whose
+  every member has the same sensitive value: the gate *reports* ℓ-diversity (``l_diversity``: 1) and publishes.
+  UCI Adult, ``veil publish kanon --k 5 --qi age,sex,race,hours_per_week --sensitive income``: 672 of 1,919 classes
+  are homogeneous, holding 6,763 of 32,561 people, 26 of them ``>50K``, each read exactly by anyone who knows their
+  four quasi-identifiers. The witness: 300 people, income rising with age, ``--qi age,sex``: 90 people.
 """
 
 from __future__ import annotations
@@ -790,3 +798,52 @@ def test_f9_noise_addition_on_a_bool_column_publishes_both_values(tmp_path: Path
         return
     shown = _analyst(path, "SELECT married, COUNT(*) AS n FROM pub GROUP BY married")
     assert len(shown) == 2, f"noise addition published married as {shown.to_dict('records')}"
+
+
+# ==================================================================================================
+# F10: homogeneous k-anonymous classes publish their members' sensitive value
+# ==================================================================================================
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="s64 F10 (MEDIUM-HIGH): kanon --sensitive publishes classes of one sensitive value (ℓ = 1 reported, not "
+    "refused): 90 of 300 people's income read exactly from their age and sex (Adult: 6,763 of 32,561)",
+)
+def test_f10_a_k_anonymous_class_does_not_publish_its_members_sensitive_value(tmp_path: Path) -> None:
+    """F10: 300 people, income (``<=50K``/``>50K``) more often high with age; ``kanon --qi age,sex --sensitive income
+    -k 5`` (Mondrian: classes are disjoint boxes, so age and sex find a person's one class). Property: no person's
+    class holds one income value only (or the gate refuses the table: ℓ < 2). Measured on main: ℓ = 1 reported,
+    90 people read exactly."""
+    from veil.errors import PublicationRefused
+    from veil.generators.transaction import publish
+
+    rng = np.random.default_rng(10)
+    n = 300
+    age = rng.integers(18, 70, n)
+    frame = pd.DataFrame(
+        {
+            "age": age,
+            "sex": rng.choice(["F", "M"], n),
+            "income": np.where(rng.random(n) < np.clip((age - 25) / 60, 0.0, 0.6), ">50K", "<=50K"),
+        }
+    )
+    columns = (
+        'age = { type = "int", lower = 17, upper = 90 }\n'
+        'sex = { type = "category", values = ["F", "M"] }\n'
+        'income = { type = "category", values = ["<=50K", ">50K"] }\n'
+    )
+    path, policy = _world(tmp_path, columns, frame)
+    request = {"table": "people", "algorithm": "mondrian", "k": 5, "qi": ["age", "sex"], "sensitive": ["income"], "output": "pub"}
+    try:
+        publish(policy, "kanon", request, progress=False)
+    except PublicationRefused:
+        return
+    pub = _analyst(path, "SELECT age, sex, income FROM pub")
+    read = 0
+    for row in frame.itertuples(index=False):
+        mine = pub[[_in_label(a, row.age) and _in_label(s, row.sex) for a, s in zip(pub["age"], pub["sex"], strict=True)]]
+        values = set(mine["income"])
+        if len(values) == 1 and values == {row.income}:
+            read += 1
+    assert read == 0, f"{read} of {n} people's income is the only value of their k-anonymous class"
