@@ -103,8 +103,32 @@ Findings (ranked; severities as the brief defines them):
   neighbour (assignment on standardised distance; a = 0.1 is far below the rows' spacing) and their average has the
   noise of a ≈ 0.035: the median relative error of a person's income falls from 6.1 % to 2.3 % (scratch run; the
   witness's own measure, 5.1–5.5 % → 2.5–2.7 %), and the share of people whose income is read within 1 % from 9 % to
-  27 %. A curator who re-publishes (a refresh, a second output, a
-  ``--replace``) gives analysts the average.
+  27 %. A curator who re-publishes (a refresh, a second output, a ``--replace``) gives analysts the average.
+
+Suggested class-level fixes. F2/F3/F4/F11 are one class: the gate judges each release alone, and the linkage rule
+knows live kanon releases only. Keep a per-population release registry that never forgets (replaced and retracted
+releases included: analysts kept them) and covers every non-DP kind; refuse a second non-DP release of a population's
+column (or require a DP method for it), or make re-publication reproduce the first one's perturbation (noise and
+swaps keyed by a per-population secret and each person's identity, "permanent randomisation"), so differencing and
+averaging give nothing new. F1/F9: judge a perturbed column by how well the published value predicts the source
+(per source value, no published value in more than ``MAX_KEEP_PROBABILITY`` of its rows, whether equal or not), and
+replace the own-value redraw (which makes the published value a function of the source on small domains) by a
+data-independent rule, or refuse noise addition on small declared domains (use kRR). F7: apply the rare-value rule
+to label endpoints of numeric QIs (or cut ranges on a data-independent grid). F10: refuse ℓ < 2 (or a class whose
+commonest sensitive value exceeds ``MAX_KEEP_PROBABILITY``). F8: compare against every training row (not a subsample
+of the holdout's size) and count verbatim copies absolutely. F5: a capped table refuses non-DP publications unless
+the policy opts in. F6: a refusal must not follow from one row's noise draws (redraw until done, or refuse from the
+parameters only).
+
+What held (tried, no witness): two live ``kanon --sensitive`` snapshots of one population are refused (F3's kanon
+case needs ``--replace``); a refused ``veil retract`` (warehouse locked) still retracts for analysts — the session
+follows the release log, the table is unknown at once in live and new sessions; DP publications are charged to the
+table account and composed (``dp_microagg_laplace`` at ε = 1 then 2.5 under a cap of 3: the second refused
+``BudgetExhausted``; kRR over the cap refused before anything is read); the DP grid's published table holds only the
+declared columns and noisy cells; a ``date`` QI without a hierarchy generalises to ``*`` (no endpoint leak, F7 is
+numeric only); the rare-value rule on ``rank_swapping``/``kanon --sensitive`` within one release; analysts see no
+release metrics (no catalogue view serves the log). Side note (no test): ``kanon --algorithm oka --seed 0`` gave
+different classes from run to run on the same source.
 """
 
 from __future__ import annotations
