@@ -14,8 +14,9 @@ Findings (ranked; severities as the brief defines them):
   "unchanged ≤ 90 %" rule reads as *well* protected); at a = 0.5 about 80 %. Larger noise does not help (a = 10 still
   flips ~93–96 %). A skewed flag flips less but still tells: through the CLI, ``veil publish sdc --method
   noise_addition --columns smoker,hiv --param a=1`` on 500 people with 50 HIV-positive published 434 rows ``hiv = 1``
-  and 66 ``hiv = 0`` (≈ 95 % flipped: a published 0 is HIV-positive with probability ≈ 0.7, prior 0.1). With 12 yes/no columns (300 people), an analyst who knows 10 answers of a person singles out their row
-  and reads the other 2 exactly for 226 of 300 people (0 wrong). Before the redraw, noise addition at a = 1 kept a 0/1
+  and 66 ``hiv = 0`` (≈ 95 % flipped: a published 0 is HIV-positive with probability ≈ 0.7, prior 0.1). With 12
+  yes/no columns (300 people), an analyst who knows 10 answers of a person singles out their row and reads the other
+  2 exactly for 226 of 300 people (0 wrong). Before the redraw, noise addition at a = 1 kept a 0/1
   value ~71 % of the time (randomised response). The gate measures "published = source", not "published is
   determined by the source".
 
