@@ -73,10 +73,81 @@ def test_a_sync_an_answer_waits_for_begins_at_once(tmp_path: Path, disk: Disk) -
     deferred.result(10)
 
 
-def test_with_no_sync_running_a_deferred_one_begins_at_once(tmp_path: Path, disk: Disk) -> None:
-    f = wal_sync.start(tmp_path / "l.sqlite", defer=True)
-    f.result(10)
+def test_with_no_sync_running_a_deferred_one_waits_then_syncs_once_for_all_who_joined(tmp_path: Path, disk: Disk) -> None:
+    """With none running, the deferred sync waits DEFER_SECONDS for more commits to join it, then begins: one sync for
+    all of them (a worker's wake-up and an fsync per release row cost as much process CPU as a small answer's noise)."""
+    path = tmp_path / "l.sqlite"
+    first = wal_sync.start(path, defer=True)
+    others = [wal_sync.start(path, defer=True) for _ in range(4)]
+    assert all(f is first for f in others)
+    assert not first.done() and disk.events == []  # (no sync began at once: a wait of 50 ms)
+    first.result(10)
     assert disk.events == ["sync"]
+    later = wal_sync.start(path, defer=True)  # a commit after it began: a deferred sync of its own
+    assert later is not first
+    later.result(10)
+    assert disk.events == ["sync", "sync"]
+
+
+def test_flush_begins_the_waiting_deferred_sync_at_once(tmp_path: Path, disk: Disk, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wal_sync, "DEFER_SECONDS", 30.0)
+    path = tmp_path / "l.sqlite"
+    f = wal_sync.start(path, defer=True)
+    assert not f.done()
+    wal_sync.flush(path)
+    f.result(10)  # long before 30 s
+    assert disk.events == ["sync"]
+
+
+def test_a_running_sync_that_ends_leaves_a_waiting_deferred_sync_to_its_wait(
+    tmp_path: Path, disk: Disk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Queries one after another: the next reservation's sync must not begin the previous release row's deferred sync
+    (that would be one sync per release row again); the deferred one keeps gathering until its wait ends."""
+    monkeypatch.setattr(wal_sync, "DEFER_SECONDS", 30.0)
+    path = tmp_path / "l.sqlite"
+    deferred = wal_sync.start(path, defer=True)
+    wal_sync.start(path).result(10)  # (the disk is free: a reservation's sync runs and ends)
+    threading.Event().wait(0.1)
+    assert not deferred.done() and disk.events == ["sync"]
+    assert wal_sync.start(path, defer=True) is deferred  # a later release row joins it
+    wal_sync.flush(path)
+    deferred.result(10)
+    assert disk.events == ["sync", "sync"]
+
+
+def test_release_rows_one_after_another_share_a_sync_and_close_does_not_wait_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the ledger, queries one after another: each reservation has its own sync (an answer waits for it); the
+    release rows share deferred ones, begun at the latest when the handle closes."""
+    import time
+
+    real = wal_sync.sync_now
+    synced: list[str] = []
+
+    def counted(path: Path) -> None:
+        real(path)
+        synced.append("sync")
+
+    monkeypatch.setattr(wal_sync, "sync_now", counted)
+    monkeypatch.setattr(wal_sync, "DEFER_SECONDS", 30.0)
+    led = Ledger(tmp_path / "l.sqlite")
+    acct = [Account.analyst("a", Fraction(100), Fraction(0))]
+    n = 5
+    for _ in range(n):
+        r = led.reserve(Cost(Fraction(1)), acct, actor="a")
+        for _ in range(500):  # the reservation's worker done with its bookkeeping (else the release row's sync is
+            if not wal_sync._running.get(led._file) or wal_sync._wake.get(led._file):  # deferred behind it)
+                break
+            threading.Event().wait(0.01)
+        led.release(r, answer={"rows": [[1]]})
+    t = time.monotonic()
+    led.close()
+    assert time.monotonic() - t < 10  # close began the waiting sync rather than waiting 30 s
+    assert len(synced) == n + 1  # one per reservation (an answer waits for it), one for all the release rows
+    with Ledger(tmp_path / "l.sqlite") as again:
+        assert [x["status"] for x in again.reservations("a")] == ["released"] * n
 
 
 def test_a_failed_deferred_sync_fails_for_everyone_who_joined(tmp_path: Path, disk: Disk) -> None:
