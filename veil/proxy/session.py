@@ -115,8 +115,7 @@ _JSON_PLAIN = frozenset({str, int, float, type(None)})
 def _json_row(row: Sequence[Any]) -> list[Any]:
     """One answer row as the ledger logs it: ``to_jsonable(v, nan_as_null=False)`` of each value, skipped for a row
     of plain values (the common released row: a text key and numbers), which it would return unchanged."""
-    plain = _JSON_PLAIN
-    if all(type(v) in plain for v in row):
+    if _JSON_PLAIN.issuperset(map(type, row)):
         return list(row)
     return [to_jsonable(v, nan_as_null=False) for v in row]
 
