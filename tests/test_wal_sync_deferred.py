@@ -1,6 +1,7 @@
-"""Deferred syncs (:mod:`veil.store.wal_sync`): a sync nothing waits for joins one deferred sync per file while another
-runs; the deferred sync begins only once a running one ends, so after every commit that joined it, and its outcome
-reaches all of them. A sync an answer waits for (a reservation's) is never deferred.
+"""Deferred syncs (:mod:`veil.store.wal_sync`): a sync nothing waits for (a release row's) joins one deferred sync per
+file; it begins once a running one ends, or, with none running, DEFER_SECONDS after the first joiner (at once on
+``flush``), so after every commit that joined it, and its outcome reaches all of them. A sync an answer waits for (a
+reservation's) is never deferred.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def test_a_sync_an_answer_waits_for_begins_at_once(tmp_path: Path, disk: Disk) -
 
 def test_with_no_sync_running_a_deferred_one_waits_then_syncs_once_for_all_who_joined(tmp_path: Path, disk: Disk) -> None:
     """With none running, the deferred sync waits DEFER_SECONDS for more commits to join it, then begins: one sync for
-    all of them (a worker's wake-up and an fsync per release row cost as much process CPU as a small answer's noise)."""
+    all of them (not a worker's wake-up and an fsync per release row)."""
     path = tmp_path / "l.sqlite"
     first = wal_sync.start(path, defer=True)
     others = [wal_sync.start(path, defer=True) for _ in range(4)]
