@@ -100,21 +100,32 @@ def test_flush_begins_the_waiting_deferred_sync_at_once(tmp_path: Path, disk: Di
     assert disk.events == ["sync"]
 
 
-def test_a_running_sync_that_ends_leaves_a_waiting_deferred_sync_to_its_wait(
+def test_a_sync_begun_without_deferral_carries_the_waiting_deferred_one(
     tmp_path: Path, disk: Disk, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Queries one after another: the next reservation's sync must not begin the previous release row's deferred sync
-    (that would be one sync per release row again); the deferred one keeps gathering until its wait ends."""
+    """Queries one after another: the next reservation's sync, begun after the release rows were committed, makes them
+    durable too (one fsync for both), instead of one more fsync of their own; the waiting worker then has none to do."""
     monkeypatch.setattr(wal_sync, "DEFER_SECONDS", 30.0)
     path = tmp_path / "l.sqlite"
     deferred = wal_sync.start(path, defer=True)
-    wal_sync.start(path).result(10)  # (the disk is free: a reservation's sync runs and ends)
-    threading.Event().wait(0.1)
-    assert not deferred.done() and disk.events == ["sync"]
-    assert wal_sync.start(path, defer=True) is deferred  # a later release row joins it
+    assert wal_sync.start(path, defer=True) is deferred  # a second release row joins it
+    wal_sync.start(path).result(10)  # a reservation's sync
+    assert deferred.done() and deferred.exception() is None
+    assert disk.events == ["sync"]
+    later = wal_sync.start(path, defer=True)  # a release row committed after that sync began: not carried by it
+    assert later is not deferred and not later.done()
     wal_sync.flush(path)
-    deferred.result(10)
+    later.result(10)
     assert disk.events == ["sync", "sync"]
+
+
+def test_a_failed_sync_fails_for_the_deferred_sync_it_carried(tmp_path: Path, disk: Disk) -> None:
+    path = tmp_path / "l.sqlite"
+    deferred = wal_sync.start(path, defer=True)
+    disk.fail = True
+    now = wal_sync.start(path)
+    for f in (now, deferred):
+        assert isinstance(f.exception(10), OSError)
 
 
 def test_release_rows_one_after_another_share_a_sync_and_close_does_not_wait_for_it(
@@ -136,17 +147,25 @@ def test_release_rows_one_after_another_share_a_sync_and_close_does_not_wait_for
     led = Ledger(tmp_path / "l.sqlite")
     acct = [Account.analyst("a", Fraction(100), Fraction(0))]
     n = 5
+    previous = None
     for _ in range(n):
         r = led.reserve(Cost(Fraction(1)), acct, actor="a")
         for _ in range(500):  # the reservation's worker done with its bookkeeping (else the release row's sync is
             if not wal_sync._running.get(led._file) or wal_sync._wake.get(led._file):  # deferred behind it)
                 break
             threading.Event().wait(0.01)
+        if previous is not None:
+            assert r.durable is not None
+            r.durable.result(10)
+            assert previous.done(), "the reservation's sync did not carry the release row before it"
         led.release(r, answer={"rows": [[1]]})
+        previous = led._syncs[-1]
     t = time.monotonic()
     led.close()
     assert time.monotonic() - t < 10  # close began the waiting sync rather than waiting 30 s
-    assert len(synced) == n + 1  # one per reservation (an answer waits for it), one for all the release rows
+    # one per reservation (an answer waits for it), each also carrying the release row before it, and one at the close
+    # for the last release row (before session 20: one more per release row)
+    assert len(synced) == n + 1
     with Ledger(tmp_path / "l.sqlite") as again:
         assert [x["status"] for x in again.reservations("a")] == ["released"] * n
 

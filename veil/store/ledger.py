@@ -543,9 +543,9 @@ class Ledger:
 
         First waits until the reservation is on disk (its fsync ran while the query did): the caller returns the answer
         only after this, so no answer leaves before its charge is durable. The release row commits without a sync of
-        its own; it joins the file's deferred fsync (:mod:`veil.store.wal_sync`: shared with the release rows committed
-        in the next :data:`~veil.store.wal_sync.DEFER_SECONDS`, or with those committed while another sync runs), off
-        the answer's path: a power loss before it can lose the row, never the charge."""
+        its own; it joins the file's deferred fsync (:mod:`veil.store.wal_sync`: carried by the next reservation's, or
+        begun within :data:`~veil.store.wal_sync.DEFER_SECONDS`), off the answer's path: a power loss before it can lose
+        the row, never the charge."""
         self.wait_durable(reservation)
         with self._transaction(synced=False) as db:
             self._finish(db, reservation, "released")

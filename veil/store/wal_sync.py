@@ -15,9 +15,10 @@ Why this is as durable as ``FULL`` for every commit that returned before :func:`
   file (the fallback below syncs that file when the WAL file is gone).
 
 A sync nothing waits for (the ledger's release rows: the answer has left) is *deferred*: it joins the one deferred
-sync of that file, which begins :data:`DEFER_SECONDS` after the first commit that joined it (at once on :func:`flush`,
-which a closing ledger calls), or, when it was deferred while another sync of the file ran, as that one ends — in
-every case after the commit of everyone who joined it, since each joins only once committed. So release rows share
+sync of that file, which is carried by the next sync begun without deferral (the next query's reservation: one fsync
+for both), or else begins :data:`DEFER_SECONDS` after the first commit that joined it (at once on :func:`flush`, which
+a closing ledger calls), or, when it was deferred while another sync of the file ran, as that one ends — in every case
+after the commit of everyone who joined it, since each joins only once committed. So release rows share
 fsyncs, under many concurrent queries and one query after another alike, instead of adding one fsync (and a worker's
 wake-up) per query; a reservation's sync is never deferred (its answer waits for it).
 """
@@ -106,7 +107,13 @@ def start(db_path: Path, *, defer: bool = False) -> Future[None]:
             _running[db_path] = _running.get(db_path, 0) + 1
             return deferred
         future: Future[None] = Future()
-        pool.submit(_sync, db_path, future)
+        # a deferred sync not begun yet is carried by this one, which begins after it is taken here, so after the
+        # commit of everyone who joined it: queries one after another then sync their release rows with the next
+        # query's reservation, not on their own
+        carried = _deferred.get(db_path)
+        pool.submit(_sync, db_path, future, None, carried)
+        if carried is not None:
+            del _deferred[db_path]
         _running[db_path] = _running.get(db_path, 0) + 1  # (after: a refused submit leaves no count behind)
     return future
 
@@ -119,24 +126,31 @@ def flush(db_path: Path) -> None:
         wake.set()
 
 
-def _sync(db_path: Path, future: Future[None] | None, wake: threading.Event | None = None) -> None:
-    """Sync ``db_path`` for ``future``; then, while a sync was deferred meanwhile, for it (it begins now: after the
-    commit of everyone who joined it). With ``wake``, first wait :data:`DEFER_SECONDS` (or until :func:`flush`), then
-    begin the deferred sync (``future`` is None)."""
+def _sync(
+    db_path: Path, future: Future[None] | None, wake: threading.Event | None = None, carried: Future[None] | None = None
+) -> None:
+    """Sync ``db_path`` for ``future`` (and ``carried``, a deferred sync this one took over); then, while a sync was
+    deferred meanwhile, for it (it begins now: after the commit of everyone who joined it). With ``wake``, first wait
+    :data:`DEFER_SECONDS` (or until :func:`flush`), then begin the deferred sync (``future`` is None; there is none
+    left when another sync carried it meanwhile)."""
     if wake is not None:
         wake.wait(DEFER_SECONDS)
         with _pool_lock:
             if _wake.get(db_path) is wake:
                 del _wake[db_path]
-            future = _deferred.pop(db_path, None)  # (None if another worker's sync ended meanwhile and began it)
+            future = _deferred.pop(db_path, None)
     while True:
-        if future is not None and future.set_running_or_notify_cancel():
+        waiting = [f for f in (future, carried) if f is not None and f.set_running_or_notify_cancel()]
+        carried = None
+        if waiting:
             try:
                 sync_now(db_path)
             except BaseException as exc:  # an OSError; anything else reaches the waiters all the same
-                future.set_exception(exc)
+                for f in reversed(waiting):  # (the carried one first: done once the one waited for is)
+                    f.set_exception(exc)
             else:
-                future.set_result(None)
+                for f in reversed(waiting):
+                    f.set_result(None)
         with _pool_lock:
             # a deferred sync whose worker waits for more commits (``_wake``) is left to it; one without was deferred
             # while this one ran, and begins now
