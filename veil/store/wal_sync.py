@@ -41,7 +41,7 @@ _wake: dict[Path, threading.Event] = {}  # per file, ends the wait of the worker
 
 #: The longest a deferred sync waits for more commits to join it when no other sync of its file is running: the
 #: window in which a power loss can lose a release row that no later sync covered (never a charge: a reservation's
-#: sync is never deferred). 50 ms: one fsync per 50 ms of release rows at most, where a query takes a few ms.
+#: sync is never deferred). 50 ms: a few queries' time, so the next one's reservation usually carries it.
 DEFER_SECONDS = 0.05
 
 
@@ -100,7 +100,7 @@ def start(db_path: Path, *, defer: bool = False) -> Future[None]:
                 return deferred
             deferred = _deferred[db_path] = Future()
             if _running.get(db_path):
-                return deferred  # the running sync's worker begins it when that sync ends
+                return deferred  # a worker of this file begins it when its sync (or its wait) ends, if none carries it
             wake = threading.Event()
             pool.submit(_sync, db_path, None, wake)
             _wake[db_path] = wake
