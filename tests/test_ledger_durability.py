@@ -113,3 +113,78 @@ def test_curator_records_commit_fully_synced_and_queries_do_not(tmp_path: Path) 
         led.release(r, answer={"rows": []}, statistics=[])
         assert led._db.execute("PRAGMA synchronous").fetchone()[0] == 1
         assert led.spent(ALICE.key) == Cost(Fraction(1))
+
+
+def test_a_power_loss_at_any_moment_keeps_the_charge_of_every_answer_that_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a power loss leaves is, at most, what the last fsync put on disk: each fsync here also copies the ledger's
+    files as they are then (the disk after a loss at that moment; a copy taken while a commit appends to the WAL is a
+    torn write, which SQLite's recovery drops). After every answer, and after a refusal that kept its charge, the
+    latest copy must hold that query's charge: never an answer without its ε on disk, whatever the release rows'
+    deferred syncs (one per DEFER_SECONDS, so most answers here leave before their release row is synced)."""
+    import shutil
+    import sqlite3
+
+    from veil.errors import QueryFailed
+    from veil.policy import load_policy
+    from veil.proxy import pipeline
+    from veil.proxy.session import QuerySession
+
+    world = build_world(tmp_path / "w")
+    real = wal_sync.sync_now
+    copies: list[Path] = []
+    lock = threading.Lock()
+
+    def sync_and_copy(path: Path) -> None:
+        real(path)
+        with lock:
+            target = tmp_path / f"disk{len(copies)}"
+            target.mkdir()
+            for f in (Path(path), Path(f"{path}-wal")):
+                if f.exists():
+                    shutil.copyfile(f, target / f.name)
+            copies.append(target / Path(path).name)
+
+    def charged_on_disk() -> tuple[Fraction, set[str]]:
+        """The analyst's spend and reservation ids in the latest copy (nothing if no fsync ran yet)."""
+        with lock:
+            if not copies:
+                return Fraction(0), set()
+            scratch = tmp_path / f"open{len(copies)}"
+            shutil.copytree(copies[-1].parent, scratch)
+        db = sqlite3.connect(scratch / copies[-1].name)
+        try:
+            spent = db.execute("SELECT epsilon_spent FROM accounts WHERE account = 'analyst:api'").fetchone()
+            ids = {r[0] for r in db.execute("SELECT id FROM reservations WHERE status IN ('reserved', 'released')")}
+        finally:
+            db.close()
+        return (Fraction(spent[0]) if spent else Fraction(0)), ids
+
+    monkeypatch.setattr(wal_sync, "sync_now", sync_and_copy)
+    left = Fraction(0)
+    with QuerySession(load_policy(world.policy), "api") as s:
+        for i, sql in enumerate(
+            ["SELECT COUNT(*) FROM people", "SELECT COUNT(*) FROM people WHERE age > 30", "SELECT COUNT(*) FROM people"] * 3
+        ):
+            eps = Fraction(1, 100 + i)  # (another ε each time: no answer from the cache)
+            if i == 4:  # an engine failure after the charge: the refusal keeps it, and leaves only once it is on disk
+                monkeypatch.setattr(pipeline, "noised", _boom)
+                with pytest.raises(QueryFailed):
+                    s.execute(sql, epsilon=eps)
+                monkeypatch.undo()
+                monkeypatch.setattr(wal_sync, "sync_now", sync_and_copy)
+            else:
+                answer = s.execute(sql, epsilon=eps)
+                assert answer.release_id is not None
+            left += eps
+            spent, _ids = charged_on_disk()
+            assert spent >= left, f"after query {i}, the disk holds ε {spent} of the {left} charged for what left"
+    with Ledger(world.ledger) as led:
+        assert len(led.reservations("api")) == 9
+
+
+def _boom(*args: object) -> object:
+    from veil.errors import QueryFailed
+
+    raise QueryFailed("the engine failed after the charge", hint="(test)")

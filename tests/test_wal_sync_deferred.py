@@ -1,6 +1,7 @@
-"""Deferred syncs (:mod:`veil.store.wal_sync`): a sync nothing waits for joins one deferred sync per file while another
-runs; the deferred sync begins only once a running one ends, so after every commit that joined it, and its outcome
-reaches all of them. A sync an answer waits for (a reservation's) is never deferred.
+"""Deferred syncs (:mod:`veil.store.wal_sync`): a sync nothing waits for (a release row's) joins one deferred sync per
+file; it begins once a running one ends, or, with none running, DEFER_SECONDS after the first joiner (at once on
+``flush``), so after every commit that joined it, and its outcome reaches all of them. A sync an answer waits for (a
+reservation's) is never deferred.
 """
 
 from __future__ import annotations
@@ -73,10 +74,100 @@ def test_a_sync_an_answer_waits_for_begins_at_once(tmp_path: Path, disk: Disk) -
     deferred.result(10)
 
 
-def test_with_no_sync_running_a_deferred_one_begins_at_once(tmp_path: Path, disk: Disk) -> None:
-    f = wal_sync.start(tmp_path / "l.sqlite", defer=True)
-    f.result(10)
+def test_with_no_sync_running_a_deferred_one_waits_then_syncs_once_for_all_who_joined(tmp_path: Path, disk: Disk) -> None:
+    """With none running, the deferred sync waits DEFER_SECONDS for more commits to join it, then begins: one sync for
+    all of them (not a worker's wake-up and an fsync per release row)."""
+    path = tmp_path / "l.sqlite"
+    first = wal_sync.start(path, defer=True)
+    others = [wal_sync.start(path, defer=True) for _ in range(4)]
+    assert all(f is first for f in others)
+    assert not first.done() and disk.events == []  # (no sync began at once: a wait of 50 ms)
+    first.result(10)
     assert disk.events == ["sync"]
+    later = wal_sync.start(path, defer=True)  # a commit after it began: a deferred sync of its own
+    assert later is not first
+    later.result(10)
+    assert disk.events == ["sync", "sync"]
+
+
+def test_flush_begins_the_waiting_deferred_sync_at_once(tmp_path: Path, disk: Disk, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wal_sync, "DEFER_SECONDS", 30.0)
+    path = tmp_path / "l.sqlite"
+    f = wal_sync.start(path, defer=True)
+    assert not f.done()
+    wal_sync.flush(path)
+    f.result(10)  # long before 30 s
+    assert disk.events == ["sync"]
+
+
+def test_a_sync_begun_without_deferral_carries_the_waiting_deferred_one(
+    tmp_path: Path, disk: Disk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Queries one after another: the next reservation's sync, begun after the release rows were committed, makes them
+    durable too (one fsync for both), instead of one more fsync of their own; the waiting worker then has none to do."""
+    monkeypatch.setattr(wal_sync, "DEFER_SECONDS", 30.0)
+    path = tmp_path / "l.sqlite"
+    deferred = wal_sync.start(path, defer=True)
+    assert wal_sync.start(path, defer=True) is deferred  # a second release row joins it
+    wal_sync.start(path).result(10)  # a reservation's sync
+    assert deferred.done() and deferred.exception() is None
+    assert disk.events == ["sync"]
+    later = wal_sync.start(path, defer=True)  # a release row committed after that sync began: not carried by it
+    assert later is not deferred and not later.done()
+    wal_sync.flush(path)
+    later.result(10)
+    assert disk.events == ["sync", "sync"]
+
+
+def test_a_failed_sync_fails_for_the_deferred_sync_it_carried(tmp_path: Path, disk: Disk) -> None:
+    path = tmp_path / "l.sqlite"
+    deferred = wal_sync.start(path, defer=True)
+    disk.fail = True
+    now = wal_sync.start(path)
+    for f in (now, deferred):
+        assert isinstance(f.exception(10), OSError)
+
+
+def test_release_rows_one_after_another_share_a_sync_and_close_does_not_wait_for_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through the ledger, queries one after another: each reservation has its own sync (an answer waits for it); the
+    release rows share deferred ones, begun at the latest when the handle closes."""
+    import time
+
+    real = wal_sync.sync_now
+    synced: list[str] = []
+
+    def counted(path: Path) -> None:
+        real(path)
+        synced.append("sync")
+
+    monkeypatch.setattr(wal_sync, "sync_now", counted)
+    monkeypatch.setattr(wal_sync, "DEFER_SECONDS", 30.0)
+    led = Ledger(tmp_path / "l.sqlite")
+    acct = [Account.analyst("a", Fraction(100), Fraction(0))]
+    n = 5
+    previous = None
+    for _ in range(n):
+        r = led.reserve(Cost(Fraction(1)), acct, actor="a")
+        for _ in range(500):  # the reservation's worker done with its bookkeeping (else the release row's sync is
+            if not wal_sync._running.get(led._file) or wal_sync._wake.get(led._file):  # deferred behind it)
+                break
+            threading.Event().wait(0.01)
+        if previous is not None:
+            assert r.durable is not None
+            r.durable.result(10)
+            assert previous.done(), "the reservation's sync did not carry the release row before it"
+        led.release(r, answer={"rows": [[1]]})
+        previous = led._syncs[-1]
+    t = time.monotonic()
+    led.close()
+    assert time.monotonic() - t < 10  # close began the waiting sync rather than waiting 30 s
+    # one per reservation (an answer waits for it), each also carrying the release row before it, and one at the close
+    # for the last release row (before session 20: one more per release row)
+    assert len(synced) == n + 1
+    with Ledger(tmp_path / "l.sqlite") as again:
+        assert [x["status"] for x in again.reservations("a")] == ["released"] * n
 
 
 def test_a_failed_deferred_sync_fails_for_everyone_who_joined(tmp_path: Path, disk: Disk) -> None:

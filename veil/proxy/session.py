@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as dt
+import itertools
 import logging
 import math
 import threading
@@ -115,10 +116,29 @@ _JSON_PLAIN = frozenset({str, int, float, type(None)})
 def _json_row(row: Sequence[Any]) -> list[Any]:
     """One answer row as the ledger logs it: ``to_jsonable(v, nan_as_null=False)`` of each value, skipped for a row
     of plain values (the common released row: a text key and numbers), which it would return unchanged."""
-    plain = _JSON_PLAIN
-    if all(type(v) in plain for v in row):
+    if _JSON_PLAIN.issuperset(map(type, row)):
         return list(row)
     return [to_jsonable(v, nan_as_null=False) for v in row]
+
+
+def _json_rows(rows: Sequence[tuple[Any, ...]]) -> tuple[tuple[Any, ...], ...]:
+    """``tuple(tuple(_json_row(r)) for r in rows)``; when every row is a tuple of plain values (a released answer's
+    group keys, the common case) the rows themselves, after one type check over all their cells."""
+    if _TUPLE.issuperset(map(type, rows)) and _JSON_PLAIN.issuperset(map(type, itertools.chain.from_iterable(rows))):
+        return tuple(rows)
+    return tuple(tuple(_json_row(r)) for r in rows)
+
+
+_TUPLE = frozenset({tuple})
+#: The types :func:`_py` returns as they are (checked exactly: NumPy's float64 is a float subclass it converts).
+_PY_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+def _py_values(values: list[Any]) -> list[Any]:
+    """``[_py(v) for v in values]``, with one type check over the list when no value needs converting."""
+    if _PY_PLAIN.issuperset(map(type, values)):
+        return values
+    return [_py(v) for v in values]
 
 
 def _int(v: Any) -> int:
@@ -934,7 +954,7 @@ class Env:
         for col, src in zip(post.direct, post.ci_sources, strict=True):
             i = int(col[3:])
             if col.startswith("__k"):
-                cols.append([_py(g[i]) for g in kept])
+                cols.append(_py_values([g[i] for g in kept]))
                 ci_cols.append([None] * n)
             else:
                 cols.append(_py_column(values[i]))
@@ -955,7 +975,7 @@ class Env:
             for s in p.statistics
         )  # fmt: skip
         # ±inf and NaN keys kept as sent (null is the NULL group's key: red team s41 A3)
-        return LoggedStatistics(vectors, tuple(tuple(_json_row(g)) for g in kept))
+        return LoggedStatistics(vectors, _json_rows(kept))
 
     def release(self, reservation: Reservation, p: QueryPlan, answer: Answer, stats: LoggedStatistics) -> str:
         return self.ledger.release(

@@ -392,6 +392,7 @@ class Ledger:
                 self._db.execute("COMMIT")
 
     def close(self) -> None:
+        wal_sync.flush(self._file)  # a deferred sync of release rows begins now, not after its wait
         with self._lock:
             for pending in self._syncs:
                 # wait: whatever ends with this handle's close (a publication refused after its charge, red team s41
@@ -542,7 +543,9 @@ class Ledger:
 
         First waits until the reservation is on disk (its fsync ran while the query did): the caller returns the answer
         only after this, so no answer leaves before its charge is durable. The release row commits without a sync of
-        its own; its fsync runs after, off the answer's path."""
+        its own; it joins the file's deferred fsync (:mod:`veil.store.wal_sync`: carried by the next reservation's, or
+        begun within :data:`~veil.store.wal_sync.DEFER_SECONDS`), off the answer's path: a power loss before it can lose
+        the row, never the charge."""
         self.wait_durable(reservation)
         with self._transaction(synced=False) as db:
             self._finish(db, reservation, "released")
@@ -566,7 +569,7 @@ class Ledger:
                 self._insert_vectors(db, rel_id, vectors, groups)
         with self._lock:
             self._syncs = [f for f in self._syncs if not f.done()]
-            self._syncs.append(wal_sync.start(self._file, defer=True))  # (nothing waits for it)
+            self._syncs.append(wal_sync.start(self._file, defer=True))  # (nothing waits for it; close() does)
         return rel_id
 
     def wait_durable(self, reservation: Reservation) -> None:
