@@ -29,13 +29,6 @@ from veil.proxy import fixed_point, pipeline, rewrite
 from veil.proxy._testing import exact_session
 from veil.store.warehouse import write_table
 
-pytestmark = pytest.mark.skipif(
-    not rewrite.COMPARE_ON_GRID,
-    reason="grid comparisons are off (veil.proxy.rewrite.COMPARE_ON_GRID): a plan-cache hit could render a WHERE "
-    "literal differently from planning afresh (session 19)",
-)
-
-
 POLICY = """\
 [database]
 path = "w.duckdb"
