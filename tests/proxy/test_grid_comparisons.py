@@ -186,10 +186,18 @@ def _near(value: Fraction, k: int) -> list[float]:
     return out
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.fixture(scope="module")
+def duck() -> Iterator[duckdb.DuckDBPyConnection]:
+    con = duckdb.connect()
+    yield con
+    con.close()
+
+
+@pytest.mark.slow
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data(), bounds=st.sampled_from(BOUNDS), op=st.sampled_from(OPS), negative=st.booleans())
 def test_the_rewritten_comparison_holds_for_any_double_within_the_bounds(
-    data: Any, bounds: tuple[str, str], op: str, negative: bool
+    duck: duckdb.DuckDBPyConnection, data: Any, bounds: tuple[str, str], op: str, negative: bool
 ) -> None:
     lo, hi = float(bounds[0]), float(bounds[1])
     k = fixed_point.exponent(Fraction(bounds[0]), Fraction(bounds[1]))
@@ -206,10 +214,6 @@ def test_the_rewritten_comparison_holds_for_any_double_within_the_bounds(
     assert ('"g"' in changed) == (exact_op and fixed_point.literal_on_grid(text, k) is not None), (changed, k)
     rows = ", ".join(f"(CAST({'NULL' if v is None else repr(v)} AS DOUBLE))" for v in [*values, None])
     grid = bounding.grid_value_sql("y", k)
-    con = duckdb.connect()
-    try:
-        copy = f"SELECT y, {grid} AS g FROM (VALUES {rows}) AS v(y)"
-        differ = con.execute(f"SELECT y FROM ({copy}) AS t WHERE ({original}) IS DISTINCT FROM ({changed})").fetchall()
-    finally:
-        con.close()
+    copy = f"SELECT y, {grid} AS g FROM (VALUES {rows}) AS v(y)"
+    differ = duck.execute(f"SELECT y FROM ({copy}) AS t WHERE ({original}) IS DISTINCT FROM ({changed})").fetchall()
     assert differ == [], (original, changed, k, differ)

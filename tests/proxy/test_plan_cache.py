@@ -170,6 +170,7 @@ def _grid_mix(draw: Any, whole: int, places: int) -> str:
     return f"{head}.{tail}"
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data(), shape=st.sampled_from(GRID_SHAPES), whole=st.integers(1, 2), places=st.integers(0, 3))
 def test_a_hit_plans_what_planning_afresh_plans_with_literals_on_and_off_the_grid(
