@@ -122,11 +122,17 @@ def _number(draw: Any, length: int) -> str:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data(), shape=st.sampled_from(SHAPES), length=st.integers(1, 4), text=st.integers(0, 6))
-def test_a_hit_plans_what_planning_afresh_plans(session: QuerySession, data: Any, shape: str, length: int, text: int) -> None:
+@given(
+    data=st.data(), shape=st.sampled_from(SHAPES), length=st.integers(1, 4), places=st.sampled_from([0, 0, 1, 2]),
+    text=st.integers(0, 6),
+)  # fmt: skip
+def test_a_hit_plans_what_planning_afresh_plans(
+    session: QuerySession, data: Any, shape: str, length: int, places: int, text: int
+) -> None:
     def fill() -> str:
         chars = st.text(st.sampled_from("xyzab'Q é%_"), min_size=text, max_size=text)
-        return shape.format(n=_number(data.draw, length), n2=_number(data.draw, length), s=data.draw(chars).replace("'", "''"))
+        n, n2 = _grid_mix(data.draw, length, places), _grid_mix(data.draw, length, places)
+        return shape.format(n=n, n2=n2, s=data.draw(chars).replace("'", "''"))
 
     first, second = fill(), fill()
     _cached(session, first)  # plans, probes and remembers the shape
