@@ -509,7 +509,7 @@ def _compare_on_grid(node: exp.Expression, alias: str, grids: Mapping[str, GridC
     column, literal, op = operands
     negative = isinstance(literal, exp.Neg)
     if negative:
-        literal = literal.this  # -v: v on the grid, negated (the plan cache lifts v and keeps the sign in the shape)
+        literal = literal.this  # -v: v on the grid, negated (the plan cache lifts no negated literal: -v stays in the shape)
     if not isinstance(column, exp.Column) or column.table != alias or not isinstance(literal, exp.Literal):
         return
     grid = grids.get(column.name)
