@@ -424,6 +424,22 @@ At the session's end the grid comparisons were switched off (`rewrite.COMPARE_ON
 the literal on the raw column where planning afresh used the grid); the table above is measured with them off, on a
 quiet host, beside the s18 end in the same minutes: row state GROUP BY 1.83×, 1.84× against 1.86×, 1.88× (CPU
 1.52–1.53× against 1.53–1.58×).
+
+**2026-11-28, session 20: grid comparisons back on** (measured under load, 1-minute load 4–12 on the 2 cores, so
+wall times mean little; CPU times, each A/B alternated in the same minutes; not written to the table). The plan
+cache now keys each lifted number compared as `c >= v` / `c < v` with a bounded real column by its side of the
+column's grid (on it the statement compares the grid column, off it `c`), and an entry serves no literal on the
+other side, so `rewrite.COMPARE_ON_GRID` is on again. Each of this script's four row-level statements at 1M rows,
+generated with grid comparisons on and off and run alternately on the same bounded copy (bounds `income >= 10000 +
+i`, 40 and then 60 pairs, the same rows; median process CPU, all DuckDB threads, off → on): COUNT(*) 5.14, 4.13 →
+2.95, 2.50 ms; AVG(income) 9.20, 7.69 → 7.32, 5.75; state GROUP BY 16.33, 11.66 → 12.84, 9.09; sex×diagnosis GROUP
+BY 24.32, 16.91 → 21.47, 15.07. In this script's per-pass loop (the same bounds), `execute` minus the raw query,
+median of 5 and of 4 alternated runs (off → on): row state GROUP BY +1.47, +6.74 → −2.31, −1.76 ms; row AVG(income)
++3.03, +2.41 → +1.08, −0.07 ms; user state GROUP BY +1.18, −0.13 → −2.89, −4.37 ms. The table's 15-repetition
+columns did not separate (process CPU Veil/raw, off → on: row state GROUP BY 1.51, 1.59 → 1.56, 1.60; row
+AVG(income) 1.79, 1.77 → 1.80, 1.79): their bounds `income >= 0…14` lie below nearly every row group's smallest
+income, so DuckDB's zone maps (each row group's minimum and maximum) settle that WHERE either way (the four
+statements with bounds 0…39 took the same CPU on and off: COUNT(*) 0.41 → 0.42 ms, state GROUP BY 7.55 → 7.33 ms).
 """
 
 

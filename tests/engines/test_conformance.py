@@ -75,6 +75,9 @@ CASES: dict[str, str] = {
     " AND SUBSTRING(state, 1, 1) <> 'Q' AND TRIM(state) || '!' <> 'X!' AND LEFT(state, 1) <> 'Q' AND RIGHT(state, 1) <> 'Q'"
     " AND REPLACE(state, 'A', 'a') <> 'x' AND CONCAT(state, sex) <> 'x'",
     "where_boolean_column": "SELECT COUNT(*) FROM people WHERE married AND NOT (age < 20)",
+    # on / off the real column's pre-scaled grid (k = 44 for income's bounds), and beyond its bounds
+    "where_float_grid": "SELECT COUNT(*), SUM(income) FROM people WHERE income >= 25000 AND 60000.5 > income"
+    " AND NOT (income < 30000.3) AND income < 240000.25",
     "where_cast": "SELECT COUNT(*) FROM people WHERE CAST(age AS VARCHAR) LIKE '4%'",
     "where_nullsafe": "SELECT COUNT(*) FROM people WHERE income IS DISTINCT FROM NULL",
     # group keys

@@ -9,6 +9,9 @@ fewer. Properties:
   to each literal (its neighbouring doubles, -0.0, NaN, ±inf, NULL, beyond the bounds), each rewritten comparison has
   the original's truth value on every row of the copy, NULL included; comparisons that are not exact on the grid
   (``<=``, ``>``, a literal off the grid, a negative exponent) stay as they are;
+* for any double within the bounds (hypothesis: subnormals, -0.0, the bounds themselves, NULL) and any plain number
+  literal, on the grid or off it, the rewritten comparison over the copy's grid expression
+  (:func:`veil.proxy.bounding.grid_value_sql`) has the original's truth value;
 * end to end, through the plan cache (a shape planned with one literal and reused with others, on the grid or not),
   the exact answers are those of the statements without the grid comparison.
 """
@@ -17,24 +20,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import pandas as pd
 import pytest
 import sqlglot
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from veil.policy import load_policy
-from veil.proxy import fixed_point, pipeline, rewrite
+from veil.proxy import bounding, fixed_point, pipeline, rewrite
 from veil.proxy._testing import exact_session
 from veil.store.warehouse import write_table
-
-pytestmark = pytest.mark.skipif(
-    not rewrite.COMPARE_ON_GRID,
-    reason="grid comparisons are off (veil.proxy.rewrite.COMPARE_ON_GRID): a plan-cache hit could render a WHERE "
-    "literal differently from planning afresh (session 19)",
-)
-
 
 POLICY = """\
 [database]
@@ -149,3 +150,70 @@ def test_a_cached_shape_fills_each_literal_on_its_grid(worlds: dict[tuple[str, s
         assert hit or i == 0, v  # the first query planned and probed its shape (and is the entry); the others reuse it
         assert f'"__veil_grid_1" >= {int(v) << k}' in state.rendered.main, state.rendered.main
         assert " t.y " not in state.rendered.main  # the statement reads the grid column alone
+
+
+def _plain(value: Fraction) -> str | None:
+    """``value`` as a plain number literal (digits and a point, no sign), when it is one of at most 15 digits."""
+    text = format(Decimal(value.numerator) / Decimal(value.denominator), "f") if value.denominator > 1 else str(value)
+    text = text.lstrip("-")
+    return text if fixed_point._PLAIN_NUMBER.fullmatch(text) and sum(c.isdigit() for c in text) <= 15 else None
+
+
+@st.composite
+def _literal(draw: Any, lo: float, hi: float) -> str:
+    """A plain number: a double within the bounds rounded to a grid of ``2**-j`` (often the column's), any short
+    decimal, or one of :data:`LITERALS`."""
+    kind = draw(st.integers(0, 2))
+    if kind == 0:
+        x, j = Fraction(draw(st.floats(lo, hi))), draw(st.integers(0, 64))
+        text = _plain(Fraction(round(x * 2**j), 2**j))
+        if text is not None:
+            return text
+    if kind == 1:
+        return str(draw(st.from_regex(r"[0-9]{1,8}(\.[0-9]{1,7})?", fullmatch=True)))
+    return str(draw(st.sampled_from(LITERALS))).lstrip("-")
+
+
+def _near(value: Fraction, k: int) -> list[float]:
+    """Doubles next to ``value`` and to the grid points of ``2**-k`` on either side of it (where a wrong grid
+    comparison would read another truth value)."""
+    step = Fraction(1, 2**k) if k >= 0 else Fraction(2**-k)
+    low = math.floor(value / step) * step
+    out = []
+    for point in (value, low, low + step):
+        x = float(point)
+        out += [x, math.nextafter(x, -math.inf), math.nextafter(x, math.inf)]
+    return out
+
+
+@pytest.fixture(scope="module")
+def duck() -> Iterator[duckdb.DuckDBPyConnection]:
+    con = duckdb.connect()
+    yield con
+    con.close()
+
+
+@pytest.mark.slow
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.data(), bounds=st.sampled_from(BOUNDS), op=st.sampled_from(OPS), negative=st.booleans())
+def test_the_rewritten_comparison_holds_for_any_double_within_the_bounds(
+    duck: duckdb.DuckDBPyConnection, data: Any, bounds: tuple[str, str], op: str, negative: bool
+) -> None:
+    lo, hi = float(bounds[0]), float(bounds[1])
+    k = fixed_point.exponent(Fraction(bounds[0]), Fraction(bounds[1]))
+    text = data.draw(_literal(lo, hi))
+    literal = f"-{text}" if negative else text
+    drawn = data.draw(st.lists(st.one_of(st.none(), st.floats(lo, hi), st.sampled_from([lo, hi, 0.0, -0.0])), max_size=30))
+    near = _near(-Fraction(text) if negative else Fraction(text), k)
+    values = [v for v in [*drawn, *near] if v is None or lo <= v <= hi]  # the copy holds values within the bounds
+    where = sqlglot.parse_one(f"SELECT 1 WHERE {op.format(c='t.y', v=literal)}", read="duckdb").args["where"]
+    original = where.this.sql(dialect="duckdb")
+    rewrite._compare_on_grid(where.this, "t", {"y": bounding.GridColumn("g", k)})
+    changed = where.this.sql(dialect="duckdb")
+    exact_op = op in ("{c} >= {v}", "{c} < {v}", "{v} <= {c}", "{v} > {c}")
+    assert ('"g"' in changed) == (exact_op and fixed_point.literal_on_grid(text, k) is not None), (changed, k)
+    rows = ", ".join(f"(CAST({'NULL' if v is None else repr(v)} AS DOUBLE))" for v in [*values, None])
+    grid = bounding.grid_value_sql("y", k)
+    copy = f"SELECT y, {grid} AS g FROM (VALUES {rows}) AS v(y)"
+    differ = duck.execute(f"SELECT y FROM ({copy}) AS t WHERE ({original}) IS DISTINCT FROM ({changed})").fetchall()
+    assert differ == [], (original, changed, k, differ)

@@ -16,6 +16,7 @@ generated statements and canonical text. Class-level checks:
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,7 @@ SHAPES = [
     "SELECT b, QUANTILE_CONT(i, 0.25) FROM t WHERE c != '{s}' GROUP BY b",
     "SELECT COUNT(*) FROM t AS x WHERE x.i > {n} AND x.c = '{s}'",
     "SELECT c, COUNT(*) FROM u WHERE i < {n} GROUP BY c",
-    "SELECT SUM(i - {n}) FROM t WHERE i > -{n}",  # the first literal is not lifted, the second is
+    "SELECT SUM(i - {n}) FROM t WHERE i > -{n}",  # neither is lifted (not in the WHERE; negated): no shape
 ]
 
 
@@ -121,20 +122,120 @@ def _number(draw: Any, length: int) -> str:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.data(), shape=st.sampled_from(SHAPES), length=st.integers(1, 4), text=st.integers(0, 6))
-def test_a_hit_plans_what_planning_afresh_plans(session: QuerySession, data: Any, shape: str, length: int, text: int) -> None:
+@given(
+    data=st.data(), shape=st.sampled_from(SHAPES), length=st.integers(1, 4), places=st.sampled_from([0, 0, 1, 2]),
+    text=st.integers(0, 6),
+)  # fmt: skip
+def test_a_hit_plans_what_planning_afresh_plans(
+    session: QuerySession, data: Any, shape: str, length: int, places: int, text: int
+) -> None:
     def fill() -> str:
         chars = st.text(st.sampled_from("xyzab'Q é%_"), min_size=text, max_size=text)
-        return shape.format(n=_number(data.draw, length), n2=_number(data.draw, length), s=data.draw(chars).replace("'", "''"))
+        n, n2 = _grid_mix(data.draw, length, places), _grid_mix(data.draw, length, places)
+        return shape.format(n=n, n2=n2, s=data.draw(chars).replace("'", "''"))
 
     first, second = fill(), fill()
     _cached(session, first)  # plans, probes and remembers the shape
+    keys = [plan_cache.lift(parse(sql), session._env.policy, sql) for sql in (first, second)]
+    kept = [e for k, e in session._env.plan_cache.items() if keys[0] is not None and k[0] == keys[0].shape]
+    if keys[0] is not None and not _grid_classes(keys[0].shape):
+        assert kept, first  # (a number on or off a grid may have no other value of its class: 9 for f, bounded by ±5)
     hit = _cached(session, second)
     assert hit.reservation is None and hit.raw is None  # planned only: nothing charged, nothing run
     _same(hit, _fresh(session, second))
-    keys = [plan_cache.lift(parse(sql), session._env.policy, sql) for sql in (first, second)]
-    if keys[0] is not None and keys[1] is not None and keys[0].shape == keys[1].shape:
-        assert any(hit.plan is e.state.plan for e in session._env.plan_cache.values())  # it was a hit
+    if kept and keys[1] is not None and keys[0] is not None and keys[0].shape == keys[1].shape:
+        assert hit.plan is kept[0].state.plan  # it was a hit
+
+
+def _grid_classes(shape: str) -> list[str]:
+    """The grid classes in a shape (``plan_cache._grid_class``: on or off a real column's grid)."""
+    return re.findall("[gr]\x00", shape)
+
+
+#: Shapes comparing the bounded real column ``f`` (bounds ±5: grid exponent k = 59) the ways the rewrite may read
+#: on its pre-scaled grid (``f >= v``, ``f < v``, ``v <= f``, ``v > f``) and ways it may not (``<=``, ``>``, ``=``).
+GRID_SHAPES = [
+    "SELECT SUM(f) FROM t WHERE f >= {n}",
+    "SELECT COUNT(*), AVG(f) FROM t WHERE {n} <= f AND f < {n2}",
+    "SELECT cv, SUM(f) FROM t WHERE NOT ({n} > f) OR f <= {n2} GROUP BY cv",
+    "SELECT MEDIAN(f) FROM t WHERE (f < {n} OR {n2} > f) AND f = {n2}",
+    "SELECT COUNT(*) FROM t WHERE f >= {n} AND i < {n2} AND f > {n}",
+]
+
+
+def _grid_mix(draw: Any, whole: int, places: int) -> str:
+    """A number of ``whole`` integer digits and ``places`` decimals: its fraction drawn half the time from the
+    multiples of ``2**-places`` (on the grid of any ``k >= places``) and otherwise from all ``places``-digit
+    fractions (mostly off it); integers of two digits or more lie beyond ``f``'s bounds, where ``v·2**59`` leaves
+    ±2**62 and so the grid (:func:`veil.proxy.fixed_point.literal_on_grid`)."""
+    head = _number(draw, whole)
+    if places == 0:
+        return head
+    dyadic = [f"{j * 5**places:0{places}d}" for j in range(2**places)]
+    tail = draw(st.one_of(st.sampled_from(dyadic), st.from_regex(rf"[0-9]{{{places}}}", fullmatch=True)))
+    return f"{head}.{tail}"
+
+
+@pytest.mark.slow
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), shape=st.sampled_from(GRID_SHAPES), whole=st.integers(1, 2), places=st.integers(0, 3))
+def test_a_hit_plans_what_planning_afresh_plans_with_literals_on_and_off_the_grid(
+    session: QuerySession, data: Any, shape: str, whole: int, places: int
+) -> None:
+    """Literals of one form, some on ``f``'s grid and some not, in any order: each query planned through the cache
+    is planned as afresh (a shape kept for a literal off the grid once filled the raw comparison's statements with
+    a literal on it, where planning afresh compares the grid column: session 19)."""
+    queries = [shape.format(n=_grid_mix(data.draw, whole, places), n2=_grid_mix(data.draw, whole, places)) for _ in range(3)]
+    for sql in queries:
+        _same(_cached(session, sql), _fresh(session, sql))
+
+
+@pytest.mark.parametrize(
+    "queries",
+    [
+        ["SELECT SUM(f) FROM t WHERE f >= 0.3", "SELECT SUM(f) FROM t WHERE f >= 0.5"],  # off the grid, then on it
+        ["SELECT SUM(f) FROM t WHERE f >= 0.5", "SELECT SUM(f) FROM t WHERE f >= 0.3"],  # on, then off
+        ["SELECT SUM(f) FROM t WHERE f < 7", "SELECT SUM(f) FROM t WHERE f < 9"],  # 9·2**59 > 2**62: off the grid
+        ["SELECT SUM(f) FROM t WHERE f < 0.75", "SELECT SUM(f) FROM t WHERE f < 0.70", "SELECT SUM(f) FROM t WHERE -0.75 > f"],
+        ["SELECT COUNT(*) FROM t WHERE 1.3 <= f", "SELECT COUNT(*) FROM t WHERE 1.5 <= f",
+         "SELECT COUNT(*) FROM t WHERE 2.3 <= f", "SELECT COUNT(*) FROM t WHERE 2.5 <= f"],
+        ["SELECT COUNT(*) FROM t WHERE 1.25 > f OR f >= 2.10", "SELECT COUNT(*) FROM t WHERE 1.25 > f OR f >= 2.50",
+         "SELECT COUNT(*) FROM t WHERE 1.20 > f OR f >= 2.50", "SELECT COUNT(*) FROM t WHERE 1.20 > f OR f >= 2.10"],
+    ],
+)  # fmt: skip
+def test_literals_on_and_off_the_grid_share_no_statements(world: Any, queries: list[str]) -> None:
+    with exact_session(world, "a") as s:
+        for _ in range(2):  # the second round hits the entries the first one kept
+            for sql in queries:
+                _same(_cached(s, sql), _fresh(s, sql))
+
+
+def test_a_shape_keeps_one_entry_on_the_grid_and_one_off_it(world: Any) -> None:
+    on, off = "SELECT SUM(f) FROM t WHERE f >= 0.5", "SELECT SUM(f) FROM t WHERE f >= 0.3"
+    with exact_session(world, "a") as s:
+        _cached(s, on), _cached(s, off)
+        assert len(s._env.plan_cache) == 2  # two shapes: neither query's planning replaced the other's entry
+        for sql in (on, off, "SELECT SUM(f) FROM t WHERE f >= 2.5", "SELECT SUM(f) FROM t WHERE f >= 2.1"):
+            state = _cached(s, sql)
+            assert any(state.plan is e.state.plan for e in s._env.plan_cache.values()), sql  # a hit
+            _same(state, _fresh(s, sql))
+        assert len(s._env.plan_cache) == 2
+
+
+def test_an_entry_serves_no_literal_on_the_other_side_of_its_grid(world: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The hit check alone (the shapes' grid classes taken out, so both sides share one key): a literal on the other
+    side of its grid from the entry's misses and is planned afresh; one on the same side hits."""
+    monkeypatch.setattr(plan_cache, "_grid_class", lambda *a: "")
+    with exact_session(world, "a") as s:
+        for value, on_grid in (("0.3", False), ("0.5", True), ("0.3", False), ("0.7", False), ("1.5", True)):
+            sql = f"SELECT SUM(f) FROM t WHERE f >= {value}"
+            before = list(s._env.plan_cache.values())
+            state = _cached(s, sql)
+            (entry,) = s._env.plan_cache.values()
+            assert (entry.on_grid != (), entry.off_grid != ()) == (on_grid, not on_grid)
+            was_hit = bool(before) and state.plan is before[0].state.plan
+            assert was_hit == (bool(before) and (before[0].on_grid != ()) == on_grid), value
+            _same(state, _fresh(s, sql))
 
 
 class _Forgetful(dict[Any, Any]):
@@ -263,3 +364,9 @@ def test_probe_values_keep_kind_and_length_and_differ() -> None:
     for text in ("x", "ab", "xx y"):
         (value,) = plan_cache.probe_values([exp.Literal.string(text)])
         assert len(value) == len(text) and value != text
+    # on a grid's side: f bounded by ±5 (k = 59; 9·2**59 > 2**62), income by [0, 200000] (k = 44; 2**18 = 262144)
+    for text, k in (("05", 59), ("0.5", 59), ("0.3", 59), ("8", 59), ("262143.5", 44), ("162143.3", 44), ("09", 59)):
+        (value,) = plan_cache.probe_values([exp.Literal.number(text)], [k])
+        assert len(value) == len(text) and value != text and plan_cache._NUMBER.fullmatch(value)
+        assert plan_cache._grid_class(value, k) == plan_cache._grid_class(text, k), (text, value)
+    assert plan_cache.probe_values([exp.Literal.number("9")], [59]) == ["8"]  # the only one-digit integer off it

@@ -15,11 +15,17 @@ Only literals whose value no check reads are lifted out of the shape, which keep
   characters compared with a ``category`` column, neither column with declared ``values``;
 * each lifted literal's kind and form are part of the shape: a text's exact length (the text work one row can
   cause, a category's cut length), a number's digits-and-point pattern (``999`` and ``9.9`` are two shapes: a
-  fraction is compared as a DOUBLE, red team s39 A1); every other literal stays in it.
+  fraction is compared as a DOUBLE, red team s39 A1) and, for a number compared with a bounded real column in a
+  form the rewrite may read on the column's pre-scaled grid (``c >= v``, ``c < v``, ``v <= c``, ``v > c``), whether
+  ``v`` lies on that grid (``v·2^k`` an integer within ±2^62: :func:`veil.proxy.fixed_point.literal_on_grid`);
+  every other literal stays in it.
 
-A lifted literal the rewrite compared on a bounded real column's pre-scaled grid (``c >= v`` read as
-``g >= v·2^k``: :func:`veil.proxy.rewrite._compare_on_grid`) is filled as ``v·2^k`` of the query's own value; a value
-off that grid misses (it is planned afresh, and its shape is kept again with statements that compare ``c`` itself).
+A lifted literal on the grid is compared on the grid column (``c >= v`` read as ``g >= v·2^k``:
+:func:`veil.proxy.rewrite._compare_on_grid`), so its statements are not those of a literal off it: the two are two
+shapes, and each entry also records which of its literals the rewrite put on a grid (filled as ``v·2^k`` of the
+query's own value) and which it left off one (:data:`veil.proxy.rewrite.GRID_LEFT`); a hit whose literal is not on
+the same side of its grid misses (session 19: a shape kept for ``f >= 0.3`` filled ``f >= 0.5`` into statements
+comparing ``f`` where planning afresh compares its grid column).
 
 Every other check runs on the first query of a shape, and the entry is only kept after a second, full
 planning of the same shape with other literals of the same kinds and lengths (the *probe*) gave the same plan,
@@ -47,8 +53,9 @@ from sqlglot import exp
 from veil.engines.neutral import copy_tree, duckdb_text
 from veil.errors import VeilError
 from veil.proxy import fixed_point
+from veil.proxy.bounding import grid_columns
 from veil.proxy.canonical import canonical_sql
-from veil.proxy.rewrite import GRID_LITERAL
+from veil.proxy.rewrite import GRID_LEFT, GRID_LITERAL, grid_operands
 
 if TYPE_CHECKING:
     from veil.policy import Policy
@@ -91,6 +98,8 @@ class Lifted:
 
     shape: str
     literals: tuple[exp.Literal, ...]
+    #: per lifted literal, the exponent k of the grid whose side it is on is part of the shape (None: no such grid)
+    grids: tuple[int | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,8 @@ class Entry:
     canonical: str
     # (lifted literal, k) of each literal the statements compare on a grid of 2**-k (veil.proxy.rewrite.GRID_LITERAL)
     on_grid: tuple[tuple[int, int], ...] = ()
+    # (lifted literal, k) of each literal the rewrite left off a grid of 2**-k (veil.proxy.rewrite.GRID_LEFT)
+    off_grid: tuple[tuple[int, int], ...] = ()
 
 
 def _text(value: str) -> bool:
@@ -116,15 +127,37 @@ def _text(value: str) -> bool:
     return len(value) <= _TEXT_MAX and value.isascii() and value.isprintable()
 
 
-def _column_spec(column: exp.Column, table: exp.Table, policy: Policy) -> Any:
+def _column_spec(column: exp.Column, table: exp.Table, policy: Policy) -> tuple[Any, Any]:
+    """The column's spec and its table's, or Nones (another table's column, a public table's)."""
     if column.table not in ("", table.alias_or_name) or not isinstance(column.this, exp.Identifier):
-        return None
+        return None, None
     name = column.this.name if column.this.args.get("quoted") else column.this.name.lower()
     spec = policy.tables.get(table.name)
-    return None if spec is None or spec.public else spec.columns.get(name)
+    return (None, None) if spec is None or spec.public else (spec.columns.get(name), spec)
 
 
-def _collect(node: exp.Expression, table: exp.Table, policy: Policy, aliases: set[str], out: list[exp.Literal]) -> None:
+def _grid_exponent(node: exp.Expression, column: exp.Column, literal: exp.Literal, spec: Any, table: Any) -> int | None:
+    """The exponent k of the grid a lifted number's side of is part of its shape: None unless ``node`` compares it
+    with a bounded real column in a form the rewrite may read on the column's pre-scaled grid
+    (:func:`veil.proxy.rewrite.grid_operands`). The rewrite's statements differ between a literal on the grid and
+    one off it, so they are two shapes (and the entry's hit check holds whatever this says: :func:`_grid_values`)."""
+    operands = grid_operands(node)
+    if operands is None or operands[0] is not column or operands[1] is not literal:
+        return None
+    grid = grid_columns(table).get(spec.name)
+    return None if grid is None else grid.exponent
+
+
+def _grid_class(value: str, k: int | None) -> str:
+    """A number's grid class in its shape: "" (no grid), "g" (on the grid of ``2**-k``), "r" (off it)."""
+    if k is None:
+        return ""
+    return "r" if fixed_point.literal_on_grid(value, k) is None else "g"
+
+
+def _collect(
+    node: exp.Expression, table: exp.Table, policy: Policy, aliases: set[str], out: list[tuple[exp.Literal, int | None]]
+) -> None:
     if isinstance(node, exp.And | exp.Or):
         _collect(node.this, table, policy, aliases, out)
         _collect(node.expression, table, policy, aliases, out)
@@ -135,14 +168,14 @@ def _collect(node: exp.Expression, table: exp.Table, policy: Policy, aliases: se
         column, literal = (left, right) if isinstance(left, exp.Column) else (right, left)
         if not isinstance(column, exp.Column) or not isinstance(literal, exp.Literal) or column.name.lower() in aliases:
             return  # (a name the select list also gives an expression may be read as that expression)
-        spec = _column_spec(column, table, policy)
+        spec, table_spec = _column_spec(column, table, policy)
         if spec is None or spec.values is not None:
             return
         value = str(literal.this)
         if literal.is_string and spec.type == "category" and _text(value):
-            out.append(literal)
+            out.append((literal, None))
         elif not literal.is_string and spec.type in ("int", "float") and _NUMBER.fullmatch(value):
-            out.append(literal)
+            out.append((literal, _grid_exponent(node, column, literal, spec, table_spec)))
 
 
 def lift(tree: exp.Expression | None, policy: Policy, sql: str = "") -> Lifted | None:
@@ -159,25 +192,27 @@ def lift(tree: exp.Expression | None, policy: Policy, sql: str = "") -> Lifted |
         return None
     if any(isinstance(n, _NESTED) for n in tree.walk() if n is not tree):
         return None
-    literals: list[exp.Literal] = []
+    collected: list[tuple[exp.Literal, int | None]] = []
     aliases = {e.alias.lower() for e in tree.expressions if isinstance(e, exp.Alias)}
-    _collect(where.this, table, policy, aliases, literals)
-    if not literals:
+    _collect(where.this, table, policy, aliases, collected)
+    if not collected:
         return None
+    literals = [lit for lit, _ in collected]
     saved = [lit.this for lit in literals]
-    try:  # the shape: the query's text with each lifted value replaced by its kind and form
-        for i, lit in enumerate(literals):
-            form = f"t{len(saved[i])}" if lit.is_string else re.sub("[0-9]", "9", str(saved[i]))
+    try:  # the shape: the query's text with each lifted value replaced by its kind and form (and grid class)
+        for i, (lit, k) in enumerate(collected):
+            form = f"t{len(saved[i])}" if lit.is_string else re.sub("[0-9]", "9", str(saved[i])) + _grid_class(saved[i], k)
             lit.set("this", f"\x00{i}:{form}\x00")
         shape = tree.sql(dialect="duckdb")
     finally:
         for lit, value in zip(literals, saved, strict=True):
             lit.set("this", value)
-    return Lifted(shape, tuple(literals))
+    return Lifted(shape, tuple(literals), tuple(k for _, k in collected))
 
 
 def key(lifted: Lifted, state: QueryState) -> tuple[str, str]:
-    """The cache key: the shape and the query's ε (the plan's cost and noise follow from it)."""
+    """The cache key: the shape (each lifted literal's kind, form and grid class in it) and the query's ε (the plan's
+    cost and noise follow from it)."""
     return lifted.shape, f"{state.epsilon.numerator}/{state.epsilon.denominator}"
 
 
@@ -213,7 +248,11 @@ def _filled(template: str, markers: Sequence[str], values: Sequence[str]) -> str
 
 def _grid_values(entry: Entry, literals: Sequence[exp.Literal]) -> tuple[list[str], list[str]] | None:
     """The grid markers of ``entry``'s templates and their values for ``literals`` (each literal's value on the
-    grid); None when one of them is not on its grid (then the shape's statements do not hold for these literals)."""
+    grid); None when one of them is not on its grid, or one the rewrite left off a grid is on it (then the shape's
+    statements are not those planning afresh gives these literals)."""
+    for i, k in entry.off_grid:
+        if fixed_point.literal_on_grid(str(literals[i].this), k) is not None:
+            return None
     markers, values = [], []
     for i, k in entry.on_grid:
         n = fixed_point.literal_on_grid(str(literals[i].this), k)
@@ -222,6 +261,11 @@ def _grid_values(entry: Entry, literals: Sequence[exp.Literal]) -> tuple[list[st
         markers.append(_grid_marker(entry.markers[i], k))
         values.append(str(n))
     return markers, values
+
+
+def _left_off_grid(node: exp.Expression) -> bool:
+    """A lifted literal the rewrite could have compared on a grid but left as it is (its value is off the grid)."""
+    return isinstance(node, exp.Literal) and PARAM in node.meta and GRID_LEFT in node.meta
 
 
 def _literal_texts(literals: Sequence[exp.Literal], render: Callable[[exp.Expression], str]) -> list[str]:
@@ -248,7 +292,10 @@ def build(state: QueryState, env: Env, lifted: Lifted) -> Entry | None:
     source, _grids = env.bounded_copy(p.analysis.private_table)
     texts = " ".join([main or "", *(g for _, g in grids)])
     on_grid = tuple(sorted({(int(i), int(k)) for k, i in re.findall(f"veilgrid([0-9]+)k([0-9]+)x{token}", texts)}))
-    entry = Entry(state, p.analysis.private_table, source, quoted, main, grids, canonical, on_grid)
+    trees = [t for t in (queries.main, *(g for _, g in queries.grids)) if t is not None]
+    left = {(n.meta[PARAM], n.meta[GRID_LEFT]) for t in trees for n in t.walk() if _left_off_grid(n)}
+    off_grid = tuple(sorted((int(i), int(k)) for i, k in left))
+    entry = Entry(state, p.analysis.private_table, source, quoted, main, grids, canonical, on_grid, off_grid)
     return entry if _agrees(entry, state, lifted.literals, env) else None
 
 
@@ -257,7 +304,7 @@ def _texts(entry: Entry, literals: Sequence[exp.Literal], env: Env) -> tuple[Ren
 
     values = _literal_texts(literals, env.engine.render)
     markers = list(entry.markers)
-    if entry.on_grid:
+    if entry.on_grid or entry.off_grid:
         on_grid = _grid_values(entry, literals)
         if on_grid is None:
             return None
@@ -293,16 +340,25 @@ def _post_text(post: PostProcess) -> tuple[Any, ...]:
     return post.names, post.direct, None if post.tree is None else duckdb_text(post.tree), post.ci_sources
 
 
-def probe_values(literals: Sequence[exp.Literal]) -> list[str]:
+def probe_values(literals: Sequence[exp.Literal], grids: Sequence[int | None] = ()) -> list[str]:
     """Other values of the same kinds and lengths: a number's first digit moved by one, every text character
-    changed (the empty text has no other value of its length, and so no other query of its shape)."""
+    changed (the empty text has no other value of its length, and so no other query of its shape). A number whose
+    side of a grid of ``2**-k`` is in its shape (``grids``) keeps that side where another digit can: its first digit
+    moved by one, else its first or last digit set to another (``9`` compared with a real column bounded by ±5 is
+    the only one-digit integer off that column's grid, and so the only query of its shape)."""
     out = []
-    for lit in literals:
+    for i, lit in enumerate(literals):
         value = str(lit.this)
         if lit.is_string:
             out.append("".join("y" if c == "x" else "x" for c in value))
-        else:
-            out.append(("8" if value[0] == "9" else str(int(value[0]) + 1)) + value[1:])
+            continue
+        moved = ("8" if value[0] == "9" else str(int(value[0]) + 1)) + value[1:]
+        k = grids[i] if i < len(grids) else None
+        if k is not None:
+            same = _grid_class(value, k)
+            others = [value[:p] + d + value[p + 1 :] for p in (0, len(value) - 1) for d in "0123456789" if d != value[p]]
+            moved = next((v for v in [moved, *others] if _grid_class(v, k) == same), moved)
+        out.append(moved)
     return out
 
 
@@ -313,7 +369,7 @@ def hit(entry: Entry, state: QueryState, lifted: Lifted, env: Env) -> QueryState
     if source != entry.source:
         return None
     texts = _texts(entry, lifted.literals, env)
-    if texts is None:  # a literal the entry's statements compare on a grid is not on it: planned afresh
+    if texts is None:  # a literal is not on the side of its grid the entry's statements hold: planned afresh
         return None
     rendered, canonical = texts
     from veil.proxy.pipeline import cache_key_of
@@ -346,7 +402,7 @@ def probed(state: QueryState, env: Env, lifted: Lifted, plan: Callable[[QuerySta
     marked = sorted((n for n in tree.walk() if isinstance(n, exp.Literal) and PARAM in n.meta), key=lambda n: n.meta[PARAM])
     if len(marked) != len(lifted.literals):
         return None
-    for node, value in zip(marked, probe_values(lifted.literals), strict=True):
+    for node, value in zip(marked, probe_values(lifted.literals, lifted.grids), strict=True):
         node.set("this", value)
     try:
         other = plan(replace(state, tree=tree, resolved=None, analysis=None, plan=None, queries=None, rendered=None))

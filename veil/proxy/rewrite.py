@@ -43,12 +43,14 @@ from veil.proxy.totality import BUILT_TOTAL, CANNOT_RAISE, COMBINING_NODES, iso_
 E = TypeVar("E", bound=exp.Expression)
 
 __all__ = [
+    "GRID_LEFT",
     "GRID_LITERAL",
     "EngineQueries",
     "argument_copies",
     "centred_in_sql",
     "check_generated_size",
     "generated_size_bound",
+    "grid_operands",
     "public_query",
     "rewrite",
     "row_bound",
@@ -453,27 +455,47 @@ def _template(p: QueryPlan, source: str, public: Mapping[str, Mapping[str, str]]
     return tree
 
 
-#: Off: a plan-cache hit could render a WHERE literal on the raw column where planning afresh compares the grid
-#: column (``tests/proxy/test_plan_cache.py``'s hypothesis test, session 19: the entry's template followed its probe
-#: literals, not the query's). Both read the same rows, but a hit must plan what planning afresh plans.
-COMPARE_ON_GRID = False
+#: On: a WHERE ``c >= v`` / ``c < v`` of a bounded real column with a number on its grid compares the copy's
+#: pre-scaled grid column (:func:`_compare_on_grid`). Whether a literal is on the grid changes the statements, so the
+#: plan cache keys each lifted literal by it and checks it on a hit (:mod:`veil.proxy.plan_cache`; session 19 found
+#: a hit filling a raw comparison's statements with a literal on the grid, where planning afresh compared the grid).
+COMPARE_ON_GRID = True
 
 #: Meta key of a literal :func:`_compare_on_grid` put on a grid (its exponent ``k``): the plan cache fills it with
 #: ``fixed_point.literal_on_grid`` of the query's own literal (:mod:`veil.proxy.plan_cache`).
 GRID_LITERAL = "veil_grid_exponent"
+#: Meta key of a literal :func:`_compare_on_grid` could have put on a grid of ``2**-k`` but left as it is (its
+#: value is off that grid): a plan-cache entry holding it serves no literal that is on the grid (they are compared
+#: on the grid column instead).
+GRID_LEFT = "veil_grid_left"
 #: Nodes that make a query more than one plain SELECT: its WHERE's columns might not be the copy's.
 _NESTED = (exp.Subquery, exp.Select, exp.Union, exp.Intersect, exp.Except, exp.Join, exp.Lateral, exp.Values, exp.CTE)
 #: ``column OP literal`` that reads the same on the column's grid, each with the OP of ``literal OP column`` it equals.
 _ON_GRID: dict[type[exp.Expression], type[exp.Expression]] = {exp.GTE: exp.LTE, exp.LT: exp.GT}
 
 
+def grid_operands(node: exp.Expression) -> tuple[exp.Expression, exp.Expression, type[exp.Expression]] | None:
+    """``(column side, literal side, OP)`` of a comparison that reads the same on a grid when its literal is on it:
+    ``x >= y`` and ``x < y`` as they stand, ``y <= x`` and ``y > x`` flipped (the OP is then ``>=`` or ``<``); None
+    for any other node. (The plan cache classifies its lifted literals with the same test.)"""
+    op = type(node)
+    if op in _ON_GRID:
+        return node.this, node.expression, op
+    for o, flipped in _ON_GRID.items():
+        if op is flipped:
+            return node.expression, node.this, o
+    return None
+
+
 def _compare_on_grid(node: exp.Expression, alias: str, grids: Mapping[str, GridColumn]) -> None:
     """In place, through ``AND``/``OR``/``NOT``/parentheses: each ``c >= v`` or ``c < v`` (also ``v <= c``, ``v > c``)
     of a bare bounded real column ``c`` of the copy (qualified ``alias``) with a plain number ``v`` (or ``-v``) becomes
     ``g >= N`` or ``g < N`` on its pre-scaled grid column ``g = FLOOR(c · 2**k)`` (:mod:`veil.proxy.bounding`), where
-    ``N = v · 2**k`` is an integer (:func:`veil.proxy.fixed_point.literal_on_grid`; else the comparison stays): the
-    same truth value on every row, NULL included, so the statement reads one column where it read two (the column
-    for the WHERE and its grid for the sum). From the query's text and the policy's bounds alone."""
+    ``N = v · 2**k`` is an integer (:func:`veil.proxy.fixed_point.literal_on_grid`; else the comparison stays, and
+    its literal is marked :data:`GRID_LEFT`): the same truth value on every row, NULL included, so the statement reads
+    one column where it read two (the column for the WHERE and its grid for the sum). ``c`` is the copy's clamped
+    value and ``g`` is computed from it, so a raw value beyond the bounds compares the same way on both. From the
+    query's text and the policy's bounds alone."""
     if isinstance(node, exp.And | exp.Or):
         _compare_on_grid(node.this, alias, grids)
         _compare_on_grid(node.expression, alias, grids)
@@ -481,17 +503,13 @@ def _compare_on_grid(node: exp.Expression, alias: str, grids: Mapping[str, GridC
     if isinstance(node, exp.Not | exp.Paren):
         _compare_on_grid(node.this, alias, grids)
         return
-    op = type(node)
-    if op in _ON_GRID:
-        column, literal = node.this, node.expression
-    elif op in _ON_GRID.values():
-        column, literal = node.expression, node.this
-        op = next(o for o, flipped in _ON_GRID.items() if flipped is op)
-    else:
+    operands = grid_operands(node)
+    if operands is None:
         return
+    column, literal, op = operands
     negative = isinstance(literal, exp.Neg)
     if negative:
-        literal = literal.this  # -v: v on the grid, negated (the plan cache lifts v and keeps the sign in the shape)
+        literal = literal.this  # -v: v on the grid, negated (the plan cache lifts no negated literal: -v stays in the shape)
     if not isinstance(column, exp.Column) or column.table != alias or not isinstance(literal, exp.Literal):
         return
     grid = grids.get(column.name)
@@ -499,6 +517,7 @@ def _compare_on_grid(node: exp.Expression, alias: str, grids: Mapping[str, GridC
         return
     n = fixed_point.literal_on_grid(str(literal.this), grid.exponent)
     if n is None:
+        literal.meta[GRID_LEFT] = grid.exponent
         return
     table = column.args.get("table")
     g = exp.Column(this=exp.to_identifier(grid.name, quoted=True), table=None if table is None else table.copy())
