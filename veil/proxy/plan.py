@@ -52,7 +52,17 @@ from veil.proxy.public_reads import public_column
 from veil.proxy.totality import make_total
 from veil.proxy.validate import Analysis, aggregate_name
 
-__all__ = ["MAX_GRID", "MAX_HELD_CHARS", "MAX_PUBLIC_GROUPS", "MAX_RELEASED_VALUES", "AggregateSpec", "GroupKey", "QueryPlan", "Statistic", "plan"]
+__all__ = [
+    "MAX_GRID",
+    "MAX_HELD_CHARS",
+    "MAX_PUBLIC_GROUPS",
+    "MAX_RELEASED_VALUES",
+    "AggregateSpec",
+    "GroupKey",
+    "QueryPlan",
+    "Statistic",
+    "plan",
+]
 
 #: Most grid points an exponential-mechanism statistic scores (int columns use every integer up to this).
 MAX_GRID = 1000

@@ -35,7 +35,7 @@ from sqlglot import exp
 
 from veil._json import to_jsonable
 from veil.engines import open_engine
-from veil.engines.base import Engine, Result, output_type
+from veil.engines.base import Engine, EngineError, Result, output_type
 from veil.engines.duckdb import DuckDBEngine
 from veil.engines.neutral import duckdb_text
 from veil.errors import (
@@ -110,9 +110,7 @@ def _held_rows(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[tuple[Any
         return con.execute(sql).fetchall(), types
     con.execute(f"CREATE OR REPLACE TEMP TABLE {_POST_ANSWER} AS {sql}")
     try:
-        sizes = con.execute(
-            f"SELECT SUM(COALESCE(LENGTH(CAST(COLUMNS(*) AS VARCHAR)), 0)) FROM temp.{_POST_ANSWER}"
-        ).fetchone()
+        sizes = con.execute(f"SELECT SUM(COALESCE(LENGTH(CAST(COLUMNS(*) AS VARCHAR)), 0)) FROM temp.{_POST_ANSWER}").fetchone()
         held = sum(int(v or 0) for v in sizes or ())
         if held > MAX_HELD_CHARS:
             raise ValueTooLarge(
@@ -736,7 +734,16 @@ class Env:
         the engine before the domain is fetched (red team s63 F2: a key built from a 100 kB literal, 3,000 groups,
         fetched whole by a free plan, held 1.4 GB; DuckDB keeps a repeated literal once, Python once per row)."""
         sql = f"SELECT SUM(LENGTH(CAST(k AS TEXT))) FROM ({k.domain_sql}) AS __veil_d(k)"
-        res = engine.execute(self._native(sql, engine))
+        try:
+            res = engine.execute(self._native(sql, engine))
+        except EngineError as exc:
+            if exc.before_data or "cancelled" in exc.message:
+                raise
+            # public data only (a DISTINCT of values too large to spill past the engine's memory limit): free
+            raise Unsupported(
+                f"the public values of the group key {k.label} could not be listed within the engine's memory",
+                hint="Group by shorter values (a public column itself, or a SUBSTRING of it)",
+            ) from None
         held = int(res.rows[0][0] or 0) if res.rows else 0
         if held > MAX_HELD_CHARS:
             raise ValueTooLarge(
