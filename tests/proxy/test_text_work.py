@@ -112,7 +112,8 @@ ANSWERED = [
     "SELECT COUNT(*) FROM t WHERE s || s = 'aa'",
     "SELECT COUNT(*) FROM t WHERE LOWER(UPPER(s)) = 'a'",
     "SELECT COUNT(*) FROM t CROSS JOIN pub p WHERE t.s = p.n",  # comparisons across the join build no text
-    "SELECT COUNT(*) FROM t JOIN pub p ON p.k = t.x WHERE p.n || t.s = 'qa'",  # pinned: one joined row
+    # (`p.n || t.s` pinned to one joined row was answered here until session 20: a value of private text and the
+    # 20,000-character public one may hold 84 kB, past MAX_VALUE_BYTES, refused since: test_redteam_s63 F1)
 ]
 
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.support.server import FAST_BACKOFF, build_policy, dsn, running_server
-from veil.errors import InputError
+from veil.errors import InputError, InternalError
 from veil.policy import load_policy
 from veil.server.limits import ServerLimits
 from veil.store import warehouse
@@ -33,7 +33,7 @@ def test_the_server_sizes_its_readers_and_answers_through_a_change(tmp_path: Pat
     default_memory = _reader_setting(policy, "memory_limit")
     assert default >= 1  # DuckDB's own default (a thread per core), before any server asked otherwise
     try:
-        for threads, mib in ((1, 100), (0, 0)):  # each server reopens the readers an earlier one sized otherwise
+        for threads, mib in ((1, 300), (0, 0)):  # each server reopens the readers an earlier one sized otherwise
             limits = ServerLimits(engine_threads=threads, engine_memory_mib=mib, **FAST_BACKOFF)  # type: ignore[arg-type]
             with running_server(policy, limits=limits) as st, psycopg.connect(dsn(st.port), autocommit=True) as conn:  # type: ignore[attr-defined]
                 conn.execute("SET veil.epsilon = 0.5")
@@ -79,6 +79,14 @@ def test_the_command_line_gives_each_process_its_share(tmp_path: Path, monkeypat
         ServerLimits(engine_threads=-1)
     with pytest.raises(InputError, match="engine_memory_mib"):
         ServerLimits(engine_memory_mib=-1)
+    # below the floor a charged statement fails where it would spill (red team s63 F1): refused at start, by name
+    res = CliRunner().invoke(cli, ["serve", "--policy", str(policy), "--engine-memory", "8"])
+    assert res.exit_code != 0 and "256" in res.output, res.output
+    for mib in (1, 8, 255):
+        with pytest.raises(InputError, match="at least 256"):
+            ServerLimits(engine_memory_mib=mib)
+        with pytest.raises(InternalError, match="at least 256"):
+            warehouse.set_reader_memory(mib)
 
 
 def test_a_reader_spills_beyond_its_memory_limit_in_the_sandbox(tmp_path: Path) -> None:
@@ -86,12 +94,12 @@ def test_a_reader_spills_beyond_its_memory_limit_in_the_sandbox(tmp_path: Path) 
     read-only reader spills to the warehouse's temporary folder (external access off does not stop it)."""
     path = tmp_path / "w.duckdb"
     with warehouse.writer(path) as con:
-        con.execute("CREATE TABLE t AS SELECT range AS k, range % 7 AS v FROM range(2000000)")
+        con.execute("CREATE TABLE t AS SELECT range AS k, range % 7 AS v FROM range(8000000)")
     try:
-        warehouse.set_reader_memory(64)
+        warehouse.set_reader_memory(256)
         cur, _ = warehouse.reader_cursor(path)
-        assert cur.execute("SELECT current_setting('memory_limit')").fetchone() == ("64.0 MiB",)
+        assert cur.execute("SELECT current_setting('memory_limit')").fetchone() == ("256.0 MiB",)
         row = cur.execute("SELECT COUNT(*), SUM(s) FROM (SELECT k, SUM(v) AS s FROM t GROUP BY k)").fetchone()
-        assert row == (2_000_000, sum(k % 7 for k in range(2_000_000)))
+        assert row == (8_000_000, sum(k % 7 for k in range(8_000_000)))
     finally:
         warehouse.set_reader_memory(0)

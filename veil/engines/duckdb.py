@@ -96,6 +96,9 @@ def _build_cursor(instance: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnect
     return cur
 
 
+#: The temporary table a bounded instance builds a public answer into before it is fetched (:meth:`_fetch_held`).
+_ANSWER = "__veil_answer"
+
 #: The most idle bounded instances kept per public mirror (and thread count) for later statements: opening one costs
 #: ~15-20 ms, most of building a small source. Each statement still has an instance of its own (its own memory limit):
 #: more statements at once open more, and those past this many close when their statement ends.
@@ -255,6 +258,32 @@ class DuckDBEngine:
             raise
         desc: Sequence[Any] = cur.description or []
         return Result(tuple(d[0] for d in desc), tuple(str(d[1]) for d in desc), rows)
+
+    @classmethod
+    def _fetch_held(cls, cur: duckdb.DuckDBPyConnection, sql: str) -> Result:
+        """:meth:`_fetch` of ``sql`` built first as a temporary table of ``cur``'s instance, then read from it: every
+        value the answer holds is then held by the instance, within its memory limit (red team s63 F2). DuckDB keeps a
+        value repeated down a column (a text literal, a one-row table's text beside a cross join) once per vector, as
+        a constant; fetched directly, it was expanded once per row only in Python, where no limit applies (5,000 rows
+        of a 100 kB literal: 500 MB for one free query). Names and types are the statement's own (a table would
+        rename a repeated name)."""
+        try:
+            rel = cur.sql(sql)
+            names, types = tuple(rel.columns), tuple(str(t) for t in rel.types)
+            cur.execute(f"CREATE OR REPLACE TEMP TABLE {_ANSWER} AS {sql}")
+        except duckdb.InterruptException:
+            raise
+        except duckdb.Error as exc:
+            if isinstance(exc, _BIND_ERRORS) or _fails_to_bind(cur, sql, exc):
+                raise EngineError(
+                    f"the query could not be run: {type(exc).__name__.replace('Exception', '')} error",
+                    hint="Check that values are compared with columns of the same type",
+                    before_data=True,
+                ) from None
+            raise
+        rows = cur.execute(f"SELECT * FROM temp.{_ANSWER}").fetchall()
+        cur.execute(f"DROP TABLE temp.{_ANSWER}")
+        return Result(names, types, rows)
 
     def execute(self, sql: str) -> Result:
         """``sql``'s rows. On a public engine (analyst SQL over public tables only) it runs on a bounded instance
@@ -451,7 +480,7 @@ class DuckDBEngine:
         threads = self._threads()
         try:
             with self._bounded(threads) as cur:
-                return self._fetch(cur, sql)
+                return self._fetch_held(cur, sql)
         except duckdb.OutOfMemoryException:
             raise Unsupported(
                 f"this query over public tables needs more than {MATERIALISING_MEMORY >> 20} MiB of memory to "

@@ -34,7 +34,7 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 
 from veil.proxy.totality import converts, raises
 
-__all__ = ["SCALAR_TEXT_BYTES", "Expansion", "measure", "text_work"]
+__all__ = ["SCALAR_TEXT_BYTES", "Expansion", "largest_text_value", "measure", "text_work"]
 
 
 @dataclass(frozen=True)
@@ -175,9 +175,33 @@ def text_work(tree: exp.Expression, column_bytes: Callable[[str, str], int]) -> 
     return _sizes(tree, column_bytes)[0]
 
 
-def _sizes(tree: exp.Expression, column_bytes: Callable[[str, str], int]) -> tuple[int, dict[int, dict[str, tuple[int, int]]]]:
+def largest_text_value(tree: exp.Expression, column_bytes: Callable[[str, str], int], public: Callable[[str], bool]) -> int:
+    """An upper bound on the bytes any one value ``tree`` computes from private data (every node of every scope that
+    reads a column not of a ``public`` base table: a group key, a DISTINCT argument, an operand on its way) can hold
+    as text, by :func:`text_work`'s sizes. A value of public columns and literals alone is left out: how many such
+    values the engine holds at once does not depend on private rows."""
+    largest = [0]
+    _sizes(tree, column_bytes, largest, public)
+    return largest[0]
+
+
+def _reads_private(node: exp.Expression, scope: Scope, public: Callable[[str], bool]) -> bool:
+    """Whether ``node`` reads a column that is not a public base table's (a derived or unresolved one counts)."""
+    for col in node.find_all(exp.Column):
+        source = scope.sources.get(col.table)
+        if not (isinstance(source, exp.Table) and public(source.name)):
+            return True
+    return False
+
+
+def _sizes(
+    tree: exp.Expression,
+    column_bytes: Callable[[str, str], int],
+    largest: list[int] | None = None,
+    public: Callable[[str], bool] | None = None,
+) -> tuple[int, dict[int, dict[str, tuple[int, int]]]]:
     """:func:`text_work`'s bound, and per SELECT of ``tree`` (by id) each output column's (most bytes as text, bytes its
-    text operations build)."""
+    text operations build); ``largest[0]`` becomes the most bytes of any one value, if given."""
     columns: dict[int, dict[str, tuple[int, int]]] = {}
     total = 0
     for scope in traverse_scope(tree):
@@ -185,6 +209,12 @@ def _sizes(tree: exp.Expression, column_bytes: Callable[[str, str], int]) -> tup
 
         def size(node: exp.Expression, scope: Scope = scope, inner: set[int] = inner) -> tuple[int, int]:
             """(the most bytes ``node``'s value can hold as text, the bytes its text operations build)"""
+            out, work = _size(node, scope, inner)
+            if largest is not None and out > largest[0] and (public is None or _reads_private(node, scope, public)):
+                largest[0] = out
+            return out, work
+
+        def _size(node: exp.Expression, scope: Scope, inner: set[int]) -> tuple[int, int]:
             if id(node) in inner or (isinstance(node, exp.Subquery) and id(node.this) in inner):
                 return 0, 0
             if isinstance(node, exp.Column):

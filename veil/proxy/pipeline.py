@@ -34,7 +34,7 @@ from veil.proxy.add_noise import noised
 from veil.proxy.bounds import mark_arithmetic_that_cannot_raise
 from veil.proxy.canonical import cache_key, canonical_sql
 from veil.proxy.catalog import SQL_TYPES, Catalog, public_types
-from veil.proxy.expansion import measure, text_work
+from veil.proxy.expansion import largest_text_value, measure, text_work
 from veil.proxy.parse import parse
 from veil.proxy.plan import QueryPlan, plan
 from veil.proxy.postprocess import PostProcess, postprocess_sql
@@ -184,6 +184,9 @@ def _plan(s: QueryState, env: Env) -> QueryState:
     grids = sum(1 for st in p.statistics if st.kind == "grid")
     passes = max(1, grids + (1 if grids < len(p.statistics) else 0))
     multiplicity.check_person_work(c * passes, a.expanded, text_work(a.tree, env.column_text_bytes))
+    multiplicity.check_value_bytes(
+        largest_text_value(a.tree, env.column_text_bytes, lambda t: t in catalog.tables and catalog.tables[t].public)
+    )
     return _with(s, plan=p, materialised=materialised, generation=generation)
 
 

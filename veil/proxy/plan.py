@@ -52,7 +52,17 @@ from veil.proxy.public_reads import public_column
 from veil.proxy.totality import make_total
 from veil.proxy.validate import Analysis, aggregate_name
 
-__all__ = ["MAX_GRID", "MAX_PUBLIC_GROUPS", "MAX_RELEASED_VALUES", "AggregateSpec", "GroupKey", "QueryPlan", "Statistic", "plan"]
+__all__ = [
+    "MAX_GRID",
+    "MAX_HELD_CHARS",
+    "MAX_PUBLIC_GROUPS",
+    "MAX_RELEASED_VALUES",
+    "AggregateSpec",
+    "GroupKey",
+    "QueryPlan",
+    "Statistic",
+    "plan",
+]
 
 #: Most grid points an exponential-mechanism statistic scores (int columns use every integer up to this).
 MAX_GRID = 1000
@@ -62,6 +72,10 @@ MAX_PUBLIC_GROUPS = 100_000
 #: in Python, so an unbounded product grew the ledger by 433 MB for one 472-token query (red team s26, A5). A grid
 #: statistic counts as :attr:`Statistic.released_weight` values (it scores its whole grid per group).
 MAX_RELEASED_VALUES = 100_000
+#: The most characters of text a public key's domain, or an answer, may hold (≤ 128 MiB as UTF-8); measured by the
+#: engine before Python holds them (red team s63 F2: values repeated down a column cost DuckDB one copy, Python one per
+#: row).
+MAX_HELD_CHARS = 32 << 20
 #: Grid points that count as one more released value of a grid statistic (red team s29 A3: a MEDIAN over 59,049
 #: public groups took 21.5 s, a SUM 8.8 s; scoring and drawing 1,000 points a group costs ~10 plain values).
 GRID_POINTS_PER_VALUE = 100

@@ -20,6 +20,7 @@ import datetime as dt
 import itertools
 import logging
 import math
+import re
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from sqlglot import exp
 
 from veil._json import to_jsonable
 from veil.engines import open_engine
-from veil.engines.base import Engine, Result, output_type
+from veil.engines.base import Engine, EngineError, Result, output_type
 from veil.engines.duckdb import DuckDBEngine
 from veil.engines.neutral import duckdb_text
 from veil.errors import (
@@ -46,6 +47,7 @@ from veil.errors import (
     QueryRejected,
     UnknownTable,
     Unsupported,
+    ValueTooLarge,
     WarehouseChanged,
 )
 from veil.mechanisms.budget import as_epsilon, format_epsilon
@@ -60,7 +62,7 @@ from veil.proxy.multiplicity import (
     Probe,
 )
 from veil.proxy.parse import DEFAULT_LIMITS, Limits
-from veil.proxy.plan import MAX_PUBLIC_GROUPS, MAX_RELEASED_VALUES, GroupKey, QueryPlan
+from veil.proxy.plan import MAX_HELD_CHARS, MAX_PUBLIC_GROUPS, MAX_RELEASED_VALUES, GroupKey, QueryPlan
 from veil.proxy.postprocess import FRAME, PostProcess, aggregate_types, finalize_aggregates
 from veil.proxy.rewrite import EngineQueries, rewrite
 from veil.proxy.validate import Analysis
@@ -88,6 +90,37 @@ _SAFE_POST_CONFIG = {
 }
 #: Frame dtypes per wire type: nullable ones, so a NULL group key or value can never fail a conversion.
 _DTYPES = {"bigint": "Int64", "double": "float64", "text": "object", "boolean": "boolean", "date": "datetime64[s]"}
+
+
+#: Result types whose values have a fixed width: an answer of only these holds at most a few bytes per value.
+_FIXED_WIDTH = re.compile(
+    r'(U?(TINYINT|SMALLINT|INTEGER|BIGINT|HUGEINT)|BOOLEAN|FLOAT|DOUBLE|DECIMAL\(\d+,\d+\)|DATE|TIME|TIMESTAMP.*|INTERVAL|"NULL")'
+)
+#: The temporary table an answer with text is built into before it is fetched (:func:`_held_rows`).
+_POST_ANSWER = "__veil_post"
+
+
+def _held_rows(con: duckdb.DuckDBPyConnection, sql: str) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """The rows and types of a post-processing statement. An answer with a column of text (or any other value of no
+    fixed width) is built as a temporary table first, within the connection's memory limit, and refused past
+    MAX_HELD_CHARS characters before Python holds it (red team s63 F2: a 100 kB literal beside 1,500 public groups was
+    held by DuckDB once, as a constant, and by Python and the ledger's release log once per group, 150 MB)."""
+    rel = con.sql(sql)
+    types = [str(t) for t in rel.types]
+    if all(_FIXED_WIDTH.fullmatch(t) for t in types):
+        return con.execute(sql).fetchall(), types
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {_POST_ANSWER} AS {sql}")
+    try:
+        sizes = con.execute(f"SELECT SUM(COALESCE(LENGTH(CAST(COLUMNS(*) AS VARCHAR)), 0)) FROM temp.{_POST_ANSWER}").fetchone()
+        held = sum(int(v or 0) for v in sizes or ())
+        if held > MAX_HELD_CHARS:
+            raise ValueTooLarge(
+                f"the answer would hold {held:,} characters of text; Veil answers with at most {MAX_HELD_CHARS:,}",
+                hint="Select shorter values, or fewer groups",
+            )
+        return con.execute(f"SELECT * FROM temp.{_POST_ANSWER}").fetchall(), types
+    finally:
+        con.execute(f"DROP TABLE IF EXISTS temp.{_POST_ANSWER}")
 
 
 def _py(v: Any) -> Any:
@@ -686,6 +719,7 @@ class Env:
                 key = (k.domain_sql, self._generation(engine))
                 if key not in self._domains:
                     self._check_domain_sources(k, engine)
+                    self._check_domain_text(k, engine)
                     res = engine.execute(self._native(k.domain_sql, engine))
                     exact = exact_keys(res.types[:1])
                     # each value as the engine's groups are keyed (exact_keys), once: two engine values that
@@ -714,6 +748,29 @@ class Env:
         for values in domains:
             out = [(*g, v) for g in out for v in values]
         return out
+
+    def _check_domain_text(self, k: GroupKey, engine: Engine) -> None:
+        """Refuse (free: public data) a public key whose domain holds more than MAX_HELD_CHARS characters, measured by
+        the engine before the domain is fetched (red team s63 F2: a key built from a 100 kB literal, 3,000 groups,
+        fetched whole by a free plan, held 1.4 GB; DuckDB keeps a repeated literal once, Python once per row)."""
+        sql = f"SELECT SUM(LENGTH(CAST(k AS TEXT))) FROM ({k.domain_sql}) AS __veil_d(k)"
+        try:
+            res = engine.execute(self._native(sql, engine))
+        except EngineError as exc:
+            if exc.before_data or "cancelled" in exc.message:
+                raise
+            # public data only (a DISTINCT of values too large to spill past the engine's memory limit): free
+            raise Unsupported(
+                f"the public values of the group key {k.label} could not be listed within the engine's memory",
+                hint="Group by shorter values (a public column itself, or a SUBSTRING of it)",
+            ) from None
+        held = int(res.rows[0][0] or 0) if res.rows else 0
+        if held > MAX_HELD_CHARS:
+            raise ValueTooLarge(
+                f"the group key {k.label} has public values of {held:,} characters in all; Veil lists at most "
+                f"{MAX_HELD_CHARS:,} characters of a key's values",
+                hint="Group by shorter values (a public column itself, or a SUBSTRING of it)",
+            )
 
     def _check_domain_sources(self, k: GroupKey, engine: Engine) -> None:
         """Refuse (free: public data) a public key whose sources combine into more than MAX_PUBLIC_GROUPS rows,
@@ -756,9 +813,7 @@ class Env:
         inner = f"SELECT * REPLACE ({', '.join(dates)}) FROM __veil_raw" if dates else "SELECT * FROM __veil_raw"
         source = exp.Subquery(this=exp.maybe_parse(inner, dialect="duckdb"), alias=exp.TableAlias(this=exp.to_identifier(FRAME)))
         try:
-            cur = con.execute(post.sql_over(source))
-            rows = cur.fetchall()
-            types = [str(d[1]) for d in cur.description or []]
+            rows, types = _held_rows(con, post.sql_over(source))
         except duckdb.Error as exc:
             raise QueryRejected(
                 f"post-processing of the answer failed ({type(exc).__name__.replace('Exception', '')} error)",

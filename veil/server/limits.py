@@ -30,6 +30,7 @@ from pathlib import Path
 
 from veil.errors import InputError, TooManyConnections
 from veil.proxy.parse import Limits
+from veil.store.warehouse import MIN_READER_MEMORY_MIB
 
 __all__ = [
     "MAX_STARTUP_PACKET",
@@ -55,8 +56,9 @@ OVERFLOW_SLOTS = 1 << 16
 MAX_STARTUP_PACKET = 10_000
 
 
-#: The least memory ``--engine-memory``'s default gives one DuckDB connection, in MiB.
-MIN_ENGINE_MEMORY_MIB = 64
+#: The least memory ``--engine-memory`` may give one DuckDB connection, in MiB (its default too, on a small machine):
+#: below it a charged statement fails on the limit where it would spill, a step one person's row can cross (s63 F1).
+MIN_ENGINE_MEMORY_MIB = MIN_READER_MEMORY_MIB
 
 
 def usable_memory_mib() -> int:
@@ -136,8 +138,12 @@ class ServerLimits:
             raise InputError(f"busy_workers must be >= 0, got {self.busy_workers}", hint="Use 0 for the cores per process")
         if self.engine_threads < 0:
             raise InputError(f"engine_threads must be >= 0, got {self.engine_threads}", hint="Use 0 for one per core")
-        if self.engine_memory_mib < 0:
-            raise InputError(f"engine_memory_mib must be >= 0, got {self.engine_memory_mib}", hint="Use 0 for DuckDB's default")
+        if self.engine_memory_mib < 0 or 0 < self.engine_memory_mib < MIN_ENGINE_MEMORY_MIB:
+            raise InputError(
+                f"engine_memory_mib must be 0 or at least {MIN_ENGINE_MEMORY_MIB} MiB, got {self.engine_memory_mib}",
+                hint=f"Use 0 for DuckDB's default, or at least {MIN_ENGINE_MEMORY_MIB}: below it a charged statement can "
+                "fail on the limit, where it would spill to disk, depending on one person's row",
+            )
         per = self.max_connections_per_analyst
         if per is not None and per < 1:
             raise InputError(f"max_connections_per_analyst must be at least 1, got {per}")
@@ -189,7 +195,7 @@ class ServerLimits:
         >>> ServerLimits.default_engine_memory(1, 10_000), ServerLimits.default_engine_memory(4, 24_000)
         (4000, 2400)
         >>> ServerLimits.default_engine_memory(64, 1_000)
-        64
+        256
         """
         total = memory_mib if memory_mib is not None else usable_memory_mib()
         return max(MIN_ENGINE_MEMORY_MIB, total * 8 // (10 * 2 * max(processes, 1)))

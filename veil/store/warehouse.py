@@ -207,6 +207,13 @@ def set_reader_threads(threads: int) -> None:
     _reconfigure("threads", threads)
 
 
+#: The least DuckDB memory limit a warehouse connection may be given, in MiB (red team s63 F1): below it a charged
+#: statement's hash table (COUNT(DISTINCT …), a text GROUP BY) cannot even start to spill, so whether it fails after
+#: the charge became a step one person's row could cross (8 MiB: deterministic at one row). At 64 MiB and above DuckDB
+#: spilled every shape tried (150,000 distinct 1 kB names, 16 threads); this floor keeps a margin over that.
+MIN_READER_MEMORY_MIB = 256
+
+
 def set_reader_memory(mib: int) -> None:
     """DuckDB memory limit, in MiB, of each of this process's connections to warehouse files (0: DuckDB's default,
     80% of the machine's memory for each one).
@@ -216,8 +223,8 @@ def set_reader_memory(mib: int) -> None:
     80% before its own limit stopped it, and the kernel's OOM killer would end a worker first (red team s44).
     Beyond its limit DuckDB spills to disk or fails the statement with its own error. Readers opened with another
     limit are closed (after the statements running on them end) and reopened on next use."""
-    if mib < 0:
-        raise InternalError(f"DuckDB memory limit must be >= 0 MiB, got {mib}")
+    if mib < 0 or 0 < mib < MIN_READER_MEMORY_MIB:
+        raise InternalError(f"DuckDB memory limit must be 0 or at least {MIN_READER_MEMORY_MIB} MiB, got {mib}")
     _reconfigure("memory_mib", mib)
 
 
