@@ -166,13 +166,23 @@ FAMILIES: dict[str, list[str]] = {
         "CAST(d + INTERVAL '1000000' YEAR AS TIMESTAMP)", "CAST(d + INTERVAL '1000000' YEAR AS VARCHAR)",
         "d + INTERVAL '1000000' YEAR > TIMESTAMP '2000-01-01 00:00:00'",
         "DATE_TRUNC('month', DATE_TRUNC('year', d + INTERVAL '290000' YEAR) + INTERVAL '5000' YEAR)",
+        # an overflow Spark's try_add catches (TryEval), its value held twice (the ISO-week guard's CASE): common
+        # sub-expressions must not be lifted out of the try
+        "EXTRACT(WEEK FROM d + INTERVAL '178956970' YEAR)", "DATE_TRUNC('week', d - INTERVAL '178956970' YEAR)",
+        "EXTRACT(WEEK FROM CAST(s AS TIMESTAMP) + INTERVAL '100000000' DAY)",
+    ],
+    "duckdb_date_parts": [  # fields and units Spark refuses (free) and DuckDB computes, on the dates' extremes
+        *(f"EXTRACT({f} FROM d + INTERVAL '290000' YEAR)" for f in ("EPOCH", "DECADE", "CENTURY", "MILLENNIUM",
+                                                                    "YEARWEEK", "ISOYEAR", "MILLISECOND", "MICROSECOND")),
+        *(f"DATE_TRUNC('{u}', d - INTERVAL '290000' YEAR)" for u in ("decade", "century", "millennium", "isoyear",
+                                                                     "yearweek", "millisecond", "microsecond")),
     ],
 }  # fmt: skip
 
 #: Whole queries: aggregates, group keys, a public join (each one query).
 QUERIES: dict[str, str] = {
-    "aggregates": "SELECT SUM(age), AVG(x), MEDIAN(age), MIN(x), VARIANCE(age), SUM(CASE WHEN f > 0 THEN 1 ELSE 0 END),"
-    " AVG(ROUND(x, 400)), SUM(age % 7) FROM people",
+    # one statement (a MEDIAN, MIN or VARIANCE adds statements over Veil's own clamped values, not the analyst's)
+    "aggregates": "SELECT SUM(age), AVG(x), SUM(CASE WHEN f > 0 THEN 1 ELSE 0 END), AVG(ROUND(x, 400)), SUM(age % 7) FROM people",
     "group_far_date": "SELECT DATE_TRUNC('year', d + INTERVAL '290000' YEAR) AS y, COUNT(*) FROM people GROUP BY 1",
     "group_float": "SELECT ROUND(f, -300) AS r, COUNT(*) FROM people GROUP BY 1",
     "join_pruned": "SELECT COUNT(*) FROM people p JOIN pub ON pub.a = p.age WHERE p.pid >= 100"
@@ -270,7 +280,12 @@ def spark_worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str,
 # -- the fixed families -----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
+#: Families Spark refuses whole (free, at render: red team s45 A3), left out of its run (splitting them costs a query
+#: per construct).
+SPARK_REFUSES = frozenset({"duckdb_date_parts"})
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f not in SPARK_REFUSES])
 def test_spark_constructs_end_alike_on_neighbours(spark_worlds: dict[str, Any], family: str) -> None:
     """One query per family: one query of every family took longer (Spark compiles its ~150 filters at once)."""
     _check_family(spark_worlds, FAMILIES[family])
@@ -291,6 +306,24 @@ def test_spark_queries_end_alike_on_neighbours(spark_worlds: dict[str, Any], nam
 def test_duckdb_queries_end_alike_on_neighbours(duckdb_worlds: dict[str, Any], name: str) -> None:
     why = _same_ending(duckdb_worlds, QUERIES[name])
     assert why is None, (QUERIES[name], why)
+
+
+#: Functions outside the allowlist (docs/sql.md) that could grow a row's text, parse formats or patterns, or build
+#: dates from numbers: refused free by name on every engine, before anything runs.
+UNLISTED = [
+    "LPAD(s, 1000000000, 'x')", "RPAD(s, 3, 'x')", "REPEAT(s, 1000000000)", "REGEXP_REPLACE(s, '(', 'x')",
+    "REGEXP_MATCHES(s, '(')", "SPLIT_PART(s, ',', 2)", "TO_CHAR(d, 'YYYY')", "TO_DATE(s, 'YYYY')", "MAKE_DATE(k, 1, 1)",
+    "FORMAT('%s', s)", "TRANSLATE(s, 'a', 'b')", "CHR(k)", "REVERSE(s)", "INITCAP(s)", "AGE(d)", "ENCODE(s, 'x')",
+    "STRING_AGG(s, ',')", "CONCAT_WS(s, s, s)",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("expression", UNLISTED)
+def test_unlisted_functions_are_refused_free(duckdb_worlds: dict[str, Any], expression: str) -> None:
+    """The parse pass refuses them for every engine alike (the policy's engine is never reached)."""
+    for world in ("D", "D'"):
+        outcome, charged = _ending(duckdb_worlds[world], f"SELECT COUNT(*) FROM people WHERE ({expression}) IS NULL")
+        assert outcome != "answered" and not charged, (expression, world, outcome)
 
 
 # -- hostile literals, drawn --------------------------------------------------------------------------------------
