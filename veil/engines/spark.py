@@ -12,7 +12,12 @@ back through Arrow. Rendering turns Veil's neutral trees into Spark SQL with the
 * ``REGEXP_EXTRACT`` (a date text's guard, :mod:`veil.engines.neutral`) extracts the whole match (group 0);
 * date units and fields under Spark's names for the same value (``DOY``, ``YEAROFWEEK``, whole-second
   ``SECOND()``); those Spark does not compute (``decade``, ``epoch``, …) are refused, free;
-* integer sums keep the ``DECIMAL(38,0)`` widening of the neutral tree (Spark's ``SUM(BIGINT)`` would wrap).
+* integer sums keep the ``DECIMAL(38,0)`` widening of the neutral tree (Spark's ``SUM(BIGINT)`` would wrap);
+* the functions that raise on some values even with ANSI off are rendered total: a LIKE pattern's backslashes are
+  doubled, ``DATE_TRUNC`` and the time fields of ``EXTRACT`` read NULL for a date past Spark's timestamps
+  (:func:`_within_timestamps`), ``ROUND``'s scale is clamped to ±:data:`ROUND_SCALE`; and a constant that cannot be
+  computed fails in the optimiser while the statement binds, before the charge (:func:`_optimise`).
+  ``tests/engines/test_spark_totality.py`` runs every construct on hostile rows and literals.
 
 Metadata comes from the catalog API (Spark has no ``information_schema``); the table version is the list of
 the table's data files (see :meth:`SparkEngine.table_version`), or a row hash for tables without files. In
@@ -107,6 +112,58 @@ def _like_without_escapes(node: exp.Like) -> None:
         node.set("expression", exp.Anonymous(this="REPLACE", expressions=[node.expression, slash, exp.Literal.string("\\\\")]))
 
 
+#: Spark's timestamps hold about ±290,308 years, its dates ±5.8 million, and date arithmetic keeps a date a date
+#: (``d + INTERVAL '290000' YEAR``, a ``try_add`` that succeeds). ``DATE_TRUNC`` and the time fields of ``EXTRACT``
+#: cast their date to a timestamp, which raised "long overflow" — ANSI off or not — on the rows holding a date past
+#: that range only: after the charge, whether the query failed told whether one person's date was late enough. The
+#: value of each is NULL beyond ±290,000 years (as DuckDB's ``TRY`` makes it), so the cast cannot fail.
+_TIMESTAMP_RANGE = ("-290001-12-31", "290001-01-01")  # one day outside ±290,000 years: the guard's sentinels
+#: EXTRACT fields Spark computes from a timestamp (the others read the date itself and hold ±5.8 million years).
+_TIME_FIELDS = frozenset({"HOUR", "MINUTE", "SECOND"})
+
+
+def _within_timestamps(value: exp.Expression) -> exp.Expression:
+    """``value`` (a date or a timestamp), NULL when it lies outside ±290,000 years, without copying it (a ``CASE``
+    would hold it twice, and nested truncations 2ᵏ times): ``NULLIF(GREATEST(NULLIF(LEAST(v, H), H), L), L)``, with
+    ``H``/``L`` the first days past either end (Spark's ``GREATEST`` skips a NULL, which the outer ``NULLIF`` turns
+    back into NULL). Every operand is a date or a timestamp within Spark's timestamp range, so nothing here raises.
+    """
+    low, high = (exp.cast(exp.Literal.string(d), data_type("DATE")) for d in _TIMESTAMP_RANGE)
+    capped = exp.Nullif(this=exp.Least(this=value, expressions=[high]), expression=high.copy())
+    return exp.Nullif(this=exp.Greatest(this=capped, expressions=[low]), expression=low.copy())
+
+
+def _guard_timestamp_cast(node: exp.Expression) -> None:
+    """``node``'s value within Spark's timestamps when ``node`` (a DATE_TRUNC, or an EXTRACT of a time field) casts it
+    to one (see :data:`_TIMESTAMP_RANGE`)."""
+    if isinstance(node, exp.Extract):
+        if _part_name(node.this) in _TIME_FIELDS and node.expression is not None:
+            node.set("expression", _within_timestamps(node.expression))
+    elif isinstance(node.this, exp.Expression):  # DATE_TRUNC / TIMESTAMP_TRUNC: the value is ``this``
+        node.set("this", _within_timestamps(node.this))
+
+
+#: ``ROUND(x, n)`` with ``|n|`` past this is ``ROUND(x, ±ROUND_SCALE)``: a double is whole at 400 places (its least
+#: value, 4.9e-324, reads back from 400 decimals) and rounds to 0 at -400 (its greatest is 1.8e308), a BIGINT is
+#: itself at any scale ≥ 0 and 0 at -20. Spark's ROUND of a larger scale builds a BigDecimal that raised
+#: "BigInteger would overflow supported range" or "Underflow" — ANSI off or not — on some values only
+#: (``ROUND(x, -2147483647)`` on 1e308, not on 0 or NaN), and on every row at ±2³¹.
+ROUND_SCALE = 400
+
+
+def _clamped_scale(scale: exp.Expression) -> exp.Expression:
+    """``scale`` (ROUND's digits: Spark requires a constant) within ±:data:`ROUND_SCALE`; NULL stays NULL."""
+    value = scale.unnest()
+    negative = isinstance(value, exp.Neg)
+    literal = value.this.unnest() if negative and isinstance(value.this, exp.Expression) else value
+    if isinstance(literal, exp.Literal) and not literal.is_string and literal.is_int:
+        n = -int(literal.this) if negative else int(literal.this)
+        return exp.Literal.number(max(-ROUND_SCALE, min(ROUND_SCALE, n)))
+    bound = exp.Greatest(this=exp.Least(this=scale.copy(), expressions=[exp.Literal.number(ROUND_SCALE)]),
+                         expressions=[exp.Literal.number(-ROUND_SCALE)])  # fmt: skip
+    return exp.Case(ifs=[exp.If(this=exp.Not(this=exp.Is(this=scale, expression=exp.Null())), true=bound)])
+
+
 def _spark_date_part(node: exp.Expression) -> None:
     """Spell ``node``'s DATE_TRUNC unit or EXTRACT field as Spark does, or refuse one Spark does not compute."""
     extract = isinstance(node, exp.Extract)
@@ -159,6 +216,32 @@ def _python_values(column: Any) -> list[Any]:
     return list(pc.if_else(inside, column, pa.scalar(None, type=t)).to_pylist())
 
 
+def _optimise(df: Any) -> None:
+    """Run Spark's optimiser on ``df``'s plan now (local mode; the Connect client has no handle on it), so that a
+    constant sub-expression that cannot be computed fails here, before the reservation and before any row is read.
+
+    Spark folds constants in its optimiser (``ConstantFolding``), so ``'a' LIKE 'a\\q'`` or ``ROUND(1.5D,
+    -2147483648)`` raise there, over a Parquet table whatever it holds (also when a filter leaves nothing), but only
+    once the statement runs: after the charge. Optimising a plan reads no data (Veil's tables are unpartitioned
+    Parquet; the rules that look at data run with the statement), so whether it fails depends on the query alone;
+    the optimised plan is kept and the run reuses it. A constant mixed with a column (``s LIKE 'a\\q'``) is not
+    folded: those are made total by :meth:`SparkEngine.render`, not caught here."""
+    jdf = getattr(df, "_jdf", None)
+    if jdf is None:
+        return
+    try:
+        jdf.queryExecution().optimizedPlan()
+    except Exception as exc:
+        if _is_cancel(exc):
+            raise EngineError("the statement was cancelled", hint="Run it again, or raise the statement timeout") from None
+        kind = type(exc).__name__.replace("Exception", "")
+        raise EngineError(
+            f"the query could not be run: a constant in it cannot be computed ({kind} error)",
+            hint="Check its literal arguments (scales, patterns, interval sizes)",
+            before_data=True,
+        ) from None
+
+
 def _is_cancel(exc: BaseException) -> bool:
     text = f"{type(exc).__name__} {exc}".lower()
     return "cancel" in text or "interrupt" in text
@@ -195,6 +278,7 @@ class SparkEngine:
         """Spark SQL of a neutral tree, with DuckDB's meaning (see the module docstring)."""
         t = tree.copy()
         for node in list(t.find_all(exp.DateTrunc, exp.TimestampTrunc, exp.Extract)):
+            _guard_timestamp_cast(node)
             _spark_date_part(node)
         for node in list(t.find_all(exp.Floor, exp.Ceil, exp.DateTrunc, exp.TimestampTrunc)):
             if isinstance(node, (exp.Floor, exp.Ceil)):
@@ -202,6 +286,9 @@ class SparkEngine:
                     node.replace(exp.Cast(this=node.copy(), to=data_type("DOUBLE")))
             else:  # DuckDB's DATE_TRUNC is a TIMESTAMP without time zone
                 node.replace(exp.Cast(this=node.copy(), to=exp.DataType.build("TIMESTAMP_NTZ", dialect="spark")))
+        for node in list(t.find_all(exp.Round)):
+            if isinstance(node.args.get("decimals"), exp.Expression):
+                node.set("decimals", _clamped_scale(node.args["decimals"]))
         for node in list(t.find_all(exp.RegexpExtract)):
             # the whole match (Spark's default group is 1); a date text's guard reads the text's first characters
             # only, one more than the longest it matches: Java's find would try the pattern at every position
@@ -228,7 +315,7 @@ class SparkEngine:
 
     # -- running ------------------------------------------------------------------------------------
     def _analyse(self, sql: str) -> Any:
-        """The DataFrame of ``sql``, analysed (binding errors raised here read no data)."""
+        """The DataFrame of ``sql``, analysed and, in local mode, optimised: errors raised here read no data."""
         try:
             df = self.session.sql(sql)
             _ = df.schema
@@ -240,6 +327,7 @@ class SparkEngine:
                 hint="Check that values are compared with columns of the same type",
                 before_data=True,
             ) from None
+        _optimise(df)
         return df
 
     def execute(self, sql: str) -> Result:
