@@ -546,9 +546,10 @@ def verify(
             dcr = rep.as_dict()
             if not rep.passed:
                 raise PublicationRefused(
-                    f"synthetic table {plan.output!r} reproduces its training rows: {rep.share_closer_to_train:.3f} of its "
-                    f"rows are closer to a training row than to a holdout row (limit {rep.share_limit:.3f}), exact copies "
-                    f"{rep.exact_train_rate:.3f} vs {rep.exact_holdout_rate:.3f} of holdout rows (limit {rep.exact_limit:.3f})",
+                    f"synthetic table {plan.output!r} reproduces its training rows: of the {rep.exact_copies} source rows "
+                    f"it copies exactly, {rep.exact_train_rate:.3f} are training rows (limit {rep.exact_limit:.3f}), and of "
+                    f"the {rep.nearest_records} nearest to its rows {rep.share_closer_to_train:.3f} (limit "
+                    f"{rep.share_limit:.3f}); training rows are {rep.train_share:.3f} of the source",
                     hint="Train less (fewer epochs) or with more data; the model memorised rows",
                 )
     return GateReport(
