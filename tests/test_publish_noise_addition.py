@@ -193,3 +193,18 @@ def test_keep_probability_is_the_laws() -> None:
             out = _generate(np.full(40000, x), a, 5, (lo, hi))
             worst = max(worst, float((np.rint(out) == x).mean()))
         assert abs(worst - noise_keep_probability(a, lo, hi)) < 0.02, (a, lo, hi, worst)
+
+
+@pytest.mark.parametrize(
+    ("columns", "values"),
+    [
+        ('q = { type = "bool" }\n', [True, False]),  # s64 F9: every row published True
+        ('q = { type = "category", values = ["a", "b"] }\n', ["a", "b"]),
+    ],
+)
+def test_a_boolean_or_category_column_is_refused_before_reading(tmp_path: Path, columns: str, values: list[Any]) -> None:
+    """s64 F9: a declared bool (or category) column is refused by the plan with kRR as the way out — the source's
+    rows, whatever they hold, are never read (its noisy floats were typed ``bool(v)``: every row True)."""
+    _, policy = _world(tmp_path, pd.DataFrame({"q": np.resize(values, 300)}), columns)
+    with pytest.raises(PublicationRefused, match="krr"):
+        _publish(policy, {"columns": ["q"], "params": ["a=1"]})

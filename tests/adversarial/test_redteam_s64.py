@@ -80,6 +80,12 @@ Findings (ranked; severities as the brief defines them):
   synthetic table made only of training rows, copied verbatim, passes ``gate.verify`` for every source of up to 200
   rows (20 of 20 draws; 17/20 at 300), and at 10,000 rows one whose 3 % (300 people's rows) are verbatim copies passes
   10 of 10. The docstring's own example (a copy of 400 rows refused) is just above the edge.
+
+* F9 (LOW: utility, the same root as F1; no disclosure) noise addition on a declared ``bool`` column publishes every
+  row ``True``: the own-value redraw moves a 1 into [0, 0.5) and a 0 into [0.5, 1], and finalise types the floats as
+  booleans with ``bool(v)`` (any non-zero value is ``True``). ``veil publish sdc --method noise_addition --columns
+  married`` on the demo's 100,000 people (44,174 not married) publishes 100,000 ``True``; the gate sees 56 %
+  unchanged and passes it.
 """
 
 from __future__ import annotations
@@ -699,3 +705,27 @@ def test_f8_the_gate_refuses_a_synthetic_table_that_copies_training_rows(n: int,
         synthetic = pd.concat([copies, fresh.iloc[k:]], ignore_index=True)
         passed += _synthetic_verify(synthetic, train, holdout, seed)
     assert passed <= 2, f"{passed} of 5 synthetic tables with {copied:.0%} verbatim training rows (source of {n}) pass the gate"
+
+
+# ==================================================================================================
+# F9: noise addition on a bool column publishes a constant
+# ==================================================================================================
+
+
+def test_f9_noise_addition_on_a_bool_column_publishes_both_values(tmp_path: Path) -> None:
+    """F9: 300 people, ``married`` a declared ``bool`` (about half true); noise addition at a = 1. Property: the
+    published column holds both values (or the publication is refused as unusable). Measured on main: 300 ``True``."""
+    from veil.errors import PublicationRefused
+    from veil.generators.transaction import publish
+
+    rng = np.random.default_rng(9)
+    frame = pd.DataFrame({"age": rng.integers(20, 60, 300), "married": rng.integers(0, 2, 300).astype(bool)})
+    columns = 'age = { type = "int", lower = 17, upper = 90 }\nmarried = { type = "bool" }\n'
+    path, policy = _world(tmp_path, columns, frame)
+    request = {"table": "people", "method": "noise_addition", "columns": ["married"], "params": ["a=1"], "output": "pub"}
+    try:
+        publish(policy, "sdc", request, progress=False)
+    except PublicationRefused:
+        return
+    shown = _analyst(path, "SELECT married, COUNT(*) AS n FROM pub GROUP BY married")
+    assert len(shown) == 2, f"noise addition published married as {shown.to_dict('records')}"

@@ -203,14 +203,15 @@ def check_noise_plan(a: float, spec: Any, columns: Sequence[str]) -> None:
 
     for c in columns:
         col = spec.columns.get(c)
-        if col is None or col.lower is None or col.upper is None:
+        if col is None:
             continue  # require_declared_domains refuses it
         if col.type not in ("int", "float"):
+            # a bool's noisy floats were typed bool(v): every row True (red team s64 F9)
             raise PublicationRefused(
                 f"column {c!r} is declared {col.type!r}: noise addition publishes numbers",
-                hint="Publish it with kRR (veil publish krr), which randomises categories with a guarantee",
+                hint="Publish it with kRR (veil publish krr), which randomises categories and booleans with a guarantee",
             )
-        if col.type != "int":
+        if col.type != "int" or col.lower is None or col.upper is None:
             continue
         size = int(float(col.upper) - float(col.lower)) + 1
         if size <= SMALL_INT_DOMAIN:

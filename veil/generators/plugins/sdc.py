@@ -164,11 +164,11 @@ class SDCPlugin(PublishPlugin):
         # rows' own [min, max] as its domain (red team s42 A2: one person's outlier widened the public column 300-fold)
         from veil.generators.columns import require_declared_domains
 
-        require_declared_domains(spec, columns, "--columns", table=table)
         if cls.name == "noise_addition":
             from veil.generators.sdc import check_noise_plan
 
-            check_noise_plan(float(values["a"]), spec, columns)  # from the request and the policy alone (s64 F1, F6)
+            check_noise_plan(float(values["a"]), spec, columns)  # from the request and the policy alone (s64 F1, F6, F9)
+        require_declared_domains(spec, columns, "--columns", table=table)
         eps = Fraction(repr(float(values["epsilon"]))) if cls.is_dp else None
         return Plan(
             kind=self.kind,
