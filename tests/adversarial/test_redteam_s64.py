@@ -606,11 +606,6 @@ def _endpoints(label: Any) -> set[str]:
     return {text}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s64 F7 (HIGH): a numeric QI's class label [min, max] publishes an interior value one person alone holds "
-    "(person 7's gain 1,234 as '[900, 1234]'); the rare-value rule skips group columns",
-)
 @pytest.mark.parametrize(
     ("algorithm", "seed", "value", "kanon_seed"),
     # OKA shows it too (4 of 16 unseeded runs; '[1234, 2100]', '[1234, 2900]'), but its classes vary from run to run
