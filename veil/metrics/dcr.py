@@ -100,15 +100,20 @@ def nearest_distances(query: tuple[np.ndarray, np.ndarray], ref: tuple[np.ndarra
 
 
 def _nearest(
-    query: tuple[np.ndarray, np.ndarray], ref: tuple[np.ndarray, np.ndarray], n_cols: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """``(distances, hit)``: each query row's Gower distance to its closest reference row, and which reference rows
-    are closest to some query row (all of them on a tie)."""
+    query: tuple[np.ndarray, np.ndarray], ref: tuple[np.ndarray, np.ndarray], n_cols: int, member: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(distances, hit, to_members, to_others)``: each query row's Gower distance to its closest reference row,
+    which reference rows are closest to some query row (all of them on a tie), and each query row's distance to its
+    closest reference row inside / outside ``member`` (a mask of the reference rows; inf where none)."""
     qn, qc = query
     rn, rc = ref
+    member = np.ones(len(rn), dtype=bool) if member is None else member
     out = np.empty(len(qn))
+    inside = np.full(len(qn), np.inf)
+    outside = np.full(len(qn), np.inf)
     hit = np.zeros(len(rn), dtype=bool)
     step = max(1, 4_000_000 // max(1, len(rn) * max(1, n_cols)))
+    scale = max(1, n_cols)
     for a in range(0, len(qn), step):
         d = np.zeros((min(step, len(qn) - a), len(rn)))
         if qn.shape[1]:
@@ -116,10 +121,14 @@ def _nearest(
         if qc.shape[1]:
             d += (qc[a : a + step, None, :] != rc[None, :, :]).sum(axis=2)
         low = d.min(axis=1) if len(rn) else np.full(len(d), np.inf)
-        out[a : a + step] = low / max(1, n_cols)
+        out[a : a + step] = low / scale
         if len(rn):
             hit |= (d <= low[:, None] + 1e-9).any(axis=0)
-    return out, hit
+        if member.any():
+            inside[a : a + step] = d[:, member].min(axis=1) / scale
+        if (~member).any():
+            outside[a : a + step] = d[:, ~member].min(axis=1) / scale
+    return out, hit, inside, outside
 
 
 def _row_keys(num: np.ndarray, cat: np.ndarray) -> np.ndarray:
@@ -159,13 +168,11 @@ def dcr_check(synthetic: pd.DataFrame, train: pd.DataFrame, holdout: pd.DataFram
     pick_r = rng.permutation(n_t + n_h)[:MAX_SOURCE_ROWS] if n_t + n_h > MAX_SOURCE_ROWS else np.arange(n_t + n_h)
     s = (num[pick_s], cat[pick_s])
     r = (num[n_s:][pick_r], cat[n_s:][pick_r])
-    dist, hit = _nearest(s, r, len(columns))
     member = in_train[pick_r]
+    _, hit, d_t, d_h = _nearest(s, r, len(columns), member)
     near_n = int(hit.sum())
     share = float(member[hit].mean()) if near_n else p
     share_limit = max(odds / (1 + odds), _limit(near_n, p))
-    d_t = nearest_distances(s, (r[0][member], r[1][member]), len(columns)) if member.any() else dist
-    d_h = nearest_distances(s, (r[0][~member], r[1][~member]), len(columns)) if (~member).any() else dist
     return DcrReport(
         rows=len(pick_s),
         reference_rows=len(pick_r),
@@ -177,7 +184,7 @@ def dcr_check(synthetic: pd.DataFrame, train: pd.DataFrame, holdout: pd.DataFram
         exact_train_rate=exact_t,
         exact_holdout_rate=(1.0 - exact_t) if exact_n else 0.0,
         exact_limit=exact_limit,
-        median_dcr_train=float(np.median(d_t)) if len(d_t) else 0.0,
-        median_dcr_holdout=float(np.median(d_h)) if len(d_h) else 0.0,
+        median_dcr_train=float(np.median(d_t)) if len(d_t) and np.isfinite(d_t).all() else 0.0,
+        median_dcr_holdout=float(np.median(d_h)) if len(d_h) and np.isfinite(d_h).all() else 0.0,
         passed=share <= share_limit and exact_t <= exact_limit,
     )
