@@ -201,11 +201,6 @@ def _answers(seed: int = 3, n: int = 300) -> pd.DataFrame:
     return pd.DataFrame({c: rng.integers(0, 2, n) for c in _ANSWERS})
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s64 F1 (HIGH): noise addition's own-value redraw turns a 0/1 column into its exact complement (every row "
-    "flips at a >= 1); an analyst who knows 10 of 12 yes/no answers reads the other 2 of 226/300 people",
-)
 @pytest.mark.parametrize("a", [1.0, 3.0])
 def test_f1_noise_addition_never_publishes_a_small_domain_column_as_a_function_of_its_source(tmp_path: Path, a: float) -> None:
     """F1: 300 people's 12 yes/no answers (int 0/1), ``veil publish sdc --method noise_addition --param a=A``. Property:
@@ -237,11 +232,6 @@ def test_f1_noise_addition_never_publishes_a_small_domain_column_as_a_function_o
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s64 F1 (HIGH): per source value, noise addition's published value is one value in > 90 % of rows (the "
-    "complement), which the gate's unchanged-share rule does not see",
-)
 @pytest.mark.parametrize("a", [0.75, 1.0, 2.0, 10.0])
 def test_f1_b_no_source_value_is_published_as_one_value_in_almost_every_row(a: float) -> None:
     """F1, the class: for every source value x of a perturbed column, the published values of x's rows are not one
@@ -639,11 +629,6 @@ def _noise_refused(base: Path, *, target: bool, seed: int) -> bool:
     return False
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s64 F6 (LOW): noise addition at a = 0.13 is refused for 6 of 10 seeds with person 7's lone 50 hours and for "
-    "0 of 10 without: the release's existence tells person 7's presence",
-)
 def test_f6_noise_addition_ends_the_same_way_with_or_without_one_persons_lone_value(tmp_path: Path) -> None:
     """F6: 300 people's hours (37–43, each value held by ≥ 5), ``noise_addition --param a=0.13`` at seeds 0–9, with and
     without person 7 at 50 hours. Property: whether the publication lands does not depend on person 7 beyond a seed or
@@ -701,11 +686,6 @@ def _endpoints(label: Any) -> set[str]:
     return {text}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s64 F7 (HIGH): a numeric QI's class label [min, max] publishes an interior value one person alone holds "
-    "(person 7's gain 1,234 as '[900, 1234]'); the rare-value rule skips group columns",
-)
 @pytest.mark.parametrize(
     ("algorithm", "seed", "value", "kanon_seed"),
     # OKA shows it too (4 of 16 unseeded runs; '[1234, 2100]', '[1234, 2900]'), but its classes vary from run to run
@@ -782,11 +762,6 @@ def _split_people(n: int, seed: int) -> tuple[pd.DataFrame, pd.DataFrame, np.ran
     return frame.iloc[order[hold:]].reset_index(drop=True), frame.iloc[order[:hold]].reset_index(drop=True), rng
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s64 F8 (MEDIUM): the DCR check passes a synthetic table of verbatim training rows from a 150-row source, "
-    "and one with 3 % verbatim rows from a 10,000-row source",
-)
 @pytest.mark.parametrize(("n", "copied"), [(150, 1.0), (10_000, 0.03)])
 def test_f8_the_gate_refuses_a_synthetic_table_that_copies_training_rows(n: int, copied: float) -> None:
     """F8: a "synthetic" table of 1,000 (n = 150) or 10,000 rows of which ``copied`` are verbatim training rows and the
@@ -812,11 +787,6 @@ def test_f8_the_gate_refuses_a_synthetic_table_that_copies_training_rows(n: int,
 # ==================================================================================================
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s64 F9 (LOW, utility): noise addition on a declared bool column publishes every row True (floats typed with "
-    "bool(v)); the gate passes a constant column",
-)
 def test_f9_noise_addition_on_a_bool_column_publishes_both_values(tmp_path: Path) -> None:
     """F9: 300 people, ``married`` a declared ``bool`` (about half true); noise addition at a = 1. Property: the
     published column holds both values (or the publication is refused as unusable). Measured on main: 300 ``True``."""

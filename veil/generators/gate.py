@@ -22,8 +22,12 @@ at the CLI) and the transaction writes nothing. The checks:
   itself leak): a row-aligned ``perturbed``/``randomised`` column may not equal its source in
   every row, nor — outside a group guarantee (MDAV's k-groups cover their shared values) — in more
   than :data:`MAX_KEEP_PROBABILITY` of the rows (noise rounded away on an integer column, red team
-  s24 A14), and a ``synthetic`` table must pass the distance-to-closest-record check against the
-  holdout (:func:`veil.metrics.dcr.dcr_check`);
+  s24 A14). Equality does not measure dependence (a flip is never equal and wholly determined: s64 F1), so
+  noise addition's dependence is bounded from its law in the plan, before reading
+  (``sdc.check_noise_plan``: the rounded keep probability of its truncated noise at most
+  :data:`MAX_KEEP_PROBABILITY`), and its values are published unrounded. A ``synthetic`` table must pass the
+  distance-to-closest-record check against training and holdout rows (:func:`veil.metrics.dcr.dcr_check`: exact
+  copies and nearest records over all rows, s64 F8);
 * **rare values** (methods without a DP guarantee only, :func:`check_rare_values`): in every column published
   value by value or perturbed (protection ``sensitive``, ``perturbed`` or ``randomised``) that no group guarantee
   covers, every published value that equals a value of the source, compared exactly as published, is held by at
@@ -546,9 +550,10 @@ def verify(
             dcr = rep.as_dict()
             if not rep.passed:
                 raise PublicationRefused(
-                    f"synthetic table {plan.output!r} reproduces its training rows: {rep.share_closer_to_train:.3f} of its "
-                    f"rows are closer to a training row than to a holdout row (limit {rep.share_limit:.3f}), exact copies "
-                    f"{rep.exact_train_rate:.3f} vs {rep.exact_holdout_rate:.3f} of holdout rows (limit {rep.exact_limit:.3f})",
+                    f"synthetic table {plan.output!r} reproduces its training rows: of the {rep.exact_copies} source rows "
+                    f"it copies exactly, {rep.exact_train_rate:.3f} are training rows (limit {rep.exact_limit:.3f}), and of "
+                    f"the {rep.nearest_records} nearest to its rows {rep.share_closer_to_train:.3f} (limit "
+                    f"{rep.share_limit:.3f}); training rows are {rep.train_share:.3f} of the source",
                     hint="Train less (fewer epochs) or with more data; the model memorised rows",
                 )
     return GateReport(

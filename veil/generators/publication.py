@@ -115,7 +115,8 @@ class Publication:
     unchanged sensitive columns (ℓ-diversity reported). ``labels``: per generalised column, the labels of the
     method's own that are not domain values and that the gate accepts there — known before the data is read (a
     hierarchy file's inner nodes, k-anonymity's missing leaf ``?``; red team s27 A11/A12), never values of the
-    rows."""
+    rows. ``unrounded``: numeric columns published as numbers with a fraction (``float``) even where the policy declares
+    ``int`` (noise addition: rounding back onto the source's integers published a lone value; red team s64 F1)."""
 
     method: str
     guarantee: str
@@ -132,6 +133,7 @@ class Publication:
     metrics: Mapping[str, Any] = field(default_factory=_empty)
     extra: Mapping[str, Any] = field(default_factory=_empty)  # shown in the CLI summary only
     labels: Mapping[str, frozenset[str]] = field(default_factory=_empty)
+    unrounded: tuple[str, ...] = ()  # numeric columns published as DOUBLE whatever their declared type (noise addition)
 
     def protection(self, column: str) -> ColumnProtection | None:
         return next((c for c in self.columns if c.name == column), None)

@@ -26,7 +26,7 @@ classes at the bottom wrap them in the :mod:`veil.generators.base` interface and
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -34,7 +34,7 @@ import pandas as pd
 
 from veil.errors import InputError, InternalError, VacuousParameter
 from veil.generators.base import Context, Generator, Output, Param, register
-from veil.generators.domain import clip_into, column_domain, csprng_permutation, resample_into
+from veil.generators.domain import clip_into, column_domain, csprng_permutation
 
 __all__ = [
     "dbscan_groups",
@@ -97,26 +97,136 @@ def noise_addition(
     lower: np.ndarray | None = None,
     upper: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Uncorrelated Gaussian noise: ``x + a·σ_j·N(0,1)`` per value (σ_j: column std of ``x``).
+    """Uncorrelated Gaussian noise, ``x + a·s_j·N(0,1)`` per value.
 
-    With ``lower``/``upper`` (the columns' domain), a noisy value outside it is redrawn (the noise
-    then follows a normal truncated to the domain) and clamped if 64 redraws all miss.
+    With ``lower``/``upper`` (the columns' public domain) the scale is public, ``s_j = (upper_j − lower_j)/2`` (the
+    largest standard deviation any column in the domain can have: :func:`public_spread`), and each value's noise is
+    a normal truncated to the domain around that value (:func:`truncated_noise`). Without a domain (library use on
+    an array) ``s_j`` is the column's standard deviation and nothing is truncated.
     """
     return _noise_in_domain(x, a, rng, lower, upper)[0]
+
+
+def public_spread(lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """Noise addition's unit per column: half the declared range, the largest standard deviation a column in
+    ``[lower, upper]`` can have (half its rows at each end). Public (the policy's bounds): the noise of every row
+    is the same whatever the other rows hold — the column's standard deviation, the textbook unit, moved with one
+    person's value and so moved everybody's noise (red team s64 F1 review).
+
+    >>> public_spread(np.array([0.0, 17.0]), np.array([1.0, 90.0])).tolist()
+    [0.5, 36.5]
+    """
+    return (np.asarray(upper, dtype=np.float64) - np.asarray(lower, dtype=np.float64)) / 2.0
+
+
+def truncated_noise(
+    x: np.ndarray, scale: np.ndarray, lower: np.ndarray, upper: np.ndarray, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, n_outside per column)``: each value ``N(x, scale²)`` truncated to ``[lower, upper]``, drawn by the
+    inverse CDF from one uniform per value (``rng.random(x.shape)``), and how many untruncated draws from the same
+    uniforms would have left the domain. A row's value is a function of its own value, its own uniform and the
+    public scale and domain alone: another row's value, added, removed or changed, moves nothing of it (with the
+    same seed, bit for bit), and nothing is conditioned on the row's own value (red team s64 F1: redrawing a row
+    until it left its own value published a 0/1 column's complement). No value is clamped onto a bound.
+
+    >>> v, n = truncated_noise(np.zeros((1000, 1)), np.ones((1000, 1)), np.array([0.0]), np.array([1.0]),
+    ...                        np.random.default_rng(0))
+    >>> bool(((v > 0) & (v < 1)).all()), int(n[0]) > 0
+    (True, True)
+    """
+    from scipy.special import ndtr, ndtri
+
+    x = np.asarray(x, dtype=np.float64)
+    scale = np.broadcast_to(np.asarray(scale, dtype=np.float64), x.shape)
+    lo = np.broadcast_to(np.asarray(lower, dtype=np.float64), x.shape)
+    hi = np.broadcast_to(np.asarray(upper, dtype=np.float64), x.shape)
+    u = rng.random(x.shape)
+    plain = x + scale * ndtri(u)
+    alpha, beta = (lo - x) / scale, (hi - x) / scale  # alpha ≤ 0 ≤ beta: x lies in its domain
+    below = ndtr(alpha) + u * (ndtr(beta) - ndtr(alpha))  # the truncated law's CDF at the draw
+    above = (1.0 - u) * ndtr(-alpha) + u * ndtr(-beta)  # one minus it, without cancellation
+    z = np.where(below <= 0.5, ndtri(np.minimum(below, 0.5)), -ndtri(np.minimum(above, 0.5)))
+    out = np.clip(x + scale * z, lo, hi)  # the quantile's last ulp
+    return out, ((plain < lo) | (plain > hi)).sum(axis=0)
 
 
 def _noise_in_domain(
     x: np.ndarray, a: float, rng: np.random.Generator, lower: np.ndarray | None, upper: np.ndarray | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Noise addition and the per-column count of values redrawn or clamped into the domain."""
+    """Noise addition and the per-column count of values whose first draw fell outside the domain."""
     if not (math.isfinite(a) and a > 0):
-        raise refuse_vacuous("a", a, "adds no noise (use a > 0, e.g. 0.5 times the column's std)")
-    sd = x.std(axis=0)
-    out = x + a * sd * rng.standard_normal(x.shape)
+        raise refuse_vacuous("a", a, "adds no noise (use a > 0, e.g. 0.5 times half the column's declared range)")
     if lower is None or upper is None:
-        return out, np.zeros(x.shape[1], dtype=np.int64)
-    scale = np.broadcast_to(a * sd, x.shape)
-    return resample_into(out, lambda m: x[m] + scale[m] * rng.standard_normal(int(m.sum())), lower, upper)
+        return x + a * x.std(axis=0) * rng.standard_normal(x.shape), np.zeros(x.shape[1], dtype=np.int64)
+    spread = public_spread(lower, upper)
+    scale = np.broadcast_to(a * np.where(spread > 0, spread, 1.0), x.shape)
+    return truncated_noise(x, scale, np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64), rng)
+
+
+#: Noise addition is refused on an int column whose declared domain holds at most this many values: such a column is
+#: a category in numbers (yes/no, a 1–5 scale), which kRR publishes with a guarantee (red team s64 F1).
+SMALL_INT_DOMAIN = 10
+
+
+def noise_keep_probability(a: float, lower: float, upper: float) -> float:
+    """The largest probability, over the integers ``x`` of ``[lower, upper]``, that noise addition's value of a row
+    holding ``x``, rounded, is ``x`` again: what an analyst who rounds reads as the source value. Computed from the
+    law (the public scale ``a·(upper − lower)/2``, truncated to the domain), never from rows: the gate's refusal on
+    it is decided before the data is read (red team s64 F6), and it measures how much the published value depends on
+    the source, not how often it equals it (a flip, which the gate's equality share read as well protected, keeps
+    nothing and depends on the source entirely: s64 F1).
+
+    >>> round(noise_keep_probability(1.0, 0, 1), 3)  # a 0/1 column at a = 1: randomised response keeping 0.715
+    0.715
+    >>> noise_keep_probability(0.1, 17, 90) < 0.2
+    True
+    """
+    from scipy.stats import norm
+
+    lo, hi = float(lower), float(upper)
+    s = float(a) * max(hi - lo, 1.0) / 2.0
+    span = int(hi - lo)
+    xs = np.arange(lo, hi + 1.0) if span <= 10_000 else np.r_[lo + np.arange(2000.0), hi - np.arange(2000.0), (lo + hi) // 2]
+    inside = norm.cdf((hi - xs) / s) - norm.cdf((lo - xs) / s)
+    kept = norm.cdf((np.minimum(xs + 0.5, hi) - xs) / s) - norm.cdf((np.maximum(xs - 0.5, lo) - xs) / s)
+    return float(np.max(kept / inside))
+
+
+def check_noise_plan(a: float, spec: Any, columns: Sequence[str]) -> None:
+    """Refuse noise addition from the request and the policy alone, before any row is read: on a column declared
+    other than ``int``/``float`` or an int column of at most :data:`SMALL_INT_DOMAIN` values (a category: kRR), and
+    on an int column where the noise, rounded, keeps a row's value with probability above the gate's
+    ``MAX_KEEP_PROBABILITY`` (:func:`noise_keep_probability`). Nothing here depends on the rows: the same request
+    on the same policy is refused or not whoever is in the table (red team s64 F6)."""
+    from veil.errors import PublicationRefused
+    from veil.generators.gate import MAX_KEEP_PROBABILITY
+
+    for c in columns:
+        col = spec.columns.get(c)
+        if col is None:
+            continue  # require_declared_domains refuses it
+        if col.type not in ("int", "float"):
+            # a bool's noisy floats were typed bool(v): every row True (red team s64 F9)
+            raise PublicationRefused(
+                f"column {c!r} is declared {col.type!r}: noise addition publishes numbers",
+                hint="Publish it with kRR (veil publish krr), which randomises categories and booleans with a guarantee",
+            )
+        if col.type != "int" or col.lower is None or col.upper is None:
+            continue
+        size = int(float(col.upper) - float(col.lower)) + 1
+        if size <= SMALL_INT_DOMAIN:
+            raise PublicationRefused(
+                f"column {c!r} declares {size} integer values [{col.lower}, {col.upper}]: noise addition is not for a "
+                f"category in numbers (at most {SMALL_INT_DOMAIN} values)",
+                hint="Publish it with kRR (veil publish krr) after declaring it a category, or declare a wider domain",
+            )
+        keep = noise_keep_probability(a, float(col.lower), float(col.upper))
+        if keep > MAX_KEEP_PROBABILITY:
+            raise PublicationRefused(
+                f"noise addition at a = {a:g} on column {c!r} (int in [{col.lower}, {col.upper}]) keeps a value, once "
+                f"rounded, with probability {keep:.3f} (at most {MAX_KEEP_PROBABILITY:g})",
+                hint="Use a larger a: the noise's scale is a times half the declared range",
+            )
 
 
 def mdav(z: np.ndarray, k: int) -> np.ndarray:
@@ -419,56 +529,6 @@ def _integral(x: np.ndarray) -> list[bool]:
     return [bool(np.all(x[:, j] == np.rint(x[:, j]))) for j in range(x.shape[1])]
 
 
-def avoid_rare_values(
-    x: np.ndarray,
-    noisy: np.ndarray,
-    draw: Callable[[], np.ndarray],
-    lower: np.ndarray,
-    upper: np.ndarray,
-    *,
-    integer: Sequence[bool],
-    rounds: int = 64,
-) -> np.ndarray:
-    """Noise addition's values with every one that, as published (rounded on an ``integer`` column), equals *its own
-    row's* source value redrawn — from ``draw()``, a fresh noisy copy of ``x``, at most ``rounds`` times, within
-    ``[lower, upper]``: each row's noise is then a normal truncated to the domain minus that row's own value. Noise
-    much below one unit on an int column rounded person 7's lone 50 back to 50 (red team s60 F2c); what still hits
-    after ``rounds`` is left for the gate (which refuses a rare value published as it is).
-
-    Per row and whatever the value's count: a row's fate depends on its own value and noise alone. Redrawing every 50
-    because person 7 holds one emptied the histogram at 50 exactly when person 7 was in the source (red team s60
-    review, finding 1); redrawing a row's own value only when fewer than k rows held it let one person, crossing that
-    threshold, move every other holder's row (4 rows of 47 with five holders, 0 with four: red team s62 F1).
-
-    >>> x = np.array([[40.0]] * 9 + [[50.0]])
-    >>> rng = np.random.default_rng(0)
-    >>> out = avoid_rare_values(x, x.copy(), lambda: x + 0.3 * rng.standard_normal(x.shape), np.array([1.0]),
-    ...                         np.array([99.0]), integer=[True])
-    >>> bool((np.rint(out[:, 0]) != x[:, 0]).all())  # no row published as its own value, common or rare
-    True
-    >>> x = np.array([[40.0]] * 9 + [[50.0]])
-    >>> out = avoid_rare_values(x, np.array([[50.0]] * 9 + [[41.0]]), lambda: x + 1.0, np.array([1.0]),
-    ...                         np.array([99.0]), integer=[True])
-    >>> out[:, 0].tolist() == [50.0] * 9 + [41.0]  # other rows' 50s stay: only row 9's own 50 is its own
-    True
-    """
-    out = np.array(noisy, dtype=np.float64, copy=True)
-
-    def hits() -> np.ndarray:
-        shown = np.column_stack([np.rint(out[:, j]) if integer[j] else out[:, j] for j in range(x.shape[1])])
-        return shown == x
-
-    bad = hits()
-    for _ in range(rounds):
-        if not bad.any():
-            break
-        fresh = draw()
-        ok = bad & (fresh >= lower) & (fresh <= upper)
-        out[ok] = fresh[ok]
-        bad = hits()
-    return out
-
-
 def _split_eps(epsilon: float, parts: int) -> float:
     return float(epsilon) / parts
 
@@ -728,22 +788,22 @@ _EPS_RULE = (_not_positive, "gives no differential privacy (ε must be finite an
 class NoiseAddition(_Refusing):
     family = "sdc"
     name = "noise_addition"
-    summary = "x' = x + a·σ·c with c ~ N(0,1) per value (uncorrelated Gaussian noise)"
-    params = (Param("a", float, 0.5, grid=(0.1, 0.25, 0.5, 0.75, 1.0), help="noise level a (times the std), > 0"),)
+    summary = "x' = x + a·s·c with c ~ N(0,1) per value, s half the declared range (uncorrelated Gaussian noise)"
+    params = (
+        Param("a", float, 0.5, grid=(0.1, 0.25, 0.5, 0.75, 1.0), help="noise level a (times half the declared range), > 0"),
+    )
     vacuous: ClassVar[Mapping[str, tuple[Any, str]]] = {
-        "a": (_not_positive, "adds no noise (use a > 0, e.g. 0.5 times the column's std)")
+        "a": (_not_positive, "adds no noise (use a > 0, e.g. 0.5 times half the column's declared range)")
     }
+    rounds_integers: ClassVar[bool] = False  # an int column's noisy values are published as they are (DOUBLE): s64 F1
 
     def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
         x = _numeric(data, ctx)
         lower, upper, kinds = column_domain(x, ctx.columns, ctx.bounds)
         rng = np.random.default_rng(ctx.seed)
-        noisy = noise_addition(x, self["a"], rng)  # the public algorithm (a seam the gate's tests replace)
-        scale = np.broadcast_to(self["a"] * x.std(axis=0), x.shape)
-        # out-of-domain values redrawn: the noise becomes a normal truncated to the domain
-        out, moved = resample_into(noisy, lambda m: x[m] + scale[m] * rng.standard_normal(int(m.sum())), lower, upper)
-        integer = _integral(x)
-        out = avoid_rare_values(x, out, lambda: noise_addition(x, self["a"], rng), lower, upper, integer=integer)
+        # each row: its own value plus a normal of the public scale, truncated to the domain; no redraw that looks at the
+        # row's own value, no rounding back onto the source's grid (red team s64 F1/F6)
+        out, moved = _noise_in_domain(x, self["a"], rng, lower, upper)
         return _release(
             data,
             ctx,
@@ -754,8 +814,8 @@ class NoiseAddition(_Refusing):
             moved=moved,
             info={"own_values": True},  # each output row's values from its own source row alone: the per-row rule
             guarantee=(
-                f"no formal guarantee: each value perturbed by N(0, ({self['a']}·σ)²) truncated to the column's "
-                f"domain; {_PASS_TARGET}"
+                f"no formal guarantee: each value perturbed by N(0, ({self['a']}·s)²), s half the column's declared "
+                f"range, truncated to the domain and published unrounded; {_PASS_TARGET}"
             ),
         )
 

@@ -607,7 +607,10 @@ def _finalise(pub: Publication, spec: Any, generator: np.random.Generator) -> Pu
         if prot.how in ("perturbed", "synthesised", "randomised"):
             if getattr(col, "lower", None) is not None and pd.api.types.is_numeric_dtype(frame[name]):
                 frame[name] = frame[name].astype(float).clip(float(col.lower), float(col.upper))
-        frame[name] = as_declared(frame[name], getattr(col, "type", None))
+        declared = getattr(col, "type", None)
+        if name in pub.unrounded and declared == "int":
+            declared = "float"  # noise addition's values, never rounded back onto the source's integers (s64 F1)
+        frame[name] = as_declared(frame[name], declared)
     order = generator.permutation(len(frame))
     frame = frame.iloc[order].reset_index(drop=True)
     source_rows = None if pub.source_rows is None else np.asarray(pub.source_rows)[order]

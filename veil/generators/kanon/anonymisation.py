@@ -91,7 +91,8 @@ class KAnonConfig:
 
     ``hierarchies``: a folder of taxonomy files, or ``{column: Hierarchy}``; ``som_neurons``:
     ``(lower, upper, step)`` of the neuron-count search; ``missing``: ``"drop"`` or ``"leaf"``;
-    ``split``: Mondrian's split rule; ``seed``: algorithmic randomness (OKA/K-Member seeds, SOM).
+    ``split``: Mondrian's split rule; ``seed``: algorithmic randomness (OKA/K-Member seeds, SOM); ``grids``: numeric
+    QIs' public label grids (without one, a numeric label is its class's ``[min, max]``, library use only).
     """
 
     qi: tuple[str, ...]
@@ -106,6 +107,9 @@ class KAnonConfig:
     missing: str = "drop"
     split: str = "gain"
     seed: int | None = None
+    #: per numeric QI, its public label grid ``(origin, step, integer)`` (``generalise.public_grid``; the publication
+    #: derives it from the declared bounds): labels run between grid cells' ends, never a member's value (s64 F7)
+    grids: Mapping[str, tuple[float, float, bool]] | None = None
 
     def __post_init__(self) -> None:
         for name in ("qi", "sensitive", "som_columns"):
@@ -280,7 +284,7 @@ def anonymise(
             hint="Lower k, publish more rows, or use --missing leaf",
         )
     algo_rng = np.random.default_rng(config.seed)
-    space = QISpace(clean, config.qi, hier, ends=_numeric_ends(df, config, loaded))
+    space = QISpace(clean, config.qi, hier, ends=_numeric_ends(df, config, loaded), grids=config.grids)
 
     start, cpu_start = time.perf_counter(), time.process_time()
     if config.algorithm in ("mondrian", "mondrian-relaxed"):

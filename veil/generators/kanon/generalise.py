@@ -22,7 +22,31 @@ import pandas as pd
 from veil.errors import InputError, InternalError, did_you_mean
 from veil.generators.kanon.hierarchies import Hierarchy
 
-__all__ = ["QISpace", "format_interval"]
+__all__ = ["QISpace", "format_interval", "public_grid"]
+
+#: A numeric quasi-identifier's public grid has about this many cells over its declared range (:func:`public_grid`).
+GRID_CELLS = 20
+
+
+def public_grid(lower: float, upper: float, *, integer: bool) -> tuple[float, float, bool]:
+    """``(origin, step, integer)``: the grid a numeric QI's labels are drawn on, from its declared bounds alone — the
+    step the smallest of 1, 2, 5 × 10ⁿ (a whole number on an int column) at least ``(upper − lower) /``
+    :data:`GRID_CELLS`, the origin the multiple of the step at or below ``lower``.
+
+    >>> public_grid(0, 5000, integer=True), public_grid(17, 90, integer=True), public_grid(0, 1, integer=False)
+    ((0.0, 500.0, True), (15.0, 5.0, True), (0.0, 0.05, False))
+    """
+    import math
+
+    want = max((float(upper) - float(lower)) / GRID_CELLS, 1e-12)
+    power = 10.0 ** math.floor(math.log10(want))
+    step = next(m * power for m in (1.0, 2.0, 5.0, 10.0) if m * power >= want * (1 - 1e-9))
+    if integer:
+        step = float(max(1, round(step)))
+    else:
+        step = float(f"{step:.12g}")
+    return float(math.floor(float(lower) / step) * step), step, integer
+
 
 #: Numeric QIs with more distinct values than this get their cost computed from values,
 #: not from a precomputed (U × U) table.
@@ -41,8 +65,9 @@ class RangeCost:
     ([1.0, 0.0], [0.25], (3, 3))
     """
 
-    def __init__(self, ends: np.ndarray, span: float) -> None:
+    def __init__(self, ends: np.ndarray, span: float, highs: np.ndarray | None = None) -> None:
         self.ends = ends
+        self.highs = ends if highs is None else highs  # a grid cell's upper end (the value itself without a grid)
         self.span = span
         self.shape = (len(ends), len(ends))
 
@@ -50,7 +75,7 @@ class RangeCost:
         lo, hi = key
         if self.span <= 0:
             return np.zeros(np.broadcast(np.asarray(lo), np.asarray(hi)).shape)
-        return np.maximum((self.ends[hi] - self.ends[lo]) / self.span, 0.0)
+        return np.maximum((self.highs[hi] - self.ends[lo]) / self.span, 0.0)
 
     def ravel(self) -> _FlatRangeCost:
         return _FlatRangeCost(self)
@@ -99,6 +124,8 @@ class _QI:
     table: np.ndarray | None  # (U, U) cost table, or None for wide numeric columns (RangeCost on demand)
     span: float = 0.0  # numeric: the domain width NCP divides by
     ends: np.ndarray | None = None  # numeric: ``values`` with the first/last widened to the population's extremes
+    highs: np.ndarray | None = None  # numeric on a grid: each cell's upper end (the last widened as ``ends``)
+    tops: np.ndarray | None = None  # numeric on a grid: each cell's upper end as labels write it
 
     @property
     def size(self) -> int:
@@ -125,8 +152,15 @@ class QISpace:
         numeric: Sequence[str] | None = None,
         spans: Mapping[str, float] | None = None,
         ends: Mapping[str, tuple[float, float]] | None = None,
+        grids: Mapping[str, tuple[float, float, bool]] | None = None,
     ) -> None:
-        """``spans``: the domain width of numeric QIs for NCP (default: the range in ``df``), e.g.
+        """``grids``: per numeric QI, a public grid ``(origin, step, integer)`` (:func:`public_grid`, from the declared
+        bounds): its values are coded by grid cell (``[origin + i·step, origin + (i+1)·step)``; on an integer column
+        the cell's last integer closes it), so a class's label runs from its smallest member's cell start to its
+        largest member's cell end — a label depends on a value through its cell alone, never shows the value itself
+        (red team s64 F7: ``[900, 1234]`` published person 7's lone gain as the class's largest).
+
+        ``spans``: the domain width of numeric QIs for NCP (default: the range in ``df``), e.g.
         the range over the whole source population when some of its rows are not published. ``ends``: the
         population's (smallest, largest) value of numeric QIs, which sets ``spans`` too: a class that reaches
         ``df``'s extreme is published open at that end (``format_interval``) and the audit reads the open end as
@@ -164,20 +198,38 @@ class QISpace:
             is_num = col in numeric if numeric is not None else pd.api.types.is_numeric_dtype(series)
             if is_num and col not in hierarchies:
                 vals = series.to_numpy(dtype=np.float64)
-                uniq, inverse = np.unique(vals, return_inverse=True)
+                grid = (grids or {}).get(col)
+                if grid is not None and grid[2] and grid[1] <= 1:
+                    grid = None  # cells of one integer are the values themselves
+                raw_lo, raw_hi = float(vals.min()), float(vals.max())
+                if grid is not None:
+                    origin, step, integer = grid
+                    cells = np.floor((vals - origin) / step)
+                    ucells, inverse = np.unique(cells, return_inverse=True)
+                    uniq = origin + ucells * step  # each cell's start: a label's lower end
+                    tops = uniq + step - (1.0 if integer else 0.0)  # each cell's end: a label's upper end
+                else:
+                    uniq, inverse = np.unique(vals, return_inverse=True)
+                    tops = uniq
                 codes[:, j] = inverse.reshape(-1)
-                rng = float(spans.get(col, uniq[-1] - uniq[0]))
-                if rng < float(uniq[-1] - uniq[0]):
+                rng = float(spans.get(col, raw_hi - raw_lo))
+                if rng < raw_hi - raw_lo:
                     raise InternalError(f"the NCP span of {col!r} ({rng}) is narrower than its values' range")
                 at = uniq.astype(np.float64, copy=True)  # the ends NCP measures to (open ends: the population's)
-                if col in ends:
-                    low, high = ends[col]
-                    at[0], at[-1] = min(float(low), at[0]), max(float(high), at[-1])
+                low, high = ends.get(col, (raw_lo, raw_hi))
+                if grid is None:
+                    if col in ends:
+                        at[0], at[-1] = min(float(low), at[0]), max(float(high), at[-1])
+                    top = at  # one array: a one-value class costs nothing, as its label (the value) reads
+                else:
+                    # an open end stands for the population's extreme (the audit reads it so)
+                    top = tops.astype(np.float64, copy=True)
+                    at[0], top[-1] = min(float(low), raw_lo), max(float(high), raw_hi)
                 table = None
                 if len(uniq) <= _TABLE_LIMIT:
-                    table = (at[None, :] - at[:, None]) / rng if rng > 0 else np.zeros((len(uniq),) * 2)
+                    table = (top[None, :] - at[:, None]) / rng if rng > 0 else np.zeros((len(uniq),) * 2)
                     table = np.maximum(table, 0.0)
-                qis.append(_QI(col, True, uniq, None, table, rng, at))
+                qis.append(_QI(col, True, uniq, None, table, rng, at, top, tops))
             else:
                 h = hierarchies.get(col) or Hierarchy.flat(series.astype(str).unique())
                 codes[:, j] = h.encode(series.astype(str).to_numpy(), column=col)
@@ -200,7 +252,7 @@ class QISpace:
         q = self._qis[j]
         if q.table is not None:
             return q.table
-        return RangeCost(q.ends if q.ends is not None else q.values, q.span)  # type: ignore[arg-type]
+        return RangeCost(q.ends if q.ends is not None else q.values, q.span, q.highs)  # type: ignore[arg-type]
 
     def qi_cost(self, j: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """NCP in [0, 1] of generalising QI ``j`` to code intervals ``[lo, hi]`` (element-wise)."""
@@ -208,8 +260,9 @@ class QISpace:
         if q.table is not None:
             return q.table[lo, hi]
         v = q.ends if q.ends is not None else q.values
+        top = q.highs if q.highs is not None else v
         rng = q.span or 1.0
-        return (v[hi] - v[lo]) / rng  # type: ignore[index]
+        return (top[hi] - v[lo]) / rng  # type: ignore[index]
 
     def box_cost(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Per-QI NCP of boxes ``lo``/``hi`` with shape ``(..., Q)``."""
@@ -241,7 +294,7 @@ class QISpace:
                 last = q.size - 1
                 strings: np.ndarray = np.array(
                     [
-                        format_interval(q.values[a], q.values[b], open_low=a == 0, open_high=b == last)  # type: ignore[index]
+                        format_interval(q.values[a], q.tops[b], open_low=a == 0, open_high=b == last)  # type: ignore[index]
                         for a, b in zip(lo[:, j], hi[:, j], strict=True)
                     ],
                     dtype=object,

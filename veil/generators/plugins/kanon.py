@@ -44,6 +44,12 @@ class KAnonPlugin(PublishPlugin):
         # a sensitive column is published value by value: only values the policy declares, never the rows' own
         # (red team s42 A1: a declared open category `name` as --sensitive published every person's name)
         require_declared_domains(policy.tables.get(request["table"]), sensitive, "--sensitive", table=request["table"])
+        # a numeric QI's labels are drawn on a grid of its declared bounds (s64 F7): without bounds its labels would be
+        # its classes' [min, max], one person's value at an end; a hierarchy folder generalises it by its tree instead
+        if hier is None:
+            spec = policy.tables.get(request["table"])
+            numeric = [c for c in qi if getattr(getattr(spec, "columns", {}).get(c), "type", None) in ("int", "float")]
+            require_declared_domains(spec, numeric, "--qi", table=request["table"])
         som_label = request.get("som_label")
         som_label = None if som_label is None else distinct_columns([som_label], "--som-label")[0]
         _require_declared(policy.tables.get(request["table"]), [*som_columns, *([som_label] if som_label else [])])
@@ -126,6 +132,7 @@ class KAnonPlugin(PublishPlugin):
                 missing=p["missing"],
                 split=p["mondrian_split"] or "gain",
                 seed=seed,
+                grids=_label_grids(env.spec, qi, trees),
                 tick=bar.update,
                 som_tick=som_bar.update,
             )
@@ -285,6 +292,23 @@ def _within_domains(data: pd.DataFrame, qi: list[str], sensitive: list[str], spe
         else:
             out[name] = series.astype(object).where(keep, None)
     return out
+
+
+def _label_grids(spec: Any, qi: list[str], trees: Mapping[str, Any]) -> dict[str, tuple[float, float, bool]]:
+    """Each numeric QI's public label grid, from its declared bounds alone (``generalise.public_grid``): a class's
+    label runs from its smallest member's grid cell start to its largest member's cell end, so an interior value one
+    person alone holds is never a label's end (red team s64 F7: Mondrian's ``[900, 1234]``, OKA's ``[1234, 2100]``,
+    K-Member's ``[2300, 2567]``). A QI with a hierarchy file is generalised by its tree instead."""
+    from veil.generators.kanon.generalise import public_grid
+
+    columns = getattr(spec, "columns", None) or {}
+    grids: dict[str, tuple[float, float, bool]] = {}
+    for name in qi:
+        col = columns.get(name)
+        if name in trees or col is None or getattr(col, "type", None) not in ("int", "float") or not col.bounded:
+            continue
+        grids[name] = public_grid(float(col.lower), float(col.upper), integer=col.type == "int")
+    return grids
 
 
 def _declared_flat(spec: Any, column: str, trees: Mapping[str, Any]) -> bool:

@@ -164,6 +164,10 @@ class SDCPlugin(PublishPlugin):
         # rows' own [min, max] as its domain (red team s42 A2: one person's outlier widened the public column 300-fold)
         from veil.generators.columns import require_declared_domains
 
+        if cls.name == "noise_addition":
+            from veil.generators.sdc import check_noise_plan
+
+            check_noise_plan(float(values["a"]), spec, columns)  # from the request and the policy alone (s64 F1, F6, F9)
         require_declared_domains(spec, columns, "--columns", table=table)
         eps = Fraction(repr(float(values["epsilon"]))) if cls.is_dp else None
         return Plan(
@@ -256,6 +260,7 @@ class SDCPlugin(PublishPlugin):
             group_columns=tuple(ctx.columns) if group_k is not None else (),
             min_group=None if group_k is None else int(group_k),
             guarantee=out.guarantee,
+            unrounded=() if gen.rounds_integers else tuple(c for c in ctx.columns if c in out.frame.columns),
             metrics=metrics,
             extra={
                 "il": metrics.get("il"),
