@@ -860,11 +860,6 @@ def test_f10_a_k_anonymous_class_does_not_publish_its_members_sensitive_value(tm
 # ==================================================================================================
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s64 F11 (MEDIUM): 8 noise-addition releases at the floor a = 0.1 link row to row and average to a ≈ 0.035 "
-    "(income error 6.1 % → 2.3 %)",
-)
 def test_f11_repeated_noise_addition_does_not_average_below_the_noise_floor(tmp_path: Path) -> None:
     """F11: 300 people's income, hours and weight (floats); ``noise_addition --param a=0.1`` (the gate's floor)
     published 8 times to 8 outputs. The analyst links every release's rows to the first's (assignment on standardised
