@@ -811,7 +811,6 @@ def test_f9_noise_addition_on_a_bool_column_publishes_both_values(tmp_path: Path
 # ==================================================================================================
 
 
-
 def test_f10_a_k_anonymous_class_does_not_publish_its_members_sensitive_value(tmp_path: Path) -> None:
     """F10: 300 people, income (``<=50K``/``>50K``) more often high with age; ``kanon --qi age,sex --sensitive income
     -k 5`` (Mondrian: classes are disjoint boxes, so age and sex find a person's one class). Property: no person's
