@@ -129,7 +129,11 @@ def test_publish_audit_and_query_release(policy: Path, shared_data: Path, tmp_pa
         ("adult", "naive_bayes"),
         ("adult", "logistic_regression"),
     ]
-    assert all(0.6 < r["accuracy"] <= 1 for r in rows)
+    assert all(0.6 < r["accuracy"] <= 1 for r in rows if r["table"] == "adult")
+    # the k-anonymous table's income is NULL in every class it was (nearly) the only value of (s64 F10, the homogeneity
+    # attack): the rows left to learn and score from are the mixed classes', the hard ones (0.58-0.63 measured on the
+    # sampled test split, 0.80+ before the suppression); still above chance
+    assert all(0.5 < r["accuracy"] <= 1 for r in rows if r["table"] == "adult_k5")
 
 
 @pytest.mark.slow

@@ -811,11 +811,6 @@ def test_f9_noise_addition_on_a_bool_column_publishes_both_values(tmp_path: Path
 # ==================================================================================================
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s64 F10 (MEDIUM-HIGH): kanon --sensitive publishes classes of one sensitive value (ℓ = 1 reported, not "
-    "refused): 90 of 300 people's income read exactly from their age and sex (Adult: 6,763 of 32,561)",
-)
 def test_f10_a_k_anonymous_class_does_not_publish_its_members_sensitive_value(tmp_path: Path) -> None:
     """F10: 300 people, income (``<=50K``/``>50K``) more often high with age; ``kanon --qi age,sex --sensitive income
     -k 5`` (Mondrian: classes are disjoint boxes, so age and sex find a person's one class). Property: no person's

@@ -176,22 +176,16 @@ def text_work(tree: exp.Expression, column_bytes: Callable[[str, str], int]) -> 
 
 
 def largest_text_value(tree: exp.Expression, column_bytes: Callable[[str, str], int], public: Callable[[str], bool]) -> int:
-    """An upper bound on the bytes any one value ``tree`` computes from private data (every node of every scope that
-    reads a column not of a ``public`` base table: a group key, a DISTINCT argument, an operand on its way) can hold
-    as text, by :func:`text_work`'s sizes. A value of public columns and literals alone is left out: how many such
-    values the engine holds at once does not depend on private rows."""
+    """An upper bound, by :func:`text_work`'s sizes, on the bytes of text one row of a hash table the engine builds over
+    private rows can hold: in every scope that reads private rows (a private base table, or a derived table or CTE
+    that does), the largest of any one value it builds (an operand on its way, whatever columns it reads: a value of
+    public columns is built once per joined private row, review s20 H1; a stored column's value or a literal is
+    referenced, not copied), the GROUP BY keys together, each DISTINCT's
+    arguments together, and a SELECT DISTINCT's columns together (one hash-table row holds them all, review s20 H2).
+    Scopes over public tables alone are left out (their rows do not depend on private data)."""
     largest = [0]
     _sizes(tree, column_bytes, largest, public)
     return largest[0]
-
-
-def _reads_private(node: exp.Expression, scope: Scope, public: Callable[[str], bool]) -> bool:
-    """Whether ``node`` reads a column that is not a public base table's (a derived or unresolved one counts)."""
-    for col in node.find_all(exp.Column):
-        source = scope.sources.get(col.table)
-        if not (isinstance(source, exp.Table) and public(source.name)):
-            return True
-    return False
 
 
 def _sizes(
@@ -204,13 +198,28 @@ def _sizes(
     text operations build); ``largest[0]`` becomes the most bytes of any one value, if given."""
     columns: dict[int, dict[str, tuple[int, int]]] = {}
     total = 0
+    private_scopes: set[int] = set()  # ids of the scopes' expressions that read private rows
     for scope in traverse_scope(tree):
         inner = {id(s.expression) for s in (*scope.subquery_scopes, *scope.derived_table_scopes, *scope.cte_scopes)}
+        reads_private = (
+            public is None
+            or any(
+                (isinstance(src, exp.Table) and not public(src.name))
+                or (isinstance(src, Scope) and id(src.expression) in private_scopes)
+                for src in scope.sources.values()
+            )
+            or any(id(sub.expression) in private_scopes for sub in scope.subquery_scopes)
+        )
+        if reads_private:
+            private_scopes.add(id(scope.expression))
+        track = largest is not None and reads_private
 
-        def size(node: exp.Expression, scope: Scope = scope, inner: set[int] = inner) -> tuple[int, int]:
+        def size(node: exp.Expression, scope: Scope = scope, inner: set[int] = inner, track: bool = track) -> tuple[int, int]:
             """(the most bytes ``node``'s value can hold as text, the bytes its text operations build)"""
             out, work = _size(node, scope, inner)
-            if largest is not None and out > largest[0] and (public is None or _reads_private(node, scope, public)):
+            # a value the engine builds per row (a stored column's value or a literal is referenced, not copied, on
+            # its way; held as a key it counts below)
+            if track and largest is not None and out > largest[0] and not isinstance(node, (exp.Column, exp.Literal)):
                 largest[0] = out
             return out, work
 
@@ -238,6 +247,9 @@ def _sizes(
                 out = first * max(1, replacement)
             elif isinstance(node, (exp.Trim, exp.Substring, exp.Left, exp.Right)):
                 out = first
+                cut = node.args.get("length") if isinstance(node, exp.Substring) else node.args.get("expression")
+                if isinstance(node, (exp.Substring, exp.Left, exp.Right)) and isinstance(cut, exp.Literal) and cut.is_int:
+                    out = min(first, 4 * max(int(cut.this), 0))  # at most that many characters, 4 bytes each
             elif isinstance(node, exp.Tuple):  # a row value: as text, every element and its separator
                 out = sum(b for b, _ in kids) + 2 * len(kids) + 2
             elif isinstance(node, (exp.Cast, exp.TryCast)) and node.to.is_type(*_TEXT_TYPES):
@@ -273,5 +285,24 @@ def _sizes(
                 on = join.args.get("on")
                 if on is not None:
                     total += size(on)[1]
+            if track and largest is not None:
+                # one hash-table row holds every key of a GROUP BY, every argument of a DISTINCT, every column of a
+                # SELECT DISTINCT at once
+                held = [sel.args["group"].expressions] if sel.args.get("group") is not None else []
+                held += [d.expressions for d in sel.find_all(exp.Distinct) if not _in_inner_scope(d, sel, inner)]
+                if sel.args.get("distinct") is not None:
+                    held.append([p.unalias() if isinstance(p, exp.Alias) else p for p in sel.expressions])
+                for keys in held:
+                    largest[0] = max(largest[0], sum(size(e)[0] for e in keys))
         columns[id(sel)] = own
     return total, columns
+
+
+def _in_inner_scope(node: exp.Expression, top: exp.Expression, inner: set[int]) -> bool:
+    """Whether ``node`` lies in a nested scope of ``top`` (a subquery, derived table or CTE: measured in its own turn)."""
+    parent = node.parent
+    while parent is not None and parent is not top:
+        if id(parent) in inner:
+            return True
+        parent = parent.parent
+    return False
