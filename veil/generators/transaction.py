@@ -64,10 +64,10 @@ __all__ = [
     "csprng",
     "evaluate",
     "history_claim",
-    "release_is_dp",
     "publish",
     "recover",
     "refuse_veil_file",
+    "release_is_dp",
     "veil_files",
 ]
 
@@ -466,9 +466,9 @@ def check_linkage_values(policy: Any, plan: Plan, frame: pd.DataFrame) -> None:
                 f"{release.params.get('source_table')!r}, a {there} column there) publishes too, e.g. "
                 f"{sorted(shared)[0]!r}; both tables hold {_where(policy, plan)}: analysts join the tables on it, and a "
                 "person's value is among those both of their groups hold, which can be one value whatever k is",
-                hint=f"Publish the attribute value by value in one live table only: retract {table!r} first (`veil "
-                f"retract {table}`), replace it (--output {table} --replace), publish {c!r} as a quasi-identifier "
-                "generalised to ranges, or leave it out; if the two tables hold different people, declare it: "
+                hint=f"Publish the attribute value by value in one table only (a retracted or replaced {table!r} "
+                f"stays public: analysts kept it), publish {c!r} as a quasi-identifier generalised to ranges, or leave "
+                "it out; if the two tables hold different people, declare it: "
                 '`population = "..."` in their [tables.<name>] sections',
             )
 
@@ -477,7 +477,10 @@ def check_linkage(policy: Any, plan: Plan) -> None:
     """Refuse a k-anonymous publication that, beside another live publication of the same population (the same source
     table, or another the policy does not declare to hold other people: :attr:`veil.policy.TableSpec.population`),
     would let an analyst single people out by combining the two. From the release log and the parameters alone (free,
-    before anything is read); replacing the same output, or retracting the other publication first, is allowed.
+    before anything is read). A second line behind :func:`check_release_history`, which refuses any second release
+    without a DP guarantee of a population first (live, replaced or retracted: red team s64 F2 — this rule compared
+    live publications only, and its hint sent the curator to ``--replace`` or ``veil retract``, after which the first
+    table, read and kept by analysts, intersected with the second); it stays for a future relaxation of that rule.
 
     * **Two sensitive releases of one population** — both publish ``--sensitive`` columns value by value, whatever
       they are called: refused. Each k-anonymous table is k-anonymous alone, but an attacker who knows a person's
@@ -507,9 +510,9 @@ def check_linkage(policy: Any, plan: Plan) -> None:
                 f"{', '.join(repr(c) for c in sorted(mine))} so; both tables hold {_where(policy, plan)}: an analyst who "
                 "knows a person's quasi-identifiers finds their group in each table, and their value is among those "
                 "both groups hold, which can be one value whatever k is",
-                hint=f"Publish every sensitive column of these people in one table (--sensitive a,b): replace {table!r} "
-                f"(--output {table} --replace) or retract it first (`veil retract {table}`); if the two tables hold "
-                'different people, declare it: `population = "..."` in their [tables.<name>] sections',
+                hint="Publish every sensitive column of these people in one table (--sensitive a,b), once (a retracted "
+                f"or replaced {table!r} stays public: analysts kept it), and further releases with a DP method; if the "
+                'two tables hold different people, declare it: `population = "..."` in their [tables.<name>] sections',
             )
         clash = sorted(
             [(c, "sensitive", "quasi-identifier") for c in mine & their_quasi]
@@ -523,8 +526,8 @@ def check_linkage(policy: Any, plan: Plan) -> None:
             f"({release.id}, of {source!r}), published value by value wherever k holds without generalising it; both "
             f"tables hold {_where(policy, plan)}: analysts would join the two tables on it, and a person's value would "
             "be among those both of their groups hold, which can be one value whatever k is",
-            hint=f"Publish {column!r} unchanged in one table only, or as a quasi-identifier in both: retract {table!r} "
-            f"first (`veil retract {table}`), replace it (--output {table} --replace), or leave the column out",
+            hint=f"Publish {column!r} unchanged in one table only, or as a quasi-identifier in both, or leave the column "
+            f"out (a retracted or replaced {table!r} stays public: analysts kept it)",
         )
 
 
