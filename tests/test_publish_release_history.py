@@ -136,6 +136,7 @@ def test_the_kinds_here_are_the_kinds_without_a_dp_guarantee(tmp_path: Path) -> 
         assert get_plugin(kind).plan(policy, {**request, "table": "people", "output": "o"}).is_dp
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("first", sorted(FIRST))
 def test_a_second_release_without_dp_guarantee_of_a_population_is_refused_free_whatever_the_kinds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: str
@@ -156,6 +157,7 @@ def test_a_second_release_without_dp_guarantee_of_a_population_is_refused_free_w
     assert _publish(policy, kind, request, table="others", output="theirs").release_id  # other people: their first
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["replace_dp", "retract"])
 @pytest.mark.parametrize("first", ["kanon_sensitive", "rank_swapping"])
 def test_the_history_outlives_replace_and_retract(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: str, how: str) -> None:
@@ -177,6 +179,7 @@ def test_the_history_outlives_replace_and_retract(tmp_path: Path, monkeypatch: p
         assert exc.earlier == (rid,) and state in exc.message
 
 
+@pytest.mark.slow
 def test_dp_releases_go_before_and_after_one_without_guarantee(tmp_path: Path) -> None:
     """kRR (DP, charged) before and after the population's one release without a guarantee: all land, each charged."""
     from veil.store.ledger import Ledger
@@ -201,6 +204,7 @@ def test_a_capped_table_refuses_every_release_without_guarantee_free(
     _publish(policy, *_KRR, output="krr")
 
 
+@pytest.mark.slow
 def test_two_publications_without_guarantee_of_one_population_never_run_at_once(tmp_path: Path) -> None:
     """While one holds its population's claim (it has read a history without the other), a second of the same
     population is refused typed and free; one of another population, and a DP one, go."""
@@ -231,6 +235,7 @@ def test_a_release_recorded_before_the_flag_is_read_by_its_charge() -> None:
     assert not release_is_dp(rel(1, dp_release=False)) and release_is_dp(rel(None, dp_release=True))
 
 
+@pytest.mark.slow
 def test_compare_says_what_publish_would_refuse(tmp_path: Path) -> None:
     """``veil compare`` (no write) runs the same rule: after the population's one release without a guarantee, its
     sweep of such a kind reports each point refused; kRR's points still run."""

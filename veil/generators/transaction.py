@@ -424,7 +424,7 @@ def _of_population(policy: Any, plan: Plan) -> list[tuple[str, Any]]:
 def _where(policy: Any, plan: Plan) -> str:
     spec = policy.tables.get(plan.source)
     named = None if spec is None else spec.population
-    return f"population {named!r}" if named else "the policy's default population (no table declares one)"
+    return f"population {named!r}" if named else "the policy's default population (its table declares none)"
 
 
 def check_linkage_values(policy: Any, plan: Plan, frame: pd.DataFrame) -> None:
