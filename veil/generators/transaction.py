@@ -611,14 +611,14 @@ def check_release_history(policy: Any, plan: Plan) -> None:
     listed = "; ".join(_describe(release, state) for release, state in earlier)
     replacing = [r for r, state in earlier if r.table is not None and r.table == plan.output and state == "live"]
     why_replace = (
-        f" --replace does not take {plan.output!r} back: it was public, and analysts may have kept it." if replacing else ""
+        f"; --replace does not take {plan.output!r} back: it was public, and analysts may have kept it" if replacing else ""
     )
     raise NonDPReleaseRefused(
         f"this publication of {plan.source!r} ({plan.method}) has no end-to-end DP guarantee, and {_where(policy, plan)} "
         f"already has {'a release' if len(earlier) == 1 else f'{len(earlier)} releases'} without one: {listed}. A "
         "published table is public for good (a replaced or retracted one was read and kept), and two releases without "
         "a guarantee about the same people difference to single people's exact values (someone who joined or left "
-        f"between them, two microaggregations with different k, two k-anonymous tables' groups intersected).{why_replace}",
+        f"between them, two microaggregations with different k, two k-anonymous tables' groups intersected){why_replace}",
         hint=f"Publish with a DP method instead, whose ε is charged to the table's account ({_DP_KINDS}); if "
         f"{plan.source!r} truly holds other people than those releases' sources, declare it: "
         f'`population = "..."` in its [tables.{plan.source}] section',
