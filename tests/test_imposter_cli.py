@@ -111,7 +111,17 @@ def test_publish_synth_imposter_gan_and_krr(policy: Path) -> None:
         return _json(res)
 
     imp = publish("--method", "imposter", "--lambda", "1.0", "--output", "adult_imposter")
+    # a second synthetic table of the same people is refused free (a population gets one release without a DP
+    # guarantee: red team s64); the GAN goes from a table the policy declares to hold other people
+    second = runner.invoke(cli, ["publish", "synth", *common, "--method", "gan", "--output", "adult_gan"])
+    assert second.exit_code == 2 and "NonDPReleaseRefused" in second.output and "adult_imposter" in second.output
+    section = POLICY.split("[tables.adult]\n", 1)[1].replace("[tables.adult.columns]", "[tables.adult_b.columns]")
+    policy.write_text(policy.read_text() + '[tables.adult_b]\npopulation = "adult_b"\n' + section, encoding="utf-8")
+    csv = policy.parent / "adult.csv"
+    assert runner.invoke(cli, ["ingest", "--policy", str(policy), "--table", "adult_b", str(csv)]).exit_code == 0
+    common[common.index("adult")] = "adult_b"
     gan = publish("--method", "gan", "--threads", "1", "--rows", "777", "--output", "adult_gan")
+    common[common.index("adult_b")] = "adult"
     assert imp["lambda"] == 1.0 and gan["lambda"] == 0.0 and "relationship" in imp["implicit"]
     krr = _json(
         runner.invoke(

@@ -29,6 +29,13 @@ def _run(args: list[str]) -> tuple[int, str, str]:
 def test_publish_audit_and_query_release(policy: Path, shared_data: Path, tmp_path: Path) -> None:
     hier = str(shared_data / "adult/hierarchies/clustering_based_k_anon")
     export = tmp_path / "k5.csv"
+    # the SOM neuron column is published, so k must hold on (QIs, som_neuron): with 10-30 neurons over
+    # classes of about k rows it does not, and the gate refuses (nothing written, nothing recorded: adult_k5 below is
+    # then the population's one release without a DP guarantee, which a later SOM table could not follow)
+    som = ["--som-columns", "capital_gain,capital_loss,hours_per_week,fnlwgt", "--som-neurons", "10:30:10", "--som-epochs", "5"]
+    base = ["publish", "kanon", "--policy", str(policy), "--table", "adult", "--algorithm", "kma", "--k", "5"]
+    code, _, err = _run([*base, "--qi", QI, "--som-label", "income", "--hierarchies", hier, *som, "--output", "adult_som"])
+    assert code == 2 and "som_neuron" in err and "below k = 5" in err, err
     code, out, err = _run(
         [
             "publish",
@@ -59,13 +66,6 @@ def test_publish_audit_and_query_release(policy: Path, shared_data: Path, tmp_pa
     )
     assert code == 0, err
     summary = json.loads(out)
-    # the SOM neuron column is published, so k must hold on (QIs, som_neuron): with 10-30 neurons over
-    # classes of about k rows it does not, and the gate refuses (nothing written)
-    som = ["--som-columns", "capital_gain,capital_loss,hours_per_week,fnlwgt", "--som-neurons", "10:30:10", "--som-epochs", "5"]
-    base = ["publish", "kanon", "--policy", str(policy), "--table", "adult", "--algorithm", "kma", "--k", "5"]
-    # (not --sensitive income: adult_k5 publishes it unchanged already, and one live table of a source may)
-    code, _, err = _run([*base, "--qi", QI, "--som-label", "income", "--hierarchies", hier, *som, "--output", "adult_som"])
-    assert code == 2 and "som_neuron" in err and "below k = 5" in err, err
     assert set(summary) == {"table", "k", "ncp_percent", "min_class_size", "seconds"}
     assert summary["table"] == "adult_k5" and summary["k"] == 5 and summary["min_class_size"] >= 5
     assert 0 < summary["ncp_percent"] < 30

@@ -23,12 +23,19 @@ def test_compare_sweeps_krr_and_kanon_through_the_gate(warehouse: Path) -> None:
     assert [r["gate"] for r in krr[1:]] == ["passed", "passed"] and krr[2]["dp_epsilon"] == 6.0  # 2 columns + rows; not charged
     assert krr[1]["keep_probability"]["sex"] < krr[2]["keep_probability"]["sex"]
     kanon_args = ["--kind", "kanon", "--columns", "age,job", "--sensitive", "income", "--param", "algorithm=mondrian"]
-    kanon = ok_json(veil(*base, *kanon_args, "--sweep", "1,5,20"))
+    # k-anonymity has no DP guarantee (ε = ∞): the capped table refuses every point, as `veil publish` would (s64 F5)
+    capped = ok_json(veil(*base, *kanon_args, "--sweep", "5,20"))
+    assert all(r["gate"].startswith("refused:") and "epsilon_total = 1" in r["gate"] for r in capped)
+    (warehouse.parent / "open").mkdir()
+    uncapped = make_warehouse(warehouse.parent / "open")
+    open_base = ["compare", "--policy", uncapped, "--table", "people", "--format", "json"]
+    kanon = ok_json(veil(*open_base, *kanon_args, "--sweep", "1,5,20"))
     assert kanon[0]["gate"].startswith("refused: vacuous parameter: k = 1")
     assert [r["min_group"] >= r["k"] for r in kanon[1:]] == [True, True] and kanon[2]["ncp_percent"] >= kanon[1]["ncp_percent"]
     assert set(kanon[1]["l_diversity"]) == {"income"}
     # nothing was written, recorded or charged
     assert tables(warehouse) == ["people"] and publications(warehouse) == []
+    assert tables(uncapped) == ["people"] and publications(uncapped) == []
     assert ok_json(veil("budget", "--policy", warehouse, "--format", "json"))["tables"][0]["epsilon_spent"] == 0.0
 
 

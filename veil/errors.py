@@ -31,6 +31,7 @@ __all__ = [
     "InvalidRegularExpression",
     "MissingExtra",
     "NoActiveTransaction",
+    "NonDPReleaseRefused",
     "NotAllowed",
     "NumericOutOfRange",
     "ParseError",
@@ -306,6 +307,17 @@ class PublicationRefused(ReleaseError):
     """The release gate found that a publication would not be protected as claimed; nothing was written."""
 
     sqlstate = "42501"
+
+
+class NonDPReleaseRefused(PublicationRefused):
+    """A publication without an end-to-end DP guarantee refused from the release history and the policy alone, before
+    any data is read: its population already has a release without DP guarantee (live, replaced or retracted: a
+    published table is public for good), or its source table caps ε (``epsilon_total``) and such a release's ε is
+    unbounded. ``earlier``: the ids of the earlier releases without DP guarantee (empty for the cap)."""
+
+    def __init__(self, message: str, *, hint: str | None = None, earlier: Iterable[str] = ()) -> None:
+        self.earlier = tuple(earlier)
+        super().__init__(message, hint=hint)
 
 
 class InternalError(VeilError):

@@ -295,11 +295,6 @@ def _intersected(frame: pd.DataFrame, first: pd.DataFrame, second: pd.DataFrame,
     return hits
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s64 F2 (HIGH): check_linkage compares live publications only; the first --sensitive table, read before "
-    "the curator replaced or retracted it as the refusal's hint says, composes with the second (32/200 gains)",
-)
 @pytest.mark.parametrize("how", ["replace", "retract"])
 def test_f2_a_replaced_or_retracted_sensitive_table_still_counts_for_the_linkage_rule(tmp_path: Path, how: str) -> None:
     """F2: ``kanon --qi age --sensitive gain --output p1``; an analyst reads ``p1`` (it is public); the curator then
@@ -361,11 +356,6 @@ _REPUBLISH = {
 }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s64 F3 (HIGH): rank swapping / kanon --sensitive publish exact value multisets; two releases one person "
-    "apart (a second snapshot, or --replace after the source changed) publish that person's gain as their difference",
-)
 # kanon --sensitive from two live snapshots is refused by check_linkage (one population): what held
 @pytest.mark.parametrize(
     ("kind", "how"), [("rank_swapping", "two_snapshots"), ("rank_swapping", "replace"), ("kanon_sensitive", "replace")]
@@ -421,11 +411,6 @@ def test_f3_two_releases_one_person_apart_do_not_publish_that_persons_value(tmp_
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s64 F3b (HIGH): rank swapping's window means and MDAV's group means keep a float column's sum exact; "
-    "the sums of two releases one person apart differ by that person's exact income",
-)
 @pytest.mark.parametrize(("method", "param"), [("rank_swapping", "p=10"), ("microagg_mdav", "k=5")])
 def test_f3_b_sums_of_two_releases_one_person_apart_do_not_give_that_persons_value(
     tmp_path: Path, method: str, param: str
@@ -474,11 +459,6 @@ def _prefix_sums(groups: pd.DataFrame, *, descending: bool) -> dict[int, float]:
     return out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s64 F4 (HIGH): MDAV at k = 5 and k = 6 of one column publish prefix sums one rank apart: their difference "
-    "is a person's exact income (20 of 300 people)",
-)
 @pytest.mark.parametrize("how", ["two_outputs", "replace"])
 def test_f4_two_microaggregations_with_different_k_do_not_difference_to_one_persons_value(tmp_path: Path, how: str) -> None:
     """F4: 300 incomes (float, to the cent); ``microagg_mdav`` of ``income`` at k = 5, then at k = 6 (a second output,
@@ -513,11 +493,6 @@ def test_f4_two_microaggregations_with_different_k_do_not_difference_to_one_pers
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s64 F4 (HIGH): MDAV at k = 5 and k = 6 of several columns: 6·c6 − 5·c5 over pairs of published centroids "
-    "is a whole record (17 of 300 people's exact income and hours)",
-)
 def test_f4_b_two_multicolumn_microaggregations_do_not_difference_to_a_record(tmp_path: Path) -> None:
     """F4, several columns: ``microagg_mdav --columns age,income,hours`` at k = 5 and at k = 6. Property: no pair of
     published centroids (one per release, with its row count) differences to a source record's exact income and
@@ -566,11 +541,6 @@ def test_f4_b_two_multicolumn_microaggregations_do_not_difference_to_a_record(tm
 # ==================================================================================================
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s64 F5 (MEDIUM): a table capped at epsilon_total = 0.1 refuses kRR at ε = 1 but publishes rank swapping and "
-    "kanon --sensitive (no guarantee, ε = ∞) without charge or refusal",
-)
 @pytest.mark.parametrize(
     ("kind", "request_"),
     [

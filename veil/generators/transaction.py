@@ -5,7 +5,9 @@
 1. **recover** anything an earlier publication left half-done (:func:`recover`);
 2. **plan** (the plug-in checks its request; the gate refuses vacuous parameters) and protect the
    warehouse: the output may never be the source, a private table of the policy or an internal
-   name, and an existing table is replaced only with ``replace`` (:func:`check_output`);
+   name, and an existing table is replaced only with ``replace`` (:func:`check_output`); a publication without an
+   end-to-end DP guarantee is refused, free, when its source caps ε or its population already has one in the
+   release history — live, replaced or retracted (:func:`check_release_history`, under :func:`history_claim`);
 3. **read** the source; synthetic methods train on a random part and keep a holdout;
 4. **check the source** (the plug-in's ``check_source``: its schema and size, never its values; a
    refusal here costs nothing) and **reserve** the DP cost, if any, on the source table's account
@@ -58,11 +60,14 @@ __all__ = [
     "check_linkage",
     "check_linkage_values",
     "check_output",
+    "check_release_history",
     "csprng",
     "evaluate",
+    "history_claim",
     "publish",
     "recover",
     "refuse_veil_file",
+    "release_is_dp",
     "veil_files",
 ]
 
@@ -419,7 +424,7 @@ def _of_population(policy: Any, plan: Plan) -> list[tuple[str, Any]]:
 def _where(policy: Any, plan: Plan) -> str:
     spec = policy.tables.get(plan.source)
     named = None if spec is None else spec.population
-    return f"population {named!r}" if named else "the policy's default population (no table declares one)"
+    return f"population {named!r}" if named else "the policy's default population (its table declares none)"
 
 
 def check_linkage_values(policy: Any, plan: Plan, frame: pd.DataFrame) -> None:
@@ -461,9 +466,9 @@ def check_linkage_values(policy: Any, plan: Plan, frame: pd.DataFrame) -> None:
                 f"{release.params.get('source_table')!r}, a {there} column there) publishes too, e.g. "
                 f"{sorted(shared)[0]!r}; both tables hold {_where(policy, plan)}: analysts join the tables on it, and a "
                 "person's value is among those both of their groups hold, which can be one value whatever k is",
-                hint=f"Publish the attribute value by value in one live table only: retract {table!r} first (`veil "
-                f"retract {table}`), replace it (--output {table} --replace), publish {c!r} as a quasi-identifier "
-                "generalised to ranges, or leave it out; if the two tables hold different people, declare it: "
+                hint=f"Publish the attribute value by value in one table only (a retracted or replaced {table!r} "
+                f"stays public: analysts kept it), publish {c!r} as a quasi-identifier generalised to ranges, or leave "
+                "it out; if the two tables hold different people, declare it: "
                 '`population = "..."` in their [tables.<name>] sections',
             )
 
@@ -472,7 +477,10 @@ def check_linkage(policy: Any, plan: Plan) -> None:
     """Refuse a k-anonymous publication that, beside another live publication of the same population (the same source
     table, or another the policy does not declare to hold other people: :attr:`veil.policy.TableSpec.population`),
     would let an analyst single people out by combining the two. From the release log and the parameters alone (free,
-    before anything is read); replacing the same output, or retracting the other publication first, is allowed.
+    before anything is read). A second line behind :func:`check_release_history`, which refuses any second release
+    without a DP guarantee of a population first (live, replaced or retracted: red team s64 F2 — this rule compared
+    live publications only, and its hint sent the curator to ``--replace`` or ``veil retract``, after which the first
+    table, read and kept by analysts, intersected with the second); it stays for a future relaxation of that rule.
 
     * **Two sensitive releases of one population** — both publish ``--sensitive`` columns value by value, whatever
       they are called: refused. Each k-anonymous table is k-anonymous alone, but an attacker who knows a person's
@@ -502,9 +510,9 @@ def check_linkage(policy: Any, plan: Plan) -> None:
                 f"{', '.join(repr(c) for c in sorted(mine))} so; both tables hold {_where(policy, plan)}: an analyst who "
                 "knows a person's quasi-identifiers finds their group in each table, and their value is among those "
                 "both groups hold, which can be one value whatever k is",
-                hint=f"Publish every sensitive column of these people in one table (--sensitive a,b): replace {table!r} "
-                f"(--output {table} --replace) or retract it first (`veil retract {table}`); if the two tables hold "
-                'different people, declare it: `population = "..."` in their [tables.<name>] sections',
+                hint="Publish every sensitive column of these people in one table (--sensitive a,b), once (a retracted "
+                f"or replaced {table!r} stays public: analysts kept it), and further releases with a DP method; if the "
+                'two tables hold different people, declare it: `population = "..."` in their [tables.<name>] sections',
             )
         clash = sorted(
             [(c, "sensitive", "quasi-identifier") for c in mine & their_quasi]
@@ -518,9 +526,132 @@ def check_linkage(policy: Any, plan: Plan) -> None:
             f"({release.id}, of {source!r}), published value by value wherever k holds without generalising it; both "
             f"tables hold {_where(policy, plan)}: analysts would join the two tables on it, and a person's value would "
             "be among those both of their groups hold, which can be one value whatever k is",
-            hint=f"Publish {column!r} unchanged in one table only, or as a quasi-identifier in both: retract {table!r} "
-            f"first (`veil retract {table}`), replace it (--output {table} --replace), or leave the column out",
+            hint=f"Publish {column!r} unchanged in one table only, or as a quasi-identifier in both, or leave the column "
+            f"out (a retracted or replaced {table!r} stays public: analysts kept it)",
         )
+
+
+# -- the release history: one release without a DP guarantee per population, ever ----------------------------------
+
+#: The key of a release's params that records whether the release as a whole is DP (its plan's ``is_dp``).
+DP_PARAM = "dp_release"
+
+#: What a curator may publish instead of a second release without DP guarantee (shown in refusals).
+_DP_KINDS = (
+    "`veil publish krr`, `veil publish sdc --method dp_microagg_laplace|dp_microagg_exponential` (grid partition) or "
+    "`veil publish pate`"
+)
+
+
+def release_is_dp(release: Any) -> bool:
+    """Whether a recorded publication is DP as a whole: its :data:`DP_PARAM`; a release recorded before that flag is DP
+    when it was charged an ε, except DP microaggregation over an MDAV partition (charged, not DP as a whole)."""
+    params = release.params if isinstance(release.params, Mapping) else {}
+    flag = params.get(DP_PARAM)
+    if isinstance(flag, bool):
+        return flag
+    return release.epsilon is not None and params.get("partition") != "mdav"
+
+
+def _describe(release: Any, state: str) -> str:
+    params = release.params if isinstance(release.params, Mapping) else {}
+    where = repr(release.table) if release.table is not None else f"model file {params.get('model_path')!r}"
+    return f"{where} ({release.id}, {release.method} of {params.get('source_table')!r}, {state})"
+
+
+def _non_dp_history(policy: Any, plan: Plan) -> list[tuple[Any, str]]:
+    """Every publication ever recorded without a DP guarantee (live, replaced or retracted) that may hold the people of
+    ``plan``'s source: recorded under its population, of a source that holds it now, or of unknown population."""
+    from veil.store.publications import publication_history
+
+    mine = _population(policy, plan.source)
+    out = []
+    for release, state in publication_history(policy):
+        if release_is_dp(release) or not isinstance(release.params, Mapping):
+            continue
+        theirs = _release_populations(policy, release)
+        if None in theirs or mine is None or mine in theirs:
+            out.append((release, state))
+    return out
+
+
+def check_release_history(policy: Any, plan: Plan) -> None:
+    """Refuse, from the release history and the policy alone (free: nothing is read), a publication without an
+    end-to-end DP guarantee (``not plan.is_dp``: k-anonymity in every form, SDC filters, rank swapping, noise
+    addition, microaggregation, DP microaggregation over an MDAV partition, synthetic data, IMPOSTER, GANs):
+
+    * **on a capped table** — its source declares ``epsilon_total``: such a release's ε is unbounded (∞), which no cap
+      admits (red team s64 F5: the cap bound DP publications only);
+    * **beside an earlier one of its population** — any release without DP guarantee ever recorded for the same
+      people (:attr:`veil.policy.TableSpec.population`; an unknown one matches every population), live, replaced by
+      ``--replace`` or retracted: a published table is public, analysts keep copies, and two releases without a
+      guarantee difference to single people's exact values whatever each protects alone (s64: a person who joined
+      between two rank swappings or two ``--replace``-d refreshes, F3/F3b; MDAV at k = 5 and k = 6, F4; two
+      ``--sensitive`` tables' groups intersected after the first was replaced or retracted, F2 — the s51 A5 attack).
+
+    A DP publication is never refused here: its ε is charged to the table's account and composes with everything
+    else released (a release without guarantee may precede or follow DP ones). Tables of different declared
+    populations are not compared."""
+    from veil.errors import NonDPReleaseRefused
+
+    if plan.is_dp:
+        return
+    spec = policy.tables.get(plan.source)
+    cap = getattr(spec, "epsilon_total", None)
+    if cap is not None:
+        raise NonDPReleaseRefused(
+            f"table {plan.source!r} caps the privacy loss of its people at epsilon_total = {float(cap):g}, and this "
+            f"publication ({plan.method}) has no end-to-end DP guarantee: its ε is unbounded (∞), which exceeds any cap",
+            hint=f"Publish with a DP method whose ε fits the cap ({_DP_KINDS}; `veil budget` shows what is left), or "
+            f"remove epsilon_total from [tables.{plan.source}] if its people may be published without a bound",
+        )
+    earlier = _non_dp_history(policy, plan)
+    if not earlier:
+        return
+    listed = "; ".join(_describe(release, state) for release, state in earlier)
+    replacing = [r for r, state in earlier if r.table is not None and r.table == plan.output and state == "live"]
+    why_replace = (
+        f"; --replace does not take {plan.output!r} back: it was public, and analysts may have kept it" if replacing else ""
+    )
+    raise NonDPReleaseRefused(
+        f"this publication of {plan.source!r} ({plan.method}) has no end-to-end DP guarantee, and {_where(policy, plan)} "
+        f"already has {'a release' if len(earlier) == 1 else f'{len(earlier)} releases'} without one: {listed}. A "
+        "published table is public for good (a replaced or retracted one was read and kept), and two releases without "
+        "a guarantee about the same people difference to single people's exact values (someone who joined or left "
+        f"between them, two microaggregations with different k, two k-anonymous tables' groups intersected){why_replace}",
+        hint=f"Publish with a DP method instead, whose ε is charged to the table's account ({_DP_KINDS}); if "
+        f"{plan.source!r} truly holds other people than those releases' sources, declare it: "
+        f'`population = "..."` in its [tables.{plan.source}] section',
+        earlier=[r.id for r, _ in earlier],
+    )
+
+
+#: The prefix of the per-population claim a publication without DP guarantee holds (:func:`history_claim`).
+_HISTORY_CLAIM = "\x00non-dp\x00"
+
+
+@contextlib.contextmanager
+def history_claim(policy: Any, plan: Plan) -> Iterator[None]:
+    """Hold the claim of ``plan``'s population from :func:`check_release_history` until the publication is recorded or
+    abandoned, when it has no DP guarantee: two such publications of one population at once would each read a history
+    without the other and both land. An OS file lock under a name no output can have; a second one is refused typed
+    (free). DP publications take none."""
+    from veil.store import warehouse
+
+    if plan.is_dp:
+        yield
+        return
+    population = _population(policy, plan.source)
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(warehouse.output_claim(policy, _HISTORY_CLAIM + str(population)))
+        except InputError:
+            raise InputError(
+                f"another publication without DP guarantee of {_where(policy, plan)} is running right now: at most one "
+                "such release per population is allowed",
+                hint="Wait for it to finish (this one will then be refused), or publish with a DP method",
+            ) from None
+        yield
 
 
 # -- recovery -------------------------------------------------------------------------------------
@@ -681,8 +812,10 @@ def publish(
         gate.check_plan(plan, _min_epsilon(policy))
         claimed = str(Path(plan.output).resolve()) if plan.artifact == "model" else plan.output
         linked = linkage_claim(policy, plan.source, _published_value_columns(plan), _quasi_identifiers(plan))
-        with warehouse.output_claim(policy, claimed), linked:  # no other publication to this output until this ends
+        history = history_claim(policy, plan)
+        with warehouse.output_claim(policy, claimed), linked, history:  # no other to this output/population until done
             check_output(policy, plan)
+            check_release_history(policy, plan)  # one release without DP guarantee per population, ever (s64)
             check_linkage(policy, plan)  # this source's live publications by name (s51 A5), under the policy's claim
             spec = policy.tables.get(plan.source)
             generator = csprng()
@@ -724,6 +857,7 @@ def publish(
                     **pub.params,
                     "source_table": plan.source,
                     POPULATION_PARAM: _population(policy, plan.source) or "",
+                    DP_PARAM: plan.is_dp,
                     "publication_token": token,
                 }
                 metrics = {
@@ -806,6 +940,7 @@ def evaluate(policy: Any, kind: str, request: Mapping[str, Any], *, rng: np.rand
     row: dict[str, Any] = {"kind": kind, "method": plan.method, "dp_epsilon": dp_epsilon}
     try:
         gate.check_plan(plan, _min_epsilon(policy))
+        check_release_history(policy, plan)  # what `veil publish` would refuse first, free
         check_linkage(policy, plan)
         spec = policy.tables.get(plan.source)
         generator = csprng()

@@ -4,7 +4,9 @@ Records live in the ledger's SQLite file (:mod:`veil.store.ledger` owns the sche
 ``docs/ledger.md``). Analyst query releases are written by the query path through
 :meth:`veil.store.ledger.Ledger.release`; curator publications through :func:`record_release`.
 A publication that names a ``table`` makes that table public to analysts until a later
-retraction of the same table.
+retraction of the same table (or a later publication over it). The log is append-only: a replaced or
+retracted publication stays in it, and :func:`publication_history` reads it whole (the publication gate
+counts every release ever made, since analysts may have kept a copy of anything once public).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ __all__ = [
     "dumps",
     "get_release",
     "list_releases",
+    "publication_history",
     "published_tables",
     "record_release",
 ]
@@ -70,6 +73,30 @@ def list_releases(policy: Policy, kind: str | None = None) -> list[Release]:
     """Every release, oldest first, optionally only of one ``kind``."""
     with Ledger.for_policy(policy) as ledger:
         return ledger.list_releases(kind)
+
+
+def publication_history(policy: Policy) -> list[tuple[Release, str]]:
+    """Every publication ever recorded, oldest first, each with its state now: ``"live"``, ``"replaced by <id>"`` (a
+    later publication to the same table) or ``"retracted (<id>)"``; a model file's publication is ``"live"`` (a file
+    handed out is never taken back). Replaced and retracted publications are in it: they were public, and what
+    analysts read then they still have."""
+    if not policy.ledger_path.exists():
+        return []
+    with Ledger.for_policy(policy) as ledger:
+        log = ledger.publication_log()
+    state: dict[str, str] = {}
+    latest: dict[str, str] = {}  # table -> id of its latest publication
+    for rel in log:
+        if rel.kind == "publication":
+            state[rel.id] = "live"
+            if rel.table is not None:
+                if rel.table in latest and state.get(latest[rel.table]) == "live":
+                    state[latest[rel.table]] = f"replaced by {rel.id}"
+                latest[rel.table] = rel.id
+        elif rel.kind == "retraction" and rel.table is not None and rel.table in latest:
+            if state.get(latest[rel.table]) == "live":
+                state[latest[rel.table]] = f"retracted ({rel.id})"
+    return [(rel, state[rel.id]) for rel in log if rel.kind == "publication"]
 
 
 def published_tables(policy: Policy) -> dict[str, Release]:

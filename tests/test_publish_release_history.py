@@ -1,0 +1,250 @@
+"""One release without a DP guarantee per population, ever (red team s64 F2–F5, the class).
+
+Releases without an end-to-end DP guarantee do not compose: any two about the same people difference to single
+people's exact values (a person who joined between two rank swappings, MDAV at k = 5 and 6, two k-anonymous tables'
+groups intersected). ``transaction.check_release_history`` therefore refuses, free (before anything is read, from the
+release history and the policy alone), a second such release of a population — whatever the two kinds, whether the
+first is live, replaced by ``--replace`` or retracted (a published table is public: analysts keep it) — and any such
+release of a table that caps ε (``epsilon_total``: its ε is ∞). DP releases go before and after it: they are charged.
+Deterministic (no test here depends on a random draw's outcome: the refusals read no data).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+_COLUMNS = (
+    'age = { type = "int", lower = 17, upper = 90 }\n'
+    'hours = { type = "int", lower = 1, upper = 99 }\n'
+    'gain = { type = "int", lower = 0, upper = 5000 }\n'
+    'sex = { type = "category", values = ["F", "M"] }\n'
+    'job = { type = "category", values = ["a", "b", "c"] }\n'
+    'income = { type = "category", values = ["low", "high"] }\n'
+)
+
+
+def _policy(tables: dict[str, str]) -> str:
+    """A policy with ``tables`` (name → extra lines of its section: a population, a cap)."""
+    text = '[database]\npath = "warehouse.duckdb"\n[ledger]\npath = "ledger.sqlite"\n'
+    for name, extra in tables.items():
+        text += f'[tables.{name}]\nprivacy_unit = "row"\n{extra}[tables.{name}.columns]\n{_COLUMNS}'
+    return text + "[analysts.bob]\nepsilon = 2.0\n"
+
+
+def _people(n: int = 300, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "age": rng.integers(20, 60, n),
+            "hours": rng.integers(30, 50, n),
+            "gain": rng.permutation(np.repeat(np.arange(30) * 100, n // 30)),
+            "sex": rng.choice(["F", "M"], n),
+            "job": rng.choice(["a", "b", "c"], n),
+            "income": rng.choice(["low", "high"], n),
+        }
+    )
+
+
+def _world(tmp: Path, tables: dict[str, str]) -> Any:
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    path = tmp / "policy.toml"
+    path.write_text(_policy(tables), encoding="utf-8")
+    policy = load_policy(path)
+    for i, name in enumerate(tables):
+        write_table(policy, name, _people(seed=i))
+    return policy
+
+
+#: Publications without an end-to-end DP guarantee that run in a second or two (each published first below).
+FIRST: dict[str, tuple[str, dict[str, Any]]] = {
+    "kanon_qi": ("kanon", {"algorithm": "mondrian", "k": 5, "qi": ["age", "sex"]}),
+    "kanon_sensitive": ("kanon", {"algorithm": "mondrian", "k": 5, "qi": ["age", "sex"], "sensitive": ["gain"]}),
+    "noise_addition": ("sdc", {"method": "noise_addition", "columns": ["hours"], "params": ["a=1"]}),
+    "rank_swapping": ("sdc", {"method": "rank_swapping", "columns": ["age", "gain"], "params": ["p=10"]}),
+    "microagg_mdav": ("sdc", {"method": "microagg_mdav", "columns": ["age", "hours"], "params": ["k=5"]}),
+    "dp_microagg_mdav": (
+        "sdc",
+        {"method": "dp_microagg_laplace", "columns": ["age", "hours"], "params": ["epsilon=1", "partition=mdav", "k=10"]},
+    ),
+}
+
+#: Every kind without a guarantee, the slow ones too (as a second release they are refused before anything runs).
+SECOND: dict[str, tuple[str, dict[str, Any]]] = {
+    **FIRST,
+    "kanon_kmember": ("kanon", {"algorithm": "kmember", "k": 5, "qi": ["age"], "sensitive": ["job"]}),
+    "microagg_dbscan": ("sdc", {"method": "microagg_dbscan", "columns": ["age", "hours"], "params": ["min_samples=10"]}),
+    "sdc_gan": ("sdc", {"method": "gan", "columns": ["age", "hours"], "params": ["epochs=1"]}),
+    "ml_copy": ("sdc", {"method": "ml_copy", "columns": ["age", "hours"], "target": "income"}),
+    "imposter": ("synth", {"method": "imposter", "sensitive": "sex", "label": "income", "columns": ["job", "hours"]}),
+    "synth_gan": ("synth", {"method": "gan", "sensitive": "sex", "label": "income", "columns": ["job", "hours"]}),
+}
+
+_KRR = ("krr", {"columns": ["sex", "job"], "epsilon": 1.0})
+
+
+def _publish(policy: Any, kind: str, request: dict[str, Any], *, table: str = "people", output: str, **extra: Any) -> Any:
+    from veil.generators.transaction import publish
+
+    return publish(policy, kind, {**request, "table": table, "output": output, **extra}, progress=False)
+
+
+def _state(policy: Any) -> tuple[Any, ...]:
+    """Everything a refused publication must leave as it was: the release log, the reservations, the tables."""
+    from veil.store.ledger import Ledger
+    from veil.store.warehouse import table_names
+
+    with Ledger.for_policy(policy) as led:
+        releases = [(r.id, r.kind, r.table) for r in led.list_releases()]
+        reservations = [(r["id"], r["status"]) for r in led.reservations()]
+    return releases, reservations, sorted(table_names(policy))
+
+
+def _refused_free(policy: Any, monkeypatch: pytest.MonkeyPatch, kind: str, request: dict[str, Any], **where: Any) -> Any:
+    """Publish and expect :class:`NonDPReleaseRefused` before the source is read; the ledger and tables unchanged."""
+    from veil.errors import NonDPReleaseRefused
+    from veil.generators import transaction
+
+    def no_read(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the source was read: the refusal must come from the history and the policy alone")
+
+    before = _state(policy)
+    with monkeypatch.context() as m:
+        m.setattr(transaction, "_read_source", no_read)
+        with pytest.raises(NonDPReleaseRefused) as caught:
+            _publish(policy, kind, request, **where)
+    assert _state(policy) == before
+    return caught.value
+
+
+def test_the_kinds_here_are_the_kinds_without_a_dp_guarantee(tmp_path: Path) -> None:
+    """The families above are what the plug-ins plan as not DP (``Plan.is_dp``), and kRR, DP microaggregation over a
+    grid and PATE plan as DP: the rule follows each plan's flag, so a kind added later is covered by its own flag."""
+    from veil.generators.registry import get_plugin
+
+    policy = _world(tmp_path, {"people": ""})
+    for name, (kind, request) in SECOND.items():
+        plan = get_plugin(kind).plan(policy, {**request, "table": "people", "output": "o"})
+        assert not plan.is_dp, name
+    for kind, request in (_KRR, ("sdc", {"method": "dp_microagg_laplace", "columns": ["age"], "params": ["epsilon=1"]})):
+        assert get_plugin(kind).plan(policy, {**request, "table": "people", "output": "o"}).is_dp
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first", sorted(FIRST))
+def test_a_second_release_without_dp_guarantee_of_a_population_is_refused_free_whatever_the_kinds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: str
+) -> None:
+    """For every pair (first, second) of kinds without a guarantee: after the first release of ``people``, the second
+    is refused free — to a new output of ``people``, to a snapshot table of the same (default) population, and with
+    ``--replace`` over the first (it was public) — naming the first; a table of another declared population goes."""
+    policy = _world(tmp_path, {"people": "", "people_new": "", "others": 'population = "others"\n'})
+    kind, request = FIRST[first]
+    rid = _publish(policy, kind, request, output="first").release_id
+    for second, (kind2, request2) in sorted(SECOND.items()):
+        for where in ({"output": "second"}, {"table": "people_new", "output": "second"}, {"output": "first", "replace": True}):
+            exc = _refused_free(policy, monkeypatch, kind2, request2, **where)
+            assert exc.earlier == (rid,), (first, second, where)
+            assert "first" in exc.message and rid in exc.message and "DP method" in str(exc.hint)
+            if where.get("replace"):
+                assert "--replace does not take 'first' back" in exc.message
+    assert _publish(policy, kind, request, table="others", output="theirs").release_id  # other people: their first
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["replace_dp", "retract"])
+@pytest.mark.parametrize("first", ["kanon_sensitive", "rank_swapping"])
+def test_the_history_outlives_replace_and_retract(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: str, how: str) -> None:
+    """The first release replaced by a DP one (``--replace`` with kRR: allowed) or retracted still counts: a second
+    release without a guarantee is refused, by name, whether it goes to the old output or a new one."""
+    from veil.store.catalog import retract
+
+    policy = _world(tmp_path, {"people": ""})
+    kind, request = FIRST[first]
+    rid = _publish(policy, kind, request, output="first").release_id
+    if how == "retract":
+        retract(policy, "first", reason="test")
+        state = "retracted ("
+    else:
+        _publish(policy, *_KRR, output="first", replace=True)
+        state = "replaced by "
+    for output in ("first", "second"):
+        exc = _refused_free(policy, monkeypatch, *FIRST["microagg_mdav"], output=output, replace=output == "first")
+        assert exc.earlier == (rid,) and state in exc.message
+
+
+@pytest.mark.slow
+def test_dp_releases_go_before_and_after_one_without_guarantee(tmp_path: Path) -> None:
+    """kRR (DP, charged) before and after the population's one release without a guarantee: all land, each charged."""
+    from veil.store.ledger import Ledger
+
+    policy = _world(tmp_path, {"people": ""})
+    _publish(policy, *_KRR, output="krr1")
+    _publish(policy, *FIRST["kanon_sensitive"], output="kanon")
+    _publish(policy, *_KRR, output="krr2")
+    with Ledger.for_policy(policy) as led:
+        assert float(led.spent("table:people").epsilon) == pytest.approx(2 * 3.0)  # 2 columns + the row count, twice
+
+
+@pytest.mark.parametrize("name", sorted(SECOND))
+def test_a_capped_table_refuses_every_release_without_guarantee_free(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """``epsilon_total`` on the source: every kind without a guarantee is refused free (ε = ∞ exceeds any cap), with
+    no earlier release; kRR within the cap publishes."""
+    policy = _world(tmp_path, {"people": "epsilon_total = 10.0\n"})
+    exc = _refused_free(policy, monkeypatch, *SECOND[name], output="o")
+    assert exc.earlier == () and "epsilon_total = 10" in exc.message and "unbounded" in exc.message
+    _publish(policy, *_KRR, output="krr")
+
+
+@pytest.mark.slow
+def test_two_publications_without_guarantee_of_one_population_never_run_at_once(tmp_path: Path) -> None:
+    """While one holds its population's claim (it has read a history without the other), a second of the same
+    population is refused typed and free; one of another population, and a DP one, go."""
+    from veil.errors import InputError
+    from veil.generators.registry import get_plugin
+    from veil.generators.transaction import history_claim
+
+    policy = _world(tmp_path, {"people": "", "people_new": "", "others": 'population = "others"\n'})
+    kind, request = FIRST["rank_swapping"]
+    running = get_plugin(kind).plan(policy, {**request, "table": "people", "output": "x"})
+    with history_claim(policy, running):
+        with pytest.raises(InputError, match="running right now"):
+            _publish(policy, *FIRST["microagg_mdav"], table="people_new", output="y")
+        _publish(policy, *FIRST["microagg_mdav"], table="others", output="z")
+        _publish(policy, *_KRR, output="k")
+
+
+def test_a_release_recorded_before_the_flag_is_read_by_its_charge() -> None:
+    """Releases recorded before ``dp_release`` existed: DP when charged, except DP microaggregation over MDAV."""
+    from veil.generators.transaction import release_is_dp
+    from veil.store.releases import Release
+
+    def rel(epsilon: Any, **params: Any) -> Release:
+        return Release("r", "publication", "m", "curator", "", "t", params, {}, epsilon, None)
+
+    assert release_is_dp(rel(1)) and not release_is_dp(rel(None))
+    assert not release_is_dp(rel(1, partition="mdav")) and release_is_dp(rel(1, partition="grid"))
+    assert not release_is_dp(rel(1, dp_release=False)) and release_is_dp(rel(None, dp_release=True))
+
+
+@pytest.mark.slow
+def test_compare_says_what_publish_would_refuse(tmp_path: Path) -> None:
+    """``veil compare`` (no write) runs the same rule: after the population's one release without a guarantee, its
+    sweep of such a kind reports each point refused; kRR's points still run."""
+    from veil.generators.transaction import evaluate
+
+    policy = _world(tmp_path, {"people": ""})
+    kind, request = FIRST["kanon_qi"]
+    assert evaluate(policy, kind, {**request, "table": "people", "output": "_veil_compare"})["gate"] == "passed"
+    _publish(policy, kind, request, output="first")
+    row = evaluate(policy, kind, {**request, "table": "people", "output": "_veil_compare"})
+    assert row["gate"].startswith("refused:") and "no end-to-end DP guarantee" in row["gate"]
+    assert evaluate(policy, *_KRR[:1], {**_KRR[1], "table": "people", "output": "_veil_compare"})["gate"] == "passed"
