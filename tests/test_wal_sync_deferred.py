@@ -225,3 +225,31 @@ def test_a_forked_child_syncs_though_a_worker_held_the_lock_at_the_fork(tmp_path
         os.waitpid(pid, 0)
         pytest.fail("the forked child never finished its sync (it waited for a lock held at the fork)")
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_failed_fsync_fails_every_later_sync_of_the_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review s20 M3: after one failed fsync, Linux may report a later fsync of the same file a success though the
+    pages it could not write are gone, so a reservation synced after it could vanish with its answer already out. A
+    failure is sticky: every later sync of the file fails without being tried (the ledger then withholds every charged
+    answer, ReleaseError, until the process restarts); another file is unaffected."""
+    path, other = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    for p in (path, other):
+        p.write_bytes(b"x")
+    calls: list[Path] = []
+
+    def broken(p: Path) -> None:
+        calls.append(p)
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(wal_sync, "sync_now", broken)
+    with pytest.raises(OSError, match="Input/output"):
+        wal_sync.start(path).result(30)
+    monkeypatch.undo()  # the disk "recovers": a real fsync would now succeed
+    try:
+        for defer in (False, True):
+            with pytest.raises(OSError, match="an earlier fsync"):
+                wal_sync.start(path, defer=defer).result(30)
+        assert calls == [path]  # not tried again
+        wal_sync.start(other).result(30)  # another file syncs
+    finally:
+        wal_sync._failed.pop(path, None)

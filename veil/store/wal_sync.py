@@ -25,6 +25,7 @@ wake-up) per query; a reservation's sync is never deferred (its answer waits for
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,12 +33,19 @@ from pathlib import Path
 
 __all__ = ["DEFER_SECONDS", "flush", "start", "sync_now"]
 
+log = logging.getLogger("veil.store.wal_sync")
+
 _pool: ThreadPoolExecutor | None = None
 _pool_pid = 0
 _pool_lock = threading.Lock()
 _running: dict[Path, int] = {}  # per file, the syncs submitted and not ended (guarded by _pool_lock)
 _deferred: dict[Path, Future[None]] = {}  # per file, the deferred sync not begun yet
 _wake: dict[Path, threading.Event] = {}  # per file, ends the wait of the worker that will begin the deferred sync
+#: Per file, the first fsync failure: every later sync of the file fails with it, for the life of the process. After a
+#: failed fsync, Linux may report a later one of the same file a success though the pages it could not write are lost
+#: (review s20 M3, "fsyncgate"): a reservation synced after that could vanish with them, its answer already out. So
+#: the ledger stops releasing (each charged answer is withheld, ReleaseError) until the process is restarted.
+_failed: dict[Path, BaseException] = {}
 
 #: The longest a deferred sync waits for more commits to join it when no other sync of its file is running: the
 #: window in which a power loss can lose a release row that no later sync covered (never a charge: a reservation's
@@ -93,6 +101,13 @@ def start(db_path: Path, *, defer: bool = False) -> Future[None]:
     Call it once the commit to make durable has returned. ``defer``: join the file's deferred sync (see above) instead
     of beginning one now."""
     with _pool_lock:
+        failed = _failed.get(db_path)
+        if failed is not None:
+            refused: Future[None] = Future()
+            refused.set_exception(
+                OSError(f"an earlier fsync of {db_path} failed ({failed}); restart the process once the disk is sound")
+            )
+            return refused
         pool = _executor()
         if defer:
             deferred = _deferred.get(db_path)
@@ -146,6 +161,9 @@ def _sync(
             try:
                 sync_now(db_path)
             except BaseException as exc:  # an OSError; anything else reaches the waiters all the same
+                with _pool_lock:
+                    _failed.setdefault(db_path, exc)
+                log.error("fsync of %s failed (%s): no charged answer is released from this ledger until restart", db_path, exc)
                 for f in reversed(waiting):  # (the carried one first: done once the one waited for is)
                     f.set_exception(exc)
             else:
