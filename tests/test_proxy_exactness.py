@@ -96,6 +96,22 @@ CASES = [
         0,
     ),
     ("SELECT COUNT(DISTINCT user_id) FROM visits", None, 0),
+    # integer literals are 32-bit INTEGERs in DuckDB: arithmetic over them runs in BIGINT, as the interval analysis
+    # assumes (1000000 * 1000000 overflowed, TRY made it NULL and COALESCE / GREATEST skipped it: AVG(age))
+    (
+        "SELECT AVG(COALESCE(1000000 * 1000000, age)), AVG(GREATEST(age, 100000 * 100000)),"
+        " AVG(LEAST(age, -(100000 * 100000))), SUM(CAST(age AS INT) * 1000000 * 1000) FROM people",
+        "SELECT AVG(1000000000000), AVG(10000000000), AVG(-10000000000), SUM(age::BIGINT * 1000000000) FROM people",
+        1e-3,
+    ),
+    # GREATEST / LEAST skip a NULL operand (income holds NULLs; a cast that does not fit is NULL): the interval holds
+    # the other operands' values then, and the clamp keeps them
+    ("SELECT AVG(GREATEST(income, age - 1000)), AVG(LEAST(income, age + 300000)) FROM people", None, 1e-6),
+    (
+        "SELECT AVG(GREATEST(age - 1000, CAST(income * 100000 AS INT))) FROM people",
+        "SELECT AVG(GREATEST(age - 1000, TRY_CAST(ROUND(income * 100000) AS INT))) FROM people",
+        1e-3,
+    ),
 ]
 
 

@@ -55,6 +55,8 @@ CASES: dict[str, str] = {
     " FROM people",
     "case_if": "SELECT SUM(CASE WHEN sex = 'Female' THEN 1 ELSE 0 END), AVG(CASE WHEN age > 40 THEN income END) FROM people",
     "cast_numeric": "SELECT SUM(CAST(income AS BIGINT)), AVG(CAST(age AS DOUBLE)) FROM people",
+    "integer_literal_arithmetic": "SELECT AVG(COALESCE(1000000 * 1000000, age)), SUM(GREATEST(age, 100000 * 100000)),"
+    " SUM(CAST(age AS INT) * 1000000 * 1000), AVG(GREATEST(income, age - 1000)) FROM people",
     "powers_sqrt_pi": "SELECT SUM(age_offset * age_offset), AVG(POWER(age_offset, 2)), AVG(SQRT(age)), SUM(PI() * age_offset)"
     " FROM people",
     "booleans_as_numbers": "SELECT SUM(age > 40), AVG(married), SUM(married), AVG(CASE WHEN married THEN 1 ELSE 0 END)"

@@ -10,6 +10,9 @@ meaning. The rewrite pass runs :func:`neutralise` over every generated tree (aft
   :class:`sqlglot.exp.DayOfWeek`, which each engine renders as 0–6, Sunday = 0;
 * a boolean used as a number (``SUM(age > 40)``, ``AVG(married)``, a predicate inside Veil's clamp
   ``CASE``) is cast to an integer — Spark refuses booleans in arithmetic;
+* integer arithmetic runs in BIGINT: an integer literal is a 32-bit INTEGER on both engines (``1000000 * 1000000``
+  overflows), so when no operand of ``+ - * % //``, unary minus or ``ABS`` is a BIGINT for certain the first is cast
+  to one (:func:`_widen`);
 * an integer ``SUM`` sums ``DECIMAL(38,0)``: DuckDB widens to HUGEINT itself, Spark errors (ANSI on)
   or wraps silently (ANSI off) on 64-bit overflow;
 * a real number cast to an integer is rounded (PostgreSQL, DuckDB); Spark would truncate: the cast
@@ -220,14 +223,55 @@ def is_integral(node: exp.Expression) -> bool:
     if isinstance(n, (exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif)):
         branches = _branches(n)
         return bool(branches) and all(is_integral(b) or is_boolean(b) for b in branches)
-    if isinstance(n, (exp.Add, exp.Sub, exp.Mul, exp.Mod)):
+    if isinstance(n, (exp.Add, exp.Sub, exp.Mul, exp.Mod, exp.IntDiv)):
         return is_integral(n.this) and is_integral(n.expression)
     if isinstance(n, (exp.Neg, exp.Abs, exp.Sign)):
         return is_integral(n.this)
+    if isinstance(n, (exp.Round, exp.Floor, exp.Ceil)):
+        return is_integral(n.this)  # the engine keeps an integer's type whatever the digits
     if isinstance(n, exp.Column):
         t = n.type
         return t is not None and t.is_type(*_INT_TYPES)
     return False
+
+
+#: Integer operations that overflow in the type of their operands.
+_INTEGER_ARITHMETIC: tuple[type[exp.Expression], ...] = (exp.Add, exp.Sub, exp.Mul, exp.IntDiv, exp.Mod, exp.Neg, exp.Abs)
+
+
+def _bigint(node: exp.Expression) -> bool:
+    """Is ``node`` (an integer-valued expression) a BIGINT for certain, once :func:`_widen` has run below it?"""
+    n = _unparen(node)
+    while isinstance(n, exp.Try):
+        n = _unparen(n.this)
+    if isinstance(n, (exp.Cast, exp.TryCast)):
+        return n.to.is_type(exp.DataType.Type.BIGINT)
+    if isinstance(n, exp.Column):
+        return n.type is not None and n.type.is_type(exp.DataType.Type.BIGINT)
+    if isinstance(n, (exp.Neg, exp.Abs)):
+        return _bigint(n.this)
+    return isinstance(n, _INTEGER_ARITHMETIC)  # binary integer arithmetic, widened
+
+
+def _widen(node: exp.Expression) -> None:
+    """Integer arithmetic in BIGINT: when no operand is a BIGINT for certain, the first is cast to one (the engine
+    brings the other to the wider type). An integer literal is an INTEGER (32 bits), and ``1000000 * 1000000`` would
+    overflow, which the engine's TRY makes NULL, where the interval analysis (64 bits, below ±2^62) takes the exact
+    value; an analyst's ``CAST(… AS INT)``, SIGN (TINYINT) and a boolean as a number are narrow too."""
+    if isinstance(node, (exp.Neg, exp.Abs)):
+        operands = [node.this]
+    elif isinstance(node, exp.Binary):
+        operands = [node.this, node.expression]
+    else:
+        return
+    if not all(is_integral(o) for o in operands) or any(_bigint(o) for o in operands):
+        return
+    op = operands[0]
+    if len(operands) == 1 and isinstance(_unparen(op), exp.Literal):
+        return  # -1 cannot overflow
+    cast = exp.Cast(this=op.copy(), to=data_type("BIGINT"))
+    cast.meta[CANNOT_RAISE] = True  # a narrower integer as a BIGINT
+    op.replace(cast)
 
 
 _REAL_TYPES = (*exp.DataType.REAL_TYPES,)
@@ -350,6 +394,8 @@ def neutralise(tree: exp.Expression) -> exp.Expression:
     targets = [n for n in tree.walk() if not isinstance(n.parent, exp.Paren) and is_boolean(n) and _numeric_context(n)]
     for n in reversed(targets):
         n.replace(_as_int(n.copy()))
+    for n in list(tree.find_all(*_INTEGER_ARITHMETIC, bfs=False))[::-1]:  # deepest first
+        _widen(n)
     for s in list(tree.find_all(exp.Sum)):
         arg = s.this
         if arg is not None and is_integral(arg):

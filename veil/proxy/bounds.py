@@ -6,14 +6,15 @@ it reads; the engine SQL then clamps the argument itself to that interval (see
 interval gives the aggregate its sensitivity.
 
 >>> Interval(Fraction(-1), Fraction(2)) * Interval(Fraction(3), Fraction(4))
-Interval(lo=Fraction(-4, 1), hi=Fraction(8, 1), integral=True)
+Interval(lo=Fraction(-4, 1), hi=Fraction(8, 1), integral=True, nullable=False)
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
@@ -26,6 +27,7 @@ from veil.proxy.catalog import Catalog
 
 __all__ = [
     "IntegralRange", "Interval", "base_columns", "expression_interval", "in_doubles", "mark_arithmetic_that_cannot_raise",
+    "may_be_null",
     "resolve_column",
 ]  # fmt: skip
 
@@ -35,32 +37,41 @@ class IntegralRange(Unbounded):
 
 
 _INT_TYPES = {"TINYINT", "SMALLINT", "INT", "INTEGER", "BIGINT", "HUGEINT", "UBIGINT", "UINTEGER"}
+_INTEGER_TEXT = re.compile(r"[0-9]+")
 _NUM_TYPES = _INT_TYPES | {"DOUBLE", "FLOAT", "REAL", "DECIMAL", "NUMERIC", "DOUBLE PRECISION"}
 
 
 @dataclass(frozen=True)
 class Interval:
+    """Every non-NULL value lies in [lo, hi] (an integer when ``integral``); ``nullable``: the engine may answer NULL
+    on some row (:func:`may_be_null`; not part of equality)."""
+
     lo: Fraction
     hi: Fraction
     integral: bool = True
+    nullable: bool = field(default=False, compare=False)
 
     def __add__(self, o: Interval) -> Interval:
-        return Interval(self.lo + o.lo, self.hi + o.hi, self.integral and o.integral)
+        return Interval(self.lo + o.lo, self.hi + o.hi, self.integral and o.integral, self.nullable or o.nullable)
 
     def __sub__(self, o: Interval) -> Interval:
-        return Interval(self.lo - o.hi, self.hi - o.lo, self.integral and o.integral)
+        return Interval(self.lo - o.hi, self.hi - o.lo, self.integral and o.integral, self.nullable or o.nullable)
 
     def __mul__(self, o: Interval) -> Interval:
         c = [self.lo * o.lo, self.lo * o.hi, self.hi * o.lo, self.hi * o.hi]
-        return Interval(min(c), max(c), self.integral and o.integral)
+        return Interval(min(c), max(c), self.integral and o.integral, self.nullable or o.nullable)
 
     def __neg__(self) -> Interval:
-        return Interval(-self.hi, -self.lo, self.integral)
+        return Interval(-self.hi, -self.lo, self.integral, self.nullable)
 
     def union(self, o: Interval | None) -> Interval:
         if o is None:
             return self
-        return Interval(min(self.lo, o.lo), max(self.hi, o.hi), self.integral and o.integral)
+        return Interval(min(self.lo, o.lo), max(self.hi, o.hi), self.integral and o.integral, self.nullable or o.nullable)
+
+    def or_null(self, nullable: bool = True) -> Interval:
+        """This interval, NULL on some rows too when ``nullable``."""
+        return Interval(self.lo, self.hi, self.integral, self.nullable or nullable)
 
     @property
     def magnitude(self) -> Fraction:
@@ -118,6 +129,17 @@ def base_columns(expr: exp.Expression, scope: Scope) -> set[tuple[str, str]]:
 def expression_interval(expr: exp.Expression, scope: Scope, catalog: Catalog) -> Interval | None:
     """Bounds of a row-level numeric expression; None when it is always NULL. Raises Unbounded."""
     return _iv(expr, scope, catalog, expr)
+
+
+def may_be_null(node: exp.Expression, scope: Scope, catalog: Catalog) -> bool:
+    """Whether the engine may answer NULL for ``node`` (an expression :func:`expression_interval` bounds) on some row:
+    a column (the bounded copy keeps NULLs; an outer join makes them), NULL, NULLIF, a CASE without ELSE, a
+    predicate, a remainder by a range that holds 0 (``NULLIF(b, 0)``), a square root of a real (rounding may take it
+    below 0, which the engine's TRY makes NULL), a cast whose value may not fit its target, or anything over such an
+    operand (COALESCE, GREATEST and LEAST only when every operand may be NULL). Integer arithmetic within the caps
+    cannot overflow: the engine computes it in 64 bits (:func:`veil.engines.neutral.neutralise`)."""
+    iv = _iv(node, scope, catalog, node)
+    return iv is None or iv.nullable
 
 
 def in_doubles(expr: exp.Expression) -> exp.Expression:
@@ -206,7 +228,8 @@ def _null_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.
 
 
 def _boolean_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
-    return Interval(Fraction(0), Fraction(1), True)
+    # a comparison with a NULL operand is NULL (its operands need not be numbers: not followed); IS … never is
+    return Interval(Fraction(0), Fraction(1), True, not isinstance(node, exp.Is))
 
 
 def _bool_literal_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
@@ -242,8 +265,13 @@ def _column_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: ex
     if kind == "derived":
         if inner is None or inner_scope is None:
             raise InternalError("a derived column without its expression")
-        return _iv(inner, inner_scope, catalog, whole)
-    t = catalog.tables[str(table)]
+        iv = _iv(inner, inner_scope, catalog, whole)
+        return None if iv is None else iv.or_null()  # an outer join makes NULLs too
+    return _base_column(node, str(table), whole, catalog).or_null()  # the bounded copy keeps NULLs
+
+
+def _base_column(node: exp.Column, table: str, whole: exp.Expression, catalog: Catalog) -> Interval:
+    t = catalog.tables[table]
     if t.spec is None or t.public or node.name not in t.spec.columns:
         raise _unbounded(node, whole, f"column {node.name!r} of public table {table!r} has no declared bounds")
     spec = t.spec.columns[node.name]
@@ -278,9 +306,10 @@ def _div_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.E
         raise _unbounded(node, whole, "the divisor's range contains 0")
     c = [a.lo / b.lo, a.lo / b.hi, a.hi / b.lo, a.hi / b.hi]
     lo, hi = min(c), max(c)
+    nullable = a.nullable or b.nullable
     if isinstance(node, exp.IntDiv):
-        return Interval(Fraction(math.floor(lo)), Fraction(math.ceil(hi)), True)
-    return Interval(lo, hi, False)
+        return Interval(Fraction(math.floor(lo)), Fraction(math.ceil(hi)), True, nullable)
+    return Interval(lo, hi, False, nullable)
 
 
 def _mod_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
@@ -291,7 +320,8 @@ def _mod_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.E
     m = b.magnitude
     lo = Fraction(0) if a.lo >= 0 else -m
     hi = Fraction(0) if a.hi <= 0 else m
-    return Interval(lo, hi, a.integral and b.integral)
+    # the engine divides by NULLIF(b, 0)
+    return Interval(lo, hi, a.integral and b.integral, a.nullable or b.nullable or b.lo <= 0 <= b.hi)
 
 
 def _abs_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
@@ -299,7 +329,7 @@ def _abs_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.E
     if a is None:
         return None
     lo = Fraction(0) if a.lo <= 0 <= a.hi else min(abs(a.lo), abs(a.hi))
-    return Interval(lo, a.magnitude, a.integral)
+    return Interval(lo, a.magnitude, a.integral, a.nullable)
 
 
 def _sqrt_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
@@ -308,7 +338,9 @@ def _sqrt_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.
         return None
     if a.lo < 0:
         raise _unbounded(node, whole, "SQRT of a range that includes negative numbers")
-    return Interval(_frac(math.sqrt(a.lo)), _frac(math.sqrt(a.hi)) + Fraction(1, 10**9), False)
+    # a real rounded just below 0 makes the engine's SQRT raise (NULL under TRY); ABS and integers cannot
+    rounded = not a.integral and not isinstance(node.this.unnest(), exp.Abs)
+    return Interval(_frac(math.sqrt(a.lo)), _frac(math.sqrt(a.hi)) + Fraction(1, 10**9), False, a.nullable or rounded)
 
 
 def _pow_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
@@ -323,39 +355,79 @@ def _pow_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.E
         out = out * a
     if int(b.lo) % 2 == 0 and int(b.lo) > 0:  # an even power is non-negative
         out = Interval(Fraction(0) if a.lo <= 0 <= a.hi else out.lo, out.hi, out.integral)
-    return out
+    return out.or_null(a.nullable)
+
+
+def _constant_integer(node: exp.Expression | None) -> int | None:
+    """The value of an integer literal, negated or not (``2``, ``-1``); None for anything else."""
+    if node is None:
+        return None
+    node = node.unnest()
+    sign = 1
+    while isinstance(node, exp.Neg):
+        sign, node = -sign, node.this.unnest()
+    if isinstance(node, exp.Literal) and not node.is_string and _INTEGER_TEXT.fullmatch(str(node.this)):
+        return sign * int(str(node.this))
+    return None
 
 
 def _round_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
+    """ROUND / FLOOR / CEIL to ``d`` digits: within [floor(lo), ceil(hi)] for ``d ≥ 0``; for ``d < 0`` the engine rounds
+    to a multiple of 10^−d (``ROUND(7.25, -1)`` is 10), so the interval widens to the enclosing multiples."""
     a = _iv(node.this, scope, catalog, whole)
     if a is None:
         return None
     decimals = node.args.get("decimals")
-    integral = decimals is None or (isinstance(decimals, exp.Literal) and str(decimals.this) == "0")
-    return Interval(Fraction(math.floor(a.lo)), Fraction(math.ceil(a.hi)), integral)
+    digits = 0 if decimals is None else _constant_integer(decimals)
+    if digits is None:
+        d = _iv(decimals, scope, catalog, whole)
+        if d is None:
+            return None  # ROUND(x, NULL) is NULL
+        a = a.or_null(d.nullable)
+        digits = math.floor(d.lo)
+        if digits >= 0:
+            digits = 1  # some positive number of digits: not an integer
+    if digits < 0:
+        if -digits > 400:
+            raise _unbounded(node, whole, "ROUND to a negative number of digits beyond -400")
+        q = Fraction(10) ** -digits
+        return Interval(Fraction(math.floor(a.lo / q)) * q, Fraction(math.ceil(a.hi / q)) * q, True, a.nullable)
+    return Interval(Fraction(math.floor(a.lo)), Fraction(math.ceil(a.hi)), digits == 0, a.nullable)
 
 
 def _sign_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
     a = _iv(node.this, scope, catalog, whole)
-    return None if a is None else Interval(Fraction(-1), Fraction(1), True)
+    return None if a is None else Interval(Fraction(-1), Fraction(1), True, a.nullable)
 
 
 def _pick_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
-    parts = [_iv(e, scope, catalog, whole) for e in [node.this, *node.expressions]]
-    parts_nn = [p for p in parts if p is not None]
-    if not parts_nn:
+    """COALESCE, GREATEST and LEAST skip a NULL operand, so an operand that may be NULL (:func:`may_be_null`: a column,
+    an operation that is NULL where the engine's TRY catches an error, a cast that does not fit) counts only where it is
+    there: GREATEST's lower end is that of the operands that are never NULL (the least operand's when every one may
+    be), LEAST's upper end likewise; COALESCE takes the hull of its operands up to the first that is never NULL."""
+    ivs = [iv for e in [node.this, *node.expressions] if (iv := _iv(e, scope, catalog, whole)) is not None]
+    if not ivs:
         return None
+    integral = all(iv.integral for iv in ivs)
+    nullable = all(iv.nullable for iv in ivs)
     if isinstance(node, exp.Coalesce):
-        out = parts_nn[0]
-        for p in parts_nn[1:]:
-            out = out.union(p)
+        out = ivs[0]
+        for iv in ivs[1:]:
+            if not out.nullable:
+                break
+            out = iv.union(out.or_null(False)).or_null(iv.nullable)
         return out
-    pick = max if isinstance(node, exp.Greatest) else min
-    return Interval(pick(p.lo for p in parts_nn), pick(p.hi for p in parts_nn), all(p.integral for p in parts_nn))
+    sure = [iv for iv in ivs if not iv.nullable]
+    if isinstance(node, exp.Greatest):
+        lo = max(iv.lo for iv in sure) if sure else min(iv.lo for iv in ivs)
+        return Interval(lo, max(iv.hi for iv in ivs), integral, nullable)
+    hi = min(iv.hi for iv in sure) if sure else max(iv.hi for iv in ivs)
+    return Interval(min(iv.lo for iv in ivs), hi, integral, nullable)
 
 
 def _nullif_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
-    return _iv(node.this, scope, catalog, whole)
+    a = _iv(node.this, scope, catalog, whole)
+    return None if a is None else a.or_null()
 
 
 def _branches_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
@@ -364,28 +436,73 @@ def _branches_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: 
     else:
         branches = [node.args.get("true"), node.args.get("false")]
     out: Interval | None = None
+    null_branch = False  # a missing ELSE, a NULL branch: NULL on the rows that take it
     for b in branches:
-        if b is None:
-            continue
-        iv = _iv(b, scope, catalog, whole)
-        if iv is not None:
+        iv = None if b is None else _iv(b, scope, catalog, whole)
+        if iv is None:
+            null_branch = True
+        else:
             out = iv if out is None else out.union(iv)
-    return out
+    return None if out is None else out.or_null(null_branch)
+
+
+#: The integer types a cast may target, with the magnitude of their most negative value (a value outside their range
+#: is NULL: every cast is a TRY_CAST, :mod:`veil.proxy.totality`).
+_INT_LIMITS = {"TINYINT": 2**7, "SMALLINT": 2**15, "INT": 2**31, "INTEGER": 2**31, "BIGINT": 2**63, "HUGEINT": 2**127}
+#: The largest finite FLOAT (REAL): a larger value does not convert (NULL).
+_FLOAT_MAX = Fraction((2 - 2**-23) * 2**127)
+#: DECIMAL without a precision is DECIMAL(18, 3) (DuckDB).
+_DECIMAL_DEFAULT = (18, 3)
+
+
+def _cast_target(node: exp.Expression) -> str:
+    to_node = node.args.get("to")
+    return str(to_node.this.value if isinstance(to_node, exp.DataType) else "").upper()
+
+
+def _decimal_shape(node: exp.Expression) -> tuple[int, int]:
+    """(precision, scale) of a cast to DECIMAL."""
+    to_node = node.args.get("to")
+    params = [_constant_integer(p.this) for p in to_node.expressions] if isinstance(to_node, exp.DataType) else []
+    if not params or any(v is None for v in params):
+        return _DECIMAL_DEFAULT
+    precision = int(params[0] or 0)
+    return precision, int(params[1] or 0) if len(params) > 1 else 0
+
+
+def _cast_interval(node: exp.Expression, a: Interval) -> tuple[Interval, bool]:
+    """The interval of a cast of a value in ``a`` (as the engine casts: an integer rounds, a DECIMAL rounds to its
+    scale, a FLOAT to 24 bits) and whether some value of ``a`` does not fit the target (the TRY_CAST is NULL)."""
+    to = _cast_target(node)
+    if to == "BOOLEAN":
+        return Interval(Fraction(0), Fraction(1), True), False
+    if to in _INT_TYPES:
+        out = Interval(Fraction(math.floor(a.lo)), Fraction(math.ceil(a.hi)), True)
+        limit = _INT_LIMITS.get(to)
+        unsigned = to.startswith("U")
+        fits = (out.lo >= 0 if unsigned else limit is None or out.lo >= -limit) and (limit is None or out.hi <= limit - 1)
+        return out, not fits
+    if to in ("DECIMAL", "NUMERIC"):
+        precision, scale = _decimal_shape(node)
+        q = Fraction(10) ** scale
+        out = Interval(Fraction(math.floor(a.lo * q)) / q, Fraction(math.ceil(a.hi * q)) / q, False)
+        return out, out.magnitude >= Fraction(10) ** (precision - scale)
+    if to in ("FLOAT", "REAL"):
+        slack = Fraction(1, 2**23)
+        out = Interval(a.lo - abs(a.lo) * slack, a.hi + abs(a.hi) * slack, False)
+        return out, a.magnitude > _FLOAT_MAX
+    return Interval(a.lo, a.hi, False), False
 
 
 def _cast_rule(node: exp.Expression, scope: Scope, catalog: Catalog, whole: exp.Expression) -> Interval | None:
     a = _iv(node.this, scope, catalog, whole)
-    to_node = node.args.get("to")
-    to = str(to_node.this.value if isinstance(to_node, exp.DataType) else "").upper()
+    to = _cast_target(node)
     if to not in _NUM_TYPES and to != "BOOLEAN":
         raise _unbounded(node, whole, f"cast to {to} is not numeric")
     if a is None:
         return None
-    if to == "BOOLEAN":
-        return Interval(Fraction(0), Fraction(1), True)
-    if to in _INT_TYPES:
-        return Interval(Fraction(math.floor(a.lo)), Fraction(math.ceil(a.hi)), True)
-    return Interval(a.lo, a.hi, False)
+    out, misfits = _cast_interval(node, a)
+    return out.or_null(a.nullable or misfits)
 
 
 #: Interval rule per node type; :func:`_iv` uses the most specific class in the node's MRO.
