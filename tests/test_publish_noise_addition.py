@@ -208,3 +208,19 @@ def test_a_boolean_or_category_column_is_refused_before_reading(tmp_path: Path, 
     _, policy = _world(tmp_path, pd.DataFrame({"q": np.resize(values, 300)}), columns)
     with pytest.raises(PublicationRefused, match="krr"):
         _publish(policy, {"columns": ["q"], "params": ["a=1"]})
+
+
+@pytest.mark.parametrize("outside", [1e6, 1e300, -1e300, 91.0, 16.5, -50.0])
+def test_an_out_of_domain_value_is_drawn_as_its_nearer_bound(outside: float) -> None:
+    """Red team s20b F5: a source value far outside its declared domain came out exactly on the lower bound in every
+    draw (the far tail's quantile underflowed to -inf): a marker. It is now drawn as the nearer bound's value is: no
+    output equals a bound, and the draws match those of the bound itself (same uniforms)."""
+    from veil.generators.sdc import truncated_noise
+
+    lo, hi, scale = np.array([17.0]), np.array([90.0]), np.full((2000, 1), 18.25)
+    x = np.full((2000, 1), outside)
+    got, _ = truncated_noise(x, scale, lo, hi, np.random.default_rng(3))
+    bound = hi if outside > hi[0] else lo
+    want, _ = truncated_noise(np.full((2000, 1), bound[0]), scale, lo, hi, np.random.default_rng(3))
+    assert np.isfinite(got).all() and ((got > lo) & (got < hi)).all()
+    np.testing.assert_array_equal(got, want)

@@ -142,9 +142,11 @@ def test_a_second_release_without_dp_guarantee_of_a_population_is_refused_free_w
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, first: str
 ) -> None:
     """For every pair (first, second) of kinds without a guarantee: after the first release of ``people``, the second
-    is refused free — to a new output of ``people``, to a snapshot table of the same (default) population, and with
-    ``--replace`` over the first (it was public) — naming the first; a table of another declared population goes."""
-    policy = _world(tmp_path, {"people": "", "people_new": "", "others": 'population = "others"\n'})
+    is refused free — to a new output of ``people``, to a snapshot table of the same population, and with
+    ``--replace`` over the first (it was public) — naming the first; a table of another declared population goes (the
+    undeclared default would match every population: red team s20b F2)."""
+    same = 'population = "patients"\n'
+    policy = _world(tmp_path, {"people": same, "people_new": same, "others": 'population = "others"\n'})
     kind, request = FIRST[first]
     rid = _publish(policy, kind, request, output="first").release_id
     for second, (kind2, request2) in sorted(SECOND.items()):
@@ -206,20 +208,24 @@ def test_a_capped_table_refuses_every_release_without_guarantee_free(
 
 @pytest.mark.slow
 def test_two_publications_without_guarantee_of_one_population_never_run_at_once(tmp_path: Path) -> None:
-    """While one holds its population's claim (it has read a history without the other), a second of the same
-    population is refused typed and free; one of another population, and a DP one, go."""
+    """While one holds the claim (it has read a history without the other), a second without a DP guarantee is refused
+    typed and free — of the same population or of another: the claim is one for all populations, so two curators whose
+    policies name the same people differently cannot each hold their own (red team s20b F3); a DP one goes."""
     from veil.errors import InputError
     from veil.generators.registry import get_plugin
     from veil.generators.transaction import history_claim
 
-    policy = _world(tmp_path, {"people": "", "people_new": "", "others": 'population = "others"\n'})
+    same = 'population = "patients"\n'
+    policy = _world(tmp_path, {"people": same, "people_new": same, "others": 'population = "others"\n'})
     kind, request = FIRST["rank_swapping"]
     running = get_plugin(kind).plan(policy, {**request, "table": "people", "output": "x"})
     with history_claim(policy, running):
         with pytest.raises(InputError, match="running right now"):
             _publish(policy, *FIRST["microagg_mdav"], table="people_new", output="y")
-        _publish(policy, *FIRST["microagg_mdav"], table="others", output="z")
+        with pytest.raises(InputError, match="running right now"):
+            _publish(policy, *FIRST["microagg_mdav"], table="others", output="z")
         _publish(policy, *_KRR, output="k")
+    _publish(policy, *FIRST["microagg_mdav"], table="others", output="z")  # once the claim is let go
 
 
 def test_a_release_recorded_before_the_flag_is_read_by_its_charge() -> None:

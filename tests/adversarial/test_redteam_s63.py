@@ -236,6 +236,11 @@ _BIG = "v" * 20_000
         # review s20 H2: one hash-table row holds every key (each under the cap, 24 kB together; DISTINCT likewise)
         "SELECT name || name AS k0, name || name || name AS k1, COUNT(*) FROM t GROUP BY k0, k1",
         "SELECT COUNT(DISTINCT (name || name, name || name || name)) FROM t",
+        # red team s20b F1: a derived row carries all its columns (into a join's build side, a sort): five 4 kB ones
+        "SELECT COUNT(*) FROM (SELECT id, "
+        + ", ".join(f"CASE WHEN id > -{i} THEN name END AS a{i}" for i in range(1, 6))
+        + " FROM t) AS x WHERE "
+        + " OR ".join(f"x.a{i} = 'q'" for i in range(1, 6)),
     ],
 )
 def test_f1_c_a_private_query_whose_values_could_not_spill_is_refused_free(f1_sessions: tuple[Any, Any], sql: str) -> None:

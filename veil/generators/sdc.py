@@ -140,6 +140,10 @@ def truncated_noise(
     scale = np.broadcast_to(np.asarray(scale, dtype=np.float64), x.shape)
     lo = np.broadcast_to(np.asarray(lower, dtype=np.float64), x.shape)
     hi = np.broadcast_to(np.asarray(upper, dtype=np.float64), x.shape)
+    # a value outside its declared domain is read at the nearer bound, as the bounded copy reads it: drawn around it,
+    # the far tail's quantile was -inf and the row came out exactly on the lower bound whatever its uniform (red team
+    # s20b F5: a marker of an out-of-domain value)
+    x = np.clip(x, lo, hi)
     u = rng.random(x.shape)
     plain = x + scale * ndtri(u)
     alpha, beta = (lo - x) / scale, (hi - x) / scale  # alpha ≤ 0 ≤ beta: x lies in its domain

@@ -561,7 +561,10 @@ def _describe(release: Any, state: str) -> str:
 
 def _non_dp_history(policy: Any, plan: Plan) -> list[tuple[Any, str]]:
     """Every publication ever recorded without a DP guarantee (live, replaced or retracted) that may hold the people of
-    ``plan``'s source: recorded under its population, of a source that holds it now, or of unknown population."""
+    ``plan``'s source: recorded under its population, of a source that holds it now, of unknown population, or of the
+    undeclared default one — a table that declares no population may hold anyone's rows, a declared one's included
+    (red team s20b F2: ``people`` declared "patients" and a copy of it with one newcomer declaring none published
+    the newcomer's exact value by differencing), so the default matches every population, either way round."""
     from veil.store.publications import publication_history
 
     mine = _population(policy, plan.source)
@@ -570,7 +573,7 @@ def _non_dp_history(policy: Any, plan: Plan) -> list[tuple[Any, str]]:
         if release_is_dp(release) or not isinstance(release.params, Mapping):
             continue
         theirs = _release_populations(policy, release)
-        if None in theirs or mine is None or mine in theirs:
+        if None in theirs or "" in theirs or mine in (None, "") or mine in theirs:
             out.append((release, state))
     return out
 
@@ -620,8 +623,9 @@ def check_release_history(policy: Any, plan: Plan) -> None:
         "a guarantee about the same people difference to single people's exact values (someone who joined or left "
         f"between them, two microaggregations with different k, two k-anonymous tables' groups intersected){why_replace}",
         hint=f"Publish with a DP method instead, whose ε is charged to the table's account ({_DP_KINDS}); if "
-        f"{plan.source!r} truly holds other people than those releases' sources, declare it: "
-        f'`population = "..."` in its [tables.{plan.source}] section',
+        f"{plan.source!r} truly holds other people than those releases' sources, declare a different "
+        f'`population = "..."` in its [tables.{plan.source}] section and theirs (a table that declares none may hold '
+        "anyone: it matches every population)",
         earlier=[r.id for r, _ in earlier],
     )
 
@@ -641,14 +645,15 @@ def history_claim(policy: Any, plan: Plan) -> Iterator[None]:
     if plan.is_dp:
         yield
         return
-    population = _population(policy, plan.source)
+    # one claim for every population: a claim named by the population would let two curators whose policies name the
+    # same people differently (an edit during a publication) each hold their own and both land (red team s20b F3)
     with contextlib.ExitStack() as held:
         try:
-            held.enter_context(warehouse.output_claim(policy, _HISTORY_CLAIM + str(population)))
+            held.enter_context(warehouse.output_claim(policy, _HISTORY_CLAIM))
         except InputError:
             raise InputError(
                 f"another publication without DP guarantee of {_where(policy, plan)} is running right now: at most one "
-                "such release per population is allowed",
+                "such release runs at a time",
                 hint="Wait for it to finish (this one will then be refused), or publish with a DP method",
             ) from None
         yield

@@ -181,7 +181,9 @@ def largest_text_value(tree: exp.Expression, column_bytes: Callable[[str, str], 
     that does), the largest of any one value it builds (an operand on its way, whatever columns it reads: a value of
     public columns is built once per joined private row, review s20 H1; a stored column's value or a literal is
     referenced, not copied), the GROUP BY keys together, each DISTINCT's
-    arguments together, and a SELECT DISTINCT's columns together (one hash-table row holds them all, review s20 H2).
+    arguments together, a SELECT DISTINCT's columns together (one hash-table row holds them all, review s20 H2), a
+    scope's own output columns together (a derived row travels whole), and, in a scope with a join, every text column
+    it reads of a private base table together (the row crosses the join with them; red team s20b F1).
     Scopes over public tables alone are left out (their rows do not depend on private data)."""
     largest = [0]
     _sizes(tree, column_bytes, largest, public)
@@ -294,6 +296,19 @@ def _sizes(
                     held.append([p.unalias() if isinstance(p, exp.Alias) else p for p in sel.expressions])
                 for keys in held:
                     largest[0] = max(largest[0], sum(size(e)[0] for e in keys))
+                # a row of a derived table or CTE over private rows carries all its columns together (into a join's
+                # build side, a sort); so does a private base table's row across a join, with every text column the
+                # scope reads of it (red team s20b F1: twelve 16 kB columns of one derived row, 192 kB build rows,
+                # failed past 925 private rows at the 256 MiB floor)
+                largest[0] = max(largest[0], sum(b for b, _ in own.values()))
+                if sel.args.get("joins"):
+                    read: dict[tuple[str, str], int] = {}
+                    for col in sel.find_all(exp.Column):
+                        src = scope.sources.get(col.table)
+                        private_table = isinstance(src, exp.Table) and public is not None and not public(src.name)
+                        if private_table and not _in_inner_scope(col, sel, inner):
+                            read[(col.table, col.name)] = column_bytes(src.name, col.name)
+                    largest[0] = max(largest[0], sum(read.values()))
         columns[id(sel)] = own
     return total, columns
 
