@@ -110,6 +110,10 @@ def test_publish_synth_imposter_gan_and_krr(policy: Path) -> None:
                 break
         return _json(res)
 
+    # both tables declare their population (an undeclared one matches every population: red team s20b F2)
+    policy.write_text(
+        policy.read_text().replace("[tables.adult]\n", '[tables.adult]\npopulation = "adult"\n', 1), encoding="utf-8"
+    )
     imp = publish("--method", "imposter", "--lambda", "1.0", "--output", "adult_imposter")
     # a second synthetic table of the same people is refused free (a population gets one release without a DP
     # guarantee: red team s64); the GAN goes from a table the policy declares to hold other people

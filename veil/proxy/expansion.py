@@ -181,9 +181,10 @@ def largest_text_value(tree: exp.Expression, column_bytes: Callable[[str, str], 
     that does), the largest of any one value it builds (an operand on its way, whatever columns it reads: a value of
     public columns is built once per joined private row, review s20 H1; a stored column's value or a literal is
     referenced, not copied), the GROUP BY keys together, each DISTINCT's
-    arguments together, a SELECT DISTINCT's columns together (one hash-table row holds them all, review s20 H2), a
-    scope's own output columns together (a derived row travels whole), and, in a scope with a join, every text column
-    it reads of a private base table together (the row crosses the join with them; red team s20b F1).
+    arguments together, a SELECT DISTINCT's columns together (one hash-table row holds them all, review s20 H2), the
+    values a scope builds as its output columns together (a derived row travels whole; a bare column passed through is
+    referenced, not copied), and, in a scope with a join, every column it reads of a private base table or of a derived
+    table or CTE over private rows together (a join's build side copies them into its rows; red team s20b F1).
     Scopes over public tables alone are left out (their rows do not depend on private data)."""
     largest = [0]
     _sizes(tree, column_bytes, largest, public)
@@ -300,14 +301,25 @@ def _sizes(
                 # build side, a sort); so does a private base table's row across a join, with every text column the
                 # scope reads of it (red team s20b F1: twelve 16 kB columns of one derived row, 192 kB build rows,
                 # failed past 925 private rows at the 256 MiB floor)
-                largest[0] = max(largest[0], sum(b for b, _ in own.values()))
+                built = [
+                    own[p.alias_or_name][0]
+                    for p in sel.expressions
+                    if not isinstance(p.unalias() if isinstance(p, exp.Alias) else p, (exp.Column, exp.Literal, exp.Star))
+                    and p.alias_or_name in own
+                ]
+                largest[0] = max(largest[0], sum(built))
                 if sel.args.get("joins"):
                     read: dict[tuple[str, str], int] = {}
                     for col in sel.find_all(exp.Column):
+                        if _in_inner_scope(col, sel, inner):
+                            continue
                         src = scope.sources.get(col.table)
-                        private_table = isinstance(src, exp.Table) and public is not None and not public(src.name)
-                        if private_table and not _in_inner_scope(col, sel, inner):
+                        if isinstance(src, exp.Table) and public is not None and not public(src.name):
                             read[(col.table, col.name)] = column_bytes(src.name, col.name)
+                        elif isinstance(src, Scope) and id(src.expression) in private_scopes:
+                            read[(col.table, col.name)] = columns.get(id(src.expression), {}).get(
+                                col.name, (SCALAR_TEXT_BYTES, 0)
+                            )[0]
                     largest[0] = max(largest[0], sum(read.values()))
         columns[id(sel)] = own
     return total, columns
