@@ -96,6 +96,17 @@ def _build_cursor(instance: duckdb.DuckDBPyConnection) -> duckdb.DuckDBPyConnect
     return cur
 
 
+def _raise_bind_failure(cur: duckdb.DuckDBPyConnection, sql: str, exc: duckdb.Error) -> None:
+    """Raise ``exc`` as an :class:`EngineError` from before reading data when ``sql`` fails to bind with it (binding
+    reads no data: refused free); return otherwise, for the caller to raise it as it is."""
+    if isinstance(exc, _BIND_ERRORS) or _fails_to_bind(cur, sql, exc):
+        raise EngineError(
+            f"the query could not be run: {type(exc).__name__.replace('Exception', '')} error",
+            hint="Check that values are compared with columns of the same type",
+            before_data=True,
+        ) from None
+
+
 #: The temporary table a bounded instance builds a public answer into before it is fetched (:meth:`_fetch_held`).
 _ANSWER = "__veil_answer"
 
@@ -249,12 +260,7 @@ class DuckDBEngine:
         except duckdb.InterruptException:
             raise
         except duckdb.Error as exc:
-            if isinstance(exc, _BIND_ERRORS) or _fails_to_bind(cur, sql, exc):
-                raise EngineError(
-                    f"the query could not be run: {type(exc).__name__.replace('Exception', '')} error",
-                    hint="Check that values are compared with columns of the same type",
-                    before_data=True,
-                ) from None
+            _raise_bind_failure(cur, sql, exc)
             raise
         desc: Sequence[Any] = cur.description or []
         return Result(tuple(d[0] for d in desc), tuple(str(d[1]) for d in desc), rows)
@@ -274,12 +280,7 @@ class DuckDBEngine:
         except duckdb.InterruptException:
             raise
         except duckdb.Error as exc:
-            if isinstance(exc, _BIND_ERRORS) or _fails_to_bind(cur, sql, exc):
-                raise EngineError(
-                    f"the query could not be run: {type(exc).__name__.replace('Exception', '')} error",
-                    hint="Check that values are compared with columns of the same type",
-                    before_data=True,
-                ) from None
+            _raise_bind_failure(cur, sql, exc)
             raise
         rows = cur.execute(f"SELECT * FROM temp.{_ANSWER}").fetchall()
         cur.execute(f"DROP TABLE temp.{_ANSWER}")

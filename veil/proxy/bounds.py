@@ -588,7 +588,7 @@ def mark_arithmetic_that_cannot_raise(tree: exp.Expression, catalog: Catalog, ma
     for scope in traverse_scope(tree):
         inner = {id(s.expression) for s in (*scope.subquery_scopes, *scope.derived_table_scopes, *scope.cte_scopes)}
         for node in scope.expression.find_all(*_ARITH, exp.Cast):
-            if _in_inner(node, scope.expression, inner) or node.meta.get(mark):
+            if in_inner_scope(node, scope.expression, inner) or node.meta.get(mark):
                 continue
             if isinstance(node, exp.Cast):
                 to = node.args.get("to")
@@ -615,7 +615,7 @@ def mark_arithmetic_that_cannot_raise(tree: exp.Expression, catalog: Catalog, ma
     return marked
 
 
-def _in_inner(node: exp.Expression, top: exp.Expression, inner: set[int]) -> bool:
+def in_inner_scope(node: exp.Expression, top: exp.Expression, inner: set[int]) -> bool:
     """Whether ``node`` lies in a nested scope of ``top`` (measured when that scope's turn comes)."""
     parent = node.parent
     while parent is not None and parent is not top:

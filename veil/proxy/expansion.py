@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
+from veil.proxy.bounds import in_inner_scope
 from veil.proxy.totality import converts, raises
 
 __all__ = ["SCALAR_TEXT_BYTES", "Expansion", "largest_text_value", "measure", "text_work"]
@@ -292,7 +293,7 @@ def _sizes(
                 # one hash-table row holds every key of a GROUP BY, every argument of a DISTINCT, every column of a
                 # SELECT DISTINCT at once
                 held = [sel.args["group"].expressions] if sel.args.get("group") is not None else []
-                held += [d.expressions for d in sel.find_all(exp.Distinct) if not _in_inner_scope(d, sel, inner)]
+                held += [d.expressions for d in sel.find_all(exp.Distinct) if not in_inner_scope(d, sel, inner)]
                 if sel.args.get("distinct") is not None:
                     held.append([p.unalias() if isinstance(p, exp.Alias) else p for p in sel.expressions])
                 for keys in held:
@@ -311,7 +312,7 @@ def _sizes(
                 if sel.args.get("joins"):
                     read: dict[tuple[str, str], int] = {}
                     for col in sel.find_all(exp.Column):
-                        if _in_inner_scope(col, sel, inner):
+                        if in_inner_scope(col, sel, inner):
                             continue
                         src = scope.sources.get(col.table)
                         if isinstance(src, exp.Table) and public is not None and not public(src.name):
@@ -323,13 +324,3 @@ def _sizes(
                     largest[0] = max(largest[0], sum(read.values()))
         columns[id(sel)] = own
     return total, columns
-
-
-def _in_inner_scope(node: exp.Expression, top: exp.Expression, inner: set[int]) -> bool:
-    """Whether ``node`` lies in a nested scope of ``top`` (a subquery, derived table or CTE: measured in its own turn)."""
-    parent = node.parent
-    while parent is not None and parent is not top:
-        if id(parent) in inner:
-            return True
-        parent = parent.parent
-    return False
