@@ -38,6 +38,7 @@ def hier_dir(shared_data: Path) -> Path:
 @pytest.mark.parametrize("algorithm", ALGOS)
 @pytest.mark.parametrize("k", [5, 25])
 def test_adult_subset_is_k_anonymous_and_audit_agrees(adult3k: pd.DataFrame, hier_dir: Path, algorithm: str, k: int) -> None:
+    plain = anonymise(adult3k, qi=QI, k=k, algorithm=algorithm, hierarchies=hier_dir, seed=3)
     res = anonymise(adult3k, qi=QI, k=k, algorithm=algorithm, hierarchies=hier_dir, sensitive=["income"], seed=3)
     assert len(res.table) == len(adult3k)
     assert res.min_class_size >= k
@@ -50,7 +51,13 @@ def test_adult_subset_is_k_anonymous_and_audit_agrees(adult3k: pd.DataFrame, hie
     space = QISpace(adult3k, QI, res_hierarchies(hier_dir))
     random_labels = np.random.default_rng(0).permutation(len(adult3k)) // k
     random_labels = np.minimum(random_labels, random_labels.max() - (len(adult3k) % k != 0))
-    assert res.ncp_percent < 0.6 * ncp_percent(space, random_labels)
+    random_ncp = ncp_percent(space, random_labels)
+    assert plain.ncp_percent < 0.6 * random_ncp
+    # with --sensitive income every class is also diverse (no income on more than 90 % of a class, s20b F4), which costs
+    # generalisation: income follows marital status and age, so never-married and young people share their classes
+    # with others. Measured (seed 3): NCP 38.1 / 40.8 / 35.1 / 29.7 % at k = 5 and 41.4 / 41.4 / 58.1 / 51.6 % at k = 25
+    # (mondrian / relaxed / oka / kma), against 12.8-17.6 % and 26.5-39.0 % without, and 90.4 % for random classes
+    assert res.ncp_percent < 0.7 * random_ncp
 
 
 def res_hierarchies(hier_dir: Path) -> dict:

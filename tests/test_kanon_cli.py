@@ -68,7 +68,9 @@ def test_publish_audit_and_query_release(policy: Path, shared_data: Path, tmp_pa
     summary = json.loads(out)
     assert set(summary) == {"table", "k", "ncp_percent", "min_class_size", "seconds"}
     assert summary["table"] == "adult_k5" and summary["k"] == 5 and summary["min_class_size"] >= 5
-    assert 0 < summary["ncp_percent"] < 30
+    # every class is income-diverse (no income on more than 90 % of a class, s20b F4): 31.8 % measured (seed 1); 16.0 % for
+    # the same command's k-anonymous partition alone (the partition published before, with homogeneous classes' income blanked)
+    assert 0 < summary["ncp_percent"] < 40
 
     exported = pd.read_csv(export)
     assert len(exported) < 2500  # rows with '?' dropped
@@ -130,10 +132,11 @@ def test_publish_audit_and_query_release(policy: Path, shared_data: Path, tmp_pa
         ("adult", "logistic_regression"),
     ]
     assert all(0.6 < r["accuracy"] <= 1 for r in rows if r["table"] == "adult")
-    # the k-anonymous table's income is NULL in every class it was (nearly) the only value of (s64 F10, the homogeneity
-    # attack): the rows left to learn and score from are the mixed classes', the hard ones (0.58-0.63 measured on the
-    # sampled test split, 0.80+ before the suppression); still above chance
-    assert all(0.5 < r["accuracy"] <= 1 for r in rows if r["table"] == "adult_k5")
+    # every class keeps its income (classes are diverse by construction, nothing is blanked: s20b F4), so a model learns
+    # from every row: 0.746 (naive Bayes) and 0.802 (logistic regression) measured, against 0.78 / 0.826 on the source;
+    # 0.58-0.63 when homogeneous classes' income was NULL (s64 F10's suppression). The row order is CSPRNG-shuffled, so
+    # the split varies from run to run: the bound leaves room
+    assert all(0.6 < r["accuracy"] <= 1 for r in rows if r["table"] == "adult_k5")
 
 
 @pytest.mark.slow
@@ -176,7 +179,7 @@ def test_errors_exit_2_and_write_nothing(policy: Path, monkeypatch: pytest.Monke
 
     import veil.generators.kanon.anonymisation as kanon
 
-    monkeypatch.setattr(kanon, "kmember", lambda space, k, rng=None, tick=None: np.arange(space.n) // 2)
+    monkeypatch.setattr(kanon, "kmember", lambda space, k, rng=None, tick=None, diversity=None: np.arange(space.n) // 2)
     code, _, err = _run(
         ["publish", "kanon", "--policy", str(policy), "--table", "adult", "--k", "5", "--qi", "age,sex", "--output", "broken"]
     )

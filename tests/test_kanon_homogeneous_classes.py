@@ -1,7 +1,8 @@
 """k-anonymity's homogeneity attack (red team s64 F10): a published class whose members (nearly) all share one
-sensitive value gives that value to anyone who knows a member's quasi-identifiers. ``kanon --sensitive`` publishes such
-a class's sensitive values as NULL (``plugins.kanon.suppress_homogeneous``): no class's commonest published value may be
-more than ``MAX_KEEP_PROBABILITY`` of its rows, for every algorithm."""
+sensitive value gives that value to anyone who knows a member's quasi-identifiers. ``kanon --sensitive`` forms only
+classes whose commonest sensitive value is at most ``max_share`` (default ``MAX_KEEP_PROBABILITY``, 0.9) of their rows,
+for every algorithm, and publishes every value (the NULL that used to blank such a class marked its composition: red
+team s20b F4, ``tests/test_kanon_diverse_classes.py``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import pandas as pd
 import pytest
 
 from veil.generators.gate import MAX_KEEP_PROBABILITY
-from veil.generators.plugins.kanon import suppress_homogeneous
 
 _POLICY = """\
 [database]
@@ -28,22 +28,6 @@ income = { type = "category", values = ["<=50K", ">50K"] }
 [analysts.bob]
 epsilon = 2.0
 """
-
-
-def test_the_rule_on_a_frame() -> None:
-    frame = pd.DataFrame(
-        {
-            "q": ["a"] * 5 + ["b"] * 5 + ["c"] * 11 + ["d"] * 5,
-            "s": ["x"] * 5 + ["x", "x", "x", "x", "y"] + ["x"] * 10 + ["y"] + [None, None, None, None, "x"],
-        }
-    )
-    out, counts = suppress_homogeneous(frame, ["q"], ["s"])
-    assert out["s"].iloc[:5].isna().all()  # homogeneous
-    assert list(out["s"].iloc[5:10]) == ["x", "x", "x", "x", "y"]  # 80 %: kept
-    assert out["s"].iloc[10:21].isna().all()  # 10 of 11 (91 %): suppressed
-    assert list(out["s"].iloc[21:].isna()) == [True] * 4 + [False]  # NULLs are no value: 1 of 5 'x' kept
-    assert counts == {"s": 16}
-    assert frame["s"].iloc[0] == "x"  # the input is not modified
 
 
 @pytest.mark.parametrize("algorithm", ["mondrian", "oka", "kmember"])
@@ -81,10 +65,9 @@ def test_no_published_class_gives_its_members_sensitive_value(tmp_path: Path, al
 
     with veil_api.connect(path, analyst="bob") as db:
         pub = db.sql("SELECT age, sex, income FROM pub")
+    assert pub["income"].notna().all()  # nothing suppressed: a NULL would mark its class's composition (s20b F4)
     classes = pub.groupby(["age", "sex"], dropna=False)["income"]
     for _, values in classes:
         assert len(values) >= 5
         counts = values.value_counts(dropna=True)
-        if len(counts):
-            assert counts.iloc[0] / len(values) <= MAX_KEEP_PROBABILITY, values.tolist()
-    assert pub["income"].notna().any()  # diverse classes keep their values: the rule does not blank the column
+        assert counts.iloc[0] / len(values) <= MAX_KEEP_PROBABILITY, values.tolist()

@@ -50,7 +50,11 @@ def _neurons(text: str) -> tuple[int, int, int]:
 )
 @click.option("--k", "k", type=click.IntRange(min=2), required=True, help="Smallest equivalence-class size.")
 @click.option("--qi", required=True, help="Comma-separated quasi-identifiers (generalised).")
-@click.option("--sensitive", default="", help="Comma-separated sensitive columns (published unchanged; ℓ-diversity reported).")
+@click.option(
+    "--sensitive",
+    default="",
+    help="Comma-separated sensitive columns (published unchanged, every class diverse: see --max-share).",
+)
 @click.option(
     "--hierarchies",
     type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -80,6 +84,13 @@ def _neurons(text: str) -> tuple[int, int, int]:
     show_default=True,
     help="Mondrian cut rule: NCP gain (default) or the original widest-QI median.",
 )
+@click.option(
+    "--max-share",
+    type=float,
+    default=0.9,
+    show_default=True,
+    help="With --sensitive: no value on more than this share of any class ((α,k)-anonymity; in (0, 0.9]).",
+)
 @click.option("--seed", type=int, default=None, help="Seed for seeds/shuffles (default: fresh randomness).")
 @output_table_options
 @click.option(
@@ -104,6 +115,7 @@ def publish_kanon_command(
     som_epochs: int,
     missing: str,
     mondrian_split: str,
+    max_share: float,
     seed: int | None,
     output: str,
     replace: bool,
@@ -130,6 +142,7 @@ def publish_kanon_command(
         som_epochs=som_epochs,
         missing=missing,
         split=mondrian_split,
+        max_share=max_share,
         seed=seed,
         replace=replace,
         export=export,

@@ -43,7 +43,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from veil.errors import InputError, VacuousParameter, did_you_mean
+from veil.errors import InputError, InternalError, VacuousParameter, did_you_mean
+from veil.generators.kanon.diversity import DEFAULT_MAX_SHARE, Diversity, check_max_share, require_feasible
 from veil.generators.kanon.generalise import QISpace
 from veil.generators.kanon.hierarchies import Hierarchy, load_hierarchies
 from veil.generators.kanon.kmember import kmember
@@ -92,7 +93,9 @@ class KAnonConfig:
     ``hierarchies``: a folder of taxonomy files, or ``{column: Hierarchy}``; ``som_neurons``:
     ``(lower, upper, step)`` of the neuron-count search; ``missing``: ``"drop"`` or ``"leaf"``;
     ``split``: Mondrian's split rule; ``seed``: algorithmic randomness (OKA/K-Member seeds, SOM); ``grids``: numeric
-    QIs' public label grids (without one, a numeric label is its class's ``[min, max]``, library use only).
+    QIs' public label grids (without one, a numeric label is its class's ``[min, max]``, library use only);
+    ``max_share``: with ``sensitive`` columns, no value may be more than this share of any class, in each sensitive
+    column ((α, k)-anonymity, :mod:`~veil.generators.kanon.diversity`; in (0, 0.9], default 0.9).
     """
 
     qi: tuple[str, ...]
@@ -110,6 +113,8 @@ class KAnonConfig:
     #: per numeric QI, its public label grid ``(origin, step, integer)`` (``generalise.public_grid``; the publication
     #: derives it from the declared bounds): labels run between grid cells' ends, never a member's value (s64 F7)
     grids: Mapping[str, tuple[float, float, bool]] | None = None
+    #: (α, k)-anonymity's α: the largest share of a class one sensitive value may hold (red team s20b F4)
+    max_share: float = DEFAULT_MAX_SHARE
 
     def __post_init__(self) -> None:
         for name in ("qi", "sensitive", "som_columns"):
@@ -129,6 +134,7 @@ class KAnonConfig:
                 "to keep an unprotected copy, write it as a private table instead",
             )
         object.__setattr__(self, "k", int(k))
+        object.__setattr__(self, "max_share", check_max_share(self.max_share))
         if self.missing not in MISSING:
             raise InputError(f"unknown missing-value policy {self.missing!r}", hint="Use --missing drop or --missing leaf")
         if not self.qi:
@@ -162,6 +168,7 @@ class KAnonConfig:
             "missing": self.missing,
             "split": self.split,
             "seed": self.seed,
+            "max_share": self.max_share,
         }
 
 
@@ -283,17 +290,25 @@ def anonymise(
             f"parameter k={k} cannot be met: only {len(clean)} complete rows, fewer than k",
             hint="Lower k, publish more rows, or use --missing leaf",
         )
+    diversity = None
+    if config.sensitive:
+        # diverse classes by construction; refused (typed, before any class is formed) when the whole table is not
+        require_feasible(clean, config.sensitive, config.max_share)
+        diversity = Diversity.from_frame(clean, config.sensitive, config.max_share)
     algo_rng = np.random.default_rng(config.seed)
     space = QISpace(clean, config.qi, hier, ends=_numeric_ends(df, config, loaded), grids=config.grids)
 
     start, cpu_start = time.perf_counter(), time.process_time()
     if config.algorithm in ("mondrian", "mondrian-relaxed"):
-        labels = mondrian(space, k, relaxed=config.algorithm == "mondrian-relaxed", split=config.split, tick=tick)
+        relaxed = config.algorithm == "mondrian-relaxed"
+        labels = mondrian(space, k, relaxed=relaxed, split=config.split, tick=tick, diversity=diversity)
     elif config.algorithm == "oka":
-        labels = oka(space, k, rng=algo_rng, tick=tick)
+        labels = oka(space, k, rng=algo_rng, tick=tick, diversity=diversity)
     else:
-        labels = kmember(space, k, rng=algo_rng, tick=tick)
+        labels = kmember(space, k, rng=algo_rng, tick=tick, diversity=diversity)
     seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu_start
+    if diversity is not None and not diversity.labels_ok(labels):
+        raise InternalError("a k-anonymous class is not diverse in its sensitive columns", hint="This is a bug, please report it")
 
     table = space.generalised_frame(labels)
     for col in config.sensitive:

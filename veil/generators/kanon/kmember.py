@@ -13,6 +13,13 @@ Differences, both lossless for k-anonymity and both lowering NCP:
   (a cluster may then hold up to ``2k - 2`` rows);
 * every candidate is scored at once with numpy (``_scoring.Scorer``), so one step costs a few
   gathers over the remaining tuples instead of a Python loop: O(n²/k) work, vectorised.
+
+With ``diversity`` (:mod:`~veil.generators.kanon.diversity`): a tuple of k copies or more is its own class only when
+diverse itself; leftovers prefer clusters they keep diverse; and every class not diverse is then merged into its
+nearest class, one the union makes diverse where there is one (``merge_until_diverse``). Growing each cluster past k
+until diverse (by the cheapest tuple without its over-represented value) was measured and dropped: on 3,000 Adult
+rows (``age, sex, hours_per_week``, ``income``, α = 0.9) it gave 39–41 % NCP at k = 5 against 9 % for the merge
+(the furthest-first seeds sit where one value dominates, and pull in far records).
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import numpy as np
 
 from veil.errors import InputError
 from veil.generators.kanon._scoring import BoxSet, Scorer, distinct_tuples
+from veil.generators.kanon.diversity import Diversity, merge_until_diverse
 from veil.generators.kanon.generalise import QISpace
 
 __all__ = ["kmember"]
@@ -34,6 +42,7 @@ def kmember(
     *,
     rng: np.random.Generator | None = None,
     tick: Callable[[int], None] | None = None,
+    diversity: Diversity | None = None,
 ) -> np.ndarray:
     """Class label per row (0..C-1) of a greedy k-member clustering of ``space``.
 
@@ -51,8 +60,15 @@ def kmember(
     uniq, weight, inverse = distinct_tuples(space.codes.astype(np.int64))
     scorer = Scorer(space, uniq)
     tuple_label = np.full(len(uniq), -1, dtype=np.int64)
+    div = diversity
+    counts = np.zeros((len(uniq), div.width if div is not None else 0), dtype=np.int64)
+    if div is not None:
+        np.add.at(counts, inverse, div.onehot)
 
-    big = np.flatnonzero(weight >= k)
+    big_enough = weight >= k
+    if div is not None:
+        big_enough &= div.ok(counts, weight)
+    big = np.flatnonzero(big_enough)
     tuple_label[big] = np.arange(len(big))
     box_lo: list[np.ndarray] = [uniq[t] for t in big]
     box_hi: list[np.ndarray] = [uniq[t] for t in big]
@@ -60,7 +76,7 @@ def kmember(
     if tick is not None and len(big):
         tick(int(weight[big].sum()))
 
-    ids = np.flatnonzero(weight < k)  # tuples still to cluster (compacted from time to time)
+    ids = np.flatnonzero(~big_enough)  # tuples still to cluster (compacted from time to time)
     keys = scorer.keys[ids]
     wts = weight[ids].astype(np.float64)
     alive = np.ones(len(ids), dtype=bool)
@@ -105,17 +121,32 @@ def kmember(
             alive = np.ones(len(ids), dtype=bool)
 
     rest = ids[alive]
-    if len(rest):
+    if len(rest) and not box_lo:
+        tuple_label[rest] = 0  # fewer than k rows in all: one class (refused by the caller's size check)
+    elif len(rest):
         boxes = BoxSet(scorer, np.array(box_lo), np.array(box_hi))
         sizes = np.array(box_size, dtype=np.float64)
         losses = boxes.cost() * sizes
+        held_by = np.zeros((len(box_lo), counts.shape[1]), dtype=np.int64)
+        if div is not None:
+            np.add.at(held_by, tuple_label[tuple_label >= 0], counts[tuple_label >= 0])
         for t in rest:
             merged = boxes.merged_cost(uniq[t])
-            c = int(np.argmin(merged * (sizes + weight[t]) - losses))
+            grow = merged * (sizes + weight[t]) - losses
+            if div is not None:
+                fine = div.ok(held_by + counts[t], sizes + weight[t])
+                if fine.any():
+                    grow = np.where(fine, grow, np.inf)
+            c = int(np.argmin(grow))
             tuple_label[t] = c
             boxes.extend(c, uniq[t])
             sizes[c] += weight[t]
             losses[c] = merged[c] * sizes[c]
+            if div is not None:
+                held_by[c] += counts[t]
             if tick is not None:
                 tick(int(weight[t]))
-    return tuple_label[inverse]
+    labels = tuple_label[inverse]
+    if div is not None:
+        labels = merge_until_diverse(labels, space.codes.astype(np.int64), scorer.tables, div)
+    return labels

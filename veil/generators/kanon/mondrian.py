@@ -23,6 +23,11 @@ Models (``relaxed=``):
   boundaries: the best boundary for ``gain``, the one nearest the median for ``median``);
 * relaxed: numeric cuts may fall inside a run of equal values (rows with the median value
   can land on both sides), which lets every partition of ``2k`` rows or more be cut.
+
+With ``diversity`` (the sensitive columns, :mod:`~veil.generators.kanon.diversity`), a cut is a candidate only
+when every part stays diverse (LeFevre et al.'s ℓ-diverse Mondrian): a categorical cut first pools its undiverse
+values' parts together, then into a part that makes them diverse (none: no cut). The root is diverse (checked before),
+so every class is.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from collections.abc import Callable
 import numpy as np
 
 from veil.errors import InputError
+from veil.generators.kanon.diversity import Diversity
 from veil.generators.kanon.generalise import QISpace
 
 __all__ = ["SPLITS", "mondrian"]
@@ -40,7 +46,7 @@ SPLITS = ("gain", "median")
 
 
 class _Cutter:
-    def __init__(self, space: QISpace, k: int, relaxed: bool, split: str) -> None:
+    def __init__(self, space: QISpace, k: int, relaxed: bool, split: str, diversity: Diversity | None = None) -> None:
         self.q = space.codes.shape[1]
         self.tables = [space.cost_table(j) for j in range(self.q)]
         self.width = np.array([t.shape[0] for t in self.tables], dtype=np.int64)
@@ -51,6 +57,8 @@ class _Cutter:
         self.k = k
         self.relaxed = relaxed
         self.split = split
+        self.div = diversity
+        self.rows = np.arange(space.n)  # the rows of the partition being cut (set by ``cut``)
 
     def cost(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """Summed NCP of boxes ``(..., Q)``: one gather from the concatenated flat cost tables."""
@@ -75,6 +83,14 @@ class _Cutter:
         total = self.cost(pmin[a:b], pmax[a:b]) * left + right_cost * (m - left)
         if not self.relaxed:
             total = np.where(col[a:b] != col[a + 1 : b + 1], total, np.inf)
+        if self.div is not None:
+            prefix = np.cumsum(self.div.onehot[self.rows[order]], axis=0)
+            kept = prefix[a:b]
+            total = np.where(
+                self.div.ok(kept, left) & self.div.ok(prefix[-1] - kept, m - left),
+                total,
+                np.inf,
+            )
         i = int(np.argmin(total))
         if not np.isfinite(total[i]):
             return None
@@ -98,6 +114,13 @@ class _Cutter:
                 return None
             bigs = np.flatnonzero(~small)
             group = np.where(small, group[bigs[np.argmin(sizes[bigs])]], group)
+        if self.div is not None:
+            found = self._diverse_groups(
+                self.div, group, sizes, np.add.reduceat(self.div.onehot[self.rows[order]], starts, axis=0)
+            )
+            if found is None:
+                return None
+            group = found
         n_parts = int(group.max()) + 1
         s = part[order]
         vlo = np.minimum.reduceat(s, starts, axis=0)
@@ -112,6 +135,39 @@ class _Cutter:
         ids[order] = np.repeat(group, sizes)
         return total, ids
 
+    def _diverse_groups(self, div: Diversity, group: np.ndarray, sizes: np.ndarray, counts: np.ndarray) -> np.ndarray | None:
+        """``group`` (part per value run) with undiverse parts merged: pooled together, then into the largest part that
+        makes them diverse (else the largest part); None when fewer than two parts are left."""
+        group = group.copy()
+        n = int(group.max()) + 1
+        while True:
+            gsize = np.bincount(group, weights=sizes, minlength=n)
+            gcount = np.zeros((n, div.width), dtype=np.int64)
+            np.add.at(gcount, group, counts)
+            present = gsize > 0
+            bad = np.flatnonzero(present & ~div.ok(gcount, gsize))
+            if len(bad) == 0:
+                break
+            if len(bad) > 1:
+                group[np.isin(group, bad[1:])] = bad[0]
+                continue
+            c = int(bad[0])
+            others = np.flatnonzero(present)
+            others = others[others != c]
+            if len(others) == 0:
+                return None
+            fine = div.ok(gcount[others] + gcount[c], gsize[others] + gsize[c])
+            pool = others[fine] if fine.any() else others
+            group[group == c] = int(pool[np.argmax(gsize[pool])])
+        _, dense = np.unique(group, return_inverse=True)
+        dense = dense.reshape(-1).astype(np.int64)
+        return dense if int(dense.max()) >= 1 else None
+
+    def _halves_ok(self, ids: np.ndarray) -> bool:
+        if self.div is None:
+            return True
+        return all(self.div.ok_rows(self.rows[ids == i]) for i in (0, 1))
+
     def median_cut(self, part: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray | None:
         widths = np.array([self.tables[j][lo[j], hi[j]] for j in range(self.q)])
         m, k = len(part), self.k
@@ -123,17 +179,25 @@ class _Cutter:
                 order = np.argsort(col, kind="stable")
                 ids = np.zeros(m, dtype=np.int64)
                 ids[order[m // 2 :]] = 1
-                return ids
+                if self._halves_ok(ids):
+                    return ids
+                continue
             cum = np.cumsum(np.bincount(col - lo[j]))[:-1]
             valid = (cum >= k) & (cum <= m - k)
+            if self.div is not None and valid.any():
+                prefix = np.cumsum(self.div.onehot[self.rows[np.argsort(col, kind="stable")]], axis=0)
+                kept = prefix[np.maximum(cum - 1, 0)]
+                valid &= self.div.ok(kept, cum) & self.div.ok(prefix[-1] - kept, m - cum)
             if valid.any():
                 cand = np.flatnonzero(valid)
                 best = cand[np.argmin(np.abs(cum[cand] - m / 2.0))]
                 return (col > lo[j] + best).astype(np.int64)
         return None
 
-    def cut(self, part: np.ndarray) -> np.ndarray | None:
-        """Part id per row of the chosen cut, or None if the partition is final."""
+    def cut(self, part: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray | None:
+        """Part id per row of the chosen cut, or None if the partition is final (``rows``: the partition's row
+        numbers, for the sensitive counts)."""
+        self.rows = rows if rows is not None else np.arange(len(part))
         lo = part.min(axis=0)
         hi = part.max(axis=0)
         if self.split == "median":
@@ -164,8 +228,10 @@ def mondrian(
     relaxed: bool = False,
     split: str = "gain",
     tick: Callable[[int], None] | None = None,
+    diversity: Diversity | None = None,
 ) -> np.ndarray:
-    """Class label per row (0..C-1) of a k-anonymous Mondrian partition of ``space``.
+    """Class label per row (0..C-1) of a k-anonymous Mondrian partition of ``space`` (each class diverse too, with
+    ``diversity``, when the whole table is).
 
     >>> import pandas as pd
     >>> space = QISpace(pd.DataFrame({"a": range(10)}), ["a"])
@@ -179,14 +245,14 @@ def mondrian(
         raise InputError(f"the table has {space.n} rows, fewer than k={k}", hint="Lower k or publish more rows")
     if split not in SPLITS:
         raise InputError(f"unknown Mondrian split rule {split!r}", hint=f"Use one of {', '.join(SPLITS)}")
-    cutter = _Cutter(space, k, relaxed, split)
+    cutter = _Cutter(space, k, relaxed, split, diversity)
     codes = space.codes.astype(np.int64)
     labels = np.empty(space.n, dtype=np.int64)
     stack: list[np.ndarray] = [np.arange(space.n)]
     n_classes = 0
     while stack:
         rows = stack.pop()
-        ids = cutter.cut(codes[rows]) if len(rows) >= 2 * k else None
+        ids = cutter.cut(codes[rows], rows) if len(rows) >= 2 * k else None
         if ids is not None:
             order = np.argsort(ids, kind="stable")
             bounds = np.cumsum(np.bincount(ids))[:-1]

@@ -15,6 +15,11 @@ compares a cluster object with ``k`` instead of its size and publishes classes o
 
 As in ``kmember``, a QI tuple occurring at least ``k`` times is its own class before OKA runs,
 and copies of a tuple are assigned together in phase 1.
+
+With ``diversity`` (:mod:`~veil.generators.kanon.diversity`): a tuple of k copies or more is its own class only when
+diverse itself; phase 2 keeps, in each cluster, the nearest records up to the first count of k or more that is
+diverse (all of them when none is); given-up records prefer clusters they keep diverse; and any class still not
+diverse is merged into its nearest class (``merge_until_diverse``).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import numpy as np
 
 from veil.errors import InputError
 from veil.generators.kanon._scoring import BoxSet, Scorer, distinct_tuples
+from veil.generators.kanon.diversity import Diversity, merge_until_diverse
 from veil.generators.kanon.generalise import QISpace
 
 __all__ = ["oka"]
@@ -53,6 +59,7 @@ def oka(
     *,
     rng: np.random.Generator | None = None,
     tick: Callable[[int], None] | None = None,
+    diversity: Diversity | None = None,
 ) -> np.ndarray:
     """Class label per row (0..C-1) of a one-pass k-means k-anonymisation of ``space``.
 
@@ -72,8 +79,12 @@ def oka(
     scorer = Scorer(space, uniq)
     row_label = np.full(space.n, -1, dtype=np.int64)
 
-    big = np.flatnonzero(weight >= k)
     tuple_is_big = weight >= k
+    if diversity is not None:
+        held = np.zeros((len(uniq), diversity.width), dtype=np.int64)
+        np.add.at(held, inverse, diversity.onehot)
+        tuple_is_big &= diversity.ok(held, weight)
+    big = np.flatnonzero(tuple_is_big)
     big_label = np.full(len(uniq), -1, dtype=np.int64)
     big_label[big] = np.arange(len(big))
     row_label[tuple_is_big[inverse]] = big_label[inverse[tuple_is_big[inverse]]]
@@ -87,7 +98,7 @@ def oka(
     if n_seeds == 0:
         if n_rest:  # fewer than k rows left: they join their nearest fixed class
             _join_nearest(scorer, codes, row_label, rows, np.arange(n_fixed))
-        return _relabel(row_label)
+        return _diverse(codes, scorer, _relabel(row_label), diversity)
 
     # ---- phase 1: seeds, then every remaining record (tuple by tuple) to its nearest cluster
     seed_rows = rng.choice(rows, size=n_seeds, replace=False)
@@ -131,28 +142,52 @@ def oka(
     first = np.r_[0, np.cumsum(counts)[:-1]]
     rank = np.empty(len(rows), dtype=np.int64)
     rank[order] = np.arange(len(rows)) - first[local[order]]
-    surplus = rows[rank >= k]
+    keep_upto = np.full(n_seeds, k - 1, dtype=np.int64)  # the largest rank kept per cluster
+    if diversity is not None:
+        # the nearest records up to the first count of k or more that is diverse (all of them when none is)
+        ordered = rows[order]
+        at = local[order]
+        prefix = np.cumsum(diversity.onehot[ordered], axis=0)
+        before = np.zeros((n_seeds, diversity.width), dtype=np.int64)
+        before[1:] = prefix[first[1:] - 1] if n_seeds > 1 else before[1:]
+        r = rank[order]
+        good = (r >= k - 1) & diversity.ok(prefix - before[at], r + 1)
+        keep_upto = counts.astype(np.int64) - 1
+        np.minimum.at(keep_upto, at[good], r[good])
+        keep_upto = np.maximum(keep_upto, k - 1)
+    surplus = rows[rank > keep_upto[local]]
     row_label[surplus] = -1
-    local_kept = row_label[rows[rank < k]] - n_fixed
+    kept_rows = rows[rank <= keep_upto[local]]
+    local_kept = row_label[kept_rows] - n_fixed
     sizes = np.bincount(local_kept, minlength=n_seeds)
     lo = np.full((n_seeds, scorer.q), np.iinfo(np.int64).max, dtype=np.int64)
     hi = np.full((n_seeds, scorer.q), -1, dtype=np.int64)
-    kept_codes = codes[rows[rank < k]]
+    kept_codes = codes[kept_rows]
     for j in range(scorer.q):
         np.minimum.at(lo[:, j], local_kept, kept_codes[:, j])
         np.maximum.at(hi[:, j], local_kept, kept_codes[:, j])
     boxes = BoxSet(scorer, lo, hi)
 
-    # surplus records go to clusters still short of k first, then to the nearest cluster
+    held_by = np.zeros((n_seeds, diversity.width if diversity is not None else 0), dtype=np.int64)
+    if diversity is not None:
+        np.add.at(held_by, local_kept, diversity.onehot[kept_rows])
+
+    # surplus records go to clusters still short of k first, then to the nearest cluster (one they keep diverse)
     for r in surplus[rng.permutation(len(surplus))]:
         record = codes[r]
         cost = boxes.merged_cost(record)
         short = sizes < k
         if short.any():
             cost = np.where(short, cost, np.inf)
+        elif diversity is not None:
+            fine = diversity.ok(held_by + diversity.onehot[r], sizes + 1)
+            if fine.any():
+                cost = np.where(fine, cost, np.inf)
         c = int(np.argmin(cost))
         boxes.extend(c, record)
         sizes[c] += 1
+        if diversity is not None:
+            held_by[c] += diversity.onehot[r]
         row_label[r] = n_fixed + c
 
     # clusters still short of k are dissolved into the nearest full clusters (fixed ones included)
@@ -161,7 +196,14 @@ def oka(
         full = np.r_[np.arange(n_fixed), n_fixed + np.flatnonzero(sizes >= k)]
         loose = np.flatnonzero(np.isin(row_label, n_fixed + short_ids))
         _join_nearest(scorer, codes, row_label, loose, full)
-    return _relabel(row_label)
+    return _diverse(codes, scorer, _relabel(row_label), diversity)
+
+
+def _diverse(codes: np.ndarray, scorer: Scorer, labels: np.ndarray, diversity: Diversity | None) -> np.ndarray:
+    """``labels`` with every class that is not diverse merged into its nearest class."""
+    if diversity is None:
+        return labels
+    return merge_until_diverse(labels, codes, scorer.tables, diversity)
 
 
 def _join_nearest(scorer: Scorer, codes: np.ndarray, row_label: np.ndarray, loose: np.ndarray, targets: np.ndarray) -> None:

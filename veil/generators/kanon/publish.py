@@ -62,10 +62,12 @@ def publish_kanon(
     replace: bool = False,
     export: str | Path | None = None,
     progress: bool = True,
+    max_share: float | None = None,
 ) -> dict[str, Any]:
     """Anonymise ``table`` into ``output`` through the publish transaction (plug-in
     :mod:`veil.generators.plugins.kanon`); returns a summary dict. ``export`` also writes the
-    published table to a .csv/.parquet file (never over an existing file unless ``replace``)."""
+    published table to a .csv/.parquet file (never over an existing file unless ``replace``); ``max_share``: no
+    sensitive value on more than this share of any class (default 0.9, :mod:`veil.generators.kanon.diversity`)."""
     from veil.generators.transaction import publish, refuse_veil_file
     from veil.store.warehouse import export_frame, read_table
 
@@ -93,6 +95,8 @@ def publish_kanon(
         "seed": seed,
         "replace": replace,
     }
+    if max_share is not None:
+        request["max_share"] = max_share
     result = publish(policy, "kanon", request, progress=progress)
     summary = {**result.as_dict(), "total_seconds": time.perf_counter() - started}
     if export is not None:

@@ -2,15 +2,15 @@
 
 Request keys: ``table``, ``output``, ``algorithm``, ``k``, ``qi``, ``sensitive``, ``hierarchies``,
 ``som_columns``, ``som_label``, ``som_neurons``, ``som_epochs``, ``missing``, ``split``, ``seed``,
-``replace``. The release holds the generalised QIs, the sensitive columns (covered by the
-k-anonymity guarantee; ℓ-diversity reported) and the SOM neuron column, nothing else.
+``replace``, ``max_share``. The release holds the generalised QIs, the sensitive columns (unchanged, in classes
+diverse by construction: no value on more than ``max_share`` of any class, :mod:`veil.generators.kanon.diversity`;
+ℓ-diversity and t-closeness reported) and the SOM neuron column, nothing else.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 
 from veil.errors import InternalError, PublicationRefused
-from veil.generators.gate import MAX_KEEP_PROBABILITY
 from veil.generators.publication import ColumnProtection, Plan, Publication
 from veil.generators.registry import PublishPlugin, RunEnv, register_plugin
 
@@ -35,6 +34,7 @@ class KAnonPlugin(PublishPlugin):
         from veil.generators.base import check_seed
         from veil.generators.columns import disjoint_roles, distinct_columns, require_declared_domains
         from veil.generators.kanon import canonical_algorithm
+        from veil.generators.kanon.diversity import DEFAULT_MAX_SHARE, check_max_share
         from veil.generators.som import neuron_candidates
 
         algorithm = canonical_algorithm(request.get("algorithm", "kma"))
@@ -58,6 +58,8 @@ class KAnonPlugin(PublishPlugin):
         som_neurons = [int(v) for v in request.get("som_neurons") or (100, 300, 10)]
         if som_columns:
             neuron_candidates(*som_neurons)  # bounded, typed, before the data is read (s27 A9)
+        # (α, k)-anonymity's α, checked before anything is read (red team s20b F4: classes diverse by construction)
+        max_share = check_max_share(request.get("max_share", DEFAULT_MAX_SHARE))
         return Plan(
             kind=self.kind,
             method=f"kanon-{algorithm}",
@@ -77,6 +79,7 @@ class KAnonPlugin(PublishPlugin):
                 "som_label": som_label,
                 "som_neurons": som_neurons,
                 "som_epochs": int(request.get("som_epochs", 20)),
+                "max_share": max_share,
             },
             checks={"k": float(request["k"])},
             # only the columns it uses (red team s60 F3)
@@ -135,12 +138,12 @@ class KAnonPlugin(PublishPlugin):
                 split=p["mondrian_split"] or "gain",
                 seed=seed,
                 grids=_label_grids(env.spec, qi, trees),
+                max_share=p["max_share"],
                 tick=bar.update,
                 som_tick=som_bar.update,
             )
         group_columns = [*qi, *([SOM_COLUMN] if som_columns else [])]
-        table, suppressed = suppress_homogeneous(result.table, group_columns, list(sensitive))
-        result = replace(result, table=table)
+        shares = _require_diverse(result.table, group_columns, list(sensitive), p["max_share"], plan.output, som_columns)
         audit_start = time.perf_counter()
         report = audit_anonymity(
             result.table,
@@ -167,8 +170,8 @@ class KAnonPlugin(PublishPlugin):
             ColumnProtection(
                 c,
                 "sensitive",
-                f"unchanged where a class is diverse; covered by {k}-anonymity; NULL for a class whose commonest value "
-                f"is more than {MAX_KEEP_PROBABILITY:.0%} of its rows (ℓ-diversity reported)",
+                f"unchanged; covered by {k}-anonymity in classes whose commonest value is at most {p['max_share']:g} of "
+                f"their rows ((α, k)-anonymity, α = {p['max_share']:g}; ℓ-diversity and t-closeness reported)",
             )
             for c in sensitive
         ]
@@ -188,7 +191,8 @@ class KAnonPlugin(PublishPlugin):
             "total_seconds": time.perf_counter() - started,
             "audit": report.as_dict(),
             "som": result.som,
-            "sensitive_suppressed_rows": suppressed,
+            "max_share": p["max_share"],
+            "sensitive_max_share": shares,
         }
         return Publication(
             method=plan.method,
@@ -199,7 +203,7 @@ class KAnonPlugin(PublishPlugin):
             min_group=k,
             sensitive=tuple(sensitive),
             guarantee=f"{k}-anonymity on the quasi-identifiers {', '.join([*qi, *([SOM_COLUMN] if som_columns else [])])} "
-            "(no DP); sensitive columns unchanged",
+            f"(no DP); sensitive columns unchanged, no value on more than {p['max_share']:g} of any class",
             params={
                 "hierarchies": {c: str(Path(f).resolve()) for c, f in hier_files.items()},
                 "som_label": som_label if som_columns else None,
@@ -251,33 +255,30 @@ def _require_declared(spec: Any, columns: list[str]) -> None:
             )
 
 
-def suppress_homogeneous(table: pd.DataFrame, groups: list[str], sensitive: list[str]) -> tuple[pd.DataFrame, dict[str, int]]:
-    """``table`` with each sensitive column set to NULL over every equivalence class (rows equal on ``groups``) in
-    which one non-NULL value is more than :data:`MAX_KEEP_PROBABILITY` of the class's rows, and how many rows each
-    column lost (red team s64 F10, the homogeneity attack: anyone who knows a person's quasi-identifiers read their
-    sensitive value from a class that holds only that value — on Adult, ``--qi age,sex,race,hours_per_week
-    --sensitive income`` had 672 such classes of 1,919, 6,763 people). The rule is the gate's for perturbation: no
-    published value may stand for a person's own with probability above 0.9. A suppressed class keeps its rows (at
-    least k NULLs, so the NULL is no rare value)."""
-    if not sensitive or table.empty:
-        return table, {}
-    out = table.copy()
-    keys = [out[g].astype("string").fillna("\x00NULL") for g in groups] if groups else [pd.Series(0, index=out.index)]
-    suppressed: dict[str, int] = {}
-    for name in sensitive:
-        values = out[name].astype("string").fillna("\x00NULL")
-        frame = pd.DataFrame({f"g{i}": key for i, key in enumerate(keys)} | {"v": values})
-        cols = [f"g{i}" for i in range(len(keys))]
-        size = frame.groupby(cols, dropna=False)["v"].transform("size")
-        top = frame.groupby([*cols, "v"], dropna=False)["v"].transform("size")
-        # the class's commonest value's share, for rows holding it (a NULL is never suppressed: it is no value)
-        share = (top / size).where(values != "\x00NULL", 0.0)
-        class_max = share.groupby([frame[c] for c in cols], dropna=False).transform("max")
-        mask = class_max > MAX_KEEP_PROBABILITY
-        if bool(mask.any()):
-            out[name] = out[name].astype(object).where(~mask, None)
-        suppressed[name] = int(mask.sum())
-    return out, suppressed
+def _require_diverse(
+    table: pd.DataFrame, groups: list[str], sensitive: list[str], max_share: float, output: str, som_columns: list[str]
+) -> dict[str, float]:
+    """Per sensitive column, the largest share of a published class (rows equal on ``groups``) one value holds; a
+    refusal when one is above ``max_share``. The algorithms make every class diverse by construction (red team s20b
+    F4: the NULL that used to blank a > 90 % class marked its composition, and nothing is suppressed now), so without
+    a SOM column this cannot happen; the SOM neuron splits classes further (it is grouped on like a QI), and a
+    (QIs, neuron) class that is not diverse refuses the table, as one below k does."""
+    from veil.generators.kanon.diversity import worst_shares
+
+    shares = worst_shares(table, groups, sensitive)
+    for name, share in shares.items():
+        if share <= max_share + 1e-12:
+            continue
+        if som_columns:
+            raise PublicationRefused(
+                f"refusing to publish {output!r}: with the SOM neuron column, a class of the QIs and som_neuron holds one "
+                f"{name!r} value on {share:.3g} of its rows, above max_share={max_share:g}",
+                hint="Use fewer SOM neurons (--som-neurons), a larger k, or publish without --som-columns",
+            )
+        raise InternalError(
+            f"a published class of {output!r} holds one {name!r} value on {share:.3g} of its rows, above {max_share:g}"
+        )
+    return shares
 
 
 def _within_domains(data: pd.DataFrame, qi: list[str], sensitive: list[str], spec: Any, trees: Mapping[str, Any]) -> pd.DataFrame:
