@@ -98,23 +98,21 @@ def test_f4_witness_publication(adult_policy: object, algorithm: str) -> None:
     assert result.rows == len(pub)
 
 
-def _skewed(draw: st.DrawFn) -> tuple[pd.DataFrame, int, float, str]:
+def _skewed(draw: st.DrawFn) -> tuple[pd.DataFrame, int, float, str, str]:
     n = draw(st.integers(20, 120))
     seed = draw(st.integers(0, 2**31 - 1))
     rng = np.random.default_rng(seed)
     top = draw(st.sampled_from([0.5, 0.7, 0.8, 0.88, 0.95]))
     n_values = draw(st.integers(2, 3))
-    rest = (1 - top) / (n_values - 1)
     x = rng.integers(0, 40, n)
     # the skew follows the QI (as income follows age): low x is nearly all the top value
     p_top = np.clip(top + (20 - x) / 40, 0.0, 1.0)
     s = np.where(rng.random(n) < p_top, "v0", rng.choice([f"v{i}" for i in range(1, n_values)], n))
     frame = pd.DataFrame({"x": x, "g": rng.choice(list("ab"), n), "s": s, "t": rng.choice(["u", "w"], n, p=[0.6, 0.4])})
-    del rest
     k = draw(st.integers(2, 6))
     p = draw(st.sampled_from([0.6, 0.75, 0.9]))
     algorithm = draw(st.sampled_from(ALGORITHMS))
-    return frame, k, p, algorithm
+    return frame, k, p, algorithm, draw(st.sampled_from(["gain", "median"]))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -122,8 +120,8 @@ def _skewed(draw: st.DrawFn) -> tuple[pd.DataFrame, int, float, str]:
 def test_skewed_synthetic_tables(data: st.DataObject) -> None:
     """Any table, k, cap and algorithm: either every class is diverse in both sensitive columns, or the cap is below a
     column's global top share and the refusal says so (deterministic: no false failures)."""
-    frame, k, p, algorithm = data.draw(st.composite(lambda draw: _skewed(draw))())
-    config = KAnonConfig(qi=("x", "g"), k=k, algorithm=algorithm, sensitive=("s", "t"), max_share=p, seed=0)
+    frame, k, p, algorithm, split = data.draw(st.composite(lambda draw: _skewed(draw))())
+    config = KAnonConfig(qi=("x", "g"), k=k, algorithm=algorithm, sensitive=("s", "t"), max_share=p, split=split, seed=0)
     shares = {c: float(frame[c].value_counts(normalize=True).iloc[0]) for c in ("s", "t")}
     if len(frame) < k:
         return
@@ -210,3 +208,17 @@ def test_cli_max_share(adult_policy: object) -> None:
     from veil.store.warehouse import table_names
 
     assert "p70" not in table_names(load_policy(path))
+
+
+def test_published_classes_are_checked_again_with_the_som_column() -> None:
+    """The SOM neuron splits the algorithm's classes (it is grouped on like a QI): a (QIs, neuron) class that is not
+    diverse refuses the table; without a SOM column the same finding is a bug (the algorithms make classes diverse)."""
+    from veil.errors import InternalError, PublicationRefused
+    from veil.generators.plugins.kanon import _require_diverse
+
+    table = pd.DataFrame({"q": ["a"] * 10, "som_neuron": [0] * 5 + [1] * 5, "s": ["x"] * 5 + ["x", "y", "x", "y", "x"]})
+    assert _require_diverse(table, ["q"], ["s"], 0.9, "pub", []) == {"s": 0.8}
+    with pytest.raises(PublicationRefused, match="som_neuron"):
+        _require_diverse(table, ["q", "som_neuron"], ["s"], 0.9, "pub", ["gain"])
+    with pytest.raises(InternalError):
+        _require_diverse(table, ["q", "som_neuron"], ["s"], 0.9, "pub", [])
