@@ -182,7 +182,8 @@ def largest_text_value(tree: exp.Expression, column_bytes: Callable[[str, str], 
     that does), the largest of any one value it builds (an operand on its way, whatever columns it reads: a value of
     public columns is built once per joined private row, review s20 H1; a stored column's value or a literal is
     referenced, not copied), the GROUP BY keys together, each DISTINCT's
-    arguments together, a SELECT DISTINCT's columns together (one hash-table row holds them all, review s20 H2), the
+    arguments together with the GROUP BY keys (a grouped DISTINCT's table is keyed by both, red team s65 F1), the keys
+    with every other aggregate's arguments, a SELECT DISTINCT's columns together (one hash-table row holds them all, review s20 H2), the
     values a scope builds as its output columns together (a derived row travels whole; a bare column passed through is
     referenced, not copied), and, in a scope with a join, every column it reads of a private base table or of a derived
     table or CTE over private rows together (a join's build side copies them into its rows; red team s20b F1).
@@ -292,8 +293,21 @@ def _sizes(
             if track and largest is not None:
                 # one hash-table row holds every key of a GROUP BY, every argument of a DISTINCT, every column of a
                 # SELECT DISTINCT at once
-                held = [sel.args["group"].expressions] if sel.args.get("group") is not None else []
-                held += [d.expressions for d in sel.find_all(exp.Distinct) if not in_inner_scope(d, sel, inner)]
+                keys = list(sel.args["group"].expressions) if sel.args.get("group") is not None else []
+                held = [keys] if keys else []
+                # a grouped DISTINCT's hash table is keyed by the group's keys and its arguments together (red team
+                # s65 F1: two 16 KiB halves, one 32 KiB row, failed at one row at the 256 MiB floor, 1 thread)
+                held += [keys + list(d.expressions) for d in sel.find_all(exp.Distinct) if not in_inner_scope(d, sel, inner)]
+                if keys:  # a group's row holds its keys beside every aggregate's state (a text MIN/MAX keeps a copy)
+                    held.append(
+                        keys
+                        + [
+                            arg
+                            for agg in sel.find_all(exp.AggFunc)
+                            if not in_inner_scope(agg, sel, inner) and not isinstance(agg.this, exp.Distinct)
+                            for arg in agg.iter_expressions()
+                        ]
+                    )
                 if sel.args.get("distinct") is not None:
                     held.append([p.unalias() if isinstance(p, exp.Alias) else p for p in sel.expressions])
                 for keys in held:
