@@ -30,7 +30,7 @@ from sqlglot import exp
 from veil.engines.base import EngineError, check_key_type, output_type
 from veil.errors import CopyNotReady, InternalError, QueryCancelled, QueryFailed, QueryTooComplex, ValueTooLarge, VeilError
 from veil.proxy import multiplicity, plan_cache
-from veil.proxy.add_noise import noised
+from veil.proxy.add_noise import AheadFuture, draw_ahead, noised, take_ahead
 from veil.proxy.bounds import mark_arithmetic_that_cannot_raise
 from veil.proxy.canonical import cache_key, canonical_sql
 from veil.proxy.catalog import SQL_TYPES, Catalog, public_types
@@ -105,7 +105,11 @@ class QueryState:
     canonical: str = ""
     key: str = ""
     reservation: Reservation | None = None
+    #: the integer noise of this one query, drawn in a worker while the engine runs it (add_noise.draw_ahead): set
+    #: by execute, used once by noise; never part of a plan cache entry (entries are made at prepare)
+    ahead: AheadFuture | None = None
     raw: RawResult | None = None
+
     noisy: dict[int, np.ndarray] | None = None
     withheld: int = 0  # groups over the threshold withheld by the cap on released values (see add_noise.noised)
     answer: Answer | None = None  # set by the cache (reserve), a public query (execute) or postprocess
@@ -370,6 +374,10 @@ def _execute(s: QueryState, env: Env) -> QueryState:
         return _with(s, answer=env.public_answer(result))
     if s.queries is None or s.rendered is None or s.reservation is None:
         raise InternalError("execute before reserve")
+    # the number of groups when the query and the policy fix it (a public domain, or no keys): the integer noise is
+    # then drawn in a worker while the engine runs (which releases the GIL); a failed run drops it unused
+    groups = len(s.domain) if s.domain is not None else (1 if not s.plan.keys else None)
+    ahead = draw_ahead(s.plan, groups, env.noise)
     try:
         # every statement of the charged run reads one reader: no curator write in this process reopens it (drops the
         # bounded copy, rewrites a public table, takes the materialised sources' cursor) until the last one ends
@@ -396,14 +404,15 @@ def _execute(s: QueryState, env: Env) -> QueryState:
             "the query could not be answered; its ε stays charged and nothing was released",
             hint="This is a bug in Veil (generated SQL must not fail); please report it",
         ) from None
-    return _with(s, raw=raw)
+    return _with(s, raw=raw, ahead=ahead)
 
 
 def _noise(s: QueryState, env: Env) -> QueryState:
     if s.plan is None or s.raw is None:
         raise InternalError("noise before execute")
-    out = noised(s.plan, s.raw.raw, s.raw.grids, env.noise)
-    return _with(s, noisy=out.values, withheld=out.withheld)
+    ahead = take_ahead(s.ahead) if len(s.raw.groups) == (len(s.domain) if s.domain is not None else 1) else None
+    out = noised(s.plan, s.raw.raw, s.raw.grids, env.noise, ahead)
+    return _with(s, noisy=out.values, withheld=out.withheld, ahead=None)
 
 
 def _postprocess(s: QueryState, env: Env) -> QueryState:
