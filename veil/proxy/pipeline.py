@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sqlglot import exp
+from sqlglot.tokens import Token
 
 from veil.engines.base import EngineError, check_key_type, output_type
 from veil.errors import CopyNotReady, InternalError, QueryCancelled, QueryFailed, QueryTooComplex, ValueTooLarge, VeilError
@@ -35,7 +36,7 @@ from veil.proxy.bounds import mark_arithmetic_that_cannot_raise
 from veil.proxy.canonical import cache_key, canonical_sql
 from veil.proxy.catalog import SQL_TYPES, Catalog, public_types
 from veil.proxy.expansion import largest_text_value, measure, text_work
-from veil.proxy.parse import parse
+from veil.proxy.parse import parse, scan
 from veil.proxy.plan import QueryPlan, plan
 from veil.proxy.postprocess import PostProcess, postprocess_sql
 from veil.proxy.resolve import Resolved, resolve
@@ -109,7 +110,6 @@ class QueryState:
     #: by execute, used once by noise; never part of a plan cache entry (entries are made at prepare)
     ahead: AheadFuture | None = None
     raw: RawResult | None = None
-
     noisy: dict[int, np.ndarray] | None = None
     withheld: int = 0  # groups over the threshold withheld by the cap on released values (see add_noise.noised)
     answer: Answer | None = None  # set by the cache (reserve), a public query (execute) or postprocess
@@ -474,21 +474,34 @@ def _run(state: QueryState, env: Env, *, until: str, cache: bool, after: str | N
     lifted: plan_cache.Lifted | None = None
     cached = False
     skipping = after is not None
+    tokens: list[Token] | None = None  # the query's tokens, when the plan cache's front read them
     for name, fn in PASSES:
         if skipping:
             skipping = name != after
             continue
         if state.done:
             break
-        if name == "resolve" and cache:
+        if name == "parse" and cache and until != "parse":
+            # the plan cache's front: a token shape seen before gives the query's shape without parsing it (every
+            # check of the parse pass on the text and its tokens runs here: scan)
+            try:
+                tokens = scan(state.sql, limits=env.limits)
+                front = plan_cache.front_lift(state.sql, tokens, env.plan_front)
+            except Exception:  # a refusal or a library error: the parse pass below meets it again, and reports it
+                tokens, front = None, None
+            if front is not None:
+                planned = _cache_hit(state, env, front)
+                if planned is not None:
+                    state, cached = planned, True
+                    continue
+        if name == "resolve" and cache and not cached:
             lifted = plan_cache.lift(state.tree, env.policy, state.sql)
             if lifted is not None:
-                found = env.plan_cache.get(plan_cache.key(lifted, state))
-                generation = env.reader_generation()  # read before the hit finds the bounded copy
-                planned = None if found is None else plan_cache.hit(found, state, lifted, env)
+                if tokens is not None:
+                    _remember_tokens(state, env, tokens, lifted)
+                planned = _cache_hit(state, env, lifted)
                 if planned is not None:
-                    # the reader the hit's bounded copy was found on (a write since is refused free, _reserve)
-                    state, cached = _with(planned, generation=generation), True
+                    state, cached = planned, True
                 else:
                     plan_cache.tag(lifted)
         if cached and name in PLANNING:
@@ -526,6 +539,31 @@ def _run(state: QueryState, env: Env, *, until: str, cache: bool, after: str | N
         if name == until:
             break
     return state
+
+
+def _cache_hit(state: QueryState, env: Env, lifted: plan_cache.Lifted) -> QueryState | None:
+    """``state`` planned from the plan cache's entry for ``lifted``'s shape, or None (no entry, or it does not serve)."""
+    found = env.plan_cache.get(plan_cache.key(lifted, state))
+    generation = env.reader_generation()  # read before the hit finds the bounded copy
+    planned = None if found is None else plan_cache.hit(found, state, lifted, env)
+    # the reader the hit's bounded copy was found on (a write since is refused free, _reserve)
+    return None if planned is None else _with(planned, generation=generation)
+
+
+def _remember_tokens(state: QueryState, env: Env, tokens: list[Token], lifted: plan_cache.Lifted) -> None:
+    """Remember the token shape of ``state`` (parsed and lifted as ``lifted``) in the plan cache's front, once per
+    token shape (None: its probe disagreed). Best effort, as :func:`_remember`."""
+    key = plan_cache.front_key(tokens)
+    if key in env.plan_front:
+        return
+    try:
+        entry = plan_cache.front_entry(state.sql, tokens, lifted, env.policy, env.limits)
+    except Exception:
+        log.debug("the plan cache's front did not keep a token shape", exc_info=True)
+        entry = None
+    if len(env.plan_front) >= plan_cache.MAX_ENTRIES:
+        env.plan_front.clear()
+    env.plan_front[key] = entry
 
 
 def _after_durable_charge(fn: Pass, state: QueryState, env: Env) -> QueryState:
