@@ -137,3 +137,21 @@ def test_a_token_shape_whose_probe_disagrees_is_not_taken(world: Any, sql: str) 
                 _fresh(s, other)
         else:
             _same(state, _fresh(s, other))
+
+
+def test_a_policy_edit_empties_the_front(tmp_path: Any) -> None:
+    """The front's shapes are lift's under one policy (which columns it lifts, their grids): a policy edit empties it
+    with the plan cache, and the next query of a known token shape is parsed and planned under the new bounds."""
+    policy = _world(tmp_path, upper=10)
+    with exact_session(policy, "a") as s:
+        for v in (1, 2, 12):
+            before = _cached(s, f"SELECT SUM(i) FROM t WHERE f > {v}")
+        assert len(s._env.plan_front) == 2 and any(e is not None for e in s._env.plan_front.values())
+        path = tmp_path / "policy.toml"
+        text = path.read_text(encoding="utf-8").replace("lower = 0, upper = 10 }\niv", "lower = 0, upper = 1000 }\niv")
+        path.write_text(text, encoding="utf-8")
+        after = _cached(s, "SELECT SUM(i) FROM t WHERE f > 3")
+        assert before.plan is not None and after.plan is not None
+        assert after.plan.statistics[0].sensitivity == 100 * before.plan.statistics[0].sensitivity
+        assert len(s._env.plan_front) == 1  # emptied, then "f > 3"'s token shape only
+        _same(after, _fresh(s, "SELECT SUM(i) FROM t WHERE f > 3"))
