@@ -22,6 +22,7 @@ from veil.errors import InputError
 from veil.mechanisms import (
     as_epsilon,
     discrete_laplace,
+    discrete_laplace_draw,
     laplace,
     laplace_ci_halfwidth,
     randomized_response,
@@ -208,3 +209,16 @@ def test_discrete_laplace_halfwidth_is_finite_and_covers(scale: float, confidenc
         assert h == 0 or log_tail(h - 1) > alpha  # and is the smallest such integer
     else:
         assert h <= -scale * (alpha + math.log1p(math.exp(log_r)) - math.log(2.0)) * (1 + 1e-8) + 2
+
+
+@pytest.mark.parametrize("shift", [0, 1_000_003])
+def test_discrete_laplace_drawn_ahead_has_the_right_law(shift: int) -> None:
+    """Noise drawn before its values (OpenDP at 0, added afterwards) has discrete_laplace's law at its scale."""
+    values = np.full(N, shift, dtype=np.int64)
+    draw = discrete_laplace_draw(N, scale=2.0)
+    assert draw is not None
+    sample = draw.add(values) - shift
+    assert sample.dtype == np.int64
+    assert _chi2_dlap(sample, 2.0) > ALPHA
+    assert _chi2_dlap(sample, 1.4) < ALPHA
+    assert _chi2_dlap(sample, 2.6) < ALPHA

@@ -2,8 +2,11 @@
 
 from veil.mechanisms.budget import as_epsilon, format_epsilon
 from veil.mechanisms.noise import (
+    DRAW_AHEAD_MAX_SCALE,
+    DiscreteLaplaceDraw,
     discrete_laplace,
     discrete_laplace_ci_halfwidth,
+    discrete_laplace_draw,
     exponential,
     gaussian,
     keep_probability,
@@ -14,9 +17,12 @@ from veil.mechanisms.noise import (
 )
 
 __all__ = [
+    "DRAW_AHEAD_MAX_SCALE",
+    "DiscreteLaplaceDraw",
     "as_epsilon",
     "discrete_laplace",
     "discrete_laplace_ci_halfwidth",
+    "discrete_laplace_draw",
     "exponential",
     "format_epsilon",
     "gaussian",

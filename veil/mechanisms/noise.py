@@ -15,6 +15,7 @@ fixed seed. Library code never passes ``rng``.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from fractions import Fraction
 from functools import lru_cache
@@ -36,8 +37,10 @@ from veil.mechanisms.budget import as_epsilon, double_at_least, exp_at_most
 enable_features("contrib")
 
 __all__ = [
+    "DiscreteLaplaceDraw",
     "discrete_laplace",
     "discrete_laplace_ci_halfwidth",
+    "discrete_laplace_draw",
     "exponential",
     "gaussian",
     "keep_probability",
@@ -188,6 +191,54 @@ def discrete_laplace(values: ArrayLike, *, scale: float, rng: np.random.Generato
         g2 = rng.geometric(p, size=arr.shape) - 1
         return arr + g1 - g2
     return _discrete_laplace_call(s)(arr.ravel()).reshape(arr.shape)
+
+
+#: The largest scale :func:`discrete_laplace_draw` draws ahead: OpenDP's i64 sampler saturates a value whose noise
+#: is beyond ±(2⁶³ − 1), and noise drawn at 0 then added can differ from noise added by OpenDP only then, which at
+#: this scale has probability below exp(−2⁷) ≈ 2.6·10⁻⁵⁶ per value (larger scales are drawn the ordinary way).
+DRAW_AHEAD_MAX_SCALE = 2.0**56
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+
+
+class DiscreteLaplaceDraw:
+    """Discrete-Laplace noise of one ``scale`` for ``n`` integer values, drawn before the values exist.
+
+    The noise is data-independent, so it may be drawn while the engine computes the values it will be added to
+    (:func:`veil.proxy.add_noise.draw_ahead`). It is OpenDP's sampler on the OS CSPRNG, the same call as
+    :func:`discrete_laplace`, applied to a vector of zeros; :meth:`add` adds it exactly and saturates to i64 as
+    OpenDP does, so ``draw.add(x)`` has the distribution of ``discrete_laplace(x, scale=scale)`` (up to the
+    saturation noted at :data:`DRAW_AHEAD_MAX_SCALE`). A draw is added once: a second :meth:`add` raises.
+    """
+
+    __slots__ = ("_lock", "_noise", "n", "scale")
+
+    def __init__(self, n: int, scale: float) -> None:
+        self.n = n
+        self.scale = scale
+        self._noise: np.ndarray | None = _discrete_laplace_call(scale)(np.zeros(n, dtype=np.int64))
+        self._lock = threading.Lock()
+
+    def add(self, values: ArrayLike) -> np.ndarray:
+        """``values`` (``n`` integers) plus this draw's noise, saturated to i64; the draw is spent."""
+        with self._lock:
+            noise, self._noise = self._noise, None
+        if noise is None:
+            raise InternalError("a drawn-ahead noise vector was used twice")
+        arr = np.asarray(values)
+        if arr.shape != (self.n,) or not np.issubdtype(arr.dtype, np.integer):
+            raise InternalError(f"a drawn-ahead noise vector of {self.n} integers was added to {arr.dtype} {arr.shape}")
+        out = [min(max(v + z, _I64_MIN), _I64_MAX) for v, z in zip(arr.tolist(), noise.tolist(), strict=True)]
+        return np.array(out, dtype=np.int64)
+
+
+def discrete_laplace_draw(n: int, *, scale: float) -> DiscreteLaplaceDraw | None:
+    """Discrete-Laplace noise of ``scale`` for ``n`` values to be added later (:class:`DiscreteLaplaceDraw`), or
+    None where :func:`discrete_laplace` must draw it with the values (no values, a zero scale, a scale beyond
+    :data:`DRAW_AHEAD_MAX_SCALE`)."""
+    s = _check_scale(scale)
+    if n <= 0 or s == 0 or s > DRAW_AHEAD_MAX_SCALE:
+        return None
+    return DiscreteLaplaceDraw(n, s)
 
 
 def gaussian(values: ArrayLike, *, sigma: float, rng: np.random.Generator | None = None) -> np.ndarray:

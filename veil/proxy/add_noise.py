@@ -13,8 +13,12 @@ test path (:mod:`veil.proxy._testing`) passes an exact or seeded source.
 
 from __future__ import annotations
 
+import logging
+import os
 import secrets
+import threading
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,16 +28,22 @@ from veil.proxy import fixed_point
 from veil.proxy.plan import MAX_RELEASED_VALUES, QueryPlan, Statistic
 from veil.proxy.rewrite import row_bound, sum_exponent
 
+log = logging.getLogger("veil.query")
+
 __all__ = [
     "FLOAT_LIMIT",
     "INT_LIMIT",
+    "Ahead",
+    "AheadFuture",
     "NoiseSource",
     "Noised",
     "clamp_raw",
+    "draw_ahead",
     "grid_row",
     "grid_scores",
     "noised",
     "noisy_statistics",
+    "take_ahead",
 ]
 
 #: Exact integer statistics are clamped to ±2⁶² before noise (the i64 sampler then cannot overflow).
@@ -105,16 +115,99 @@ def grid_row(stat: Statistic, cells: Mapping[int, int]) -> np.ndarray:
     return row
 
 
+#: Noise drawn ahead, per batch of :func:`_noised` (mechanism, scale): see :func:`draw_ahead`.
+Ahead = Mapping[tuple[str, float], mechanisms.DiscreteLaplaceDraw]
+#: The worker's result: one draw per batch.
+AheadFuture = Future[dict[tuple[str, float], mechanisms.DiscreteLaplaceDraw]]
+
+
+def _batches(plan: QueryPlan, ids: Sequence[int]) -> dict[tuple[str, float], list[int]]:
+    """The statistics ``ids`` that :func:`_noised` noises in one call: those sharing a mechanism and a scale."""
+    by_id = {s.id: s for s in plan.statistics}
+    batches: dict[tuple[str, float], list[int]] = {}
+    for i in ids:
+        batches.setdefault((by_id[i].mechanism, by_id[i].scale), []).append(i)
+    return batches
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="veil-noise")
+        return _POOL
+
+
+def _forget_pool() -> None:
+    """In a forked child (``veil serve --processes``): the parent's workers did not come along; start a new pool."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
+
+
+def draw_ahead(plan: QueryPlan, groups: int | None, noise: NoiseSource = PRODUCTION) -> AheadFuture | None:
+    """Start drawing, in a worker thread, the discrete-Laplace noise :func:`noised` will add to ``plan``'s integer
+    statistics over ``groups`` groups, or None where that noise is not known before the engine runs.
+
+    Known ahead: the plan selects no partitions (so every statistic is noised for every group) and ``groups`` — the
+    number of groups — comes from the query and the policy alone (a public domain, or one group without keys), never
+    from the data. The noise is data-independent (OpenDP's sampler at 0, added exactly by
+    :meth:`~veil.mechanisms.noise.DiscreteLaplaceDraw.add`), so drawing it while the engine runs changes no answer's
+    distribution; OpenDP's sampler releases the GIL. Each draw belongs to one query and is added once; a query refused
+    or failed before its noise pass drops its draw. Real-valued statistics are drawn with their values, as OpenDP
+    rounds the value itself onto the noise's lattice (a float added afterwards would not be the same mechanism).
+    Production noise only (the test sources draw with their values, in order)."""
+    if noise.exact or noise.rng is not None or groups is None or plan.partition_stat is not None:
+        return None
+    ids = [s.id for s in plan.statistics if s.kind != "grid"]
+    wanted = {
+        (mechanism, scale): len(members) * groups
+        for (mechanism, scale), members in _batches(plan, ids).items()
+        if mechanism == "discrete_laplace" and 0 < scale <= mechanisms.DRAW_AHEAD_MAX_SCALE
+    }
+    if not wanted or groups <= 0:
+        return None
+
+    def draw() -> dict[tuple[str, float], mechanisms.DiscreteLaplaceDraw]:
+        out = {}
+        for (mechanism, scale), n in wanted.items():
+            d = mechanisms.discrete_laplace_draw(n, scale=scale)
+            if d is not None:
+                out[(mechanism, scale)] = d
+        return out
+
+    return _pool().submit(draw)
+
+
+def take_ahead(ahead: AheadFuture | None) -> Ahead | None:
+    """The noise :func:`draw_ahead` started, or None when the worker had not begun it (it is then dropped, and
+    :func:`noised` draws with the values, as fast) or it failed."""
+    if ahead is None or ahead.cancel():
+        return None
+    try:
+        return ahead.result()
+    except Exception:  # drawn with the values instead (a fresh draw: nothing of this one is used)
+        log.warning("noise drawn ahead failed; drawing it with the values", exc_info=True)
+        return None
+
+
 def _noised(
     by_id: Mapping[int, Statistic],
     ids: Sequence[int],
     raw: Mapping[int, np.ndarray],
     noise: NoiseSource,
     rows: np.ndarray | None,
+    ahead: Ahead | None = None,
 ) -> dict[int, np.ndarray]:
     """Noisy values of the statistics ``ids`` — for every group, or only the groups ``rows`` (the others hold 0
     and are never released). Statistics that share a mechanism and scale are noised in one call (independent
-    draws)."""
+    draws); ``ahead``: integer noise drawn before the values (:func:`draw_ahead`), used for a batch of its size."""
     out: dict[int, np.ndarray] = {}
     batches: dict[tuple[str, float], list[int]] = {}
     for i in ids:
@@ -125,7 +218,10 @@ def _noised(
     for (mechanism, scale), members in batches.items():
         sizes = [len(out[i]) for i in members]
         exact = np.concatenate([out[i] for i in members])
-        if mechanism == "discrete_laplace":
+        drawn = None if ahead is None or rows is not None else ahead.get((mechanism, scale))
+        if drawn is not None and drawn.n == exact.size and mechanism == "discrete_laplace":
+            flat = drawn.add(exact)
+        elif mechanism == "discrete_laplace":
             flat = mechanisms.discrete_laplace(exact, scale=scale, rng=noise.rng)
         else:  # the smallest sensitivity of the batch: the lattice's slack is relative to it
             least = min(float(by_id[i].sensitivity) for i in members)
@@ -184,6 +280,7 @@ def noised(
     raw: Mapping[int, np.ndarray],
     grids: Mapping[int, Sequence[Mapping[int, int]]],
     noise: NoiseSource = PRODUCTION,
+    ahead: Ahead | None = None,
 ) -> Noised:
     """Noisy value of every statistic for every group (arrays aligned with the group list).
 
@@ -203,7 +300,7 @@ def noised(
         out.update(_noised(by_id, [plan.partition_stat], raw, noise, None))
         released, withheld = _at_most(plan, plan.partition_threshold, out[plan.partition_stat])
     rest = [s.id for s in plan.statistics if s.kind != "grid" and s.id not in out]
-    out.update(_noised(by_id, rest, raw, noise, released))
+    out.update(_noised(by_id, rest, raw, noise, released, None if plan.partition_stat is not None else ahead))
     for stat in plan.statistics:
         if stat.kind != "grid":
             continue

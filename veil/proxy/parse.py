@@ -466,6 +466,12 @@ def _check_join(join: exp.Join) -> None:
 
 def parse(sql: str, *, limits: Limits = DEFAULT_LIMITS) -> exp.Select:
     """Parse one analyst SELECT; refuse anything else (free, before anything runs)."""
+    return parse_tokens(sql, scan(sql, limits=limits), limits=limits)
+
+
+def scan(sql: str, *, limits: Limits = DEFAULT_LIMITS) -> list[Token]:
+    """The first half of :func:`parse`: every check it makes before sqlglot parses, and the tokens it parses (the plan
+    cache's front, :func:`veil.proxy.plan_cache.front_lift`, reads them too)."""
     if not isinstance(sql, str) or not sql.strip():
         raise ParseError("the query is empty", hint="Send one SELECT statement")
     _check_size(sql, limits)
@@ -482,6 +488,11 @@ def parse(sql: str, *, limits: Limits = DEFAULT_LIMITS) -> exp.Select:
     if keyword not in ("SELECT", "WITH", "("):
         raise ParseError(f"syntax error at or near {keyword!r}", hint="Send one SELECT statement")
     _check_call_arguments(tokens)
+    return tokens
+
+
+def parse_tokens(sql: str, tokens: list[Token], *, limits: Limits = DEFAULT_LIMITS) -> exp.Select:
+    """The second half of :func:`parse`: ``tokens`` (:func:`scan`'s, of ``sql``) parsed and the tree checked."""
     try:
         # the tokens of the checks above, parsed as they are (one tokenizer pass per query)
         statements = [s for s in Dialect.get_or_raise(DIALECT).parser().parse(tokens, sql) if s is not None]

@@ -26,16 +26,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sqlglot import exp
+from sqlglot.tokens import Token
 
 from veil.engines.base import EngineError, check_key_type, output_type
 from veil.errors import CopyNotReady, InternalError, QueryCancelled, QueryFailed, QueryTooComplex, ValueTooLarge, VeilError
 from veil.proxy import multiplicity, plan_cache
-from veil.proxy.add_noise import noised
+from veil.proxy.add_noise import AheadFuture, draw_ahead, noised, take_ahead
 from veil.proxy.bounds import mark_arithmetic_that_cannot_raise
 from veil.proxy.canonical import cache_key, canonical_sql
 from veil.proxy.catalog import SQL_TYPES, Catalog, public_types
 from veil.proxy.expansion import largest_text_value, measure, text_work
-from veil.proxy.parse import parse
+from veil.proxy.parse import parse, scan
 from veil.proxy.plan import QueryPlan, plan
 from veil.proxy.postprocess import PostProcess, postprocess_sql
 from veil.proxy.resolve import Resolved, resolve
@@ -105,6 +106,9 @@ class QueryState:
     canonical: str = ""
     key: str = ""
     reservation: Reservation | None = None
+    #: the integer noise of this one query, drawn in a worker while the engine runs it (add_noise.draw_ahead): set
+    #: by execute, used once by noise; never part of a plan cache entry (entries are made at prepare)
+    ahead: AheadFuture | None = None
     raw: RawResult | None = None
     noisy: dict[int, np.ndarray] | None = None
     withheld: int = 0  # groups over the threshold withheld by the cap on released values (see add_noise.noised)
@@ -370,6 +374,10 @@ def _execute(s: QueryState, env: Env) -> QueryState:
         return _with(s, answer=env.public_answer(result))
     if s.queries is None or s.rendered is None or s.reservation is None:
         raise InternalError("execute before reserve")
+    # the number of groups when the query and the policy fix it (a public domain, or no keys): the integer noise is
+    # then drawn in a worker while the engine runs (which releases the GIL); a failed run drops it unused
+    groups = len(s.domain) if s.domain is not None else (1 if not s.plan.keys else None)
+    ahead = draw_ahead(s.plan, groups, env.noise)
     try:
         # every statement of the charged run reads one reader: no curator write in this process reopens it (drops the
         # bounded copy, rewrites a public table, takes the materialised sources' cursor) until the last one ends
@@ -396,14 +404,15 @@ def _execute(s: QueryState, env: Env) -> QueryState:
             "the query could not be answered; its ε stays charged and nothing was released",
             hint="This is a bug in Veil (generated SQL must not fail); please report it",
         ) from None
-    return _with(s, raw=raw)
+    return _with(s, raw=raw, ahead=ahead)
 
 
 def _noise(s: QueryState, env: Env) -> QueryState:
     if s.plan is None or s.raw is None:
         raise InternalError("noise before execute")
-    out = noised(s.plan, s.raw.raw, s.raw.grids, env.noise)
-    return _with(s, noisy=out.values, withheld=out.withheld)
+    ahead = take_ahead(s.ahead) if len(s.raw.groups) == (len(s.domain) if s.domain is not None else 1) else None
+    out = noised(s.plan, s.raw.raw, s.raw.grids, env.noise, ahead)
+    return _with(s, noisy=out.values, withheld=out.withheld, ahead=None)
 
 
 def _postprocess(s: QueryState, env: Env) -> QueryState:
@@ -465,21 +474,34 @@ def _run(state: QueryState, env: Env, *, until: str, cache: bool, after: str | N
     lifted: plan_cache.Lifted | None = None
     cached = False
     skipping = after is not None
+    tokens: list[Token] | None = None  # the query's tokens, when the plan cache's front read them
     for name, fn in PASSES:
         if skipping:
             skipping = name != after
             continue
         if state.done:
             break
-        if name == "resolve" and cache:
+        if name == "parse" and cache and until != "parse":
+            # the plan cache's front: a token shape seen before gives the query's shape without parsing it (every
+            # check of the parse pass on the text and its tokens runs here: scan)
+            try:
+                tokens = scan(state.sql, limits=env.limits)
+                front = plan_cache.front_lift(state.sql, tokens, env.plan_front)
+            except Exception:  # a refusal or a library error: the parse pass below meets it again, and reports it
+                tokens, front = None, None
+            if front is not None:
+                planned = _cache_hit(state, env, front)
+                if planned is not None:
+                    state, cached = planned, True
+                    continue
+        if name == "resolve" and cache and not cached:
             lifted = plan_cache.lift(state.tree, env.policy, state.sql)
             if lifted is not None:
-                found = env.plan_cache.get(plan_cache.key(lifted, state))
-                generation = env.reader_generation()  # read before the hit finds the bounded copy
-                planned = None if found is None else plan_cache.hit(found, state, lifted, env)
+                if tokens is not None:
+                    _remember_tokens(state, env, tokens, lifted)
+                planned = _cache_hit(state, env, lifted)
                 if planned is not None:
-                    # the reader the hit's bounded copy was found on (a write since is refused free, _reserve)
-                    state, cached = _with(planned, generation=generation), True
+                    state, cached = planned, True
                 else:
                     plan_cache.tag(lifted)
         if cached and name in PLANNING:
@@ -517,6 +539,31 @@ def _run(state: QueryState, env: Env, *, until: str, cache: bool, after: str | N
         if name == until:
             break
     return state
+
+
+def _cache_hit(state: QueryState, env: Env, lifted: plan_cache.Lifted) -> QueryState | None:
+    """``state`` planned from the plan cache's entry for ``lifted``'s shape, or None (no entry, or it does not serve)."""
+    found = env.plan_cache.get(plan_cache.key(lifted, state))
+    generation = env.reader_generation()  # read before the hit finds the bounded copy
+    planned = None if found is None else plan_cache.hit(found, state, lifted, env)
+    # the reader the hit's bounded copy was found on (a write since is refused free, _reserve)
+    return None if planned is None else _with(planned, generation=generation)
+
+
+def _remember_tokens(state: QueryState, env: Env, tokens: list[Token], lifted: plan_cache.Lifted) -> None:
+    """Remember the token shape of ``state`` (parsed and lifted as ``lifted``) in the plan cache's front, once per
+    token shape (None: its probe disagreed). Best effort, as :func:`_remember`."""
+    key = plan_cache.front_key(tokens)
+    if key in env.plan_front:
+        return
+    try:
+        entry = plan_cache.front_entry(state.sql, tokens, lifted, env.policy, env.limits)
+    except Exception:
+        log.debug("the plan cache's front did not keep a token shape", exc_info=True)
+        entry = None
+    if len(env.plan_front) >= plan_cache.MAX_ENTRIES:
+        env.plan_front.clear()
+    env.plan_front[key] = entry
 
 
 def _after_durable_charge(fn: Pass, state: QueryState, env: Env) -> QueryState:

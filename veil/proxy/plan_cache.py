@@ -36,25 +36,38 @@ publication or retraction); each hit also asks for the table's bounded copy agai
 misses. ``describe`` (a wire client's Describe before each statement) goes through the cache too; ``explain``
 always plans afresh.
 
-What a hit skips is only the planning: the parse pass (and its limits), the reservation, the run, the noise, the
-post-processing and the release log are those of every query.
+What a hit skips is only the planning: the reservation, the run, the noise, the post-processing and the release log
+are those of every query. The parse pass is skipped too when the cache's *front* knows the query's token shape
+(:func:`front_lift`): every check the parse pass makes on the text and its tokens still runs (:func:`veil.proxy.parse.
+scan`); only sqlglot's parsing of the tokens, the checks on its tree and :func:`lift` are skipped. The front maps the
+query's token stream — each number and text token replaced by its form (its digits-and-point pattern, its length),
+every other token exact, with its comments and whether it touches the one before — to the shape :func:`lift` gave a
+query of that token stream, and the token positions of the lifted literals. A hit requires every other number and
+text token to be exactly the first query's, each lifted token to be spelled as its value alone (a number's digits, a
+text in quotes without escapes), to be one :func:`lift` takes, and on the same side of its grid; sqlglot's parser
+makes a literal node of such a token without reading its value, so the tree is the first query's with these values,
+and :func:`lift` would give the same shape and these literals. A front entry is kept only after a probe query (the
+first one's text with each lifted token replaced by :func:`probe_values`) parsed and lifted in full gave that shape
+and the probe values back at the recorded positions (``tests/proxy/test_plan_cache_front.py``).
 """
 
 from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
+from sqlglot.tokens import Token, TokenType
 
 from veil.engines.neutral import copy_tree, duckdb_text
 from veil.errors import VeilError
 from veil.proxy import fixed_point
 from veil.proxy.bounding import grid_columns
 from veil.proxy.canonical import canonical_sql
+from veil.proxy.parse import Limits, parse_tokens, scan
 from veil.proxy.rewrite import GRID_LEFT, GRID_LITERAL, grid_operands
 
 if TYPE_CHECKING:
@@ -68,8 +81,13 @@ __all__ = [
     "MAX_SQL",
     "PARAM",
     "Entry",
+    "Front",
     "Lifted",
+    "TokenKey",
     "build",
+    "front_entry",
+    "front_key",
+    "front_lift",
     "hit",
     "key",
     "lift",
@@ -409,5 +427,131 @@ def probed(state: QueryState, env: Env, lifted: Lifted, plan: Callable[[QuerySta
     except VeilError:
         return None
     if not same_plan(state, other) or not _agrees(entry, other, marked, env):
+        return None
+    return entry
+
+
+# -- the front: token shapes -----------------------------------------------------------------------------------------
+
+#: The token types a lifted literal is (is it a text?): a number, a text in single quotes.
+_LITERAL_TOKENS = {TokenType.NUMBER: False, TokenType.STRING: True}
+#: A token stream with each number and text token's value replaced by its form (:func:`front_key`).
+TokenKey = tuple[tuple[Any, ...], ...]
+
+
+@dataclass(frozen=True)
+class Front:
+    """What the front knows of a token shape: the query shape :func:`lift` gave, and where its literals are."""
+
+    shape: str
+    positions: tuple[int, ...]  # per lifted literal (in lift's order), its token's index
+    grids: tuple[int | None, ...]  # lift's grids
+    classes: tuple[str, ...]  # per lifted literal, its grid class (:func:`_grid_class`)
+    fixed: tuple[tuple[int, str], ...]  # every other number and text token: its index and exact value
+
+
+def _form(token: Token) -> str:
+    return f"t{len(token.text)}" if token.token_type == TokenType.STRING else re.sub("[0-9]", "9", token.text)
+
+
+def front_key(tokens: Sequence[Token]) -> TokenKey:
+    """The token shape: each token's type, its text (a number's or text's form), its comments, and whether it
+    touches the token before it (sqlglot's parser reads that of adjacent texts)."""
+    out = []
+    end = -2
+    for t in tokens:
+        text = _form(t) if t.token_type in _LITERAL_TOKENS else t.text
+        out.append((t.token_type, text, tuple(t.comments), t.start == end + 1))
+        end = t.end
+    return tuple(out)
+
+
+def _spelled(sql: str, token: Token) -> bool:
+    """Is ``token`` spelled as its value alone (a number's digits, a text in quotes without escapes)?"""
+    raw = sql[token.start : token.end + 1]
+    return raw == (f"'{token.text}'" if token.token_type == TokenType.STRING else token.text)
+
+
+def front_lift(sql: str, tokens: Sequence[Token], front: Mapping[TokenKey, Front | None]) -> Lifted | None:
+    """What :func:`lift` gives the parse tree of ``sql`` (whose tokens, checked by :func:`veil.proxy.parse.scan`, are
+    ``tokens``) when the front knows its token shape; None otherwise (parse the query and lift it)."""
+    if len(sql) > MAX_SQL or "\x00" in sql:
+        return None
+    entry = front.get(front_key(tokens))
+    if entry is None:
+        return None
+    for i, text in entry.fixed:
+        if tokens[i].text != text:
+            return None
+    literals = []
+    for i, k, cls in zip(entry.positions, entry.grids, entry.classes, strict=True):
+        token = tokens[i]
+        value, is_string = token.text, _LITERAL_TOKENS[token.token_type]
+        if not _spelled(sql, token) or not (_text(value) if is_string else _NUMBER.fullmatch(value)):
+            return None
+        if _grid_class(value, k) != cls:
+            return None
+        literals.append(exp.Literal(this=value, is_string=is_string))
+    return Lifted(entry.shape, tuple(literals), entry.grids)
+
+
+def _positions(tokens: Sequence[Token], lifted: Lifted) -> list[int] | None:
+    """The token of each lifted literal: the next number or text token, in order, with its value."""
+    out: list[int] = []
+    start = 0
+    for lit in lifted.literals:
+        found = next(
+            (
+                i
+                for i in range(start, len(tokens))
+                if _LITERAL_TOKENS.get(tokens[i].token_type) is lit.is_string and tokens[i].text == str(lit.this)
+            ),
+            None,
+        )
+        if found is None:
+            return None
+        out.append(found)
+        start = found + 1
+    return out
+
+
+def front_entry(sql: str, tokens: Sequence[Token], lifted: Lifted, policy: Policy, limits: Limits) -> Front | None:
+    """The front's entry for ``sql`` (its tokens ``tokens``, lifted as ``lifted``), or None when the probe — ``sql``
+    with each lifted token replaced by another value of its form and grid class, parsed as the parse pass does (under
+    ``limits``) and lifted in full — does not give the same shape and the probe values back at the same tokens."""
+    if len(sql) > MAX_SQL or "\x00" in sql:
+        return None
+    positions = _positions(tokens, lifted)
+    if positions is None or not all(_spelled(sql, tokens[i]) for i in positions):
+        return None
+    key = front_key(tokens)
+    entry = Front(
+        lifted.shape,
+        tuple(positions),
+        lifted.grids,
+        tuple(_grid_class(str(lit.this), k) for lit, k in zip(lifted.literals, lifted.grids, strict=True)),
+        tuple((i, t.text) for i, t in enumerate(tokens) if t.token_type in _LITERAL_TOKENS and i not in positions),
+    )
+    probes = probe_values(lifted.literals, lifted.grids)
+    pieces, last = [], 0
+    for i, value in sorted(zip(positions, probes, strict=True)):
+        t = tokens[i]
+        pieces += [sql[last : t.start], f"'{value}'" if t.token_type == TokenType.STRING else value]
+        last = t.end + 1
+    probe_sql = "".join(pieces) + sql[last:]
+    try:
+        probe_tokens = scan(probe_sql, limits=limits)
+        probe_tree = parse_tokens(probe_sql, scan(probe_sql, limits=limits), limits=limits)
+    except VeilError:
+        return None
+    full = lift(probe_tree, policy, probe_sql)
+    via_front = front_lift(probe_sql, probe_tokens, {key: entry})
+    if full is None or via_front is None or front_key(probe_tokens) != key:
+        return None
+    if (full.shape, full.grids) != (lifted.shape, lifted.grids) or (via_front.shape, via_front.grids) != (full.shape, full.grids):
+        return None
+    if [(str(lit.this), lit.is_string) for lit in full.literals] != [
+        (str(lit.this), lit.is_string) for lit in via_front.literals
+    ] or [str(lit.this) for lit in full.literals] != probes:
         return None
     return entry

@@ -315,6 +315,9 @@ class Env:
         self._post_bound: set[tuple[str, tuple[str, ...], tuple[str, ...]]] = set()
         #: planned shapes (veil.proxy.plan_cache), emptied with the catalog
         self.plan_cache: dict[tuple[str, str], plan_cache.Entry] = {}
+        #: the plan cache's front (token shapes → query shapes; None: a token shape the front does not take), emptied
+        #: with it
+        self.plan_front: dict[plan_cache.TokenKey, plan_cache.Front | None] = {}
         #: False while a planning runs under a timer (``veil serve``): a bounded copy is then only found, never built
         self.build_copies = True
         #: the current query's materialised public sources (temporary tables of ``engine``'s cursor) and their
@@ -360,6 +363,7 @@ class Env:
             self._catalog = None
             self._catalog_publications = published
             self.plan_cache.clear()
+            self.plan_front.clear()
         policy.analyst(self.analyst)  # PolicyError if the analyst was removed
         return policy
 
