@@ -181,11 +181,11 @@ def largest_text_value(tree: exp.Expression, column_bytes: Callable[[str, str], 
     private rows can hold: in every scope that reads private rows (a private base table, or a derived table or CTE
     that does), the largest of any one value it builds (an operand on its way, whatever columns it reads: a value of
     public columns is built once per joined private row, review s20 H1; a stored column's value or a literal is
-    referenced, not copied), the GROUP BY keys together, each DISTINCT's
-    arguments together with the GROUP BY keys (a grouped DISTINCT's table is keyed by both, red team s65 F1), the keys
-    with every other aggregate's arguments, a SELECT DISTINCT's columns together (one hash-table row holds them all, review s20 H2), the
-    values a scope builds as its output columns together (a derived row travels whole; a bare column passed through is
-    referenced, not copied), and, in a scope with a join, every column it reads of a private base table or of a derived
+    referenced, not copied), the GROUP BY keys together, each DISTINCT's arguments together with the GROUP BY keys
+    (a grouped DISTINCT's table is keyed by both, red team s65 F1), the keys with every other aggregate's arguments, a
+    SELECT DISTINCT's columns together (one hash-table row holds them all, review s20 H2), the values a scope builds
+    as its output columns together (a derived row travels whole; a bare column passed through is referenced, not
+    copied), and, in a scope with a join, every column it reads of a private base table or of a derived
     table or CTE over private rows together (a join's build side copies them into its rows; red team s20b F1).
     Scopes over public tables alone are left out (their rows do not depend on private data)."""
     largest = [0]
