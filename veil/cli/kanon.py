@@ -16,6 +16,8 @@ from veil.cli._common import (
     output_table_options,
     policy_option,
     publish,
+    refuse_seed,
+    refused_seed_option,
     run_guarded,
 )
 from veil.errors import InputError
@@ -80,7 +82,7 @@ def _neurons(text: str) -> tuple[int, int, int]:
     show_default=True,
     help="Mondrian cut rule: NCP gain (default) or the original widest-QI median.",
 )
-@click.option("--seed", type=int, default=None, help="Seed for seeds/shuffles (default: fresh randomness).")
+@refused_seed_option
 @output_table_options
 @click.option(
     "--export",
@@ -104,7 +106,7 @@ def publish_kanon_command(
     som_epochs: int,
     missing: str,
     mondrian_split: str,
-    seed: int | None,
+    seed: str | None,
     output: str,
     replace: bool,
     export: Path | None,
@@ -114,6 +116,7 @@ def publish_kanon_command(
     from veil.generators.kanon.publish import publish_kanon
     from veil.policy import load_policy
 
+    refuse_seed(seed, "veil publish kanon")  # red team s66 F1
     policy = load_policy(policy_path)
     summary = publish_kanon(
         policy,
@@ -130,7 +133,6 @@ def publish_kanon_command(
         som_epochs=som_epochs,
         missing=missing,
         split=mondrian_split,
-        seed=seed,
         replace=replace,
         export=export,
     )

@@ -161,7 +161,6 @@ class KAnonConfig:
             "som_epochs": self.som_epochs,
             "missing": self.missing,
             "split": self.split,
-            "seed": self.seed,
         }
 
 
@@ -283,7 +282,13 @@ def anonymise(
             f"parameter k={k} cannot be met: only {len(clean)} complete rows, fewer than k",
             hint="Lower k, publish more rows, or use --missing leaf",
         )
-    algo_rng = np.random.default_rng(config.seed)
+    # never from a seed a user typed for a publication (red team s66 F1): a seed is for library use and tests
+    if config.seed is None:
+        from veil.generators.randomness import private_rng
+
+        algo_rng = private_rng()
+    else:
+        algo_rng = np.random.default_rng(config.seed)
     space = QISpace(clean, config.qi, hier, ends=_numeric_ends(df, config, loaded), grids=config.grids)
 
     start, cpu_start = time.perf_counter(), time.process_time()

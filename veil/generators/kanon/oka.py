@@ -26,6 +26,7 @@ import numpy as np
 from veil.errors import InputError
 from veil.generators.kanon._scoring import BoxSet, Scorer, distinct_tuples
 from veil.generators.kanon.generalise import QISpace
+from veil.generators.randomness import private_rng
 
 __all__ = ["oka"]
 
@@ -66,7 +67,7 @@ def oka(
         raise InputError(f"k must be at least 1, got {k}", hint="Use --k 2 or more")
     if space.n < k:
         raise InputError(f"the table has {space.n} rows, fewer than k={k}", hint="Lower k or publish more rows")
-    rng = rng if rng is not None else np.random.default_rng()
+    rng = rng if rng is not None else private_rng()
     codes = space.codes.astype(np.int64)
     uniq, weight, inverse = distinct_tuples(codes)  # uniq is sorted: the QI-sorted order of phase 1
     scorer = Scorer(space, uniq)
