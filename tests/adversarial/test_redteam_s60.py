@@ -286,8 +286,8 @@ def _noise_added_max(base: Path, *, target_present: bool) -> tuple[int, int]:
     declared [1, 99]); the published maximum and ``COUNT(*) WHERE hours = 50`` as an analyst reads them ((0, 0): the
     gate refused it, typed, nothing public)."""
     from veil.errors import PublicationRefused
-    from veil.generators.transaction import publish
     from veil.generators.randomness import reproducible_for_tests
+    from veil.generators.transaction import publish
     from veil.policy import load_policy
     from veil.store.warehouse import write_table
 

@@ -88,8 +88,8 @@ def _published_47s(base: Path, holders: int, seed: int) -> int:
     """``noise_addition`` (a = 0.3) of 300 people's hours (35–45), the first ``holders`` of them at 47; the count of
     published 47s an analyst reads (-1: refused, typed, nothing public)."""
     from veil.errors import PublicationRefused
-    from veil.generators.transaction import publish
     from veil.generators.randomness import reproducible_for_tests
+    from veil.generators.transaction import publish
     from veil.policy import load_policy
     from veil.store.warehouse import write_table
 

@@ -583,8 +583,8 @@ _HOURS = 'age = { type = "int", lower = 17, upper = 90 }\nhours = { type = "int"
 
 def _noise_refused(base: Path, *, target: bool, seed: int) -> bool:
     from veil.errors import PublicationRefused
-    from veil.generators.transaction import publish
     from veil.generators.randomness import reproducible_for_tests
+    from veil.generators.transaction import publish
 
     rng = np.random.default_rng(0)
     n = 300
