@@ -356,3 +356,36 @@ def test_f4_noise_addition_output_bits_do_not_pin_the_source_value(tmp_path: Pat
         f"a = {a:g}: {len(pinned)} of {n} published values pin their source to one value {sorted(pinned)[:10]} "
         f"(each a real source value: {all(v in holders for v in pinned)})"
     )
+
+
+# ==================================================================================================
+# F5: an int quasi-identifier of a small declared range is labelled by its members' own values
+# ==================================================================================================
+
+
+@pytest.mark.xfail(strict=True, reason="s66 F5: an int QI of <= 20 declared values skips the public grid ([min, max] labels)")
+def test_f5_a_small_int_quasi_identifier_never_labels_with_one_persons_value(tmp_path: Path) -> None:
+    """F5 (LOW: one person's exact odd value and presence, every analyst at ε = 0; needs a non-integer in an int
+    column of at most 20 declared values). s64 F7's fix labels a numeric QI on a public grid from its declared bounds,
+    but ``QISpace`` drops the grid when an int column's step is 1 (``grid[2] and grid[1] <= 1``: a declared range of at
+    most 20) — "cells of one integer are the values themselves" — and labels such a class by its members' own
+    ``[min, max]``. That holds for integers only: the source is read as numbers (``as_source``), and a value such as
+    ``2.5`` in an int column is stored as the text ``'2.5'`` and read as 2.5 (docs/policy.md, s38), inside the declared
+    range, so it is no missing value either. ``kids`` int in [0, 12], 120 people, person 7 alone with 2.5:
+    ``kanon --qi kids,sex -k 5`` (Mondrian) publishes the label ``[2.5, 3]``; without person 7 no label holds 2.5.
+    Property: every endpoint of a numeric QI label lies on the column's public grid (an integer here)."""
+    from veil.generators.transaction import publish
+
+    rng = np.random.default_rng(0)
+    n = 120
+    kids = [str(v) for v in rng.integers(0, 8, n)]
+    kids[7] = "2.5"  # one person's odd value (a data-entry slip), stored as text in the int column
+    frame = pd.DataFrame({"kids": kids, "sex": rng.choice(["F", "M"], n)})
+    columns = 'kids = { type = "int", lower = 0, upper = 12 }\nsex = { type = "category", values = ["F", "M"] }\n'
+    path, policy = _world(tmp_path, {"people": _people_section("people", columns)}, {"people": frame})
+    request = {"table": "people", "output": "k5", "algorithm": "mondrian", "k": 5, "qi": ["kids", "sex"], "seed": 0}
+    publish(policy, "kanon", request, progress=False)
+    labels = _analyst(path, "SELECT DISTINCT kids FROM k5")["kids"].astype(str).tolist()
+    ends = {e.strip() for label in labels for e in label.strip("[]()").split(",")}
+    odd = sorted(e for e in ends if e not in ("-inf", "inf") and not float(e).is_integer())
+    assert not odd, f"labels {sorted(labels)} publish {odd}: person 7's own value, held by no one else"
