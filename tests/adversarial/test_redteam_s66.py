@@ -436,3 +436,48 @@ def test_f6_noise_addition_on_a_yes_no_column_declared_float_does_not_publish_it
         f"noise addition (a = {a}) on 0/1 answers declared float: an analyst who knows 10 of a person's 12 answers reads "
         f"the other 2 exactly for {recovered} of {len(frame)} people"
     )
+
+
+# ==================================================================================================
+# F7: the release history lives in the ledger file only: a fresh ledger forgets the population's release
+# ==================================================================================================
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s66 F7: a policy pointed at a fresh ledger forgets the warehouse's release history")
+def test_f7_a_fresh_ledger_does_not_reopen_a_population_to_a_second_release_without_guarantee(tmp_path: Path) -> None:
+    """F7 (LOW–MEDIUM: the s64 F3 difference attack, after an ordinary ledger change). "One release without a DP
+    guarantee per population, ever" reads the release history from the ledger the policy names now
+    (``publication_history``: ``policy.ledger_path``, [] when the file does not exist), and docs/ledger.md documents
+    pointing ``[ledger] path`` at another file as a supported move ("open sessions charge the new file from their next
+    query on") — a new budget period, a ledger moved to another disk without its ``-wal``. The warehouse and its public
+    mirror keep the earlier release (an analyst has it anyway), but nothing ties the warehouse to its ledger: rank
+    swapping of ``people`` (200, gains in hundreds) under ``ledger.sqlite``, then the source refreshed with one
+    newcomer (gain 1,200, a common value) and, under ``ledger-2027.sqlite``, rank swapping again to a new output —
+    published; the analyst's difference of the two gain multisets is ``{1200: 1}``, the newcomer's exact gain.
+    Property: the second release is refused (or the difference does not pin the newcomer)."""
+    from collections import Counter
+
+    from veil.errors import PublicationRefused
+    from veil.generators.transaction import publish
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    frame = _gains(3)
+    path, policy = _world(tmp_path, {"people": _people_section("people", _GAIN_COLUMNS)}, {"people": frame})
+    swap = {"table": "people", "method": "rank_swapping", "columns": ["gain"], "params": ["p=10"]}
+    publish(policy, "sdc", {**swap, "output": "a"}, progress=False)
+    before = _analyst(path, "SELECT gain FROM a")
+    path.write_text(path.read_text().replace('path = "ledger.sqlite"', 'path = "ledger-2027.sqlite"'), encoding="utf-8")
+    policy = load_policy(path)
+    grown = pd.concat([frame, pd.DataFrame({"age": [44], "sex": ["F"], "gain": [1200]})], ignore_index=True)
+    write_table(policy, "people", grown, replace=True)  # the monthly refresh: `veil ingest --replace`
+    try:
+        publish(policy, "sdc", {**swap, "output": "b"}, progress=False)
+    except PublicationRefused:
+        return
+    after = _analyst(path, "SELECT gain FROM b")
+    diff = Counter(after["gain"].tolist())
+    diff.subtract(Counter(before["gain"].tolist()))
+    pinned = {k: v for k, v in diff.items() if v}
+    assert pinned != {1200: 1}, f"after a ledger change, the two releases' gain multisets differ by {pinned}"
