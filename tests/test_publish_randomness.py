@@ -151,7 +151,6 @@ ROOT = Path(__file__).resolve().parents[1] / "veil" / "generators"
 #: when a caller passes an explicit seed (tests, library use); every publication path passes the private generator.
 SEEDED = {
     ("randomness.py", "private_rng"): "the private source itself (256 bits of secrets, or the test path's child)",
-    ("randomness.py", "reproducible_for_tests"): "the internal test path",
     ("mlcopy.py", "ml_copy"): "library seed, else the caller's rng / private_rng()",
     ("imposter.py", "_rng_from"): "library seed, else private_rng()",
     ("imposter.py", "fit"): "training torch generator: a publication passes torch_seed(private rng); never released",
