@@ -94,8 +94,6 @@ def test_publish_synth_imposter_gan_and_krr(policy: Path) -> None:
         "1",  # the distance-to-closest-record gate refused a 2-epoch draw once (0.617 against 0.615)
         "--batch-size",
         "250",
-        "--seed",
-        "0",
         "--format",
         "json",
     ]

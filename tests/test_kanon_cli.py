@@ -56,8 +56,6 @@ def test_publish_audit_and_query_release(policy: Path, shared_data: Path, tmp_pa
             hier,
             "--output",
             "adult_k5",
-            "--seed",
-            "1",
             "--export",
             str(export),
             "--format",

@@ -29,7 +29,9 @@ from veil.generators.sdc import NoiseAddition, noise_keep_probability, truncated
 def _generate(values: np.ndarray, a: float, seed: int, bounds: tuple[float, float]) -> np.ndarray:
     """Noise addition's values, back in source row order (``Output.source`` gives each output row's source row)."""
     data = pd.DataFrame({"x": values.astype(float)})
-    out = NoiseAddition(a=a).generate(data, Context(columns=("x",), bounds={"x": bounds}, seed=seed))
+    # the same draws for D and D′ through the test-only generator (a seed reaches no draw, red team s66 F1)
+    ctx = Context(columns=("x",), bounds={"x": bounds}, rng=np.random.default_rng(seed))
+    out = NoiseAddition(a=a).generate(data, ctx)
     back = np.empty(len(values))
     back[np.asarray(out.source)] = out.frame["x"].to_numpy()
     return back

@@ -88,6 +88,7 @@ def _published_47s(base: Path, holders: int, seed: int) -> int:
     """``noise_addition`` (a = 0.3) of 300 people's hours (35–45), the first ``holders`` of them at 47; the count of
     published 47s an analyst reads (-1: refused, typed, nothing public)."""
     from veil.errors import PublicationRefused
+    from veil.generators.randomness import reproducible_for_tests
     from veil.generators.transaction import publish
     from veil.policy import load_policy
     from veil.store.warehouse import write_table
@@ -103,7 +104,8 @@ def _published_47s(base: Path, holders: int, seed: int) -> int:
     write_table(policy, "people", frame)
     request = {"table": "people", "method": "noise_addition", "columns": ["age", "hours"], "params": ["a=0.3"]}
     try:
-        publish(policy, "sdc", {**request, "output": "pub", "seed": seed}, progress=False)
+        with reproducible_for_tests(seed):  # the same draws for D and D′ (the internal test path, s66 F1)
+            publish(policy, "sdc", {**request, "output": "pub"}, progress=False)
     except PublicationRefused:
         return -1
     return int(_analyst(path, "SELECT COUNT(*) FILTER (WHERE hours = 47) AS n FROM pub")["n"].iloc[0])

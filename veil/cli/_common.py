@@ -21,7 +21,7 @@ import pandas as pd
 from veil._json import to_jsonable
 from veil._optional import missing_extra
 from veil.cli._lazy import LazyGroup
-from veil.errors import MissingExtra, VeilError
+from veil.errors import InputError, MissingExtra, VeilError
 from veil.policy import Policy, load_policy
 
 __all__ = [
@@ -90,6 +90,22 @@ def output_table_options(fn: F) -> F:
 
 def load_policy_option(path: Path) -> Policy:
     return load_policy(path)
+
+
+#: ``--seed`` on a publishing command: hidden, kept only to refuse it typed (red team s66 F1).
+refused_seed_option = click.option("--seed", "seed", default=None, type=str, hidden=True, help="Refused (see docs).")
+
+
+def refuse_seed(seed: str | None, command: str) -> None:
+    """A ``--seed`` given to ``veil publish …`` is refused (``InputError``, exit 2) before anything is read or charged:
+    a publication's noise, swaps, shuffles and samples are drawn from 256 bits of the OS CSPRNG, never from a seed an
+    analyst could search (red team s66 F1: ``--seed 7``, or 31 random bits, inverted every row of a noised table)."""
+    if seed is not None:
+        raise InputError(
+            f"{command} takes no --seed: a publication's randomness (noise, swaps, shuffles, samples) is drawn from the "
+            "OS CSPRNG so that no one can reproduce it",
+            hint="Drop --seed (two runs on the same data give different releases by design)",
+        )
 
 
 def comma_list(text: str | None) -> list[str]:

@@ -16,6 +16,8 @@ from veil.cli._common import (
     output_table_options,
     policy_option,
     publish,
+    refuse_seed,
+    refused_seed_option,
     run_guarded,
 )
 from veil.errors import InputError
@@ -91,7 +93,7 @@ def _neurons(text: str) -> tuple[int, int, int]:
     show_default=True,
     help="With --sensitive: no value on more than this share of any class ((α,k)-anonymity; in (0, 0.9]).",
 )
-@click.option("--seed", type=int, default=None, help="Seed for seeds/shuffles (default: fresh randomness).")
+@refused_seed_option
 @output_table_options
 @click.option(
     "--export",
@@ -116,7 +118,7 @@ def publish_kanon_command(
     missing: str,
     mondrian_split: str,
     max_share: float,
-    seed: int | None,
+    seed: str | None,
     output: str,
     replace: bool,
     export: Path | None,
@@ -126,6 +128,7 @@ def publish_kanon_command(
     from veil.generators.kanon.publish import publish_kanon
     from veil.policy import load_policy
 
+    refuse_seed(seed, "veil publish kanon")  # red team s66 F1
     policy = load_policy(policy_path)
     summary = publish_kanon(
         policy,
@@ -143,7 +146,6 @@ def publish_kanon_command(
         missing=missing,
         split=mondrian_split,
         max_share=max_share,
-        seed=seed,
         replace=replace,
         export=export,
     )

@@ -10,7 +10,18 @@ from typing import Any
 
 import click
 
-from veil.cli._common import cli, comma_list, emit, format_option, policy_option, publish, publish_and_report, run_guarded
+from veil.cli._common import (
+    cli,
+    comma_list,
+    emit,
+    format_option,
+    policy_option,
+    publish,
+    publish_and_report,
+    refuse_seed,
+    refused_seed_option,
+    run_guarded,
+)
 from veil.errors import InputError
 
 __all__ = ["compare_command", "publish_sdc_command"]
@@ -36,7 +47,7 @@ def _context(policy: Any, table: str, columns: list[str], target: str | None, se
 @click.option("--target", default=None, help="Label column: copied, synthesised or used for training (and for DR).")
 @click.option("--output", required=True, help="Name of the published table.")
 @click.option("--replace", is_flag=True, help="Replace the output table if it exists.")
-@click.option("--seed", type=int, default=None, help="Seed for non-DP randomness (SDC noise, clustering, training).")
+@refused_seed_option
 @format_option
 @run_guarded
 def publish_sdc_command(
@@ -48,7 +59,7 @@ def publish_sdc_command(
     target: str | None,
     output: str,
     replace: bool,
-    seed: int | None,
+    seed: str | None,
     fmt: str,
 ) -> None:
     """Publish TABLE's COLUMNS sanitised with METHOD as a new public table, with a release record.
@@ -58,6 +69,7 @@ def publish_sdc_command(
     """
     from veil.policy import load_policy
 
+    refuse_seed(seed, "veil publish sdc")  # red team s66 F1
     request = {
         "table": table,
         "method": method,
@@ -66,7 +78,6 @@ def publish_sdc_command(
         "target": target,
         "output": output,
         "replace": replace,
-        "seed": seed,
     }
     publish_and_report(load_policy(policy_path), "sdc", request, fmt)
 
@@ -129,7 +140,13 @@ def _check_plot_path(path: Path, replace: bool) -> None:
     "needs --replace).",
 )
 @click.option("--replace", "replace_plot", is_flag=True, default=False, help="Replace an existing --plot file.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for non-DP randomness.")
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of the curator-only metrics (IL/DR pairing, classifier); the methods draw fresh randomness.",
+)
 @format_option
 @run_guarded
 def compare_command(

@@ -129,10 +129,12 @@ class Context:
 
     ``columns``: the columns to protect (numeric); ``target``: an optional label column (kept,
     synthesised or used for training depending on the method); ``bounds``: public per-column
-    ``(lower, upper)`` from the policy (DP methods need them); ``seed``: seed for non-DP algorithmic
-    randomness (clustering, shuffles, training, SDC noise); ``rng``: a test-only generator passed to
-    :mod:`veil.mechanisms` for DP noise (None = OS CSPRNG); ``progress``: show progress bars;
-    ``categories``: public (declared) values of category columns.
+    ``(lower, upper)`` from the policy (DP methods need them); ``seed``: seeds the curator-only release *metrics*
+    only (their random pairing of unlinked rows, their classifier) — never a draw of the release (red team s66 F1: a
+    seed the curator typed, or 31 bits, was searched and every row inverted); ``rng``: a test-only generator for
+    every draw of the release, DP noise passed to :mod:`veil.mechanisms` included (None = the OS CSPRNG: OpenDP for
+    DP noise, :meth:`draws` for the rest); ``progress``: show progress bars; ``categories``: public (declared)
+    values of category columns.
     """
 
     columns: tuple[str, ...]
@@ -142,6 +144,16 @@ class Context:
     rng: np.random.Generator | None = None
     progress: bool = False
     categories: Mapping[str, tuple[Any, ...]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def draws(self) -> np.random.Generator:
+        """The generator of the method's own random draws (noise, swaps, sampling, training): the test-only
+        ``rng`` when set, else a fresh one of 256 bits of the OS CSPRNG (:func:`veil.generators.randomness.private_rng`),
+        never ``seed``."""
+        if self.rng is not None:
+            return self.rng
+        from veil.generators.randomness import private_rng
+
+        return private_rng()
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ training.
 
 Training runs with ``threads`` torch and BLAS threads (default 1: fastest for these small models on a
 shared host) and restores the previous settings. Library code never seeds global torch state: a
-private ``torch.Generator`` seeded from ``seed`` drives initialisation, shuffling, noise and the
-Gumbel draws. The release is ``rows`` samples from the trained generator, never the model: a public
+private ``torch.Generator`` seeded from ``seed`` drives initialisation, shuffling and training noise; the released
+samples' latent noise comes from ``rng`` (a publication's: 256 bits of the OS CSPRNG, red team s66 F1), never from a
+seed the curator typed. The release is ``rows`` samples from the trained generator, never the model: a public
 parameter (default :data:`~veil.generators.synthetic_size.DEFAULT_ROWS`), never the number of training
 rows — the size of a synthetic table is public; choose it with ``--param rows``. No formal
 guarantee: the generator is fitted to the raw data without noise and can reproduce rare records.
@@ -43,6 +44,7 @@ from veil.errors import InputError, did_you_mean
 from veil.generators._threads import DEFAULT_THREADS, limited_threads
 from veil.generators.base import Context, Generator, Output, Param, register
 from veil.generators.domain import clip_into, column_domain
+from veil.generators.randomness import torch_seed
 from veil.generators.synthetic_size import DEFAULT_ROWS, ROWS_PARAM, check_rows
 
 __all__ = ["ARCHITECTURES", "GAN", "train_gan"]
@@ -131,8 +133,12 @@ def train_gan(
     pac: int = 1,
     tau: float = 0.2,
     threads: int = DEFAULT_THREADS,
+    rng: np.random.Generator | None = None,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Train on the rows of ``z`` (already encoded) and return ``(samples, info)``.
+
+    ``seed`` seeds training (None: 63 fresh bits); ``rng`` draws the released samples' latent noise (None: the
+    training generator, library use).
 
     ``spans``: ``(start, end)`` of each one-hot block (Gumbel-softmax in training, softmax
     probabilities in the samples); ``pac``: samples per discriminator decision (PacGAN; the batch
@@ -144,7 +150,7 @@ def train_gan(
         raise InputError(f"pac must be ≥ 1, got {pac!r}", hint="Use pac=10 (PacGAN) or 1 (plain GAN)")
     n_out = check_rows(n_out, "gan")
     with limited_threads(threads):
-        return _train(z, architecture, epochs, batch_size, noise_dim, lr, n_out, seed, progress, spans, pac, tau, threads)
+        return _train(z, architecture, epochs, batch_size, noise_dim, lr, n_out, seed, progress, spans, pac, tau, threads, rng)
 
 
 def _train(
@@ -161,6 +167,7 @@ def _train(
     pac: int,
     tau: float,
     threads: int,
+    rng: np.random.Generator | None = None,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     import torch
 
@@ -202,7 +209,12 @@ def _train(
             bar.update(1)
     netg.eval()
     with torch.no_grad():
-        raw = netg(torch.randn(n_out, noise_dim, generator=gen))
+        latent = (
+            torch.randn(n_out, noise_dim, generator=gen)
+            if rng is None
+            else torch.from_numpy(rng.standard_normal((n_out, noise_dim)).astype(np.float32))
+        )
+        raw = netg(latent)
         samples = _activate(raw, spans, tau=tau, gen=gen, gumbel=False).numpy().astype(np.float64)
     info = {
         "train_seconds": round(time.perf_counter() - t0, 2),
@@ -257,7 +269,7 @@ class GAN(Generator):
             raise InputError(f"the GAN needs at least 2 rows inside the declared domains, got {len(frame_in)}")
         categorical = tuple(c for c in cols if domains[c].categorical)
         numeric = [c for c in cols if c not in categorical]
-        rng = np.random.default_rng(ctx.seed)
+        rng = ctx.draws()  # 256 bits of the OS CSPRNG, never a seed (red team s66 F1)
         train_frame, spikes = split_mass_points(frame_in, numeric, rng=rng)
         flags = tuple(_flag(c) for c in spikes)
         enc = TabularEncoder.fit(train_frame, domains={**domains, **dict.fromkeys(flags, ColumnDomain(values=(False, True)))})
@@ -269,7 +281,8 @@ class GAN(Generator):
             noise_dim=self["noise_dim"],
             lr=self["lr"],
             n_out=self["rows"],
-            seed=ctx.seed,
+            seed=torch_seed(rng),  # training only: the model is never released, the seed never recorded
+            rng=rng,  # the released samples' latent noise: the full 256 bits
             progress=ctx.progress,
             spans=enc.softmax_spans(),
             pac=self["pac"],

@@ -52,9 +52,11 @@ copied, and the encoder is not used at release time (a posterior sample would ca
 values, and with them ``s``). ``veil publish synth`` (:mod:`veil.generators.plugins.synth`) trains
 on part of the table and checks the release against the held-out rest (distance to closest record).
 
-Randomness: every draw (weight initialisation, minibatches, noise) comes from a
-``torch.Generator``/``numpy.random.Generator`` built from ``seed``; global RNG state is never
-touched. ``torch.set_num_threads`` is the caller's business. Training shows a progress bar
+Randomness: training's draws (weight initialisation, minibatches, noise) come from a private
+``torch.Generator`` built from ``seed`` (a publication's: 63 bits of its private generator, never recorded; the model is
+never released); the release's draws (conditions, latent noise, categories) from the ``rng`` a publication passes, 256
+bits of the OS CSPRNG, never from a seed a user typed (red team s66 F1); global RNG state is never touched.
+``torch.set_num_threads`` is the caller's business. Training shows a progress bar
 (:func:`veil._progress.progress`) and a ``KeyboardInterrupt`` propagates, leaving the model
 marked unfitted, so no caller can publish a half-trained model by accident.
 """
@@ -318,29 +320,41 @@ class Imposter:
         return self
 
     # ---------------------------------------------------------------- generation
-    def generate(self, conditions: pd.DataFrame, *, seed: int | None = None) -> pd.DataFrame:
-        """Implicit columns for each row of ``conditions`` (which holds ``sensitive`` [and ``label``])."""
+    def generate(
+        self, conditions: pd.DataFrame, *, seed: int | None = None, rng: np.random.Generator | None = None
+    ) -> pd.DataFrame:
+        """Implicit columns for each row of ``conditions`` (which holds ``sensitive`` [and ``label``]).
+
+        ``rng`` (a publication's: 256 bits of the OS CSPRNG) draws the latent noise and the categories; without it,
+        ``seed`` (library use and tests; None: fresh randomness) seeds them."""
         import torch
 
         if not self.fitted or self._nets is None or self.encoder_ is None:
             raise InputError("the IMPOSTER model is not trained", hint="Call fit() first (or let training finish)")
         self._check_frame(conditions, need_implicit=False)
         c_np, _ = self._conditions(conditions)
-        gen = torch.Generator().manual_seed(_seed_from(seed))
-        rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=gen)))
+        if rng is None:
+            rng = _rng_from(seed)
         outs = []
         with torch.no_grad():
             c_all = torch.from_numpy(c_np.copy())
             for start in range(0, len(c_all), 8192):
                 c = c_all[start : start + 8192]
-                z = torch.randn((len(c), self.latent_dim), generator=gen)
+                z = torch.from_numpy(rng.standard_normal((len(c), self.latent_dim)).astype(np.float32))
                 outs.append(self._nets.activate(self._nets.dec(torch.cat([z, c], 1))).numpy())
         matrix = np.vstack(outs) if outs else np.zeros((0, self.encoder_.width), dtype=np.float32)
         out = self.encoder_.decode(matrix, sample=True, rng=rng)
         out.index = conditions.index
         return out
 
-    def publish(self, df: pd.DataFrame, *, seed: int | None = None, rows: int = DEFAULT_ROWS) -> pd.DataFrame:
+    def publish(
+        self,
+        df: pd.DataFrame,
+        *,
+        seed: int | None = None,
+        rows: int = DEFAULT_ROWS,
+        rng: np.random.Generator | None = None,
+    ) -> pd.DataFrame:
         """A fully synthetic table of ``rows`` rows (public, never ``len(df)``: the size of a synthetic table
         would otherwise say whether one person is in the source; see module docstring): no column of ``df`` is
         copied, and no frequency of it is used: the conditions are uniform over the product of the sensitive
@@ -349,7 +363,8 @@ class Imposter:
             raise InputError("the IMPOSTER model is not trained", hint="Call fit() first (or let training finish)")
         self._check_frame(df, need_implicit=False)
         cond_cols = [self.sensitive] + ([self.label] if self.label else [])
-        rng = np.random.default_rng(_seed_from(seed))
+        if rng is None:  # a publication passes its private generator (red team s66 F1); a seed is for library use
+            rng = _rng_from(seed)
         n = check_rows(rows, "imposter")
         conditions = pd.DataFrame(
             {self.sensitive: np.array(self._s_values, dtype=object)[rng.integers(len(self._s_values), size=n)]}
@@ -358,7 +373,7 @@ class Imposter:
             conditions[self.label] = np.array(self._y_values, dtype=object)[rng.integers(len(self._y_values), size=n)]
         for name in cond_cols:
             conditions[name] = _as_dtype(conditions[name], df[name].dtype)
-        synthetic = self.generate(conditions, seed=int(rng.integers(2**62)))
+        synthetic = self.generate(conditions, rng=rng)
         out = conditions.copy()
         for name in self.implicit:
             out[name] = synthetic[name].to_numpy()
@@ -390,7 +405,6 @@ class Imposter:
             "implicit": list(self.implicit),
             "sensitive": self.sensitive,
             "label": self.label,
-            "seed": self.seed,
             "domains": "observed" if self.domains is None else "declared",
         }
 
@@ -403,6 +417,13 @@ def _as_dtype(col: pd.Series, dtype: Any) -> pd.Series:
     except (TypeError, ValueError):
         return col
     return cast if int(cast.isna().sum()) == int(col.isna().sum()) else col
+
+
+def _rng_from(seed: int | None) -> np.random.Generator:
+    """The generator of a library call's draws: ``seed``'s, else 256 fresh bits of the OS CSPRNG."""
+    from veil.generators.randomness import private_rng
+
+    return private_rng() if seed is None else np.random.default_rng(_seed_from(seed))
 
 
 def _seed_from(seed: int | None) -> int:

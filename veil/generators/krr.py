@@ -47,6 +47,7 @@ import pandas as pd
 
 from veil import mechanisms
 from veil.errors import InputError, did_you_mean
+from veil.generators.randomness import private_rng
 from veil.mechanisms import randomized_response
 from veil.store.declared_types import as_declared
 
@@ -101,13 +102,11 @@ def _published(series: pd.Series, spec: Any) -> pd.Series:
 def _resize(out: pd.DataFrame, domains: Mapping[str, list[Any]], count_epsilon: float, rng: np.random.Generator | None,
             specs: Mapping[str, Any]) -> pd.DataFrame:  # fmt: skip
     """``out`` with a DP number of rows: its count plus discrete-Laplace noise of scale 1/``count_epsilon``."""
-    import secrets
-
     from veil.mechanisms import discrete_laplace
 
     n = len(out)
     target = max(0, int(discrete_laplace(np.array([n], dtype=np.int64), scale=1.0 / count_epsilon, rng=rng)[0]))
-    pick = np.random.default_rng(secrets.randbits(128)) if rng is None else rng
+    pick = private_rng() if rng is None else rng
     if target <= n:
         return out.iloc[np.sort(pick.choice(n, size=target, replace=False))].reset_index(drop=True)
     extra = {}

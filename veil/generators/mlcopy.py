@@ -70,11 +70,14 @@ def ml_copy(
     seed: int | None = None,
     lower: np.ndarray | None = None,
     upper: np.ndarray | None = None,
+    rng: np.random.Generator | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(x_synthetic, labels_from_tree)``; ``x`` is sampled in the original units.
 
     ``sampling="uniform"`` draws every row uniformly over ``[lower, upper]`` (per column; required:
-    the declared domain, never the rows' range). ``n_out``: rows drawn (public; never ``len(x)``).
+    the declared domain, never the rows' range). ``n_out``: rows drawn (public; never ``len(x)``). ``rng``: the
+    generator of every draw (a publication's: 256 bits of the OS CSPRNG); else ``seed`` (library use and tests),
+    else a fresh private generator (:func:`veil.generators.randomness.private_rng`).
     """
     from sklearn.tree import DecisionTreeClassifier
 
@@ -89,13 +92,17 @@ def ml_copy(
             raise InputError(f"lower/upper must be {x.shape[1]} bounds with lower ≤ upper, got {lower}, {upper}")
 
     n_out = check_rows(n_out, "ml_copy")
-    rng = np.random.default_rng(seed)
+    if rng is None:
+        from veil.generators.randomness import private_rng
+
+        rng = np.random.default_rng(seed) if seed is not None else private_rng()
+    tree_state = seed if seed is not None else int(rng.integers(2**32))  # the tree's tie-breaks (scikit-learn: 32 bits)
     mu, sd = x.mean(axis=0), x.std(axis=0)
     sd = np.where(sd > 0, sd, 1.0)
     z = (x - mu) / sd
     depth, split = TABLE9[criterion]
     tree = DecisionTreeClassifier(
-        criterion=criterion, max_depth=depth, min_samples_split=split, min_samples_leaf=MIN_LEAF, random_state=seed
+        criterion=criterion, max_depth=depth, min_samples_split=split, min_samples_leaf=MIN_LEAF, random_state=tree_state
     )
     tree.fit(z, y)
     classes, counts = np.unique(y, return_counts=True)
@@ -165,7 +172,7 @@ class MLCopy(Generator):
             sampling=self["sampling"],
             criterion=self["criterion"],
             balanced=self["balanced"],
-            seed=ctx.seed,
+            rng=ctx.draws(),  # never the curator's seed (red team s66 F1)
             n_out=self["rows"],
             lower=lower,
             upper=upper,

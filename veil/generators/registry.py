@@ -56,9 +56,10 @@ PLUGIN_MODULES: tuple[str, ...] = (
 @dataclass(frozen=True)
 class RunEnv:
     """What the transaction gives ``sanitise`` besides the rows: the policy, the source table's
-    spec (or None), a CSPRNG-seeded generator for non-DP randomness, the test-only DP ``rng``
-    (None: OpenDP's CSPRNG), whether to show progress, the seed the curator passed (if any) and the
-    number of rows of the whole source table (synthetic methods publish as many)."""
+    spec (or None), a generator seeded with 256 bits of the OS CSPRNG for non-DP randomness (every draw of the
+    release that is not DP noise: :mod:`veil.generators.randomness`), the test-only DP ``rng`` (None: OpenDP's
+    CSPRNG), whether to show progress, the request's seed (if any: curator-only metrics at most, never a draw of the
+    release, red team s66 F1) and the number of rows of the whole source table."""
 
     policy: Any
     spec: Any

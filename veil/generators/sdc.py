@@ -35,6 +35,7 @@ import pandas as pd
 from veil.errors import InputError, InternalError, VacuousParameter
 from veil.generators.base import Context, Generator, Output, Param, register
 from veil.generators.domain import clip_into, column_domain, csprng_permutation
+from veil.generators.randomness import private_rng
 
 __all__ = [
     "dbscan_groups",
@@ -144,14 +145,70 @@ def truncated_noise(
     # the far tail's quantile was -inf and the row came out exactly on the lower bound whatever its uniform (red team
     # s20b F5: a marker of an out-of-domain value)
     x = np.clip(x, lo, hi)
-    u = rng.random(x.shape)
+    u, v = fine_uniform(rng, x.shape)  # v = 1 − u, both to full relative precision in their tails
     plain = x + scale * ndtri(u)
     alpha, beta = (lo - x) / scale, (hi - x) / scale  # alpha ≤ 0 ≤ beta: x lies in its domain
     below = ndtr(alpha) + u * (ndtr(beta) - ndtr(alpha))  # the truncated law's CDF at the draw
-    above = (1.0 - u) * ndtr(-alpha) + u * ndtr(-beta)  # one minus it, without cancellation
+    above = v * ndtr(-alpha) + u * ndtr(-beta)  # one minus it, without cancellation
     z = np.where(below <= 0.5, ndtri(np.minimum(below, 0.5)), -ndtri(np.minimum(above, 0.5)))
     out = np.clip(x + scale * z, lo, hi)  # the quantile's last ulp
     return out, ((plain < lo) | (plain > hi)).sum(axis=0)
+
+
+def fine_uniform(rng: np.random.Generator, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """``(u, 1 − u)`` for uniforms ``u = (K + ½)/2¹⁰⁵`` of a 105-bit integer ``K`` (two draws), each side computed
+    exactly from the integers: near 0 and near 1 the draw keeps its full relative precision, where ``rng.random()``
+    (multiples of 2⁻⁵³) leaves the tails of an inverse-CDF draw on a coarse lattice (red team s66 F4).
+
+    >>> u, v = fine_uniform(np.random.default_rng(0), (1000,))
+    >>> bool(((u > 0) & (u < 1)).all()), bool(np.allclose(u + v, 1.0))
+    (True, True)
+    """
+    hi = rng.integers(0, 2**53, size=shape, dtype=np.int64).astype(np.float64)
+    lo = rng.integers(0, 2**52, size=shape, dtype=np.int64).astype(np.float64)
+    u = hi * 2.0**-53 + (2.0 * lo + 1.0) * 2.0**-106
+    v = (2.0**53 - 1.0 - hi) * 2.0**-53 + (2.0**53 - 1.0 - 2.0 * lo) * 2.0**-106
+    return u, v
+
+
+#: Noise addition publishes every value on a public grid of this many cells per declared range (red team s66 F4).
+NOISE_GRID_CELLS = 2**30
+
+#: The largest noise level ``a`` noise addition accepts (refused typed in the plan above it, red team s66 F4): at
+#: ``a`` = 10 the noise's σ is five times the declared range, the release already close to uniform over the domain; and
+#: the grid argument (:func:`to_public_grid`) wants the reachable outputs of every source value dense in each cell.
+MAX_NOISE_A = 10.0
+
+
+def to_public_grid(values: np.ndarray, lower: np.ndarray, upper: np.ndarray) -> np.ndarray:
+    """Each value replaced by the midpoint of its cell of a public grid: ``lower + (k + ½)·w``, ``w = (upper −
+    lower)/2³⁰`` (:data:`NOISE_GRID_CELLS`), ``k`` in ``[0, 2³⁰)``: always strictly inside the declared domain.
+
+    Why (red team s66 F4): a computed draw ``x + scale·ndtri(b)`` is not a continuous value but one of the floats
+    that the source value ``x`` reaches from the float ``b``: those lie ``scale·Δb/φ(z)`` apart, and where that is
+    coarser than the floats around the output (an output near 0, or any output at large ``a``), an analyst who tries
+    each integer of the domain finds the one that reproduces the published float bit for bit. With
+    :func:`fine_uniform` the reachable outputs of every source value lie at most ``scale·2⁻⁵⁰`` apart (``b`` has
+    relative precision 2⁻⁵², ``b ≤ φ(z)/|z|`` where ``|z| ≥ 1`` (Mills' ratio) and ``φ(z) > 0.24`` where ``|z| < 1``;
+    only cells of probability below about 2⁻¹⁰⁰ under that source value can be missed), and a cell is ``(upper − lower)·2⁻³⁰``
+    wide, at least ``2²¹/a`` times that spacing (``scale = a·(upper − lower)/2``; ``a`` ≤ :data:`MAX_NOISE_A` = 10
+    leaves more than 200,000 reachable outputs of *every* source value in each cell its law covers). So the published
+    cell is reachable from every candidate source value: it says what the continuous law says, nothing of the
+    float arithmetic. Rounding is post-processing; the cell, ~10⁻⁹ of the range, is far below the noise (σ ≥ 0.05 of
+    the range). Midpoints are never a bound and, for an integer domain whose width is not a multiple of 2³¹, never an
+    integer: a published value equals an int source value only by a float coincidence (the gate still checks).
+
+    >>> to_public_grid(np.array([0.0, 0.3, 1.0]), np.array(0.0), np.array(1.0)).tolist() == [
+    ...     0.5 / 2**30, (int(0.3 * 2**30) + 0.5) / 2**30, 1 - 0.5 / 2**30]
+    True
+    """
+    values = np.asarray(values, dtype=np.float64)
+    lo = np.broadcast_to(np.asarray(lower, dtype=np.float64), values.shape)
+    hi = np.broadcast_to(np.asarray(upper, dtype=np.float64), values.shape)
+    width = hi - lo
+    step = np.where(width > 0, width / NOISE_GRID_CELLS, 1.0)
+    cell = np.clip(np.floor((values - lo) / step), 0, NOISE_GRID_CELLS - 1)
+    return np.where(width > 0, np.clip(lo + (cell + 0.5) * step, lo, hi), lo)
 
 
 def _noise_in_domain(
@@ -164,7 +221,9 @@ def _noise_in_domain(
         return x + a * x.std(axis=0) * rng.standard_normal(x.shape), np.zeros(x.shape[1], dtype=np.int64)
     spread = public_spread(lower, upper)
     scale = np.broadcast_to(a * np.where(spread > 0, spread, 1.0), x.shape)
-    return truncated_noise(x, scale, np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64), rng)
+    lo, hi = np.asarray(lower, dtype=np.float64), np.asarray(upper, dtype=np.float64)
+    out, moved = truncated_noise(x, scale, lo, hi, rng)
+    return to_public_grid(out, lo, hi), moved  # the published grid (red team s66 F4)
 
 
 #: Noise addition is refused on an int column whose declared domain holds at most this many values: such a column is
@@ -691,7 +750,7 @@ def dp_grid_microaggregation(
         else:
             raise InputError(f"mechanism must be 'laplace' or 'exponential', got {mechanism!r}")
     rep = np.repeat(np.arange(len(released)), m[released])
-    order = (shuffle_rng or np.random.default_rng()).permutation(len(rep))
+    order = (shuffle_rng or private_rng()).permutation(len(rep))
     rep = rep[order]
     y_out = (released % n_classes)[rep] if y is not None else None
     info = {"cells": int(n_cells), "released_cells": len(released), "rows_out": len(rep)}
@@ -794,7 +853,14 @@ class NoiseAddition(_Refusing):
     name = "noise_addition"
     summary = "x' = x + a·s·c with c ~ N(0,1) per value, s half the declared range (uncorrelated Gaussian noise)"
     params = (
-        Param("a", float, 0.5, grid=(0.1, 0.25, 0.5, 0.75, 1.0), help="noise level a (times half the declared range), > 0"),
+        Param(
+            "a",
+            float,
+            0.5,
+            grid=(0.1, 0.25, 0.5, 0.75, 1.0),
+            upper=MAX_NOISE_A,
+            help="noise level a (times half the declared range), > 0, at most 10",
+        ),
     )
     vacuous: ClassVar[Mapping[str, tuple[Any, str]]] = {
         "a": (_not_positive, "adds no noise (use a > 0, e.g. 0.5 times half the column's declared range)")
@@ -804,7 +870,7 @@ class NoiseAddition(_Refusing):
     def generate(self, data: pd.DataFrame, ctx: Context) -> Output:
         x = _numeric(data, ctx)
         lower, upper, kinds = column_domain(x, ctx.columns, ctx.bounds)
-        rng = np.random.default_rng(ctx.seed)
+        rng = ctx.draws()  # 256 bits of the OS CSPRNG, never a seed (red team s66 F1)
         # each row: its own value plus a normal of the public scale, truncated to the domain; no redraw that looks at the
         # row's own value, no rounding back onto the source's grid (red team s64 F1/F6)
         out, moved = _noise_in_domain(x, self["a"], rng, lower, upper)
@@ -819,7 +885,8 @@ class NoiseAddition(_Refusing):
             info={"own_values": True},  # each output row's values from its own source row alone: the per-row rule
             guarantee=(
                 f"no formal guarantee: each value perturbed by N(0, ({self['a']}·s)²), s half the column's declared "
-                f"range, truncated to the domain and published unrounded; {_PASS_TARGET}"
+                f"range, truncated to the domain, drawn from the OS CSPRNG and published on a grid of 2^-30 of the range; "
+                f"{_PASS_TARGET}"
             ),
         )
 
@@ -907,7 +974,7 @@ class RankSwapping(_Refusing):
         from veil.generators.gate import MIN_VALUE_HOLDERS
 
         x = _numeric(data, ctx)
-        swapped = rank_swap(x, self["p"], np.random.default_rng(ctx.seed))
+        swapped = rank_swap(x, self["p"], ctx.draws())  # never from a seed (red team s66 F1)
         integer = _integral(x)
         coded = np.column_stack(
             [code_rare_values(x[:, j], swapped[:, j], MIN_VALUE_HOLDERS, integer=integer[j]) for j in range(x.shape[1])]

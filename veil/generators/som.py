@@ -128,7 +128,9 @@ def fit_som(
     z = (x - mean) / scale
     u = _unit(z)
     # linear initialisation along the first principal axis, with a tiny seeded jitter
-    rng = np.random.default_rng(seed)
+    from veil.generators.randomness import private_rng
+
+    rng = np.random.default_rng(seed) if seed is not None else private_rng()
     centred = u - u.mean(axis=0)
     _, s, vt = np.linalg.svd(centred[: min(len(u), 20000)], full_matrices=False)
     spread = s[0] / np.sqrt(max(min(len(u), 20000) - 1, 1))

@@ -106,8 +106,11 @@ class PublishResult:
 
 
 def csprng() -> np.random.Generator:
-    """A numpy generator seeded from the OS CSPRNG (shuffles, holdout splits: never reproducible)."""
-    return np.random.default_rng(int.from_bytes(os.urandom(16), "little"))
+    """A numpy generator seeded with 256 bits of the OS CSPRNG (shuffles, holdout splits, the plug-in's own draws:
+    never reproducible, never from a seed the curator typed; :mod:`veil.generators.randomness`)."""
+    from veil.generators.randomness import private_rng
+
+    return private_rng()
 
 
 # -- signals ----------------------------------------------------------------------------------------

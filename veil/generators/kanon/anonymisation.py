@@ -167,7 +167,6 @@ class KAnonConfig:
             "som_epochs": self.som_epochs,
             "missing": self.missing,
             "split": self.split,
-            "seed": self.seed,
             "max_share": self.max_share,
         }
 
@@ -295,7 +294,13 @@ def anonymise(
         # diverse classes by construction; refused (typed, before any class is formed) when the whole table is not
         require_feasible(clean, config.sensitive, config.max_share)
         diversity = Diversity.from_frame(clean, config.sensitive, config.max_share)
-    algo_rng = np.random.default_rng(config.seed)
+    # never from a seed a user typed for a publication (red team s66 F1): a seed is for library use and tests
+    if config.seed is None:
+        from veil.generators.randomness import private_rng
+
+        algo_rng = private_rng()
+    else:
+        algo_rng = np.random.default_rng(config.seed)
     space = QISpace(clean, config.qi, hier, ends=_numeric_ends(df, config, loaded), grids=config.grids)
 
     start, cpu_start = time.perf_counter(), time.process_time()

@@ -32,6 +32,7 @@ from veil.errors import InputError
 from veil.generators.kanon._scoring import BoxSet, Scorer, distinct_tuples
 from veil.generators.kanon.diversity import Diversity, merge_until_diverse
 from veil.generators.kanon.generalise import QISpace
+from veil.generators.randomness import private_rng
 
 __all__ = ["oka"]
 
@@ -73,7 +74,7 @@ def oka(
         raise InputError(f"k must be at least 1, got {k}", hint="Use --k 2 or more")
     if space.n < k:
         raise InputError(f"the table has {space.n} rows, fewer than k={k}", hint="Lower k or publish more rows")
-    rng = rng if rng is not None else np.random.default_rng()
+    rng = rng if rng is not None else private_rng()
     codes = space.codes.astype(np.int64)
     uniq, weight, inverse = distinct_tuples(codes)  # uniq is sorted: the QI-sorted order of phase 1
     scorer = Scorer(space, uniq)

@@ -58,7 +58,6 @@ def publish_kanon(
     som_epochs: int = 20,
     missing: str = "drop",
     split: str = "gain",
-    seed: int | None = None,
     replace: bool = False,
     export: str | Path | None = None,
     progress: bool = True,
@@ -92,7 +91,6 @@ def publish_kanon(
         "som_epochs": som_epochs,
         "missing": missing,
         "split": split,
-        "seed": seed,
         "replace": replace,
     }
     if max_share is not None:

@@ -60,6 +60,9 @@ class KAnonPlugin(PublishPlugin):
             neuron_candidates(*som_neurons)  # bounded, typed, before the data is read (s27 A9)
         # (α, k)-anonymity's α, checked before anything is read (red team s20b F4: classes diverse by construction)
         max_share = check_max_share(request.get("max_share", DEFAULT_MAX_SHARE))
+        # a request's seed is checked (typed) but reaches no draw and is not recorded: the random cluster seeds and the
+        # row order come from the OS CSPRNG (red team s66 F1); `veil publish kanon --seed` is refused
+        check_seed(request.get("seed"))
         return Plan(
             kind=self.kind,
             method=f"kanon-{algorithm}",
@@ -74,7 +77,6 @@ class KAnonPlugin(PublishPlugin):
                 "hierarchy_dir": None if hier is None else str(Path(hier).resolve()),
                 "missing": request.get("missing", "drop"),
                 "mondrian_split": request.get("split", "gain") if algorithm.startswith("mondrian") else None,
-                "seed": check_seed(request.get("seed")),
                 "som_columns": som_columns,
                 "som_label": som_label,
                 "som_neurons": som_neurons,
@@ -117,7 +119,6 @@ class KAnonPlugin(PublishPlugin):
         data = _within_domains(data, qi, sensitive, env.spec, trees)
         neurons = tuple(p["som_neurons"])
         n_maps = len(range(neurons[0], neurons[1] + 1, max(neurons[2], 1))) if som_columns else 0
-        seed = p["seed"] if p["seed"] is not None else int(env.generator.integers(2**62))
         started = time.perf_counter()
         with (
             progress_bar(total=len(data), desc=f"kanon {p['algorithm']} k={k}", unit="row") as bar,
@@ -136,7 +137,7 @@ class KAnonPlugin(PublishPlugin):
                 som_epochs=p["som_epochs"],
                 missing=p["missing"],
                 split=p["mondrian_split"] or "gain",
-                seed=seed,
+                seed=None,  # OKA's and K-Member's random choices: 256 fresh bits (red team s66 F1)
                 grids=_label_grids(env.spec, qi, trees),
                 max_share=p["max_share"],
                 tick=bar.update,

@@ -176,7 +176,9 @@ class SDCPlugin(PublishPlugin):
             source=table,
             output=request["output"],
             replace=bool(request.get("replace")),
-            params={**values, "method": cls.name, "columns": columns, "target": target, "seed": request.get("seed")},
+            # a request's seed seeds the curator-only metrics at most: never a draw of the release, never recorded (the
+            # `_` key), red team s66 F1 (`veil publish sdc --seed` is refused)
+            params={**values, "method": cls.name, "columns": columns, "target": target, "_seed": request.get("seed")},
             checks=guarantee_checks(cls.name, values),
             epsilon=eps,
             delta=Fraction(0) if cls.is_dp else None,
@@ -194,7 +196,7 @@ class SDCPlugin(PublishPlugin):
 
         p = dict(plan.params)
         cls = get_generator(p.pop("method"))
-        columns, target, seed = p.pop("columns"), p.pop("target"), p.pop("seed")
+        columns, target, seed = p.pop("columns"), p.pop("target"), p.pop("_seed")
         ctx = context(env.policy, plan.source, columns, target, seed, data.columns)
         gen = cls(**p)
         gen.check_context(ctx, data)
@@ -221,21 +223,21 @@ class SDCPlugin(PublishPlugin):
 
         p = dict(plan.params)
         cls = get_generator(p.pop("method"))
-        columns, target, seed = p.pop("columns"), p.pop("target"), p.pop("seed")
+        columns, target, seed = p.pop("columns"), p.pop("target"), p.pop("_seed")
         gen = cls(**p)
         ctx = context(env.policy, plan.source, columns, target, seed, data.columns)
         if env.rng is not None:
             from dataclasses import replace
 
             ctx = replace(ctx, rng=env.rng)
-        if seed is None:
+        if seed is None:  # the metrics' own seed (their pairing, their classifier): no draw of the release uses it
             from dataclasses import replace
 
             ctx = replace(ctx, seed=int(env.generator.integers(2**31)))
         clean = clean_input(data, ctx)
         kept = np.flatnonzero(complete_rows(data, ctx))  # positions of clean's rows in data
         out = gen.run(clean, ctx)
-        metrics: dict[str, Any] = _metrics(plan, clean, out, ctx, seed=seed or 0)
+        metrics: dict[str, Any] = _metrics(plan, clean, out, ctx, seed=int(ctx.seed or 0))
         metrics.update(rows_in=len(clean), rows_out=len(out.frame), info=dict(out.info))
         stated = out.info.get("columns") if isinstance(out.info.get("columns"), Mapping) else None
         prot: list[ColumnProtection] = []

@@ -66,7 +66,8 @@ class SynthPlugin(PublishPlugin):
             "beta": float(request.get("beta", 0.7)),
             "columns": _distinct_columns(request.get("columns") or []),
             "rows": check_rows(DEFAULT_ROWS if request.get("rows") is None else request["rows"], "synth"),
-            "seed": request.get("seed"),
+            # curator-only detection metrics at most: never a draw of the release, never recorded (red team s66 F1)
+            "_seed": request.get("seed"),
         }
         from veil.generators.columns import disjoint_roles
 
@@ -88,7 +89,7 @@ class SynthPlugin(PublishPlugin):
                 params["columns"] = _default_columns(spec, cond, request["table"])
         from veil.generators.base import check_seed
 
-        params["seed"] = check_seed(params["seed"])
+        params["_seed"] = check_seed(params["_seed"])
         return Plan(
             kind=self.kind,
             method=method,
@@ -101,10 +102,11 @@ class SynthPlugin(PublishPlugin):
 
     def sanitise(self, plan: Plan, data: pd.DataFrame, env: RunEnv) -> Publication:
         from veil.generators.imposter import Imposter
+        from veil.generators.randomness import torch_seed
         from veil.metrics.implicit import detect_implicit
 
         p = plan.params
-        sensitive, label, seed = p["sensitive"], p["label"], p["seed"]
+        sensitive, label, seed = p["sensitive"], p["label"], p["_seed"]
         cond = [sensitive] + ([label] if label else [])
         for name in cond:
             if name not in data.columns:
@@ -149,7 +151,10 @@ class SynthPlugin(PublishPlugin):
             )
         except VeilError:
             detection = None
-        model_seed = seed if seed is not None else int(env.generator.integers(2**62))
+        # training from 63 bits of the publication's private generator (the model is never released, the seed never
+        # recorded); the released rows' conditions, latent noise and drawn categories from that generator itself, 256
+        # bits of the OS CSPRNG — never the curator's seed (red team s66 F1)
+        model_seed = torch_seed(env.generator)
         model = Imposter(
             implicit=implicit,
             sensitive=sensitive,
@@ -163,7 +168,7 @@ class SynthPlugin(PublishPlugin):
         t0 = time.perf_counter()
         model.fit(data)
         seconds = time.perf_counter() - t0
-        released = model.publish(data, seed=int(env.generator.integers(2**62)), rows=p["rows"])
+        released = model.publish(data, rng=env.generator, rows=p["rows"])
         after = detect_implicit(released, sensitive, theta=0.0, beta=p["beta"], columns=implicit, seed=seed)
         how = "G(z | s" + (", y)" if label else ")") + f", λ = {p['lambda']}"
         columns = [
