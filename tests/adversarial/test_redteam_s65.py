@@ -28,7 +28,10 @@ Findings (each test is a strict xfail until fixed):
   256 MiB spills distinct values of 16,382 bytes but not of 16,384 (DuckDB alone, 20,000 distinct values: 16,372,
   16,374, 16,376 and 16,382 bytes answered, 16,384 failed; GROUP BY keys of 16,384 bytes, 30,000 rows: failed; at 2
   threads 16,384 answered). Through Veil (1 thread, the floor): 17,000 rows of ``COUNT(DISTINCT u || u || u || u)``
-  (16,384 bytes, from 4 kB stored) failed after the charge in both worlds (16,288-byte values, same query: answered);
+  (16,384 bytes, from 4 kB stored) failed after the charge in both worlds (16,288-byte values, same query: answered),
+  and ``… WHERE id < k`` steps at one row: 8,191 rows answered, 8,192 failed (XX000, charged), deterministic on
+  repeats (8191 ✓, 8192 ✓, 8193 ✗, 8194 ✗, 8192 ✓, 8193 ✗; ~14 probes of ε = 0.001 find it) — the analyst's
+  membership attack of s63 F1, at the cap;
   over 20,000 stored 16,384-byte values ``SELECT COUNT(DISTINCT u) FROM t WHERE id < k`` answered for k = 19,999 and
   failed for k = 20,000 and 20,001 — not a size edge: ``WHERE id >= 0`` failed and ``WHERE id + 0 >= 0`` (the same
   rows) answered, ``WHERE id > 0`` answered. DuckDB drops a filter its column statistics prove true for every row, and
@@ -37,10 +40,9 @@ Findings (each test is a strict xfail until fixed):
   D/D′ pair in the time left: with other 16,384-byte values (three varying 4-byte characters, then one repeated;
   17,000 and 21,000 rows, target id 0 below everyone's) ``WHERE id >= 1`` answered in both worlds, so which plan
   fails depends on more than the statistics (the values' encoding, the row count); the size edge above stands.
-  Suggested fix: a strict bound
-  with a margin below 16 KiB (e.g. ``largest < MAX_VALUE_BYTES`` and a cap of 8 KiB, which spilled at 40,000 rows, 1
-  thread), measured at 1 thread; and note in docs/sql.md that the engine's plan (and so its memory) can depend on
-  column statistics.
+  Suggested fix: a strict bound with a margin below 16 KiB (e.g. ``largest < MAX_VALUE_BYTES`` and a cap of 8 KiB,
+  which spilled at 40,000 rows, 1 thread), measured at 1 thread; and note in docs/sql.md that the engine's plan (and
+  so its memory) can depend on column statistics.
 """
 
 from __future__ import annotations
