@@ -31,7 +31,8 @@ Findings (each test is a strict xfail until fixed):
   (16,384 bytes, from 4 kB stored) failed after the charge in both worlds (16,288-byte values, same query: answered),
   and ``… WHERE id < k`` steps at one row: 8,191 rows answered, 8,192 failed (XX000, charged), deterministic on
   repeats (8191 ✓, 8192 ✓, 8193 ✗, 8194 ✗, 8192 ✓, 8193 ✗; ~14 probes of ε = 0.001 find it) — the analyst's
-  membership attack of s63 F1, at the cap;
+  membership attack of s63 F1, at the cap (at 2 threads the same 17,000 rows answered: the readers' thread count
+  is DuckDB's default, one per core, so a one-vCPU host runs at 1 thread without anyone setting it);
   over 20,000 stored 16,384-byte values ``SELECT COUNT(DISTINCT u) FROM t WHERE id < k`` answered for k = 19,999 and
   failed for k = 20,000 and 20,001 — not a size edge: ``WHERE id >= 0`` failed and ``WHERE id + 0 >= 0`` (the same
   rows) answered, ``WHERE id > 0`` answered. DuckDB drops a filter its column statistics prove true for every row, and
