@@ -21,6 +21,29 @@ Findings (each test is a strict xfail until fixed):
   Two 12 KiB halves (``s || s || s`` over 1,024-character names) are accepted too. Suggested fix: count a grouped
   DISTINCT's row as the GROUP BY keys plus its arguments (the same ``held`` sum), refuse free past the cap; and
   re-measure the floor for 16 KiB rows at 1 thread, the configuration the floor was not measured at.
+
+* F2 (MEDIUM, same class and configuration as F1) — **the cap admits the one size that cannot spill**:
+  ``check_value_bytes`` accepts a value of exactly ``MAX_VALUE_BYTES`` (16,384 bytes: a bare ``category`` of 4,096
+  four-byte characters, ``u || u || u || u`` over 1,024, a GROUP BY key of that size), and DuckDB 2.0 at 1 thread and
+  256 MiB spills distinct values of 16,382 bytes but not of 16,384 (DuckDB alone, 20,000 distinct values: 16,372,
+  16,374, 16,376 and 16,382 bytes answered, 16,384 failed; GROUP BY keys of 16,384 bytes, 30,000 rows: failed; at 2
+  threads 16,384 answered). Through Veil (1 thread, the floor): 17,000 rows of ``COUNT(DISTINCT u || u || u || u)``
+  (16,384 bytes, from 4 kB stored) failed after the charge in both worlds (16,288-byte values, same query: answered),
+  and ``… WHERE id < k`` steps at one row: 8,191 rows answered, 8,192 failed (XX000, charged), deterministic on
+  repeats (8191 ✓, 8192 ✓, 8193 ✗, 8194 ✗, 8192 ✓, 8193 ✗; ~14 probes of ε = 0.001 find it) — the analyst's
+  membership attack of s63 F1, at the cap (at 2 threads the same 17,000 rows answered: the readers' thread count
+  is DuckDB's default, one per core, so a one-vCPU host runs at 1 thread without anyone setting it);
+  over 20,000 stored 16,384-byte values ``SELECT COUNT(DISTINCT u) FROM t WHERE id < k`` answered for k = 19,999 and
+  failed for k = 20,000 and 20,001 — not a size edge: ``WHERE id >= 0`` failed and ``WHERE id + 0 >= 0`` (the same
+  rows) answered, ``WHERE id > 0`` answered. DuckDB drops a filter its column statistics prove true for every row, and
+  there the plan without the filter was the one that failed: whether it fails then reads the table's min/max of
+  ``id`` (one person's value when that person holds the extreme), not the rows the query counts. Not reproduced as a
+  D/D′ pair in the time left: with other 16,384-byte values (three varying 4-byte characters, then one repeated;
+  17,000 and 21,000 rows, target id 0 below everyone's) ``WHERE id >= 1`` answered in both worlds, so which plan
+  fails depends on more than the statistics (the values' encoding, the row count); the size edge above stands.
+  Suggested fix: a strict bound with a margin below 16 KiB (e.g. ``largest < MAX_VALUE_BYTES`` and a cap of 8 KiB,
+  which spilled at 40,000 rows, 1 thread), measured at 1 thread; and note in docs/sql.md that the engine's plan (and
+  so its memory) can depend on column statistics.
 """
 
 from __future__ import annotations
@@ -126,3 +149,27 @@ def test_f1_grouped_rows_within_the_cap_stay_answerable(f1_session: Any) -> None
         "SELECT n, COUNT(DISTINCT id) FROM t GROUP BY n",
     ):
         f1_session.execute(sql, epsilon=0.001)
+
+
+@pytest.mark.xfail(strict=True, reason="s65 F2: a value of exactly MAX_VALUE_BYTES (16 KiB) is accepted, and cannot spill")
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT COUNT(DISTINCT u) FROM t",  # a bare 4,096-character column: 16,384 bytes at 4 bytes a character
+        "SELECT COUNT(DISTINCT LEFT(u, 1024) || LEFT(u, 1024) || LEFT(u, 1024) || LEFT(u, 1024)) FROM t",
+        "SELECT s, COUNT(*) FROM t GROUP BY s",
+    ],
+)
+def test_f2_a_value_of_exactly_the_cap_is_refused_free(f1_session: Any, sql: str) -> None:
+    """F2: DuckDB 2.0 (1 thread, the 256 MiB floor) spills distinct values of 16,382 bytes and fails on 16,384 (20,000
+    rows each, measured in DuckDB alone; through Veil, 17,000 rows of ``u || u || u || u`` over 1,024 four-byte
+    characters failed after the charge in both worlds, and ``COUNT(DISTINCT u)`` over 20,000 stored 16,384-byte values
+    stepped at one row: 19,999 answered, 20,000 failed). ``MAX_VALUE_BYTES`` is inclusive, so the one size that fails
+    is the largest allowed: a value of 16,384 bytes must be refused free like one of 16,385. (A fix that makes such
+    values spill instead should replace this test by the edge test in the module docstring.)"""
+    from veil.errors import Unsupported
+
+    spent = f1_session.budget().spent
+    with pytest.raises(Unsupported, match="text value of this query may hold"):
+        f1_session.execute(sql, epsilon=0.001)
+    assert f1_session.budget().spent == spent
