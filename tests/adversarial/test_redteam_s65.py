@@ -151,7 +151,6 @@ def test_f1_grouped_rows_within_the_cap_stay_answerable(f1_session: Any) -> None
         f1_session.execute(sql, epsilon=0.001)
 
 
-@pytest.mark.xfail(strict=True, reason="s65 F2: a value of exactly MAX_VALUE_BYTES (16 KiB) is accepted, and cannot spill")
 @pytest.mark.parametrize(
     "sql",
     [

@@ -176,7 +176,10 @@ CAST_EVALUATIONS = 100
 #: cannot spill a hash table of large strings: at its 256 MiB floor (``warehouse.MIN_READER_MEMORY_MIB``) 2,000
 #: distinct 64 kB keys failed the statement where 60,000 of 16 kB spilled and were answered (2 and 16 threads), so
 #: whether a charged statement of large values failed was a step one person's row could cross (red team s63 F1).
-MAX_VALUE_BYTES = 16 << 10
+#: The edge is a hash-table row of 16 KiB: at one thread DuckDB 2.0 spilled 20,000 distinct values of 16,382 bytes and
+#: failed on 16,384, and two 12 kB keys of one row failed where two 8 kB ones spilled (red team s65 F1/F2), so the cap
+#: keeps a 1 KiB margin below it.
+MAX_VALUE_BYTES = 15 << 10
 
 
 def check_value_bytes(largest: int) -> None:
