@@ -176,7 +176,6 @@ def _draw_people(n: int, rng: np.random.Generator) -> pd.DataFrame:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s66 F2: the DCR check passes a near copy (gain + 1) of every training row")
 @pytest.mark.parametrize(("n", "copied"), [(500, 1.0), (2000, 1.0), (10_000, 0.1)])
 def test_f2_the_gate_refuses_a_synthetic_table_of_near_copies_of_training_rows(n: int, copied: float) -> None:
     """F2 (MEDIUM–HIGH: every training person's record published to one unit, if the generator memorises; the gate's

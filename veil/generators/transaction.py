@@ -961,7 +961,7 @@ def evaluate(policy: Any, kind: str, request: Mapping[str, Any], *, rng: np.rand
         row.update(gate="passed", rows=None if pub.frame is None else len(pub.frame), **plugin.summary_of(plan, pub))
         row["min_group"] = report["min_group"]
         row["l_diversity"] = report["l_diversity"] or None
-        row["dcr_share"] = None if report["dcr"] is None else report["dcr"]["share_closer_to_train"]
+        row["dcr_share"] = None if report["dcr"] is None else report["dcr"]["near_train_share"]
     except PublicationRefused as exc:
         row["gate"] = f"refused: {exc}"
     row["seconds"] = round(time.perf_counter() - started, 3)
