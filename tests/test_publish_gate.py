@@ -131,8 +131,8 @@ def test_dp_publications_are_charged_to_the_table_budget(tmp_path: Path) -> None
     assert dp.exit_code == 2 and "BudgetExhausted" in dp.output
     budget = ok_json(veil("budget", "--policy", policy, "--format", "json"))
     assert budget["tables"] == [
-        {"table": "people", "epsilon_total": 4.0, "epsilon_spent": 4.0, "epsilon_remaining": 0.0,
-         "delta_total": None, "delta_spent": 0.0, "delta_remaining": None}
+        {"table": "people", "population": "", "epsilon_total": 4.0, "epsilon_spent": 4.0, "epsilon_remaining": 0.0,
+         "delta_total": None, "delta_spent": 0.0, "delta_remaining": None, "unbounded_by": []}
     ]  # fmt: skip
     assert {a["analyst"] for a in budget["analysts"]} == {"bob", "carol"}
     # the analyst's queries on the table draw from the same cap: nothing is left

@@ -229,7 +229,6 @@ def _gains(seed: int, n: int = 200) -> pd.DataFrame:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s66 F3: epsilon_total binds its own table only, not its population's others")
 @pytest.mark.parametrize("how", ["snapshot_twin", "cap_declared_after"])
 def test_f3_a_capped_population_gets_no_release_without_guarantee(tmp_path: Path, how: str) -> None:
     """F3 (MEDIUM, accounting: a cap that says "at most ε about these people" while their exact value multiset is
