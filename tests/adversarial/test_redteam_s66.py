@@ -5,8 +5,38 @@ it green (then drop the mark). Publications go through the curator's real transa
 (``veil.generators.transaction.publish``, what ``veil publish`` calls); what an analyst reads is asked through
 ``veil.connect`` (public tables: exact, ε = 0).
 
-Findings are listed in the module's tests (each docstring: what, how measured, severity); the session report has the
-summary.
+Findings (each test's docstring has the details and measurements):
+
+* F1 (HIGH) noise addition's noise is ``np.random.default_rng(seed)``: the curator's ``--seed`` (docs/sdc.md's example
+  ``--seed 7``; the CLI help says it seeds "SDC noise"), else 31 bits of the CSPRNG (13 core-hours to search for 200
+  rows). With the seed, a person's known age matches one published row bit for bit and its income inverts exactly (14
+  exact incomes from 3 known ages). Rank swapping, the GAN and ML copies take the same seed (not measured).
+* F2 (MEDIUM–HIGH) the DCR check counts which source rows are hit, not how near: a near copy (gain + 1) of every
+  training row passes for sources of 500 and 2,000 rows (10,000 synthetic rows, the default), 10 % near copies at
+  10,000.
+* F3 (MEDIUM) ``epsilon_total`` binds its own table only: a same-population snapshot without the cap publishes
+  without a guarantee and takes DP spend on its own account; a cap declared after a release without guarantee shows
+  its whole ε remaining and admits DP releases beside the ∞.
+* F4 (MEDIUM; HIGH at large ``a``) noise addition's unrounded outputs lie on the inverse-CDF float lattice of their
+  source value: outputs near 0 pin the int source exactly (7–14 of 300 of a count column at a = 0.5), ~1/3 of all
+  rows at a = 100 (``a`` has no upper bound).
+* F5 (LOW) an int QI of at most 20 declared values skips the public label grid: one person's 2.5 is a label endpoint.
+* F6 (MEDIUM) noise addition's small-domain refusals read the declared type: yes/no answers declared ``float`` in
+  [0, 1] are read back by rounding (226 of 300 people singled out and read at a = 0.1, 152 at a = 0.5).
+* F7 (LOW–MEDIUM) the release history is the ledger file's: pointing the policy at a fresh ledger (documented)
+  reopens the population, and the refresh difference is the newcomer's exact value.
+
+What held (tried, no witness): a second release without guarantee is refused for the same output with
+``--replace``, after ``veil retract``, from a second table of the default population, from a table whose section was
+dropped or population renamed (the recorded population and "unknown" both match), and through ``veil compare
+--kind kanon``; ``dp_release`` cannot be spoofed by ``--param`` (set last); the sdc plug-in flags the MDAV partition
+non-DP; the history claim is one lock for all populations (no two at once); no publication path in ``veil serve`` or
+``veil.connect``; kRR's published types are the policy's whatever one person's value (NULL, 2.5, text: BIGINT /
+VARCHAR in every case) and only the randomised columns are published; the DP grid's counts, sums and exponential
+scores use the sensitivities they state (ε/2 + d·ε/2d), the label is filtered to declared values, output shuffled;
+report-noisy-max uses scale 2Δ/ε; the public mirror carries only a random version token; DCR exact-copy counting
+catches verbatim copies once chance matches are few; noise addition's truncation has no point mass at the bounds
+and out-of-domain sources are read at the nearer bound.
 """
 
 from __future__ import annotations
@@ -354,3 +384,128 @@ def test_f4_noise_addition_output_bits_do_not_pin_the_source_value(tmp_path: Pat
         f"a = {a:g}: {len(pinned)} of {n} published values pin their source to one value {sorted(pinned)[:10]} "
         f"(each a real source value: {all(v in holders for v in pinned)})"
     )
+
+
+# ==================================================================================================
+# F5: an int quasi-identifier of a small declared range is labelled by its members' own values
+# ==================================================================================================
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s66 F5: an int QI of <= 20 declared values skips the public grid ([min, max] labels)")
+def test_f5_a_small_int_quasi_identifier_never_labels_with_one_persons_value(tmp_path: Path) -> None:
+    """F5 (LOW: one person's exact odd value and presence, every analyst at ε = 0; needs a non-integer in an int
+    column of at most 20 declared values). s64 F7's fix labels a numeric QI on a public grid from its declared bounds,
+    but ``QISpace`` drops the grid when an int column's step is 1 (``grid[2] and grid[1] <= 1``: a declared range of at
+    most 20) — "cells of one integer are the values themselves" — and labels such a class by its members' own
+    ``[min, max]``. That holds for integers only: the source is read as numbers (``as_source``), and a value such as
+    ``2.5`` in an int column is stored as the text ``'2.5'`` and read as 2.5 (docs/policy.md, s38), inside the declared
+    range, so it is no missing value either. ``kids`` int in [0, 12], 120 people, person 7 alone with 2.5:
+    ``kanon --qi kids,sex -k 5`` (Mondrian) publishes the label ``[2.5, 3]``; without person 7 no label holds 2.5.
+    Property: every endpoint of a numeric QI label lies on the column's public grid (an integer here)."""
+    from veil.generators.transaction import publish
+
+    rng = np.random.default_rng(0)
+    n = 120
+    kids = [str(v) for v in rng.integers(0, 8, n)]
+    kids[7] = "2.5"  # one person's odd value (a data-entry slip), stored as text in the int column
+    frame = pd.DataFrame({"kids": kids, "sex": rng.choice(["F", "M"], n)})
+    columns = 'kids = { type = "int", lower = 0, upper = 12 }\nsex = { type = "category", values = ["F", "M"] }\n'
+    path, policy = _world(tmp_path, {"people": _people_section("people", columns)}, {"people": frame})
+    request = {"table": "people", "output": "k5", "algorithm": "mondrian", "k": 5, "qi": ["kids", "sex"], "seed": 0}
+    publish(policy, "kanon", request, progress=False)
+    labels = _analyst(path, "SELECT DISTINCT kids FROM k5")["kids"].astype(str).tolist()
+    ends = {e.strip() for label in labels for e in label.strip("[]()").split(",")}
+    odd = sorted(e for e in ends if e not in ("-inf", "inf") and not float(e).is_integer())
+    assert not odd, f"labels {sorted(labels)} publish {odd}: person 7's own value, held by no one else"
+
+
+# ==================================================================================================
+# F6: a yes/no column declared float escapes noise addition's small-domain rules
+# ==================================================================================================
+
+_ANSWERS = [f"q{i}" for i in range(1, 13)]
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s66 F6: noise addition's small-domain rules read the declared type, not the values")
+@pytest.mark.parametrize("a", [0.1, 0.5])
+def test_f6_noise_addition_on_a_yes_no_column_declared_float_does_not_publish_it(tmp_path: Path, a: float) -> None:
+    """F6 (MEDIUM: the s64 F1 class back through the declaration; every analyst at ε = 0 reads people's answers). The
+    s64 F1 fix refuses noise addition, from the policy alone, on a bool/category column, an int column of at most 10
+    values and an int column whose rounded noise keeps a value with probability above 0.9 (``check_noise_plan``). A
+    0/1 column the curator declares ``float`` in [0, 1] — data delivered as ``0.0``/``1.0``, a flag or a share — gets
+    none of these: its noise scale is a·½, and an analyst who rounds the published value reads the source with
+    probability ≈ 1 at a = 0.1 (σ = 0.05, the smallest a the gate allows) and ≈ 0.95 at a = 0.5 (the default). 300
+    people's 12 yes/no answers declared ``{ type = "float", lower = 0, upper = 1 }``, ``noise_addition --param a=A``:
+    an analyst who knows 10 answers of a person singles out their row by rounding and reads the other two. Measured:
+    226 of 300 people at a = 0.1 (every person whose 10 known answers are unique); 152 at a = 0.5. Property: as for
+    the int declaration (s64 F1's witness, still in ``test_redteam_s64``), at most 15 of 300 people are read exactly."""
+    from veil.errors import PublicationRefused
+    from veil.generators.transaction import publish
+
+    rng = np.random.default_rng(3)
+    frame = pd.DataFrame({c: rng.integers(0, 2, 300).astype(float) for c in _ANSWERS})
+    columns = "".join(f'{c} = {{ type = "float", lower = 0, upper = 1 }}\n' for c in _ANSWERS)
+    path, policy = _world(tmp_path, {"people": _people_section("people", columns)}, {"people": frame})
+    request = {"table": "people", "method": "noise_addition", "columns": _ANSWERS, "params": [f"a={a}"], "output": "pub"}
+    try:
+        publish(policy, "sdc", request, progress=False)
+    except PublicationRefused:
+        return  # a fix may refuse noise addition whose published values round back onto the source
+    pub = _analyst(path, "SELECT " + ", ".join(_ANSWERS) + " FROM pub").astype(float).round()
+    known, hidden = _ANSWERS[:10], _ANSWERS[10:]
+    recovered = 0
+    for _, row in frame.iterrows():
+        match = pub[(pub[known] == row[known].to_numpy()).all(axis=1)]
+        if len(match) == 1 and (match[hidden].iloc[0].to_numpy() == row[hidden].to_numpy()).all():
+            recovered += 1
+    assert recovered <= 15, (
+        f"noise addition (a = {a}) on 0/1 answers declared float: an analyst who knows 10 of a person's 12 answers reads "
+        f"the other 2 exactly for {recovered} of {len(frame)} people"
+    )
+
+
+# ==================================================================================================
+# F7: the release history lives in the ledger file only: a fresh ledger forgets the population's release
+# ==================================================================================================
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="s66 F7: a policy pointed at a fresh ledger forgets the warehouse's release history")
+def test_f7_a_fresh_ledger_does_not_reopen_a_population_to_a_second_release_without_guarantee(tmp_path: Path) -> None:
+    """F7 (LOW–MEDIUM: the s64 F3 difference attack, after an ordinary ledger change). "One release without a DP
+    guarantee per population, ever" reads the release history from the ledger the policy names now
+    (``publication_history``: ``policy.ledger_path``, [] when the file does not exist), and docs/ledger.md documents
+    pointing ``[ledger] path`` at another file as a supported move ("open sessions charge the new file from their next
+    query on") — a new budget period, a ledger moved to another disk without its ``-wal``. The warehouse and its public
+    mirror keep the earlier release (an analyst has it anyway), but nothing ties the warehouse to its ledger: rank
+    swapping of ``people`` (200, gains in hundreds) under ``ledger.sqlite``, then the source refreshed with one
+    newcomer (gain 1,200, a common value) and, under ``ledger-2027.sqlite``, rank swapping again to a new output —
+    published; the analyst's difference of the two gain multisets is ``{1200: 1}``, the newcomer's exact gain.
+    Property: the second release is refused (or the difference does not pin the newcomer)."""
+    from collections import Counter
+
+    from veil.errors import PublicationRefused
+    from veil.generators.transaction import publish
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    frame = _gains(3)
+    path, policy = _world(tmp_path, {"people": _people_section("people", _GAIN_COLUMNS)}, {"people": frame})
+    swap = {"table": "people", "method": "rank_swapping", "columns": ["gain"], "params": ["p=10"]}
+    publish(policy, "sdc", {**swap, "output": "a"}, progress=False)
+    before = _analyst(path, "SELECT gain FROM a")
+    path.write_text(path.read_text().replace('path = "ledger.sqlite"', 'path = "ledger-2027.sqlite"'), encoding="utf-8")
+    policy = load_policy(path)
+    grown = pd.concat([frame, pd.DataFrame({"age": [44], "sex": ["F"], "gain": [1200]})], ignore_index=True)
+    write_table(policy, "people", grown, replace=True)  # the monthly refresh: `veil ingest --replace`
+    try:
+        publish(policy, "sdc", {**swap, "output": "b"}, progress=False)
+    except PublicationRefused:
+        return
+    after = _analyst(path, "SELECT gain FROM b")
+    diff = Counter(after["gain"].tolist())
+    diff.subtract(Counter(before["gain"].tolist()))
+    pinned = {k: v for k, v in diff.items() if v}
+    assert pinned != {1200: 1}, f"after a ledger change, the two releases' gain multisets differ by {pinned}"
