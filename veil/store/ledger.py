@@ -267,11 +267,15 @@ class Account:
         every table of the policy whose population matches (the same declared name, or either declares none) and
         every table account the policy no longer declares (it may have held anyone)."""
         spec = policy.tables[name]
-        mine = spec.population or ""
+        mine = getattr(spec, "population", None) or ""
         excluded = frozenset(
-            f"table:{other}" for other, t in policy.tables.items() if not population_matches(mine, t.population or "")
+            f"table:{other}"
+            for other, t in policy.tables.items()
+            if not population_matches(mine, getattr(t, "population", None) or "")
         )
-        pops = tuple(sorted((n, t.population or "") for n, t in policy.tables.items() if not t.public))
+        pops = tuple(
+            sorted((n, getattr(t, "population", None) or "") for n, t in policy.tables.items() if not getattr(t, "public", False))
+        )
         return cls(f"population-cap:{name}", spec.epsilon_total, spec.delta_total, excluded, mine, pops)
 
     @property
@@ -307,10 +311,10 @@ def accounts_for(policy: Policy, *, analyst: str | None = None, tables: Iterable
         t = policy.tables.get(name)
         if t is not None:
             out.append(Account.table(name, None, None))
-            mine.append(t.population or "")
+            mine.append(getattr(t, "population", None) or "")
     for name, t in sorted(policy.tables.items()):
         if (t.epsilon_total is not None or t.delta_total is not None) and any(
-            population_matches(m, t.population or "") for m in mine
+            population_matches(m, getattr(t, "population", None) or "") for m in mine
         ):
             out.append(Account.population_cap(policy, name))
     return tuple(out)
