@@ -245,7 +245,9 @@ def test_each_query_does_work_independent_of_the_ledgers_history(tmp_path: Path,
 
 def test_every_declared_table_is_an_account_capped_or_not() -> None:
     """An uncapped table's spend is recorded too, so a cap declared later counts the releases before it (red team
-    s16 A3); an undeclared name is no account."""
+    s16 A3); an undeclared name is no account. The cap itself is per population (red team s66 F3): a charge on any
+    table of the capped table's population (here both declare none: one population) must fit it, so it is checked as
+    ``population-cap:capped`` (no row of its own) and the table accounts carry no cap."""
     from types import SimpleNamespace
 
     from veil.store.ledger import accounts_for
@@ -258,7 +260,12 @@ def test_every_declared_table_is_an_account_capped_or_not() -> None:
         analyst=lambda name: SimpleNamespace(epsilon=Fraction(10), delta=Fraction(0)),
     )
     keys = [a.key for a in accounts_for(policy, analyst="bob", tables=["capped", "open", "nosuch", "open"])]  # type: ignore[arg-type]
-    assert keys == ["analyst:bob", "table:capped", "table:open"]
+    assert keys == ["analyst:bob", "table:capped", "table:open", "population-cap:capped"]
+    accounts = accounts_for(policy, analyst="bob", tables=["open"])  # type: ignore[arg-type]
+    assert [(a.key, a.epsilon_total, a.pool is not None) for a in accounts[1:]] == [
+        ("table:open", None, False),
+        ("population-cap:capped", Fraction(3), True),
+    ]
 
 
 def test_a_cap_declared_later_counts_earlier_uncapped_spend(tmp_path: Path) -> None:

@@ -61,7 +61,7 @@ def test_a_synthetic_table_passes_with_its_dcr_recorded(warehouse: Path) -> None
     ok_json(_sdc(warehouse, "ml_copy", "--target", "income"))
     rel = publications(warehouse)[-1]
     dcr = rel.metrics["gate"]["dcr"]
-    assert dcr["passed"] and dcr["share_closer_to_train"] <= dcr["share_limit"] and rel.metrics["holdout_rows"] == 80
+    assert dcr["passed"] and dcr["near_train_share"] <= dcr["share_limit"] and rel.metrics["holdout_rows"] == 80
     analyst_reads_every_published_table(warehouse)
 
 
@@ -131,8 +131,8 @@ def test_dp_publications_are_charged_to_the_table_budget(tmp_path: Path) -> None
     assert dp.exit_code == 2 and "BudgetExhausted" in dp.output
     budget = ok_json(veil("budget", "--policy", policy, "--format", "json"))
     assert budget["tables"] == [
-        {"table": "people", "epsilon_total": 4.0, "epsilon_spent": 4.0, "epsilon_remaining": 0.0,
-         "delta_total": None, "delta_spent": 0.0, "delta_remaining": None}
+        {"table": "people", "population": "", "epsilon_total": 4.0, "epsilon_spent": 4.0, "epsilon_remaining": 0.0,
+         "delta_total": None, "delta_spent": 0.0, "delta_remaining": None, "unbounded_by": []}
     ]  # fmt: skip
     assert {a["analyst"] for a in budget["analysts"]} == {"bob", "carol"}
     # the analyst's queries on the table draw from the same cap: nothing is left

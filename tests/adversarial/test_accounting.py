@@ -256,8 +256,11 @@ def test_minimum_epsilon_through_the_wire(world: World, server: Server) -> None:
 @pytest.mark.slow
 def test_table_cap_composes_all_analysts(tmp_path: Path) -> None:
     """`people` capped at ε = 1: `api` spends 0.6, then `cli` asking 0.6 is refused free (the table is short),
-    while `visits` (uncapped) still answers `cli`."""
+    while `visits` (uncapped, declared another population: a cap binds every table of its population, red team s66
+    F3, and a table that declares none may hold anyone) still answers `cli`."""
     text = build_world(tmp_path / "src").policy.read_text().replace("epsilon_total = 1000000", "epsilon_total = 1")
+    text = text.replace("[tables.people]\n", '[tables.people]\npopulation = "people"\n')
+    text = text.replace("[tables.visits]\n", '[tables.visits]\npopulation = "visitors"\n')
     w = build_world(tmp_path / "w", policy_text=text)
     api, cli = ApiInterface(w.policy, "api"), CliInterface(w.policy, "cli")
     _OPEN.extend([api, cli])

@@ -205,7 +205,6 @@ def _draw_people(n: int, rng: np.random.Generator) -> pd.DataFrame:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s66 F2: the DCR check passes a near copy (gain + 1) of every training row")
 @pytest.mark.parametrize(("n", "copied"), [(500, 1.0), (2000, 1.0), (10_000, 0.1)])
 def test_f2_the_gate_refuses_a_synthetic_table_of_near_copies_of_training_rows(n: int, copied: float) -> None:
     """F2 (MEDIUM–HIGH: every training person's record published to one unit, if the generator memorises; the gate's
@@ -259,7 +258,6 @@ def _gains(seed: int, n: int = 200) -> pd.DataFrame:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s66 F3: epsilon_total binds its own table only, not its population's others")
 @pytest.mark.parametrize("how", ["snapshot_twin", "cap_declared_after"])
 def test_f3_a_capped_population_gets_no_release_without_guarantee(tmp_path: Path, how: str) -> None:
     """F3 (MEDIUM, accounting: a cap that says "at most ε about these people" while their exact value multiset is

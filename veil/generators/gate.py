@@ -27,7 +27,7 @@ at the CLI) and the transaction writes nothing. The checks:
   (``sdc.check_noise_plan``: the rounded keep probability of its truncated noise at most
   :data:`MAX_KEEP_PROBABILITY`), and its values are published unrounded. A ``synthetic`` table must pass the
   distance-to-closest-record check against training and holdout rows (:func:`veil.metrics.dcr.dcr_check`: exact
-  copies and nearest records over all rows, s64 F8);
+  copies over all rows, s64 F8, and the source rows nearest to the synthetic table, exact or one value moved, s66 F2);
 * **rare values** (methods without a DP guarantee only, :func:`check_rare_values`): in every column published
   value by value or perturbed (protection ``sensitive``, ``perturbed`` or ``randomised``) that no group guarantee
   covers, every published value that equals a value of the source, compared exactly as published, is held by at
@@ -550,10 +550,11 @@ def verify(
             dcr = rep.as_dict()
             if not rep.passed:
                 raise PublicationRefused(
-                    f"synthetic table {plan.output!r} reproduces its training rows: of the {rep.exact_copies} source rows "
-                    f"it copies exactly, {rep.exact_train_rate:.3f} are training rows (limit {rep.exact_limit:.3f}), and of "
-                    f"the {rep.nearest_records} nearest to its rows {rep.share_closer_to_train:.3f} (limit "
-                    f"{rep.share_limit:.3f}); training rows are {rep.train_share:.3f} of the source",
+                    f"synthetic table {plan.output!r} reproduces its training rows, or comes nearer to them than to the "
+                    f"holdout: of the {rep.exact_copies} source rows it copies exactly, {rep.exact_train_rate:.3f} are "
+                    f"training rows (limit {rep.exact_limit:.3f}), and of the {rep.nearest_records} source rows nearest to "
+                    f"it {rep.near_train_share:.3f} (limit {rep.share_limit:.3f}, tail {rep.near_tail:.1e}); training rows "
+                    f"are {rep.train_share:.3f} of the source",
                     hint="Train less (fewer epochs) or with more data; the model memorised rows",
                 )
     return GateReport(

@@ -602,14 +602,18 @@ def check_release_history(policy: Any, plan: Plan) -> None:
 
     if plan.is_dp:
         return
-    spec = policy.tables.get(plan.source)
-    cap = getattr(spec, "epsilon_total", None)
-    if cap is not None:
+    capped = _capped_tables(policy, plan)
+    if capped:
+        name, cap = capped[0]
+        mine = "" if name == plan.source else f" (of the same population as {plan.source!r})"
         raise NonDPReleaseRefused(
-            f"table {plan.source!r} caps the privacy loss of its people at epsilon_total = {float(cap):g}, and this "
-            f"publication ({plan.method}) has no end-to-end DP guarantee: its ε is unbounded (∞), which exceeds any cap",
+            f"table {name!r}{mine} caps the privacy loss of its people at epsilon_total = {float(cap):g}, and this "
+            f"publication ({plan.method}) of {plan.source!r} has no end-to-end DP guarantee: its ε is unbounded (∞), "
+            "which exceeds any cap (a cap is per population: it bounds everything released about the people in it, "
+            "from any table of theirs)",
             hint=f"Publish with a DP method whose ε fits the cap ({_DP_KINDS}; `veil budget` shows what is left), or "
-            f"remove epsilon_total from [tables.{plan.source}] if its people may be published without a bound",
+            f"remove epsilon_total from [tables.{name}] if its people may be published without a bound; if "
+            f'{plan.source!r} truly holds other people, declare a different `population = "..."` for it',
         )
     earlier = _non_dp_history(policy, plan)
     if not earlier:
@@ -633,6 +637,21 @@ def check_release_history(policy: Any, plan: Plan) -> None:
     )
 
 
+def _capped_tables(policy: Any, plan: Plan) -> list[tuple[str, Any]]:
+    """The tables of the policy that cap ε (``epsilon_total``) on a population ``plan``'s source may share people with
+    (the same declared population, or either declares none: :func:`veil.store.ledger.population_matches`), the source
+    first when it is one of them (red team s66 F3: the cap bound its own table only)."""
+    from veil.store.ledger import population_matches
+
+    mine = _population(policy, plan.source)
+    out = [
+        (name, t.epsilon_total)
+        for name, t in sorted(policy.tables.items())
+        if t.epsilon_total is not None and not t.public and population_matches(mine, t.population or "")
+    ]
+    return sorted(out, key=lambda item: item[0] != plan.source)
+
+
 #: The prefix of the per-population claim a publication without DP guarantee holds (:func:`history_claim`).
 _HISTORY_CLAIM = "\x00non-dp\x00"
 
@@ -642,22 +661,31 @@ def history_claim(policy: Any, plan: Plan) -> Iterator[None]:
     """Hold the claim of ``plan``'s population from :func:`check_release_history` until the publication is recorded or
     abandoned, when it has no DP guarantee: two such publications of one population at once would each read a history
     without the other and both land. An OS file lock under a name no output can have; a second one is refused typed
-    (free). DP publications take none."""
+    (free). A DP publication of a population some table caps takes it shared (s66 F3); other DP publications none."""
     from veil.store import warehouse
 
-    if plan.is_dp:
+    capped = plan.is_dp and bool(_capped_tables(policy, plan))
+    if plan.is_dp and not capped:
         yield
         return
     # one claim for every population: a claim named by the population would let two curators whose policies name the
-    # same people differently (an edit during a publication) each hold their own and both land (red team s20b F3)
+    # same people differently (an edit during a publication) each hold their own and both land (red team s20b F3). A DP
+    # publication under a cap of its population holds it shared (red team s66 F3): its charge checks, in the ledger,
+    # that no release without DP guarantee of the population was recorded, and one running meanwhile under a policy
+    # without the cap (an edit during it) would be recorded after that check
     with contextlib.ExitStack() as held:
         try:
-            held.enter_context(warehouse.output_claim(policy, _HISTORY_CLAIM))
+            held.enter_context(warehouse.output_claim(policy, _HISTORY_CLAIM, shared=capped))
         except InputError:
+            what = (
+                "a publication without DP guarantee"
+                if capped
+                else "another publication without DP guarantee, or a DP publication under a cap,"
+            )
             raise InputError(
-                f"another publication without DP guarantee of {_where(policy, plan)} is running right now: at most one "
-                "such release runs at a time",
-                hint="Wait for it to finish (this one will then be refused), or publish with a DP method",
+                f"{what} of {_where(policy, plan)} is running right now: a publication without DP guarantee runs alone, "
+                "and never beside a DP publication of a capped population",
+                hint="Wait for it to finish, then publish again",
             ) from None
         yield
 
@@ -964,7 +992,7 @@ def evaluate(policy: Any, kind: str, request: Mapping[str, Any], *, rng: np.rand
         row.update(gate="passed", rows=None if pub.frame is None else len(pub.frame), **plugin.summary_of(plan, pub))
         row["min_group"] = report["min_group"]
         row["l_diversity"] = report["l_diversity"] or None
-        row["dcr_share"] = None if report["dcr"] is None else report["dcr"]["share_closer_to_train"]
+        row["dcr_share"] = None if report["dcr"] is None else report["dcr"]["near_train_share"]
     except PublicationRefused as exc:
         row["gate"] = f"refused: {exc}"
     row["seconds"] = round(time.perf_counter() - started, 3)

@@ -15,7 +15,7 @@ from typing import Any
 
 from veil.errors import InputError, did_you_mean
 from veil.policy import Policy
-from veil.store.ledger import Ledger
+from veil.store.ledger import Account, Ledger
 from veil.store.publications import published_tables
 
 __all__ = ["TableStatus", "retract", "table_budgets", "table_statuses"]
@@ -107,19 +107,26 @@ def retract(policy: Policy, table: str, *, reason: str = "", actor: str = "curat
 
 
 def table_budgets(policy: Policy) -> list[dict[str, Any]]:
-    """Each table with a declared cap: its (ε, δ) total, spent (by every analyst query and DP
-    publication on it) and remaining."""
+    """Each table with a declared cap: its (ε, δ) total, spent and remaining. A cap is per population (red team s66
+    F3): spent counts every analyst query and DP publication on any table of its population (the same declared
+    ``population``, or either declares none; and tables the policy no longer declares), before the cap was declared
+    too; a publication without a DP guarantee of the population ever (live, replaced or retracted) makes ε spent
+    unbounded (``inf``) and remaining 0, and ``unbounded_by`` names those releases."""
     out: list[dict[str, Any]] = []
-    capped = [(n, t) for n, t in sorted(policy.tables.items()) if t.epsilon_total is not None or t.delta_total is not None]
+    capped = [n for n, t in sorted(policy.tables.items()) if t.epsilon_total is not None or t.delta_total is not None]
     if not capped:
         return out
     with Ledger.for_policy(policy) as led:
-        for name, spec in capped:
-            spent = led.spent(f"table:{name}")
-            row: dict[str, Any] = {"table": name}
-            for key, total, used in (("epsilon", spec.epsilon_total, spent.epsilon), ("delta", spec.delta_total, spent.delta)):
+        for name in capped:
+            cap = Account.population_cap(policy, name)
+            spent, earlier = led.population_spent(cap)
+            row: dict[str, Any] = {"table": name, "population": policy.tables[name].population or ""}
+            for key, total, used in (("epsilon", cap.epsilon_total, spent.epsilon), ("delta", cap.delta_total, spent.delta)):
+                unbounded = key == "epsilon" and bool(earlier)
                 row[f"{key}_total"] = None if total is None else float(total)
-                row[f"{key}_spent"] = float(used)
-                row[f"{key}_remaining"] = None if total is None else float(max(total - used, Fraction(0)))
+                row[f"{key}_spent"] = float("inf") if unbounded else float(used)
+                left = None if total is None else (Fraction(0) if unbounded else max(total - used, Fraction(0)))
+                row[f"{key}_remaining"] = None if left is None else float(left)
+            row["unbounded_by"] = list(earlier)
             out.append(row)
     return out

@@ -6,10 +6,11 @@ processes serialise on it. Publications, retractions and the other curator recor
 durable by :mod:`veil.store.wal_sync` off the write lock (below). This module is the one owner of
 the ledger's schema (the credential table of ``veil serve`` lives in the same file).
 
-Budgets are kept per **account**: one per analyst (``analyst:NAME``) and one per table with a
-declared cap (``table:NAME``). A charge is a :class:`Cost` (ε, δ) placed on several accounts at once
-— an analyst query on a capped table charges the analyst and the table, a publication charges the
-table — atomically: all of them or none. Composition is basic (sequential) composition: ε and δ each
+Budgets are kept per **account**: one per analyst (``analyst:NAME``) and one per table (``table:NAME``). A charge
+is a :class:`Cost` (ε, δ) placed on several accounts at once — an analyst query charges the analyst and the table, a
+publication charges the table — atomically: all of them or none, and within every **population cap** of the table
+(:meth:`Account.population_cap`: a table's ``epsilon_total``/``delta_total`` bounds the sum over every table of its
+population, red team s66 F3). Composition is basic (sequential) composition: ε and δ each
 add up. Invariants (tested):
 
 * ``accounts.epsilon_spent`` / ``delta_spent`` of an account equal the exact sums over the
@@ -69,7 +70,7 @@ from veil.store._sqlite import connect as connect_sqlite
 from veil.store._sqlite import use_wal
 from veil.store.releases import Release, ReleasedStatistic, ReleasedVector, dumps
 
-__all__ = ["Account", "Cost", "Ledger", "Reservation", "accounts_for"]
+__all__ = ["Account", "Cost", "Ledger", "Reservation", "accounts_for", "population_matches"]
 
 SCHEMA_VERSION = 3
 
@@ -236,11 +237,21 @@ _DELTA_MAX = 1 - _DELTA_EPSILON
 
 @dataclass(frozen=True)
 class Account:
-    """A budget that charges are placed on: an analyst's, or a table's cap. ``None`` totals are uncapped."""
+    """A budget that charges are placed on: an analyst's, or a table's. ``None`` totals are uncapped.
 
-    key: str  # "analyst:NAME" | "table:NAME"
+    A **population cap** (``pool`` set: :meth:`population_cap`) is a budget no charge is stored on: its spend is the
+    sum over the ledger's ``table:*`` accounts except the ``pool``'s excluded ones (tables of other declared
+    populations), plus ∞ when a publication without a DP guarantee of its population was ever recorded."""
+
+    key: str  # "analyst:NAME" | "table:NAME" | "population-cap:TABLE"
     epsilon_total: Fraction | None
     delta_total: Fraction | None
+    #: population caps only: the table accounts whose spend does not count (tables of other declared populations)
+    pool: frozenset[str] | None = None
+    #: population caps only: the capped table's population ("" the policy's default one, which matches every one)
+    population: str = ""
+    #: population caps only: each table of the policy and its population, to place recorded publications
+    populations: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def analyst(cls, name: str, epsilon: Fraction, delta: Fraction) -> Account:
@@ -250,27 +261,62 @@ class Account:
     def table(cls, name: str, epsilon: Fraction | None, delta: Fraction | None) -> Account:
         return cls(f"table:{name}", epsilon, delta)
 
+    @classmethod
+    def population_cap(cls, policy: Policy, name: str) -> Account:
+        """Table ``name``'s cap (``epsilon_total`` / ``delta_total``) over everything released about its population:
+        every table of the policy whose population matches (the same declared name, or either declares none) and
+        every table account the policy no longer declares (it may have held anyone)."""
+        spec = policy.tables[name]
+        mine = getattr(spec, "population", None) or ""
+        excluded = frozenset(
+            f"table:{other}"
+            for other, t in policy.tables.items()
+            if not population_matches(mine, getattr(t, "population", None) or "")
+        )
+        pops = tuple(
+            sorted((n, getattr(t, "population", None) or "") for n, t in policy.tables.items() if not getattr(t, "public", False))
+        )
+        return cls(f"population-cap:{name}", spec.epsilon_total, spec.delta_total, excluded, mine, pops)
+
     @property
     def label(self) -> str:
         kind, _, name = self.key.partition(":")
+        if self.pool is not None:
+            who = f"population {self.population!r}" if self.population else "the policy's default population"
+            return f"table {name!r}'s cap on {who}"
         return f"{kind} {name!r}"
+
+
+def population_matches(a: str | None, b: str | None) -> bool:
+    """Whether two populations (``""``: the policy's default one, declared by no table; ``None``: unknown) may hold the
+    same people: equal, or either is the default or unknown (a table that declares none may hold anyone)."""
+    return a is None or b is None or a == "" or b == "" or a == b
 
 
 def accounts_for(policy: Policy, *, analyst: str | None = None, tables: Iterable[str] = ()) -> tuple[Account, ...]:
     """The accounts a charge by ``analyst`` on ``tables`` must fit in, read from ``policy``.
 
-    Every table of the policy is an account, capped (``epsilon_total`` / ``delta_total``) or not: an
-    uncapped table's spend is recorded all the same, so a cap the curator declares later counts every
-    release before it (red team s16, A3).
+    Every table of the policy is an account, capped or not: its spend is recorded, so a cap the curator declares
+    later counts every release before it (red team s16, A3). A cap (``epsilon_total`` / ``delta_total``) is per
+    **population** (red team s66 F3): the charge must fit the cap of every table of the policy whose population
+    matches one of ``tables``' (:func:`population_matches`), counting the spend of every table of that population
+    (:meth:`Account.population_cap`).
     """
     out: list[Account] = []
     if analyst is not None:
         spec = policy.analyst(analyst)
         out.append(Account.analyst(analyst, spec.epsilon, spec.delta))
+    mine: list[str] = []
     for name in dict.fromkeys(tables):
         t = policy.tables.get(name)
         if t is not None:
-            out.append(Account.table(name, t.epsilon_total, t.delta_total))
+            out.append(Account.table(name, None, None))
+            mine.append(getattr(t, "population", None) or "")
+    for name, t in sorted(policy.tables.items()):
+        if (t.epsilon_total is not None or t.delta_total is not None) and any(
+            population_matches(m, getattr(t, "population", None) or "") for m in mine
+        ):
+            out.append(Account.population_cap(policy, name))
     return tuple(out)
 
 
@@ -439,6 +485,45 @@ class Ledger:
         return tuple(new)
 
     # -- budgets -----------------------------------------------------------------------------
+    @staticmethod
+    def _population_spent(db: sqlite3.Connection, cap: Account) -> tuple[Cost, list[str]]:
+        """A population cap's spend (the sum over its pool's table accounts, exact) and the ids of the publications
+        without a DP guarantee of its population ever recorded (live, replaced or retracted: each makes it ∞)."""
+        excluded = cap.pool or frozenset()
+        eps, delta = Fraction(0), Fraction(0)
+        for account, e, d in db.execute(
+            "SELECT account, epsilon_spent, delta_spent FROM accounts WHERE account >= 'table:' AND account < 'table;'"
+        ):
+            if account not in excluded:
+                spent = _stored(e, d)[0]
+                eps, delta = eps + spent.epsilon, delta + spent.delta
+        tables = dict(cap.populations)
+        earlier: list[str] = []
+        for rid, params_text, epsilon in db.execute(
+            "SELECT id, params, epsilon FROM releases INDEXED BY releases_kind WHERE kind = 'publication' ORDER BY rowid"
+        ):
+            try:
+                params = json.loads(params_text)
+            except ValueError:
+                params = None
+            if not isinstance(params, dict):
+                earlier.append(rid)  # unreadable: it may be anything, about anyone
+                continue
+            flag = params.get("dp_release")  # veil.generators.transaction.release_is_dp
+            if flag is True or (not isinstance(flag, bool) and epsilon is not None and params.get("partition") != "mdav"):
+                continue
+            recorded = params.get("source_population")
+            theirs = {recorded if isinstance(recorded, str) else None, tables.get(str(params.get("source_table")))}
+            if any(population_matches(cap.population, t) for t in theirs):
+                earlier.append(rid)
+        return Cost(eps, min(delta, _DELTA_MAX)), earlier
+
+    def population_spent(self, cap: Account) -> tuple[Cost, list[str]]:
+        """What a population cap (:meth:`Account.population_cap`) has spent, and the publications without a DP
+        guarantee of its population (any makes its ε spent unbounded)."""
+        with self._lock:
+            return self._population_spent(self._db, cap)
+
     def spent(self, account: str) -> Cost:
         """Exact (ε, δ) charged to ``account`` (``"analyst:NAME"`` or ``"table:NAME"``) so far."""
         with self._lock:
@@ -463,11 +548,30 @@ class Ledger:
     def _reserve(
         self, cost: Cost, accounts: Sequence[Account], actor: str, canonical_sql: str, cache_key: str, what: str
     ) -> Reservation:
+        every = tuple(a.key for a in accounts)
+        if len(set(every)) != len(every):
+            raise InternalError(f"an account is charged twice in one reservation: {every}")
+        caps = [a for a in accounts if a.pool is not None]  # population caps: checked, never stored
+        accounts = [a for a in accounts if a.pool is None]
         keys = tuple(a.key for a in accounts)
-        if len(set(keys)) != len(keys):
-            raise InternalError(f"an account is charged twice in one reservation: {keys}")
         with self._transaction(synced=False) as db:
             stored = self._read_spent(db, keys)  # the transaction holds the write lock: nobody changes them meanwhile
+            for cap in caps:  # read in the same transaction: two charges of one population serialise on it
+                pooled, earlier = self._population_spent(db, cap)
+                if earlier and cap.epsilon_total is not None:
+                    raise BudgetExhausted(
+                        f"{what} needs ε = {format_epsilon(cost.epsilon)} but {cap.label} (epsilon_total = "
+                        f"{format_epsilon(cap.epsilon_total)}) has nothing left: its population already has "
+                        f"{'a release' if len(earlier) == 1 else f'{len(earlier)} releases'} without a DP guarantee "
+                        f"({', '.join(earlier)}), whose ε is unbounded (∞), and a cap counts everything released about "
+                        "its people, before it was declared too",
+                        hint="Nothing more can be released under this cap; if the table truly holds other people than "
+                        'those releases\' sources, declare a different `population = "..."` for it',
+                    )
+                if (cap.epsilon_total is not None and pooled.epsilon + cost.epsilon > cap.epsilon_total) or (
+                    cap.delta_total is not None and pooled.delta + cost.delta > cap.delta_total
+                ):
+                    raise _refusal(what, cap, cost, pooled)
             spent_now: list[Cost] = []
             for acct in accounts:
                 spent, delta_exhausted = stored.get(acct.key, _UNSPENT)
