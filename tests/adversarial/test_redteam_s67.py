@@ -1,0 +1,83 @@
+"""Red team s67: the plan cache's front (token shapes → query shapes) and noise drawn ahead (session 21).
+
+Witnesses (strict xfail until fixed):
+
+* F1 — the front keeps, per token shape, the whole token stream as a tuple of 4-tuples plus the exact text of every
+  other number and text token: ~290 KB per 4 KB query, kept also for queries refused free (an unknown column) and
+  never planned. 64 per session (``veil serve``: per connection) → ~18 MiB per connection for nothing charged.
+* F2 — a plan cache entry (filled by a free ``describe``, as a wire client's Describe) of a 4 KB query holds ~2 MB
+  (parse trees, their copies, the marked templates): 64 per connection → ~140 MiB per connection, free; the module's
+  own bound is "64 × a few tens of kB".
+"""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.proxy.test_plan_cache import _world
+from veil.errors import VeilError
+from veil.proxy._testing import exact_session
+
+#: The bound the plan cache's docstring states for one entry ("64 × a few tens of kB" per session), generous.
+ENTRY_BYTES = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return _world(Path(tmp_path_factory.mktemp("s67")))
+
+
+def _held(fn: Callable[[], None]) -> int:
+    """Bytes still allocated after ``fn`` (tracemalloc), once garbage is collected."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        fn()
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+
+
+def _in_list(n: int, column: str) -> str:
+    """A ~4 KB query the plan cache lifts (``i > 5``) with ~2,000 tokens; ``n`` varies its token stream."""
+    items = ",".join(["'a'"] * (1000 - n))
+    return f"SELECT COUNT(*) FROM t WHERE i > 5 AND {column} IN ({items})"
+
+
+@pytest.mark.xfail(strict=True, reason="s67 F1: the front keeps ~290 KB per token shape, also for free refused queries")
+def test_s67_f1_refused_queries_do_not_fill_the_front_with_megabytes(world: Any) -> None:
+    queries = 6
+    with exact_session(world, "a") as s:
+        spent = s.budget().spent
+
+        def refused() -> None:
+            for n in range(queries):
+                with pytest.raises(VeilError):  # unknown column: refused free, after the front kept its shape
+                    s.execute(_in_list(n, "nosuch"), epsilon=0.5)
+
+        held = _held(refused)
+        assert s.budget().spent == spent
+        assert held <= queries * ENTRY_BYTES, f"{held / queries / 1024:.0f} KiB per refused query held by the front"
+
+
+@pytest.mark.xfail(strict=True, reason="s67 F2: a plan cache entry of a 4 KB query holds ~2 MB, filled by free describes")
+def test_s67_f2_free_describes_do_not_fill_the_plan_cache_with_megabytes(world: Any) -> None:
+    queries = 2
+    with exact_session(world, "a") as s:
+        spent = s.budget().spent
+
+        def described() -> None:
+            for n in range(queries):
+                s.describe(_in_list(n, "c"))
+
+        held = _held(described)
+        assert s.budget().spent == spent and len(s._env.plan_cache) == queries
+        assert held <= queries * ENTRY_BYTES, f"{held / queries / 1024:.0f} KiB per described query held by the cache"
