@@ -12,6 +12,11 @@ Witnesses (strict xfail until fixed):
   lift) is tokenised twice: once by the front's ``scan``, once more by the parse pass. A free refusal of a 1 MiB,
   500k-token query took 1.98 s before the front and 4.8 s after (``veil serve``'s 4,000-token limit is checked after
   tokenising), holding the GIL.
+* F4 — ``draw_ahead`` submits to its worker pool after the reservation and outside any guard: when the submit
+  itself fails (``RuntimeError: cannot schedule new futures after interpreter shutdown`` — a query in flight while
+  ``veil serve`` or a Python program exits — or ``can't start new thread`` at the process's thread limit on the
+  pool's first draws), the query is charged and ends with a raw, untyped ``RuntimeError``; a draw that fails in the
+  worker falls back to drawing with the values (``take_ahead``), one that fails to start does not.
 """
 
 from __future__ import annotations
@@ -26,9 +31,11 @@ import pytest
 
 from tests.proxy.test_plan_cache import _world
 from veil.errors import VeilError
+from veil.proxy import add_noise
 from veil.proxy import parse as parse_mod
 from veil.proxy._testing import exact_session
 from veil.proxy.parse import Limits
+from veil.proxy.session import QuerySession
 
 #: The bound the plan cache's docstring states for one entry ("64 × a few tens of kB" per session), generous.
 ENTRY_BYTES = 64 * 1024
@@ -115,3 +122,33 @@ def test_s67_f3_a_query_is_tokenised_once(world: Any, sql: str, monkeypatch: pyt
         except VeilError:
             pass
     assert len(calls) == 1, f"tokenised {len(calls)} times"
+
+
+class _Refusing:
+    """A worker pool that cannot take work (interpreter shutdown, or no thread could be started)."""
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+    def submit(self, fn: Callable[[], Any]) -> Any:
+        raise RuntimeError(self.error)
+
+
+@pytest.mark.xfail(strict=True, reason="s67 F4: a draw-ahead submit that fails leaves a charge and a raw RuntimeError")
+@pytest.mark.parametrize("error", ["cannot schedule new futures after interpreter shutdown", "can't start new thread"])
+@pytest.mark.parametrize(
+    "sql",
+    ["SELECT COUNT(*) FROM t WHERE i > 3", "SELECT cv, COUNT(*), SUM(i) FROM t GROUP BY cv"],  # no keys; public domain
+)
+def test_s67_f4_a_draw_ahead_that_cannot_start_is_drawn_with_the_values(
+    world: Any, sql: str, error: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(add_noise, "_pool", lambda: _Refusing(error))
+    with QuerySession(world, "a") as s:  # production noise: the only source drawn ahead
+        spent = s.budget().spent
+        try:
+            answer = s.execute(sql, epsilon=0.5)
+        except VeilError:  # a typed refusal is sound only if it charged nothing
+            assert s.budget().spent == spent
+        else:
+            assert answer.rows
