@@ -394,7 +394,6 @@ def test_f4_noise_addition_output_bits_do_not_pin_the_source_value(tmp_path: Pat
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s66 F5: an int QI of <= 20 declared values skips the public grid ([min, max] labels)")
 def test_f5_a_small_int_quasi_identifier_never_labels_with_one_persons_value(tmp_path: Path) -> None:
     """F5 (LOW: one person's exact odd value and presence, every analyst at ε = 0; needs a non-integer in an int
     column of at most 20 declared values). s64 F7's fix labels a numeric QI on a public grid from its declared bounds,
