@@ -60,7 +60,12 @@ _CATS = [str(v) for v in _RNG.choice(_JOBS, N)]
 
 #: declaration name → (column declaration, column values with person 7's odd value, public grid or None, odd value)
 CASES: dict[str, tuple[str, list[Any], tuple[float, float, bool] | None, Any]] = {
-    "int_small_range": ('{ type = "int", lower = 0, upper = 12 }', _numeric(_SMALL, "2.5"), public_grid(0, 12, integer=True), 2.5),
+    "int_small_range": (
+        '{ type = "int", lower = 0, upper = 12 }',
+        _numeric(_SMALL, "2.5"),
+        public_grid(0, 12, integer=True),
+        2.5,
+    ),
     "int_large_range": (
         '{ type = "int", lower = 0, upper = 5000 }',
         _numeric(_LARGE, "1234.5"),
@@ -73,8 +78,18 @@ CASES: dict[str, tuple[str, list[Any], tuple[float, float, bool] | None, Any]] =
         public_grid(0, 7, integer=True),
         2.5,
     ),
-    "float_range": ('{ type = "float", lower = 0, upper = 1 }', _numeric(_FLOAT, 0.123456), public_grid(0, 1, integer=False), 0.123456),
-    "category_by_values": (f'{{ type = "category", values = {_JOBS!r} }}'.replace("'", '"'), _numeric(_CATS, "astronaut"), None, "astronaut"),
+    "float_range": (
+        '{ type = "float", lower = 0, upper = 1 }',
+        _numeric(_FLOAT, 0.123456),
+        public_grid(0, 1, integer=False),
+        0.123456,
+    ),
+    "category_by_values": (
+        f'{{ type = "category", values = {_JOBS!r} }}'.replace("'", '"'),
+        _numeric(_CATS, "astronaut"),
+        None,
+        "astronaut",
+    ),
 }
 
 

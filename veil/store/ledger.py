@@ -340,6 +340,12 @@ class Ledger:
                 hint="Point [ledger] path at a ledger file, or at a new file Veil may create",
             ) from exc
         self._file = self._opened_file()
+        meta = dict(self._db.execute("SELECT key, value FROM meta WHERE key IN ('ledger_id', 'moved_to')").fetchall())
+        #: this ledger's identity, random, written when the file was created (or first opened by a Veil that binds):
+        #: the warehouse records it and refuses any other ledger (:mod:`veil.store.binding`, red team s66 F7)
+        self.identity: str = str(meta["ledger_id"])
+        #: where ``veil move-ledger`` copied this ledger to (it is then kept for the record only), else None
+        self.moved_to: str | None = meta.get("moved_to")
 
     def _opened_file(self) -> Path:
         """The database file SQLite opened, as SQLite names it (absolute, symbolic links resolved): its WAL is this
@@ -354,7 +360,33 @@ class Ledger:
 
     @classmethod
     def for_policy(cls, policy: Policy) -> Ledger:
-        return cls(policy.ledger_path)
+        """The policy's ledger, refused (:class:`~veil.errors.LedgerMismatch`) unless it is the one the warehouse is
+        bound to (:func:`veil.store.binding.open_ledger`: never a fresh or missing one in its place)."""
+        from veil.store.binding import open_ledger
+
+        return open_ledger(policy)
+
+    def has_history(self) -> bool:
+        """Has anything been recorded here: a charge, a release, a table write, a bounded copy's salt?"""
+        with self._lock:
+            return any(
+                self._db.execute(f"SELECT 1 FROM {t} LIMIT 1").fetchone() is not None
+                for t in ("reservations", "releases", "table_writes", "bounded_copies")
+            )
+
+    @contextmanager
+    def exclusive(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (no other session or process writes meanwhile), committed synced."""
+        with self._transaction() as db:
+            yield db
+
+    def retire(self, db: sqlite3.Connection, moved_to: str) -> None:
+        """Mark this ledger moved to ``moved_to`` (inside :meth:`exclusive`): every later open refuses it."""
+        db.execute(
+            "INSERT INTO meta(key, value) VALUES ('moved_to', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (moved_to,),
+        )
+        self.moved_to = moved_to
 
     # -- plumbing ---------------------------------------------------------------------------
     @staticmethod
@@ -372,6 +404,7 @@ class Ledger:
             "INSERT INTO meta(key, value) VALUES ('schema_version', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             (str(SCHEMA_VERSION),),
         )
+        db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('ledger_id', ?)", (secrets.token_hex(16),))
 
     @contextmanager
     def _transaction(self, *, synced: bool = True) -> Iterator[sqlite3.Connection]:
