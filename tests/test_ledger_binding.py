@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +241,28 @@ def test_a_session_open_when_the_ledger_is_swapped_refuses_its_next_query(templa
         with pytest.raises(LedgerMismatch):
             db.sql("SELECT COUNT(*) FROM people", epsilon=0.25)
     assert not (path.parent / "ledger-2027.sqlite").exists()
+
+
+@pytest.mark.slow
+def test_a_session_open_across_a_move_writes_nothing_to_the_old_file(template: Path, tmp_path: Path) -> None:
+    """A live session keeps its ledger handle until the policy names another file: after ``veil move-ledger`` (before
+    the curator repoints the policy) its next query is refused, never charged to the old file alone — the moved copy
+    would lack that charge; once repointed, the same session charges the new file."""
+    import veil as veil_api
+    from veil.policy import load_policy
+    from veil.store.binding import move_ledger
+
+    path = _copy(template, tmp_path / "w")
+    with veil_api.connect(path, analyst="bob") as db:
+        db.sql("SELECT COUNT(*) FROM people", epsilon=0.5)
+        move_ledger(load_policy(path), tmp_path / "moved.sqlite")
+        old = _spent(path.parent / "ledger.sqlite")
+        with pytest.raises(LedgerMismatch, match="moved to"):
+            db.sql("SELECT COUNT(*) FROM people", epsilon=0.25)
+        assert _spent(path.parent / "ledger.sqlite") == old
+        _write_policy(path.parent, str(tmp_path / "moved.sqlite"))
+        db.sql("SELECT COUNT(*) FROM people", epsilon=0.25)
+        assert db.budget().spent == Fraction(7, 4)  # 1 (the template's) + 0.5 + 0.25
 
 
 @pytest.mark.slow

@@ -61,7 +61,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from veil.errors import BudgetExhausted, InternalError, PolicyError, ReleaseError
+from veil.errors import BudgetExhausted, InternalError, LedgerMismatch, PolicyError, ReleaseError
 from veil.mechanisms.budget import as_delta, as_epsilon, format_delta, format_epsilon
 from veil.policy import Policy
 from veil.store import wal_sync
@@ -181,7 +181,15 @@ def _keep(texts: tuple[object, object], found: tuple[Cost, bool]) -> None:
 @functools.lru_cache(maxsize=16)
 def _spent_sql(n: int) -> str:
     """Read ``n`` accounts' spend in one statement (one text per ``n``: SQLite's statement cache keys on it)."""
-    return f"SELECT account, epsilon_spent, delta_spent FROM accounts WHERE account IN ({', '.join('?' * n)})"
+    return (
+        f"SELECT account, epsilon_spent, delta_spent FROM accounts WHERE account IN ({', '.join('?' * n)}) "
+        f"UNION ALL SELECT '{_MOVED}', value, '0' FROM meta WHERE key = 'moved_to'"
+    )
+
+
+#: The row :func:`_spent_sql` adds when the ledger was moved away (``veil move-ledger``): a reservation on it is refused
+#: in the statement that reads the accounts (a query's work stays one statement, ``tests/test_ledger_work.py``).
+_MOVED = " moved_to"
 
 
 @functools.lru_cache(maxsize=16)
@@ -197,6 +205,13 @@ def _store_sql(n: int) -> str:
 def _keys_json(keys: tuple[str, ...]) -> str:
     """A reservation's account keys as stored (the same few lists recur in every query)."""
     return json.dumps(keys)
+
+
+def _moved_away(moved_to: str) -> LedgerMismatch:
+    return LedgerMismatch(
+        f"this ledger was moved to {moved_to!r} (`veil move-ledger`): nothing is charged or written to it any more",
+        hint=f"Point [ledger] path at {moved_to!r}",
+    )
 
 
 def _new_id(prefix: str) -> str:
@@ -320,6 +335,7 @@ class Ledger:
         self._lock = threading.RLock()
         self._synchronous = ""  # the connection's PRAGMA synchronous, set per transaction (see _transaction)
         self._syncs: list[Future[None]] = []  # reservations' and release rows' fsyncs still running (close waits)
+        self._guarded = False
         try:
             self._db = connect_sqlite(self.path, check_same_thread=False)
         except sqlite3.Error as exc:
@@ -346,6 +362,7 @@ class Ledger:
         self.identity: str = str(meta["ledger_id"])
         #: where ``veil move-ledger`` copied this ledger to (it is then kept for the record only), else None
         self.moved_to: str | None = meta.get("moved_to")
+        self._guarded = True  # from now on every write transaction first checks the file was not moved away
 
     def _opened_file(self) -> Path:
         """The database file SQLite opened, as SQLite names it (absolute, symbolic links resolved): its WAL is this
@@ -417,12 +434,22 @@ class Ledger:
                 self._synchronous = mode
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                if self._guarded and synced:  # (a reservation checks in its read of the accounts: _spent_sql)
+                    self._refuse_moved()
                 yield self._db
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             else:
                 self._db.execute("COMMIT")
+
+    def _refuse_moved(self) -> None:
+        """Nothing is written to a ledger ``veil move-ledger`` moved away, also by a handle opened before the move (a
+        live session of ``veil serve``): its charge, release or salt would be missing from the ledger in use."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'moved_to'").fetchone()
+        if row is not None:
+            self.moved_to = str(row[0])
+            raise _moved_away(self.moved_to)
 
     def close(self) -> None:
         wal_sync.flush(self._file)  # a deferred sync of release rows begins now, not after its wait
@@ -445,7 +472,12 @@ class Ledger:
     def _read_spent(db: sqlite3.Connection, keys: Sequence[str]) -> dict[str, tuple[Cost, bool]]:
         """Each account's spend as stored (one statement for all of them): see :func:`_stored`. An account with no row
         has spent nothing."""
-        return {account: _stored(eps, delta) for account, eps, delta in db.execute(_spent_sql(len(keys)), keys)}
+        out = {}
+        for account, eps, delta in db.execute(_spent_sql(len(keys)), keys):
+            if account == _MOVED:
+                raise _moved_away(str(eps))
+            out[account] = _stored(eps, delta)
+        return out
 
     @classmethod
     def _spent(cls, db: sqlite3.Connection, account: str) -> Cost:
