@@ -29,6 +29,7 @@ __all__ = [
     "InvalidEncoding",
     "InvalidEscapeSequence",
     "InvalidRegularExpression",
+    "LedgerMismatch",
     "MissingExtra",
     "NoActiveTransaction",
     "NonDPReleaseRefused",
@@ -117,6 +118,12 @@ class PolicyError(VeilError, ValueError):
     """The policy file is missing, malformed, or does not allow what was asked."""
 
     sqlstate = "F0000"
+
+
+class LedgerMismatch(PolicyError):
+    """The policy names a ledger that is not the warehouse's own: another ledger, a missing file, or one moved away
+    with ``veil move-ledger``. Its budgets and release history would be forgotten (red team s66 F7), so nothing runs
+    on it: refused before anything is read or written. A configuration error (SQLSTATE F0000, as every policy error)."""
 
 
 class QueryRejected(VeilError, ValueError):

@@ -394,7 +394,6 @@ def test_f4_noise_addition_output_bits_do_not_pin_the_source_value(tmp_path: Pat
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s66 F5: an int QI of <= 20 declared values skips the public grid ([min, max] labels)")
 def test_f5_a_small_int_quasi_identifier_never_labels_with_one_persons_value(tmp_path: Path) -> None:
     """F5 (LOW: one person's exact odd value and presence, every analyst at ε = 0; needs a non-integer in an int
     column of at most 20 declared values). s64 F7's fix labels a numeric QI on a public grid from its declared bounds,
@@ -474,7 +473,6 @@ def test_f6_noise_addition_on_a_yes_no_column_declared_float_does_not_publish_it
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s66 F7: a policy pointed at a fresh ledger forgets the warehouse's release history")
 def test_f7_a_fresh_ledger_does_not_reopen_a_population_to_a_second_release_without_guarantee(tmp_path: Path) -> None:
     """F7 (LOW–MEDIUM: the s64 F3 difference attack, after an ordinary ledger change). "One release without a DP
     guarantee per population, ever" reads the release history from the ledger the policy names now
@@ -488,7 +486,7 @@ def test_f7_a_fresh_ledger_does_not_reopen_a_population_to_a_second_release_with
     Property: the second release is refused (or the difference does not pin the newcomer)."""
     from collections import Counter
 
-    from veil.errors import PublicationRefused
+    from veil.errors import LedgerMismatch, PublicationRefused
     from veil.generators.transaction import publish
     from veil.policy import load_policy
     from veil.store.warehouse import write_table
@@ -501,10 +499,10 @@ def test_f7_a_fresh_ledger_does_not_reopen_a_population_to_a_second_release_with
     path.write_text(path.read_text().replace('path = "ledger.sqlite"', 'path = "ledger-2027.sqlite"'), encoding="utf-8")
     policy = load_policy(path)
     grown = pd.concat([frame, pd.DataFrame({"age": [44], "sex": ["F"], "gain": [1200]})], ignore_index=True)
-    write_table(policy, "people", grown, replace=True)  # the monthly refresh: `veil ingest --replace`
-    try:
+    try:  # (the fix refuses the fresh ledger at the refresh already: the warehouse is bound to its ledger)
+        write_table(policy, "people", grown, replace=True)  # the monthly refresh: `veil ingest --replace`
         publish(policy, "sdc", {**swap, "output": "b"}, progress=False)
-    except PublicationRefused:
+    except (PublicationRefused, LedgerMismatch):
         return
     after = _analyst(path, "SELECT gain FROM b")
     diff = Counter(after["gain"].tolist())

@@ -21,6 +21,7 @@ LAZY_COMMANDS: dict[str, dict[str, str]] = {
         "releases": "veil.cli.core",
         "tables": "veil.cli.tables",
         "retract": "veil.cli.tables",
+        "move-ledger": "veil.cli.tables",
         "query": "veil.cli.query",
         "explain": "veil.cli.query",
         "budget": "veil.cli.query",

@@ -172,7 +172,7 @@ def serve_command(
     if (tls_cert is None) != (tls_key is None):
         raise InputError("--tls-cert and --tls-key go together", hint="Pass both PEM files, or neither")
     ssl_context = make_ssl_context(tls_cert, tls_key) if tls_cert and tls_key else None
-    logins = [a for a in CredentialStore(policy.ledger_path).analysts() if a in policy.analysts]
+    logins = [a for a in CredentialStore.for_policy(policy).analysts() if a in policy.analysts]
     if not logins:
         click.echo("warning: no analyst can log in yet; run `veil analyst add --policy ... <name>`", err=True)
     if ssl_context is None and not allow_plaintext and not _is_loopback_host(host):
@@ -230,7 +230,7 @@ def analyst_add(policy_path: Path, name: str, password_stdin: bool) -> None:
         password = sys.stdin.readline().rstrip("\r\n")
     else:
         password = click.prompt(f"Password for {name}", hide_input=True, confirmation_prompt=True)
-    CredentialStore(policy.ledger_path).set_password(name, password)
+    CredentialStore.for_policy(policy).set_password(name, password)
     click.echo(f"stored a SCRAM-SHA-256 verifier for {name} in {policy.ledger_path}", err=True)
 
 
@@ -243,5 +243,5 @@ def analyst_remove(policy_path: Path, name: str) -> None:
     from veil.store.credentials import CredentialStore
 
     policy = load_policy(policy_path)
-    removed = CredentialStore(policy.ledger_path).remove(name)
+    removed = CredentialStore.for_policy(policy).remove(name)
     click.echo(f"removed the login of {name}" if removed else f"{name} had no login", err=True)

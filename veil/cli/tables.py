@@ -1,4 +1,4 @@
-"""``veil tables`` and ``veil retract``: what the warehouse holds and who may read it.
+"""``veil tables``, ``veil retract`` and ``veil move-ledger``: what the warehouse holds, who may read it, its ledger.
 
 Thin edges over :mod:`veil.store.catalog`.
 """
@@ -11,7 +11,7 @@ import click
 
 from veil.cli._common import cli, emit, format_option, policy_option, run_guarded
 
-__all__ = ["retract_command", "tables_command"]
+__all__ = ["move_ledger_command", "retract_command", "tables_command"]
 
 
 @cli.command("tables")
@@ -48,3 +48,20 @@ def retract_command(policy_path: Path, table: str, reason: str, fmt: str) -> Non
     policy = load_policy(policy_path)
     recover(policy)
     emit(retract(policy, table, reason=reason), fmt)
+
+
+@cli.command("move-ledger")
+@policy_option
+@click.argument("destination", type=click.Path(path_type=Path))
+@format_option
+@run_guarded
+def move_ledger_command(policy_path: Path, destination: Path, fmt: str) -> None:
+    """Move the ledger to DESTINATION, its whole history and identity with it; the old file is kept for the record only.
+
+    The warehouse accepts only its own ledger (a fresh or missing one would forget every budget and release): this
+    is the one way to move it. Then point [ledger] path at DESTINATION."""
+    from veil.policy import load_policy
+    from veil.store.binding import move_ledger
+
+    policy = load_policy(policy_path)
+    emit(move_ledger(policy, destination), fmt)

@@ -702,7 +702,9 @@ def recover(policy: Any) -> list[str]:
     if not pending:
         return []
     tokens: dict[str, str] = {}
-    if policy.ledger_path.exists():
+    from veil.store.binding import ledger_exists
+
+    if ledger_exists(policy):  # (a bound warehouse's missing ledger is refused)
         with Ledger.for_policy(policy) as led:
             for rel in led.list_releases("publication"):
                 tok = rel.params.get("publication_token") if isinstance(rel.params, Mapping) else None

@@ -102,7 +102,7 @@ class VeilServer(PgServer):
         self.live_policy = LivePolicy(policy)
         self.ssl_context = ssl_context
         self.allow_plaintext = allow_plaintext
-        self.credentials = credentials or CredentialStore(policy.ledger_path)
+        self.credentials = credentials or CredentialStore.for_policy(policy)
         self._credentials_lock = threading.Lock()
         self.pools = WorkerPools(
             analyst_workers=self.limits.workers,
@@ -144,8 +144,9 @@ class VeilServer(PgServer):
 
     def _lookup(self, user: str) -> Any:
         """The verifier of a user the current policy lists, else None (same work either way), read from the ledger
-        the current policy names: after the curator points ``[ledger] path`` at another file (say, because a
-        password leaked), the old file's passwords no longer log in (red team s22, A4)."""
+        the current policy names: after the curator points ``[ledger] path`` at another file, the old file's passwords no
+        longer log in (red team s22, A4) — and unless that file is the warehouse's own ledger, moved, nothing logs in
+        (``LedgerMismatch``, red team s66 F7)."""
         policy = self.live_policy.current()
         verifier = self._credentials_for(policy).get(user)
         return verifier if user in policy.analysts else None
@@ -153,7 +154,7 @@ class VeilServer(PgServer):
     def _credentials_for(self, policy: Policy) -> CredentialStore:
         with self._credentials_lock:
             if Path(policy.ledger_path) != self.credentials.path:
-                self.credentials = CredentialStore(policy.ledger_path)
+                self.credentials = CredentialStore.for_policy(policy)
             return self.credentials
 
     def shutdown_executor(self) -> None:

@@ -115,7 +115,7 @@ def prepare_warehouse(policy: Policy) -> list[str]:
     from veil.server.app import MOCK_SALT_SECRET
     from veil.store.credentials import CredentialStore
 
-    CredentialStore(policy.ledger_path).server_secret(MOCK_SALT_SECRET)
+    CredentialStore.for_policy(policy).server_secret(MOCK_SALT_SECRET)
     problems: list[str] = []
     if not policy.analysts:
         return problems

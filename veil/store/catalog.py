@@ -15,6 +15,7 @@ from typing import Any
 
 from veil.errors import InputError, did_you_mean
 from veil.policy import Policy
+from veil.store.binding import ledger_exists
 from veil.store.ledger import Account, Ledger
 from veil.store.publications import published_tables
 
@@ -43,7 +44,7 @@ def table_statuses(policy: Policy) -> list[TableStatus]:
     present = [t for t in table_names(policy) if not t.startswith("_veil")]
     published = published_tables(policy)
     retracted: dict[str, str] = {}
-    if policy.ledger_path.exists():
+    if ledger_exists(policy):
         with Ledger.for_policy(policy) as led:
             for rel in led.list_releases("retraction"):
                 if rel.table is not None:

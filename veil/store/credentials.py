@@ -29,6 +29,7 @@ import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from veil.errors import AuthError, InputError
 from veil.store._sqlite import connect as connect_sqlite
@@ -129,6 +130,15 @@ class CredentialStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+
+    @classmethod
+    def for_policy(cls, policy: Any) -> CredentialStore:
+        """The store in ``policy``'s ledger, once the ledger is checked to be the warehouse's own
+        (:func:`veil.store.binding.open_ledger`: a swapped, missing or moved ledger is refused, never created afresh)."""
+        from veil.store.ledger import Ledger
+
+        Ledger.for_policy(policy).close()
+        return cls(policy.ledger_path)
 
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)

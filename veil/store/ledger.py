@@ -62,7 +62,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from veil.errors import BudgetExhausted, InternalError, PolicyError, ReleaseError
+from veil.errors import BudgetExhausted, InternalError, LedgerMismatch, PolicyError, ReleaseError
 from veil.mechanisms.budget import as_delta, as_epsilon, format_delta, format_epsilon
 from veil.policy import Policy
 from veil.store import wal_sync
@@ -182,7 +182,15 @@ def _keep(texts: tuple[object, object], found: tuple[Cost, bool]) -> None:
 @functools.lru_cache(maxsize=16)
 def _spent_sql(n: int) -> str:
     """Read ``n`` accounts' spend in one statement (one text per ``n``: SQLite's statement cache keys on it)."""
-    return f"SELECT account, epsilon_spent, delta_spent FROM accounts WHERE account IN ({', '.join('?' * n)})"
+    return (
+        f"SELECT account, epsilon_spent, delta_spent FROM accounts WHERE account IN ({', '.join('?' * n)}) "
+        f"UNION ALL SELECT '{_MOVED}', value, '0' FROM meta WHERE key = 'moved_to'"
+    )
+
+
+#: The row :func:`_spent_sql` adds when the ledger was moved away (``veil move-ledger``): a reservation on it is refused
+#: in the statement that reads the accounts (a query's work stays one statement, ``tests/test_ledger_work.py``).
+_MOVED = " moved_to"
 
 
 @functools.lru_cache(maxsize=16)
@@ -198,6 +206,13 @@ def _store_sql(n: int) -> str:
 def _keys_json(keys: tuple[str, ...]) -> str:
     """A reservation's account keys as stored (the same few lists recur in every query)."""
     return json.dumps(keys)
+
+
+def _moved_away(moved_to: str) -> LedgerMismatch:
+    return LedgerMismatch(
+        f"this ledger was moved to {moved_to!r} (`veil move-ledger`): nothing is charged or written to it any more",
+        hint=f"Point [ledger] path at {moved_to!r}",
+    )
 
 
 def _new_id(prefix: str) -> str:
@@ -366,6 +381,7 @@ class Ledger:
         self._lock = threading.RLock()
         self._synchronous = ""  # the connection's PRAGMA synchronous, set per transaction (see _transaction)
         self._syncs: list[Future[None]] = []  # reservations' and release rows' fsyncs still running (close waits)
+        self._guarded = False
         try:
             self._db = connect_sqlite(self.path, check_same_thread=False)
         except sqlite3.Error as exc:
@@ -386,6 +402,13 @@ class Ledger:
                 hint="Point [ledger] path at a ledger file, or at a new file Veil may create",
             ) from exc
         self._file = self._opened_file()
+        meta = dict(self._db.execute("SELECT key, value FROM meta WHERE key IN ('ledger_id', 'moved_to')").fetchall())
+        #: this ledger's identity, random, written when the file was created (or first opened by a Veil that binds):
+        #: the warehouse records it and refuses any other ledger (:mod:`veil.store.binding`, red team s66 F7)
+        self.identity: str = str(meta["ledger_id"])
+        #: where ``veil move-ledger`` copied this ledger to (it is then kept for the record only), else None
+        self.moved_to: str | None = meta.get("moved_to")
+        self._guarded = True  # from now on every write transaction first checks the file was not moved away
 
     def _opened_file(self) -> Path:
         """The database file SQLite opened, as SQLite names it (absolute, symbolic links resolved): its WAL is this
@@ -400,7 +423,33 @@ class Ledger:
 
     @classmethod
     def for_policy(cls, policy: Policy) -> Ledger:
-        return cls(policy.ledger_path)
+        """The policy's ledger, refused (:class:`~veil.errors.LedgerMismatch`) unless it is the one the warehouse is
+        bound to (:func:`veil.store.binding.open_ledger`: never a fresh or missing one in its place)."""
+        from veil.store.binding import open_ledger
+
+        return open_ledger(policy)
+
+    def has_history(self) -> bool:
+        """Has anything been recorded here: a charge, a release, a table write, a bounded copy's salt?"""
+        with self._lock:
+            return any(
+                self._db.execute(f"SELECT 1 FROM {t} LIMIT 1").fetchone() is not None
+                for t in ("reservations", "releases", "table_writes", "bounded_copies")
+            )
+
+    @contextmanager
+    def exclusive(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (no other session or process writes meanwhile), committed synced."""
+        with self._transaction() as db:
+            yield db
+
+    def retire(self, db: sqlite3.Connection, moved_to: str) -> None:
+        """Mark this ledger moved to ``moved_to`` (inside :meth:`exclusive`): every later open refuses it."""
+        db.execute(
+            "INSERT INTO meta(key, value) VALUES ('moved_to', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            (moved_to,),
+        )
+        self.moved_to = moved_to
 
     # -- plumbing ---------------------------------------------------------------------------
     @staticmethod
@@ -418,6 +467,7 @@ class Ledger:
             "INSERT INTO meta(key, value) VALUES ('schema_version', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             (str(SCHEMA_VERSION),),
         )
+        db.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('ledger_id', ?)", (secrets.token_hex(16),))
 
     @contextmanager
     def _transaction(self, *, synced: bool = True) -> Iterator[sqlite3.Connection]:
@@ -430,12 +480,22 @@ class Ledger:
                 self._synchronous = mode
             self._db.execute("BEGIN IMMEDIATE")
             try:
+                if self._guarded and synced:  # (a reservation checks in its read of the accounts: _spent_sql)
+                    self._refuse_moved()
                 yield self._db
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
             else:
                 self._db.execute("COMMIT")
+
+    def _refuse_moved(self) -> None:
+        """Nothing is written to a ledger ``veil move-ledger`` moved away, also by a handle opened before the move (a
+        live session of ``veil serve``): its charge, release or salt would be missing from the ledger in use."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'moved_to'").fetchone()
+        if row is not None:
+            self.moved_to = str(row[0])
+            raise _moved_away(self.moved_to)
 
     def close(self) -> None:
         wal_sync.flush(self._file)  # a deferred sync of release rows begins now, not after its wait
@@ -458,7 +518,12 @@ class Ledger:
     def _read_spent(db: sqlite3.Connection, keys: Sequence[str]) -> dict[str, tuple[Cost, bool]]:
         """Each account's spend as stored (one statement for all of them): see :func:`_stored`. An account with no row
         has spent nothing."""
-        return {account: _stored(eps, delta) for account, eps, delta in db.execute(_spent_sql(len(keys)), keys)}
+        out = {}
+        for account, eps, delta in db.execute(_spent_sql(len(keys)), keys):
+            if account == _MOVED:
+                raise _moved_away(str(eps))
+            out[account] = _stored(eps, delta)
+        return out
 
     @classmethod
     def _spent(cls, db: sqlite3.Connection, account: str) -> Cost:

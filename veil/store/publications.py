@@ -16,6 +16,7 @@ from fractions import Fraction
 from typing import Any
 
 from veil.policy import Policy
+from veil.store.binding import ledger_exists
 from veil.store.ledger import Ledger, Reservation
 from veil.store.releases import Release, ReleasedStatistic, dumps
 
@@ -80,7 +81,7 @@ def publication_history(policy: Policy) -> list[tuple[Release, str]]:
     later publication to the same table) or ``"retracted (<id>)"``; a model file's publication is ``"live"`` (a file
     handed out is never taken back). Replaced and retracted publications are in it: they were public, and what
     analysts read then they still have."""
-    if not policy.ledger_path.exists():
+    if not ledger_exists(policy):  # a missing ledger of a bound warehouse is refused, never an empty history
         return []
     with Ledger.for_policy(policy) as ledger:
         log = ledger.publication_log()
@@ -101,7 +102,7 @@ def publication_history(policy: Policy) -> list[tuple[Release, str]]:
 
 def published_tables(policy: Policy) -> dict[str, Release]:
     """Tables made public by publications and not retracted since: table name → the latest publication."""
-    if not policy.ledger_path.exists():
+    if not ledger_exists(policy):
         return {}
     out: dict[str, Release] = {}
     with Ledger.for_policy(policy) as ledger:

@@ -29,6 +29,7 @@ from contextlib import ExitStack, contextmanager
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import duckdb
 import pandas as pd
@@ -110,6 +111,10 @@ class _Gate:
         self._writing = False
         self._owner: int | None = None
         self._waiting = 0  # writers waiting for the readers to end
+
+    def owned_here(self) -> bool:
+        """Does this thread hold the writer (its connection open)?"""
+        return self._owner == threading.get_ident()
 
     @property
     def writer_waiting(self) -> bool:
@@ -563,11 +568,102 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
                 exists = found[0] if found else 0
                 if exists and not replace:
                     raise InputError(f"table {table!r} already exists", hint="Choose another --output name or pass --replace")
+                # the warehouse is bound to its ledger before its first table (creating the ledger if need be): a
+                # ledger swapped later is refused, never read as an empty history (red team s66 F7)
+                _ledger_for(policy).close()
                 _replace_from_frame(con, table, df)
             mirror = _mirror_copy(policy, table, df) if public else None
         if mirror is not None:
             _write_mirror(policy, table, *mirror)
     _record_write(policy, table)
+
+
+def _ledger_for(policy: Policy) -> Any:
+    from veil.store.ledger import Ledger
+
+    return Ledger.for_policy(policy)
+
+
+# -- the warehouse's ledger (veil.store.binding) -----------------------------------------------------
+
+
+def _binding_of(con: duckdb.DuckDBPyConnection) -> str | None:
+    from veil.store.binding import BINDING_TABLE
+
+    found = con.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = ?", [BINDING_TABLE]
+    ).fetchone()
+    if not found or not found[0]:
+        return None
+    row = con.execute(f"SELECT ledger_id FROM {_quoted(BINDING_TABLE)} LIMIT 1").fetchone()
+    return None if row is None or row[0] is None else str(row[0])
+
+
+def read_ledger_binding(policy: Policy) -> str | None:
+    """The ledger identity the warehouse file records (None: not bound, or no file). Read on this thread's writer
+    when it holds one (DuckDB refuses a read-only connection beside it), else on the sandboxed reader."""
+    path = _db_path(policy)
+    if not path.exists():
+        return None
+    if _gate(path).owned_here():
+        with writer(policy) as con:
+            return _binding_of(con)
+    with reading(policy):
+        cur, _ = reader_cursor(policy)
+        try:
+            return _binding_of(cur)
+        finally:
+            cur.close()
+
+
+def _veil_history(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Tables that show the warehouse was used with a ledger: Veil's internal tables and tables Veil wrote."""
+    from veil.store.binding import BINDING_TABLE
+
+    rows = con.execute("SELECT table_name, comment FROM duckdb_tables() WHERE schema_name = 'main' ORDER BY 1").fetchall()
+    return [
+        str(name)
+        for name, comment in rows
+        if name != BINDING_TABLE
+        and (str(name).startswith("_veil") or (isinstance(comment, str) and comment.startswith(VERSION_COMMENT)))
+    ]
+
+
+def bind_ledger(policy: Policy, ledger: Any) -> None:
+    """Record ``ledger``'s identity in the (existing, DuckDB) warehouse if it records none yet; check it otherwise.
+
+    A warehouse that shows Veil's history (tables Veil wrote, bounded copies, a publication journal) is not bound to a
+    ledger that holds no record at all: its releases, published tables and budgets were in another ledger, and would
+    be orphaned (:class:`~veil.errors.LedgerMismatch`)."""
+    from veil.errors import LedgerMismatch
+    from veil.store import binding
+
+    with writer(policy) as con:
+        found = _binding_of(con)
+        if found is None:
+            history = _veil_history(con)
+            if history and not ledger.has_history():
+                raise LedgerMismatch(
+                    f"the warehouse {str(policy.database_path)!r} holds tables Veil wrote ({', '.join(history[:5])}) but "
+                    f"the ledger {str(policy.ledger_path)!r} has no record of any: its budgets, releases and published "
+                    "tables would be forgotten",
+                    hint="Point [ledger] path at the ledger this warehouse was used with",
+                )
+            identity, at, where = binding.binding_row(ledger)
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.execute(
+                    f"CREATE TABLE IF NOT EXISTS {_quoted(binding.BINDING_TABLE)}"
+                    "(ledger_id VARCHAR NOT NULL, bound_at VARCHAR NOT NULL, ledger_path VARCHAR NOT NULL)"
+                )
+                con.execute(f"INSERT INTO {_quoted(binding.BINDING_TABLE)} VALUES (?, ?, ?)", [identity, at, where])
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            found = identity
+    binding.check_identity(policy, ledger, found)
+    binding.bound(policy, found)
 
 
 def _pending_output(con: duckdb.DuckDBPyConnection, table: str) -> bool:

@@ -48,6 +48,16 @@ def public_grid(lower: float, upper: float, *, integer: bool) -> tuple[float, fl
     return float(math.floor(float(lower) / step) * step), step, integer
 
 
+def _on_grid(points: np.ndarray) -> np.ndarray:
+    """Grid points as the grid's decimal numbers: ``0 + 17 · 0.05`` is ``0.8500000000000001`` in floats, a label the
+    audit read as excluding the cell's own 0.85 (and a label that is no multiple of the declared step).
+
+    >>> _on_grid(np.array([0.0 + 17 * 0.05, 15.0 + 3 * 5.0])).tolist()
+    [0.85, 30.0]
+    """
+    return np.array([float(f"{v:.12g}") for v in points.tolist()], dtype=np.float64)
+
+
 #: Numeric QIs with more distinct values than this get their cost computed from values,
 #: not from a precomputed (U × U) table.
 _TABLE_LIMIT = 1024
@@ -198,16 +208,17 @@ class QISpace:
             is_num = col in numeric if numeric is not None else pd.api.types.is_numeric_dtype(series)
             if is_num and col not in hierarchies:
                 vals = series.to_numpy(dtype=np.float64)
+                # a grid of one integer per cell is kept too: the source is read as numbers, so an int column may hold
+                # one person's 2.5 (stored as text, s38), which its cell [2, 2] hides (red team s66 F5: ``[2.5, 3]``)
                 grid = (grids or {}).get(col)
-                if grid is not None and grid[2] and grid[1] <= 1:
-                    grid = None  # cells of one integer are the values themselves
                 raw_lo, raw_hi = float(vals.min()), float(vals.max())
                 if grid is not None:
                     origin, step, integer = grid
-                    cells = np.floor((vals - origin) / step)
+                    # (a value on a cell's start is in that cell, not the one below: 0.85 / 0.05 is 16.999…)
+                    cells = np.floor(np.round((vals - origin) / step, 9))
                     ucells, inverse = np.unique(cells, return_inverse=True)
-                    uniq = origin + ucells * step  # each cell's start: a label's lower end
-                    tops = uniq + step - (1.0 if integer else 0.0)  # each cell's end: a label's upper end
+                    uniq = _on_grid(origin + ucells * step)  # each cell's start: a label's lower end
+                    tops = _on_grid(uniq + step - (1.0 if integer else 0.0))  # each cell's end: a label's upper end
                 else:
                     uniq, inverse = np.unique(vals, return_inverse=True)
                     tops = uniq

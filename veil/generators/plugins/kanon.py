@@ -47,11 +47,16 @@ class KAnonPlugin(PublishPlugin):
         # (red team s42 A1: a declared open category `name` as --sensitive published every person's name)
         require_declared_domains(policy.tables.get(request["table"]), sensitive, "--sensitive", table=request["table"])
         # a numeric QI's labels are drawn on a grid of its declared bounds (s64 F7): without bounds its labels would be
-        # its classes' [min, max], one person's value at an end; a hierarchy folder generalises it by its tree instead
-        if hier is None:
-            spec = policy.tables.get(request["table"])
-            numeric = [c for c in qi if getattr(getattr(spec, "columns", {}).get(c), "type", None) in ("int", "float")]
-            require_declared_domains(spec, numeric, "--qi", table=request["table"])
+        # its classes' [min, max], one person's value at an end; a hierarchy file generalises it by its tree instead
+        # (only a QI the folder has a file for: the others get no tree, and were labelled [min, max], red team s66 F5)
+        from veil.generators.kanon.hierarchies import find_hierarchy_files
+
+        with_tree = set(find_hierarchy_files(hier, qi)) if hier is not None else set()
+        spec = policy.tables.get(request["table"])
+        numeric = [
+            c for c in qi if c not in with_tree and getattr(getattr(spec, "columns", {}).get(c), "type", None) in ("int", "float")
+        ]
+        require_declared_domains(spec, numeric, "--qi", table=request["table"])
         som_label = request.get("som_label")
         som_label = None if som_label is None else distinct_columns([som_label], "--som-label")[0]
         _require_declared(policy.tables.get(request["table"]), [*som_columns, *([som_label] if som_label else [])])
@@ -309,6 +314,12 @@ def _within_domains(data: pd.DataFrame, qi: list[str], sensitive: list[str], spe
             # ±inf is no number of any declared domain: missing, as queries read it (red team s35 A4: one person's inf
             # made every NCP NaN and the population match refuse the table)
             keep &= np.isfinite(series.astype("float64"))
+            if getattr(columns.get(name), "type", None) == "int":
+                # an int QI is read as the query path reads it, a whole number (one person's 2.5, stored as text, is 3,
+                # half away from zero as DuckDB casts the text): its cell on the grid is then a cell of integers, as
+                # the audit reads it (red team s66 F5: Mondrian published that person's [2.5, 3])
+                x = series.astype("float64")
+                series = np.sign(x) * np.floor(np.abs(x) + 0.5)
         if name in trees:
             keep &= series.astype(str).isin(set(trees[name].leaves))
         col = columns.get(name)
@@ -348,9 +359,15 @@ def _label_grids(spec: Any, qi: list[str], trees: Mapping[str, Any]) -> dict[str
     grids: dict[str, tuple[float, float, bool]] = {}
     for name in qi:
         col = columns.get(name)
-        if name in trees or col is None or getattr(col, "type", None) not in ("int", "float") or not col.bounded:
+        if name in trees or col is None or getattr(col, "type", None) not in ("int", "float"):
             continue
-        grids[name] = public_grid(float(col.lower), float(col.upper), integer=col.type == "int")
+        if col.bounded:
+            grids[name] = public_grid(float(col.lower), float(col.upper), integer=col.type == "int")
+        elif getattr(col, "values", None):
+            # an int column declared by its values: the grid of their range (one person's 2.5 or undeclared 7 among
+            # them was a label's end, red team s66 F5)
+            values = [float(v) for v in col.values]
+            grids[name] = public_grid(min(values), max(values), integer=col.type == "int")
     return grids
 
 
