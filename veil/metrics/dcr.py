@@ -99,6 +99,11 @@ def nearest_distances(query: tuple[np.ndarray, np.ndarray], ref: tuple[np.ndarra
     return _nearest(query, ref, n_cols)[0]
 
 
+#: Below this many numeric columns numpy sums a row's columns left to right, which :func:`_nearest`'s column-at-a-time
+#: sum repeats (the same distances, bit for bit, as the one-array sum it replaced); from it on numpy sums pairwise.
+_SUM_IN_ORDER = 8
+
+
 def _nearest(
     query: tuple[np.ndarray, np.ndarray], ref: tuple[np.ndarray, np.ndarray], n_cols: int, member: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -108,6 +113,11 @@ def _nearest(
     qn, qc = query
     rn, rc = ref
     member = np.ones(len(rn), dtype=bool) if member is None else member
+    # the members first: the two minima below read slices of each chunk, not copies; ``hit`` is put back in order
+    order = np.r_[np.flatnonzero(member), np.flatnonzero(~member)]
+    n_in = int(member.sum())
+    rn, rc = rn[order], rc[order]
+    rn_t, rc_t = np.ascontiguousarray(rn.T), np.ascontiguousarray(rc.T)
     out = np.empty(len(qn))
     inside = np.full(len(qn), np.inf)
     outside = np.full(len(qn), np.inf)
@@ -115,19 +125,28 @@ def _nearest(
     step = max(1, 4_000_000 // max(1, len(rn) * max(1, n_cols)))
     scale = max(1, n_cols)
     for a in range(0, len(qn), step):
-        d = np.zeros((min(step, len(qn) - a), len(rn)))
-        if qn.shape[1]:
-            d += np.abs(qn[a : a + step, None, :] - rn[None, :, :]).clip(max=1.0).sum(axis=2)
-        if qc.shape[1]:
-            d += (qc[a : a + step, None, :] != rc[None, :, :]).sum(axis=2)
+        q_n, q_c = qn[a : a + step], qc[a : a + step]
+        if q_n.shape[1] >= _SUM_IN_ORDER:  # numpy's own (pairwise) sum over the columns
+            d = np.abs(q_n[:, None, :] - rn[None, :, :]).clip(max=1.0).sum(axis=2)
+        elif q_n.shape[1]:  # one column at a time (no query × reference × column array), summed in numpy's order
+            d = np.minimum(np.abs(q_n[:, 0, None] - rn_t[0][None, :]), 1.0)
+            for j in range(1, q_n.shape[1]):
+                d += np.minimum(np.abs(q_n[:, j, None] - rn_t[j][None, :]), 1.0)
+        else:
+            d = np.zeros((len(q_n), len(rn)))
+        if q_c.shape[1]:
+            mismatches = np.zeros(d.shape, dtype=np.int64)
+            for j in range(q_c.shape[1]):
+                mismatches += q_c[:, j, None] != rc_t[j][None, :]
+            d += mismatches
         low = d.min(axis=1) if len(rn) else np.full(len(d), np.inf)
         out[a : a + step] = low / scale
         if len(rn):
-            hit |= (d <= low[:, None] + 1e-9).any(axis=0)
-        if member.any():
-            inside[a : a + step] = d[:, member].min(axis=1) / scale
-        if (~member).any():
-            outside[a : a + step] = d[:, ~member].min(axis=1) / scale
+            hit[order] |= (d <= low[:, None] + 1e-9).any(axis=0)
+        if n_in:
+            inside[a : a + step] = d[:, :n_in].min(axis=1) / scale
+        if n_in < len(rn):
+            outside[a : a + step] = d[:, n_in:].min(axis=1) / scale
     return out, hit, inside, outside
 
 
