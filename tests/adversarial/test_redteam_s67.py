@@ -138,7 +138,6 @@ class _Refusing:
         raise RuntimeError(self.error)
 
 
-@pytest.mark.xfail(strict=True, reason="s67 F4: a draw-ahead submit that fails leaves a charge and a raw RuntimeError")
 @pytest.mark.parametrize("error", ["cannot schedule new futures after interpreter shutdown", "can't start new thread"])
 @pytest.mark.parametrize(
     "sql",

@@ -377,7 +377,11 @@ def _execute(s: QueryState, env: Env) -> QueryState:
     # the number of groups when the query and the policy fix it (a public domain, or no keys): the integer noise is
     # then drawn in a worker while the engine runs (which releases the GIL); a failed run drops it unused
     groups = len(s.domain) if s.domain is not None else (1 if not s.plan.keys else None)
-    ahead = draw_ahead(s.plan, groups, env.noise)
+    try:
+        ahead = draw_ahead(s.plan, groups, env.noise)
+    except Exception:  # drawing ahead only saves time: whatever fails here, the noise pass draws with the values
+        log.warning("noise could not be drawn ahead; drawing it with the values", exc_info=True)
+        ahead = None
     try:
         # every statement of the charged run reads one reader: no curator write in this process reopens it (drops the
         # bounded copy, rewrites a public table, takes the materialised sources' cursor) until the last one ends
@@ -515,7 +519,7 @@ def _run(state: QueryState, env: Env, *, until: str, cache: bool, after: str | N
             # The passes that can meet one (planning, generation) run before the reservation, and the depth
             # depends on the query's shape alone
             if state.reservation is not None:
-                raise
+                raise _charged_failure(name, state) from None
             raise QueryTooComplex(
                 f"the query is nested too deeply for the {name} pass",
                 hint="Split long chains of operators (e.g. hundreds of ||, + or AND in a row)",
@@ -527,8 +531,10 @@ def _run(state: QueryState, env: Env, *, until: str, cache: bool, after: str | N
             # a bug in Veil, refused typed and free; its text is not repeated, as it may quote what a pass read (red
             # team s49: each such crash found so far was a class of query the passes should refuse). The reserve
             # pass itself may have committed a charge before raising, so its errors pass through unchanged
-            if state.reservation is not None or name == "reserve":
+            if name == "reserve":
                 raise
+            if state.reservation is not None:
+                raise _charged_failure(name, state) from None
             log.error("the %s pass failed on a query before its reservation", name, exc_info=True)
             raise InternalError(
                 f"Veil could not answer this query: its {name} pass failed ({type(exc).__name__}); nothing was charged",
@@ -539,6 +545,18 @@ def _run(state: QueryState, env: Env, *, until: str, cache: bool, after: str | N
         if name == until:
             break
     return state
+
+
+def _charged_failure(name: str, state: QueryState) -> QueryFailed:
+    """The typed error of a library's own error in a pass after the reservation (red team s67 F4: a raw
+    ``RuntimeError`` left a charged query): the charge stays (the run may have read the data; it is on disk already,
+    :func:`_after_durable_charge`) and nothing is released, as for generated SQL that fails."""
+    reservation = state.reservation.id if state.reservation is not None else "?"
+    log.error("the %s pass failed after reservation %s", name, reservation, exc_info=True)
+    return QueryFailed(
+        f"the query could not be answered: its {name} pass failed; its ε stays charged and nothing was released",
+        hint="This is a bug in Veil, please report it with the query",
+    )
 
 
 def _cache_hit(state: QueryState, env: Env, lifted: plan_cache.Lifted) -> QueryState | None:
