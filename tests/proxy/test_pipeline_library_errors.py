@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from tests.support.warehouse import policy_with_tables
-from veil.errors import InternalError
+from veil.errors import InternalError, QueryFailed
 from veil.proxy import pipeline
 from veil.proxy._testing import exact_session
 
@@ -61,6 +61,8 @@ def test_a_library_error_before_the_reservation_is_typed_and_free(
 
 def test_a_library_error_after_the_reservation_stays_charged(session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pipeline, "PASSES", _failing("noise", ValueError("v")))
-    with pytest.raises(ValueError):
+    # typed (red team s67 F4: a raw error once charged), the charge kept: the run may have read the data
+    with pytest.raises(QueryFailed, match="its noise pass failed; its ε stays charged") as info:
         session.execute("SELECT COUNT(*) FROM t WHERE x > 4", epsilon=1)
+    assert info.value.hint
     assert session.budget().spent == 1

@@ -87,6 +87,7 @@ def test_a_front_hit_skips_parsing_and_plans_the_same(world: Any, monkeypatch: p
         return real(sql, tokens, **kw)
 
     monkeypatch.setattr(pipeline, "parse", lambda sql, **kw: counting(sql, scan(sql, **kw), **kw))
+    monkeypatch.setattr(pipeline, "parse_tokens", counting)  # (the parse pass of the scanned tokens)
     with exact_session(world, "a") as s:
         _cached(s, "SELECT c, COUNT(*) FROM t WHERE i > 3 AND c = 'xy' GROUP BY c")  # parsed; front filled
         assert len(parsed) == 1 and any(v is not None for v in s._env.plan_front.values())

@@ -160,8 +160,10 @@ def draw_ahead(plan: QueryPlan, groups: int | None, noise: NoiseSource = PRODUCT
     from the data. The noise is data-independent (OpenDP's sampler at 0, added exactly by
     :meth:`~veil.mechanisms.noise.DiscreteLaplaceDraw.add`), so drawing it while the engine runs changes no answer's
     distribution; OpenDP's sampler releases the GIL. Each draw belongs to one query and is added once; a query refused
-    or failed before its noise pass drops its draw. Real-valued statistics are drawn with their values, as OpenDP
-    rounds the value itself onto the noise's lattice (a float added afterwards would not be the same mechanism).
+    or failed before its noise pass drops its draw. A draw no worker can start (interpreter shutdown, the thread
+    limit) returns None: drawn with the values, as one that fails in the worker. Real-valued statistics are drawn
+    with their values, as OpenDP rounds the value itself onto the noise's lattice (a float added afterwards would not
+    be the same mechanism).
     Production noise only (the test sources draw with their values, in order)."""
     if noise.exact or noise.rng is not None or groups is None or plan.partition_stat is not None:
         return None
@@ -182,7 +184,14 @@ def draw_ahead(plan: QueryPlan, groups: int | None, noise: NoiseSource = PRODUCT
                 out[(mechanism, scale)] = d
         return out
 
-    return _pool().submit(draw)
+    try:
+        return _pool().submit(draw)
+    except Exception:
+        # no worker could take it (``cannot schedule new futures after interpreter shutdown``, ``can't start new
+        # thread`` at the process's thread limit): drawn with the values instead, as a draw that fails in the worker
+        # is (:func:`take_ahead`); the query is already charged, so this must never end it (red team s67 F4)
+        log.warning("noise could not be drawn ahead; drawing it with the values", exc_info=True)
+        return None
 
 
 def take_ahead(ahead: AheadFuture | None) -> Ahead | None:

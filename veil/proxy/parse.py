@@ -349,12 +349,13 @@ def _statement_keyword(tokens: list[sqlglot.tokens.Token]) -> str | None:
     return None
 
 
-def function_name(node: exp.Expression, sql: str) -> str:
+def function_name(node: exp.Expression, sql: str, tokens: Sequence[Token] | None = None) -> str:
     """The name the analyst wrote for a function node (``RANDOM``, not sqlglot's ``RAND``; ``NOW``, not
-    ``CURRENT_TIMESTAMP``): the called name in the text that parses to the node's type."""
+    ``CURRENT_TIMESTAMP``): the called name in the text (its tokens ``tokens``, when known) that parses to the node's
+    type."""
     if isinstance(node, exp.Anonymous):
         return str(node.name).upper()
-    tokens = _tokens(sql)
+    tokens = _tokens(sql) if tokens is None else tokens
     called = [t.text for t, nxt in itertools.pairwise(tokens) if nxt.token_type == TokenType.L_PAREN]
     for name in dict.fromkeys(called):
         try:
@@ -416,13 +417,13 @@ def _syntax_error(exc: SqlglotParseError) -> ParseError | UndefinedOperator:
     )
 
 
-def _allow_list(tree: exp.Expression, sql: str) -> None:
+def _allow_list(tree: exp.Expression, sql: str, tokens: Sequence[Token]) -> None:
     for node in tree.walk():
         if isinstance(node, exp.Anonymous):
             if str(node.name).lower() in ANONYMOUS_FUNCTIONS:
                 continue
             raise NotAllowed(
-                f"function {function_name(node, sql)} is not allowed",
+                f"function {function_name(node, sql, tokens)} is not allowed",
                 hint="Use standard aggregates and scalar functions; file and table functions are never allowed",
             )
         if isinstance(node, exp.Command):
@@ -435,7 +436,7 @@ def _allow_list(tree: exp.Expression, sql: str) -> None:
         # that repeats its separator between every two arguments, so nesting it multiplies one row's text)
         if isinstance(node, exp.Func) and type(node) not in _ALLOWED_TYPES:
             raise NotAllowed(
-                f"function {function_name(node, sql)} is not allowed",
+                f"function {function_name(node, sql, tokens)} is not allowed",
                 hint="File readers, table functions and non-deterministic functions are never allowed",
             )
         if type(node) not in _ALLOWED_TYPES:
@@ -504,7 +505,7 @@ def parse_tokens(sql: str, tokens: list[Token], *, limits: Limits = DEFAULT_LIMI
         raise NotAllowed(f"the query holds {len(statements)} statements", hint="Send exactly one SELECT statement per query")
     tree = statements[0]
     _check_tree_depth(tree, limits)
-    _allow_list(tree, sql)
+    _allow_list(tree, sql, tokens)
     _check_table_references(tree, limits)
     if not isinstance(tree, exp.Select):
         raise Unsupported(f"{tree.key.upper()} at the top level is not supported", hint="Send one SELECT statement")

@@ -36,7 +36,7 @@ from veil.proxy.bounds import mark_arithmetic_that_cannot_raise
 from veil.proxy.canonical import cache_key, canonical_sql
 from veil.proxy.catalog import SQL_TYPES, Catalog, public_types
 from veil.proxy.expansion import largest_text_value, measure, text_work
-from veil.proxy.parse import parse, scan
+from veil.proxy.parse import parse, parse_tokens, scan
 from veil.proxy.plan import QueryPlan, plan
 from veil.proxy.postprocess import PostProcess, postprocess_sql
 from veil.proxy.resolve import Resolved, resolve
@@ -147,6 +147,20 @@ def _with(s: QueryState, **changes: Any) -> QueryState:
 
 def _parse(s: QueryState, env: Env) -> QueryState:
     return _with(s, tree=parse(s.sql, limits=env.limits))
+
+
+def _parsing(tokens: list[Token]) -> Pass:
+    """The parse pass of a query whose text :func:`~veil.proxy.parse.scan` checked and tokenised already."""
+    return lambda s, env: _with(s, tree=parse_tokens(s.sql, tokens, limits=env.limits))
+
+
+def _raising(exc: Exception) -> Pass:
+    """The parse pass of a query whose :func:`~veil.proxy.parse.scan` raised ``exc`` (not scanned again)."""
+
+    def refuse(s: QueryState, env: Env) -> QueryState:
+        raise exc
+
+    return refuse
 
 
 def _resolve(s: QueryState, env: Env) -> QueryState:
@@ -377,7 +391,11 @@ def _execute(s: QueryState, env: Env) -> QueryState:
     # the number of groups when the query and the policy fix it (a public domain, or no keys): the integer noise is
     # then drawn in a worker while the engine runs (which releases the GIL); a failed run drops it unused
     groups = len(s.domain) if s.domain is not None else (1 if not s.plan.keys else None)
-    ahead = draw_ahead(s.plan, groups, env.noise)
+    try:
+        ahead = draw_ahead(s.plan, groups, env.noise)
+    except Exception:  # drawing ahead only saves time: whatever fails here, the noise pass draws with the values
+        log.warning("noise could not be drawn ahead; drawing it with the values", exc_info=True)
+        ahead = None
     try:
         # every statement of the charged run reads one reader: no curator write in this process reopens it (drops the
         # bounded copy, rewrites a public table, takes the materialised sources' cursor) until the last one ends
@@ -475,6 +493,7 @@ def _run(state: QueryState, env: Env, *, until: str, cache: bool, after: str | N
     cached = False
     skipping = after is not None
     tokens: list[Token] | None = None  # the query's tokens, when the plan cache's front read them
+    token_key: plan_cache.TokenKey | None = None  # their token shape (plan_cache.front_key)
     for name, fn in PASSES:
         if skipping:
             skipping = name != after
@@ -484,11 +503,18 @@ def _run(state: QueryState, env: Env, *, until: str, cache: bool, after: str | N
         if name == "parse" and cache and until != "parse":
             # the plan cache's front: a token shape seen before gives the query's shape without parsing it (every
             # check of the parse pass on the text and its tokens runs here: scan)
+            front = None
             try:
                 tokens = scan(state.sql, limits=env.limits)
-                front = plan_cache.front_lift(state.sql, tokens, env.plan_front)
-            except Exception:  # a refusal or a library error: the parse pass below meets it again, and reports it
-                tokens, front = None, None
+            except Exception as exc:  # a refusal or a library error: the parse pass below reports it, as its own
+                fn = _raising(exc) if fn is _parse else fn
+            else:  # the parse pass parses these tokens (a query is tokenised once, red team s67 F3)
+                fn = _parsing(tokens) if fn is _parse else fn
+                try:
+                    token_key = plan_cache.front_key(tokens)  # (before the parser reads the tokens)
+                    front = plan_cache.front_lift(state.sql, tokens, env.plan_front, token_key)
+                except Exception:  # the front's own failure: the query is parsed
+                    log.debug("the plan cache's front failed on a query", exc_info=True)
             if front is not None:
                 planned = _cache_hit(state, env, front)
                 if planned is not None:
@@ -497,11 +523,11 @@ def _run(state: QueryState, env: Env, *, until: str, cache: bool, after: str | N
         if name == "resolve" and cache and not cached:
             lifted = plan_cache.lift(state.tree, env.policy, state.sql)
             if lifted is not None:
-                if tokens is not None:
-                    _remember_tokens(state, env, tokens, lifted)
                 planned = _cache_hit(state, env, lifted)
                 if planned is not None:
                     state, cached = planned, True
+                    if tokens is not None and token_key is not None:  # its shape was planned: the front may keep it
+                        _remember_tokens(state, env, tokens, token_key, lifted)
                 else:
                     plan_cache.tag(lifted)
         if cached and name in PLANNING:
@@ -515,7 +541,7 @@ def _run(state: QueryState, env: Env, *, until: str, cache: bool, after: str | N
             # The passes that can meet one (planning, generation) run before the reservation, and the depth
             # depends on the query's shape alone
             if state.reservation is not None:
-                raise
+                raise _charged_failure(name, state) from None
             raise QueryTooComplex(
                 f"the query is nested too deeply for the {name} pass",
                 hint="Split long chains of operators (e.g. hundreds of ||, + or AND in a row)",
@@ -527,8 +553,10 @@ def _run(state: QueryState, env: Env, *, until: str, cache: bool, after: str | N
             # a bug in Veil, refused typed and free; its text is not repeated, as it may quote what a pass read (red
             # team s49: each such crash found so far was a class of query the passes should refuse). The reserve
             # pass itself may have committed a charge before raising, so its errors pass through unchanged
-            if state.reservation is not None or name == "reserve":
+            if name == "reserve":
                 raise
+            if state.reservation is not None:
+                raise _charged_failure(name, state) from None
             log.error("the %s pass failed on a query before its reservation", name, exc_info=True)
             raise InternalError(
                 f"Veil could not answer this query: its {name} pass failed ({type(exc).__name__}); nothing was charged",
@@ -536,9 +564,24 @@ def _run(state: QueryState, env: Env, *, until: str, cache: bool, after: str | N
             ) from None
         if name == "prepare" and lifted is not None and state.plan is not None:
             _remember(state, env, lifted)
+            if tokens is not None and token_key is not None:
+                # only a query planned in full: a refused one (free) leaves nothing in the front (red team s67 F1)
+                _remember_tokens(state, env, tokens, token_key, lifted)
         if name == until:
             break
     return state
+
+
+def _charged_failure(name: str, state: QueryState) -> QueryFailed:
+    """The typed error of a library's own error in a pass after the reservation (red team s67 F4: a raw
+    ``RuntimeError`` left a charged query): the charge stays (the run may have read the data; it is on disk already,
+    :func:`_after_durable_charge`) and nothing is released, as for generated SQL that fails."""
+    reservation = state.reservation.id if state.reservation is not None else "?"
+    log.error("the %s pass failed after reservation %s", name, reservation, exc_info=True)
+    return QueryFailed(
+        f"the query could not be answered: its {name} pass failed; its ε stays charged and nothing was released",
+        hint="This is a bug in Veil, please report it with the query",
+    )
 
 
 def _cache_hit(state: QueryState, env: Env, lifted: plan_cache.Lifted) -> QueryState | None:
@@ -550,20 +593,19 @@ def _cache_hit(state: QueryState, env: Env, lifted: plan_cache.Lifted) -> QueryS
     return None if planned is None else _with(planned, generation=generation)
 
 
-def _remember_tokens(state: QueryState, env: Env, tokens: list[Token], lifted: plan_cache.Lifted) -> None:
-    """Remember the token shape of ``state`` (parsed and lifted as ``lifted``) in the plan cache's front, once per
-    token shape (None: its probe disagreed). Best effort, as :func:`_remember`."""
-    key = plan_cache.front_key(tokens)
+def _remember_tokens(
+    state: QueryState, env: Env, tokens: list[Token], key: plan_cache.TokenKey, lifted: plan_cache.Lifted
+) -> None:
+    """Remember the token shape ``key`` of ``state`` (parsed, lifted as ``lifted`` and planned) in the plan cache's
+    front, once per token shape (None: its probe disagreed). Best effort, as :func:`_remember`."""
     if key in env.plan_front:
         return
     try:
-        entry = plan_cache.front_entry(state.sql, tokens, lifted, env.policy, env.limits)
+        entry = plan_cache.front_entry(state.sql, tokens, lifted, env.policy, env.limits, key)
     except Exception:
         log.debug("the plan cache's front did not keep a token shape", exc_info=True)
         entry = None
-    if len(env.plan_front) >= plan_cache.MAX_ENTRIES:
-        env.plan_front.clear()
-    env.plan_front[key] = entry
+    plan_cache.remember(env.plan_front, key, entry, plan_cache.front_bytes(entry))
 
 
 def _after_durable_charge(fn: Pass, state: QueryState, env: Env) -> QueryState:
@@ -598,6 +640,4 @@ def _remember(state: QueryState, env: Env, lifted: plan_cache.Lifted) -> None:
         return
     if entry is None:
         return
-    if len(env.plan_cache) >= plan_cache.MAX_ENTRIES:
-        env.plan_cache.clear()
-    env.plan_cache[plan_cache.key(lifted, state)] = entry
+    plan_cache.remember(env.plan_cache, plan_cache.key(lifted, state), entry, plan_cache.entry_bytes(entry))

@@ -39,24 +39,37 @@ always plans afresh.
 What a hit skips is only the planning: the reservation, the run, the noise, the post-processing and the release log
 are those of every query. The parse pass is skipped too when the cache's *front* knows the query's token shape
 (:func:`front_lift`): every check the parse pass makes on the text and its tokens still runs (:func:`veil.proxy.parse.
-scan`); only sqlglot's parsing of the tokens, the checks on its tree and :func:`lift` are skipped. The front maps the
-query's token stream — each number and text token replaced by its form (its digits-and-point pattern, its length),
-every other token exact, with its comments and whether it touches the one before — to the shape :func:`lift` gave a
-query of that token stream, and the token positions of the lifted literals. A hit requires every other number and
-text token to be exactly the first query's, each lifted token to be spelled as its value alone (a number's digits, a
-text in quotes without escapes), to be one :func:`lift` takes, and on the same side of its grid; sqlglot's parser
-makes a literal node of such a token without reading its value, so the tree is the first query's with these values,
-and :func:`lift` would give the same shape and these literals. A front entry is kept only after a probe query (the
-first one's text with each lifted token replaced by :func:`probe_values`) parsed and lifted in full gave that shape
-and the probe values back at the recorded positions (``tests/proxy/test_plan_cache_front.py``).
+scan`); only sqlglot's parsing of the tokens, the checks on its tree and :func:`lift` are skipped. The front maps a
+digest of the query's token stream — each number and text token replaced by its form (its digits-and-point pattern,
+its length), every other token exact, with its comments and whether it touches the one before — to the shape
+:func:`lift` gave a query of that token stream, and the token positions of the lifted literals. A hit requires every
+other number and text token to be exactly the first query's (a digest of their positions and values), each lifted
+token to be spelled as its value alone (a number's digits, a text in quotes without escapes), to be one :func:`lift`
+takes, and on the same side of its grid; sqlglot's parser makes a literal node of such a token without reading its
+value, so the tree is the first query's with these values, and :func:`lift` would give the same shape and these
+literals. A front entry is kept only after a probe query (the first one's text with each lifted token replaced by
+:func:`probe_values`) parsed and lifted in full gave that shape and the probe values back at the recorded positions
+(``tests/proxy/test_plan_cache_front.py``), and only for a query planned in full (a refused one, free, leaves
+nothing). A query the front does not answer is tokenised once: the parse pass parses the tokens ``scan`` gave (red
+team s67 F3).
+
+Both maps are :class:`Budgeted`: each holds at most :data:`CACHE_BYTES` / :data:`FRONT_BYTES` (an entry's size
+measured when it is kept, :func:`deep_size`), forgetting the least recently used first (red team s67 F1/F2: free
+Describes filled 64 entries of ~2 MiB each).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+import sys
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from enum import Enum
+from fractions import Fraction
+from types import BuiltinFunctionType, FunctionType, MethodType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 from sqlglot import exp
@@ -77,14 +90,19 @@ if TYPE_CHECKING:
     from veil.proxy.session import Env
 
 __all__ = [
+    "CACHE_BYTES",
+    "FRONT_BYTES",
     "MAX_ENTRIES",
     "MAX_SQL",
     "PARAM",
+    "Budgeted",
     "Entry",
     "Front",
     "Lifted",
     "TokenKey",
     "build",
+    "entry_bytes",
+    "front_bytes",
     "front_entry",
     "front_key",
     "front_lift",
@@ -93,6 +111,7 @@ __all__ = [
     "lift",
     "probe_values",
     "probed",
+    "remember",
     "same_plan",
     "tag",
 ]
@@ -100,10 +119,17 @@ __all__ = [
 #: Meta key marking a lifted literal (its index): copies of the tree keep it, so the generated statements' copies
 #: of that literal are found again.
 PARAM = "veil_param"
-#: Entries one session keeps (the cache is emptied when full), and the longest query text the cache takes: a
-#: ``veil serve`` connection holds its own session, so its cache stays within about 64 × a few tens of kB.
+#: Entries one session's plan cache and its front each keep at most, and the longest query text the cache takes.
 MAX_ENTRIES = 64
 MAX_SQL = 4096
+#: The bytes one session's plan cache and its front may hold, as :func:`entry_bytes` and :func:`front_bytes` estimate
+#: them (:class:`Budgeted`: least recently used entries go first; an entry larger than the whole budget is not kept).
+#: A ``veil serve`` connection holds its own session, so its caches hold at most CACHE_BYTES + FRONT_BYTES (7 MiB),
+#: whatever its queries: a plan cache entry holds the planned trees (~1 KiB per node: a 4 KB query of ~2,000 tokens
+#: holds ~2 MiB, a one-line query ~100 KiB), a front entry the query's shape and a few numbers (red team s67 F1/F2:
+#: before, 64 entries of up to 2 MiB and 64 front entries of up to 300 KiB each, filled by free Describes).
+CACHE_BYTES = 6 << 20
+FRONT_BYTES = 1 << 20
 _NUMBER = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,15})?")
 _TEXT_MAX = 64
 _COMPARISONS = (exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE)
@@ -135,6 +161,109 @@ class Entry:
     on_grid: tuple[tuple[int, int], ...] = ()
     # (lifted literal, k) of each literal the rewrite left off a grid of 2**-k (veil.proxy.rewrite.GRID_LEFT)
     off_grid: tuple[tuple[int, int], ...] = ()
+
+
+class Budgeted(OrderedDict[Any, Any]):
+    """A mapping that holds at most ``budget`` bytes (each entry's size as told to :meth:`keep`) and ``entries``
+    entries, forgetting the least recently used (kept or found by :meth:`get`) first."""
+
+    def __init__(self, budget: int, entries: int = MAX_ENTRIES) -> None:
+        super().__init__()
+        self.budget, self.entries, self.held = budget, entries, 0
+        self._sizes: dict[Any, int] = {}
+
+    def keep(self, key: Any, value: Any, size: int) -> bool:
+        """Keep ``value`` under ``key`` (``size`` bytes), forgetting the least recently used entries it needs room
+        for; False (nothing kept, nothing forgotten) when it is larger than the whole budget."""
+        if size > self.budget:
+            return False
+        self.forget(key)
+        while self and (len(self) >= self.entries or self.held + size > self.budget):
+            self.forget(next(iter(self)))
+        super().__setitem__(key, value)
+        self._sizes[key] = size
+        self.held += size
+        return True
+
+    def forget(self, key: Any) -> None:
+        if key in self:
+            super().__delitem__(key)
+            self.held -= self._sizes.pop(key, 0)
+
+    def __setitem__(self, key: Any, value: Any) -> None:  # (only through keep: every entry's size is known)
+        raise TypeError("a Budgeted mapping keeps entries through keep(key, value, size)")
+
+    def __delitem__(self, key: Any) -> None:
+        self.forget(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        if key not in self:
+            return default
+        self.move_to_end(key)
+        return super().__getitem__(key)
+
+    def clear(self) -> None:
+        super().clear()
+        self._sizes.clear()
+        self.held = 0
+
+
+def remember(cache: Any, key: Any, value: Any, size: int) -> None:
+    """Keep ``value`` in ``cache`` (a :class:`Budgeted`, or any mapping: a test's, emptied when it has
+    :data:`MAX_ENTRIES`)."""
+    if isinstance(cache, Budgeted):
+        cache.keep(key, value, size)
+        return
+    if len(cache) >= MAX_ENTRIES:
+        cache.clear()
+    cache[key] = value
+
+
+#: Objects :func:`deep_size` does not count or enter: shared by every entry, or by the whole process.
+_SHARED = (type, ModuleType, FunctionType, BuiltinFunctionType, MethodType, Enum)
+
+
+def deep_size(root: object, limit: int) -> int:
+    """The bytes ``root`` and every object it reaches hold (``sys.getsizeof`` of each, once: attributes, slots, the
+    items of dicts, lists, tuples and sets, a syntax node's arguments, comments, meta and type), without classes,
+    functions, modules or enum members; stops counting past
+    ``limit`` (its result is then more than ``limit``). Linear in the objects it reaches, a small part of the planning
+    that made them (a 4 KB query's plan cache entry: ~40,000 objects, ~30 ms, against ~1 s of planning and probe)."""
+    seen: set[int] = set()
+    stack = [root]
+    total = 0
+    while stack and total <= limit:
+        obj = stack.pop()
+        if id(obj) in seen or isinstance(obj, _SHARED):
+            continue
+        seen.add(id(obj))
+        total += sys.getsizeof(obj)
+        if isinstance(obj, str | bytes | int | float | bool | Fraction) or obj is None:
+            continue
+        if isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+        elif isinstance(obj, list | tuple | set | frozenset):
+            stack.extend(obj)
+        elif isinstance(obj, exp.Expression):  # (compiled: no __dict__ or __slots__ to read; its parent is reached)
+            stack.extend((obj.args, obj.comments, obj._meta, obj._type))
+        else:
+            attributes = getattr(obj, "__dict__", None)
+            if attributes is not None:
+                stack.append(attributes)
+            for cls in type(obj).__mro__:
+                for name in getattr(cls, "__slots__", ()):
+                    value = getattr(obj, name, None)
+                    if value is not None:
+                        stack.append(value)
+    return total
+
+
+def entry_bytes(entry: Entry, limit: int = CACHE_BYTES) -> int:
+    """The bytes ``entry`` holds (:func:`deep_size`, and an eighth more: ``sys.getsizeof`` leaves out the allocator's
+    rounding, measured at ~5% against tracemalloc's figure for entries of 30 KiB to 3 MiB; more than ``limit`` when it
+    holds more than that)."""
+    return deep_size(entry, limit) * 9 // 8
 
 
 def _text(value: str) -> bool:
@@ -313,7 +442,10 @@ def build(state: QueryState, env: Env, lifted: Lifted) -> Entry | None:
     trees = [t for t in (queries.main, *(g for _, g in queries.grids)) if t is not None]
     left = {(n.meta[PARAM], n.meta[GRID_LEFT]) for t in trees for n in t.walk() if _left_off_grid(n)}
     off_grid = tuple(sorted((int(i), int(k)) for i, k in left))
-    entry = Entry(state, p.analysis.private_table, source, quoted, main, grids, canonical, on_grid, off_grid)
+    # the entry keeps what a hit uses: not the parse tree, nor the resolve pass's copy of it (only validate reads it,
+    # and a hit skips validate): a sixth of what an entry held (red team s67 F2)
+    kept = replace(state, tree=None, resolved=None)
+    entry = Entry(kept, p.analysis.private_table, source, quoted, main, grids, canonical, on_grid, off_grid)
     return entry if _agrees(entry, state, lifted.literals, env) else None
 
 
@@ -435,19 +567,30 @@ def probed(state: QueryState, env: Env, lifted: Lifted, plan: Callable[[QuerySta
 
 #: The token types a lifted literal is (is it a text?): a number, a text in single quotes.
 _LITERAL_TOKENS = {TokenType.NUMBER: False, TokenType.STRING: True}
-#: A token stream with each number and text token's value replaced by its form (:func:`front_key`).
-TokenKey = tuple[tuple[Any, ...], ...]
+#: A token shape (:func:`front_key`): a digest of the token stream with each number and text token's value replaced
+#: by its form.
+TokenKey = bytes
 
 
 @dataclass(frozen=True)
 class Front:
-    """What the front knows of a token shape: the query shape :func:`lift` gave, and where its literals are."""
+    """What the front knows of a token shape: the query shape :func:`lift` gave, and where its literals are (no
+    token: a hit is checked against digests, so an entry holds about the shape's text, red team s67 F1)."""
 
     shape: str
     positions: tuple[int, ...]  # per lifted literal (in lift's order), its token's index
     grids: tuple[int | None, ...]  # lift's grids
     classes: tuple[str, ...]  # per lifted literal, its grid class (:func:`_grid_class`)
-    fixed: tuple[tuple[int, str], ...]  # every other number and text token: its index and exact value
+    fixed: bytes  # a digest of every other number and text token's index and exact value (:func:`_fixed`)
+
+
+def _digest(parts: Iterable[object]) -> bytes:
+    """A collision-resistant digest of ``parts``' ``repr``s (unambiguous for tuples of strings, numbers, enums)."""
+    h = hashlib.blake2b(digest_size=32)
+    for part in parts:
+        h.update(repr(part).encode("utf-8", errors="surrogatepass"))
+        h.update(b"\x00")
+    return h.digest()
 
 
 def _form(token: Token) -> str:
@@ -455,15 +598,27 @@ def _form(token: Token) -> str:
 
 
 def front_key(tokens: Sequence[Token]) -> TokenKey:
-    """The token shape: each token's type, its text (a number's or text's form), its comments, and whether it
-    touches the token before it (sqlglot's parser reads that of adjacent texts)."""
+    """The token shape: a digest of each token's type, its text (a number's or text's form), its comments, and
+    whether it touches the token before it (sqlglot's parser reads that of adjacent texts)."""
     out = []
     end = -2
     for t in tokens:
         text = _form(t) if t.token_type in _LITERAL_TOKENS else t.text
-        out.append((t.token_type, text, tuple(t.comments), t.start == end + 1))
+        out.append((t.token_type.name, text, tuple(t.comments), t.start == end + 1))
         end = t.end
-    return tuple(out)
+    return _digest(out)
+
+
+def _fixed(tokens: Sequence[Token], positions: Sequence[int]) -> bytes:
+    """A digest of the index and exact value of every number and text token not at ``positions``."""
+    lifted = set(positions)
+    return _digest((i, t.text) for i, t in enumerate(tokens) if t.token_type in _LITERAL_TOKENS and i not in lifted)
+
+
+def front_bytes(entry: Front | None, limit: int = FRONT_BYTES) -> int:
+    """The bytes a front entry and its key hold (:func:`deep_size` as :func:`entry_bytes` counts it, and 256 for the
+    key and its slot): about its shape's text and a few numbers per lifted literal."""
+    return 256 + deep_size(entry, limit) * 9 // 8
 
 
 def _spelled(sql: str, token: Token) -> bool:
@@ -472,17 +627,19 @@ def _spelled(sql: str, token: Token) -> bool:
     return raw == (f"'{token.text}'" if token.token_type == TokenType.STRING else token.text)
 
 
-def front_lift(sql: str, tokens: Sequence[Token], front: Mapping[TokenKey, Front | None]) -> Lifted | None:
+def front_lift(
+    sql: str, tokens: Sequence[Token], front: Mapping[TokenKey, Front | None], key: TokenKey | None = None
+) -> Lifted | None:
     """What :func:`lift` gives the parse tree of ``sql`` (whose tokens, checked by :func:`veil.proxy.parse.scan`, are
-    ``tokens``) when the front knows its token shape; None otherwise (parse the query and lift it)."""
+    ``tokens``; ``key``: their :func:`front_key`, when known) when the front knows its token shape; None otherwise
+    (parse the query and lift it)."""
     if len(sql) > MAX_SQL or "\x00" in sql:
         return None
-    entry = front.get(front_key(tokens))
+    entry = front.get(front_key(tokens) if key is None else key)
     if entry is None:
         return None
-    for i, text in entry.fixed:
-        if tokens[i].text != text:
-            return None
+    if any(i >= len(tokens) for i in entry.positions) or _fixed(tokens, entry.positions) != entry.fixed:
+        return None
     literals = []
     for i, k, cls in zip(entry.positions, entry.grids, entry.classes, strict=True):
         token = tokens[i]
@@ -515,22 +672,25 @@ def _positions(tokens: Sequence[Token], lifted: Lifted) -> list[int] | None:
     return out
 
 
-def front_entry(sql: str, tokens: Sequence[Token], lifted: Lifted, policy: Policy, limits: Limits) -> Front | None:
-    """The front's entry for ``sql`` (its tokens ``tokens``, lifted as ``lifted``), or None when the probe — ``sql``
-    with each lifted token replaced by another value of its form and grid class, parsed as the parse pass does (under
-    ``limits``) and lifted in full — does not give the same shape and the probe values back at the same tokens."""
+def front_entry(
+    sql: str, tokens: Sequence[Token], lifted: Lifted, policy: Policy, limits: Limits, key: TokenKey | None = None
+) -> Front | None:
+    """The front's entry for ``sql`` (its tokens ``tokens``, of token shape ``key``, lifted as ``lifted``), or None
+    when the probe — ``sql`` with each lifted token replaced by another value of its form and grid class, scanned and
+    parsed once as the parse pass does (under ``limits``) and lifted in full — does not give the same shape and the
+    probe values back at the same tokens."""
     if len(sql) > MAX_SQL or "\x00" in sql:
         return None
     positions = _positions(tokens, lifted)
     if positions is None or not all(_spelled(sql, tokens[i]) for i in positions):
         return None
-    key = front_key(tokens)
+    key = front_key(tokens) if key is None else key
     entry = Front(
         lifted.shape,
         tuple(positions),
         lifted.grids,
         tuple(_grid_class(str(lit.this), k) for lit, k in zip(lifted.literals, lifted.grids, strict=True)),
-        tuple((i, t.text) for i, t in enumerate(tokens) if t.token_type in _LITERAL_TOKENS and i not in positions),
+        _fixed(tokens, positions),
     )
     probes = probe_values(lifted.literals, lifted.grids)
     pieces, last = [], 0
@@ -541,12 +701,13 @@ def front_entry(sql: str, tokens: Sequence[Token], lifted: Lifted, policy: Polic
     probe_sql = "".join(pieces) + sql[last:]
     try:
         probe_tokens = scan(probe_sql, limits=limits)
-        probe_tree = parse_tokens(probe_sql, scan(probe_sql, limits=limits), limits=limits)
+        probe_key = front_key(probe_tokens)  # (before the parser reads the tokens)
+        probe_tree = parse_tokens(probe_sql, probe_tokens, limits=limits)
     except VeilError:
         return None
     full = lift(probe_tree, policy, probe_sql)
-    via_front = front_lift(probe_sql, probe_tokens, {key: entry})
-    if full is None or via_front is None or front_key(probe_tokens) != key:
+    via_front = front_lift(probe_sql, probe_tokens, {key: entry}, probe_key)
+    if full is None or via_front is None or probe_key != key:
         return None
     if (full.shape, full.grids) != (lifted.shape, lifted.grids) or (via_front.shape, via_front.grids) != (full.shape, full.grids):
         return None

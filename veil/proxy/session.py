@@ -313,11 +313,11 @@ class Env:
         self._probes: dict[tuple[str, int], int] = {}
         self._domains: dict[tuple[str, int], list[Any]] = {}
         self._post_bound: set[tuple[str, tuple[str, ...], tuple[str, ...]]] = set()
-        #: planned shapes (veil.proxy.plan_cache), emptied with the catalog
-        self.plan_cache: dict[tuple[str, str], plan_cache.Entry] = {}
+        #: planned shapes (veil.proxy.plan_cache), emptied with the catalog; at most plan_cache.CACHE_BYTES
+        self.plan_cache: dict[tuple[str, str], plan_cache.Entry] = plan_cache.Budgeted(plan_cache.CACHE_BYTES)
         #: the plan cache's front (token shapes → query shapes; None: a token shape the front does not take), emptied
-        #: with it
-        self.plan_front: dict[plan_cache.TokenKey, plan_cache.Front | None] = {}
+        #: with it; at most plan_cache.FRONT_BYTES
+        self.plan_front: dict[plan_cache.TokenKey, plan_cache.Front | None] = plan_cache.Budgeted(plan_cache.FRONT_BYTES)
         #: False while a planning runs under a timer (``veil serve``): a bounded copy is then only found, never built
         self.build_copies = True
         #: the current query's materialised public sources (temporary tables of ``engine``'s cursor) and their
