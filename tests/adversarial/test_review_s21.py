@@ -78,3 +78,49 @@ def test_x1_a_retired_ledger_takes_no_release_row(tmp_path: Path) -> None:
         old, "SELECT count(*) FROM reservations WHERE status != 'reserved'"
     )
     assert after == before
+
+
+def _sqlite_copy(src: Path, dst: Path) -> None:
+    import sqlite3
+
+    a, b = sqlite3.connect(src), sqlite3.connect(dst)
+    try:
+        a.backup(b)
+    finally:
+        a.close()
+        b.close()
+
+
+def _kanon(path: Path, output: str) -> None:
+    from veil.generators.transaction import publish
+    from veil.policy import load_policy
+
+    request = {"table": "people", "output": output, "algorithm": "mondrian", "k": 5, "qi": ["age"]}
+    publish(load_policy(path), "kanon", request, progress=False)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review s21 X2: the binding checks the ledger's identity only: a stale copy of "
+    "the bound ledger (a backup from before a publication) is accepted and reopens the population",
+)
+def test_x2_a_stale_copy_of_the_bound_ledger_is_refused(tmp_path: Path) -> None:
+    """s66 F7's attack, through a stale copy instead of a fresh file. The curator keeps a copy of the ledger (a
+    backup, or ``cp`` — docs/ledger.md: "a plain file copy keeps the identity too"), publishes without a DP guarantee,
+    and later points ``[ledger] path`` at the copy. The warehouse holds the published table (Veil wrote it, with its
+    version comment), the copy has no record of it; the binding compares identities only, so the copy is accepted and a
+    second release without guarantee of the same population is published (the refresh difference of s66 F7).
+    Correct: a ledger that lacks a publication whose output the warehouse holds is refused (LedgerMismatch), or the
+    second release is refused (NonDPReleaseRefused)."""
+    from veil.errors import LedgerMismatch, NonDPReleaseRefused
+
+    path = _world(tmp_path / "w")  # write_table bound the warehouse to its (new) ledger
+    base = path.parent
+    _sqlite_copy(base / "ledger.sqlite", base / "backup.sqlite")  # the curator's backup: same identity
+    _kanon(path, "pub1")
+    with pytest.raises(NonDPReleaseRefused):  # one release without guarantee per population, ever
+        _kanon(path, "pub2")
+    text = path.read_text(encoding="utf-8")
+    path.write_text(text.replace('path = "ledger.sqlite"', 'path = "backup.sqlite"'), encoding="utf-8")
+    with pytest.raises((LedgerMismatch, NonDPReleaseRefused)):
+        _kanon(path, "pub2")
