@@ -124,3 +124,45 @@ def test_x2_a_stale_copy_of_the_bound_ledger_is_refused(tmp_path: Path) -> None:
     path.write_text(text.replace('path = "ledger.sqlite"', 'path = "backup.sqlite"'), encoding="utf-8")
     with pytest.raises((LedgerMismatch, NonDPReleaseRefused)):
         _kanon(path, "pub2")
+
+
+_OPEN = (
+    '[database]\npath = "warehouse.duckdb"\n[ledger]\npath = "ledger.sqlite"\n'
+    '[tables.people]\nprivacy_unit = "row"\n[tables.people.columns]\n'
+    'a = { type = "category" }\nb = { type = "category" }\nc = { type = "category" }\nd = { type = "category" }\n'
+    "[analysts.bob]\nepsilon = 5.0\n"
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review s21 X3: GROUP BY four open categories (answered at a59be63) is now refused "
+    "with a hint about literals and concatenation that does not apply to it",
+)
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT a, b, c, d, COUNT(*) FROM people GROUP BY a, b, c, d",
+        "SELECT a, b, c, COUNT(DISTINCT d) FROM people GROUP BY a, b, c",
+    ],
+)
+def test_x3_a_group_by_refused_by_the_value_cap_says_what_to_change(tmp_path: Path, sql: str) -> None:
+    """The 15 KiB value cap (s65 F2) and the grouped-DISTINCT row (s65 F1) now refuse plain GROUP BYs of four open
+    category columns (4 × 1,024 characters × 4 bytes): ``Unsupported`` "a text value of this query may hold 16,416
+    bytes" (COUNT(*)'s ``*`` is priced too) with the hint "Use shorter literals, or concatenate fewer or shorter
+    columns (SUBSTRING shortens one)" — the query has no literal and no concatenation. The refusal is the house's
+    trade-off; its message must say what to change (group by fewer text columns, or the curator's ``max_length``)."""
+    import pandas as pd
+
+    import veil as veil_api
+    from veil.errors import Unsupported
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    (tmp_path / "policy.toml").write_text(_OPEN, encoding="utf-8")
+    write_table(load_policy(tmp_path / "policy.toml"), "people", pd.DataFrame({k: ["x", "y"] * 10 for k in "abcd"}))
+    with veil_api.connect(tmp_path / "policy.toml", analyst="bob") as db:
+        with pytest.raises(Unsupported) as info:
+            db.sql(sql, epsilon=0.1)
+    told = f"{info.value} {getattr(info.value, 'hint', '')}"
+    assert "GROUP BY" in told and "max_length" in told
