@@ -1,7 +1,16 @@
 """Review of session 21's merged changes (a59be63..main, reviewer review21).
 
 Every finding is a strict xfail witness: the test states the property that should hold and fails today; the fix
-turns it green (then drop the mark). Deterministic unless a test says otherwise.
+turns it green (then drop the mark). Deterministic (no randomness decides a verdict): no false failures.
+
+* X1 (LOW) ``Ledger.release`` (``_transaction(synced=False)``) skips the moved-away check: a query reserved before
+  ``veil move-ledger`` and answered after it logs its release row in the retired file; the moved copy keeps the
+  reservation ``reserved`` and never gets the row (docs/ledger.md: "nothing is written to it any more").
+* X2 (LOW-MEDIUM) the binding compares identities only: a stale copy of the bound ledger (a backup, or the "plain file
+  copy" docs/ledger.md allows) lacks later publications and is accepted, reopening the population to a second release
+  without DP guarantee (s66 F7's attack through a copy instead of a fresh file).
+* X3 (LOW) GROUP BY four open categories (answered at a59be63) is now refused by the 15 KiB value cap with a hint about
+  literals and concatenation that does not apply to it.
 """
 
 from __future__ import annotations
@@ -109,7 +118,8 @@ def test_x2_a_stale_copy_of_the_bound_ledger_is_refused(tmp_path: Path) -> None:
     backup, or ``cp`` — docs/ledger.md: "a plain file copy keeps the identity too"), publishes without a DP guarantee,
     and later points ``[ledger] path`` at the copy. The warehouse holds the published table (Veil wrote it, with its
     version comment), the copy has no record of it; the binding compares identities only, so the copy is accepted and a
-    second release without guarantee of the same population is published (the refresh difference of s66 F7).
+    second release without guarantee of the same population is published (the refresh difference of s66 F7). The
+    same holds for a copy made without its ``-wal`` (docs/ledger.md: "a copy without its -wal may lack recent records").
     Correct: a ledger that lacks a publication whose output the warehouse holds is refused (LedgerMismatch), or the
     second release is refused (NonDPReleaseRefused)."""
     from veil.errors import LedgerMismatch, NonDPReleaseRefused
