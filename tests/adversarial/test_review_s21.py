@@ -9,6 +9,8 @@ turns it green (then drop the mark). Deterministic (no randomness decides a verd
 * X2 (LOW-MEDIUM) the binding compares identities only: a stale copy of the bound ledger (a backup, or the "plain file
   copy" docs/ledger.md allows) lacks later publications and is accepted, reopening the population to a second release
   without DP guarantee (s66 F7's attack through a copy instead of a fresh file).
+* X4 (MEDIUM-HIGH) the 15 KiB value cap does not place DuckDB's spill edge: a GROUP BY of 12,288-byte rows (three
+  default open categories) is answered at 13,681 distinct rows and fails after the charge at 13,682 (256 MiB, 1 thread).
 * X3 (LOW) GROUP BY four open categories (answered at a59be63) is now refused by the 15 KiB value cap with a hint about
   literals and concatenation that does not apply to it.
 """
@@ -189,9 +191,9 @@ def test_x4_a_group_by_within_the_value_cap_is_answered_at_the_floor(tmp_path: P
     together), which spill" (docs/server.md, docs/sql.md). Measured here: three open categories (default max_length
     1,024, priced 4,096 bytes each: 12,288, under the 15,360 cap) holding 1,024 four-byte characters each, every row
     distinct; ``SELECT k0, k1, k2, COUNT(*) … GROUP BY k0, k1, k2`` at the readers' floor (256 MiB, 1 thread) is
-    answered at 5,000, 10,000, 11,000, 12,000, 13,000, 13,250 and 13,500 rows and fails after the charge (QueryFailed
-    XX000, OutOfMemory, "This is a bug in Veil") at 13,750, 14,000 and 20,000. Whether the charged statement fails is
-    a step one more distinct row (one person) crosses: the s63 F1 class. DuckDB alone (same settings, 20,000 rows of
+    answered at 5,000 … 13,681 rows and fails after the charge (QueryFailed XX000, OutOfMemory, "This is a bug in
+    Veil") at 13,682, 13,750, 14,000 and 20,000 — 13,681 vs 13,682 (one person) reproduced twice each: whether the
+    charged statement fails is a step one more distinct row crosses, the s63 F1 class. DuckDB alone (same settings, 20,000 rows of
     one key column): keys of 4,096, 8,192, 13,000, 15,360 bytes spill and are answered; 10,000 and 12,288 fail — the
     edge is not monotone in the row size, so no byte cap alone places it. Correct: a query within the cap is answered
     (the engine spills), or the shape is refused free."""
