@@ -11,6 +11,8 @@ turns it green (then drop the mark). Deterministic (no randomness decides a verd
   without DP guarantee (s66 F7's attack through a copy instead of a fresh file).
 * X4 (MEDIUM-HIGH) the 15 KiB value cap does not place DuckDB's spill edge: a GROUP BY of 12,288-byte rows (three
   default open categories) is answered at 13,681 distinct rows and fails after the charge at 13,682 (256 MiB, 1 thread).
+* X5 (LOW-MEDIUM) COUNT(col) of a text column is priced as a copy in the group's row (it holds a counter): grouped
+  counts of open categories answered at a59be63 are refused.
 * X3 (LOW) GROUP BY four open categories (answered at a59be63) is now refused by the 15 KiB value cap with a hint about
   literals and concatenation that does not apply to it.
 """
@@ -222,3 +224,35 @@ def test_x4_a_group_by_within_the_value_cap_is_answered_at_the_floor(tmp_path: P
     finally:
         warehouse.set_reader_memory(memory)
         warehouse.set_reader_threads(threads)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review s21 X5: COUNT(col) of a text column is priced as a copy of the value in "
+    "the group's row (it holds a counter): ordinary grouped counts answered at a59be63 are refused",
+)
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT a, b, COUNT(c), COUNT(d) FROM people GROUP BY a, b",
+        "SELECT a, b, c, COUNT(d) FROM people GROUP BY a, b, c",
+    ],
+)
+def test_x5_count_of_a_text_column_holds_no_copy_in_the_group_row(tmp_path: Path, sql: str) -> None:
+    """expansion._sizes (s65 F1 fix) prices a group's row as its keys "with every other aggregate's arguments" ("a text
+    MIN/MAX keeps a copy"). Text MIN/MAX are refused for their bounds anyway (test_redteam_s65's own note), so the only
+    text arguments the rule meets are COUNT(col)'s — whose state is a counter. DuckDB alone (256 MiB, 1 thread, 20,000
+    distinct rows): keys of 15,360 bytes with COUNT(d) of 16,000-byte d, and keys of 13,000 with 8,000-byte d, are
+    answered. Veil now refuses these grouped counts ("a text value of this query may hold 16,384 bytes", 0A000), both
+    answered at a59be63. Correct: COUNT's argument is not priced into the group's row (only a DISTINCT's, or an
+    aggregate whose state copies its text)."""
+    import pandas as pd
+
+    import veil as veil_api
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    (tmp_path / "policy.toml").write_text(_OPEN, encoding="utf-8")
+    write_table(load_policy(tmp_path / "policy.toml"), "people", pd.DataFrame({k: ["x", "y"] * 10 for k in "abcd"}))
+    with veil_api.connect(tmp_path / "policy.toml", analyst="bob") as db:
+        db.sql(sql, epsilon=0.1)
