@@ -182,13 +182,42 @@ def test_x3_a_group_by_refused_by_the_value_cap_says_what_to_change(tmp_path: Pa
     assert "GROUP BY" in told and "max_length" in told
 
 
+_WIDE_ROWS = 14_000
+
+
+@pytest.fixture(scope="module")
+def wide_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three open categories (default max_length 1,024: priced 4,096 bytes each) of 1,024 four-byte characters each,
+    every row distinct, 14,000 rows."""
+    import pandas as pd
+
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    base = Path(tmp_path_factory.mktemp("s21x4"))
+    cols = "".join(f'k{j} = {{ type = "category" }}\n' for j in range(3))
+    (base / "policy.toml").write_text(
+        '[database]\npath = "warehouse.duckdb"\n[ledger]\npath = "ledger.sqlite"\n[tables.people]\n'
+        f'privacy_unit = "row"\n[tables.people.columns]\n{cols}[analysts.bob]\nepsilon = 100.0\n',
+        encoding="utf-8",
+    )
+    wide = "\U0001d538" * 1024  # 4 bytes a character in UTF-8: 4,096 bytes a value
+    frame = pd.DataFrame({f"k{j}": [wide[: 1024 - len(str(i))] + str(i) for i in range(_WIDE_ROWS)] for j in range(3)})
+    write_table(load_policy(base / "policy.toml"), "people", frame)
+    return base / "policy.toml"
+
+
 @pytest.mark.slow
 @pytest.mark.xfail(
     strict=True,
-    reason="review s21 X4: a GROUP BY of 12,288-byte rows (within the 15 KiB value cap) fails "
-    "after the charge at the 256 MiB floor, 1 thread, past ~13,600 distinct rows (answered below)",
+    reason="review s21 X4: a GROUP BY (or DISTINCT) of 12,288-byte rows (within the 15 KiB value cap) fails after the "
+    "charge at the 256 MiB floor, 1 thread, at 13,682 distinct rows (answered at 13,681)",
 )
-def test_x4_a_group_by_within_the_value_cap_is_answered_at_the_floor(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "sql",
+    ["SELECT k0, k1, k2, COUNT(*) FROM people GROUP BY k0, k1, k2", "SELECT COUNT(DISTINCT k0 || k1 || k2) FROM people"],
+)
+def test_x4_a_query_within_the_value_cap_is_answered_at_the_floor(wide_world: Path, sql: str) -> None:
     """The 15 KiB cap (s65 F2) rests on "values Veil lets into a private query are at most 15 KiB (one hash-table row
     together), which spill" (docs/server.md, docs/sql.md). Measured here: three open categories (default max_length
     1,024, priced 4,096 bytes each: 12,288, under the 15,360 cap) holding 1,024 four-byte characters each, every row
@@ -197,30 +226,18 @@ def test_x4_a_group_by_within_the_value_cap_is_answered_at_the_floor(tmp_path: P
     Veil") at 13,682, 13,750, 14,000 and 20,000 — 13,681 vs 13,682 (one person) reproduced twice each: whether the
     charged statement fails is a step one more distinct row crosses, the s63 F1 class. DuckDB alone (same settings, 20,000 rows of
     one key column): keys of 4,096, 8,192, 13,000, 15,360 bytes spill and are answered; 10,000 and 12,288 fail — the
-    edge is not monotone in the row size, so no byte cap alone places it. Correct: a query within the cap is answered
-    (the engine spills), or the shape is refused free."""
-    import pandas as pd
-
+    edge is not monotone in the row size, so no byte cap alone places it. The class holds for a DISTINCT's hash row too:
+    ``COUNT(DISTINCT k0 || k1 || k2)`` (12,288 bytes, under the cap) fails after the charge at 14,000 and 20,000 rows.
+    Correct: a query within the cap is answered (the engine spills), or the shape is refused free."""
     import veil as veil_api
-    from veil.policy import load_policy
     from veil.store import warehouse
-    from veil.store.warehouse import write_table
 
-    cols = "".join(f'k{j} = {{ type = "category" }}\n' for j in range(3))
-    (tmp_path / "policy.toml").write_text(
-        '[database]\npath = "warehouse.duckdb"\n[ledger]\npath = "ledger.sqlite"\n[tables.people]\n'
-        f'privacy_unit = "row"\n[tables.people.columns]\n{cols}[analysts.bob]\nepsilon = 100.0\n',
-        encoding="utf-8",
-    )
-    n, wide = 14_000, "\U0001d538" * 1024  # 4 bytes a character in UTF-8: 4,096 bytes a value
-    frame = pd.DataFrame({f"k{j}": [wide[: 1024 - len(str(i))] + str(i) for i in range(n)] for j in range(3)})
-    write_table(load_policy(tmp_path / "policy.toml"), "people", frame)
     memory, threads = warehouse._CONNECTIONS.memory_mib, warehouse._CONNECTIONS.threads
     warehouse.set_reader_memory(warehouse.MIN_READER_MEMORY_MIB)
     warehouse.set_reader_threads(1)
     try:
-        with veil_api.connect(tmp_path / "policy.toml", analyst="bob") as db:
-            db.sql("SELECT k0, k1, k2, COUNT(*) FROM people GROUP BY k0, k1, k2", epsilon=1.0)
+        with veil_api.connect(wide_world, analyst="bob") as db:
+            db.sql(sql, epsilon=1.0)
     finally:
         warehouse.set_reader_memory(memory)
         warehouse.set_reader_threads(threads)
