@@ -9,8 +9,9 @@ turns it green (then drop the mark). Deterministic (no randomness decides a verd
 * X2 (LOW-MEDIUM) the binding compares identities only: a stale copy of the bound ledger (a backup, or the "plain file
   copy" docs/ledger.md allows) lacks later publications and is accepted, reopening the population to a second release
   without DP guarantee (s66 F7's attack through a copy instead of a fresh file).
-* X4 (MEDIUM-HIGH) the 15 KiB value cap does not place DuckDB's spill edge: a GROUP BY of 12,288-byte rows (three
-  default open categories) is answered at 13,681 distinct rows and fails after the charge at 13,682 (256 MiB, 1 thread).
+* X4 (MEDIUM) the 15 KiB value cap does not place DuckDB's spill edge: a GROUP BY of 12,288-byte rows (three
+  default open categories) is answered at 13,681 distinct rows and fails after the charge at 13,682 (256 MiB, 1 thread,
+  the s65 F2 regime; at 2 threads both X4 shapes were answered at 20,000 rows).
 * X5 (LOW-MEDIUM) COUNT(col) of a text column is priced as a copy in the group's row (it holds a counter): grouped
   counts of open categories answered at a59be63 are refused.
 * X3 (LOW) GROUP BY four open categories (answered at a59be63) is now refused by the 15 KiB value cap with a hint about
