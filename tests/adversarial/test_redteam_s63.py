@@ -157,7 +157,7 @@ def f1_sessions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any,
     for s in (d, d_prime):
         s.execute("SELECT COUNT(*) FROM t", epsilon=1.0)  # builds the bounded copy before the limit is lowered
     before = (warehouse._CONNECTIONS.memory_mib, warehouse._CONNECTIONS.threads)
-    warehouse.set_reader_threads(1)
+    warehouse.set_reader_threads(warehouse.MIN_READER_THREADS)
     # the fix: no limit below MIN_READER_MEMORY_MIB (8 MiB, the red team's, is refused); at the floor these spill
     with pytest.raises(InternalError, match="at least"):
         warehouse.set_reader_memory(8)
@@ -284,7 +284,7 @@ def test_f1_b_through_the_wire_the_edge_query_ends_the_same_way_in_both_servers(
     before = (warehouse._CONNECTIONS.memory_mib, warehouse._CONNECTIONS.threads)
     with pytest.raises(InputError, match="at least"):  # the fix: --engine-memory 8 is refused at start
         ServerLimits(engine_memory_mib=8)
-    limits = ServerLimits(engine_memory_mib=MIN_ENGINE_MEMORY_MIB, engine_threads=1, **FAST_BACKOFF)  # type: ignore[arg-type]
+    limits = ServerLimits(engine_memory_mib=MIN_ENGINE_MEMORY_MIB, engine_threads=2, **FAST_BACKOFF)  # type: ignore[arg-type]
     shape = "SELECT COUNT(DISTINCT name) FROM t WHERE id < {k}"
     try:
         with running_server(policies["d"], limits=limits) as sd, running_server(policies["dp"], limits=limits) as sdp:

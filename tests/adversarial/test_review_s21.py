@@ -56,11 +56,7 @@ def _count(path: Path, sql: str) -> int:
         con.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review s21 X1: a handle opened before veil move-ledger still writes its release "
-    "rows (synced=False transactions skip the moved_to check) to the retired file",
-)
+
 def test_x1_a_retired_ledger_takes_no_release_row(tmp_path: Path) -> None:
     """docs/ledger.md: after ``veil move-ledger`` "nothing is written to it any more, also by a session opened before
     the move". A query reserved before the move and answered (or refused free) after it logs its release row in the
@@ -149,11 +145,6 @@ _OPEN = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review s21 X3: GROUP BY four open categories (answered at a59be63) is now refused "
-    "with a hint about literals and concatenation that does not apply to it",
-)
 @pytest.mark.parametrize(
     "sql",
     [
@@ -209,11 +200,6 @@ def wide_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="review s21 X4: a GROUP BY (or DISTINCT) of 12,288-byte rows (within the 15 KiB value cap) fails after the "
-    "charge at the 256 MiB floor, 1 thread, at 13,682 distinct rows (answered at 13,681)",
-)
 @pytest.mark.parametrize(
     "sql",
     ["SELECT k0, k1, k2, COUNT(*) FROM people GROUP BY k0, k1, k2", "SELECT COUNT(DISTINCT k0 || k1 || k2) FROM people"],
@@ -235,7 +221,7 @@ def test_x4_a_query_within_the_value_cap_is_answered_at_the_floor(wide_world: Pa
 
     memory, threads = warehouse._CONNECTIONS.memory_mib, warehouse._CONNECTIONS.threads
     warehouse.set_reader_memory(warehouse.MIN_READER_MEMORY_MIB)
-    warehouse.set_reader_threads(1)
+    warehouse.set_reader_threads(warehouse.MIN_READER_THREADS)
     try:
         with veil_api.connect(wide_world, analyst="bob") as db:
             db.sql(sql, epsilon=1.0)
@@ -244,11 +230,6 @@ def test_x4_a_query_within_the_value_cap_is_answered_at_the_floor(wide_world: Pa
         warehouse.set_reader_threads(threads)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review s21 X5: COUNT(col) of a text column is priced as a copy of the value in "
-    "the group's row (it holds a counter): ordinary grouped counts answered at a59be63 are refused",
-)
 @pytest.mark.parametrize(
     "sql",
     [

@@ -77,6 +77,9 @@ def test_the_command_line_gives_each_process_its_share(tmp_path: Path, monkeypat
         assert res.exit_code == 2 and option in res.output
     with pytest.raises(InputError, match="engine_threads"):
         ServerLimits(engine_threads=-1)
+    with pytest.raises(InputError, match="at least 2"):  # review s21 X4: one thread did not spill a text GROUP BY
+        ServerLimits(engine_threads=1)
+    assert ServerLimits.default_engine_threads(2, 2) == 2 and ServerLimits.default_engine_threads(4, 2) == 2
     with pytest.raises(InputError, match="engine_memory_mib"):
         ServerLimits(engine_memory_mib=-1)
     # below the floor a charged statement fails where it would spill (red team s63 F1): refused at start, by name

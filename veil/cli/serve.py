@@ -107,8 +107,8 @@ def _is_loopback_host(host: str) -> bool:
     "--engine-threads",
     type=click.IntRange(0, 1024),
     default=None,
-    help="DuckDB threads per process (0: one per core) [default: 0 with one process; with N processes, the cores "
-    "divided by N, at least 1].",
+    help="DuckDB threads per process (0: one per core, at least 2; 1 is refused) [default: 0 with one process; "
+    "with N processes, the cores divided by N, at least 2].",
 )
 @click.option(
     "--engine-memory",

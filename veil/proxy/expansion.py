@@ -304,7 +304,10 @@ def _sizes(
                         + [
                             arg
                             for agg in sel.find_all(exp.AggFunc)
-                            if not in_inner_scope(agg, sel, inner) and not isinstance(agg.this, exp.Distinct)
+                            # a COUNT keeps a counter, not its argument (review s21 X5)
+                            if not in_inner_scope(agg, sel, inner)
+                            and not isinstance(agg, exp.Count)
+                            and not isinstance(agg.this, exp.Distinct)
                             for arg in agg.iter_expressions()
                         ]
                     )

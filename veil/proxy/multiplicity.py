@@ -189,7 +189,9 @@ def check_value_bytes(largest: int) -> None:
         raise Unsupported(
             f"a text value of this query may hold {largest:,} bytes; in a query over private data Veil allows "
             f"{MAX_VALUE_BYTES:,} (the engine could not spill more to disk, so whether it ran would depend on the data)",
-            hint="Use shorter literals, or concatenate fewer or shorter columns (SUBSTRING shortens one)",
+            hint="Put fewer or shorter text columns in one GROUP BY or DISTINCT (a curator can declare a category's "
+            "`values` or a smaller `max_length` in the policy), use shorter literals, or concatenate fewer or shorter "
+            "columns (SUBSTRING shortens one)",
         )
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from veil.errors import InputError, TooManyConnections
 from veil.proxy.parse import Limits
-from veil.store.warehouse import MIN_READER_MEMORY_MIB
+from veil.store.warehouse import MIN_READER_MEMORY_MIB, MIN_READER_THREADS
 
 __all__ = [
     "MAX_STARTUP_PACKET",
@@ -136,8 +136,12 @@ class ServerLimits:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.busy_workers < 0:
             raise InputError(f"busy_workers must be >= 0, got {self.busy_workers}", hint="Use 0 for the cores per process")
-        if self.engine_threads < 0:
-            raise InputError(f"engine_threads must be >= 0, got {self.engine_threads}", hint="Use 0 for one per core")
+        if self.engine_threads < 0 or 0 < self.engine_threads < MIN_READER_THREADS:
+            raise InputError(
+                f"engine_threads must be 0 or at least {MIN_READER_THREADS}, got {self.engine_threads}",
+                hint=f"Use 0 for one per core, or at least {MIN_READER_THREADS}: with one thread DuckDB does not spill a "
+                "text GROUP BY's hash table, so a charged statement could fail depending on one person's row",
+            )
         if self.engine_memory_mib < 0 or 0 < self.engine_memory_mib < MIN_ENGINE_MEMORY_MIB:
             raise InputError(
                 f"engine_memory_mib must be 0 or at least {MIN_ENGINE_MEMORY_MIB} MiB, got {self.engine_memory_mib}",
@@ -165,16 +169,17 @@ class ServerLimits:
     @staticmethod
     def default_engine_threads(processes: int, cores: int | None = None) -> int:
         """``--engine-threads`` when not given: with one process DuckDB's default (0: a thread per core), with N
-        processes each its share of the cores (at least 1), so N pools together never hold more threads than cores.
+        processes each its share of the cores, at least :data:`~veil.store.warehouse.MIN_READER_THREADS` (with one
+        thread DuckDB did not spill a text GROUP BY at the memory floor: review s21 X4).
 
         >>> ServerLimits.default_engine_threads(1, 8), ServerLimits.default_engine_threads(2, 2)
-        (0, 1)
-        >>> ServerLimits.default_engine_threads(3, 8), ServerLimits.default_engine_threads(16, 4)
-        (2, 1)
+        (0, 2)
+        >>> ServerLimits.default_engine_threads(3, 8), ServerLimits.default_engine_threads(2, 8)
+        (2, 4)
         """
         if processes <= 1:
             return 0
-        return max(1, (cores if cores is not None else usable_cores()) // processes)
+        return max(MIN_READER_THREADS, (cores if cores is not None else usable_cores()) // processes)
 
     @staticmethod
     def default_busy_workers(processes: int, cores: int | None = None) -> int:

@@ -480,7 +480,9 @@ class Ledger:
                 self._synchronous = mode
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                if self._guarded and synced:  # (a reservation checks in its read of the accounts: _spent_sql)
+                # (a reservation checks in its read of the accounts: _spent_sql; a release or refund in its status
+                # update: _finish, review s21 X1)
+                if self._guarded and synced:
                     self._refuse_moved()
                 yield self._db
             except BaseException:
@@ -684,12 +686,18 @@ class Ledger:
 
     @staticmethod
     def _finish(db: sqlite3.Connection, reservation: Reservation, status: str) -> None:
-        """Mark a ``reserved`` reservation ``status`` (one statement); anything else is an InternalError."""
+        """Mark a ``reserved`` reservation ``status`` (one statement); anything else is an InternalError, and a ledger
+        ``veil move-ledger`` retired since the reservation takes no write (LedgerMismatch: the release row or refund
+        belongs in the moved copy, review s21 X1)."""
         done = db.execute(
-            "UPDATE reservations SET status = ?, finished_at = ? WHERE id = ? AND status = 'reserved'",
+            "UPDATE reservations SET status = ?, finished_at = ? WHERE id = ? AND status = 'reserved' "
+            "AND NOT EXISTS (SELECT 1 FROM meta WHERE key = 'moved_to')",
             (status, _now(), reservation.id),
         )
         if done.rowcount != 1:
+            moved = db.execute("SELECT value FROM meta WHERE key = 'moved_to'").fetchone()
+            if moved is not None:
+                raise _moved_away(str(moved[0]))
             row = db.execute("SELECT status FROM reservations WHERE id = ?", (reservation.id,)).fetchone()
             raise InternalError(f"cannot mark reservation {reservation.id!r} {status}: it is {row and row[0]!r}")
 
