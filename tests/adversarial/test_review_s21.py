@@ -56,7 +56,6 @@ def _count(path: Path, sql: str) -> int:
         con.close()
 
 
-
 def test_x1_a_retired_ledger_takes_no_release_row(tmp_path: Path) -> None:
     """docs/ledger.md: after ``veil move-ledger`` "nothing is written to it any more, also by a session opened before
     the move". A query reserved before the move and answered (or refused free) after it logs its release row in the
