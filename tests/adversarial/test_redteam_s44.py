@@ -180,7 +180,7 @@ _REFUSED_ON_READERS = (
 def test_held_reopened_readers_keep_the_sandbox(world: World) -> None:
     policy = load_policy(world.policy)
     try:
-        for threads in (1, 2, 0):
+        for threads in (2, 3, 0):
             warehouse.set_reader_threads(threads)
             for cur in (warehouse.reader_cursor(policy)[0], warehouse.public_reader_cursor(policy)[0]):
                 row = cur.execute(
@@ -197,7 +197,7 @@ def test_held_reopened_readers_keep_the_sandbox(world: World) -> None:
 
 @pytest.mark.slow
 def test_held_reopening_readers_under_load_leaves_no_charge_without_its_answer(world: World) -> None:
-    """One thread answers distinct private queries while another reopens the readers (1 ↔ 2 threads) between them:
+    """One thread answers distinct private queries while another reopens the readers (2 ↔ 3 threads) between them:
     every query is answered, and the ledger holds exactly one released charge per answer."""
     from veil.proxy.session import QuerySession
 
@@ -223,7 +223,7 @@ def test_held_reopening_readers_under_load_leaves_no_charge_without_its_answer(w
         worker.start()
         go.wait(60)
         for k in range(12):
-            warehouse.set_reader_threads(1 + k % 2)
+            warehouse.set_reader_threads(2 + k % 2)
         worker.join(120)
     finally:
         warehouse.set_reader_threads(0)

@@ -33,7 +33,7 @@ def test_the_server_sizes_its_readers_and_answers_through_a_change(tmp_path: Pat
     default_memory = _reader_setting(policy, "memory_limit")
     assert default >= 1  # DuckDB's own default (a thread per core), before any server asked otherwise
     try:
-        for threads, mib in ((1, 300), (0, 0)):  # each server reopens the readers an earlier one sized otherwise
+        for threads, mib in ((3, 300), (0, 0)):  # each server reopens the readers an earlier one sized otherwise
             limits = ServerLimits(engine_threads=threads, engine_memory_mib=mib, **FAST_BACKOFF)  # type: ignore[arg-type]
             with running_server(policy, limits=limits) as st, psycopg.connect(dsn(st.port), autocommit=True) as conn:  # type: ignore[attr-defined]
                 conn.execute("SET veil.epsilon = 0.5")
