@@ -298,7 +298,7 @@ def _sizes(
                 # a grouped DISTINCT's hash table is keyed by the group's keys and its arguments together (red team
                 # s65 F1: two 16 KiB halves, one 32 KiB row, failed at one row at the 256 MiB floor, 1 thread)
                 held += [keys + list(d.expressions) for d in sel.find_all(exp.Distinct) if not in_inner_scope(d, sel, inner)]
-                if keys:  # a group's row holds its keys beside every aggregate's state (a text MIN/MAX keeps a copy)
+                if keys:  # a group's row holds its keys beside every aggregate's state that keeps a copy of its value
                     held.append(
                         keys
                         + [
@@ -312,9 +312,9 @@ def _sizes(
                         ]
                     )
                 if sel.args.get("distinct") is not None:
-                    held.append([p.unalias() if isinstance(p, exp.Alias) else p for p in sel.expressions])
-                for keys in held:
-                    largest[0] = max(largest[0], sum(size(e)[0] for e in keys))
+                    held.append([p.unalias() for p in sel.expressions])
+                for row in held:
+                    largest[0] = max(largest[0], sum(size(e)[0] for e in row))
                 # a row of a derived table or CTE over private rows carries all its columns together (into a join's
                 # build side, a sort); so does a private base table's row across a join, with every text column the
                 # scope reads of it (red team s20b F1: twelve 16 kB columns of one derived row, 192 kB build rows,
@@ -322,8 +322,7 @@ def _sizes(
                 built = [
                     own[p.alias_or_name][0]
                     for p in sel.expressions
-                    if not isinstance(p.unalias() if isinstance(p, exp.Alias) else p, (exp.Column, exp.Literal, exp.Star))
-                    and p.alias_or_name in own
+                    if not isinstance(p.unalias(), (exp.Column, exp.Literal, exp.Star)) and p.alias_or_name in own
                 ]
                 largest[0] = max(largest[0], sum(built))
                 if sel.args.get("joins"):
