@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -23,7 +24,7 @@ def adult(shared_data) -> pd.DataFrame:
 def default_release(adult) -> tuple[pd.DataFrame, dict]:
     """The default GAN, shortened for test time (600 updates instead of ≈ 19,500 on all of Adult),
     seeded: a deterministic outcome."""
-    ctx = Context(columns=(*NUM, "sex"), target="income", bounds=BOUNDS, categories=CATEGORIES, seed=3)
+    ctx = Context(columns=(*NUM, "sex"), target="income", bounds=BOUNDS, categories=CATEGORIES, rng=np.random.default_rng(3))
     out = get_generator("gan")(epochs=40, batch_size=200, lr=1e-3).run(adult, ctx)
     return out.frame, dict(out.info)
 

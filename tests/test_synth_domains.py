@@ -306,7 +306,10 @@ def test_ml_copy_never_labels_rows_with_a_class_one_person_holds(sampling: str) 
     frame = people(200)
     frame.loc[7, ["income", "gain", "hours"]] = ["top", 4999, 90]
     for seed in range(5):
-        ctx = Context(columns=("gain", "hours"), target="income", bounds=BOUNDS, categories=CATEGORIES, seed=seed)
+        # the test path's generator (since red team s66 F1 a seed reaches no draw): five fixed draws, as before
+        ctx = Context(
+            columns=("gain", "hours"), target="income", bounds=BOUNDS, categories=CATEGORIES, rng=np.random.default_rng(seed)
+        )
         out = get_generator("ml_copy")(sampling=sampling).run(frame, ctx).frame
         assert "top" not in set(out["income"])
         near = (np.abs(out["gain"] - 4999) < 1) & (np.abs(out["hours"] - 90) < 1)

@@ -243,7 +243,7 @@ def test_f1_b_no_source_value_is_published_as_one_value_in_almost_every_row(a: f
 
     rng = np.random.default_rng(64)
     data = pd.DataFrame({"x": rng.integers(0, 2, 2000).astype(float)})
-    ctx = Context(columns=("x",), bounds={"x": (0.0, 1.0)}, seed=1)
+    ctx = Context(columns=("x",), bounds={"x": (0.0, 1.0)}, rng=np.random.default_rng(1))
     out = NoiseAddition(a=a).generate(data, ctx)
     published = np.rint(out.frame["x"].to_numpy())
     source = data["x"].to_numpy()[np.asarray(out.source)]
