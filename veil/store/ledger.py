@@ -322,7 +322,7 @@ class Account:
         kind, _, name = self.key.partition(":")
         if self.pool is not None:
             who = f"population {self.population!r}" if self.population else "the policy's default population"
-            return f"table {name!r}'s cap on {who}"
+            return f"the cap of table {name!r} on {who}"
         return f"{kind} {name!r}"
 
 
