@@ -4,7 +4,8 @@ X2).
 The binding (tests/test_ledger_binding.py) compares identities: a copy of the bound ledger (a backup, a ``cp``) has the
 same identity, and one taken before a publication without a DP guarantee reopened the population to a second one (s66
 F7's attack through a copy) and set every budget back. Now the warehouse records, at every curator step that writes it
-(binding, ``write_table``/``veil ingest``, a publication's commit and its recovery, a retraction), the latest reservation
+(binding, ``write_table``/``veil ingest``, a publication's commit and its recovery, a retraction, ``veil serve``'s
+start), the latest reservation
 and release its ledger holds (random ids, taken after the ledger's commit was synced), and every way in refuses a ledger
 that lacks either (``LedgerMismatch``, F0000, a hint) before anything is read, charged or written. A ledger *ahead* of
 the mark (queries answered since the last curator step, a crash between the ledger's commit and the warehouse's) is
@@ -99,11 +100,20 @@ def _move_then_retract(path: Path) -> None:
     _retract(path)
 
 
+def _serve_start(path: Path) -> None:
+    """What ``veil serve`` (and ``veil ingest``) runs before it listens: the bounded copies' preparation."""
+    from veil.policy import load_policy
+    from veil.proxy.bounding import prepare
+
+    prepare(load_policy(path))
+
+
 #: What happens after the backup was taken: each leaves the warehouse's mark past the backup. ``publication`` runs on
 #: the world without one (the backup lacks the population's one release without a DP guarantee: s66 F7's attack).
 AFTER_BACKUP = {
     "publication": _publish,
     "queries_then_ingest": lambda p: (_query(p), _query(p), _ingest(p)),  # spent budget, then a curator step
+    "queries_then_serve_start": lambda p: (_query(p), _serve_start(p)),  # spent budget, then a server (re)start
     "retraction": _retract,
     "move_ledger": _move_then_retract,
 }
@@ -202,7 +212,19 @@ def _probe(path: Path) -> bool:
     return False
 
 
-STEPS = {"query": _query, "ingest": _ingest, "retract": _retract}
+_ASKED = [0]
+
+
+def _new_query(path: Path) -> None:
+    """A query never asked before (another ε each time): charged and released, never answered from the cache."""
+    import veil as veil_api
+
+    _ASKED[0] += 1
+    with veil_api.connect(path, analyst="bob") as db:
+        db.sql("SELECT COUNT(*) FROM people", epsilon=0.01 * _ASKED[0])
+
+
+STEPS = {"query": _new_query, "ingest": _ingest, "retract": _retract, "serve_start": _serve_start}
 
 
 @pytest.mark.slow
@@ -214,8 +236,9 @@ STEPS = {"query": _query, "ingest": _ingest, "retract": _retract}
 def test_a_backup_is_refused_exactly_when_the_warehouse_marked_history_after_it(
     template: Path, tmp_path_factory: pytest.TempPathFactory, before: list[str], after: list[str]
 ) -> None:
-    """Any run of queries, table writes and retractions, a backup, any further run, then the backup restored in place:
-    refused exactly when a step after the backup that writes the warehouse (a table write, a retraction) came after
+    """Any run of queries, table writes, retractions and server starts, a backup, any further run, then the backup
+    restored in place: refused exactly when a step after the backup that raises the mark (a table write, a retraction,
+    a server start) came after
     (or, for a retraction, is) a new reservation or release; otherwise the restored file is the ledger as the warehouse
     last saw it (the charges of queries answered since the last curator step are the ones a backup can lose,
     docs/ledger.md). A retraction needs a live publication: the template's, retracted once."""
@@ -241,7 +264,42 @@ def test_a_backup_is_refused_exactly_when_the_warehouse_marked_history_after_it(
             continue
         if step in ("query", "retract"):
             new_history = True
-        if step in ("ingest", "retract") and new_history:
+        if step in ("ingest", "retract", "serve_start") and new_history:
             stale = True
     _restore(path, backup, "in_place")
     assert _probe(path) == stale, (before, after)
+
+
+@pytest.mark.slow
+def test_a_mark_that_cannot_be_written_lags_and_bricks_nothing(
+    template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retraction or a server start while another process holds the warehouse (simulated: its writer refused) still
+    completes — the retraction recorded and the table gone from the mirror — and leaves the mark where it was: the
+    ledger is ahead of it and accepted, and the next step that can write the warehouse raises it."""
+    from veil.errors import PolicyError
+    from veil.policy import load_policy
+    from veil.store import warehouse
+    from veil.store.publications import published_tables
+
+    path = _copy(template, tmp_path / "w")
+    before = warehouse.read_ledger_mark(load_policy(path))
+
+    real = warehouse.writer
+    own = load_policy(path).database_path
+
+    def held(target: object) -> object:
+        if warehouse._db_path(target) == own:  # type: ignore[arg-type]
+            raise PolicyError("cannot open the warehouse for writing: held by another process")
+        return real(target)  # type: ignore[arg-type]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(warehouse, "writer", held)
+        _retract(path)
+        _new_query(path)
+        _serve_start(path)
+    assert "pub" not in published_tables(load_policy(path))
+    assert warehouse.read_ledger_mark(load_policy(path)) == before
+    assert not _probe(path)
+    _serve_start(path)
+    assert warehouse.read_ledger_mark(load_policy(path)) != before

@@ -104,8 +104,8 @@ def retract(policy: Policy, table: str, *, reason: str = "", actor: str = "curat
             actor=actor,
         )
         mark = led.history_mark()
-    mark_ledger(policy, mark)  # a stale copy of the ledger without the retraction is refused from now on
     drop_public(policy, table)
+    mark_ledger(policy, mark)  # a stale copy of the ledger without the retraction is refused from now on (best effort)
     return {"release_id": rid, "table": table, "retracted": published[table].id, "status": "private"}
 
 

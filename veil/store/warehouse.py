@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import logging
 import os
 import re
 import secrets
@@ -40,6 +41,8 @@ from veil.store.declared_types import as_stored
 
 if TYPE_CHECKING:
     from veil.store.ledger import HistoryMark
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "MIN_READER_THREADS",
@@ -670,23 +673,37 @@ def write_ledger_mark(con: duckdb.DuckDBPyConnection, mark: HistoryMark | None) 
     )
 
 
-def mark_ledger(policy: Policy, mark: HistoryMark | None) -> None:
-    """:func:`write_ledger_mark` in a transaction of its own (after a curator record the warehouse did not write in
-    the same step: a retraction)."""
+def mark_ledger(policy: Policy, mark: HistoryMark | None) -> bool:
+    """:func:`write_ledger_mark` in a transaction of its own, where a step wrote no warehouse table of its own (a
+    retraction, ``veil serve``'s start): best effort. Nothing is written when the mark would not move; when the
+    warehouse cannot be opened for writing (another process holds it: a running ``veil serve``) the mark is left where
+    it is and False returned — a mark that lags only accepts a copy a little staler, it never refuses the ledger."""
     if mark is None or policy.engine.kind == "spark" or not policy.database_path.exists():
-        return
-    with writer(policy) as con:
-        con.execute("BEGIN TRANSACTION")
-        try:
-            write_ledger_mark(con, mark)
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
+        return False
+    try:
+        old = read_ledger_mark(policy)
+        if old is not None and mark.merged(old) == old:
+            return True
+        with writer(policy) as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                write_ledger_mark(con, mark)
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+    except PolicyError as exc:  # the file could not be opened (another process holds it)
+        _log.warning("the ledger's high-water mark was not raised in %s: %s", policy.database_path, exc.message)
+        return False
+    return True
 
 
 def read_ledger_mark(policy: Policy) -> HistoryMark | None:
-    """The warehouse's high-water mark of its ledger's history (None: none yet, or no warehouse file)."""
+    """The warehouse's high-water mark of its ledger's history (None: none yet, or no warehouse file). Read at every
+    ledger open, so it leaves no connection open behind it: on this thread's writer when it holds one, on the
+    sandboxed reader when this process has it open, else on a read-only connection of its own, closed at once (the
+    process-wide reader, left open, would hold the file against every other process's writer: a process that only
+    ran ``veil analyst add`` kept ``veil serve`` from building its bounded copies)."""
     path = _db_path(policy)
     if not path.exists():
         return None
@@ -694,7 +711,17 @@ def read_ledger_mark(policy: Policy) -> HistoryMark | None:
         with writer(policy) as con:
             return _mark_of(con)
     with reading(policy):
-        cur, _ = reader_cursor(policy)
+        with _CONNECTIONS.lock:
+            open_reader = _CONNECTIONS.readers.get(path)
+            cur = open_reader.cursor() if open_reader is not None else None
+        if cur is None:
+            try:
+                cur = duckdb.connect(str(path), read_only=True, config=_sized(dict(SANDBOX_CONFIG)))
+            except duckdb.IOException as exc:
+                raise PolicyError(
+                    f"cannot open the warehouse {str(path)!r} to read its ledger's mark: {exc}",
+                    hint="Another process holds it for writing; retry when it is done",
+                ) from None
         try:
             return _mark_of(cur)
         finally:
