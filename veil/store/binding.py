@@ -17,10 +17,11 @@ a ledger of another identity, a missing one (never created afresh), and one move
 
 Identity alone accepted a stale copy of the bound ledger (a backup, a ``cp`` from before a publication: review s21
 X2). So the warehouse also keeps a high-water mark of its ledger's history (``_veil_ledger_mark``: the latest
-reservation and release, :class:`~veil.store.ledger.HistoryMark`), raised at each curator step that writes the
-warehouse (binding, table writes, a publication's commit and recovery, a retraction) from the ledger's synced state, so
-it lags the ledger and never leads it; :func:`check_history` refuses a ledger that lacks what it names. Analysts'
-charges recorded after the last such step are not covered (the warehouse is not written per query; docs/ledger.md).
+reservation and release, :class:`~veil.store.ledger.HistoryMark`), raised at the curator's steps (binding, table
+writes, a publication's commit and recovery; best effort, a retraction and the bounded copies' preparation at ``veil
+serve``'s start) from the ledger's synced state, so it lags the ledger and never leads it; :func:`check_history`
+refuses a ledger that lacks what it names. Analysts' charges recorded after the last such step are not covered (the
+warehouse is not written per query; docs/ledger.md).
 
 A warehouse written before the binding existed is bound by its first use, unless it shows Veil's history (tables Veil
 wrote, bounded copies, a publication journal) while the ledger has no record at all: its published tables' records
