@@ -197,3 +197,26 @@ def test_a_capped_dp_publication_does_not_run_beside_one_without_guarantee(tmp_p
     assert _left(policy)["people"]["epsilon_spent"] == 0.0
     _krr(policy, "people", "k1")
     assert _left(policy)["people"]["epsilon_spent"] == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("population", ["", "cohort 2026"])
+@pytest.mark.parametrize("table", ["people", "o_brien", "t"])
+def test_the_cap_refusal_quotes_the_table_once(tmp_path: Path, table: str, population: str) -> None:
+    """Review s21: the population cap's refusal read "table 'people''s cap" (the name's repr, then "'s"). Each table name
+    and population: the message quotes the table's name once, with no doubled apostrophe, and still names the cap, the
+    population and the remaining budget."""
+    from fractions import Fraction
+
+    from veil.errors import BudgetExhausted
+    from veil.policy import load_policy
+    from veil.store.ledger import Cost, Ledger, accounts_for
+
+    extra = "epsilon_total = 1.0\n" + (f'population = "{population}"\n' if population else "")
+    path = tmp_path / "policy.toml"
+    path.write_text(_text({table: extra}), encoding="utf-8")
+    policy = load_policy(path)
+    with Ledger(tmp_path / "ledger.sqlite") as led, pytest.raises(BudgetExhausted) as info:
+        led.reserve(Cost(Fraction(2)), accounts_for(policy, tables=[table]), actor="curator", what="a publication")
+    message = str(info.value)
+    assert "''" not in message and f"'{table}'" in message, message
+    assert "cap" in message and (population or "default population") in message, message

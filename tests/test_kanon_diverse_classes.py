@@ -222,3 +222,61 @@ def test_published_classes_are_checked_again_with_the_som_column() -> None:
         _require_diverse(table, ["q", "som_neuron"], ["s"], 0.9, "pub", ["gain"])
     with pytest.raises(InternalError):
         _require_diverse(table, ["q", "som_neuron"], ["s"], 0.9, "pub", [])
+
+
+_PEOPLE_POLICY = (
+    '[database]\npath = "warehouse.duckdb"\n[ledger]\npath = "ledger.sqlite"\n'
+    '[tables.people]\nprivacy_unit = "row"\n[tables.people.columns]\n'
+    'age = { type = "int", lower = 17, upper = 90 }\n'
+    'flag = { type = "category", values = ["no", "yes"] }\n'
+    "[analysts.bob]\nepsilon = 2.0\n"
+)
+
+
+@pytest.mark.parametrize("share", ["0.5", "0.9", "0.8", "1.5"])
+@pytest.mark.parametrize("sensitive", [None, ""])
+def test_max_share_without_sensitive_is_refused_naming_the_flag(tmp_path: Path, share: str, sensitive: str | None) -> None:
+    """Review s21: ``--max-share`` bounds the sensitive columns' shares; without ``--sensitive`` it was silently
+    ignored (any value, the default's included, even one out of range). Refused (InputError, exit 2) naming the flag and
+    what to do, before anything is read, written or recorded; the library's request alike."""
+    from click.testing import CliRunner
+
+    from veil.cli.main import cli
+    from veil.generators.transaction import publish
+    from veil.policy import load_policy
+    from veil.store.warehouse import table_names, write_table
+
+    path = tmp_path / "policy.toml"
+    path.write_text(_PEOPLE_POLICY, encoding="utf-8")
+    write_table(load_policy(path), "people", pd.DataFrame({"age": range(20, 60), "flag": ["no", "yes"] * 20}))
+    args = ["publish", "kanon", "--policy", str(path), "--table", "people", "--algorithm", "mondrian", "--k", "5"]
+    args += ["--qi", "age", "--max-share", share, "--output", "pub"]
+    if sensitive is not None:
+        args += ["--sensitive", sensitive]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert "--max-share" in result.stderr and "--sensitive" in result.stderr, result.stderr
+    request = {"table": "people", "algorithm": "mondrian", "k": 5, "qi": ["age"], "max_share": float(share), "output": "pub"}
+    with pytest.raises(InputError, match="--max-share") as info:
+        publish(load_policy(path), "kanon", request, progress=False)
+    assert "--sensitive" in (info.value.hint or "")
+    assert "pub" not in table_names(load_policy(path))
+
+
+@pytest.mark.parametrize("extra", [[], ["--sensitive", "flag", "--max-share", "0.8"], ["--sensitive", "flag"]])
+def test_without_max_share_or_with_sensitive_kanon_publishes(tmp_path: Path, extra: list[str]) -> None:
+    """The twins: no ``--max-share`` and no ``--sensitive`` publishes (the default applies to nothing), and so do
+    ``--sensitive`` with and without ``--max-share``."""
+    from click.testing import CliRunner
+
+    from veil.cli.main import cli
+    from veil.policy import load_policy
+    from veil.store.warehouse import table_names, write_table
+
+    path = tmp_path / "policy.toml"
+    path.write_text(_PEOPLE_POLICY, encoding="utf-8")
+    write_table(load_policy(path), "people", pd.DataFrame({"age": list(range(20, 60)) * 2, "flag": ["no", "yes"] * 40}))
+    args = ["publish", "kanon", "--policy", str(path), "--table", "people", "--algorithm", "mondrian", "--k", "5"]
+    done = CliRunner().invoke(cli, [*args, "--qi", "age", *extra, "--output", "pub"], catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    assert "pub" in table_names(load_policy(path))

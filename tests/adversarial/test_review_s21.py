@@ -108,11 +108,6 @@ def _kanon(path: Path, output: str) -> None:
     publish(load_policy(path), "kanon", request, progress=False)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review s21 X2: the binding checks the ledger's identity only: a stale copy of "
-    "the bound ledger (a backup from before a publication) is accepted and reopens the population",
-)
 def test_x2_a_stale_copy_of_the_bound_ledger_is_refused(tmp_path: Path) -> None:
     """s66 F7's attack, through a stale copy instead of a fresh file. The curator keeps a copy of the ledger (a
     backup, or ``cp`` — docs/ledger.md: "a plain file copy keeps the identity too"), publishes without a DP guarantee,

@@ -89,9 +89,9 @@ def _neurons(text: str) -> tuple[int, int, int]:
 @click.option(
     "--max-share",
     type=float,
-    default=0.9,
-    show_default=True,
-    help="With --sensitive: no value on more than this share of any class ((α,k)-anonymity; in (0, 0.9]).",
+    default=None,
+    help="With --sensitive (refused without): no value on more than this share of any class ((α,k)-anonymity; in "
+    "(0, 0.9], default 0.9).",
 )
 @refused_seed_option
 @output_table_options
@@ -117,7 +117,7 @@ def publish_kanon_command(
     som_epochs: int,
     missing: str,
     mondrian_split: str,
-    max_share: float,
+    max_share: float | None,
     seed: str | None,
     output: str,
     replace: bool,

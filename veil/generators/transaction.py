@@ -702,6 +702,7 @@ def recover(policy: Any) -> list[str]:
     if not pending:
         return []
     tokens: dict[str, str] = {}
+    mark = None
     from veil.store.binding import ledger_exists
 
     if ledger_exists(policy):  # (a bound warehouse's missing ledger is refused)
@@ -710,6 +711,7 @@ def recover(policy: Any) -> list[str]:
                 tok = rel.params.get("publication_token") if isinstance(rel.params, Mapping) else None
                 if tok:
                     tokens[str(tok)] = rel.id
+            mark = led.history_mark()
     done: list[str] = []
     held = _hold_signals()
     try:
@@ -723,7 +725,7 @@ def recover(policy: Any) -> list[str]:
             elif token in tokens:
                 if row["artifact"] == "model":
                     _stamp_sidecar(str(row["staging"]), tokens[token])
-                warehouse.commit_publication(policy, token, tokens[token])
+                warehouse.commit_publication(policy, token, tokens[token], mark=mark)
                 warehouse.finish_publication(policy, token)
                 done.append(f"committed {row['output']} ({tokens[token]})")
             else:
@@ -943,7 +945,9 @@ def publish(
                     )
                     if staging_file:
                         _stamp_sidecar(staging_file, rid)
-                    warehouse.commit_publication(policy, token, rid, strict=True)
+                    # the warehouse's high-water mark of the ledger now names this release: a stale copy of the
+                    # ledger without it is refused from now on (review s21 X2)
+                    warehouse.commit_publication(policy, token, rid, strict=True, mark=ledger.history_mark())
                     warehouse.finish_publication(policy, token)
                 finally:
                     interrupted = _release_signals(held)

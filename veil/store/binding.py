@@ -15,6 +15,14 @@ through :func:`open_ledger`, which refuses (:class:`~veil.errors.LedgerMismatch`
 a ledger of another identity, a missing one (never created afresh), and one moved away with :func:`move_ledger`
 (the one deliberate migration: it copies the whole history, identity included, and retires the old file).
 
+Identity alone accepted a stale copy of the bound ledger (a backup, a ``cp`` from before a publication: review s21
+X2). So the warehouse also keeps a high-water mark of its ledger's history (``_veil_ledger_mark``: the latest
+reservation and release, :class:`~veil.store.ledger.HistoryMark`), raised at the curator's steps (binding, table
+writes, a publication's commit and recovery; best effort, a retraction and the bounded copies' preparation at ``veil
+serve``'s start) from the ledger's synced state, so it lags the ledger and never leads it; :func:`check_history`
+refuses a ledger that lacks what it names. Analysts' charges recorded after the last such step are not covered (the
+warehouse is not written per query; docs/ledger.md).
+
 A warehouse written before the binding existed is bound by its first use, unless it shows Veil's history (tables Veil
 wrote, bounded copies, a publication journal) while the ledger has no record at all: its published tables' records
 would be orphaned (refused). A Spark warehouse is not bound yet (docs/ledger.md).
@@ -33,10 +41,13 @@ from veil.policy import Policy
 if TYPE_CHECKING:
     from veil.store.ledger import Ledger
 
-__all__ = ["BINDING_TABLE", "ledger_exists", "move_ledger", "open_ledger", "warehouse_ledger_id"]
+__all__ = ["BINDING_TABLE", "MARK_TABLE", "ledger_exists", "move_ledger", "open_ledger", "warehouse_ledger_id"]
 
 #: The warehouse's table naming its ledger (one row).
 BINDING_TABLE = "_veil_ledger_binding"
+
+#: The warehouse's high-water mark of its ledger's history (one row: the latest reservation and release it saw).
+MARK_TABLE = "_veil_ledger_mark"
 
 #: Positive reads, per warehouse file (path, device, inode): a binding never changes once written, so each process
 #: reads it once per file. An unbound warehouse is read again each time (another process may bind it).
@@ -112,6 +123,8 @@ def open_ledger(policy: Policy) -> Ledger:
     ledger = Ledger(policy.ledger_path)
     try:
         check_identity(policy, ledger, bound)
+        if bound is not None:
+            check_history(policy, ledger)
         if bound is None and policy.engine.kind != "spark" and policy.database_path.exists():
             from veil.store.warehouse import bind_ledger
 
@@ -132,6 +145,30 @@ def check_identity(policy: Policy, ledger: Ledger, bound: str | None) -> None:
         )
     if bound is not None and ledger.identity != bound:
         raise _mismatch(policy, f"is another ledger ({ledger.identity[:12]}…)", bound)
+
+
+def check_history(policy: Policy, ledger: Ledger) -> None:
+    """:class:`LedgerMismatch` when ``ledger`` (of the bound identity) lacks a record the warehouse's high-water mark
+    names: it is a stale copy of the warehouse's ledger (a backup, a ``cp`` from before a publication or a charge), and
+    would forget the releases and budgets recorded after it (review s21 X2). A ledger ahead of the mark is the
+    warehouse's ledger (the mark lags it: it is raised only at curator steps, after the ledger's commit)."""
+    from veil.store.warehouse import read_ledger_mark
+
+    if policy.engine.kind == "spark":
+        return
+    mark = read_ledger_mark(policy)
+    if mark is None:
+        return
+    missing = ledger.lacks(mark)
+    if missing is not None:
+        raise LedgerMismatch(
+            f"the ledger {str(policy.ledger_path)!r} is a stale copy of the warehouse {str(policy.database_path)!r}'s "
+            f"ledger: it lacks the {missing} the warehouse saw recorded there, so the releases and budgets spent "
+            "since that copy was made are not in it",
+            hint="Point [ledger] path back at the ledger file in use (a restored backup forgets every release and "
+            "charge made after it: a second release without a DP guarantee, spent budgets back to an earlier "
+            "value); a ledger is moved only with `veil move-ledger`",
+        )
 
 
 def binding_row(ledger: Ledger) -> tuple[str, str, str]:

@@ -79,7 +79,7 @@ def table_statuses(policy: Policy) -> list[TableStatus]:
 
 def retract(policy: Policy, table: str, *, reason: str = "", actor: str = "curator") -> dict[str, Any]:
     """Withdraw ``table``'s publication: record the retraction, then drop it from the public mirror."""
-    from veil.store.warehouse import drop_public
+    from veil.store.warehouse import drop_public, mark_ledger
 
     published = published_tables(policy)
     if table not in published:
@@ -103,7 +103,9 @@ def retract(policy: Policy, table: str, *, reason: str = "", actor: str = "curat
             table=table,
             actor=actor,
         )
+        mark = led.history_mark()
     drop_public(policy, table)
+    mark_ledger(policy, mark)  # a stale copy of the ledger without the retraction is refused from now on (best effort)
     return {"release_id": rid, "table": table, "retracted": published[table].id, "status": "private"}
 
 

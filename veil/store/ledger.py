@@ -70,7 +70,7 @@ from veil.store._sqlite import connect as connect_sqlite
 from veil.store._sqlite import use_wal
 from veil.store.releases import Release, ReleasedStatistic, ReleasedVector, dumps
 
-__all__ = ["Account", "Cost", "Ledger", "Reservation", "accounts_for", "population_matches"]
+__all__ = ["Account", "Cost", "HistoryMark", "Ledger", "Reservation", "accounts_for", "population_matches"]
 
 SCHEMA_VERSION = 3
 
@@ -220,6 +220,30 @@ def _new_id(prefix: str) -> str:
 
 
 @dataclass(frozen=True)
+class HistoryMark:
+    """The latest reservation and the latest release a ledger held at some moment, each by its commit order (SQLite's
+    rowid) and its random id; ``(0, "")`` for none. The warehouse keeps the latest one it saw (its *high-water mark*,
+    :mod:`veil.store.binding`): a ledger that lacks either id is a stale copy (a backup from before them), never the
+    warehouse's ledger. Ids are random, so a copy that was written to on its own (a fork) cannot hold them by chance.
+
+    >>> a, b = HistoryMark(3, "r1", 0, ""), HistoryMark(2, "r0", 5, "p9")
+    >>> a.merged(b)
+    HistoryMark(reservation_seq=3, reservation_id='r1', release_seq=5, release_id='p9')
+    """
+
+    reservation_seq: int
+    reservation_id: str
+    release_seq: int
+    release_id: str
+
+    def merged(self, other: HistoryMark) -> HistoryMark:
+        """The later of the two in each part (a mark never moves back: two processes may write theirs in any order)."""
+        res = max((self.reservation_seq, self.reservation_id), (other.reservation_seq, other.reservation_id))
+        rel = max((self.release_seq, self.release_id), (other.release_seq, other.release_id))
+        return HistoryMark(res[0], res[1], rel[0], rel[1])
+
+
+@dataclass(frozen=True)
 class Cost:
     """A privacy cost (ε, δ), exact. Adds up under basic composition."""
 
@@ -298,7 +322,7 @@ class Account:
         kind, _, name = self.key.partition(":")
         if self.pool is not None:
             who = f"population {self.population!r}" if self.population else "the policy's default population"
-            return f"table {name!r}'s cap on {who}"
+            return f"the cap of table {name!r} on {who}"
         return f"{kind} {name!r}"
 
 
@@ -436,6 +460,33 @@ class Ledger:
                 self._db.execute(f"SELECT 1 FROM {t} LIMIT 1").fetchone() is not None
                 for t in ("reservations", "releases", "table_writes", "bounded_copies")
             )
+
+    def history_mark(self) -> HistoryMark | None:
+        """The latest reservation and release recorded here, made durable first (the WAL is synced: a query's charge
+        commits unsynced, and the warehouse must never name a record a power loss could still take back); None when
+        the sync fails (no mark is written then: the warehouse's mark only lags, never leads)."""
+        with self._lock:
+            row = self._db.execute(
+                "SELECT (SELECT rowid || ' ' || id FROM reservations ORDER BY rowid DESC LIMIT 1),"
+                " (SELECT rowid || ' ' || id FROM releases ORDER BY rowid DESC LIMIT 1)"
+            ).fetchone()
+        parts = [str(cell).split(" ", 1) if cell else ["0", ""] for cell in (row or (None, None))]
+        try:
+            wal_sync.sync_now(self._file)
+        except OSError:
+            return None
+        return HistoryMark(int(parts[0][0]), parts[0][1], int(parts[1][0]), parts[1][1])
+
+    def lacks(self, mark: HistoryMark) -> str | None:
+        """What of ``mark`` this ledger does not hold (``"reservation <id>"``, ``"release <id>"``), else None."""
+        with self._lock:
+            for table, rid, what in (
+                ("reservations", mark.reservation_id, "reservation"),
+                ("releases", mark.release_id, "release"),
+            ):
+                if rid and self._db.execute(f"SELECT 1 FROM {table} WHERE id = ?", (rid,)).fetchone() is None:
+                    return f"{what} {rid}"
+        return None
 
     @contextmanager
     def exclusive(self) -> Iterator[sqlite3.Connection]:

@@ -3,7 +3,8 @@
 The same protocol as DuckDB's (:mod:`veil.store.warehouse`: stage → the caller records the release in
 the ledger → commit → finish, with :func:`pending` for recovery), with two differences: Spark has no
 transaction spanning a table write and a journal row, so the **journal lives in the ledger's SQLite
-file** (table ``publish_journal``) and every step is ordered and idempotent instead:
+file** (table ``publish_journal``, written only through the ledger's checked transactions: never into a ledger moved
+away) and every step is ordered and idempotent instead:
 
 * :func:`stage` writes the journal row (state ``staged``) first, then the staging table
   ``_veil_stage_<token>`` (an internal name analysts never see). A crash in between leaves a row whose
@@ -25,7 +26,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from veil.policy import Policy
-from veil.store._sqlite import connect as connect_sqlite
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,13 +41,15 @@ _KEYS = ("token", "output", "staging", "artifact", "state", "release_id")
 
 @contextmanager
 def _journal(policy: Policy) -> Iterator[sqlite3.Connection]:
-    db = connect_sqlite(policy.ledger_path)
-    try:
-        with db:  # one transaction, committed on leaving
-            db.execute(_DDL)
-            yield db
-    finally:
-        db.close()
+    """One checked write transaction of the ledger (synced when committed): opened as every ledger writer opens it
+    (:func:`veil.store.binding.open_ledger`: a ledger moved away or not the warehouse's is refused) and written in
+    :meth:`~veil.store.ledger.Ledger.exclusive`, which refuses a ledger moved away meanwhile. A connection of its own
+    skipped both: after ``veil move-ledger`` the journal's rows went to the retired file (review s21)."""
+    from veil.store.ledger import Ledger
+
+    with Ledger.for_policy(policy) as ledger, ledger.exclusive() as db:
+        db.execute(_DDL)
+        yield db
 
 
 def _row(policy: Policy, token: str) -> dict[str, str | None] | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import logging
 import os
 import re
 import secrets
@@ -29,7 +30,7 @@ from contextlib import ExitStack, contextmanager
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pandas as pd
@@ -37,6 +38,11 @@ import pandas as pd
 from veil.errors import InputError, InternalError, PolicyError, did_you_mean
 from veil.policy import Policy, normalise_name
 from veil.store.declared_types import as_stored
+
+if TYPE_CHECKING:
+    from veil.store.ledger import HistoryMark
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "MIN_READER_THREADS",
@@ -580,8 +586,9 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
                     raise InputError(f"table {table!r} already exists", hint="Choose another --output name or pass --replace")
                 # the warehouse is bound to its ledger before its first table (creating the ledger if need be): a
                 # ledger swapped later is refused, never read as an empty history (red team s66 F7)
-                _ledger_for(policy).close()
-                _replace_from_frame(con, table, df)
+                with _ledger_for(policy) as led:
+                    mark = led.history_mark()  # what the ledger holds now: a later stale copy of it is refused
+                _replace_from_frame(con, table, df, mark=mark)
             mirror = _mirror_copy(policy, table, df) if public else None
         if mirror is not None:
             _write_mirror(policy, table, *mirror)
@@ -626,15 +633,116 @@ def read_ledger_binding(policy: Policy) -> str | None:
             cur.close()
 
 
+def _has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    found = con.execute("SELECT count(*) FROM duckdb_tables() WHERE schema_name = 'main' AND table_name = ?", [name]).fetchone()
+    return bool(found and found[0])
+
+
+def _mark_of(con: duckdb.DuckDBPyConnection) -> HistoryMark | None:
+    from veil.store.binding import MARK_TABLE
+    from veil.store.ledger import HistoryMark
+
+    if not _has_table(con, MARK_TABLE):
+        return None
+    row = con.execute(
+        f"SELECT reservation_seq, reservation_id, release_seq, release_id FROM {_quoted(MARK_TABLE)} LIMIT 1"
+    ).fetchone()
+    return None if row is None else HistoryMark(int(row[0]), str(row[1]), int(row[2]), str(row[3]))
+
+
+def write_ledger_mark(con: duckdb.DuckDBPyConnection, mark: HistoryMark | None) -> None:
+    """Raise the warehouse's high-water mark of its ledger's history to ``mark`` (inside the caller's transaction on
+    the writer; each part only moves forward). ``mark`` must come from the bound ledger *after* its records were
+    committed and synced (:meth:`~veil.store.ledger.Ledger.history_mark`): the mark may lag the ledger, never lead it."""
+    from veil.store.binding import MARK_TABLE
+
+    if mark is None:
+        return
+    con.execute(
+        f"CREATE TABLE IF NOT EXISTS {_quoted(MARK_TABLE)}(reservation_seq BIGINT NOT NULL, reservation_id VARCHAR "
+        "NOT NULL, release_seq BIGINT NOT NULL, release_id VARCHAR NOT NULL, marked_at VARCHAR NOT NULL)"
+    )
+    old = _mark_of(con)
+    new = mark if old is None else mark.merged(old)
+    if new == old:
+        return
+    con.execute(f"DELETE FROM {_quoted(MARK_TABLE)}")
+    con.execute(
+        f"INSERT INTO {_quoted(MARK_TABLE)} VALUES (?, ?, ?, ?, ?)",
+        [new.reservation_seq, new.reservation_id, new.release_seq, new.release_id, _stamp_now()],
+    )
+
+
+def mark_ledger(policy: Policy, mark: HistoryMark | None) -> bool:
+    """:func:`write_ledger_mark` in a transaction of its own, where a step wrote no warehouse table of its own (a
+    retraction, ``veil serve``'s start): best effort. Nothing is written when the mark would not move; when the
+    warehouse cannot be opened for writing (another process holds it: a running ``veil serve``) the mark is left where
+    it is and False returned — a mark that lags only accepts a copy a little staler, it never refuses the ledger."""
+    if mark is None or policy.engine.kind == "spark" or not policy.database_path.exists():
+        return False
+    try:
+        old = read_ledger_mark(policy)
+        if old is not None and mark.merged(old) == old:
+            return True
+        with writer(policy) as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                write_ledger_mark(con, mark)
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+    except PolicyError as exc:  # the file could not be opened (another process holds it)
+        _log.warning("the ledger's high-water mark was not raised in %s: %s", policy.database_path, exc.message)
+        return False
+    return True
+
+
+def read_ledger_mark(policy: Policy) -> HistoryMark | None:
+    """The warehouse's high-water mark of its ledger's history (None: none yet, or no warehouse file). Read at every
+    ledger open, so it leaves no connection open behind it: on this thread's writer when it holds one, on the
+    sandboxed reader when this process has it open, else on a read-only connection of its own, closed at once (the
+    process-wide reader, left open, would hold the file against every other process's writer: a process that only
+    ran ``veil analyst add`` kept ``veil serve`` from building its bounded copies)."""
+    path = _db_path(policy)
+    if not path.exists():
+        return None
+    if _gate(path).owned_here():
+        with writer(policy) as con:
+            return _mark_of(con)
+    with reading(policy):
+        with _CONNECTIONS.lock:
+            open_reader = _CONNECTIONS.readers.get(path)
+            cur = open_reader.cursor() if open_reader is not None else None
+        if cur is None:
+            try:
+                cur = duckdb.connect(str(path), read_only=True, config=_sized(dict(SANDBOX_CONFIG)))
+            except duckdb.IOException as exc:
+                raise PolicyError(
+                    f"cannot open the warehouse {str(path)!r} to read its ledger's mark: {exc}",
+                    hint="Another process holds it for writing; retry when it is done",
+                ) from None
+        try:
+            return _mark_of(cur)
+        finally:
+            cur.close()
+
+
+def _stamp_now() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
 def _veil_history(con: duckdb.DuckDBPyConnection) -> list[str]:
     """Tables that show the warehouse was used with a ledger: Veil's internal tables and tables Veil wrote."""
-    from veil.store.binding import BINDING_TABLE
+    from veil.store.binding import BINDING_TABLE, MARK_TABLE
 
     rows = con.execute("SELECT table_name, comment FROM duckdb_tables() WHERE schema_name = 'main' ORDER BY 1").fetchall()
     return [
         str(name)
         for name, comment in rows
-        if name != BINDING_TABLE
+        if name not in (BINDING_TABLE, MARK_TABLE)
         and (str(name).startswith("_veil") or (isinstance(comment, str) and comment.startswith(VERSION_COMMENT)))
     ]
 
@@ -667,6 +775,7 @@ def bind_ledger(policy: Policy, ledger: Any) -> None:
                     "(ledger_id VARCHAR NOT NULL, bound_at VARCHAR NOT NULL, ledger_path VARCHAR NOT NULL)"
                 )
                 con.execute(f"INSERT INTO {_quoted(binding.BINDING_TABLE)} VALUES (?, ?, ?)", [identity, at, where])
+                write_ledger_mark(con, ledger.history_mark())
                 con.execute("COMMIT")
             except BaseException:
                 con.execute("ROLLBACK")
@@ -695,8 +804,16 @@ def _record_write(policy: Policy, table: str) -> None:
 VERSION_COMMENT = "veil-version:"
 
 
-def _replace_from_frame(con: duckdb.DuckDBPyConnection, table: str, df: pd.DataFrame, version: str | None = None) -> None:
-    """``CREATE OR REPLACE`` ``table`` with ``df``'s rows, in one transaction (all or nothing).
+def _replace_from_frame(
+    con: duckdb.DuckDBPyConnection,
+    table: str,
+    df: pd.DataFrame,
+    version: str | None = None,
+    *,
+    mark: HistoryMark | None = None,
+) -> None:
+    """``CREATE OR REPLACE`` ``table`` with ``df``'s rows, in one transaction (all or nothing), with the ledger's
+    high-water ``mark`` (the warehouse only, never the mirror: :func:`write_ledger_mark`).
 
     The new table's comment names a version of its rows (``version``, else a fresh random one), committed with
     them: the query path identifies the table's data by it (:func:`written_version`) instead of reading every
@@ -721,6 +838,7 @@ def _replace_from_frame(con: duckdb.DuckDBPyConnection, table: str, df: pd.DataF
             ) from None
         con.unregister("_veil_incoming")
         con.execute(f"COMMENT ON TABLE \"{table}\" IS '{VERSION_COMMENT}{token}'")
+        write_ledger_mark(con, mark)
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -1207,9 +1325,12 @@ def _journal_rows(con: duckdb.DuckDBPyConnection) -> list[tuple[str | None, ...]
     return con.execute(f"SELECT token, output, staging, artifact, state, release_id FROM {JOURNAL}").fetchall()
 
 
-def commit_publication(policy: Policy, token: str, release_id: str, *, strict: bool = False) -> None:
+def commit_publication(
+    policy: Policy, token: str, release_id: str, *, strict: bool = False, mark: HistoryMark | None = None
+) -> None:
     """Rename the staged table over its output (or move the staged model file) and mark the journal row
-    committed. Idempotent: a row already committed is left as it is. ``strict`` (the publishing process itself):
+    committed, raising the ledger's high-water ``mark`` (taken after the release was recorded) in the same
+    transaction. Idempotent: a row already committed is left as it is. ``strict`` (the publishing process itself):
     a journal row that is gone is an error, never a silent success."""
     if policy.engine.kind == "spark":
         _spark_publish().commit(policy, token, release_id)
@@ -1233,6 +1354,7 @@ def commit_publication(policy: Policy, token: str, release_id: str, *, strict: b
                 con.execute(f'DROP TABLE IF EXISTS "{output}"')
                 con.execute(f'ALTER TABLE "{staging}" RENAME TO "{output}"')
             con.execute(f"UPDATE {JOURNAL} SET state = 'committed', release_id = ? WHERE token = ?", [release_id, token])
+            write_ledger_mark(con, mark)
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from veil.errors import InternalError, PublicationRefused
+from veil.errors import InputError, InternalError, PublicationRefused
 from veil.generators.publication import ColumnProtection, Plan, Publication
 from veil.generators.registry import PublishPlugin, RunEnv, register_plugin
 
@@ -63,7 +63,15 @@ class KAnonPlugin(PublishPlugin):
         som_neurons = [int(v) for v in request.get("som_neurons") or (100, 300, 10)]
         if som_columns:
             neuron_candidates(*som_neurons)  # bounded, typed, before the data is read (s27 A9)
-        # (α, k)-anonymity's α, checked before anything is read (red team s20b F4: classes diverse by construction)
+        # (α, k)-anonymity's α, checked before anything is read (red team s20b F4: classes diverse by construction);
+        # it bounds the sensitive columns only: given without any it would be silently ignored (review s21)
+        if request.get("max_share") is not None and not sensitive:
+            raise InputError(
+                f"--max-share {request['max_share']!r} bounds each class's share of a --sensitive column's value, and "
+                "no --sensitive column is named: it would have no effect",
+                hint="Name the sensitive columns with --sensitive (published unchanged, every class diverse), or drop "
+                "--max-share",
+            )
         max_share = check_max_share(request.get("max_share", DEFAULT_MAX_SHARE))
         # a request's seed is checked (typed) but reaches no draw and is not recorded: the random cluster seeds and the
         # row order come from the OS CSPRNG (red team s66 F1); `veil publish kanon --seed` is refused
