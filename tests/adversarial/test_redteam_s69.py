@@ -14,9 +14,17 @@
   50 training rows copied verbatim among 5,000 fresh rows (56 exact copies in all, 55 or 56 of them training rows)
   pass, 3 of 3 seeds. Red team s66 listed "DCR exact-copy counting catches verbatim copies once chance matches are
   few" as holding; the docs say "copies in numbers are refused". 50 people's full rows are then public.
+* F3 (LOW-MEDIUM) a warehouse written before the binding (every warehouse at the upgrade to session 21) that shows
+  Veil's history is refused only a ledger "that holds no record at all": another warehouse's ledger (one table write)
+  is accepted and bound for good, and the warehouse's own history is forgotten: a second noise addition of the same
+  people is published and raw rows overwrite its published table (s66 F7's attack, through a non-empty ledger;
+  not X2, a stale copy of the same ledger).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -110,3 +118,71 @@ def test_f2_fifty_verbatim_training_rows_are_refused(seed: int) -> None:
     synthetic = synthetic.sample(frac=1, random_state=seed).reset_index(drop=True)
     report = dcr_check(synthetic, train, holdout, rng=np.random.default_rng(seed))
     assert not report.passed, f"50 verbatim training rows passed the DCR check: {report}"
+
+
+# ==================================================================================================
+# F3: a warehouse written before the binding binds to any ledger that holds some record (another warehouse's)
+# ==================================================================================================
+
+_COLUMNS = 'age = { type = "int", lower = 17, upper = 90 }\nincome = { type = "float", lower = 0, upper = 200000 }\n'
+
+
+def _policy(directory: Path, database: Path, ledger: Path) -> Any:
+    from veil.policy import load_policy
+
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "policy.toml"
+    path.write_text(
+        f'[database]\npath = "{database}"\n[ledger]\npath = "{ledger}"\n'
+        f'[tables.people]\nprivacy_unit = "row"\n[tables.people.columns]\n{_COLUMNS}'
+        f'[tables.other]\nprivacy_unit = "row"\npopulation = "others"\n[tables.other.columns]\n'
+        'x = { type = "int", lower = 0, upper = 9 }\n[analysts.bob]\nepsilon = 2.0\n',
+        encoding="utf-8",
+    )
+    return load_policy(path)
+
+
+@pytest.mark.xfail(strict=True, reason="s69 F3: an unbound warehouse with Veil's history binds to another warehouse's ledger")
+def test_f3_a_warehouse_with_history_refuses_another_warehouses_ledger(tmp_path: Path) -> None:
+    """F3 (LOW-MEDIUM: at the upgrade to session 21, every warehouse is unbound). ``bind_ledger`` refuses to bind a
+    warehouse that shows Veil's history (tables Veil wrote, a publication) to a ledger "that holds no record at all";
+    a ledger that holds *some* record — another warehouse's (staging's, a copied policy's) — is accepted and bound for
+    good. The warehouse's own history (its noise addition of ``people``, the published table ``pub``) is then in
+    neither the binding nor the ledger: a second release without DP guarantee of the same people is published (the
+    s64/s66 F7 differencing), and raw rows overwrite the published table. Deterministic. Measured: both accepted."""
+    import duckdb
+
+    from veil.errors import VeilError
+    from veil.generators.transaction import publish
+    from veil.store import binding
+    from veil.store.warehouse import write_table
+
+    rng = np.random.default_rng(0)
+    people = pd.DataFrame({"age": rng.integers(17, 90, 300), "income": rng.uniform(0, 200000, 300).round(2)})
+    request = {"table": "people", "method": "noise_addition", "columns": ["age", "income"], "params": ["a=0.5"]}
+    own = _policy(tmp_path / "a", tmp_path / "a" / "warehouse.duckdb", tmp_path / "a" / "ledger.sqlite")
+    write_table(own, "people", people)
+    publish(own, "sdc", {**request, "output": "pub"}, progress=False)
+    other = _policy(tmp_path / "b", tmp_path / "b" / "warehouse.duckdb", tmp_path / "b" / "ledger.sqlite")
+    write_table(other, "other", pd.DataFrame({"x": [1, 2, 3]}))  # another warehouse: its ledger has a record
+    # warehouse a as a Veil before session 21 left it: its tables, its publication, no binding table
+    con = duckdb.connect(str(tmp_path / "a" / "warehouse.duckdb"))
+    try:
+        con.execute(f'DROP TABLE "{binding.BINDING_TABLE}"')
+    finally:
+        con.close()
+    binding._BOUND.clear()
+    # the curator's upgraded policy names warehouse a and, by mistake, warehouse b's ledger
+    moved = _policy(tmp_path / "a2", tmp_path / "a" / "warehouse.duckdb", tmp_path / "b" / "ledger.sqlite")
+    accepted = []
+    try:
+        publish(moved, "sdc", {**request, "output": "pub2"}, progress=False)
+        accepted.append("a second noise addition of people")
+    except VeilError:
+        pass
+    try:
+        write_table(moved, "pub", people, replace=True)
+        accepted.append("raw rows over the published table pub")
+    except VeilError:
+        pass
+    assert not accepted, f"warehouse a bound to warehouse b's ledger, which lacks its history: {accepted}"
