@@ -25,6 +25,10 @@ it green (then drop the mark). Deterministic (no randomness decides a verdict): 
   Small values spill: DuckDB alone answers the join of 1,000,000 rows of 1,000 bytes and 500,000 of 2,000 bytes at
   the floor, and fails on 200,000 of 4,000 bytes (the default ``max_length`` of 1,024 four-byte characters): a fix
   must price a join's build row far below the 15 KiB cap (or refuse such joins free).
+* F2 (LOW; a careless curator) review s21 X2 on the query path: a stale copy of the bound ledger (a backup: same
+  identity) is accepted by ``veil.connect`` and gives the analyst's and the table's spent ε back (a query refused with
+  BudgetExhausted on the ledger is answered on the copy). X2's proposed check (a ledger lacking a publication the
+  warehouse holds) cannot see it: an answered query leaves no mark in the warehouse.
 """
 
 from __future__ import annotations
@@ -116,3 +120,56 @@ def test_s68_f1_a_join_within_the_value_cap_ends_the_same_way_whatever_the_rows(
         pytest.fail(f"charged and failed: {exc}")
     except VeilError:
         assert f1_session.budget().spent == spent, "a refusal of the shape must be free"
+
+
+_F2_POLICY = (
+    '[database]\npath = "warehouse.duckdb"\n[ledger]\npath = "ledger.sqlite"\n'
+    '[tables.people]\nprivacy_unit = "row"\nepsilon_total = 1.0\n[tables.people.columns]\n'
+    'age = { type = "int", lower = 17, upper = 90 }\n'
+    "[analysts.bob]\nepsilon = 1.0\n"
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="s68 F2: a stale copy of the bound ledger (same identity) gives an analyst's and a table's spent ε back on "
+    "the query path; queries leave no mark in the warehouse for a publication-based check (review s21 X2) to find",
+)
+def test_s68_f2_a_stale_copy_of_the_ledger_does_not_give_spent_budget_back(tmp_path: Path) -> None:
+    """Review s21 X2 on the query path. The curator keeps a copy of the ledger (a backup, or the "plain file copy"
+    docs/ledger.md allows: same identity), the analyst spends the whole budget (and the table's ``epsilon_total``),
+    and the curator later points ``[ledger] path`` at the copy (restoring the backup). The binding compares identities
+    only: the copy is accepted, and the analyst's and the table's spent ε are back — each restore is another full
+    budget on the same people. X2's proposed fix (a ledger lacking a publication the warehouse holds is refused) does
+    not cover this: an answered query writes nothing to the warehouse. Measured: after a backup at 0.01 spent, a query
+    of ε = 0.5 is answered and the next is refused (BudgetExhausted, 1.01 > 1.0); on the copy the same query is answered
+    (0.5 of the restored budget). Correct: the copy is refused (LedgerMismatch), or the query is (BudgetExhausted)."""
+    import sqlite3
+
+    import pandas as pd
+
+    import veil as veil_api
+    from veil.errors import BudgetExhausted, LedgerMismatch
+    from veil.policy import load_policy
+    from veil.store.warehouse import write_table
+
+    path = tmp_path / "policy.toml"
+    path.write_text(_F2_POLICY, encoding="utf-8")
+    write_table(load_policy(path), "people", pd.DataFrame({"age": list(range(20, 60))}))
+    sql = "SELECT COUNT(*) FROM people WHERE age > 30"
+    with veil_api.connect(path, analyst="bob") as db:
+        db.sql(sql.replace("30", "31"), epsilon=0.01)  # (the ledger and the bounded copy exist)
+    a, b = sqlite3.connect(tmp_path / "ledger.sqlite"), sqlite3.connect(tmp_path / "backup.sqlite")
+    try:
+        a.backup(b)  # the curator's backup: same identity, 0.01 spent
+    finally:
+        a.close()
+        b.close()
+    with veil_api.connect(path, analyst="bob") as db:
+        db.sql(sql.replace("30", "40"), epsilon=0.5)  # 0.51 of 1.0 spent
+        with pytest.raises(BudgetExhausted):
+            db.sql(sql.replace("30", "50"), epsilon=0.5)
+    path.write_text(_F2_POLICY.replace('path = "ledger.sqlite"', 'path = "backup.sqlite"'), encoding="utf-8")
+    with pytest.raises((LedgerMismatch, BudgetExhausted)):
+        with veil_api.connect(path, analyst="bob") as db:
+            db.sql(sql.replace("30", "50"), epsilon=0.5)
