@@ -25,6 +25,9 @@ it green (then drop the mark). Deterministic (no randomness decides a verdict): 
   Small values spill: DuckDB alone answers the join of 1,000,000 rows of 1,000 bytes and 500,000 of 2,000 bytes at
   the floor, and fails on 200,000 of 4,000 bytes (the default ``max_length`` of 1,024 four-byte characters): a fix
   must price a join's build row far below the 15 KiB cap (or refuse such joins free).
+  The analyst need not find large values: a literal column of a derived table over the private rows is carried
+  into the build side too (``test_s68_f1_a_literal_padded_join…``: a default open category of short ASCII values,
+  an 11,000-byte literal, 9,709 rows answered and 9,710 failed after the charge, twice each).
 * F2 (LOW; a careless curator) review s21 X2 on the query path: a stale copy of the bound ledger (a backup: same
   identity) is accepted by ``veil.connect`` and gives the analyst's and the table's spent ε back (a query refused with
   BudgetExhausted on the ledger is answered on the copy). X2's proposed check (a ledger lacking a publication the
@@ -120,6 +123,82 @@ def test_s68_f1_a_join_within_the_value_cap_ends_the_same_way_whatever_the_rows(
         pytest.fail(f"charged and failed: {exc}")
     except VeilError:
         assert f1_session.budget().spent == spent, "a refusal of the shape must be free"
+
+
+#: Rows of the F1 literal-padding world: past the measured edge (9,709 answered, 9,710 failed) with a margin.
+_PAD_ROWS = 12_000
+#: The analyst's padding: a literal column of a derived table over the private rows, carried into the join's build side.
+_PAD = "x" * 11_000
+
+_PAD_POLICY = """\
+[database]
+path = "w.duckdb"
+[ledger]
+path = "l.sqlite"
+[tables.t]
+privacy_unit = "row"
+[tables.t.columns]
+id = { type = "int", lower = 0, upper = 1000000 }
+c = { type = "category" }
+[tables.pub]
+public = true
+[analysts.a]
+epsilon = 1000000
+"""
+
+
+@pytest.fixture(scope="module")
+def pad_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """An exact session over ``_PAD_ROWS`` short ASCII values of a default open category (``v0``, ``v1``, …) joined to
+    a public table (4 rows a key); then the readers at the floor: 256 MiB, 2 threads."""
+    import pandas as pd
+
+    from tests.support.warehouse import policy_with_tables
+    from veil.proxy._testing import exact_session
+    from veil.store import warehouse
+
+    base = Path(tmp_path_factory.mktemp("s68pad"))
+    t = pd.DataFrame({"id": list(range(_PAD_ROWS)), "c": [f"v{i}" for i in range(_PAD_ROWS)]})
+    pub = pd.DataFrame({"k": [i % _PAD_ROWS for i in range(4 * _PAD_ROWS)]})
+    session = exact_session(policy_with_tables(base, _PAD_POLICY, {"t": t}, {"pub": pub}), "a")
+    session.execute("SELECT COUNT(*) FROM t", epsilon=1.0)  # the bounded copy, before the limit is lowered
+    before = (warehouse._CONNECTIONS.memory_mib, warehouse._CONNECTIONS.threads)
+    warehouse.set_reader_threads(warehouse.MIN_READER_THREADS)
+    warehouse.set_reader_memory(warehouse.MIN_READER_MEMORY_MIB)
+    try:
+        yield session
+    finally:
+        warehouse.set_reader_memory(before[0])
+        warehouse.set_reader_threads(before[1])
+        session.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="s68 F1: the analyst's literal column (11,000 bytes) carried into a join's build side fails the charged run "
+    "past a one-row edge at 256 MiB with 2 threads on any data (9,709 rows answered, 9,710 failed)",
+)
+def test_s68_f1_a_literal_padded_join_ends_the_same_way_whatever_the_rows(pad_session: Any) -> None:
+    """F1 without large data: a default open category of short ASCII values (``v0``, ``v1``, …), and the analyst's own
+    11,000-byte literal as a column of a derived table over the private rows, read after the join (priced 4,096 +
+    11,000 + 32 = 15,128 bytes, within the cap). ``… FROM (SELECT id, c, '<11,000 x>' AS z FROM t WHERE id < K) x
+    JOIN pub ON x.id = pub.k WHERE x.c || x.z > CAST(pub.k AS VARCHAR)`` is answered at K = 9,709 and fails after the
+    charge (QueryFailed XX000, OutOfMemory) at K = 9,710, each twice (binary search of 14 probes at ε = 0.001): any
+    private table of ~10,000 rows (at the floor; the edge grows with the memory limit) gives a deterministic bit on
+    whether one more row passes the WHERE. Correct: answered, or the shape refused free."""
+    from veil.errors import QueryFailed, VeilError
+
+    sql = (
+        f"SELECT COUNT(*) FROM (SELECT id, c, '{_PAD}' AS z FROM t) x JOIN pub ON x.id = pub.k "
+        "WHERE x.c || x.z > CAST(pub.k AS VARCHAR)"
+    )
+    spent = pad_session.budget().spent
+    try:
+        pad_session.execute(sql, epsilon=0.001)
+    except QueryFailed as exc:
+        pytest.fail(f"charged and failed: {exc}")
+    except VeilError:
+        assert pad_session.budget().spent == spent, "a refusal of the shape must be free"
 
 
 _F2_POLICY = (
