@@ -28,6 +28,10 @@ it green (then drop the mark). Deterministic (no randomness decides a verdict): 
   The analyst need not find large values: a literal column of a derived table over the private rows is carried
   into the build side too (``test_s68_f1_a_literal_padded_join…``: a default open category of short ASCII values,
   an 11,000-byte literal, 9,709 rows answered and 9,710 failed after the charge, twice each).
+  A public join inside the derived table multiplies the padded rows (each private row brings 20 into the build side,
+  ~220 KB, within the 16 MiB carried-literal bound): 530 private rows answered, 531 failed after the charge
+  (``test_s68_f1_an_amplified_padded_join…``). At the defaults (DuckDB's 80% of memory per connection, or ``veil serve``'s
+  80% / 2 per process) the edge moves up in proportion (~7 GB: ~33,000 private rows at 20×), never away.
 * F2 (LOW; a careless curator) review s21 X2 on the query path: a stale copy of the bound ledger (a backup: same
   identity) is accepted by ``veil.connect`` and gives the analyst's and the table's spent ε back (a query refused with
   BudgetExhausted on the ledger is answered on the copy). X2's proposed check (a ledger lacking a publication the
@@ -199,6 +203,69 @@ def test_s68_f1_a_literal_padded_join_ends_the_same_way_whatever_the_rows(pad_se
         pytest.fail(f"charged and failed: {exc}")
     except VeilError:
         assert pad_session.budget().spent == spent, "a refusal of the shape must be free"
+
+
+#: The amplified world: few private rows, each joined to 20 rows of ``pub`` inside the derived table (so 20 padded
+#: rows of the join's build side), the derived rows joined to 30 rows of ``pub2`` each (the larger side: probed).
+_AMP_ROWS, _AMP_INNER, _AMP_OUTER = 1_000, 20, 30
+
+
+@pytest.fixture(scope="module")
+def amp_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """An exact session over ``_AMP_ROWS`` short ASCII values, ``pub`` (20 rows a key) and ``pub2`` (30 rows a key);
+    then the readers at the floor: 256 MiB, 2 threads."""
+    import pandas as pd
+
+    from tests.support.warehouse import policy_with_tables
+    from veil.proxy._testing import exact_session
+    from veil.store import warehouse
+
+    base = Path(tmp_path_factory.mktemp("s68amp"))
+    n = _AMP_ROWS
+    t = pd.DataFrame({"id": list(range(n)), "c": [f"v{i}" for i in range(n)]})
+    public = {
+        "pub": pd.DataFrame({"k": [i % n for i in range(_AMP_INNER * n)]}),
+        "pub2": pd.DataFrame({"k": [i % n for i in range(_AMP_OUTER * n)]}),
+    }
+    policy = _PAD_POLICY.replace("[tables.pub]", "[tables.pub2]\npublic = true\n[tables.pub]")
+    session = exact_session(policy_with_tables(base, policy, {"t": t}, public), "a")
+    session.execute("SELECT COUNT(*) FROM t", epsilon=1.0)  # the bounded copy, before the limit is lowered
+    before = (warehouse._CONNECTIONS.memory_mib, warehouse._CONNECTIONS.threads)
+    warehouse.set_reader_threads(warehouse.MIN_READER_THREADS)
+    warehouse.set_reader_memory(warehouse.MIN_READER_MEMORY_MIB)
+    try:
+        yield session
+    finally:
+        warehouse.set_reader_memory(before[0])
+        warehouse.set_reader_threads(before[1])
+        session.close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="s68 F1: padded rows multiplied by a public join inside a derived table: a charged run over ~530 private "
+    "rows fails past a one-row edge at 256 MiB with 2 threads (530 answered, 531 failed)",
+)
+def test_s68_f1_an_amplified_padded_join_ends_the_same_way_whatever_the_rows(amp_session: Any) -> None:
+    """F1 amplified: the derived table joins each private row to 20 public rows and pads each with the 11,000-byte
+    literal (per private row 20 × 30 joined rows × 22,000 literal bytes = 13.2 MB, under the 16 MiB carried-literal
+    bound), so one person brings 20 padded rows (~220 KB) into the outer join's build side. ``WHERE t.id < K`` in the
+    derived table: answered at K = 530, failed after the charge at K = 531, twice each (K = 300 answered; 600 and 1,000
+    failed; 1,500 answered again: the join order turned, itself a function of the private row count). Correct:
+    answered, or the shape refused free."""
+    from veil.errors import QueryFailed, VeilError
+
+    sql = (
+        f"SELECT COUNT(*) FROM (SELECT t.id, t.c, '{_PAD}' AS z FROM t JOIN pub ON t.id = pub.k) x "
+        "JOIN pub2 ON x.id = pub2.k WHERE x.c || x.z > CAST(pub2.k AS VARCHAR)"
+    )
+    spent = amp_session.budget().spent
+    try:
+        amp_session.execute(sql, epsilon=0.001)
+    except QueryFailed as exc:
+        pytest.fail(f"charged and failed: {exc}")
+    except VeilError:
+        assert amp_session.budget().spent == spent, "a refusal of the shape must be free"
 
 
 _F2_POLICY = (
