@@ -32,6 +32,11 @@ it green (then drop the mark). Deterministic (no randomness decides a verdict): 
   ~220 KB, within the 16 MiB carried-literal bound): 530 private rows answered, 531 failed after the charge
   (``test_s68_f1_an_amplified_padded_join…``). At the defaults (DuckDB's 80% of memory per connection, or ``veil serve``'s
   80% / 2 per process) the edge moves up in proportion (~7 GB: ~33,000 private rows at 20×), never away.
+  Membership, measured (1,500-row world): calibrate K on ids nobody has (``WHERE t.id < K OR t.id = 999999``, 10
+  probes of ε = 0.001: K = 530), then one query of ε = 0.001 per target, ``WHERE t.id < 530 OR t.id = T``: answered for
+  all 4 absent T (999,999, 888,888, 777,777, 666,666), failed after the charge for 5 of 6 present T (700, 1,100, 1,200,
+  1,300, 1,499; 900 answered): a 0% false-positive, 83% true-positive oracle where ε = 0.001 allows an advantage of
+  about 0.05%.
 * F2 (LOW; a careless curator) review s21 X2 on the query path: a stale copy of the bound ledger (a backup: same
   identity) is accepted by ``veil.connect`` and gives the analyst's and the table's spent ε back (a query refused with
   BudgetExhausted on the ledger is answered on the copy). X2's proposed check (a ledger lacking a publication the
