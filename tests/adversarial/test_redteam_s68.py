@@ -4,7 +4,7 @@ readers of at least two DuckDB threads, the ledger binding).
 Every finding is a strict xfail witness: the test states the property that should hold and fails today; the fix turns
 it green (then drop the mark). Deterministic (no randomness decides a verdict): no false failures.
 
-* F1 (MEDIUM) a join that carries a private text of ~15 KiB (within the 15,360-byte value cap: the join's read columns
+* F1 (HIGH) a join that carries a private text of ~15 KiB (within the 15,360-byte value cap: the join's read columns
   together, ``expansion.largest_text_value``) into a GROUP BY fails after the charge (QueryFailed XX000, DuckDB
   OutOfMemory) past an edge one row crosses, at the readers' floor (256 MiB) with **2** threads, the regime review s21
   X4's fix relies on ("with 2 or 4 threads every shape tried spilled"). Measured on this host: ``SELECT t.c, COUNT(*)
@@ -108,7 +108,7 @@ def f1_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.mark.slow
 @pytest.mark.xfail(
     strict=True,
-    reason="s68 F1: a join carrying a 15 KiB private text into a GROUP BY fails after the charge past a one-row edge "
+    reason="s68 F1: a join carrying a 15 KiB private text fails after the charge past a one-row edge "
     "at 256 MiB with 2 threads (15,426 answered, 15,427 failed)",
 )
 @pytest.mark.parametrize(
