@@ -167,7 +167,7 @@ def _policy(directory: Path, database: Path, ledger: Path) -> Any:
     return load_policy(path)
 
 
-@pytest.mark.xfail(strict=True, reason="s69 F3: an unbound warehouse with Veil's history binds to another warehouse's ledger")
+
 def test_f3_a_warehouse_with_history_refuses_another_warehouses_ledger(tmp_path: Path) -> None:
     """F3 (LOW-MEDIUM: at the upgrade to session 21, every warehouse is unbound). ``bind_ledger`` refuses to bind a
     warehouse that shows Veil's history (tables Veil wrote, a publication) to a ledger "that holds no record at all";
