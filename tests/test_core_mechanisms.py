@@ -279,18 +279,18 @@ def _opendp_float_lattice(scale: float, k: int, n: int):  # type: ignore[no-unty
 @given(
     xs=st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=20),
     halves=st.lists(st.integers(-(2**20), 2**20), min_size=1, max_size=10),
-    k=st.integers(-1074, 1000),
+    k=st.integers(-994, 1000),  # OpenDP's smallest scale, 2^-1074, is then 2^-80 of the lattice or less
 )
 @settings(max_examples=150, deadline=None)
 def test_the_exact_addition_rounds_onto_the_lattice_as_opendp(xs: list[float], halves: list[int], k: int) -> None:
     """``lattice_add`` with no noise rounds each value to the lattice of 2^k exactly as OpenDP's float Laplace on that
-    lattice does (OpenDP at a scale so small that its noise is 0 but with probability below 10^-10^20): values and
-    exact half-way points (ties), negative ones, subnormals and the largest doubles alike."""
+    lattice does (OpenDP at a scale 2^-80 of the lattice, so that its noise is 0 but with probability below
+    2·exp(-2^80)): values and exact half-way points (ties), negative ones, subnormals and the largest doubles alike."""
     from veil.mechanisms.noise import lattice_add
 
     ties = [h * 2.0**k / 2 for h in halves if math.isfinite(h * 2.0**k / 2)]
     x = np.array(xs + ties, dtype=np.float64)
-    tiny = 2.0 ** (k - 80) if k - 80 >= -1074 else 2.0**-1074
+    tiny = 2.0 ** (k - 80)  # integer noise of scale 2^-80: not 0 with probability below 2·exp(-2^80)
     opendp = _opendp_float_lattice(tiny, k, x.size)(x)
     ours = lattice_add(x, np.zeros(x.size, dtype=np.int64), k)
     assert np.array_equal(ours, opendp) and np.array_equal(np.signbit(ours), np.signbit(opendp))
