@@ -610,6 +610,24 @@ def main() -> None:
             "target is met at the default `--workers` with `--processes 2`; one process stays near one core's worth "
             "(225–230 through the wire).",
             "",
+            "2026-11-28, session 22: does the DuckDB thread floor of 2 (session 21, `warehouse.MIN_READER_THREADS`: with "
+            "`--processes 2` on 2 cores each process now runs 2 DuckDB threads where it ran 1) cost throughput? Measured "
+            "on a heavily loaded host (six agents, test suites and Spark JVMs; 1-minute load 2.3 rising to 15 in the "
+            "first series and 10–26 in the second), so the absolute rates are a third to a tenth of the quiet-host "
+            "table's and the comparison is round by round, each setup in turn in the same minutes, `--processes 2`, one "
+            "round each: the session-19 code (beb58e8, the table's), main at e9847fd (floor 2), and main with the floor "
+            "set back to 1 (a bench-only copy; the floor itself stays). First series, answers/s (server CPU ms per "
+            "answer): s19 137, 112, 63 (7.55, 7.56, 8.70); main 158, 145, 71 (6.92, 5.72, 7.36); main with 1 thread 160, "
+            "139, 42 (6.80, 6.89, 7.99). Second series, with this session's noise change (b42f96d): main 91, 56, 44 "
+            "(6.66, 8.79, 9.19); this code 94, 40, 32 (6.58, 8.53, 7.53); main with 1 thread 82, 45, 52 (6.74, 7.01, "
+            "7.88). No regression from the floor shows: main beside its 1-thread copy is ahead in four rounds of six, and "
+            "main beside the s19 code ahead in all three, with less CPU per answer. That is what the statement predicts: "
+            "the aggregate reads a 10,000-row table, one DuckDB row group, so a second DuckDB thread has no work in it "
+            "and only waits. Whether the rate is still ≥ 300/s on a quiet host was not measurable this session (no quiet "
+            "minutes); nothing in these rounds points to a change against the 350–370/s of session 19."
+            " This session's final code (41f004d) beside main, two rounds each in turn at load 14–19: 135 and 95 "
+            "answers/s (7.07, 8.75 ms) against 126 and 119 (7.95, 7.42 ms), within the rounds' spread.",
+            "",
             "### Isolation: one client's cheap query while another sends pathological ones",
             "",
             f"`{CHEAP}` (cached after its first answer) repeated for {args.isolation_seconds:g} s by one client, "

@@ -25,6 +25,8 @@ from veil.mechanisms import (
     discrete_laplace_draw,
     laplace,
     laplace_ci_halfwidth,
+    laplace_fixed,
+    laplace_lattice_draw,
     randomized_response,
     report_noisy_max,
 )
@@ -222,3 +224,96 @@ def test_discrete_laplace_drawn_ahead_has_the_right_law(shift: int) -> None:
     assert _chi2_dlap(sample, 2.0) > ALPHA
     assert _chi2_dlap(sample, 1.4) < ALPHA
     assert _chi2_dlap(sample, 2.6) < ALPHA
+
+
+@pytest.mark.parametrize(("scale", "sensitivity", "shift"), [(3.0, 1.0, 0.0), (2e8, 1e7, 1.2345e11)])
+def test_real_noise_drawn_ahead_has_the_right_law(scale: float, sensitivity: float, shift: float) -> None:
+    """Real noise drawn before its values (OpenDP's i64 discrete Laplace at 0 on the fixed lattice, added in exact
+    arithmetic afterwards, ``laplace_lattice_draw``) has Laplace's law at its scale, on a value away from 0 too;
+    and so has the same mechanism drawn with the values (``laplace_fixed``, OpenDP's measurement)."""
+    values = np.full(N, shift)
+    draw = laplace_lattice_draw(N, scale=scale, sensitivity=sensitivity)
+    assert draw is not None
+    ahead = draw.add(values) - shift
+    now = laplace_fixed(values, scale=scale, sensitivity=sensitivity) - shift
+    for sample in (ahead, now):
+        assert _ks_laplace(sample, scale) > ALPHA
+        for wrong in (0.7 * scale, 1.3 * scale):
+            assert _ks_laplace(sample, wrong) < ALPHA, f"KS did not detect scale {wrong} vs {scale}"
+    # the two ways are one law (two-sample KS at α; a draw at the wrong scale is told apart)
+    assert stats.ks_2samp(ahead, now).pvalue > ALPHA
+    assert stats.ks_2samp(ahead * 1.3, now).pvalue < ALPHA
+
+
+@given(
+    scale=st.floats(1e-300, 1e300),
+    sensitivity=st.floats(1e-300, 1e300),
+    n=st.integers(1, 2**24 + 1),
+)
+@settings(max_examples=80, deadline=None)
+def test_the_fixed_lattice_never_loses_more_than_charged(scale: float, sensitivity: float, n: int) -> None:
+    """OpenDP's own privacy map of the fixed-lattice measurement stays within Δ/scale (or it is not used), and its
+    integer noise's scale is the one the i64 sampler draws at, in [2^50, 2^51)."""
+    from veil.mechanisms.noise import fixed_lattice
+
+    lattice = fixed_lattice(scale, sensitivity, n)
+    if lattice is not None:
+        raised = scale * (1.0 + 2.0**-30)
+        assert Fraction(lattice.t) == Fraction(raised) / Fraction(2) ** lattice.k and 2.0**50 <= lattice.t < 2.0**51
+        assert lattice.measurement.map(sensitivity) <= sensitivity / scale
+        assert lattice.measurement.map(2 * sensitivity) <= 2 * sensitivity / scale
+
+
+def _opendp_float_lattice(scale: float, k: int, n: int):  # type: ignore[no-untyped-def]
+    import opendp.measurements as dp_m
+    from opendp.domains import atom_domain, vector_domain
+    from opendp.metrics import l1_distance
+
+    from veil.mechanisms._opendp_call import vector_call
+
+    return vector_call(
+        dp_m.make_laplace(vector_domain(atom_domain(T=float, nan=False), size=n), l1_distance(T=float), scale=scale, k=k)
+    )
+
+
+@given(
+    xs=st.lists(st.floats(allow_nan=False, allow_infinity=False), min_size=1, max_size=20),
+    halves=st.lists(st.integers(-(2**20), 2**20), min_size=1, max_size=10),
+    k=st.integers(-994, 1000),  # OpenDP's smallest scale, 2^-1074, is then 2^-80 of the lattice or less
+)
+@settings(max_examples=150, deadline=None)
+def test_the_exact_addition_rounds_onto_the_lattice_as_opendp(xs: list[float], halves: list[int], k: int) -> None:
+    """``lattice_add`` with no noise rounds each value to the lattice of 2^k exactly as OpenDP's float Laplace on that
+    lattice does (OpenDP at a scale 2^-80 of the lattice, so that its noise is 0 but with probability below
+    2·exp(-2^80)): values and exact half-way points (ties), negative ones, subnormals and the largest doubles alike."""
+    from veil.mechanisms.noise import lattice_add
+
+    ties = [h * 2.0**k / 2 for h in halves if math.isfinite(h * 2.0**k / 2)]
+    x = np.array(xs + ties, dtype=np.float64)
+    tiny = 2.0 ** (k - 80)  # integer noise of scale 2^-80: not 0 with probability below 2·exp(-2^80)
+    opendp = _opendp_float_lattice(tiny, k, x.size)(x)
+    ours = lattice_add(x, np.zeros(x.size, dtype=np.int64), k)
+    assert np.array_equal(ours, opendp) and np.array_equal(np.signbit(ours), np.signbit(opendp))
+
+
+def test_the_exact_addition_rounds_the_sum_to_even_as_opendp() -> None:
+    """With noise, the lattice point 2^k·(i + z) is rounded to a double as OpenDP rounds it (nearest, ties to even):
+    at x = ±2^53 on the lattice of 1 the points 2^53 + 1 and 2^53 + 3 are ties. Checked exactly on the ties, and
+    as a law: OpenDP's own release at scale ½ against ``lattice_add`` with OpenDP's i64 noise at ½ (chi-square of the
+    offsets, α = STAT_ALPHA; rounding ties away from zero instead moves ~10% of the mass and is rejected)."""
+    from veil.mechanisms.noise import _discrete_laplace_call, lattice_add
+
+    top = 2.0**53
+    assert lattice_add(np.array([top, top, -top]), np.array([1, 3, -1]), 0).tolist() == [top, top + 4, -top]
+    n = 20_000
+    z = _discrete_laplace_call(0.5)(np.zeros(n, dtype=np.int64))
+    ours = lattice_add(np.full(n, top), z, 0) - top
+    theirs = _opendp_float_lattice(0.5, 0, n)(np.full(n, top)) - top
+    away = np.where((z > 0) & (z % 2 == 1), z + 1, z).astype(np.float64)  # ties away from zero, the same draws
+    cats = np.array([-4.0, -3.0, -2.0, -1.0, 0.0, 2.0, 4.0])
+
+    def table(a: np.ndarray) -> np.ndarray:
+        return np.array([np.sum(np.clip(a, -4, 4) == c) for c in cats]) + 1
+
+    assert stats.chi2_contingency(np.stack([table(ours), table(theirs)]))[1] > ALPHA
+    assert stats.chi2_contingency(np.stack([table(away), table(theirs)]))[1] < ALPHA

@@ -1,9 +1,12 @@
-"""Integer noise drawn while the engine runs (add_noise.draw_ahead): the same answers as noise drawn with the values.
+"""Noise drawn while the engine runs (add_noise.draw_ahead): the same answers as noise drawn with the values.
 
-The draw is OpenDP's discrete-Laplace sampler at 0, added exactly afterwards (its law: tests/test_core_mechanisms.py,
-``test_discrete_laplace_drawn_ahead_has_the_right_law``). Here the samplers are replaced by deterministic ones that
-add a known noise per position, so a query answered with its counts' noise drawn ahead must equal, cell for cell,
-the same query answered with the noise drawn with the values; and a draw is used by its own query only.
+An integer draw is OpenDP's discrete-Laplace sampler at 0, added exactly afterwards (its law:
+tests/test_core_mechanisms.py, ``test_discrete_laplace_drawn_ahead_has_the_right_law``); a real one is OpenDP's i64
+discrete Laplace at 0 on the fixed lattice, put on the values in exact arithmetic (``mechanisms.LaplaceLatticeDraw``;
+its law and its equality with OpenDP's float Laplace on that lattice: ``test_real_noise_drawn_ahead_has_the_right_law``,
+``test_the_exact_addition_rounds_*``). Here the samplers are replaced by deterministic ones that add a known noise
+per position, so a query answered with its noise drawn ahead must equal, cell for cell, the same query answered with
+the noise drawn with the values; and a draw is used by its own query only.
 """
 
 from __future__ import annotations
@@ -24,15 +27,17 @@ from veil.policy import Policy
 from veil.proxy import add_noise, pipeline
 from veil.proxy.session import QuerySession
 
-#: (query, drawn ahead): counts over a declared domain (sex) or without keys are drawn ahead; partition selection
-#: (state has no declared values) draws its counts with the values
+#: (query, integer noise drawn ahead, real noise drawn ahead): statistics over a declared domain (sex) or without keys
+#: are drawn ahead; partition selection (state has no declared values) draws its noise with the values
 QUERIES = [
-    ("SELECT COUNT(*) FROM people WHERE age >= {b}", True),
-    ("SELECT sex, COUNT(*) FROM people WHERE age >= {b} GROUP BY sex", True),
-    ("SELECT sex, COUNT(*), AVG(income), SUM(age) FROM people WHERE income >= {b} GROUP BY sex", True),
-    ("SELECT sex, COUNT(*), COUNT(income) FROM people WHERE age < {b} + 60 GROUP BY sex", True),
-    ("SELECT AVG(income) FROM people WHERE age >= {b}", True),
-    ("SELECT state, COUNT(*) FROM people WHERE age >= {b} GROUP BY state", False),
+    ("SELECT COUNT(*) FROM people WHERE age >= {b}", True, False),
+    ("SELECT sex, COUNT(*) FROM people WHERE age >= {b} GROUP BY sex", True, False),
+    ("SELECT sex, COUNT(*), AVG(income), SUM(age) FROM people WHERE income >= {b} GROUP BY sex", True, True),
+    ("SELECT sex, COUNT(*), COUNT(income) FROM people WHERE age < {b} + 60 GROUP BY sex", True, False),
+    ("SELECT AVG(income) FROM people WHERE age >= {b}", True, True),
+    ("SELECT SUM(income) FROM people WHERE age >= {b}", False, True),
+    ("SELECT state, COUNT(*) FROM people WHERE age >= {b} GROUP BY state", False, False),
+    ("SELECT state, COUNT(*), AVG(income) FROM people WHERE age >= {b} GROUP BY state", False, False),
 ]
 
 
@@ -59,13 +64,21 @@ def worlds(tmp_path_factory: pytest.TempPathFactory) -> tuple[Policy, Policy]:
     return make_proxy_policy(tmp_path_factory.mktemp("ahead")), make_proxy_policy(tmp_path_factory.mktemp("inline"))
 
 
+def _fake_fixed(values: Any, *, scale: float, sensitivity: float) -> np.ndarray:
+    # the fixed lattice's mechanism drawn with the values, with the integer noise the fake sampler gives a draw
+    lattice = mechanisms.fixed_lattice(scale, sensitivity, len(values))
+    assert lattice is not None
+    return noise_mod.lattice_add(np.asarray(values), _fake_int(lattice.t)(np.zeros(len(values), dtype=np.int64)), lattice.k)
+
+
 @pytest.fixture
 def spies(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[Any]]]:
-    seen: dict[str, list[Any]] = {"drawn": [], "added": []}
+    seen: dict[str, list[Any]] = {"drawn": [], "added": [], "real drawn": [], "real added": [], "real now": []}
     monkeypatch.setattr(noise_mod, "_discrete_laplace_call", _fake_int)
     monkeypatch.setattr(noise_mod, "_laplace_call", _fake_float)
     monkeypatch.setattr(add_noise, "_pool", lambda: _Now())
     real_draw, real_add = mechanisms.discrete_laplace_draw, noise_mod.DiscreteLaplaceDraw.add
+    real_lattice_draw, real_lattice_add = mechanisms.laplace_lattice_draw, noise_mod.LaplaceLatticeDraw.add
 
     def draw(n: int, *, scale: float) -> Any:
         d = real_draw(n, scale=scale)
@@ -76,23 +89,48 @@ def spies(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[Any]]]:
         seen["added"].append(self)
         return real_add(self, values)
 
+    def lattice_draw(n: int, *, scale: float, sensitivity: float) -> Any:
+        d = real_lattice_draw(n, scale=scale, sensitivity=sensitivity)
+        seen["real drawn"].append(d)
+        return d
+
+    def lattice_add(self: Any, values: Any) -> np.ndarray:
+        seen["real added"].append(self)
+        return real_lattice_add(self, values)
+
+    def fixed_now(values: Any, *, scale: float, sensitivity: float) -> np.ndarray:
+        seen["real now"].append(scale)
+        return _fake_fixed(values, scale=scale, sensitivity=sensitivity)
+
     monkeypatch.setattr(mechanisms, "discrete_laplace_draw", draw)
     monkeypatch.setattr(noise_mod.DiscreteLaplaceDraw, "add", add)
+    monkeypatch.setattr(mechanisms, "laplace_lattice_draw", lattice_draw)
+    monkeypatch.setattr(noise_mod.LaplaceLatticeDraw, "add", lattice_add)
+    monkeypatch.setattr(mechanisms, "laplace_fixed", fixed_now)
     yield seen
 
 
-@pytest.mark.parametrize(("sql", "ahead"), QUERIES, ids=[q for q, _ in QUERIES])
+@pytest.mark.parametrize(("sql", "ahead", "real"), QUERIES, ids=[q for q, _, _ in QUERIES])
 @pytest.mark.parametrize("b", [20, 45])
 def test_answers_equal_noise_drawn_with_the_values(
-    worlds: tuple[Policy, Policy], spies: dict[str, list[Any]], monkeypatch: pytest.MonkeyPatch, sql: str, ahead: bool, b: int
+    worlds: tuple[Policy, Policy],
+    spies: dict[str, list[Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    sql: str,
+    ahead: bool,
+    real: bool,
+    b: int,
 ) -> None:
     with QuerySession(worlds[0], "alice") as s:
         drawn = s.execute(sql.format(b=b))
     assert bool(spies["added"]) == ahead
     assert spies["added"] == spies["drawn"], "each draw is added once, by the query that drew it"
+    assert bool(spies["real added"]) == real and not spies["real now"]
+    assert spies["real added"] == spies["real drawn"], "each real draw is added once, by the query that drew it"
     monkeypatch.setattr(pipeline, "draw_ahead", lambda *a, **k: None)
     with QuerySession(worlds[1], "alice") as s:
         inline = s.execute(sql.format(b=b))
+    assert bool(spies["real now"]) == real, "drawn with the values, on the same lattice"
     assert (drawn.columns, drawn.rows, drawn.ci95) == (inline.columns, inline.rows, inline.ci95)
     assert not drawn.cached and not inline.cached
 

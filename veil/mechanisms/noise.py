@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
 from typing import Any
@@ -38,14 +39,20 @@ enable_features("contrib")
 
 __all__ = [
     "DiscreteLaplaceDraw",
+    "FixedLattice",
+    "LaplaceLatticeDraw",
     "discrete_laplace",
     "discrete_laplace_ci_halfwidth",
     "discrete_laplace_draw",
     "exponential",
+    "fixed_lattice",
     "gaussian",
     "keep_probability",
     "laplace",
     "laplace_ci_halfwidth",
+    "laplace_fixed",
+    "laplace_lattice_draw",
+    "lattice_add",
     "noisy_max_scale",
     "randomized_response",
     "report_noisy_max",
@@ -239,6 +246,132 @@ def discrete_laplace_draw(n: int, *, scale: float) -> DiscreteLaplaceDraw | None
     if n <= 0 or s == 0 or s > DRAW_AHEAD_MAX_SCALE:
         return None
     return DiscreteLaplaceDraw(n, s)
+
+
+#: :func:`fixed_lattice` puts the integer noise's scale in [2^50, 2^51): OpenDP's i64 sampler then saturates a draw
+#: (|noise| ≥ 2⁶³ − 1) with probability below exp(−2¹²) per value.
+_FIXED_LATTICE_SCALE_BITS = 50
+#: At most this many values in one :func:`fixed_lattice` call (more are drawn on :func:`laplace`'s lattice).
+_FIXED_LATTICE_MAX_VALUES = 2**24
+
+
+@dataclass(frozen=True)
+class FixedLattice:
+    """:func:`fixed_lattice`'s mechanism: OpenDP's float Laplace on the lattice of ``2**k`` (``measurement``, and
+    ``release`` to call it on a NumPy vector), whose integer noise has the scale ``t``."""
+
+    k: int
+    t: float
+    measurement: Any
+    release: Any
+
+
+@lru_cache(maxsize=256)
+def fixed_lattice(scale: float, sensitivity: float, n: int) -> FixedLattice | None:
+    """The lattice Laplace of ``n`` values at ``scale`` whose noise can be drawn before the values, or None where it
+    is not defined (the caller draws on :func:`laplace`'s lattice).
+
+    OpenDP's float Laplace on the lattice of ``2**k`` (``make_laplace(..., k=k)``) rounds each value to the nearest
+    multiple of ``2**k`` (ties up), adds discrete-Laplace noise of scale ``t = scale' · 2**-k`` to the integer
+    (``scale'`` = ``scale`` raised by ``1 + 2**-30``, as :func:`_lattice_laplace`), and rounds ``2**k`` times the sum
+    to the nearest double (ties to even). Here ``k`` = ⌊log₂ scale'⌋ − 50, so ``t`` lies in [2^50, 2^51) and
+    the integer noise is OpenDP's i64 discrete Laplace at the double ``t`` (the very rational scale the float
+    mechanism samples at): :class:`LaplaceLatticeDraw` draws it ahead and adds it in exact arithmetic, which is
+    that mechanism, output for output. ``k`` depends on ``scale`` alone; ``n`` only decides whether the lattice is
+    fine enough, which OpenDP's privacy map of the mechanism for ``n`` values checks against ``sensitivity / scale``
+    — so use this only where ``n`` is fixed by the query and the policy (``n`` values always, whatever the data).
+    ``release`` calls OpenDP's own measurement of that mechanism, to draw with the values instead.
+    """
+    raised = scale * (1.0 + 2.0**-_SCALE_BITS)
+    if not (math.isfinite(raised) and raised > 0 and sensitivity > 0 and 0 < n <= _FIXED_LATTICE_MAX_VALUES):
+        return None
+    k = math.frexp(raised)[1] - 1 - _FIXED_LATTICE_SCALE_BITS  # ⌊log₂ raised⌋ − 50, exactly
+    if k < -1074:  # OpenDP's finest lattice
+        return None
+    t = math.ldexp(raised, -k)  # exact: a power-of-two scaling into [2^50, 2^51)
+    if not 2.0**_FIXED_LATTICE_SCALE_BITS <= t < 2.0 ** (_FIXED_LATTICE_SCALE_BITS + 1):
+        raise InternalError(f"the fixed lattice's integer scale {t} is outside [2^50, 2^51)")
+    m = dp_m.make_laplace(vector_domain(atom_domain(T=float, nan=False), size=n), l1_distance(T=float), scale=raised, k=k)
+    if not m.map(sensitivity) <= sensitivity / scale:
+        return None  # too many values for this lattice at this sensitivity: drawn on laplace()'s lattice
+    return FixedLattice(k, t, m, vector_call(m))
+
+
+def lattice_add(values: np.ndarray, noise: np.ndarray, k: int) -> np.ndarray:
+    """``2**k · (round(values / 2**k) + noise)`` to the nearest doubles, in exact arithmetic (Python integers): OpenDP's
+    float Laplace on the lattice of ``2**k`` given its integer noise — each value rounded to the nearest multiple of
+    ``2**k``, ties up; the sum rounded to the nearest double, ties to even, ±inf past the largest. ``values``:
+    finite doubles. (~0.7 µs a value; NumPy's small-array calls cost more.)"""
+    x = np.asarray(values, dtype=np.float64)
+    z = np.asarray(noise, dtype=np.int64)
+    if x.shape != z.shape or x.ndim != 1:
+        raise InternalError(f"lattice_add takes two vectors of one length, got {x.shape} and {z.shape}")
+    out = []
+    for xi, zi in zip(x.tolist(), z.tolist(), strict=True):
+        num, den = xi.as_integer_ratio()  # den is a power of two
+        if k >= 0:
+            den <<= k
+        else:
+            num <<= -k
+        v = ((2 * num + den) >> den.bit_length()) + zi  # den = 2**(b − 1): ⌊num/den + ½⌋ = (2·num + den) >> b
+        try:
+            out.append(float(v << k) if k >= 0 else v / (1 << -k))  # int → float and int / int round correctly
+        except OverflowError:
+            out.append(math.copysign(math.inf, v))
+    return np.array(out, dtype=np.float64)
+
+
+class LaplaceLatticeDraw:
+    """The integer noise of :func:`fixed_lattice`'s mechanism for ``n`` values, drawn before the values exist.
+
+    OpenDP's i64 discrete-Laplace sampler at 0 and scale ``t`` on the OS CSPRNG (the integer noise OpenDP's float
+    Laplace on that lattice draws inside; it saturates only with probability below exp(−2¹²) a value);
+    :meth:`add` puts it on the values in exact arithmetic (:func:`lattice_add`), so ``draw.add(x)`` is that
+    mechanism's release on ``x`` — no floating-point step sees both a value and its noise. A draw is added once.
+    """
+
+    __slots__ = ("_k", "_lock", "_noise", "n", "scale", "sensitivity")
+
+    def __init__(self, n: int, scale: float, sensitivity: float) -> None:
+        lattice = fixed_lattice(scale, sensitivity, n)
+        if lattice is None:
+            raise InternalError(f"no fixed lattice for {n} values at scale {scale}, sensitivity {sensitivity}")
+        self.n, self.scale, self.sensitivity = n, scale, sensitivity
+        self._k = lattice.k
+        self._noise: np.ndarray | None = _discrete_laplace_call(lattice.t)(np.zeros(n, dtype=np.int64))
+        self._lock = threading.Lock()
+
+    def add(self, values: ArrayLike) -> np.ndarray:
+        """``values`` (``n`` finite doubles) released with this draw's noise; the draw is spent."""
+        with self._lock:
+            noise, self._noise = self._noise, None
+        if noise is None:
+            raise InternalError("a drawn-ahead noise vector was used twice")
+        arr = _as_float_array(values)
+        if arr.shape != (self.n,):
+            raise InternalError(f"a drawn-ahead noise vector of {self.n} values was added to {arr.shape}")
+        return lattice_add(arr, noise, self._k)
+
+
+def laplace_lattice_draw(n: int, *, scale: float, sensitivity: float) -> LaplaceLatticeDraw | None:
+    """Laplace noise of ``scale`` for ``n`` real values to be added later (:class:`LaplaceLatticeDraw`), or None
+    where :func:`fixed_lattice` has no lattice for them (or the scale is 0)."""
+    s, d = _check_scale(scale), _check_scale(sensitivity, "sensitivity")
+    if s == 0 or fixed_lattice(s, d, n) is None:
+        return None
+    return LaplaceLatticeDraw(n, s, d)
+
+
+def laplace_fixed(values: ArrayLike, *, scale: float, sensitivity: float) -> np.ndarray:
+    """:func:`fixed_lattice`'s mechanism drawn with the values (OpenDP's own measurement): the law of
+    ``laplace_lattice_draw(len(values), ...).add(values)``, for a draw that was not made ahead. Falls back to
+    :func:`laplace` where there is no such lattice (as the draw then does)."""
+    s, d = _check_scale(scale), _check_scale(sensitivity, "sensitivity")
+    arr = _as_float_array(values)
+    lattice = fixed_lattice(s, d, arr.size) if s > 0 and arr.ndim == 1 and arr.size else None
+    if lattice is None:
+        return laplace(arr, scale=s, sensitivity=d)
+    return lattice.release(arr)
 
 
 def gaussian(values: ArrayLike, *, sigma: float, rng: np.random.Generator | None = None) -> np.ndarray:

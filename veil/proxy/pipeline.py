@@ -429,7 +429,9 @@ def _noise(s: QueryState, env: Env) -> QueryState:
     if s.plan is None or s.raw is None:
         raise InternalError("noise before execute")
     ahead = take_ahead(s.ahead) if len(s.raw.groups) == (len(s.domain) if s.domain is not None else 1) else None
-    out = noised(s.plan, s.raw.raw, s.raw.grids, env.noise, ahead)
+    # the number of groups is fixed by the query and the policy (as for draw_ahead in _execute), whatever was drawn
+    fixed = s.domain is not None or not s.plan.keys
+    out = noised(s.plan, s.raw.raw, s.raw.grids, env.noise, ahead, fixed=fixed)
     return _with(s, noisy=out.values, withheld=out.withheld, ahead=None)
 
 

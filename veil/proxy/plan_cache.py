@@ -75,6 +75,7 @@ from typing import TYPE_CHECKING, Any
 from sqlglot import exp
 from sqlglot.tokens import Token, TokenType
 
+from veil.engines.duckdb import DuckDBEngine
 from veil.engines.neutral import copy_tree, duckdb_text
 from veil.errors import VeilError
 from veil.proxy import fixed_point
@@ -415,8 +416,37 @@ def _left_off_grid(node: exp.Expression) -> bool:
     return isinstance(node, exp.Literal) and PARAM in node.meta and GRID_LEFT in node.meta
 
 
+def _canonical_literal(tree: exp.Expression) -> str:
+    """A literal as the canonical text writes it."""
+    return duckdb_text(tree, normalize=True, comments=False)
+
+
+#: A lifted text that DuckDB's sqlglot dialect writes between single quotes as it is (no quote, no backslash).
+_PLAIN_TEXT = re.compile(r"[A-Za-z0-9 _.,:;!?@#$%&*()+=<>/|~^\[\]{}-]{0,64}")
+
+
+def _verbatim(render: Callable[[exp.Expression], str]) -> bool:
+    """Does ``render`` write a lifted number literal (:data:`_NUMBER`) as its digits and a :data:`_PLAIN_TEXT` text as
+    ``'text'``? True for DuckDB's sqlglot dialect (the canonical text's and :class:`DuckDBEngine`'s renderers, checked
+    against sqlglot by tests/proxy/test_plan_cache_literals.py); any other renderer renders every literal."""
+    if render is _canonical_literal:
+        return True
+    owner = getattr(render, "__self__", None)
+    return type(owner) is DuckDBEngine and getattr(render, "__func__", None) is DuckDBEngine.render and owner.dialect == "duckdb"
+
+
 def _literal_texts(literals: Sequence[exp.Literal], render: Callable[[exp.Expression], str]) -> list[str]:
-    return [render(exp.Literal(this=lit.this, is_string=lit.is_string)) for lit in literals]
+    """Each literal as ``render`` writes it (a hit fills these into its statements and canonical text). A number or
+    a plain text written by a :func:`_verbatim` renderer is spelled directly: sqlglot took ~0.05 ms a literal."""
+    verbatim = _verbatim(render)
+    out = []
+    for lit in literals:
+        value = str(lit.this)
+        if verbatim and (_PLAIN_TEXT.fullmatch(value) if lit.is_string else _NUMBER.fullmatch(value)):
+            out.append(f"'{value}'" if lit.is_string else value)
+        else:
+            out.append(render(exp.Literal(this=lit.this, is_string=lit.is_string)))
+    return out
 
 
 def build(state: QueryState, env: Env, lifted: Lifted) -> Entry | None:
@@ -461,7 +491,7 @@ def _texts(entry: Entry, literals: Sequence[exp.Literal], env: Env) -> tuple[Ren
         markers, values = [*on_grid[0], *markers], [*on_grid[1], *values]
     main = None if entry.main is None else _filled(entry.main, markers, values)
     grids = tuple((sid, _filled(g, markers, values)) for sid, g in entry.grids)
-    canon_values = _literal_texts(literals, lambda t: duckdb_text(t, normalize=True, comments=False))
+    canon_values = _literal_texts(literals, _canonical_literal)
     return Rendered(main, grids), _filled(entry.canonical, entry.markers, canon_values)
 
 
