@@ -21,7 +21,7 @@ copy of a training row left out of the subsample counted as fresh, red team s64 
   distance to its ``k``-th nearest synthetic row (``k`` in :data:`NEIGHBOURS`: 1, 2, 4, 8), under the Gower distance
   and under each distance that weighs one column :data:`DISCOUNT` (a copy with that one value moved, however far, is
   near under it); and the source rows that some synthetic row equals in all columns but at most ``m`` (``m`` = 1, 2,
-  and 3 while the column triples times the rows stay within ``5·10⁸``; numbers compared exactly: a copy with ``m``
+  and 3 while the column triples times the rows stay within ``2·10⁸``; numbers compared exactly: a copy with ``m``
   values redrawn, however far, red team s69 F5). A memorising generator puts its training rows' copies — exact or a
   few values off — at the head of those rankings, holdout rows never; a fresh generator's nearest source rows are
   training rows in proportion ``p``. The ``k``-th neighbour matters in a large table: where chance puts a synthetic row
@@ -110,7 +110,7 @@ DISCOUNT = 1e-3
 #: are matched exactly, through one group coordinate.
 _ONE_HOT_DIMENSIONS = 16
 #: Rows × column triples up to which the agreement sets also look for copies with three columns moved.
-_AGREEMENT_WORK = 500_000_000
+_AGREEMENT_WORK = 200_000_000
 #: A missing number's coordinate (present numbers lie in [0, 1]: a missing and a present number are 1 to 2 apart).
 _MISSING = -1.0
 
@@ -206,11 +206,20 @@ def _spacing(n_num: int, n_onehot: int) -> float:
     return 2.0 * (2.0 * n_num + n_onehot) + 2.0
 
 
-def _group_codes(cat: np.ndarray, columns: list[int]) -> np.ndarray | None:
-    """An integer code per row for its values in ``columns`` together (None without such columns)."""
+def _group_codes(hashes: np.ndarray, columns: list[int]) -> np.ndarray | None:
+    """An integer code per row for its values in ``columns`` together (None without such columns), from the
+    categorical block's :func:`_column_hashes`."""
     if not columns:
         return None
-    return pd.factorize(_hash_rows(cat[:, columns]))[0].astype(np.int64)
+    with np.errstate(over="ignore"):
+        return pd.factorize(hashes[:, columns].sum(axis=1, dtype=np.uint64))[0].astype(np.int64)
+
+
+def _distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of the first row of each distinct key (in order of first appearance) and how many rows hold it:
+    a hash table, not a sort."""
+    codes = pd.factorize(keys)[0]
+    return np.flatnonzero(~pd.Series(codes).duplicated().to_numpy()), np.bincount(codes)
 
 
 def _tree_nearest(points: np.ndarray, queries: np.ndarray, ks: tuple[int, ...] = (1,)) -> np.ndarray:
@@ -227,14 +236,15 @@ def _tree_nearest(points: np.ndarray, queries: np.ndarray, ks: tuple[int, ...] =
         out[:, :] = np.where(np.asarray(ks)[:, None] <= len(points), 0.0, np.inf)
         return out
     most = max(ks)
-    _, first, counts = np.unique(_hash_rows(points), return_index=True, return_counts=True)
+    first, counts = _distinct(_hash_rows(points))
     kept = points[np.repeat(first, np.minimum(counts, most))]
-    _, asked, back = np.unique(_hash_rows(queries), return_index=True, return_inverse=True)
+    asked, _ = _distinct(_hash_rows(queries))
+    back = pd.factorize(_hash_rows(queries))[0]
     tree = cKDTree(kept, leafsize=32, balanced_tree=False, compact_nodes=False)
     found = tree.query(queries[asked], k=min(most, len(kept)), p=1)[0].reshape(len(asked), -1)
     for i, k in enumerate(ks):
         if k <= found.shape[1]:
-            out[i] = found[np.ravel(back), k - 1]
+            out[i] = found[back, k - 1]
     return out
 
 
@@ -253,6 +263,7 @@ def _source_nearest(num: np.ndarray, cat: np.ndarray, n_s: int, pick_r: np.ndarr
     onehot, grouped = _layout(cat, n_num)
     rows = np.r_[np.arange(n_s), n_s + pick_r]
     num, cat = num[rows], cat[rows]
+    hashes = _column_hashes(np.zeros((len(cat), 0)), cat)
     within = 2.0 * n_num + len(onehot)  # the largest distance within a group
     for v in range(views):
         weights = np.ones(n_cols)
@@ -260,7 +271,7 @@ def _source_nearest(num: np.ndarray, cat: np.ndarray, n_s: int, pick_r: np.ndarr
         if v:
             weights[moved] = DISCOUNT
         key_cols = [k for k in grouped if n_num + k != moved]
-        group = _group_codes(cat, key_cols)
+        group = _group_codes(hashes, key_cols)
         pts = _points(num, cat, onehot, weights, group)
         synth, source = pts[:n_s], pts[n_s:]
         if group is not None:  # synthetic rows of a group no picked source row has are near none
@@ -300,9 +311,11 @@ def _agreement(num: np.ndarray, cat: np.ndarray, n_s: int, pick_r: np.ndarray) -
             for moved in combinations(range(n_cols), m):
                 keys_s = total_s - hashes_s[:, moved].sum(axis=1, dtype=np.uint64)
                 keys_r = total_r - hashes_r[:, moved].sum(axis=1, dtype=np.uint64)
-                asked = pd.Index(pd.unique(keys_r))
-                found = asked.get_indexer(keys_s)
-                out[m - 1] |= np.isin(keys_r, asked[np.unique(found[found >= 0])])
+                codes, asked = pd.factorize(keys_r)
+                found = pd.Index(asked).get_indexer(keys_s)
+                hit = np.zeros(len(asked), dtype=bool)
+                hit[found[found >= 0]] = True
+                out[m - 1] |= hit[codes]
             if m < most:
                 out[m] = out[m - 1]
     return out
@@ -331,7 +344,7 @@ def _recorded(
         return np.full(len(pick_s), np.inf), np.full(len(pick_s), np.inf)
     onehot, grouped = _layout(cat, n_num)
     rows = np.r_[pick_s, n_s + pick_r]
-    group = _group_codes(cat[rows], grouped)
+    group = _group_codes(_column_hashes(np.zeros((len(rows), 0)), cat[rows]), grouped)
     pts = _points(num[rows], cat[rows], onehot, np.ones(n_cols), group)
     synth, source = pts[: len(pick_s)], pts[len(pick_s) :]
     within = 2.0 * n_num + len(onehot)
