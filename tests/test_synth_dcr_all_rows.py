@@ -51,7 +51,7 @@ def test_a_table_that_does_not_depend_on_the_split_passes(domain: str, n: int, r
     before the split (training and holdout rows alike: no memorisation of the training side). Each passes but with
     probability at most 2·10⁻⁶, the resampled ones of a wide domain at most 1.02·10⁻⁴ (they copy rows unique in the
     source verbatim: the rare-copy test's bound); fixed seeds, so the 60 cases pass or fail for good (a seed fails
-    with probability below 3·10⁻³ by the bounds; measured: the smallest rare-copy tail over 900 tables 0.02)."""
+    with probability below 3·10⁻³ by the bounds; measured: the smallest rare-copy tail over 900 tables 0.0016)."""
     rng = np.random.default_rng(100 + seed)
     source = _draw(rng, n, domain)
     train, holdout = _split(source, rng)

@@ -12,7 +12,7 @@ False failures: a power case below fails only if a memorising table passes; the 
 10⁻¹⁷ (the check refuses below about 10⁻⁸), so each fails with probability far below 10⁻⁶. A null case (the table does
 not depend on the split) fails with probability at most 1.02·10⁻⁴ (the check's bound; 2·10⁻⁶ unless ~41 rows unique
 in the source are copied verbatim, which no table here does); measured: 0 refusals in 900 fresh, whole-source resampled
-or whole-source near-copied tables, the smallest Bonferroni-corrected near tail 0.008.
+or whole-source near-copied tables, the smallest Bonferroni-corrected near tail 0.004.
 """
 
 from __future__ import annotations
