@@ -63,7 +63,8 @@ def main() -> None:
         "team s64 F8), not this check. Times grow linearly with the synthetic rows (k-d trees over the distinct "
         "synthetic points, one per distance; a hash per column for the agreement sets: 1 + 2 + 3 moved columns up to "
         "2·10⁸ row-triples, then 1 + 2); memory is about twice the synthetic frame's. Wall time on a loaded host is "
-        "several times the CPU time; the first row includes importing SciPy.",
+        "several times the CPU time; the first row includes importing SciPy. `--rows 10000000` (3 columns, measured "
+        "once on 2026-11-28): 37 CPU s, 148 s wall, 2.4 GiB.",
         "",
         "| table | columns | synthetic rows | wall s | CPU s | passed | sets tested | peak memory GiB |",
         "|---|---|---|---|---|---|---|---|",
