@@ -242,8 +242,8 @@ def _tree_nearest(points: np.ndarray, queries: np.ndarray, ks: tuple[int, ...] =
     most = max(ks)
     first, counts = _distinct(_hash_rows(points))
     kept = points[np.repeat(first, np.minimum(counts, most))]
-    asked, _ = _distinct(_hash_rows(queries))
-    back = pd.factorize(_hash_rows(queries))[0]
+    back = pd.factorize(_hash_rows(queries))[0]  # each query's distinct row, in order of first appearance
+    asked = np.flatnonzero(~pd.Series(back).duplicated().to_numpy())
     tree = cKDTree(kept, leafsize=32, balanced_tree=False, compact_nodes=False)
     found = tree.query(queries[asked], k=min(most, len(kept)), p=1)[0].reshape(len(asked), -1)
     for i, k in enumerate(ks):
