@@ -73,7 +73,6 @@ def _next_category(rows: pd.DataFrame, column: str) -> pd.DataFrame:
 # ==================================================================================================
 
 
-@pytest.mark.xfail(strict=True, reason="s69 F1: the near-record test subsamples 10,000 synthetic rows; rows may be 10M")
 @pytest.mark.parametrize("seed", [0, 1])
 def test_f1_near_copies_of_every_training_row_are_refused_in_a_large_table(seed: int) -> None:
     """F1 (HIGH: every training person's row, one value moved by one unit, published past the gate). A generator that
@@ -93,7 +92,6 @@ def test_f1_near_copies_of_every_training_row_are_refused_in_a_large_table(seed:
     )
 
 
-@pytest.mark.xfail(strict=True, reason="s69 F1: one missing number sends every row to the 2,000-row block path")
 @pytest.mark.parametrize("seed", [0, 1])
 def test_f1_one_missing_value_does_not_hide_near_copies(seed: int) -> None:
     """F1, through a missing value: one NaN in a numeric column of the synthetic table turns the k-d trees off for the
@@ -109,7 +107,6 @@ def test_f1_one_missing_value_does_not_hide_near_copies(seed: int) -> None:
     assert not report.passed, f"near copies of every training row beside one missing age passed the DCR check: {report}"
 
 
-@pytest.mark.xfail(strict=True, reason="s69 F1: the near-record test compares 2,000 synthetic rows in exact blocks")
 @pytest.mark.parametrize("seed", [0, 1])
 def test_f1_near_copies_in_a_wide_table_are_refused(seed: int) -> None:
     """F1, the block path (8 categorical columns: more than 16 one-hot dimensions): 500 training rows each copied with
@@ -129,7 +126,6 @@ def test_f1_near_copies_in_a_wide_table_are_refused(seed: int) -> None:
 # ==================================================================================================
 
 
-@pytest.mark.xfail(strict=True, reason="s69 F2: the exact-copy test cannot refuse fewer than ~62 verbatim copies at p = 0.8")
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_f2_fifty_verbatim_training_rows_are_refused(seed: int) -> None:
     """F2 (MEDIUM: 50 people's whole rows published as they are). 50 training rows copied verbatim among 4,950 fresh
@@ -165,7 +161,6 @@ def _policy(directory: Path, database: Path, ledger: Path) -> Any:
         encoding="utf-8",
     )
     return load_policy(path)
-
 
 
 def test_f3_a_warehouse_with_history_refuses_another_warehouses_ledger(tmp_path: Path) -> None:
@@ -285,7 +280,6 @@ def _adult_copies(seed: int, redrawn: tuple[str, ...]) -> tuple[pd.DataFrame, pd
     return synthetic.sample(frac=1, random_state=seed).reset_index(drop=True), train, holdout
 
 
-@pytest.mark.xfail(strict=True, reason="s69 F5: copies of every training row with two columns redrawn pass the DCR check")
 @pytest.mark.parametrize("seed", [0, 1])
 def test_f5_copies_with_two_columns_redrawn_are_refused(shared_data: Path, seed: int) -> None:
     """F5 (HIGH: 13 of Adult's 15 attributes of every training person, exact, in a table the gate passes at the default

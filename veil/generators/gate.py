@@ -27,7 +27,8 @@ at the CLI) and the transaction writes nothing. The checks:
   (``sdc.check_noise_plan``: the rounded keep probability of its truncated noise at most
   :data:`MAX_KEEP_PROBABILITY`), and its values are published unrounded. A ``synthetic`` table must pass the
   distance-to-closest-record check against training and holdout rows (:func:`veil.metrics.dcr.dcr_check`: exact
-  copies over all rows, s64 F8, and the source rows nearest to the synthetic table, exact or one value moved, s66 F2);
+  copies over all rows, s64 F8, copies of rows unique in the source, s69 F2, and the source rows nearest to the
+  synthetic table, exact or a few values moved, s66 F2, s69 F5, against every synthetic row, s69 F1);
 * **rare values** (methods without a DP guarantee only, :func:`check_rare_values`): in every column published
   value by value or perturbed (protection ``sensitive``, ``perturbed`` or ``randomised``) that no group guarantee
   covers, every published value that equals a value of the source, compared exactly as published, is held by at
@@ -552,7 +553,9 @@ def verify(
                 raise PublicationRefused(
                     f"synthetic table {plan.output!r} reproduces its training rows, or comes nearer to them than to the "
                     f"holdout: of the {rep.exact_copies} source rows it copies exactly, {rep.exact_train_rate:.3f} are "
-                    f"training rows (limit {rep.exact_limit:.3f}), and of the {rep.nearest_records} source rows nearest to "
+                    f"training rows (limit {rep.exact_limit:.3f}), of the {rep.rare_copies} of them no other source row "
+                    f"equals {rep.rare_train_rate:.3f} (limit {rep.rare_limit:.3f}), and of the {rep.nearest_records} "
+                    f"source rows nearest to "
                     f"it {rep.near_train_share:.3f} (limit {rep.share_limit:.3f}, tail {rep.near_tail:.1e}); training rows "
                     f"are {rep.train_share:.3f} of the source",
                     hint="Train less (fewer epochs) or with more data; the model memorised rows",

@@ -4,43 +4,70 @@ The source rows were split at random into **training** rows (shown to the genera
 shown). A generator that learned the distribution and not the rows produces the same table whichever rows the split
 put on the training side; so, for any set ``D`` of source rows chosen by looking at the synthetic table and the
 *unsplit* source, the number of training rows in ``D`` is hypergeometric: ``|D|`` draws from the source rows, of which
-a share ``p`` are training rows. Two families of such sets, each over **all** source rows (never a subsample of the
-training side: a copy of a training row left out of the subsample counted as fresh, red team s64 F8):
+a share ``p`` are training rows. Three families of such sets, each against **every** synthetic row (never a subsample
+of the synthetic table: a table may have 10,000,000 rows, and near copies of every training row among 400,000 rows
+passed a 10,000-row subsample, red team s69 F1) and over all source rows (never a subsample of the training side: a
+copy of a training row left out of the subsample counted as fresh, red team s64 F8):
 
-* **exact copies** — the source rows equal to some synthetic row (every synthetic row, every source row; an exact
-  match set over the rows' values). A verbatim copy of a training row adds a training row to ``D`` and never a
-  holdout row; a chance match (a small domain) adds training and holdout rows in proportion ``p``;
-* **near records** — each source row's distance to its nearest synthetic row (its DCR seen from the source), for up
-  to :data:`MAX_ROWS` synthetic rows (:data:`MAX_BLOCK_ROWS` where the distances are computed in blocks) and
-  :data:`MAX_SOURCE_ROWS` source rows (subsampled from training and holdout *together*, which keeps the law above);
-  ``D_K`` is the ``K`` source rows nearest to the synthetic table (ties at the ``K``-th distance all in), for ``K`` =
-  32, 64, 128, … below the number of source rows, under the Gower distance and under each distance that weighs one
-  column :data:`DISCOUNT` (a copy with that one value moved, however far, is near under it). A memorising generator
-  puts its training rows' copies — exact or one value off — at the head of that ranking, holdout rows never; a fresh
-  generator's nearest source rows are training rows in proportion ``p``. This is the "closer to training than to
-  holdout" test asked *how near*, with an exact null: the former test counted which source rows are nearest to some
-  synthetic row, never how near, and once the synthetic table outnumbers the source nearly every source row is
-  someone's nearest record, so a near copy (one value moved by one unit) of every training row passed (red team s66
-  F2). Per synthetic row (is its nearest training record nearer than its nearest holdout record?) the rows share
+* **exact copies** — the source rows equal to some synthetic row (a hash join over every row of both). A verbatim copy
+  of a training row adds a training row to ``D`` and never a holdout row; a chance match (a small domain) adds
+  training and holdout rows in proportion ``p``;
+* **rare copies** — of those, the source rows whose combination no other source row holds: each is one person's whole
+  row, published as it is (red team s69 F2: at ``p`` = 0.8 and ``10⁻⁶`` no test of the split refuses fewer than ~62
+  copies; this one, at :data:`RARE_ALPHA`, refuses about 45: see the floor below);
+* **near records** — for up to :data:`MAX_SOURCE_ROWS` source rows (subsampled from training and holdout *together*,
+  which keeps the law above), ``D_K`` is the ``K`` source rows nearest to the synthetic table (ties at the ``K``-th
+  distance all in), for ``K`` = 32, 64, 128, … below the number of source rows, where a source row's nearness is its
+  distance to its ``k``-th nearest synthetic row (``k`` in :data:`NEIGHBOURS`: 1, 2, 4, 8), under the Gower distance
+  and under each distance that weighs one column :data:`DISCOUNT` (a copy with that one value moved, however far, is
+  near under it); and the source rows that some synthetic row equals in all columns but at most ``m`` (``m`` = 1, 2,
+  and 3 while the column triples times the rows stay within ``2·10⁸``; numbers compared exactly: a copy with ``m``
+  values redrawn, however far, red team s69 F5). A memorising generator puts its training rows' copies — exact or a
+  few values off — at the head of those rankings, holdout rows never; a fresh generator's nearest source rows are
+  training rows in proportion ``p``. The ``k``-th neighbour matters in a large table: where chance puts a synthetic row
+  near most source rows, a memorised row is one *more* near synthetic row, which shows in the count (the ``k``-th
+  distance) more than in the nearest one (400,000 rows: near tails 10⁻²³ where the nearest alone stayed within the
+  tolerance). Per synthetic row (is its nearest training record nearer than its nearest holdout record?) the rows share
   nearest records, so their verdicts are not independent and a binomial test over them has no stated error rate;
-  the shares are recorded (``share_closer_to_train``, ``median_dcr_train`` / ``median_dcr_holdout``), not tested.
+  the shares are recorded (``share_closer_to_train``, ``median_dcr_train`` / ``median_dcr_holdout``, over up to
+  :data:`MAX_RECORDED_ROWS` synthetic rows), not tested.
 
 Distance: mean over columns of ``|a − b| / range`` for numbers (range from all the rows), and 0/1 mismatch for
-everything else (a Gower distance); missing values equal only each other (a missing and a present number: 1).
-Rows that are points of at most 16 dimensions (numbers, plus each category's values one-hot) without missing numbers
-are compared through k-d trees (L1): 10,000 synthetic rows against 10,000 source rows of 3 columns in under a second;
-others exactly in blocks (float32), 2,000 synthetic rows against 10,000 source rows of 8 categorical columns in about
-3 seconds (a loaded 2-core host).
+everything else (a Gower distance); missing values equal only each other (a missing number lies one range below the
+present ones: 1 to 2 from any). Every row is a point: numbers as they are, categorical columns one-hot (narrowest
+first) while the points have at most 16 coordinates, and the remaining (many-valued) categorical columns matched
+exactly through one group coordinate (a source row whose values there no synthetic row shares has no near record
+under that distance; each one-column-discounted distance of such a column leaves it out of the group). Each source
+row's ``k`` nearest synthetic rows come from a k-d tree (L1, SciPy) over the distinct synthetic points, each kept at
+most 8 times; the agreement sets from one hash per column, summed (one subtraction per row and column set). Cost:
+linear in the synthetic rows (``python -m bench.dcr_gate``, docs/benchmarks.md: 1,000,000 synthetic rows in 3.5 CPU
+seconds for 3 columns, 12.5 for 8 categorical ones, 23 for Adult's 15; 10,000,000 rows of 3 columns in 37 CPU seconds
+and 2.4 GiB).
 
-The check refuses when the training share of the exact-copy set, or of any ``D_K``, is significantly above ``p``:
-its one-sided hypergeometric tail probability is below :data:`ALPHA` (``10⁻⁶``; for the ``D_K``, ``10⁻⁶`` over the
-number of ``K`` tried, Bonferroni) and the share exceeds the tolerance :data:`NEAREST_ODDS` (training odds 1.22 times
-``p``'s: a generator slightly closer to its training rows, or slightly likelier to draw a combination it saw,
-passes). A generator whose output does not depend on the split is refused with probability at most ``2·10⁻⁶``
-(measured: none of 900 fresh or whole-source resampled tables of three kinds; the smallest corrected tail 0.015).
+The check refuses when the training share of the exact-copy set, the rare-copy set or any near-record set is
+significantly above ``p``: its one-sided hypergeometric tail probability is below :data:`ALPHA` (``10⁻⁶``; for the
+near records ``10⁻⁶`` over the number of sets tried, Bonferroni; for the rare copies :data:`RARE_ALPHA`, ``10⁻⁴``)
+and the share exceeds the tolerance :data:`NEAREST_ODDS` (training odds 1.22 times ``p``'s: a generator slightly
+closer to its training rows, or slightly likelier to draw a combination it saw, passes). A generator whose output
+does not depend on the split is refused with probability at most ``1.02·10⁻⁴`` (``10⁻⁶ + 10⁻⁴ + 10⁻⁶``; the rare
+test fires only on a table that reproduces at least ~41 rows unique in the source, nearly all of them training rows,
+so below ``2·10⁻⁶`` for any table that does not publish dozens of people's whole rows; measured: none of 900 fresh,
+whole-source resampled or whole-source near-copied tables of five kinds, 2,000 to 50,000 rows, the smallest tails
+0.0016 exact, 0.0016 rare, 0.004 near after correction).
+
+The floor (red team s69 F2): a set of ``c`` copies, all training rows, has tail about ``p^c``; at ``p`` = 0.8 no test
+of the split can refuse fewer than ``log α / log p`` copies (41 at ``10⁻⁴``, 62 at ``10⁻⁶``), and chance matches of a
+large table on a small domain dilute them further (100 copies of a 1,000-row source among 50,000 rows of a
+730,000-cell domain: refused in about half the draws). Only a smaller training share would lower it (``p`` = 0.5: 14
+copies at ``10⁻⁴``). Near copies likewise need the table not to bury them: where the synthetic rows outnumber the
+domain's cells many times (10,000,000 rows of a 730,000-cell domain: ~14 per cell), a memorised row is one near row
+among ~15 where a holdout row has ~14, a membership signal within the 1.22 odds tolerance, and passes.
+
 Power: 120 copied training rows of 150 are refused, 300 copied rows among 10,000 synthetic ones of a 10,000-row
-source, and a near copy (one column one unit off) of every training row, or of 10 % of the synthetic rows
-(``tests/test_synth_dcr_near_copies.py``).
+source, a near copy (one column one unit off) of every training row, or of 10 % of the synthetic rows
+(``tests/test_synth_dcr_near_copies.py``), among 20,000 to 400,000 rows, with missing values or many-valued
+categories, with one or two columns moved (``tests/test_synth_dcr_every_row.py``), and 45-60 verbatim copies of rows
+unique in the source.
 
 >>> rng = np.random.default_rng(0)
 >>> train = pd.DataFrame({"x": rng.normal(size=400), "c": rng.choice(list("ab"), 400)})
@@ -63,32 +90,38 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["DcrReport", "dcr_check", "nearest_distances"]
+__all__ = ["DcrReport", "dcr_check"]
 
-#: Synthetic rows compared with the source rows at most (subsampled beyond); exact copies: every row.
-MAX_ROWS = 10_000
-#: Synthetic rows compared at most where the distances are computed in blocks (many dimensions, or missing numbers).
-MAX_BLOCK_ROWS = 2000
-#: Source rows (training and holdout together) compared at most.
+#: Source rows (training and holdout together) compared at most; every synthetic row is compared.
 MAX_SOURCE_ROWS = 20_000
+#: Synthetic rows whose distances to the nearest training and holdout rows are recorded (not tested), at most.
+MAX_RECORDED_ROWS = 10_000
 #: The false-refusal probability of each of the two tests (exact copies; near records, over all its ``K``).
 ALPHA = 1e-6
+#: The false-refusal probability of the rare-copy test (copies of rows whose combination is unique in the source).
+RARE_ALPHA = 1e-4
 #: A training share is refused only above the share whose training odds are this many times ``p``'s.
 NEAREST_ODDS = 1.22
 #: The smallest near-record set tested; then twice as many, up to the number of source rows.
 FIRST_K = 32
+#: The near records are ranked by the distance to the k-th nearest synthetic row for each of these k (a memorised
+#: row is one more synthetic row near its training row: where chance puts a synthetic row near most source rows, it
+#: shows in the count of near synthetic rows more than in the nearest one).
+NEIGHBOURS = (1, 2, 4, 8)
 #: The weight of the moved column in the one-column-discounted distances (a near copy with one value moved).
 DISCOUNT = 1e-3
-#: Rows are compared through k-d trees up to this many dimensions (numbers, plus each category's values), else in
-#: blocks.
-_TREE_DIMENSIONS = 16
-#: Distance-matrix entries computed at once.
-_BLOCK = 2_000_000
+#: Categorical columns are one-hot coordinates (narrowest first) while the points have at most this many; the others
+#: are matched exactly, through one group coordinate.
+_ONE_HOT_DIMENSIONS = 16
+#: Rows × column triples up to which the agreement sets also look for copies with three columns moved.
+_AGREEMENT_WORK = 200_000_000
+#: A missing number's coordinate (present numbers lie in [0, 1]: a missing and a present number are 1 to 2 apart).
+_MISSING = -1.0
 
 
 @dataclass(frozen=True)
 class DcrReport:
-    rows: int  # synthetic rows compared
+    rows: int  # synthetic rows compared (all of them)
     reference_rows: int  # source rows (training and holdout) they were compared with
     train_share: float  # p: the training rows' share of those source rows
     nearest_records: int  # |D_K| of the near-record set with the smallest tail probability
@@ -100,6 +133,9 @@ class DcrReport:
     exact_train_rate: float  # the training share of those
     exact_holdout_rate: float
     exact_limit: float
+    rare_copies: int  # of those, the rows whose combination no other source row holds
+    rare_train_rate: float  # the training share of those
+    rare_limit: float
     share_closer_to_train: float  # recorded, not tested: synthetic rows nearer a training row than any holdout row
     median_dcr_train: float
     median_dcr_holdout: float
@@ -110,8 +146,8 @@ class DcrReport:
 
 
 def _encode(frames: list[pd.DataFrame], columns: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """Numeric block scaled to [0, 1] by the joint range (missing: a sentinel), and an integer-coded categorical
-    block."""
+    """Numeric block scaled to [0, 1] by the joint range (missing or infinite: :data:`_MISSING`), and an
+    integer-coded categorical block (missing: a value of its own)."""
     num_cols = [
         c for c in columns if all(pd.api.types.is_numeric_dtype(f[c]) and not pd.api.types.is_bool_dtype(f[c]) for f in frames)
     ]
@@ -119,149 +155,205 @@ def _encode(frames: list[pd.DataFrame], columns: list[str]) -> tuple[np.ndarray,
     joined = pd.concat([f[columns] for f in frames], ignore_index=True)
     num = joined[num_cols].to_numpy(dtype=np.float64) if num_cols else np.zeros((len(joined), 0))
     if num_cols:
-        finite = np.where(np.isfinite(num), num, np.nan)
-        lo = np.where(np.isfinite(finite), finite, np.inf).min(axis=0)
-        hi = np.where(np.isfinite(finite), finite, -np.inf).max(axis=0)
+        finite = np.isfinite(num)
+        lo = np.where(finite, num, np.inf).min(axis=0)
+        hi = np.where(finite, num, -np.inf).max(axis=0)
         lo, hi = np.where(np.isfinite(lo), lo, 0.0), np.where(np.isfinite(hi), hi, 0.0)
         span = np.where(hi > lo, hi - lo, 1.0)
-        num = np.where(np.isnan(finite), -1e6, (finite - lo) / span)  # missing (or infinite): equal only each other
+        with np.errstate(invalid="ignore"):
+            num = np.where(finite, (num - lo) / span, _MISSING)
     cat = np.zeros((len(joined), len(cat_cols)), dtype=np.int64)
     for j, c in enumerate(cat_cols):
         cat[:, j] = pd.factorize(joined[c].astype(str).where(joined[c].notna(), "\x00na"))[0]
     return num, cat
 
 
-def _column_distance(qn: np.ndarray, qc: np.ndarray, rn: np.ndarray, rc: np.ndarray, j: int, missing: bool) -> np.ndarray:
-    """Column ``j``'s Gower term between a block of query rows and every reference row (numbers first, then
-    categories), float32."""
-    if j < qn.shape[1]:
-        diff = np.abs(qn[:, j, None] - rn[None, :, j])
-        if missing:
-            np.minimum(diff, 1.0, out=diff)
-        return diff
-    k = j - qn.shape[1]
-    return (qc[:, k, None] != rc[None, :, k]).astype(np.float32)
+def _layout(cat: np.ndarray, n_num: int) -> tuple[list[int], list[int]]:
+    """The categorical columns taken one-hot (narrowest first, while the points have at most
+    :data:`_ONE_HOT_DIMENSIONS` coordinates) and those matched exactly through the group coordinate."""
+    widths = [int(cat[:, k].max(initial=0)) + 1 for k in range(cat.shape[1])]
+    onehot: list[int] = []
+    used = n_num
+    for k in sorted(range(cat.shape[1]), key=lambda k: widths[k]):
+        if used + widths[k] > _ONE_HOT_DIMENSIONS:
+            break
+        onehot.append(k)
+        used += widths[k]
+    return sorted(onehot), [k for k in range(cat.shape[1]) if k not in onehot]
 
 
-def _blocks(
-    query: tuple[np.ndarray, np.ndarray], ref: tuple[np.ndarray, np.ndarray], member: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(ref_nearest, to_members, to_others)``: each reference row's distance to its closest query row under the
-    Gower distance (row 0) and, with two columns or more, under each one-column-discounted one (row ``1 + j``: column
-    ``j`` weighted :data:`DISCOUNT`), and each query row's Gower distance to its closest reference row inside / outside
-    ``member`` (a mask of the reference rows; inf where none). Exact, in blocks of query rows."""
-    qn, qc = query
-    rn, rc = ref
-    n_q, n_r = len(qn), len(rn)
-    n_cols = qn.shape[1] + qc.shape[1]
-    views = 1 + (n_cols if n_cols > 1 else 0)
-    ref_nearest = np.full((views, n_r), np.inf)
-    inside = np.full(n_q, np.inf)
-    outside = np.full(n_q, np.inf)
-    if not n_q or not n_r or not n_cols:
-        return ref_nearest, inside, outside
-    qn32, rn32 = qn.astype(np.float32), rn.astype(np.float32)
-    qc32, rc32 = qc.astype(np.int32), rc.astype(np.int32)
-    missing = [bool((qn[:, j] < -1).any() or (rn[:, j] < -1).any()) for j in range(qn.shape[1])] + [False] * qc.shape[1]
-    scale = float(n_cols)
-    step = max(1, _BLOCK // n_r)
-    has_in, has_out = bool(member.any()), bool((~member).any())
-    for a in range(0, n_q, step):
-        b = min(n_q, a + step)
-        block = (qn32[a:b], qc32[a:b], rn32, rc32)
-        d = np.zeros((b - a, n_r), dtype=np.float32)
-        for j in range(n_cols):
-            d += _column_distance(*block, j, missing[j])
-        np.minimum(ref_nearest[0], d.min(axis=0), out=ref_nearest[0])
-        if has_in:
-            inside[a:b] = d[:, member].min(axis=1)
-        if has_out:
-            outside[a:b] = d[:, ~member].min(axis=1)
-        for j in range(views - 1):  # a copy with column j moved, however far, is near under view 1 + j
-            np.minimum(ref_nearest[1 + j], (d - (1.0 - DISCOUNT) * _column_distance(*block, j, missing[j])).min(axis=0),
-                       out=ref_nearest[1 + j])  # fmt: skip
-    return ref_nearest / scale, inside / scale, outside / scale
+def _hash_rows(block: np.ndarray) -> np.ndarray:
+    """One 64-bit hash per row of a 2-D numeric block (equal rows, equal hashes; collisions about n²/2⁶⁴)."""
+    if block.dtype.kind == "f":
+        block = np.ascontiguousarray(block + 0.0).view(np.int64)  # −0.0 and 0.0 alike
+    return pd.util.hash_pandas_object(pd.DataFrame(block), index=False).to_numpy()
 
 
-def _dense(num: np.ndarray, cat: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """Rows as points whose L1 distance is the weighted Gower sum: numbers as they are, each category one-hot at
-    half its column's weight (a mismatch differs in two coordinates)."""
-    parts = [num * weights[None, : num.shape[1]]]
-    for k in range(cat.shape[1]):
-        width = int(cat[:, k].max()) + 1 if len(cat) else 1
-        hot = np.zeros((len(cat), width))
-        hot[np.arange(len(cat)), cat[:, k]] = 0.5 * weights[num.shape[1] + k]
+def _points(num: np.ndarray, cat: np.ndarray, onehot: list[int], weights: np.ndarray, group: np.ndarray | None) -> np.ndarray:
+    """Rows as points whose L1 distance is the weighted Gower sum within a group: numbers as they are, each one-hot
+    category at half its column's weight (a mismatch differs in two coordinates), and the group code (``group``, the
+    grouped columns' values together) times a spacing larger than any distance within a group."""
+    n_num = num.shape[1]
+    parts = [num * weights[None, :n_num]]
+    for k in onehot:
+        hot = np.zeros((len(cat), int(cat[:, k].max(initial=0)) + 1))
+        hot[np.arange(len(cat)), cat[:, k]] = 0.5 * weights[n_num + k]
         parts.append(hot)
-    return np.hstack(parts) if parts else np.zeros((len(num), 0))
+    if group is not None:
+        parts.append((_spacing(n_num, len(onehot)) * group.astype(np.float64))[:, None])
+    return np.hstack(parts)
 
 
-def _trees(
-    query: tuple[np.ndarray, np.ndarray], ref: tuple[np.ndarray, np.ndarray], member: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_blocks`' result through k-d trees (L1), for few dimensions and no missing numbers: the same distances,
-    in a fraction of the time (10,000 × 10,000 rows of 3 columns: under a second where the blocks take 4 s)."""
-    qn, qc = query
-    rn, rc = ref
-    n_q, n_r = len(qn), len(rn)
-    n_cols = qn.shape[1] + qc.shape[1]
+def _spacing(n_num: int, n_onehot: int) -> float:
+    """The group coordinate's unit: more than twice the largest distance within a group (a number: at most 2, a
+    one-hot category: at most 1)."""
+    return 2.0 * (2.0 * n_num + n_onehot) + 2.0
+
+
+def _group_codes(hashes: np.ndarray, columns: list[int]) -> np.ndarray | None:
+    """An integer code per row for its values in ``columns`` together (None without such columns), from the
+    categorical block's :func:`_column_hashes`."""
+    if not columns:
+        return None
+    with np.errstate(over="ignore"):
+        return pd.factorize(hashes[:, columns].sum(axis=1, dtype=np.uint64))[0].astype(np.int64)
+
+
+def _distinct(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The positions of the first row of each distinct key (in order of first appearance) and how many rows hold it:
+    a hash table, not a sort."""
+    codes = pd.factorize(keys)[0]
+    return np.flatnonzero(~pd.Series(codes).duplicated().to_numpy()), np.bincount(codes)
+
+
+def _tree_nearest(points: np.ndarray, queries: np.ndarray, ks: tuple[int, ...] = (1,)) -> np.ndarray:
+    """Each query's L1 distance to its ``k``-th nearest point for each ``k`` in ``ks`` (a row per ``k``; inf where
+    fewer points), equal points counted apart, through a k-d tree over the distinct points each kept at most
+    ``max(ks)`` times, asked once per distinct query (equal rows are common, and a tree over many equal points is
+    slow)."""
+    from scipy.spatial import cKDTree
+
+    out = np.full((len(ks), len(queries)), np.inf)
+    if not len(queries) or not len(points):
+        return out
+    if points.shape[1] == 0:
+        out[:, :] = np.where(np.asarray(ks)[:, None] <= len(points), 0.0, np.inf)
+        return out
+    most = max(ks)
+    first, counts = _distinct(_hash_rows(points))
+    kept = points[np.repeat(first, np.minimum(counts, most))]
+    back = pd.factorize(_hash_rows(queries))[0]  # each query's distinct row, in order of first appearance
+    asked = np.flatnonzero(~pd.Series(back).duplicated().to_numpy())
+    tree = cKDTree(kept, leafsize=32, balanced_tree=False, compact_nodes=False)
+    found = tree.query(queries[asked], k=min(most, len(kept)), p=1)[0].reshape(len(asked), -1)
+    for i, k in enumerate(ks):
+        if k <= found.shape[1]:
+            out[i] = found[back, k - 1]
+    return out
+
+
+def _source_nearest(num: np.ndarray, cat: np.ndarray, n_s: int, pick_r: np.ndarray) -> np.ndarray:
+    """Each picked source row's distance to its ``k``-th nearest synthetic row, over **every** synthetic row (the
+    first ``n_s`` encoded rows), one row per distance and ``k`` in :data:`NEIGHBOURS`: first under the Gower distance,
+    then, with two columns or more, under each one that weighs column ``j`` :data:`DISCOUNT` (a grouped categorical
+    column: not at all). A source row whose group (its values in the grouped categorical columns) no synthetic row
+    shares has no near record there (inf)."""
+    n_num = num.shape[1]
+    n_cols = n_num + cat.shape[1]
     views = 1 + (n_cols if n_cols > 1 else 0)
-    codes = np.r_[qc, rc]
-    ref_nearest = np.empty((views, n_r))
+    out = np.full((views, len(NEIGHBOURS), len(pick_r)), np.inf)
+    if not n_cols or not len(pick_r):
+        return out.reshape(-1, len(pick_r))
+    onehot, grouped = _layout(cat, n_num)
+    rows = np.r_[np.arange(n_s), n_s + pick_r]
+    num, cat = num[rows], cat[rows]
+    hashes = _column_hashes(np.zeros((len(cat), 0)), cat)
+    within = 2.0 * n_num + len(onehot)  # the largest distance within a group
     for v in range(views):
         weights = np.ones(n_cols)
+        moved = v - 1
         if v:
-            weights[v - 1] = DISCOUNT
-        points = _dense(np.r_[qn, rn], codes, weights)
-        ref_nearest[v] = _tree_nearest(points[:n_q], points[n_q:])
-        if not v:
-            q_points, r_points = points[:n_q], points[n_q:]
-    inside = np.full(n_q, np.inf)
-    outside = np.full(n_q, np.inf)
-    if member.any():
-        inside = _tree_nearest(r_points[member], q_points)
-    if (~member).any():
-        outside = _tree_nearest(r_points[~member], q_points)
-    return ref_nearest / n_cols, inside / n_cols, outside / n_cols
+            weights[moved] = DISCOUNT
+        key_cols = [k for k in grouped if n_num + k != moved]
+        group = _group_codes(hashes, key_cols)
+        pts = _points(num, cat, onehot, weights, group)
+        synth, source = pts[:n_s], pts[n_s:]
+        if group is not None:  # synthetic rows of a group no picked source row has are near none
+            synth = synth[np.isin(group[:n_s], group[n_s:])]
+        found = _tree_nearest(synth, source, NEIGHBOURS)
+        out[v] = np.where(found > within, np.inf, found)
+    return out.reshape(-1, len(pick_r)) / n_cols
 
 
-def _tree_nearest(points: np.ndarray, queries: np.ndarray) -> np.ndarray:
-    """Each query's L1 distance to its nearest point, through a k-d tree over the distinct points, asked once per
-    distinct query (a small domain repeats rows, and a tree over many equal points is slow)."""
-    from sklearn.neighbors import KDTree
-
-    distinct = np.unique(points, axis=0)
-    asked, back = np.unique(queries, axis=0, return_inverse=True)
-    found = KDTree(distinct, metric="manhattan").query(asked, k=1)[0][:, 0]
-    return np.asarray(found[np.ravel(back)], dtype=np.float64)
-
-
-def _tree_fits(num: np.ndarray, cat: np.ndarray) -> bool:
-    """Whether rows encoded as ``num``/``cat`` are points of few dimensions without missing numbers (k-d trees)."""
-    widths = sum(int(cat[:, k].max(initial=0)) + 1 for k in range(cat.shape[1]))
-    return 0 < num.shape[1] + widths <= _TREE_DIMENSIONS and not (num < -1).any()
+def _column_hashes(num: np.ndarray, cat: np.ndarray) -> np.ndarray:
+    """A pseudo-random 64-bit hash per value, per column (a column's salt apart): a row's key without the columns
+    ``S`` is the sum of its other columns' hashes (wrapping), so every ``S`` costs one subtraction per row."""
+    bits = np.column_stack([np.ascontiguousarray(num + 0.0).view(np.int64), cat]).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        z = bits + (np.arange(bits.shape[1], dtype=np.uint64) * np.uint64(0xD6E8FEB86659FD93))[None, :]
+        z += np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return np.asarray(z ^ (z >> np.uint64(31)))
 
 
-def _nearest(
-    query: tuple[np.ndarray, np.ndarray], ref: tuple[np.ndarray, np.ndarray], member: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`_blocks`' result, through k-d trees where the rows are points of few dimensions without missing numbers,
-    else exactly in blocks."""
-    both = (np.r_[query[0], ref[0]], np.r_[query[1], ref[1]])
-    if len(query[0]) and len(ref[0]) and _tree_fits(*both):
-        return _trees(query, ref, member)
-    return _blocks(query, ref, member)
+def _agreement(num: np.ndarray, cat: np.ndarray, n_s: int, pick_r: np.ndarray) -> np.ndarray:
+    """Row ``m - 1``: whether some synthetic row (every one) equals the picked source row in all columns but at most
+    ``m``, for ``m`` = 1, 2, … while :func:`_most_moved` allows (numbers compared exactly, as published)."""
+    n_cols = num.shape[1] + cat.shape[1]
+    most = _most_moved(n_cols, n_s + len(pick_r))
+    out = np.zeros((most, len(pick_r)), dtype=bool)
+    if not most or not n_s or not len(pick_r):
+        return out
+    from itertools import combinations
+
+    hashes_s = _column_hashes(num[:n_s], cat[:n_s])
+    hashes_r = _column_hashes(num[n_s:][pick_r], cat[n_s:][pick_r])
+    with np.errstate(over="ignore"):
+        total_s, total_r = hashes_s.sum(axis=1, dtype=np.uint64), hashes_r.sum(axis=1, dtype=np.uint64)
+        for m in range(1, most + 1):
+            for moved in combinations(range(n_cols), m):
+                keys_s = total_s - hashes_s[:, moved].sum(axis=1, dtype=np.uint64)
+                keys_r = total_r - hashes_r[:, moved].sum(axis=1, dtype=np.uint64)
+                codes, asked = pd.factorize(keys_r)
+                found = pd.Index(asked).get_indexer(keys_s)
+                hit = np.zeros(len(asked), dtype=bool)
+                hit[found[found >= 0]] = True
+                out[m - 1] |= hit[codes]
+            if m < most:
+                out[m] = out[m - 1]
+    return out
 
 
-def nearest_distances(query: tuple[np.ndarray, np.ndarray], ref: tuple[np.ndarray, np.ndarray], n_cols: int) -> np.ndarray:
-    """For each query row, the Gower distance to its closest reference row."""
-    return _nearest(query, ref, np.ones(len(ref[0]), dtype=bool))[1]
+def _most_moved(n_cols: int, rows: int) -> int:
+    """How many moved columns :func:`_agreement` looks for: 2 (1 with two columns; none with one), and 3 while the
+    column triples times the rows stay within :data:`_AGREEMENT_WORK`."""
+    from math import comb
+
+    if n_cols < 2:
+        return 0
+    if n_cols < 4:
+        return n_cols - 1
+    return 3 if comb(n_cols, 3) * rows <= _AGREEMENT_WORK else 2
 
 
-def _row_keys(num: np.ndarray, cat: np.ndarray) -> np.ndarray:
-    """One 64-bit hash per encoded row (equal rows, equal keys; a collision has probability about n²/2⁶⁴)."""
-    num = np.ascontiguousarray(num + 0.0)  # −0.0 and 0.0 alike
-    frame = pd.DataFrame(np.column_stack([num.view(np.int64), cat]))
-    return pd.util.hash_pandas_object(frame, index=False).to_numpy()
+def _recorded(
+    num: np.ndarray, cat: np.ndarray, pick_s: np.ndarray, pick_r: np.ndarray, member: np.ndarray, n_s: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each picked synthetic row's Gower distance to its nearest picked training and holdout row (inf where none in
+    its group): recorded, not tested."""
+    n_num = num.shape[1]
+    n_cols = n_num + cat.shape[1]
+    if not n_cols or not len(pick_s):
+        return np.full(len(pick_s), np.inf), np.full(len(pick_s), np.inf)
+    onehot, grouped = _layout(cat, n_num)
+    rows = np.r_[pick_s, n_s + pick_r]
+    group = _group_codes(_column_hashes(np.zeros((len(rows), 0)), cat[rows]), grouped)
+    pts = _points(num[rows], cat[rows], onehot, np.ones(n_cols), group)
+    synth, source = pts[: len(pick_s)], pts[len(pick_s) :]
+    within = 2.0 * n_num + len(onehot)
+    d_t, d_h = _tree_nearest(source[member], synth)[0], _tree_nearest(source[~member], synth)[0]
+    return np.where(d_t > within, np.inf, d_t) / n_cols, np.where(d_h > within, np.inf, d_h) / n_cols
 
 
 def _tail(hits: int, drawn: int, train: int, total: int) -> float:
@@ -302,9 +394,14 @@ def _near_sets(nearest: np.ndarray) -> list[np.ndarray]:
     return out
 
 
+def _median(d: np.ndarray) -> float:
+    finite = d[np.isfinite(d)]
+    return float(np.median(finite)) if len(finite) else 0.0
+
+
 def dcr_check(synthetic: pd.DataFrame, train: pd.DataFrame, holdout: pd.DataFrame, *, rng: np.random.Generator) -> DcrReport:
     """Whether ``synthetic`` reproduces rows of ``train``, or comes nearer to them than to rows of ``holdout`` (the
-    module docstring's two tests, on the columns all three share)."""
+    module docstring's three tests, on the columns all three share, over every synthetic row)."""
     columns = [c for c in synthetic.columns if c in train.columns and c in holdout.columns]
     n_t, n_h = len(train), len(holdout)
     p = n_t / max(1, n_t + n_h)
@@ -321,16 +418,22 @@ def dcr_check(synthetic: pd.DataFrame, train: pd.DataFrame, holdout: pd.DataFram
     exact_t = exact_hits / exact_n if exact_n else 0.0
     exact_limit = max(tolerance, _limit(exact_n, n_t, n_t + n_h, ALPHA))
     exact_refused = exact_t > exact_limit
-    # near records: a sample of the synthetic rows against a sample of the source rows, drawn together
-    most = MAX_ROWS if _tree_fits(num, cat) else MAX_BLOCK_ROWS
-    pick_s = rng.permutation(n_s)[:most] if n_s > most else np.arange(n_s)
+    # rare copies: of those, the source rows whose combination no other source row holds
+    _, where, counts = np.unique(keys[n_s:], return_inverse=True, return_counts=True)
+    rare = copied & (counts[np.ravel(where)] == 1)
+    rare_n = int(rare.sum())
+    rare_t = int(in_train[rare].sum()) / rare_n if rare_n else 0.0
+    rare_limit = max(tolerance, _limit(rare_n, n_t, n_t + n_h, RARE_ALPHA))
+    rare_refused = rare_t > rare_limit
+    # near records: every synthetic row against a sample of the source rows, drawn from training and holdout together
     pick_r = rng.permutation(n_t + n_h)[:MAX_SOURCE_ROWS] if n_t + n_h > MAX_SOURCE_ROWS else np.arange(n_t + n_h)
-    s = (num[pick_s], cat[pick_s])
-    r = (num[n_s:][pick_r], cat[n_s:][pick_r])
     member = in_train[pick_r]
-    nearest, d_t, d_h = _nearest(s, r, member)
+    nearest = _source_nearest(num, cat, n_s, pick_r)
     n_r, r_t = len(pick_r), int(member.sum())
     sets = [chosen for view in nearest for chosen in _near_sets(view)]
+    for agree in _agreement(num, cat, n_s, pick_r):  # copies with up to m columns moved, however far
+        if 0 < int(agree.sum()) < n_r and not any(np.array_equal(agree, chosen) for chosen in sets):
+            sets.append(agree)
     alpha = ALPHA / max(1, len(sets))
     tested: list[tuple[float, int, float, float, bool]] = []  # tail, |D|, training share, limit, refused
     for chosen in sets:
@@ -340,10 +443,13 @@ def dcr_check(synthetic: pd.DataFrame, train: pd.DataFrame, holdout: pd.DataFram
     near_refused = any(t[4] for t in tested)
     # the report shows the most significant refused set, else the most significant one
     best = min((t for t in tested if t[4] == near_refused), default=(1.0, 0, p, 1.0, False))
+    # recorded, not tested: per synthetic row (a sample), nearer a training row than any holdout row?
+    pick_s = rng.permutation(n_s)[:MAX_RECORDED_ROWS] if n_s > MAX_RECORDED_ROWS else np.arange(n_s)
+    d_t, d_h = _recorded(num, cat, pick_s, pick_r, member, n_s)
     finite = np.isfinite(d_t) & np.isfinite(d_h)
     closer = np.where(d_t[finite] < d_h[finite], 1.0, np.where(d_t[finite] == d_h[finite], 0.5, 0.0))
     return DcrReport(
-        rows=len(pick_s),
+        rows=n_s,
         reference_rows=n_r,
         train_share=p,
         nearest_records=best[1],
@@ -355,8 +461,16 @@ def dcr_check(synthetic: pd.DataFrame, train: pd.DataFrame, holdout: pd.DataFram
         exact_train_rate=exact_t,
         exact_holdout_rate=(1.0 - exact_t) if exact_n else 0.0,
         exact_limit=exact_limit,
+        rare_copies=rare_n,
+        rare_train_rate=rare_t,
+        rare_limit=rare_limit,
         share_closer_to_train=float(closer.mean()) if len(closer) else 0.5,
-        median_dcr_train=float(np.median(d_t)) if len(d_t) and np.isfinite(d_t).all() else 0.0,
-        median_dcr_holdout=float(np.median(d_h)) if len(d_h) and np.isfinite(d_h).all() else 0.0,
-        passed=not exact_refused and not near_refused,
+        median_dcr_train=_median(d_t),
+        median_dcr_holdout=_median(d_h),
+        passed=not exact_refused and not rare_refused and not near_refused,
     )
+
+
+def _row_keys(num: np.ndarray, cat: np.ndarray) -> np.ndarray:
+    """One 64-bit hash per encoded row (equal rows, equal keys; a collision has probability about n²/2⁶⁴)."""
+    return _hash_rows(np.column_stack([np.ascontiguousarray(num + 0.0).view(np.int64), cat]))
