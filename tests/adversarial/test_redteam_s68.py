@@ -281,7 +281,6 @@ _F2_POLICY = (
 )
 
 
-
 def test_s68_f2_a_stale_copy_of_the_ledger_does_not_give_spent_budget_back(tmp_path: Path) -> None:
     """Review s21 X2 on the query path. The curator keeps a copy of the ledger (a backup, or the "plain file copy"
     docs/ledger.md allows: same identity), the analyst spends the whole budget (and the table's ``epsilon_total``),

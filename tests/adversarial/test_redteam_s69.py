@@ -167,7 +167,6 @@ def _policy(directory: Path, database: Path, ledger: Path) -> Any:
     return load_policy(path)
 
 
-
 def test_f3_a_warehouse_with_history_refuses_another_warehouses_ledger(tmp_path: Path) -> None:
     """F3 (LOW-MEDIUM: at the upgrade to session 21, every warehouse is unbound). ``bind_ledger`` refuses to bind a
     warehouse that shows Veil's history (tables Veil wrote, a publication) to a ledger "that holds no record at all";
@@ -226,7 +225,6 @@ def _capped_policy(snapshot_population: str) -> str:
         f'[tables.snapshot]\nprivacy_unit = "row"\npopulation = "{snapshot_population}"\n[tables.snapshot.columns]\n{age}'
         "[analysts.bob]\nepsilon = 10.0\n"
     )
-
 
 
 def test_f4_a_population_edit_does_not_give_a_cap_its_budget_back(tmp_path: Path) -> None:

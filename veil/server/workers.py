@@ -46,10 +46,10 @@ from veil.engines.duckdb import DuckDBEngine
 from veil.errors import InputError, PolicyError
 from veil.policy import Policy, load_policy
 from veil.proxy import bounding
-from veil.store.binding import raise_mark
 from veil.proxy.session import QuerySession
 from veil.server.limits import ServerLimits
 from veil.server.shared import ProcessShare, SharedState
+from veil.store.binding import raise_mark
 
 __all__ = ["ServingEngine", "copy_public_mirror", "prepare_warehouse", "read_only_query_session", "serve_processes"]
 

@@ -20,8 +20,10 @@ X2). So the warehouse also keeps a high-water mark of its ledger's history (``_v
 reservation and release, :class:`~veil.store.ledger.HistoryMark`), raised at the curator's steps (binding, table
 writes, a publication's commit and recovery; best effort, a retraction and the bounded copies' preparation at ``veil
 serve``'s start) from the ledger's synced state, so it lags the ledger and never leads it; :func:`check_history`
-refuses a ledger that lacks what it names. Analysts' charges recorded after the last such step are not covered (the
-warehouse is not written per query; docs/ledger.md).
+refuses a ledger that lacks what it names. Analysts' charges are marked at session boundaries, never per query (the
+warehouse is not written per query: it would close every reader): :func:`raise_mark` when an analyst's own session
+(``veil.connect``, ``veil query``) ends and begins, and when ``veil serve`` stops (red team s68 F2); a session's
+charges are not covered while it is open, nor a serving ``veil serve``'s (docs/ledger.md).
 
 A warehouse written before the binding existed is bound by its first use, unless it shows Veil's history (tables Veil
 wrote, bounded copies, a publication journal) while the ledger has no record at all: its published tables' records
