@@ -118,3 +118,13 @@ def test_charges_of_an_older_ledger_count_against_every_cap(tmp_path: Path) -> N
     path.write_text(_text({"people": "patients", "snapshot": "archive"}), encoding="utf-8")
     assert not _ask(path, "people", 0.2, 1)
     assert _ask(path, "people", 0.05, 2)
+
+
+def test_a_charge_counts_after_its_table_leaves_the_policy_and_returns_elsewhere(tmp_path: Path) -> None:
+    """The snapshot's section dropped (its charge still counts), then declared again in another population."""
+    path = _world(tmp_path, {"people": "patients", "snapshot": "patients"})
+    assert _ask(path, "snapshot", 0.9, 0)
+    path.write_text(_text({"people": "patients"}), encoding="utf-8")
+    assert not _ask(path, "people", 0.2, 1)
+    path.write_text(_text({"people": "patients", "snapshot": "archive"}), encoding="utf-8")
+    assert not _ask(path, "people", 0.2, 2)
