@@ -260,10 +260,12 @@ def test_every_declared_table_is_an_account_capped_or_not() -> None:
         analyst=lambda name: SimpleNamespace(epsilon=Fraction(10), delta=Fraction(0)),
     )
     keys = [a.key for a in accounts_for(policy, analyst="bob", tables=["capped", "open", "nosuch", "open"])]  # type: ignore[arg-type]
-    assert keys == ["analyst:bob", "table:capped", "table:open", "population-cap:capped"]
+    capped_under, open_under = 'under:["capped", ""]', 'under:["open", ""]'  # the population charged under (s69 F4)
+    assert keys == ["analyst:bob", "table:capped", capped_under, "table:open", open_under, "population-cap:capped"]
     accounts = accounts_for(policy, analyst="bob", tables=["open"])  # type: ignore[arg-type]
     assert [(a.key, a.epsilon_total, a.pool is not None) for a in accounts[1:]] == [
         ("table:open", None, False),
+        (open_under, None, False),
         ("population-cap:capped", Fraction(3), True),
     ]
 

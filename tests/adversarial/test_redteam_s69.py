@@ -223,7 +223,6 @@ def _capped_policy(snapshot_population: str) -> str:
     )
 
 
-@pytest.mark.xfail(strict=True, reason="s69 F4: a population edit moves a table's past spend out of the cap it was charged to")
 def test_f4_a_population_edit_does_not_give_a_cap_its_budget_back(tmp_path: Path) -> None:
     """F4 (LOW-MEDIUM: the cap is exceeded by a policy edit, for every analyst). ``people`` caps population "patients"
     at ε = 1; ``snapshot`` (the same people, declared "patients") is charged 0.9 by a query, which the cap counts (a

@@ -20,8 +20,10 @@ X2). So the warehouse also keeps a high-water mark of its ledger's history (``_v
 reservation and release, :class:`~veil.store.ledger.HistoryMark`), raised at the curator's steps (binding, table
 writes, a publication's commit and recovery; best effort, a retraction and the bounded copies' preparation at ``veil
 serve``'s start) from the ledger's synced state, so it lags the ledger and never leads it; :func:`check_history`
-refuses a ledger that lacks what it names. Analysts' charges recorded after the last such step are not covered (the
-warehouse is not written per query; docs/ledger.md).
+refuses a ledger that lacks what it names. Analysts' charges are marked at session boundaries, never per query (the
+warehouse is not written per query: it would close every reader): :func:`raise_mark` when an analyst's own session
+(``veil.connect``, ``veil query``) ends and begins, and when ``veil serve`` stops (red team s68 F2); a session's
+charges are not covered while it is open, nor a serving ``veil serve``'s (docs/ledger.md).
 
 A warehouse written before the binding existed is bound by its first use, unless it shows Veil's history (tables Veil
 wrote, bounded copies, a publication journal) while the ledger has no record at all: its published tables' records
@@ -30,18 +32,32 @@ would be orphaned (refused). A Spark warehouse is not bound yet (docs/ledger.md)
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import duckdb
+
 from veil.errors import LedgerMismatch
 from veil.policy import Policy
 
 if TYPE_CHECKING:
-    from veil.store.ledger import Ledger
+    from veil.store.ledger import HistoryMark, Ledger
 
-__all__ = ["BINDING_TABLE", "MARK_TABLE", "ledger_exists", "move_ledger", "open_ledger", "warehouse_ledger_id"]
+_log = logging.getLogger(__name__)
+
+__all__ = [
+    "BINDING_TABLE",
+    "MARK_TABLE",
+    "ledger_exists",
+    "move_ledger",
+    "open_ledger",
+    "raise_mark",
+    "warehouse_ledger_id",
+]
 
 #: The warehouse's table naming its ledger (one row).
 BINDING_TABLE = "_veil_ledger_binding"
@@ -169,6 +185,33 @@ def check_history(policy: Policy, ledger: Ledger) -> None:
             "charge made after it: a second release without a DP guarantee, spent budgets back to an earlier "
             "value); a ledger is moved only with `veil move-ledger`",
         )
+
+
+def raise_mark(policy: Policy, mark: HistoryMark | None = None, *, if_no_reader: bool = False) -> bool:
+    """Raise the warehouse's high-water mark, best effort and quietly, to ``mark`` (read from the bound ledger, checked
+    when it was opened, after its records), or to what the policy's ledger holds now (opened checked: a stale or
+    foreign ledger is refused by the next way in, with its message, and marks nothing). Where a session ends
+    (``veil.connect``, ``veil query``), one begins, and ``veil serve`` stops (s68 F2): these steps are no curator's, so
+    nothing here may fail them — a warehouse another process holds (a running ``veil serve``) leaves the mark where it
+    is. ``if_no_reader``: not when this process holds the warehouse's reader open (a write would close it under the
+    sessions reading through it). True when the mark is (now) at least ``mark``."""
+    from veil.errors import VeilError
+    from veil.store.warehouse import mark_ledger, reader_open_here
+
+    if policy.engine.kind == "spark" or not policy.database_path.exists() or not policy.ledger_path.exists():
+        return False
+    try:
+        if if_no_reader and reader_open_here(policy):
+            return False
+        if mark is None:
+            if warehouse_ledger_id(policy) is None:
+                return False  # not bound: its first use binds it (and marks it)
+            with open_ledger(policy) as ledger:
+                mark = ledger.history_mark()
+        return mark_ledger(policy, mark, quiet=True)
+    except (VeilError, OSError, sqlite3.Error, duckdb.Error) as exc:
+        _log.debug("the ledger's high-water mark was not raised in %s: %s", policy.database_path, exc)
+        return False
 
 
 def binding_row(ledger: Ledger) -> tuple[str, str, str]:

@@ -72,7 +72,7 @@ from veil.store.releases import Release, ReleasedStatistic, ReleasedVector, dump
 
 __all__ = ["Account", "Cost", "HistoryMark", "Ledger", "Reservation", "accounts_for", "population_matches"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -133,6 +133,41 @@ def _rounded_up(v: Fraction) -> Fraction:
     if v.denominator <= SPEND_GRID:
         return v
     return Fraction(-((-v.numerator * SPEND_GRID) // v.denominator), SPEND_GRID)
+
+
+#: The account prefix of a table's charges recorded with the population it was declared in when charged
+#: (:func:`under_key`; red team s69 F4). Its spend is the table's, split by population.
+UNDER = "under:"
+
+
+def under_key(table: str, population: str | None) -> str:
+    """The account of ``table``'s charges made while it was declared in ``population`` (``""``: the policy's default
+    one; None: unknown, charges recorded before schema version 4)."""
+    return UNDER + json.dumps([table, population], ensure_ascii=False)
+
+
+def _under_population(key: str) -> str | None:
+    """The population ``key`` (an :func:`under_key`) was charged under; None (unknown: it may be anyone) if unreadable."""
+    try:
+        value = json.loads(key[len(UNDER) :])
+    except ValueError:
+        return None
+    if isinstance(value, list) and len(value) == 2 and isinstance(value[1], str):
+        return value[1]
+    return None
+
+
+#: Schema version 3 → 4: every table's spend so far is recorded under an unknown population (it counts against every
+#: population cap: the populations it was charged under were not recorded).
+def _migrate_3_to_4(db: sqlite3.Connection) -> None:
+    rows = db.execute(
+        "SELECT account, epsilon_spent, delta_spent FROM accounts WHERE account >= 'table:' AND account < 'table;'"
+    ).fetchall()
+    for account, eps, delta in rows:
+        db.execute(
+            "INSERT OR IGNORE INTO accounts(account, epsilon_spent, delta_spent) VALUES (?, ?, ?)",
+            (under_key(str(account)[len("table:") :], None), eps, delta),
+        )
 
 
 def _now() -> str:
@@ -279,13 +314,15 @@ class Account:
     """A budget that charges are placed on: an analyst's, or a table's. ``None`` totals are uncapped.
 
     A **population cap** (``pool`` set: :meth:`population_cap`) is a budget no charge is stored on: its spend is the
-    sum over the ledger's ``table:*`` accounts except the ``pool``'s excluded ones (tables of other declared
-    populations), plus ∞ when a publication without a DP guarantee of its population was ever recorded."""
+    sum of every charge recorded under a population that matches its own (the ``under:*`` accounts, :func:`under_key`:
+    each table charge records the population the table was declared in when charged, so a later edit of the policy
+    cannot move it out, red team s69 F4; an older ledger's charges, of unknown population, count against every cap),
+    plus ∞ when a publication without a DP guarantee of its population was ever recorded."""
 
     key: str  # "analyst:NAME" | "table:NAME" | "population-cap:TABLE"
     epsilon_total: Fraction | None
     delta_total: Fraction | None
-    #: population caps only: the table accounts whose spend does not count (tables of other declared populations)
+    #: population caps only (marks the account a cap): the tables of other declared populations now
     pool: frozenset[str] | None = None
     #: population caps only: the capped table's population ("" the policy's default one, which matches every one)
     population: str = ""
@@ -303,8 +340,8 @@ class Account:
     @classmethod
     def population_cap(cls, policy: Policy, name: str) -> Account:
         """Table ``name``'s cap (``epsilon_total`` / ``delta_total``) over everything released about its population:
-        every table of the policy whose population matches (the same declared name, or either declares none) and
-        every table account the policy no longer declares (it may have held anyone)."""
+        every charge recorded under a population that matches (the same declared name, or either declares none),
+        on whatever table, whatever the policy declares now (red team s69 F4)."""
         spec = policy.tables[name]
         mine = getattr(spec, "population", None) or ""
         excluded = frozenset(
@@ -350,7 +387,10 @@ def accounts_for(policy: Policy, *, analyst: str | None = None, tables: Iterable
         t = policy.tables.get(name)
         if t is not None:
             out.append(Account.table(name, None, None))
-            mine.append(getattr(t, "population", None) or "")
+            pop = getattr(t, "population", None) or ""
+            # the population it is charged under, recorded: a later edit of the policy cannot move it (s69 F4)
+            out.append(Account(under_key(name, pop), None, None))
+            mine.append(pop)
     for name, t in sorted(policy.tables.items()):
         if (t.epsilon_total is not None or t.delta_total is not None) and any(
             population_matches(m, getattr(t, "population", None) or "") for m in mine
@@ -514,6 +554,13 @@ class Ledger:
                 db.execute(stmt)
         for stmt in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
             db.execute(stmt)
+        found = db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        try:
+            version = int(found[0]) if found is not None else 0
+        except ValueError:
+            version = 0
+        if version < 4:
+            _migrate_3_to_4(db)
         db.execute(
             "INSERT INTO meta(key, value) VALUES ('schema_version', ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             (str(SCHEMA_VERSION),),
@@ -607,12 +654,13 @@ class Ledger:
     def _population_spent(db: sqlite3.Connection, cap: Account) -> tuple[Cost, list[str]]:
         """A population cap's spend (the sum over its pool's table accounts, exact) and the ids of the publications
         without a DP guarantee of its population ever recorded (live, replaced or retracted: each makes it ∞)."""
-        excluded = cap.pool or frozenset()
         eps, delta = Fraction(0), Fraction(0)
+        # every charge recorded under a population that may hold the cap's people, whatever the policy declares now
+        # (red team s69 F4); those of an older ledger, of unknown population, count against every cap
         for account, e, d in db.execute(
-            "SELECT account, epsilon_spent, delta_spent FROM accounts WHERE account >= 'table:' AND account < 'table;'"
+            "SELECT account, epsilon_spent, delta_spent FROM accounts WHERE account >= 'under:' AND account < 'under;'"
         ):
-            if account not in excluded:
+            if population_matches(cap.population, _under_population(str(account))):
                 spent = _stored(e, d)[0]
                 eps, delta = eps + spent.epsilon, delta + spent.delta
         tables = dict(cap.populations)
