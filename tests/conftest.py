@@ -13,6 +13,12 @@ from typing import Any
 import pytest
 
 os.environ.setdefault("VEIL_PROGRESS", "0")
+#: Every local Spark a test starts — the worker's own (pyspark reads this as it launches the JVM), a served or CLI
+#: process's, the outside writer's (``tests.engines.conftest.outside_spark_env``) — compiles with C1 only
+#: (``-XX:TieredStopAtLevel=1``): the JIT tier decides how fast the JVM runs, never what it computes, and the suite's
+#: many small queries never pay back C2's compilations. Measured on the 2-core host (2026-11-28, tests/engines, the
+#: same 32 tests in the same minutes): 72.5 → 40.7 s of CPU. A value set outside the tests is kept.
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.driver.defaultJavaOptions=-XX:TieredStopAtLevel=1 pyspark-shell")
 
 from veil.datasets import shared_data_dir
 
