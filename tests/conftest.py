@@ -16,8 +16,9 @@ os.environ.setdefault("VEIL_PROGRESS", "0")
 #: Every local Spark a test starts — the worker's own (pyspark reads this as it launches the JVM), a served or CLI
 #: process's, the outside writer's (``tests.engines.conftest.outside_spark_env``) — compiles with C1 only
 #: (``-XX:TieredStopAtLevel=1``): the JIT tier decides how fast the JVM runs, never what it computes, and the suite's
-#: many small queries never pay back C2's compilations. Measured on the 2-core host (2026-11-28, tests/engines, the
-#: same 32 tests in the same minutes): 72.5 → 40.7 s of CPU. A value set outside the tests is kept.
+#: many small queries never pay back C2's compilations. Measured on the 2-core host (2026-11-28, the same minutes,
+#: every process of the run sampled): the whole Spark group (275 tests) 339 → 304 s of CPU and 1,178 → 1,006 s of
+#: wall at a host load of ~15; its first 32 tests (the JVM's start-up) 72.5 → 40.7 s. A value set outside is kept.
 os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.driver.defaultJavaOptions=-XX:TieredStopAtLevel=1 pyspark-shell")
 
 from veil.datasets import shared_data_dir
