@@ -23,26 +23,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.support.kanon_labels import label_ends, on_grid
 from veil.generators.kanon.generalise import public_grid
 
 ALGORITHMS = ["mondrian", "oka", "kmember"]
 N = 120
-
-
-def _ends(label: Any) -> list[float]:
-    text = str(label).strip()
-    if text[:1] in "[(" and "," in text:
-        return [float(t.strip()) for t in text[1:-1].split(",")]
-    return [float(text)]
-
-
-def _on_grid(v: float, grid: tuple[float, float, bool]) -> bool:
-    origin, step, integer = grid
-    if np.isinf(v):
-        return True
-    starts = (v - origin) / step
-    ends = (v + (1.0 if integer else 0.0) - origin) / step
-    return bool(np.isclose(starts, np.rint(starts)) or np.isclose(ends, np.rint(ends)))
 
 
 def _numeric(values: list[Any], odd: Any) -> list[Any]:
@@ -129,8 +114,8 @@ def test_every_published_label_is_derivable_from_the_declaration(tmp_path: Path,
     path, policy = _world(tmp_path, declaration, values)
     labels = _published_labels(path, policy, algorithm)
     if grid is not None:
-        ends = [v for label in labels for v in _ends(label)]
-        assert all(_on_grid(v, grid) for v in ends), f"{case}/{algorithm}: labels {sorted(labels)} leave the grid {grid}"
+        ends = [v for label in labels for v in label_ends(label)]
+        assert all(on_grid(v, grid) for v in ends), f"{case}/{algorithm}: labels {sorted(labels)} leave the grid {grid}"
         assert float(odd) not in ends, f"{case}/{algorithm}: person 7's {odd} is a label end: {sorted(labels)}"
     else:
         allowed = {*_JOBS, "?", "*"}
@@ -151,8 +136,8 @@ def test_a_hierarchy_folder_without_a_file_for_a_numeric_qi_still_needs_its_grid
     declaration, values, grid, _ = CASES["int_small_range"]
     path, policy = _world(tmp_path / "w", declaration, values)
     labels = _published_labels(path, policy, algorithm, hierarchies=str(folder))
-    assert grid is not None and all(_on_grid(v, grid) for label in labels for v in _ends(label)), sorted(labels)
-    assert 2.5 not in [v for label in labels for v in _ends(label)]
+    assert grid is not None and all(on_grid(v, grid) for label in labels for v in label_ends(label)), sorted(labels)
+    assert 2.5 not in [v for label in labels for v in label_ends(label)]
     import veil as veil_api
 
     with veil_api.connect(path, analyst="bob") as db:

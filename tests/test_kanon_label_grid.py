@@ -19,27 +19,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.kanon_labels import label_ends, on_grid
 from veil.generators.kanon import anonymise
 from veil.generators.kanon.generalise import GRID_CELLS, public_grid
 
 ALGORITHMS = ["mondrian", "oka", "kmember"]
-
-
-def _ends(label: Any) -> list[float]:
-    text = str(label).strip()
-    if text[:1] in "[(" and "," in text:
-        return [float(t.strip()) for t in text[1:-1].split(",")]
-    return [float(text)]
-
-
-def _on_grid(v: float, grid: tuple[float, float, bool]) -> bool:
-    """``v`` is a cell's start, a cell's end (its last integer on an int grid), or an open end."""
-    origin, step, integer = grid
-    if np.isinf(v):
-        return True
-    starts = (v - origin) / step
-    ends = (v + (1.0 if integer else 0.0) - origin) / step
-    return bool(np.isclose(starts, np.rint(starts)) or np.isclose(ends, np.rint(ends)))
 
 
 def _people(seed: int, lone: int, n: int = 200) -> pd.DataFrame:
@@ -62,8 +46,8 @@ def test_no_label_end_is_a_value_one_person_alone_holds(algorithm: str, seed: in
     result = anonymise(frame, qi=["age", "gain"], k=5, algorithm=algorithm, seed=seed, grids=_GRIDS)
     for col in ("age", "gain"):
         for label in result.table[col].unique():
-            assert all(_on_grid(v, _GRIDS[col]) for v in _ends(label)), (algorithm, col, label)
-    assert not any(float(lone) in _ends(g) for g in result.table["gain"].unique())
+            assert all(on_grid(v, _GRIDS[col]) for v in label_ends(label)), (algorithm, col, label)
+    assert not any(float(lone) in label_ends(g) for g in result.table["gain"].unique())
     assert min(result.class_sizes) >= 5
 
 
@@ -135,7 +119,7 @@ def test_a_published_table_passes_the_audit_with_grid_labels(tmp_path: Path, alg
     )
     with veil_api.connect(path, analyst="bob") as db:
         labels = db.sql("SELECT DISTINCT gain FROM pub")["gain"]
-    assert all(_on_grid(v, _GRIDS["gain"]) for g in labels for v in _ends(g)), sorted(map(str, labels))
+    assert all(on_grid(v, _GRIDS["gain"]) for g in labels for v in label_ends(g)), sorted(map(str, labels))
 
 
 def test_a_numeric_quasi_identifier_without_declared_bounds_is_refused(tmp_path: Path) -> None:

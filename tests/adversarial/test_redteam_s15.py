@@ -243,8 +243,9 @@ def neighbour_worlds(tmp_path_factory: pytest.TempPathFactory, name: str) -> Wor
     )
 
 
-def fresh_epsilon(worlds: Worlds) -> Fraction:
-    """A new ε each time (5 plus a millionth per question), so the answer cache never answers."""
+def fresh_epsilon(worlds: Any) -> Fraction:
+    """A new ε each time (5 plus a millionth per question), so the answer cache never answers (``worlds``: a
+    :class:`Worlds`, or any holder of ``asked``)."""
     worlds.asked += 1
     return Fraction(5) + Fraction(worlds.asked, 10**6)
 
@@ -263,6 +264,18 @@ def moves_beyond_sensitivity(worlds: dict[str, Any], sql: str, epsilon: Fraction
             if moved > float(sens) * (1 + slack):
                 bad.append(f"{label} moved {moved} (D → {name}), sensitivity {float(sens)}")
     return bad
+
+
+def refused_or_within_sensitivity(worlds: Any, sql: str) -> list[str]:
+    """[] when every world refuses ``sql`` (typed, free) or every statistic moves within its sensitivity
+    (``worlds``: a :class:`Worlds`, or any holder of ``run``, ``sessions`` and ``asked``)."""
+    ends = worlds.run(sql)
+    kinds = {name: (v if isinstance(v, str) else "answered") for name, v in ends.items()}
+    if len(set(kinds.values())) > 1:
+        return [f"the worlds end differently: {kinds}"]
+    if "answered" not in kinds.values():
+        return []
+    return moves_beyond_sensitivity(worlds.sessions, sql, fresh_epsilon(worlds))
 
 
 @pytest.mark.parametrize("sql", ["SELECT VARIANCE(x + 1e17) AS v FROM t", "SELECT STDDEV_POP(x + 1e17) AS v FROM t"])

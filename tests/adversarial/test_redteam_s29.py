@@ -46,7 +46,7 @@ from fractions import Fraction
 import pytest
 
 from tests.adversarial.test_redteam_s4 import TARGET, TARGET_ROW
-from tests.adversarial.test_redteam_s15 import Worlds, moves_beyond_sensitivity
+from tests.adversarial.test_redteam_s15 import Worlds, refused_or_within_sensitivity
 from veil.errors import QueryTooComplex, VeilError
 
 
@@ -64,22 +64,6 @@ def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
     )
     yield w
     w.close()
-
-
-def _fresh(worlds: Worlds) -> Fraction:
-    worlds.asked += 1
-    return Fraction(5) + Fraction(worlds.asked, 10**6)
-
-
-def _refused_or_within_sensitivity(worlds: Worlds, sql: str) -> list[str]:
-    """[] when every world refuses ``sql`` (typed, free) or every statistic moves within its sensitivity."""
-    ends = worlds.run(sql)
-    kinds = {name: (v if isinstance(v, str) else "answered") for name, v in ends.items()}
-    if len(set(kinds.values())) > 1:
-        return [f"the worlds end differently: {kinds}"]
-    if "answered" not in kinds.values():
-        return []
-    return moves_beyond_sensitivity(worlds.sessions, sql, _fresh(worlds))
 
 
 # ==================================================================================================
@@ -130,7 +114,7 @@ def test_A1_a_bracketed_private_table_cannot_be_left_joined(worlds: Worlds, sql:
     ``_check_scopes`` (the LEFT JOIN test reads ``join.this.alias_or_name``; a bracketed source has none; also a
     bracketed join ``(t JOIN pub q ON …)`` is not looked into). A correct system refuses every LEFT JOIN whose
     right side reads private data, bracketed or not (free), or prices the NULL-extended rows."""
-    assert _refused_or_within_sensitivity(worlds, sql) == []
+    assert refused_or_within_sensitivity(worlds, sql) == []
 
 
 # --- A2. Quoted CTE names that differ only in case share one count -------------------------------------------
@@ -209,7 +193,7 @@ PINNED_DERIVED = [
 def test_B1_pins_through_derived_tables_keep_their_multiplicity(worlds: Worlds, sql: str) -> None:
     """A pin on a derived table that repeats its key (a cross join inside it) is measured on the derived table
     itself, so the plan's multiplicity covers every joined copy."""
-    assert _refused_or_within_sensitivity(worlds, sql) == []
+    assert refused_or_within_sensitivity(worlds, sql) == []
 
 
 MIXED_PUBLIC_KEYS = [
@@ -227,7 +211,7 @@ MIXED_PUBLIC_KEYS = [
 def test_B2_public_and_mixed_keys_move_within_their_sensitivity(worlds: Worlds, sql: str) -> None:
     """Keys over public columns, declared private columns and both (through derived tables, LEFT JOINs, signed
     zeros), and a key through a derived aggregate (a private key since s28 A6), move within their sensitivity."""
-    assert _refused_or_within_sensitivity(worlds, sql) == []
+    assert refused_or_within_sensitivity(worlds, sql) == []
 
 
 def _nested_week(levels: int) -> str:

@@ -50,7 +50,7 @@ import pandas as pd
 import pytest
 
 from tests.adversarial.test_redteam_s4 import TARGET, TARGET_ROW
-from tests.adversarial.test_redteam_s15 import Worlds, moves_beyond_sensitivity
+from tests.adversarial.test_redteam_s15 import Worlds, refused_or_within_sensitivity
 from veil.errors import QueryTooComplex, VeilError
 
 
@@ -67,22 +67,6 @@ def worlds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Worlds]:
     )
     yield w
     w.close()
-
-
-def _fresh(worlds: Any) -> Fraction:
-    worlds.asked += 1
-    return Fraction(5) + Fraction(worlds.asked, 10**6)
-
-
-def _refused_or_within_sensitivity(worlds: Any, sql: str) -> list[str]:
-    """[] when every world refuses ``sql`` (typed, free) or every statistic moves within its sensitivity."""
-    ends = worlds.run(sql)
-    kinds = {name: (v if isinstance(v, str) else "answered") for name, v in ends.items()}
-    if len(set(kinds.values())) > 1:
-        return [f"the worlds end differently: {kinds}"]
-    if "answered" not in kinds.values():
-        return []
-    return moves_beyond_sensitivity(worlds.sessions, sql, _fresh(worlds))
 
 
 # ==================================================================================================
@@ -241,7 +225,7 @@ def test_B1_left_join_variants_onto_private_data_are_refused(worlds: Worlds, sql
     side reads private data, however it is bracketed, nested or named (free, the same on every world)."""
     with pytest.raises(VeilError):
         worlds.sessions["d"].explain(sql)
-    assert _refused_or_within_sensitivity(worlds, sql) == []
+    assert refused_or_within_sensitivity(worlds, sql) == []
 
 
 # --- B2. User-level table: the classes of earlier rounds, again ----------------------------------------------
@@ -294,8 +278,8 @@ def _t(**kw: Any) -> dict[str, Any]:
     return {"u": TARGET, "x": 5, "y": 1.5, "k": "a", "s": "s1", "b": True, **kw}
 
 
-class UnitWorlds:
-    """D and neighbours that add one *unit* (several rows) to a user-level table."""
+class UnitWorlds(Worlds):
+    """D and neighbours that add one *unit* (several rows) to a user-level table (asked as :class:`Worlds` is)."""
 
     def __init__(self, base: Path, targets: dict[str, list[dict[str, Any]] | None]) -> None:
         from veil.policy import load_policy
@@ -313,21 +297,6 @@ class UnitWorlds:
             write_table(policy, "t", _unit_frame(rows), replace=True)
             self.sessions[name] = exact_session(policy, "a")
         self.asked = 0
-
-    def run(self, sql: str) -> dict[str, Any]:
-        self.asked += 1
-        eps = Fraction(5) + Fraction(self.asked, 10**6)
-        out: dict[str, Any] = {}
-        for name, s in self.sessions.items():
-            try:
-                out[name] = s.execute(sql, epsilon=eps)
-            except VeilError as exc:
-                out[name] = type(exc).__name__
-        return out
-
-    def close(self) -> None:
-        for s in self.sessions.values():
-            s.close()
 
 
 @pytest.fixture(scope="module")
@@ -373,4 +342,4 @@ def test_B2_user_level_statistics_move_within_their_sensitivity(unit_worlds: Uni
     """A unit with more rows than ``max_rows_per_unit``, rows at the bounds, ±1e300/inf, long text and NULLs: every
     statistic (COUNT DISTINCT unit with and without groups and joins, private and public keys, joins, moments,
     quantiles, overflowing keys) moves within its sensitivity (c = 3 × join multiplicity) and ends the same way."""
-    assert _refused_or_within_sensitivity(unit_worlds, sql) == []
+    assert refused_or_within_sensitivity(unit_worlds, sql) == []

@@ -95,7 +95,7 @@ for line in sys.stdin:
             exec(request["script"], {"__name__": "__main__"})
     except BaseException:
         error = traceback.format_exc()
-    replies.write(json.dumps({"stdout": out.getvalue(), "error": error}) + "\\n")
+    replies.write(json.dumps({"id": request["id"], "stdout": out.getvalue(), "error": error}) + "\\n")
     replies.flush()
 """
 
@@ -126,18 +126,23 @@ class OutsideSpark:
         )
         os.close(write)
         self._replies = os.fdopen(read)
+        self._asked = 0
 
     def run(self, script: str, *argv: str) -> str:
         """``script``'s stdout; an AssertionError with its traceback (and the process's stderr) if it raised."""
         import json
 
         assert self._proc.stdin is not None
-        self._proc.stdin.write(json.dumps({"script": script, "argv": list(argv)}) + "\n")
+        self._asked += 1
+        self._proc.stdin.write(json.dumps({"id": self._asked, "script": script, "argv": list(argv)}) + "\n")
         self._proc.stdin.flush()
-        line = self._replies.readline()  # a hang is caught by pytest's per-test timeout
-        if not line:
-            raise AssertionError(f"the outside process ended ({self._proc.wait()}): {self._stderr()}")
-        reply = json.loads(line)
+        while True:  # a reply to an earlier request, whose test pytest's timeout ended while it waited, is skipped
+            line = self._replies.readline()  # a hang is caught by pytest's per-test timeout
+            if not line:
+                raise AssertionError(f"the outside process ended ({self._proc.wait()}): {self._stderr()}")
+            reply = json.loads(line)
+            if reply["id"] == self._asked:
+                break
         assert reply["error"] is None, (reply["stdout"][-2000:], reply["error"][-3000:], self._stderr())
         return str(reply["stdout"])
 
