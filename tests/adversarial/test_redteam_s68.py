@@ -17,6 +17,12 @@ it green (then drop the mark). Deterministic (no randomness decides a verdict): 
   spills: the cap does not place the edge of a join's build side. No text key is needed: ``SELECT COUNT(*) FROM t JOIN
   pub ON t.id = pub.k WHERE LENGTH(t.c) > 3 OR pub.k < 0`` fails after the charge at 16,000 rows and is answered at
   8,000 (DuckDB alone: ``SELECT MAX(length(t.c)), COUNT(*) FROM t JOIN pub …`` fails at 30,000 rows of 15,000 bytes).
+  The edge is a deterministic function of which rows pass (neighbouring databases: D with the row ``id = 15,426``
+  fails ``WHERE t.id < 15427``, D′ without it answers; in the form ``WHERE t.id < 14536 OR t.id = T`` the query is
+  answered for T absent, 14,537, 14,600, 15,000, 16,000, 17,000, 17,999 and fails for T = 14,536, three runs each).
+  Small values spill: DuckDB alone answers the join of 1,000,000 rows of 1,000 bytes and 500,000 of 2,000 bytes at
+  the floor, and fails on 200,000 of 4,000 bytes (the default ``max_length`` of 1,024 four-byte characters): a fix
+  must price a join's build row far below the 15 KiB cap (or refuse such joins free).
 """
 
 from __future__ import annotations
