@@ -11,6 +11,8 @@ it green (then drop the mark). Deterministic (no randomness decides a verdict): 
   FROM t JOIN pub ON t.id = pub.k WHERE t.id < K GROUP BY t.c`` (c: 3,832 four-byte characters, 15,328 bytes; pub: 4
   rows per key) is answered at K = 15,426 and fails after the charge at K = 15,427, each reproduced twice: the s63 F1
   membership bit (calibrate K with charged probes of ε = 0.001, then one WHERE that holds or not for the target).
+  Over the wire too (``veil serve`` with ``engine_memory_mib=256, engine_threads=2``, psycopg, a 17,000-row world):
+  K = 15,000 and 15,426 answered, 15,427 and 17,000 end in SQLSTATE XX000 after the charge.
   DuckDB 2.0 alone (2 threads, 256 MiB): the same join + GROUP BY fails at 20,000 and 30,000 rows of 15,360 bytes,
   30,000 of 12,000, 40,000 of 8,000 bytes (and at 4 threads, 30,000 of 15,360), while the GROUP BY alone spills
   30,000 rows of 15,360 bytes and the join + GROUP BY of 1,000-byte rows (300,000) and 4,000-byte rows (100,000)
