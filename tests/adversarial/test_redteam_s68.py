@@ -177,7 +177,6 @@ def pad_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         session.close()
 
 
-
 def test_s68_f1_a_literal_padded_join_ends_the_same_way_whatever_the_rows(pad_session: Any) -> None:
     """F1 without large data: a default open category of short ASCII values (``v0``, ``v1``, …), and the analyst's own
     11,000-byte literal as a column of a derived table over the private rows, read after the join (priced 4,096 +
@@ -235,7 +234,6 @@ def amp_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         warehouse.set_reader_memory(before[0])
         warehouse.set_reader_threads(before[1])
         session.close()
-
 
 
 def test_s68_f1_an_amplified_padded_join_ends_the_same_way_whatever_the_rows(amp_session: Any) -> None:

@@ -363,9 +363,9 @@ def _sizes(
                     largest[0] = max(largest[0], sum(read.values()))
                     if joined is not None:
                         every = {**read, **carried}
-                        row = sum(every.values())
-                        if row > joined[0][0]:
+                        carried_row = sum(every.values())
+                        if carried_row > joined[0][0]:
                             widest = max(every, key=lambda k: every[k]) if every else ("", "")
-                            joined[0] = (row, ".".join(part for part in widest if part))
+                            joined[0] = (carried_row, ".".join(part for part in widest if part))
         columns[id(sel)] = own
     return total, columns
