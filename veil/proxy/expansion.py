@@ -198,8 +198,8 @@ def largest_join_row(
 ) -> tuple[int, str]:
     """An upper bound, by :func:`text_work`'s sizes, on the bytes of text one private row carries through a join: in
     every scope with a join that reads private rows, the columns it reads of a private base table or of a derived
-    table or CTE over private rows together (and, past one join, the public columns it reads too: the rows of the
-    first join can be the next one's build side), with the name of the widest column read (for the refusal's
+    table or CTE over private rows together (and, past one join, the public text columns it reads too: the rows of
+    the first join can be the next one's build side), with the name of the widest column read (for the refusal's
     message). DuckDB's hash join does not spill a build side of large strings as its GROUP BY does (red team s68
     F1), so :func:`veil.proxy.multiplicity.check_join_row` caps it far below the value cap."""
     joined: list[tuple[int, str]] = [(0, "")]
@@ -355,11 +355,13 @@ def _sizes(
                             )[0]
                         elif len(sel.args["joins"]) > 1:
                             if isinstance(src, exp.Table):
-                                carried[(col.table, col.name)] = column_bytes(src.name, col.name)
+                                held = column_bytes(src.name, col.name)
                             elif isinstance(src, Scope):
-                                carried[(col.table, col.name)] = columns.get(id(src.expression), {}).get(
-                                    col.name, (SCALAR_TEXT_BYTES, 0)
-                                )[0]
+                                held = columns.get(id(src.expression), {}).get(col.name, (SCALAR_TEXT_BYTES, 0))[0]
+                            else:
+                                held = 0
+                            if held > SCALAR_TEXT_BYTES:  # a public text (a public number is a few bytes)
+                                carried[(col.table, col.name)] = held
                     largest[0] = max(largest[0], sum(read.values()))
                     if joined is not None:
                         every = {**read, **carried}
