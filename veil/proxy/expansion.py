@@ -355,13 +355,13 @@ def _sizes(
                             )[0]
                         elif len(sel.args["joins"]) > 1:
                             if isinstance(src, exp.Table):
-                                held = column_bytes(src.name, col.name)
+                                public_bytes = column_bytes(src.name, col.name)
                             elif isinstance(src, Scope):
-                                held = columns.get(id(src.expression), {}).get(col.name, (SCALAR_TEXT_BYTES, 0))[0]
+                                public_bytes = columns.get(id(src.expression), {}).get(col.name, (SCALAR_TEXT_BYTES, 0))[0]
                             else:
-                                held = 0
-                            if held > SCALAR_TEXT_BYTES:  # a public text (a public number is a few bytes)
-                                carried[(col.table, col.name)] = held
+                                public_bytes = 0
+                            if public_bytes > SCALAR_TEXT_BYTES:  # a public text (a public number is a few bytes)
+                                carried[(col.table, col.name)] = public_bytes
                     largest[0] = max(largest[0], sum(read.values()))
                     if joined is not None:
                         every = {**read, **carried}
