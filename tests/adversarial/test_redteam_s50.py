@@ -87,7 +87,7 @@ privacy_unit = "row"
 [tables.people.columns]
 age = { type = "int", lower = 0, upper = 20 }
 income = { type = "float", lower = 0, upper = 10 }
-dept = { type = "category" }
+dept = { type = "category", max_length = 256 }  # read across a join (MAX_JOIN_ROW_BYTES)
 [tables.visits]
 privacy_unit = "pid"
 max_rows_per_unit = 2

@@ -99,7 +99,7 @@ fare = {{ type = "float", lower = -10, upper = 10 }}
 k = {{ type = "int", lower = 0, upper = 5 }}
 kd = {{ type = "float", lower = -5, upper = 5 }}
 city = {{ type = "category", values = ["a", "b", "c", "d"] }}
-tag = {{ type = "category" }}
+tag = {{ type = "category", max_length = 256 }}  # read across a join (MAX_JOIN_ROW_BYTES)
 day = {{ type = "date" }}
 
 [tables.cities]
@@ -119,7 +119,7 @@ kt = {{ type = "category" }}
 [tables.tags]
 public = true
 [tables.tags.columns]
-tag = {{ type = "category" }}
+tag = {{ type = "category", max_length = 256 }}  # read across a join (MAX_JOIN_ROW_BYTES)
 grp = {{ type = "category" }}
 
 [tables.pick]

@@ -106,11 +106,6 @@ def f1_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="s68 F1: a join carrying a 15 KiB private text fails after the charge past a one-row edge "
-    "at 256 MiB with 2 threads (15,426 answered, 15,427 failed)",
-)
 @pytest.mark.parametrize(
     "sql",
     [
@@ -182,11 +177,6 @@ def pad_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         session.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s68 F1: the analyst's literal column (11,000 bytes) carried into a join's build side fails the charged run "
-    "past a one-row edge at 256 MiB with 2 threads on any data (9,709 rows answered, 9,710 failed)",
-)
 def test_s68_f1_a_literal_padded_join_ends_the_same_way_whatever_the_rows(pad_session: Any) -> None:
     """F1 without large data: a default open category of short ASCII values (``v0``, ``v1``, …), and the analyst's own
     11,000-byte literal as a column of a derived table over the private rows, read after the join (priced 4,096 +
@@ -246,11 +236,6 @@ def amp_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         session.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s68 F1: padded rows multiplied by a public join inside a derived table: a charged run over ~530 private "
-    "rows fails past a one-row edge at 256 MiB with 2 threads (530 answered, 531 failed)",
-)
 def test_s68_f1_an_amplified_padded_join_ends_the_same_way_whatever_the_rows(amp_session: Any) -> None:
     """F1 amplified: the derived table joins each private row to 20 public rows and pads each with the 11,000-byte
     literal (per private row 20 × 30 joined rows × 22,000 literal bytes = 13.2 MB, under the 16 MiB carried-literal

@@ -28,7 +28,7 @@ privacy_unit = "row"
 age = { type = "int", lower = 17, upper = 90 }
 income = { type = "float", lower = 0, upper = 200000 }
 sex = { type = "category", values = ["Female", "Male", "Other"] }
-state = { type = "category" }
+state = { type = "category", max_length = 64 }  # read across a join: at most 504 (MAX_JOIN_ROW_BYTES)
 zip = { type = "int" }
 age_offset = { type = "int", lower = -5, upper = 5 }
 married = { type = "bool" }

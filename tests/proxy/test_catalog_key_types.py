@@ -32,7 +32,7 @@ privacy_unit = "row"
 i = { type = "int", lower = 0, upper = 10 }
 iv = { type = "int", values = [1, 2, 3] }
 f = { type = "float", lower = 0, upper = 1 }
-c = { type = "category" }
+c = { type = "category", max_length = 256 }  # read across a join: at most 504 characters (multiplicity.MAX_JOIN_ROW_BYTES)
 cv = { type = "category", values = ["a", "b"] }
 b = { type = "bool" }
 d = { type = "date" }

@@ -29,7 +29,7 @@ path = "l.sqlite"
 privacy_unit = "row"
 [tables.t.columns]
 x = { type = "int", lower = 0, upper = 10 }
-s = { type = "category" }
+s = { type = "category", max_length = 256 }  # read across a join: at most 504 characters (multiplicity.MAX_JOIN_ROW_BYTES)
 [tables.pub]
 public = true
 [tables.pub.columns]

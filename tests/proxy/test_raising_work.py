@@ -96,7 +96,7 @@ privacy_unit = "u"
 max_rows_per_unit = 50
 [tables.t.columns]
 u = { type = "int" }
-s = { type = "category" }
+s = { type = "category", max_length = 256 }  # read across a join: at most 504 characters (multiplicity.MAX_JOIN_ROW_BYTES)
 x = { type = "int", lower = 0, upper = 10 }
 d = { type = "date" }
 [tables.pub]

@@ -82,6 +82,7 @@ path = "l.sqlite"
 privacy_unit = "row"
 [tables.t.columns]
 s = { type = "category" }
+u = { type = "category", max_length = 8 }  # short enough to read across a join (MAX_JOIN_ROW_BYTES)
 x = { type = "int", lower = 0, upper = 10 }
 [tables.pub]
 public = true
@@ -93,7 +94,7 @@ epsilon = 1000
 @pytest.fixture(scope="module")
 def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuerySession]:
     pub = pd.DataFrame({"k": range(2000), "n": ["q"] * 1999 + ["w" * 20_000]})  # one long public value
-    t = pd.DataFrame({"s": ["a", "b"] * 10, "x": range(20)})
+    t = pd.DataFrame({"s": ["a", "b"] * 10, "u": ["a", "b"] * 10, "x": range(20)})
     policy = policy_with_tables(tmp_path_factory.mktemp("textwork"), POLICY, {"t": t}, {"pub": pub})
     with exact_session(policy, "a") as s:
         yield s
@@ -111,7 +112,7 @@ REFUSED = [
 ANSWERED = [
     "SELECT COUNT(*) FROM t WHERE s || s = 'aa'",
     "SELECT COUNT(*) FROM t WHERE LOWER(UPPER(s)) = 'a'",
-    "SELECT COUNT(*) FROM t CROSS JOIN pub p WHERE t.s = p.n",  # comparisons across the join build no text
+    "SELECT COUNT(*) FROM t CROSS JOIN pub p WHERE t.u = p.n",  # comparisons across the join build no text
     # (`p.n || t.s` pinned to one joined row was answered here until session 20: a value of private text and the
     # 20,000-character public one may hold 84 kB, past MAX_VALUE_BYTES, refused since: test_redteam_s63 F1)
 ]

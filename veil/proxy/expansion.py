@@ -35,7 +35,7 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 from veil.proxy.bounds import in_inner_scope
 from veil.proxy.totality import converts, raises
 
-__all__ = ["SCALAR_TEXT_BYTES", "Expansion", "largest_text_value", "measure", "text_work"]
+__all__ = ["SCALAR_TEXT_BYTES", "Expansion", "largest_join_row", "largest_text_value", "measure", "text_work"]
 
 
 @dataclass(frozen=True)
@@ -193,11 +193,26 @@ def largest_text_value(tree: exp.Expression, column_bytes: Callable[[str, str], 
     return largest[0]
 
 
+def largest_join_row(
+    tree: exp.Expression, column_bytes: Callable[[str, str], int], public: Callable[[str], bool]
+) -> tuple[int, str]:
+    """An upper bound, by :func:`text_work`'s sizes, on the bytes of text one private row carries through a join: in
+    every scope with a join that reads private rows, the columns it reads of a private base table or of a derived
+    table or CTE over private rows together (and, past one join, the public text columns it reads too: the rows of
+    the first join can be the next one's build side), with the name of the widest column read (for the refusal's
+    message). DuckDB's hash join does not spill a build side of large strings as its GROUP BY does (red team s68
+    F1), so :func:`veil.proxy.multiplicity.check_join_row` caps it far below the value cap."""
+    joined: list[tuple[int, str]] = [(0, "")]
+    _sizes(tree, column_bytes, [0], public, joined)
+    return joined[0]
+
+
 def _sizes(
     tree: exp.Expression,
     column_bytes: Callable[[str, str], int],
     largest: list[int] | None = None,
     public: Callable[[str], bool] | None = None,
+    joined: list[tuple[int, str]] | None = None,
 ) -> tuple[int, dict[int, dict[str, tuple[int, int]]]]:
     """:func:`text_work`'s bound, and per SELECT of ``tree`` (by id) each output column's (most bytes as text, bytes its
     text operations build); ``largest[0]`` becomes the most bytes of any one value, if given."""
@@ -327,6 +342,7 @@ def _sizes(
                 largest[0] = max(largest[0], sum(built))
                 if sel.args.get("joins"):
                     read: dict[tuple[str, str], int] = {}
+                    carried: dict[tuple[str, str], int] = {}  # public columns read past one join
                     for col in sel.find_all(exp.Column):
                         if in_inner_scope(col, sel, inner):
                             continue
@@ -337,6 +353,21 @@ def _sizes(
                             read[(col.table, col.name)] = columns.get(id(src.expression), {}).get(
                                 col.name, (SCALAR_TEXT_BYTES, 0)
                             )[0]
+                        elif len(sel.args["joins"]) > 1:
+                            if isinstance(src, exp.Table):
+                                public_bytes = column_bytes(src.name, col.name)
+                            elif isinstance(src, Scope):
+                                public_bytes = columns.get(id(src.expression), {}).get(col.name, (SCALAR_TEXT_BYTES, 0))[0]
+                            else:
+                                public_bytes = 0
+                            if public_bytes > SCALAR_TEXT_BYTES:  # a public text (a public number is a few bytes)
+                                carried[(col.table, col.name)] = public_bytes
                     largest[0] = max(largest[0], sum(read.values()))
+                    if joined is not None:
+                        every = {**read, **carried}
+                        carried_row = sum(every.values())
+                        if carried_row > joined[0][0]:
+                            widest = max(every, key=lambda k: every[k]) if every else ("", "")
+                            joined[0] = (carried_row, ".".join(part for part in widest if part))
         columns[id(sel)] = own
     return total, columns

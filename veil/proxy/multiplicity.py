@@ -70,6 +70,7 @@ __all__ = [
     "MAX_GROUPED_VALUES",
     "MAX_JOINED_TEXT_BYTES",
     "MAX_JOIN_FACTOR",
+    "MAX_JOIN_ROW_BYTES",
     "MAX_MATERIALISED_BYTES",
     "MAX_MATERIALISED_ROWS",
     "MAX_MATERIALISED_VALUES",
@@ -80,6 +81,7 @@ __all__ = [
     "Probe",
     "check_factor",
     "check_grouped_contribution",
+    "check_join_row",
     "check_person_work",
     "check_value_bytes",
     "conjuncts",
@@ -192,6 +194,33 @@ def check_value_bytes(largest: int) -> None:
             hint="Put fewer or shorter text columns in one GROUP BY or DISTINCT (a curator can declare a category's "
             "`values` or a smaller `max_length` in the policy), use shorter literals, or concatenate fewer or shorter "
             "columns (SUBSTRING shortens one)",
+        )
+
+
+#: The most bytes of text one private row may carry through a join (every column a join's scope reads of the private
+#: rows together, by the catalog's bounds: a category column's ``max_length`` × 4; see
+#: :func:`veil.proxy.expansion.largest_join_row`). DuckDB 2.0's hash join does not spill a build side of large strings
+#: the way its GROUP BY does: at the readers' floor (256 MiB, 2 threads) a join of 20,000 rows of 15,360 bytes failed
+#: (a GROUP BY of 30,000 such rows spilled), and the witness's join + GROUP BY of 15,328-byte texts was answered at
+#: 15,426 rows and failed after the charge at 15,427 (red team s68 F1). Measured on DuckDB alone with 4 public rows a
+#: key, ``COUNT(*) … WHERE LENGTH(t.c) > 3``: 4,096-byte rows failed at 200,000 (answered at 70,000), 3,072-byte rows
+#: were answered at 300,000, 2,048-byte rows at 600,000 and 1,200,000 (2.4 GB), 1,024-byte rows at 1,500,000; and
+#: 400,000 rows of 2,048 bytes were answered joined into a GROUP BY of the text, a COUNT(DISTINCT) of it, and two
+#: joins. The cap keeps a margin of a third below the largest size that always spilled (3,072 bytes).
+MAX_JOIN_ROW_BYTES = 2 << 10
+
+
+def check_join_row(row: int, column: str) -> None:
+    """Refuse (free: the query's shape, the policy, public data) a private query one of whose joins may carry more than
+    :data:`MAX_JOIN_ROW_BYTES` bytes of text of one private row; ``column`` names the widest column it reads."""
+    if row > MAX_JOIN_ROW_BYTES:
+        raise Unsupported(
+            f"a row this query joins may carry {row:,} bytes of text (the widest column it reads is {column}); in a "
+            f"join over private data Veil allows {MAX_JOIN_ROW_BYTES:,} (the engine cannot spill a join of longer rows "
+            "to disk, so whether it ran would depend on the data)",
+            hint=f"Read fewer or shorter text columns in the query's joins (a category column counts 4 bytes a character "
+            f"of its `max_length`: a curator can declare `max_length` of at most {MAX_JOIN_ROW_BYTES // 4 - 8} or the "
+            "column's `values`), or group or filter on the text in a query without the join",
         )
 
 
