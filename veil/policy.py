@@ -229,8 +229,9 @@ _DEFAULT_KEYS = {"epsilon_per_query", "min_epsilon_per_query", "partition_delta"
 MAX_BOUND = Fraction(10**15)
 #: Characters a category value keeps in the bounded copy unless the policy says ``max_length``: one person's
 #: text then costs a query at most a bounded amount of work, whatever it stores (a running time one long value
-#: decides is a side channel no noise covers).
-DEFAULT_MAX_LENGTH = 1024
+#: decides is a side channel no noise covers). 256 characters are priced 1,024 bytes, so two such columns fit the
+#: 2 KiB a join over private rows may carry (``multiplicity.MAX_JOIN_ROW_BYTES``; at 1,024 characters, none did).
+DEFAULT_MAX_LENGTH = 256
 #: The same for a category column with declared ``values`` and no ``max_length`` (never fewer than the longest
 #: declared value): its values are short labels, and every value costs the 4 bytes a character the value-size cap
 #: (``multiplicity.MAX_VALUE_BYTES``) prices — at 1,024 characters four declared keys of one GROUP BY passed it.

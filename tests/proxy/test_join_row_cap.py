@@ -36,7 +36,7 @@ path = "l.sqlite"
 privacy_unit = "row"
 [tables.t.columns]
 id = {{ type = "int", lower = 0, upper = 100 }}
-wide = {{ type = "category" }}
+wide = {{ type = "category", max_length = 1024 }}
 narrow = {{ type = "category", max_length = {_NARROW} }}
 [tables.v]
 privacy_unit = "u"
@@ -44,7 +44,7 @@ max_rows_per_unit = 3
 [tables.v.columns]
 u = {{ type = "int" }}
 id = {{ type = "int", lower = 0, upper = 100 }}
-wide = {{ type = "category" }}
+wide = {{ type = "category", max_length = 1024 }}
 narrow = {{ type = "category", max_length = {_NARROW} }}
 [tables.pub]
 public = true
@@ -81,7 +81,7 @@ def session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QuerySession]:
 @pytest.mark.parametrize("table", ["t", "v"])
 @pytest.mark.parametrize("shape", sorted(_SHAPES))
 def test_a_wide_private_text_carried_through_a_join_is_refused_free(session: QuerySession, shape: str, table: str) -> None:
-    """A default category (1,024 characters, priced 4,096 bytes) read across a join: refused, free, naming it."""
+    """A category of 1,024 characters (priced 4,096 bytes) read across a join: refused, free, naming it."""
     spent = session.budget().spent
     with pytest.raises(Unsupported, match=r"joins may carry .* widest column it reads is \w+\.wide"):
         session.execute(_SHAPES[shape].format(c="wide", t=table), epsilon=0.01)
