@@ -233,13 +233,14 @@ CENTRED_PROBES = [
     "SELECT AVG(y + 5.000000000000001) AS v FROM t",  # just beyond: centred in the SQL
     "SELECT AVG(CAST(x AS DOUBLE) / 3 + 10/3) AS v FROM t",  # |c| = hw, neither a double
     "SELECT VARIANCE(CAST(x AS DOUBLE) / 3 + 10/3 + 1e-12) AS v FROM t",
-    "SELECT AVG(y * 1e-320 + 1) AS v FROM t",  # a denormal half-width (k capped at 1023)
-    "SELECT VARIANCE(y * 1e-310 + 1e16) AS v FROM t",
+    # half-widths just above fixed_point.MIN_ROW_BOUND (denormal ones such as y * 1e-320 are refused: s70 F1)
+    "SELECT AVG(y * 1e-301 + 1) AS v FROM t",
+    "SELECT VARIANCE(y * 1e-151 + 1e16) AS v FROM t",
     "SELECT AVG(y / 3 + 1e17 / 3) AS v FROM t",  # float(centre) ≠ centre
     "SELECT VARIANCE(y * 0.1 + 0.5000000000000001) AS v FROM t",
     "SELECT STDDEV(CAST(x AS DOUBLE) * 1e-3 + 1e20 + 16) AS v FROM t",
     "SELECT k, AVG(y + 1e15 + 0.5) FILTER (WHERE u > 1) AS v FROM t GROUP BY k",
-    "SELECT SUM(y * 1e-320) AS v, SUM(CAST(x AS DOUBLE) / 3) AS w FROM t",
+    "SELECT SUM(y * 1e-301) AS v, SUM(CAST(x AS DOUBLE) / 3) AS w FROM t",
     # the count and the centred sum agree on which rows count when the target's argument overflows (x = 10)
     "SELECT VARIANCE(LEAST(GREATEST(CAST(x * 1000000000 * 1000000000 AS DOUBLE), -5), 5) * 0.001 + 1e17) AS v FROM t",
     "SELECT AVG(COALESCE(LEAST(GREATEST(x * 1000000000 * 1000000000, -5), 5), 5) / 3 + 1) AS v FROM t",

@@ -160,13 +160,23 @@ def f2_policy(tmp_path_factory: pytest.TempPathFactory) -> Any:
 def test_f2_a_real_sum_keeps_the_documented_grid_precision_for_tiny_bounds(f2_policy: Any, scale: str) -> None:
     """LOW (correctness): ``SUM(inc * 1e-320)`` over 31 rows all at the bound (exact 31 × 1e-315) was exactly 0 before
     noise — each row fell below one grid step (2⁻¹⁰²³) — though the docs bound the loss by one step of 2⁻⁶² of the row
-    bound per row. The exact (noise-off) sum must be within n·2⁻⁶² of Δ of the true sum."""
+    bound per row. The exact (noise-off) sum must be within n·2⁻⁶² of Δ of the true sum. A row bound below
+    ``fixed_point.MIN_ROW_BOUND`` (2⁻¹⁰⁰⁰: here 1e-310 and 1e-320) is refused instead, free (red team s70 F1)."""
+    from fractions import Fraction
+
     from tests.support.attack_neighbours import exact_release
-    from veil.proxy._testing import exact_session
+    from veil.errors import Unsupported
+    from veil.proxy import fixed_point
+    from veil.proxy._testing import exact_session, plan_of
 
     n, bound = 31, 100000.0 * float(scale)
+    sql = f"SELECT SUM(inc * {scale}) FROM people"
     with exact_session(f2_policy, "a") as s:
-        got = exact_release(s, f"SELECT SUM(inc * {scale}) FROM people", 1.0)
+        if 100000 * Fraction(scale) < fixed_point.MIN_ROW_BOUND:
+            with pytest.raises(Unsupported, match="2\\^-1000"):
+                plan_of(s, sql, 1.0)
+            return
+        got = exact_release(s, sql, 1.0)
     assert got.ok, got.describe()
     (value,) = got.values[0].values()
     assert abs(value - n * bound) <= n * 2.0**-62 * bound * (1 + 1e-9), (value, n * bound)

@@ -164,3 +164,96 @@ def test_the_exact_sum_is_rounded_once_after_its_clamp(
     top = Fraction(sys.float_info.max)
     want = float(clamped) if abs(clamped) <= top else (sys.float_info.max if clamped > 0 else -sys.float_info.max)
     assert fixed_point.to_doubles([total], k, center, [count], bound=bound) == [want]
+
+
+# --- Tiny row bounds (red team s70 F1): a subnormal sum's rounding is absolute, not relative ----------------------
+
+#: Multipliers of ``LEAST(GREATEST(y, 0), 1)`` (rows in [0, m]): the smallest subnormal and others below 2⁻¹⁰²², the
+#: floor's neighbourhood (2⁻¹⁰⁰⁰ ≈ 9.33e-302: a SUM at 5e-302 below, 1e-301 above; an AVG's half-width m/2 below at
+#: 1e-301, above at 3e-301) and normal ones (a variance's squared half-width is below the floor at 1e-160, above
+#: at 1e-150).
+TINY = ["5e-324", "3e-323", "1e-310", "5e-302", "1e-301", "3e-301", "1e-160", "1e-150", "1e-100"]
+TINY_SQL = [
+    "SELECT SUM(LEAST(GREATEST(y, 0), 1) * {m}) FROM t",
+    "SELECT AVG(LEAST(GREATEST(y, 0), 1) * {m}) FROM t",
+    "SELECT VARIANCE(LEAST(GREATEST(y, 0), 1) * {m}) FROM t",
+    "SELECT y < 0 AS neg, SUM(LEAST(GREATEST(y, 0), 1) * {m}), AVG(LEAST(GREATEST(y, 0), 3) * {m}) FROM t GROUP BY 1",
+    "SELECT y < 0 AS neg, STDDEV(LEAST(GREATEST(y, -1), 2) * {m}) FROM t GROUP BY 1",
+]
+
+
+def _worst_neighbour_distance(stat: Any) -> Fraction:
+    """The largest distance between the doubles of one group's exact sums on two neighbouring databases (one more
+    row), over adversarial grid totals of ``n`` rows near zero and near half a row (where a subnormal sum's rounding
+    is absolute, ties included) and added rows at the row range's ends and middle: what
+    :func:`veil.proxy.fixed_point.to_doubles` releases, noise off."""
+    from veil.proxy.rewrite import centred_in_sql, row_bound, row_range, sum_exponent
+
+    k, bound = sum_exponent(stat), row_bound(stat)
+    glo, ghi = fixed_point.on_grid(*row_range(stat), k)
+    centred = stat.kind == "sum_centered" and not centred_in_sql(stat)  # centred after the sum, with the count
+    worst = Fraction(0)
+    for n in (1, 2, 3):
+        near = round(stat.center * n * Fraction(2) ** k) if centred else 0  # a total whose centred sum is ~0
+        bases = {n * glo, n * ghi, *(near + d for d in (-1, 0, 1, ghi // 2, glo // 2, ghi // 2 + 1))}
+        for total in (b for b in bases if n * glo <= b <= n * ghi):
+            for row in {glo, ghi, (glo + ghi) // 2, (glo + ghi) // 2 + 1}:
+                a = fixed_point.to_doubles([total], k, stat.center, [n] if centred else None, bound=bound)[0]
+                b = fixed_point.to_doubles([total + row], k, stat.center, [n + 1] if centred else None, bound=bound)[0]
+                worst = max(worst, abs(Fraction(a) - Fraction(b)))
+    return worst
+
+
+@pytest.mark.parametrize("m", TINY)
+@pytest.mark.parametrize("template", TINY_SQL)
+def test_tiny_row_bounds_are_refused_free_or_stay_within_their_charge(world: tuple[Any, Any], template: str, m: str) -> None:
+    """Every real statistic of a sum, average or variance over rows in a tiny range either is refused (typed, free:
+    the budget does not move) or has a normal Laplace scale that pays for the worst distance between neighbours'
+    doubles: distance / scale ≤ its ε share. Before the fix 23 of these 45 cases were accepted and exceeded it: every
+    subnormal row range (m ≤ 1e-310; a SUM's 0.5 → 0 and 1.5 → 2 units: twice Δ) and the variances whose squared
+    half-width is subnormal (m = 5e-302 … 1e-160). Deterministic."""
+    from veil.errors import Unsupported
+
+    sql = template.format(m=m)
+    session = world[1]
+    try:
+        plan = plan_of(session, sql, 1)
+    except Unsupported as e:
+        assert e.sqlstate == "0A000" and "2^-1000" in str(e) and m in str(e) and e.hint, str(e)
+        before = session.budget().spent
+        with pytest.raises(Unsupported):
+            session.execute(sql, epsilon=1)
+        assert session.budget().spent == before
+        return
+    assert plan is not None
+    real = [s for s in plan.statistics if s.mechanism == "laplace"]
+    assert real
+    for stat in real:
+        assert stat.scale >= sys.float_info.min  # a normal double: the relative raise is not rounded away
+        assert _worst_neighbour_distance(stat) / Fraction(stat.scale) <= stat.epsilon, (sql, stat.label)
+
+
+def test_tiny_row_bounds_refuse_exactly_below_the_floor(world: tuple[Any, Any]) -> None:
+    """The floor is data-independent and only bites below 2⁻¹⁰⁰⁰: a SUM at 1e-301, an AVG at 3e-301 (half-width
+    1.5e-301) and a VARIANCE at 1e-150 are answered, their neighbours below are refused."""
+    from veil.errors import QueryRejected, Unsupported
+
+    session = world[1]
+    for sql, accepted in [
+        ("SELECT SUM(LEAST(GREATEST(y, 0), 1) * 1e-301) FROM t", True),
+        ("SELECT SUM(LEAST(GREATEST(y, 0), 1) * 5e-302) FROM t", False),
+        ("SELECT AVG(LEAST(GREATEST(y, 0), 1) * 3e-301) FROM t", True),
+        ("SELECT AVG(LEAST(GREATEST(y, 0), 1) * 1e-301) FROM t", False),
+        ("SELECT VARIANCE(LEAST(GREATEST(y, 0), 1) * 1e-150) FROM t", True),
+        ("SELECT VARIANCE(LEAST(GREATEST(y, 0), 1) * 1e-160) FROM t", False),
+        ("SELECT SUM(LEAST(GREATEST(y, 0), 0) * 1e-300) FROM t", True),  # a zero range: exact, no rounding at all
+    ]:
+        if accepted:
+            assert plan_of(session, sql, 1) is not None, sql
+        else:
+            with pytest.raises(Unsupported, match="2\\^-1000"):
+                plan_of(session, sql, 1)
+    # a scale Δ/ε below a normal double (a huge ε), where the relative raise would be rounded away: refused too
+    assert plan_of(session, "SELECT SUM(LEAST(GREATEST(y, 0), 1) * 1e-301) FROM t", 1e5) is not None
+    with pytest.raises(QueryRejected, match="2\\^-1020"):
+        plan_of(session, "SELECT SUM(LEAST(GREATEST(y, 0), 1) * 1e-301) FROM t", 1e8)

@@ -11,10 +11,13 @@ on the grid, or the grid value is clamped to it). Centring (AVG, VARIANCE) subtr
 from the exact sum with integers.
 
 One rounding is left: the exact sum (a rational) becomes the double the noise is added to. It moves by
-at most 2⁻⁵³ of its magnitude, and the magnitude of each group's sum is clamped (1-Lipschitz, data-
-independent) to ``2**CLAMP_BITS`` rows at the row bound, so two neighbouring databases' doubles differ
-by at most ``Δ·(1 + CONVERSION_SLACK)``; the Laplace scale is raised by ``SCALE_RAISE`` > that slack
-(``Statistic.scale``), so the privacy loss stays within ε.
+at most 2⁻⁵³ of its magnitude *plus* half the smallest subnormal, 2⁻¹⁰⁷⁵ (a subnormal sum rounds by up to that
+whatever its size: red team s70 F1), and the magnitude of each group's sum is clamped (1-Lipschitz, data-
+independent) to ``2**CLAMP_BITS`` rows at the row bound. The plan refuses (free) every real sum whose row bound
+is below ``MIN_ROW_BOUND`` = 2⁻¹⁰⁰⁰ (``veil.proxy.plan``), so the absolute term is at most 2⁻⁷⁵ of the row
+bound, and two neighbouring databases' doubles differ by at most ``Δ·(1 + CONVERSION_SLACK)``; the Laplace
+scale is raised by ``SCALE_RAISE`` > that slack (``Statistic.scale``; a scale below ``MIN_NOISE_SCALE``, where
+the raise itself would be rounded away, is refused too), so the privacy loss stays within ε.
 
 >>> from fractions import Fraction
 >>> exponent(Fraction(-10), Fraction(10))
@@ -35,18 +38,25 @@ from functools import lru_cache
 import numpy as np
 
 __all__ = [
-    "CLAMP_BITS", "CONVERSION_SLACK", "GRID_BITS", "SCALE_RAISE", "exact_sums", "exponent", "grid_factors",
-    "literal_on_grid", "on_grid",
-    "to_doubles",
+    "CLAMP_BITS", "CONVERSION_SLACK", "GRID_BITS", "MIN_NOISE_SCALE", "MIN_ROW_BOUND", "SCALE_RAISE", "exact_sums",
+    "exponent", "grid_factors", "literal_on_grid", "on_grid", "to_doubles",
 ]  # fmt: skip
 
 #: Each row's grid value fits in ±2**GRID_BITS (a BIGINT holds ±2⁶³).
 GRID_BITS = 62
 #: A group's exact sum is clamped to ±2**CLAMP_BITS times the row bound before it becomes a double.
 CLAMP_BITS = 36
+#: The smallest row bound (largest |value| one row adds, after centring; for a sum of squares, the squared one) of a
+#: real sum Veil answers: the plan refuses smaller ones, free, from the query's bounds alone. Above it, a subnormal
+#: sum's absolute rounding (≤ 2⁻¹⁰⁷⁵ per neighbour) is at most 2⁻⁷⁵ of the row bound per changed group.
+MIN_ROW_BOUND = Fraction(1, 2**1000)
+#: The smallest Laplace scale of a real statistic: a normal double (≥ 2⁻¹⁰²²), so that ``SCALE_RAISE`` and the
+#: noise lattice (``veil.mechanisms.noise``: k = ⌊log₂ scale⌋ − 50 ≥ −1070) act relatively, as their bounds assume.
+MIN_NOISE_SCALE = 2.0**-1020
 #: The most the doubles of two neighbouring sums can differ beyond Δ, relative to Δ: each changed group's
-#: rounding is at most 2⁻⁵³ · 2³⁶ of its row bound, twice (both neighbours).
-CONVERSION_SLACK = 2.0 ** (CLAMP_BITS - 52)
+#: rounding is at most 2⁻⁵³ · 2³⁶ of its row bound plus 2⁻¹⁰⁷⁵ ≤ 2⁻⁷⁵ of it (``MIN_ROW_BOUND``), twice (both
+#: neighbours): 2⁻¹⁶ + 2⁻⁷⁴, rounded up here to 2⁻¹⁶ + 2⁻⁶⁴ (an exact double).
+CONVERSION_SLACK = 2.0 ** (CLAMP_BITS - 52) + 2.0**-64
 #: The Laplace scale of real statistics is raised by this much (relative), more than the slack above plus the
 #: noise lattice's own (``veil.mechanisms.noise``), so the loss at Δ stays within ε.
 SCALE_RAISE = 2.0 ** (CLAMP_BITS - 51)

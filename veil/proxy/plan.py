@@ -655,6 +655,8 @@ def _plan_aggregate(b: _Builder, idx: int, node: exp.Expression, ctx: _Context) 
     # itself, so its interval holds for any data
     bare = _is_bounded_base_column(arg, ctx.scope, ctx.catalog, ctx.table)
     arg_c = arg if bare else _clamped(arg, iv)
+    if name in ("sum", "avg", "var_samp", "var_pop", "stddev_samp", "stddev_pop"):
+        _check_row_bound(node, name, iv)
     if name == "sum":
         sid = b.add(
             ("sum", _sql(arg_c), None if filt is None else _sql(filt)), kind="sum",
@@ -667,6 +669,29 @@ def _plan_aggregate(b: _Builder, idx: int, node: exp.Expression, ctx: _Context) 
     if name in ("avg", "var_samp", "var_pop", "stddev_samp", "stddev_pop"):
         return _plan_moments(b, idx, name, node, arg, arg_c, filt, iv, ctx)
     return _plan_grid(b, idx, name, node, arg_c, filt, q, iv, ctx)
+
+
+def _check_row_bound(node: exp.Expression, name: str, iv: Interval) -> None:
+    """Refuse (free, from the argument's bounds alone) a real SUM, AVG, VARIANCE or STDDEV whose row bound — the most
+    one row adds to its Laplace-noised sum: ``|value|``, ``|value − centre|``, and for a variance that squared — is
+    positive but below :data:`fixed_point.MIN_ROW_BOUND` (2⁻¹⁰⁰⁰). Its exact sum's rounding to a double is absolute
+    near zero (up to 2⁻¹⁰⁷⁵, whatever the sum), which the scale's relative raise does not pay for (red team s70 F1:
+    ``AVG(LEAST(GREATEST(age, 0), 1) * 5e-324)`` lost +67% over its share of ε). Integer sums are exact (their
+    bounds are 0 or at least 1/4)."""
+    if iv.integral:
+        return
+    bounds = [iv.magnitude] if name == "sum" else [iv.half_width]
+    if name not in ("sum", "avg"):
+        bounds.append(iv.half_width**2)
+    smallest = min(bounds)
+    if 0 < smallest < fixed_point.MIN_ROW_BOUND:
+        bits = smallest.numerator.bit_length() - smallest.denominator.bit_length()  # within 1 of log₂ (no float)
+        raise Unsupported(
+            f"{duckdb_text(node)}: one row moves its sum by at most ≈2^{bits}, below 2^-1000 "
+            "(≈9.3e-302), the smallest Veil adds Laplace noise to (its rounding to a double would leak more than the "
+            "ε charged); nothing was charged",
+            hint="Scale the argument up (e.g. multiply it by 1e300) and scale the answer back down",
+        )
 
 
 #: The plan clamps each aggregate's argument: four copies in a CASE, sixteen for an integral argument that is not
@@ -781,6 +806,12 @@ def _check_scale(st: Statistic) -> None:
         scale = st.scale
     except OverflowError:
         scale = math.inf
+    if st.mechanism == "laplace" and st.sensitivity > 0 and not scale >= fixed_point.MIN_NOISE_SCALE:
+        raise QueryRejected(
+            f"the noise for {st.label} at ε = {float(st.epsilon):.3g} would have a scale below 2^-1020 (≈8.9e-308), the "
+            f"smallest Veil draws real noise with (sensitivity {float(st.sensitivity):.3g}); nothing was charged",
+            hint="Ask for a smaller epsilon, or scale the argument up",
+        )
     if not scale <= MAX_NOISE_SCALE:
         raise QueryRejected(
             f"the noise for {st.label} at ε = {float(st.epsilon):.3g} would have a scale beyond 2^1000 (≈1.07e301), the "
