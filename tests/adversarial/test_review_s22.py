@@ -23,8 +23,12 @@ turns it green (then drop the mark). Deterministic (no randomness decides a verd
   refused, by either version): charges an older Veil makes after the migration (a ``veil serve`` not restarted in an
   upgrade, a rollback) never reach the caps when the null row exists (a cap exceeded), and are counted twice when it
   does not (a false refusal).
+* Y5 (LOW-MEDIUM, robustness) ``reader()`` retries its read-only open for up to ``READ_LOCK_WAIT`` (5 s, 797dd6e)
+  while holding ``_CONNECTIONS.lock``, which every statement of the process needs for its gate on *any* warehouse file
+  (the public mirror too): one thread waiting for another process's write stops them all (measured 1.8 s here; up to
+  5 s). Retrying outside the lock (or under a per-file lock) keeps the wait to the thread that needs that file.
 
-Y1-Y3 held at e9847fd (run there, their strict xfails passed); Y4 is new with schema 4.
+Y1-Y3 and Y5 held at e9847fd (run there, their strict xfails passed); Y4 is new with schema 4.
 """
 
 from __future__ import annotations
@@ -212,3 +216,59 @@ def test_y4_a_ledger_reopened_after_an_older_veil_counts_each_charge_once(tmp_pa
     assert _ask(path, "people", 0.5, 0)
     _as_an_older_veil_charged(tmp_path / "ledger.sqlite", "3/5")
     assert _ask(path, "people", 0.2, 1), "a charge within the cap was refused: the re-migration counted 0.5 twice"
+
+
+@pytest.mark.xfail(strict=True, reason="review s22 Y5: the read-lock wait holds the process-wide connections lock")
+def test_y5_waiting_for_another_processs_write_does_not_stop_this_processs_other_files(tmp_path: Path) -> None:
+    """``reader()`` opens the sandboxed reader under ``_CONNECTIONS.lock`` and, since 797dd6e, retries there for up to
+    ``READ_LOCK_WAIT`` (5 s) while another process writes the file (a session's mark, a curator's step). Every other
+    thread of the process needs that lock for any statement on any warehouse file (``reading`` → ``_gate``), the public
+    mirror included: they all stop for the wait. Here another process holds warehouse A's writer for ~2 s; a thread
+    opening A's reader waits (as designed), and a thread that only asks for file B's gate waits with it."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    import duckdb
+
+    from veil.store import warehouse
+
+    a, b = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
+    for path in (a, b):
+        duckdb.connect(str(path)).close()
+    ready = tmp_path / "held"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import duckdb, pathlib, sys, time; c = duckdb.connect(sys.argv[1]); pathlib.Path(sys.argv[2]).touch(); "
+            "time.sleep(2.0); c.close()",
+            str(a),
+            str(ready),
+        ]
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ready.exists()
+
+        def open_reader() -> None:
+            try:
+                warehouse.reader(a)
+            except Exception:  # (e9847fd: refused at once; main: waits, then opens)
+                pass
+
+        opener = threading.Thread(target=open_reader, daemon=True)
+        opener.start()
+        time.sleep(0.2)  # the opener is inside its wait, holding the lock
+        t0 = time.monotonic()
+        with warehouse.reading(b):
+            waited = time.monotonic() - t0
+        opener.join(10)
+    finally:
+        holder.wait(10)
+    with warehouse.writer(a):  # closes this process's reader of A again
+        pass
+    assert waited < 0.5, f"a statement's gate on another file waited {waited:.2f} s behind the read-lock wait"
