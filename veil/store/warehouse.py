@@ -695,7 +695,7 @@ def write_ledger_mark(con: duckdb.DuckDBPyConnection, mark: HistoryMark | None) 
     )
 
 
-def mark_ledger(policy: Policy, mark: HistoryMark | None, *, quiet: bool = False) -> bool:
+def mark_ledger(policy: Policy, mark: HistoryMark | None) -> bool:
     """:func:`write_ledger_mark` in a transaction of its own, where a step wrote no warehouse table of its own (a
     retraction, ``veil serve``'s start): best effort. Nothing is written when the mark would not move; when the
     warehouse cannot be opened for writing (another process holds it: a running ``veil serve``) the mark is left where
@@ -715,16 +715,9 @@ def mark_ledger(policy: Policy, mark: HistoryMark | None, *, quiet: bool = False
                 con.execute("ROLLBACK")
                 raise
     except PolicyError as exc:  # the file could not be opened (another process holds it)
-        level = logging.DEBUG if quiet else logging.WARNING
-        _log.log(level, "the ledger's high-water mark was not raised in %s: %s", policy.database_path, exc.message)
+        _log.warning("the ledger's high-water mark was not raised in %s: %s", policy.database_path, exc.message)
         return False
     return True
-
-
-def reader_open_here(policy: Policy) -> bool:
-    """Does this process hold the warehouse's sandboxed reader open (a write would close it under its sessions)?"""
-    with _CONNECTIONS.lock:
-        return _db_path(policy) in _CONNECTIONS.readers
 
 
 def read_ledger_mark(policy: Policy) -> HistoryMark | None:
