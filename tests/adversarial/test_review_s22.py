@@ -85,7 +85,6 @@ def _ask(path: Path, table: str, eps: float, k: int) -> bool:
     return True
 
 
-@pytest.mark.xfail(strict=True, reason="review s22 Y1: a population rename gives a cap back its past charges")
 def test_y1_renaming_a_population_keeps_a_tables_own_cap_spent(tmp_path: Path) -> None:
     """One capped table, the same rows throughout: its population renamed ("patients" -> "patients 2024")."""
     path = _world(tmp_path, {"people": "patients"})
@@ -94,7 +93,6 @@ def test_y1_renaming_a_population_keeps_a_tables_own_cap_spent(tmp_path: Path) -
     assert not _ask(path, "people", 0.9, 1), "the table's own cap of 1.0 answered 1.8 on the same rows"
 
 
-@pytest.mark.xfail(strict=True, reason="review s22 Y1: a label corrected into the cap's population drops its past charges")
 def test_y1_a_label_corrected_into_the_caps_population_brings_its_charges(tmp_path: Path) -> None:
     """A snapshot of the patients first mislabelled "archive" (charged 0.9), then declared "patients": the cap of the
     patients (which the snapshot's rows are, by the policy's own word now) does not count the 0.9."""
@@ -133,7 +131,6 @@ def _two_worlds(tmp: Path) -> tuple[Path, str, str]:
     return path, text("a"), text("b")
 
 
-@pytest.mark.xfail(strict=True, reason="review s22 Y3: a session's end writes its old ledger's mark into the new warehouse")
 def test_y3_a_session_that_saw_the_policy_switch_warehouses_leaves_the_new_one_usable(tmp_path: Path) -> None:
     """An analyst's session on world A; the curator points the policy at world B (another warehouse and its own
     ledger); the session's next query is refused ("reconnect"), and its close raises *world B's* warehouse mark with
@@ -156,7 +153,6 @@ def test_y3_a_session_that_saw_the_policy_switch_warehouses_leaves_the_new_one_u
         pytest.fail(f"world B's own ledger is refused: {exc}")
 
 
-@pytest.mark.xfail(strict=True, reason="review s22 Y2: one session's end closes the reader under its process's other sessions")
 def test_y2_a_sessions_end_does_not_close_the_reader_under_another_open_session(tmp_path: Path) -> None:
     """Two ``veil.connect`` sessions in one process (a notebook, a threaded web app): closing one after a charge raises
     the warehouse's mark through the process's writer, which closes the sandboxed reader the other reads through
@@ -223,7 +219,6 @@ def test_y4_a_ledger_reopened_after_an_older_veil_counts_each_charge_once(tmp_pa
     assert _ask(path, "people", 0.2, 1), "a charge within the cap was refused: the re-migration counted 0.5 twice"
 
 
-@pytest.mark.xfail(strict=True, reason="review s22 Y5: the read-lock wait holds the process-wide connections lock")
 def test_y5_waiting_for_another_processs_write_does_not_stop_this_processs_other_files(tmp_path: Path) -> None:
     """``reader()`` opens the sandboxed reader under ``_CONNECTIONS.lock`` and, since 797dd6e, retries there for up to
     ``READ_LOCK_WAIT`` (5 s) while another process writes the file (a session's mark, a curator's step). Every other
@@ -283,7 +278,6 @@ def _text_capped(populations: dict[str, str | None]) -> str:
     return _text(populations, capped=tuple(populations))
 
 
-@pytest.mark.xfail(strict=True, reason="review s22 Y6: schema 4 counts every legacy charge against every cap")
 def test_y6_an_upgraded_ledger_keeps_separate_populations_apart(tmp_path: Path) -> None:
     """Two capped tables of two declared populations (different people), 0.6 of 1.0 spent on each under schema 3.
     Schema 4's migration records that spend as of unknown population, which counts against *every* cap: each cap then
