@@ -105,9 +105,21 @@ def test_budget_shows_the_charges_recorded_under_the_population(tmp_path: Path) 
     assert row["epsilon_spent"] == pytest.approx(0.9)
 
 
-def test_charges_of_an_older_ledger_count_against_every_cap(tmp_path: Path) -> None:
-    """A ledger of schema version 3 (no population recorded): its table charges are migrated as of unknown population,
-    so they count against every cap, also after the table is re-declared."""
+@pytest.mark.parametrize(
+    ("declared_after", "people_more_answered"),
+    [
+        ({"people": "patients", "snapshot": "patients"}, False),  # its table still declared in the cap's population
+        ({"people": "patients"}, False),  # its table gone from the policy: it may be anyone, counts against every cap
+        ({"people": "patients", "snapshot": "archive"}, True),  # its table now declared apart (review s22 Y6)
+    ],
+    ids=["same", "dropped", "apart"],
+)
+def test_charges_of_an_older_ledger_count_by_their_tables_declaration(
+    tmp_path: Path, declared_after: dict[str, str], people_more_answered: bool
+) -> None:
+    """A ledger of schema version 3 (no population recorded): its table charges are migrated as of unknown population
+    and count by their table's declaration now — against every cap once the table is gone from the policy — not
+    against every cap always (review s22 Y6: that spent separate populations' caps for good at the upgrade)."""
     path = _world(tmp_path, {"people": "patients", "snapshot": "patients"})
     assert _ask(path, "snapshot", 0.9, 0)
     db = sqlite3.connect(tmp_path / "ledger.sqlite")  # back to version 3: the records of population removed
@@ -115,8 +127,8 @@ def test_charges_of_an_older_ledger_count_against_every_cap(tmp_path: Path) -> N
         db.execute("DELETE FROM accounts WHERE account LIKE 'under:%'")
         db.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
     db.close()
-    path.write_text(_text({"people": "patients", "snapshot": "archive"}), encoding="utf-8")
-    assert not _ask(path, "people", 0.2, 1)
+    path.write_text(_text(declared_after), encoding="utf-8")
+    assert _ask(path, "people", 0.2, 1) is people_more_answered
     assert _ask(path, "people", 0.05, 2)
 
 

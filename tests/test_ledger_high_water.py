@@ -237,10 +237,11 @@ def test_a_backup_is_refused_exactly_when_the_warehouse_marked_history_after_it(
     template: Path, tmp_path_factory: pytest.TempPathFactory, before: list[str], after: list[str]
 ) -> None:
     """Any run of queries, table writes, retractions and server starts, a backup, any further run, then the backup
-    restored in place: refused exactly when a step after the backup that raises the mark (a ``veil.connect`` session's
-    end, a table write, a retraction, a server start) came after (or, for a query or a retraction, is) a new
-    reservation or release; otherwise the restored file is the ledger as the warehouse last saw it. A retraction needs
-    a live publication: the template's, retracted once."""
+    restored in place: refused exactly when a step after the backup that raises the mark (a table write, a retraction,
+    a server start) came after
+    (or, for a retraction, is) a new reservation or release; otherwise the restored file is the ledger as the warehouse
+    last saw it (the charges of queries answered since the last curator step are the ones a backup can lose,
+    docs/ledger.md). A retraction needs a live publication: the template's, retracted once."""
     path = _copy(template, tmp_path_factory.mktemp("run") / "w")
     retracted = False
 
@@ -263,8 +264,7 @@ def test_a_backup_is_refused_exactly_when_the_warehouse_marked_history_after_it(
             continue
         if step in ("query", "retract"):
             new_history = True
-        # a veil.connect session raises the mark when it ends (s68 F2), with its own charge
-        if step in ("query", "ingest", "retract", "serve_start") and new_history:
+        if step in ("ingest", "retract", "serve_start") and new_history:
             stale = True
     _restore(path, backup, "in_place")
     assert _probe(path) == stale, (before, after)
@@ -303,87 +303,3 @@ def test_a_mark_that_cannot_be_written_lags_and_bricks_nothing(
     assert not _probe(path)
     _serve_start(path)
     assert warehouse.read_ledger_mark(load_policy(path)) != before
-
-
-# -- the query path (red team s68 F2): a session's charges are marked when it ends, and when the next one begins ---------
-
-
-def _cli_query(path: Path) -> None:
-    from click.testing import CliRunner
-
-    from veil.cli.main import cli
-
-    _ASKED[0] += 1
-    sql = f"SELECT COUNT(*) FROM people WHERE age > {_ASKED[0] % 40}"
-    result = CliRunner().invoke(cli, ["query", "--policy", str(path), "--analyst", "bob", "--epsilon", "0.01", sql])
-    assert result.exit_code == 0, result.output
-
-
-def _abandoned_query(path: Path) -> None:
-    """A process that charges and dies without closing its session (no end to raise the mark): the next session's
-    beginning raises it (in this process, which then holds no reader of the warehouse)."""
-    import os
-    import subprocess
-    import sys
-
-    code = (
-        "import os, veil\n"
-        f"db = veil.connect({str(path)!r}, analyst='bob')\n"
-        "db.sql('SELECT COUNT(*) FROM people WHERE age > 33', epsilon=0.02)\n"
-        "os._exit(0)\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
-    from veil.policy import load_policy
-    from veil.proxy.session import QuerySession
-
-    QuerySession(load_policy(path), "bob", mark_history=True).close()  # a session begins and ends, asking nothing
-
-
-SESSIONS = {"connect": _new_query, "cli_query": _cli_query, "abandoned": _abandoned_query}
-
-
-@pytest.mark.parametrize("how", ["repoint", "in_place"])
-@pytest.mark.parametrize("session", sorted(SESSIONS))
-def test_an_analysts_session_marks_its_charges(unpublished: Path, tmp_path: Path, session: str, how: str) -> None:
-    """s68 F2's class: a backup of the ledger, then an analyst's session charges (``veil.connect``, ``veil query``, or
-    a process killed before its session ended), then the backup restored: refused, and the spent ε stays spent."""
-    path = _copy(unpublished, tmp_path / "w")
-    backup = _backup(path)
-    spent = _charges(path)
-    SESSIONS[session](path)
-    assert _charges(path) > spent
-    _restore(path, backup, how)
-    assert _probe(path)
-
-
-def test_a_server_session_marks_nothing_until_the_server_stops(unpublished: Path, tmp_path: Path) -> None:
-    """``veil serve``'s sessions never write the warehouse (it would close the reader every session reads through):
-    their charges are marked when the server stops (what its shutdown runs: :func:`raise_mark`)."""
-    from veil.policy import load_policy
-    from veil.proxy.session import QuerySession
-    from veil.store.binding import raise_mark
-
-    path = _copy(unpublished, tmp_path / "w")
-    backup = _backup(path)
-    with QuerySession(load_policy(path), "bob") as qs:  # as veil serve opens them
-        qs.execute("SELECT COUNT(*) FROM people WHERE age > 44", epsilon=0.01)
-    assert not _probe_copy(path, backup)
-    assert raise_mark(load_policy(path))
-    assert _probe_copy(path, backup)
-
-
-def _charges(path: Path) -> int:
-    con = sqlite3.connect(_ledger(path))
-    try:
-        return int(con.execute("SELECT count(*) FROM reservations").fetchone()[0])
-    finally:
-        con.close()
-
-
-def _probe_copy(path: Path, backup: Path) -> bool:
-    """Whether ``backup`` would be refused as stale (probed on a copy of the world, the original left as it is)."""
-    probe = path.parent.parent / f"probe{len(list(path.parent.parent.iterdir()))}"
-    shutil.copytree(path.parent, probe)
-    _restore(probe / "policy.toml", probe / backup.name, "in_place")
-    return _probe(probe / "policy.toml")

@@ -26,7 +26,7 @@ class Connection:
     def __init__(self, policy: str | Path | Policy, *, analyst: str) -> None:
         self.policy = policy if isinstance(policy, Policy) else load_policy(policy)
         self.analyst = analyst
-        self._session = QuerySession(self.policy, analyst, mark_history=True)
+        self._session = QuerySession(self.policy, analyst)
 
     @property
     def session(self) -> QuerySession:

@@ -501,6 +501,8 @@ def test_b3_zero_scale_statistics_release_no_sign(worlds: Worlds, sql: str) -> N
     if "1e-330" not in sql:
         assert seen["x10"] == seen["x3"] == ["0.0"], seen
         return
-    for released in seen.values():  # noise of the smallest subnormal scale: a random multiple of it, never −0.0
-        assert isinstance(released, list) and len(released) == 1 and released[0] != "-0.0", seen
-        assert abs(float(released[0])) < 1e-300, seen
+    # a row bound below 2^-1000 is refused free since red team s70 F1 (a subnormal sum's rounding leaked more than
+    # charged), the same way on both neighbours; before, noise of the smallest subnormal scale, never −0.0
+    assert seen["x10"] == seen["x3"], seen
+    for released in seen.values():
+        assert isinstance(released, str) and "0A000" in released and "below 2^-1000" in released, seen

@@ -266,6 +266,11 @@ _F2_POLICY = (
 )
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="s68 F2 (LOW, open): a stale copy of the bound ledger gives spent ε back on the query path; the session-boundary "
+    "mark (markfix) was reverted: its writes failed other sessions (review s22 Y2) and could brick a ledger (Y3)",
+)
 def test_s68_f2_a_stale_copy_of_the_ledger_does_not_give_spent_budget_back(tmp_path: Path) -> None:
     """Review s21 X2 on the query path. The curator keeps a copy of the ledger (a backup, or the "plain file copy"
     docs/ledger.md allows: same identity), the analyst spends the whole budget (and the table's ``epsilon_total``),

@@ -134,7 +134,9 @@ def test_x2_a_stale_copy_of_the_bound_ledger_is_refused(tmp_path: Path) -> None:
 _OPEN = (
     '[database]\npath = "warehouse.duckdb"\n[ledger]\npath = "ledger.sqlite"\n'
     '[tables.people]\nprivacy_unit = "row"\n[tables.people.columns]\n'
-    'a = { type = "category" }\nb = { type = "category" }\nc = { type = "category" }\nd = { type = "category" }\n'
+    # 1,024 characters each (the default until session 22 lowered it to 256): four such keys pass the 15 KiB cap
+    'a = { type = "category", max_length = 1024 }\nb = { type = "category", max_length = 1024 }\n'
+    'c = { type = "category", max_length = 1024 }\nd = { type = "category", max_length = 1024 }\n'
     "[analysts.bob]\nepsilon = 5.0\n"
 )
 
@@ -148,7 +150,7 @@ _OPEN = (
 )
 def test_x3_a_group_by_refused_by_the_value_cap_says_what_to_change(tmp_path: Path, sql: str) -> None:
     """The 15 KiB value cap (s65 F2) and the grouped-DISTINCT row (s65 F1) now refuse plain GROUP BYs of four open
-    category columns (4 × 1,024 characters × 4 bytes): ``Unsupported`` "a text value of this query may hold 16,416
+    category columns of 1,024 characters (4 × 1,024 × 4 bytes): ``Unsupported`` "a text value of this query may hold 16,416
     bytes" (COUNT(*)'s ``*`` is priced too) with the hint "Use shorter literals, or concatenate fewer or shorter
     columns (SUBSTRING shortens one)" — the query has no literal and no concatenation. The refusal is the house's
     trade-off; its message must say what to change (group by fewer text columns, or the curator's ``max_length``)."""

@@ -117,12 +117,16 @@ def test_a_chain_joining_many_column_values_into_text_is_refused_free(session: o
 
 
 def test_a_chain_joining_a_few_column_values_is_answered(session: object) -> None:
-    # three copies of a 1,024-character column: 12 kB, within the 15 kB one value of a private query may hold (64
-    # copies, 256 kB, were answered until session 20: MAX_VALUE_BYTES, red team s63 F1, refuses them now; four, 16 kB,
-    # since red team s65 F2)
-    session.execute(f"SELECT COUNT(*) FROM t WHERE LENGTH({' || '.join(['s'] * 3)}) > 0", epsilon=1)  # type: ignore[attr-defined]
+    # as many copies of a default-length column (priced 4 bytes a character) as fit the 15 kB one value of a private
+    # query may hold, and one more (64 copies of 1,024 characters, 256 kB, were answered until session 20:
+    # MAX_VALUE_BYTES, red team s63 F1, refuses them now; at 1,024 characters three fit, since red team s65 F2)
+    from veil.policy import DEFAULT_MAX_LENGTH
+    from veil.proxy.multiplicity import MAX_VALUE_BYTES
+
+    fit = MAX_VALUE_BYTES // (4 * DEFAULT_MAX_LENGTH)
+    session.execute(f"SELECT COUNT(*) FROM t WHERE LENGTH({' || '.join(['s'] * fit)}) > 0", epsilon=1)  # type: ignore[attr-defined]
     with pytest.raises(Unsupported, match="text value of this query may hold"):
-        session.execute(f"SELECT COUNT(*) FROM t WHERE LENGTH({' || '.join(['s'] * 4)}) > 0", epsilon=1)  # type: ignore[attr-defined]
+        session.execute(f"SELECT COUNT(*) FROM t WHERE LENGTH({' || '.join(['s'] * (fit + 1))}) > 0", epsilon=1)  # type: ignore[attr-defined]
     with pytest.raises(Unsupported, match="text value of this query may hold"):
         session.execute(f"SELECT COUNT(*) FROM t WHERE LENGTH({' || '.join(['s'] * 64)}) > 0", epsilon=1)  # type: ignore[attr-defined]
 

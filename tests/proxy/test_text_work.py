@@ -81,7 +81,7 @@ path = "l.sqlite"
 [tables.t]
 privacy_unit = "row"
 [tables.t.columns]
-s = { type = "category" }
+s = { type = "category", max_length = 1024 }  # the default until session 22: its work past the ceiling below
 u = { type = "category", max_length = 8 }  # short enough to read across a join (MAX_JOIN_ROW_BYTES)
 x = { type = "int", lower = 0, upper = 10 }
 [tables.pub]

@@ -36,7 +36,7 @@ def sql_command_options(fn: F) -> F:
 @run_guarded
 def query(policy_path: Path, analyst: str, epsilon: float | None, fmt: str, sql: str) -> None:
     """Answer an aggregate SQL query with differential privacy and charge the analyst's budget."""
-    with QuerySession(load_policy(policy_path), analyst, mark_history=True) as session:
+    with QuerySession(load_policy(policy_path), analyst) as session:
         ans = session.execute(sql, epsilon=epsilon)
     names = [c.name for c in ans.columns]
     if fmt == "json":

@@ -21,7 +21,6 @@ import itertools
 import logging
 import math
 import re
-import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -67,7 +66,6 @@ from veil.proxy.plan import MAX_HELD_CHARS, MAX_PUBLIC_GROUPS, MAX_RELEASED_VALU
 from veil.proxy.postprocess import FRAME, PostProcess, aggregate_types, finalize_aggregates
 from veil.proxy.rewrite import EngineQueries, rewrite
 from veil.proxy.validate import Analysis
-from veil.store.binding import raise_mark
 from veil.store.ledger import Ledger, Reservation
 from veil.store.releases import LoggedStatistics, ReleasedVector, published_tables
 
@@ -306,8 +304,6 @@ class Env:
         self.limits = limits
         self.engine: Engine = engine if engine is not None else open_engine(policy)
         self.own_engine = engine is None
-        #: raise the warehouse's mark of the ledger when the session ends (QuerySession's ``mark_history``)
-        self.mark_history = False
         self._public_engine: Engine | None = None
         self._measure_engine: Engine | None = None
         self._ledger: Ledger | None = None
@@ -1058,14 +1054,6 @@ class Env:
         )
 
     def close(self) -> None:
-        # the session's charges are marked in the warehouse once it ends (s68 F2: a backup of the ledger from before
-        # them is refused from then on); read before the ledger closes, written after every engine is closed
-        mark = None
-        if self.mark_history and self._ledger is not None:
-            try:
-                mark = self._ledger.history_mark()
-            except sqlite3.Error:
-                mark = None
         if self.own_engine:
             self.engine.close()
         if self._measure_engine is not None and self._measure_engine is not self._public_engine:
@@ -1080,8 +1068,6 @@ class Env:
         if self._post is not None:
             self._post.close()
             self._post = None
-        if mark is not None:
-            raise_mark(self.policy, mark)
 
 
 class QuerySession:
@@ -1094,20 +1080,11 @@ class QuerySession:
         *,
         engine: Engine | None = None,
         limits: Limits = DEFAULT_LIMITS,
-        mark_history: bool = False,
         _noise: NoiseSource = PRODUCTION,
     ) -> None:
-        """``mark_history``: raise the warehouse's high-water mark of the ledger (best effort) when the session begins,
-        if this process holds no reader of it, and when it ends (red team s68 F2): a session of its own process
-        (``veil.connect``, ``veil query``), never one of ``veil serve``'s (a write would close the reader every other
-        session reads through; the server raises it when it stops). docs/ledger.md."""
         policy.analyst(analyst)  # PolicyError for unknown analysts
         self.analyst = analyst
-        if mark_history:
-            # what earlier sessions charged (one that never ended included) is marked before this one reads anything
-            raise_mark(policy, if_no_reader=True)
         self._env = Env(policy, analyst, engine, _noise, limits)
-        self._env.mark_history = mark_history
         self._busy = threading.Lock()
 
     @property

@@ -56,7 +56,6 @@ from veil.server.shared import (
 )
 from veil.server.tls import is_loopback, make_ssl_context
 from veil.store import warehouse
-from veil.store.binding import raise_mark
 from veil.store.credentials import CredentialStore
 
 __all__ = ["ServerThread", "VeilServer", "make_ssl_context", "serve"]
@@ -419,7 +418,3 @@ def serve(
         # a query still waiting for a worker is dropped.
         server.pools.analyst.shutdown(wait=False, cancel_futures=True)
         server.pools.catalog.shutdown()
-        if share is None:  # (a worker process's parent raises it once every worker has stopped)
-            # the charges answered while serving are marked in the warehouse: a backup of the ledger from before them
-            # is refused from then on (red team s68 F2; best effort, docs/ledger.md)
-            raise_mark(policy)

@@ -32,32 +32,18 @@ would be orphaned (refused). A Spark warehouse is not bound yet (docs/ledger.md)
 
 from __future__ import annotations
 
-import logging
-import sqlite3
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import duckdb
-
 from veil.errors import LedgerMismatch
 from veil.policy import Policy
 
 if TYPE_CHECKING:
-    from veil.store.ledger import HistoryMark, Ledger
+    from veil.store.ledger import Ledger
 
-_log = logging.getLogger(__name__)
-
-__all__ = [
-    "BINDING_TABLE",
-    "MARK_TABLE",
-    "ledger_exists",
-    "move_ledger",
-    "open_ledger",
-    "raise_mark",
-    "warehouse_ledger_id",
-]
+__all__ = ["BINDING_TABLE", "MARK_TABLE", "ledger_exists", "move_ledger", "open_ledger", "warehouse_ledger_id"]
 
 #: The warehouse's table naming its ledger (one row).
 BINDING_TABLE = "_veil_ledger_binding"
@@ -185,33 +171,6 @@ def check_history(policy: Policy, ledger: Ledger) -> None:
             "charge made after it: a second release without a DP guarantee, spent budgets back to an earlier "
             "value); a ledger is moved only with `veil move-ledger`",
         )
-
-
-def raise_mark(policy: Policy, mark: HistoryMark | None = None, *, if_no_reader: bool = False) -> bool:
-    """Raise the warehouse's high-water mark, best effort and quietly, to ``mark`` (read from the bound ledger, checked
-    when it was opened, after its records), or to what the policy's ledger holds now (opened checked: a stale or
-    foreign ledger is refused by the next way in, with its message, and marks nothing). Where a session ends
-    (``veil.connect``, ``veil query``), one begins, and ``veil serve`` stops (s68 F2): these steps are no curator's, so
-    nothing here may fail them — a warehouse another process holds (a running ``veil serve``) leaves the mark where it
-    is. ``if_no_reader``: not when this process holds the warehouse's reader open (a write would close it under the
-    sessions reading through it). True when the mark is (now) at least ``mark``."""
-    from veil.errors import VeilError
-    from veil.store.warehouse import mark_ledger, reader_open_here
-
-    if policy.engine.kind == "spark" or not policy.database_path.exists() or not policy.ledger_path.exists():
-        return False
-    try:
-        if if_no_reader and reader_open_here(policy):
-            return False
-        if mark is None:
-            if warehouse_ledger_id(policy) is None:
-                return False  # not bound: its first use binds it (and marks it)
-            with open_ledger(policy) as ledger:
-                mark = ledger.history_mark()
-        return mark_ledger(policy, mark, quiet=True)
-    except (VeilError, OSError, sqlite3.Error, duckdb.Error) as exc:
-        _log.debug("the ledger's high-water mark was not raised in %s: %s", policy.database_path, exc)
-        return False
 
 
 def binding_row(ledger: Ledger) -> tuple[str, str, str]:

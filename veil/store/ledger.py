@@ -146,19 +146,38 @@ def under_key(table: str, population: str | None) -> str:
     return UNDER + json.dumps([table, population], ensure_ascii=False)
 
 
-def _under_population(key: str) -> str | None:
-    """The population ``key`` (an :func:`under_key`) was charged under; None (unknown: it may be anyone) if unreadable."""
+def _under_parts(key: str) -> tuple[str | None, str | None]:
+    """The table and the population ``key`` (an :func:`under_key`) was charged under; None for either part that is
+    unknown (a charge recorded before schema version 4) or unreadable."""
     try:
         value = json.loads(key[len(UNDER) :])
     except ValueError:
-        return None
-    if isinstance(value, list) and len(value) == 2 and isinstance(value[1], str):
-        return value[1]
-    return None
+        return None, None
+    if not isinstance(value, list) or len(value) != 2:
+        return None, None
+    table, population = value
+    return (table if isinstance(table, str) else None), (population if isinstance(population, str) else None)
 
 
-#: Schema version 3 → 4: every table's spend so far is recorded under an unknown population (it counts against every
-#: population cap: the populations it was charged under were not recorded).
+def _counts_against(cap_population: str, key: str, declared_now: dict[str, str]) -> bool:
+    """Whether the charges of ``key`` (an :func:`under_key`) count against a cap on ``cap_population``: those charged
+    under a population that matches it (a later edit of the policy cannot move them out, red team s69 F4), and those
+    of a table the policy now declares in a matching population (so re-declaring a table's population cannot take its
+    earlier charges out of the cap they were charged under, nor a renamed population out of the renamed cap: review
+    s22 Y1). A charge of unknown population (recorded before schema version 4) counts by its table's declaration now,
+    and against every cap when its table is gone from the policy (review s22 Y6: not against every cap always)."""
+    table, population = _under_parts(key)
+    now = declared_now.get(table) if table is not None else None
+    if now is not None and population_matches(cap_population, now):
+        return True
+    if population is None:
+        return now is None
+    return population_matches(cap_population, population)
+
+
+#: Schema version 3 → 4: every table's spend so far is recorded under an unknown population (it counts by its table's
+#: declaration now, or against every cap when the table is gone: the populations it was charged under were not
+#: recorded; :func:`_counts_against`).
 def _migrate_3_to_4(db: sqlite3.Connection) -> None:
     rows = db.execute(
         "SELECT account, epsilon_spent, delta_spent FROM accounts WHERE account >= 'table:' AND account < 'table;'"
@@ -316,7 +335,9 @@ class Account:
     A **population cap** (``pool`` set: :meth:`population_cap`) is a budget no charge is stored on: its spend is the
     sum of every charge recorded under a population that matches its own (the ``under:*`` accounts, :func:`under_key`:
     each table charge records the population the table was declared in when charged, so a later edit of the policy
-    cannot move it out, red team s69 F4; an older ledger's charges, of unknown population, count against every cap),
+    cannot move it out, red team s69 F4), or on a table the policy now declares in a matching population (review s22
+    Y1; an older ledger's charges, of unknown population, count by that alone, or against every cap when their table
+    is gone: :func:`_counts_against`),
     plus ∞ when a publication without a DP guarantee of its population was ever recorded."""
 
     key: str  # "analyst:NAME" | "table:NAME" | "population-cap:TABLE"
@@ -655,12 +676,13 @@ class Ledger:
         """A population cap's spend (the sum over its pool's table accounts, exact) and the ids of the publications
         without a DP guarantee of its population ever recorded (live, replaced or retracted: each makes it ∞)."""
         eps, delta = Fraction(0), Fraction(0)
-        # every charge recorded under a population that may hold the cap's people, whatever the policy declares now
-        # (red team s69 F4); those of an older ledger, of unknown population, count against every cap
+        # every charge recorded under a population that may hold the cap's people (red team s69 F4), or on a table now
+        # declared in one (review s22 Y1); those of an older ledger count by their table's declaration now (Y6)
+        declared_now = dict(cap.populations)
         for account, e, d in db.execute(
             "SELECT account, epsilon_spent, delta_spent FROM accounts WHERE account >= 'under:' AND account < 'under;'"
         ):
-            if population_matches(cap.population, _under_population(str(account))):
+            if _counts_against(cap.population, str(account), declared_now):
                 spent = _stored(e, d)[0]
                 eps, delta = eps + spent.epsilon, delta + spent.delta
         tables = dict(cap.populations)

@@ -271,28 +271,6 @@ def _sized(
     return config
 
 
-#: How long opening a read-only connection waits for another process's write to the file to end: a session's end or
-#: start raises the warehouse's mark (a write of ~0.1 s, ``binding.raise_mark``), and a curator's short steps hold
-#: the file as briefly; before, a reader opened in that window failed at once.
-READ_LOCK_WAIT = 5.0
-
-
-def _connect_read_only(path: Path) -> duckdb.DuckDBPyConnection:
-    """A sandboxed read-only connection to ``path``, retried while another process holds the file for writing (DuckDB
-    refuses a read-only open then) for up to :data:`READ_LOCK_WAIT` seconds; past that a :class:`PolicyError`."""
-    deadline = time.monotonic() + READ_LOCK_WAIT
-    while True:
-        try:
-            return duckdb.connect(str(path), read_only=True, config=_sized(dict(SANDBOX_CONFIG)))
-        except duckdb.IOException as exc:
-            if "lock" not in str(exc).lower() or time.monotonic() >= deadline:
-                raise PolicyError(
-                    f"cannot open the warehouse {str(path)!r} to read: {exc}",
-                    hint="Another process (e.g. `veil serve` or a curator's step) holds it for writing; retry when it is done",
-                ) from None
-            time.sleep(0.025)
-
-
 def reader(policy: Policy | Path | str) -> duckdb.DuckDBPyConnection:
     """The sandboxed read-only connection for this warehouse (opened on first use)."""
     path = _db_path(policy)
@@ -304,7 +282,7 @@ def reader(policy: Policy | Path | str) -> duckdb.DuckDBPyConnection:
                     f"the warehouse {str(path)!r} does not exist",
                     hint="Load a table first with `veil ingest --policy … --table … FILE`",
                 )
-            con = _connect_read_only(path)
+            con = duckdb.connect(str(path), read_only=True, config=_sized(dict(SANDBOX_CONFIG)))
             _CONNECTIONS.readers[path] = con
             _CONNECTIONS.generation.setdefault(path, 1)  # bumped when a writer closes the reader
         return con
@@ -695,7 +673,7 @@ def write_ledger_mark(con: duckdb.DuckDBPyConnection, mark: HistoryMark | None) 
     )
 
 
-def mark_ledger(policy: Policy, mark: HistoryMark | None, *, quiet: bool = False) -> bool:
+def mark_ledger(policy: Policy, mark: HistoryMark | None) -> bool:
     """:func:`write_ledger_mark` in a transaction of its own, where a step wrote no warehouse table of its own (a
     retraction, ``veil serve``'s start): best effort. Nothing is written when the mark would not move; when the
     warehouse cannot be opened for writing (another process holds it: a running ``veil serve``) the mark is left where
@@ -715,16 +693,9 @@ def mark_ledger(policy: Policy, mark: HistoryMark | None, *, quiet: bool = False
                 con.execute("ROLLBACK")
                 raise
     except PolicyError as exc:  # the file could not be opened (another process holds it)
-        level = logging.DEBUG if quiet else logging.WARNING
-        _log.log(level, "the ledger's high-water mark was not raised in %s: %s", policy.database_path, exc.message)
+        _log.warning("the ledger's high-water mark was not raised in %s: %s", policy.database_path, exc.message)
         return False
     return True
-
-
-def reader_open_here(policy: Policy) -> bool:
-    """Does this process hold the warehouse's sandboxed reader open (a write would close it under its sessions)?"""
-    with _CONNECTIONS.lock:
-        return _db_path(policy) in _CONNECTIONS.readers
 
 
 def read_ledger_mark(policy: Policy) -> HistoryMark | None:
@@ -744,7 +715,13 @@ def read_ledger_mark(policy: Policy) -> HistoryMark | None:
             open_reader = _CONNECTIONS.readers.get(path)
             cur = open_reader.cursor() if open_reader is not None else None
         if cur is None:
-            cur = _connect_read_only(path)
+            try:
+                cur = duckdb.connect(str(path), read_only=True, config=_sized(dict(SANDBOX_CONFIG)))
+            except duckdb.IOException as exc:
+                raise PolicyError(
+                    f"cannot open the warehouse {str(path)!r} to read its ledger's mark: {exc}",
+                    hint="Another process holds it for writing; retry when it is done",
+                ) from None
         try:
             return _mark_of(cur)
         finally:
