@@ -39,11 +39,7 @@ demo: $(STAMP)
 # thousands of DuckDB files and SQLite ledgers, which on a disk wait for it. A passing test's tmp_path is removed as
 # it ends (tmp_path_retention_policy=failed), so the folder stays a few hundred MB; it is removed after a passing
 # run, and kept (its path printed) after a failing one.
-# WORKERS is one more than the 2 cores of the CI machine: those tests leave a core idle part of the time (a worker
-# waiting for the server, CLI or JVM it started; a sleep); on 2 workers the pass used ~1,350 s of CPU in 826 s
-# (82% of 2 cores), and a third worker runs a test file in those gaps. None of them reads a clock, so a third
-# worker's load changes how long they take, never what they assert.
-WORKERS ?= 3
+WORKERS ?= 2
 TEST_TMP_MIN_KB ?= 4000000
 PYTEST := $(BIN)/python -m pytest -o tmp_path_retention_policy=failed
 test: $(STAMP)

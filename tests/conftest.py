@@ -108,7 +108,7 @@ SLOW_DOCTESTS = frozenset({"veil/auditor/pu/__init__.py::veil.auditor.pu"})
 
 #: A test that reads a wall clock to decide (elapsed time, deadlines) — in its own body, or in a test helper it
 #: calls, up to three calls deep — is marked ``timing`` at collection: ``make test`` runs those tests alone, after
-#: the rest has run on parallel workers (pytest-xdist), so a worker beside them cannot fail a timing assertion. Where the
+#: the rest has run on two workers (pytest-xdist), so a worker beside them cannot fail a timing assertion. Where the
 #: source cannot be read the whole module counts (conservative). A CPU clock (``time.thread_time``,
 #: ``time.process_time``) does not count: another process's load does not move it, so a bound on the work done in
 #: the test's own process runs in the parallel pass (use it only where the timed code neither waits nor sleeps,
@@ -250,10 +250,7 @@ def _write_timing_files(files: set[str]) -> None:
 #: Seconds each scope of ``--dist loadgroup`` (a test file, or the Spark group) took in a ``make test`` run on the
 #: 2-core machine, those of 3 s or more: the scheduler hands out the longest first (below). Only the order of
 #: the work depends on it, never what runs; a stale or missing entry costs balance, not correctness. Regenerate
-#: from a run's ``--junitxml`` (sum each scope's test times) when files move or grow by much. On 2026-11-28 the
-#: entries were raised to each scope's CPU seconds (its worker's process tree, test by test, over a whole parallel
-#: pass) × 1.24 (the CI run's 826 s × 2 workers over ~1,350 s of CPU) where that was larger: 31 files of 3–17 s were
-#: missing (weighed at 0.1 s a test, so handed out last), e.g. test_redteam_s64 (17 s, weighed 2.8).
+#: from a run's ``--junitxml`` (sum each scope's test times) when files move or grow by much.
 SCOPE_SECONDS = Path(__file__).resolve().parent / "support" / "scope_seconds.json"
 #: The weight of a scope missing from :data:`SCOPE_SECONDS`, per test in it (the suite's median is ~0.1 s).
 SECONDS_PER_UNLISTED_TEST = 0.1
@@ -261,7 +258,7 @@ SECONDS_PER_UNLISTED_TEST = 0.1
 
 def _longest_first(workqueue: dict[str, dict[str, bool]]) -> list[str]:
     """The scopes in the order to hand them out: longest expected time first (LPT scheduling), so the last scopes
-    taken are short and the workers end together (xdist's own order, most tests first, left heavy scopes of
+    taken are short and both workers end together (xdist's own order, most tests first, left heavy scopes of
     few tests, e.g. the server workers' file, to the end, where one worker ran them while the other waited)."""
     import json
 
