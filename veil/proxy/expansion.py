@@ -35,7 +35,9 @@ from sqlglot.optimizer.scope import Scope, traverse_scope
 from veil.proxy.bounds import in_inner_scope
 from veil.proxy.totality import converts, raises
 
-__all__ = ["SCALAR_TEXT_BYTES", "Expansion", "largest_join_row", "largest_text_value", "measure", "text_work"]
+__all__ = [
+    "SCALAR_TEXT_BYTES", "Expansion", "largest_held", "largest_join_row", "largest_text_value", "measure", "text_work",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -188,9 +190,7 @@ def largest_text_value(tree: exp.Expression, column_bytes: Callable[[str, str], 
     copied), and, in a scope with a join, every column it reads of a private base table or of a derived
     table or CTE over private rows together (a join's build side copies them into its rows; red team s20b F1).
     Scopes over public tables alone are left out (their rows do not depend on private data)."""
-    largest = [0]
-    _sizes(tree, column_bytes, largest, public)
-    return largest[0]
+    return largest_held(tree, column_bytes, public)[0]
 
 
 def largest_join_row(
@@ -202,9 +202,17 @@ def largest_join_row(
     the first join can be the next one's build side), with the name of the widest column read (for the refusal's
     message). DuckDB's hash join does not spill a build side of large strings as its GROUP BY does (red team s68
     F1), so :func:`veil.proxy.multiplicity.check_join_row` caps it far below the value cap."""
+    return largest_held(tree, column_bytes, public)[1]
+
+
+def largest_held(
+    tree: exp.Expression, column_bytes: Callable[[str, str], int], public: Callable[[str], bool]
+) -> tuple[int, tuple[int, str]]:
+    """:func:`largest_text_value` and :func:`largest_join_row` from one walk of ``tree`` (the plan pass needs both)."""
+    largest = [0]
     joined: list[tuple[int, str]] = [(0, "")]
-    _sizes(tree, column_bytes, [0], public, joined)
-    return joined[0]
+    _sizes(tree, column_bytes, largest, public, joined)
+    return largest[0], joined[0]
 
 
 def _sizes(

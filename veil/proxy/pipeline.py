@@ -35,7 +35,7 @@ from veil.proxy.add_noise import AheadFuture, draw_ahead, noised, take_ahead
 from veil.proxy.bounds import mark_arithmetic_that_cannot_raise
 from veil.proxy.canonical import cache_key, canonical_sql
 from veil.proxy.catalog import SQL_TYPES, Catalog, public_types
-from veil.proxy.expansion import largest_join_row, largest_text_value, measure, text_work
+from veil.proxy.expansion import largest_held, measure, text_work
 from veil.proxy.parse import parse, parse_tokens, scan
 from veil.proxy.plan import QueryPlan, plan
 from veil.proxy.postprocess import PostProcess, postprocess_sql
@@ -203,8 +203,9 @@ def _plan(s: QueryState, env: Env) -> QueryState:
     passes = max(1, grids + (1 if grids < len(p.statistics) else 0))
     multiplicity.check_person_work(c * passes, a.expanded, text_work(a.tree, env.column_text_bytes))
     is_public = lambda t: t in catalog.tables and catalog.tables[t].public  # noqa: E731
-    multiplicity.check_value_bytes(largest_text_value(a.tree, env.column_text_bytes, is_public))
-    multiplicity.check_join_row(*largest_join_row(a.tree, env.column_text_bytes, is_public))
+    value_bytes, join_row = largest_held(a.tree, env.column_text_bytes, is_public)  # one walk for both caps
+    multiplicity.check_value_bytes(value_bytes)
+    multiplicity.check_join_row(*join_row)
     return _with(s, plan=p, materialised=materialised, generation=generation)
 
 
