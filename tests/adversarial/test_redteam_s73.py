@@ -1,0 +1,181 @@
+"""Red team s73: ``veil serve`` attacked over the wire, as an outsider and as an analyst (raw protocol messages).
+
+Each finding has a test that fails on the code it was found on (strict xfail) and passes once its class is fixed.
+One ``veil serve`` subprocess per module, on the red team's world (``tests/support/attack_world.py``); its memory is
+read from ``/proc/<pid>/status`` (Linux only).
+
+F1 (HIGH, denial of service by one analyst). The *names* a connection keeps are neither counted by the held-state
+limits (``veil/server/held.py``: ``max_statement_bytes``, ``max_held_bytes``) nor cut to a length: a named
+``Parse``'s statement name, a named ``Bind``'s portal name, a ``DECLARE``'s cursor name and a ``SAVEPOINT``'s name
+are stored whole, up to ``max_message_bytes`` (4 MiB) / ``max_query_bytes`` (1 MiB) each. Measured on the shared
+2-core host, one connection each, the server's RSS before → after: 200 statements ``Parse('<1 MB name>', 'SELECT 1')``
+334 → 522 MiB in 3.8 s, never refused (the statement budget counts only the texts, 16 bytes); 100 named portals of
+``SELECT 1`` with 1 MB names 332 → 427 MiB; 100 cursors ``DECLARE "<1 MB>" CURSOR FOR SELECT 1`` 332 → 429 MiB;
+100 ``SAVEPOINT "<1 MB>"`` 321 → 427 MiB in 1 s (savepoints are not counted at all, only their number). Freed when
+the connection closes. Scaled up: 1,000 statements (``max_prepared_statements``) × 4 MiB names is ~4 GB from one
+connection, and one analyst may hold half of ``--max-connections`` (50) of them: the server is OOM-killed for every
+analyst, against docs/server.md's "a connection holds at most [max_held_bytes] plus one answer". PostgreSQL
+truncates identifiers (cursor and savepoint names) to 63 bytes. Root cause: ``held.check_statement_bytes`` /
+``check_portal`` / ``check_cursor`` are given the text / parameters / answer, never the name;
+``VeilSession._savepoint`` appends the name after only ``check_savepoints`` (a count). Fix (class): count every
+name a connection keeps (statement, portal, cursor, savepoint, and any future one) into the held bytes, and/or cap
+names at PostgreSQL's 63 bytes (truncate identifiers like PostgreSQL; refuse longer protocol names with 08P01 or
+42622) before anything is stored.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.attack import PASSWORD, Server, set_password
+from tests.support.attack_world import World
+
+MIB = 1 << 20
+
+
+# --- a raw protocol client (the attacks need messages drivers do not send) ------------------------------------------
+
+
+def _msg(tag: bytes, body: bytes) -> bytes:
+    return tag + struct.pack("!i", len(body) + 4) + body
+
+
+def _cstr(s: str) -> bytes:
+    return s.encode() + b"\0"
+
+
+def query_msg(sql: str) -> bytes:
+    return _msg(b"Q", _cstr(sql))
+
+
+def parse_msg(name: str, sql: str) -> bytes:
+    return _msg(b"P", _cstr(name) + _cstr(sql) + struct.pack("!h", 0))
+
+
+def bind_msg(portal: str, statement: str) -> bytes:
+    return _msg(b"B", _cstr(portal) + _cstr(statement) + struct.pack("!hhh", 0, 0, 0))
+
+
+SYNC = _msg(b"S", b"")
+TERMINATE = _msg(b"X", b"")
+
+
+class Raw:
+    """One logged-in connection speaking the protocol by hand (SCRAM-SHA-256 through scramp)."""
+
+    def __init__(self, port: int, user: str = "wire", password: str = PASSWORD) -> None:
+        from scramp import ScramClient
+
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+        self.buf = b""
+        body = struct.pack("!i", 196608) + _cstr("user") + _cstr(user) + _cstr("database") + _cstr("veil") + b"\0"
+        self.sock.sendall(struct.pack("!i", len(body) + 4) + body)
+        tag, _ = self.read()
+        assert tag == b"R"
+        client = ScramClient(["SCRAM-SHA-256"], user, password)
+        first = client.get_client_first().encode()
+        self.sock.sendall(_msg(b"p", _cstr("SCRAM-SHA-256") + struct.pack("!i", len(first)) + first))
+        tag, payload = self.read()
+        client.set_server_first(payload[4:].decode())
+        self.sock.sendall(_msg(b"p", client.get_client_final().encode()))
+        replies = self.until_ready()
+        assert not [b for t, b in replies if t == b"E"], replies
+
+    def _recv(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            data = self.sock.recv(1 << 16)
+            if not data:
+                raise EOFError("the server closed the connection")
+            self.buf += data
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def read(self) -> tuple[bytes, bytes]:
+        head = self._recv(5)
+        return head[:1], self._recv(struct.unpack("!i", head[1:])[0] - 4)
+
+    def until_ready(self) -> list[tuple[bytes, bytes]]:
+        out = []
+        while True:
+            tag, payload = self.read()
+            out.append((tag, payload))
+            if tag == b"Z":
+                return out
+
+    def round(self, *messages: bytes) -> str | None:
+        """Send ``messages`` (ending in Sync or a Query) and read to ReadyForQuery: the first error's SQLSTATE."""
+        self.sock.sendall(b"".join(messages))
+        for tag, payload in self.until_ready():
+            if tag == b"E":
+                fields = {f[:1]: f[1:] for f in payload.split(b"\0") if f}
+                return fields[b"C"].decode()
+        return None
+
+    def close(self) -> None:
+        try:
+            self.sock.sendall(TERMINATE)
+        finally:
+            self.sock.close()
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+@pytest.fixture(scope="module")
+def server(world: World) -> Iterator[Server]:
+    for who in ("wire", "poor"):
+        set_password(world.policy, who)
+    srv = Server(world.policy, world.folder / "serve.log")
+    yield srv
+    srv.stop()
+
+
+# --- F1: names a connection keeps -----------------------------------------------------------------------------------
+
+_NAMES = 80  # names of 1 MiB each: 80 MiB if kept whole
+_NAME_LEN = MIB - 64
+
+
+def _hold_named(conn: Raw, kind: str, i: int) -> str | None:
+    name = f"{i:03d}" + "n" * _NAME_LEN
+    if kind == "statement":
+        return conn.round(parse_msg(name, "SELECT 1"), SYNC)
+    if kind == "portal":
+        return conn.round(bind_msg(name, "st"), SYNC)
+    if kind == "cursor":
+        return conn.round(query_msg(f'DECLARE "{name}" CURSOR FOR SELECT 1'))
+    return conn.round(query_msg(f'SAVEPOINT "{name}"'))
+
+
+@pytest.mark.xfail(strict=True, reason="s73 F1: names of statements, portals, cursors, savepoints are kept whole, uncounted")
+@pytest.mark.parametrize("kind", ["statement", "portal", "cursor", "savepoint"])
+def test_names_a_connection_keeps_are_bounded(server: Server, kind: str) -> None:
+    """80 statements / portals / cursors / savepoints named with 1 MiB each on one connection: refused before the
+    connection holds them all, or kept in far less than their 80 MiB (a fixed server grows by ~0; before: +80 MiB)."""
+    conn = Raw(server.port)
+    try:
+        if kind != "statement":
+            assert conn.round(query_msg("BEGIN")) is None
+        if kind == "portal":
+            assert conn.round(parse_msg("st", "SELECT 1"), SYNC) is None
+        before = rss_mib(server.proc.pid)
+        refused: str | None = None
+        for i in range(_NAMES):
+            refused = _hold_named(conn, kind, i)
+            if refused is not None:
+                break
+        grown = rss_mib(server.proc.pid) - before
+    finally:
+        conn.close()
+    assert refused is not None or grown < 24, f"{_NAMES} {kind} names of 1 MiB kept: the server grew by {grown:.0f} MiB"
+    if refused is not None:
+        assert refused in ("53400", "54000", "08P01", "42622"), refused
