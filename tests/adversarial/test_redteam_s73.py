@@ -179,3 +179,33 @@ def test_names_a_connection_keeps_are_bounded(server: Server, kind: str) -> None
     assert refused is not None or grown < 24, f"{_NAMES} {kind} names of 1 MiB kept: the server grew by {grown:.0f} MiB"
     if refused is not None:
         assert refused in ("53400", "54000", "08P01", "42622"), refused
+
+
+# --- F2: a refusal tells one analyst what the others spend ----------------------------------------------------------
+
+
+def _refusal(conn: Raw, sql: str) -> str:
+    """The message of the VB001 refusal of ``sql`` at an ε no budget holds (free: a refused query costs nothing)."""
+    conn.sock.sendall(query_msg("SET veil.epsilon = 1e300") + query_msg(sql))
+    messages = [b for t, b in conn.until_ready() + conn.until_ready() if t == b"E"]
+    assert len(messages) == 1, messages
+    fields = {f[:1]: f[1:].decode() for f in messages[0].split(b"\0") if f}
+    assert fields[b"C"] == "VB001", fields
+    return fields[b"M"]
+
+
+@pytest.mark.xfail(strict=True, reason="s73 F2: VB001 quotes a shared table cap's exact remaining ε")
+def test_refusal_does_not_reveal_other_analysts_spending(server: Server) -> None:
+    """`poor` asks for ε = 1e300 (refused, free) before and after `wire` runs one query at ε = 0.0173: the two
+    refusals must read the same (before: the table cap's remaining ε in the message fell by exactly 0.0173)."""
+    spy, other = Raw(server.port, "poor"), Raw(server.port, "wire")
+    try:
+        sql = "SELECT COUNT(*) FROM people"
+        before = _refusal(spy, sql)
+        assert other.round(query_msg("SET veil.epsilon = 0.0173")) is None
+        assert other.round(query_msg("SELECT COUNT(*) FROM people WHERE age > 33")) is None
+        after = _refusal(spy, sql)
+    finally:
+        spy.close()
+        other.close()
+    assert before == after, f"one analyst reads another's spending:\n  {before}\n  {after}"
