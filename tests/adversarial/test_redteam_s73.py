@@ -43,6 +43,18 @@ cause: ``veil/server/held.py`` ``answer_bytes`` (and ``_CELL``/``_ROW``) under-c
 ``VeilPortal`` keep. Fix (class): hold answers in the form that is counted (e.g. the encoded DataRow bytes, which
 is what FETCH/Execute send anyway), or count with the real object sizes (``sys.getsizeof`` per distinct object);
 and add a per-analyst (or server-wide) budget of held bytes so the connection cap does not multiply it.
+
+F4 (MEDIUM, an outsider fills the server's disk). A login that ends before a SCRAM proof is sent "made no guess and
+counts nothing" for the login backoff, and is logged at INFO with the whole user name the client claimed
+(``VeilConnection._login``: ``"login for user %r from %s ended before a password was sent"``), which the startup
+packet may make ~10,000 bytes long. A client with no login sends a startup packet with a 9,900-character user, then
+a ``SASLInitialResponse`` naming any mechanism but SCRAM-SHA-256 (or a malformed client-first): the server writes a
+~10 kB line, answers 28P01 and the next attempt is admitted at once. Measured from one client thread on loopback:
+967 attempts in 3 s, the serve log grew by 9.7 MB (~3 MB/s, ~280 GB a day; several threads or processes multiply
+it), never slowed down. The FATAL sent back quotes the whole name too. Fix (class): every client-supplied string in
+a log line (user, database, application_name, options, statement and cursor names) is cut to a short prefix
+(PostgreSQL's 63 bytes for names) and escaped; and attempts that end without a proof after the mechanism step are
+throttled per address like a failure (or their log lines rate-limited per address).
 """
 
 from __future__ import annotations
@@ -298,3 +310,34 @@ def test_held_answers_are_counted_as_held(small_held: tuple[int, int]) -> None:
     assert refused == "53400", refused
     one_answer = 1024 * (56 + 60 * 62) / MIB  # a tuple of 60 five-character str objects per row, as Python holds it
     assert grown <= 4 + one_answer + 8, f"held {i} cursors counted within 4 MiB: the server grew by {grown:.0f} MiB"
+
+
+# --- F4: an outsider's log lines ------------------------------------------------------------------------------------
+
+
+def _abandoned_login(port: int, user: str) -> bytes:
+    """Startup as ``user``, then a SASLInitialResponse naming a mechanism the server does not offer: the reply."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        body = struct.pack("!i", 196608) + _cstr("user") + _cstr(user) + b"\0"
+        sock.sendall(struct.pack("!i", len(body) + 4) + body)
+        first = sock.recv(1 << 16)
+        assert first[:1] == b"R", first[:40]
+        sock.sendall(_msg(b"p", _cstr("NOT-SCRAM") + struct.pack("!i", 1) + b"x"))
+        reply = b""
+        while chunk := sock.recv(1 << 16):
+            reply += chunk
+        return reply
+
+
+@pytest.mark.xfail(strict=True, reason="s73 F4: pre-login attempts log the whole claimed user name, unthrottled")
+def test_outsider_cannot_grow_the_log_at_will(world: World, server: Server) -> None:
+    """200 logins with a 9,900-character user name that end before a proof: the serve log may grow by at most
+    ~200 bytes a line (before: ~10 kB a line, 2 MB in all, in about a second)."""
+    log = world.folder / "serve.log"
+    before = log.stat().st_size
+    for i in range(200):
+        reply = _abandoned_login(server.port, f"{i:03d}" + "u" * 9_900)
+        assert b"28P01" in reply, reply[:200]
+    time.sleep(0.5)  # the server writes its log line as it closes the connection
+    grown = log.stat().st_size - before
+    assert grown <= 200 * 200, f"200 abandoned logins grew the serve log by {grown:,} bytes"
