@@ -30,8 +30,9 @@ Every finding is deterministic (fixed seeds; no randomness decides a verdict: no
   pass at the default 10,000 rows (2 of 2 seeds each; near tails 2.7e-10 — share 0.817, under F3's cap 0.830 — and
   4.7e-4 against 10⁻⁶ over ~470 sets): 10-11 of 15
   attributes exact for 4,000 people — age, education, marital status, occupation, race, sex, capital gain, country and
-  income; the same unique-QI read-off gives exact (capital gain, capital loss, income) for 49.7 % of members vs 10.3 %
-  of non-members. s69 F5 (two redrawn) was fixed by the agreement sets; the class ("a copy with a few values
+  income; the same unique-QI read-off (seven quasi-identifiers, one synthetic row holding them) gives exact (capital
+  gain, income, relationship) for 1,987 of 4,000 members (49.7 %) against 7.2 % of non-members (honest table: 6.5 %).
+  s69 F5 (two redrawn) was fixed by the agreement sets; the class ("a copy with a few values
   redrawn, however far") is not bounded by 3.
 * F3 (HIGH) a set that chance fills cannot be refused, however strong its evidence: the tolerance (training odds 1.22
   times p's: at p = 0.8 a share of 0.83) is a bound on the *set's* training share, and a set that a share ``h`` of the
@@ -41,7 +42,10 @@ Every finding is deterministic (fixed seeds; no randomness decides a verdict: no
   every one of the 4,000 training rows with only ``workclass``, ``relationship`` and ``sex`` moved (12 of 15 attributes
   exact, ``fnlwgt`` included) among 16,000 or 20,000 rows pass, 3 of 3 seeds each, with near tails 9e-83 to 1e-106
   (the report's own ``near_tail``, e.g. 6.4e-94 at share 0.821 < limit 0.830). At 10,000 rows the same copies are
-  refused only by a hair (share 0.831-0.833 against 0.830), and one seed passes (tail 2.8e-130). A refusal should
+  refused only by a hair (share 0.831-0.833 against 0.830), and one seed passes (tail 2.8e-130). Leak (16,000 rows): a
+  synthetic row alone holding a person's age, education, race, country, marital status and occupation gives their
+  exact capital gain, capital loss, income, hours and ``fnlwgt`` for 1,470 of the 4,000 members (36.7 %), against 1 of
+  the 1,000 non-members (0.1 %; the honest rows alone: 0.1 %). A refusal should
   follow from the excess of training rows (hits − p·|D|, or the 2×2 odds ratio of training against holdout rows in
   and out of ``D``), not from a share that chance can cap.
 
