@@ -57,6 +57,12 @@ Every finding is deterministic (fixed seeds; no randomness decides a verdict: no
   score is their age decade ± 0.4, ``k = 5``: mondrian and oka publish 28 of 29 classes homogeneous (286 people's
   score read off their age and sex), kmember 29 of 29 (all 300).
 
+* F5 (MEDIUM; a careless curator, F4's root cause) the rare-value rule (``gate.check_rare_values``: a ``--sensitive``
+  value that equals a source value must be held by k published rows) compares the published, rounded values with the
+  source values as read (fractions): none is equal, so the rule passes everything. Measured: one person's score of
+  97.3 among scores 20-59 ± 0.3 is published as the only 97 (in class ``(-inf, 19], F``), present exactly when that
+  person is in the source; 8 of 41 published values are held by fewer than 5 rows.
+
 Root causes and class-level fixes (not made here: veil/ is not touched):
 
 * F1: ``_source_nearest`` / ``_points`` / ``_group_codes`` — an unmatched grouped category should cost its column's
@@ -69,7 +75,9 @@ Root causes and class-level fixes (not made here: veil/ is not touched):
 
 * F4: ``generators/kanon`` (diversity on pre-typed values) and ``gate.verify`` (ℓ-diversity recorded, not enforced)
   — check every class guarantee (k, ``max_share``, the sensitive combinations) on the finalised output, the frame that
-  is published, and read each column in its declared type (``as_declared``) before anonymising.
+  is published, and read each column in its declared type (``as_declared``) before anonymising (F5: then the
+  rare-value rule compares like with like; or count holders of each published value among the published rows
+  whatever the source holds).
 
 What held (tried, no witness): four columns swapped between random training rows (each value another training
 person's) are refused (tails 1e-54, 1e-57); every number of the copy moved by ± 1 is refused (tail 0); three grouped
@@ -326,3 +334,35 @@ def test_s72_f4_published_classes_are_diverse_in_the_published_values(tmp_path: 
     assert float(top.max()) <= 0.9, (
         f"{int((top > 0.9).sum())} of {len(top)} published classes give one score to more than 90 % of their members"
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="s72 F5 (MEDIUM): the rare-value rule compares the published (rounded) values with the source values as "
+    "read (fractions): none is equal, and one person's outlier is published",
+)
+def test_s72_f5_a_value_one_person_holds_is_not_published_after_rounding(tmp_path: Path) -> None:
+    """F5 (MEDIUM; a careless curator, F4's root cause). ``gate.check_rare_values`` refuses a ``--sensitive`` value held
+    by fewer than k published rows *when it equals a source value*, compared exactly as published; a declared ``int``
+    column holding fractions is published rounded, so no published value equals a source value and the rule passes
+    everything. Measured (300 people, score an integer 20-59 ± 0.3, person 7's 97.3): ``kanon --sensitive score``
+    (mondrian, k = 5) publishes one row ``(-inf, 19], F, 97`` — the only 97, present exactly when person 7 is in the
+    source — and 8 of its 41 published values are held by fewer than 5 rows. The property: every published value of
+    a ``--sensitive`` column is held by at least k published rows (s60 F2's rule, on what is published)."""
+    from veil.generators.transaction import publish
+    from veil.policy import load_policy
+    from veil.store.warehouse import public_path, write_table, writer
+
+    (tmp_path / "policy.toml").write_text(_KANON_POLICY, encoding="utf-8")
+    policy = load_policy(tmp_path / "policy.toml")
+    rng = np.random.default_rng(0)
+    age = rng.integers(17, 90, 300)
+    score = rng.integers(20, 60, 300) + rng.choice([-0.3, 0.3], 300)
+    score[7] = 97.3
+    write_table(policy, "people", pd.DataFrame({"age": age, "sex": rng.choice(["F", "M"], 300), "score": score}))
+    request = {"table": "people", "k": 5, "qi": ["age", "sex"], "sensitive": ["score"], "algorithm": "mondrian"}
+    publish(policy, "kanon", {**request, "output": "p_k"}, progress=False)
+    with writer(public_path(policy)) as con:
+        held = con.execute("SELECT score, COUNT(*) AS n FROM p_k GROUP BY score").df()
+    rare = held[held["n"] < 5]
+    assert rare.empty, f"{len(rare)} published scores are held by fewer than k = 5 rows: {rare.to_dict('records')}"
