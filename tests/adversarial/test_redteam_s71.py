@@ -39,6 +39,24 @@ it green (then drop the mark). Deterministic (no randomness decides a verdict): 
   parenthesised FROM item, ``Subquery``/``Paren`` whose ``this`` carries ``joins``), or have the parse or resolve pass
   refuse (free) or flatten a parenthesised join before any check reads the tree; then one test runs every existing
   join bound (text work, value cap, join-row cap, concatenation, raising work, pins) on both spellings.
+* F2 (HIGH) **a range join holds the private rows in memory whatever their width: the 2 KiB join-row cap does not
+  place its edge.** A join with no equality (``ON x.id >= pub.k AND x.id < pub.k2``, one inequality too) is planned by
+  DuckDB 2.0 as an IEJoin (or a piecewise merge join), which materialises and sorts both sides and, at the readers'
+  floor (256 MiB, 2 threads), fails with OutOfMemory instead of spilling. The cap was measured on hash joins only
+  (s68 F1). Through Veil (exact session, the floor): ``SELECT COUNT(*) FROM (SELECT id, c, '<1,990 x>' AS z FROM t
+  WHERE id < K) x JOIN pub ON x.id >= pub.k AND x.id < pub.k2 WHERE x.c || x.z > CAST(pub.k AS VARCHAR)`` (a
+  4-character category: priced 16 + 1,990 + 32 = 2,038 bytes, admitted; 1,000 public ranges spread over the ids, an
+  unpinned multiplicity of 1,000) is answered at K = 122,265 and fails after the charge (``QueryFailed`` XX000) at K =
+  122,656, twice each (K = 100,000 answered, 300,000 failed)
+  (``test_s71_f2_a_range_join_within_the_join_row_cap_ends_the_same_way_whatever_the_rows``). DuckDB alone, same
+  join: rows of 2,000 bytes fail at 200,000 (100,000 answered), 1,000 at 400,000, 500 at 800,000, 200 at 1,000,000;
+  rows of an id and a 4-character text answered at 3,000,000 and failed at 8,000,000. So no cap on a row's width
+  bounds it: the edge is the number of private rows that pass the WHERE, the s63/s68 membership bit (calibrate K with
+  cheap probes, then one query per target). At DuckDB's default memory the edge moves up in proportion, never away.
+  Suggested fix (class level): refuse free every join over private rows that DuckDB would not run as a hash join
+  (require an equality between the private side and each joined source, as the pins already do, and keep inequality
+  terms as filters after it), or run such statements with settings that make DuckDB hash or spill them, proven by a
+  test family of join operators (IEJoin, piecewise merge, nested loop, cross product) at the floor.
 
 Held (passing, no earlier test covered them): inside a parenthesised join's ON the type-family check still refuses
 mixed comparisons free (DuckDB 2.0 casts a VARCHAR column to DATE or INTEGER per row), and the totality rewrite still
@@ -218,6 +236,61 @@ def test_s71_f1_a_parenthesised_padded_join_ends_the_same_way_with_and_without_o
     )
     d, d_prime = pad_sessions
     assert _outcome(d, sql) == _outcome(d_prime, sql)
+
+
+#: The range-join world: short private rows, a 1,000-row public table of one-wide ranges spread over the ids (so the
+#: join's dynamic filters prune nothing): past the measured edge (122,265 answered, 122,656 failed) with a margin.
+_RANGE_ROWS, _RANGE_PAD = 160_000, "x" * 1_990
+_RANGE_POLICY = _PAD_POLICY.replace('c = { type = "category" }', 'c = { type = "category", max_length = 4 }').replace(
+    "upper = 1000000 }", "upper = 10000000 }"
+)
+
+
+@pytest.fixture(scope="module")
+def range_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """An exact session over ``_RANGE_ROWS`` rows, then the readers at the floor (256 MiB, 2 threads)."""
+    import pandas as pd
+
+    from tests.support.warehouse import policy_with_tables
+    from veil.proxy._testing import exact_session
+    from veil.store import warehouse
+
+    base = Path(tmp_path_factory.mktemp("s71range"))
+    t = pd.DataFrame({"id": list(range(_RANGE_ROWS)), "c": [f"v{i % 1000}" for i in range(_RANGE_ROWS)]})
+    pub = pd.DataFrame({"k": [i * 1000 for i in range(1000)], "k2": [i * 1000 + 1 for i in range(1000)]})
+    session = exact_session(policy_with_tables(base, _RANGE_POLICY, {"t": t}, {"pub": pub}), "a")
+    session.execute("SELECT COUNT(*) FROM t", epsilon=1.0)  # the bounded copy, before the limit is lowered
+    before = (warehouse._CONNECTIONS.memory_mib, warehouse._CONNECTIONS.threads)
+    warehouse.set_reader_threads(warehouse.MIN_READER_THREADS)
+    warehouse.set_reader_memory(warehouse.MIN_READER_MEMORY_MIB)
+    try:
+        yield session
+    finally:
+        warehouse.set_reader_memory(before[0])
+        warehouse.set_reader_threads(before[1])
+        session.close()
+
+
+@pytest.mark.xfail(strict=True, reason="s71 F2: DuckDB's range join (IEJoin) holds the private rows without spilling")
+def test_s71_f2_a_range_join_within_the_join_row_cap_ends_the_same_way_whatever_the_rows(range_session: Any) -> None:
+    """A join on ``x.id >= pub.k AND x.id < pub.k2`` (no equality: DuckDB plans an IEJoin, which materialises both
+    sides) of a derived table whose row is priced 2,038 bytes (a 4-character category, 16 bytes, the analyst's
+    1,990-byte literal and the id), within the 2 KiB join-row cap. Correct: answered, or the shape refused free.
+    Today: QueryFailed (XX000, OutOfMemory), charged; with ``WHERE id < K`` in the derived table the edge is K =
+    122,265 answered / 122,656 failed (twice each), so one row decides."""
+    from veil.errors import QueryFailed, VeilError
+
+    sql = (
+        f"SELECT COUNT(*) FROM (SELECT id, c, '{_RANGE_PAD}' AS z FROM t) x "
+        "JOIN pub ON x.id >= pub.k AND x.id < pub.k2 WHERE x.c || x.z > CAST(pub.k AS VARCHAR)"
+    )
+    spent = range_session.budget().spent
+    try:
+        range_session.execute(sql, epsilon=0.001)
+    except QueryFailed as exc:
+        pytest.fail(f"charged and failed: {exc}")
+    except VeilError:
+        assert range_session.budget().spent == spent, "a refusal of the shape must be free"
 
 
 #: ON conditions of a parenthesised join that mix type families (DuckDB 2.0 casts the text per row: ``a.s = b.d`` over
