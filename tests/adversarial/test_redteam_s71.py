@@ -367,3 +367,28 @@ def test_s71_held_a_parenthesised_join_on_with_partial_operations_ends_the_same_
     d, d_prime = held_sessions
     sql = f"SELECT COUNT(*) FROM (t JOIN pub ON {cond})"
     assert _outcome(d, sql) == _outcome(d_prime, sql) == "answered"
+
+
+#: Shapes validate refuses below the outer SELECT over private data, put inside a parenthesised join: held (the
+#: shape checks walk every subquery, wherever the join is written).
+_HELD_SHAPES = [
+    "SELECT COUNT(*) FROM ((SELECT COUNT(*) AS n FROM t) s JOIN pub ON pub.k < s.n)",
+    "SELECT s.n, COUNT(*) FROM ((SELECT COUNT(*) AS n FROM t) s JOIN pub ON TRUE) GROUP BY s.n",
+    "SELECT COUNT(*) FROM ((SELECT DISTINCT c FROM t) s JOIN pub ON TRUE)",
+    "SELECT COUNT(*) FROM ((SELECT id FROM t ORDER BY id LIMIT 5) s JOIN pub ON pub.k = s.id)",
+    "SELECT COUNT(*) FROM (pub LEFT JOIN (SELECT id FROM t) s ON pub.k = s.id)",
+    "SELECT COUNT(*) FROM (pub LEFT JOIN t ON t.id = pub.k)",
+    "SELECT COUNT(*) FROM (t JOIN t AS t2 ON t.id = t2.id)",
+    "SELECT COUNT(*) FROM (t RIGHT JOIN pub ON t.id = pub.k)",
+]
+
+
+@pytest.mark.parametrize("sql", _HELD_SHAPES)
+def test_s71_held_shapes_refused_below_the_outer_select_are_refused_inside_a_parenthesised_join(
+    f1_plan_session: Any, sql: str
+) -> None:
+    from veil.errors import Unsupported
+    from veil.proxy._testing import plan_of
+
+    with pytest.raises(Unsupported):
+        plan_of(f1_plan_session, sql, 0.01)
