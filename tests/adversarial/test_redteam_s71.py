@@ -57,6 +57,14 @@ it green (then drop the mark). Deterministic (no randomness decides a verdict): 
   (require an equality between the private side and each joined source, as the pins already do, and keep inequality
   terms as filters after it), or run such statements with settings that make DuckDB hash or spill them, proven by a
   test family of join operators (IEJoin, piecewise merge, nested loop, cross product) at the floor.
+* F3 (LOW) **a DECIMAL(38, s) turned into text is priced 32 bytes and holds up to 40.** ``expansion._sizes`` prices
+  every number, date or boolean as text at ``SCALAR_TEXT_BYTES`` (32); ``CAST(CAST(x AS DECIMAL(38,37)) AS VARCHAR)``
+  writes ``-9.5000000000000000000000000000000000000`` (40 bytes), DECIMAL(38,20) of ``-999999999999999.5`` 37. Keys,
+  derived columns and concatenations of such casts are priced at 80%: the value cap admits 19,200 bytes (the one-thread
+  edge is 16,384), the join-row cap 2,560. No failure after the charge was shown (two reader threads spilled every
+  such width tried before); it eats the caps' margins
+  (``test_s71_f3_a_number_cast_to_text_is_priced_at_its_longest_text``). Fix: price a cast to text by its source
+  type (``p + 2`` for DECIMAL(p, s), 24 for DOUBLE, 20 for BIGINT, 26 for TIMESTAMP), not one constant.
 
 Held (passing, no earlier test covered them): inside a parenthesised join's ON the type-family check still refuses
 mixed comparisons free (DuckDB 2.0 casts a VARCHAR column to DATE or INTEGER per row), and the totality rewrite still
@@ -392,3 +400,48 @@ def test_s71_held_shapes_refused_below_the_outer_select_are_refused_inside_a_par
 
     with pytest.raises(Unsupported):
         plan_of(f1_plan_session, sql, 0.01)
+
+
+#: Number and date casts to text with the longest text DuckDB 2.0 writes for their type (a literal at the type's
+#: extreme: ``CAST(-9.5 AS DECIMAL(38,37))`` is ``-9.5000000000000000000000000000000000000``, 40 bytes).
+_F3_CASTS = {
+    "decimal_38_37": ("CAST(t.x AS DECIMAL(38,37))", "CAST(-9.5 AS DECIMAL(38,37))"),
+    "decimal_38_20": ("CAST(t.x AS DECIMAL(38,20))", "CAST(-999999999999999.5 AS DECIMAL(38,20))"),
+    "double": ("CAST(t.x AS DOUBLE)", "CAST(-1.2345678901234567e-300 AS DOUBLE)"),
+    "bigint": ("CAST(t.x AS BIGINT)", "CAST(-9223372036854775808 AS BIGINT)"),
+    "timestamp": ("CAST(t.d AS TIMESTAMP)", "TIMESTAMP '2020-01-01 12:34:56.123456'"),
+}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(
+            c,
+            marks=pytest.mark.xfail(strict=True, reason="s71 F3: a DECIMAL(38, s) as text is priced 32 bytes")
+            if c.startswith("decimal_38")
+            else (),
+        )
+        for c in sorted(_F3_CASTS)
+    ],
+)
+def test_s71_f3_a_number_cast_to_text_is_priced_at_its_longest_text(case: str) -> None:
+    """``expansion.SCALAR_TEXT_BYTES`` (32) prices every number, date or boolean turned into text; a DECIMAL of
+    precision 38 is up to 40 bytes as text (38 digits, a sign, a point): a GROUP BY key, a derived column or a
+    concatenation of such casts is priced 80% of what it holds (the 15 KiB value cap admits 480 keys, 19,200 bytes;
+    the 2 KiB join-row cap 64 values, 2,560 bytes). LOW: at the readers' two-thread floor every shape the earlier red
+    teams tried spilled at these widths, so no failure after the charge was shown; the caps' margins are what it
+    eats. Correct: the price of a cast to text is at least the longest text of its source type (``p + 2`` for a
+    DECIMAL(p, s))."""
+    import duckdb
+    import sqlglot
+    from sqlglot.optimizer.qualify import qualify
+
+    from veil.proxy.expansion import largest_held
+
+    expr, extreme = _F3_CASTS[case]
+    longest = len(duckdb.connect().execute(f"SELECT CAST({extreme} AS VARCHAR)").fetchone()[0])
+    sql = f"SELECT COUNT(*) FROM t GROUP BY CAST({expr} AS VARCHAR)"
+    tree = qualify(sqlglot.parse_one(sql, read="postgres"), schema={"t": {"x": "DOUBLE", "d": "DATE"}})
+    priced, _ = largest_held(tree, lambda table, column: 32, lambda table: False)
+    assert priced >= longest, (priced, longest)
