@@ -231,6 +231,7 @@ def _outcome(session: Any, sql: str) -> str:
     return "answered"
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="s71 F1: a parenthesised join's build side is outside the 2 KiB join-row cap")
 def test_s71_f1_a_parenthesised_padded_join_ends_the_same_way_with_and_without_one_row(
     pad_sessions: tuple[Any, Any],
@@ -279,6 +280,7 @@ def range_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         session.close()
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="s71 F2: DuckDB's range join (IEJoin) holds the private rows without spilling")
 def test_s71_f2_a_range_join_within_the_join_row_cap_ends_the_same_way_whatever_the_rows(range_session: Any) -> None:
     """A join on ``x.id >= pub.k AND x.id < pub.k2`` (no equality: DuckDB plans an IEJoin, which materialises both
