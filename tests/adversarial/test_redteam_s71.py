@@ -47,7 +47,9 @@ it green (then drop the mark). Deterministic (no randomness decides a verdict): 
   WHERE id < K) x JOIN pub ON x.id >= pub.k AND x.id < pub.k2 WHERE x.c || x.z > CAST(pub.k AS VARCHAR)`` (a
   4-character category: priced 16 + 1,990 + 32 = 2,038 bytes, admitted; 1,000 public ranges spread over the ids, an
   unpinned multiplicity of 1,000) is answered at K = 122,265 and fails after the charge (``QueryFailed`` XX000) at K =
-  122,656, twice each (K = 100,000 answered, 300,000 failed)
+  122,656, twice each (K = 100,000 answered, 300,000 failed); over the wire (``veil serve --engine-memory 256
+  --engine-threads 2``, psycopg, ε = 0.001 each, a 160,000-row world) the same edge: 100,000 and 122,265 answered,
+  122,656 and 160,000 SQLSTATE XX000 with ``veil.budget`` charged each time
   (``test_s71_f2_a_range_join_within_the_join_row_cap_ends_the_same_way_whatever_the_rows``). DuckDB alone, same
   join: rows of 2,000 bytes fail at 200,000 (100,000 answered), 1,000 at 400,000, 500 at 800,000, 200 at 1,000,000;
   rows of an id and a 4-character text answered at 3,000,000 and failed at 8,000,000. So no cap on a row's width
