@@ -32,8 +32,10 @@ it green (then drop the mark). Deterministic (no randomness decides a verdict): 
     times) <> pub.name)`` at ε = 0.01: 5.02 s and 4.71 s with the target, 0.43 s and 0.31 s without (a 10×
     deterministic timing oracle on one person's value). Over the wire (``veil serve --engine-memory 256 --engine-threads
     2``, psycopg, ``SET veil.epsilon = 0.01``, three queries made distinct by ``AND pub.k <> n``): 3.00, 1.95 and 3.19
-    s with the target, 0.43, 0.19 and 0.29 s without. At 1,000 public rows and 1,000 links (one query, no memory
-    limit set) the process grew to 21 GB and the host's OOM killer ended it: under ``veil serve`` the whole server.
+    s with the target, 0.43, 0.19 and 0.29 s without; ``veil query --epsilon 0.01`` (the CLI, DuckDB's default
+    memory, each run a new process of ~5 s): 11.74 and 11.09 s with the target, 5.73 and 5.28 s without. At 1,000
+    public rows and 1,000 links (one query, no memory limit set) the process grew to 21 GB and the host's OOM killer
+    ended it: under ``veil serve`` the whole server.
 
   Suggested fix (class level): make every bound walk every join wherever it is written (a join nested in a
   parenthesised FROM item, ``Subquery``/``Paren`` whose ``this`` carries ``joins``), or have the parse or resolve pass
