@@ -4,7 +4,9 @@ plan cache's front, noise drawn ahead).
 Every finding is a strict xfail witness: the test states the property that should hold and fails today; the fix turns
 it green (then drop the mark). Deterministic (no randomness decides a verdict): no false failures.
 
-* F1 (HIGH) **a parenthesised join hides itself and its ON condition from every per-row bound.** ``FROM (t JOIN pub
+* F1 (HIGH) **a parenthesised join hides itself and its ON condition from the per-row bounds of
+  ``veil.proxy.expansion``** (text work, value cap, join-row cap, concatenation limit, expanded size, literal bytes;
+  the type check, totality, raising work and multiplicity still see it). ``FROM (t JOIN pub
   ON …)`` is parsed by sqlglot as a ``Subquery`` whose ``this`` is the table ``t`` carrying the ``joins``; the scope
   walk (``sqlglot.optimizer.scope.traverse_scope``) does not see it as a join, and ``veil.proxy.expansion`` measures
   only a SELECT's own ``joins`` (``measure``, ``_sizes``: ``for join in sel.args.get("joins")`` and ``if
