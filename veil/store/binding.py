@@ -51,9 +51,10 @@ BINDING_TABLE = "_veil_ledger_binding"
 #: The warehouse's high-water mark of its ledger's history (one row: the latest reservation and release it saw).
 MARK_TABLE = "_veil_ledger_mark"
 
-#: Positive reads, per warehouse file (path, device, inode): a binding never changes once written, so each process
-#: reads it once per file. An unbound warehouse is read again each time (another process may bind it).
-_BOUND: dict[tuple[Path, int, int], str] = {}
+#: Positive reads, per warehouse file (path, device, inode; on Spark ``veil.store.spark.binding_key``): a binding never
+#: changes once written, so each process reads it once per file. An unbound warehouse is read again each time (another
+#: process may bind it).
+_BOUND: dict[tuple[object, ...], str] = {}
 _LOCK = threading.Lock()
 
 _FIX = (
@@ -62,7 +63,12 @@ _FIX = (
 )
 
 
-def _key(path: Path) -> tuple[Path, int, int] | None:
+def _key(policy: Policy) -> tuple[object, ...] | None:
+    if policy.engine.kind == "spark":
+        from veil.store.spark import binding_key
+
+        return binding_key(policy.engine)
+    path = policy.database_path
     try:
         st = path.stat()
     except OSError:
@@ -70,12 +76,18 @@ def _key(path: Path) -> tuple[Path, int, int] | None:
     return (path, st.st_dev, st.st_ino)
 
 
+def warehouse_name(policy: Policy) -> str:
+    """The warehouse as messages name it: the DuckDB file, or the Spark database (``veil.store.spark.describe``)."""
+    if policy.engine.kind == "spark":
+        from veil.store.spark import describe
+
+        return describe(policy.engine)
+    return str(policy.database_path)
+
+
 def warehouse_ledger_id(policy: Policy) -> str | None:
     """The identity of the ledger this warehouse is bound to, or None (no warehouse yet, or not bound)."""
-    if policy.engine.kind == "spark":
-        return None
-    path = policy.database_path
-    key = _key(path)
+    key = _key(policy)
     if key is None:
         return None
     with _LOCK:
@@ -92,7 +104,7 @@ def warehouse_ledger_id(policy: Policy) -> str | None:
 
 
 def _remember(policy: Policy, ledger_id: str) -> None:
-    key = _key(policy.database_path)
+    key = _key(policy)
     if key is not None:
         with _LOCK:
             _BOUND[key] = ledger_id
@@ -100,7 +112,7 @@ def _remember(policy: Policy, ledger_id: str) -> None:
 
 def _mismatch(policy: Policy, what: str, bound: str) -> LedgerMismatch:
     return LedgerMismatch(
-        f"the warehouse {str(policy.database_path)!r} is bound to the ledger {bound[:12]}…, and the policy's "
+        f"the warehouse {warehouse_name(policy)!r} is bound to the ledger {bound[:12]}…, and the policy's "
         f"[ledger] path {str(policy.ledger_path)!r} {what}: its budgets and release history are not there",
         hint=_FIX,
     )
@@ -127,10 +139,11 @@ def open_ledger(policy: Policy) -> Ledger:
         check_identity(policy, ledger, bound)
         if bound is not None:
             check_history(policy, ledger)
-        if bound is None and policy.engine.kind != "spark" and policy.database_path.exists():
-            from veil.store.warehouse import bind_ledger
+        if bound is None:
+            from veil.store.warehouse import bind_ledger, warehouse_exists
 
-            bind_ledger(policy, ledger)
+            if warehouse_exists(policy):
+                bind_ledger(policy, ledger)
     except BaseException:
         ledger.close()
         raise
@@ -156,15 +169,13 @@ def check_history(policy: Policy, ledger: Ledger) -> None:
     warehouse's ledger (the mark lags it: it is raised only at curator steps, after the ledger's commit)."""
     from veil.store.warehouse import read_ledger_mark
 
-    if policy.engine.kind == "spark":
-        return
     mark = read_ledger_mark(policy)
     if mark is None:
         return
     missing = ledger.lacks(mark)
     if missing is not None:
         raise LedgerMismatch(
-            f"the ledger {str(policy.ledger_path)!r} is a stale copy of the warehouse {str(policy.database_path)!r}'s "
+            f"the ledger {str(policy.ledger_path)!r} is a stale copy of the warehouse {warehouse_name(policy)!r}'s "
             f"ledger: it lacks the {missing} the warehouse saw recorded there, so the releases and budgets spent "
             "since that copy was made are not in it",
             hint="Point [ledger] path back at the ledger file in use (a restored backup forgets every release and "
