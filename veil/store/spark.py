@@ -503,6 +503,18 @@ def _write_parquet(path: Path, columns: dict[str, Any], *, exclusive: bool) -> b
     return True
 
 
+def _values(row: dict[str, Any]) -> str:
+    """``row``'s values as Spark SQL literals (integers as they are, texts quoted: a backslash and a quote escaped).
+    Literals, not parameter markers (``args=``), which not every Spark Connect server reads."""
+
+    def one(value: Any) -> str:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+    return ", ".join(one(v) for v in row.values())
+
+
 def _create_internal(s: SparkSession, spec: EngineSpec, name: str, columns: str) -> None:
     s.sql(f"CREATE TABLE IF NOT EXISTS {_full(spec, name)} ({columns}) USING parquet")
 
@@ -536,7 +548,7 @@ def write_binding(policy: Policy, row: tuple[str, str, str]) -> str:
     elif read_binding(policy) is None:
         s = spark_session(spec)
         _create_internal(s, spec, name, _BINDING_COLUMNS)
-        s.sql(f"INSERT INTO {_full(spec, name)} VALUES (:ledger_id, :bound_at, :ledger_path)", args=row_values)
+        s.sql(f"INSERT INTO {_full(spec, name)} VALUES ({_values(row_values)})")
     found = read_binding(policy)
     if found is None:
         raise InternalError(f"the ledger's binding was written to {describe(spec)} but cannot be read back")
@@ -583,6 +595,8 @@ def write_mark(policy: Policy, mark: Any) -> None:
     old = read_mark(policy)
     if old is not None and mark.merged(old) == old:
         return
+    if old is None and not mark.reservation_id and not mark.release_id:
+        return  # a ledger without a reservation or a release: a mark naming nothing would check nothing
     if spec.remote is None:
         directory = _location(spec, name)
         _write_parquet(_new_mark_file(directory), _mark_row(mark), exclusive=True)
@@ -590,10 +604,7 @@ def write_mark(policy: Policy, mark: Any) -> None:
         return
     s = spark_session(spec)
     _create_internal(s, spec, name, _MARK_COLUMNS)
-    s.sql(
-        f"INSERT INTO {_full(spec, name)} VALUES (:reservation_seq, :reservation_id, :release_seq, :release_id, :marked_at)",
-        args=_mark_row(mark),
-    )
+    s.sql(f"INSERT INTO {_full(spec, name)} VALUES ({_values(_mark_row(mark))})")
     with _lock:
         _marks[(spec.remote, spec.database)] = (time.monotonic(), mark if old is None else mark.merged(old))
 

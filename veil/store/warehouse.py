@@ -577,6 +577,7 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
             # as on DuckDB: the Spark database is bound to its ledger before its first table (a ledger swapped or a
             # stale copy is refused here, before anything is written); the mark is raised after the table is in place
             # (a crash between leaves it lagging: accepted, raised at the next curator step)
+            _spark().spark_session(policy.engine)  # the database exists (local: its directory) before it is bound
             with _ledger_for(policy) as led:
                 mark = led.history_mark()
             _spark().write_table(policy, table, df, replace=replace)
