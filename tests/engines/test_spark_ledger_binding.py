@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.test_ledger_binding import _BODY, _HEAD, ENTRIES, _people, _publish, _query, _spent
 from veil.errors import LedgerMismatch, NonDPReleaseRefused
@@ -239,3 +241,42 @@ def test_a_spark_connect_warehouse_is_bound_to_its_ledger(tmp_path: Path, connec
     _write_policy(tmp_path, "backup.sqlite", engine)
     with pytest.raises(LedgerMismatch, match="stale"):
         ENTRIES["budget"](path)
+
+
+#: Marks as a ledger makes them: each part a record's commit order and its id (none: order 0, no id).
+_MARKS = st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4)), max_size=12).map(
+    lambda parts: [(r, f"r{r}" if r else "", e, f"e{e}" if e else "") for r, e in parts]
+)
+
+
+@settings(max_examples=30, deadline=None)
+@given(marks=_MARKS, fold_past=st.integers(1, 4))
+def test_the_spark_mark_never_moves_back_whatever_the_order_of_its_writes(
+    marks: list[tuple[int, str, int, str]], fold_past: int
+) -> None:
+    """The local Spark mark (append-only files, folded past a few; no Spark statement, no JVM): after every write, in any
+    order (two processes' writes land in either order), it reads as the later of each part over every mark written — a
+    mark never moves back, and folding loses none; a mark naming nothing is not written. Deterministic."""
+    import tempfile
+
+    from veil.policy import load_policy
+    from veil.store import spark
+    from veil.store.binding import MARK_TABLE
+    from veil.store.ledger import HistoryMark
+
+    with tempfile.TemporaryDirectory() as d:
+        policy = load_policy(_write_policy(Path(d), "ledger.sqlite"))
+        directory = Path(d) / "spark-warehouse" / "veil_binding.db" / MARK_TABLE
+        expected = None
+        saved, spark.MARK_FILES = spark.MARK_FILES, fold_past
+        try:
+            for parts in marks:
+                mark = HistoryMark(*parts)
+                spark.write_mark(policy, mark)
+                expected = mark if expected is None else expected.merged(mark)
+                named = expected is not None and (expected.reservation_id or expected.release_id)
+                assert spark.read_mark(policy) == (expected if named else None), (marks, mark)
+                files = list(directory.glob("*.parquet")) if directory.exists() else []
+                assert len(files) <= fold_past + 1, files
+        finally:
+            spark.MARK_FILES = saved
