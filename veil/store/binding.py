@@ -8,26 +8,34 @@ refresh difference gave a newcomer's exact value, red team s66 F7), every budget
 table could be overwritten with raw rows.
 
 So every ledger carries a random identity (``meta.ledger_id``, written when it is created), and the warehouse records
-the identity of its ledger on first use (the table ``_veil_ledger_binding`` in the DuckDB file: it travels with the
-warehouse). From then on every way in — a query session (``veil query``, ``veil.connect``, ``veil serve``), a
-publication, a retraction, ``veil budget``, ``veil ingest``/``write_table``, ``veil analyst`` — opens the ledger
-through :func:`open_ledger`, which refuses (:class:`~veil.errors.LedgerMismatch`, before anything is read or written)
-a ledger of another identity, a missing one (never created afresh), and one moved away with :func:`move_ledger`
-(the one deliberate migration: it copies the whole history, identity included, and retires the old file).
+the identity of its ledger on first use (the table ``_veil_ledger_binding`` in the DuckDB file, or in the Spark database
+Veil writes to: it travels with the warehouse). From then on every way in — a query session (``veil query``,
+``veil.connect``, ``veil serve``), a publication, a retraction, ``veil budget``, ``veil ingest``/``write_table``,
+``veil analyst`` — opens the ledger through :func:`open_ledger`, which refuses (:class:`~veil.errors.LedgerMismatch`,
+before anything is read or written) a ledger of another identity, a missing one (never created afresh), and one moved
+away with :func:`move_ledger` (the one deliberate migration: it copies the whole history, identity included, and
+retires the old file).
 
 Identity alone accepted a stale copy of the bound ledger (a backup, a ``cp`` from before a publication: review s21
 X2). So the warehouse also keeps a high-water mark of its ledger's history (``_veil_ledger_mark``: the latest
 reservation and release, :class:`~veil.store.ledger.HistoryMark`), raised at the curator's steps (binding, table
 writes, a publication's commit and recovery; best effort, a retraction and the bounded copies' preparation at ``veil
 serve``'s start) from the ledger's synced state, so it lags the ledger and never leads it; :func:`check_history`
-refuses a ledger that lacks what it names. Analysts' charges are marked at session boundaries, never per query (the
-warehouse is not written per query: it would close every reader): :func:`raise_mark` when an analyst's own session
-(``veil.connect``, ``veil query``) ends and begins, and when ``veil serve`` stops (red team s68 F2); a session's
-charges are not covered while it is open, nor a serving ``veil serve``'s (docs/ledger.md).
+refuses a ledger that lacks what it names. Analysts' charges are marked only by the next curator step, never per
+query or per session (the warehouse is not written then: a DuckDB write would close every reader; the session-boundary
+mark was reverted in review s22), so a backup restored after analysts' charges with no curator step between is accepted
+(red team s68 F2, open; docs/ledger.md).
 
 A warehouse written before the binding existed is bound by its first use, unless it shows Veil's history (tables Veil
 wrote, bounded copies, a publication journal) while the ledger has no record at all: its published tables' records
-would be orphaned (refused). A Spark warehouse is not bound yet (docs/ledger.md).
+would be orphaned (refused).
+
+A Spark warehouse (``[engine] kind = "spark"``) is bound the same way: :mod:`veil.store.warehouse` sends the binding's
+and the mark's reads and writes to :mod:`veil.store.spark`, which keeps them in the Spark database Veil writes to
+(local mode: Parquet files of the warehouse, read with pyarrow; Spark Connect: tables, read with Spark SQL). Spark has
+no transaction spanning two writes: the binding is written once (first writer wins), before anything else, and the
+mark is append-only (the later of each part over its rows), so a crash leaves either missing or lagging, never wrong
+(docs/ledger.md, "On Spark").
 """
 
 from __future__ import annotations
