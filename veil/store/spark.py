@@ -411,7 +411,7 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
 
 _BINDING_FILE = "part-00000-binding.parquet"
 #: Local mode folds the mark's files into one past this many.
-MARK_FILES = 8
+MARK_FILES = 4
 #: Spark Connect: this process's last read of each database's mark (monotonic time, the mark).
 _marks: dict[tuple[str | None, str], tuple[float, Any]] = {}
 
