@@ -503,6 +503,24 @@ def _write_parquet(path: Path, columns: dict[str, Any], *, exclusive: bool) -> b
     return True
 
 
+@contextlib.contextmanager
+def _on_connect(spec: EngineSpec, what: str) -> Iterator[None]:
+    """A failure of the Connect server while Veil reads or writes the ledger's binding or mark, typed
+    (:class:`~veil.errors.PolicyError`, refused before anything else runs): the server is down, or refuses the table."""
+    from veil.errors import PolicyError, VeilError
+
+    try:
+        yield
+    except VeilError:
+        raise
+    except Exception as exc:
+        raise PolicyError(
+            f"cannot {what} on {describe(spec)} ({type(exc).__name__}): the ledger cannot be checked against it",
+            hint="Check that the Spark Connect server is reachable and that Veil may create tables in the policy's "
+            "database, then retry",
+        ) from None
+
+
 def _values(row: dict[str, Any]) -> str:
     """``row``'s values as Spark SQL literals (integers as they are, texts quoted: a backslash and a quote escaped).
     Literals, not parameter markers (``args=``), which not every Spark Connect server reads."""
@@ -531,10 +549,11 @@ def read_binding(policy: Policy) -> str | None:
     if spec.remote is None:
         rows = _parquet_rows(_location(spec, name), ("ledger_id", "bound_at"))
         return _winner(rows or [])
-    s = spark_session(spec)
-    if not s.catalog.tableExists(f"{spec.database}.{name}"):
-        return None
-    return _winner([tuple(r) for r in s.sql(f"SELECT ledger_id, bound_at FROM {_full(spec, name)}").collect()])
+    with _on_connect(spec, "read the ledger's binding"):
+        s = spark_session(spec)
+        if not s.catalog.tableExists(f"{spec.database}.{name}"):
+            return None
+        return _winner([tuple(r) for r in s.sql(f"SELECT ledger_id, bound_at FROM {_full(spec, name)}").collect()])
 
 
 def write_binding(policy: Policy, row: tuple[str, str, str]) -> str:
@@ -546,9 +565,10 @@ def write_binding(policy: Policy, row: tuple[str, str, str]) -> str:
     if spec.remote is None:
         _write_parquet(_location(spec, name) / _BINDING_FILE, row_values, exclusive=True)
     elif read_binding(policy) is None:
-        s = spark_session(spec)
-        _create_internal(s, spec, name, _BINDING_COLUMNS)
-        s.sql(f"INSERT INTO {_full(spec, name)} VALUES ({_values(row_values)})")
+        with _on_connect(spec, "write the ledger's binding"):
+            s = spark_session(spec)
+            _create_internal(s, spec, name, _BINDING_COLUMNS)
+            s.sql(f"INSERT INTO {_full(spec, name)} VALUES ({_values(row_values)})")
     found = read_binding(policy)
     if found is None:
         raise InternalError(f"the ledger's binding was written to {describe(spec)} but cannot be read back")
@@ -576,10 +596,11 @@ def read_mark(policy: Policy) -> Any:
         cached = _marks.get(key)
     if cached is not None and time.monotonic() - cached[0] < RECHECK_SECONDS:
         return cached[1]
-    s = spark_session(spec)
     mark = None
-    if s.catalog.tableExists(f"{spec.database}.{name}"):
-        mark = _merged([tuple(r) for r in s.sql(f"SELECT {', '.join(_MARK_NAMES)} FROM {_full(spec, name)}").collect()])
+    with _on_connect(spec, "read the ledger's high-water mark"):
+        s = spark_session(spec)
+        if s.catalog.tableExists(f"{spec.database}.{name}"):
+            mark = _merged([tuple(r) for r in s.sql(f"SELECT {', '.join(_MARK_NAMES)} FROM {_full(spec, name)}").collect()])
     with _lock:
         _marks[key] = (time.monotonic(), mark)
     return mark
@@ -602,9 +623,10 @@ def write_mark(policy: Policy, mark: Any) -> None:
         _write_parquet(_new_mark_file(directory), _mark_row(mark), exclusive=True)
         _fold_marks(directory)
         return
-    s = spark_session(spec)
-    _create_internal(s, spec, name, _MARK_COLUMNS)
-    s.sql(f"INSERT INTO {_full(spec, name)} VALUES ({_values(_mark_row(mark))})")
+    with _on_connect(spec, "write the ledger's high-water mark"):
+        s = spark_session(spec)
+        _create_internal(s, spec, name, _MARK_COLUMNS)
+        s.sql(f"INSERT INTO {_full(spec, name)} VALUES ({_values(_mark_row(mark))})")
     with _lock:
         _marks[(spec.remote, spec.database)] = (time.monotonic(), mark if old is None else mark.merged(old))
 
@@ -657,6 +679,7 @@ def veil_history(policy: Policy) -> list[str]:
         d = _db_dir(spec)
         names = [c.name for c in d.iterdir() if c.is_dir() and ".__veil_" not in c.name] if d.is_dir() else []
     else:
-        s = spark_session(spec)
-        names = [t.name for t in s.catalog.listTables(spec.database) if not t.isTemporary]
+        with _on_connect(spec, "list the database's tables"):
+            s = spark_session(spec)
+            names = [t.name for t in s.catalog.listTables(spec.database) if not t.isTemporary]
     return sorted(n for n in names if n.startswith("_veil") and n not in skip)
