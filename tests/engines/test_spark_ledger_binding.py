@@ -280,3 +280,41 @@ def test_the_spark_mark_never_moves_back_whatever_the_order_of_its_writes(
                 assert len(files) <= fold_past + 1, files
         finally:
             spark.MARK_FILES = saved
+
+
+class _Crash(BaseException):
+    """The process dying at that line (simulated)."""
+
+
+def test_a_crash_at_a_spark_publications_mark_is_rolled_forward_with_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A publication's commit on Spark raises the mark before it marks its journal row committed: a crash at the mark
+    (simulated: its write dies) leaves the row staged, so the recovery at the next start commits it again and writes the
+    mark (had the row been marked first, the recovery would only finish it and the mark would miss the release). A model
+    artifact: no Spark statement, no JVM."""
+    from veil.generators.transaction import recover
+    from veil.policy import load_policy
+    from veil.store import spark, spark_publish
+    from veil.store.ledger import Ledger
+    from veil.store.warehouse import commit_publication, pending_publications
+
+    policy = load_policy(_write_policy(tmp_path, "ledger.sqlite"))
+    (tmp_path / "spark-warehouse" / "veil_binding.db").mkdir(parents=True)  # the database exists: bound at first use
+    staged = tmp_path / "staged.bin"
+    staged.write_bytes(b"model")
+    spark_publish.stage(policy, "tok", str(tmp_path / "model.bin"), "", None, str(staged))
+    with Ledger.for_policy(policy) as led:
+        rid = led.record(kind="publication", method="test", params={"publication_token": "tok"}, metrics={})
+        mark = led.history_mark()
+    assert mark is not None and spark.read_mark(policy) != mark
+
+    def crash(*_: object, **__: object) -> None:
+        raise _Crash
+
+    with monkeypatch.context() as patch:
+        patch.setattr(spark, "write_mark", crash)
+        with pytest.raises(_Crash):
+            commit_publication(policy, "tok", rid, strict=True, mark=mark)
+    assert [row["state"] for row in pending_publications(policy)] == ["staged"]
+    assert recover(policy) == [f"committed {tmp_path / 'model.bin'} ({rid})"]
+    assert spark.read_mark(policy) == mark and pending_publications(policy) == []
+    assert (tmp_path / "model.bin").read_bytes() == b"model"
