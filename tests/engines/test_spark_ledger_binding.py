@@ -8,8 +8,9 @@ entry point refuses (``LedgerMismatch``, SQLSTATE F0000, a hint) a missing, fres
 read, charged or written; ``veil move-ledger`` still moves it; an unbound Spark warehouse that shows Veil's history
 is not bound to an empty ledger. One module-scoped world on the run's local Spark (``local[2]``, a database of its own,
 so switching warehouses costs the other Spark tests nothing): its refusals run no Spark statement; the world costs a
-table write, a publication, a query and a second write. One Spark Connect test writes a table and checks a refusal.
-Deterministic: no false failures.
+table write, a publication, a query and a second write. One Spark Connect test writes a table and checks the refusals.
+Two tests run no Spark statement: the local mark's append-only files (hypothesis: any order of writes, folding), and a
+crash at a publication's mark (rolled forward by the recovery). Deterministic: no false failures.
 """
 
 from __future__ import annotations
