@@ -8,26 +8,34 @@ refresh difference gave a newcomer's exact value, red team s66 F7), every budget
 table could be overwritten with raw rows.
 
 So every ledger carries a random identity (``meta.ledger_id``, written when it is created), and the warehouse records
-the identity of its ledger on first use (the table ``_veil_ledger_binding`` in the DuckDB file: it travels with the
-warehouse). From then on every way in — a query session (``veil query``, ``veil.connect``, ``veil serve``), a
-publication, a retraction, ``veil budget``, ``veil ingest``/``write_table``, ``veil analyst`` — opens the ledger
-through :func:`open_ledger`, which refuses (:class:`~veil.errors.LedgerMismatch`, before anything is read or written)
-a ledger of another identity, a missing one (never created afresh), and one moved away with :func:`move_ledger`
-(the one deliberate migration: it copies the whole history, identity included, and retires the old file).
+the identity of its ledger on first use (the table ``_veil_ledger_binding`` in the DuckDB file, or in the Spark database
+Veil writes to: it travels with the warehouse). From then on every way in — a query session (``veil query``,
+``veil.connect``, ``veil serve``), a publication, a retraction, ``veil budget``, ``veil ingest``/``write_table``,
+``veil analyst`` — opens the ledger through :func:`open_ledger`, which refuses (:class:`~veil.errors.LedgerMismatch`,
+before anything is read or written) a ledger of another identity, a missing one (never created afresh), and one moved
+away with :func:`move_ledger` (the one deliberate migration: it copies the whole history, identity included, and
+retires the old file).
 
 Identity alone accepted a stale copy of the bound ledger (a backup, a ``cp`` from before a publication: review s21
 X2). So the warehouse also keeps a high-water mark of its ledger's history (``_veil_ledger_mark``: the latest
 reservation and release, :class:`~veil.store.ledger.HistoryMark`), raised at the curator's steps (binding, table
 writes, a publication's commit and recovery; best effort, a retraction and the bounded copies' preparation at ``veil
 serve``'s start) from the ledger's synced state, so it lags the ledger and never leads it; :func:`check_history`
-refuses a ledger that lacks what it names. Analysts' charges are marked at session boundaries, never per query (the
-warehouse is not written per query: it would close every reader): :func:`raise_mark` when an analyst's own session
-(``veil.connect``, ``veil query``) ends and begins, and when ``veil serve`` stops (red team s68 F2); a session's
-charges are not covered while it is open, nor a serving ``veil serve``'s (docs/ledger.md).
+refuses a ledger that lacks what it names. Analysts' charges are marked only by the next curator step, never per
+query or per session (the warehouse is not written then: a DuckDB write would close every reader; the session-boundary
+mark was reverted in review s22), so a backup restored after analysts' charges with no curator step between is accepted
+(red team s68 F2, open; docs/ledger.md).
 
 A warehouse written before the binding existed is bound by its first use, unless it shows Veil's history (tables Veil
 wrote, bounded copies, a publication journal) while the ledger has no record at all: its published tables' records
-would be orphaned (refused). A Spark warehouse is not bound yet (docs/ledger.md).
+would be orphaned (refused).
+
+A Spark warehouse (``[engine] kind = "spark"``) is bound the same way: :mod:`veil.store.warehouse` sends the binding's
+and the mark's reads and writes to :mod:`veil.store.spark`, which keeps them in the Spark database Veil writes to
+(local mode: Parquet files of the warehouse, read with pyarrow; Spark Connect: tables, read with Spark SQL). Spark has
+no transaction spanning two writes: the binding is written once (first writer wins), before anything else, and the
+mark is append-only (the later of each part over its rows), so a crash leaves either missing or lagging, never wrong
+(docs/ledger.md, "On Spark").
 """
 
 from __future__ import annotations
@@ -51,9 +59,10 @@ BINDING_TABLE = "_veil_ledger_binding"
 #: The warehouse's high-water mark of its ledger's history (one row: the latest reservation and release it saw).
 MARK_TABLE = "_veil_ledger_mark"
 
-#: Positive reads, per warehouse file (path, device, inode): a binding never changes once written, so each process
-#: reads it once per file. An unbound warehouse is read again each time (another process may bind it).
-_BOUND: dict[tuple[Path, int, int], str] = {}
+#: Positive reads, per warehouse file (path, device, inode; on Spark ``veil.store.spark.binding_key``): a binding never
+#: changes once written, so each process reads it once per file. An unbound warehouse is read again each time (another
+#: process may bind it).
+_BOUND: dict[tuple[object, ...], str] = {}
 _LOCK = threading.Lock()
 
 _FIX = (
@@ -62,7 +71,12 @@ _FIX = (
 )
 
 
-def _key(path: Path) -> tuple[Path, int, int] | None:
+def _key(policy: Policy) -> tuple[object, ...] | None:
+    if policy.engine.kind == "spark":
+        from veil.store.spark import binding_key
+
+        return binding_key(policy.engine)
+    path = policy.database_path
     try:
         st = path.stat()
     except OSError:
@@ -70,12 +84,18 @@ def _key(path: Path) -> tuple[Path, int, int] | None:
     return (path, st.st_dev, st.st_ino)
 
 
+def warehouse_name(policy: Policy) -> str:
+    """The warehouse as messages name it: the DuckDB file, or the Spark database (``veil.store.spark.describe``)."""
+    if policy.engine.kind == "spark":
+        from veil.store.spark import describe
+
+        return describe(policy.engine)
+    return str(policy.database_path)
+
+
 def warehouse_ledger_id(policy: Policy) -> str | None:
     """The identity of the ledger this warehouse is bound to, or None (no warehouse yet, or not bound)."""
-    if policy.engine.kind == "spark":
-        return None
-    path = policy.database_path
-    key = _key(path)
+    key = _key(policy)
     if key is None:
         return None
     with _LOCK:
@@ -92,7 +112,7 @@ def warehouse_ledger_id(policy: Policy) -> str | None:
 
 
 def _remember(policy: Policy, ledger_id: str) -> None:
-    key = _key(policy.database_path)
+    key = _key(policy)
     if key is not None:
         with _LOCK:
             _BOUND[key] = ledger_id
@@ -100,7 +120,7 @@ def _remember(policy: Policy, ledger_id: str) -> None:
 
 def _mismatch(policy: Policy, what: str, bound: str) -> LedgerMismatch:
     return LedgerMismatch(
-        f"the warehouse {str(policy.database_path)!r} is bound to the ledger {bound[:12]}…, and the policy's "
+        f"the warehouse {warehouse_name(policy)!r} is bound to the ledger {bound[:12]}…, and the policy's "
         f"[ledger] path {str(policy.ledger_path)!r} {what}: its budgets and release history are not there",
         hint=_FIX,
     )
@@ -127,10 +147,11 @@ def open_ledger(policy: Policy) -> Ledger:
         check_identity(policy, ledger, bound)
         if bound is not None:
             check_history(policy, ledger)
-        if bound is None and policy.engine.kind != "spark" and policy.database_path.exists():
-            from veil.store.warehouse import bind_ledger
+        if bound is None:
+            from veil.store.warehouse import bind_ledger, warehouse_exists
 
-            bind_ledger(policy, ledger)
+            if warehouse_exists(policy):
+                bind_ledger(policy, ledger)
     except BaseException:
         ledger.close()
         raise
@@ -156,15 +177,13 @@ def check_history(policy: Policy, ledger: Ledger) -> None:
     warehouse's ledger (the mark lags it: it is raised only at curator steps, after the ledger's commit)."""
     from veil.store.warehouse import read_ledger_mark
 
-    if policy.engine.kind == "spark":
-        return
     mark = read_ledger_mark(policy)
     if mark is None:
         return
     missing = ledger.lacks(mark)
     if missing is not None:
         raise LedgerMismatch(
-            f"the ledger {str(policy.ledger_path)!r} is a stale copy of the warehouse {str(policy.database_path)!r}'s "
+            f"the ledger {str(policy.ledger_path)!r} is a stale copy of the warehouse {warehouse_name(policy)!r}'s "
             f"ledger: it lacks the {missing} the warehouse saw recorded there, so the releases and budgets spent "
             "since that copy was made are not in it",
             hint="Point [ledger] path back at the ledger file in use (a restored backup forgets every release and "

@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 import uuid
 import warnings
 from collections.abc import Iterator, Sequence
@@ -216,6 +217,8 @@ def _register_local(s: SparkSession, spec: EngineSpec, only: str | None = None) 
             continue
         if not child.is_dir() or ".__veil_" in name or name in known or not any(child.glob("*.parquet")):
             continue
+        if name in (_internal("BINDING_TABLE"), _internal("MARK_TABLE")):
+            continue  # the ledger's binding and mark: read from their files, never as tables (see below)
         s.sql(f"CREATE TABLE IF NOT EXISTS {_full(spec, name)} USING parquet LOCATION '{_path_literal(child)}'")
 
 
@@ -385,3 +388,298 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
         s.sql(f"CREATE TABLE {_full(spec, table)} USING parquet LOCATION '{_path_literal(loc)}'")
         s.sql(f"REFRESH TABLE {_full(spec, table)}")
     bump_writes()
+
+
+# -- the warehouse's ledger (veil.store.binding) -----------------------------------------------------
+#
+# The Spark database Veil writes to records its ledger as a DuckDB warehouse file does (``_veil_ledger_binding``: the
+# ledger's identity; ``_veil_ledger_mark``: the high-water mark of its history). Spark has no transaction spanning two
+# writes, so both are written so that no crash can leave a wrong record, only a missing or a lagging one:
+#
+# * the binding is written once, first writer wins: in local mode one Parquet file written aside (a hidden name, synced)
+#   and linked into place with ``os.link`` (fails if a binding is there: two processes binding two ledgers at once
+#   cannot both win); on Spark Connect one row appended to a table, and the binding is the earliest row (by its time,
+#   then its id), so every reader agrees on the winner and the loser is refused;
+# * the mark is append-only: each raise adds one row (local: one Parquet file, written aside and renamed into place;
+#   Connect: one ``INSERT``), and the mark is the later of each part over every row (``HistoryMark.merged``), so it
+#   never moves back whatever the order of two writers, and a crash leaves the rows written before it. Local mode
+#   folds the files into one when they pile up (the merged row written first, then the files it covers removed).
+#
+# Local mode reads both with pyarrow from the warehouse directory (no Spark statement, no JVM: ``veil budget`` starts
+# none); neither directory is registered as a table in the session's catalog. Spark Connect reads them with Spark SQL:
+# the binding once per process, the mark at most every ``RECHECK_SECONDS`` (and after this process's own writes).
+
+_BINDING_FILE = "part-00000-binding.parquet"
+#: Local mode folds the mark's files into one past this many.
+MARK_FILES = 4
+#: Spark Connect: this process's last read of each database's mark (monotonic time, the mark).
+_marks: dict[tuple[str | None, str], tuple[float, Any]] = {}
+
+
+def warehouse_exists(spec: EngineSpec) -> bool:
+    """Does the Spark database hold anything yet (local: its directory; Connect: always, the session creates it)?"""
+    return spec.remote is not None or _db_dir(spec).is_dir()
+
+
+def describe(spec: EngineSpec) -> str:
+    """The warehouse as messages name it: the local database directory, or the Connect server's database."""
+    return str(_db_dir(spec)) if spec.remote is None else f"{spec.remote} database {spec.database}"
+
+
+def binding_key(spec: EngineSpec) -> tuple[Any, ...] | None:
+    """What identifies one binding's record for this process's cache (None: local, and no binding file)."""
+    if spec.remote is not None:
+        return ("connect", spec.remote, spec.database)
+    path = _location(spec, _internal("BINDING_TABLE")) / _BINDING_FILE
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (path, st.st_dev, st.st_ino)
+
+
+def _internal(name: str) -> str:
+    from veil.store import binding
+
+    return str(getattr(binding, name))
+
+
+def _winner(rows: Sequence[tuple[Any, ...]]) -> str | None:
+    """The binding among ``(ledger_id, bound_at)`` rows: the earliest (by time, then id); None without rows."""
+    found = sorted((str(at), str(lid)) for lid, at in rows if lid is not None)
+    return found[0][1] if found else None
+
+
+def _parquet_rows(directory: Path, columns: Sequence[str]) -> list[tuple[Any, ...]] | None:
+    """The rows of every visible Parquet file of ``directory`` (None: no directory). A file removed while it is read
+    (the mark's files folded by another process) restarts the read: the file that replaced it holds its rows."""
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+    for _ in range(20):
+        if not directory.is_dir():
+            return None
+        rows: list[tuple[Any, ...]] = []
+        try:
+            for f in sorted(directory.glob("*.parquet")):
+                if f.name.startswith((".", "_")):
+                    continue
+                table = pq.read_table(f, columns=list(columns))
+                rows += list(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
+        except FileNotFoundError:
+            continue
+        return rows
+    raise InternalError(f"the files of {str(directory)!r} kept changing while they were read")
+
+
+def _write_parquet(path: Path, columns: dict[str, Any], *, exclusive: bool) -> bool:
+    """One row written as the Parquet file ``path``: aside under a hidden name, synced, then moved into place
+    (``exclusive``: linked, False when ``path`` already exists). The directory is synced after."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+    pq.write_table(pa.table({k: [v] for k, v in columns.items()}), tmp)
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        if exclusive:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+        else:
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True
+
+
+@contextlib.contextmanager
+def _on_connect(spec: EngineSpec, what: str) -> Iterator[None]:
+    """A failure of the Connect server while Veil reads or writes the ledger's binding or mark, typed
+    (:class:`~veil.errors.PolicyError`, refused before anything else runs): the server is down, or refuses the table."""
+    from veil.errors import PolicyError, VeilError
+
+    try:
+        yield
+    except VeilError:
+        raise
+    except Exception as exc:
+        raise PolicyError(
+            f"cannot {what} on {describe(spec)} ({type(exc).__name__}): the ledger cannot be checked against it",
+            hint="Check that the Spark Connect server is reachable and that Veil may create tables in the policy's "
+            "database, then retry",
+        ) from None
+
+
+def _values(row: dict[str, Any]) -> str:
+    """``row``'s values as Spark SQL literals (integers as they are, texts quoted: a backslash and a quote escaped).
+    Literals, not parameter markers (``args=``), which not every Spark Connect server reads."""
+
+    def one(value: Any) -> str:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+    return ", ".join(one(v) for v in row.values())
+
+
+def _create_internal(s: SparkSession, spec: EngineSpec, name: str, columns: str) -> None:
+    s.sql(f"CREATE TABLE IF NOT EXISTS {_full(spec, name)} ({columns}) USING parquet")
+
+
+_BINDING_COLUMNS = "ledger_id STRING, bound_at STRING, ledger_path STRING"
+_MARK_COLUMNS = "reservation_seq BIGINT, reservation_id STRING, release_seq BIGINT, release_id STRING, marked_at STRING"
+_MARK_NAMES = ("reservation_seq", "reservation_id", "release_seq", "release_id")
+
+
+def read_binding(policy: Policy) -> str | None:
+    """The ledger identity the Spark database records (None: not bound)."""
+    spec = spec_of(policy)
+    name = _internal("BINDING_TABLE")
+    if spec.remote is None:
+        rows = _parquet_rows(_location(spec, name), ("ledger_id", "bound_at"))
+        return _winner(rows or [])
+    with _on_connect(spec, "read the ledger's binding"):
+        s = spark_session(spec)
+        if not s.catalog.tableExists(f"{spec.database}.{name}"):
+            return None
+        return _winner([tuple(r) for r in s.sql(f"SELECT ledger_id, bound_at FROM {_full(spec, name)}").collect()])
+
+
+def write_binding(policy: Policy, row: tuple[str, str, str]) -> str:
+    """Record the binding ``row`` (identity, time, ledger path) unless one is recorded; the binding now (the winner)."""
+    spec = spec_of(policy)
+    name = _internal("BINDING_TABLE")
+    identity, at, where = row
+    row_values = {"ledger_id": identity, "bound_at": at, "ledger_path": where}
+    if spec.remote is None:
+        _write_parquet(_location(spec, name) / _BINDING_FILE, row_values, exclusive=True)
+    elif read_binding(policy) is None:
+        with _on_connect(spec, "write the ledger's binding"):
+            s = spark_session(spec)
+            _create_internal(s, spec, name, _BINDING_COLUMNS)
+            s.sql(f"INSERT INTO {_full(spec, name)} VALUES ({_values(row_values)})")
+    found = read_binding(policy)
+    if found is None:
+        raise InternalError(f"the ledger's binding was written to {describe(spec)} but cannot be read back")
+    return found
+
+
+def _merged(rows: Sequence[tuple[Any, ...]]) -> Any:
+    from veil.store.ledger import HistoryMark
+
+    mark = None
+    for res_seq, res_id, rel_seq, rel_id in rows:
+        one = HistoryMark(int(res_seq), str(res_id), int(rel_seq), str(rel_id))
+        mark = one if mark is None else mark.merged(one)
+    return mark
+
+
+def read_mark(policy: Policy) -> Any:
+    """The Spark database's high-water mark of its ledger's history (a ``HistoryMark``; None: none yet)."""
+    spec = spec_of(policy)
+    name = _internal("MARK_TABLE")
+    if spec.remote is None:
+        return _merged(_parquet_rows(_location(spec, name), _MARK_NAMES) or [])
+    key = (spec.remote, spec.database)
+    with _lock:
+        cached = _marks.get(key)
+    if cached is not None and time.monotonic() - cached[0] < RECHECK_SECONDS:
+        return cached[1]
+    mark = None
+    with _on_connect(spec, "read the ledger's high-water mark"):
+        s = spark_session(spec)
+        if s.catalog.tableExists(f"{spec.database}.{name}"):
+            mark = _merged([tuple(r) for r in s.sql(f"SELECT {', '.join(_MARK_NAMES)} FROM {_full(spec, name)}").collect()])
+    with _lock:
+        _marks[key] = (time.monotonic(), mark)
+    return mark
+
+
+def write_mark(policy: Policy, mark: Any) -> None:
+    """Raise the Spark database's high-water mark to ``mark`` (a ``HistoryMark`` taken from the bound ledger after its
+    commit was synced; None: nothing). One row appended; nothing when the mark would not move."""
+    if mark is None:
+        return
+    spec = spec_of(policy)
+    name = _internal("MARK_TABLE")
+    old = read_mark(policy)
+    if old is not None and mark.merged(old) == old:
+        return
+    if old is None and not mark.reservation_id and not mark.release_id:
+        return  # a ledger without a reservation or a release: a mark naming nothing would check nothing
+    if spec.remote is None:
+        directory = _location(spec, name)
+        _write_parquet(_new_mark_file(directory), _mark_row(mark), exclusive=True)
+        _fold_marks(directory)
+        return
+    with _on_connect(spec, "write the ledger's high-water mark"):
+        s = spark_session(spec)
+        _create_internal(s, spec, name, _MARK_COLUMNS)
+        s.sql(f"INSERT INTO {_full(spec, name)} VALUES ({_values(_mark_row(mark))})")
+    with _lock:
+        _marks[(spec.remote, spec.database)] = (time.monotonic(), mark if old is None else mark.merged(old))
+
+
+def _mark_row(mark: Any) -> dict[str, Any]:
+    return {
+        "reservation_seq": mark.reservation_seq,
+        "reservation_id": mark.reservation_id,
+        "release_seq": mark.release_seq,
+        "release_id": mark.release_id,
+        "marked_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _new_mark_file(directory: Path) -> Path:
+    """A new file of the mark's rows (named by time, so a listing reads them in the order they were written)."""
+    return directory / f"part-{time.time_ns():020d}-{uuid.uuid4().hex[:12]}.parquet"
+
+
+def _fold_marks(directory: Path) -> None:
+    """Past :data:`MARK_FILES` files, write their merged mark as one file, then remove the files it covers (a reader
+    that loses one to the removal reads again, and finds the merged file)."""
+    files = [f for f in sorted(directory.glob("*.parquet")) if not f.name.startswith((".", "_"))]
+    if len(files) <= MARK_FILES:
+        return
+    import pyarrow.parquet as pq
+
+    rows: list[tuple[Any, ...]] = []
+    for f in files:
+        try:
+            table = pq.read_table(f, columns=list(_MARK_NAMES))
+        except FileNotFoundError:  # folded by another process meanwhile: its merged file covers it
+            continue
+        rows += list(zip(*(table.column(c).to_pylist() for c in _MARK_NAMES), strict=True))
+    mark = _merged(rows)
+    if mark is None:
+        return
+    _write_parquet(_new_mark_file(directory), _mark_row(mark), exclusive=True)
+    for f in files:
+        f.unlink(missing_ok=True)
+
+
+def veil_history(policy: Policy) -> list[str]:
+    """Tables that show the Spark database was used with a ledger: Veil's internal tables (bounded copies, a
+    publication's staging table), the binding and the mark aside. Tables a curator loaded with ``veil ingest`` carry
+    no mark of Veil's on Spark, so a warehouse whose only trace is those is bound to any ledger (docs/ledger.md)."""
+    spec = spec_of(policy)
+    skip = {_internal("BINDING_TABLE"), _internal("MARK_TABLE")}
+    if spec.remote is None:
+        d = _db_dir(spec)
+        names = [c.name for c in d.iterdir() if c.is_dir() and ".__veil_" not in c.name] if d.is_dir() else []
+    else:
+        with _on_connect(spec, "list the database's tables"):
+            s = spark_session(spec)
+            names = [t.name for t in s.catalog.listTables(spec.database) if not t.isTemporary]
+    return sorted(n for n in names if n.startswith("_veil") and n not in skip)

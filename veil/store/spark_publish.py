@@ -10,7 +10,8 @@ away) and every step is ordered and idempotent instead:
   ``_veil_stage_<token>`` (an internal name analysts never see). A crash in between leaves a row whose
   staging table may not exist: :func:`abort` drops it if it does.
 * :func:`commit` copies the staging table over the output (Spark's own write-aside-then-swap, see
-  :func:`veil.store.spark.write_table`), then marks the row ``committed``. A crash before the mark is
+  :func:`veil.store.spark.write_table`), raises the database's high-water mark of its ledger, then marks the row
+  ``committed``. A crash before the mark is
   rolled forward by running :func:`commit` again: the staging table is still there (only
   :func:`finish` drops it), so the copy is simply redone.
 * :func:`finish` drops the staging table and the journal row. Spark has no public mirror: public and
@@ -29,6 +30,8 @@ from veil.policy import Policy
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from veil.store.ledger import HistoryMark
 
 __all__ = ["abort", "commit", "finish", "pending", "stage"]
 
@@ -88,9 +91,11 @@ def pending(policy: Policy) -> list[dict[str, str | None]]:
     return [dict(zip(_KEYS, r, strict=True)) for r in rows]
 
 
-def commit(policy: Policy, token: str, release_id: str) -> None:
-    """Copy the staged table over the output (or move the staged model file); mark the row committed.
-    Idempotent: a committed row is left alone, an interrupted copy is redone."""
+def commit(policy: Policy, token: str, release_id: str, *, mark: HistoryMark | None = None) -> None:
+    """Copy the staged table over the output (or move the staged model file), raise the database's high-water ``mark``
+    of its ledger (taken after the release was recorded: :mod:`veil.store.binding`), then mark the row committed.
+    Idempotent: a committed row is left alone, an interrupted copy is redone — and the mark with it: a crash before
+    the row's mark leaves it staged, and the recovery's commit writes the mark again."""
     from veil.store import spark
 
     row = _row(policy, token)
@@ -105,6 +110,7 @@ def commit(policy: Policy, token: str, release_id: str) -> None:
                 side.replace(output + ".json")
     else:
         spark.write_table(policy, output, spark.read_table(policy, staging), replace=True)
+    spark.write_mark(policy, mark)
     with _journal(policy) as db:
         db.execute("UPDATE publish_journal SET state = 'committed', release_id = ? WHERE token = ?", (release_id, token))
 

@@ -195,6 +195,13 @@ def reading(policy_or_path: Policy | Path | str) -> Iterator[None]:
         yield
 
 
+def warehouse_exists(policy: Policy) -> bool:
+    """Is there a warehouse to bind (the DuckDB file; the Spark database, ``veil.store.spark.warehouse_exists``)?"""
+    if policy.engine.kind == "spark":
+        return bool(_spark().warehouse_exists(policy.engine))
+    return policy.database_path.exists()
+
+
 def _db_path(policy_or_path: Policy | Path | str) -> Path:
     if isinstance(policy_or_path, Policy):
         return policy_or_path.database_path
@@ -567,7 +574,14 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
         # publication's record overwrote the published table, which analysts read directly on Spark)
         with output_claim(policy, table, raw_write=True):
             _refuse_published(policy, table)
+            # as on DuckDB: the Spark database is bound to its ledger before its first table (a ledger swapped or a
+            # stale copy is refused here, before anything is written); the mark is raised after the table is in place
+            # (a crash between leaves it lagging: accepted, raised at the next curator step)
+            _spark().spark_session(policy.engine)  # the database exists (local: its directory) before it is bound
+            with _ledger_for(policy) as led:
+                mark = led.history_mark()
             _spark().write_table(policy, table, df, replace=replace)
+            _spark().write_mark(policy, mark)
     else:
         with holding_writer(policy):  # the write and the mirror copy's stamp on one connection
             with writer(policy) as con:
@@ -619,6 +633,9 @@ def _binding_of(con: duckdb.DuckDBPyConnection) -> str | None:
 def read_ledger_binding(policy: Policy) -> str | None:
     """The ledger identity the warehouse file records (None: not bound, or no file). Read on this thread's writer
     when it holds one (DuckDB refuses a read-only connection beside it), else on the sandboxed reader."""
+    if policy.engine.kind == "spark":
+        found: str | None = _spark().read_binding(policy)
+        return found
     path = _db_path(policy)
     if not path.exists():
         return None
@@ -678,7 +695,16 @@ def mark_ledger(policy: Policy, mark: HistoryMark | None) -> bool:
     retraction, ``veil serve``'s start): best effort. Nothing is written when the mark would not move; when the
     warehouse cannot be opened for writing (another process holds it: a running ``veil serve``) the mark is left where
     it is and False returned — a mark that lags only accepts a copy a little staler, it never refuses the ledger."""
-    if mark is None or policy.engine.kind == "spark" or not policy.database_path.exists():
+    if mark is None:
+        return False
+    if policy.engine.kind == "spark":
+        try:
+            _spark().write_mark(policy, mark)
+        except Exception as exc:  # best effort, as below: a lagging mark only accepts a copy a little staler
+            _log.warning("the ledger's high-water mark was not raised in %s: %s", _spark().describe(policy.engine), exc)
+            return False
+        return True
+    if not policy.database_path.exists():
         return False
     try:
         old = read_ledger_mark(policy)
@@ -704,6 +730,9 @@ def read_ledger_mark(policy: Policy) -> HistoryMark | None:
     sandboxed reader when this process has it open, else on a read-only connection of its own, closed at once (the
     process-wide reader, left open, would hold the file against every other process's writer: a process that only
     ran ``veil analyst add`` kept ``veil serve`` from building its bounded copies)."""
+    if policy.engine.kind == "spark":
+        mark: HistoryMark | None = _spark().read_mark(policy)
+        return mark
     path = _db_path(policy)
     if not path.exists():
         return None
@@ -753,20 +782,17 @@ def bind_ledger(policy: Policy, ledger: Any) -> None:
     A warehouse that shows Veil's history (tables Veil wrote, bounded copies, a publication journal) is not bound to a
     ledger that holds no record at all: its releases, published tables and budgets were in another ledger, and would
     be orphaned (:class:`~veil.errors.LedgerMismatch`)."""
-    from veil.errors import LedgerMismatch
     from veil.store import binding
 
+    if policy.engine.kind == "spark":
+        _bind_spark(policy, ledger)
+        return
     with writer(policy) as con:
         found = _binding_of(con)
         if found is None:
             history = _veil_history(con)
             if history and not ledger.has_history():
-                raise LedgerMismatch(
-                    f"the warehouse {str(policy.database_path)!r} holds tables Veil wrote ({', '.join(history[:5])}) but "
-                    f"the ledger {str(policy.ledger_path)!r} has no record of any: its budgets, releases and published "
-                    "tables would be forgotten",
-                    hint="Point [ledger] path at the ledger this warehouse was used with",
-                )
+                raise _orphaned(policy, history)
             identity, at, where = binding.binding_row(ledger)
             con.execute("BEGIN TRANSACTION")
             try:
@@ -781,6 +807,40 @@ def bind_ledger(policy: Policy, ledger: Any) -> None:
                 con.execute("ROLLBACK")
                 raise
             found = identity
+    binding.check_identity(policy, ledger, found)
+    binding.bound(policy, found)
+
+
+def _orphaned(policy: Policy, history: Sequence[str]) -> Exception:
+    """An unbound warehouse with Veil's ``history`` refused to a ledger without any record."""
+    from veil.errors import LedgerMismatch
+    from veil.store.binding import warehouse_name
+
+    return LedgerMismatch(
+        f"the warehouse {warehouse_name(policy)!r} holds tables Veil wrote ({', '.join(history[:5])}) but "
+        f"the ledger {str(policy.ledger_path)!r} has no record of any: its budgets, releases and published "
+        "tables would be forgotten",
+        hint="Point [ledger] path at the ledger this warehouse was used with",
+    )
+
+
+def _bind_spark(policy: Policy, ledger: Any) -> None:
+    """:func:`bind_ledger` for a Spark database (``veil.store.spark``: no transaction spans two writes there). The
+    binding first (one record, first writer wins: a process that lost a race to bind another ledger is refused), then
+    the mark; a crash between leaves the database bound without a mark, which only lags (the next curator step raises
+    it). The binding read back is the one checked."""
+    from veil.store import binding
+
+    spark = _spark()
+    found = spark.read_binding(policy)
+    if found is None:
+        history = spark.veil_history(policy)
+        if history and not ledger.has_history():
+            raise _orphaned(policy, history)
+        binding.check_history(policy, ledger)  # a mark left without its binding still names the ledger's history
+        found = spark.write_binding(policy, binding.binding_row(ledger))
+        binding.check_identity(policy, ledger, found)
+        spark.write_mark(policy, ledger.history_mark())
     binding.check_identity(policy, ledger, found)
     binding.bound(policy, found)
 
@@ -1333,7 +1393,7 @@ def commit_publication(
     transaction. Idempotent: a row already committed is left as it is. ``strict`` (the publishing process itself):
     a journal row that is gone is an error, never a silent success."""
     if policy.engine.kind == "spark":
-        _spark_publish().commit(policy, token, release_id)
+        _spark_publish().commit(policy, token, release_id, mark=mark)
         return
     with writer(policy) as con:
         row = con.execute(f"SELECT output, staging, artifact, state FROM {JOURNAL} WHERE token = ?", [token]).fetchone()
