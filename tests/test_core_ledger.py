@@ -9,6 +9,8 @@ from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from veil.errors import BudgetExhausted, InternalError
 from veil.store.ledger import Account, Cost, Ledger
@@ -88,7 +90,7 @@ def test_charge_is_all_accounts_or_none(tmp_path: Path) -> None:
     alice, bob = analyst("alice", Fraction(10)), analyst("bob", Fraction(10))
     table = Account.table("adult", Fraction(3, 2), None)
     led.reserve(Cost(Fraction(1)), [alice, table], actor="alice")
-    with pytest.raises(BudgetExhausted, match=r"table 'adult' has ε = 0\.5 remaining of 1\.5"):
+    with pytest.raises(BudgetExhausted, match=r"ε = 1 but table 'adult' \(ε total 1\.5, shared .*\) does not have that much"):
         led.reserve(Cost(Fraction(1)), [bob, table], actor="bob")
     assert led.spent(bob.key) == Cost(Fraction(0))  # bob's own budget was not touched by the refusal
     r = led.reserve(Cost(Fraction(1, 2)), [bob, table], actor="bob")
@@ -278,3 +280,40 @@ def test_a_cap_declared_later_counts_earlier_uncapped_spend(tmp_path: Path) -> N
         with pytest.raises(BudgetExhausted):
             led.reserve(Cost(Fraction(1), Fraction(0)), [Account.table("t", Fraction(3), None)], actor="a", canonical_sql="q")
         assert led.spent("table:t").epsilon == 4
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    others=st.lists(st.fractions(min_value=Fraction(1, 1000), max_value=Fraction(1, 3)), min_size=0, max_size=4),
+    ask=st.fractions(min_value=Fraction(2), max_value=Fraction(10**6)),
+    delta_cap=st.booleans(),
+)
+def test_a_shared_accounts_refusal_does_not_depend_on_others_spend(
+    tmp_path_factory: pytest.TempPathFactory, others: list[Fraction], ask: Fraction, delta_cap: bool
+) -> None:
+    """Red team s73 F2 (class): a refusal is free, so what it says may depend only on the asking analyst's own
+    account. Two ledgers, one where other analysts spent ``others`` on a shared table account (capped in ε, or in δ)
+    and one where nobody did: the spy's refusal (ε or δ too large) reads the same, word for word."""
+    messages = []
+    for spent_by_others in (others, []):
+        led = Ledger(tmp_path_factory.mktemp("l") / "l.sqlite")
+        table = Account.table("adult", Fraction(3, 2), Fraction(1, 10**4) if delta_cap else None)
+        for i, eps in enumerate(spent_by_others):
+            led.reserve(Cost(eps, Fraction(1, 10**6)), [analyst(f"o{i}", Fraction(5)), table], actor=f"o{i}")
+        spy = analyst("spy", Fraction(10**7), Fraction(1, 2))
+        cost = Cost(Fraction(1, 100), Fraction(1, 10**3)) if delta_cap else Cost(ask)
+        with pytest.raises(BudgetExhausted) as info:
+            led.reserve(cost, [spy, table], actor="spy")
+        messages.append((str(info.value), info.value.hint))
+        led.close()
+    assert messages[0] == messages[1]
+
+
+def test_an_uncapped_tables_vacuous_delta_refusal_does_not_quote_others_spend(tmp_path: Path) -> None:
+    """The δ refusal of an uncapped table (its analysts' δ together would reach 1) names no amount of theirs."""
+    led = Ledger(tmp_path / "l.sqlite")
+    table = Account.table("adult", None, None)
+    led.reserve(Cost(Fraction(1, 10), Fraction(3, 5)), [analyst("o", Fraction(5), Fraction(3, 5)), table], actor="o")
+    with pytest.raises(BudgetExhausted, match="vacuous") as info:
+        led.reserve(Cost(Fraction(1, 10), Fraction(9, 20)), [analyst("spy", Fraction(5), Fraction(1, 2)), table], actor="spy")
+    assert "0.6" not in str(info.value) and "3/5" not in str(info.value)

@@ -231,7 +231,6 @@ def _refusal(conn: Raw, sql: str) -> str:
     return fields[b"M"]
 
 
-@pytest.mark.xfail(strict=True, reason="s73 F2: VB001 quotes a shared table cap's exact remaining ε")
 def test_refusal_does_not_reveal_other_analysts_spending(server: Server) -> None:
     """`poor` asks for ε = 1e300 (refused, free) before and after `wire` runs one query at ε = 0.0173: the two
     refusals must read the same (before: the table cap's remaining ε in the message fell by exactly 0.0173)."""
@@ -329,7 +328,6 @@ def _abandoned_login(port: int, user: str) -> bytes:
         return reply
 
 
-@pytest.mark.xfail(strict=True, reason="s73 F4: pre-login attempts log the whole claimed user name, unthrottled")
 def test_outsider_cannot_grow_the_log_at_will(world: World, server: Server) -> None:
     """200 logins with a 9,900-character user name that end before a proof: the serve log may grow by at most
     ~200 bytes a line (before: ~10 kB a line, 2 MB in all, in about a second)."""

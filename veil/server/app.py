@@ -20,7 +20,6 @@ The query pipeline itself is :class:`veil.proxy.session.QuerySession`, one per c
 from __future__ import annotations
 
 import asyncio
-import logging
 import multiprocessing
 import os
 import signal
@@ -44,6 +43,7 @@ from veil.server.auth import VerifierScramAuth
 from veil.server.connection import BufferedStream, VeilConnection, fatal, negotiate
 from veil.server.limits import ConnectionSlots, LoginThrottle, ServerLimits, Slots
 from veil.server.live_policy import LivePolicy
+from veil.server.logtext import outsider, server_logger
 from veil.server.pool import WorkerPools
 from veil.server.session import VeilSession
 from veil.server.shared import (
@@ -60,7 +60,7 @@ from veil.store.credentials import CredentialStore
 
 __all__ = ["ServerThread", "VeilServer", "make_ssl_context", "serve"]
 
-logger = logging.getLogger("veil.server")
+logger = server_logger()  # client text clipped, outsiders' lines rate-limited (veil.server.logtext)
 
 #: Name of the ledger-file secret unknown users' SCRAM salts are derived from.
 MOCK_SALT_SECRET = "scram-unknown-user-salt"
@@ -218,6 +218,7 @@ class VeilServer(PgServer):
                 now - victim.since,
                 held,
                 peer,
+                extra=outsider(peer),
             )
 
     async def _handle_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -226,7 +227,7 @@ class VeilServer(PgServer):
         try:
             self._take_slot(peer)
         except TooManyConnections as exc:
-            logger.warning("refused a connection from %s: %s", peer, exc.message)
+            logger.warning("refused a connection from %s: %s", peer, exc.message, extra=outsider(peer))
             await fatal(stream, exc.sqlstate, exc.message, exc.hint)
             return
         waiting = self.prelogin.add(peer, handle=asyncio.current_task(), now=time.monotonic())
@@ -241,11 +242,11 @@ class VeilServer(PgServer):
         try:
             startup = await asyncio.wait_for(negotiate(self, stream), self.limits.auth_timeout or None)
         except TimeoutError:
-            logger.warning("startup timed out for a connection from %s", peer)
+            logger.warning("startup timed out for a connection from %s", peer, extra=outsider(peer))
             await fatal(stream, ProtocolViolation.sqlstate, "canceling authentication due to timeout")
             return
         except (ProtocolViolation, InvalidEncoding) as exc:
-            logger.warning("refused a connection from %s: %s", peer, exc.message)
+            logger.warning("refused a connection from %s: %s", peer, exc.message, extra=outsider(peer))
             await fatal(stream, exc.sqlstate, exc.message, exc.hint)
             return
         except (ConnectionClosed, ConnectionError, OSError, ssl.SSLError, EOFError):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import logging
 from collections.abc import Callable
 
 from pg_mimic import AuthPlugin
@@ -25,11 +24,12 @@ from pg_mimic.errors import INVALID_PASSWORD, PgError
 from pg_mimic.stream import PgStream
 from scramp import ScramException, ScramMechanism
 
+from veil.server.logtext import server_logger
 from veil.store.credentials import Verifier, random_verifier
 
 __all__ = ["VerifierScramAuth"]
 
-logger = logging.getLogger(__name__)
+logger = server_logger()  # client text clipped, outsiders' lines rate-limited (veil.server.logtext)
 
 _MECHANISM = "SCRAM-SHA-256"
 # libpq sends `n=` (empty user name) in client-first: the user travelled in the startup packet.

@@ -10,7 +10,6 @@ Python's own exception text.
 from __future__ import annotations
 
 import asyncio
-import logging
 import struct
 import time
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from veil.errors import (
 )
 from veil.server import drivers, frontend, held, tls
 from veil.server.limits import MAX_STARTUP_PACKET, Outcome
+from veil.server.logtext import outsider, server_logger
 from veil.server.results import to_pg_error
 from veil.server.routing import Route
 from veil.server.session import VeilPortal, VeilSession, VeilStatement
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BufferedStream", "Startup", "VeilConnection", "fatal", "negotiate"]
 
-logger = logging.getLogger("veil.server")
+logger = server_logger()  # client text clipped, outsiders' lines rate-limited (veil.server.logtext)
 
 _MESSAGE_NAMES = {
     pg_messages.QUERY: "Query",
@@ -286,7 +286,7 @@ class VeilConnection(Connection):
             try:
                 ok = await asyncio.wait_for(self._login(), timeout)
             except TimeoutError:
-                logger.warning("login timed out for user %r from %s", self.username, self.peer)
+                logger.warning("login timed out for user %r from %s", self.username, self.peer, extra=outsider(self.peer))
                 await fatal(self.stream, ProtocolViolation.sqlstate, "canceling authentication due to timeout")
                 return
             if not ok:
@@ -307,7 +307,9 @@ class VeilConnection(Connection):
                 return
             await self._command_loop()
         except ProtocolViolation as exc:
-            logger.warning("protocol violation from %s: %s", self.peer, exc.message)
+            logger.warning(
+                "protocol violation from %s: %s", self.peer, exc.message, extra=None if self.logged_in else outsider(self.peer)
+            )
             await fatal(self.stream, exc.sqlstate, exc.message, exc.hint)
         except (ConnectionClosed, ConnectionError, OSError):
             pass  # the client hung up
@@ -355,15 +357,20 @@ class VeilConnection(Connection):
         if outcome is not Outcome.OK:
             if outcome is Outcome.FAILED:
                 what = "failed login for user %r from %s (%d in a row for this user from this address)"
-                logger.warning(what, self.username, self.peer, count)
+                logger.warning(what, self.username, self.peer, count, extra=outsider(self.peer))
             else:
-                logger.info("login for user %r from %s ended before a password was sent", self.username, self.peer)
+                logger.info(
+                    "login for user %r from %s ended before a password was sent",
+                    self.username,
+                    self.peer,
+                    extra=outsider(self.peer),
+                )
             await fatal(self.stream, AuthError.sqlstate, f'password authentication failed for user "{self.username}"')
             return False
         try:
             server.slots.login(self.username)
         except TooManyConnections as exc:
-            logger.warning("refused %r from %s: %s", self.username, self.peer, exc.message)
+            logger.warning("refused %r from %s: %s", self.username, self.peer, exc.message, extra=outsider(self.peer))
             await fatal(self.stream, exc.sqlstate, exc.message, exc.hint)
             return False
         self.logged_in = True

@@ -8,7 +8,6 @@ server log only.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
@@ -30,10 +29,11 @@ from veil.errors import (
     VeilError,
 )
 from veil.server import catalog
+from veil.server.logtext import server_logger
 
 __all__ = ["EXPLAIN_COLUMNS", "Result", "answer_rows", "explain_rows", "output_columns", "to_pg_error"]
 
-logger = logging.getLogger("veil.server")
+logger = server_logger()  # client text clipped, outsiders' lines rate-limited (veil.server.logtext)
 
 #: Errors that mean "this client asked for too much": logged in one line, never with a traceback.
 _ONE_LINE = frozenset(

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
-import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -43,6 +42,7 @@ from veil.proxy import bounding
 from veil.proxy.catalog import Catalog
 from veil.server import catalog, drivers, held, results, system
 from veil.server.cursors import Cursors, parse_declare
+from veil.server.logtext import server_logger
 from veil.server.results import Result, to_pg_error
 from veil.server.routing import Route, bind_parameters, route, split
 from veil.server.settings import SessionSettings
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = ["VeilPortal", "VeilSession", "VeilStatement"]
 
-logger = logging.getLogger("veil.server")
+logger = server_logger()  # client text clipped, outsiders' lines rate-limited (veil.server.logtext)
 
 _TX_TAGS = {
     "BEGIN": "BEGIN",

@@ -48,11 +48,12 @@ from veil.policy import Policy, load_policy
 from veil.proxy import bounding
 from veil.proxy.session import QuerySession
 from veil.server.limits import ServerLimits
+from veil.server.logtext import server_logger
 from veil.server.shared import ProcessShare, SharedState
 
 __all__ = ["ServingEngine", "copy_public_mirror", "prepare_warehouse", "read_only_query_session", "serve_processes"]
 
-logger = logging.getLogger("veil.server")
+logger = server_logger()  # client text clipped, outsiders' lines rate-limited (veil.server.logtext)
 
 #: Workers that exit this many times within the window stop the server (they would only crash again).
 _MAX_RESTARTS = 5

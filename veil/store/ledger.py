@@ -440,19 +440,30 @@ class Reservation:
 
 
 def _refusal(what: str, acct: Account, cost: Cost, spent: Cost) -> BudgetExhausted:
+    """The refusal of a charge that does not fit ``acct``. Only an analyst's own account is quoted with its amounts:
+    a table's or a population's account is spent by every analyst (and the curator's publications) together, and a
+    refusal is free, so quoting what is left of it would let one analyst read, to the digit and at no cost, when the
+    others query and with what ε (red team s73 F2). Its message names the account, the asked amount and the declared
+    total (the curator's policy, not anyone's spending)."""
+    own = acct.key.startswith("analyst:")
     parts = []
     for name, need, used, total, fmt in (
         ("ε", cost.epsilon, spent.epsilon, acct.epsilon_total, format_epsilon),
         ("δ", cost.delta, spent.delta, acct.delta_total, format_delta),
     ):
         if total is not None and used + need > total:
-            left = max(total - used, Fraction(0))
-            parts.append(f"{name} = {fmt(need)} but {acct.label} has {name} = {fmt(left)} remaining of {fmt(total)} "
-                         f"(short by {fmt(used + need - total)})")  # fmt: skip
+            if own:
+                left = max(total - used, Fraction(0))
+                parts.append(f"{name} = {fmt(need)} but {acct.label} has {name} = {fmt(left)} remaining of "
+                             f"{fmt(total)} (short by {fmt(used + need - total)})")  # fmt: skip
+            else:
+                parts.append(f"{name} = {fmt(need)} but {acct.label} ({name} total {fmt(total)}, shared by every "
+                             "analyst and publication) does not have that much left")  # fmt: skip
     hint = (
         "Lower the query's epsilon, or ask the curator for more budget"
-        if acct.key.startswith("analyst:")
-        else "The table's total privacy budget (epsilon_total / delta_total in the policy) is spent; the curator can raise it"
+        if own
+        else "The table's total privacy budget (epsilon_total / delta_total in the policy) is spent or nearly so; a "
+        "smaller epsilon may still fit, or the curator can raise it (`veil budget` shows it to the curator)"
     )
     return BudgetExhausted(f"{what} needs " + "; ".join(parts), hint=hint)
 
@@ -774,9 +785,14 @@ class Ledger:
                     # an uncapped table adds up every analyst's δ: at 1 its guarantee would be vacuous, and no (ε, δ)
                     # account may hold δ ≥ 1 (red team s24, A6: the stored sum reached 1 and every later query on the
                     # table failed); charges of δ = 0 go on
+                    spent_text = (  # a table's δ is every analyst's together: not quoted (red team s73 F2)
+                        f"has spent δ = {format_delta(spent.delta)}"
+                        if acct.key.startswith("analyst:")
+                        else "has spent so much δ (every analyst's and publication's together)"
+                    )
                     raise BudgetExhausted(
-                        f"{what} needs δ = {format_delta(cost.delta)} but {acct.label} has spent δ = "
-                        f"{format_delta(spent.delta)}: together they would reach 1, a vacuous guarantee",
+                        f"{what} needs δ = {format_delta(cost.delta)} but {acct.label} {spent_text}: together they "
+                        "would reach 1, a vacuous guarantee",
                         hint="Ask without δ (e.g. GROUP BY columns with declared values), or ask the curator to set the "
                         "table's delta_total in the policy",
                     )

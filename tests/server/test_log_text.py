@@ -1,0 +1,84 @@
+"""``veil serve``'s log lines about clients are bounded (red team s73 F4): every argument clipped, the lines a client
+can cause without logging in rate-limited per client network (``veil.server.logtext``)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from veil.server import app, auth, connection, results, session, workers
+from veil.server.logtext import BURST, MAX_ARG_CHARS, REFILL_S, ClipClientText, clip, outsider
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _record(msg: str, *args: object, peer: str | None = None) -> logging.LogRecord:
+    rec = logging.LogRecord("veil.server", logging.INFO, __file__, 1, msg, args, None)
+    if peer is not None:
+        for k, v in outsider(peer).items():
+            setattr(rec, k, v)
+    return rec
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=5_000))
+def test_a_clipped_argument_is_short_and_one_line(text: str) -> None:
+    out = clip(text)
+    assert len(out) <= MAX_ARG_CHARS + 20
+    assert "\n" not in out and "\r" not in out
+    if len(text) <= MAX_ARG_CHARS and text.isprintable():
+        assert out == text
+
+
+@pytest.mark.parametrize("module", [app, auth, connection, results, session, workers])
+def test_every_server_module_logs_through_the_filter(module: object) -> None:
+    """By construction: each module's logger is ``veil.server`` with the filter on it."""
+    logger = module.logger  # type: ignore[attr-defined]
+    assert logger.name == "veil.server"
+    assert any(isinstance(f, ClipClientText) for f in logger.filters)
+
+
+def test_every_string_argument_is_clipped() -> None:
+    f = ClipClientText()
+    rec = _record("login for user %r from %s: %s (%d)", "u" * 9_900, "10.0.0.1", "x" * 50, 7)
+    assert f.filter(rec)
+    line = rec.getMessage()
+    assert len(line) < 3 * MAX_ARG_CHARS and "(+9700 chars)" in line and line.endswith("(7)")
+
+
+def test_outsider_lines_are_rate_limited_per_network_and_the_gap_is_reported() -> None:
+    clock = _Clock()
+    f = ClipClientText(clock=clock)
+    passed = [f.filter(_record("abandoned %s", str(i), peer="10.0.0.1")) for i in range(200)]
+    assert sum(passed) == BURST and all(passed[:BURST])
+    # another network is not starved by the first, nor are lines logged after a login (no outsider mark)
+    assert f.filter(_record("abandoned", peer="10.0.0.2"))
+    assert all(f.filter(_record("query %s", str(i))) for i in range(100))
+    # an IPv6 /64 is one network: its hosts share one bucket
+    six = [f.filter(_record("x", peer=f"2001:db8::{i:x}")) for i in range(100)]
+    assert sum(six) == BURST
+    clock.now += REFILL_S
+    rec = _record("abandoned again", peer="10.0.0.1")
+    assert f.filter(rec)
+    assert f"[{200 - BURST} earlier lines from this network not logged]" in rec.getMessage()
+    assert not f.filter(_record("abandoned", peer="10.0.0.1"))  # one token per REFILL_S
+
+
+def test_a_flood_of_networks_shares_one_bucket() -> None:
+    from veil.server import logtext
+
+    clock = _Clock()
+    f = ClipClientText(clock=clock)
+    passed = sum(
+        f.filter(_record("x", peer=f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}")) for i in range(logtext.MAX_NETWORKS + 500)
+    )
+    assert passed <= logtext.MAX_NETWORKS + BURST
