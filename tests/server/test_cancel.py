@@ -246,3 +246,25 @@ def test_one_analyst_cannot_hold_every_analyst_worker(policy: Path, workers: int
             for c in conns:
                 c.close()
     assert took < 2.0, took  # shared 2-core host, bob's engine runs busy on both cores: generous
+
+
+def test_backend_pids_do_not_count_the_servers_connections() -> None:
+    """Red team s73: pg-mimic's counter gave PIDs one per startup, so ``pg_backend_pid()`` told an analyst how many
+    connections the others made meanwhile. Drawn at random: 200 allocations spread over the int32 range, in no
+    order (false failure: two equal among 200 draws of 2³¹ − 10⁴ ≈ 10⁻⁵; a sorted or counted run ≈ 0)."""
+    import itertools
+
+    from pg_mimic.server import PgServer
+
+    from veil.server.app import VeilServer
+    from veil.server.shared import PID_BASE
+
+    server = VeilServer.__new__(VeilServer)  # only the pid numbering: no policy, no sockets
+    PgServer.__init__(server, session_factory=lambda: None)
+    server.share = None
+    pids = [server._allocate_pid() for _ in range(200)]
+    assert all(PID_BASE <= p < 2**31 for p in pids)
+    assert len(set(pids)) == 200
+    assert max(pids) - min(pids) > 2**30
+    steps = {b - a for a, b in itertools.pairwise(pids)}
+    assert len(steps) > 100

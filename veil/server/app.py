@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import os
+import secrets
 import signal
 import socket
 import ssl
@@ -162,13 +163,14 @@ class VeilServer(PgServer):
 
     def _allocate_pid(self) -> int:
         """Backend PIDs (the key of a CancelRequest) tell which worker process owns the connection, and stay within
-        an int32 (``BackendKeyData``): pg-mimic's counter only counts up, one per startup packet, so after 2³¹
-        startups every login failed once its password was accepted (red team s44 A5). The counter wraps within
-        [PID_BASE, 2³¹) and skips the PIDs of open connections."""
+        an int32 (``BackendKeyData``; red team s44 A5: pg-mimic's counter passed 2³¹). They are drawn at random (the
+        OS CSPRNG) within [PID_BASE, 2³¹), skipping the PIDs of open connections: pg-mimic's counter counted every
+        startup, so ``pg_backend_pid()`` told one analyst how many connections the others had made meanwhile (red team
+        s73)."""
         share = self.share
         slots = (2**31 - PID_BASE) // (share.count if share is not None else 1)
-        for _ in range(len(self._connections) + 1):
-            local = PID_BASE + (super()._allocate_pid() - PID_BASE) % slots
+        for _ in range(len(self._connections) + 64):
+            local = PID_BASE + secrets.randbelow(slots)
             pid = local if share is None else backend_pid(local, share)
             if pid not in self._connections:
                 return pid
