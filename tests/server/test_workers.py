@@ -20,6 +20,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.support.server import BOB_PASSWORD, PASSWORD, build_policy, dsn, make_cert, raw_login
 from veil.server.limits import Outcome, ServerLimits
@@ -583,3 +585,27 @@ def test_cancel_mailbox_hands_each_request_to_its_owner_only() -> None:
     got = zero.collect()
     assert {pid for pid, _ in got} == set(range(10000 + 2 * (300 - 256), 10000 + 2 * 300, 2))
     state.close_lock()
+
+
+@settings(max_examples=200, deadline=None)
+@given(gaps=st.lists(st.floats(min_value=0.0, max_value=120.0), min_size=1, max_size=40))
+def test_exits_after_serving_never_stop_the_server(gaps: list[float]) -> None:
+    """Red team s73: a worker that exits after it accepted connections (an analyst made it run out of memory, say)
+    is always started again — at most RESTART_BACKOFF_MAX_S later —, however often; only exits before serving (a
+    broken policy or port) stop the server, at the 6th within 60 s."""
+    from veil.server.workers import _MAX_RESTARTS, _RESTART_WINDOW_S, RESTART_BACKOFF_MAX_S, restart_delay
+
+    now, served_exits, early_exits = 0.0, list[float](), list[float]()
+    for gap in gaps:
+        now += gap
+        delay = restart_delay(served_exits, now, served=True)
+        assert delay is not None and 0.0 <= delay <= RESTART_BACKOFF_MAX_S
+        served_exits.append(now)
+        early = restart_delay(early_exits, now, served=False)
+        recent = sum(1 for t in early_exits if now - t < _RESTART_WINDOW_S)
+        assert (early is None) == (recent + 1 > _MAX_RESTARTS)
+        if early is not None:
+            early_exits.append(now)
+    # a crash loop after serving backs off: the 10th exit within a second waits
+    loop = [i * 0.01 for i in range(9)]
+    assert restart_delay(loop, 0.1, served=True) == RESTART_BACKOFF_MAX_S

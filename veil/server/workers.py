@@ -38,7 +38,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +55,29 @@ __all__ = ["ServingEngine", "copy_public_mirror", "prepare_warehouse", "read_onl
 
 logger = server_logger()  # client text clipped, outsiders' lines rate-limited (veil.server.logtext)
 
-#: Workers that exit this many times within the window stop the server (they would only crash again).
+#: Workers that exit this many times within the window *before accepting a connection* stop the server (they would
+#: only crash again: a broken policy, warehouse or port). An exit after a worker served is started again, never stops
+#: the server (one analyst who can make a worker exit — out of memory, say — must not stop it for every analyst: red
+#: team s73); repeated ones wait RESTART_BACKOFF_S · 2^(k−2) for the k-th within the window, at most
+#: RESTART_BACKOFF_MAX_S, so a crash loop costs little.
 _MAX_RESTARTS = 5
 _RESTART_WINDOW_S = 60.0
+RESTART_BACKOFF_S = 0.5
+RESTART_BACKOFF_MAX_S = 30.0
+
+
+def restart_delay(exits: Sequence[float], now: float, *, served: bool) -> float | None:
+    """Seconds to wait before starting a worker again that exited at ``now``, after its earlier exits ``exits``
+    (monotonic times; of the same kind: served or not); None: stop the server (:data:`_MAX_RESTARTS` exits before
+    serving within :data:`_RESTART_WINDOW_S`)."""
+    recent = sum(1 for t in exits if now - t < _RESTART_WINDOW_S)
+    if not served:
+        return None if recent + 1 > _MAX_RESTARTS else 0.0
+    if recent < 2:
+        return 0.0
+    return min(RESTART_BACKOFF_MAX_S, RESTART_BACKOFF_S * 2.0 ** (recent - 2))
+
+
 _START_TIMEOUT_S = 120.0
 
 
@@ -138,8 +158,9 @@ def copy_public_mirror(policy: Policy) -> None:
         catalog.analyst_catalog(qs)
 
 
-def _ready(index: int, started: Any) -> None:
+def _ready(index: int, started: Any, served: Any) -> None:
     logger.info("worker process %d (pid %d) is accepting connections", index, os.getpid())
+    served.set()  # from now on its exit may be a client's doing: it is started again, never stops the server
     started.release()
 
 
@@ -151,6 +172,7 @@ def _worker_main(
     allow_plaintext: bool,
     limits: ServerLimits,
     started: Any,
+    served: Any,
     log_level: int,
 ) -> None:
     from veil.server.app import make_ssl_context, serve
@@ -165,7 +187,7 @@ def _worker_main(
         ssl_context=ssl_context,
         allow_plaintext=allow_plaintext,
         limits=limits,
-        ready=lambda _port: _ready(share.index, started),
+        ready=lambda _port: _ready(share.index, started, served),
         share=share,
     )
 
@@ -238,11 +260,14 @@ def serve_processes(
     level = logging.getLogger().getEffectiveLevel()
     stopping = False
 
+    served: list[Any] = [None] * processes  # per worker: an Event set once it accepts connections
+
     def start(index: int) -> Any:
         share = ProcessShare(index, processes, state)
+        served[index] = ctx.Event()
         proc = ctx.Process(
             target=_worker_main,
-            args=(share, policy.watch_path, (host, bound), tls, allow_plaintext, limits, started, level),
+            args=(share, policy.watch_path, (host, bound), tls, allow_plaintext, limits, started, served[index], level),
             name=f"veil-serve-{index}",
         )
         proc.start()
@@ -254,7 +279,11 @@ def serve_processes(
 
     previous = signal.signal(signal.SIGTERM, stop)
     workers: list[Any] = []
-    restarts: collections.deque[float] = collections.deque(maxlen=_MAX_RESTARTS)
+    exits: dict[bool, collections.deque[float]] = {
+        False: collections.deque(maxlen=_MAX_RESTARTS),
+        True: collections.deque(maxlen=16),
+    }
+    pending: dict[int, float] = {}  # workers to start again, and when
     try:
         for i in range(processes):
             workers.append(start(i))
@@ -266,20 +295,38 @@ def serve_processes(
         if ready is not None:
             ready(bound)
         while not stopping:
-            multiprocessing.connection.wait([w.sentinel for w in workers], timeout=0.5)
+            now = time.monotonic()
+            wait_s = min([0.5, *(max(0.0, at - now) for at in pending.values())])
+            multiprocessing.connection.wait([w.sentinel for i, w in enumerate(workers) if i not in pending], timeout=wait_s)
             for i, w in enumerate(workers):
-                if w.is_alive() or stopping:
-                    continue
-                logger.error("worker process %d exited with code %s; starting it again", i, w.exitcode)
-                state.forget(i)  # its sockets are gone: its connections no longer count
+                if stopping:
+                    break
                 now = time.monotonic()
-                if len(restarts) == _MAX_RESTARTS and now - restarts[0] < _RESTART_WINDOW_S:
+                if i in pending:
+                    if now >= pending[i]:
+                        del pending[i]
+                        workers[i] = start(i)
+                    continue
+                if w.is_alive():
+                    continue
+                state.forget(i)  # its sockets are gone: its connections no longer count
+                was_serving = served[i].is_set()
+                delay = restart_delay(exits[was_serving], now, served=was_serving)
+                if delay is None:
                     raise PolicyError(
-                        f"veil serve worker processes exited {_MAX_RESTARTS} times within {_RESTART_WINDOW_S:g} s",
+                        f"veil serve worker processes exited {_MAX_RESTARTS} times within {_RESTART_WINDOW_S:g} s "
+                        "before accepting connections",
                         hint="See the log above for their errors",
                     )
-                restarts.append(now)
-                workers[i] = start(i)
+                exits[was_serving].append(now)
+                logger.error(
+                    "worker process %d exited with code %s%s; starting it again%s",
+                    i,
+                    w.exitcode,
+                    "" if was_serving else " before accepting connections",
+                    f" in {delay:g} s" if delay else "",
+                )
+                pending[i] = now + delay
     except KeyboardInterrupt:
         pass
     finally:
