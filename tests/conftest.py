@@ -250,7 +250,8 @@ def _write_timing_files(files: set[str]) -> None:
 #: Seconds each scope of ``--dist loadgroup`` (a test file, or the Spark group) took in a ``make test`` run on the
 #: 2-core machine, those of 3 s or more: the scheduler hands out the longest first (below). Only the order of
 #: the work depends on it, never what runs; a stale or missing entry costs balance, not correctness. Regenerate
-#: from a run's ``--junitxml`` (sum each scope's test times) when files move or grow by much.
+#: from a run's ``--junitxml`` with ``scripts/scope_seconds.py`` (sums each scope's test times; ``--merge`` for a
+#: partial run) when files move or grow by much.
 SCOPE_SECONDS = Path(__file__).resolve().parent / "support" / "scope_seconds.json"
 #: The weight of a scope missing from :data:`SCOPE_SECONDS`, per test in it (the suite's median is ~0.1 s).
 SECONDS_PER_UNLISTED_TEST = 0.1
