@@ -174,6 +174,18 @@ class VeilServer(PgServer):
                 return pid
         raise InternalError(f"no backend PID is free: {len(self._connections)} connections are open")
 
+    def held_by(self, analyst: str, but: object = None) -> int:
+        """What ``analyst``'s logged-in connections in this process (but ``but``) hold between messages: their named
+        portals, cursors and savepoints (``max_analyst_held_bytes``, :mod:`veil.server.held`)."""
+        total = 0
+        for conn in list(self._connections.values()):
+            if conn is but or not getattr(conn, "logged_in", False) or conn.username != analyst:
+                continue
+            session = getattr(conn, "session", None)
+            if session is not None and hasattr(session, "held_bytes"):
+                total += int(session.held_bytes())
+        return total
+
     def cancel(self, pid: int, secret: int) -> None:
         if self.mailbox is not None and not self.mailbox.owns(pid):
             self.mailbox.post(pid, secret)  # another worker process's connection
