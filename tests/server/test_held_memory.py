@@ -4,7 +4,7 @@
   a ``SAVEPOINT``, ``application_name`` — is cut to PostgreSQL's 63 bytes (``NAMEDATALEN`` - 1) on a character's
   boundary before it is kept, and every later message naming it by its long or its cut spelling finds the same thing
   (as in PostgreSQL, whose hash tables key on the first 63 bytes); SQL identifiers say so with a NOTICE (42622). A
-  hypothesis family over the kinds, lengths (1 byte to 1 MiB) and character widths (1 to 4 UTF-8 bytes), on one
+  hypothesis family over the kinds, lengths (1 to 200,000 characters) and character widths (1 to 4 UTF-8 bytes), on one
   in-process server, checking what the server holds (its connection's dicts), not only what it answers.
 - Answers (F3): what a cursor's answer is counted at (:func:`~veil.server.held.answer_bytes`) is at least the Python
   memory the cursor frees when it is closed (tracemalloc), and at most a few times it, for answers of many short
@@ -149,7 +149,8 @@ def _kept_names(server: object) -> list[str]:
 # --- names (F1) -------------------------------------------------------------------------------------------------------
 
 _CHARS = st.sampled_from(["a", "Z", "_", "7", "é", "€", "😀"])  # 1, 2, 3 and 4 bytes of UTF-8
-_LENGTHS = st.one_of(st.integers(1, 80), st.sampled_from([15, 16, 21, 31, 32, 62, 63, 64, 65, 5_000, 1 << 20]))
+# at most 200,000 characters: 800 kB of 4-byte ones stay under max_query_bytes (1 MiB) in a DECLARE
+_LENGTHS = st.one_of(st.integers(1, 80), st.sampled_from([15, 16, 21, 31, 32, 62, 63, 64, 65, 5_000, 200_000]))
 
 
 @st.composite
@@ -268,8 +269,9 @@ _SHAPES = {
 @pytest.mark.parametrize("shape", list(_SHAPES))
 def test_a_held_answer_is_counted_at_least_at_what_it_holds(server: object, conn: socket.socket, shape: str) -> None:
     """A cursor's answer is counted at no less than the Python memory it holds (what closing it frees, measured with
-    tracemalloc) and at most three times that (before: short texts were counted at about a tenth). (Tuples of fewer
-    than 20 values go to CPython's free list, unseen by tracemalloc: the NULL shape is 25 columns wide.)"""
+    tracemalloc, give or take 16 kB of the server's other work) and at most three times that (before: short texts
+    were counted at about a tenth). (Tuples of fewer than 20 values go to CPython's free list, unseen by tracemalloc:
+    the NULL shape is 25 columns wide.)"""
     sql = _SHAPES[shape]
     [c] = _server_side(server)
     cursors = c.session.cursors  # type: ignore[attr-defined]
@@ -292,7 +294,8 @@ def test_a_held_answer_is_counted_at_least_at_what_it_holds(server: object, conn
         tracemalloc.stop()
         raw_exchange(conn, _query("ROLLBACK"))
     assert freed > 10_000, freed  # the answer was held, and went with its cursor
-    assert freed <= one <= 3 * freed + 4096, f"{shape}: counted {one:,} bytes, closing freed {freed:,}"
+    # 16 kB: what the server's other threads allocate or free meanwhile (seen: 7 kB); the bug counted a tenth
+    assert freed - 16_384 <= one <= 3 * freed + 16_384, f"{shape}: counted {one:,} bytes, closing freed {freed:,}"
 
 
 # --- the analyst budget (F3) ------------------------------------------------------------------------------------------
