@@ -8,8 +8,10 @@ connection (:class:`~veil.server.limits.ServerLimits`):
 
 - ``max_prepared_statements`` named statements, holding ``max_statement_bytes`` in all (their
   texts, tokens and parameter types, :func:`statement_bytes`);
-- ``max_portals`` named portals and ``max_cursors`` cursors, whose parameters (:func:`param_bytes`) and answers
-  hold ``max_held_bytes`` in all.
+- ``max_portals`` named portals and ``max_cursors`` cursors, whose names, parameters (:func:`param_bytes`) and
+  answers (:func:`answer_bytes`, measured), with the savepoints' names and settings snapshots, hold
+  ``max_held_bytes`` in all;
+- and all of one analyst's connections (in one process) ``max_analyst_held_bytes`` together (red team s73 F3).
 
 Each check runs before the new thing is kept (a statement's count before it is tokenised, its
 size before it is stored; a cursor or portal before its query runs), so a refusal costs nothing:
