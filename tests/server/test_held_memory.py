@@ -331,3 +331,26 @@ def test_one_analysts_connections_share_one_budget(policy: Path) -> None:
         finally:
             for a in alice:
                 a.close()
+
+
+def test_prepared_statements_count_in_the_analysts_budget(policy: Path) -> None:
+    """Named statements count in ``max_analyst_held_bytes`` too: with it at 300 kB, alice's second connection's
+    statement of ~120 kB is refused (53400) once her first holds two, bob's is not, and a DEALLOCATE frees room
+    (before: each connection could keep ``max_statement_bytes``, 16 MiB, whatever the others held)."""
+    text = "SELECT '" + "x" * 60_000 + "' AS v"  # counted about 120 kB: twice its text
+    limits = ServerLimits(**{**FAST_BACKOFF, "max_analyst_held_bytes": 300_000})  # type: ignore[arg-type]
+    with running_server(policy, limits=limits) as st_:
+        port = st_.port  # type: ignore[attr-defined]
+        first, err = raw_login(port, "alice", PASSWORD)
+        second, err2 = raw_login(port, "alice", PASSWORD)
+        bob, err3 = raw_login(port, "bob", "bob-secret-pw-1")
+        assert first is not None and second is not None and bob is not None, (err, err2, err3)
+        try:
+            assert not _errors(raw_exchange(first, _parse("a", text), _parse("b", text), SYNC))
+            assert _errors(raw_exchange(second, _parse("c", text), SYNC)) == ["53400"]
+            assert not _errors(raw_exchange(bob, _parse("c", text), SYNC))  # another analyst's budget
+            assert not _errors(raw_exchange(first, _query("DEALLOCATE a")))
+            assert not _errors(raw_exchange(second, _parse("c", text), SYNC))
+        finally:
+            for sock in (first, second, bob):
+                sock.close()

@@ -551,7 +551,13 @@ class VeilConnection(Connection):
         param_oids: list[int | None] = [oid if oid != 0 else None for oid in parsed.param_oids]
         statement = await self.session.prepare(parsed.sql, param_oids)
         if name:  # the unnamed statement is not counted (sized only when named: no work on the common path)
-            held.check_statement_bytes(limits, self.statements, name, int(getattr(statement, "held_bytes", 0)))
+            size = int(getattr(statement, "held_bytes", 0))
+            held.check_statement_bytes(limits, self.statements, name, size)
+            # and all of the analyst's connections together (red team s73 F3: the connection cap multiplied it)
+            session = self.session
+            others = self.server.held_by(session.analyst or "", self) + session.held_bytes()
+            mine = held.statements_bytes(self.statements, skip=name)
+            held.check_analyst(limits, others, mine, size + held.name_bytes(name))
         self.statements[name] = statement
         self.stream.write(pg_messages.make_parse_complete())
 

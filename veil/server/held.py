@@ -11,7 +11,8 @@ connection (:class:`~veil.server.limits.ServerLimits`):
 - ``max_portals`` named portals and ``max_cursors`` cursors, whose names, parameters (:func:`param_bytes`) and
   answers (:func:`answer_bytes`, measured), with the savepoints' names and settings snapshots, hold
   ``max_held_bytes`` in all;
-- and all of one analyst's connections (in one process) ``max_analyst_held_bytes`` together (red team s73 F3).
+- and all of one analyst's connections (in one process), their named statements included,
+  ``max_analyst_held_bytes`` together (red team s73 F3).
 
 Each check runs before the new thing is kept (a statement's count before it is tokenised, its
 size before it is stored; a cursor or portal before its query runs), so a refusal costs nothing:
@@ -81,6 +82,7 @@ __all__ = [
     "portal_bytes",
     "settings_bytes",
     "statement_bytes",
+    "statements_bytes",
     "truncate_name",
 ]
 
@@ -204,13 +206,18 @@ def check_statement_bytes(limits: ServerLimits, statements: Mapping[str, Any], n
     if not name:
         return
     size += name_bytes(name)
-    held = sum(int(getattr(s, "held_bytes", 0)) + name_bytes(key) for key, s in statements.items() if key and key != name)
+    held = statements_bytes(statements, skip=name)
     if held + size > limits.max_statement_bytes:
         raise HeldStateLimit(
             f"prepared statement {name!r} holds about {size} bytes and would bring this connection's prepared "
             f"statements to {held + size} bytes, the limit is {limits.max_statement_bytes}",
             hint="Close (DEALLOCATE) prepared statements the client no longer uses, or use the unnamed statement",
         )
+
+
+def statements_bytes(statements: Mapping[str, Any], skip: str | None = None) -> int:
+    """What the named statements (but ``skip``) hold: each one's name and :func:`statement_bytes`."""
+    return sum(int(getattr(s, "held_bytes", 0)) + name_bytes(key) for key, s in statements.items() if key and key != skip)
 
 
 def portal_bytes(portals: Mapping[str, Any], skip: str | None = None) -> int:
@@ -233,11 +240,11 @@ def check_analyst(limits: ServerLimits, others: int, mine: int, adding: int = 0)
     total = others + mine
     if total + adding > limits.max_analyst_held_bytes or (not adding and total >= limits.max_analyst_held_bytes):
         raise HeldStateLimit(
-            f"your connections already hold {total} bytes of portals, cursors and savepoints"
+            f"your connections already hold {total} bytes of prepared statements, portals, cursors and savepoints"
             f"{f' and this would add {adding}' if adding else ''}, the limit for one analyst is "
             f"{limits.max_analyst_held_bytes}",
             hint="Fetch what you need and CLOSE cursors (or portals) on your connections, end their transactions, "
-            "or close connections you no longer use",
+            "DEALLOCATE prepared statements, or close connections you no longer use",
         )
 
 

@@ -162,8 +162,10 @@ class VeilSession(BaseSession):
         return self.kept_bytes() + held.portal_bytes(portals)
 
     def analyst_held_bytes(self) -> int:
-        """What this analyst's other connections in this process hold (``max_analyst_held_bytes``)."""
-        return self.server.held_by(self.analyst or "", self.connection)
+        """What this analyst's other connections in this process hold, and this one's named statements
+        (``max_analyst_held_bytes``; this connection's other holdings are the caller's to add)."""
+        statements = self.connection.statements if self.connection is not None else {}
+        return self.server.held_by(self.analyst or "", self.connection) + held.statements_bytes(statements)
 
     # --- running work off the loop ---------------------------------------------------------
     def _submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
