@@ -193,7 +193,6 @@ def _hold_named(conn: Raw, kind: str, i: int) -> str | None:
     return conn.round(query_msg(f'SAVEPOINT "{name}"'))
 
 
-@pytest.mark.xfail(strict=True, reason="s73 F1: names of statements, portals, cursors, savepoints are kept whole, uncounted")
 @pytest.mark.parametrize("kind", ["statement", "portal", "cursor", "savepoint"])
 def test_names_a_connection_keeps_are_bounded(server: Server, kind: str) -> None:
     """80 statements / portals / cursors / savepoints named with 1 MiB each on one connection: refused before the
@@ -282,7 +281,6 @@ def small_held(world: World, server: Server) -> Iterator[tuple[int, int]]:
             proc.wait(10)
 
 
-@pytest.mark.xfail(strict=True, reason="s73 F3: held answers are counted at ~1/10 of the memory they hold")
 def test_held_answers_are_counted_as_held(small_held: tuple[int, int]) -> None:
     """With ``max_held_bytes`` = 4 MiB, one connection declares cursors of a 1,024-row × 60-column public answer
     until refused: the server may grow by at most the limit plus one answer (before: ~11 × 372 kB counted, +40 MiB

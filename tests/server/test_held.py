@@ -58,13 +58,14 @@ class _Sized:
     size=st.integers(1, 12_000),
 )
 def test_statements_kept_never_pass_either_limit(ops: list[tuple[str, int]], count: int, size: int) -> None:
-    """Whatever a client parses, the named statements kept stay within both limits, a Parse is
-    refused only when keeping it would pass one, and the unnamed statement always passes."""
+    """Whatever a client parses, the named statements kept stay within both limits (each counted with its name,
+    red team s73 F1), a Parse is refused only when keeping it would pass one, and the unnamed statement always
+    passes."""
     limits = ServerLimits(max_prepared_statements=count, max_statement_bytes=size)
     statements: dict[str, _Sized] = {}
     for name, n in ops:
-        others = [v.held_bytes for k, v in statements.items() if k and k != name]
-        fits = not name or (len(others) < count and sum(others) + n <= size)
+        others = [v.held_bytes + held.name_bytes(k) for k, v in statements.items() if k and k != name]
+        fits = not name or (len(others) < count and sum(others) + n + held.name_bytes(name) <= size)
         try:
             held.check_statement_count(limits, statements, name)
             held.check_statement_bytes(limits, statements, name, n)
@@ -73,12 +74,20 @@ def test_statements_kept_never_pass_either_limit(ops: list[tuple[str, int]], cou
         else:
             assert fits
             statements[name] = _Sized(n)
-        named = [v.held_bytes for k, v in statements.items() if k]
+        named = [v.held_bytes + held.name_bytes(k) for k, v in statements.items() if k]
         assert len(named) <= count and sum(named) <= size
 
 
 @pytest.mark.parametrize(
-    "bad", ["max_prepared_statements", "max_statement_bytes", "max_portals", "max_cursors", "max_held_bytes"]
+    "bad",
+    [
+        "max_prepared_statements",
+        "max_statement_bytes",
+        "max_portals",
+        "max_cursors",
+        "max_held_bytes",
+        "max_analyst_held_bytes",
+    ],
 )
 def test_held_limits_refuse_zero(bad: str) -> None:
     from veil.errors import InputError

@@ -39,6 +39,7 @@ from pg_mimic.stream import ConnectionClosed
 from veil.errors import InternalError, InvalidEncoding, PlaintextRefused, ProtocolViolation, TooManyConnections
 from veil.policy import Policy
 from veil.proxy import bounding
+from veil.server import held
 from veil.server.admission import LOGIN_GRACE_S, PreLogin, Waiting
 from veil.server.auth import VerifierScramAuth
 from veil.server.connection import BufferedStream, VeilConnection, fatal, negotiate
@@ -175,6 +176,18 @@ class VeilServer(PgServer):
             if pid not in self._connections:
                 return pid
         raise InternalError(f"no backend PID is free: {len(self._connections)} connections are open")
+
+    def held_by(self, analyst: str, but: object = None) -> int:
+        """What ``analyst``'s logged-in connections in this process (but ``but``) hold between messages: their named
+        statements, portals, cursors and savepoints (``max_analyst_held_bytes``, :mod:`veil.server.held`)."""
+        total = 0
+        for conn in list(self._connections.values()):
+            if conn is but or not getattr(conn, "logged_in", False) or conn.username != analyst:
+                continue
+            session = getattr(conn, "session", None)
+            if session is not None and hasattr(session, "held_bytes"):
+                total += int(session.held_bytes()) + held.statements_bytes(conn.statements)
+        return total
 
     def cancel(self, pid: int, secret: int) -> None:
         if self.mailbox is not None and not self.mailbox.owns(pid):

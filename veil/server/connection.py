@@ -500,8 +500,8 @@ class VeilConnection(Connection):
         self.stream.write(pg_messages.make_command_complete(portal.tag()))
 
     def _send_notices(self, notices: tuple[str, ...]) -> None:
-        for text in notices:  # PostgreSQL's own notices: severity NOTICE, SQLSTATE 00000
-            fields = {"S": "NOTICE", "V": "NOTICE", "C": "00000", "M": text}
+        for text in notices:  # severity NOTICE, SQLSTATE 00000 unless the notice says (held.Notice)
+            fields = {"S": "NOTICE", "V": "NOTICE", "C": getattr(text, "sqlstate", "00000"), "M": str(text)}
             self.stream.write(pg_messages.make_notice_response(fields))
 
     def _decode_param(self, value: bytes | None, format_code: int, param_oids: list[int | None], index: int) -> Any:
@@ -558,7 +558,13 @@ class VeilConnection(Connection):
         param_oids: list[int | None] = [oid if oid != 0 else None for oid in parsed.param_oids]
         statement = await self.session.prepare(parsed.sql, param_oids)
         if name:  # the unnamed statement is not counted (sized only when named: no work on the common path)
-            held.check_statement_bytes(limits, self.statements, name, int(getattr(statement, "held_bytes", 0)))
+            size = int(getattr(statement, "held_bytes", 0))
+            held.check_statement_bytes(limits, self.statements, name, size)
+            # and all of the analyst's connections together (red team s73 F3: the connection cap multiplied it)
+            session = self.session
+            others = self.server.held_by(session.analyst or "", self) + session.held_bytes()
+            mine = held.statements_bytes(self.statements, skip=name)
+            held.check_analyst(limits, others, mine, size + held.name_bytes(name))
         self.statements[name] = statement
         self.stream.write(pg_messages.make_parse_complete())
 
@@ -587,8 +593,9 @@ class VeilConnection(Connection):
                 )
         param_bytes = held.param_bytes(parsed.params)
         if parsed.portal_name:  # the unnamed portal is not counted
-            cursor_bytes = self.session.cursors.held_bytes()
-            held.check_portal(self.server.limits, self.portals, cursor_bytes, parsed.portal_name, param_bytes)
+            session = self.session
+            others = session.analyst_held_bytes()
+            held.check_portal(self.server.limits, self.portals, session.kept_bytes(), parsed.portal_name, param_bytes, others)
         param_oids = getattr(statement, "param_oids", [])
         self._refuse_arrays(statement, parsed.params, param_oids)
         params = [
@@ -636,7 +643,9 @@ class VeilConnection(Connection):
             )
         if parsed.portal_name and isinstance(portal, VeilPortal) and portal.result is None:
             # a named portal keeps its answer: refused before it runs once the connection holds enough
-            held.check_answer(self.server.limits, self.portals, self.session.cursors.held_bytes(), parsed.portal_name)
+            session = self.session
+            others = session.analyst_held_bytes()
+            held.check_answer(self.server.limits, self.portals, session.kept_bytes(), parsed.portal_name, others)
         rows, suspended = await portal.execute(parsed.max_rows)
         if isinstance(portal, VeilPortal):
             self._send_notices(portal.take_notices())

@@ -2,7 +2,9 @@
 
 A cursor's query is answered once, when it is declared (and charged then, like any query); ``FETCH``
 hands out its rows. Only forward fetching is supported (``NEXT``, ``FORWARD [n | ALL]``, ``n``,
-``ALL``); ``NO SCROLL`` is the default.
+``ALL``); ``NO SCROLL`` is the default. A cursor's name keeps its first 63 bytes, with PostgreSQL's NOTICE (42622)
+when it is cut (:func:`~veil.server.held.identifier`; red team s73 F1: 1 MB names were kept whole), and is counted
+with the cursor's answer in what the connection holds.
 
 >>> parse_declare("DECLARE c NO SCROLL CURSOR WITHOUT HOLD FOR SELECT 1")
 ('c', 'SELECT 1')
@@ -16,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 from veil.errors import ParseError, UnknownCursor, Unsupported
-from veil.server.held import answer_bytes
+from veil.server.held import answer_bytes, identifier, name_bytes
 from veil.server.results import Result
 
 __all__ = ["Cursors", "parse_declare", "parse_fetch"]
@@ -86,17 +88,19 @@ class Cursors:
         if name in self._open:
             raise Unsupported(f'cursor "{name}" already exists', hint=f"CLOSE {name} first")
 
-    def declare(self, name: str, result: Result) -> Result:
+    def declare(self, name: str, result: Result, notices: tuple[str, ...] = ()) -> Result:
+        """Keep ``result`` as cursor ``name`` (already cut to 63 bytes: :func:`~veil.server.held.identifier`)."""
         self.check_new(name)
         self._open[name] = _Cursor(result)
-        return Result(None, [], "DECLARE CURSOR", notices=result.notices)  # told when the query runs: at DECLARE
+        # told when the query runs: at DECLARE
+        return Result(None, [], "DECLARE CURSOR", notices=notices + result.notices)
 
     def held_bytes(self) -> int:
-        """Bytes of the open cursors' answers (each sized once)."""
+        """Bytes the open cursors hold: their names and answers (each sized once, :func:`~veil.server.held.answer_bytes`)."""
         total = 0
-        for cursor in self._open.values():
+        for name, cursor in self._open.items():
             if cursor.size is None:
-                cursor.size = answer_bytes(cursor.result.rows)
+                cursor.size = name_bytes(name) + answer_bytes(cursor.result.rows)
             total += cursor.size
         return total
 
@@ -110,13 +114,15 @@ class Cursors:
     def columns(self, sql: str) -> Result:
         """What :meth:`fetch` would return, without moving (Describe)."""
         name, _ = parse_fetch(sql)
+        name, notices = identifier(name)
         cursor = self._open.get(name)
         if cursor is None:
             raise UnknownCursor(f'cursor "{name}" does not exist', hint="DECLARE it first")
-        return Result(cursor.result.columns, [], "FETCH 0")
+        return Result(cursor.result.columns, [], "FETCH 0", notices=notices)
 
     def fetch(self, sql: str) -> Result:
         name, count = parse_fetch(sql)
+        name, notices = identifier(name)
         cursor = self._open.get(name)
         if cursor is None:
             raise UnknownCursor(f'cursor "{name}" does not exist', hint="DECLARE it first")
@@ -126,7 +132,10 @@ class Cursors:
         cursor.offset = end
         verb = "MOVE" if sql.lstrip()[:4].upper() == "MOVE" else "FETCH"
         return Result(
-            cursor.result.columns if verb == "FETCH" else None, chunk if verb == "FETCH" else [], f"{verb} {len(chunk)}"
+            cursor.result.columns if verb == "FETCH" else None,
+            chunk if verb == "FETCH" else [],
+            f"{verb} {len(chunk)}",
+            notices=notices,
         )
 
     def close(self, sql: str) -> Result:
@@ -136,10 +145,10 @@ class Cursors:
         if words[1].upper() == "ALL":
             self._open.clear()
             return Result(None, [], "CLOSE CURSOR ALL")
-        name = _name(words[1])
+        name, notices = identifier(_name(words[1]))
         if self._open.pop(name, None) is None:
             raise UnknownCursor(f'cursor "{name}" does not exist')
-        return Result(None, [], "CLOSE CURSOR")
+        return Result(None, [], "CLOSE CURSOR", notices=notices)
 
     def clear(self) -> None:
         self._open.clear()

@@ -6,7 +6,8 @@ declared none, a Close of subtype ``X`` closed a portal and ``SELECT 1\\0; SELEC
 Here, as in PostgreSQL (``pq_getmsgint``, ``pq_getmsgbytes``, ``pq_getmsgend``): counts are unsigned 16-bit (at
 most 65,535), a parameter length is ``-1`` (NULL) or at least 0, a Describe or Close names ``S`` or ``P``, and a
 message ends with its last field. Anything else is 08P01 (:class:`~veil.errors.ProtocolViolation`); text that is
-not UTF-8 raises :class:`UnicodeDecodeError` (the caller's 22021).
+not UTF-8 raises :class:`UnicodeDecodeError` (the caller's 22021). The name of a statement or portal keeps its first
+63 bytes, as PostgreSQL keeps it (red team s73 F1: 1 MB names were kept whole).
 
 >>> parse_bind(b"p\\x00s\\x00\\x00\\x00\\x00\\x01\\xff\\xff\\xff\\xff\\x00\\x00").params
 [None]
@@ -34,6 +35,7 @@ from pg_mimic.messages import (
 )
 
 from veil.errors import ProtocolViolation
+from veil.server.held import truncate_name
 
 __all__ = ["parse_bind", "parse_close", "parse_describe", "parse_execute", "parse_parse", "parse_query"]
 
@@ -60,6 +62,11 @@ class _Reader:
         text = self.data[self.offset : end].decode("utf-8")
         self.offset = end + 1
         return text
+
+    def kept_name(self) -> str:
+        """A prepared statement's or portal's name, cut to 63 bytes as PostgreSQL's hash tables keep it
+        (:func:`~veil.server.held.truncate_name`; red team s73 F1), so every message naming it finds the same one."""
+        return truncate_name(self.cstring())
 
     def byte(self) -> int:
         self._need(1)
@@ -108,7 +115,7 @@ def parse_query(payload: bytes) -> str:
 
 def parse_parse(payload: bytes) -> ParsedParse:
     r = _Reader(payload, "Parse")
-    name, sql = r.cstring(), r.cstring()
+    name, sql = r.kept_name(), r.cstring()
     oids = r.array("i", 4, r.count())
     r.end()
     return ParsedParse(name, sql, oids)
@@ -116,7 +123,7 @@ def parse_parse(payload: bytes) -> ParsedParse:
 
 def parse_bind(payload: bytes) -> ParsedBind:
     r = _Reader(payload, "Bind")
-    portal, statement = r.cstring(), r.cstring()
+    portal, statement = r.kept_name(), r.kept_name()
     formats = r.array("h", 2, r.count())
     params: list[bytes | None] = []
     for i in range(r.count()):
@@ -137,7 +144,7 @@ def _target(payload: bytes, name: str) -> ParsedDescribeOrClose:
     kind = r.byte()
     if kind not in (TARGET_STATEMENT, TARGET_PORTAL):
         raise ProtocolViolation(f"invalid {name.upper()} message subtype {kind}")
-    target = r.cstring()
+    target = r.kept_name()
     r.end()
     return ParsedDescribeOrClose(kind, target)
 
@@ -152,7 +159,7 @@ def parse_close(payload: bytes) -> ParsedDescribeOrClose:
 
 def parse_execute(payload: bytes) -> ParsedExecute:
     r = _Reader(payload, "Execute")
-    portal = r.cstring()
+    portal = r.kept_name()
     max_rows = r.int32()
     r.end()
     return ParsedExecute(portal, max_rows)

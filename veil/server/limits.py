@@ -112,6 +112,9 @@ class ServerLimits:
     max_portals: int = 100  # named portals (they end with their transaction)
     max_cursors: int = 100  # DECLAREd cursors
     max_held_bytes: int = 64 << 20  # named portals' parameters and answers and cursors' answers
+    #: what all of one analyst's connections (in one process) hold together, so the connection cap does not multiply
+    #: max_held_bytes (red team s73 F3: 50 connections × 64 MiB)
+    max_analyst_held_bytes: int = 256 << 20
 
     def __post_init__(self) -> None:
         for name in ("auth_timeout", "statement_timeout", "public_query_timeout", "max_planning_seconds", "catalog_timeout"):
@@ -131,6 +134,7 @@ class ServerLimits:
             "max_portals",
             "max_cursors",
             "max_held_bytes",
+            "max_analyst_held_bytes",
         ):
             if getattr(self, name) < 1:
                 raise InputError(f"{name} must be at least 1, got {getattr(self, name)}")

@@ -143,6 +143,29 @@ class VeilSession(BaseSession):
         self.cursors = Cursors()
         self.implicit_block = False  # a multi-statement simple Query is running
         self._savepoint_settings: list[tuple[Any, ...]] = []  # SessionSettings.snapshot() per open savepoint
+        self._savepoint_bytes: list[int] = []  # what each open savepoint holds: its name, its snapshot's new values
+
+    # --- what the connection holds ---------------------------------------------------------
+    def kept_bytes(self) -> int:
+        """What this connection holds besides its named portals: its cursors (names and answers) and its savepoints
+        (names and settings snapshots)."""
+        return self.cursors.held_bytes() + sum(self._savepoint_bytes)
+
+    def _forget_savepoints(self) -> None:
+        """The transaction ended: its savepoints' snapshots go with it (before, they stayed until the next savepoint)."""
+        self._savepoint_settings.clear()
+        self._savepoint_bytes.clear()
+
+    def held_bytes(self) -> int:
+        """All this connection holds that ``max_held_bytes`` bounds: :meth:`kept_bytes` and its named portals."""
+        portals = self.connection.portals if self.connection is not None else {}
+        return self.kept_bytes() + held.portal_bytes(portals)
+
+    def analyst_held_bytes(self) -> int:
+        """What this analyst's other connections in this process hold, and this one's named statements
+        (``max_analyst_held_bytes``; this connection's other holdings are the caller's to add)."""
+        statements = self.connection.statements if self.connection is not None else {}
+        return self.server.held_by(self.analyst or "", self.connection) + held.statements_bytes(statements)
 
     # --- running work off the loop ---------------------------------------------------------
     def _submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
@@ -453,15 +476,16 @@ class VeilSession(BaseSession):
         if r.kind == "fetch":
             return self.cursors.columns(r.sql) if describe else self.cursors.fetch(r.sql)
         name, inner = parse_declare(r.sql)
+        name, notices = held.identifier(name)
         if describe:
-            return Result(None, [], "DECLARE CURSOR")
+            return Result(None, [], "DECLARE CURSOR", notices=notices)
         self.cursors.check_new(name)  # before its query runs: a refusal is free
         portals = self.connection.portals if self.connection is not None else {}
-        held.check_cursor(self.server.limits, len(self.cursors), portals, self.cursors.held_bytes())
+        held.check_cursor(self.server.limits, len(self.cursors), portals, self.kept_bytes(), self.analyst_held_bytes())
         inner_route = await self._route(route, inner)
         if inner_route.kind in ("declare", "fetch", "close", "unlisten"):
             raise ParseError("a cursor is declared for a query", hint="Write DECLARE name CURSOR FOR SELECT …")
-        return self.cursors.declare(name, await self._answer(inner_route, params, oids, describe=False))
+        return self.cursors.declare(name, await self._answer(inner_route, params, oids, describe=False), notices)
 
     def _tx(self, r: Route, describe: bool) -> Result:
         tag = _TX_TAGS[r.tokens[0].text.upper()]
@@ -475,11 +499,13 @@ class VeilSession(BaseSession):
             if tag == "BEGIN":
                 conn.tx_status = b"T"
                 conn.savepoints.clear()
+                self._forget_savepoints()
             elif tag in ("COMMIT", "ROLLBACK"):
                 if conn.tx_status == b"E":
                     tag = "ROLLBACK"
                 conn.tx_status = b"I"
                 conn.savepoints.clear()
+                self._forget_savepoints()
                 self.settings.end_transaction()  # SET LOCAL ends with its transaction
                 self.cursors.clear()  # cursors end with their transaction (no WITH HOLD)
                 conn.portals.clear()  # and so do portals (as in PostgreSQL)
@@ -494,19 +520,26 @@ class VeilSession(BaseSession):
         statement = "ROLLBACK TO SAVEPOINT" if to_savepoint else "SAVEPOINT" if tag == "SAVEPOINT" else "RELEASE SAVEPOINT"
         if len(names) != 1:
             raise ParseError(f"{statement} needs one savepoint name", hint=f"Write {statement} name")
-        name = names[0]
+        name, notices = held.identifier(names[0])
         conn = self.connection
         if describe or conn is None:
-            return Result(None, [], tag)
+            return Result(None, [], tag, notices=notices)
         if conn.tx_status == b"I":
             raise NoActiveTransaction(f"{statement} can only be used in transaction blocks", hint="BEGIN first")
-        snaps = self._savepoint_settings
+        snaps, sizes = self._savepoint_settings, self._savepoint_bytes
         del snaps[len(conn.savepoints) :]
+        del sizes[len(snaps) :]
         if tag == "SAVEPOINT":
             held.check_savepoints(len(conn.savepoints))
+            snap = self.settings.snapshot()
+            last = snaps[-1] if snaps else None
+            size = held.name_bytes(name) + held.settings_bytes(snap[3], last[3] if last else None)
+            size += held.settings_bytes(snap[4], last[4] if last else None)
+            held.check_kept(self.server.limits, self.held_bytes(), size, f"savepoint {name!r}", self.analyst_held_bytes())
             conn.savepoints.append(name)
-            snaps.append(self.settings.snapshot())
-            return Result(None, [], tag)
+            snaps.append(snap)
+            sizes.append(size)
+            return Result(None, [], tag, notices=notices)
         if name not in conn.savepoints:
             raise UnknownSavepoint(f'savepoint "{name}" does not exist', hint="Set it with SAVEPOINT first")
         last = len(conn.savepoints) - 1 - conn.savepoints[::-1].index(name)  # the most recent of that name
@@ -515,7 +548,8 @@ class VeilSession(BaseSession):
             self.settings.restore(snaps[last])
             conn.tx_status = b"T"
         del snaps[len(conn.savepoints) :]
-        return Result(None, [], tag)
+        del sizes[len(snaps) :]
+        return Result(None, [], tag, notices=notices)
 
     def _discard(self, r: Route, describe: bool) -> Result:
         conn = self.connection
@@ -528,12 +562,13 @@ class VeilSession(BaseSession):
         # DEALLOCATE [PREPARE] name | ALL
         words = [t.text for t in r.tokens[1:] if t.text.upper() != "PREPARE"]
         every = bool(words) and words[0].upper() == "ALL"
+        name, notices = held.identifier(words[0].strip('"')) if words and not every else ("", ())
         if not describe:
             if every:
                 conn.statements.clear()
             elif words:
-                conn.statements.pop(words[0].strip('"'), None)
-        return Result(None, [], "DEALLOCATE ALL" if every else "DEALLOCATE")
+                conn.statements.pop(name, None)
+        return Result(None, [], "DEALLOCATE ALL" if every else "DEALLOCATE", notices=notices)
 
     async def _show(self, r: Route) -> Result:
         name = self.settings.show_name(r.sql)
@@ -648,7 +683,8 @@ class VeilPortal(Portal):
 
     @property
     def held_bytes(self) -> int:
-        """Its parameters and, once it ran, its answer (sized once, when first asked)."""
+        """Its parameters and, once it ran, its answer (sized once, when first asked: measured,
+        :func:`~veil.server.held.answer_bytes`)."""
         if self.result is None:
             return self.param_bytes
         if self._answer_bytes is None:

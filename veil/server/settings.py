@@ -232,7 +232,8 @@ class SessionSettings:
             if apply:
                 self.statement_timeout = seconds
         if apply:
-            self.values[name] = value
+            # a name, as PostgreSQL keeps it: its first 63 bytes (held.truncate_name)
+            self.values[name] = held.truncate_name(value) if name == "application_name" else value
 
     def _current(self, name: str) -> tuple[Any, str | None]:
         """``name``'s typed value and SHOW text now (what a ``SET LOCAL`` of it puts back at the transaction's end)."""
