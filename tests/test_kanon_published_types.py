@@ -68,7 +68,7 @@ def _cast(values: list[Any], sql_type: str) -> list[Any]:
     return list(_DUCKDB.execute(f"SELECT [TRY_CAST(x AS BIGINT) FOR x IN ?::{sql_type}[]]", [values]).fetchone()[0])
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(texts=st.lists(_NUMBER_TEXTS, min_size=1, max_size=30))
 def test_an_int_column_stored_as_text_is_read_as_the_query_path_casts_it(texts: list[str]) -> None:
     """A declared ``int`` column the warehouse keeps as text (a fraction or a word in it): each value read as
@@ -81,7 +81,7 @@ def test_an_int_column_stored_as_text_is_read_as_the_query_path_casts_it(texts: 
     assert [None if pd.isna(v) else int(v) for v in published] == [None if pd.isna(v) else int(v) for v in read]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(values=st.lists(_DOUBLES, min_size=1, max_size=30))
 def test_an_int_column_stored_as_doubles_is_read_as_the_query_path_casts_it(values: list[float]) -> None:
     """The same for a DOUBLE column declared ``int`` (a table another tool wrote): half to even, as DuckDB casts a
@@ -156,7 +156,7 @@ def _classes(draw: st.DrawFn) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["q", "s"])
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(source=_classes(), declared=st.sampled_from(["int", "float"]))
 def test_the_gate_checks_diversity_and_rare_values_on_the_published_values(source: pd.DataFrame, declared: str) -> None:
     """Whatever the algorithm read (here: fractions in a declared ``int`` column, as main read them), the finalised
