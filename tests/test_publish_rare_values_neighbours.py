@@ -127,8 +127,9 @@ def test_a_sensitive_value_needs_k_holders_among_the_published_rows(source_holde
     """Value 7 held by ``source_holders`` source rows, of which ``published_holders`` are published (a method that drops
     rows): refused exactly when fewer than k of the *published* rows hold it, whatever the source holds."""
     published_holders = min(published_holders, source_holders)
-    source = [7] * source_holders + [1] * 20
-    frame = pd.DataFrame({"x": [7] * published_holders + [1] * 20, "g": "*"})
+    source = [7] * source_holders + [1, 2] * 10
+    # one class, diverse (no value on more than 0.9 of it: the gate's max_share, red team s72 F4)
+    frame = pd.DataFrame({"x": [7] * published_holders + [1, 2] * 10, "g": "*"})
     plan = Plan(kind="kanon", method="kanon-test", source="t", output="o", params={}, checks={"k": float(k)}, dp=False)
     pub = Publication(
         method="kanon-test",

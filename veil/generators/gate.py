@@ -1,5 +1,11 @@
 """The release gate: checks a publication's guarantee on the actual output before anything is written.
 
+Every rule runs on the finalised frame, the one that is written (``transaction._finalise``: clamped, typed, shuffled),
+and where it compares the output with the source it takes the source in the same published form
+(:func:`~veil.generators.publication.as_published`, the function the output went through): a rule checked on values
+the output then changes checks nothing (red team s72 F4/F5: a declared ``int`` column's fractions were diverse and
+rare-free as read, and one integer per class once published).
+
 Every publication passes through :func:`check_plan` (before any data is read) and :func:`verify`
 (on the finished output). A failed check raises :class:`~veil.errors.PublicationRefused` (exit 2
 at the CLI) and the transaction writes nothing. The checks:
@@ -12,8 +18,9 @@ at the CLI) and the transaction writes nothing. The checks:
   out of the source with a local ε that is ∞ (no noise) or above :data:`MAX_EPSILON`;
 * **column provenance**: every column of the table has a recorded protection among
   :data:`~veil.generators.publication.PROTECTIONS` (the transaction has already dropped copied
-  columns); a ``sensitive`` column is allowed only in a table with a group guarantee, and its
-  ℓ-diversity (distinct values in the smallest-diversity group) is reported;
+  columns); a ``sensitive`` column is allowed only in a table with a group guarantee, no value of it may be on more
+  than the publication's ``max_share`` (else :data:`MAX_KEEP_PROBABILITY`) of a published group, and its
+  ℓ-diversity (distinct values in the smallest-diversity group) and largest share are reported;
 * **declared columns**: a column of the source that the policy's table spec does not declare (an
   identifier such as a name, typically) is never published, whatever role it was given;
 * **groups**: rows grouped on ``group_columns`` form groups of at least ``min_group`` rows;
@@ -32,7 +39,7 @@ at the CLI) and the transaction writes nothing. The checks:
 * **rare values** (methods without a DP guarantee only, :func:`check_rare_values`): in every column published
   value by value or perturbed (protection ``sensitive``, ``perturbed`` or ``randomised``) that no group guarantee
   covers, every published value that equals a value of the source, compared exactly as published, is held by at
-  least k source rows (a ``sensitive`` one: by k published rows) — the publication's k, else
+  least k source rows (a ``sensitive`` one: by k published rows, whatever the source holds) — the publication's k, else
   :data:`MIN_VALUE_HOLDERS` — and a published NULL by k source or output rows: a value one person alone holds would
   otherwise be public exactly when that person is in the source (red team s60 F2: rank swapping's interior values,
   noise rounded away on an int column, a bounded ``--sensitive`` column). Where each output row derives from its
@@ -58,7 +65,7 @@ import numpy as np
 import pandas as pd
 
 from veil.errors import PublicationRefused
-from veil.generators.publication import PROTECTIONS, Plan, Publication
+from veil.generators.publication import PROTECTIONS, Plan, Publication, as_published
 
 __all__ = ["GateReport", "check_plan", "check_plan_values", "verify"]
 
@@ -114,6 +121,7 @@ class GateReport:
     checks: Mapping[str, float]
     min_group: int | None = None
     l_diversity: Mapping[str, int] = field(default_factory=dict)
+    max_share: Mapping[str, float] = field(default_factory=dict)
     unchanged_share: Mapping[str, float] = field(default_factory=dict)
     dcr: Mapping[str, Any] | None = None
     domains: str = "respected"
@@ -124,6 +132,7 @@ class GateReport:
             "checks": dict(self.checks),
             "min_group": self.min_group,
             "l_diversity": dict(self.l_diversity),
+            "max_share": dict(self.max_share),
             "unchanged_share": dict(self.unchanged_share),
             "dcr": None if self.dcr is None else dict(self.dcr),
             "domains": self.domains,
@@ -334,8 +343,9 @@ def rare_values(
     value counts — a method whose every output row derives from its own source row alone (noise addition) publishes
     another row's rare value as often with that person as without (red team s60 review, finding 1). A published
     NULL is counted as above. ``among_published``: the values are source values copied (a sensitive column), so a
-    value counts as held by no more rows than publish it — a method that drops rows (k-anonymity's suppression,
-    ``--missing drop``) can leave one of five holders alone in the output (finding 2).
+    value counts as held by the rows that publish it, whatever the source holds — a method that drops rows
+    (k-anonymity's suppression, ``--missing drop``) can leave one of five holders alone in the output (finding 2), and
+    a value changed on its way out (a fraction in an ``int`` column rounded) equals no source value (red team s72 F5).
 
     >>> rare_values(pd.Series([1, 2, 2.5, None]), pd.Series([1, 1, 2, None, None]), 2)
     {2.0: 1}
@@ -346,6 +356,8 @@ def rare_values(
     >>> rare_values(pd.Series([1.0, 2.0]), pd.Series([1.0, 2.0, 2.0]), 2, own=pd.Series([1.0, 1.0])) == {1.0: 1}
     True
     >>> rare_values(pd.Series([7.0, 1.0, 1.0]), pd.Series([7.0, 7.0, 1.0, 1.0]), 2, among_published=True) == {7.0: 1}
+    True
+    >>> rare_values(pd.Series([97, 40, 40]), pd.Series([97.3, 40.2, 39.8]), 2, among_published=True) == {97.0: 1}
     True
     """
     held = _keys(source).value_counts(dropna=False)
@@ -361,7 +373,9 @@ def rare_values(
         if key == _NULL:
             n = max(n, int(shown.get(key, 0)))
         if among_published:
-            n = min(n, int(shown.get(key, 0)))
+            # holders among the published rows, whatever the source holds: a value the output changed on its way out
+            # (a fraction rounded, red team s72 F5) equals no source value and would otherwise pass unchecked
+            n = int(shown.get(key, 0))
         if 0 < n < need:
             out[key] = n
     return out
@@ -450,6 +464,41 @@ def _check_sensitive_combinations(frame: pd.DataFrame, pub: Publication, keys: l
             )
 
 
+def _check_max_share(frame: pd.DataFrame, pub: Publication, keys: list[str]) -> dict[str, float]:
+    """Per sensitive column, the largest share of a published group (rows equal on ``keys``) that one value (NULL
+    included) holds, on the published values; a refusal when it is above ``pub.max_share`` (else
+    :data:`MAX_KEEP_PROBABILITY`). k-anonymity's algorithms keep every class diverse on the values they read; this
+    is the same rule on what is written (red team s72 F4: a declared ``int`` column's fractions were distinct when the
+    classes were formed and one integer once published, 28 of 29 classes homogeneous)."""
+    sensitive = [c for c in pub.sensitive if c in frame.columns]
+    if not sensitive or frame.empty:
+        return {}
+    limit = pub.max_share if pub.max_share is not None else MAX_KEEP_PROBABILITY
+    group = (
+        pd.DataFrame({f"g{i}": _keys(frame[c]) for i, c in enumerate(keys)})
+        .groupby([f"g{i}" for i in range(len(keys))], sort=False)
+        .ngroup()
+    )
+    sizes = group.value_counts()
+    out: dict[str, float] = {}
+    for name in sensitive:
+        pairs = pd.DataFrame({"g": group.to_numpy(), "v": _keys(frame[name]).to_numpy()})
+        top = pairs.groupby(["g", "v"], sort=False).size().groupby(level=0, sort=False).max()
+        share = top / sizes.reindex(top.index).to_numpy()
+        out[name] = float(share.max())
+        worst = int(share.idxmax())
+        if out[name] > limit + 1e-12:
+            held, size = int(top.loc[worst]), int(sizes.loc[worst])
+            raise PublicationRefused(
+                f"a published class of {pub.method!r} (rows equal on {keys}) gives one {name!r} value to {held} of its "
+                f"{size} rows ({out[name]:.3g}), above the promised max_share={limit:g}: "
+                f"{int((share > limit + 1e-12).sum())} of {len(share)} classes are not diverse as published",
+                hint="Publish the column coarser or as a quasi-identifier, or check that its declared type fits its "
+                "values (a declared int column's fractions are read as whole numbers)",
+            )
+    return out
+
+
 def verify(
     plan: Plan,
     pub: Publication,
@@ -492,6 +541,7 @@ def verify(
 
     min_group: int | None = None
     l_div: dict[str, int] = {}
+    shares: dict[str, float] = {}
     if pub.group_columns:
         keys = [c for c in pub.group_columns if c in frame.columns]
         grouped = frame.groupby(keys, dropna=False, sort=False, observed=True)
@@ -506,6 +556,7 @@ def verify(
         for s in pub.sensitive:
             if s in frame.columns:
                 l_div[s] = int(grouped[s].nunique(dropna=False).min())
+        shares = _check_max_share(frame, pub, keys)
         _check_sensitive_combinations(frame, pub, keys, need)
 
     problem = _out_of_domain(frame, spec, plan, {c: info["protection"] for c, info in columns.items()}, pub.labels)
@@ -515,6 +566,9 @@ def verify(
     unchanged: dict[str, float] = {}
     dcr: dict[str, Any] | None = None
     if not plan.is_dp:
+        # the source as the output was written: each published column clamped and typed by the same function
+        # (red team s72 F4/F5: rounded values compared with fractions, dates with their ISO text, never equal)
+        train = as_published(train, pub, spec)
         if pub.source_rows is not None:
             src = train.iloc[np.asarray(pub.source_rows)].reset_index(drop=True)
             for name, info in columns.items():
@@ -547,7 +601,7 @@ def verify(
                 )
             from veil.metrics.dcr import dcr_check
 
-            rep = dcr_check(frame, train, holdout, rng=generator)
+            rep = dcr_check(frame, train, as_published(holdout, pub, spec), rng=generator)
             dcr = rep.as_dict()
             if not rep.passed:
                 raise PublicationRefused(
@@ -565,6 +619,7 @@ def verify(
         checks=dict(plan.checks),
         min_group=min_group,
         l_diversity=l_div,
+        max_share=shares,
         unchanged_share=unchanged,
         dcr=dcr,
     )

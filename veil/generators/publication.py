@@ -32,6 +32,8 @@ __all__ = [
     "ModelArtifact",
     "Plan",
     "Publication",
+    "as_published",
+    "published_column",
 ]
 
 #: How a published column may have been produced. ``sensitive``: the unchanged sensitive attribute of a
@@ -134,6 +136,43 @@ class Publication:
     extra: Mapping[str, Any] = field(default_factory=_empty)  # shown in the CLI summary only
     labels: Mapping[str, frozenset[str]] = field(default_factory=_empty)
     unrounded: tuple[str, ...] = ()  # numeric columns published as DOUBLE whatever their declared type (noise addition)
+    max_share: float | None = None  # no sensitive value on more than this share of a group (None: the gate's bound)
 
     def protection(self, column: str) -> ColumnProtection | None:
         return next((c for c in self.columns if c.name == column), None)
+
+
+def published_column(series: pd.Series, name: str, pub: Publication, spec: Any) -> pd.Series:
+    """``series`` (a column ``name`` of ``pub``'s output, or the same column of its source) as the publication writes
+    it: a generated number clamped to the declared bounds, every column in the type the policy declares (generalised
+    ones: text), whatever the frame's dtype. One function for the output (``transaction._finalise``) and for the
+    source the gate compares it with (:func:`as_published`): the rules see the values that are published, and the
+    source in the same form (red team s72 F4/F5: rounded on the way out, compared unrounded)."""
+    from veil.store.declared_types import as_declared
+
+    col = getattr(spec, "columns", {}).get(name) if spec is not None else None
+    prot = pub.protection(name)
+    if col is None or prot is None or not prot.published:
+        return series
+    # every published column's type comes from the policy alone, never from the frame's dtype, which follows the
+    # source's (a NULL in one person's row, dropped or not, made an int column DOUBLE: red team s20 A4, s24 A1)
+    if prot.how == "generalised":
+        return as_declared(series, "category")  # labels and values alike, as text
+    if prot.how in ("perturbed", "synthesised", "randomised"):
+        if getattr(col, "lower", None) is not None and pd.api.types.is_numeric_dtype(series):
+            series = series.astype(float).clip(float(col.lower), float(col.upper))
+    declared = getattr(col, "type", None)
+    if name in pub.unrounded and declared == "int":
+        declared = "float"  # noise addition's values, never rounded back onto the source's integers (s64 F1)
+    return as_declared(series, declared)
+
+
+def as_published(frame: pd.DataFrame, pub: Publication, spec: Any) -> pd.DataFrame:
+    """``frame`` (source rows) with each column ``pub`` publishes in its published form (:func:`published_column`),
+    the others as they are: what the gate compares the output with."""
+    out = frame.copy()
+    for name in frame.columns:
+        prot = pub.protection(str(name))
+        if prot is not None and prot.published:
+            out[name] = published_column(frame[name], str(name), pub, spec)
+    return out

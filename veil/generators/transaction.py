@@ -50,10 +50,10 @@ import pandas as pd
 
 from veil.errors import InputError, PublicationRefused
 from veil.generators import gate
-from veil.generators.publication import COPIED, Plan, Publication
+from veil.generators.publication import COPIED, Plan, Publication, published_column
 from veil.generators.registry import RunEnv, get_plugin
 from veil.policy import normalise_name
-from veil.store.declared_types import as_declared, as_source
+from veil.store.declared_types import as_source
 
 __all__ = [
     "PublishResult",
@@ -764,24 +764,8 @@ def _finalise(pub: Publication, spec: Any, generator: np.random.Generator) -> Pu
     keep = [c for c in frame.columns if (p := pub.protection(str(c))) is not None and p.how != COPIED]
     frame = frame[keep].copy()
     columns = tuple(c for c in pub.columns if c.name in keep)
-    cols = getattr(spec, "columns", {}) if spec is not None else {}
     for name in keep:
-        col = cols.get(name)
-        prot = pub.protection(str(name))
-        if col is None or prot is None:
-            continue
-        # every published column's type comes from the policy alone, never from the frame's dtype, which follows the
-        # source's (a NULL in one person's row, dropped or not, made an int column DOUBLE: red team s20 A4, s24 A1)
-        if prot.how == "generalised":
-            frame[name] = as_declared(frame[name], "category")  # labels and values alike, as text
-            continue
-        if prot.how in ("perturbed", "synthesised", "randomised"):
-            if getattr(col, "lower", None) is not None and pd.api.types.is_numeric_dtype(frame[name]):
-                frame[name] = frame[name].astype(float).clip(float(col.lower), float(col.upper))
-        declared = getattr(col, "type", None)
-        if name in pub.unrounded and declared == "int":
-            declared = "float"  # noise addition's values, never rounded back onto the source's integers (s64 F1)
-        frame[name] = as_declared(frame[name], declared)
+        frame[name] = published_column(frame[name], str(name), pub, spec)
     order = generator.permutation(len(frame))
     frame = frame.iloc[order].reset_index(drop=True)
     source_rows = None if pub.source_rows is None else np.asarray(pub.source_rows)[order]

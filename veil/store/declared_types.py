@@ -26,7 +26,7 @@ import pandas as pd
 
 from veil.errors import InputError
 
-__all__ = ["as_declared", "as_source", "as_stored"]
+__all__ = ["as_declared", "as_source", "as_stored", "whole_numbers"]
 
 
 _INT64_END = 2.0**63
@@ -78,10 +78,38 @@ def _text(v: Any) -> Any:
     return str(v)
 
 
+def whole_numbers(series: pd.Series) -> pd.Series:
+    """A declared ``int`` column's values as whole numbers (float64, NaN for a value that is none), each value as the
+    query path's ``TRY_CAST(… AS BIGINT)`` reads it: a text (how :func:`as_stored` keeps a fraction in an ``int``
+    column) rounded half away from zero, ``'2.5'`` → 3, as DuckDB casts a text; a number rounded half to even,
+    2.5 → 2, as DuckDB casts a DOUBLE; not finite, not a number or beyond BIGINT: missing. A function of each value
+    alone, and :func:`as_declared` (``int``) leaves every value it gives as it is.
+
+    >>> whole_numbers(pd.Series(["2.5", "-2.5", "40.2", "x", "7"])).tolist()
+    [3.0, -3.0, 40.0, nan, 7.0]
+    >>> whole_numbers(pd.Series([2.5, 3.5, -0.4, float("inf"), 1e300])).tolist()
+    [2.0, 4.0, -0.0, nan, nan]
+    """
+    x = _numbers(series)
+    even = np.round(x.to_numpy())
+    objects = series.dtype == object or isinstance(series.dtype, pd.StringDtype)
+    texts = series.astype(object).map(lambda v: isinstance(v, str)).to_numpy(dtype=bool) if objects else None
+    if texts is not None and texts.any():
+        away = np.sign(x.to_numpy()) * np.floor(np.abs(x.to_numpy()) + 0.5)
+        even = np.where(texts, away, even)
+    with np.errstate(invalid="ignore"):
+        whole = np.where(np.abs(even) < _INT64_END, even, np.nan)
+    return pd.Series(whole, index=series.index, dtype="float64")
+
+
 def as_source(frame: pd.DataFrame, spec: Any) -> pd.DataFrame:
-    """The source rows as the policy types them: a declared ``int``/``float`` column read as numbers, a ``bool``
-    column as booleans, a ``category`` column as text (``1.0`` → ``'1'``), a value that does not convert missing —
-    for that person alone.
+    """The source rows as the policy types them: a declared ``int`` column read as whole numbers (each value rounded
+    as the query path's cast rounds it, :func:`whole_numbers`), a ``float`` column as numbers, a ``bool`` column as
+    booleans (numbers too: 0 false, any other true), a ``category`` column as text (``1.0`` → ``'1'``), a value that
+    does not convert missing — for that person alone. Every value is then one the publication's output type
+    (:func:`as_declared`) leaves as it is: a publication's rules see the values it publishes (red team s72 F4/F5: a
+    declared ``int`` column holding fractions passed k-anonymity's diversity and rare-value rules as fractions, and
+    was published rounded, each class's values one).
 
     The warehouse types a column from every value in it (``veil ingest`` of a CSV): one person's ``'x'`` in an
     ``int`` column makes the whole column text. A publication that read those dtypes changed for everyone because
@@ -95,6 +123,9 @@ def as_source(frame: pd.DataFrame, spec: Any) -> pd.DataFrame:
     ...                                            "b": type("C", (), {"type": "bool"})()}})())
     >>> out["n"].tolist(), out["b"].tolist()
     ([1.0, nan], [True, <NA>])
+    >>> as_source(pd.DataFrame({"n": ["40.2", "39.6"], "b": [2, 0]}), type("S", (), {"columns": {
+    ...     "n": type("C", (), {"type": "int"})(), "b": type("C", (), {"type": "bool"})()}})())["n"].tolist()
+    [40.0, 40.0]
     """
     columns = getattr(spec, "columns", None) or {}
     out = frame
@@ -104,9 +135,19 @@ def as_source(frame: pd.DataFrame, spec: Any) -> pd.DataFrame:
         series = frame[name]
         kind = getattr(col, "type", None)
         numeric = pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)
-        if kind in ("int", "float") and not numeric:
+        if kind == "int" and not (numeric and pd.api.types.is_integer_dtype(series)):
+            # whole numbers, as the query path's cast reads each value (red team s72 F4/F5): a fraction read as it is
+            # would pass every rule and then be published rounded (as_declared), several values become one
+            converted = whole_numbers(series)
+        elif kind == "float" and not numeric:
             converted = _numbers(series)
-        elif kind == "bool" and not pd.api.types.is_bool_dtype(series) and series.map(lambda v: isinstance(v, str)).any():
+        elif (
+            kind == "bool"
+            and not pd.api.types.is_bool_dtype(series)
+            and (numeric or series.map(lambda v: isinstance(v, str)).any())
+        ):
+            # numbers too (0 → false, anything else → true, as the cast and as_declared read them): a 2 read as the
+            # number 2 was published as true, one value with the 1s (s72 F4's class)
             converted = series.astype(object).map(_bool)
         elif kind == "category" and (pd.api.types.is_numeric_dtype(series) or pd.api.types.is_bool_dtype(series)):
             # a category of digits ("1", "2") is stored as numbers unless someone's value is not one

@@ -216,6 +216,7 @@ class KAnonPlugin(PublishPlugin):
             group_columns=(*qi, *([SOM_COLUMN] if som_columns else [])),
             min_group=k,
             sensitive=tuple(sensitive),
+            max_share=float(p["max_share"]),  # enforced again by the gate, on the published values (red team s72 F4)
             guarantee=f"{k}-anonymity on the quasi-identifiers {', '.join([*qi, *([SOM_COLUMN] if som_columns else [])])} "
             f"(no DP); sensitive columns unchanged, no value on more than {p['max_share']:g} of any class",
             params={
