@@ -182,3 +182,75 @@ def test_review_s23_y3_two_connect_binders_agree_on_the_winner(tmp_path: Path, m
     fake.before_insert = other_process_binds
     won["B"] = spark.write_binding(policy, ("a" * 32, "2026-11-28T16:00:00+00:00", "/b/ledger.sqlite"))
     assert won["A"] == won["B"], f"both binders won: {won}"
+
+
+# --- server log lines: the outsiders' rate limit (veil.server.logtext) -----------------------------------------------
+
+
+def _outsider_record(peer: str) -> Any:
+    import logging
+
+    from veil.server.logtext import outsider
+
+    record = logging.LogRecord(
+        "veil.server",
+        logging.INFO,
+        __file__,
+        1,
+        "login for user %r from %s ended before a password was sent",
+        ("u" * 500, peer),
+        None,
+    )
+    record.veil_outsider = outsider(peer)["veil_outsider"]
+    return record
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review s23 Y4: the outsiders' limit is per network only, with 4096 buckets: a client holding an IPv6 /48 "
+    "(65,536 /64 networks; many hosts hand one out) keeps 4096 of them at one line per 6 s each, ~683 lines/s "
+    "(~250-byte lines: ~15 GB a day) — no server-wide bound on lines nobody logged in to cause",
+)
+def test_review_s23_y4_outsider_lines_have_a_server_wide_bound() -> None:
+    """4096 /64 networks of one /48, each causing one pre-login line every 6 s for a minute (simulated clock): the
+    lines logged must stay under a server-wide bound (here a generous 20 lines/s: ~400 MB a day)."""
+    from veil.server.logtext import MAX_NETWORKS, REFILL_S, ClipClientText
+
+    now = [0.0]
+    limiter = ClipClientText(clock=lambda: now[0])
+    step = REFILL_S / MAX_NETWORKS
+    logged = 0
+    for k in range(int(60 / step)):
+        now[0] = k * step
+        logged += limiter.filter(_outsider_record(f"2001:db8:7:{k % MAX_NETWORKS:x}::1"))
+    assert logged / 60 <= 20, f"{logged / 60:.0f} outsider lines per second logged"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review s23 Y5: once 4096 networks are tracked, every outsider line from a network not tracked scans all "
+    "buckets (_forget_full) under the lock, on the event loop: measured ~0.8 ms a line vs ~0.09 ms, so an outsider "
+    "rotating through >4096 /64s makes each pre-login line ~10x dearer for the server",
+)
+def test_review_s23_y5_a_new_networks_line_does_not_scan_every_bucket() -> None:
+    """The dict of buckets full of recently used networks; 1000 lines from 1000 networks not tracked: the scans of the
+    whole dict must be amortised (at most a few), not one per line."""
+    from veil.server.logtext import MAX_NETWORKS, ClipClientText
+
+    now = [0.0]
+    limiter = ClipClientText(clock=lambda: now[0])
+    for i in range(MAX_NETWORKS):
+        limiter.filter(_outsider_record(f"2001:db8:0:{i:x}::1"))
+    scans = 0
+    scan = limiter._forget_full
+
+    def counted(at: float) -> None:
+        nonlocal scans
+        scans += 1
+        scan(at)
+
+    limiter._forget_full = counted  # type: ignore[method-assign]
+    now[0] = 1.0
+    for i in range(1000):
+        limiter.filter(_outsider_record(f"2001:db8:1:{i:x}::1"))
+    assert scans <= 10, f"{scans} scans of {MAX_NETWORKS} buckets for 1000 lines"
