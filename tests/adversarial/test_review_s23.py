@@ -6,6 +6,7 @@ Each test is marked ``xfail(strict=True)``: it fails on the code as reviewed and
 
 from __future__ import annotations
 
+import os
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -254,3 +255,76 @@ def test_review_s23_y5_a_new_networks_line_does_not_scan_every_bucket() -> None:
     for i in range(1000):
         limiter.filter(_outsider_record(f"2001:db8:1:{i:x}::1"))
     assert scans <= 10, f"{scans} scans of {MAX_NETWORKS} buckets for 1000 lines"
+
+
+# --- veil serve --processes: restarting a worker (veil.server.workers.serve_processes; no process started) -----------
+
+
+class _FakeProcess:
+    """A worker process as ``serve_processes`` drives it: alive until ``die()``; ``sentinel`` readable once dead."""
+
+    def __init__(self, plan: Any, args: tuple[Any, ...], **_: object) -> None:
+        self._plan, self._args = plan, args
+        self.exitcode: int | None = None
+        self._r, self._w = os.pipe()
+        self.sentinel = self._r
+
+    def start(self) -> None:
+        self._plan(self)  # the test's script for the n-th start: may raise, as a real spawn may (ENOMEM, EAGAIN)
+        started, served = self._args[6], self._args[7]
+        served.set()
+        started.release()
+
+    def die(self, code: int = -9) -> None:
+        self.exitcode = code
+        os.write(self._w, b"x")
+
+    def is_alive(self) -> bool:
+        return self.exitcode is None
+
+    def terminate(self) -> None:
+        if self.exitcode is None:
+            self.die(-15)
+
+    kill = terminate
+
+    def join(self, _timeout: float | None = None) -> None:
+        pass
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="review s23 Y6: a worker that served and exited is started again from the parent's loop, but a failure of "
+    "that start (spawn's fork/exec at ENOMEM or EAGAIN — what an analyst who ran a worker out of memory leaves) "
+    "propagates out of serve_processes and stops the server for everyone: it should be logged and retried with back-off",
+)
+def test_review_s23_y6_a_failed_restart_does_not_stop_the_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+    import multiprocessing
+    import threading
+    from types import SimpleNamespace
+
+    from veil.server import workers
+
+    real = multiprocessing.get_context("spawn")
+    starts: list[_FakeProcess] = []
+
+    def plan(proc: _FakeProcess) -> None:
+        starts.append(proc)
+        if len(starts) == 3:  # the restart of worker 0, which served and was killed
+            raise OSError(errno.ENOMEM, "Cannot allocate memory")
+        if len(starts) >= 4:  # a retry: the test is over (serve_processes returns on Ctrl-C)
+            raise KeyboardInterrupt
+
+    ctx = SimpleNamespace(
+        RawArray=real.RawArray,
+        RawValue=real.RawValue,
+        Semaphore=lambda n: threading.Semaphore(n),
+        Event=threading.Event,
+        Process=lambda target, args, name: _FakeProcess(plan, args),
+    )
+    monkeypatch.setattr(workers.multiprocessing, "get_context", lambda _kind: ctx)
+    monkeypatch.setattr(workers, "prepare_warehouse", lambda _policy: [])
+    policy = SimpleNamespace(engine=SimpleNamespace(kind="duckdb"), watch_path=tmp_path / "policy.toml")
+    workers.serve_processes(policy, processes=2, port=0, ready=lambda _port: starts[0].die())  # type: ignore[arg-type]
+    assert len(starts) >= 4  # the failed start was retried
