@@ -49,12 +49,6 @@ def _spy_refusal(folder: Path, others: list[Fraction], ask: Fraction) -> str:
         led.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review s23 Y1: population caps are checked before the analyst's own account, so an analyst whose own "
-    "budget is spent gets, for free, a refusal naming the cap or naming its own account depending on whether the "
-    "others' spending left the cap short of the asked ε (a free, repeatable oracle on the shared remaining ε)",
-)
 @pytest.mark.parametrize("ask", [Fraction(6), Fraction(8)])
 def test_review_s23_y1_which_account_refuses_does_not_tell_the_others_spending(tmp_path: Path, ask: Fraction) -> None:
     """An analyst whose own ε is spent asks for ``ask`` (refused whatever happens: free), once in a ledger where the

@@ -439,33 +439,61 @@ class Reservation:
         return self.cost.epsilon
 
 
-def _refusal(what: str, acct: Account, cost: Cost, spent: Cost) -> BudgetExhausted:
-    """The refusal of a charge that does not fit ``acct``. Only an analyst's own account is quoted with its amounts:
-    a table's or a population's account is spent by every analyst (and the curator's publications) together, and a
-    refusal is free, so quoting what is left of it would let one analyst read, to the digit and at no cost, when the
-    others query and with what ε (red team s73 F2). Its message names the account, the asked amount and the declared
-    total (the curator's policy, not anyone's spending)."""
-    own = acct.key.startswith("analyst:")
+def _over(acct: Account, spent: Cost, delta_exhausted: bool, cost: Cost) -> bool:
+    """Whether charging ``cost`` to ``acct`` (its ``spent``) is refused: past its ε or δ total, or its δ would reach 1
+    (rounded up on the 10⁻³⁰ grid as it will be stored; a stored sum of 1, an older ledger's, refuses every δ: red
+    team s27 A8). An uncapped table adds up every analyst's δ: at 1 its guarantee would be vacuous, and no (ε, δ)
+    account may hold δ ≥ 1 (red team s24 A6: the stored sum reached 1 and every later query on the table failed);
+    charges of δ = 0 go on."""
+    if acct.epsilon_total is not None and spent.epsilon + cost.epsilon > acct.epsilon_total:
+        return True
+    if acct.delta_total is not None and spent.delta + cost.delta > acct.delta_total:
+        return True
+    return bool(cost.delta) and (_rounded_up(spent.delta + cost.delta) >= 1 or delta_exhausted)
+
+
+def _quoted_refusal(what: str, acct: Account, cost: Cost, spent: Cost, hint: str) -> BudgetExhausted:
+    """A refusal quoting ``acct``'s figures: the asked amount, what is left, the total and the shortfall."""
     parts = []
     for name, need, used, total, fmt in (
         ("ε", cost.epsilon, spent.epsilon, acct.epsilon_total, format_epsilon),
         ("δ", cost.delta, spent.delta, acct.delta_total, format_delta),
     ):
         if total is not None and used + need > total:
-            if own:
-                left = max(total - used, Fraction(0))
-                parts.append(f"{name} = {fmt(need)} but {acct.label} has {name} = {fmt(left)} remaining of "
-                             f"{fmt(total)} (short by {fmt(used + need - total)})")  # fmt: skip
-            else:
-                parts.append(f"{name} = {fmt(need)} but {acct.label} ({name} total {fmt(total)}, shared by every "
-                             "analyst and publication) does not have that much left")  # fmt: skip
-    hint = (
-        "Lower the query's epsilon, or ask the curator for more budget"
-        if own
-        else "The table's total privacy budget (epsilon_total / delta_total in the policy) is spent or nearly so; a "
-        "smaller epsilon may still fit, or the curator can raise it (`veil budget` shows it to the curator)"
-    )
+            left = max(total - used, Fraction(0))
+            parts.append(f"{name} = {fmt(need)} but {acct.label} has {name} = {fmt(left)} remaining of {fmt(total)} "
+                         f"(short by {fmt(used + need - total)})")  # fmt: skip
+    if not parts:  # its δ would reach 1
+        parts.append(f"δ = {format_delta(cost.delta)} but {acct.label} has spent δ = {format_delta(spent.delta)}: "
+                     "together they would reach 1, a vacuous guarantee")  # fmt: skip
     return BudgetExhausted(f"{what} needs " + "; ".join(parts), hint=hint)
+
+
+def _own_refusal(what: str, acct: Account, cost: Cost, spent: Cost) -> BudgetExhausted:
+    """The refusal of a charge that does not fit the asking analyst's own account: its own figures, quoted."""
+    return _quoted_refusal(what, acct, cost, spent, "Lower the query's epsilon, or ask the curator for more budget")
+
+
+def _curator_refusal(what: str, acct: Account, cost: Cost, spent: Cost) -> BudgetExhausted:
+    """A shared account's refusal of a charge no analyst asked for (a curator's publication): the curator sees every
+    cap and its spend (``veil budget``), so it names the account and its figures."""
+    hint = "The table's total privacy budget (epsilon_total / delta_total in the policy) is spent; the curator can raise it"
+    return _quoted_refusal(what, acct, cost, spent, hint)
+
+
+def _shared_refusal(what: str, cost: Cost) -> BudgetExhausted:
+    """The refusal of a charge that fits the analyst's own budget but not one every analyst (and the curator's
+    publications) spends together: a table's or a population's cap (``epsilon_total``/``delta_total``), or a table's
+    δ reaching 1. One message for all of them, with no account and no amount: a refusal is free, and what is left of
+    a shared budget, or which one is short, would tell one analyst when the others query and with what ε (red team
+    s73 F2, review s23 Y1)."""
+    asked = f"ε = {format_epsilon(cost.epsilon)}" + (f", δ = {format_delta(cost.delta)}" if cost.delta else "")
+    return BudgetExhausted(
+        f"{what} needs {asked}, which a privacy budget shared by every analyst of its tables does not allow (a "
+        "table's or population's epsilon_total / delta_total cap, or a table's δ, which may never add up to 1)",
+        hint="A smaller epsilon may still fit; without δ (e.g. GROUP BY columns with declared values) a δ limit does "
+        "not apply; the curator sees the caps with `veil budget` and can raise them",
+    )
 
 
 class Ledger:
@@ -755,9 +783,20 @@ class Ledger:
         keys = tuple(a.key for a in accounts)
         with self._transaction(synced=False) as db:
             stored = self._read_spent(db, keys)  # the transaction holds the write lock: nobody changes them meanwhile
+            spent_now = [stored.get(a.key, _UNSPENT)[0] for a in accounts]
+            analyst = any(a.key.startswith("analyst:") for a in accounts)  # else the curator's: shown in full
+            # The analyst's own accounts first: a refusal is free, so whether the shared ones (population caps, tables'
+            # accounts: every analyst's and publication's spend together) would refuse must never show while the own
+            # one refuses anyway — which account refused was a free oracle on the others' spending (review s23 Y1) —,
+            # and every shared refusal reads the same, naming no account and no amount (red team s73 F2)
+            for acct in accounts:
+                if acct.key.startswith("analyst:"):
+                    spent, exhausted = stored.get(acct.key, _UNSPENT)
+                    if _over(acct, spent, exhausted, cost):
+                        raise _own_refusal(what, acct, cost, spent)
             for cap in caps:  # read in the same transaction: two charges of one population serialise on it
                 pooled, earlier = self._population_spent(db, cap)
-                if earlier and cap.epsilon_total is not None:
+                if earlier and cap.epsilon_total is not None:  # the curator's releases, not anyone's query
                     raise BudgetExhausted(
                         f"{what} needs ε = {format_epsilon(cost.epsilon)} but {cap.label} (epsilon_total = "
                         f"{format_epsilon(cap.epsilon_total)}) has nothing left: its population already has "
@@ -767,35 +806,13 @@ class Ledger:
                         hint="Nothing more can be released under this cap; if the table truly holds other people than "
                         'those releases\' sources, declare a different `population = "..."` for it',
                     )
-                if (cap.epsilon_total is not None and pooled.epsilon + cost.epsilon > cap.epsilon_total) or (
-                    cap.delta_total is not None and pooled.delta + cost.delta > cap.delta_total
-                ):
-                    raise _refusal(what, cap, cost, pooled)
-            spent_now: list[Cost] = []
+                if _over(cap, pooled, False, cost):
+                    raise _shared_refusal(what, cost) if analyst else _curator_refusal(what, cap, cost, pooled)
             for acct in accounts:
-                spent, delta_exhausted = stored.get(acct.key, _UNSPENT)
-                spent_now.append(spent)
-                over_eps = acct.epsilon_total is not None and spent.epsilon + cost.epsilon > acct.epsilon_total
-                over_delta = acct.delta_total is not None and spent.delta + cost.delta > acct.delta_total
-                if over_eps or over_delta:
-                    raise _refusal(what, acct, cost, spent)
-                # the sum as it will be stored (rounded up on the 10⁻³⁰ grid) must stay below 1, and a stored sum of 1
-                # (an older ledger) refuses every δ (red team s27 A8)
-                if cost.delta and (_rounded_up(spent.delta + cost.delta) >= 1 or delta_exhausted):
-                    # an uncapped table adds up every analyst's δ: at 1 its guarantee would be vacuous, and no (ε, δ)
-                    # account may hold δ ≥ 1 (red team s24, A6: the stored sum reached 1 and every later query on the
-                    # table failed); charges of δ = 0 go on
-                    spent_text = (  # a table's δ is every analyst's together: not quoted (red team s73 F2)
-                        f"has spent δ = {format_delta(spent.delta)}"
-                        if acct.key.startswith("analyst:")
-                        else "has spent so much δ (every analyst's and publication's together)"
-                    )
-                    raise BudgetExhausted(
-                        f"{what} needs δ = {format_delta(cost.delta)} but {acct.label} {spent_text}: together they "
-                        "would reach 1, a vacuous guarantee",
-                        hint="Ask without δ (e.g. GROUP BY columns with declared values), or ask the curator to set the "
-                        "table's delta_total in the policy",
-                    )
+                if not acct.key.startswith("analyst:"):
+                    spent, exhausted = stored.get(acct.key, _UNSPENT)
+                    if _over(acct, spent, exhausted, cost):
+                        raise _shared_refusal(what, cost) if analyst else _curator_refusal(what, acct, cost, spent)
             rid = _new_id("q")
             db.execute(
                 "INSERT INTO reservations(id, actor, epsilon, delta, accounts, status, canonical_sql, cache_key, "
