@@ -115,6 +115,12 @@ DISCOUNT = 1e-3
 _ONE_HOT_DIMENSIONS = 16
 #: Rows × column triples up to which the agreement sets also look for copies with three columns moved.
 _AGREEMENT_WORK = 200_000_000
+#: The best-match scores look at every column set while the sets number at most this many (and their rows stay
+#: within :data:`_MATCH_WORK`); else at this many drawn at random.
+_MATCH_SETS = 512
+#: Rows × column sets the best-match scores look at, at most (but at least :data:`_MATCH_MIN_SETS` sets).
+_MATCH_WORK = 60_000_000
+_MATCH_MIN_SETS = 48
 #: A missing number's coordinate (present numbers lie in [0, 1]: a missing and a present number are 1 to 2 apart).
 _MISSING = -1.0
 
@@ -260,11 +266,13 @@ def _source_nearest(num: np.ndarray, cat: np.ndarray, n_s: int, pick_r: np.ndarr
     shares has no near record there (inf)."""
     n_num = num.shape[1]
     n_cols = n_num + cat.shape[1]
-    views = 1 + (n_cols if n_cols > 1 else 0)
+    onehot, grouped = _layout(cat, n_num)
+    # with grouped columns and others, one more view leaves every grouped column out (a copy with several of them
+    # moved is near there; in the others its group may hold no synthetic row: red team s72 F1)
+    views = 1 + (n_cols if n_cols > 1 else 0) + (1 if grouped and n_num + len(onehot) else 0)
     out = np.full((views, len(NEIGHBOURS), len(pick_r)), np.inf)
     if not n_cols or not len(pick_r):
         return out.reshape(-1, len(pick_r))
-    onehot, grouped = _layout(cat, n_num)
     rows = np.r_[np.arange(n_s), n_s + pick_r]
     num, cat = num[rows], cat[rows]
     hashes = _column_hashes(np.zeros((len(cat), 0)), cat)
@@ -272,9 +280,9 @@ def _source_nearest(num: np.ndarray, cat: np.ndarray, n_s: int, pick_r: np.ndarr
     for v in range(views):
         weights = np.ones(n_cols)
         moved = v - 1
-        if v:
+        if 0 < v <= n_cols:
             weights[moved] = DISCOUNT
-        key_cols = [k for k in grouped if n_num + k != moved]
+        key_cols = [k for k in grouped if n_num + k != moved] if v <= n_cols else []
         group = _group_codes(hashes, key_cols)
         pts = _points(num, cat, onehot, weights, group)
         synth, source = pts[:n_s], pts[n_s:]
@@ -337,6 +345,61 @@ def _most_moved(n_cols: int, rows: int) -> int:
     return 3 if comb(n_cols, 3) * rows <= _AGREEMENT_WORK else 2
 
 
+def _match_family(n_cols: int, rows: int, rng: np.random.Generator) -> list[tuple[int, ...]]:
+    """The column sets the best-match scores look at: every set of 1 to ``n_cols - 1`` columns while they number at
+    most :data:`_MATCH_SETS` and their rows stay within :data:`_MATCH_WORK`; else every single column, then sets drawn
+    at random (a size uniform in 2 … ``n_cols - 1``, then the columns) up to that budget (at least
+    :data:`_MATCH_MIN_SETS`). A copy that keeps a set ``A`` of its row's values holds every family set inside
+    ``A``."""
+    from itertools import combinations
+    from math import comb
+
+    if n_cols < 2:
+        return []
+    budget = max(_MATCH_MIN_SETS, min(_MATCH_SETS, int(_MATCH_WORK // max(1, rows))))
+    if 2**n_cols - 2 <= budget:
+        return [s for m in range(1, n_cols) for s in combinations(range(n_cols), m)]
+    family: set[tuple[int, ...]] = {(j,) for j in range(n_cols)}
+    available = sum(comb(n_cols, m) for m in range(2, n_cols))
+    while len(family) < min(budget, n_cols + available):
+        size = int(rng.integers(2, n_cols))
+        family.add(tuple(sorted(int(j) for j in rng.choice(n_cols, size, replace=False))))
+    return sorted(family, key=lambda s: (len(s), s))
+
+
+def _match_scores(num: np.ndarray, cat: np.ndarray, n_s: int, pick_r: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Each picked source row's best-match score: the most a synthetic row (every one) reproduces of it exactly, in
+    bits — over the column sets ``S`` of :func:`_match_family` whose values some synthetic row holds exactly as the
+    source row does, the largest sum over ``S`` of ``log2(n / n_j)``, where ``n`` is the number of picked source rows
+    and ``n_j`` how many of them hold the row's value in column ``j`` (an identifying value weighs much, a common one
+    nothing: what a linkage attacker gains). A copy that keeps much of its row — whichever columns, however the rest
+    is moved — scores a large family set inside what it keeps; a row the table does not copy scores what the table
+    holds of it by chance. Label-free: computed from the synthetic table and the unsplit source."""
+    n_cols = num.shape[1] + cat.shape[1]
+    score = np.zeros(len(pick_r))
+    family = _match_family(n_cols, n_s + len(pick_r), rng)
+    if not family or not n_s or not len(pick_r):
+        return score
+    hashes_s = _column_hashes(num[:n_s], cat[:n_s])
+    hashes_r = _column_hashes(num[n_s:][pick_r], cat[n_s:][pick_r])
+    bits = np.zeros(hashes_r.shape)
+    for j in range(n_cols):
+        codes = pd.factorize(hashes_r[:, j])[0]
+        bits[:, j] = np.log2(len(pick_r) / np.bincount(codes)[codes])
+    with np.errstate(over="ignore"):
+        for chosen in family:
+            cols = list(chosen)
+            keys_r = hashes_r[:, cols].sum(axis=1, dtype=np.uint64)
+            keys_s = hashes_s[:, cols].sum(axis=1, dtype=np.uint64)
+            codes, asked = pd.factorize(keys_r)
+            found = pd.Index(asked).get_indexer(keys_s)
+            hit = np.zeros(len(asked), dtype=bool)
+            hit[found[found >= 0]] = True
+            held = hit[codes]
+            score[held] = np.maximum(score[held], bits[held][:, cols].sum(axis=1))
+    return score
+
+
 def _recorded(
     num: np.ndarray, cat: np.ndarray, pick_s: np.ndarray, pick_r: np.ndarray, member: np.ndarray, n_s: int
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -367,12 +430,42 @@ def _tail(hits: int, drawn: int, train: int, total: int) -> float:
 
 
 def _limit(drawn: int, train: int, total: int, alpha: float) -> float:
-    """The largest training share of ``drawn`` rows whose one-sided hypergeometric tail is at least ``alpha``."""
+    """The largest training share of ``drawn`` rows that passes: its one-sided hypergeometric tail (Fisher's exact
+    test of the 2×2 table: training or holdout row, in the set or not) is at least ``alpha``, or its odds ratio is at
+    most :data:`NEAREST_ODDS`."""
     from scipy.stats import hypergeom
 
     if drawn == 0:
         return 1.0
-    return float(hypergeom.isf(alpha, total, train, drawn)) / drawn
+    return max(float(hypergeom.isf(alpha, total, train, drawn)), float(_tolerated(drawn, train, total))) / drawn
+
+
+def _odds_ratio(hits: int, drawn: int, train: int, total: int) -> float:
+    """The 2×2 odds ratio of a set of ``drawn`` source rows holding ``hits`` of the ``train`` training rows: the odds
+    that a training row is in the set over the odds that a holdout row is (inf where no holdout row is in, or no
+    training row out, and some training row is in)."""
+    a, b = hits, drawn - hits
+    c, d = train - hits, total - train - (drawn - hits)
+    if a == 0:
+        return 0.0
+    if b == 0 or c == 0:
+        return float("inf")
+    return (a * d) / (b * c)
+
+
+def _tolerated(drawn: int, train: int, total: int) -> int:
+    """The most training rows a set of ``drawn`` rows may hold with its odds ratio at most :data:`NEAREST_ODDS` (the
+    ratio grows with the hits; a bisection)."""
+    lo, hi = max(0, drawn - (total - train)), min(drawn, train)
+    if _odds_ratio(lo, drawn, train, total) > NEAREST_ODDS:
+        return lo - 1
+    while lo < hi:  # the largest tolerated count lies in [lo, hi]
+        mid = (lo + hi + 1) // 2
+        if _odds_ratio(mid, drawn, train, total) <= NEAREST_ODDS:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _near_sets(nearest: np.ndarray) -> list[np.ndarray]:
@@ -408,22 +501,20 @@ def dcr_check(synthetic: pd.DataFrame, train: pd.DataFrame, holdout: pd.DataFram
     num, cat = _encode([synthetic, train, holdout], columns)
     n_s = len(synthetic)
     in_train = np.r_[np.ones(n_t, dtype=bool), np.zeros(n_h, dtype=bool)]
-    odds = NEAREST_ODDS * p / max(1e-12, 1 - p)
-    tolerance = odds / (1 + odds)
     # exact copies: every synthetic row against every source row
     keys = _row_keys(num, cat)
     copied = np.isin(keys[n_s:], keys[:n_s])
     exact_n = int(copied.sum())
     exact_hits = int(in_train[copied].sum())
     exact_t = exact_hits / exact_n if exact_n else 0.0
-    exact_limit = max(tolerance, _limit(exact_n, n_t, n_t + n_h, ALPHA))
+    exact_limit = _limit(exact_n, n_t, n_t + n_h, ALPHA)
     exact_refused = exact_t > exact_limit
     # rare copies: of those, the source rows whose combination no other source row holds
     _, where, counts = np.unique(keys[n_s:], return_inverse=True, return_counts=True)
     rare = copied & (counts[np.ravel(where)] == 1)
     rare_n = int(rare.sum())
     rare_t = int(in_train[rare].sum()) / rare_n if rare_n else 0.0
-    rare_limit = max(tolerance, _limit(rare_n, n_t, n_t + n_h, RARE_ALPHA))
+    rare_limit = _limit(rare_n, n_t, n_t + n_h, RARE_ALPHA)
     rare_refused = rare_t > rare_limit
     # near records: every synthetic row against a sample of the source rows, drawn from training and holdout together
     pick_r = rng.permutation(n_t + n_h)[:MAX_SOURCE_ROWS] if n_t + n_h > MAX_SOURCE_ROWS else np.arange(n_t + n_h)
@@ -434,11 +525,15 @@ def dcr_check(synthetic: pd.DataFrame, train: pd.DataFrame, holdout: pd.DataFram
     for agree in _agreement(num, cat, n_s, pick_r):  # copies with up to m columns moved, however far
         if 0 < int(agree.sum()) < n_r and not any(np.array_equal(agree, chosen) for chosen in sets):
             sets.append(agree)
+    score = _match_scores(num, cat, n_s, pick_r, rng)  # copies keeping much of their row, whatever is moved
+    for chosen in _near_sets(-score):
+        if not any(np.array_equal(chosen, other) for other in sets):
+            sets.append(chosen)
     alpha = ALPHA / max(1, len(sets))
     tested: list[tuple[float, int, float, float, bool]] = []  # tail, |D|, training share, limit, refused
     for chosen in sets:
         size, hits = int(chosen.sum()), int(member[chosen].sum())
-        limit = max(tolerance, _limit(size, r_t, n_r, alpha))
+        limit = _limit(size, r_t, n_r, alpha)
         tested.append((_tail(hits, size, r_t, n_r), size, hits / size, limit, hits / size > limit))
     near_refused = any(t[4] for t in tested)
     # the report shows the most significant refused set, else the most significant one
