@@ -12,7 +12,7 @@ label-free sets, as do, per family set, the source rows some synthetic row match
 exact test (the hypergeometric tail) with the **2×2 odds ratio** (training against holdout rows, in the set or not)
 above 1.22, not its share.
 
-False failures. Power cases: fixed seeds, the measured tails below 10⁻²⁵ for whole copies and 10⁻⁸ for mixtures
+False failures. Power cases: fixed seeds, the measured tails below 10⁻¹⁹ for whole copies and 5·10⁻⁹ for mixtures
 (refused below about 10⁻⁸): each fails only if a memorising table passes. Null cases: the check's bound, at most
 1.03·10⁻⁴ per table (3·10⁻⁶ unless ~41 source-unique rows are copied verbatim); measured on the honest battery behind
 docs/generators.md: none refused. The decision rule's property test is exact (no randomness decides it).
