@@ -62,7 +62,8 @@ def main() -> None:
         "The `DCR ok` column of the synth section above is that benchmark's own per-row rule (the gate's before red "
         "team s64 F8), not this check. Times grow linearly with the synthetic rows (k-d trees over the distinct "
         "synthetic points, one per distance; a hash per column for the agreement sets: 1 + 2 + 3 moved columns up to "
-        "2·10⁸ row-triples, then 1 + 2); memory is about twice the synthetic frame's. Wall time on a loaded host is "
+        "2·10⁸ row-triples, then 1 + 2; and for the best matches: every column set up to 512 of them and 6·10⁷ rows × "
+        "sets, else at least 48 drawn); memory is about twice the synthetic frame's. Wall time on a loaded host is "
         "several times the CPU time; the first row includes importing SciPy. `--rows 10000000` (3 columns, measured "
         "once on 2026-11-28): 37 CPU s, 148 s wall, 2.4 GiB.",
         "",

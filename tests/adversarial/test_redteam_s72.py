@@ -1,4 +1,6 @@
-"""Red team s72 (session 23, the publication gate and the ledger): witnesses, each a strict xfail until fixed.
+"""Red team s72 (session 23, the publication gate and the ledger): witnesses, each a strict xfail until fixed
+(F1-F3 fixed in session 23: ``veil.metrics.dcr``'s best-match scores, the view without the grouped columns and the
+2×2 odds-ratio tolerance; their witnesses now pass).
 
 Target: session 22's distance-to-closest-record gate (``veil.metrics.dcr.dcr_check``: every synthetic row, k-d trees,
 k-th neighbours k = 1, 2, 4, 8, agreement sets of all columns but 1-3, the rare-copy test), which decides whether a
@@ -168,11 +170,6 @@ def _adult_next(adult: pd.DataFrame, copies: pd.DataFrame, columns: tuple[str, .
 # ==================================================================================================
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s72 F1 (HIGH): a grouped (many-valued) category is an exact-match key of the near-record distances; two "
-    "moved put a near copy at ∞ in every view, two more values put it past the agreement sets",
-)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("nudged", [("income",), ("income", "hours")], ids=["three_moved", "four_moved"])
 def test_s72_f1_near_copies_with_two_many_valued_categories_moved_are_refused(seed: int, nudged: tuple[str, ...]) -> None:
@@ -193,11 +190,6 @@ def test_s72_f1_near_copies_with_two_many_valued_categories_moved_are_refused(se
     assert not report.passed, f"near copies of all {len(train)} training rows (city, job moved; {nudged} + 1) passed: {report}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s72 F1 (HIGH): on Adult, copies of every training row with workclass and relationship moved and fnlwgt, "
-    "hours + 1 pass the DCR gate",
-)
 def test_s72_f1_adult_copies_with_two_categories_moved_and_two_numbers_nudged_are_refused(shared_data: Path) -> None:
     """F1 on Adult (5,000 rows; the default 10,000 synthetic rows). ``workclass`` and ``relationship`` are grouped
     (Adult's numbers, sex, income and race fill the 16 one-hot coordinates); moving both to the next category and
@@ -219,11 +211,6 @@ def test_s72_f1_adult_copies_with_two_categories_moved_and_two_numbers_nudged_ar
 # ==================================================================================================
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s72 F2 (HIGH): the agreement sets stop at three moved columns: copies of every Adult training row with "
-    "four or five columns redrawn pass the DCR gate",
-)
 @pytest.mark.parametrize(
     "redrawn",
     [
@@ -257,11 +244,6 @@ def test_s72_f2_adult_copies_with_four_or_five_columns_redrawn_are_refused(share
 # ==================================================================================================
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="s72 F3 (HIGH): the share tolerance caps what a chance-filled set can show: copies of every Adult "
-    "training row with three categories moved pass at 16,000-20,000 rows with near tails below 1e-80",
-)
 @pytest.mark.parametrize("rows", [16_000, 20_000])
 def test_s72_f3_a_set_chance_fills_still_refuses_copies_of_every_training_row(shared_data: Path, rows: int) -> None:
     """F3 (HIGH). Copies of every one of the 4,000 training rows with ``workclass``, ``relationship`` and ``sex``
