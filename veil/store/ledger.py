@@ -269,6 +269,17 @@ def _moved_away(moved_to: str) -> LedgerMismatch:
     )
 
 
+_ROWS = (list, tuple)
+
+
+def _rows_json(rows: Sequence[Sequence[Any]]) -> str:
+    """``dumps([list(r) for r in rows])``: the same text, without copying rows that are lists or tuples already (JSON
+    writes a tuple as a list)."""
+    if type(rows) in _ROWS and all(type(r) in _ROWS for r in rows):
+        return dumps(rows)
+    return dumps([list(r) for r in rows])
+
+
 def _new_id(prefix: str) -> str:
     return f"{prefix}{secrets.token_hex(6)}"
 
@@ -929,7 +940,7 @@ class Ledger:
         for v in vectors:
             if len(v.values) != len(groups):
                 raise InternalError(f"{len(v.values)} values of {v.name!r} for {len(groups)} groups")
-        db.execute("INSERT INTO release_groups(release_id, groups) VALUES (?, ?)", (rel_id, dumps([list(g) for g in groups])))
+        db.execute("INSERT INTO release_groups(release_id, groups) VALUES (?, ?)", (rel_id, _rows_json(groups)))
         db.executemany(
             "INSERT INTO statistic_vectors(release_id, idx, name, mechanism, epsilon, sensitivity, scale, ci95, vals) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -943,7 +954,7 @@ class Ledger:
                     float(v.sensitivity),
                     float(v.scale),
                     None if v.ci95 is None else float(v.ci95),
-                    dumps(list(v.values)),
+                    dumps(v.values if type(v.values) in _ROWS else list(v.values)),
                 )
                 for i, v in enumerate(vectors)
             ],
