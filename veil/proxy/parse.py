@@ -260,6 +260,8 @@ def _check_size(sql: str, limits: Limits) -> None:
             f"the query is {size} bytes, more than the limit of {limits.max_bytes}",
             hint="Send a shorter query (e.g. group by a column instead of listing many OR terms)",
         )
+    if sql.count("(") + sql.count("[") + sql.count("{") <= limits.max_depth:
+        return  # no deeper than the opening brackets it holds: within the limit, as the scan below would find
     depth = deepest = 0
     for ch in sql:  # brackets inside string literals count too: a cheap, conservative scan
         if ch in "([{":
