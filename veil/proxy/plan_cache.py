@@ -630,6 +630,13 @@ def _form(token: Token) -> str:
 def front_key(tokens: Sequence[Token]) -> TokenKey:
     """The token shape: a digest of each token's type, its text (a number's or text's form), its comments, and
     whether it touches the token before it (sqlglot's parser reads that of adjacent texts)."""
+    return hashlib.blake2b(shape_text(tokens).encode("utf-8", errors="surrogatepass"), digest_size=32).digest()
+
+
+def shape_text(tokens: Sequence[Token]) -> str:
+    """What :func:`front_key` digests: per token, its type's name, its text (a number's or text's form), its comments
+    and ``a`` (it touches the token before it) or ``b``, each text after its length and a colon, so that the text reads
+    back as one list of tokens only (tests/proxy/test_answer_path_cuts.py reads it back)."""
     out = []
     end = -2
     literal = _LITERAL_TOKENS
@@ -642,7 +649,7 @@ def front_key(tokens: Sequence[Token]) -> TokenKey:
         # each text written after its length, so the digested text reads back one way only, whatever the texts hold
         out.append(f"{len(name)}:{name}{len(text)}:{text}{len(c)}:{said}{'a' if t.start == end + 1 else 'b'}")
         end = t.end
-    return hashlib.blake2b("".join(out).encode("utf-8", errors="surrogatepass"), digest_size=32).digest()
+    return "".join(out)
 
 
 def _fixed(tokens: Sequence[Token], positions: Sequence[int]) -> bytes:
