@@ -235,7 +235,12 @@ class DiscreteLaplaceDraw:
         arr = np.asarray(values)
         if arr.shape != (self.n,) or not np.issubdtype(arr.dtype, np.integer):
             raise InternalError(f"a drawn-ahead noise vector of {self.n} integers was added to {arr.dtype} {arr.shape}")
-        if arr.dtype == np.int64 and arr.size and -_HALF_I64 < min(arr.min(), noise.min()) and max(arr.max(), noise.max()) < _HALF_I64:
+        if (
+            arr.dtype == np.int64
+            and arr.size
+            and -_HALF_I64 < min(arr.min(), noise.min())
+            and max(arr.max(), noise.max()) < _HALF_I64
+        ):
             return arr + noise  # each term within ±2⁶²: the sum is within i64, so nothing saturates (as added exactly)
         out = [min(max(v + z, _I64_MIN), _I64_MAX) for v, z in zip(arr.tolist(), noise.tolist(), strict=True)]
         return np.array(out, dtype=np.int64)

@@ -171,6 +171,8 @@ def _object_array(values: list[Any]) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
     out[:] = values
     return out
+
+
 #: The types :func:`_py` returns as they are (checked exactly: NumPy's float64 is a float subclass it converts).
 _PY_PLAIN = frozenset({str, int, float, bool, type(None)})
 

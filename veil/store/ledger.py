@@ -48,6 +48,7 @@ Cost(epsilon=Fraction(1, 2), delta=Fraction(1, 10000000))
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import secrets
 import sqlite3
@@ -272,12 +273,39 @@ def _moved_away(moved_to: str) -> LedgerMismatch:
 _ROWS = (list, tuple)
 
 
+_ROW_TYPES = frozenset(_ROWS)
+#: The JSON of recent group lists that are tuples of tuples (a public domain's groups recur in every answer of its
+#: query; at most :data:`_GROUPS_KEPT` lists of up to :data:`_GROUPS_MEMO` groups and :data:`_GROUPS_CHARS` characters
+#: of JSON each).
+_GROUPS_TEXT: dict[tuple[Any, ...], str] = {}
+_GROUPS_KEPT, _GROUPS_MEMO, _GROUPS_CHARS = 64, 1024, 65536
+_GROUPS_LOCK = threading.Lock()
+
+
 def _rows_json(rows: Sequence[Sequence[Any]]) -> str:
     """``dumps([list(r) for r in rows])``: the same text, without copying rows that are lists or tuples already (JSON
-    writes a tuple as a list)."""
-    if type(rows) in _ROWS and all(type(r) in _ROWS for r in rows):
+    writes a tuple as a list), and remembered for a recurring tuple of tuples of texts and integers."""
+    if type(rows) is tuple and len(rows) <= _GROUPS_MEMO and _TUPLES.issuperset(map(type, rows)):
+        cells = set(map(type, itertools.chain.from_iterable(rows)))
+        if _KEY_CELLS.issuperset(cells):  # hashable, and equal only when they are written alike (no float, no bool)
+            text = _GROUPS_TEXT.get(rows)
+            if text is None:
+                text = dumps(rows)
+                if len(text) > _GROUPS_CHARS:
+                    return text
+                with _GROUPS_LOCK:
+                    if len(_GROUPS_TEXT) >= _GROUPS_KEPT:
+                        _GROUPS_TEXT.clear()
+                    _GROUPS_TEXT[rows] = text
+            return text
+    if type(rows) in _ROWS and _ROW_TYPES.issuperset(map(type, rows)):
         return dumps(rows)
     return dumps([list(r) for r in rows])
+
+
+_TUPLES = frozenset({tuple})
+#: Cells whose equal values have one JSON text (``1 == 1.0 == True`` are written ``1``, ``1.0`` and ``true``).
+_KEY_CELLS = frozenset({str, int, type(None)})
 
 
 def _new_id(prefix: str) -> str:
