@@ -282,6 +282,14 @@ def test_reused_tokenizer_gives_sqlglots_tokens(pieces: list[str], sep: str) -> 
         assert [(t.token_type, t.text, t.start, t.end, t.line, t.col, t.comments) for t in parse._tokens(text)] == want
 
 
+def test_reused_tokenizer_keeps_nothing_of_the_query() -> None:
+    """The thread's tokenizer holds no text or token of the last query (a 4 KB query's tokens stayed alive with it, which
+    the plan cache's memory test caught: tests/proxy/test_plan_cache_budget.py)."""
+    parse._tokens("SELECT 'a text held by nothing' FROM t")
+    core = parse._TOKENIZER.tokenizer._core
+    assert core.sql == "" and list(core.tokens) == []
+
+
 def test_each_thread_tokenises_with_its_own_tokenizer() -> None:
     sqls = [f"SELECT COUNT(*) FROM t WHERE x >= {i} AND y = '{'z' * i}'" for i in range(40)]
     want = {s: [(t.token_type, t.text) for t in sqlglot.tokenize(s, read=parse.DIALECT)] for s in sqls}

@@ -247,8 +247,8 @@ def _check_table_references(tree: exp.Expression, limits: Limits) -> None:
         )
 
 
-#: Each thread's DuckDB tokenizer (``sqlglot.tokenize`` built one per call, ~40% of a short query's tokenising; one
-#: tokenizer runs one ``tokenize`` at a time, so threads do not share one).
+#: Each thread's tokenizer of :data:`DIALECT` (``sqlglot.tokenize`` built one per call, ~40% of a short query's
+#: tokenising; one tokenizer runs one ``tokenize`` at a time, so threads do not share one).
 _TOKENIZER = threading.local()
 
 
@@ -257,7 +257,9 @@ def _tokens(sql: str) -> list[sqlglot.tokens.Token]:
     if tokenizer is None:
         tokenizer = _TOKENIZER.tokenizer = Dialect.get_or_raise(DIALECT).tokenizer()
     try:
-        return list(tokenizer.tokenize(sql))
+        tokens = list(tokenizer.tokenize(sql))
+        tokenizer.tokenize("")  # it keeps its last text and tokens: an empty one, so it holds nothing of this query
+        return tokens
     except TokenError as exc:
         _TOKENIZER.tokenizer = None  # (whatever it kept of the failed text: the next query gets a new one)
         raise ParseError(f"the SQL could not be tokenised: {exc}", hint="Check quotes and brackets") from None
