@@ -205,6 +205,7 @@ def discrete_laplace(values: ArrayLike, *, scale: float, rng: np.random.Generato
 #: this scale has probability below exp(−2⁷) ≈ 2.6·10⁻⁵⁶ per value (larger scales are drawn the ordinary way).
 DRAW_AHEAD_MAX_SCALE = 2.0**56
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+_HALF_I64 = 2**62  # two int64 values below it in magnitude add without overflow
 
 
 class DiscreteLaplaceDraw:
@@ -234,6 +235,13 @@ class DiscreteLaplaceDraw:
         arr = np.asarray(values)
         if arr.shape != (self.n,) or not np.issubdtype(arr.dtype, np.integer):
             raise InternalError(f"a drawn-ahead noise vector of {self.n} integers was added to {arr.dtype} {arr.shape}")
+        if (
+            arr.dtype == np.int64
+            and arr.size
+            and -_HALF_I64 < min(arr.min(), noise.min())
+            and max(arr.max(), noise.max()) < _HALF_I64
+        ):
+            return arr + noise  # each term within ±2⁶²: the sum is within i64, so nothing saturates (as added exactly)
         out = [min(max(v + z, _I64_MIN), _I64_MAX) for v, z in zip(arr.tolist(), noise.tolist(), strict=True)]
         return np.array(out, dtype=np.int64)
 

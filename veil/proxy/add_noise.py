@@ -67,7 +67,13 @@ def clamp_raw(stat: Statistic, values: np.ndarray) -> np.ndarray:
     """Exact values of one statistic in a data-independent range (NaN → 0). Exact real sums
     (:func:`veil.proxy.fixed_point.exact_sums`) are rounded to doubles here, so only for the groups asked for."""
     if stat.mechanism == "discrete_laplace":
-        return np.array([max(-INT_LIMIT, min(INT_LIMIT, int(v))) for v in values.tolist()], dtype=np.int64)
+        ints = values.tolist()
+        if _INT.issuperset(map(type, ints)):  # Python ints (the engine's counts): clamped in one NumPy call
+            try:
+                return np.clip(np.array(ints, dtype=np.int64), -INT_LIMIT, INT_LIMIT)
+            except OverflowError:  # beyond ±2⁶³: clamped one by one below
+                pass
+        return np.array([max(-INT_LIMIT, min(INT_LIMIT, int(v))) for v in ints], dtype=np.int64)
     if values.dtype == object:
         pairs = values.tolist()
         doubles = fixed_point.to_doubles(
@@ -76,6 +82,9 @@ def clamp_raw(stat: Statistic, values: np.ndarray) -> np.ndarray:
         values = np.array(doubles, dtype=np.float64)
     arr = np.nan_to_num(values.astype(np.float64), nan=0.0, posinf=FLOAT_LIMIT, neginf=-FLOAT_LIMIT)
     return np.clip(arr, -FLOAT_LIMIT, FLOAT_LIMIT)
+
+
+_INT = frozenset({int})
 
 
 def grid_scores(stat: Statistic, counts: np.ndarray) -> np.ndarray:
@@ -249,7 +258,7 @@ def _noised(
             batches.setdefault((stat.mechanism, stat.scale), []).append(i)
     for (mechanism, scale), members in batches.items():
         sizes = [len(out[i]) for i in members]
-        exact = np.concatenate([out[i] for i in members])
+        exact = out[members[0]] if len(members) == 1 else np.concatenate([out[i] for i in members])
         drawn = None if ahead is None or rows is not None else ahead.get((mechanism, scale))
         if mechanism == "discrete_laplace":
             if isinstance(drawn, mechanisms.DiscreteLaplaceDraw) and drawn.n == exact.size:
@@ -264,6 +273,9 @@ def _noised(
                 flat = mechanisms.laplace_fixed(exact, scale=scale, sensitivity=least)
         else:
             flat = mechanisms.laplace(exact, scale=scale, rng=noise.rng, sensitivity=_least_sensitivity(by_id, members))
+        if len(members) == 1:
+            out[members[0]] = flat
+            continue
         for i, part in zip(members, np.split(flat, np.cumsum(sizes)[:-1]), strict=True):
             out[i] = part
     if rows is not None:

@@ -121,12 +121,23 @@ def literal_on_grid(text: str, k: int) -> int | None:
     >>> literal_on_grid("5", 2), literal_on_grid("5.25", 2), literal_on_grid("0.1", 40), literal_on_grid("5", -1)
     (20, 21, None, None)
     """
-    if k < 0 or not _PLAIN_NUMBER.fullmatch(text) or sum(c.isdigit() for c in text) > 15:
+    return _literal_on_grid(text, k)
+
+
+@lru_cache(maxsize=1024)
+def _literal_on_grid(text: str, k: int) -> int | None:
+    """:func:`literal_on_grid` (a hit asks it up to three times for its literal: the front's grid class, the entry's
+    grid checks and the value filled in)."""
+    if k < 0 or not _PLAIN_NUMBER.fullmatch(text):
         return None
-    scaled = Fraction(text) * (1 << k)
-    if scaled.denominator != 1 or abs(scaled.numerator) > 1 << GRID_BITS:
+    whole, _point, fraction = text.partition(".")
+    if len(whole) + len(fraction) > 15:  # (the text is digits and at most one point)
         return None
-    return scaled.numerator
+    # v · 2**k = digits · 2**k / 10**len(fraction): an integer when 10**len(fraction) divides the numerator
+    scaled, rest = divmod(int(whole + fraction) << k, 10 ** len(fraction))
+    if rest or scaled > 1 << GRID_BITS:
+        return None
+    return scaled
 
 
 def _whole(v: object) -> int:

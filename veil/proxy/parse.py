@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -246,11 +247,25 @@ def _check_table_references(tree: exp.Expression, limits: Limits) -> None:
         )
 
 
+#: Each thread's tokenizer of :data:`DIALECT` (``sqlglot.tokenize`` built one per call, ~40% of a short query's
+#: tokenising; one tokenizer runs one ``tokenize`` at a time, so threads do not share one).
+_TOKENIZER = threading.local()
+
+
 def _tokens(sql: str) -> list[sqlglot.tokens.Token]:
+    tokenizer = getattr(_TOKENIZER, "tokenizer", None)
+    if tokenizer is None:
+        tokenizer = _TOKENIZER.tokenizer = Dialect.get_or_raise(DIALECT).tokenizer()
     try:
-        return list(sqlglot.tokenize(sql, read=DIALECT))
+        tokens = list(tokenizer.tokenize(sql))
+        tokenizer.tokenize("")  # it keeps its last text and tokens: an empty one, so it holds nothing of this query
+        return tokens
     except TokenError as exc:
+        _TOKENIZER.tokenizer = None  # (whatever it kept of the failed text: the next query gets a new one)
         raise ParseError(f"the SQL could not be tokenised: {exc}", hint="Check quotes and brackets") from None
+    except BaseException:
+        _TOKENIZER.tokenizer = None
+        raise
 
 
 def _check_size(sql: str, limits: Limits) -> None:
@@ -260,6 +275,8 @@ def _check_size(sql: str, limits: Limits) -> None:
             f"the query is {size} bytes, more than the limit of {limits.max_bytes}",
             hint="Send a shorter query (e.g. group by a column instead of listing many OR terms)",
         )
+    if sql.count("(") + sql.count("[") + sql.count("{") <= limits.max_depth:
+        return  # no deeper than the opening brackets it holds: within the limit, as the scan below would find
     depth = deepest = 0
     for ch in sql:  # brackets inside string literals count too: a cheap, conservative scan
         if ch in "([{":

@@ -43,7 +43,7 @@ from veil.proxy.resolve import Resolved, resolve
 from veil.proxy.rewrite import EngineQueries, check_generated_size, public_query, rewrite
 from veil.proxy.totality import CANNOT_RAISE
 from veil.proxy.validate import Analysis, validate
-from veil.store.ledger import Cost, Reservation, accounts_for
+from veil.store.ledger import Cost, Reservation
 from veil.store.releases import LoggedStatistics
 
 if TYPE_CHECKING:
@@ -373,7 +373,7 @@ def _reserve(s: QueryState, env: Env) -> QueryState:
     if cached is not None:
         return _with(s, answer=env.from_cache(cached))
     _check_current(s, env)  # the statements read the reader the plan was made on: it must still be the engine's
-    accounts = accounts_for(env.policy, analyst=env.analyst, tables=[p.analysis.private_table or ""])
+    accounts = env.accounts(p.analysis.private_table or "")
     reservation = env.ledger.reserve(
         Cost(p.cost, p.delta), accounts, actor=env.analyst, canonical_sql=s.canonical, cache_key=s.key
     )

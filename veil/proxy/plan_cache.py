@@ -552,10 +552,10 @@ def hit(entry: Entry, state: QueryState, lifted: Lifted, env: Env) -> QueryState
     if texts is None:  # a literal is not on the side of its grid the entry's statements hold: planned afresh
         return None
     rendered, canonical = texts
-    from veil.proxy.pipeline import cache_key_of
+    from veil.proxy.pipeline import _with, cache_key_of
 
     planned = entry.state
-    return replace(
+    return _with(  # (dataclasses.replace's fields, without its cost)
         state,
         resolved=planned.resolved,
         analysis=planned.analysis,
@@ -630,13 +630,26 @@ def _form(token: Token) -> str:
 def front_key(tokens: Sequence[Token]) -> TokenKey:
     """The token shape: a digest of each token's type, its text (a number's or text's form), its comments, and
     whether it touches the token before it (sqlglot's parser reads that of adjacent texts)."""
+    return hashlib.blake2b(shape_text(tokens).encode("utf-8", errors="surrogatepass"), digest_size=32).digest()
+
+
+def shape_text(tokens: Sequence[Token]) -> str:
+    """What :func:`front_key` digests: per token, its type's name, its text (a number's or text's form), its comments
+    and ``a`` (it touches the token before it) or ``b``, each text after its length and a colon, so that the text reads
+    back as one list of tokens only (tests/proxy/test_answer_path_cuts.py reads it back)."""
     out = []
     end = -2
+    literal = _LITERAL_TOKENS
     for t in tokens:
-        text = _form(t) if t.token_type in _LITERAL_TOKENS else t.text
-        out.append((t.token_type.name, text, tuple(t.comments), t.start == end + 1))
+        kind = t.token_type
+        name = kind._name_  # (the member's name, as ``.name`` gives it without the enum descriptor's call)
+        text = _form(t) if kind in literal else t.text
+        c = t.comments
+        said = "".join([f"{len(x)}:{x}" for x in c]) if c else ""
+        # each text written after its length, so the digested text reads back one way only, whatever the texts hold
+        out.append(f"{len(name)}:{name}{len(text)}:{text}{len(c)}:{said}{'a' if t.start == end + 1 else 'b'}")
         end = t.end
-    return _digest(out)
+    return "".join(out)
 
 
 def _fixed(tokens: Sequence[Token], positions: Sequence[int]) -> bytes:

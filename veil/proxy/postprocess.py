@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -44,11 +45,17 @@ FRAME = "__veil_frame"
 
 def halfwidth(stat: Statistic, alpha: float = ALPHA) -> float | None:
     """Half-width of the (1 − alpha) interval of one Laplace-family statistic's noise."""
-    if stat.mechanism == "exponential":
+    return _halfwidth(stat.mechanism, stat.scale, alpha)
+
+
+@lru_cache(maxsize=1024)
+def _halfwidth(mechanism: str, scale: float, alpha: float) -> float | None:
+    """:func:`halfwidth` of a statistic's mechanism and scale (a pure function of them: computed once per plan)."""
+    if mechanism == "exponential":
         return None
-    if stat.mechanism == "discrete_laplace":
-        return discrete_laplace_ci_halfwidth(stat.scale, 1.0 - alpha)
-    return stat.scale * math.log(1.0 / alpha)
+    if mechanism == "discrete_laplace":
+        return discrete_laplace_ci_halfwidth(scale, 1.0 - alpha)
+    return scale * math.log(1.0 / alpha)
 
 
 def _agg_type(agg: AggregateSpec) -> str:

@@ -66,7 +66,7 @@ from veil.proxy.plan import MAX_HELD_CHARS, MAX_PUBLIC_GROUPS, MAX_RELEASED_VALU
 from veil.proxy.postprocess import FRAME, PostProcess, aggregate_types, finalize_aggregates
 from veil.proxy.rewrite import EngineQueries, rewrite
 from veil.proxy.validate import Analysis
-from veil.store.ledger import Ledger, Reservation
+from veil.store.ledger import Account, Ledger, Reservation, accounts_for
 from veil.store.releases import LoggedStatistics, ReleasedVector, published_tables
 
 __all__ = ["Env", "QuerySession"]
@@ -163,6 +163,16 @@ def _json_rows(rows: Sequence[tuple[Any, ...]]) -> tuple[tuple[Any, ...], ...]:
 
 
 _TUPLE = frozenset({tuple})
+_INT = frozenset({int})
+
+
+def _object_array(values: list[Any]) -> np.ndarray:
+    """``values`` in a one-dimensional object array, each as it is."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = values
+    return out
+
+
 #: The types :func:`_py` returns as they are (checked exactly: NumPy's float64 is a float subclass it converts).
 _PY_PLAIN = frozenset({str, int, float, bool, type(None)})
 
@@ -320,6 +330,9 @@ class Env:
         self.plan_front: dict[plan_cache.TokenKey, plan_cache.Front | None] = plan_cache.Budgeted(plan_cache.FRONT_BYTES)
         #: False while a planning runs under a timer (``veil serve``): a bounded copy is then only found, never built
         self.build_copies = True
+        #: per private table, the accounts a charge on it must fit in, with the policy object they were read from
+        #: (:meth:`accounts`: read again once the policy is another object, i.e. was reloaded)
+        self._accounts: dict[str, tuple[Policy, tuple[Account, ...]]] = {}
         #: the current query's materialised public sources (temporary tables of ``engine``'s cursor) and their
         #: factors, dropped when its outermost pipeline run ends (``query_scope``)
         self._temps: dict[str, int] = {}  # name → rows
@@ -842,6 +855,18 @@ class Env:
             self._post_bound.clear()
         self._post_bound.add(key)
 
+    # -- reserve ------------------------------------------------------------------------------
+    def accounts(self, table: str) -> tuple[Account, ...]:
+        """``accounts_for(policy, analyst=…, tables=[table])`` of the current policy (a frozen value: computed once per
+        policy object and table)."""
+        policy = self.policy
+        found = self._accounts.get(table)
+        if found is None or found[0] is not policy:
+            if len(self._accounts) >= 256:
+                self._accounts.clear()
+            found = self._accounts[table] = (policy, accounts_for(policy, analyst=self.analyst, tables=[table]))
+        return found[1]
+
     # -- execute ------------------------------------------------------------------------------
     def run(
         self,
@@ -863,10 +888,17 @@ class Env:
                 raise InternalError(f"group keys ran as {ran_types}, not the catalog's {key_types}")
             key_types = ran_types or key_types
             exact = exact_keys(res.types[:nk])
-            for row in res.rows:
-                key, values = exact(row[:nk]), tuple(row[nk:])
-                old = data.get(key)
-                data[key] = values if old is None else tuple(map(_add, old, values))
+            if exact is tuple and _TUPLE.issuperset(map(type, res.rows)):
+                # keys taken as fetched (no float or date key): one dictionary of the rows, each key once (as GROUP BY
+                # gives them), else merged one row at a time below
+                data = {row[:nk]: row[nk:] for row in res.rows}
+                if len(data) != len(res.rows):
+                    data = {}
+            if not data:
+                for row in res.rows:
+                    key, values = exact(row[:nk]), tuple(row[nk:])
+                    old = data.get(key)
+                    data[key] = values if old is None else tuple(map(_add, old, values))
         hist: dict[int, dict[tuple[Any, ...], dict[int, int]]] = {}
         ran: dict[str, dict[tuple[Any, ...], dict[int, int]]] = {}
         for sid, sql in rendered.grids:
@@ -910,8 +942,10 @@ class Env:
                 continue
             idx = queries.stat_inputs[stat.id]
             if stat.mechanism == "discrete_laplace":
-                col = [_num(r[idx[0]]) for r in qvals]
-                raw[stat.id] = np.array([v if isinstance(v, int) else round(v) for v in col], dtype=object)
+                col = [r[idx[0]] for r in qvals]
+                if not _INT.issuperset(map(type, col)):  # (the engine's counts are ints: _num keeps those as they are)
+                    col = [v if isinstance(v, int) else round(v) for v in map(_num, col)]
+                raw[stat.id] = _object_array(col)
                 continue
             # an exact fixed-point sum (rewrite._fixed) and its count, kept exact: the noise pass rounds only the
             # groups it releases (add_noise.clamp_raw), so one person's unreleased groups cost O(1) each (s8 A1)
@@ -968,13 +1002,13 @@ class Env:
     def shape(
         self, p: QueryPlan, post: PostProcess, raw: pipeline.RawResult, noisy: dict[int, np.ndarray], withheld: int = 0
     ) -> tuple[Answer, LoggedStatistics]:
-        n = len(raw.groups)
-        keep = np.ones(n, dtype=bool)
         if p.partition_stat is not None and p.partition_threshold is not None:
-            keep = np.asarray(noisy[p.partition_stat] >= p.partition_threshold, dtype=bool)
-        idx = np.flatnonzero(keep)
-        kept = [raw.groups[i] for i in idx]
-        noisy_kept = {sid: v[idx] for sid, v in noisy.items()}
+            idx = np.flatnonzero(np.asarray(noisy[p.partition_stat] >= p.partition_threshold, dtype=bool))
+            kept = [raw.groups[i] for i in idx]
+            noisy_kept = {sid: v[idx] for sid, v in noisy.items()}
+        else:  # every group is released
+            kept = list(raw.groups)
+            noisy_kept = dict(noisy)
         values, cis = finalize_aggregates(p, noisy_kept, len(kept), self.alpha())
         key_types, agg_types = self.frame_types(p, raw.key_types)
         if post.direct is not None:
@@ -1041,8 +1075,9 @@ class Env:
             reservation,
             answer={
                 "columns": [[c.name, c.sql_type] for c in answer.columns],
-                "rows": [_json_row(r) for r in answer.rows],  # the answer cache's copy
-                "ci95": [list(r) for r in answer.ci95],
+                # the answer cache's copy; rows and intervals as tuples, which the ledger writes as JSON lists
+                "rows": _json_rows(answer.rows),
+                "ci95": answer.ci95,
                 "withheld_groups": answer.withheld_groups,
                 "epsilon": str(p.cost),
                 "delta": str(p.delta),

@@ -48,6 +48,7 @@ Cost(epsilon=Fraction(1, 2), delta=Fraction(1, 10000000))
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import secrets
 import sqlite3
@@ -267,6 +268,38 @@ def _moved_away(moved_to: str) -> LedgerMismatch:
         f"this ledger was moved to {moved_to!r} (`veil move-ledger`): nothing is charged or written to it any more",
         hint=f"Point [ledger] path at {moved_to!r}",
     )
+
+
+_ROWS = (list, tuple)
+_ROW_TYPES = frozenset(_ROWS)
+_TUPLES = frozenset({tuple})
+#: A remembered group list's bounds: at most :data:`_GROUPS_KEPT` lists per ledger handle (one session's), each of up
+#: to :data:`_GROUPS_MEMO` groups and :data:`_GROUPS_CHARS` characters of JSON.
+_GROUPS_KEPT, _GROUPS_MEMO, _GROUPS_CHARS = 64, 1024, 65536
+
+
+def _rows_json(rows: Sequence[Sequence[Any]], memo: dict[tuple[Any, ...], str] | None = None) -> str:
+    """``dumps([list(r) for r in rows])``: the same text, without copying rows that are lists or tuples already (JSON
+    writes a tuple as a list); with ``memo``, remembered there for a recurring tuple of tuples of texts and integers
+    (a public domain's groups recur in every answer of its query)."""
+    if memo is not None and type(rows) is tuple and len(rows) <= _GROUPS_MEMO and _TUPLES.issuperset(map(type, rows)):
+        cells = set(map(type, itertools.chain.from_iterable(rows)))
+        if _KEY_CELLS.issuperset(cells):  # hashable, and equal only when they are written alike (no float, no bool)
+            text = memo.get(rows)
+            if text is None:
+                text = dumps(rows)
+                if len(text) <= _GROUPS_CHARS:
+                    if len(memo) >= _GROUPS_KEPT:
+                        memo.clear()
+                    memo[rows] = text
+            return text
+    if type(rows) in _ROWS and _ROW_TYPES.issuperset(map(type, rows)):
+        return dumps(rows)
+    return dumps([list(r) for r in rows])
+
+
+#: Cells whose equal values have one JSON text (``1 == 1.0 == True`` are written ``1``, ``1.0`` and ``true``).
+_KEY_CELLS = frozenset({str, int, type(None)})
 
 
 def _new_id(prefix: str) -> str:
@@ -505,6 +538,8 @@ class Ledger:
         self._lock = threading.RLock()
         self._synchronous = ""  # the connection's PRAGMA synchronous, set per transaction (see _transaction)
         self._syncs: list[Future[None]] = []  # reservations' and release rows' fsyncs still running (close waits)
+        #: this handle's recent group lists and their JSON (:func:`_rows_json`; used under ``_lock``)
+        self._groups_text: dict[tuple[Any, ...], str] = {}
         self._guarded = False
         try:
             self._db = connect_sqlite(self.path, check_same_thread=False)
@@ -897,7 +932,7 @@ class Ledger:
             if statistics:
                 self._insert_statistics(db, rel_id, statistics)
             if vectors:
-                self._insert_vectors(db, rel_id, vectors, groups)
+                self._insert_vectors(db, rel_id, vectors, groups, self._groups_text)
         with self._lock:
             self._syncs = [f for f in self._syncs if not f.done()]
             self._syncs.append(wal_sync.start(self._file, defer=True))  # (nothing waits for it; close() does)
@@ -957,12 +992,16 @@ class Ledger:
 
     @staticmethod
     def _insert_vectors(
-        db: sqlite3.Connection, rel_id: str, vectors: Sequence[ReleasedVector], groups: Sequence[Sequence[Any]]
+        db: sqlite3.Connection,
+        rel_id: str,
+        vectors: Sequence[ReleasedVector],
+        groups: Sequence[Sequence[Any]],
+        memo: dict[tuple[Any, ...], str] | None = None,
     ) -> None:
         for v in vectors:
             if len(v.values) != len(groups):
                 raise InternalError(f"{len(v.values)} values of {v.name!r} for {len(groups)} groups")
-        db.execute("INSERT INTO release_groups(release_id, groups) VALUES (?, ?)", (rel_id, dumps([list(g) for g in groups])))
+        db.execute("INSERT INTO release_groups(release_id, groups) VALUES (?, ?)", (rel_id, _rows_json(groups, memo)))
         db.executemany(
             "INSERT INTO statistic_vectors(release_id, idx, name, mechanism, epsilon, sensitivity, scale, ci95, vals) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -976,7 +1015,7 @@ class Ledger:
                     float(v.sensitivity),
                     float(v.scale),
                     None if v.ci95 is None else float(v.ci95),
-                    dumps(list(v.values)),
+                    dumps(v.values if type(v.values) in _ROWS else list(v.values)),
                 )
                 for i, v in enumerate(vectors)
             ],

@@ -113,7 +113,10 @@ def _plain(obj: Any) -> bool:
         if t in scalars:
             continue
         if t is list or t is tuple:
-            todo.extend(item)
+            # a row of plain cells (the common container) is checked in one call; only what is not a plain scalar
+            # is looked into
+            if not scalars.issuperset(map(type, item)):
+                todo.extend([v for v in item if type(v) not in scalars])
         elif t is dict:
             if any(type(k) is not str for k in item):
                 return False
@@ -123,13 +126,18 @@ def _plain(obj: Any) -> bool:
     return True
 
 
+#: ``json.dumps(obj, sort_keys=True, allow_nan=True)`` without building an encoder per call (the same text).
+_ENCODE = json.JSONEncoder(sort_keys=True, allow_nan=True).encode
+
+
 def dumps(obj: Any) -> str:
-    """JSON text for the ledger (sorted keys; numpy/pandas/Fraction values converted; NaN kept)."""
+    """JSON text for the ledger (sorted keys; numpy/pandas/Fraction values converted; NaN kept). A tuple is written
+    as a list."""
     t = type(obj)
     if t is int or (t is float and math.isfinite(obj)):
         return repr(obj)  # what json.dumps writes for an int or a finite float (the common released value)
     if t is dict and not obj:
         return "{}"  # a query release's params and metrics
     if _plain(obj):
-        return json.dumps(obj, sort_keys=True, allow_nan=True)
-    return json.dumps(to_jsonable(obj, nan_as_null=False), sort_keys=True, allow_nan=True)
+        return _ENCODE(obj)
+    return _ENCODE(to_jsonable(obj, nan_as_null=False))
