@@ -200,12 +200,6 @@ def _outsider_record(peer: str) -> Any:
     return record
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review s23 Y4: the outsiders' limit is per network only, with 4096 buckets: a client holding an IPv6 /48 "
-    "(65,536 /64 networks; many hosts hand one out) keeps 4096 of them at one line per 6 s each, ~683 lines/s "
-    "(~250-byte lines: ~15 GB a day) — no server-wide bound on lines nobody logged in to cause",
-)
 def test_review_s23_y4_outsider_lines_have_a_server_wide_bound() -> None:
     """4096 /64 networks of one /48, each causing one pre-login line every 6 s for a minute (simulated clock): the
     lines logged must stay under a server-wide bound (here a generous 20 lines/s: ~400 MB a day)."""
@@ -221,12 +215,6 @@ def test_review_s23_y4_outsider_lines_have_a_server_wide_bound() -> None:
     assert logged / 60 <= 20, f"{logged / 60:.0f} outsider lines per second logged"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review s23 Y5: once 4096 networks are tracked, every outsider line from a network not tracked scans all "
-    "buckets (_forget_full) under the lock, on the event loop: measured ~0.8 ms a line vs ~0.09 ms, so an outsider "
-    "rotating through >4096 /64s makes each pre-login line ~10x dearer for the server",
-)
 def test_review_s23_y5_a_new_networks_line_does_not_scan_every_bucket() -> None:
     """The dict of buckets full of recently used networks; 1000 lines from 1000 networks not tracked: the scans of the
     whole dict must be amortised (at most a few), not one per line."""
@@ -286,12 +274,6 @@ class _FakeProcess:
         pass
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review s23 Y6: a worker that served and exited is started again from the parent's loop, but a failure of "
-    "that start (spawn's fork/exec at ENOMEM or EAGAIN — what an analyst who ran a worker out of memory leaves) "
-    "propagates out of serve_processes and stops the server for everyone: it should be logged and retried with back-off",
-)
 def test_review_s23_y6_a_failed_restart_does_not_stop_the_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
     import multiprocessing
@@ -324,12 +306,6 @@ def test_review_s23_y6_a_failed_restart_does_not_stop_the_server(tmp_path: Path,
     assert len(starts) >= 4  # the failed start was retried
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review s23 Y7: a bucket that dropped a line is never forgotten until its network logs again, so 4096 "
-    "networks that each overflow once and go quiet pin the table for good: an hour later every new network still shares "
-    "the one overflow bucket (the operator loses their failed-login lines; the drop counts are told to other networks)",
-)
 def test_review_s23_y7_networks_that_went_quiet_do_not_pin_the_buckets() -> None:
     """4096 networks each cause BURST + 1 lines at once (one dropped) and never come back; an hour later two new
     networks each cause BURST lines: each has a bucket of its own again, so all 2 · BURST lines are logged."""

@@ -82,3 +82,19 @@ def test_a_flood_of_networks_shares_one_bucket() -> None:
         f.filter(_record("x", peer=f"10.{i >> 16 & 255}.{i >> 8 & 255}.{i & 255}")) for i in range(logtext.MAX_NETWORKS + 500)
     )
     assert passed <= logtext.MAX_NETWORKS + BURST
+
+
+def test_the_server_wide_bucket_bounds_many_networks_and_forgotten_drops_are_told() -> None:
+    """Review s23 Y4/Y7: outsiders holding many networks share one server-wide bucket (GLOBAL_BURST, then
+    GLOBAL_RATE a second); a network forgotten (least recently used) has its dropped lines told with a later line."""
+    from veil.server import logtext
+
+    clock = _Clock()
+    f = ClipClientText(clock=clock)
+    passed = sum(f.filter(_record("x", peer=f"2001:db8:0:{i:x}::1")) for i in range(3 * logtext.MAX_NETWORKS))
+    assert passed == logtext.GLOBAL_BURST
+    clock.now += 10.0
+    records = [_record("x", peer=f"2001:db8:1:{i:x}::1") for i in range(1000)]
+    logged = [r for r in records if f.filter(r)]
+    assert len(logged) == int(10.0 * logtext.GLOBAL_RATE)
+    assert "lines from other networks not logged]" in logged[0].getMessage()

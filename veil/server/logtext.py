@@ -12,9 +12,11 @@ for every line of the ``veil.server`` logger (not per call site):
 - a line logged with ``extra=outsider(peer)`` (what a client can cause before its login completes: refused or timed
   out startups, abandoned or failed logins, evictions) passes a token bucket of its client network (an IPv4 address,
   an IPv6 /64, :func:`~veil.server.limits.client_network`): :data:`BURST` lines at once, then one per
-  :data:`REFILL_S` seconds; lines dropped are counted and the next line of that network says how many. Networks are
-  forgotten when their bucket is full again, at most :data:`MAX_NETWORKS` are kept (a flood of networks shares one
-  bucket past that).
+  :data:`REFILL_S` seconds, and a server-wide bucket (:data:`GLOBAL_BURST`, then :data:`GLOBAL_RATE` a second: a
+  client holding many networks does not multiply the rate); lines dropped are counted and the next line of that
+  network says how many. At most :data:`MAX_NETWORKS` buckets are kept, the least recently used forgotten first (and
+  every bucket full again, swept once per MAX_NETWORKS new networks); a forgotten network's dropped lines are told
+  with the next line logged.
 """
 
 from __future__ import annotations
@@ -22,11 +24,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 from veil.server.limits import client_network
 
-__all__ = ["BURST", "MAX_ARG_CHARS", "REFILL_S", "ClipClientText", "clip", "install", "outsider", "server_logger"]
+__all__ = [
+    "BURST",
+    "GLOBAL_BURST",
+    "GLOBAL_RATE",
+    "MAX_ARG_CHARS",
+    "REFILL_S",
+    "ClipClientText",
+    "clip",
+    "install",
+    "outsider",
+    "server_logger",
+]
 
 #: Characters of one log argument kept (PostgreSQL's names are at most 63 bytes; error messages a few hundred).
 MAX_ARG_CHARS = 200
@@ -35,10 +49,14 @@ MAX_ARG_CHARS = 200
 BURST = 20
 REFILL_S = 6.0
 
-#: Client networks whose buckets are kept; past that, newcomers share one bucket.
-MAX_NETWORKS = 4096
+#: Lines all outsiders together may cause, at once, then GLOBAL_RATE a second (review s23 Y4: a client holding many
+#: networks, an IPv6 /48 say, multiplied the per-network rate): at most ~170,000 lines (~45 MB) a day.
+GLOBAL_BURST = 100
+GLOBAL_RATE = 2.0
 
-_OVERFLOW = "(other networks)"
+#: Client networks whose buckets are kept, least recently used forgotten first (their unlogged lines are told with
+#: the next line logged).
+MAX_NETWORKS = 4096
 
 
 def clip(text: str, limit: int = MAX_ARG_CHARS) -> str:
@@ -61,46 +79,63 @@ class ClipClientText(logging.Filter):
         super().__init__()
         self._burst, self._refill, self._clock = burst, refill_s, clock
         self._lock = threading.Lock()
-        self._buckets: dict[str, tuple[float, float, int]] = {}  # network -> (tokens, at, lines dropped)
+        # network -> [tokens, when they were counted, lines dropped since its last logged one]; least recently used first
+        self._buckets: OrderedDict[str, list[float]] = OrderedDict()
+        self._global = [float(GLOBAL_BURST), clock()]
+        self._forgotten = 0  # lines dropped by networks forgotten since: told with the next line logged
+        self._new = 0  # networks added since the last sweep
 
     def filter(self, record: logging.LogRecord) -> bool:
         network = getattr(record, "veil_outsider", None)
         if isinstance(network, str):
-            dropped = self._take(network)
-            if dropped is None:
+            taken = self._take(network)
+            if taken is None:
                 return False
+            dropped, forgotten = taken
             if dropped:
                 record.msg = f"{record.msg} [{dropped} earlier lines from this network not logged]"
+            if forgotten:
+                record.msg = f"{record.msg} [{forgotten} lines from other networks not logged]"
         if isinstance(record.args, tuple):
             record.args = tuple(clip(a) if isinstance(a, str) else a for a in record.args)
         elif isinstance(record.args, dict):
             record.args = {k: clip(v) if isinstance(v, str) else v for k, v in record.args.items()}
         return True
 
-    def _take(self, network: str) -> int | None:
-        """A token of ``network``'s bucket: the lines it dropped before (then 0), or None when it has none."""
+    def _take(self, network: str) -> tuple[int, int] | None:
+        """A token of ``network``'s bucket and of the server-wide one: (lines this network dropped before, lines
+        forgotten networks dropped), both then reset; or None when either bucket is empty (the line is dropped)."""
         now = self._clock()
         with self._lock:
-            if network not in self._buckets and len(self._buckets) >= MAX_NETWORKS:
-                self._forget_full(now)
-                if len(self._buckets) >= MAX_NETWORKS:
-                    network = _OVERFLOW
-            tokens, at, dropped = self._buckets.get(network, (float(self._burst), now, 0))
-            tokens = min(float(self._burst), tokens + (now - at) / self._refill)
-            if tokens < 1.0:
-                self._buckets[network] = (tokens, now, dropped + 1)
+            bucket = self._buckets.get(network)
+            if bucket is None:
+                self._new += 1
+                if self._new >= MAX_NETWORKS:  # amortised: one sweep per MAX_NETWORKS new networks (review s23 Y5)
+                    self._new = 0
+                    self._forget_full(now)
+                while len(self._buckets) >= MAX_NETWORKS:  # least recently used first (review s23 Y7)
+                    _, old = self._buckets.popitem(last=False)
+                    self._forgotten += int(old[2])
+                bucket = self._buckets[network] = [float(self._burst), now, 0]
+            else:
+                self._buckets.move_to_end(network)
+            tokens = min(float(self._burst), bucket[0] + (now - bucket[1]) / self._refill)
+            spare = min(float(GLOBAL_BURST), self._global[0] + (now - self._global[1]) * GLOBAL_RATE)
+            bucket[1] = self._global[1] = now
+            if tokens < 1.0 or spare < 1.0:
+                bucket[0], self._global[0] = tokens, spare
+                bucket[2] += 1
                 return None
-            self._buckets[network] = (tokens - 1.0, now, 0)
-            return dropped
+            bucket[0], self._global[0] = tokens - 1.0, spare - 1.0
+            dropped, forgotten = int(bucket[2]), self._forgotten
+            bucket[2], self._forgotten = 0, 0
+            return dropped, forgotten
 
     def _forget_full(self, now: float) -> None:
-        full = [
-            n
-            for n, (tokens, at, dropped) in self._buckets.items()
-            if not dropped and tokens + (now - at) / self._refill >= self._burst
-        ]
+        """Forget the networks whose buckets are full again (their dropped lines, if any, told with the next line)."""
+        full = [n for n, (tokens, at, _) in self._buckets.items() if tokens + (now - at) / self._refill >= self._burst]
         for n in full:
-            del self._buckets[n]
+            self._forgotten += int(self._buckets.pop(n)[2])
 
 
 _INSTALLED = threading.Lock()

@@ -305,7 +305,13 @@ def serve_processes(
                 if i in pending:
                     if now >= pending[i]:
                         del pending[i]
-                        workers[i] = start(i)
+                        try:
+                            workers[i] = start(i)
+                        except OSError as exc:  # spawn's fork/exec (ENOMEM, EAGAIN): try again later (review s23 Y6)
+                            delay = restart_delay(exits[True], now, served=True) or RESTART_BACKOFF_S
+                            exits[True].append(now)
+                            logger.error("starting worker process %d again failed (%s); trying again in %g s", i, exc, delay)
+                            pending[i] = now + delay
                     continue
                 if w.is_alive():
                     continue
