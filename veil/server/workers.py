@@ -308,10 +308,10 @@ def serve_processes(
                         try:
                             workers[i] = start(i)
                         except OSError as exc:  # spawn's fork/exec (ENOMEM, EAGAIN): try again later (review s23 Y6)
-                            delay = restart_delay(exits[True], now, served=True) or RESTART_BACKOFF_S
+                            retry = restart_delay(exits[True], now, served=True) or RESTART_BACKOFF_S
                             exits[True].append(now)
-                            logger.error("starting worker process %d again failed (%s); trying again in %g s", i, exc, delay)
-                            pending[i] = now + delay
+                            logger.error("starting worker process %d again failed (%s); trying again in %g s", i, exc, retry)
+                            pending[i] = now + retry
                     continue
                 if w.is_alive():
                     continue
