@@ -521,7 +521,7 @@ def main() -> None:
             "process answers at most about one core's worth of queries however many clients wait, in-process "
             "and through the wire alike (p50 ≫ single-query latency: clients queue). The wire adds little per "
             "query: a trivial statement costs the server "
-            f"{statistics.median(x[('wire', 'trivial')]['server_cpu'] for x in rounds):.2f} ms of CPU "
+            f"{statistics.median(x[(setups[1], 'trivial')]['server_cpu'] for x in rounds):.2f} ms of CPU "
             "(Describe is planned once per prepared statement; replies go out in one write per round trip), and "
             "under 20 aggregate clients the event loop holds the GIL a few % of the time (py-spy). `--processes 2` "
             "runs two such interpreters, so answers can use both cores. 300 answers/s on 2 cores needs at most "
