@@ -215,9 +215,9 @@ def _forget_bindings() -> None:
 
 
 def test_a_spark_connect_warehouse_is_bound_to_its_ledger(tmp_path: Path, connect_url: str) -> None:
-    """On a Spark Connect server (the binding and mark are tables of the policy's database there): the first write binds
-    the database; a fresh ledger is refused; a backup taken before a publication's record, restored after a table write
-    marked it, is refused as stale."""
+    """On a Spark Connect server (the binding is a view, the mark a table of the policy's database there): the first
+    write binds the database; a fresh ledger is refused; a backup taken before a publication's record, restored after a
+    table write marked it, is refused as stale."""
     import uuid
 
     from tests.engines.conftest import connect_engine

@@ -397,10 +397,12 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
 # ledger's identity; ``_veil_ledger_mark``: the high-water mark of its history). Spark has no transaction spanning two
 # writes, so both are written so that no crash can leave a wrong record, only a missing or a lagging one:
 #
-# * the binding is written once, first writer wins: in local mode one Parquet file written aside (a hidden name, synced)
-#   and linked into place with ``os.link`` (fails if a binding is there: two processes binding two ledgers at once
-#   cannot both win); on Spark Connect one row appended to a table, and the binding is the earliest row (by its time,
-#   then its id), so every reader agrees on the winner and the loser is refused;
+# * the binding is written once, the winner decided by one atomic step: in local mode one Parquet file written aside
+#   (a hidden name, synced) and linked into place with ``os.link`` (fails if a binding is there: two processes binding
+#   two ledgers at once cannot both win; without hard links, created in place with ``O_EXCL``, readers waiting out a
+#   file not yet whole); on Spark Connect a view created once (``CREATE VIEW`` without ``IF NOT EXISTS``) whose one
+#   row is the binding, so every reader agrees on the winner and the loser is refused (never a writer's clock: review
+#   s23 Y3); a table of rows an earlier Veil appended is still read, by its earliest row;
 # * the mark is append-only: each raise adds one row (local: one Parquet file, written aside and renamed into place;
 #   Connect: one ``INSERT``), and the mark is the later of each part over every row (``HistoryMark.merged``), so it
 #   never moves back whatever the order of two writers, and a crash leaves the rows written before it. Local mode
