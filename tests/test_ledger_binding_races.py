@@ -228,3 +228,18 @@ def test_any_other_filesystem_failure_is_a_typed_error_naming_the_path(
     with pytest.raises(PolicyError, match="cannot write the ledger's record") as info:
         spark.write_binding(policy, _row(2, "2026-11-28T09:00:00+00:00"))
     assert str(_binding_file(tmp_path)) in str(info.value) and info.value.sqlstate == "F0000"
+
+
+def test_a_record_this_user_cannot_read_is_a_typed_error_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+    policy = _local(tmp_path)
+    spark.write_binding(policy, _row(2, "2026-11-28T09:00:00+00:00"))
+
+    def denied(path: Any, **_: Any) -> None:
+        raise PermissionError(errno.EACCES, "Permission denied", str(path))
+
+    monkeypatch.setattr(pq, "read_table", denied)
+    with pytest.raises(PolicyError, match="cannot read the ledger's record") as info:
+        spark.read_binding(policy)
+    assert str(_binding_file(tmp_path)) in str(info.value)

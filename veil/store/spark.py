@@ -476,8 +476,10 @@ def _parquet_rows(directory: Path, columns: Sequence[str]) -> list[tuple[Any, ..
                 try:
                     table = pq.read_table(f, columns=list(columns))
                 except (pa.ArrowInvalid, OSError) as exc:
-                    if isinstance(exc, FileNotFoundError | PermissionError):
+                    if isinstance(exc, FileNotFoundError):
                         raise
+                    if isinstance(exc, PermissionError):
+                        raise _unreadable(f, exc) from None
                     if time.monotonic() < deadline:
                         raise _Partial() from None
                     raise _unreadable(f) from None
@@ -501,9 +503,14 @@ class _Partial(Exception):
 PARTIAL_WAIT_S = 2.0
 
 
-def _unreadable(f: Path) -> Exception:
+def _unreadable(f: Path, denied: PermissionError | None = None) -> Exception:
     from veil.errors import PolicyError
 
+    if denied is not None:
+        return PolicyError(
+            f"cannot read the ledger's record {str(f)!r} in the Spark warehouse: {denied.strerror or denied}",
+            hint="Let this user read the warehouse directory's files, then retry",
+        )
     return PolicyError(
         f"the ledger's record {str(f)!r} in the Spark warehouse is not a whole Parquet file: a Veil process stopped "
         "while writing it, or it was damaged",
@@ -513,9 +520,7 @@ def _unreadable(f: Path) -> Exception:
 
 
 #: ``errno`` values of a directory fsync that a filesystem refuses as unsupported (ignored, as SQLite does).
-_NO_DIR_SYNC = frozenset(
-    e for e in (errno.EINVAL, errno.EPERM, errno.EACCES, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EISDIR, errno.EBADF)
-)
+_NO_DIR_SYNC = frozenset((errno.EINVAL, errno.EPERM, errno.EACCES, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EISDIR, errno.EBADF))
 
 
 def _sync_dir(directory: Path) -> None:
