@@ -1,7 +1,8 @@
 """Review s23: witnesses of the problems found in the changes since 86cada2 (Spark ledger binding, refusals without
 shared figures, clipped and rate-limited server log lines, random backend PIDs, worker restarts with back-off).
 
-Each test is marked ``xfail(strict=True)``: it fails on the code as reviewed and passes once the problem is fixed.
+Each test was marked ``xfail(strict=True)``: it fails on the code as reviewed and passes once the problem is fixed
+(the marker removed with the fix; Y2 and Y3: branch sparkfix23).
 """
 
 from __future__ import annotations
@@ -86,12 +87,6 @@ def _forget_bindings() -> None:
         binding._BOUND.clear()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review s23 Y2: the local Spark binding is placed with os.link only; on a warehouse filesystem without hard "
-    "links (FAT/exFAT, many FUSE mounts of object stores, some SMB/NFS) every entry point fails with a raw "
-    "PermissionError/OSError instead of binding (an O_EXCL create, or a rename-no-replace, would do) or a typed error",
-)
 def test_review_s23_y2_a_spark_warehouse_without_hard_links_is_bound(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
@@ -116,9 +111,11 @@ def test_review_s23_y2_a_spark_warehouse_without_hard_links_is_bound(tmp_path: P
 
 
 class _FakeConnect:
-    """A Spark Connect session as ``veil.store.spark`` uses it for the binding: tables of rows, ``CREATE TABLE IF NOT
-    EXISTS``, ``INSERT INTO … VALUES (…)`` and ``SELECT cols FROM …``. ``before_insert`` runs once, just before the
-    first INSERT lands (another process's whole binding, between this one's read and its write)."""
+    """A Spark Connect session as ``veil.store.spark`` uses it for the binding: tables and views of rows, ``CREATE TABLE
+    IF NOT EXISTS``, ``CREATE VIEW … AS SELECT 'literal' AS col, …`` (a name is created once: a second ``CREATE VIEW``
+    fails, as the catalog's TABLE_OR_VIEW_ALREADY_EXISTS), ``INSERT INTO … VALUES (…)`` and ``SELECT cols FROM …``.
+    ``before_insert`` runs once, just before the first write that adds rows lands (an INSERT or a CREATE VIEW: another
+    process's whole binding, between this one's read and its write)."""
 
     def __init__(self) -> None:
         self.tables: dict[str, list[dict[str, Any]]] = {}
@@ -134,6 +131,11 @@ class _FakeConnect:
 
         self.catalog = Catalog()
 
+    def _hook(self) -> None:
+        hook, self.before_insert = self.before_insert, None
+        if hook is not None:
+            hook()
+
     def sql(self, q: str) -> Any:
         import ast
         import re
@@ -143,26 +145,25 @@ class _FakeConnect:
             cols = [c.split()[0] for c in q[q.index("(") + 1 : q.rindex(")")].split(",")]
             self.tables.setdefault(name, [])
             self.__dict__.setdefault("columns", {})[name] = cols
+        elif q.startswith("CREATE VIEW"):
+            self._hook()
+            if name in self.tables:
+                raise RuntimeError(f"[TABLE_OR_VIEW_ALREADY_EXISTS] Cannot create table or view {name}")
+            pairs = re.findall(r"('(?:[^'\\]|\\.)*'|-?\d+) AS (\w+)", q[q.index(" AS SELECT ") + 11 :])
+            self.tables[name] = [{col: ast.literal_eval(lit) for lit, col in pairs}]
         elif q.startswith("INSERT INTO"):
-            hook, self.before_insert = self.before_insert, None
-            if hook is not None:
-                hook()
+            self._hook()
             values = ast.literal_eval("(" + q[q.index("VALUES (") + 8 : q.rindex(")")] + ",)")
             self.tables[name].append(dict(zip(self.__dict__["columns"][name], values, strict=True)))
         elif q.startswith("SELECT"):
             cols = [c.strip() for c in q[len("SELECT") : q.index(" FROM ")].split(",")]
             rows = [tuple(r[c] for c in cols) for r in self.tables.get(name, [])]
             return type("Rows", (), {"collect": lambda _self: rows})()
+        else:
+            raise RuntimeError(f"the fake does not model {q[:40]!r}")
         return None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review s23 Y3: on Spark Connect the binding is 'the earliest row by its bound_at (the writer's clock, to "
-    "the second), then its id', so a binder whose read found no binding and whose INSERT lands after another binder "
-    "read its own row back as the winner displaces it: both processes go on, each sure it won, with two ledgers "
-    "(two budgets) on one database",
-)
 def test_review_s23_y3_two_connect_binders_agree_on_the_winner(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from veil.store import spark
 

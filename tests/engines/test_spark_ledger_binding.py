@@ -8,7 +8,8 @@ entry point refuses (``LedgerMismatch``, SQLSTATE F0000, a hint) a missing, fres
 read, charged or written; ``veil move-ledger`` still moves it; an unbound Spark warehouse that shows Veil's history
 is not bound to an empty ledger. One module-scoped world on the run's local Spark (``local[2]``, a database of its own,
 so switching warehouses costs the other Spark tests nothing): its refusals run no Spark statement; the world costs a
-table write, a publication, a query and a second write. One Spark Connect test writes a table and checks the refusals.
+table write, a publication, a query and a second write. One Spark Connect test writes a table and checks the refusals;
+another races two binders on the catalog's view (review s23 Y3: the second creator is refused, reads the first's).
 Two tests run no Spark statement: the local mark's append-only files (hypothesis: any order of writes, folding), and a
 crash at a publication's mark (rolled forward by the recovery). Deterministic: no false failures.
 """
@@ -215,9 +216,9 @@ def _forget_bindings() -> None:
 
 
 def test_a_spark_connect_warehouse_is_bound_to_its_ledger(tmp_path: Path, connect_url: str) -> None:
-    """On a Spark Connect server (the binding and mark are tables of the policy's database there): the first write binds
-    the database; a fresh ledger is refused; a backup taken before a publication's record, restored after a table write
-    marked it, is refused as stale."""
+    """On a Spark Connect server (the binding is a view, the mark a table of the policy's database there): the first
+    write binds the database; a fresh ledger is refused; a backup taken before a publication's record, restored after a
+    table write marked it, is refused as stale."""
     import uuid
 
     from tests.engines.conftest import connect_engine
@@ -242,6 +243,35 @@ def test_a_spark_connect_warehouse_is_bound_to_its_ledger(tmp_path: Path, connec
     _write_policy(tmp_path, "backup.sqlite", engine)
     with pytest.raises(LedgerMismatch, match="stale"):
         ENTRIES["budget"](path)
+
+
+def test_racing_spark_connect_binders_agree_on_the_view_the_catalog_created_first(
+    tmp_path: Path, connect_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review s23 Y3 on a real Connect server: binder B read no binding, then A created the binding's view; B's own
+    ``CREATE VIEW`` is refused by the catalog and B reads A's binding back, though B's clock is the earlier. One row."""
+    import uuid
+
+    from tests.engines.conftest import connect_engine
+    from veil.policy import load_policy
+    from veil.store import spark
+
+    engine = connect_engine(connect_url, f"veil_race_{uuid.uuid4().hex[:8]}").removeprefix("\n")
+    policy = load_policy(_write_policy(tmp_path, "ledger.sqlite", engine))
+    won_a = spark.write_binding(policy, ("a" * 32, "2026-11-28T16:00:01+00:00", "/a/ledger.sqlite"))
+    real, reads = spark.read_binding, []
+
+    def missed(p: object) -> str | None:  # B's first read ran before A's view existed
+        reads.append(p)
+        return None if len(reads) == 1 else real(p)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(spark, "read_binding", missed)
+    won_b = spark.write_binding(policy, ("b" * 32, "2026-11-28T16:00:00+00:00", "/b/ledger.sqlite"))
+    monkeypatch.undo()
+    assert won_a == won_b == "a" * 32
+    spec = spark.spec_of(policy)
+    rows = spark.spark_session(spec).sql(f"SELECT ledger_id FROM {spark._full(spec, '_veil_ledger_binding')}").collect()
+    assert [r[0] for r in rows] == ["a" * 32]
 
 
 #: Marks as a ledger makes them: each part a record's commit order and its id (none: order 0, no id).

@@ -32,8 +32,9 @@ would be orphaned (refused).
 
 A Spark warehouse (``[engine] kind = "spark"``) is bound the same way: :mod:`veil.store.warehouse` sends the binding's
 and the mark's reads and writes to :mod:`veil.store.spark`, which keeps them in the Spark database Veil writes to
-(local mode: Parquet files of the warehouse, read with pyarrow; Spark Connect: tables, read with Spark SQL). Spark has
-no transaction spanning two writes: the binding is written once (first writer wins), before anything else, and the
+(local mode: Parquet files of the warehouse, read with pyarrow; Spark Connect: a view and a table, read with Spark
+SQL). Spark has no transaction spanning two writes: the binding is written once (first creator wins: an exclusive
+file, or a view created once), before anything else, and the
 mark is append-only (the later of each part over its rows), so a crash leaves either missing or lagging, never wrong
 (docs/ledger.md, "On Spark").
 """

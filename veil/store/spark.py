@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import errno
 import logging
 import os
 import shutil
@@ -396,10 +397,12 @@ def write_table(policy: Policy, table: str, df: pd.DataFrame, *, replace: bool =
 # ledger's identity; ``_veil_ledger_mark``: the high-water mark of its history). Spark has no transaction spanning two
 # writes, so both are written so that no crash can leave a wrong record, only a missing or a lagging one:
 #
-# * the binding is written once, first writer wins: in local mode one Parquet file written aside (a hidden name, synced)
-#   and linked into place with ``os.link`` (fails if a binding is there: two processes binding two ledgers at once
-#   cannot both win); on Spark Connect one row appended to a table, and the binding is the earliest row (by its time,
-#   then its id), so every reader agrees on the winner and the loser is refused;
+# * the binding is written once, the winner decided by one atomic step: in local mode one Parquet file written aside
+#   (a hidden name, synced) and linked into place with ``os.link`` (fails if a binding is there: two processes binding
+#   two ledgers at once cannot both win; without hard links, created in place with ``O_EXCL``, readers waiting out a
+#   file not yet whole); on Spark Connect a view created once (``CREATE VIEW`` without ``IF NOT EXISTS``) whose one
+#   row is the binding, so every reader agrees on the winner and the loser is refused (never a writer's clock: review
+#   s23 Y3); a table of rows an earlier Veil appended is still read, by its earliest row;
 # * the mark is append-only: each raise adds one row (local: one Parquet file, written aside and renamed into place;
 #   Connect: one ``INSERT``), and the mark is the later of each part over every row (``HistoryMark.merged``), so it
 #   never moves back whatever the order of two writers, and a crash leaves the rows written before it. Local mode
@@ -445,17 +448,24 @@ def _internal(name: str) -> str:
 
 
 def _winner(rows: Sequence[tuple[Any, ...]]) -> str | None:
-    """The binding among ``(ledger_id, bound_at)`` rows: the earliest (by time, then id); None without rows."""
+    """The binding among ``(ledger_id, bound_at)`` rows; None without rows. A binding written now has one row; the
+    earliest (by time, then id) is kept only to read a table an earlier Veil appended several rows to (review s23 Y3:
+    no new binding is decided by a writer's clock)."""
     found = sorted((str(at), str(lid)) for lid, at in rows if lid is not None)
     return found[0][1] if found else None
 
 
 def _parquet_rows(directory: Path, columns: Sequence[str]) -> list[tuple[Any, ...]] | None:
     """The rows of every visible Parquet file of ``directory`` (None: no directory). A file removed while it is read
-    (the mark's files folded by another process) restarts the read: the file that replaced it holds its rows."""
+    (the mark's files folded by another process) restarts the read: the file that replaced it holds its rows. A file
+    that is not a whole Parquet file yet (written in place by :func:`_create_exclusive` on a filesystem without hard
+    links) is being written: read again for up to :data:`PARTIAL_WAIT_S` seconds, then a typed error naming it."""
+    import pyarrow as pa
     import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
-    for _ in range(20):
+    deadline = time.monotonic() + PARTIAL_WAIT_S
+    removed = 0
+    while True:
         if not directory.is_dir():
             return None
         rows: list[tuple[Any, ...]] = []
@@ -463,43 +473,138 @@ def _parquet_rows(directory: Path, columns: Sequence[str]) -> list[tuple[Any, ..
             for f in sorted(directory.glob("*.parquet")):
                 if f.name.startswith((".", "_")):
                     continue
-                table = pq.read_table(f, columns=list(columns))
+                try:
+                    table = pq.read_table(f, columns=list(columns))
+                except (pa.ArrowInvalid, OSError) as exc:
+                    if isinstance(exc, FileNotFoundError):
+                        raise
+                    if isinstance(exc, PermissionError):
+                        raise _unreadable(f, exc) from None
+                    if time.monotonic() < deadline:
+                        raise _Partial() from None
+                    raise _unreadable(f) from None
                 rows += list(zip(*(table.column(c).to_pylist() for c in columns), strict=True))
         except FileNotFoundError:
+            removed += 1
+            if removed >= 20:
+                raise InternalError(f"the files of {str(directory)!r} kept changing while they were read") from None
+            continue
+        except _Partial:
+            time.sleep(0.02)
             continue
         return rows
-    raise InternalError(f"the files of {str(directory)!r} kept changing while they were read")
+
+
+class _Partial(Exception):
+    """A Parquet file of the binding or the mark that is not whole yet (being written in place)."""
+
+
+#: How long a reader waits for a binding or mark file that is being written in place to be whole.
+PARTIAL_WAIT_S = 2.0
+
+
+def _unreadable(f: Path, denied: PermissionError | None = None) -> Exception:
+    from veil.errors import PolicyError
+
+    if denied is not None:
+        return PolicyError(
+            f"cannot read the ledger's record {str(f)!r} in the Spark warehouse: {denied.strerror or denied}",
+            hint="Let this user read the warehouse directory's files, then retry",
+        )
+    return PolicyError(
+        f"the ledger's record {str(f)!r} in the Spark warehouse is not a whole Parquet file: a Veil process stopped "
+        "while writing it, or it was damaged",
+        hint="If no Veil process is using this warehouse now, move that file aside and retry (a binding file that "
+        "was never whole bound nothing: the next use binds the warehouse to the ledger it opens)",
+    )
+
+
+#: ``errno`` values of a directory fsync that a filesystem refuses as unsupported (ignored, as SQLite does).
+_NO_DIR_SYNC = frozenset((errno.EINVAL, errno.EPERM, errno.EACCES, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EISDIR, errno.EBADF))
+
+
+def _sync_dir(directory: Path) -> None:
+    """fsync ``directory`` (so a new name in it survives a power loss); a filesystem that refuses a directory fsync
+    (vfat, some FUSE and SMB mounts: EINVAL, EPERM…) is left as it is, as SQLite does."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError as exc:
+        if exc.errno in _NO_DIR_SYNC:
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in _NO_DIR_SYNC:
+            raise
+    finally:
+        os.close(fd)
+
+
+def _write_fd(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.fsync(fd)
+
+
+def _create_exclusive(path: Path, data: bytes) -> bool:
+    """``data`` written as the new file ``path`` (``O_CREAT | O_EXCL``: False when ``path`` exists), then synced. For
+    filesystems without hard links: the name exists before its bytes are whole, so readers treat a file that is not a
+    whole Parquet file as being written (:func:`_parquet_rows`); a crash here leaves it so (refused, named)."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    try:
+        _write_fd(fd, data)
+    finally:
+        os.close(fd)
+    return True
 
 
 def _write_parquet(path: Path, columns: dict[str, Any], *, exclusive: bool) -> bool:
     """One row written as the Parquet file ``path``: aside under a hidden name, synced, then moved into place
-    (``exclusive``: linked, False when ``path`` already exists). The directory is synced after."""
+    (``exclusive``: linked, False when ``path`` already exists; on a filesystem without hard links — ``os.link``
+    refused: vfat/exFAT, many FUSE and SMB mounts — created in place with ``O_EXCL`` instead, first writer winning
+    just the same). The directory is synced after. Any other failure of the filesystem is a typed
+    :class:`~veil.errors.PolicyError` naming the path."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
-    pq.write_table(pa.table({k: [v] for k, v in columns.items()}), tmp)
-    fd = os.open(tmp, os.O_RDONLY)
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({k: [v] for k, v in columns.items()}), sink)
+    data = bytes(sink.getvalue())
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        if exclusive:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        try:
             try:
-                os.link(tmp, path)
-            except FileExistsError:
-                return False
-        else:
-            os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+                _write_fd(fd, data)
+            finally:
+                os.close(fd)
+            if exclusive:
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    return False
+                except OSError:  # no hard links on this filesystem
+                    if not _create_exclusive(path, data):
+                        return False
+            else:
+                os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        _sync_dir(path.parent)
+    except OSError as exc:
+        from veil.errors import PolicyError
+
+        raise PolicyError(
+            f"cannot write the ledger's record {str(path)!r} in the Spark warehouse: {exc.strerror or exc}",
+            hint="Check that the warehouse directory is writable by this user and its filesystem is mounted "
+            "read-write (Veil needs to create files there exclusively), then retry",
+        ) from None
     return True
 
 
@@ -557,7 +662,14 @@ def read_binding(policy: Policy) -> str | None:
 
 
 def write_binding(policy: Policy, row: tuple[str, str, str]) -> str:
-    """Record the binding ``row`` (identity, time, ledger path) unless one is recorded; the binding now (the winner)."""
+    """Record the binding ``row`` (identity, time, ledger path) unless one is recorded; the binding now (the winner).
+
+    The winner is decided by one atomic step of the filesystem or the catalog, never by a writer's clock: locally the
+    exclusive creation of the binding file; on Spark Connect the creation of the view ``_veil_ledger_binding`` whose
+    one row is the binding (``CREATE VIEW`` without ``IF NOT EXISTS``: the catalog creates a name once, a second
+    creator gets TABLE_OR_VIEW_ALREADY_EXISTS, and a view's row is in the catalog entry itself, unlike a ``CREATE
+    TABLE … AS SELECT``, whose data files are written at the table's location before the catalog entry and could be
+    overwritten by a losing creator's). Every binder then reads the one binding back (review s23 Y3)."""
     spec = spec_of(policy)
     name = _internal("BINDING_TABLE")
     identity, at, where = row
@@ -567,12 +679,31 @@ def write_binding(policy: Policy, row: tuple[str, str, str]) -> str:
     elif read_binding(policy) is None:
         with _on_connect(spec, "write the ledger's binding"):
             s = spark_session(spec)
-            _create_internal(s, spec, name, _BINDING_COLUMNS)
-            s.sql(f"INSERT INTO {_full(spec, name)} VALUES ({_values(row_values)})")
+            select = ", ".join(f"{_values({k: v})} AS {k}" for k, v in row_values.items())
+            try:
+                s.sql(f"CREATE VIEW {_full(spec, name)} AS SELECT {select}")
+            except Exception:
+                if not s.catalog.tableExists(f"{spec.database}.{name}"):
+                    raise  # not another binder's view: the server refused (typed by _on_connect)
     found = read_binding(policy)
     if found is None:
+        if spec.remote is not None:
+            raise _empty_binding(spec, name)
         raise InternalError(f"the ledger's binding was written to {describe(spec)} but cannot be read back")
     return found
+
+
+def _empty_binding(spec: EngineSpec, name: str) -> Exception:
+    """An empty binding table on Connect: an earlier Veil's binding (a table, then a row appended) interrupted between
+    its two steps. Nothing is bound; which ledger to bind is the curator's call, so it is refused, named."""
+    from veil.errors import PolicyError
+
+    return PolicyError(
+        f"{describe(spec)} holds an empty {name} table, left by an interrupted binding of an earlier Veil version: the "
+        "warehouse is bound to no ledger, and an empty table cannot record one atomically",
+        hint=f"If no Veil process is using this database now, run `DROP TABLE {_full(spec, name)}` on the Spark "
+        "server and retry: the next use binds the database to the ledger it opens",
+    )
 
 
 def _merged(rows: Sequence[tuple[Any, ...]]) -> Any:
@@ -652,6 +783,7 @@ def _fold_marks(directory: Path) -> None:
     files = [f for f in sorted(directory.glob("*.parquet")) if not f.name.startswith((".", "_"))]
     if len(files) <= MARK_FILES:
         return
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     rows: list[tuple[Any, ...]] = []
@@ -660,6 +792,8 @@ def _fold_marks(directory: Path) -> None:
             table = pq.read_table(f, columns=list(_MARK_NAMES))
         except FileNotFoundError:  # folded by another process meanwhile: its merged file covers it
             continue
+        except (pa.ArrowInvalid, OSError):  # being written in place (no hard links): fold another time
+            return
         rows += list(zip(*(table.column(c).to_pylist() for c in _MARK_NAMES), strict=True))
     mark = _merged(rows)
     if mark is None:
