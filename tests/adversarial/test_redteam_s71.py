@@ -163,10 +163,6 @@ _F1_SPELLINGS = {
     ("case", "spelling"),
     [(c, "from") for c in sorted(_F1_JOINS)] + [("text_work", s) for s in sorted(_F1_SPELLINGS) if s != "from"],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="s71 F1: a parenthesised join's ON condition and the join itself are not measured by veil.proxy.expansion",
-)
 def test_s71_f1_a_parenthesised_join_is_bounded_like_the_bare_join(f1_plan_session: Any, case: str, spelling: str) -> None:
     """The same join, bare and in parentheses (in FROM, as a join's operand, in a derived table, in a CTE): the bare
     one is refused free (a per-row bound); so must the other be. Today the parenthesised one is planned (and would be
@@ -238,7 +234,6 @@ def _outcome(session: Any, sql: str) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s71 F1: a parenthesised join's build side is outside the 2 KiB join-row cap")
 def test_s71_f1_a_parenthesised_padded_join_ends_the_same_way_with_and_without_one_row(
     pad_sessions: tuple[Any, Any],
 ) -> None:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from veil.proxy.bounds import in_inner_scope
+from veil.proxy.bounds import in_inner_scope, own_joins
 from veil.proxy.totality import converts, raises
 
 __all__ = [
@@ -128,7 +128,7 @@ def measure(tree: exp.Expression) -> Expansion:
                 part = sel.args.get(key)
                 if part is not None:
                     total = total + size(part)
-            for join in sel.args.get("joins") or []:
+            for join in own_joins(sel):  # wherever written: a bracketed join too (red team s71 F1)
                 on = join.args.get("on")
                 if on is not None:
                     total = total + size(on)
@@ -309,7 +309,8 @@ def _sizes(
                 part = sel.args.get(key)
                 if part is not None:
                     total += size(part)[1]
-            for join in sel.args.get("joins") or []:
+            joins = own_joins(sel)  # wherever written: a bracketed join too (red team s71 F1)
+            for join in joins:
                 on = join.args.get("on")
                 if on is not None:
                     total += size(on)[1]
@@ -348,7 +349,7 @@ def _sizes(
                     if not isinstance(p.unalias(), (exp.Column, exp.Literal, exp.Star)) and p.alias_or_name in own
                 ]
                 largest[0] = max(largest[0], sum(built))
-                if sel.args.get("joins"):
+                if joins:
                     read: dict[tuple[str, str], int] = {}
                     carried: dict[tuple[str, str], int] = {}  # public columns read past one join
                     for col in sel.find_all(exp.Column):
@@ -361,7 +362,7 @@ def _sizes(
                             read[(col.table, col.name)] = columns.get(id(src.expression), {}).get(
                                 col.name, (SCALAR_TEXT_BYTES, 0)
                             )[0]
-                        elif len(sel.args["joins"]) > 1:
+                        elif len(joins) > 1:
                             if isinstance(src, exp.Table):
                                 public_bytes = column_bytes(src.name, col.name)
                             elif isinstance(src, Scope):

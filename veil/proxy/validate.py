@@ -42,6 +42,7 @@ from veil.errors import (
     UndefinedOperator,
     Unsupported,
 )
+from veil.proxy.bounds import own_joins
 from veil.proxy.catalog import Catalog
 from veil.proxy.expansion import Expansion, measure
 from veil.proxy.parse import AGGREGATE_NODES, ANONYMOUS_FUNCTIONS, DIALECT
@@ -136,22 +137,6 @@ def _source_reads_private(source: exp.Table | Scope, catalog: Catalog) -> bool:
     return isinstance(source, Scope) and _reads_private(source, catalog)
 
 
-def _own_joins(sel: exp.Select) -> list[exp.Join]:
-    """Every join of ``sel``'s own FROM clause: its ``joins``, and those of bracketed joins nested in its sources
-    (``FROM (a LEFT JOIN b ON …)``), but not those of subqueries, which are scopes of their own."""
-    found: list[exp.Join] = []
-    stack: list[exp.Expression] = [sel]
-    while stack:
-        node = stack.pop()
-        for child in node.iter_expressions():
-            if isinstance(child, (exp.Select, exp.SetOperation)):
-                continue  # another scope: checked on its own
-            if isinstance(child, exp.Join):
-                found.append(child)
-            stack.append(child)
-    return found
-
-
 def _side_reads_private(side: exp.Expression, scope: Scope, catalog: Catalog) -> bool:
     """Whether any source of ``scope`` lying inside ``side`` (the right side of a join, however bracketed or
     named: ``t``, ``(t)``, ``((t)) AS z``, ``(t JOIN pub …)``, an unnamed derived table; red team s29 A1) reads a
@@ -198,7 +183,7 @@ def _check_scopes(tree: exp.Select, catalog: Catalog) -> None:
                 hint="Join a public table or a derived table in FROM instead",
             )
         private = _reads_private(scope, catalog)
-        for join in _own_joins(sel):
+        for join in own_joins(sel):
             if str(join.args.get("side") or "").upper() == "LEFT" and _side_reads_private(join.this, scope, catalog):
                 raise Unsupported(
                     "LEFT JOIN onto a private table is not supported",
