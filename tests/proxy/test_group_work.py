@@ -96,7 +96,8 @@ GROUPED = [
     "SELECT t.g, COUNT(*) FROM t CROSS JOIN pub p GROUP BY t.g",  # private key
     "SELECT p.pm, COUNT(*) FROM t CROSS JOIN pub p GROUP BY p.pm",  # public key
     "SELECT t.g, p.pk, MEDIAN(t.y) FROM t CROSS JOIN pub p GROUP BY 1, 2",  # the red team's shape
-    "SELECT t.g, COUNT(*) FROM t JOIN pub p ON p.pk > t.g GROUP BY t.g",
+    # a condition that pins nothing (not a range: a range join over private rows is refused, red team s71 F2)
+    "SELECT t.g, COUNT(*) FROM t JOIN pub p ON p.pk <> t.g GROUP BY t.g",
 ]
 
 
@@ -108,7 +109,7 @@ def test_grouped_queries_past_the_ceiling_are_refused_free(session: QuerySession
 KEYLESS = [
     "SELECT COUNT(*) FROM t CROSS JOIN pub p",
     "SELECT MEDIAN(t.y) FROM t CROSS JOIN pub p",
-    "SELECT COUNT(*) FROM t JOIN pub p ON p.pk > t.g",
+    "SELECT COUNT(*) FROM t JOIN pub p ON p.pk <> t.g",
 ]
 
 

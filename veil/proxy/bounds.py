@@ -27,7 +27,7 @@ from veil.proxy.catalog import Catalog
 
 __all__ = [
     "IntegralRange", "Interval", "base_columns", "expression_interval", "in_doubles", "mark_arithmetic_that_cannot_raise",
-    "may_be_null",
+    "may_be_null", "own_joins",
     "resolve_column",
 ]  # fmt: skip
 
@@ -623,3 +623,22 @@ def in_inner_scope(node: exp.Expression, top: exp.Expression, inner: set[int]) -
             return True
         parent = parent.parent
     return False
+
+
+def own_joins(sel: exp.Expression) -> list[exp.Join]:
+    """Every join of ``sel``'s own FROM clause, wherever it is written: its ``joins``, and those of bracketed joins
+    nested in its sources (``FROM (a JOIN b ON …)``, ``a JOIN (b JOIN c ON …) ON …``: sqlglot parses a bracketed join
+    as a ``Subquery`` around the first table, which carries the ``joins``), but not those of subqueries, which are
+    scopes of their own. Every per-query bound that reads a SELECT's joins reads them through this (red team s71 F1:
+    ``sel.args["joins"]`` alone missed a bracketed join and its ON condition)."""
+    found: list[exp.Join] = []
+    stack: list[exp.Expression] = [sel]
+    while stack:
+        node = stack.pop()
+        for child in node.iter_expressions():
+            if isinstance(child, (exp.Select, exp.SetOperation)):
+                continue  # another scope: checked on its own
+            if isinstance(child, exp.Join):
+                found.append(child)
+            stack.append(child)
+    return found

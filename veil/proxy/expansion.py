@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from sqlglot import exp
 from sqlglot.optimizer.scope import Scope, traverse_scope
 
-from veil.proxy.bounds import in_inner_scope
+from veil.proxy.bounds import in_inner_scope, own_joins
 from veil.proxy.totality import converts, raises
 
 __all__ = [
@@ -128,7 +128,7 @@ def measure(tree: exp.Expression) -> Expansion:
                 part = sel.args.get(key)
                 if part is not None:
                     total = total + size(part)
-            for join in sel.args.get("joins") or []:
+            for join in own_joins(sel):  # wherever written: a bracketed join too (red team s71 F1)
                 on = join.args.get("on")
                 if on is not None:
                     total = total + size(on)
@@ -138,6 +138,26 @@ def measure(tree: exp.Expression) -> Expansion:
 
 #: Bytes a value that is not a text column or literal takes once turned into text (a number, date or bool).
 SCALAR_TEXT_BYTES = 32
+#: Arithmetic: its value's type is its operands' (widened), so its text is at most their longest.
+_ARITHMETIC = (exp.Add, exp.Sub, exp.Mul, exp.Div, exp.IntDiv, exp.Mod, exp.Neg, exp.Abs, exp.Round, exp.Floor, exp.Ceil)
+#: Number types whose text can pass :data:`SCALAR_TEXT_BYTES`: ``-170141183460469231731687303715884105728``.
+_WIDE_INTEGERS = (exp.DataType.Type.INT128, exp.DataType.Type.UINT128, exp.DataType.Type.BIGDECIMAL)
+
+
+def _scalar_text_bytes(to: exp.DataType) -> int:
+    """The most bytes a value of the number, date or bool type ``to`` takes as text in DuckDB: a DECIMAL(p, s) ``p +
+    2`` (a sign, a point: ``CAST(-9.5 AS DECIMAL(38,37))`` is 40 bytes, red team s71 F3), a HUGEINT 40, every other
+    one at most :data:`SCALAR_TEXT_BYTES` (a DOUBLE 24, a BIGINT 20, a TIMESTAMP 26, a DATE 13)."""
+    if to.is_type(*_WIDE_INTEGERS):
+        return 41
+    if to.is_type(exp.DataType.Type.DECIMAL):
+        params = [p.this for p in to.expressions if isinstance(p, exp.DataTypeParam)]
+        precision = params[0] if params else None
+        digits = int(precision.this) if isinstance(precision, exp.Literal) and precision.is_int else 38
+        return max(SCALAR_TEXT_BYTES, digits + 2)
+    return SCALAR_TEXT_BYTES
+
+
 #: Nodes whose value is one of their operands' (or passes one through).
 _CHOOSERS = (
     exp.Case, exp.If, exp.Coalesce, exp.Greatest, exp.Least, exp.Nullif, exp.Paren, exp.Alias, exp.Distinct, exp.Ordered,
@@ -285,6 +305,10 @@ def _sizes(
                 work += out
             elif isinstance(node, _CHOOSERS):  # CASE, COALESCE, GREATEST, …: at most its largest operand
                 out = max((b for b, _ in kids), default=SCALAR_TEXT_BYTES)
+            elif isinstance(node, (exp.Cast, exp.TryCast)):  # to a number, date or bool: its type's longest text
+                out = _scalar_text_bytes(node.to)
+            elif isinstance(node, _ARITHMETIC):  # a number of its operands' type (a DECIMAL(38, s) stays one)
+                out = max((b for b, _ in kids), default=SCALAR_TEXT_BYTES)
             else:  # a number, a boolean, a date: short as text
                 out = SCALAR_TEXT_BYTES
             if isinstance(node, _TEXT_BUILDERS):
@@ -309,7 +333,8 @@ def _sizes(
                 part = sel.args.get(key)
                 if part is not None:
                     total += size(part)[1]
-            for join in sel.args.get("joins") or []:
+            joins = own_joins(sel)  # wherever written: a bracketed join too (red team s71 F1)
+            for join in joins:
                 on = join.args.get("on")
                 if on is not None:
                     total += size(on)[1]
@@ -348,7 +373,7 @@ def _sizes(
                     if not isinstance(p.unalias(), (exp.Column, exp.Literal, exp.Star)) and p.alias_or_name in own
                 ]
                 largest[0] = max(largest[0], sum(built))
-                if sel.args.get("joins"):
+                if joins:
                     read: dict[tuple[str, str], int] = {}
                     carried: dict[tuple[str, str], int] = {}  # public columns read past one join
                     for col in sel.find_all(exp.Column):
@@ -361,7 +386,7 @@ def _sizes(
                             read[(col.table, col.name)] = columns.get(id(src.expression), {}).get(
                                 col.name, (SCALAR_TEXT_BYTES, 0)
                             )[0]
-                        elif len(sel.args["joins"]) > 1:
+                        elif len(joins) > 1:
                             if isinstance(src, exp.Table):
                                 public_bytes = column_bytes(src.name, col.name)
                             elif isinstance(src, Scope):

@@ -56,7 +56,7 @@ from sqlglot.optimizer.scope import Scope, build_scope
 
 from veil.engines.neutral import duckdb_text, neutralise
 from veil.errors import InternalError, Unbounded, Unsupported
-from veil.proxy.bounds import resolve_column
+from veil.proxy.bounds import own_joins, resolve_column
 from veil.proxy.catalog import Catalog, public_types
 from veil.proxy.expansion import SCALAR_TEXT_BYTES, output_bytes
 from veil.proxy.public_reads import read_public_typed
@@ -399,7 +399,7 @@ def _pin_conditions(sel: exp.Expression, public_alias: str) -> list[exp.Expressi
     the ON of an outer join only for that join's own table (a LEFT JOIN keeps every row of the sources
     before it, matched or not, so its ON bounds nothing else)."""
     conds: list[exp.Expression | None] = []
-    for j in sel.args.get("joins") or []:
+    for j in own_joins(sel):  # a bracketed join's too (red team s71 F1): every row it outputs satisfies its ON
         side = str(j.args.get("side") or "").upper()
         if not side or j.alias_or_name == public_alias:
             conds.append(j.args.get("on"))

@@ -42,6 +42,7 @@ from veil.errors import (
     UndefinedOperator,
     Unsupported,
 )
+from veil.proxy.bounds import in_inner_scope, own_joins
 from veil.proxy.catalog import Catalog
 from veil.proxy.expansion import Expansion, measure
 from veil.proxy.parse import AGGREGATE_NODES, ANONYMOUS_FUNCTIONS, DIALECT
@@ -136,22 +137,6 @@ def _source_reads_private(source: exp.Table | Scope, catalog: Catalog) -> bool:
     return isinstance(source, Scope) and _reads_private(source, catalog)
 
 
-def _own_joins(sel: exp.Select) -> list[exp.Join]:
-    """Every join of ``sel``'s own FROM clause: its ``joins``, and those of bracketed joins nested in its sources
-    (``FROM (a LEFT JOIN b ON …)``), but not those of subqueries, which are scopes of their own."""
-    found: list[exp.Join] = []
-    stack: list[exp.Expression] = [sel]
-    while stack:
-        node = stack.pop()
-        for child in node.iter_expressions():
-            if isinstance(child, (exp.Select, exp.SetOperation)):
-                continue  # another scope: checked on its own
-            if isinstance(child, exp.Join):
-                found.append(child)
-            stack.append(child)
-    return found
-
-
 def _side_reads_private(side: exp.Expression, scope: Scope, catalog: Catalog) -> bool:
     """Whether any source of ``scope`` lying inside ``side`` (the right side of a join, however bracketed or
     named: ``t``, ``(t)``, ``((t)) AS z``, ``(t JOIN pub …)``, an unnamed derived table; red team s29 A1) reads a
@@ -198,7 +183,7 @@ def _check_scopes(tree: exp.Select, catalog: Catalog) -> None:
                 hint="Join a public table or a derived table in FROM instead",
             )
         private = _reads_private(scope, catalog)
-        for join in _own_joins(sel):
+        for join in own_joins(sel):
             if str(join.args.get("side") or "").upper() == "LEFT" and _side_reads_private(join.this, scope, catalog):
                 raise Unsupported(
                     "LEFT JOIN onto a private table is not supported",
@@ -217,6 +202,84 @@ def _check_scopes(tree: exp.Select, catalog: Catalog) -> None:
                 "DISTINCT, LIMIT and OFFSET inside a subquery over a private table are not supported",
                 hint="Filter rows with WHERE instead",
             )
+
+
+def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
+    if node is None:
+        return []
+    node = node.unnest()
+    if isinstance(node, exp.And):
+        return _conjuncts(node.this) + _conjuncts(node.expression)
+    return [node]
+
+
+def _check_join_keys(tree: exp.Select, catalog: Catalog) -> None:
+    """No range join over private rows (red team s71 F2): in a scope that reads private rows, an inequality between
+    sources (``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``, anywhere in an ON or the WHERE) must join sources an equality
+    already connects. DuckDB runs a join whose only conditions between its sides are inequalities as an IEJoin or a piecewise
+    merge join, which hold the private rows in memory without spilling: the number of rows that pass the WHERE (a
+    membership bit) decided whether the query failed after the charge, whatever the width of a row. Beside an equality
+    the inequality is a condition of a hash join, which spills. An equality counts when each side reads columns of its
+    own sources only (``t.id = pub.k``, ``t.id + 1 = pub.k``), in an inner join's ON or the WHERE, or in the ON of a
+    LEFT JOIN (the WHERE's for a LEFT-joined source does not count). Refused free, by the query's text alone."""
+    for scope in traverse_scope(tree):
+        sel = scope.expression
+        names = list(scope.selected_sources)
+        if not isinstance(sel, exp.Select) or len(names) < 2 or not _reads_private(scope, catalog):
+            continue
+        inner = {id(s.expression) for s in (*scope.subquery_scopes, *scope.derived_table_scopes, *scope.cte_scopes)}
+
+        def sources_in(node: exp.Expression, scope: Scope = scope, inner: set[int] = inner, sel: exp.Select = sel) -> set[str]:
+            return {
+                c.table
+                for c in node.find_all(exp.Column)
+                if c.table in scope.selected_sources and not in_inner_scope(c, sel, inner)
+            }
+
+        left_joined: set[str] = set()
+        conditions: list[tuple[exp.Expression, bool]] = []  # (a condition, whether it may join a LEFT-joined source)
+        for join in own_joins(sel):
+            outer = str(join.args.get("side") or "").upper() in ("LEFT", "RIGHT", "FULL")
+            if outer:
+                left_joined |= {
+                    name
+                    for name, (node, _src) in scope.selected_sources.items()
+                    if node is join.this or any(p is join.this for p in _ancestors(node))
+                }
+            conditions += [(c, outer) for c in _conjuncts(join.args.get("on"))]
+        where = sel.args.get("where")
+        conditions += [(c, False) for c in _conjuncts(where.this if where is not None else None)]
+        parent = {name: name for name in names}
+
+        def find(name: str, parent: dict[str, str] = parent) -> str:
+            while parent[name] != name:
+                name = parent[name]
+            return name
+
+        def sides(cond: exp.Expression) -> list[set[str]]:
+            if isinstance(cond, exp.Between):
+                return [sources_in(cond.this), sources_in(cond.args["low"]) | sources_in(cond.args["high"])]
+            return [sources_in(cond.this), sources_in(cond.expression)]
+
+        for cond, may_outer in conditions:
+            if not isinstance(cond, exp.EQ):
+                continue
+            a, b = sides(cond)
+            if not a or not b or a & b or (not may_outer and (a | b) & left_joined):
+                continue
+            for x in a | b:
+                parent[find(x)] = find(next(iter(a)))
+        # anywhere in a condition: DuckDB turns NOT (a < b) into a >= b, and simplifies a comparison with TRUE
+        comparisons = [c for cond, _outer in conditions for c in cond.find_all(exp.GT, exp.GTE, exp.LT, exp.LTE, exp.Between)]
+        for cond in comparisons:
+            a, b = sides(cond)
+            if a and b and len({find(x) for x in a | b}) > 1:
+                raise Unsupported(
+                    "a join over private data on an inequality alone (a range join) is not supported: the engine holds "
+                    "every private row in memory at once for it",
+                    hint="Join on an equality key (ON t.k = pub.k; an inequality may stand beside it), or band a "
+                    "private number with CASE WHEN x < 10 THEN 'low' … END instead of joining a table of ranges",
+                )
 
 
 # -- types ---------------------------------------------------------------------------------------
@@ -521,6 +584,7 @@ def validate(resolved: Resolved, catalog: Catalog) -> Analysis:
     if build_scope(tree) is None:
         raise InternalError("a resolved query has no scope")
     _check_scopes(tree, catalog)
+    _check_join_keys(tree, catalog)
     _check_growth(tree)
     for node in tree.find_all(exp.Anonymous):
         if str(node.name).lower() not in ANONYMOUS_FUNCTIONS:
