@@ -137,7 +137,8 @@ def test_dp_publications_are_charged_to_the_table_budget(tmp_path: Path) -> None
     assert {a["analyst"] for a in budget["analysts"]} == {"bob", "carol"}
     # the analyst's queries on the table draw from the same cap: nothing is left
     res = veil("query", "--policy", policy, "--analyst", "carol", "--epsilon", "0.1", "SELECT COUNT(*) FROM people")
-    assert res.exit_code == 2 and "table 'people'" in res.output
+    # refused free, naming no shared account nor its amount (red team s73 F2, review s23 Y1)
+    assert res.exit_code == 2 and "shared by every analyst" in res.output and "remaining" not in res.output
     text = veil("budget", "--policy", policy, "--analyst", "bob")
     assert text.exit_code == 0 and "people" in text.output
     analyst_reads_every_published_table(policy)

@@ -255,7 +255,7 @@ def test_minimum_epsilon_through_the_wire(world: World, server: Server) -> None:
 
 @pytest.mark.slow
 def test_table_cap_composes_all_analysts(tmp_path: Path) -> None:
-    """`people` capped at ε = 1: `api` spends 0.6, then `cli` asking 0.6 is refused free (the table is short),
+    """`people` capped at ε = 1: `api` spends 0.6, then `cli` asking 0.6 is refused free (the table's shared cap is short),
     while `visits` (uncapped, declared another population: a cap binds every table of its population, red team s66
     F3, and a table that declares none may hold anyone) still answers `cli`."""
     text = build_world(tmp_path / "src").policy.read_text().replace("epsilon_total = 1000000", "epsilon_total = 1")
@@ -268,7 +268,8 @@ def test_table_cap_composes_all_analysts(tmp_path: Path) -> None:
     before = spent(w.ledger, "cli")
     out = cli.query("SELECT SUM(salary) FROM people", 0.6)
     assert not out.ok and out.sqlstate == "VB001", out.describe()
-    assert "people" in out.message, f"the refusal names the table that is short: {out.message}"
+    # the refusal is the shared budget's, naming no account nor amount (red team s73 F2, review s23 Y1)
+    assert "shared by every analyst" in out.message and "remaining" not in out.message, out.message
     assert all(v == (0, 0) for v in charged(before, spent(w.ledger, "cli")).values())
     assert cli.query("SELECT SUM(amount) FROM visits", 0.6).ok
 

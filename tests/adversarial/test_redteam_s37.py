@@ -179,8 +179,25 @@ def test_A3_a_raw_write_racing_a_publication_on_a_spark_policy_is_refused_before
                 os.close(fd)
             calls.append(table)
 
+        def spark_session(self, spec: Any) -> None:  # the Spark database's binding (session 23): not this test's
+            return None
+
+        def write_mark(self, pol: Any, mark: Any) -> None:
+            return None
+
+    class Ledger:  # the ledger's binding to the Spark database is tests/engines/test_spark_ledger_binding.py's
+        def __enter__(self) -> Ledger:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def history_mark(self) -> None:
+            return None
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(warehouse, "_spark", lambda: Store())
+        mp.setattr(warehouse, "_ledger_for", lambda pol: Ledger())
         mp.setattr(warehouse, "_record_write", lambda pol, table: None)
         warehouse.write_table(policy, "p_out", frame, replace=True)
     assert calls == ["p_out"]
