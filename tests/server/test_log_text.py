@@ -98,3 +98,20 @@ def test_the_server_wide_bucket_bounds_many_networks_and_forgotten_drops_are_tol
     logged = [r for r in records if f.filter(r)]
     assert len(logged) == int(10.0 * logtext.GLOBAL_RATE)
     assert "lines from other networks not logged]" in logged[0].getMessage()
+
+
+def test_each_server_limits_its_own_outsiders() -> None:
+    """The buckets are each server's (``VeilServer.log_limiter``), not the process's: a process running several
+    servers (tests do) does not drop one server's failed-login lines for another's outsiders (CI, session 23)."""
+    from veil.server.logtext import ClipClientText, outsider
+
+    logger_filter, first, second = ClipClientText(), ClipClientText(), ClipClientText()
+
+    def line(limiter: ClipClientText) -> logging.LogRecord:
+        rec = logging.LogRecord("veil.server", logging.WARNING, __file__, 1, "failed login", (), None)
+        for k, v in outsider("127.0.0.1", limiter).items():
+            setattr(rec, k, v)
+        return rec
+
+    assert sum(logger_filter.filter(line(first)) for _ in range(500)) == BURST
+    assert all(logger_filter.filter(line(second)) for _ in range(BURST))

@@ -45,7 +45,7 @@ from veil.server.auth import VerifierScramAuth
 from veil.server.connection import BufferedStream, VeilConnection, fatal, negotiate
 from veil.server.limits import ConnectionSlots, LoginThrottle, ServerLimits, Slots
 from veil.server.live_policy import LivePolicy
-from veil.server.logtext import outsider, server_logger
+from veil.server.logtext import ClipClientText, outsider, server_logger
 from veil.server.pool import WorkerPools
 from veil.server.session import VeilSession
 from veil.server.shared import (
@@ -113,6 +113,7 @@ class VeilServer(PgServer):
         )
         self.share = share
         # this process's connections not logged in (fair share of slots)
+        self.log_limiter = ClipClientText()  # this server's buckets for its outsiders' log lines (veil.server.logtext)
         self.prelogin = PreLogin(
             slow_logins=max(1, self.limits.max_connections // 4),
             login_grace=max(LOGIN_GRACE_S, self.limits.login_backoff_max + 10.0),
@@ -233,7 +234,7 @@ class VeilServer(PgServer):
                 now - victim.since,
                 held,
                 peer,
-                extra=outsider(peer),
+                extra=outsider(peer, self.log_limiter),
             )
 
     async def _handle_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -242,7 +243,7 @@ class VeilServer(PgServer):
         try:
             self._take_slot(peer)
         except TooManyConnections as exc:
-            logger.warning("refused a connection from %s: %s", peer, exc.message, extra=outsider(peer))
+            logger.warning("refused a connection from %s: %s", peer, exc.message, extra=outsider(peer, self.log_limiter))
             await fatal(stream, exc.sqlstate, exc.message, exc.hint)
             return
         waiting = self.prelogin.add(peer, handle=asyncio.current_task(), now=time.monotonic())
@@ -257,11 +258,11 @@ class VeilServer(PgServer):
         try:
             startup = await asyncio.wait_for(negotiate(self, stream), self.limits.auth_timeout or None)
         except TimeoutError:
-            logger.warning("startup timed out for a connection from %s", peer, extra=outsider(peer))
+            logger.warning("startup timed out for a connection from %s", peer, extra=outsider(peer, self.log_limiter))
             await fatal(stream, ProtocolViolation.sqlstate, "canceling authentication due to timeout")
             return
         except (ProtocolViolation, InvalidEncoding) as exc:
-            logger.warning("refused a connection from %s: %s", peer, exc.message, extra=outsider(peer))
+            logger.warning("refused a connection from %s: %s", peer, exc.message, extra=outsider(peer, self.log_limiter))
             await fatal(stream, exc.sqlstate, exc.message, exc.hint)
             return
         except (ConnectionClosed, ConnectionError, OSError, ssl.SSLError, EOFError):

@@ -286,7 +286,7 @@ class VeilConnection(Connection):
             try:
                 ok = await asyncio.wait_for(self._login(), timeout)
             except TimeoutError:
-                logger.warning("login timed out for user %r from %s", self.username, self.peer, extra=outsider(self.peer))
+                logger.warning("login timed out for user %r from %s", self.username, self.peer, extra=self._outsider())
                 await fatal(self.stream, ProtocolViolation.sqlstate, "canceling authentication due to timeout")
                 return
             if not ok:
@@ -308,7 +308,7 @@ class VeilConnection(Connection):
             await self._command_loop()
         except ProtocolViolation as exc:
             logger.warning(
-                "protocol violation from %s: %s", self.peer, exc.message, extra=None if self.logged_in else outsider(self.peer)
+                "protocol violation from %s: %s", self.peer, exc.message, extra=None if self.logged_in else self._outsider()
             )
             await fatal(self.stream, exc.sqlstate, exc.message, exc.hint)
         except (ConnectionClosed, ConnectionError, OSError):
@@ -327,6 +327,10 @@ class VeilConnection(Connection):
             self.session.cursors.clear()
             self.session.connection = None
             await self.stream.close()
+
+    def _outsider(self) -> dict[str, Any]:
+        """``extra=`` for a line this client caused before its login completed (veil.server.logtext)."""
+        return outsider(self.peer, self.server.log_limiter)
 
     async def _login(self) -> bool:
         server = self.server
@@ -357,20 +361,20 @@ class VeilConnection(Connection):
         if outcome is not Outcome.OK:
             if outcome is Outcome.FAILED:
                 what = "failed login for user %r from %s (%d in a row for this user from this address)"
-                logger.warning(what, self.username, self.peer, count, extra=outsider(self.peer))
+                logger.warning(what, self.username, self.peer, count, extra=self._outsider())
             else:
                 logger.info(
                     "login for user %r from %s ended before a password was sent",
                     self.username,
                     self.peer,
-                    extra=outsider(self.peer),
+                    extra=self._outsider(),
                 )
             await fatal(self.stream, AuthError.sqlstate, f'password authentication failed for user "{self.username}"')
             return False
         try:
             server.slots.login(self.username)
         except TooManyConnections as exc:
-            logger.warning("refused %r from %s: %s", self.username, self.peer, exc.message, extra=outsider(self.peer))
+            logger.warning("refused %r from %s: %s", self.username, self.peer, exc.message, extra=self._outsider())
             await fatal(self.stream, exc.sqlstate, exc.message, exc.hint)
             return False
         self.logged_in = True

@@ -67,9 +67,14 @@ def clip(text: str, limit: int = MAX_ARG_CHARS) -> str:
     return cut if len(text) <= limit else f"{cut}…(+{len(text) - limit} chars)"
 
 
-def outsider(peer: str) -> dict[str, str]:
-    """``extra=`` for a line a client can cause without logging in: it is rate-limited per client network."""
-    return {"veil_outsider": client_network(peer)}
+def outsider(peer: str, limiter: ClipClientText | None = None) -> dict[str, Any]:
+    """``extra=`` for a line a client can cause without logging in: it is rate-limited per client network, by
+    ``limiter``'s buckets (each server keeps its own: a process's servers — tests start many — share none), else by
+    the logger's filter's own."""
+    extra: dict[str, Any] = {"veil_outsider": client_network(peer)}
+    if limiter is not None:
+        extra["veil_limiter"] = limiter
+    return extra
 
 
 class ClipClientText(logging.Filter):
@@ -88,7 +93,8 @@ class ClipClientText(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         network = getattr(record, "veil_outsider", None)
         if isinstance(network, str):
-            taken = self._take(network)
+            owner = getattr(record, "veil_limiter", None)
+            taken = (owner if isinstance(owner, ClipClientText) else self)._take(network)
             if taken is None:
                 return False
             dropped, forgotten = taken
