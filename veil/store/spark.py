@@ -563,11 +563,11 @@ def _create_exclusive(path: Path, data: bytes) -> bool:
     return True
 
 
-def _write_parquet(path: Path, columns: dict[str, Any], *, exclusive: bool) -> bool:
-    """One row written as the Parquet file ``path``: aside under a hidden name, synced, then moved into place
-    (``exclusive``: linked, False when ``path`` already exists; on a filesystem without hard links — ``os.link``
-    refused: vfat/exFAT, many FUSE and SMB mounts — created in place with ``O_EXCL`` instead, first writer winning
-    just the same). The directory is synced after. Any other failure of the filesystem is a typed
+def _write_parquet(path: Path, columns: dict[str, Any]) -> bool:
+    """One row written as the Parquet file ``path``, never over another: aside under a hidden name, synced, then
+    linked into place (False when ``path`` already exists; on a filesystem without hard links — ``os.link`` refused:
+    vfat/exFAT, many FUSE and SMB mounts — created in place with ``O_EXCL`` instead, first writer winning just the
+    same). The directory is synced after. Any other failure of the filesystem is a typed
     :class:`~veil.errors.PolicyError` naming the path."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -584,16 +584,13 @@ def _write_parquet(path: Path, columns: dict[str, Any], *, exclusive: bool) -> b
                 _write_fd(fd, data)
             finally:
                 os.close(fd)
-            if exclusive:
-                try:
-                    os.link(tmp, path)
-                except FileExistsError:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            except OSError:  # no hard links on this filesystem
+                if not _create_exclusive(path, data):
                     return False
-                except OSError:  # no hard links on this filesystem
-                    if not _create_exclusive(path, data):
-                        return False
-            else:
-                os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
         _sync_dir(path.parent)
@@ -675,7 +672,7 @@ def write_binding(policy: Policy, row: tuple[str, str, str]) -> str:
     identity, at, where = row
     row_values = {"ledger_id": identity, "bound_at": at, "ledger_path": where}
     if spec.remote is None:
-        _write_parquet(_location(spec, name) / _BINDING_FILE, row_values, exclusive=True)
+        _write_parquet(_location(spec, name) / _BINDING_FILE, row_values)
     elif read_binding(policy) is None:
         with _on_connect(spec, "write the ledger's binding"):
             s = spark_session(spec)
@@ -751,7 +748,7 @@ def write_mark(policy: Policy, mark: Any) -> None:
         return  # a ledger without a reservation or a release: a mark naming nothing would check nothing
     if spec.remote is None:
         directory = _location(spec, name)
-        _write_parquet(_new_mark_file(directory), _mark_row(mark), exclusive=True)
+        _write_parquet(_new_mark_file(directory), _mark_row(mark))
         _fold_marks(directory)
         return
     with _on_connect(spec, "write the ledger's high-water mark"):
@@ -798,7 +795,7 @@ def _fold_marks(directory: Path) -> None:
     mark = _merged(rows)
     if mark is None:
         return
-    _write_parquet(_new_mark_file(directory), _mark_row(mark), exclusive=True)
+    _write_parquet(_new_mark_file(directory), _mark_row(mark))
     for f in files:
         f.unlink(missing_ok=True)
 
