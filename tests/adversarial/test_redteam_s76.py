@@ -311,3 +311,36 @@ def test_f4_a_negative_zero_held_by_one_row_is_refused_or_normalised() -> None:
     rare = rare_values(published, source, 5, among_published=True)
     # either the rule sees the one ``-0.0`` row, or the table never shows it
     assert rare or shown.get("-0.0", 0) == 0
+
+
+@pytest.mark.xfail(strict=True, reason="s76 F1: a copy with its same-bounds columns rotated passes")
+def test_f1_a_copy_with_columns_of_equal_bounds_swapped_is_refused() -> None:
+    """Column permutation is one more bijection: three numbers declared [0, 1000] and a category; each training row
+    published with x, y, z rotated (z, x, y) and the category permuted."""
+    rng = np.random.default_rng(3)
+    world = pd.DataFrame(
+        {
+            "x": rng.integers(0, 1001, 1000),
+            "y": rng.integers(0, 1001, 1000),
+            "z": rng.integers(0, 1001, 1000),
+            "f": rng.choice([f"f{i}" for i in range(20)], 1000),
+        }
+    )
+    train, holdout = _split(world, rng)
+    rotated = train.assign(x=train["z"], y=train["x"], z=train["y"], f=_permuted(train["f"], 20, "f"))
+    assert not _passed(rotated, train, holdout)
+
+
+def test_held_a_category_with_its_case_changed_is_out_of_domain() -> None:
+    """Held: a category copied with its case (or spacing) changed is no declared value, and the domain check refuses
+    it whatever the DCR check says."""
+    from types import SimpleNamespace
+
+    from veil.generators.gate import _out_of_domain
+    from veil.generators.publication import Plan
+
+    spec = SimpleNamespace(columns={"sex": SimpleNamespace(type="category", lower=None, upper=None, values=("Female", "Male"))})
+    plan = Plan(kind="synth", method="gan", source="t", output="o", params={})
+    for changed in ("male", "MALE", " Male", "Male "):
+        frame = pd.DataFrame({"sex": ["Female", changed]})
+        assert _out_of_domain(frame, spec, plan, {"sex": "synthesised"}) is not None
