@@ -60,6 +60,17 @@ Every witness is deterministic (fixed seeds; no randomness decides a verdict: no
   unchecked, whatever it holds: a ``synthesised`` column ``note`` with each training row's values as text beside
   fresh declared columns passes ``gate.verify``. Fix class: a published column is the policy's, or one the plug-in
   names as its own (``Publication``) with a declared domain of its own, else refused.
+* F6 (LOW-MEDIUM; kanon with two or more ``--sensitive`` columns) the gate holds k on every published column but one
+  sensitive column (``_check_sensitive_combinations``: the other sensitive columns count as quasi-identifiers, s16
+  A10), but bounds ``max_share`` on the QI classes alone (``_check_max_share``): within a class, the rows that share
+  another sensitive value may all hold one value of this one. Multi-attribute ℓ-diversity (Machanavajjhala et al.)
+  treats the other sensitive columns as quasi-identifiers for the diversity rule too. Measured: six classes of 20
+  rows, ``s2`` X/Y ten each, ``s1`` A/B ten each (share 0.5, 2-diverse, every (class, s2) group 10 ≥ k = 5): the gate
+  passes, and whoever knows a person's ``s2`` reads their ``s1`` with certainty, in every class (the mapping flips
+  between classes, so it is no population statistic: over the table, X is A for half the rows). The real algorithms
+  usually fail the combination k check with two sensitive columns (Adult, ``age``/``sex`` QIs, ``marital_status`` and
+  ``relationship`` sensitive: refused, groups of 1), so the gap bites where classes are large. Fix class: in
+  ``_check_max_share``, group each sensitive column on the QIs plus the other sensitive columns (as the k rule does).
 """
 
 from __future__ import annotations
@@ -411,3 +422,36 @@ def test_f5_a_column_neither_declared_nor_in_the_source_is_refused() -> None:
     plan = Plan(kind="sdc", method="gan", source="t", output="o", params={}, holdout=0.2)
     with pytest.raises(PublicationRefused):
         gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=np.random.default_rng(1))
+
+
+@pytest.mark.xfail(strict=True, reason="s76 F6: max_share is not held on (QI + other sensitive) groups")
+def test_f6_a_sensitive_value_certain_given_another_sensitive_value_is_refused() -> None:
+    from veil.errors import PublicationRefused
+    from veil.generators import gate
+    from veil.generators.publication import ColumnProtection, Plan, Publication
+
+    rows: list[tuple[str, str, str]] = []
+    for c in range(6):
+        a, b = ("A", "B") if c % 2 == 0 else ("B", "A")  # the mapping flips between classes: no population statistic
+        label = f"[{20 + 10 * c}-{30 + 10 * c})"
+        rows += [(label, "X", a)] * 10 + [(label, "Y", b)] * 10
+    frame = pd.DataFrame(rows, columns=["q", "s2", "s1"]).astype("string")
+    plan = Plan(kind="kanon", method="kanon-mondrian", source="t", output="o", params={}, checks={"k": 5.0})
+    pub = Publication(
+        method="kanon-mondrian",
+        guarantee="5-anonymity",
+        frame=frame,
+        columns=(
+            ColumnProtection("q", "generalised"),
+            ColumnProtection("s1", "sensitive"),
+            ColumnProtection("s2", "sensitive"),
+        ),
+        group_columns=("q",),
+        min_group=5,
+        sensitive=("s1", "s2"),
+        max_share=0.9,
+    )
+    # the leak: within each class, s2 gives s1
+    assert (frame.groupby(["q", "s2"])["s1"].nunique() == 1).all()
+    with pytest.raises(PublicationRefused):
+        gate.verify(plan, pub, train=frame.copy(), holdout=None, spec=None, generator=np.random.default_rng(0))
