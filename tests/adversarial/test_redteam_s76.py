@@ -83,6 +83,16 @@ Every witness is deterministic (fixed seeds; no randomness decides a verdict: no
   of members beyond r against 42.5 % of non-members, tail 0.091. Fix class: two-sided sets — also the source rows *farthest*
   from the table (the largest k-th neighbour distances, the lowest best-match scores), tested for a training excess —
   or a rank test of the nearest distances between training and holdout rows.
+* F8 (HIGH; a careless configuration, standard practice) the same one-sidedness on the exact copies: synthpop's
+  ``sdc(rm.replicated.uniques = TRUE)`` and similar "no copies of unique records" filters drop every synthetic row
+  equal to a training row unique among the training rows. Unique holdout rows stay reproducible by chance; unique
+  training rows never appear. The exact-copy set then holds *fewer* training rows than chance (a share 0.61 against
+  p = 0.8) and the test, which refuses an excess only, passes. Measured: the 4,800-cell world of F3, 2,000 source
+  rows, a fresh table of 2,000 / 5,000 / 20,000 rows of the law so filtered (1,530 / 3,819 / 15,257 left): all pass
+  (exact-copy training share 0.61; best tails 0.083, 0.72, 0.33); a source-unique person whose row appears in the table
+  is a non-member with certainty — 32 %, 65 %, 97 % of the unique non-members appear, 0 % of the unique members
+  (at 20,000 rows membership of nearly every unique person is read off). Fix class: as F7, two-sided — test each set
+  also for a training *deficit* (the lower hypergeometric tail, with the same odds tolerance the other way).
 """
 
 from __future__ import annotations
@@ -509,4 +519,31 @@ def test_f7_a_table_with_holes_around_the_training_rows_is_refused() -> None:
     table, member, other = _filtered(train, holdout, _gaussian(np.random.default_rng(9), 8000), 0.3)
     # the leak: no member has a synthetic row within r, most non-members do
     assert (member > 0.3).all() and (other > 0.3).mean() < 0.5
+    assert not _passed(table, train, holdout)
+
+
+# ==================================================================================================
+# F8: "no replicated uniques" filters: a training deficit among the exact copies
+# ==================================================================================================
+
+
+@pytest.mark.xfail(strict=True, reason="s76 F8: a table filtered of replicated training uniques (synthpop) passes")
+def test_f8_a_table_without_the_training_uniques_is_refused() -> None:
+    rng = np.random.default_rng(0)
+    source = _small(rng, 2000)
+    train, holdout = _split(source, rng)
+
+    def key(frame: pd.DataFrame) -> pd.Series:
+        return pd.Series(pd.util.hash_pandas_object(frame.astype(str), index=False).to_numpy())
+
+    fresh = _small(np.random.default_rng(7), 5000)
+    seen = key(train)
+    unique_train = set(seen[seen.map(seen.value_counts()) == 1])
+    table = fresh[~key(fresh).isin(unique_train).to_numpy()].reset_index(drop=True)
+    # the leak: a source-unique row in the table is a non-member's, always
+    rows = pd.concat([train, holdout], ignore_index=True)
+    unique = _count_of(rows, rows) == 1
+    present = _count_of(rows, table) > 0
+    member = np.r_[np.ones(len(train), bool), np.zeros(len(holdout), bool)]
+    assert not present[member & unique].any() and present[~member & unique].mean() > 0.5
     assert not _passed(table, train, holdout)
