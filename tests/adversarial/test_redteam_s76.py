@@ -27,13 +27,13 @@ Every witness is deterministic (fixed seeds; no randomness decides a verdict: no
   frequencies equal the training rows' exactly (a permutation) while not the holdout's.
 * F2 (LOW now, latent: no plug-in synthesises a date column today — ``synth`` needs declared values or bounds and a
   policy gives a date neither; the SDC GAN and ML copy read numbers — but ``dcr_check`` is the gate's contract for any
-  synthetic table) ``dcr._encode`` takes every
-  non-numeric column as a category, dates included: a date one day off is as far as any other date (0/1), so a copy of
-  every training row with each date moved by one day — the textbook "date shifting" de-identification — is near
-  nothing. Measured: birth date (60 years) and visit date (10 years) with sex and a 5-valued count, 1,000 rows: the 800
-  training rows with both dates + 1 day pass (tail 0.043, as a fresh table's 0.046), alone or among 4,000 fresh rows
-  (0.09); with one date moved (the other kept) it is refused (4e-204). Leak: every training person's birth and visit
-  date to a day. Fix class: dates as numbers (days since an epoch) in the numeric block, like any ordered value.
+  synthetic table) ``dcr._encode`` takes every non-numeric column as a category, dates included: a date one day off
+  is as far as any other date (0/1), so a copy of every training row with each date moved by one day — the textbook
+  "date shifting" de-identification — is near nothing. Measured: birth date (60 years) and visit date (10 years)
+  with sex and a 5-valued count, 1,000 rows: the 800 training rows with both dates + 1 day pass (tail 0.043, as a
+  fresh table's 0.046), alone or among 4,000 fresh rows (0.09); with one date moved (the other kept) it is refused
+  (4e-204). Leak: every training person's birth and visit date to a day. Fix class: dates as numbers (days since an
+  epoch) in the numeric block, like any ordered value.
 * F3 (MEDIUM; an adversarial generator) the gate asks whether a source row is matched, never *how often*: the
   exact-copy and rare-copy sets are binary, and the k-th-neighbour distances (k = 1, 2, 4, 8, each distinct synthetic
   point kept at most 8 times) see a row's multiplicity only where it is exactly a k. A table that enumerates its
