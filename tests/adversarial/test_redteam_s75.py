@@ -36,6 +36,24 @@ connection stays open (PostgreSQL ends it: a protocol violation is FATAL). Pipel
 (~29 GB a day; 50 connections, several analysts multiply it); invalid UTF-8 in a ``Parse`` (22021) logs the same way.
 Fix (class): rate-limit every client-caused line (per analyst as per network, with the dropped count told), and/or end
 the connection at a protocol violation as PostgreSQL does.
+
+F4 (MEDIUM, denial of service by one analyst). ``max_analyst_held_bytes`` (red team s73 F3's fix) counts named
+statements, portals, cursors and savepoints, but not the other state a connection keeps between messages: the
+Describe cache (``VeilSession._describe_cache``, a ``TextCache`` of 256 texts / 4 Mi *characters*: a 1 MiB statement
+of astral characters is 260,000 characters and a 1 MiB ``str``, so ~16 MiB a connection) and the ``SET`` values
+remembered for ``SHOW`` (``MAX_SETTINGS_CHARS`` = 1 Mi characters, up to 4 MiB). Measured on a server with
+``max_analyst_held_bytes`` = 8 MiB: 3 connections of one analyst, each Describing 15 distinct 1 MiB statements of
+the *unnamed* statement (nothing named is kept) and setting one 1 MiB ``application_name``, grew the server by
+83 MiB in ~2 s, never refused (4 connections of Describes alone: +88 MiB). With 50 connections per analyst that is
+~1 GB per analyst past a 256 MiB budget. Fix (class): count every per-connection cache and setting in the held
+bytes that ``check_analyst`` sums (or bound them in bytes, ``sys.getsizeof``, not characters), so the analyst's
+budget covers everything a connection keeps.
+
+Held (passing tests): an analyst's own refusal comes first and quotes only its own account (review s23 Y1);
+``pg_stat_activity`` and ``pg_locks`` list no connection, and backend PIDs are not handed out in sequence, so one
+analyst cannot find another's connection to cancel (its 32-bit secret is random too). Noted, not a finding: a
+population cap's refusal for publications without a DP guarantee names the cap, its ``epsilon_total`` and the
+curator's publication ids also to an analyst (``Ledger._reserve``); that is the curator's doing, not other analysts'.
 """
 
 from __future__ import annotations
@@ -261,3 +279,30 @@ def test_describe_cache_is_within_the_analyst_budget(small_analyst: tuple[int, i
         for conn in conns:
             conn.close()
     assert grown <= 8 + 16, f"3 connections grew the server by {grown:.0f} MiB (refused: {refused})"
+
+
+# --- held: another analyst's connection cannot be found to cancel ----------------------------------------------------
+
+
+def _one_value(conn: Raw, sql: str) -> list[str]:
+    conn.sock.sendall(query_msg(sql))
+    out = []
+    for tag, body in conn.until_ready():
+        if tag == b"D" and struct.unpack("!h", body[:2])[0] >= 1:
+            n = struct.unpack("!i", body[2:6])[0]
+            out.append(body[6 : 6 + n].decode() if n >= 0 else "")
+    return out
+
+
+def test_other_connections_are_not_listed(server: Server) -> None:
+    """Held: ``pg_stat_activity``/``pg_locks`` show no connection; five connections' PIDs are not consecutive
+    (they are drawn at random from ~10⁹ values: a false failure is ~10⁻³⁰)."""
+    conns = [Raw(server.port, "wire" if i % 2 else "poor") for i in range(5)]
+    try:
+        assert _one_value(conns[0], "SELECT * FROM pg_stat_activity") == []
+        assert _one_value(conns[0], "SELECT * FROM pg_locks") == []
+        pids = sorted(int(_one_value(c, "SELECT pg_backend_pid()")[0]) for c in conns)
+    finally:
+        for conn in conns:
+            conn.close()
+    assert len(set(pids)) == 5 and pids[-1] - pids[0] > 4, pids
