@@ -41,7 +41,8 @@ F4 (MEDIUM, denial of service by one analyst). ``max_analyst_held_bytes`` (red t
 statements, portals, cursors and savepoints, but not the other state a connection keeps between messages: the
 Describe cache (``VeilSession._describe_cache``, a ``TextCache`` of 256 texts / 4 Mi *characters*: a 1 MiB statement
 of astral characters is 260,000 characters and a 1 MiB ``str``, so ~16 MiB a connection) and the ``SET`` values
-remembered for ``SHOW`` (``MAX_SETTINGS_CHARS`` = 1 Mi characters, up to 4 MiB). Measured on a server with
+remembered for ``SHOW`` (``MAX_SETTINGS_CHARS`` = 1 Mi characters, up to 4 MiB); nor the query session's plan cache
+(``veil.proxy.plan_cache``: ``CACHE_BYTES`` + ``FRONT_BYTES``, 7 MiB per connection). Measured on a server with
 ``max_analyst_held_bytes`` = 8 MiB: 3 connections of one analyst, each Describing 15 distinct 1 MiB statements of
 the *unnamed* statement (nothing named is kept) and setting one 1 MiB ``application_name``, grew the server by
 83 MiB in ~2 s, never refused (4 connections of Describes alone: +88 MiB). With 50 connections per analyst that is
@@ -51,9 +52,11 @@ budget covers everything a connection keeps.
 
 Held (passing tests): an analyst's own refusal comes first and quotes only its own account (review s23 Y1);
 ``pg_stat_activity`` and ``pg_locks`` list no connection, and backend PIDs are not handed out in sequence, so one
-analyst cannot find another's connection to cancel (its 32-bit secret is random too). Noted, not a finding: a
-population cap's refusal for publications without a DP guarantee names the cap, its ``epsilon_total`` and the
-curator's publication ids also to an analyst (``Ledger._reserve``); that is the curator's doing, not other analysts'.
+analyst cannot find another's connection to cancel (its 32-bit secret is random too). Tried, weak: holding a
+shared cap with refunded probes at ε near what is left (6 connections in a loop) refused 0-1 of 40 other-analyst
+queries (the reservation lasts ~1 ms). Noted, not a finding: a population cap's refusal for publications without a
+DP guarantee names the cap, its ``epsilon_total`` and the curator's publication ids also to an analyst
+(``Ledger._reserve``); that is the curator's doing, not other analysts'.
 """
 
 from __future__ import annotations
