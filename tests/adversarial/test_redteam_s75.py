@@ -50,6 +50,17 @@ the *unnamed* statement (nothing named is kept) and setting one 1 MiB ``applicat
 bytes that ``check_analyst`` sums (or bound them in bytes, ``sys.getsizeof``, not characters), so the analyst's
 budget covers everything a connection keeps.
 
+F5 (HIGH, denial of service by one analyst). The unnamed portal is "not counted: there is one of each, replaced by
+the next" (``veil/server/held.py``), and docs/server.md promises "a connection holds at most [max_held_bytes] plus
+one answer" — but that one answer is per connection, outside ``max_analyst_held_bytes`` too, and it is held as long
+as the client likes: ``Parse``/``Bind``/``Execute`` (max 1 row) of the unnamed statement then ``Flush`` without
+``Sync`` leaves the portal suspended with its whole answer kept as Python objects. A public answer of 16,384 rows × 60
+short texts (under the 1,000,000-value cap, free): 4 connections grew a server whose ``max_analyst_held_bytes`` is
+8 MiB by 351 MiB in 15 s (~85 MiB each), never refused; an analyst's 50 connections hold ~4 GB, and every analyst
+as much. Fix (class): count the unnamed portal's answer like a named one (``check_answer`` before it runs, its bytes
+in ``held_by``), or keep a suspended answer in the counted, encoded form and within ``max_held_bytes``; the only
+state a connection may keep uncounted is what is bounded by a small constant.
+
 Held (passing tests): an analyst's own refusal comes first and quotes only its own account (review s23 Y1);
 ``pg_stat_activity`` and ``pg_locks`` list no connection, and backend PIDs are not handed out in sequence, so one
 analyst cannot find another's connection to cancel (its 32-bit secret is random too). Tried, weak: holding a
@@ -67,7 +78,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.adversarial.test_redteam_s73 import SYNC, Raw, _msg, parse_msg, query_msg, rss_mib
+from tests.adversarial.test_redteam_s73 import SYNC, Raw, _msg, bind_msg, parse_msg, query_msg, rss_mib
 from tests.support.attack import Server, set_password
 from tests.support.attack_world import POLICY, World, build_world
 
@@ -309,3 +320,39 @@ def test_other_connections_are_not_listed(server: Server) -> None:
         for conn in conns:
             conn.close()
     assert len(set(pids)) == 5 and pids[-1] - pids[0] > 4, pids
+
+
+# --- F5: the unnamed portal's answer, one per connection, outside every budget ---------------------------------------
+
+_FLUSH = _msg(b"H", b"")
+
+
+def _suspend_unnamed(conn: Raw, sql: str) -> bytes:
+    """Parse, Bind and Execute (1 row) the unnamed statement and portal, then Flush without Sync: the portal stays
+    suspended with its answer held. The tag of the message that ended the Execute (``s``: suspended)."""
+    conn.sock.sendall(parse_msg("", sql) + bind_msg("", "") + _msg(b"E", b"\0" + struct.pack("!i", 1)) + _FLUSH)
+    while True:
+        tag, _ = conn.read()
+        if tag in (b"s", b"C", b"E"):
+            return tag
+
+
+@pytest.mark.xfail(strict=True, reason="s75 F5: each connection's suspended unnamed portal holds an answer, uncounted")
+def test_suspended_unnamed_portals_are_within_the_analyst_budget(small_analyst: tuple[int, int]) -> None:
+    """With ``max_analyst_held_bytes`` = 8 MiB, 4 connections of one analyst each suspend the unnamed portal of a
+    public answer of 4,096 rows × 60 texts (~21 MiB held as Python objects): the server may grow by the analyst's
+    budget plus about one answer (before: +84 MiB and more, ~4 × the answer; with 7 regions, 16,384 rows, measured
+    +351 MiB for 4 connections, so ~4 GB for an analyst's 50)."""
+    port, pid = small_analyst
+    sel = ", ".join(f"r{1 + i % 6}.rname AS c{i}" for i in range(60))
+    sql = f"SELECT {sel} FROM regions r1, regions r2, regions r3, regions r4, regions r5, regions r6"
+    conns = [Raw(port) for _ in range(4)]
+    try:
+        time.sleep(0.3)
+        before = rss_mib(pid)
+        tags = [_suspend_unnamed(conn, sql) for conn in conns]
+        grown = rss_mib(pid) - before
+    finally:
+        for conn in conns:
+            conn.sock.close()
+    assert grown <= 8 + 21 + 16, f"4 suspended unnamed portals grew the server by {grown:.0f} MiB ({tags})"
