@@ -14,11 +14,12 @@ reserved, then refunded (``pipeline._execute``: ``exc.before_data and s.bind_on_
 answered 22000; at an ε the shared cap cannot hold it is refused VB001 before that. So the spy binary-searches ε: 30
 probes (0.17 s on the shared 2-core host) give the cap's remaining ε to 1e-8 while its own ``veil.budget`` stays at
 0 spent. Measured: remaining 9.99999999 before and 8.76599998 after ``wire`` ran one query at ε = 1.234 (difference
-1.23400001). Every analyst's queries on the table, and their ε, are read by any other analyst, free; the same works
-for δ. Fix (class): make a probe that reaches the reservation cost what it reserved (charge a bind failure after
-the reservation like any failure after it, or check binding before reserving, as ``describe`` does for multi-statement
-plans), and/or decide shared-cap refusals on a coarse public grid of what is left (the hint "a smaller epsilon may
-still fit" invites the search).
+1.23400001). Every analyst's queries on the table, and their ε, are read by any other analyst, free (through the
+Python API and the CLI too: the same pipeline; a δ cap should read the same way, not tried). Fix (class): make a
+probe that reaches the reservation cost what it reserved (charge a bind failure after the reservation like any
+failure after it, or check binding before reserving, as ``describe`` does for multi-statement plans), and/or decide
+shared-cap refusals on a coarse public grid of what is left (the hint "a smaller epsilon may still fit" invites the
+search).
 
 F2 (HIGH, denial of service by one analyst). Backpressure (``BufferedStream.backpressure``, red team s24 A9) runs only
 between protocol messages; within one simple ``Query`` of many statements, every statement's reply goes to the
@@ -49,6 +50,8 @@ the *unnamed* statement (nothing named is kept) and setting one 1 MiB ``applicat
 ~1 GB per analyst past a 256 MiB budget. Fix (class): count every per-connection cache and setting in the held
 bytes that ``check_analyst`` sums (or bound them in bytes, ``sys.getsizeof``, not characters), so the analyst's
 budget covers everything a connection keeps.
+Also seen (LOW, not witnessed): a named statement of ~2,000 one-character tokens is counted at ``TOKEN_BYTES`` = 160
+a token but holds about twice that (13 statements refused at 8 MiB counted, +15.6 MiB of RSS).
 
 F5 (HIGH, denial of service by one analyst). The unnamed portal is "not counted: there is one of each, replaced by
 the next" (``veil/server/held.py``), and docs/server.md promises "a connection holds at most [max_held_bytes] plus
