@@ -2,8 +2,10 @@
 ``bounds.own_joins``, casts to text priced by source type, and memory edges that one person's row decides.
 
 Every finding is a strict xfail witness: the test states the property that should hold and fails today; the fix turns
-it green (then drop the mark). Deterministic (no randomness decides a verdict; the worlds and the memory floor are
-fixed): no false failures. Measured on DuckDB 2.0 at the readers' floor (256 MiB, 2 threads), exact sessions.
+it green (then drop the mark). Deterministic but F4 (the worlds and the memory floor are fixed); F4's witness asks 14
+times a query that fails about half the time today, so it passes by chance (a false XPASS) ~6e-5 of runs at the
+measured rate. Measured on DuckDB 2.0 at the readers' floor (256 MiB, 2 threads), exact sessions; the world builds in
+~2 s, the whole file runs in ~20 s.
 
 * F1 (HIGH) **the range-join rule reads one scope at a time; DuckDB pushes a filter down through derived tables and
   CTEs.** ``_check_join_keys`` looks only at a scope with two or more sources, and only at that scope's own ON and
@@ -14,42 +16,65 @@ fixed): no false failures. Measured on DuckDB 2.0 at the readers' floor (256 MiB
   exactly the operators the rule exists to keep off private rows (s71 F2). Also through two levels of derived
   tables, through a CTE, through a comparison computed in the inner SELECT list (``(SELECT t.id < pub.k AS b FROM t,
   pub) s WHERE s.b``), and beside an equality that joins the private table to another public source (a third source
-  cross-joined inside). Measured through Veil, 200,000 private rows, s71 F2's 1,000 one-wide public ranges and
-  2,038-byte rows: ``SELECT COUNT(*) FROM (SELECT x.id, x.c, x.z, pub.k, pub.k2 FROM (SELECT id, c, '<1,990 x>' AS
-  z FROM t WHERE id < K) x, pub) s WHERE s.id >= s.k AND s.id < s.k2 AND s.c || s.z > CAST(s.k AS VARCHAR)`` was
-  answered at K = 50,000 and 100,000 and failed after the charge (``QueryFailed`` XX000, OutOfMemory, ε kept) at K
-  = 160,000 (a 160,000-row world) — s71 F2's membership bit, back through one derived table
+  cross-joined inside). Measured through Veil, s71 F2's 1,000 one-wide public ranges and 2,038-byte rows:
+  ``SELECT COUNT(*) FROM (SELECT x.id, x.c, x.z, pub.k, pub.k2 FROM (SELECT id, c, '<1,990 x>' AS z FROM t WHERE id <
+  K) x, pub) s WHERE s.id >= s.k AND s.id < s.k2 AND s.c || s.z > CAST(s.k AS VARCHAR)`` (exact session, the floor,
+  a 200,000-row world) is answered at K = 122,552 and fails after the charge (``QueryFailed`` XX000, OutOfMemory, ε
+  kept) at K = 122,553, three times each, alternating: one row decides (s71 F2's membership bit, back through one
+  derived table). Over the wire (``veil serve --engine-memory 256 --engine-threads 2``, psycopg, ε = 0.001): K =
+  100,000 answered, K = 160,000 SQLSTATE XX000 with ``veil.budget`` charged
   (``test_s74_f1_*``). Suggested fix (class level): decide the rule on the whole query, not per scope: map each
   column of a derived table or CTE back to the sources its expression reads (as the pins already do through bare
   projections), and check every comparison in any scope above, a derived table's SELECT list included, against the
   equalities of every scope below; or refuse free a cross product over private rows with any comparison above it.
-* F2 (HIGH) **an equality whose key is constant (or of few values) satisfies the rule and puts every private row in
-  one hash bucket.** The rule counts any equality whose sides read the two sources (``x.id * 0 = pub.k * 0``,
-  ``x.id - x.id = pub.k - pub.k``, ``SIGN(x.id + 1) = SIGN(pub.k + 1)``, ``LEFT(x.c, 1) = 'v'`` against a computed
-  public text). DuckDB runs it as a hash join; when the private side is the build side (a ``WHERE id % 2 = 0`` that
-  DuckDB estimates at ~1 row makes it so) every private row lands in one partition, which the external hash join
-  cannot split, and the join fails instead of spilling. Measured through Veil (exact session, the floor, 2,038-byte
-  rows, 1,000 public ranges beside the key): ``x.id * 0 = pub.k * 0`` answered at K = 100,000 (50,000 build rows),
-  failed after the charge (``QueryFailed`` XX000) at K = 140,000 and 160,000; the other three spellings failed at
-  160,000; the same query on the real key ``x.id = pub.k`` answered at 160,000 (``test_s74_f2_*``). A key shared by
-  many private rows in real data (a category with few values) is the same class, decided by the data. The
-  join-row cap (2 KiB) was measured on hash joins with spread keys only. Suggested fix (class level): keep the
-  private side off the build side of every join (DuckDB's ``build_side_probe_side`` optimiser decides it by the
-  estimates the analyst steers), or accept as a joining equality only a pin-like key (a bare public column against
-  a private column or expression, the public side's rows per key bounded), refusing free the rest.
+* F2 (HIGH) **a hash join whose key many private rows share fails instead of spilling, whatever the key's
+  spelling: the rule's equality, and the 2 KiB join-row cap, do not bound it.** When the private side is the build
+  side (a ``WHERE id % 2 = 0``, which DuckDB estimates at ~1 row, makes it so), every private row with one key value
+  lands in one partition, which the external hash join cannot split. The analyst makes the key constant
+  (``x.id * 0 = pub.k * 0``, ``x.id - x.id = pub.k - pub.k``, ``SIGN(x.id + 1) = SIGN(pub.k + 1)``, ``LEFT(x.z, 1)``
+  against a computed ``'v'``: each an equality the rule counts), or the data does (a bare category pinned to a public
+  text, ``x.c = pub.name``, the commonest value held by many rows). Measured through Veil (exact session, the floor,
+  rows of a 4-character category and the analyst's 1,990-byte literal as one computed text, 2,006 bytes priced, 1,000
+  public ranges beside the key): ``x.id * 0 = pub.k * 0`` answered at 100,000 build rows and failed after the charge
+  (``QueryFailed`` XX000, OutOfMemory) at 200,000, twice; the other three spellings failed at 200,000; the same query
+  on the spread key ``x.id = pub.k`` was answered at 200,000. The natural key ``x.c = pub.name``: answered with
+  100,000 rows holding the commonest value, failed after the charge with 133,334. Over the wire (``veil serve
+  --engine-memory 256 --engine-threads 2``): ``x.id * 0 = pub.k * 0`` at 200,000 build rows SQLSTATE XX000, charged;
+  ``x.id = pub.k`` answered. So the count of private rows sharing the commonest key (among those the WHERE keeps)
+  decides: a membership bit after calibration, as s71 F2. Suggested fix (class level): keep the private side off
+  the build side of every join (DuckDB's ``build_side_probe_side`` optimiser decides it by estimates the analyst
+  steers: disable it and write the private source first, or materialise the public side as the build side), proven
+  by a family of keys (constant, few-valued, natural skew) at the floor; refusing constant keys alone does not close
+  the natural-skew case.
 * F3 (LOW) **a TIMESTAMP computed by date arithmetic is priced 32 bytes as text and holds 33.** ``TIMESTAMP
   '2000-01-01 00:00:00.123456' - INTERVAL (t.id) YEAR`` reaches ``290301-01-01 (BC) 00:00:00.123456`` (33 bytes)
   for an id within its bounds; ``expansion._scalar_text_bytes`` prices it at ``SCALAR_TEXT_BYTES`` (32). A 3% margin
   of the caps; no failure after the charge shown. Fix: price a TIMESTAMP as text at 33 (and keep a test per type
   at the type's extreme text).
+* F4 (MEDIUM) **a literal column carried through a hash join's build side fails after the charge at random, more
+  often the more private rows pass.** The control of F2 (the spread key ``x.id = pub.k`` beside the range, 200,000
+  build rows) with its ~2 KB carried as two columns, the 4-character category and the analyst's 1,990-byte literal
+  (``SELECT id, c, '<1,990 x>' AS z … WHERE x.c || x.z <> …``, priced 2,038 bytes, within the cap) instead of one
+  computed text: QueryFailed (XX000, OutOfMemory), charged, 8 times in 16 at 200,000 build rows (K = 399,975 …
+  399,990), 1 in 10 at 100,000, 0 in 6 for the computed-text spelling at 200,000; the same K answered once and failed
+  once. A failure whose chance grows with the number of rows that pass is a (noisier) membership test; the cap was
+  measured on stored texts. Suggested fix: the F2 fix (private side never the build side) covers it; otherwise price
+  a literal column in a join far below the cap, or refuse literal columns in a join's build side.
 
 Held (passing tests below): a comparison whose sides each read both sources (``x.id - pub.k >= 0``,
 ``GREATEST(…) = pub.k``: a blockwise nested-loop join) and ``<>`` (a nested-loop join) with the private side as the
-build side were answered at the floor at 160,000 rows of 2,038 bytes; ``ASOF``, ``SEMI``, ``ANTI`` and ``NATURAL``
+build side were answered at the floor at 200,000 rows of ~2 KB (0.8 to 2.8 s each); ``ASOF``, ``SEMI``, ``ANTI`` and ``NATURAL``
 joins are refused free. Also tried (no test kept): ``LATERAL``, ``EXISTS``/``IN``/``ANY`` subqueries and window
 frames are refused by the shape check (subqueries only in FROM; no window nodes); ``POSITIONAL JOIN`` parses as an
 alias ``positional`` on the private table (a cross join, left to the cross-join bounds joincap24 is fixing);
-numbers as text stay within 32 bytes (``-t.x / 3 - 0.000001``: 19, ``t.x * 1e300``: 23).
+numbers as text stay within 32 bytes (``-t.x / 3 - 0.000001``: 19, ``t.x * 1e300``: 23; a 38-digit decimal literal is
+made a DOUBLE by the totality pass, so ``t.id - 12345678901234567890123456789.123456789`` is 23, not DuckDB's 40);
+a sweep of 60 expressions (partial casts of private text, decimal overflow, ``LEFT``/``SUBSTRING``/``ROUND`` by a
+private length, interval arithmetic past the calendar, ISO-week fields, ``EXP``/``LN``/``SQRT``) in a WHERE, a
+derived column, a join's ON and a group key, over neighbours with NULL, NaN, ±inf, 5e-324, ±1e15, a 30-digit text,
+a text of 255 ``é`` and a NUL, ended the same way on every neighbour (answered, or refused free); the planner ran
+the triangle ``t.id = pub.k AND pub.k2 = p2.k AND t.id < p2.k2`` (and four variants steering its estimates) as hash
+joins only.
 """
 
 from __future__ import annotations
@@ -162,8 +187,15 @@ def floor_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     from veil.store import warehouse
 
     base = Path(tmp_path_factory.mktemp("s74floor"))
-    t = pd.DataFrame({"id": list(range(_ROWS)), "c": [f"v{i % 1000}" for i in range(_ROWS)]})
-    pub = pd.DataFrame({"k": [i * 1000 for i in range(1000)], "k2": [i * 1000 + 1 for i in range(1000)]})
+    # a category most rows share ('v0' on two ids in three), and a public table naming it twice
+    t = pd.DataFrame({"id": list(range(_ROWS)), "c": ["v0" if i % 3 else f"w{i % 1000}" for i in range(_ROWS)]})
+    pub = pd.DataFrame(
+        {
+            "k": [i * 1000 for i in range(1000)],
+            "k2": [i * 1000 + 1 for i in range(1000)],
+            "name": [f"v{i % 2}" if i < 4 else f"u{i}" for i in range(1000)],
+        }
+    )
     session = exact_session(policy_with_tables(base, _POLICY, {"t": t}, {"pub": pub}), "a")
     session.execute("SELECT COUNT(*) FROM t", epsilon=1.0)  # the bounded copy, before the limit is lowered
     before = (warehouse._CONNECTIONS.memory_mib, warehouse._CONNECTIONS.threads)
@@ -228,6 +260,19 @@ def test_s74_f2_a_join_on_a_constant_key_ends_the_same_way_whatever_the_rows(flo
     """Correct: answered, or refused free. Today: QueryFailed (XX000, OutOfMemory), charged, at 200,000 build rows
     (``x.id * 0 = pub.k * 0`` answered at 100,000)."""
     _answered_or_refused_free(floor_session, _join_sql(_F2_KEYS[key]))
+
+
+@pytest.mark.xfail(strict=True, reason="s74 F2: a pin many private rows share hash-joins them in one bucket")
+def test_s74_f2_a_join_on_a_category_most_rows_share_ends_the_same_way_whatever_the_rows(floor_session: Any) -> None:
+    """F2 in data: a bare category pinned to a public text (``x.c = pub.name``, 2 public rows per name); 133,334 of
+    the 200,000 rows that pass share the value 'v0'. Correct: answered, or refused free. Today: QueryFailed (XX000),
+    charged (answered with 100,000 such rows, ``id < 300,000``); the count of private rows holding the commonest key
+    decides."""
+    _answered_or_refused_free(
+        floor_session,
+        f"SELECT COUNT(*) FROM (SELECT id, c, c || '{_PAD}' AS z FROM t WHERE id % 2 = 0) x "
+        "JOIN pub ON x.c = pub.name WHERE x.z <> CAST(pub.k AS VARCHAR)",
+    )
 
 
 def test_s74_held_the_same_join_on_a_spread_key_is_answered(floor_session: Any) -> None:
