@@ -14,7 +14,8 @@ measured rate. Measured on DuckDB 2.0 at the readers' floor (256 MiB, 2 threads)
   the two sides' columns (``… FROM (SELECT t.id, pub.k, pub.k2 FROM t, pub) s WHERE s.id >= s.k AND s.id < s.k2``)
   is admitted; DuckDB pushes the outer filter into the cross product and runs an IEJoin or a piecewise merge join,
   exactly the operators the rule exists to keep off private rows (s71 F2). Also through two levels of derived
-  tables, through a CTE, through a comparison computed in the inner SELECT list (``(SELECT t.id < pub.k AS b FROM t,
+  tables, through a CTE, through casts or arithmetic of the columns (``s.id + 0 < s.k``), through a comparison
+  computed in the inner SELECT list (``(SELECT t.id < pub.k AS b FROM t,
   pub) s WHERE s.b``), and beside an equality that joins the private table to another public source (a third source
   cross-joined inside). Measured through Veil, s71 F2's 1,000 one-wide public ranges and 2,038-byte rows:
   ``SELECT COUNT(*) FROM (SELECT x.id, x.c, x.z, pub.k, pub.k2 FROM (SELECT id, c, '<1,990 x>' AS z FROM t WHERE id <
@@ -116,6 +117,10 @@ _F1_SHAPES = {
     "select_list_comparison": "SELECT COUNT(*) FROM (SELECT t.id < pub.k AS b FROM t, pub) s WHERE s.b",
     "beside_an_equality": (
         "SELECT COUNT(*) FROM (SELECT t.id, p2.k AS k2 FROM t JOIN pub ON t.id = pub.k, pub AS p2) s WHERE s.id < s.k2"
+    ),
+    "function_of_columns": "SELECT COUNT(*) FROM (SELECT t.id, pub.k FROM t, pub) s WHERE s.id + 0 < s.k",
+    "casts": (
+        "SELECT COUNT(*) FROM (SELECT CAST(t.id AS DOUBLE) AS a, CAST(pub.k AS DOUBLE) AS b FROM t, pub) s WHERE s.a <= s.b"
     ),
     "bracketed_inside": "SELECT COUNT(*) FROM (SELECT t.id, pub.k FROM (t CROSS JOIN pub)) s WHERE s.id < s.k",
 }
