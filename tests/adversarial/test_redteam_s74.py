@@ -245,6 +245,7 @@ def _answered_or_refused_free(session: Any, sql: str) -> None:
         assert session.budget().spent == spent, "a refusal of the shape must be free"
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="s74 F1: a range join through a derived table fails after the charge")
 def test_s74_f1_a_range_join_through_a_derived_table_ends_the_same_way_whatever_the_rows(floor_session: Any) -> None:
     """The outer filter compares the columns of a derived cross join: DuckDB runs an IEJoin over every private row.
@@ -278,6 +279,7 @@ _F2_KEYS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="s74 F2: a constant-key equality hash-joins every private row in one bucket")
 @pytest.mark.parametrize("key", sorted(_F2_KEYS))
 def test_s74_f2_a_join_on_a_constant_key_ends_the_same_way_whatever_the_rows(floor_session: Any, key: str) -> None:
@@ -286,6 +288,7 @@ def test_s74_f2_a_join_on_a_constant_key_ends_the_same_way_whatever_the_rows(flo
     _answered_or_refused_free(floor_session, _join_sql(_F2_KEYS[key]))
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="s74 F2: a pin many private rows share hash-joins them in one bucket")
 def test_s74_f2_a_join_on_a_category_most_rows_share_ends_the_same_way_whatever_the_rows(floor_session: Any) -> None:
     """F2 in data: a bare category pinned to a public text (``x.c = pub.name``, 2 public rows per name); 133,334 of
@@ -299,11 +302,13 @@ def test_s74_f2_a_join_on_a_category_most_rows_share_ends_the_same_way_whatever_
     )
 
 
+@pytest.mark.slow
 def test_s74_held_the_same_join_on_a_spread_key_is_answered(floor_session: Any) -> None:
     """The control of F2: the key ``x.id = pub.k`` spreads the build rows over partitions, which spill."""
     _answered_or_refused_free(floor_session, _join_sql("x.id = pub.k"))
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="s74 F4: a literal column in a hash join's build side fails after the charge")
 def test_s74_f4_a_literal_column_in_the_build_side_ends_the_same_way_whatever_the_rows(floor_session: Any) -> None:
     """The control's join on the spread key, its ~2 KB carried as the category and a literal column, asked 14 times
@@ -326,6 +331,7 @@ _HELD_NESTED = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", sorted(_HELD_NESTED))
 def test_s74_held_nested_loop_joins_with_the_private_build_side_are_answered(floor_session: Any, shape: str) -> None:
     _answered_or_refused_free(
