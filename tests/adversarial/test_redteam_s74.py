@@ -10,7 +10,8 @@ measured rate. Measured on DuckDB 2.0 at the readers' floor (256 MiB, 2 threads)
 * F1 (HIGH) **the range-join rule reads one scope at a time; DuckDB pushes a filter down through derived tables and
   CTEs.** ``_check_join_keys`` looks only at a scope with two or more sources, and only at that scope's own ON and
   WHERE. A derived table or CTE that cross-joins the private table with a public one (comma, ``CROSS JOIN``, ``ON
-  TRUE``: no inequality in that scope, so the rule passes it) and an outer SELECT over that one source that compares
+  TRUE``, ``LEFT JOIN … ON TRUE``, an ON that filters the public side only, ``ON pub.k > 5``: no inequality between
+  sources in that scope, so the rule passes it) and an outer SELECT over that one source that compares
   the two sides' columns (``… FROM (SELECT t.id, pub.k, pub.k2 FROM t, pub) s WHERE s.id >= s.k AND s.id < s.k2``)
   is admitted; DuckDB pushes the outer filter into the cross product and runs an IEJoin or a piecewise merge join,
   exactly the operators the rule exists to keep off private rows (s71 F2). Also through two levels of derived
@@ -137,6 +138,8 @@ _F1_SHAPES = {
     "beside_an_equality": (
         "SELECT COUNT(*) FROM (SELECT t.id, p2.k AS k2 FROM t JOIN pub ON t.id = pub.k, pub AS p2) s WHERE s.id < s.k2"
     ),
+    "left_join_on_true": "SELECT COUNT(*) FROM (SELECT t.id, pub.k FROM t LEFT JOIN pub ON TRUE) s WHERE s.id < s.k",
+    "on_a_public_filter_only": "SELECT COUNT(*) FROM (SELECT t.id, pub.k FROM t JOIN pub ON pub.k > 5) s WHERE s.id < s.k",
     "function_of_columns": "SELECT COUNT(*) FROM (SELECT t.id, pub.k FROM t, pub) s WHERE s.id + 0 < s.k",
     "casts": (
         "SELECT COUNT(*) FROM (SELECT CAST(t.id AS DOUBLE) AS a, CAST(pub.k AS DOUBLE) AS b FROM t, pub) s WHERE s.a <= s.b"
