@@ -5,7 +5,7 @@ Every finding is a strict xfail witness: the test states the property that shoul
 it green (then drop the mark). Deterministic but F4 (the worlds and the memory floor are fixed); F4's witness asks 14
 times a query that fails about half the time today, so it passes by chance (a false XPASS) ~6e-5 of runs at the
 measured rate. Measured on DuckDB 2.0 at the readers' floor (256 MiB, 2 threads), exact sessions; the world builds in
-~2 s, the whole file runs in ~20 s.
+~2 s; the whole file ran in 20 to 53 s on the shared 2-core host, ``-m 'not slow'`` in ~7 s.
 
 * F1 (HIGH) **the range-join rule reads one scope at a time; DuckDB pushes a filter down through derived tables and
   CTEs.** ``_check_join_keys`` looks only at a scope with two or more sources, and only at that scope's own ON and
