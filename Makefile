@@ -34,10 +34,10 @@ demo: $(STAMP)
 # time; all Spark tests on one worker, so one JVM starts), then the tests that do (marked `timing` at collection,
 # tests/conftest.py) alone, so no worker beside them can make a timing assertion fail. `TIMING_WORKERS=2` runs them
 # on two workers of their own instead, one timing file beside another (never beside the first pass): they mostly
-# wait (timeouts, backoffs, sleeps: ~50 CPU-s in ~135 s alone), so that would take ~70 s off the run, but it is not
-# the default: on the shared 2-core host, niced, all 87 passed on 2 workers at a load of 14-18 and 4 failed at ~19
-# (the catalog-starvation bounds of 0.6 s, a login backoff's), which alone at that load cannot be told apart; try it
-# on a quiet 2-core machine before making it the default. The first pass writes the files that hold timing tests
+# wait (timeouts, backoffs, sleeps: ~50 CPU-s in ~135 s alone), so that would take ~60 s off the run, but it is not
+# the default: on the shared 2-core host, niced, all 87 passed on 2 workers twice (loads 14-18 and 18-21) and 4 failed
+# once (load ~19, another 2-worker pytest of ours beside it: the catalog-starvation bounds of 0.6 s, a login
+# backoff's); alone they passed at 14-16. Try it on a quiet 2-core machine before making it the default. The first pass writes the files that hold timing tests
 # (VEIL_TIMING_FILES), and the second collects only those (without the list: all).
 # Both passes write their temporary folders (tmp_path: warehouses, ledgers, servers' files) under one fresh folder on
 # tmpfs (/dev/shm) when that has $(TEST_TMP_MIN_KB) kB free, else under $$TMPDIR or /tmp: the suite writes and fsyncs
