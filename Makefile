@@ -32,14 +32,20 @@ demo: $(STAMP)
 # fails `make test` before the timing pass starts (`make gates` alone runs just them).
 # Two passes: every test that does not read a clock on $(WORKERS) pytest-xdist workers (one module per worker at a
 # time; all Spark tests on one worker, so one JVM starts), then the tests that do (marked `timing` at collection,
-# tests/conftest.py) alone, so no worker beside them can make a timing assertion fail. The first pass writes the
-# files that hold timing tests (VEIL_TIMING_FILES), and the second collects only those (without the list: all).
+# tests/conftest.py) alone, so no worker beside them can make a timing assertion fail. `TIMING_WORKERS=2` runs them
+# on two workers of their own instead, one timing file beside another (never beside the first pass): they mostly
+# wait (timeouts, backoffs, sleeps: ~50 CPU-s in ~135 s alone), so that would take ~60 s off the run, but it is not
+# the default: on the shared 2-core host, niced, all 87 passed on 2 workers twice (loads 14-18 and 18-21) and 4 failed
+# once (load ~19, another 2-worker pytest of ours beside it: the catalog-starvation bounds of 0.6 s, a login
+# backoff's); alone they passed at 14-16. Try it on a quiet 2-core machine before making it the default. The first pass writes the files that hold timing tests
+# (VEIL_TIMING_FILES), and the second collects only those (without the list: all).
 # Both passes write their temporary folders (tmp_path: warehouses, ledgers, servers' files) under one fresh folder on
 # tmpfs (/dev/shm) when that has $(TEST_TMP_MIN_KB) kB free, else under $$TMPDIR or /tmp: the suite writes and fsyncs
 # thousands of DuckDB files and SQLite ledgers, which on a disk wait for it. A passing test's tmp_path is removed as
 # it ends (tmp_path_retention_policy=failed), so the folder stays a few hundred MB; it is removed after a passing
 # run, and kept (its path printed) after a failing one.
 WORKERS ?= 2
+TIMING_WORKERS ?= 0
 TEST_TMP_MIN_KB ?= 4000000
 PYTEST := $(BIN)/python -m pytest -o tmp_path_retention_policy=failed
 # The gates' sub-make is named through a variable of its own: a recipe line that names $(MAKE) itself runs even under
@@ -53,7 +59,7 @@ test: $(STAMP)
 	TMPDIR=$$tmp VEIL_TIMING_FILES=$$tmp/timing-files $(PYTEST) -q -n $(WORKERS) --dist loadgroup -m "not timing"; \
 	rc=$$?; wait $$gates; gates_rc=$$?; echo "--- the gates (exit $$gates_rc):"; cat "$$tmp/gates.log"; \
 	if [ $$rc -eq 0 ] && [ $$gates_rc -ne 0 ]; then rc=$$gates_rc; fi; \
-	if [ $$rc -eq 0 ]; then TMPDIR=$$tmp $(PYTEST) -q -m timing $$(cat "$$tmp/timing-files"); rc=$$?; fi; \
+	if [ $$rc -eq 0 ]; then TMPDIR=$$tmp $(PYTEST) -q -n $(TIMING_WORKERS) --dist loadgroup -m timing $$(cat "$$tmp/timing-files"); rc=$$?; fi; \
 	if [ $$rc -eq 0 ]; then rm -rf "$$tmp"; else echo "kept the temporary folders of the failed run: $$tmp"; fi; \
 	exit $$rc
 

@@ -108,7 +108,8 @@ SLOW_DOCTESTS = frozenset({"veil/auditor/pu/__init__.py::veil.auditor.pu"})
 
 #: A test that reads a wall clock to decide (elapsed time, deadlines) — in its own body, or in a test helper it
 #: calls, up to three calls deep — is marked ``timing`` at collection: ``make test`` runs those tests alone, after
-#: the rest has run on two workers (pytest-xdist), so a worker beside them cannot fail a timing assertion. Where the
+#: the rest has run on two workers (pytest-xdist), so a worker beside them cannot fail a timing assertion
+#: (``TIMING_WORKERS=2``: on two workers of their own, one timing file beside another; see the Makefile). Where the
 #: source cannot be read the whole module counts (conservative). A CPU clock (``time.thread_time``,
 #: ``time.process_time``) does not count: another process's load does not move it, so a bound on the work done in
 #: the test's own process runs in the parallel pass (use it only where the timed code neither waits nor sleeps,
@@ -257,14 +258,16 @@ SCOPE_SECONDS = Path(__file__).resolve().parent / "support" / "scope_seconds.jso
 SECONDS_PER_UNLISTED_TEST = 0.1
 
 
-def _longest_first(workqueue: dict[str, dict[str, bool]]) -> list[str]:
+def _longest_first(workqueue: dict[str, dict[str, bool]], *, timing_pass: bool = False) -> list[str]:
     """The scopes in the order to hand them out: longest expected time first (LPT scheduling), so the last scopes
     taken are short and both workers end together (xdist's own order, most tests first, left heavy scopes of
-    few tests, e.g. the server workers' file, to the end, where one worker ran them while the other waited)."""
+    few tests, e.g. the server workers' file, to the end, where one worker ran them while the other waited). In the
+    timing pass (``-m timing``) the weights, a file's seconds in the first pass, do not apply: its timing tests are
+    weighed by their number (each waits seconds; the largest files hold the most)."""
     import json
 
     try:
-        known: dict[str, float] = json.loads(SCOPE_SECONDS.read_text(encoding="utf-8"))
+        known: dict[str, float] = {} if timing_pass else json.loads(SCOPE_SECONDS.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         known = {}
     weight = {scope: known.get(scope, SECONDS_PER_UNLISTED_TEST * len(tests)) for scope, tests in workqueue.items()}
@@ -280,6 +283,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    timing_pass = (config.getoption("markexpr", "") or "").strip() == "timing"
+
     class FileOrSparkScheduling(LoadScopeScheduling):
         _ordered = False
 
@@ -289,7 +294,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
         def _assign_work_unit(self, node: Any) -> None:
             if not self._ordered:  # the first assignment: the work queue is complete
                 self._ordered = True
-                for scope in _longest_first(self.workqueue):
+                for scope in _longest_first(self.workqueue, timing_pass=timing_pass):
                     self.workqueue.move_to_end(scope)
             super()._assign_work_unit(node)
 

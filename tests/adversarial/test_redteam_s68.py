@@ -80,9 +80,7 @@ def f1_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     bounded copy built under DuckDB's default limit; then the readers at the floor: 256 MiB, 2 threads."""
     import pandas as pd
 
-    from tests.support.warehouse import policy_with_tables
-    from veil.proxy._testing import exact_session
-    from veil.store import warehouse
+    from tests.support.warehouse import copied_session, readers_at_the_floor
 
     base = Path(tmp_path_factory.mktemp("s68f1"))
     t = pd.DataFrame({
@@ -90,18 +88,12 @@ def f1_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         "c": [str(i).rjust(_F1_CHARS, "\U0001f600") for i in range(_F1_ROWS)],
     })  # fmt: skip
     pub = pd.DataFrame({"k": [i % _F1_ROWS for i in range(4 * _F1_ROWS)]})
-    policy = policy_with_tables(base, _F1_POLICY, {"t": t}, {"pub": pub})
+    session = copied_session(base, _F1_POLICY, {"t": t}, {"pub": pub})
     del t
-    session = exact_session(policy, "a")
-    session.execute("SELECT COUNT(*) FROM t", epsilon=1.0)  # the bounded copy, before the limit is lowered
-    before = (warehouse._CONNECTIONS.memory_mib, warehouse._CONNECTIONS.threads)
-    warehouse.set_reader_threads(warehouse.MIN_READER_THREADS)
-    warehouse.set_reader_memory(warehouse.MIN_READER_MEMORY_MIB)
     try:
-        yield session
+        with readers_at_the_floor():
+            yield session
     finally:
-        warehouse.set_reader_memory(before[0])
-        warehouse.set_reader_threads(before[1])
         session.close()
 
 
@@ -157,23 +149,16 @@ def pad_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     a public table (4 rows a key); then the readers at the floor: 256 MiB, 2 threads."""
     import pandas as pd
 
-    from tests.support.warehouse import policy_with_tables
-    from veil.proxy._testing import exact_session
-    from veil.store import warehouse
+    from tests.support.warehouse import copied_session, readers_at_the_floor
 
     base = Path(tmp_path_factory.mktemp("s68pad"))
     t = pd.DataFrame({"id": list(range(_PAD_ROWS)), "c": [f"v{i}" for i in range(_PAD_ROWS)]})
     pub = pd.DataFrame({"k": [i % _PAD_ROWS for i in range(4 * _PAD_ROWS)]})
-    session = exact_session(policy_with_tables(base, _PAD_POLICY, {"t": t}, {"pub": pub}), "a")
-    session.execute("SELECT COUNT(*) FROM t", epsilon=1.0)  # the bounded copy, before the limit is lowered
-    before = (warehouse._CONNECTIONS.memory_mib, warehouse._CONNECTIONS.threads)
-    warehouse.set_reader_threads(warehouse.MIN_READER_THREADS)
-    warehouse.set_reader_memory(warehouse.MIN_READER_MEMORY_MIB)
+    session = copied_session(base, _PAD_POLICY, {"t": t}, {"pub": pub})
     try:
-        yield session
+        with readers_at_the_floor():
+            yield session
     finally:
-        warehouse.set_reader_memory(before[0])
-        warehouse.set_reader_threads(before[1])
         session.close()
 
 
@@ -211,9 +196,7 @@ def amp_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     then the readers at the floor: 256 MiB, 2 threads."""
     import pandas as pd
 
-    from tests.support.warehouse import policy_with_tables
-    from veil.proxy._testing import exact_session
-    from veil.store import warehouse
+    from tests.support.warehouse import copied_session, readers_at_the_floor
 
     base = Path(tmp_path_factory.mktemp("s68amp"))
     n = _AMP_ROWS
@@ -223,16 +206,11 @@ def amp_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         "pub2": pd.DataFrame({"k": [i % n for i in range(_AMP_OUTER * n)]}),
     }
     policy = _PAD_POLICY.replace("[tables.pub]", "[tables.pub2]\npublic = true\n[tables.pub]")
-    session = exact_session(policy_with_tables(base, policy, {"t": t}, public), "a")
-    session.execute("SELECT COUNT(*) FROM t", epsilon=1.0)  # the bounded copy, before the limit is lowered
-    before = (warehouse._CONNECTIONS.memory_mib, warehouse._CONNECTIONS.threads)
-    warehouse.set_reader_threads(warehouse.MIN_READER_THREADS)
-    warehouse.set_reader_memory(warehouse.MIN_READER_MEMORY_MIB)
+    session = copied_session(base, policy, {"t": t}, public)
     try:
-        yield session
+        with readers_at_the_floor():
+            yield session
     finally:
-        warehouse.set_reader_memory(before[0])
-        warehouse.set_reader_threads(before[1])
         session.close()
 
 

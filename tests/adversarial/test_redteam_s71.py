@@ -192,33 +192,26 @@ _PAD_POLICY = _F1_POLICY.replace('w = { type = "category", max_length = 3832 }\n
 def _pad_session(base: Path, ids: list[int]) -> Any:
     import pandas as pd
 
-    from tests.support.warehouse import policy_with_tables
-    from veil.proxy._testing import exact_session
+    from tests.support.warehouse import copied_session
 
     t = pd.DataFrame({"id": ids, "c": [f"v{i}" for i in ids]})
     pub = pd.DataFrame({"k": [i * (_PAD_ROWS // _PAD_PUB + 1) for i in range(_PAD_PUB)]})
-    session = exact_session(policy_with_tables(base, _PAD_POLICY, {"t": t}, {"pub": pub}), "a")
-    session.execute("SELECT COUNT(*) FROM t", epsilon=1.0)  # the bounded copy, before the limit is lowered
-    return session
+    return copied_session(base, _PAD_POLICY, {"t": t}, {"pub": pub})
 
 
 @pytest.fixture(scope="module")
 def pad_sessions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Any]]:
     """Neighbouring worlds (with and without the row ``id = 21,228``), then the readers at the floor (256 MiB, 2
     threads)."""
-    from veil.store import warehouse
+    from tests.support.warehouse import readers_at_the_floor
 
     everyone = list(range(_PAD_ROWS))
     d = _pad_session(Path(tmp_path_factory.mktemp("s71pad_d")), everyone)
     d_prime = _pad_session(Path(tmp_path_factory.mktemp("s71pad_dp")), [i for i in everyone if i != _PAD_TARGET])
-    before = (warehouse._CONNECTIONS.memory_mib, warehouse._CONNECTIONS.threads)
-    warehouse.set_reader_threads(warehouse.MIN_READER_THREADS)
-    warehouse.set_reader_memory(warehouse.MIN_READER_MEMORY_MIB)
     try:
-        yield d, d_prime
+        with readers_at_the_floor():
+            yield d, d_prime
     finally:
-        warehouse.set_reader_memory(before[0])
-        warehouse.set_reader_threads(before[1])
         d.close()
         d_prime.close()
 
@@ -261,23 +254,16 @@ def range_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """An exact session over ``_RANGE_ROWS`` rows, then the readers at the floor (256 MiB, 2 threads)."""
     import pandas as pd
 
-    from tests.support.warehouse import policy_with_tables
-    from veil.proxy._testing import exact_session
-    from veil.store import warehouse
+    from tests.support.warehouse import copied_session, readers_at_the_floor
 
     base = Path(tmp_path_factory.mktemp("s71range"))
     t = pd.DataFrame({"id": list(range(_RANGE_ROWS)), "c": [f"v{i % 1000}" for i in range(_RANGE_ROWS)]})
     pub = pd.DataFrame({"k": [i * 1000 for i in range(1000)], "k2": [i * 1000 + 1 for i in range(1000)]})
-    session = exact_session(policy_with_tables(base, _RANGE_POLICY, {"t": t}, {"pub": pub}), "a")
-    session.execute("SELECT COUNT(*) FROM t", epsilon=1.0)  # the bounded copy, before the limit is lowered
-    before = (warehouse._CONNECTIONS.memory_mib, warehouse._CONNECTIONS.threads)
-    warehouse.set_reader_threads(warehouse.MIN_READER_THREADS)
-    warehouse.set_reader_memory(warehouse.MIN_READER_MEMORY_MIB)
+    session = copied_session(base, _RANGE_POLICY, {"t": t}, {"pub": pub})
     try:
-        yield session
+        with readers_at_the_floor():
+            yield session
     finally:
-        warehouse.set_reader_memory(before[0])
-        warehouse.set_reader_threads(before[1])
         session.close()
 
 
