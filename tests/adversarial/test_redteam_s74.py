@@ -432,7 +432,6 @@ def _exact(session: Any, sql: str) -> object:
         return f"{type(exc).__name__} {exc.sqlstate}"
 
 
-@pytest.mark.xfail(strict=True, reason="s74 F5: the public table's typed read drops the joins a bracketed join hangs on it")
 @pytest.mark.parametrize("case", sorted(_F5_PAIRS))
 def test_s74_f5_a_bracketed_join_on_a_public_first_table_answers_as_the_bare_join(f5_session: Any, case: str) -> None:
     """Exact sessions (no noise): the two spellings of one join must give the same answer. Today the bracketed one
