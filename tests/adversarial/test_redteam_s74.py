@@ -350,7 +350,6 @@ def test_s74_held_other_join_kinds_are_refused_free(plan_session: Any, kind: str
     assert plan_session.budget().spent == spent
 
 
-@pytest.mark.xfail(strict=True, reason="s74 F3: a TIMESTAMP before year 1 is priced 32 bytes as text and holds 33")
 def test_s74_f3_a_computed_timestamp_as_text_is_priced_at_its_longest_text() -> None:
     """``TIMESTAMP '2000-01-01 00:00:00.123456' - INTERVAL (t.id) YEAR`` for an id within its bounds (the totality
     pass keeps it: DuckDB's TIMESTAMP reaches 290,309 BC). Correct: priced at least its longest text."""
