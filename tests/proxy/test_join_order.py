@@ -7,7 +7,8 @@ without DuckDB's ``build_side_probe_side`` optimiser and the generated SQL lists
 
 The class: hypothesis makes connected join graphs of the private rows (estimated at ~1 row by ``id % 2 = 0``, so the
 optimiser would have built them) and one to four public tables (5 and 300 rows), keys spread, constant and few-valued,
-the private source written anywhere, as comma lists, ``JOIN … ON``, ``LEFT JOIN``s among the public tables or onto
+or none (``ON TRUE``, an OR of equalities, ``<>``: cross products and nested-loop joins, which hold their right child
+too), the private source written anywhere, as comma lists, ``JOIN … ON``, ``LEFT JOIN``s among the public tables or onto
 the private rows, bracketed joins and derived tables; every statement Veil generates for an admitted one is EXPLAINed
 on the session's own sandboxed reader, and the private copy's scan must lie under no join's right (build) child.
 Deterministic property (no false failures); ~47 of the 60 shapes are admitted. Before the fix every test here failed
@@ -99,6 +100,10 @@ _KEYS = {
     "spread": "{a}.{ca} = {b}.k",
     "constant": "{a}.{ca} * 0 = {b}.k * 0",
     "few": "{a}.{ca} % 3 = {b}.k % 3",
+    # no equality: a cross product, a nested-loop or a blockwise nested-loop join (each holds its right child)
+    "none": "TRUE",
+    "or": "({a}.{ca} = {b}.k OR {a}.{ca} = {b}.k2)",
+    "not_equal": "{a}.{ca} <> {b}.k",
 }
 
 
@@ -155,6 +160,12 @@ _NAMED = [
     "WHERE x.c || x.z <> CAST(pb.k AS VARCHAR)",
     "SELECT COUNT(*) FROM pb LEFT JOIN pa ON pb.k = pa.k JOIN t ON t.id = pb.k WHERE t.id % 2 = 0",
     "SELECT COUNT(*) FROM pb JOIN (pa JOIN t ON t.id = pa.k) ON pb.k = pa.k WHERE t.id % 2 = 0",
+    # joins with no equality (joincap24's open witnesses: DuckDB held the side it estimated smaller)
+    "SELECT COUNT(*) FROM pb CROSS JOIN t WHERE t.c = 'v1'",
+    "SELECT COUNT(*) FROM pb, t WHERE t.id % 2 = 0",
+    "SELECT COUNT(*) FROM pb JOIN t ON t.id = pb.k OR t.id = pb.k2 WHERE t.c = 'v1'",
+    "SELECT COUNT(*) FROM pb JOIN t ON t.id <> pb.k WHERE t.c = 'v1'",
+    "SELECT COUNT(*) FROM pa JOIN t ON TRUE JOIN pb ON TRUE WHERE t.c = 'v1'",
 ]
 
 
