@@ -159,7 +159,7 @@ def test_the_price_bounds_every_statements_copy_of_the_query(session: object, cl
         f"SELECT {_text_case(200)} AS g, {_quantiles(20)} FROM t GROUP BY 1",  # red team s26's, smaller
         f"SELECT {_quantiles(20)} FROM t WHERE {_text_case(200)} = 'a1'",
         f"SELECT {_quantiles(12)} FROM t WHERE {_partial_case(60)} > 1",
-        f"SELECT {_quantiles(20)} FROM t " + " ".join(f"JOIN pub p{i} ON p{i}.pk = t.x" for i in range(8)),
+        f"SELECT {_quantiles(64)} FROM t " + " ".join(f"JOIN pub p{i} ON p{i}.pk = t.x" for i in range(8)),
     ],
     ids=["group_by", "where", "where_partial", "joins"],
 )
