@@ -15,7 +15,7 @@ side by its cardinality estimates (the ``build_side_probe_side`` optimiser), whi
 * that optimiser's exact solver (DPhyp) keeps relation 0 leftmost, but past 11 relations, or 10,000 connected pairs (a
   clique of 10 relations), it falls back to a greedy solver that put the private rows on the build side in every shape
   tried; a query over private rows may therefore join at most :data:`MAX_PRIVATE_JOIN_RELATIONS` relations in all its
-  scopes (:func:`check_relations`, refused free, 54000). Measured on DuckDB 2.0: random connected join graphs of the
+  scopes (:func:`check_relations`, refused free, 54001). Measured on DuckDB 2.0: random connected join graphs of the
   private rows (estimated at 1 row) and 1–13 public tables of 5–100,000 rows, keys spread, constant and few-valued,
   written private-first as comma or JOIN … ON lists: 0 of ~480 with up to 11 relations on the build side, every one of
   ~130 with 12 or 13; cliques: 0 of 90 up to 9 relations, 15 of 15 at 10.
@@ -41,7 +41,7 @@ MAX_PRIVATE_JOIN_RELATIONS = 9
 
 
 def check_relations(tree: exp.Expression) -> None:
-    """Refuse (QueryTooComplex, 54000, free) a query over private rows that joins more relations than
+    """Refuse (QueryTooComplex, 54001, free) a query over private rows that joins more relations than
     :data:`MAX_PRIVATE_JOIN_RELATIONS` (``parse.table_references``: every FROM, JOIN, derived table and subquery, each
     CTE counted once per reference). Decided from the query's text alone."""
     from veil.proxy.parse import table_references
