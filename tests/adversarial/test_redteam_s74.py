@@ -183,7 +183,6 @@ def _operators(duck: Any, sql: str) -> set[str]:
     return {op.title() for op in _OPERATORS.findall(duck.execute("EXPLAIN " + sql).fetchall()[0][1])}
 
 
-@pytest.mark.xfail(strict=True, reason="s74 F1: a comparison above a derived table or CTE of a cross join runs as a range join")
 @pytest.mark.parametrize("shape", sorted(_F1_SHAPES))
 def test_s74_f1_an_admitted_query_never_runs_a_range_join_over_private_rows(plan_session: Any, duck: Any, shape: str) -> None:
     """Correct: refused free (0A000), or DuckDB runs it without an IEJoin or a piecewise merge join. Today every shape
@@ -249,7 +248,6 @@ def _answered_or_refused_free(session: Any, sql: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s74 F1: a range join through a derived table fails after the charge")
 def test_s74_f1_a_range_join_through_a_derived_table_ends_the_same_way_whatever_the_rows(floor_session: Any) -> None:
     """The outer filter compares the columns of a derived cross join: DuckDB runs an IEJoin over every private row.
     Correct: answered, or refused free. Today: QueryFailed (XX000, OutOfMemory), charged (answered at 100,000 rows,
@@ -283,7 +281,6 @@ _F2_KEYS = {
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s74 F2: a constant-key equality hash-joins every private row in one bucket")
 @pytest.mark.parametrize("key", sorted(_F2_KEYS))
 def test_s74_f2_a_join_on_a_constant_key_ends_the_same_way_whatever_the_rows(floor_session: Any, key: str) -> None:
     """Correct: answered, or refused free. Today: QueryFailed (XX000, OutOfMemory), charged, at 200,000 build rows
@@ -292,7 +289,6 @@ def test_s74_f2_a_join_on_a_constant_key_ends_the_same_way_whatever_the_rows(flo
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s74 F2: a pin many private rows share hash-joins them in one bucket")
 def test_s74_f2_a_join_on_a_category_most_rows_share_ends_the_same_way_whatever_the_rows(floor_session: Any) -> None:
     """F2 in data: a bare category pinned to a public text (``x.c = pub.name``, 2 public rows per name); 133,334 of
     the 200,000 rows that pass share the value 'v0'. Correct: answered, or refused free. Today: QueryFailed (XX000),
@@ -312,7 +308,6 @@ def test_s74_held_the_same_join_on_a_spread_key_is_answered(floor_session: Any) 
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="s74 F4: a literal column in a hash join's build side fails after the charge")
 def test_s74_f4_a_literal_column_in_the_build_side_ends_the_same_way_whatever_the_rows(floor_session: Any) -> None:
     """The control's join on the spread key, its ~2 KB carried as the category and a literal column, asked 14 times
     (``id < K`` for K just under the row count, so no answer comes from a cache). Correct: every one answered, or
@@ -355,7 +350,6 @@ def test_s74_held_other_join_kinds_are_refused_free(plan_session: Any, kind: str
     assert plan_session.budget().spent == spent
 
 
-@pytest.mark.xfail(strict=True, reason="s74 F3: a TIMESTAMP before year 1 is priced 32 bytes as text and holds 33")
 def test_s74_f3_a_computed_timestamp_as_text_is_priced_at_its_longest_text() -> None:
     """``TIMESTAMP '2000-01-01 00:00:00.123456' - INTERVAL (t.id) YEAR`` for an id within its bounds (the totality
     pass keeps it: DuckDB's TIMESTAMP reaches 290,309 BC). Correct: priced at least its longest text."""
@@ -432,7 +426,6 @@ def _exact(session: Any, sql: str) -> object:
         return f"{type(exc).__name__} {exc.sqlstate}"
 
 
-@pytest.mark.xfail(strict=True, reason="s74 F5: the public table's typed read drops the joins a bracketed join hangs on it")
 @pytest.mark.parametrize("case", sorted(_F5_PAIRS))
 def test_s74_f5_a_bracketed_join_on_a_public_first_table_answers_as_the_bare_join(f5_session: Any, case: str) -> None:
     """Exact sessions (no noise): the two spellings of one join must give the same answer. Today the bracketed one

@@ -106,6 +106,10 @@ CASES: dict[str, str] = {
     "comma_join": "SELECT COUNT(*) FROM people p, regions r WHERE p.state = r.state AND r.region = 'West'",
     "cte_over_public": "WITH w AS (SELECT state FROM regions WHERE region = 'West') SELECT COUNT(*) FROM people JOIN w"
     " ON people.state = w.state",
+    # the private source written after public ones: the generated SQL lists it first (join_order.private_first)
+    "public_first_join": "SELECT COUNT(*) FROM regions r JOIN people p ON p.state = r.state WHERE r.region = 'West'",
+    "public_left_join_first": "SELECT COUNT(*) FROM regions r LEFT JOIN regions r2 ON r.state = r2.state"
+    " JOIN people p ON p.state = r.state",
     # public-only
     "public_select": "SELECT state, region FROM regions ORDER BY state",
     "public_aggregate": "SELECT region, COUNT(*) FROM regions GROUP BY region ORDER BY region",

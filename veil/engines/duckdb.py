@@ -70,6 +70,8 @@ def _bounded_public_instance(mirror: Path, threads: int) -> duckdb.DuckDBPyConne
         k: v for k, v in warehouse.SANDBOX_CONFIG.items() if k not in ("enable_external_access", "lock_configuration")
     }
     config.update({"memory_limit": f"{MATERIALISING_MEMORY >> 20}MiB", "temp_directory": ""})
+    # public rows only: DuckDB picks each build side by its estimates (the readers' fixed orientation is for private rows)
+    config["disabled_optimizers"] = "common_subexpressions"
     if threads > 0:
         config["threads"] = threads
     con = duckdb.connect(":memory:", config=config)

@@ -146,8 +146,9 @@ _WIDE_INTEGERS = (exp.DataType.Type.INT128, exp.DataType.Type.UINT128, exp.DataT
 
 def _scalar_text_bytes(to: exp.DataType) -> int:
     """The most bytes a value of the number, date or bool type ``to`` takes as text in DuckDB: a DECIMAL(p, s) ``p +
-    2`` (a sign, a point: ``CAST(-9.5 AS DECIMAL(38,37))`` is 40 bytes, red team s71 F3), a HUGEINT 40, every other
-    one at most :data:`SCALAR_TEXT_BYTES` (a DOUBLE 24, a BIGINT 20, a TIMESTAMP 26, a DATE 13)."""
+    2`` (a sign, a point: ``CAST(-9.5 AS DECIMAL(38,37))`` is 40 bytes, red team s71 F3), a HUGEINT 40, the widths of
+    :data:`_WIDE_TEXT` (a TIMESTAMP before year 1 with microseconds 33, red team s74 F3), every other one at most
+    :data:`SCALAR_TEXT_BYTES` (a DOUBLE 24, a BIGINT 20, a TIME WITH TIME ZONE 24, a DATE 18, a BOOLEAN 5)."""
     if to.is_type(*_WIDE_INTEGERS):
         return 41
     if to.is_type(exp.DataType.Type.DECIMAL):
@@ -155,7 +156,30 @@ def _scalar_text_bytes(to: exp.DataType) -> int:
         precision = params[0] if params else None
         digits = int(precision.this) if isinstance(precision, exp.Literal) and precision.is_int else 38
         return max(SCALAR_TEXT_BYTES, digits + 2)
-    return SCALAR_TEXT_BYTES
+    return max([SCALAR_TEXT_BYTES, *(n for types, n in _WIDE_TEXT if to.is_type(*types))])
+
+
+#: Scalar types whose text can pass :data:`SCALAR_TEXT_BYTES`, and their most bytes as text, measured on DuckDB 2.0
+#: (``tests/proxy/test_expansion.py`` casts each type's extreme): a TIMESTAMP ``290308-12-22 (BC) 00:00:00.123456``
+#: 33; a TIMESTAMP WITH TIME ZONE 36 in UTC and 39 in a zone whose offset has minutes (``+05:53``, a local mean time),
+#: priced 42 (an offset with seconds); an INTERVAL ``-178956970 years -7 months -2147483647 days
+#: -2562047788:00:54.775807`` 68; a UUID 36.
+_WIDE_TEXT: tuple[tuple[tuple[exp.DataType.Type, ...], int], ...] = (
+    (
+        (
+            exp.DataType.Type.TIMESTAMP,
+            exp.DataType.Type.TIMESTAMPNTZ,
+            exp.DataType.Type.DATETIME,
+            exp.DataType.Type.TIMESTAMP_S,
+            exp.DataType.Type.TIMESTAMP_MS,
+            exp.DataType.Type.TIMESTAMP_NS,
+        ),
+        33,
+    ),
+    ((exp.DataType.Type.TIMESTAMPTZ, exp.DataType.Type.TIMESTAMPLTZ), 42),
+    ((exp.DataType.Type.INTERVAL,), 70),
+    ((exp.DataType.Type.UUID,), 36),
+)
 
 
 #: Nodes whose value is one of their operands' (or passes one through).

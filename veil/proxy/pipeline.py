@@ -30,7 +30,7 @@ from sqlglot.tokens import Token
 
 from veil.engines.base import EngineError, check_key_type, output_type
 from veil.errors import CopyNotReady, InternalError, QueryCancelled, QueryFailed, QueryTooComplex, ValueTooLarge, VeilError
-from veil.proxy import multiplicity, plan_cache
+from veil.proxy import join_order, multiplicity, plan_cache
 from veil.proxy.add_noise import AheadFuture, draw_ahead, noised, take_ahead
 from veil.proxy.bounds import mark_arithmetic_that_cannot_raise
 from veil.proxy.canonical import cache_key, canonical_sql
@@ -39,6 +39,7 @@ from veil.proxy.expansion import largest_held, measure, text_work
 from veil.proxy.parse import parse, parse_tokens, scan
 from veil.proxy.plan import QueryPlan, plan
 from veil.proxy.postprocess import PostProcess, postprocess_sql
+from veil.proxy.range_lineage import check_range_lineage
 from veil.proxy.resolve import Resolved, resolve
 from veil.proxy.rewrite import EngineQueries, check_generated_size, public_query, rewrite
 from veil.proxy.totality import CANNOT_RAISE
@@ -174,7 +175,11 @@ def _resolve(s: QueryState, env: Env) -> QueryState:
 def _validate(s: QueryState, env: Env) -> QueryState:
     if s.resolved is None:
         raise InternalError("validate before resolve")
-    return _with(s, analysis=validate(s.resolved, env.catalog()))
+    analysis = validate(s.resolved, env.catalog())
+    if analysis.private_table is not None:
+        join_order.check_relations(analysis.tree)  # the private rows stay off every build side (join_order)
+        check_range_lineage(analysis.tree, env.catalog())  # no range join over private rows, through any scope
+    return _with(s, analysis=analysis)
 
 
 def _plan(s: QueryState, env: Env) -> QueryState:
@@ -271,6 +276,7 @@ def _rewrite(s: QueryState, env: Env) -> QueryState:
     for tree in (queries.main, *(g for _, g in queries.grids)):
         if tree is not None:  # each statement joins the rows the probes counted, never a run of its own
             multiplicity.read_materialised(tree, s.materialised)
+            join_order.private_first(tree, source)  # the private rows on the probe side of every join
     check_raising_work(p, queries)
     render = env.engine.render
     rendered = Rendered(

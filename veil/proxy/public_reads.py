@@ -21,7 +21,7 @@ from sqlglot import exp
 
 from veil.engines.neutral import CANNOT_RAISE, data_type
 
-__all__ = ["public_column", "read_public_typed", "typed_read"]
+__all__ = ["public_column", "read_public_typed", "replace_keeping_joins", "typed_read"]
 
 
 def public_column(column: str, sql_type: str) -> exp.Expression:
@@ -49,4 +49,15 @@ def read_public_typed(tree: exp.Expression, public: Mapping[str, Mapping[str, st
     by its :func:`typed_read`."""
     for t in list(tree.find_all(exp.Table)):
         if t.name in public and not t.args.get("db"):
-            t.replace(typed_read(t, public[t.name]))
+            replace_keeping_joins(t, typed_read(t, public[t.name]))
+
+
+def replace_keeping_joins(old: exp.Expression, new: exp.Expression) -> None:
+    """``old.replace(new)``, ``old``'s ``joins`` moved onto ``new``. sqlglot hangs a bracketed join's joins on its first
+    source (``(pub JOIN p2 ON …)`` is a ``Subquery`` around the ``Table`` ``pub`` carrying the join to ``p2``), so a
+    replacement that dropped them ran another query: the bracketed join lost its joins and ON conditions, or the
+    private table itself (red team s74 F5). Every replacement of a source in a FROM or JOIN goes through here."""
+    joins = old.args.get("joins")
+    if joins:
+        new.set("joins", joins)
+    old.replace(new)

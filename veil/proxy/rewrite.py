@@ -37,7 +37,7 @@ from veil.errors import InternalError, QueryTooComplex
 from veil.proxy import fixed_point
 from veil.proxy.bounding import GridColumn
 from veil.proxy.plan import QueryPlan, Statistic
-from veil.proxy.public_reads import typed_read
+from veil.proxy.public_reads import replace_keeping_joins, typed_read
 from veil.proxy.totality import BUILT_TOTAL, CANNOT_RAISE, COMBINING_NODES, iso_week_value, make_total, needs_try
 
 E = TypeVar("E", bound=exp.Expression)
@@ -444,7 +444,7 @@ def _template(p: QueryPlan, source: str, public: Mapping[str, Mapping[str, str]]
             t.set("this", exp.to_identifier(source))
             replaced += 1
         elif t.name in public:
-            t.replace(typed_read(t, public[t.name]))
+            replace_keeping_joins(t, typed_read(t, public[t.name]))
     if replaced != 1 or alias is None:
         raise InternalError(f"the private table is referenced {replaced} times in a validated query")
     where = tree.args.get("where")

@@ -80,7 +80,11 @@ SANDBOX_CONFIG: dict[str, str] = {
     # TRY(...) that wraps each use, with the implicit casts the binder put into it: a DATE argument of
     # TRY(date_diff('day', d, TIMESTAMP …)) cast to TIMESTAMP in two aggregates then fails on a date
     # beyond year 294,247 — a failure one row decides. Without it, each TRY holds everything inside it.
-    "disabled_optimizers": "common_subexpressions",
+    # With ``build_side_probe_side`` DuckDB picks each join's build side by its estimates, which the analyst steers:
+    # private rows on the build side failed (OutOfMemory, after the charge) when many shared one key (red team s74
+    # F2, F4). Without it the right child is the build side, and the generated SQL puts the private rows first
+    # (veil.proxy.join_order).
+    "disabled_optimizers": "common_subexpressions,build_side_probe_side",
     "lock_configuration": "true",
 }
 
