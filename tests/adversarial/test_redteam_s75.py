@@ -340,7 +340,6 @@ def _suspend_unnamed(conn: Raw, sql: str) -> bytes:
             return tag
 
 
-@pytest.mark.xfail(strict=True, reason="s75 F5: each connection's suspended unnamed portal holds an answer, uncounted")
 def test_suspended_unnamed_portals_are_within_the_analyst_budget(small_analyst: tuple[int, int]) -> None:
     """With ``max_analyst_held_bytes`` = 8 MiB, 4 connections of one analyst each suspend the unnamed portal of a
     public answer of 4,096 rows × 60 texts (~21 MiB held as Python objects): the server may grow by the analyst's

@@ -354,3 +354,74 @@ def test_prepared_statements_count_in_the_analysts_budget(policy: Path) -> None:
         finally:
             for sock in (first, second, bob):
                 sock.close()
+
+
+# --- the unnamed portal (red team s75 F5) -----------------------------------------------------------------------------
+
+_FLUSH = message(b"H", b"")
+
+
+def _execute_rows(portal: str, rows: int) -> bytes:
+    return message(b"E", _cstr(portal) + rows.to_bytes(4, "big"))
+
+
+def _until(sock: socket.socket, *tags: bytes) -> list[tuple[bytes, bytes]]:
+    """Replies up to and including the first of ``tags`` (a Flush gets no ReadyForQuery)."""
+    from tests.support.server import read_message
+
+    out = []
+    while True:
+        out.append(read_message(sock))
+        if out[-1][0] in tags:
+            return out
+
+
+def _hold_unnamed(sock: socket.socket, how: str, sql: str) -> list[str]:
+    """Leave the unnamed portal of ``sql`` holding its answer, as ``how`` says; the SQLSTATEs of the errors it got."""
+    run = _parse("", sql) + _bind("", "") + _execute_rows("", 1)
+    if how == "flush":  # suspended, then Flush without Sync: the portal stays
+        sock.sendall(run + _FLUSH)
+        return _errors(_until(sock, b"s", b"C", b"E"))
+    if how == "begin":  # suspended inside a transaction block: Sync keeps it
+        assert not _errors(raw_exchange(sock, _query("BEGIN")))
+        return _errors(raw_exchange(sock, run, SYNC))
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["flush", "begin"])
+def test_unnamed_portals_count_in_the_analysts_budget(policy: Path, how: str) -> None:
+    """A suspended unnamed portal (``Execute`` of 1 row, then ``Flush`` without ``Sync``, or ``Sync`` inside a
+    transaction block) keeps its answer, and is counted like a named one: with ``max_analyst_held_bytes`` at about
+    one and a half answers, alice's third connection's query is refused (53400, before it runs), bob's is not (before:
+    the unnamed portal was not counted, ~85 MiB per connection for a large public answer, never refused)."""
+    sql = "SELECT t1, t2, t3, t4, t5, x1, x2 FROM shapes"
+    limits = ServerLimits(**{**FAST_BACKOFF, "max_analyst_held_bytes": 300_000})  # type: ignore[arg-type]
+    with running_server(policy, limits=limits) as st_:
+        port = st_.port  # type: ignore[attr-defined]
+        socks = [raw_login(port, "alice", PASSWORD)[0] for _ in range(3)] + [raw_login(port, "bob", "bob-secret-pw-1")[0]]
+        assert all(s is not None for s in socks)
+        try:
+            got = []
+            for sock in socks:
+                assert sock is not None
+                got.append(_hold_unnamed(sock, how, sql))
+            assert got[:2] == [[], []] and got[2] == ["53400"] and got[3] == [], got
+            held = [c.session.held_bytes() for c in _server_side(st_)]  # type: ignore[attr-defined]
+            assert sum(held) >= 3 * 100_000, held  # the three answers kept (two of alice's, bob's), counted
+        finally:
+            for sock in socks:
+                if sock is not None:
+                    sock.close()
+
+
+def test_a_portal_run_to_its_end_keeps_no_rows(server: object, conn: socket.socket) -> None:
+    """An unnamed or named portal executed to its end (no row limit, or its last rows) keeps no rows while it stays
+    (``Flush`` without ``Sync``): nothing to count, and a second ``Execute`` of it returns none, as in PostgreSQL."""
+    sql = "SELECT t1, t2, t3, t4, t5, x1, x2 FROM shapes"
+    for portal, rows in (("", 0), ("p", 0), ("", 500), ("p", 1000)):
+        conn.sendall(_parse("", sql) + _bind(portal, "") + _execute_rows(portal, rows) + _FLUSH)
+        assert _rows(_until(conn, b"C", b"E")) == 401
+        (side,) = [c for c in _server_side(server) if c.portals]  # type: ignore[attr-defined]
+        assert side.session.held_bytes() < 1_000, side.session.held_bytes()  # type: ignore[attr-defined]
+        replies = raw_exchange(conn, _execute_rows(portal, 0), SYNC)
+        assert _rows(replies) == 0 and not _errors(replies), replies

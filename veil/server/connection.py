@@ -645,8 +645,9 @@ class VeilConnection(Connection):
                 IN_FAILED_SQL_TRANSACTION,
                 "current transaction is aborted, commands ignored until end of transaction block",
             )
-        if parsed.portal_name and isinstance(portal, VeilPortal) and portal.result is None:
-            # a named portal keeps its answer: refused before it runs once the connection holds enough
+        if isinstance(portal, VeilPortal) and portal.result is None:
+            # a portal keeps its answer (the unnamed one too, until the next Bind or the transaction's end: red team
+            # s75 F5): refused before it runs once the connection, or the analyst's connections, hold enough
             session = self.session
             others = session.analyst_held_bytes()
             held.check_answer(self.server.limits, self.portals, session.kept_bytes(), parsed.portal_name, others)

@@ -17,10 +17,12 @@ connection (:class:`~veil.server.limits.ServerLimits`):
 Each check runs before the new thing is kept (a statement's count before it is tokenised, its
 size before it is stored; a cursor or portal before its query runs), so a refusal costs nothing:
 53400 (configuration limit exceeded), naming the limit and how to free room. An answer's size is
-known only once it has run, so a new cursor or named portal is refused once the answers already
-held reach ``max_held_bytes``: a connection holds at most that plus one answer. The unnamed
-statement and portal are not counted: there is one of each, replaced by the next, as for a simple
-query. Portals end with their transaction, as in PostgreSQL (:class:`~veil.server.connection.
+known only once it has run, so a new cursor or portal's query is refused once the answers already
+held reach ``max_held_bytes``: a connection holds at most that plus one answer, and one analyst's connections
+``max_analyst_held_bytes`` plus one answer. The unnamed portal is counted like a named one (red team s75 F5: a
+suspended one, ``Execute`` with a row limit then ``Flush`` without ``Sync``, kept a whole answer per connection,
+uncounted: ~85 MiB each), and a portal run to its end keeps no rows (:class:`~veil.server.session.VeilPortal`).
+The unnamed statement is not counted: there is one, replaced by the next, as for a simple query. Portals end with their transaction, as in PostgreSQL (:class:`~veil.server.connection.
 VeilConnection`: at ``Sync`` outside a transaction block, and at ``COMMIT``/``ROLLBACK``); cursors
 at ``COMMIT``/``ROLLBACK``.
 
@@ -221,10 +223,11 @@ def statements_bytes(statements: Mapping[str, Any], skip: str | None = None) -> 
 
 
 def portal_bytes(portals: Mapping[str, Any], skip: str | None = None) -> int:
-    """What the named portals (but ``skip``) hold: each one's name, parameters and answer."""
+    """What the portals (but ``skip``) hold: each one's name, parameters and answer, the unnamed portal's too (red
+    team s75 F5: a suspended unnamed portal kept a whole answer per connection, outside every budget)."""
     total = 0
     for key, entry in portals.items():
-        if key and key != skip:
+        if key != skip:
             total += name_bytes(key) + int(getattr(entry.portal, "held_bytes", 0))
     return total
 
@@ -286,7 +289,7 @@ def check_portal(
 
 
 def check_answer(limits: ServerLimits, portals: Mapping[str, Any], kept_bytes: int, skip: str | None, others: int = 0) -> None:
-    """Refuse to run a query whose answer a named portal or a cursor would keep, when the answers
+    """Refuse to run a query whose answer a portal (the unnamed one too) or a cursor would keep, when the answers
     already held (but ``skip``'s own) reach ``max_held_bytes``, or the analyst's connections together
     reach ``max_analyst_held_bytes``: before it runs, so free."""
     held = _held(portals, kept_bytes, skip)

@@ -695,8 +695,14 @@ class VeilPortal(Portal):
         if self.result is None:
             st = self.statement
             self.result = await st.session.answer(st.route, self.params, st.param_oids, describe=False)
-        rows = self.result.rows
+        result = self.result
+        rows = result.rows
         end = len(rows) if max_rows <= 0 else min(len(rows), self._offset + max_rows)
-        chunk = rows[self._offset : end]
-        self._offset = end
-        return chunk, max_rows > 0 and end < len(rows)
+        chunk = rows[self._offset : end] if self._offset or end < len(rows) else rows
+        if end < len(rows):
+            self._offset = end
+            return chunk, max_rows > 0
+        if rows:  # run to its end: the portal keeps no rows (a later Execute of it returns none, as in PostgreSQL)
+            self.result = Result(result.columns, [], result.tag, result.notices)
+            self._offset, self._answer_bytes = 0, None
+        return chunk, False
