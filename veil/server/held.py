@@ -22,9 +22,9 @@ held reach ``max_held_bytes``: a connection holds at most that plus one answer, 
 ``max_analyst_held_bytes`` plus one answer. The unnamed portal is counted like a named one (red team s75 F5: a
 suspended one, ``Execute`` with a row limit then ``Flush`` without ``Sync``, kept a whole answer per connection,
 uncounted: ~85 MiB each), and a portal run to its end keeps no rows (:class:`~veil.server.session.VeilPortal`).
-The unnamed statement is not counted: there is one, replaced by the next, as for a simple query. Portals end with their transaction, as in PostgreSQL (:class:`~veil.server.connection.
-VeilConnection`: at ``Sync`` outside a transaction block, and at ``COMMIT``/``ROLLBACK``); cursors
-at ``COMMIT``/``ROLLBACK``.
+The unnamed statement is not counted: there is one, replaced by the next, as for a simple query. Portals end
+with their transaction, as in PostgreSQL (:class:`~veil.server.connection.VeilConnection`: at ``Sync`` outside a
+transaction block, and at ``COMMIT``/``ROLLBACK``); cursors at ``COMMIT``/``ROLLBACK``.
 
 >>> from veil.server.limits import ServerLimits
 >>> limits = ServerLimits(max_prepared_statements=1)
