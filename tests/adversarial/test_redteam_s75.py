@@ -178,10 +178,11 @@ def test_refusal_by_own_budget_precedes_the_shared_cap(server: Server) -> None:
 _WIDE = "SELECT * FROM regions r1, regions r2, regions r3, regions r4, regions r5, regions r6, regions r7"
 
 
-@pytest.mark.xfail(strict=True, reason="s75 F2: a multi-statement Query's replies are buffered unread, unbounded")
 def test_unread_multi_statement_replies_are_bounded(server: Server) -> None:
     """16 public answers of 16,384 rows (~2.2 MB each on the wire) in one Query, never read: the server may grow by
-    its 1 MiB backlog plus about one answer (before: +35 MiB, the whole reply held; the test stops at 16)."""
+    its 1 MiB backlog plus about one answer (before: +35 MiB, the whole reply held; the test stops at 24). One answer
+    is ~14 MiB as Python objects: a Query of one such statement, unread, grows a fresh server by 13.6-14.1 MiB (3
+    runs), so 16 statements with backpressure measured +17-17.5 MiB (wirefix24)."""
     conn = Raw(server.port)
     try:
         assert conn.round(query_msg(_WIDE)) is None  # caches and plans, not the replies
@@ -189,12 +190,12 @@ def test_unread_multi_statement_replies_are_bounded(server: Server) -> None:
         before = rss_mib(server.proc.pid)
         conn.sock.sendall(query_msg(";".join([_WIDE] * 16)))
         grown, deadline = 0.0, time.monotonic() + 15
-        while time.monotonic() < deadline and grown < 16:
+        while time.monotonic() < deadline and grown < 24:
             time.sleep(0.25)
             grown = max(grown, rss_mib(server.proc.pid) - before)
     finally:
         conn.sock.close()
-    assert grown < 16, f"16 unread answers of one Query grew the server by {grown:.0f} MiB"
+    assert grown < 24, f"16 unread answers of one Query grew the server by {grown:.0f} MiB"
 
 
 # --- F3: a logged-in analyst's log lines are not rate-limited --------------------------------------------------------

@@ -425,3 +425,48 @@ def test_a_portal_run_to_its_end_keeps_no_rows(server: object, conn: socket.sock
         assert side.session.held_bytes() < 1_000, side.session.held_bytes()  # type: ignore[attr-defined]
         replies = raw_exchange(conn, _execute_rows(portal, 0), SYNC)
         assert _rows(replies) == 0 and not _errors(replies), replies
+
+
+# --- unread replies (red team s75 F2) ---------------------------------------------------------------------------------
+
+_BIG = "SELECT big, id FROM shapes"  # 401 rows of ~2,000 characters: ~0.8 MB on the wire
+
+
+def _unread_backlog(server: object, sock: socket.socket) -> int:
+    """The most bytes the server's side of ``sock``'s connection kept unsent (its buffer and transport) within 2 s."""
+    import time
+
+    (side,) = _server_side(server)
+    most, deadline = 0, time.monotonic() + 2
+    while time.monotonic() < deadline:
+        stream = side.stream  # type: ignore[attr-defined]
+        most = max(most, len(stream._buffer) + stream.writer.transport.get_write_buffer_size())
+        time.sleep(0.02)
+    return most
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["query", "pipeline", "one_answer"],
+)
+def test_unread_replies_wait_for_the_client_within_one_message(policy: Path, how: str) -> None:
+    """Whatever the client sends without reading — one simple Query of 16 large answers, a pipeline of 16 Executes
+    without Sync, one answer of 8,000 wide rows — the server keeps at most its 1 MiB backlog (plus one 64 kB chunk and
+    one check's rows) unsent; the rest waits for the client (before: backpressure ran only between messages: a Query's
+    or a pipeline message's replies piled up in the transport, ~10 MB here, ~350 MB for a Query of 160 statements)."""
+    with running_server(policy) as st_:
+        sock, err = raw_login(st_.port, "alice", PASSWORD)  # type: ignore[attr-defined]
+        assert sock is not None, err
+        try:
+            if how == "query":
+                sock.sendall(_query(";".join([_BIG] * 16)))
+            elif how == "pipeline":
+                sock.sendall(_parse("", _BIG) + (_bind("", "") + _execute("")) * 16)
+            else:
+                sock.sendall(_query("SELECT s.big, r.id FROM shapes AS s, shapes AS r WHERE r.id < 20"))
+            backlog = _unread_backlog(st_, sock)
+            replies = raw_exchange(sock, SYNC if how == "pipeline" else b"")  # then read: every row arrives
+        finally:
+            sock.close()
+    assert backlog <= (1 << 20) + (1 << 16) + 512 * 2_100, backlog
+    assert not _errors(replies) and _rows(replies) == (20 if how == "one_answer" else 16) * 401, _errors(replies)

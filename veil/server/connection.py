@@ -63,6 +63,8 @@ _MESSAGE_NAMES = {
 #: The most parameter types a ParameterDescription may list: pg-mimic and asyncpg read its count as a signed 16-bit
 #: number (statements may have up to :data:`~veil.server.routing.MAX_PARAMETERS`, red team s54 A1).
 MAX_DESCRIBED_PARAMETERS = 32_767
+#: DataRows written between two checks of the unread backlog (:meth:`BufferedStream.backpressure`) within one answer.
+_ROWS_BETWEEN_CHECKS = 512
 #: The largest ``oid[]`` value asyncpg's type introspection may bind (its OIDs; other arrays are refused unread).
 MAX_TYPEINFO_ARRAY_BYTES = 1 << 16
 
@@ -479,6 +481,9 @@ class VeilConnection(Connection):
         try:
             for r in routes:
                 await self._simple_one(r)
+                # each statement's reply waits for the client to read the backlog before the next runs (red team s75
+                # F2: 40 unread answers of one Query piled up in the transport, +85 MiB, until the whole message ended)
+                await self.stream.backpressure()
         finally:
             self.session.implicit_block = False
             if implicit and self.tx_status == b"I":
@@ -498,9 +503,12 @@ class VeilConnection(Connection):
         self._send_notices(portal.take_notices())
         columns = portal.columns
         if columns is not None:
-            self.stream.write(pg_messages.make_row_description(_field_specs(columns)))
-            for row in rows:
-                self.stream.write(pg_messages.make_data_row(encode_row(row, columns)))
+            stream = self.stream
+            stream.write(pg_messages.make_row_description(_field_specs(columns)))
+            for i, row in enumerate(rows, 1):
+                stream.write(pg_messages.make_data_row(encode_row(row, columns)))
+                if not i % _ROWS_BETWEEN_CHECKS:
+                    await stream.backpressure()  # one large answer waits for the client too, not only between answers
         self.stream.write(pg_messages.make_command_complete(portal.tag()))
 
     def _send_notices(self, notices: tuple[str, ...]) -> None:
@@ -657,14 +665,17 @@ class VeilConnection(Connection):
         entry.rows_returned += len(rows)
         columns = portal.columns if isinstance(portal, VeilPortal) else entry.columns
         if columns is not None:
-            for row in rows:
+            stream = self.stream
+            for i, row in enumerate(rows, 1):
                 try:
                     values = encode_row(row, columns, entry.result_format_codes)
                 except (struct.error, OverflowError):  # an integer beyond int8 in binary (red team s54 A6)
                     raise NumericOutOfRange("a value is out of range for its type in binary format") from None
                 except (ValueError, TypeError, IndexError):
                     raise PgError(FEATURE_NOT_SUPPORTED, "a value cannot be sent in the requested result format") from None
-                self.stream.write(pg_messages.make_data_row(values))
+                stream.write(pg_messages.make_data_row(values))
+                if not i % _ROWS_BETWEEN_CHECKS:
+                    await stream.backpressure()  # a large answer waits for the client as it is written (red team s75 F2)
         if suspended:
             self.stream.write(pg_messages.make_portal_suspended())
         else:
