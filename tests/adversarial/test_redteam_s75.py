@@ -140,7 +140,6 @@ def _left_in_cap(spy: Raw) -> float:
     return lo
 
 
-@pytest.mark.xfail(strict=True, reason="s75 F1: a refunded bind failure makes shared-cap refusals a free exact oracle")
 def test_other_analysts_spending_is_not_read_for_free(server: Server) -> None:
     """The spy bisects ε with a probe that is reserved then refunded, before and after ``wire`` runs one query at
     ε = 1.234: it must either pay for its probes or not learn 1.234 (before: 0 spent, 1.23400001 read)."""
