@@ -470,3 +470,53 @@ def test_unread_replies_wait_for_the_client_within_one_message(policy: Path, how
             sock.close()
     assert backlog <= (1 << 20) + (1 << 16) + 512 * 2_100, backlog
     assert not _errors(replies) and _rows(replies) == (20 if how == "one_answer" else 16) * 401, _errors(replies)
+
+
+# --- caches and settings (red team s75 F4) ----------------------------------------------------------------------------
+
+
+def _cache_bytes(conn: object) -> int:
+    """What a connection's Describe cache and SET values hold, measured here (``sys.getsizeof``), not as it counts."""
+    import sys
+
+    session = conn.session  # type: ignore[attr-defined]
+    cached = sum(sys.getsizeof(k) for k in session._describe_cache._items)
+    return cached + sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in session.settings.values.items())
+
+
+@pytest.mark.parametrize("width", ["a", "😀"])
+def test_caches_and_settings_are_within_the_analysts_budget(policy: Path, width: str) -> None:
+    """Three connections of one analyst each Describe 8 distinct ~100 kB statements of the unnamed statement (nothing
+    named is kept) and SET a long value: what their Describe caches and settings hold (measured in bytes, 4 a
+    character for astral ones) stays within ``max_analyst_held_bytes`` (1 MiB here), and is counted in what each
+    connection holds; SET values past ``MAX_SETTINGS_BYTES`` (1 MiB as held) are refused (53400), however few their
+    characters (before: the cache was bounded at 4 Mi characters per connection, ~16 MiB of astral ones, and not
+    counted: ~2.4 MB here; settings at 1 Mi characters, 4 MiB)."""
+    from veil.server import held
+
+    limits = ServerLimits(**{**FAST_BACKOFF, "max_analyst_held_bytes": 1 << 20})  # type: ignore[arg-type]
+    chars = 100_000 // len(width.encode())
+    with running_server(policy, limits=limits) as st_:
+        port = st_.port  # type: ignore[attr-defined]
+        socks = [raw_login(port, "alice", PASSWORD)[0] for _ in range(3)]
+        try:
+            for k, sock in enumerate(socks):
+                assert sock is not None
+                for i in range(8):
+                    sql = f"SELECT '{k}{i}" + width * chars + "' AS x FROM shapes"
+                    replies = raw_exchange(sock, _parse("", sql), message(b"D", b"S\x00"), SYNC)
+                    assert not _errors(replies), _errors(replies)
+                assert not _errors(raw_exchange(sock, _query(f"SET myapp.v{k} = '{width * (chars // 2)}'")))
+            big = width * (600_000 // len(width.encode()))  # 600 kB as held: 150,000 characters of astral ones
+            assert not _errors(raw_exchange(socks[0], _query(f"SET myapp.big = '{big}'")))
+            assert _errors(raw_exchange(socks[0], _query(f"SET myapp.other = '{big}'"))) == ["53400"]
+            assert not _errors(raw_exchange(socks[0], _query("RESET myapp.big")))
+            sides = _server_side(st_)
+            measured = [_cache_bytes(c) for c in sides]
+            counted = [c.session.cache_bytes() for c in sides]  # type: ignore[attr-defined]
+        finally:
+            for sock in socks:
+                if sock is not None:
+                    sock.close()
+    assert sum(measured) <= (1 << 20) + 3 * held.MAX_SETTINGS_BYTES // 8, measured
+    assert all(c >= m for c, m in zip(counted, measured, strict=True)), (counted, measured)

@@ -180,7 +180,7 @@ class VeilServer(PgServer):
 
     def held_by(self, analyst: str, but: object = None) -> int:
         """What ``analyst``'s logged-in connections in this process (but ``but``) hold between messages: their named
-        statements, portals, cursors and savepoints (``max_analyst_held_bytes``, :mod:`veil.server.held`)."""
+        statements, portals, cursors and savepoints, caches and settings (``max_analyst_held_bytes``, :mod:`veil.server.held`)."""
         total = 0
         for conn in list(self._connections.values()):
             if conn is but or not getattr(conn, "logged_in", False) or conn.username != analyst:
@@ -188,6 +188,7 @@ class VeilServer(PgServer):
             session = getattr(conn, "session", None)
             if session is not None and hasattr(session, "held_bytes"):
                 total += int(session.held_bytes()) + held.statements_bytes(conn.statements)
+                total += int(session.cache_bytes()) if hasattr(session, "cache_bytes") else 0
         return total
 
     def cancel(self, pid: int, secret: int) -> None:

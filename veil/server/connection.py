@@ -574,7 +574,7 @@ class VeilConnection(Connection):
             held.check_statement_bytes(limits, self.statements, name, size)
             # and all of the analyst's connections together (red team s73 F3: the connection cap multiplied it)
             session = self.session
-            others = self.server.held_by(session.analyst or "", self) + session.held_bytes()
+            others = self.server.held_by(session.analyst or "", self) + session.held_bytes() + session.cache_bytes()
             mine = held.statements_bytes(self.statements, skip=name)
             held.check_analyst(limits, others, mine, size + held.name_bytes(name))
         self.statements[name] = statement
