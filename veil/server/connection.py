@@ -39,7 +39,7 @@ from veil.errors import (
 )
 from veil.server import drivers, frontend, held, tls
 from veil.server.limits import MAX_STARTUP_PACKET, Outcome
-from veil.server.logtext import outsider, server_logger
+from veil.server.logtext import logged_in, outsider, server_logger
 from veil.server.results import to_pg_error
 from veil.server.routing import Route
 from veil.server.session import VeilPortal, VeilSession, VeilStatement
@@ -293,6 +293,9 @@ class VeilConnection(Connection):
                 return
             if not ok:
                 return
+            # from now on every line this connection causes passes its analyst's bucket (red team s75 F3; here, not in
+            # _login: wait_for runs that in a task of its own, whose context ends with it)
+            logged_in(self.username, self.server.analyst_log_limiter)
             self.stream.max_message = self.server.limits.max_message_bytes
             try:  # read before the login completes: a setting Veil cannot apply ends it, as PostgreSQL's FATAL does
                 self.startup_settings = startup_settings(self.startup_params)
