@@ -22,7 +22,8 @@ held reach ``max_held_bytes``: a connection holds at most that plus one answer, 
 ``max_analyst_held_bytes`` plus one answer. The unnamed portal is counted like a named one (red team s75 F5: a
 suspended one, ``Execute`` with a row limit then ``Flush`` without ``Sync``, kept a whole answer per connection,
 uncounted: ~85 MiB each), and a portal run to its end keeps no rows (:class:`~veil.server.session.VeilPortal`).
-The unnamed statement is not counted: there is one, replaced by the next, as for a simple query. Portals end
+The unnamed statement is never refused (there is one, replaced by the next, as for a simple query), but counted in
+the analyst's budget (:meth:`~veil.server.session.VeilSession.cache_bytes`). Portals end
 with their transaction, as in PostgreSQL (:class:`~veil.server.connection.VeilConnection`: at ``Sync`` outside a
 transaction block, and at ``COMMIT``/``ROLLBACK``); cursors at ``COMMIT``/``ROLLBACK``.
 

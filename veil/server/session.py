@@ -153,10 +153,13 @@ class VeilSession(BaseSession):
         return self.cursors.held_bytes() + sum(self._savepoint_bytes)
 
     def cache_bytes(self) -> int:
-        """What the connection's caches and settings hold: the Describe cache, the ``SET`` values, the plan cache.
-        Each is bounded on its own; together they count in the analyst's ``max_analyst_held_bytes`` (red team s75 F4:
-        they were outside every budget, ~20 MiB a connection), not in the connection's ``max_held_bytes``."""
+        """What the connection's caches and settings hold: the Describe cache, the ``SET`` values, the plan cache, and
+        the unnamed statement. Each is bounded on its own; together they count in the analyst's
+        ``max_analyst_held_bytes`` (red team s75 F4: they were outside every budget, ~20 MiB a connection), not in the
+        connection's ``max_held_bytes``."""
         total = self._describe_cache.bytes + held.settings_bytes(self.settings.values)
+        unnamed = self.connection.statements.get("") if self.connection is not None else None
+        total += int(getattr(unnamed, "held_bytes", 0))
         env = getattr(self.query_session, "_env", None)
         for cache in (getattr(env, "plan_cache", None), getattr(env, "plan_front", None)):
             total += int(getattr(cache, "held", 0))
