@@ -198,3 +198,44 @@ def test_a_logged_in_analyst_cannot_grow_the_log_at_will(
     assert errors == 300
     assert 1 <= len(mine) <= ANALYST_BURST + 5, len(mine)
     assert len(theirs) == 1
+
+
+def test_an_unknown_message_type_ends_the_connection(shared_data: object, tmp_path: object) -> None:
+    """As in PostgreSQL, a message of a type no frontend sends is a FATAL protocol violation (08P01) and the connection
+    ends (one line logged per connection, so per login: red team s75 F3); FunctionCall, which PostgreSQL knows, is an
+    ERROR and the connection answers on."""
+    from pathlib import Path
+
+    from tests.support.server import (
+        PASSWORD,
+        SYNC,
+        build_policy,
+        error_code,
+        message,
+        raw_exchange,
+        raw_login,
+        read_message,
+        running_server,
+    )
+
+    policy = build_policy(Path(str(tmp_path)), shared_data, rows=50)  # type: ignore[arg-type]
+    with running_server(policy) as st_:
+        for tag in (b"z", b"\x01", b"Y"):
+            sock, err = raw_login(st_.port, "alice", PASSWORD)  # type: ignore[attr-defined]
+            assert sock is not None, err
+            try:
+                sock.sendall(message(tag, b"junk") + SYNC)
+                kind, payload = read_message(sock)
+                assert kind == b"E" and error_code(payload) == "08P01" and b"SFATAL" in payload, payload
+                with pytest.raises(ConnectionError):
+                    read_message(sock)
+            finally:
+                sock.close()
+        sock, err = raw_login(st_.port, "alice", PASSWORD)  # type: ignore[attr-defined]
+        assert sock is not None, err
+        try:
+            replies = raw_exchange(sock, message(b"F", b"\x00\x00\x00\x00"), SYNC)
+            assert [t for t, _ in replies] == [b"E", b"Z"]
+            assert raw_exchange(sock, message(b"Q", b"SELECT 1\x00"))[-1][0] == b"Z"
+        finally:
+            sock.close()
