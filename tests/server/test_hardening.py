@@ -244,7 +244,7 @@ def test_sqlstates_of_bad_statements(served: int) -> None:
         ((message(b"P", b"\x00SELECT 1\x00\x00\x01"), SYNC), "08P01"),  # truncated parameter count
         ((message(b"B", b"\x00"), SYNC), "08P01"),
         ((message(b"D", b""), SYNC), "08P01"),
-        # (an unknown message type ends the connection, FATAL, as in PostgreSQL: test_log_text.py, red team s75 F3)
+        ((message(b"z", b"junk"), SYNC), "08P01"),
         ((message(b"Q", b"SELECT 1"),), "08P01"),  # not NUL-terminated
     ],
 )

@@ -63,9 +63,6 @@ _MESSAGE_NAMES = {
 #: The most parameter types a ParameterDescription may list: pg-mimic and asyncpg read its count as a signed 16-bit
 #: number (statements may have up to :data:`~veil.server.routing.MAX_PARAMETERS`, red team s54 A1).
 MAX_DESCRIBED_PARAMETERS = 32_767
-#: Message types a logged-in client may send: any other ends the connection (PostgreSQL's FATAL "invalid frontend
-#: message type"); FunctionCall and the COPY messages, which PostgreSQL knows, get an ERROR and the connection answers on.
-_KNOWN_MESSAGES = frozenset([*_MESSAGE_NAMES, pg_messages.SYNC, pg_messages.FLUSH, pg_messages.TERMINATE, b"F", b"d", b"c", b"f"])
 #: DataRows written between two checks of the unread backlog (:meth:`BufferedStream.backpressure`) within one answer.
 _ROWS_BETWEEN_CHECKS = 512
 #: The largest ``oid[]`` value asyncpg's type introspection may bind (its OIDs; other arrays are refused unread).
@@ -398,8 +395,6 @@ class VeilConnection(Connection):
             if tag == pg_messages.TERMINATE:
                 await self.stream.drain()
                 return
-            if tag not in _KNOWN_MESSAGES:  # FATAL, the connection ends (as in PostgreSQL: red team s75 F3)
-                raise ProtocolViolation(f"invalid frontend message type {tag[0] if tag else 0}")
             if self._ignore_until_sync and tag == pg_messages.QUERY:
                 continue  # skipped to the Sync, without a ReadyForQuery of its own (as PostgreSQL does)
             self._current_task = asyncio.ensure_future(self._dispatch(tag, payload))
