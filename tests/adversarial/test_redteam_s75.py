@@ -140,7 +140,6 @@ def _left_in_cap(spy: Raw) -> float:
     return lo
 
 
-@pytest.mark.xfail(strict=True, reason="s75 F1: a refunded bind failure makes shared-cap refusals a free exact oracle")
 def test_other_analysts_spending_is_not_read_for_free(server: Server) -> None:
     """The spy bisects ε with a probe that is reserved then refunded, before and after ``wire`` runs one query at
     ε = 1.234: it must either pay for its probes or not learn 1.234 (before: 0 spent, 1.23400001 read)."""
@@ -178,10 +177,11 @@ def test_refusal_by_own_budget_precedes_the_shared_cap(server: Server) -> None:
 _WIDE = "SELECT * FROM regions r1, regions r2, regions r3, regions r4, regions r5, regions r6, regions r7"
 
 
-@pytest.mark.xfail(strict=True, reason="s75 F2: a multi-statement Query's replies are buffered unread, unbounded")
 def test_unread_multi_statement_replies_are_bounded(server: Server) -> None:
     """16 public answers of 16,384 rows (~2.2 MB each on the wire) in one Query, never read: the server may grow by
-    its 1 MiB backlog plus about one answer (before: +35 MiB, the whole reply held; the test stops at 16)."""
+    its 1 MiB backlog plus about one answer (before: +35 MiB, the whole reply held; the test stops at 24). One answer
+    is ~14 MiB as Python objects: a Query of one such statement, unread, grows a fresh server by 13.6-14.1 MiB (3
+    runs), so 16 statements with backpressure measured +17-17.5 MiB (wirefix24)."""
     conn = Raw(server.port)
     try:
         assert conn.round(query_msg(_WIDE)) is None  # caches and plans, not the replies
@@ -189,12 +189,12 @@ def test_unread_multi_statement_replies_are_bounded(server: Server) -> None:
         before = rss_mib(server.proc.pid)
         conn.sock.sendall(query_msg(";".join([_WIDE] * 16)))
         grown, deadline = 0.0, time.monotonic() + 15
-        while time.monotonic() < deadline and grown < 16:
+        while time.monotonic() < deadline and grown < 24:
             time.sleep(0.25)
             grown = max(grown, rss_mib(server.proc.pid) - before)
     finally:
         conn.sock.close()
-    assert grown < 16, f"16 unread answers of one Query grew the server by {grown:.0f} MiB"
+    assert grown < 24, f"16 unread answers of one Query grew the server by {grown:.0f} MiB"
 
 
 # --- F3: a logged-in analyst's log lines are not rate-limited --------------------------------------------------------
@@ -203,7 +203,6 @@ def test_unread_multi_statement_replies_are_bounded(server: Server) -> None:
 _SHORT_BIND = _msg(b"B", b"\0\0" + struct.pack("!hhh", 0, 1, 0))
 
 
-@pytest.mark.xfail(strict=True, reason="s75 F3: an analyst's protocol errors grow the log one line each, unbounded")
 def test_analyst_cannot_grow_the_log_at_will(world: World, server: Server) -> None:
     """1,000 pipelined malformed Binds from one logged-in connection: the log may grow by at most ~100 lines (before:
     1,000 lines, ~109 kB, in about a third of a second)."""
@@ -270,7 +269,12 @@ def _describe(name: str) -> bytes:
 _WIDE_CHAR = "\U0001f600"
 
 
-@pytest.mark.xfail(strict=True, reason="s75 F4: the Describe cache and SET values are not in max_analyst_held_bytes")
+@pytest.mark.xfail(
+    strict=True,
+    reason="s75 F4, in part: the caches and SET values are now counted in bytes within the analyst's budget "
+    "(tests/server/test_held_memory.py), but RSS still grows ~17 MiB a connection (glibc keeps freed 1 MiB texts "
+    "in its arenas: 44 MiB measured; 51 before the unnamed statement was counted, 31 then with MALLOC_MMAP_THRESHOLD_=131072)",
+)
 def test_describe_cache_is_within_the_analyst_budget(small_analyst: tuple[int, int]) -> None:
     """With ``max_analyst_held_bytes`` = 8 MiB, 3 connections of one analyst each Describe 15 distinct 1 MiB
     statements (the unnamed one: nothing named is kept) and SET one 1 MiB value: the server may grow by about the
@@ -340,7 +344,6 @@ def _suspend_unnamed(conn: Raw, sql: str) -> bytes:
             return tag
 
 
-@pytest.mark.xfail(strict=True, reason="s75 F5: each connection's suspended unnamed portal holds an answer, uncounted")
 def test_suspended_unnamed_portals_are_within_the_analyst_budget(small_analyst: tuple[int, int]) -> None:
     """With ``max_analyst_held_bytes`` = 8 MiB, 4 connections of one analyst each suspend the unnamed portal of a
     public answer of 4,096 rows × 60 texts (~21 MiB held as Python objects): the server may grow by the analyst's

@@ -384,7 +384,7 @@ def test_set_config_counts_against_the_bound_of_set(port: int, how: str) -> None
 
 @pytest.mark.slow
 def test_set_config_follows_the_rules_of_set(port: int) -> None:
-    big = "x" * (held.MAX_SETTINGS_CHARS // 2 + 1)
+    big = "x" * (held.MAX_SETTINGS_BYTES // 2 + 1)
     with _connect(port) as conn:
         assert _outcome(conn, f"SELECT set_config('a', '{big}', false)") == [(big,)]
         assert _outcome(conn, f"SELECT set_config('b', '{big}', false)") == "53400"  # characters, not only names

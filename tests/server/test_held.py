@@ -284,18 +284,22 @@ def test_held_answers_are_bounded_before_the_next_query_runs(policy: Path) -> No
 # --- what else a connection remembers: SET parameters, the Describe cache -----------------------
 
 
-@given(keys=st.lists(st.text(max_size=40), max_size=60), entries=st.integers(1, 8), chars=st.integers(1, 100))
-def test_the_describe_cache_never_holds_more_than_its_bounds(keys: list[str], entries: int, chars: int) -> None:
-    cache = held.TextCache[int](entries=entries, chars=chars)
+@given(keys=st.lists(st.text(max_size=40), max_size=60), entries=st.integers(1, 8), max_bytes=st.integers(1, 2_000))
+def test_the_describe_cache_never_holds_more_than_its_bounds(keys: list[str], entries: int, max_bytes: int) -> None:
+    """Bounded in bytes as Python holds them (red team s75 F4: in characters, astral ones held 4 bytes each)."""
+    cache = held.TextCache[int](entries=entries, max_bytes=max_bytes)
     for i, key in enumerate(keys):
+        first = cache.get(key)
         cache.put(key, i)
-        assert len(cache) <= entries and cache.chars <= chars
-        assert cache.get(key) == (i if len(key) <= chars else None)
+        assert len(cache) <= entries and cache.bytes <= max_bytes
+        assert sum(held.TextCache.size_of(k, v) for k, v in cache._items.items()) == cache.bytes
+        if first is None:
+            assert cache.get(key) == (i if held.TextCache.size_of(key, i) <= max_bytes else None)
 
 
 def test_set_parameters_are_bounded(limited: int) -> None:
     """Any ``SET name = value`` is remembered for SHOW; one connection keeps at most
-    ``held.MAX_SETTINGS`` of them and ``held.MAX_SETTINGS_CHARS`` characters (53400 beyond, the
+    ``held.MAX_SETTINGS`` of them and ``held.MAX_SETTINGS_BYTES`` bytes (53400 beyond, the
     connection answers on; RESET frees room)."""
     big = "y" * (600 * 1024)
     with psycopg.connect(dsn(limited), autocommit=True) as conn:
@@ -351,3 +355,33 @@ def test_unread_replies_hold_the_connection_not_the_server_memory(default: int) 
     finally:
         sock.close()
     assert grown < 60, f"2,000 unread replies of 100 kB grew the server by {grown:.0f} MiB"
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT " + ",".join(["1"] * 1999),  # one-character numbers and commas (red team s75 LOW)
+        "SELECT " + "+".join(["a"] * 1999) + " FROM t",  # one-character identifiers and operators
+        "SELECT " + ",".join(f"c{i}" for i in range(1999)) + " FROM t",  # short identifiers
+        "SELECT '" + "x" * 100_000 + "'",  # one long literal
+    ],
+)
+def test_a_statement_is_counted_at_least_at_what_its_route_holds(sql: str) -> None:
+    """:func:`held.statement_bytes` is at least what a kept statement's route (its text and tokens) holds, measured
+    with tracemalloc (before: 160 a token, 181 held for short identifiers)."""
+    import gc
+    import tracemalloc
+
+    from veil.server import routing
+
+    routing.route(sql)  # (caches warmed)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        kept = [routing.route(sql) for _ in range(3)]
+        gc.collect()
+        used = (tracemalloc.get_traced_memory()[0] - start) / 3
+    finally:
+        tracemalloc.stop()
+    assert held.statement_bytes(sql, len(kept[0].tokens)) >= used, used

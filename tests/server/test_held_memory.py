@@ -354,3 +354,172 @@ def test_prepared_statements_count_in_the_analysts_budget(policy: Path) -> None:
         finally:
             for sock in (first, second, bob):
                 sock.close()
+
+
+# --- the unnamed portal (red team s75 F5) -----------------------------------------------------------------------------
+
+_FLUSH = message(b"H", b"")
+
+
+def _execute_rows(portal: str, rows: int) -> bytes:
+    return message(b"E", _cstr(portal) + rows.to_bytes(4, "big"))
+
+
+def _until(sock: socket.socket, *tags: bytes) -> list[tuple[bytes, bytes]]:
+    """Replies up to and including the first of ``tags`` (a Flush gets no ReadyForQuery)."""
+    from tests.support.server import read_message
+
+    out = []
+    while True:
+        out.append(read_message(sock))
+        if out[-1][0] in tags:
+            return out
+
+
+def _hold_unnamed(sock: socket.socket, how: str, sql: str) -> list[str]:
+    """Leave the unnamed portal of ``sql`` holding its answer, as ``how`` says; the SQLSTATEs of the errors it got."""
+    run = _parse("", sql) + _bind("", "") + _execute_rows("", 1)
+    if how == "flush":  # suspended, then Flush without Sync: the portal stays
+        sock.sendall(run + _FLUSH)
+        return _errors(_until(sock, b"s", b"C", b"E"))
+    if how == "begin":  # suspended inside a transaction block: Sync keeps it
+        assert not _errors(raw_exchange(sock, _query("BEGIN")))
+        return _errors(raw_exchange(sock, run, SYNC))
+    raise AssertionError(how)
+
+
+@pytest.mark.parametrize("how", ["flush", "begin"])
+def test_unnamed_portals_count_in_the_analysts_budget(policy: Path, how: str) -> None:
+    """A suspended unnamed portal (``Execute`` of 1 row, then ``Flush`` without ``Sync``, or ``Sync`` inside a
+    transaction block) keeps its answer, and is counted like a named one: with ``max_analyst_held_bytes`` at about
+    one and a half answers, alice's third connection's query is refused (53400, before it runs), bob's is not (before:
+    the unnamed portal was not counted, ~85 MiB per connection for a large public answer, never refused)."""
+    sql = "SELECT t1, t2, t3, t4, t5, x1, x2 FROM shapes"
+    limits = ServerLimits(**{**FAST_BACKOFF, "max_analyst_held_bytes": 300_000})  # type: ignore[arg-type]
+    with running_server(policy, limits=limits) as st_:
+        port = st_.port  # type: ignore[attr-defined]
+        socks = [raw_login(port, "alice", PASSWORD)[0] for _ in range(3)] + [raw_login(port, "bob", "bob-secret-pw-1")[0]]
+        assert all(s is not None for s in socks)
+        try:
+            got = []
+            for sock in socks:
+                assert sock is not None
+                got.append(_hold_unnamed(sock, how, sql))
+            assert got[:2] == [[], []] and got[2] == ["53400"] and got[3] == [], got
+            held = [c.session.held_bytes() for c in _server_side(st_)]  # type: ignore[attr-defined]
+            assert sum(held) >= 3 * 100_000, held  # the three answers kept (two of alice's, bob's), counted
+        finally:
+            for sock in socks:
+                if sock is not None:
+                    sock.close()
+
+
+def test_a_portal_run_to_its_end_keeps_no_rows(server: object, conn: socket.socket) -> None:
+    """An unnamed or named portal executed to its end (no row limit, or its last rows) keeps no rows while it stays
+    (``Flush`` without ``Sync``): nothing to count, and a second ``Execute`` of it returns none, as in PostgreSQL."""
+    sql = "SELECT t1, t2, t3, t4, t5, x1, x2 FROM shapes"
+    for portal, rows in (("", 0), ("p", 0), ("", 500), ("p", 1000)):
+        conn.sendall(_parse("", sql) + _bind(portal, "") + _execute_rows(portal, rows) + _FLUSH)
+        assert _rows(_until(conn, b"C", b"E")) == 401
+        (side,) = [c for c in _server_side(server) if c.portals]  # type: ignore[attr-defined]
+        assert side.session.held_bytes() < 1_000, side.session.held_bytes()  # type: ignore[attr-defined]
+        replies = raw_exchange(conn, _execute_rows(portal, 0), SYNC)
+        assert _rows(replies) == 0 and not _errors(replies), replies
+
+
+# --- unread replies (red team s75 F2) ---------------------------------------------------------------------------------
+
+_BIG = "SELECT big, id FROM shapes"  # 401 rows of ~2,000 characters: ~0.8 MB on the wire
+
+
+def _unread_backlog(server: object, sock: socket.socket) -> int:
+    """The most bytes the server's side of ``sock``'s connection kept unsent (its buffer and transport) within 2 s."""
+    import time
+
+    (side,) = _server_side(server)
+    most, deadline = 0, time.monotonic() + 2
+    while time.monotonic() < deadline:
+        stream = side.stream  # type: ignore[attr-defined]
+        most = max(most, len(stream._buffer) + stream.writer.transport.get_write_buffer_size())
+        time.sleep(0.02)
+    return most
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["query", "pipeline", "one_answer"],
+)
+def test_unread_replies_wait_for_the_client_within_one_message(policy: Path, how: str) -> None:
+    """Whatever the client sends without reading — one simple Query of 16 large answers, a pipeline of 16 Executes
+    without Sync, one answer of 8,000 wide rows — the server keeps at most its 1 MiB backlog (plus one 64 kB chunk and
+    one check's rows) unsent; the rest waits for the client (before: backpressure ran only between messages: a Query's
+    or a pipeline message's replies piled up in the transport, ~10 MB here, ~350 MB for a Query of 160 statements)."""
+    with running_server(policy) as st_:
+        sock, err = raw_login(st_.port, "alice", PASSWORD)  # type: ignore[attr-defined]
+        assert sock is not None, err
+        try:
+            if how == "query":
+                sock.sendall(_query(";".join([_BIG] * 16)))
+            elif how == "pipeline":
+                sock.sendall(_parse("", _BIG) + (_bind("", "") + _execute("")) * 16)
+            else:
+                sock.sendall(_query("SELECT s.big, r.id FROM shapes AS s, shapes AS r WHERE r.id < 20"))
+            backlog = _unread_backlog(st_, sock)
+            replies = raw_exchange(sock, SYNC if how == "pipeline" else b"")  # then read: every row arrives
+        finally:
+            sock.close()
+    assert backlog <= (1 << 20) + (1 << 16) + 512 * 2_100, backlog
+    assert not _errors(replies) and _rows(replies) == (20 if how == "one_answer" else 16) * 401, _errors(replies)
+
+
+# --- caches and settings (red team s75 F4) ----------------------------------------------------------------------------
+
+
+def _cache_bytes(conn: object) -> int:
+    """What a connection's Describe cache, SET values and unnamed statement's text hold, measured here
+    (``sys.getsizeof``), not as it counts."""
+    import sys
+
+    session = conn.session  # type: ignore[attr-defined]
+    cached = sum(sys.getsizeof(k) for k in session._describe_cache._items)
+    unnamed = conn.statements.get("")  # type: ignore[attr-defined]
+    cached += sys.getsizeof(unnamed.sql) if unnamed is not None else 0
+    return cached + sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in session.settings.values.items())
+
+
+@pytest.mark.parametrize("width", ["a", "😀"])
+def test_caches_and_settings_are_within_the_analysts_budget(policy: Path, width: str) -> None:
+    """Three connections of one analyst each Describe 8 distinct ~100 kB statements of the unnamed statement (nothing
+    named is kept) and SET a long value: what their Describe caches and settings hold (measured in bytes, 4 a
+    character for astral ones) stays within ``max_analyst_held_bytes`` (1 MiB here), and is counted in what each
+    connection holds; SET values past ``MAX_SETTINGS_BYTES`` (1 MiB as held) are refused (53400), however few their
+    characters (before: the cache was bounded at 4 Mi characters per connection, ~16 MiB of astral ones, and not
+    counted: ~2.4 MB here; settings at 1 Mi characters, 4 MiB)."""
+    from veil.server import held
+
+    limits = ServerLimits(**{**FAST_BACKOFF, "max_analyst_held_bytes": 1 << 20})  # type: ignore[arg-type]
+    chars = 100_000 // len(width.encode())
+    with running_server(policy, limits=limits) as st_:
+        port = st_.port  # type: ignore[attr-defined]
+        socks = [raw_login(port, "alice", PASSWORD)[0] for _ in range(3)]
+        try:
+            for k, sock in enumerate(socks):
+                assert sock is not None
+                for i in range(8):
+                    sql = f"SELECT '{k}{i}" + width * chars + "' AS x FROM shapes"
+                    replies = raw_exchange(sock, _parse("", sql), message(b"D", b"S\x00"), SYNC)
+                    assert not _errors(replies), _errors(replies)
+                assert not _errors(raw_exchange(sock, _query(f"SET myapp.v{k} = '{width * (chars // 2)}'")))
+            big = width * (600_000 // len(width.encode()))  # 600 kB as held: 150,000 characters of astral ones
+            assert not _errors(raw_exchange(socks[0], _query(f"SET myapp.big = '{big}'")))
+            assert _errors(raw_exchange(socks[0], _query(f"SET myapp.other = '{big}'"))) == ["53400"]
+            assert not _errors(raw_exchange(socks[0], _query("RESET myapp.big")))
+            sides = _server_side(st_)
+            measured = [_cache_bytes(c) for c in sides]
+            counted = [c.session.cache_bytes() for c in sides]  # type: ignore[attr-defined]
+        finally:
+            for sock in socks:
+                if sock is not None:
+                    sock.close()
+    assert sum(measured) <= (1 << 20) + 3 * held.MAX_SETTINGS_BYTES // 8 + 3 * 400_000, measured  # (+ the unnamed)
+    assert all(c >= m for c, m in zip(counted, measured, strict=True)), (counted, measured)

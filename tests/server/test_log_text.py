@@ -115,3 +115,86 @@ def test_each_server_limits_its_own_outsiders() -> None:
 
     assert sum(logger_filter.filter(line(first)) for _ in range(500)) == BURST
     assert all(logger_filter.filter(line(second)) for _ in range(BURST))
+
+
+# --- a logged-in analyst's lines (red team s75 F3) --------------------------------------------------------------------
+
+
+def test_lines_in_a_logged_in_context_pass_the_analysts_bucket() -> None:
+    """After :func:`logged_in` in a context, every line there passes that analyst's bucket of the analysts' limiter
+    (its own rates, apart from the outsiders'); another analyst's context has its own; a context without a login is
+    not limited; dropped lines are told with the next line logged."""
+    import contextvars
+
+    from veil.server.logtext import ANALYST_BURST, ANALYST_REFILL_S, analysts_limiter, logged_in
+
+    clock = _Clock()
+    logger_filter, limiter = ClipClientText(), analysts_limiter()
+    limiter._clock = clock
+    limiter._global[1] = clock.now
+
+    def lines(n: int) -> list[logging.LogRecord]:
+        out = []
+        for _ in range(n):
+            rec = logging.LogRecord("veil.server", logging.WARNING, __file__, 1, "08P01: malformed Bind message", (), None)
+            if logger_filter.filter(rec):
+                out.append(rec)
+        return out
+
+    alice, bob = contextvars.copy_context(), contextvars.copy_context()
+    alice.run(logged_in, "alice", limiter)
+    bob.run(logged_in, "bob", limiter)
+    assert len(alice.run(lines, 1_000)) == ANALYST_BURST
+    assert len(bob.run(lines, 10)) == 10  # another analyst's bucket
+    assert len(lines(100)) == 100  # no login in this context: not an analyst's line
+    clock.now += ANALYST_REFILL_S
+    (told,) = alice.run(lines, 5)
+    assert f"[{1_000 - ANALYST_BURST} earlier lines from this analyst not logged]" in told.getMessage()
+
+
+_MALFORMED = {
+    # a Bind of the unnamed statement cut short (08P01), after a Parse of it
+    "short bind": lambda m: m(b"P", b"\x00SELECT 1\x00\x00\x00") + m(b"B", b"\x00\x00\x00\x00\x00\x01\x00\x00"),
+    # a Parse whose text is not UTF-8 (22021)
+    "invalid utf-8": lambda m: m(b"P", b"\x00SELECT '\xff\xfe'\x00\x00\x00"),
+    # a Bind with more parameters than the statement has (08P01)
+    "extra parameters": lambda m: (
+        m(b"P", b"\x00SELECT 1\x00\x00\x00") + m(b"B", b"\x00\x00\x00\x00\x00\x01\x00\x00\x00\x01x\x00\x00")
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(_MALFORMED))
+def test_a_logged_in_analyst_cannot_grow_the_log_at_will(
+    kind: str, shared_data: object, tmp_path: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """300 malformed messages from one logged-in connection are each answered, and logged in at most the analyst's
+    burst of lines plus what refills meanwhile; another analyst's next line is still logged (before: one line each,
+    3,068 a second from one connection)."""
+    from pathlib import Path
+
+    from tests.support.server import PASSWORD, SYNC, build_policy, message, raw_exchange, raw_login, running_server
+    from veil.server.logtext import ANALYST_BURST
+
+    policy = build_policy(Path(str(tmp_path)), shared_data, rows=50)  # type: ignore[arg-type]
+    with running_server(policy) as st_, caplog.at_level(logging.WARNING, logger="veil.server"):
+        sock, err = raw_login(st_.port, "alice", PASSWORD)  # type: ignore[attr-defined]
+        other, err2 = raw_login(st_.port, "bob", "bob-secret-pw-1")  # type: ignore[attr-defined]
+        assert sock is not None and other is not None, (err, err2)
+        try:
+            caplog.clear()
+            bad = _MALFORMED[kind](message) + SYNC
+            sock.sendall(bad * 300)
+            errors = 0
+            for _ in range(300):
+                errors += sum(tag == b"E" for tag, _ in raw_exchange(sock))
+            mine = [r for r in caplog.records if "alice@" in r.getMessage()]
+            assert not [r for r in caplog.records if "bob@" in r.getMessage()]
+            raw_exchange(other, bad)
+            theirs = [r for r in caplog.records if "bob@" in r.getMessage()]
+        finally:
+            sock.close()
+            other.close()
+    assert errors == 300
+    assert 1 <= len(mine) <= ANALYST_BURST + 5, len(mine)
+    assert len(theirs) == 1

@@ -18,6 +18,7 @@ private passes and runs regenerated SQL on the public connection.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace  # noqa: F401  (replace: tests patch states with pipeline.replace)
@@ -321,15 +322,24 @@ def _schema_key_types(p: QueryPlan, catalog: Catalog) -> list[str] | None:
     return types
 
 
+#: Digests of statement texts known to bind that one session remembers (``Env.bound_statements``; ~100 bytes each).
+MAX_BOUND_STATEMENTS = 1024
+
+
 def _prepare(s: QueryState, env: Env) -> QueryState:
     """Bind the generated statements (reads no data) and list public group domains: refusals stay free.
 
-    A public-only query charges nothing, so it binds when it runs. So does a private query of one
-    statement whose group keys, if any, are bare columns of base tables (the common COUNT/SUM/AVG, and
-    GROUP BY a declared column): its engine error from before reading any row refunds the reservation in
-    :func:`_execute` — the same free refusal, one engine round trip fewer — and its keys' types come from
-    the catalog. Other queries with group keys, or of several statements, bind first (the key types shape
-    the post-processing, and a later statement must not fail after an earlier one read data).
+    A public-only query charges nothing, so it binds when it runs. Every private query binds here, before its
+    reservation: the reservation is the commit point, and nothing after it refunds a charge in a way the analyst can
+    cause (red team s75 F1: a query that bound only when it ran was reserved, then refunded when it failed to bind,
+    so whether a shared cap could hold its ε — VB001, or the bind failure — was a free, exact oracle on what the other
+    analysts had spent). A plan cache hit skips this pass: its shape bound when it was planned, and the literals a
+    hit puts in (numbers compared with number columns, texts with category columns) bind as the first query's did.
+    A query of one statement whose group keys, if any, are bare columns of base tables (the common COUNT/SUM/AVG,
+    GROUP BY a declared column) takes its keys' types from the catalog (``bind_on_run``: the run checks the types
+    it ran with); others take them from the bound statement (they shape the post-processing). The former bind once
+    per statement text under one catalog (``Env.bound_statements``, emptied with the plan cache): a query sent again
+    with another ε costs no second round trip (~0.5-0.8 ms).
     """
     if s.plan is None:
         if s.public_sql is None:
@@ -341,16 +351,23 @@ def _prepare(s: QueryState, env: Env) -> QueryState:
     schema_types = _schema_key_types(s.plan, env.catalog()) if len(statements) == 1 else None
     bind_on_run = schema_types is not None
     key_types: list[str] = [output_type(t) for t in schema_types or []]
-    if not bind_on_run:
-        for stmt in statements:
-            try:
-                res = env.engine.describe(stmt)
-            except EngineError:
-                _check_current(s, env)  # a curator write took its bounded copy or public sources: "run it again"
-                raise
+    bound, digest = env.bound_statements, b""
+    if bind_on_run:  # its key types are the catalog's: it need bind only once per statement text and catalog
+        digest = hashlib.blake2b("\x00".join(statements).encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    for stmt in statements if digest not in bound else ():
+        try:
+            res = env.engine.describe(stmt)
+        except EngineError:
+            _check_current(s, env)  # a curator write took its bounded copy or public sources: "run it again"
+            raise
+        if not bind_on_run:
             for group_key, t in zip(s.plan.keys, res.types[: len(s.plan.keys)], strict=False):
                 check_key_type(group_key.label, t)
             key_types = key_types or [output_type(t) for t in res.types[: len(s.plan.keys)]]
+    if digest and digest not in bound:
+        if len(bound) >= MAX_BOUND_STATEMENTS:
+            bound.clear()
+        bound.add(digest)
     domain = env.public_domain(s.plan) if s.plan.public_keys else None
     env.check_post(s.plan, s.post, key_types)
     canonical = canonical_sql(s.plan.analysis)
@@ -410,15 +427,14 @@ def _execute(s: QueryState, env: Env) -> QueryState:
             _check_current(s, env)
             raw = env.run(s.plan, s.queries, s.rendered, s.domain, s.key_types, checked=not s.bind_on_run)
     except CopyNotReady:
-        # a write between the reservation's check and the pin (review s18, s18b LOW-2: charged, then a catalog error
-        # or a read of a copy the plan was not made on): nothing was read, so the charge is refunded
+        # a curator write between the reservation's check and the pin (review s18, s18b LOW-2: charged, then a catalog
+        # error or a read of a copy the plan was not made on): nothing was read, so the charge is refunded. The only
+        # refund after a reservation: its cause is a curator's write, never the analyst's query or ε (red team s75 F1)
         env.ledger.cancel(s.reservation)
         raise
     except EngineError as exc:
-        if exc.before_data and s.bind_on_run:
-            # the one statement failed to bind (see _prepare): nothing was read, so nothing is charged
-            env.ledger.cancel(s.reservation)
-            raise
+        # every statement bound before the reservation (_prepare): a failure now, a bind failure too, keeps the charge
+        # (red team s75 F1: refunding it made whether the reservation fitted a shared cap a free oracle)
         if "cancelled" in exc.message:
             raise QueryCancelled(
                 "the statement was cancelled (statement timeout or cancel request); nothing was released",

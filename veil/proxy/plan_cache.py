@@ -172,11 +172,15 @@ class Budgeted(OrderedDict[Any, Any]):
         super().__init__()
         self.budget, self.entries, self.held = budget, entries, 0
         self._sizes: dict[Any, int] = {}
+        #: asked before a new entry is kept: whether ``size`` more bytes fit what its owner may hold (``veil serve``:
+        #: the analyst's held-bytes budget, red team s75 F4); None: only ``budget`` bounds it
+        self.room: Callable[[int], bool] | None = None
 
     def keep(self, key: Any, value: Any, size: int) -> bool:
         """Keep ``value`` under ``key`` (``size`` bytes), forgetting the least recently used entries it needs room
-        for; False (nothing kept, nothing forgotten) when it is larger than the whole budget."""
-        if size > self.budget:
+        for; False (nothing kept, nothing forgotten) when it is larger than the whole budget, or its owner has no
+        room for it (:attr:`room`)."""
+        if size > self.budget or (self.room is not None and not self.room(size)):
             return False
         self.forget(key)
         while self and (len(self) >= self.entries or self.held + size > self.budget):

@@ -328,6 +328,9 @@ class Env:
         #: the plan cache's front (token shapes → query shapes; None: a token shape the front does not take), emptied
         #: with it; at most plan_cache.FRONT_BYTES
         self.plan_front: dict[plan_cache.TokenKey, plan_cache.Front | None] = plan_cache.Budgeted(plan_cache.FRONT_BYTES)
+        #: digests of generated statements that bound under this catalog (pipeline._prepare binds each private query
+        #: before its reservation, once per statement text: red team s75 F1), emptied with the plan cache
+        self.bound_statements: set[bytes] = set()
         #: False while a planning runs under a timer (``veil serve``): a bounded copy is then only found, never built
         self.build_copies = True
         #: per private table, the accounts a charge on it must fit in, with the policy object they were read from
@@ -377,6 +380,7 @@ class Env:
             self._catalog_publications = published
             self.plan_cache.clear()
             self.plan_front.clear()
+            self.bound_statements.clear()
         policy.analyst(self.analyst)  # PolicyError if the analyst was removed
         return policy
 

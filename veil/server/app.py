@@ -45,7 +45,7 @@ from veil.server.auth import VerifierScramAuth
 from veil.server.connection import BufferedStream, VeilConnection, fatal, negotiate
 from veil.server.limits import ConnectionSlots, LoginThrottle, ServerLimits, Slots
 from veil.server.live_policy import LivePolicy
-from veil.server.logtext import ClipClientText, outsider, server_logger
+from veil.server.logtext import ClipClientText, analysts_limiter, outsider, server_logger
 from veil.server.pool import WorkerPools
 from veil.server.session import VeilSession
 from veil.server.shared import (
@@ -114,6 +114,7 @@ class VeilServer(PgServer):
         self.share = share
         # this process's connections not logged in (fair share of slots)
         self.log_limiter = ClipClientText()  # this server's buckets for its outsiders' log lines (veil.server.logtext)
+        self.analyst_log_limiter = analysts_limiter()  # and for its logged-in analysts' lines (red team s75 F3)
         self.prelogin = PreLogin(
             slow_logins=max(1, self.limits.max_connections // 4),
             login_grace=max(LOGIN_GRACE_S, self.limits.login_backoff_max + 10.0),
@@ -180,7 +181,7 @@ class VeilServer(PgServer):
 
     def held_by(self, analyst: str, but: object = None) -> int:
         """What ``analyst``'s logged-in connections in this process (but ``but``) hold between messages: their named
-        statements, portals, cursors and savepoints (``max_analyst_held_bytes``, :mod:`veil.server.held`)."""
+        statements, portals, cursors and savepoints, caches and settings (``max_analyst_held_bytes``, :mod:`veil.server.held`)."""
         total = 0
         for conn in list(self._connections.values()):
             if conn is but or not getattr(conn, "logged_in", False) or conn.username != analyst:
@@ -188,6 +189,7 @@ class VeilServer(PgServer):
             session = getattr(conn, "session", None)
             if session is not None and hasattr(session, "held_bytes"):
                 total += int(session.held_bytes()) + held.statements_bytes(conn.statements)
+                total += int(session.cache_bytes()) if hasattr(session, "cache_bytes") else 0
         return total
 
     def cancel(self, pid: int, secret: int) -> None:

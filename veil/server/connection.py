@@ -39,7 +39,7 @@ from veil.errors import (
 )
 from veil.server import drivers, frontend, held, tls
 from veil.server.limits import MAX_STARTUP_PACKET, Outcome
-from veil.server.logtext import outsider, server_logger
+from veil.server.logtext import logged_in, outsider, server_logger
 from veil.server.results import to_pg_error
 from veil.server.routing import Route
 from veil.server.session import VeilPortal, VeilSession, VeilStatement
@@ -63,6 +63,8 @@ _MESSAGE_NAMES = {
 #: The most parameter types a ParameterDescription may list: pg-mimic and asyncpg read its count as a signed 16-bit
 #: number (statements may have up to :data:`~veil.server.routing.MAX_PARAMETERS`, red team s54 A1).
 MAX_DESCRIBED_PARAMETERS = 32_767
+#: DataRows written between two checks of the unread backlog (:meth:`BufferedStream.backpressure`) within one answer.
+_ROWS_BETWEEN_CHECKS = 512
 #: The largest ``oid[]`` value asyncpg's type introspection may bind (its OIDs; other arrays are refused unread).
 MAX_TYPEINFO_ARRAY_BYTES = 1 << 16
 
@@ -291,6 +293,9 @@ class VeilConnection(Connection):
                 return
             if not ok:
                 return
+            # from now on every line this connection causes passes its analyst's bucket (red team s75 F3; here, not in
+            # _login: wait_for runs that in a task of its own, whose context ends with it)
+            logged_in(self.username, self.server.analyst_log_limiter)
             self.stream.max_message = self.server.limits.max_message_bytes
             try:  # read before the login completes: a setting Veil cannot apply ends it, as PostgreSQL's FATAL does
                 self.startup_settings = startup_settings(self.startup_params)
@@ -479,6 +484,9 @@ class VeilConnection(Connection):
         try:
             for r in routes:
                 await self._simple_one(r)
+                # each statement's reply waits for the client to read the backlog before the next runs (red team s75
+                # F2: 40 unread answers of one Query piled up in the transport, +85 MiB, until the whole message ended)
+                await self.stream.backpressure()
         finally:
             self.session.implicit_block = False
             if implicit and self.tx_status == b"I":
@@ -498,9 +506,12 @@ class VeilConnection(Connection):
         self._send_notices(portal.take_notices())
         columns = portal.columns
         if columns is not None:
-            self.stream.write(pg_messages.make_row_description(_field_specs(columns)))
-            for row in rows:
-                self.stream.write(pg_messages.make_data_row(encode_row(row, columns)))
+            stream = self.stream
+            stream.write(pg_messages.make_row_description(_field_specs(columns)))
+            for i, row in enumerate(rows, 1):
+                stream.write(pg_messages.make_data_row(encode_row(row, columns)))
+                if not i % _ROWS_BETWEEN_CHECKS:
+                    await stream.backpressure()  # one large answer waits for the client too, not only between answers
         self.stream.write(pg_messages.make_command_complete(portal.tag()))
 
     def _send_notices(self, notices: tuple[str, ...]) -> None:
@@ -566,7 +577,7 @@ class VeilConnection(Connection):
             held.check_statement_bytes(limits, self.statements, name, size)
             # and all of the analyst's connections together (red team s73 F3: the connection cap multiplied it)
             session = self.session
-            others = self.server.held_by(session.analyst or "", self) + session.held_bytes()
+            others = self.server.held_by(session.analyst or "", self) + session.held_bytes() + session.cache_bytes()
             mine = held.statements_bytes(self.statements, skip=name)
             held.check_analyst(limits, others, mine, size + held.name_bytes(name))
         self.statements[name] = statement
@@ -645,8 +656,9 @@ class VeilConnection(Connection):
                 IN_FAILED_SQL_TRANSACTION,
                 "current transaction is aborted, commands ignored until end of transaction block",
             )
-        if parsed.portal_name and isinstance(portal, VeilPortal) and portal.result is None:
-            # a named portal keeps its answer: refused before it runs once the connection holds enough
+        if isinstance(portal, VeilPortal) and portal.result is None:
+            # a portal keeps its answer (the unnamed one too, until the next Bind or the transaction's end: red team
+            # s75 F5): refused before it runs once the connection, or the analyst's connections, hold enough
             session = self.session
             others = session.analyst_held_bytes()
             held.check_answer(self.server.limits, self.portals, session.kept_bytes(), parsed.portal_name, others)
@@ -656,14 +668,17 @@ class VeilConnection(Connection):
         entry.rows_returned += len(rows)
         columns = portal.columns if isinstance(portal, VeilPortal) else entry.columns
         if columns is not None:
-            for row in rows:
+            stream = self.stream
+            for i, row in enumerate(rows, 1):
                 try:
                     values = encode_row(row, columns, entry.result_format_codes)
                 except (struct.error, OverflowError):  # an integer beyond int8 in binary (red team s54 A6)
                     raise NumericOutOfRange("a value is out of range for its type in binary format") from None
                 except (ValueError, TypeError, IndexError):
                     raise PgError(FEATURE_NOT_SUPPORTED, "a value cannot be sent in the requested result format") from None
-                self.stream.write(pg_messages.make_data_row(values))
+                stream.write(pg_messages.make_data_row(values))
+                if not i % _ROWS_BETWEEN_CHECKS:
+                    await stream.backpressure()  # a large answer waits for the client as it is written (red team s75 F2)
         if suspended:
             self.stream.write(pg_messages.make_portal_suspended())
         else:

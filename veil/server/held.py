@@ -17,12 +17,15 @@ connection (:class:`~veil.server.limits.ServerLimits`):
 Each check runs before the new thing is kept (a statement's count before it is tokenised, its
 size before it is stored; a cursor or portal before its query runs), so a refusal costs nothing:
 53400 (configuration limit exceeded), naming the limit and how to free room. An answer's size is
-known only once it has run, so a new cursor or named portal is refused once the answers already
-held reach ``max_held_bytes``: a connection holds at most that plus one answer. The unnamed
-statement and portal are not counted: there is one of each, replaced by the next, as for a simple
-query. Portals end with their transaction, as in PostgreSQL (:class:`~veil.server.connection.
-VeilConnection`: at ``Sync`` outside a transaction block, and at ``COMMIT``/``ROLLBACK``); cursors
-at ``COMMIT``/``ROLLBACK``.
+known only once it has run, so a new cursor or portal's query is refused once the answers already
+held reach ``max_held_bytes``: a connection holds at most that plus one answer, and one analyst's connections
+``max_analyst_held_bytes`` plus one answer. The unnamed portal is counted like a named one (red team s75 F5: a
+suspended one, ``Execute`` with a row limit then ``Flush`` without ``Sync``, kept a whole answer per connection,
+uncounted: ~85 MiB each), and a portal run to its end keeps no rows (:class:`~veil.server.session.VeilPortal`).
+The unnamed statement is never refused (there is one, replaced by the next, as for a simple query), but counted in
+the analyst's budget (:meth:`~veil.server.session.VeilSession.cache_bytes`). Portals end
+with their transaction, as in PostgreSQL (:class:`~veil.server.connection.VeilConnection`: at ``Sync`` outside a
+transaction block, and at ``COMMIT``/``ROLLBACK``); cursors at ``COMMIT``/``ROLLBACK``.
 
 >>> from veil.server.limits import ServerLimits
 >>> limits = ServerLimits(max_prepared_statements=1)
@@ -58,7 +61,7 @@ from veil.server.limits import ServerLimits
 
 __all__ = [
     "MAX_SETTINGS",
-    "MAX_SETTINGS_CHARS",
+    "MAX_SETTINGS_BYTES",
     "NAMEDATALEN",
     "PARAM_BYTES",
     "PARAM_TYPE_BYTES",
@@ -86,16 +89,18 @@ __all__ = [
     "truncate_name",
 ]
 
-#: Bytes one token of a prepared statement holds (measured: ~160 with its position and type).
-TOKEN_BYTES = 160
+#: Bytes one token of a prepared statement holds (measured with tracemalloc, the Route kept: 158 for one-character
+#: numbers and operators, 181 for short identifiers, with its position and type; red team s75 LOW: 160 under-counted).
+TOKEN_BYTES = 192
 #: Bytes one parameter type of a prepared statement holds (a list slot and an int: ~40; red team s54 A2).
 PARAM_TYPE_BYTES = 40
 #: Bytes one bound parameter holds besides its value's length (a str object's header and its list slot).
 PARAM_BYTES = 64
 #: ``SET`` parameters one connection may hold (Veil's own and any other name, remembered for SHOW).
 MAX_SETTINGS = 256
-#: Characters of their names and values, in all.
-MAX_SETTINGS_CHARS = 1 << 20
+#: Bytes their names and values hold, in all (``sys.getsizeof``: a value of astral characters takes 4 bytes a
+#: character; bounded in characters, 1 Mi of them held 4 MiB, red team s75 F4).
+MAX_SETTINGS_BYTES = 1 << 20
 #: Savepoints one transaction may hold open at once (each keeps a snapshot of the connection's settings, which
 #: ``ROLLBACK TO`` puts back).
 MAX_SAVEPOINTS = 100
@@ -221,10 +226,11 @@ def statements_bytes(statements: Mapping[str, Any], skip: str | None = None) -> 
 
 
 def portal_bytes(portals: Mapping[str, Any], skip: str | None = None) -> int:
-    """What the named portals (but ``skip``) hold: each one's name, parameters and answer."""
+    """What the portals (but ``skip``) hold: each one's name, parameters and answer, the unnamed portal's too (red
+    team s75 F5: a suspended unnamed portal kept a whole answer per connection, outside every budget)."""
     total = 0
     for key, entry in portals.items():
-        if key and key != skip:
+        if key != skip:
             total += name_bytes(key) + int(getattr(entry.portal, "held_bytes", 0))
     return total
 
@@ -286,7 +292,7 @@ def check_portal(
 
 
 def check_answer(limits: ServerLimits, portals: Mapping[str, Any], kept_bytes: int, skip: str | None, others: int = 0) -> None:
-    """Refuse to run a query whose answer a named portal or a cursor would keep, when the answers
+    """Refuse to run a query whose answer a portal (the unnamed one too) or a cursor would keep, when the answers
     already held (but ``skip``'s own) reach ``max_held_bytes``, or the analyst's connections together
     reach ``max_analyst_held_bytes``: before it runs, so free."""
     held = _held(portals, kept_bytes, skip)
@@ -311,17 +317,17 @@ def check_cursor(limits: ServerLimits, open_cursors: int, portals: Mapping[str, 
 
 def check_setting(values: Mapping[str, str], name: str, value: str) -> None:
     """Refuse a ``SET`` that would bring the parameters remembered for ``SHOW`` past
-    :data:`MAX_SETTINGS` names or :data:`MAX_SETTINGS_CHARS` characters (replacing one is not one more)."""
+    :data:`MAX_SETTINGS` names or :data:`MAX_SETTINGS_BYTES` bytes (replacing one is not one more)."""
     others = {k: v for k, v in values.items() if k != name}
     if len(others) >= MAX_SETTINGS:
         raise HeldStateLimit(
             f"too many parameters set on this connection ({len(others)}, the limit is {MAX_SETTINGS})",
             hint="RESET parameters the client no longer needs (or RESET ALL)",
         )
-    chars = sum(len(k) + len(v) for k, v in others.items()) + len(name) + len(value)
-    if chars > MAX_SETTINGS_CHARS:
+    size = sum(_sizeof(k) + _sizeof(v) for k, v in others.items()) + _sizeof(name) + _sizeof(value)
+    if size > MAX_SETTINGS_BYTES:
         raise HeldStateLimit(
-            f"the parameters set on this connection would hold {chars} characters, the limit is {MAX_SETTINGS_CHARS}",
+            f"the parameters set on this connection would hold {size} bytes, the limit is {MAX_SETTINGS_BYTES}",
             hint="Set shorter values, or RESET parameters the client no longer needs",
         )
 
@@ -338,19 +344,30 @@ def check_savepoints(open_now: int) -> None:
 _V = TypeVar("_V")
 
 
-class TextCache(Generic[_V]):
-    """A cache keyed by statement text that holds at most ``entries`` keys and ``chars`` characters
-    of them: when one more would pass either, it starts over (a statement's text may be 1 MiB).
+def _value_bytes(value: Any) -> int:
+    """A cached value's size: the object and, for a sequence (a Describe's columns), each element and a slot."""
+    total = _sizeof(value)
+    if isinstance(value, (list, tuple)):
+        total += sum(_sizeof(v) + NAME_SLOT_BYTES for v in value)
+    return total
 
-    >>> cache = TextCache[int](entries=2, chars=10)
+
+class TextCache(Generic[_V]):
+    """A cache keyed by statement text that holds at most ``entries`` keys and ``max_bytes`` bytes of keys and values
+    (``sys.getsizeof``: a text of astral characters takes 4 bytes a character, red team s75 F4 — bounded in characters,
+    a 4 Mi-character cache held 16 MiB): when one more would pass either, it starts over (a text may be 1 MiB).
+
+    >>> cache = TextCache[int](entries=2, max_bytes=200)
     >>> cache.put("abcdef", 1); cache.put("ghij", 2); cache.get("abcdef")
     1
-    >>> cache.put("k", 3); cache.get("abcdef") is None, cache.get("k")  # 11 characters: started over
+    >>> cache.put("k" * 60, 3); cache.get("abcdef") is None, cache.get("k" * 60)  # past 200 bytes: started over
     (True, 3)
+    >>> TextCache.size_of("\U0001f600" * 1000, 0) > 4000
+    True
     """
 
-    def __init__(self, *, entries: int, chars: int) -> None:
-        self._entries, self._chars = entries, chars
+    def __init__(self, *, entries: int, max_bytes: int) -> None:
+        self._entries, self._max = entries, max_bytes
         self._items: dict[str, _V] = {}
         self._held = 0
 
@@ -358,20 +375,28 @@ class TextCache(Generic[_V]):
         return len(self._items)
 
     @property
-    def chars(self) -> int:
+    def bytes(self) -> int:
+        """What the cached keys and values hold (:meth:`size_of` each)."""
         return self._held
+
+    @staticmethod
+    def size_of(key: str, value: Any) -> int:
+        return _sizeof(key) + _value_bytes(value) + NAME_SLOT_BYTES
 
     def get(self, key: str) -> _V | None:
         return self._items.get(key)
 
+    def clear(self) -> None:
+        self._items.clear()
+        self._held = 0
+
     def put(self, key: str, value: _V) -> None:
         if key in self._items:
-            self._items[key] = value
-            return
-        if len(self._items) >= self._entries or self._held + len(key) > self._chars:
-            self._items.clear()
-            self._held = 0
-        if len(key) > self._chars:
+            return  # (a statement text's value does not change while it is cached)
+        size = self.size_of(key, value)
+        if len(self._items) >= self._entries or self._held + size > self._max:
+            self.clear()
+        if size > self._max:
             return  # never kept
         self._items[key] = value
-        self._held += len(key)
+        self._held += size

@@ -17,10 +17,17 @@ for every line of the ``veil.server`` logger (not per call site):
   network says how many. At most :data:`MAX_NETWORKS` buckets are kept, the least recently used forgotten first (and
   every bucket full again, swept once per MAX_NETWORKS new networks); a forgotten network's dropped lines are told
   with the next line logged.
+- every line logged while a logged-in connection is served (its task, and the callbacks it schedules: a context
+  variable set at login, :func:`logged_in`) passes a token bucket of its analyst in the server's analysts' limiter
+  (:data:`ANALYST_BURST` lines at once, then one per :data:`ANALYST_REFILL_S` seconds; all analysts together
+  :data:`ANALYST_GLOBAL_BURST`, then :data:`ANALYST_GLOBAL_RATE` a second, apart from the outsiders' budget so that an
+  analyst's lines never crowd out failed logins), its dropped lines told likewise (red team s75 F3: a logged-in
+  analyst's malformed messages were logged one line each, 3,068 lines a second from one connection, ~29 GB a day).
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
@@ -30,6 +37,10 @@ from typing import Any
 from veil.server.limits import client_network
 
 __all__ = [
+    "ANALYST_BURST",
+    "ANALYST_GLOBAL_BURST",
+    "ANALYST_GLOBAL_RATE",
+    "ANALYST_REFILL_S",
     "BURST",
     "GLOBAL_BURST",
     "GLOBAL_RATE",
@@ -38,6 +49,7 @@ __all__ = [
     "ClipClientText",
     "clip",
     "install",
+    "logged_in",
     "outsider",
     "server_logger",
 ]
@@ -53,6 +65,16 @@ REFILL_S = 6.0
 #: networks, an IPv6 /48 say, multiplied the per-network rate): at most ~170,000 lines (~45 MB) a day.
 GLOBAL_BURST = 100
 GLOBAL_RATE = 2.0
+
+#: Lines one logged-in analyst's connections may cause, at once, then one per ANALYST_REFILL_S seconds.
+ANALYST_BURST = 50
+ANALYST_REFILL_S = 1.0
+#: Lines all logged-in analysts together may cause, at once, then ANALYST_GLOBAL_RATE a second (~430,000 lines a day).
+ANALYST_GLOBAL_BURST = 200
+ANALYST_GLOBAL_RATE = 5.0
+
+#: The analyst whose connection is being served, and its server's analysts' limiter (set at login: :func:`logged_in`).
+_CLIENT: contextvars.ContextVar[tuple[str, ClipClientText] | None] = contextvars.ContextVar("veil_client", default=None)
 
 #: Client networks whose buckets are kept, least recently used forgotten first (their unlogged lines are told with
 #: the next line logged).
@@ -77,31 +99,63 @@ def outsider(peer: str, limiter: ClipClientText | None = None) -> dict[str, Any]
     return extra
 
 
-class ClipClientText(logging.Filter):
-    """Clips a record's string arguments and rate-limits its outsider lines (the module docstring)."""
+def logged_in(analyst: str, limiter: ClipClientText) -> None:
+    """From now on in this task's context (a connection's, after its login), every line passes ``analyst``'s bucket
+    of ``limiter`` (the server's analysts' limiter: :func:`analysts_limiter`)."""
+    _CLIENT.set((f"analyst {analyst}", limiter))
 
-    def __init__(self, *, burst: int = BURST, refill_s: float = REFILL_S, clock: Any = time.monotonic) -> None:
+
+def analysts_limiter() -> ClipClientText:
+    """A limiter with the analysts' rates (the module docstring)."""
+    return ClipClientText(
+        burst=ANALYST_BURST,
+        refill_s=ANALYST_REFILL_S,
+        global_burst=ANALYST_GLOBAL_BURST,
+        global_rate=ANALYST_GLOBAL_RATE,
+        who="analyst",
+    )
+
+
+class ClipClientText(logging.Filter):
+    """Clips a record's string arguments and rate-limits its outsider and analyst lines (the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        burst: int = BURST,
+        refill_s: float = REFILL_S,
+        clock: Any = time.monotonic,
+        global_burst: int = GLOBAL_BURST,
+        global_rate: float = GLOBAL_RATE,
+        who: str = "network",
+    ) -> None:
         super().__init__()
         self._burst, self._refill, self._clock = burst, refill_s, clock
+        self._global_burst, self._global_rate, self.who = global_burst, global_rate, who
         self._lock = threading.Lock()
         # network -> [tokens, when they were counted, lines dropped since its last logged one]; least recently used first
         self._buckets: OrderedDict[str, list[float]] = OrderedDict()
-        self._global = [float(GLOBAL_BURST), clock()]
+        self._global = [float(global_burst), clock()]
         self._forgotten = 0  # lines dropped by networks forgotten since: told with the next line logged
         self._new = 0  # networks added since the last sweep
 
     def filter(self, record: logging.LogRecord) -> bool:
         network = getattr(record, "veil_outsider", None)
+        owner = getattr(record, "veil_limiter", None)
+        if not isinstance(network, str):
+            client = _CLIENT.get()
+            if client is not None:
+                network, owner = client
         if isinstance(network, str):
-            owner = getattr(record, "veil_limiter", None)
-            taken = (owner if isinstance(owner, ClipClientText) else self)._take(network)
+            limiter = owner if isinstance(owner, ClipClientText) else self
+            taken = limiter._take(network)
             if taken is None:
                 return False
             dropped, forgotten = taken
             if dropped:
-                record.msg = f"{record.msg} [{dropped} earlier lines from this network not logged]"
+                record.msg = f"{record.msg} [{dropped} earlier lines from this {limiter.who} not logged]"
             if forgotten:
-                record.msg = f"{record.msg} [{forgotten} lines from other networks not logged]"
+                record.msg = f"{record.msg} [{forgotten} lines from other {limiter.who}s not logged]"
         if isinstance(record.args, tuple):
             record.args = tuple(clip(a) if isinstance(a, str) else a for a in record.args)
         elif isinstance(record.args, dict):
@@ -126,7 +180,7 @@ class ClipClientText(logging.Filter):
             else:
                 self._buckets.move_to_end(network)
             tokens = min(float(self._burst), bucket[0] + (now - bucket[1]) / self._refill)
-            spare = min(float(GLOBAL_BURST), self._global[0] + (now - self._global[1]) * GLOBAL_RATE)
+            spare = min(float(self._global_burst), self._global[0] + (now - self._global[1]) * self._global_rate)
             bucket[1] = self._global[1] = now
             if tokens < 1.0 or spare < 1.0:
                 bucket[0], self._global[0] = tokens, spare

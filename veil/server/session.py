@@ -38,7 +38,7 @@ from veil.errors import (
     UnknownSavepoint,
     VeilError,
 )
-from veil.proxy import bounding
+from veil.proxy import bounding, plan_cache
 from veil.proxy.catalog import Catalog
 from veil.server import catalog, drivers, held, results, system
 from veil.server.cursors import Cursors, parse_declare
@@ -133,8 +133,9 @@ class VeilSession(BaseSession):
         self.settings = SessionSettings(values={})
         self._lock = threading.Lock()  # one query-session call at a time
         self._pending: set[concurrent.futures.Future[Any]] = set()
-        # column types per statement text: 256 texts, 4 Mi characters (red team s24 A9: a text may be 1 MiB)
-        self._describe_cache = held.TextCache[Sequence[Any]](entries=256, chars=4 << 20)
+        # column types per statement text: 256 texts, 4 MiB (red team s24 A9: a text may be 1 MiB; s75 F4: in bytes,
+        # counted in what the connection holds, and kept only within the analyst's budget)
+        self._describe_cache = held.TextCache[Sequence[Any]](entries=256, max_bytes=4 << 20)
         self._catalog: Catalog | None = None
         self._names: frozenset[str] = frozenset()
         self._numeric: frozenset[str] = frozenset()
@@ -147,9 +148,34 @@ class VeilSession(BaseSession):
 
     # --- what the connection holds ---------------------------------------------------------
     def kept_bytes(self) -> int:
-        """What this connection holds besides its named portals: its cursors (names and answers) and its savepoints
-        (names and settings snapshots)."""
+        """What this connection holds besides its portals: its cursors (names and answers) and its savepoints (names
+        and settings snapshots)."""
         return self.cursors.held_bytes() + sum(self._savepoint_bytes)
+
+    def cache_bytes(self) -> int:
+        """What the connection's caches and settings hold: the Describe cache, the ``SET`` values, the plan cache, and
+        the unnamed statement. Each is bounded on its own; together they count in the analyst's
+        ``max_analyst_held_bytes`` (red team s75 F4: they were outside every budget, ~20 MiB a connection), not in the
+        connection's ``max_held_bytes``."""
+        total = self._describe_cache.bytes + held.settings_bytes(self.settings.values)
+        unnamed = self.connection.statements.get("") if self.connection is not None else None
+        total += int(getattr(unnamed, "held_bytes", 0))
+        env = getattr(self.query_session, "_env", None)
+        for cache in (getattr(env, "plan_cache", None), getattr(env, "plan_front", None)):
+            total += int(getattr(cache, "held", 0))
+        return total
+
+    def _room_for(self, size: int) -> bool:
+        """Whether a cache may keep ``size`` more bytes within the analyst's budget (a cache that may not keeps
+        nothing more: nothing is refused)."""
+        return self.analyst_held_bytes() + self.held_bytes() + size <= self.server.limits.max_analyst_held_bytes
+
+    def _cache_room(self, size: int) -> bool:
+        """:meth:`_room_for`, asked by the query session's plan cache from its worker thread."""
+        try:
+            return self._room_for(size)
+        except RuntimeError:  # a dict the event loop changed while it was read: keep nothing this time
+            return False
 
     def _forget_savepoints(self) -> None:
         """The transaction ended: its savepoints' snapshots go with it (before, they stayed until the next savepoint)."""
@@ -162,10 +188,11 @@ class VeilSession(BaseSession):
         return self.kept_bytes() + held.portal_bytes(portals)
 
     def analyst_held_bytes(self) -> int:
-        """What this analyst's other connections in this process hold, and this one's named statements
-        (``max_analyst_held_bytes``; this connection's other holdings are the caller's to add)."""
+        """What this analyst's other connections in this process hold, and this one's named statements, caches and
+        settings (``max_analyst_held_bytes``; this connection's other holdings are the caller's to add)."""
         statements = self.connection.statements if self.connection is not None else {}
-        return self.server.held_by(self.analyst or "", self.connection) + held.statements_bytes(statements)
+        mine = held.statements_bytes(statements) + self.cache_bytes()
+        return self.server.held_by(self.analyst or "", self.connection) + mine
 
     # --- running work off the loop ---------------------------------------------------------
     def _submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
@@ -318,6 +345,10 @@ class VeilSession(BaseSession):
         )
         factory = self.server.query_session_factory
         self.query_session = await self._in_worker(factory, policy, self.analyst, limits=self.server.limits.query_limits)
+        env = getattr(self.query_session, "_env", None)
+        for cache in (getattr(env, "plan_cache", None), getattr(env, "plan_front", None)):
+            if isinstance(cache, plan_cache.Budgeted):  # grows only within the analyst's budget (red team s75 F4)
+                cache.room = self._cache_room
         await self._refresh_catalog()
 
     async def close(self) -> None:
@@ -465,7 +496,8 @@ class VeilSession(BaseSession):
             if template == sql or isinstance(exc, (QueryCancelled, QueryTooLarge, QueryTooComplex)):
                 raise
             cols = await self._timed_planning(qs.describe, sql)  # NULLs did not type-check: use the values
-        self._describe_cache.put(r.sql, cols)
+        if self._room_for(held.TextCache.size_of(r.sql, cols)):
+            self._describe_cache.put(r.sql, cols)
         return cols
 
     async def _cursor(self, r: Route, params: list[Any] | None, oids: Sequence[int | None], describe: bool) -> Result:
@@ -695,8 +727,14 @@ class VeilPortal(Portal):
         if self.result is None:
             st = self.statement
             self.result = await st.session.answer(st.route, self.params, st.param_oids, describe=False)
-        rows = self.result.rows
+        result = self.result
+        rows = result.rows
         end = len(rows) if max_rows <= 0 else min(len(rows), self._offset + max_rows)
-        chunk = rows[self._offset : end]
-        self._offset = end
-        return chunk, max_rows > 0 and end < len(rows)
+        chunk = rows[self._offset : end] if self._offset or end < len(rows) else rows
+        if end < len(rows):
+            self._offset = end
+            return chunk, max_rows > 0
+        if rows:  # run to its end: the portal keeps no rows (a later Execute of it returns none, as in PostgreSQL)
+            self.result = Result(result.columns, [], result.tag, result.notices)
+            self._offset, self._answer_bytes = 0, None
+        return chunk, False
