@@ -26,7 +26,7 @@ True
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -259,6 +259,86 @@ def largest_held(
     return largest[0], joined[0]
 
 
+#: Conditions DuckDB can make a join's key (each side's operand computed once per build row and held in it): a
+#: comparison, ``IN`` (one element: an equality), ``BETWEEN`` (two comparisons), wherever they stand in an ON or the
+#: WHERE (DuckDB factors a condition common to every branch of an ``OR`` out of it, turns ``NOT a <= b`` into ``a > b``).
+_KEY_CONDITIONS = (
+    exp.EQ, exp.NEQ, exp.GT, exp.GTE, exp.LT, exp.LTE, exp.NullSafeEQ, exp.NullSafeNEQ, exp.Between, exp.In,
+)  # fmt: skip
+
+
+def _computed_value(node: exp.Expression, scope: Scope, computed_above_join: dict[int, set[str]]) -> bool:
+    """Whether ``node`` (a value of ``scope``) is computed where a join's key can hold it: anything but a literal or a
+    stored column, a column of a derived table or CTE computed above a join of its own included (a condition on it
+    is pushed down into that join with the expression in its place)."""
+    node = node.unnest()
+    if isinstance(node, exp.Literal):
+        return False
+    if isinstance(node, exp.Column):
+        source = scope.sources.get(node.table)
+        return isinstance(source, Scope) and node.name in computed_above_join.get(id(source.expression), set())
+    return not isinstance(node, (exp.Star, exp.Null, exp.Boolean))
+
+
+def _computed_keys(
+    sel: exp.Select,
+    scope: Scope,
+    inner: set[int],
+    size: Callable[[exp.Expression], tuple[int, int]],
+    private_scopes: set[int],
+    public: Callable[[str], bool] | None,
+    computed_above_join: dict[int, set[str]],
+    several_joins: bool,
+) -> list[tuple[int, str]]:
+    """The values a join's build rows may hold besides the columns they carry, with their SQL: each operand computed
+    per row (:func:`_computed_value`) of a condition in an ON or the WHERE of ``sel`` that DuckDB may make a join key
+    (:data:`_KEY_CONDITIONS` with at least two operands reading columns), whose columns are of the private rows (past
+    one join, any: the first join's rows can be the next one's build side). A hash join holds such a key beside the
+    columns it is computed from: ``… JOIN pub ON x.id = pub.k WHERE x.c || x.z > CAST(pub.k AS VARCHAR)`` holds
+    ``x.c``, ``x.z`` and ``x.c || x.z`` in each build row, twice what the columns alone are priced at (a build side of
+    ~4 KB rows failed at the 256 MiB floor past ~200,000 rows). A condition of an enclosing scope counts too: DuckDB
+    pushes it down into the join below, its derived columns replaced by their expressions."""
+    parts = [join.args.get("on") for join in own_joins(sel)] + [sel.args.get("where")]
+    keys: list[tuple[int, str]] = []
+    for part in parts:
+        if part is None:
+            continue
+        for cond in part.find_all(*_KEY_CONDITIONS):
+            if in_inner_scope(cond, sel, inner):
+                continue
+            if isinstance(cond, exp.Between):
+                operands = [cond.this, cond.args.get("low"), cond.args.get("high")]
+            elif isinstance(cond, exp.In):
+                operands = [cond.this, *cond.expressions]
+            else:
+                operands = [cond.this, cond.expression]
+            reading = [op for op in operands if op is not None and any(True for _ in _own_columns(op, sel, inner))]
+            if len(reading) < 2:
+                continue  # a filter of one side (or a constant): evaluated, not held
+            for op in reading:
+                if not _computed_value(op, scope, computed_above_join):
+                    continue
+                private = any(
+                    (isinstance(src, exp.Table) and (public is None or not public(src.name)))
+                    or (isinstance(src, Scope) and id(src.expression) in private_scopes)
+                    for col in _own_columns(op, sel, inner)
+                    for src in (scope.sources.get(col.table),)
+                )
+                if private or several_joins:
+                    keys.append((size(op)[0], op.sql(dialect="duckdb").replace('"', "")[:60]))
+    return keys
+
+
+def _own_columns(node: exp.Expression, sel: exp.Select, inner: set[int]) -> Iterator[exp.Column]:
+    """The columns ``node`` reads in ``sel``'s own scope."""
+    if isinstance(node, exp.Column):
+        yield node
+        return
+    for col in node.find_all(exp.Column):
+        if not in_inner_scope(col, sel, inner):
+            yield col
+
+
 def _sizes(
     tree: exp.Expression,
     column_bytes: Callable[[str, str], int],
@@ -271,6 +351,11 @@ def _sizes(
     columns: dict[int, dict[str, tuple[int, int]]] = {}
     total = 0
     private_scopes: set[int] = set()  # ids of the scopes' expressions that read private rows
+    # per SELECT over private rows with a join in it or below it (through its derived tables and CTEs): the widest
+    # row of text such a join may carry, and its output columns computed above such a join (a condition on one of them
+    # in an enclosing scope is pushed down into that join as a key computed in its build rows)
+    join_rows: dict[int, int] = {}
+    computed_above_join: dict[int, set[str]] = {}
     for scope in traverse_scope(tree):
         inner = {id(s.expression) for s in (*scope.subquery_scopes, *scope.derived_table_scopes, *scope.cte_scopes)}
         reads_private = (
@@ -397,6 +482,12 @@ def _sizes(
                     if not isinstance(p.unalias(), (exp.Column, exp.Literal, exp.Star)) and p.alias_or_name in own
                 ]
                 largest[0] = max(largest[0], sum(built))
+                below = max(
+                    (join_rows.get(id(src.expression), 0) for src in scope.sources.values() if isinstance(src, Scope)),
+                    default=0,
+                )
+                joined_below = any(id(src.expression) in join_rows for src in scope.sources.values() if isinstance(src, Scope))
+                named: dict[str, int] = {}  # what the join's build rows may hold, by name (for the refusal's message)
                 if joins:
                     read: dict[tuple[str, str], int] = {}
                     carried: dict[tuple[str, str], int] = {}  # public columns read past one join
@@ -420,11 +511,19 @@ def _sizes(
                             if public_bytes > SCALAR_TEXT_BYTES:  # a public text (a public number is a few bytes)
                                 carried[(col.table, col.name)] = public_bytes
                     largest[0] = max(largest[0], sum(read.values()))
-                    if joined is not None:
-                        every = {**read, **carried}
-                        carried_row = sum(every.values())
-                        if carried_row > joined[0][0]:
-                            widest = max(every, key=lambda k: every[k]) if every else ("", "")
-                            joined[0] = (carried_row, ".".join(part for part in widest if part))
+                    named = {".".join(part for part in k if part): b for k, b in {**read, **carried}.items()}
+                if joins or joined_below:
+                    join_keys = _computed_keys(
+                        sel, scope, inner, size, private_scopes, public, computed_above_join, len(joins) > 1
+                    )
+                    join_row = max(sum(named.values()), below) + sum(b for b, _ in join_keys)
+                    join_rows[id(sel)] = join_row
+                    computed_above_join[id(sel)] = {
+                        p.alias_or_name for p in sel.expressions if _computed_value(p.unalias(), scope, computed_above_join)
+                    }
+                    for b, key_sql in join_keys:
+                        named[key_sql] = max(named.get(key_sql, 0), b)
+                    if joined is not None and join_row > joined[0][0]:
+                        joined[0] = (join_row, max(named, key=lambda k: named[k]) if named else joined[0][1])
         columns[id(sel)] = own
     return total, columns

@@ -206,7 +206,11 @@ def check_value_bytes(largest: int) -> None:
 #: key, ``COUNT(*) … WHERE LENGTH(t.c) > 3``: 4,096-byte rows failed at 200,000 (answered at 70,000), 3,072-byte rows
 #: were answered at 300,000, 2,048-byte rows at 600,000 and 1,200,000 (2.4 GB), 1,024-byte rows at 1,500,000; and
 #: 400,000 rows of 2,048 bytes were answered joined into a GROUP BY of the text, a COUNT(DISTINCT) of it, and two
-#: joins. The cap keeps a margin of a third below the largest size that always spilled (3,072 bytes).
+#: joins. The cap keeps a margin of a third below the largest size that always spilled (3,072 bytes). Session 24, with
+#: build rows that really hold the bytes (a column read after the join with a public one, ``x.z || CAST(pub.k AS
+#: VARCHAR) > x.c``; a computed key ``x.c || '<lit>' > CAST(pub.k AS VARCHAR)``; a 1,000-byte column beside its
+#: concatenation as a key): 2,048 bytes answered at 3,000,000 rows in each form, 3,072 at 1,000,000 and 3,000,000,
+#: 4,096 failed at 1,000,000. A computed key counts towards the row (``expansion._computed_keys``).
 MAX_JOIN_ROW_BYTES = 2 << 10
 
 
@@ -215,12 +219,14 @@ def check_join_row(row: int, column: str) -> None:
     :data:`MAX_JOIN_ROW_BYTES` bytes of text of one private row; ``column`` names the widest column it reads."""
     if row > MAX_JOIN_ROW_BYTES:
         raise Unsupported(
-            f"a row this query joins may carry {row:,} bytes of text (the widest column it reads is {column}); in a "
+            f"a row this query joins may carry {row:,} bytes of text, the values its join conditions compute included "
+            f"(the widest column it reads is {column}); in a "
             f"join over private data Veil allows {MAX_JOIN_ROW_BYTES:,} (the engine cannot spill a join of longer rows "
             "to disk, so whether it ran would depend on the data)",
             hint=f"Read fewer or shorter text columns in the query's joins (a category column counts 4 bytes a character "
             f"of its `max_length`: a curator can declare `max_length` of at most {MAX_JOIN_ROW_BYTES // 4 - 8} or the "
-            "column's `values`), or group or filter on the text in a query without the join",
+            "column's `values`), compare shorter computed texts across the join (a condition's computed side, such as "
+            "a || b, is held beside the columns it reads), or group or filter on the text in a query without the join",
         )
 
 
