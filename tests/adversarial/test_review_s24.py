@@ -99,6 +99,8 @@ def _builds_private_rows(world: tuple[Any, Any], sql: str) -> bool:
 #: = pub.k * 0 AND x.id >= pub.k AND x.id < pub.k2 AND x.z <> CAST(pub.k AS VARCHAR)`` is planned as an IE_JOIN of the
 #: private rows with pub (then a blockwise nested-loop join with pa), answered at n = 100,000 and failed after the
 #: charge at n = 200,000 (QueryFailed XX000, OutOfMemory, ε kept): s74 F1's membership bit, through the new rule.
+#: Again on all five session-24 branches merged (joincap24's priced keys: a 1,850-character literal, within the cap):
+#: answered at 100,000, failed after the charge at 200,000, 300,000 and 400,000.
 _HYPEREDGES = [
     "SELECT COUNT(*) FROM t, pa, pb WHERE t.id + pa.k = pb.k",
     # a constant key (every product row in one hash partition, as F2's x.id * 0 = pb.k * 0), admitted by the join cap
@@ -134,7 +136,9 @@ def test_y1_hyperedge_equality_keeps_private_rows_off_the_build_side(world: tupl
 #: rows): ``WITH x AS (SELECT id, c || '<1,990 x>' AS z FROM t WHERE id % 2 = 0 AND id < 2n) SELECT COUNT(*) FROM pub
 #: JOIN x ON x.id * 0 = pub.k * 0 AND x.id >= pub.k AND x.id < pub.k2 WHERE x.z <> CAST(pub.k AS VARCHAR)`` answered
 #: at n = 100,000 and failed after the charge at n = 200,000 (QueryFailed XX000, OutOfMemory, ε kept); the same
-#: query with the derived table in the CTE's place (which private_first reorders) answered at 200,000.
+#: query with the derived table in the CTE's place (which private_first reorders) answered at 200,000. Again on all
+#: five session-24 branches merged (a 1,900-character literal, within joincap24's cap; ``id < n``): the CTE answered
+#: at n = 100,000 and failed after the charge at 200,000, 300,000 and 400,000; the derived table answered at each.
 _CTES = [
     "WITH x AS (SELECT id, c FROM t WHERE id % 2 = 0) SELECT COUNT(*) FROM pb JOIN x ON x.id * 0 = pb.k * 0",
     "WITH x AS (SELECT id, c FROM t) SELECT COUNT(*) FROM pb, x WHERE x.id * 0 = pb.k * 0 AND x.c = 'v1'",
