@@ -149,6 +149,9 @@ _CTES = [
     "WHERE x.c = 'v1'",
     "WITH x AS (SELECT id, c FROM t) SELECT COUNT(*) FROM (pb JOIN x ON x.id * 0 = pb.k * 0) WHERE x.c = 'v1'",
     "WITH x AS (SELECT id, c FROM t) SELECT x.c, COUNT(*) FROM pb JOIN x ON x.id * 0 = pb.k * 0 GROUP BY x.c",
+    # the CTE behind a derived table, and a range beside the constant key (both admitted)
+    "WITH x AS (SELECT id, c FROM t) SELECT COUNT(*) FROM pb JOIN (SELECT * FROM x) y ON y.id * 0 = pb.k * 0",
+    "WITH x AS (SELECT id FROM t) SELECT COUNT(*) FROM pb JOIN x ON x.id >= pb.k AND x.id < pb.k2 AND x.id * 0 = pb.k * 0",
 ]
 
 
