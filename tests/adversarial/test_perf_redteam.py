@@ -2,10 +2,12 @@
 
 Three changes are attacked, each as a family of variants:
 
-1. **Refund on engine errors from before reading data** (``pipeline._execute``): a one-statement query
-   without group keys is no longer bound before its reservation; a DuckDB Binder/Parser/Catalog error
-   while it runs cancels the reservation. The refund must never depend on the data (a free one-bit
-   oracle), and an error that is not "before data" must keep its charge.
+1. **Engine errors from before reading data** (``pipeline._execute``): a one-statement query without group
+   keys was not bound before its reservation, and a DuckDB Binder/Parser/Catalog error while it ran cancelled
+   the reservation. Since red team s75 F1 (a refund after the reservation was a free oracle on shared caps)
+   every private query binds before its reservation, so such an error records no reservation at all. The
+   outcome must never depend on the data (a free one-bit oracle), and an error that is not "before data"
+   must keep its charge.
 2. **Lattice Laplace** (``mechanisms.noise._lattice_laplace`` from ``add_noise.noisy_statistics``): float
    Laplace noise on a lattice of ``2**k``, ``k`` chosen from the batch's smallest sensitivity **and its
    length**. With private group keys the batch holds one value per group *in the data* — released or
@@ -284,8 +286,9 @@ def _outcome(session: QuerySession, sql: str) -> tuple[str, Fraction, tuple[tupl
     return kind, session.budget().spent - before, moved
 
 
-#: a free bind refusal: nothing charged, its reservation cancelled (nothing left "reserved")
-_REFUNDED = ("engine-error before_data=True", Fraction(0), (("cancelled", 1),))
+#: a statement that does not bind is refused before any reservation (review of red team s75 F1: a refund after the
+#: reservation was a free oracle on shared caps), so no reservation is recorded at all
+_REFUNDED = ("engine-error before_data=True", Fraction(0), ())
 
 
 @pytest.fixture(scope="module")
