@@ -341,7 +341,6 @@ def test_f3_held_where_the_multiplicity_is_a_neighbour_rank(times: int) -> None:
 # ==================================================================================================
 
 
-@pytest.mark.xfail(strict=True, reason="s76 F4: one person's -0.0 is published while the rare-value rule counts it as 0.0")
 def test_f4_a_negative_zero_held_by_one_row_is_refused_or_normalised() -> None:
     from types import SimpleNamespace
 
@@ -428,7 +427,6 @@ def test_f1_the_gate_publishes_a_reflected_copy_of_every_training_row() -> None:
         gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=np.random.default_rng(1))
 
 
-@pytest.mark.xfail(strict=True, reason="s76 F5: a synthesised column under a new name is published unchecked")
 def test_f5_a_column_neither_declared_nor_in_the_source_is_refused() -> None:
     from types import SimpleNamespace
 
@@ -450,7 +448,6 @@ def test_f5_a_column_neither_declared_nor_in_the_source_is_refused() -> None:
         gate.verify(plan, pub, train=train, holdout=holdout, spec=spec, generator=np.random.default_rng(1))
 
 
-@pytest.mark.xfail(strict=True, reason="s76 F6: max_share is not held on (QI + other sensitive) groups")
 def test_f6_a_sensitive_value_certain_given_another_sensitive_value_is_refused() -> None:
     from veil.errors import PublicationRefused
     from veil.generators import gate
