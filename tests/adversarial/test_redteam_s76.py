@@ -513,7 +513,6 @@ def _filtered(
     return kept, tree.query(points(train), p=1)[0], tree.query(points(holdout), p=1)[0]
 
 
-@pytest.mark.xfail(strict=True, reason="s76 F7: a similarity-filtered table (holes around training rows) passes")
 def test_f7_a_table_with_holes_around_the_training_rows_is_refused() -> None:
     rng = np.random.default_rng(0)
     train, holdout = _split(_gaussian(rng, 2000), rng)
@@ -528,7 +527,6 @@ def test_f7_a_table_with_holes_around_the_training_rows_is_refused() -> None:
 # ==================================================================================================
 
 
-@pytest.mark.xfail(strict=True, reason="s76 F8: a table filtered of replicated training uniques (synthpop) passes")
 def test_f8_a_table_without_the_training_uniques_is_refused() -> None:
     rng = np.random.default_rng(0)
     source = _small(rng, 2000)

@@ -634,14 +634,16 @@ def verify(
             dcr = rep.as_dict()
             if not rep.passed:
                 raise PublicationRefused(
-                    f"synthetic table {plan.output!r} reproduces its training rows, or comes nearer to them than to the "
-                    f"holdout: of the {rep.exact_copies} source rows it copies exactly, {rep.exact_train_rate:.3f} are "
-                    f"training rows (limit {rep.exact_limit:.3f}), of the {rep.rare_copies} of them no other source row "
-                    f"equals {rep.rare_train_rate:.3f} (limit {rep.rare_limit:.3f}), and of the {rep.nearest_records} "
-                    f"source rows nearest to "
-                    f"it {rep.near_train_share:.3f} (limit {rep.share_limit:.3f}, tail {rep.near_tail:.1e}); training rows "
-                    f"are {rep.train_share:.3f} of the source",
-                    hint="Train less (fewer epochs) or with more data; the model memorised rows",
+                    f"synthetic table {plan.output!r} reproduces its training rows, comes nearer to them than to the "
+                    f"holdout, or keeps away from them: of the {rep.exact_copies} source rows it copies exactly, "
+                    f"{rep.exact_train_rate:.3f} are training rows (allowed {rep.exact_floor:.3f} to "
+                    f"{rep.exact_limit:.3f}), of the {rep.rare_copies} of them no other source row equals "
+                    f"{rep.rare_train_rate:.3f} (allowed {rep.rare_floor:.3f} to {rep.rare_limit:.3f}), and of the "
+                    f"{rep.nearest_records} source rows nearest to it {rep.near_train_share:.3f} (allowed "
+                    f"{rep.share_floor:.3f} to {rep.share_limit:.3f}, {rep.near_side} tail {rep.near_tail:.1e}); "
+                    f"training rows are {rep.train_share:.3f} of the source",
+                    hint="Train less (fewer epochs) or with more data; the model memorised rows. A filter that drops "
+                    "synthetic rows equal or near to training rows betrays them by their absence",
                 )
     return GateReport(
         columns=columns,
