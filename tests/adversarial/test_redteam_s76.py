@@ -247,7 +247,6 @@ def _dated(rng: np.random.Generator, n: int) -> pd.DataFrame:
     )
 
 
-@pytest.mark.xfail(strict=True, reason="s76 F2: dates are categories to the DCR gate: every date + 1 day passes")
 @pytest.mark.parametrize("among", [0, 4000], ids=["alone", "among_4000_fresh"])
 def test_f2_a_copy_with_every_date_shifted_one_day_is_refused(among: int) -> None:
     rng = np.random.default_rng(0)
@@ -314,7 +313,6 @@ def test_f3_the_multiplicity_reads_every_training_row(times: int) -> None:
     assert said[member & unique].all() and not said[~member & unique].any()
 
 
-@pytest.mark.xfail(strict=True, reason="s76 F3: copies in a domain enumeration pass: exact-match counts never tested")
 @pytest.mark.parametrize("times", [4, 8])
 def test_f3_copies_buried_in_a_domain_enumeration_are_refused(times: int) -> None:
     """1,600 training rows of a 2,000-row source (1,303 source rows unique), each copied once, among the 4,800-cell

@@ -15,6 +15,11 @@ copy of a training row left out of the subsample counted as fresh, red team s64 
 * **rare copies** — of those, the source rows whose combination no other source row holds: each is one person's whole
   row, published as it is (red team s69 F2: at ``p`` = 0.8 and ``10⁻⁶`` no test of the split refuses fewer than ~62
   copies; this one, at :data:`RARE_ALPHA`, refuses about 45: see the floor below);
+* **how often** — the source rows that at least ``c`` synthetic rows equal, for each distinct count ``c`` ≥ 2 (at most
+  :data:`_COUNT_SETS`, spread over the counts), tested with the near records: a table that holds every source row
+  ``t`` times (an enumeration of the declared domain, which depends on the policy alone) plus a copy of each training
+  row matches the members ``t + 1`` times and the non-members ``t`` (red team s76 F3: passed at ``t`` = 4, 5, 8, 9,
+  the neighbour ranks 1, 2, 4, 8 seeing it only where ``t + 1`` is one);
 * **near records** — for up to :data:`MAX_SOURCE_ROWS` source rows (subsampled from training and holdout *together*,
   which keeps the law above), ``D_K`` is the ``K`` source rows nearest to the synthetic table (ties at the ``K``-th
   distance all in), for ``K`` = 32, 64, 128, … below the number of source rows, where a source row's nearness is its
@@ -43,7 +48,8 @@ copy of a training row left out of the subsample counted as fresh, red team s64 
   the shares are recorded (``share_closer_to_train``, ``median_dcr_train`` / ``median_dcr_holdout``, over up to
   :data:`MAX_RECORDED_ROWS` synthetic rows), not tested.
 
-Distance: mean over columns of ``|a − b| / range`` for numbers (range from all the rows), and 0/1 mismatch for
+Distance: mean over columns of ``|a − b| / range`` for numbers and dates (a date as its day number: red team s76 F2,
+a copy with every date one day off was as far as any other date; range from all the rows), and 0/1 mismatch for
 everything else (a Gower distance); missing values equal only each other (a missing number lies one range below the
 present ones: 1 to 2 from any). Every row is a point: numbers as they are, categorical columns one-hot (narrowest
 first) while the points have at most 16 coordinates, and the remaining (many-valued) categorical columns matched
@@ -166,6 +172,8 @@ _MATCH_SETS = 512
 #: Rows × column sets the best-match scores look at, at most (but at least :data:`_MATCH_MIN_SETS` sets).
 _MATCH_WORK = 60_000_000
 _MATCH_MIN_SETS = 48
+#: The most multiplicity sets (source rows equal to at least ``c`` synthetic rows) tested, per distinct count ``c``.
+_COUNT_SETS = 64
 #: A missing number's coordinate (present numbers lie in [0, 1]: a missing and a present number are 1 to 2 apart).
 _MISSING = -1.0
 
@@ -205,10 +213,19 @@ def _encode(frames: list[pd.DataFrame], columns: list[str]) -> tuple[np.ndarray,
     """Numeric block scaled to [0, 1] by the joint range (missing or infinite: :data:`_MISSING`), and an
     integer-coded categorical block (missing: a value of its own)."""
     num_cols = [
-        c for c in columns if all(pd.api.types.is_numeric_dtype(f[c]) and not pd.api.types.is_bool_dtype(f[c]) for f in frames)
+        c
+        for c in columns
+        if all(pd.api.types.is_numeric_dtype(f[c]) and not pd.api.types.is_bool_dtype(f[c]) for f in frames)
+        or all(pd.api.types.is_datetime64_any_dtype(f[c]) for f in frames)
     ]
     cat_cols = [c for c in columns if c not in num_cols]
     joined = pd.concat([f[columns] for f in frames], ignore_index=True)
+    for c in num_cols:  # a date is its day number: a date one day off is near (red team s76 F2: 0/1 as a category)
+        if pd.api.types.is_datetime64_any_dtype(joined[c]):
+            moment = pd.to_datetime(joined[c])
+            if getattr(moment.dt, "tz", None) is not None:
+                moment = moment.dt.tz_convert("UTC").dt.tz_localize(None)
+            joined[c] = (moment - pd.Timestamp("1970-01-01")) / pd.Timedelta(days=1)
     num = joined[num_cols].to_numpy(dtype=np.float64) if num_cols else np.zeros((len(joined), 0))
     if num_cols:
         finite = np.isfinite(num)
@@ -585,6 +602,25 @@ def _near_sets(nearest: np.ndarray) -> list[np.ndarray]:
     return out
 
 
+def _count_sets(keys_s: np.ndarray, keys_r: np.ndarray) -> list[np.ndarray]:
+    """The label-free sets of source rows that at least ``c`` synthetic rows equal (every synthetic row, whole rows),
+    for each distinct count ``c`` ≥ 2 the source rows hold (at most :data:`_COUNT_SETS` of them, spread over the
+    counts' quantiles), proper and non-empty ones only. A copy of each training row among a table that holds every
+    source row ``t`` times (an enumeration of the declared domain) makes the members' count ``t + 1`` and the
+    non-members' ``t``: the set at ``c = t + 1`` holds members only (red team s76 F3)."""
+    found = pd.Series(keys_s).value_counts()
+    times = pd.Series(keys_r).map(found).fillna(0).to_numpy(dtype=np.int64)
+    counts = np.unique(times[times >= 2])
+    if len(counts) > _COUNT_SETS:
+        counts = np.unique(np.quantile(counts, np.linspace(0, 1, _COUNT_SETS), method="nearest"))
+    out = []
+    for c in counts:
+        chosen = times >= c
+        if 0 < int(chosen.sum()) < len(times):
+            out.append(chosen)
+    return out
+
+
 def _median(d: np.ndarray) -> float:
     finite = d[np.isfinite(d)]
     return float(np.median(finite)) if len(finite) else 0.0
@@ -626,6 +662,11 @@ def dcr_check(synthetic: pd.DataFrame, train: pd.DataFrame, holdout: pd.DataFram
         if 0 < int(agree.sum()) < n_r and not any(np.array_equal(agree, chosen) for chosen in sets):
             sets.append(agree)
     score, matched = _match_scores(num, cat, n_s, pick_r, rng)  # copies keeping much of their row, however moved
+    # how often: the source rows some synthetic row equals at least c times, per distinct count c (copies among an
+    # enumeration of the domain are one more equal row each: red team s76 F3)
+    for chosen in _count_sets(keys[:n_s], keys[n_s:][pick_r]):
+        if not any(np.array_equal(chosen, other) for other in sets):
+            sets.append(chosen)
     for chosen in _near_sets(-score):
         if not any(np.array_equal(chosen, other) for other in sets):
             sets.append(chosen)
