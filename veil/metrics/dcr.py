@@ -15,6 +15,15 @@ copy of a training row left out of the subsample counted as fresh, red team s64 
 * **rare copies** — of those, the source rows whose combination no other source row holds: each is one person's whole
   row, published as it is (red team s69 F2: at ``p`` = 0.8 and ``10⁻⁶`` no test of the split refuses fewer than ~62
   copies; this one, at :data:`RARE_ALPHA`, refuses about 45: see the floor below);
+* **rank views** — with two numeric columns or more, the near records again in two views that a map of a column onto
+  itself keeping or reversing its order cannot change: each number (or date) as its folded rank ``|2u − 1|``, ``u``
+  its mid-rank share within its own table (the synthetic rows; the source rows, training and holdout together), and
+  those folded ranks sorted within the row (columns swapped). A decoder fitted on other bounds publishes its training
+  rows reflected or compressed inside the declared domain, near nothing as values and exact copies as ranks (red team
+  s76 F1: passed; refused now, tails 10⁻⁶⁰ for the six-column world reflected with categories permuted, 10⁻³⁸ for
+  three same-bounds columns rotated). Not covered: maps that neither keep nor reverse the order (a cyclic shift
+  ``x → (x + c) mod range``), and a copy whose numbers alone do not single its rows out while its categories are
+  permuted;
 * **how often** — the source rows that at least ``c`` synthetic rows equal, for each distinct count ``c`` ≥ 2 (at most
   :data:`_COUNT_SETS`, spread over the counts), tested with the near records: a table that holds every source row
   ``t`` times (an enumeration of the declared domain, which depends on the policy alone) plus a copy of each training
@@ -67,31 +76,31 @@ significantly more **or fewer** training rows than chance: Fisher's exact test o
 row, in the set or not), two-sided (red team s76 F7/F8). An **excess** — the upper hypergeometric tail below half the
 test's alpha (:data:`ALPHA`, ``10⁻⁶``; for the near-record and best-match sets ``10⁻⁶`` over their number, Bonferroni;
 for the match sets another ``10⁻⁶`` over theirs; for the rare copies :data:`RARE_ALPHA`, ``0.99·10⁻⁴``, whole) and the
-table's odds ratio — a training row's odds of being in the set over a holdout row's — above :data:`NEAREST_ODDS` (1.22:
-a generator slightly closer to its training rows, or slightly likelier to draw a combination it saw, passes) — is
-memorisation. A **deficit** — the lower tail below the other half (the rare copies: :data:`RARE_DEFICIT_ALPHA`,
-``10⁻⁶``) and the odds ratio below ``1/1.22`` — is a table that keeps *away* from its training rows: a filter that drops
-synthetic rows equal to a unique training row (synthpop's ``rm.replicated.uniques``) or within a distance of one (a
-"similarity filter") leaves holes where the members are and none where the non-members are, so whoever finds their row
-in the table, or near it, is a non-member (s76 F8: 32-97 % of the source-unique non-members shown, no member, passed;
-F7: every member beyond the radius against 22-45 % of non-members, passed). A set tested for a deficit is also its
-complement tested for an excess: the source rows *farthest* from the table. The tolerance bounds the odds ratio, not
-the set's training share: a set that chance fills with most of the holdout rows can hold at most odds ``1/h`` times
-``p``'s whatever its evidence, so a share tolerance could never refuse it (red team s72 F3: the three-column agreement
-set held 82-89 % of the holdout by chance and passed with tails 10⁻⁸³ to 10⁻¹⁰⁶). A generator whose output does not
-depend on the split is refused with probability at most ``1.03·10⁻⁴`` (``10⁻⁶ + 10⁻⁴ + 10⁻⁶ + 10⁻⁶``, each split
-between the sides; the rare excess test fires only on a table that reproduces at least ~41 rows unique in the source,
-nearly all of them training rows, so below ``3·10⁻⁶`` for any table that does not publish dozens of people's whole
-rows). Measured for the two-sided rule (``python -m bench.dcr_null``): none of 80 tables that do not depend on the
-split refused (fresh draws ×1 and ×4, the unsplit source resampled, every source row nudged; four worlds, Adult
-included; smallest tails 3.9·10⁻⁵ excess, 5.7·10⁻⁴ deficit, before correction), and six honest generator tables on
-Adult (ML copy, IMPOSTER 30 epochs, GAN 100 epochs; two seeds each) passed, the smallest tail 8.7·10⁻⁵ (excess, before
-correction). Before s76 (one-sided): none of 780 split-free tables refused — fresh draws, the source resampled, every
-source row near-copied before the split; five worlds of 3 to 8 columns, 2,000 to 20,000 rows, and Adult — the smallest
-tails 0.012 exact, 0.014 rare, 3.5·10⁻⁷ near, best-match or match set (4.6·10⁻⁵ after correction); six honest
-generator tables, the smallest tail 7.9·10⁻⁴. The deficit side has a floor too: a filter that exposes only a few
-non-members passes (a radius leaving 178 of 8,000 rows, 15 of 400 non-members within it: tail 1.4·10⁻⁷ before
-correction).
+table's odds ratio — a training row's odds of being in the set over a holdout row's — above :data:`NEAREST_ODDS`
+(1.22: a generator slightly closer to its training rows, or slightly likelier to draw a combination it saw, passes) —
+is memorisation. A **deficit** — the lower tail below the other half (the rare copies: :data:`RARE_DEFICIT_ALPHA`,
+``10⁻⁶``) and the odds ratio below ``1/1.22`` — is a table that keeps *away* from its training rows: a filter that
+drops synthetic rows equal to a unique training row (synthpop's ``rm.replicated.uniques``) or within a distance of one
+(a "similarity filter") leaves holes where the members are and none where the non-members are, so whoever finds their
+row in the table, or near it, is a non-member (s76 F8: 32-97 % of the source-unique non-members shown, no member,
+passed; F7: every member beyond the radius against 22-45 % of non-members, passed). A set tested for a deficit is also
+its complement tested for an excess: the source rows *farthest* from the table. The tolerance bounds the odds ratio,
+not the set's training share: a set that chance fills with most of the holdout rows can hold at most odds ``1/h``
+times ``p``'s whatever its evidence, so a share tolerance could never refuse it (red team s72 F3: the three-column
+agreement set held 82-89 % of the holdout by chance and passed with tails 10⁻⁸³ to 10⁻¹⁰⁶). A generator whose output
+does not depend on the split is refused with probability at most ``1.03·10⁻⁴`` (``10⁻⁶ + 10⁻⁴ + 10⁻⁶ + 10⁻⁶``, each
+split between the sides; the rare excess test fires only on a table that reproduces at least ~41 rows unique in the
+source, nearly all of them training rows, so below ``3·10⁻⁶`` for any table that does not publish dozens of people's
+whole rows). Measured for the two-sided rule with the count sets and rank views (``python -m bench.dcr_null``): none
+of 80 tables that do not depend on the split refused (fresh draws ×1 and ×4, the unsplit source resampled, every
+source row nudged; four worlds, Adult included; smallest tails 2.0·10⁻⁵ excess, 1.7·10⁻⁴ deficit, before correction),
+and six honest generator tables on Adult (ML copy, IMPOSTER 30 epochs, GAN 100 epochs; two seeds each) passed, the
+smallest tail 1.1·10⁻⁴ (excess, before correction). Before s76 (one-sided): none of 780 split-free tables refused —
+fresh draws, the source resampled, every source row near-copied before the split; five worlds of 3 to 8 columns, 2,000
+to 20,000 rows, and Adult — the smallest tails 0.012 exact, 0.014 rare, 3.5·10⁻⁷ near, best-match or match set
+(4.6·10⁻⁵ after correction); six honest generator tables, the smallest tail 7.9·10⁻⁴. The deficit side has a floor
+too: a filter that exposes only a few non-members passes (a radius leaving 178 of 8,000 rows, 15 of 400 non-members
+within it: tail 1.4·10⁻⁷ before correction).
 
 The floor (red team s69 F2): a set of ``c`` copies, all training rows, has tail about ``p^c``; at ``p`` = 0.8 no test
 of the split can refuse fewer than ``log α / log p`` copies (41 at ``10⁻⁴``, 62 at ``10⁻⁶``), and chance matches of a
@@ -602,6 +611,34 @@ def _near_sets(nearest: np.ndarray) -> list[np.ndarray]:
     return out
 
 
+def _rank_nearest(num: np.ndarray, n_s: int, pick_r: np.ndarray) -> np.ndarray:
+    """Each picked source row's L1 distance to its ``k``-th nearest synthetic row (``k`` in :data:`NEIGHBOURS`) in
+    two views of the numeric columns that maps of one column onto itself keeping or reversing its order cannot change
+    (red team s76 F1: a copy reflected, ``x → lower + upper − x``, or compressed inside its bounds had no near value
+    anywhere): each value as its folded rank ``|2u − 1|``, ``u`` its mid-rank share *within its own table* (the
+    synthetic rows; the source rows, training and holdout together: label-free); and those folded ranks sorted within
+    each row (columns swapped among themselves). A missing value is 2 (far from any present one). Empty with fewer
+    than two numeric columns."""
+    from scipy.stats import rankdata
+
+    n_num = num.shape[1]
+    if n_num < 2 or not n_s or not len(pick_r):
+        return np.zeros((0, len(pick_r)))
+    folded = np.empty_like(num)
+    for part in (slice(0, n_s), slice(n_s, None)):
+        block = num[part]
+        present = block != _MISSING
+        for j in range(n_num):
+            keep = present[:, j]
+            u = np.full(len(block), 2.0)
+            if keep.any():
+                u[keep] = np.abs(2.0 * (rankdata(block[keep, j]) - 0.5) / int(keep.sum()) - 1.0)
+            folded[part, j] = u
+    synth, source = folded[:n_s], folded[n_s:][pick_r]
+    out = [_tree_nearest(synth, source, NEIGHBOURS), _tree_nearest(np.sort(synth, axis=1), np.sort(source, axis=1), NEIGHBOURS)]
+    return np.vstack(out)
+
+
 def _count_sets(keys_s: np.ndarray, keys_r: np.ndarray) -> list[np.ndarray]:
     """The label-free sets of source rows that at least ``c`` synthetic rows equal (every synthetic row, whole rows),
     for each distinct count ``c`` ≥ 2 the source rows hold (at most :data:`_COUNT_SETS` of them, spread over the
@@ -670,6 +707,12 @@ def dcr_check(synthetic: pd.DataFrame, train: pd.DataFrame, holdout: pd.DataFram
     for chosen in _near_sets(-score):
         if not any(np.array_equal(chosen, other) for other in sets):
             sets.append(chosen)
+    # a copy under per-column maps that keep or reverse the order (a decoder fitted on other bounds: reflected,
+    # compressed), or with columns swapped, is near in the rank views (red team s76 F1)
+    for view in _rank_nearest(num, n_s, pick_r):
+        for chosen in _near_sets(view):
+            if not any(np.array_equal(chosen, other) for other in sets):
+                sets.append(chosen)
     # tail, |D|, training share, limit, refused, floor, side
     tested: list[tuple[float, int, float, float, bool, float, str]] = []
     # the near and score sets share ALPHA (Bonferroni); the family's match sets have an ALPHA of their own; each set
