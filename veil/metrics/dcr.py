@@ -18,12 +18,14 @@ copy of a training row left out of the subsample counted as fresh, red team s64 
 * **rank views** — with two numeric columns or more, the near records again in two views that a map of a column onto
   itself keeping or reversing its order cannot change: each number (or date) as its folded rank ``|2u − 1|``, ``u``
   its mid-rank share within its own table (the synthetic rows; the source rows, training and holdout together), and
-  those folded ranks sorted within the row (columns swapped). A decoder fitted on other bounds publishes its training
-  rows reflected or compressed inside the declared domain, near nothing as values and exact copies as ranks (red team
-  s76 F1: passed; refused now, tails 10⁻⁶⁰ for the six-column world reflected with categories permuted, 10⁻³⁸ for
-  three same-bounds columns rotated). Not covered: maps that neither keep nor reverse the order (a cyclic shift
-  ``x → (x + c) mod range``), and a copy whose numbers alone do not single its rows out while its categories are
-  permuted;
+  those folded ranks sorted within the row (columns swapped); and the ranks each reflected or not and rotated round
+  the circle as best aligns them with the source's (the peak of the torus cross-correlation of the rank-pair
+  histograms of each column and the next, :func:`_aligned_ranks`: a cyclic shift ``x → (x + c) mod range`` rotates
+  the ranks). A decoder fitted on other bounds publishes its training rows reflected, compressed or shifted inside the
+  declared domain, near nothing as values and exact copies as ranks (red team s76 F1: passed; refused now, tails
+  10⁻⁷⁴ and 10⁻⁷² for the six-column world reflected or shifted with categories permuted, 10⁻³⁸ for three same-bounds
+  columns rotated). Not covered: other maps (a permutation of a number's values), columns both swapped and shifted,
+  and a copy whose numbers alone do not single its rows out while its categories are permuted;
 * **how often** — the source rows that at least ``c`` synthetic rows equal, for each distinct count ``c`` ≥ 2 (at most
   :data:`_COUNT_SETS`, spread over the counts), tested with the near records: a table that holds every source row
   ``t`` times (an enumeration of the declared domain, which depends on the policy alone) plus a copy of each training
@@ -181,6 +183,11 @@ _MATCH_SETS = 512
 #: Rows × column sets the best-match scores look at, at most (but at least :data:`_MATCH_MIN_SETS` sets).
 _MATCH_WORK = 60_000_000
 _MATCH_MIN_SETS = 48
+#: The neighbour ranks of the rank views (the nearest only: each set they add divides the near sets' alpha, and a
+#: copy under a per-column map is the nearest row to its source row there).
+_RANK_NEIGHBOURS = (1,)
+#: Cells a side of the rank-pair histograms the cyclic alignment cross-correlates.
+_ALIGN_GRID = 64
 #: The most multiplicity sets (source rows equal to at least ``c`` synthetic rows) tested, per distinct count ``c``.
 _COUNT_SETS = 64
 #: A missing number's coordinate (present numbers lie in [0, 1]: a missing and a present number are 1 to 2 apart).
@@ -612,19 +619,20 @@ def _near_sets(nearest: np.ndarray) -> list[np.ndarray]:
 
 
 def _rank_nearest(num: np.ndarray, n_s: int, pick_r: np.ndarray) -> np.ndarray:
-    """Each picked source row's L1 distance to its ``k``-th nearest synthetic row (``k`` in :data:`NEIGHBOURS`) in
-    two views of the numeric columns that maps of one column onto itself keeping or reversing its order cannot change
-    (red team s76 F1: a copy reflected, ``x → lower + upper − x``, or compressed inside its bounds had no near value
-    anywhere): each value as its folded rank ``|2u − 1|``, ``u`` its mid-rank share *within its own table* (the
-    synthetic rows; the source rows, training and holdout together: label-free); and those folded ranks sorted within
-    each row (columns swapped among themselves). A missing value is 2 (far from any present one). Empty with fewer
-    than two numeric columns."""
+    """Each picked source row's L1 distance to its nearest synthetic row (:data:`_RANK_NEIGHBOURS`) in three views of
+    the numeric columns that a map of one column onto itself keeping or reversing its order (or rotating its ranks)
+    cannot change (red team s76 F1: a copy reflected, ``x → lower + upper − x``, compressed or cyclically shifted
+    inside its bounds had no near value anywhere): each value as its folded rank ``|2u − 1|``, ``u`` its mid-rank share
+    *within its own table* (the synthetic rows; the source rows, training and holdout together: label-free); those
+    folded ranks sorted within each row (columns swapped among themselves); and the ranks aligned with the source's
+    (:func:`_aligned_ranks`). A missing value is 2 (far from any present one). Empty with fewer than two numeric
+    columns."""
     from scipy.stats import rankdata
 
     n_num = num.shape[1]
     if n_num < 2 or not n_s or not len(pick_r):
         return np.zeros((0, len(pick_r)))
-    folded = np.empty_like(num)
+    ranks = np.empty_like(num)
     for part in (slice(0, n_s), slice(n_s, None)):
         block = num[part]
         present = block != _MISSING
@@ -632,11 +640,56 @@ def _rank_nearest(num: np.ndarray, n_s: int, pick_r: np.ndarray) -> np.ndarray:
             keep = present[:, j]
             u = np.full(len(block), 2.0)
             if keep.any():
-                u[keep] = np.abs(2.0 * (rankdata(block[keep, j]) - 0.5) / int(keep.sum()) - 1.0)
-            folded[part, j] = u
+                u[keep] = (rankdata(block[keep, j]) - 0.5) / int(keep.sum())
+            ranks[part, j] = u
+    folded = np.where(ranks > 1.0, 2.0, np.abs(2.0 * ranks - 1.0))
     synth, source = folded[:n_s], folded[n_s:][pick_r]
-    out = [_tree_nearest(synth, source, NEIGHBOURS), _tree_nearest(np.sort(synth, axis=1), np.sort(source, axis=1), NEIGHBOURS)]
+    out = [
+        _tree_nearest(synth, source, _RANK_NEIGHBOURS),
+        _tree_nearest(np.sort(synth, axis=1), np.sort(source, axis=1), _RANK_NEIGHBOURS),
+    ]
+    aligned = _aligned_ranks(ranks[:n_s], ranks[n_s:])
+    if aligned is not None:
+        out.append(_tree_nearest(aligned, ranks[n_s:][pick_r], _RANK_NEIGHBOURS))
     return np.vstack(out)
+
+
+def _aligned_ranks(synth: np.ndarray, source: np.ndarray) -> np.ndarray | None:
+    """The synthetic rows' rank shares (missing: 2), each column reflected or not and rotated round the circle as
+    best aligns it with the source's: per column ``j`` and its neighbour ``j + 1`` (cyclically), the 2-D histograms
+    (:data:`_ALIGN_GRID` cells a side) of the two tables' rank pairs are cross-correlated on the torus (FFT) for each
+    of the four reflections, and the peak gives column ``j``'s reflection and rotation. A copy under cyclic shifts
+    ``x → (x + c) mod range`` (a rotation of the ranks) or reflections lands on its source rows; the alignment reads
+    the synthetic table and the unsplit source only (label-free). None with fewer than two numeric columns."""
+    n_num = synth.shape[1]
+    if n_num < 2 or not len(synth) or not len(source):
+        return None
+    g = _ALIGN_GRID
+
+    def grid(u: np.ndarray) -> np.ndarray:
+        return np.minimum((np.where(u > 1.0, 0.0, u) * g).astype(np.int64), g - 1)
+
+    out = synth.copy()
+    for j in range(n_num):
+        k = (j + 1) % n_num
+        keep_s = (synth[:, j] <= 1.0) & (synth[:, k] <= 1.0)
+        keep_r = (source[:, j] <= 1.0) & (source[:, k] <= 1.0)
+        h_r = np.bincount(grid(source[keep_r, j]) * g + grid(source[keep_r, k]), minlength=g * g).reshape(g, g)
+        f_r = np.conj(np.fft.rfft2(h_r))
+        best = (-np.inf, False, 0)
+        for flip_j in (False, True):
+            for flip_k in (False, True):
+                u_j = 1.0 - synth[keep_s, j] if flip_j else synth[keep_s, j]
+                u_k = 1.0 - synth[keep_s, k] if flip_k else synth[keep_s, k]
+                h_s = np.bincount(grid(u_j) * g + grid(u_k), minlength=g * g).reshape(g, g)
+                corr = np.fft.irfft2(np.fft.rfft2(h_s) * f_r, s=(g, g))
+                peak = int(np.argmax(corr))
+                if corr.flat[peak] > best[0]:
+                    best = (float(corr.flat[peak]), flip_j, peak // g)
+        _, flip, shift = best
+        u = 1.0 - synth[:, j] if flip else synth[:, j]
+        out[:, j] = np.where(synth[:, j] > 1.0, 2.0, np.mod(u - shift / g, 1.0))
+    return out
 
 
 def _count_sets(keys_s: np.ndarray, keys_r: np.ndarray) -> list[np.ndarray]:
