@@ -95,9 +95,9 @@ split between the sides; the rare excess test fires only on a table that reprodu
 source, nearly all of them training rows, so below ``3·10⁻⁶`` for any table that does not publish dozens of people's
 whole rows). Measured for the two-sided rule with the count sets and rank views (``python -m bench.dcr_null``): none
 of 80 tables that do not depend on the split refused (fresh draws ×1 and ×4, the unsplit source resampled, every
-source row nudged; four worlds, Adult included; smallest tails 2.0·10⁻⁵ excess, 1.7·10⁻⁴ deficit, before correction),
+source row nudged; four worlds, Adult included; smallest tails 3.9·10⁻⁵ excess, 5.7·10⁻⁴ deficit, before correction),
 and six honest generator tables on Adult (ML copy, IMPOSTER 30 epochs, GAN 100 epochs; two seeds each) passed, the
-smallest tail 1.1·10⁻⁴ (excess, before correction). Before s76 (one-sided): none of 780 split-free tables refused —
+smallest tail 3.8·10⁻⁴ (excess, before correction). Before s76 (one-sided): none of 780 split-free tables refused —
 fresh draws, the source resampled, every source row near-copied before the split; five worlds of 3 to 8 columns, 2,000
 to 20,000 rows, and Adult — the smallest tails 0.012 exact, 0.014 rare, 3.5·10⁻⁷ near, best-match or match set
 (4.6·10⁻⁵ after correction); six honest generator tables, the smallest tail 7.9·10⁻⁴. The deficit side has a floor
