@@ -155,6 +155,11 @@ def test_near_copies_in_any_table_shape_are_refused(
     assume(int(np.prod([width for _, width, _ in columns])) >= 50 * rows)
     seed = data.draw(st.integers(0, 2**32 - 1), label="seed")
     moved = data.draw(st.integers(0, len(columns) - 1), label="moved column")
+    # a category moved "to the next value" is as far as any other value (categories are unordered): the copy keeps only
+    # the other columns, and where the table covers their cells many times over it is buried like a fresh draw (found
+    # by hypothesis in session 24, before and after s76's fix: a 3,000-valued category moved, the other columns 600
+    # cells among 20,000 rows, passed with tail 4.3e-5) — the module docstring's burial floor, not a gap
+    assume(columns[moved][0] == "number" or int(np.prod([w for i, (_, w, _) in enumerate(columns) if i != moved])) >= 50 * rows)
     rng = np.random.default_rng(seed)
 
     def draw(n: int) -> pd.DataFrame:

@@ -281,6 +281,22 @@ def _undeclared(columns: Mapping[str, Any], train: pd.DataFrame, spec: Any) -> l
     return [c for c in columns if c in train.columns and c not in declared]
 
 
+def _unowned(columns: Mapping[str, Any], spec: Any, pub: Publication) -> list[str]:
+    """Published columns that neither the policy spec declares nor the plug-in names as its own, with a domain
+    (:attr:`Publication.own_columns`): nothing would check their values (red team s76 F5)."""
+    declared = getattr(spec, "columns", None)
+    if declared is None:
+        return []
+    return [c for c in columns if c not in declared and c not in pub.own_columns]
+
+
+class _WithOwnColumns:
+    """The policy spec's columns and the plug-in's own (:attr:`Publication.own_columns`), for the domain check."""
+
+    def __init__(self, spec: Any, own: Mapping[str, Any]) -> None:
+        self.columns = {**dict(own), **dict(getattr(spec, "columns", {}))}
+
+
 def is_generalised_label(value: Any) -> bool:
     # generalised k-anonymity labels ("[20-30)", "(-inf, 3]", "[5, inf)", "{a,b}", "*") are not domain values
     return isinstance(value, str) and bool(re.fullmatch(r"\*|[\[(].*[\])]|\{.*\}", value))
@@ -465,23 +481,27 @@ def _check_sensitive_combinations(frame: pd.DataFrame, pub: Publication, keys: l
 
 
 def _check_max_share(frame: pd.DataFrame, pub: Publication, keys: list[str]) -> dict[str, float]:
-    """Per sensitive column, the largest share of a published group (rows equal on ``keys``) that one value (NULL
-    included) holds, on the published values; a refusal when it is above ``pub.max_share`` (else
-    :data:`MAX_KEEP_PROBABILITY`). k-anonymity's algorithms keep every class diverse on the values they read; this
-    is the same rule on what is written (red team s72 F4: a declared ``int`` column's fractions were distinct when the
-    classes were formed and one integer once published, 28 of 29 classes homogeneous)."""
+    """Per sensitive column, the largest share of a published group (rows equal on ``keys`` and on the other
+    sensitive columns) that one value (NULL included) holds, on the published values; a refusal when it is above
+    ``pub.max_share`` (else :data:`MAX_KEEP_PROBABILITY`). k-anonymity's algorithms keep every class diverse on the
+    values they read; this is the same rule on what is written (red team s72 F4: a declared ``int`` column's fractions
+    were distinct when the classes were formed and one integer once published, 28 of 29 classes homogeneous)."""
     sensitive = [c for c in pub.sensitive if c in frame.columns]
     if not sensitive or frame.empty:
         return {}
     limit = pub.max_share if pub.max_share is not None else MAX_KEEP_PROBABILITY
-    group = (
-        pd.DataFrame({f"g{i}": _keys(frame[c]) for i, c in enumerate(keys)})
-        .groupby([f"g{i}" for i in range(len(keys))], sort=False)
-        .ngroup()
-    )
-    sizes = group.value_counts()
     out: dict[str, float] = {}
     for name in sensitive:
+        # the other sensitive columns are quasi-identifiers for this one, as for k (multi-attribute diversity,
+        # Machanavajjhala et al.): whoever knows a person's other sensitive value reads this one within the rows that
+        # share both (red team s76 F6: s2 gave s1 with certainty in every class of a table 2-diverse on the QIs)
+        on = keys + [c for c in sensitive if c != name]
+        group = (
+            pd.DataFrame({f"g{i}": _keys(frame[c]) for i, c in enumerate(on)})
+            .groupby([f"g{i}" for i in range(len(on))], sort=False)
+            .ngroup()
+        )
+        sizes = group.value_counts()
         pairs = pd.DataFrame({"g": group.to_numpy(), "v": _keys(frame[name]).to_numpy()})
         top = pairs.groupby(["g", "v"], sort=False).size().groupby(level=0, sort=False).max()
         share = top / sizes.reindex(top.index).to_numpy()
@@ -490,7 +510,7 @@ def _check_max_share(frame: pd.DataFrame, pub: Publication, keys: list[str]) -> 
         if out[name] > limit + 1e-12:
             held, size = int(top.loc[worst]), int(sizes.loc[worst])
             raise PublicationRefused(
-                f"a published class of {pub.method!r} (rows equal on {keys}) gives one {name!r} value to {held} of its "
+                f"a published class of {pub.method!r} (rows equal on {on}) gives one {name!r} value to {held} of its "
                 f"{size} rows ({out[name]:.3g}), above the promised max_share={limit:g}: "
                 f"{int((share > limit + 1e-12).sum())} of {len(share)} classes are not diverse as published",
                 hint="Publish the column coarser or as a quasi-identifier, or check that its declared type fits its "
@@ -536,6 +556,14 @@ def verify(
             hint="Publish only declared columns: declare it in [tables.<table>.columns] if it is not an identifier, "
             "else leave it out",
         )
+    unowned = _unowned(columns, spec, pub)
+    if unowned:
+        raise PublicationRefused(
+            f"column {unowned[0]!r} of {plan.output!r} is neither declared in the policy's table spec nor a column "
+            f"{pub.method!r} declares as its own with a domain: nothing checks its values",
+            hint="This is a bug in the plug-in: publish the policy's columns, or declare the column in "
+            "Publication.own_columns with its domain",
+        )
     if pub.sensitive and not pub.group_columns:
         raise PublicationRefused(f"sensitive columns {list(pub.sensitive)} are only publishable in a k-anonymous table")
 
@@ -559,7 +587,8 @@ def verify(
         shares = _check_max_share(frame, pub, keys)
         _check_sensitive_combinations(frame, pub, keys, need)
 
-    problem = _out_of_domain(frame, spec, plan, {c: info["protection"] for c, info in columns.items()}, pub.labels)
+    checked_spec = _WithOwnColumns(spec, pub.own_columns) if spec is not None and pub.own_columns else spec
+    problem = _out_of_domain(frame, checked_spec, plan, {c: info["protection"] for c, info in columns.items()}, pub.labels)
     if problem is not None:
         raise PublicationRefused(f"{problem} in the output of {pub.method!r}", hint="Values must stay in the policy's domains")
 
@@ -605,14 +634,16 @@ def verify(
             dcr = rep.as_dict()
             if not rep.passed:
                 raise PublicationRefused(
-                    f"synthetic table {plan.output!r} reproduces its training rows, or comes nearer to them than to the "
-                    f"holdout: of the {rep.exact_copies} source rows it copies exactly, {rep.exact_train_rate:.3f} are "
-                    f"training rows (limit {rep.exact_limit:.3f}), of the {rep.rare_copies} of them no other source row "
-                    f"equals {rep.rare_train_rate:.3f} (limit {rep.rare_limit:.3f}), and of the {rep.nearest_records} "
-                    f"source rows nearest to "
-                    f"it {rep.near_train_share:.3f} (limit {rep.share_limit:.3f}, tail {rep.near_tail:.1e}); training rows "
-                    f"are {rep.train_share:.3f} of the source",
-                    hint="Train less (fewer epochs) or with more data; the model memorised rows",
+                    f"synthetic table {plan.output!r} reproduces its training rows, comes nearer to them than to the "
+                    f"holdout, or keeps away from them: of the {rep.exact_copies} source rows it copies exactly, "
+                    f"{rep.exact_train_rate:.3f} are training rows (allowed {rep.exact_floor:.3f} to "
+                    f"{rep.exact_limit:.3f}), of the {rep.rare_copies} of them no other source row equals "
+                    f"{rep.rare_train_rate:.3f} (allowed {rep.rare_floor:.3f} to {rep.rare_limit:.3f}), and of the "
+                    f"{rep.nearest_records} source rows nearest to it {rep.near_train_share:.3f} (allowed "
+                    f"{rep.share_floor:.3f} to {rep.share_limit:.3f}, {rep.near_side} tail {rep.near_tail:.1e}); "
+                    f"training rows are {rep.train_share:.3f} of the source",
+                    hint="Train less (fewer epochs) or with more data; the model memorised rows. A filter that drops "
+                    "synthetic rows equal or near to training rows betrays them by their absence",
                 )
     return GateReport(
         columns=columns,

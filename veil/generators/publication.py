@@ -137,6 +137,10 @@ class Publication:
     labels: Mapping[str, frozenset[str]] = field(default_factory=_empty)
     unrounded: tuple[str, ...] = ()  # numeric columns published as DOUBLE whatever their declared type (noise addition)
     max_share: float | None = None  # no sensitive value on more than this share of a group (None: the gate's bound)
+    # the plug-in's own columns (neither the policy's nor the source's: kanon's SOM neuron), each with its declared
+    # domain (a ``policy.ColumnSpec``), which the gate holds it to; any other column the policy does not declare is
+    # refused (red team s76 F5: a synthesised column under a new name was published unchecked)
+    own_columns: Mapping[str, Any] = field(default_factory=_empty)
 
     def protection(self, column: str) -> ColumnProtection | None:
         return next((c for c in self.columns if c.name == column), None)

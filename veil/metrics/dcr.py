@@ -15,6 +15,22 @@ copy of a training row left out of the subsample counted as fresh, red team s64 
 * **rare copies** — of those, the source rows whose combination no other source row holds: each is one person's whole
   row, published as it is (red team s69 F2: at ``p`` = 0.8 and ``10⁻⁶`` no test of the split refuses fewer than ~62
   copies; this one, at :data:`RARE_ALPHA`, refuses about 45: see the floor below);
+* **rank views** — with two numeric columns or more, the near records again in two views that a map of a column onto
+  itself keeping or reversing its order cannot change: each number (or date) as its folded rank ``|2u − 1|``, ``u``
+  its mid-rank share within its own table (the synthetic rows; the source rows, training and holdout together), and
+  those folded ranks sorted within the row (columns swapped); and the ranks each reflected or not and rotated round
+  the circle as best aligns them with the source's (the peak of the torus cross-correlation of the rank-pair
+  histograms of each column and the next, :func:`_aligned_ranks`: a cyclic shift ``x → (x + c) mod range`` rotates
+  the ranks). A decoder fitted on other bounds publishes its training rows reflected, compressed or shifted inside the
+  declared domain, near nothing as values and exact copies as ranks (red team s76 F1: passed; refused now, tails
+  10⁻⁷⁴ and 10⁻⁷² for the six-column world reflected or shifted with categories permuted, 10⁻³⁸ for three same-bounds
+  columns rotated). Not covered: other maps (a permutation of a number's values), columns both swapped and shifted,
+  and a copy whose numbers alone do not single its rows out while its categories are permuted;
+* **how often** — the source rows that at least ``c`` synthetic rows equal, for each distinct count ``c`` ≥ 2 (at most
+  :data:`_COUNT_SETS`, spread over the counts), tested with the near records: a table that holds every source row
+  ``t`` times (an enumeration of the declared domain, which depends on the policy alone) plus a copy of each training
+  row matches the members ``t + 1`` times and the non-members ``t`` (red team s76 F3: passed at ``t`` = 4, 5, 8, 9,
+  the neighbour ranks 1, 2, 4, 8 seeing it only where ``t + 1`` is one);
 * **near records** — for up to :data:`MAX_SOURCE_ROWS` source rows (subsampled from training and holdout *together*,
   which keeps the law above), ``D_K`` is the ``K`` source rows nearest to the synthetic table (ties at the ``K``-th
   distance all in), for ``K`` = 32, 64, 128, … below the number of source rows, where a source row's nearness is its
@@ -43,7 +59,8 @@ copy of a training row left out of the subsample counted as fresh, red team s64 
   the shares are recorded (``share_closer_to_train``, ``median_dcr_train`` / ``median_dcr_holdout``, over up to
   :data:`MAX_RECORDED_ROWS` synthetic rows), not tested.
 
-Distance: mean over columns of ``|a − b| / range`` for numbers (range from all the rows), and 0/1 mismatch for
+Distance: mean over columns of ``|a − b| / range`` for numbers and dates (a date as its day number: red team s76 F2,
+a copy with every date one day off was as far as any other date; range from all the rows), and 0/1 mismatch for
 everything else (a Gower distance); missing values equal only each other (a missing number lies one range below the
 present ones: 1 to 2 from any). Every row is a point: numbers as they are, categorical columns one-hot (narrowest
 first) while the points have at most 16 coordinates, and the remaining (many-valued) categorical columns matched
@@ -57,23 +74,35 @@ Adult's 15 (22.8 before the best matches); 100,000 rows of Adult in 6.9 (4.3 bef
 37 CPU seconds and 2.4 GiB before them)).
 
 The check refuses when the exact-copy set, the rare-copy set, any near-record or best-match set or any match set holds
-significantly more training rows than chance: Fisher's exact test of its 2×2 table (training or holdout row, in the
-set or not), i.e. its one-sided hypergeometric tail, is below :data:`ALPHA` (``10⁻⁶``; for the near-record and
-best-match sets ``10⁻⁶`` over their number, Bonferroni; for the match sets another ``10⁻⁶`` over theirs; for the rare
-copies :data:`RARE_ALPHA`, ``10⁻⁴``), and the table's odds ratio — a training row's odds of being in the set over a
-holdout row's — exceeds :data:`NEAREST_ODDS` (1.22: a generator slightly closer to its training rows, or slightly
-likelier to draw a combination it saw, passes). The tolerance bounds the odds ratio, not the set's training share: a
-set that chance fills with most of the holdout rows can hold at most odds ``1/h`` times ``p``'s whatever its evidence,
-so a share tolerance could never refuse it (red team s72 F3: the three-column agreement set held 82-89 % of the
-holdout by chance and passed with tails 10⁻⁸³ to 10⁻¹⁰⁶). A generator whose output does not depend on the split is
-refused with probability at most ``1.03·10⁻⁴`` (``10⁻⁶ + 10⁻⁴ + 10⁻⁶ + 10⁻⁶``; the rare test fires only on a table
-that reproduces at least ~41 rows unique in the source, nearly all of them training rows, so below ``3·10⁻⁶`` for any
-table that does not publish dozens of people's whole rows; measured: none of 780 tables that do not depend on the
-split refused — fresh draws of the law, the whole source resampled, every source row near-copied before the split;
-five worlds of 3 to 8 columns, 2,000 to 20,000 rows, and Adult (5,000 source rows; other Adult people, 10,000 and
-20,000 rows) — the smallest tails 0.012 exact, 0.014 rare, 3.5·10⁻⁷ near, best-match or match set (4.6·10⁻⁵ after
-correction: a match set of 471 of 500 rows; the next 0.0039); and six tables of honest generators on Adult (ML copy,
-IMPOSTER 30 epochs, GAN 100 epochs; two seeds each) passed, the smallest tail 7.9·10⁻⁴ (0.2 after correction)).
+significantly more **or fewer** training rows than chance: Fisher's exact test of its 2×2 table (training or holdout
+row, in the set or not), two-sided (red team s76 F7/F8). An **excess** — the upper hypergeometric tail below half the
+test's alpha (:data:`ALPHA`, ``10⁻⁶``; for the near-record and best-match sets ``10⁻⁶`` over their number, Bonferroni;
+for the match sets another ``10⁻⁶`` over theirs; for the rare copies :data:`RARE_ALPHA`, ``0.99·10⁻⁴``, whole) and the
+table's odds ratio — a training row's odds of being in the set over a holdout row's — above :data:`NEAREST_ODDS`
+(1.22: a generator slightly closer to its training rows, or slightly likelier to draw a combination it saw, passes) —
+is memorisation. A **deficit** — the lower tail below the other half (the rare copies: :data:`RARE_DEFICIT_ALPHA`,
+``10⁻⁶``) and the odds ratio below ``1/1.22`` — is a table that keeps *away* from its training rows: a filter that
+drops synthetic rows equal to a unique training row (synthpop's ``rm.replicated.uniques``) or within a distance of one
+(a "similarity filter") leaves holes where the members are and none where the non-members are, so whoever finds their
+row in the table, or near it, is a non-member (s76 F8: 32-97 % of the source-unique non-members shown, no member,
+passed; F7: every member beyond the radius against 22-45 % of non-members, passed). A set tested for a deficit is also
+its complement tested for an excess: the source rows *farthest* from the table. The tolerance bounds the odds ratio,
+not the set's training share: a set that chance fills with most of the holdout rows can hold at most odds ``1/h``
+times ``p``'s whatever its evidence, so a share tolerance could never refuse it (red team s72 F3: the three-column
+agreement set held 82-89 % of the holdout by chance and passed with tails 10⁻⁸³ to 10⁻¹⁰⁶). A generator whose output
+does not depend on the split is refused with probability at most ``1.03·10⁻⁴`` (``10⁻⁶ + 10⁻⁴ + 10⁻⁶ + 10⁻⁶``, each
+split between the sides; the rare excess test fires only on a table that reproduces at least ~41 rows unique in the
+source, nearly all of them training rows, so below ``3·10⁻⁶`` for any table that does not publish dozens of people's
+whole rows). Measured for the two-sided rule with the count sets and rank views (``python -m bench.dcr_null``): none
+of 80 tables that do not depend on the split refused (fresh draws ×1 and ×4, the unsplit source resampled, every
+source row nudged; four worlds, Adult included; smallest tails 3.9·10⁻⁵ excess, 5.7·10⁻⁴ deficit, before correction),
+and six honest generator tables on Adult (ML copy, IMPOSTER 30 epochs, GAN 100 epochs; two seeds each) passed, the
+smallest tail 3.8·10⁻⁴ (excess, before correction). Before s76 (one-sided): none of 780 split-free tables refused —
+fresh draws, the source resampled, every source row near-copied before the split; five worlds of 3 to 8 columns, 2,000
+to 20,000 rows, and Adult — the smallest tails 0.012 exact, 0.014 rare, 3.5·10⁻⁷ near, best-match or match set
+(4.6·10⁻⁵ after correction); six honest generator tables, the smallest tail 7.9·10⁻⁴. The deficit side has a floor
+too: a filter that exposes only a few non-members passes (a radius leaving 178 of 8,000 rows, 15 of 400 non-members
+within it: tail 1.4·10⁻⁷ before correction).
 
 The floor (red team s69 F2): a set of ``c`` copies, all training rows, has tail about ``p^c``; at ``p`` = 0.8 no test
 of the split can refuse fewer than ``log α / log p`` copies (41 at ``10⁻⁴``, 62 at ``10⁻⁶``), and chance matches of a
@@ -87,7 +116,9 @@ keeps only what honest rows hold as often — a few common values (Adult: 9 of 1
 column set gives a tail of 2.5·10⁻⁷ at best, where ~10⁻⁹ refuses) — is not told from a fresh draw; it identifies no
 one either.
 
-Power: 120 copied training rows of 150 are refused, 300 copied rows among 10,000 synthetic ones of a 10,000-row
+Power: tables filtered of the unique training rows (2,000 to 20,000 rows) or of the rows within a radius of a training
+row (``tests/test_synth_dcr_two_sided.py``); 120 copied training rows of 150 are refused, 300 copied rows among
+10,000 synthetic ones of a 10,000-row
 source, a near copy (one column one unit off) of every training row, or of 10 % of the synthetic rows
 (``tests/test_synth_dcr_near_copies.py``), among 20,000 to 400,000 rows, with missing values or many-valued
 categories, with one or two columns moved (``tests/test_synth_dcr_every_row.py``), 45-60 verbatim copies of rows
@@ -123,10 +154,14 @@ __all__ = ["DcrReport", "dcr_check"]
 MAX_SOURCE_ROWS = 20_000
 #: Synthetic rows whose distances to the nearest training and holdout rows are recorded (not tested), at most.
 MAX_RECORDED_ROWS = 10_000
-#: The false-refusal probability of each of the two tests (exact copies; near records, over all its ``K``).
+#: The false-refusal probability of each of the three tests (exact copies; near records and scores, over all their
+#: sets; match sets): half of it for a training excess, half for a training deficit (red team s76 F7/F8).
 ALPHA = 1e-6
-#: The false-refusal probability of the rare-copy test (copies of rows whose combination is unique in the source).
-RARE_ALPHA = 1e-4
+#: The false-refusal probability of the rare-copy test's excess side (copies of rows whose combination is unique in the
+#: source) ...
+RARE_ALPHA = 0.99e-4
+#: ... and of its deficit side (a table that never shows a unique training row: red team s76 F8).
+RARE_DEFICIT_ALPHA = 1e-6
 #: A training share is refused only above the share whose training odds are this many times ``p``'s.
 NEAREST_ODDS = 1.22
 #: The smallest near-record set tested; then twice as many, up to the number of source rows.
@@ -148,6 +183,13 @@ _MATCH_SETS = 512
 #: Rows × column sets the best-match scores look at, at most (but at least :data:`_MATCH_MIN_SETS` sets).
 _MATCH_WORK = 60_000_000
 _MATCH_MIN_SETS = 48
+#: The neighbour ranks of the rank views (the nearest only: each set they add divides the near sets' alpha, and a
+#: copy under a per-column map is the nearest row to its source row there).
+_RANK_NEIGHBOURS = (1,)
+#: Cells a side of the rank-pair histograms the cyclic alignment cross-correlates.
+_ALIGN_GRID = 64
+#: The most multiplicity sets (source rows equal to at least ``c`` synthetic rows) tested, per distinct count ``c``.
+_COUNT_SETS = 64
 #: A missing number's coordinate (present numbers lie in [0, 1]: a missing and a present number are 1 to 2 apart).
 _MISSING = -1.0
 
@@ -160,7 +202,7 @@ class DcrReport:
     nearest_records: int  # |D_K| of the near-record set with the smallest tail probability
     near_train_share: float  # the training share of that set
     share_limit: float  # the share it is refused above (the larger of the tolerance and its tail limit)
-    near_tail: float  # its one-sided hypergeometric tail probability
+    near_tail: float  # its hypergeometric tail probability on the side it departs to (an excess or a deficit)
     near_sets: int  # how many sets were tested: near-record and score sets (one Bonferroni factor), match sets (another)
     exact_copies: int  # source rows equal to some synthetic row (every row of both)
     exact_train_rate: float  # the training share of those
@@ -173,6 +215,11 @@ class DcrReport:
     median_dcr_train: float
     median_dcr_holdout: float
     passed: bool
+    # the shares each is refused *below* (a training deficit: red team s76 F7/F8), and the side the shown set departs to
+    share_floor: float = 0.0
+    exact_floor: float = 0.0
+    rare_floor: float = 0.0
+    near_side: str = "excess"
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -182,10 +229,19 @@ def _encode(frames: list[pd.DataFrame], columns: list[str]) -> tuple[np.ndarray,
     """Numeric block scaled to [0, 1] by the joint range (missing or infinite: :data:`_MISSING`), and an
     integer-coded categorical block (missing: a value of its own)."""
     num_cols = [
-        c for c in columns if all(pd.api.types.is_numeric_dtype(f[c]) and not pd.api.types.is_bool_dtype(f[c]) for f in frames)
+        c
+        for c in columns
+        if all(pd.api.types.is_numeric_dtype(f[c]) and not pd.api.types.is_bool_dtype(f[c]) for f in frames)
+        or all(pd.api.types.is_datetime64_any_dtype(f[c]) for f in frames)
     ]
     cat_cols = [c for c in columns if c not in num_cols]
     joined = pd.concat([f[columns] for f in frames], ignore_index=True)
+    for c in num_cols:  # a date is its day number: a date one day off is near (red team s76 F2: 0/1 as a category)
+        if pd.api.types.is_datetime64_any_dtype(joined[c]):
+            moment = pd.to_datetime(joined[c])
+            if getattr(moment.dt, "tz", None) is not None:
+                moment = moment.dt.tz_convert("UTC").dt.tz_localize(None)
+            joined[c] = (moment - pd.Timestamp("1970-01-01")) / pd.Timedelta(days=1)
     num = joined[num_cols].to_numpy(dtype=np.float64) if num_cols else np.zeros((len(joined), 0))
     if num_cols:
         finite = np.isfinite(num)
@@ -474,6 +530,47 @@ def _limit(drawn: int, train: int, total: int, alpha: float) -> float:
     return max(float(hypergeom.isf(alpha, total, train, drawn)), float(_tolerated(drawn, train, total))) / drawn
 
 
+def _lower_tail(hits: int, drawn: int, train: int, total: int) -> float:
+    """P(at most ``hits`` training rows among ``drawn`` source rows drawn at random from ``total``, ``train`` of them
+    training rows): the deficit side."""
+    from scipy.stats import hypergeom
+
+    if drawn == 0:
+        return 1.0
+    return float(hypergeom.cdf(hits, total, train, drawn))
+
+
+def _floor(drawn: int, train: int, total: int, alpha: float) -> float:
+    """The smallest training share of ``drawn`` rows that passes the deficit side: its lower hypergeometric tail is at
+    least ``alpha``, or its odds ratio at least ``1 /`` :data:`NEAREST_ODDS` (a generator slightly farther from its
+    training rows passes, as one slightly nearer does). A share *below* it is refused."""
+    from scipy.stats import hypergeom
+
+    if drawn == 0:
+        return 0.0
+    least = int(hypergeom.ppf(alpha, total, train, drawn))  # the smallest count whose lower tail is at least alpha
+    if _lower_tail(least, drawn, train, total) < alpha:  # ppf's rounding
+        least += 1
+    while least > 0 and _lower_tail(least - 1, drawn, train, total) >= alpha:
+        least -= 1
+    return min(least, _tolerated_below(drawn, train, total)) / drawn
+
+
+def _tolerated_below(drawn: int, train: int, total: int) -> int:
+    """The fewest training rows a set of ``drawn`` rows may hold with its odds ratio at least ``1 /``
+    :data:`NEAREST_ODDS` (the ratio grows with the hits; a bisection)."""
+    lo, hi = max(0, drawn - (total - train)), min(drawn, train)
+    if _odds_ratio(hi, drawn, train, total) < 1.0 / NEAREST_ODDS:
+        return hi + 1
+    while lo < hi:  # the smallest tolerated count lies in [lo, hi]
+        mid = (lo + hi) // 2
+        if _odds_ratio(mid, drawn, train, total) >= 1.0 / NEAREST_ODDS:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 def _odds_ratio(hits: int, drawn: int, train: int, total: int) -> float:
     """The 2×2 odds ratio of a set of ``drawn`` source rows holding ``hits`` of the ``train`` training rows: the odds
     that a training row is in the set over the odds that a holdout row is (inf where no holdout row is in, or no
@@ -521,6 +618,99 @@ def _near_sets(nearest: np.ndarray) -> list[np.ndarray]:
     return out
 
 
+def _rank_nearest(num: np.ndarray, n_s: int, pick_r: np.ndarray) -> np.ndarray:
+    """Each picked source row's L1 distance to its nearest synthetic row (:data:`_RANK_NEIGHBOURS`) in three views of
+    the numeric columns that a map of one column onto itself keeping or reversing its order (or rotating its ranks)
+    cannot change (red team s76 F1: a copy reflected, ``x → lower + upper − x``, compressed or cyclically shifted
+    inside its bounds had no near value anywhere): each value as its folded rank ``|2u − 1|``, ``u`` its mid-rank share
+    *within its own table* (the synthetic rows; the source rows, training and holdout together: label-free); those
+    folded ranks sorted within each row (columns swapped among themselves); and the ranks aligned with the source's
+    (:func:`_aligned_ranks`). A missing value is 2 (far from any present one). Empty with fewer than two numeric
+    columns."""
+    from scipy.stats import rankdata
+
+    n_num = num.shape[1]
+    if n_num < 2 or not n_s or not len(pick_r):
+        return np.zeros((0, len(pick_r)))
+    ranks = np.empty_like(num)
+    for part in (slice(0, n_s), slice(n_s, None)):
+        block = num[part]
+        present = block != _MISSING
+        for j in range(n_num):
+            keep = present[:, j]
+            u = np.full(len(block), 2.0)
+            if keep.any():
+                u[keep] = (rankdata(block[keep, j]) - 0.5) / int(keep.sum())
+            ranks[part, j] = u
+    folded = np.where(ranks > 1.0, 2.0, np.abs(2.0 * ranks - 1.0))
+    synth, source = folded[:n_s], folded[n_s:][pick_r]
+    out = [
+        _tree_nearest(synth, source, _RANK_NEIGHBOURS),
+        _tree_nearest(np.sort(synth, axis=1), np.sort(source, axis=1), _RANK_NEIGHBOURS),
+    ]
+    aligned = _aligned_ranks(ranks[:n_s], ranks[n_s:])
+    if aligned is not None:
+        out.append(_tree_nearest(aligned, ranks[n_s:][pick_r], _RANK_NEIGHBOURS))
+    return np.vstack(out)
+
+
+def _aligned_ranks(synth: np.ndarray, source: np.ndarray) -> np.ndarray | None:
+    """The synthetic rows' rank shares (missing: 2), each column reflected or not and rotated round the circle as
+    best aligns it with the source's: per column ``j`` and its neighbour ``j + 1`` (cyclically), the 2-D histograms
+    (:data:`_ALIGN_GRID` cells a side) of the two tables' rank pairs are cross-correlated on the torus (FFT) for each
+    of the four reflections, and the peak gives column ``j``'s reflection and rotation. A copy under cyclic shifts
+    ``x → (x + c) mod range`` (a rotation of the ranks) or reflections lands on its source rows; the alignment reads
+    the synthetic table and the unsplit source only (label-free). None with fewer than two numeric columns."""
+    n_num = synth.shape[1]
+    if n_num < 2 or not len(synth) or not len(source):
+        return None
+    g = _ALIGN_GRID
+
+    def grid(u: np.ndarray) -> np.ndarray:
+        return np.minimum((np.where(u > 1.0, 0.0, u) * g).astype(np.int64), g - 1)
+
+    out = synth.copy()
+    for j in range(n_num):
+        k = (j + 1) % n_num
+        keep_s = (synth[:, j] <= 1.0) & (synth[:, k] <= 1.0)
+        keep_r = (source[:, j] <= 1.0) & (source[:, k] <= 1.0)
+        h_r = np.bincount(grid(source[keep_r, j]) * g + grid(source[keep_r, k]), minlength=g * g).reshape(g, g)
+        f_r = np.conj(np.fft.rfft2(h_r))
+        best = (-np.inf, False, 0)
+        for flip_j in (False, True):
+            for flip_k in (False, True):
+                u_j = 1.0 - synth[keep_s, j] if flip_j else synth[keep_s, j]
+                u_k = 1.0 - synth[keep_s, k] if flip_k else synth[keep_s, k]
+                h_s = np.bincount(grid(u_j) * g + grid(u_k), minlength=g * g).reshape(g, g)
+                corr = np.fft.irfft2(np.fft.rfft2(h_s) * f_r, s=(g, g))
+                peak = int(np.argmax(corr))
+                if corr.flat[peak] > best[0]:
+                    best = (float(corr.flat[peak]), flip_j, peak // g)
+        _, flip, shift = best
+        u = 1.0 - synth[:, j] if flip else synth[:, j]
+        out[:, j] = np.where(synth[:, j] > 1.0, 2.0, np.mod(u - shift / g, 1.0))
+    return out
+
+
+def _count_sets(keys_s: np.ndarray, keys_r: np.ndarray) -> list[np.ndarray]:
+    """The label-free sets of source rows that at least ``c`` synthetic rows equal (every synthetic row, whole rows),
+    for each distinct count ``c`` ≥ 2 the source rows hold (at most :data:`_COUNT_SETS` of them, spread over the
+    counts' quantiles), proper and non-empty ones only. A copy of each training row among a table that holds every
+    source row ``t`` times (an enumeration of the declared domain) makes the members' count ``t + 1`` and the
+    non-members' ``t``: the set at ``c = t + 1`` holds members only (red team s76 F3)."""
+    found = pd.Series(keys_s).value_counts()
+    times = pd.Series(keys_r).map(found).fillna(0).to_numpy(dtype=np.int64)
+    counts = np.unique(times[times >= 2])
+    if len(counts) > _COUNT_SETS:
+        counts = np.unique(np.quantile(counts, np.linspace(0, 1, _COUNT_SETS), method="nearest"))
+    out = []
+    for c in counts:
+        chosen = times >= c
+        if 0 < int(chosen.sum()) < len(times):
+            out.append(chosen)
+    return out
+
+
 def _median(d: np.ndarray) -> float:
     finite = d[np.isfinite(d)]
     return float(np.median(finite)) if len(finite) else 0.0
@@ -541,15 +731,17 @@ def dcr_check(synthetic: pd.DataFrame, train: pd.DataFrame, holdout: pd.DataFram
     exact_n = int(copied.sum())
     exact_hits = int(in_train[copied].sum())
     exact_t = exact_hits / exact_n if exact_n else 0.0
-    exact_limit = _limit(exact_n, n_t, n_t + n_h, ALPHA)
-    exact_refused = exact_t > exact_limit
+    exact_limit = _limit(exact_n, n_t, n_t + n_h, ALPHA / 2)
+    exact_floor = _floor(exact_n, n_t, n_t + n_h, ALPHA / 2)
+    exact_refused = exact_t > exact_limit or (exact_n > 0 and exact_t < exact_floor)
     # rare copies: of those, the source rows whose combination no other source row holds
     _, where, counts = np.unique(keys[n_s:], return_inverse=True, return_counts=True)
     rare = copied & (counts[np.ravel(where)] == 1)
     rare_n = int(rare.sum())
     rare_t = int(in_train[rare].sum()) / rare_n if rare_n else 0.0
     rare_limit = _limit(rare_n, n_t, n_t + n_h, RARE_ALPHA)
-    rare_refused = rare_t > rare_limit
+    rare_floor = _floor(rare_n, n_t, n_t + n_h, RARE_DEFICIT_ALPHA)
+    rare_refused = rare_t > rare_limit or (rare_n > 0 and rare_t < rare_floor)
     # near records: every synthetic row against a sample of the source rows, drawn from training and holdout together
     pick_r = rng.permutation(n_t + n_h)[:MAX_SOURCE_ROWS] if n_t + n_h > MAX_SOURCE_ROWS else np.arange(n_t + n_h)
     member = in_train[pick_r]
@@ -560,19 +752,36 @@ def dcr_check(synthetic: pd.DataFrame, train: pd.DataFrame, holdout: pd.DataFram
         if 0 < int(agree.sum()) < n_r and not any(np.array_equal(agree, chosen) for chosen in sets):
             sets.append(agree)
     score, matched = _match_scores(num, cat, n_s, pick_r, rng)  # copies keeping much of their row, however moved
+    # how often: the source rows some synthetic row equals at least c times, per distinct count c (copies among an
+    # enumeration of the domain are one more equal row each: red team s76 F3)
+    for chosen in _count_sets(keys[:n_s], keys[n_s:][pick_r]):
+        if not any(np.array_equal(chosen, other) for other in sets):
+            sets.append(chosen)
     for chosen in _near_sets(-score):
         if not any(np.array_equal(chosen, other) for other in sets):
             sets.append(chosen)
-    tested: list[tuple[float, int, float, float, bool]] = []  # tail, |D|, training share, limit, refused
-    # the near and score sets share ALPHA (Bonferroni); the family's match sets have an ALPHA of their own
-    for family, alpha in ((sets, ALPHA / max(1, len(sets))), (matched, ALPHA / max(1, len(matched)))):
+    # a copy under per-column maps that keep or reverse the order (a decoder fitted on other bounds: reflected,
+    # compressed), or with columns swapped, is near in the rank views (red team s76 F1)
+    for view in _rank_nearest(num, n_s, pick_r):
+        for chosen in _near_sets(view):
+            if not any(np.array_equal(chosen, other) for other in sets):
+                sets.append(chosen)
+    # tail, |D|, training share, limit, refused, floor, side
+    tested: list[tuple[float, int, float, float, bool, float, str]] = []
+    # the near and score sets share ALPHA (Bonferroni); the family's match sets have an ALPHA of their own; each set
+    # is tested on both sides, half of it each: an excess of training rows (copies, near copies) and a deficit (a
+    # filter that drops what is near a training row leaves holes around the members: red team s76 F7/F8)
+    for family, alpha in ((sets, ALPHA / 2 / max(1, len(sets))), (matched, ALPHA / 2 / max(1, len(matched)))):
         for chosen in family:
             size, hits = int(chosen.sum()), int(member[chosen].sum())
-            limit = _limit(size, r_t, n_r, alpha)
-            tested.append((_tail(hits, size, r_t, n_r), size, hits / size, limit, hits / size > limit))
+            limit, floor = _limit(size, r_t, n_r, alpha), _floor(size, r_t, n_r, alpha)
+            upper, lower = _tail(hits, size, r_t, n_r), _lower_tail(hits, size, r_t, n_r)
+            refused = hits / size > limit or hits / size < floor
+            side = "excess" if upper <= lower else "deficit"
+            tested.append((min(upper, lower), size, hits / size, limit, refused, floor, side))
     near_refused = any(t[4] for t in tested)
     # the report shows the most significant refused set, else the most significant one
-    best = min((t for t in tested if t[4] == near_refused), default=(1.0, 0, p, 1.0, False))
+    best = min((t for t in tested if t[4] == near_refused), default=(1.0, 0, p, 1.0, False, 0.0, "excess"))
     # recorded, not tested: per synthetic row (a sample), nearer a training row than any holdout row?
     pick_s = rng.permutation(n_s)[:MAX_RECORDED_ROWS] if n_s > MAX_RECORDED_ROWS else np.arange(n_s)
     d_t, d_h = _recorded(num, cat, pick_s, pick_r, member, n_s)
@@ -598,6 +807,10 @@ def dcr_check(synthetic: pd.DataFrame, train: pd.DataFrame, holdout: pd.DataFram
         median_dcr_train=_median(d_t),
         median_dcr_holdout=_median(d_h),
         passed=not exact_refused and not rare_refused and not near_refused,
+        share_floor=best[5],
+        exact_floor=exact_floor,
+        rare_floor=rare_floor,
+        near_side=best[6],
     )
 
 

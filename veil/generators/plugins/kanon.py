@@ -109,6 +109,7 @@ class KAnonPlugin(PublishPlugin):
         from veil.generators.kanon import MISSING_LEAF, SOM_COLUMN, anonymise
         from veil.generators.kanon.hierarchies import find_hierarchy_files, load_hierarchy
         from veil.generators.kanon.publish import NCP_DEFINITION, _NoBar, _population
+        from veil.policy import ColumnSpec
 
         p = plan.params
         qi, sensitive, k, hierarchies = p["qi"], p["sensitive"], p["k"], p["hierarchy_dir"]
@@ -219,6 +220,10 @@ class KAnonPlugin(PublishPlugin):
             max_share=float(p["max_share"]),  # enforced again by the gate, on the published values (red team s72 F4)
             guarantee=f"{k}-anonymity on the quasi-identifiers {', '.join([*qi, *([SOM_COLUMN] if som_columns else [])])} "
             f"(no DP); sensitive columns unchanged, no value on more than {p['max_share']:g} of any class",
+            # the SOM neuron is the plug-in's own column (no policy declares it): its domain, the neuron indices
+            own_columns=(
+                {SOM_COLUMN: ColumnSpec(SOM_COLUMN, "int", 0.0, float(int(result.som["neurons"]) - 1))} if som_columns else {}
+            ),
             params={
                 "hierarchies": {c: str(Path(f).resolve()) for c, f in hier_files.items()},
                 "som_label": som_label if som_columns else None,
