@@ -151,7 +151,7 @@ def test_release_rows_one_after_another_share_a_sync_and_close_does_not_wait_for
     for _ in range(n):
         r = led.reserve(Cost(Fraction(1)), acct, actor="a")
         for _ in range(500):  # the reservation's worker done with its bookkeeping (else the release row's sync is
-            if not wal_sync._running.get(led._file) or wal_sync._wake.get(led._file):  # deferred behind it)
+            if not wal_sync._running.get(led._file) or led._file in wal_sync._due:  # deferred behind it)
                 break
             threading.Event().wait(0.01)
         if previous is not None:
