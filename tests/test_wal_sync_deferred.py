@@ -253,3 +253,35 @@ def test_a_failed_fsync_fails_every_later_sync_of_the_file(tmp_path: Path, monke
         wal_sync.start(other).result(30)  # another file syncs
     finally:
         wal_sync._failed.pop(path, None)
+
+
+def test_release_rows_one_after_another_hand_no_wait_to_a_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Session 24 (issue 16): each release row whose deferred sync nothing carried yet was handed to a pool worker that
+    waited out DEFER_SECONDS (a submit and a thread's wake-up on the answer's path, ~0.09 ms an answer). Its deadline is
+    now kept by the process's timer: the workers run syncs only, one per reservation and one at the close for the last
+    release rows."""
+    monkeypatch.setattr(wal_sync, "DEFER_SECONDS", 30.0)
+    submitted: list[object] = []
+    real = wal_sync._executor
+
+    class Counting:
+        def submit(self, fn: object, *args: object) -> object:
+            submitted.append(fn)
+            return real().submit(fn, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(wal_sync, "_executor", Counting)
+    led = Ledger(tmp_path / "l.sqlite")
+    acct = [Account.analyst("a", Fraction(100), Fraction(0))]
+    n = 5
+    for _ in range(n):
+        r = led.reserve(Cost(Fraction(1)), acct, actor="a")
+        assert r.durable is not None
+        r.durable.result(10)
+        for _ in range(500):  # the reservation's worker done with its bookkeeping: nothing of this file runs now
+            if not wal_sync._running.get(led._file):
+                break
+            threading.Event().wait(0.01)
+        led.release(r, answer={"rows": [[1]]})
+    assert len(submitted) == n  # the reservations' syncs only (each carrying the release row before it)
+    led.close()
+    assert len(submitted) == n + 1  # and the last release rows', begun at the close
