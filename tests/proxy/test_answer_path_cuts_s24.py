@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -78,3 +79,31 @@ def test_counts_clamped_as_before(values: list[int]) -> None:
     arr[:] = values
     got = add_noise.clamp_raw(_Count(), arr)  # type: ignore[arg-type]
     assert got.dtype == np.int64 and got.shape == (len(values),) and got.tolist() == _old_clamp_counts(values)
+
+
+def test_a_charged_answer_is_what_dataclasses_replace_gave(tmp_path: Path) -> None:
+    """``QuerySession.execute`` builds the charged answer directly (``dataclasses.replace`` cost ~15 µs): its fields are
+    the answer ``shape`` made with the remaining ε, the release id and ``cached=False`` — checked field by field, so a
+    field added to ``Answer`` and not carried fails here."""
+    import dataclasses
+
+    from tests.test_proxy_fixtures import make_proxy_policy
+    from veil.proxy import answer as answer_mod
+    from veil.proxy.session import QuerySession
+
+    shaped: list[answer_mod.Answer] = []
+    with QuerySession(make_proxy_policy(tmp_path), "alice") as session:
+        real = session._env.shape
+
+        def keep(*args: Any, **kwargs: Any) -> Any:
+            out = real(*args, **kwargs)
+            shaped.append(out[0])
+            return out
+
+        session._env.shape = keep  # type: ignore[method-assign]
+        got = session.execute("SELECT COUNT(*) FROM people")
+        remaining = session.budget().remaining
+    want = dataclasses.replace(shaped[-1], epsilon_remaining=remaining, release_id=got.release_id, cached=False)
+    assert got.release_id is not None
+    for f in dataclasses.fields(answer_mod.Answer):
+        assert getattr(got, f.name) == getattr(want, f.name), f.name
