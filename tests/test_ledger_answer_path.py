@@ -197,3 +197,16 @@ def test_plain_gives_the_old_verdict(value: Any) -> None:
 def test_plain_gives_the_old_verdict_on_rows(rows: list[tuple[Any, ...]]) -> None:
     for value in (rows, tuple(rows), {"rows": tuple(rows), "ci95": rows}):
         assert releases._plain(value) == _old_plain(value)
+
+
+# -- a reservation's cap check ----------------------------------------------------------------------------------------
+
+_FRACTIONS = st.fractions(min_value=0, max_value=10**6, max_denominator=10**40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(x=_FRACTIONS, y=_FRACTIONS, limit=_FRACTIONS)
+def test_a_cap_check_in_integers_is_the_fraction_sums(x: Fraction, y: Fraction, limit: Fraction) -> None:
+    assert ledger_module._sum_exceeds(x, y, limit) == (x + y > limit)
+    assert ledger_module._sum_exceeds(x, y, x + y) is False  # at the cap exactly: not over
+    assert ledger_module._sum_exceeds(x, y, x + y - Fraction(1, 10**45)) is True

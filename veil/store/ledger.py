@@ -494,11 +494,18 @@ def _over(acct: Account, spent: Cost, delta_exhausted: bool, cost: Cost) -> bool
     team s27 A8). An uncapped table adds up every analyst's δ: at 1 its guarantee would be vacuous, and no (ε, δ)
     account may hold δ ≥ 1 (red team s24 A6: the stored sum reached 1 and every later query on the table failed);
     charges of δ = 0 go on."""
-    if acct.epsilon_total is not None and spent.epsilon + cost.epsilon > acct.epsilon_total:
+    if acct.epsilon_total is not None and _sum_exceeds(spent.epsilon, cost.epsilon, acct.epsilon_total):
         return True
-    if acct.delta_total is not None and spent.delta + cost.delta > acct.delta_total:
+    if acct.delta_total is not None and _sum_exceeds(spent.delta, cost.delta, acct.delta_total):
         return True
     return bool(cost.delta) and (_rounded_up(spent.delta + cost.delta) >= 1 or delta_exhausted)
+
+
+def _sum_exceeds(x: Fraction, y: Fraction, limit: Fraction) -> bool:
+    """``x + y > limit``, exactly, in integers (denominators are positive): the Fraction sum reduces by a gcd and builds
+    a Fraction first, ~20 µs of every reservation (tests/test_ledger_answer_path.py compares the two)."""
+    b, d, f = x.denominator, y.denominator, limit.denominator
+    return (x.numerator * d + y.numerator * b) * f > limit.numerator * b * d
 
 
 def _quoted_refusal(what: str, acct: Account, cost: Cost, spent: Cost, hint: str) -> BudgetExhausted:
