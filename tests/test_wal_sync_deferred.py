@@ -285,3 +285,40 @@ def test_release_rows_one_after_another_hand_no_wait_to_a_worker(tmp_path: Path,
     assert len(submitted) == n  # the reservations' syncs only (each carrying the release row before it)
     led.close()
     assert len(submitted) == n + 1  # and the last release rows', begun at the close
+
+
+def test_a_process_that_ends_without_closing_its_ledger_syncs_its_last_release_rows(tmp_path: Path) -> None:
+    """The deferred syncs' timer is a daemon thread: at interpreter exit a hook begins what it still waits for (the
+    pool's waiting workers, joined at exit, did so before session 24), so release rows committed just before a process
+    ends are synced then, not left to the OS."""
+    import subprocess
+    import sys
+    import textwrap
+
+    log = tmp_path / "syncs.txt"
+    script = textwrap.dedent(
+        f"""
+        from fractions import Fraction
+        from pathlib import Path
+        from veil.store import wal_sync
+        from veil.store.ledger import Account, Cost, Ledger
+
+        real = wal_sync.sync_now
+        def logged(path):
+            real(path)
+            with open({str(log)!r}, "a") as f:
+                f.write("sync\\n")
+        wal_sync.sync_now = logged
+        wal_sync.DEFER_SECONDS = 600.0
+        led = Ledger(Path({str(tmp_path / "l.sqlite")!r}))
+        r = led.reserve(Cost(Fraction(1)), [Account.analyst("a", Fraction(2), Fraction(0))], actor="a")
+        r.durable.result(10)
+        led.release(r, answer={{}})
+        with open({str(log)!r}, "a") as f:
+            f.write("released\\n")
+        # ends without led.close(): the release row's sync waits on the timer for 600 s
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert log.read_text().splitlines()[-2:] == ["released", "sync"]

@@ -170,9 +170,8 @@ def _start_timer() -> None:
 
 def _timer(wake: threading.Lock) -> None:
     """Begin each deferred sync that no running sync will begin, at its deadline (or at once once :func:`flush` made
-    it due): sleep until the earliest deadline, or, with none, until a new one wakes it. A daemon thread, like the
-    wait it replaces it keeps no process alive (a process that ends without closing its ledger leaves its last release
-    rows written, not synced: only a power loss in the next moments loses them, never a charge, docs/ledger.md)."""
+    it due): sleep until the earliest deadline, or, with none, until a new one wakes it. A daemon thread (it keeps no
+    process alive): at interpreter exit :func:`_begin_every_deferred_sync` begins what it still waits for."""
     global _timer_until
     while True:
         unpooled: list[tuple[Path, Future[None]]] = []
@@ -187,7 +186,7 @@ def _timer(wake: threading.Lock) -> None:
                     continue
                 try:
                     _executor().submit(_sync, path, future)
-                except RuntimeError:  # no worker can start (interpreter shutdown, the thread limit): synced here
+                except Exception:  # no worker can start (interpreter shutdown, the thread limit): synced here
                     unpooled.append((path, future))
                 _running[path] = _running.get(path, 0) + 1
             _timer_until = min(_due.values(), default=math.inf)
