@@ -69,6 +69,8 @@ def clamp_raw(stat: Statistic, values: np.ndarray) -> np.ndarray:
     if stat.mechanism == "discrete_laplace":
         ints = values.tolist()
         if _INT.issuperset(map(type, ints)):  # Python ints (the engine's counts): clamped in one NumPy call
+            if ints and -INT_LIMIT <= min(ints) and max(ints) <= INT_LIMIT:
+                return np.array(ints, dtype=np.int64)  # nothing to clamp (np.clip's own cost is ~3x the copy's)
             try:
                 return np.clip(np.array(ints, dtype=np.int64), -INT_LIMIT, INT_LIMIT)
             except OverflowError:  # beyond ±2⁶³: clamped one by one below
@@ -80,7 +82,10 @@ def clamp_raw(stat: Statistic, values: np.ndarray) -> np.ndarray:
             [p[0] for p in pairs], sum_exponent(stat), stat.center, [p[1] for p in pairs], bound=row_bound(stat)
         )
         values = np.array(doubles, dtype=np.float64)
-    arr = np.nan_to_num(values.astype(np.float64), nan=0.0, posinf=FLOAT_LIMIT, neginf=-FLOAT_LIMIT)
+    arr = values.astype(np.float64)
+    if arr.size and np.abs(arr).max() <= FLOAT_LIMIT:  # every value finite and within the range (NaN fails this)
+        return arr  # what nan_to_num and clip give it, unchanged: ~20 µs less per statistic
+    arr = np.nan_to_num(arr, nan=0.0, posinf=FLOAT_LIMIT, neginf=-FLOAT_LIMIT)
     return np.clip(arr, -FLOAT_LIMIT, FLOAT_LIMIT)
 
 

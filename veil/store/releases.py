@@ -12,6 +12,7 @@ JSON converter, so every layer can read records without import cycles. The ledge
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -101,6 +102,7 @@ class Release:
 
 
 _PLAIN_SCALARS = frozenset({str, int, float, bool, type(None)})
+_SEQUENCES = frozenset({list, tuple})
 
 
 def _plain(obj: Any) -> bool:
@@ -113,10 +115,15 @@ def _plain(obj: Any) -> bool:
         if t in scalars:
             continue
         if t is list or t is tuple:
-            # a row of plain cells (the common container) is checked in one call; only what is not a plain scalar
-            # is looked into
-            if not scalars.issuperset(map(type, item)):
-                todo.extend([v for v in item if type(v) not in scalars])
+            # a row of plain cells (the common container) is checked in one call, and so is a list of such rows (an
+            # answer's rows and intervals: one pass over every cell, not one call per row); only what is not a plain
+            # scalar is looked into
+            kinds = set(map(type, item))
+            if kinds <= scalars:
+                continue
+            if kinds <= _SEQUENCES and scalars.issuperset(map(type, itertools.chain.from_iterable(item))):
+                continue
+            todo.extend([v for v in item if type(v) not in scalars])
         elif t is dict:
             if any(type(k) is not str for k in item):
                 return False
