@@ -10,8 +10,11 @@ side by its cardinality estimates (the ``build_side_probe_side`` optimiser), whi
 
 * the readers run with that optimiser disabled (``warehouse.SANDBOX_CONFIG``): a join's right child is its build side;
 * every join list of a generated statement over private rows (a SELECT's FROM and joins, a bracketed join) starts with
-  the source that holds the private table (:func:`private_first`), so the private rows are the leftmost leaf of the
-  join tree DuckDB's join-order optimiser builds, on the probe side of every join above them;
+  the source that holds the private table (:func:`private_first`; a CTE over private rows, directly or through other
+  CTEs and derived tables, holds them wherever it is referenced: review s24 Y2), so the private rows are the leftmost
+  leaf of the join tree DuckDB's join-order optimiser builds, on the probe side of every join above them;
+* no condition compares a side reading two relations (``range_lineage``, refused free: review s24 Y1): DuckDB makes
+  such a side a hyperedge and joins its relations first, the private rows crossed with a public table on a build side;
 * that optimiser's exact solver (DPhyp) keeps relation 0 leftmost, but past 11 relations, or 10,000 connected pairs (a
   clique of 10 relations), it falls back to a greedy solver that put the private rows on the build side in every shape
   tried; a query over private rows may therefore join at most :data:`MAX_PRIVATE_JOIN_RELATIONS` relations in all its
