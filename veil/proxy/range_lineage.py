@@ -11,11 +11,12 @@ So the rule is checked on the join graph DuckDB plans, not on the text's scopes:
 private rows reads (each reference path its own relation: a CTE named twice is two), its derived tables and CTEs over
 private rows inlined through their columns' lineage (each output column → the relations its expression reads), and a
 derived table or CTE over public tables alone one relation (DuckDB evaluates it first into a table of its own,
-``multiplicity.Materialised``). Equalities anywhere (each side reading relations the other does not; in a WHERE or an
-inner join's ON, or a LEFT JOIN's own ON) connect relations, as DuckDB pushes them down into hash-join keys; then every
-comparison (``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``, inside NOT, CASE, a SELECT list, HAVING or an ON, at any scope)
-whose two sides each read relations and together read relations no equalities connect is refused, free (0A000),
-decided by the query's text alone.
+``multiplicity.Materialised``). Equalities anywhere (each side reading exactly one relation, not the other's; in a
+WHERE or an inner join's ON, or a LEFT JOIN's own ON) connect relations, as DuckDB pushes them down into hash-join
+keys; then every comparison (``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``, inside NOT, CASE, a SELECT list, HAVING or an
+ON, at any scope) whose two sides each read relations and together read relations no equalities connect is refused,
+free (0A000), decided by the query's text alone. A WHERE or ON comparison between sides that read relations, one of
+which reads two or more, is refused free too (review s24 Y1, :func:`_check_single_sides`).
 """
 
 from __future__ import annotations
