@@ -114,18 +114,19 @@ _HYPEREDGES = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review s24 Y1 (HIGH): an equality with the private table and a public one on one side (t.id + pa.k = "
-    "pb.k) is a join-graph hyperedge; DuckDB builds the hash join / cross product on (t x pa), or range-joins the "
-    "private rows first (IE_JOIN: OutOfMemory after the charge at 200,000 rows, answered at 100,000); "
-    "fix class: in join_order, refuse (free) "
-    "a join condition over private rows whose one side reads the private source and another relation, and make "
-    "range_lineage connect only equalities between single relations",
-)
 @pytest.mark.parametrize("sql", _HYPEREDGES)
 def test_y1_hyperedge_equality_keeps_private_rows_off_the_build_side(world: tuple[Any, Any], sql: str) -> None:
-    assert not _builds_private_rows(world, sql), sql
+    """Fixed by refusal (range_lineage: a condition's side reads one relation at most): refused free (0A000) before
+    any reservation, the fix class the reviewer named; the witness first asserted admission with no private build
+    side, which a refusal could not meet."""
+    from veil.errors import Unsupported
+
+    session, _ = world
+    spent = session.budget().spent
+    with pytest.raises(Unsupported) as caught:
+        session.execute(sql, epsilon=1.0)
+    assert caught.value.sqlstate == "0A000" and caught.value.hint, sql
+    assert session.budget().spent == spent, sql
 
 
 #: Y2: the private rows read through a CTE. The generated SQL keeps the CTE (``WITH __veil_cte_0 AS (… FROM
@@ -155,13 +156,6 @@ _CTES = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review s24 Y2 (HIGH): a CTE over the private table joined after a public one (WITH x AS (SELECT … FROM t) "
-    "… FROM pb JOIN x ON x.id * 0 = pb.k * 0) keeps the private rows the hash join's build side: private_first does "
-    "not see the bounded copy behind a CTE reference; fix class: inline CTEs over private rows in the generated SQL "
-    "(or resolve a CTE reference to its body in join_order._holds), and make the join-order class test generate CTEs",
-)
 @pytest.mark.parametrize("sql", _CTES)
 def test_y2_private_rows_behind_a_cte_are_not_a_build_side(world: tuple[Any, Any], sql: str) -> None:
     assert not _builds_private_rows(world, sql), sql

@@ -10,8 +10,11 @@ side by its cardinality estimates (the ``build_side_probe_side`` optimiser), whi
 
 * the readers run with that optimiser disabled (``warehouse.SANDBOX_CONFIG``): a join's right child is its build side;
 * every join list of a generated statement over private rows (a SELECT's FROM and joins, a bracketed join) starts with
-  the source that holds the private table (:func:`private_first`), so the private rows are the leftmost leaf of the
-  join tree DuckDB's join-order optimiser builds, on the probe side of every join above them;
+  the source that holds the private table (:func:`private_first`; a CTE over private rows, directly or through other
+  CTEs and derived tables, holds them wherever it is referenced: review s24 Y2), so the private rows are the leftmost
+  leaf of the join tree DuckDB's join-order optimiser builds, on the probe side of every join above them;
+* no condition compares a side reading two relations (``range_lineage``, refused free: review s24 Y1): DuckDB makes
+  such a side a hyperedge and joins its relations first, the private rows crossed with a public table on a build side;
 * that optimiser's exact solver (DPhyp) keeps relation 0 leftmost, but past 11 relations, or 10,000 connected pairs (a
   clique of 10 relations), it falls back to a greedy solver that put the private rows on the build side in every shape
   tried; a query over private rows may therefore join at most :data:`MAX_PRIVATE_JOIN_RELATIONS` relations in all its
@@ -63,10 +66,28 @@ def private_first(tree: exp.Expression, source: str) -> None:
     JOIN``). A join list whose earlier joins are not all inner (``pub LEFT JOIN p2 … JOIN t …``) becomes the private
     source joined to the bracketed earlier part (``t JOIN (pub LEFT JOIN p2 …) ON …``). The same rows are joined:
     inner joins commute, and each moved ON condition ends up at a join where every source it names is in scope."""
+    names = _private_ctes(tree, source)
     holders: list[exp.Expression] = [s for s in tree.find_all(exp.Select) if s.args.get("from_")]
     holders += [n for n in tree.find_all(exp.Table, exp.Subquery) if n.args.get("joins")]
     for holder in holders:
-        _reorder(holder, source)
+        _reorder(holder, names)
+
+
+def _private_ctes(tree: exp.Expression, source: str) -> frozenset[str]:
+    """``source`` and the name of every CTE of ``tree`` whose body reads it, directly or through other CTEs or derived
+    tables (review s24 Y2: a join source ``__veil_cte_0 AS x`` shows no bounded copy's name; resolved to a fixed
+    point, so a CTE referencing a CTE that references the copy counts). CTE names the generated SQL writes
+    (``__veil_cte_N``) shadow no table; a name reused by CTEs at two levels counts as private if either body is."""
+    ctes = [(c.alias_or_name, c.this) for c in tree.find_all(exp.CTE)]
+    names = {source}
+    grew = True
+    while grew:
+        grew = False
+        for name, body in ctes:
+            if name not in names and any(t.name in names for t in body.find_all(exp.Table)):
+                names.add(name)
+                grew = True
+    return frozenset(names)
 
 
 def _first(holder: exp.Expression) -> exp.Expression:
@@ -75,13 +96,14 @@ def _first(holder: exp.Expression) -> exp.Expression:
     return holder
 
 
-def _holds(node: exp.Expression, source: str) -> bool:
-    """Whether ``node`` reads the table ``source``, the joins hanging on it (a bracketed join's) aside."""
+def _holds(node: exp.Expression, names: frozenset[str]) -> bool:
+    """Whether ``node`` reads one of the tables or CTEs ``names`` (:func:`_private_ctes`), the joins hanging on it (a
+    bracketed join's) aside."""
     joins = node.args.get("joins")
     if joins:
         node.set("joins", None)
     try:
-        return any(t.name == source for t in node.find_all(exp.Table))
+        return any(t.name in names for t in node.find_all(exp.Table))
     finally:
         if joins:
             node.set("joins", joins)
@@ -97,14 +119,14 @@ def _inner(join: exp.Join) -> bool:
     )
 
 
-def _reorder(holder: exp.Expression, source: str) -> None:
+def _reorder(holder: exp.Expression, names: frozenset[str]) -> None:
     joins: list[exp.Join] = list(holder.args.get("joins") or [])
     if not joins:
         return
     first = _first(holder)
-    if _holds(first, source):
+    if _holds(first, names):
         return
-    at = next((i for i, j in enumerate(joins) if _holds(j.this, source)), None)
+    at = next((i for i, j in enumerate(joins) if _holds(j.this, names)), None)
     if at is None or not _inner(joins[at]):
         return
     private = joins[at].this

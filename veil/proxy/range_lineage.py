@@ -11,11 +11,12 @@ So the rule is checked on the join graph DuckDB plans, not on the text's scopes:
 private rows reads (each reference path its own relation: a CTE named twice is two), its derived tables and CTEs over
 private rows inlined through their columns' lineage (each output column → the relations its expression reads), and a
 derived table or CTE over public tables alone one relation (DuckDB evaluates it first into a table of its own,
-``multiplicity.Materialised``). Equalities anywhere (each side reading relations the other does not; in a WHERE or an
-inner join's ON, or a LEFT JOIN's own ON) connect relations, as DuckDB pushes them down into hash-join keys; then every
-comparison (``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``, inside NOT, CASE, a SELECT list, HAVING or an ON, at any scope)
-whose two sides each read relations and together read relations no equalities connect is refused, free (0A000),
-decided by the query's text alone.
+``multiplicity.Materialised``). Equalities anywhere (each side reading exactly one relation, not the other's; in a
+WHERE or an inner join's ON, or a LEFT JOIN's own ON) connect relations, as DuckDB pushes them down into hash-join
+keys; then every comparison (``<``, ``<=``, ``>``, ``>=``, ``BETWEEN``, inside NOT, CASE, a SELECT list, HAVING or an
+ON, at any scope) whose two sides each read relations and together read relations no equalities connect is refused,
+free (0A000), decided by the query's text alone. A WHERE or ON comparison between sides that read relations, one of
+which reads two or more, is refused free too (review s24 Y1, :func:`_check_single_sides`).
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ def _lineage(scope: Scope, path: _Rel, catalog: Catalog, graph: _Graph) -> dict[
                 out |= m.get(c.name, m[""])
         return frozenset(out)
 
+    _check_single_sides(sel, rels)
     # equalities: a WHERE's or an inner join's (not reading a LEFT-joined source), and a LEFT JOIN's own ON
     left_joined: set[str] = set()
     conditions: list[exp.Expression] = []
@@ -137,6 +139,41 @@ def _lineage(scope: Scope, path: _Rel, catalog: Catalog, graph: _Graph) -> dict[
     return out
 
 
+def _operands(pred: exp.Expression) -> list[exp.Expression]:
+    out: list[exp.Expression] = []
+    for value in pred.args.values():
+        for v in value if isinstance(value, list) else [value]:
+            if isinstance(v, exp.Expression):
+                out.append(v)
+    return out
+
+
+def _check_single_sides(sel: exp.Select, rels: Callable[[exp.Expression], frozenset[_Rel]]) -> None:
+    """Refuse (Unsupported, 0A000, free) a WHERE or join condition of a scope over private rows holding a comparison
+    (any predicate, at any depth) between sides that read relations, one of which reads more than one (review s24
+    Y1): DuckDB's join-order optimiser makes such a side a hyperedge of its join graph, joins its relations first (the
+    private rows crossed with a public table) and builds a hash join or a cross product on that product, whatever
+    order the text lists. A predicate with one side reading relations (``t.s || pub.n LIKE 'a%'``, ``t.id - pub.k >=
+    0``) is a filter, no edge of that graph: admitted."""
+    places = [sel.args.get("where")] + [j.args.get("on") for j in own_joins(sel)]
+    for place in places:
+        if place is None:
+            continue
+        for pred in place.find_all(exp.Predicate):
+            sides = [(side, rels(side)) for side in _operands(pred)]
+            if sum(1 for _s, r in sides if r) < 2:
+                continue  # a filter (the other sides read no relation): no edge of DuckDB's join graph
+            for side, read in sides:
+                if len(read) > 1:
+                    raise Unsupported(
+                        "a condition over private data compares an expression that reads two tables at once "
+                        f"({side.sql()}): the engine would join those tables first and hold the product in memory",
+                        hint="Compare columns of one table with columns of another (t.k = pub.k, t.k + 1 = pub.k); "
+                        "combine two tables' columns in a derived table over the public tables alone, or in the SELECT "
+                        "list",
+                    )
+
+
 def _up(node: exp.Expression) -> list[exp.Expression]:
     out = []
     while node.parent is not None:
@@ -153,7 +190,8 @@ def _connect(
     for cond in conditions:
         if isinstance(cond, exp.EQ):
             a, b = rels(cond.this), rels(cond.expression)
-            if a and b and not a & b and not (a | b) & outer:
+            # one relation a side (review s24 Y1: a side reading two, refused anyway, is no hash-join key between them)
+            if len(a) == 1 and len(b) == 1 and a != b and not (a | b) & outer:
                 graph.union(a | b)
 
 
