@@ -197,6 +197,17 @@ def test_a_query_past_the_limit_is_refused_free_and_fast_at_every_interface(
 
 
 def test_a_query_at_the_limit_is_answered(session: object) -> None:
-    """At the limit the query is planned, charged and answered: the limit refuses only what is past it."""
-    ans = session.execute(_star(LIMIT), epsilon=Fraction(1, 100))  # type: ignore[attr-defined]
+    """At the limits the query is planned, charged and answered: the limits refuse only what is past them. A query
+    over private rows has the tighter limit of ``join_order.MAX_PRIVATE_JOIN_RELATIONS`` (session 24: past it DuckDB's
+    greedy join orderer could put the private rows on a join's build side), and is refused free one past it."""
+    from veil.errors import QueryTooComplex
+    from veil.proxy.join_order import MAX_PRIVATE_JOIN_RELATIONS
+
+    assert MAX_PRIVATE_JOIN_RELATIONS < LIMIT
+    ans = session.execute(_star(MAX_PRIVATE_JOIN_RELATIONS), epsilon=Fraction(1, 100))  # type: ignore[attr-defined]
     assert len(ans.rows) == 1
+    before = session.budget().spent  # type: ignore[attr-defined]
+    with pytest.raises(QueryTooComplex) as refused:
+        session.execute(_star(MAX_PRIVATE_JOIN_RELATIONS + 1), epsilon=Fraction(1, 100))  # type: ignore[attr-defined]
+    assert refused.value.sqlstate == "54001"
+    assert session.budget().spent == before  # type: ignore[attr-defined]
