@@ -357,10 +357,10 @@ class TextCache(Generic[_V]):
     (``sys.getsizeof``: a text of astral characters takes 4 bytes a character, red team s75 F4 — bounded in characters,
     a 4 Mi-character cache held 16 MiB): when one more would pass either, it starts over (a text may be 1 MiB).
 
-    >>> cache = TextCache[int](entries=2, max_bytes=200)
+    >>> cache = TextCache[int](entries=2, max_bytes=300)
     >>> cache.put("abcdef", 1); cache.put("ghij", 2); cache.get("abcdef")
     1
-    >>> cache.put("k" * 60, 3); cache.get("abcdef") is None, cache.get("k" * 60)  # past 200 bytes: started over
+    >>> cache.put("k" * 60, 3); cache.get("abcdef") is None, cache.get("k" * 60)  # past 300 bytes: started over
     (True, 3)
     >>> TextCache.size_of("\U0001f600" * 1000, 0) > 4000
     True
