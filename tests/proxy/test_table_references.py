@@ -196,7 +196,7 @@ def test_a_query_past_the_limit_is_refused_free_and_fast_at_every_interface(
     assert res.exit_code == 2 and "54001" in res.output and f"limit of {LIMIT}" in res.output, res.output
 
 
-def test_a_query_at_the_limit_is_answered(session: object) -> None:
+def test_a_query_at_the_limit_is_answered(session: object, policy_path: Path) -> None:
     """At the limits the query is planned, charged and answered: the limits refuse only what is past them. A query
     over private rows has the tighter limit of ``join_order.MAX_PRIVATE_JOIN_RELATIONS`` (session 24: past it DuckDB's
     greedy join orderer could put the private rows on a join's build side), and is refused free one past it."""
@@ -211,3 +211,7 @@ def test_a_query_at_the_limit_is_answered(session: object) -> None:
         session.execute(_star(MAX_PRIVATE_JOIN_RELATIONS + 1), epsilon=Fraction(1, 100))  # type: ignore[attr-defined]
     assert refused.value.sqlstate == "54001"
     assert session.budget().spent == before  # type: ignore[attr-defined]
+    sql = _star(MAX_PRIVATE_JOIN_RELATIONS + 1)
+    res = CliRunner().invoke(cli, ["explain", "--policy", str(policy_path), "--analyst", "a", "--", sql])
+    assert res.exit_code == 2 and "54001" in res.output, res.output
+    assert f"limit of {MAX_PRIVATE_JOIN_RELATIONS}" in res.output, res.output
