@@ -29,6 +29,7 @@ from sqlglot.optimizer.scope import Scope, build_scope
 from veil.errors import Unsupported
 from veil.proxy.bounds import own_joins
 from veil.proxy.catalog import Catalog
+from veil.proxy.multiplicity import conjuncts
 
 __all__ = ["check_range_lineage"]
 
@@ -67,16 +68,6 @@ def _reads_private(scope: Scope, catalog: Catalog) -> bool:
     return any(_reads_private(u, catalog) for u in scope.set_operation_scopes)
 
 
-def _conjuncts(node: exp.Expression | None) -> list[exp.Expression]:
-    if node is None:
-        return []
-    if isinstance(node, exp.And):
-        return _conjuncts(node.this) + _conjuncts(node.expression)
-    if isinstance(node, exp.Paren):
-        return _conjuncts(node.this)
-    return [node]
-
-
 def _lineage(scope: Scope, path: _Rel, catalog: Catalog, graph: _Graph) -> dict[str, frozenset[_Rel]]:
     """Each output column of ``scope`` (reached by ``path``) → the relations its expression reads; records the
     scope's equalities and comparisons in ``graph``. ``""`` maps to every relation the scope reads."""
@@ -111,11 +102,11 @@ def _lineage(scope: Scope, path: _Rel, catalog: Catalog, graph: _Graph) -> dict[
     for join in own_joins(sel):
         if str(join.args.get("side") or "").upper() in ("LEFT", "RIGHT", "FULL"):
             left_joined |= {n for n, (node, _s) in scope.selected_sources.items() if node is join.this or join.this in _up(node)}
-            _connect(_conjuncts(join.args.get("on")), rels, frozenset(), graph)
+            _connect(conjuncts(join.args.get("on")), rels, frozenset(), graph)
         else:
-            conditions += _conjuncts(join.args.get("on"))
+            conditions += conjuncts(join.args.get("on"))
     where = sel.args.get("where")
-    conditions += _conjuncts(where.this if where is not None else None)
+    conditions += conjuncts(where.this if where is not None else None)
     left_rels = frozenset().union(*(sources[n][""] for n in left_joined if n in sources))
     _connect(conditions, rels, left_rels, graph)
     # comparisons anywhere in the scope's own clauses and join conditions
